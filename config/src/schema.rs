@@ -1,0 +1,202 @@
+//! The configuration schema. Keys are kebab-case in the file; every key has a default, so an
+//! empty file (or none) is a valid configuration.
+
+use bytesize::ByteSize;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything an operator can tune.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Config {
+    pub sessions: SessionsConfig,
+    pub cells: CellsConfig,
+    pub output: OutputConfig,
+    pub limits: LimitsConfig,
+    pub env: EnvConfig,
+    pub python: PythonConfig,
+    pub js: EngineConfig,
+    pub lua: EngineConfig,
+    pub daemon: DaemonConfig,
+}
+
+/// Lifetimes of sessions and their workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SessionsConfig {
+    /// Live workers per language; a new session over the cap evicts the least recently used
+    /// idle one.
+    pub max_sessions: usize,
+    /// A session idle this long is shut down; 0 keeps sessions forever.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub sweep_interval: Duration,
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_interval: Duration,
+    /// No pong for this long and the worker is declared dead.
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_timeout: Duration,
+    /// Unplanned worker replacements allowed before the session is `failed`; a successful cell
+    /// refills it.
+    pub restart_budget: u32,
+    /// How long an interrupted cell may take to stop before its worker is killed.
+    #[serde(with = "humantime_serde")]
+    pub interrupt_grace: Duration,
+    /// How long a worker may take to exit after `Shutdown` before it is signalled.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    /// How long a new worker may take to connect and say hello.
+    #[serde(with = "humantime_serde")]
+    pub start_timeout: Duration,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        SessionsConfig {
+            max_sessions: 4,
+            idle_timeout: Duration::from_secs(300),
+            sweep_interval: Duration::from_secs(30),
+            heartbeat_interval: Duration::from_secs(5),
+            heartbeat_timeout: Duration::from_secs(10),
+            restart_budget: 1,
+            interrupt_grace: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(2),
+            start_timeout: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Cell timeouts, in seconds as requests give them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct CellsConfig {
+    #[serde(with = "humantime_serde")]
+    pub default_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub min_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub max_timeout: Duration,
+}
+
+impl Default for CellsConfig {
+    fn default() -> Self {
+        CellsConfig {
+            default_timeout: Duration::from_secs(30),
+            min_timeout: Duration::from_secs(1),
+            max_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+impl CellsConfig {
+    /// The timeout for a cell that asked for `requested` seconds (or nothing), within range.
+    pub fn timeout_for(&self, requested: Option<f64>) -> Duration {
+        let wanted = match requested {
+            Some(secs) if secs.is_finite() && secs > 0.0 => Duration::from_secs_f64(secs),
+            _ => self.default_timeout,
+        };
+        wanted.clamp(self.min_timeout, self.max_timeout.max(self.min_timeout))
+    }
+}
+
+/// How much of a cell's output is kept in memory; the rest spills to an artifact file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct OutputConfig {
+    pub max_bytes: ByteSize,
+    pub max_lines: usize,
+    /// Where spilled outputs go; default: `artifacts/` in the runtime directory.
+    pub artifact_dir: Option<PathBuf>,
+}
+
+impl Default for OutputConfig {
+    fn default() -> Self {
+        OutputConfig {
+            max_bytes: ByteSize::kib(50),
+            max_lines: 3000,
+            artifact_dir: None,
+        }
+    }
+}
+
+/// OS limits applied to every worker before it runs user code, and the RSS cap.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LimitsConfig {
+    pub address_space: Option<ByteSize>,
+    #[serde(with = "humantime_serde")]
+    pub cpu_time: Option<Duration>,
+    pub open_files: Option<u64>,
+    pub processes: Option<u64>,
+    pub file_size: Option<ByteSize>,
+    pub max_rss: Option<ByteSize>,
+}
+
+/// The environment workers see.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct EnvConfig {
+    /// Extra variables (or `PREFIX_*` patterns) passed through besides the built-in allowlist.
+    pub allow: Vec<String>,
+    /// Extra variables (or patterns) always removed, even if allowed.
+    pub deny: Vec<String>,
+    /// Fixed values set in every worker.
+    pub set: std::collections::BTreeMap<String, String>,
+}
+
+/// The Python runtime.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PythonConfig {
+    /// Interpreter path or name; discovery order is VIRTUAL_ENV, `<cwd>/.venv`, `<cwd>/venv`,
+    /// this, then `python3` on PATH.
+    pub interpreter: Option<String>,
+    /// Idle Python workers kept started ahead of demand.
+    pub prewarm: usize,
+}
+
+/// An in-process engine's own limits (QuickJS, Lua).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct EngineConfig {
+    pub memory_limit: Option<ByteSize>,
+    pub stack_size: Option<ByteSize>,
+}
+
+/// The background daemon.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DaemonConfig {
+    pub socket: Option<PathBuf>,
+    /// An auto-started daemon exits after this long with no sessions; 0 = never.
+    #[serde(with = "humantime_serde")]
+    pub idle_exit: Duration,
+    pub log: Option<PathBuf>,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            socket: None,
+            idle_exit: Duration::from_secs(15 * 60),
+            log: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_are_clamped_to_the_configured_range() {
+        let cells = CellsConfig::default();
+        assert_eq!(cells.timeout_for(None), Duration::from_secs(30));
+        assert_eq!(cells.timeout_for(Some(0.2)), Duration::from_secs(1));
+        assert_eq!(cells.timeout_for(Some(5.0)), Duration::from_secs(5));
+        assert_eq!(cells.timeout_for(Some(1e9)), Duration::from_secs(600));
+        assert_eq!(cells.timeout_for(Some(f64::NAN)), Duration::from_secs(30));
+    }
+}

@@ -1,0 +1,16 @@
+//! The contract between the cellvisor supervisor and its worker processes.
+//!
+//! - [`message`]: what the two sides say to each other (serde types, bincode on the wire).
+//! - [`frame`]: length-prefixed frames with a size cap, sync (workers) and async (supervisor).
+//! - [`socket`]: the private runtime directory and the Unix sockets inside it.
+//! - [`handshake`]: the version check that opens every connection.
+
+pub mod frame;
+pub mod handshake;
+pub mod message;
+pub mod socket;
+
+pub use frame::{FrameError, MAX_FRAME_BYTES};
+pub use message::{
+    CellOutcome, ExecuteCell, FromWorker, Language, OutputStream, ToWorker, PROTOCOL_VERSION,
+};

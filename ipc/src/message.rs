@@ -1,0 +1,131 @@
+//! Messages exchanged between the supervisor and a worker.
+//!
+//! Everything here is encoded with bincode, which cannot carry self-describing values such as
+//! `serde_json::Value`; JSON payloads (display bundles) therefore travel as strings.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Bumped whenever a message changes shape; both sides refuse a peer with another version.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// A cell language, and therefore a kind of worker. Serialized by its short name
+/// (`py`, `js`, `lua`) in JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Language {
+    #[serde(rename = "py", alias = "python")]
+    Python,
+    #[serde(rename = "js", alias = "javascript")]
+    JavaScript,
+    #[serde(rename = "lua")]
+    Lua,
+}
+
+impl Language {
+    pub const ALL: [Language; 3] = [Language::Python, Language::JavaScript, Language::Lua];
+
+    /// The short name used on the command line, in requests and as the worker subcommand.
+    pub fn short_name(self) -> &'static str {
+        match self {
+            Language::Python => "py",
+            Language::JavaScript => "js",
+            Language::Lua => "lua",
+        }
+    }
+}
+
+impl fmt::Display for Language {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.short_name())
+    }
+}
+
+/// The error for a language name that is not one of ours.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown language `{0}`: expected one of py, js, lua")]
+pub struct UnknownLanguage(pub String);
+
+impl FromStr for Language {
+    type Err = UnknownLanguage;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "py" | "python" => Ok(Language::Python),
+            "js" | "javascript" => Ok(Language::JavaScript),
+            "lua" => Ok(Language::Lua),
+            other => Err(UnknownLanguage(other.to_string())),
+        }
+    }
+}
+
+/// Supervisor -> worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ToWorker {
+    /// First frame on every connection.
+    Hello { version: u32 },
+    /// Run one cell. The worker answers with any number of `Output`/`Display` and one `Done`.
+    Execute(ExecuteCell),
+    /// Stop the running cell if it is `cell_id`; the cell then ends `Interrupted`.
+    Interrupt { cell_id: u64 },
+    /// Liveness probe, answered from the worker's I/O thread even while a cell runs.
+    Ping { seq: u64 },
+    /// Exit cleanly; the supervisor escalates to signals after its grace period.
+    Shutdown,
+}
+
+/// One cell for a worker to run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecuteCell {
+    pub cell_id: u64,
+    pub code: String,
+    /// Directory the cell runs in; `None` keeps the worker's current one.
+    pub cwd: Option<String>,
+}
+
+/// Which stream an output chunk was written to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+/// Worker -> supervisor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum FromWorker {
+    /// First frame on every connection.
+    Hello {
+        version: u32,
+        pid: u32,
+        language: Language,
+        /// Engine and version, e.g. `QuickJS 2024-01-13` or `Python 3.11.7`.
+        engine: String,
+    },
+    /// A chunk of a cell's output, in the order it was produced.
+    Output {
+        cell_id: u64,
+        stream: OutputStream,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// A rich display: a MIME bundle as a JSON object (`{"text/plain": "...", ...}`).
+    Display { cell_id: u64, bundle_json: String },
+    /// The cell is over; all of its output was sent before this frame.
+    Done { cell_id: u64, outcome: CellOutcome },
+    /// Answer to `Ping`.
+    Pong { seq: u64 },
+    /// The worker cannot go on (its interpreter died, say); it exits after sending this.
+    Fatal { message: String },
+}
+
+/// How a cell ended, as the worker saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CellOutcome {
+    Completed,
+    /// The cell raised; the traceback was sent as output, `summary` is its last line.
+    Failed {
+        summary: String,
+    },
+    /// The cell was stopped by an `Interrupt`.
+    Interrupted,
+}

@@ -1,0 +1,232 @@
+//! What hosts send and get back: requests of cells, and per-cell results (DESIGN.md §2).
+//! Field names are snake_case in JSON everywhere (CLI `--json`, the daemon, MCP).
+
+use cellvisor_ipc::Language;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// One cell as a host writes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CellSpec {
+    pub language: Language,
+    pub code: String,
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Seconds; clamped to the configured range.
+    #[serde(default)]
+    pub timeout: Option<f64>,
+    /// Restart this language's worker for the session before running the cell.
+    #[serde(default)]
+    pub reset: bool,
+}
+
+/// A request: cells run in order in one session; the first failure skips the rest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalRequest {
+    #[serde(default = "default_session")]
+    pub session: String,
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    pub cells: Vec<CellSpec>,
+}
+
+/// The session used when a host names none.
+pub fn default_session() -> String {
+    "default".to_string()
+}
+
+/// How a cell ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CellStatus {
+    Complete,
+    Error,
+    Cancelled,
+    Skipped,
+}
+
+/// Whether and how a cell's output was cut down to fit in memory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Truncation {
+    pub truncated: bool,
+    pub total_bytes: u64,
+    pub total_lines: u64,
+    /// The whole output, when it did not fit.
+    pub artifact_path: Option<PathBuf>,
+}
+
+/// One cell's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CellResult {
+    pub index: usize,
+    pub title: Option<String>,
+    pub language: Language,
+    pub status: CellStatus,
+    pub exit_code: i32,
+    pub output: String,
+    pub duration_ms: f64,
+    pub displays: Vec<serde_json::Value>,
+    pub status_events: Vec<serde_json::Value>,
+    pub truncation: Truncation,
+    /// Set when the session was started, restarted or evicted before this cell.
+    pub notice: Option<String>,
+}
+
+impl CellResult {
+    /// A cell that did not run because an earlier one failed.
+    pub fn skipped(index: usize, spec: &CellSpec) -> CellResult {
+        CellResult {
+            index,
+            title: spec.title.clone(),
+            language: spec.language,
+            status: CellStatus::Skipped,
+            exit_code: 0,
+            output: String::new(),
+            duration_ms: 0.0,
+            displays: Vec::new(),
+            status_events: Vec::new(),
+            truncation: Truncation::default(),
+            notice: None,
+        }
+    }
+
+    /// A cell that could not be run at all (no worker, session failed, ...): an error whose
+    /// output is `message`.
+    pub fn refused(index: usize, spec: &CellSpec, message: String) -> CellResult {
+        let outcome = CellOutcome::error(message);
+        outcome.into_result(index, spec)
+    }
+}
+
+/// The result of a request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalResult {
+    pub is_error: bool,
+    pub cells: Vec<CellResult>,
+}
+
+impl EvalResult {
+    pub fn from_cells(cells: Vec<CellResult>) -> EvalResult {
+        let is_error = cells
+            .iter()
+            .any(|c| matches!(c.status, CellStatus::Error | CellStatus::Cancelled));
+        EvalResult { is_error, cells }
+    }
+}
+
+/// What a session reports for one cell; the host adds index, title and language.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellOutcome {
+    pub status: CellStatus,
+    pub output: String,
+    pub duration_ms: f64,
+    pub displays: Vec<serde_json::Value>,
+    pub truncation: Truncation,
+    pub notice: Option<String>,
+}
+
+impl CellOutcome {
+    /// An error that happened outside user code; `message` is the whole output.
+    pub fn error(message: String) -> CellOutcome {
+        let mut message = message;
+        if !message.ends_with('\n') {
+            message.push('\n');
+        }
+        CellOutcome {
+            status: CellStatus::Error,
+            truncation: Truncation {
+                truncated: false,
+                total_bytes: message.len() as u64,
+                total_lines: message.lines().count() as u64,
+                artifact_path: None,
+            },
+            output: message,
+            duration_ms: 0.0,
+            displays: Vec::new(),
+            notice: None,
+        }
+    }
+
+    pub fn into_result(self, index: usize, spec: &CellSpec) -> CellResult {
+        CellResult {
+            index,
+            title: spec.title.clone(),
+            language: spec.language,
+            exit_code: if self.status == CellStatus::Complete {
+                0
+            } else {
+                1
+            },
+            status: self.status,
+            output: self.output,
+            duration_ms: self.duration_ms,
+            displays: self.displays,
+            status_events: Vec::new(),
+            truncation: self.truncation,
+            notice: self.notice,
+        }
+    }
+}
+
+/// Progress a host can show while a request runs (the daemon streams these).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum CellEvent {
+    CellStarted {
+        index: usize,
+        language: Language,
+        title: Option<String>,
+    },
+    Output {
+        index: usize,
+        stream: &'static str,
+        text: String,
+    },
+    Display {
+        index: usize,
+        bundle: serde_json::Value,
+    },
+    CellDone {
+        index: usize,
+        status: CellStatus,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_with_defaults_and_short_language_names() {
+        let request: EvalRequest =
+            serde_json::from_str(r#"{"cells":[{"language":"js","code":"1"}]}"#).unwrap();
+        assert_eq!(request.session, "default");
+        assert_eq!(request.cells[0].language, Language::JavaScript);
+        assert!(!request.cells[0].reset);
+    }
+
+    #[test]
+    fn unknown_fields_and_languages_are_rejected() {
+        assert!(serde_json::from_str::<CellSpec>(r#"{"language":"py","code":"1","x":1}"#).is_err());
+        let err =
+            serde_json::from_str::<CellSpec>(r#"{"language":"ruby","code":"1"}"#).unwrap_err();
+        assert!(err.to_string().contains("ruby"), "{err}");
+    }
+
+    #[test]
+    fn result_serializes_snake_case() {
+        let spec = CellSpec {
+            language: Language::Python,
+            code: String::new(),
+            title: None,
+            timeout: None,
+            reset: false,
+        };
+        let json = serde_json::to_value(CellResult::skipped(2, &spec)).unwrap();
+        assert_eq!(json["status"], "skipped");
+        assert_eq!(json["language"], "py");
+        assert_eq!(json["truncation"]["artifact_path"], serde_json::Value::Null);
+    }
+}

@@ -1,0 +1,238 @@
+//! `cellvisor eval`: run cells and print their results.
+
+use super::EXIT_USAGE;
+use cellvisor::{
+    CellResult, CellSpec, CellStatus, Cellvisor, EvalRequest, EvalResult, Language, Options,
+};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, clap::Args)]
+pub struct EvalArgs {
+    /// The code of one cell (or use --file / --cells; `-` reads it from stdin).
+    code: Option<String>,
+    /// Language of the cell: py, js or lua.
+    #[arg(short, long, default_value = "py")]
+    language: String,
+    /// Session whose state the cells use.
+    #[arg(short, long, default_value = "default")]
+    session: String,
+    /// Read the cell's code from FILE.
+    #[arg(short = 'f', long, conflicts_with = "code")]
+    file: Option<PathBuf>,
+    /// Read a JSON array of cells ({language, code, title?, timeout?, reset?}) from FILE, or `-` for stdin.
+    #[arg(long, conflicts_with_all = ["code", "file"])]
+    cells: Option<String>,
+    /// Title of the cell.
+    #[arg(long)]
+    title: Option<String>,
+    /// Timeout in seconds for each cell that does not set its own.
+    #[arg(long)]
+    timeout: Option<f64>,
+    /// Restart the language's worker before the first cell.
+    #[arg(long)]
+    reset: bool,
+    /// Directory the cells run in.
+    #[arg(long)]
+    cwd: Option<PathBuf>,
+    /// Print the whole structured result as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Run the cells in this process instead of through the daemon.
+    #[arg(long)]
+    no_daemon: bool,
+}
+
+/// Bad input: printed as `error: ...`, exit status 2.
+struct UsageError(String);
+
+pub fn run(args: EvalArgs, config_path: Option<&Path>) -> i32 {
+    let request = match build_request(&args) {
+        Ok(request) => request,
+        Err(UsageError(message)) => {
+            eprintln!("error: {message}");
+            return EXIT_USAGE;
+        }
+    };
+    let config = match cellvisor_config::load(config_path) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return EXIT_USAGE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return 1;
+        }
+    };
+    let json = args.json;
+    runtime.block_on(async move {
+        let cellvisor = match Cellvisor::start(Options {
+            config,
+            worker_exe: None,
+            runtime_dir: None,
+        }) {
+            Ok(cellvisor) => cellvisor,
+            Err(err) => {
+                eprintln!("error: {err}");
+                return 1;
+            }
+        };
+        let result = cellvisor.eval(request, None).await;
+        cellvisor.shutdown().await;
+        match result {
+            Ok(result) => {
+                print_result(&result, json);
+                i32::from(result.is_error)
+            }
+            Err(err) => {
+                eprintln!("error: {err}");
+                EXIT_USAGE
+            }
+        }
+    })
+}
+
+fn build_request(args: &EvalArgs) -> Result<EvalRequest, UsageError> {
+    let language: Language = args
+        .language
+        .parse()
+        .map_err(|e: cellvisor_ipc::message::UnknownLanguage| UsageError(e.to_string()))?;
+    let mut cells = if let Some(source) = &args.cells {
+        parse_cells(source)?
+    } else {
+        let code = match (&args.code, &args.file) {
+            (Some(code), _) if code == "-" => read_stdin()?,
+            (Some(code), _) => code.clone(),
+            (None, Some(file)) => std::fs::read_to_string(file).map_err(|e| {
+                UsageError(format!("cannot read code file {}: {e}", file.display()))
+            })?,
+            (None, None) => {
+                return Err(UsageError(
+                    "no code given: pass it as an argument, with --file FILE, or --cells FILE"
+                        .into(),
+                ))
+            }
+        };
+        vec![CellSpec {
+            language,
+            code,
+            title: args.title.clone(),
+            timeout: None,
+            reset: false,
+        }]
+    };
+    if let Some(timeout) = args.timeout {
+        if !(timeout.is_finite() && timeout > 0.0) {
+            return Err(UsageError(format!(
+                "--timeout must be a positive number of seconds, got {timeout}"
+            )));
+        }
+        for cell in cells.iter_mut().filter(|c| c.timeout.is_none()) {
+            cell.timeout = Some(timeout);
+        }
+    }
+    if args.reset {
+        if let Some(first) = cells.first_mut() {
+            first.reset = true;
+        }
+    }
+    Ok(EvalRequest {
+        session: args.session.clone(),
+        cwd: args.cwd.clone(),
+        cells,
+    })
+}
+
+fn read_stdin() -> Result<String, UsageError> {
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .map_err(|e| UsageError(format!("cannot read stdin: {e}")))?;
+    Ok(text)
+}
+
+fn parse_cells(source: &str) -> Result<Vec<CellSpec>, UsageError> {
+    let (text, name) = if source == "-" {
+        (read_stdin()?, "stdin".to_string())
+    } else {
+        let text = std::fs::read_to_string(source)
+            .map_err(|e| UsageError(format!("cannot read cells file {source}: {e}")))?;
+        (text, source.to_string())
+    };
+    let cells: Vec<CellSpec> = serde_json::from_str(&text).map_err(|e| {
+        UsageError(format!(
+            "malformed cells in {name}: {e}; expected a JSON array of \
+             {{\"language\": \"py\"|\"js\"|\"lua\", \"code\": \"...\", \"title\"?, \"timeout\"?, \"reset\"?}}"
+        ))
+    })?;
+    if cells.is_empty() {
+        return Err(UsageError(format!("{name} holds no cells")));
+    }
+    Ok(cells)
+}
+
+fn print_result(result: &EvalResult, json: bool) {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if json {
+        let _ = serde_json::to_writer_pretty(&mut out, result);
+        let _ = writeln!(out);
+        return;
+    }
+    let total = result.cells.len();
+    for cell in &result.cells {
+        print_cell(&mut out, cell, total);
+    }
+    let _ = out.flush();
+}
+
+fn print_cell(out: &mut impl Write, cell: &CellResult, total: usize) {
+    if let Some(notice) = &cell.notice {
+        eprintln!("note: {notice}");
+    }
+    if total > 1 {
+        let title = cell
+            .title
+            .clone()
+            .unwrap_or_else(|| cell.language.to_string());
+        let header = format!("[{}/{total}] {title}", cell.index + 1);
+        if cell.status == CellStatus::Skipped {
+            eprintln!("{header} (skipped)");
+            return;
+        }
+        let _ = writeln!(out, "{header}");
+    }
+    if cell.status == CellStatus::Complete {
+        let _ = out.write_all(cell.output.as_bytes());
+    } else {
+        let _ = out.flush();
+        eprint!("{}", cell.output);
+    }
+    for bundle in &cell.displays {
+        let _ = writeln!(out, "{}", render_display(bundle));
+    }
+}
+
+/// A display bundle as text for a terminal.
+fn render_display(bundle: &serde_json::Value) -> String {
+    if let Some(json) = bundle.get("application/json") {
+        return serde_json::to_string_pretty(json).unwrap_or_default();
+    }
+    for mime in ["text/markdown", "text/plain"] {
+        if let Some(text) = bundle.get(mime).and_then(|v| v.as_str()) {
+            return text.to_string();
+        }
+    }
+    let kinds: Vec<&str> = bundle
+        .as_object()
+        .map(|o| o.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    format!("[display: {}]", kinds.join(", "))
+}

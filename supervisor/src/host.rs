@@ -1,0 +1,351 @@
+//! The library API: a running supervisor and the calls a host makes on it.
+//!
+//! [`Cellvisor::start`] runs the actix system on a thread of its own (workers die with the
+//! thread that spawned them, so it must live as long as the supervisor) and hands back a
+//! handle whose methods can be awaited from any async runtime.
+
+use crate::cell::{CellEvent, CellResult, EvalRequest, EvalResult};
+use crate::session::{CellJob, SessionKey, SessionStatus};
+use crate::supervisor::{
+    Control, ControlAction, ReloadConfig, ShutdownAll, Status, Submit, Supervisor, WorkerBase,
+};
+use actix::prelude::*;
+use cellvisor_config::Config;
+use cellvisor_ipc::Language;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, oneshot};
+
+/// Largest cell source accepted: well inside the frame limit.
+pub const MAX_CODE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Longest session name accepted.
+pub const MAX_SESSION_NAME: usize = 128;
+
+/// How to start a supervisor.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub config: Config,
+    /// The cellvisor executable that workers run as (`cellvisor __worker ...`). Default: the
+    /// current executable, which is right for the `cellvisor` binary; an embedding program
+    /// either points this at an installed `cellvisor` or calls
+    /// [`crate::worker_entry::run_worker_if_requested`] first thing in `main`.
+    pub worker_exe: Option<PathBuf>,
+    /// The per-user runtime directory; default `$XDG_RUNTIME_DIR/cellvisor` (or a private
+    /// directory under the temp dir). Each supervisor makes a private directory inside it.
+    pub runtime_dir: Option<PathBuf>,
+}
+
+/// Why the supervisor could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("cannot prepare the runtime directory {path}: {source}")]
+    RuntimeDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot find the cellvisor executable: {0}")]
+    Exe(std::io::Error),
+    #[error("cannot start the supervisor thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// A request the supervisor refuses as a whole, before running anything.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RequestError {
+    #[error("invalid session name {0:?}: use 1 to 128 characters from A-Z a-z 0-9 . _ - :")]
+    SessionName(String),
+    #[error("a request needs at least one cell")]
+    NoCells,
+    #[error("cell {index}: code is {len} bytes; at most {max} bytes per cell", max = MAX_CODE_BYTES)]
+    CodeTooLarge { index: usize, len: usize },
+    #[error("working directory {0} does not exist or is not a directory")]
+    Cwd(PathBuf),
+    #[error("the supervisor has stopped")]
+    Stopped,
+}
+
+/// A running supervisor. Cheap to share (`Arc`); stop it with [`Cellvisor::shutdown`].
+pub struct Cellvisor {
+    supervisor: Addr<Supervisor>,
+    /// One lock per session name: a request's cells run together, not interleaved with
+    /// another request's cells for the same session.
+    request_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    system: actix::System,
+    run_dir: PathBuf,
+    _run_dir_guard: tempfile::TempDir,
+}
+
+impl Cellvisor {
+    /// Starts a supervisor with its own runtime directory.
+    pub fn start(options: Options) -> Result<Cellvisor, StartupError> {
+        let base_dir = options
+            .runtime_dir
+            .clone()
+            .unwrap_or_else(cellvisor_ipc::socket::default_runtime_dir);
+        cellvisor_ipc::socket::ensure_private_dir(&base_dir).map_err(|source| {
+            StartupError::RuntimeDir {
+                path: base_dir.clone(),
+                source,
+            }
+        })?;
+        let run_dir_guard = tempfile::Builder::new()
+            .prefix(&format!("sup-{}-", std::process::id()))
+            .tempdir_in(&base_dir)
+            .map_err(|source| StartupError::RuntimeDir {
+                path: base_dir.clone(),
+                source,
+            })?;
+        let run_dir = run_dir_guard.path().to_path_buf();
+        let exe = match options.worker_exe {
+            Some(exe) => exe,
+            None => std::env::current_exe().map_err(StartupError::Exe)?,
+        };
+        let artifact_dir = options
+            .config
+            .output
+            .artifact_dir
+            .clone()
+            .unwrap_or_else(|| base_dir.join("artifacts"));
+        let base = WorkerBase {
+            exe,
+            run_dir: run_dir.clone(),
+            artifact_dir,
+        };
+        let config = Arc::new(options.config);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("cellvisor-supervisor".into())
+            .spawn(move || {
+                let system = actix::System::new();
+                system.block_on(async move {
+                    let addr = Supervisor::new(config, base).start();
+                    let _ = tx.send((addr, actix::System::current()));
+                });
+                let _ = system.run();
+            })
+            .map_err(StartupError::Thread)?;
+        let (supervisor, system) = rx.recv().map_err(|_| {
+            StartupError::Thread(std::io::Error::other(
+                "the supervisor thread ended at start",
+            ))
+        })?;
+        Ok(Cellvisor {
+            supervisor,
+            request_locks: Mutex::new(HashMap::new()),
+            thread: Mutex::new(Some(thread)),
+            system,
+            run_dir,
+            _run_dir_guard: run_dir_guard,
+        })
+    }
+
+    /// The private directory of this supervisor (worker sockets, runner script).
+    pub fn run_dir(&self) -> &std::path::Path {
+        &self.run_dir
+    }
+
+    /// Runs a request's cells in order; the first failure skips the rest. `events`, if given,
+    /// receives progress as it happens (cell started, output, displays, cell done).
+    pub async fn eval(
+        &self,
+        request: EvalRequest,
+        events: Option<mpsc::Sender<CellEvent>>,
+    ) -> Result<EvalResult, RequestError> {
+        validate(&request)?;
+        let lock = self.request_lock(&request.session);
+        let _turn = lock.lock().await;
+        let mut results = Vec::with_capacity(request.cells.len());
+        let mut stopped = false;
+        for (index, spec) in request.cells.iter().enumerate() {
+            if stopped {
+                results.push(CellResult::skipped(index, spec));
+                continue;
+            }
+            if let Some(events) = &events {
+                let _ = events
+                    .send(CellEvent::CellStarted {
+                        index,
+                        language: spec.language,
+                        title: spec.title.clone(),
+                    })
+                    .await;
+            }
+            let (reply, outcome) = oneshot::channel();
+            let job = CellJob {
+                index,
+                spec: spec.clone(),
+                cwd: request.cwd.clone(),
+                events: events.clone(),
+                reply,
+            };
+            let key = SessionKey {
+                session: request.session.clone(),
+                language: spec.language,
+            };
+            self.supervisor
+                .send(Submit {
+                    key,
+                    cwd: request.cwd.clone(),
+                    job,
+                })
+                .await
+                .map_err(|_| RequestError::Stopped)?;
+            let result = match outcome.await {
+                Ok(outcome) => outcome.into_result(index, spec),
+                Err(_) => CellResult::refused(
+                    index,
+                    spec,
+                    "the session ended before the cell finished".into(),
+                ),
+            };
+            if let Some(events) = &events {
+                let _ = events
+                    .send(CellEvent::CellDone {
+                        index,
+                        status: result.status,
+                    })
+                    .await;
+            }
+            stopped = result.exit_code != 0;
+            results.push(result);
+        }
+        Ok(EvalResult::from_cells(results))
+    }
+
+    fn request_lock(&self, session: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = match self.request_locks.lock() {
+            Ok(locks) => locks,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        Arc::clone(locks.entry(session.to_string()).or_default())
+    }
+
+    async fn control(
+        &self,
+        session: &str,
+        language: Option<Language>,
+        action: ControlAction,
+    ) -> Result<usize, RequestError> {
+        validate_session_name(session)?;
+        self.supervisor
+            .send(Control {
+                session: session.to_string(),
+                language,
+                action,
+            })
+            .await
+            .map_err(|_| RequestError::Stopped)
+    }
+
+    /// Interrupts the running cell of the session (all languages, or one); answers how many
+    /// cells were interrupted.
+    pub async fn interrupt(
+        &self,
+        session: &str,
+        language: Option<Language>,
+    ) -> Result<usize, RequestError> {
+        self.control(session, language, ControlAction::Interrupt)
+            .await
+    }
+
+    /// Replaces the session's workers with fresh ones; answers how many were reset.
+    pub async fn reset(
+        &self,
+        session: &str,
+        language: Option<Language>,
+    ) -> Result<usize, RequestError> {
+        self.control(session, language, ControlAction::Reset).await
+    }
+
+    /// Closes the session's workers; answers how many were closed.
+    pub async fn close(
+        &self,
+        session: &str,
+        language: Option<Language>,
+    ) -> Result<usize, RequestError> {
+        self.control(session, language, ControlAction::Close).await
+    }
+
+    /// One row per live session.
+    pub async fn status(&self) -> Result<Vec<SessionStatus>, RequestError> {
+        self.supervisor
+            .send(Status)
+            .await
+            .map_err(|_| RequestError::Stopped)
+    }
+
+    /// Applies a new configuration to new cells and new workers.
+    pub async fn reload(&self, config: Config) -> Result<(), RequestError> {
+        self.supervisor
+            .send(ReloadConfig(Arc::new(config)))
+            .await
+            .map_err(|_| RequestError::Stopped)
+    }
+
+    /// Stops every worker (Shutdown, grace, SIGTERM, SIGKILL), then the supervisor thread.
+    pub async fn shutdown(&self) {
+        let _ = self.supervisor.send(ShutdownAll).await;
+        self.system.stop();
+        let thread = match self.thread.lock() {
+            Ok(mut thread) => thread.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+}
+
+fn validate_session_name(name: &str) -> Result<(), RequestError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_SESSION_NAME
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'));
+    if ok {
+        Ok(())
+    } else {
+        Err(RequestError::SessionName(name.to_string()))
+    }
+}
+
+fn validate(request: &EvalRequest) -> Result<(), RequestError> {
+    validate_session_name(&request.session)?;
+    if request.cells.is_empty() {
+        return Err(RequestError::NoCells);
+    }
+    if let Some((index, cell)) = request
+        .cells
+        .iter()
+        .enumerate()
+        .find(|(_, c)| c.code.len() > MAX_CODE_BYTES)
+    {
+        return Err(RequestError::CodeTooLarge {
+            index,
+            len: cell.code.len(),
+        });
+    }
+    if let Some(cwd) = &request.cwd {
+        if !cwd.is_dir() {
+            return Err(RequestError::Cwd(cwd.clone()));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_names_are_checked() {
+        assert!(validate_session_name("agent-1:task.2_x").is_ok());
+        for bad in ["", "../etc", "a b", &"x".repeat(129)] {
+            assert!(validate_session_name(bad).is_err(), "{bad:?}");
+        }
+    }
+}

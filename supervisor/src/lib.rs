@@ -1,0 +1,31 @@
+//! cellvisor: persistent Python, JavaScript and Lua cells, each session's code in its own
+//! worker process, under an actor-based supervisor.
+//!
+//! Start with [`Cellvisor::start`] and [`Cellvisor::eval`].
+//!
+//! - [`cell`]: requests, results and progress events (the host-facing contract).
+//! - [`host`]: the library API, [`Cellvisor`].
+//! - [`supervisor`]: the `Supervisor` actor: registry, cap, eviction.
+//! - [`session`]: the `Session` actor: one worker, its cells, heartbeats, deadlines, restarts.
+//! - `link`: the tasks on each worker connection (output into the sink, frames to the session).
+//! - [`spawn`]: starting a worker process, stopping its process group.
+//! - [`output`]: a cell's bounded output sink with artifact spill.
+//! - [`environment`], [`limits`]: what a worker inherits: filtered variables, rlimits.
+//! - [`worker_entry`]: the hidden `__worker` entry point for programs that embed cellvisor.
+
+pub mod cell;
+pub mod environment;
+pub mod host;
+pub mod limits;
+mod link;
+pub mod output;
+pub mod session;
+pub mod spawn;
+pub mod supervisor;
+pub mod worker_entry;
+
+pub use cell::{CellEvent, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};
+pub use cellvisor_config::Config;
+pub use cellvisor_ipc::Language;
+pub use host::{Cellvisor, Options, RequestError, StartupError};
+pub use session::{SessionState, SessionStatus};

@@ -1,0 +1,299 @@
+//! A cell's output sink: bounded memory whatever the cell prints.
+//!
+//! Up to the limits everything stays in memory. Past them the sink keeps a head and a tail
+//! (half the budget each), writes the whole stream to an artifact file, and the result says so
+//! in structured fields instead of truncating silently.
+
+use crate::cell::Truncation;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+
+/// Limits and the artifact location for one cell's output.
+#[derive(Debug, Clone)]
+pub struct SinkLimits {
+    pub max_bytes: usize,
+    pub max_lines: usize,
+    /// Where the whole stream goes once it no longer fits.
+    pub artifact_path: PathBuf,
+}
+
+/// Collects one cell's output.
+pub struct OutputSink {
+    limits: SinkLimits,
+    total_bytes: u64,
+    newlines: u64,
+    last_byte: Option<u8>,
+    /// Everything, until the output overflows; then the head only.
+    head: Vec<u8>,
+    /// After overflow: the most recent bytes (at most twice the tail budget between trims).
+    tail: Vec<u8>,
+    artifact: Option<BufWriter<File>>,
+    artifact_error: Option<String>,
+}
+
+/// The kept text of a finished sink and its truncation fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SinkResult {
+    pub text: String,
+    pub truncation: Truncation,
+}
+
+impl OutputSink {
+    pub fn new(limits: SinkLimits) -> OutputSink {
+        OutputSink {
+            limits,
+            total_bytes: 0,
+            newlines: 0,
+            last_byte: None,
+            head: Vec::new(),
+            tail: Vec::new(),
+            artifact: None,
+            artifact_error: None,
+        }
+    }
+
+    fn overflowed(&self) -> bool {
+        self.artifact.is_some() || self.artifact_error.is_some()
+    }
+
+    fn tail_budget(&self) -> usize {
+        self.limits.max_bytes - self.limits.max_bytes / 2
+    }
+
+    pub fn write(&mut self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        self.total_bytes += data.len() as u64;
+        self.newlines += memchr::memchr_iter(b'\n', data).count() as u64;
+        self.last_byte = data.last().copied();
+
+        if !self.overflowed() {
+            self.head.extend_from_slice(data);
+            if self.head.len() > self.limits.max_bytes
+                || self.lines() > self.limits.max_lines as u64
+            {
+                self.spill();
+            }
+            return;
+        }
+        if let Some(artifact) = &mut self.artifact {
+            if let Err(e) = artifact.write_all(data) {
+                self.artifact_error = Some(e.to_string());
+                self.artifact = None;
+            }
+        }
+        self.tail.extend_from_slice(data);
+        let budget = self.tail_budget();
+        if self.tail.len() > 2 * budget {
+            let cut = self.tail.len() - budget;
+            self.tail.drain(..cut);
+        }
+    }
+
+    fn lines(&self) -> u64 {
+        self.newlines + u64::from(matches!(self.last_byte, Some(b) if b != b'\n'))
+    }
+
+    /// Moves the buffered output to the artifact file and splits it into head and tail.
+    fn spill(&mut self) {
+        match self.open_artifact() {
+            Ok(mut file) => match file.write_all(&self.head) {
+                Ok(()) => self.artifact = Some(file),
+                Err(e) => self.artifact_error = Some(e.to_string()),
+            },
+            Err(e) => self.artifact_error = Some(e.to_string()),
+        }
+        let head_budget = self.limits.max_bytes / 2;
+        let head_lines = self.limits.max_lines / 2;
+        let cut = cut_point(&self.head, head_budget, head_lines);
+        self.tail = self.head.split_off(cut);
+    }
+
+    fn open_artifact(&self) -> io::Result<BufWriter<File>> {
+        if let Some(dir) = self.limits.artifact_path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        Ok(BufWriter::with_capacity(
+            256 * 1024,
+            File::create(&self.limits.artifact_path)?,
+        ))
+    }
+
+    /// Ends the stream: flushes the artifact and renders the kept text.
+    pub fn finish(mut self) -> SinkResult {
+        let total_lines = self.lines();
+        if !self.overflowed() {
+            return SinkResult {
+                text: String::from_utf8_lossy(&self.head).into_owned(),
+                truncation: Truncation {
+                    truncated: false,
+                    total_bytes: self.total_bytes,
+                    total_lines,
+                    artifact_path: None,
+                },
+            };
+        }
+        if let Some(mut artifact) = self.artifact.take() {
+            if let Err(e) = artifact.flush() {
+                self.artifact_error = Some(e.to_string());
+            }
+        }
+        let tail_budget = self.tail_budget();
+        let tail_lines = self.limits.max_lines - self.limits.max_lines / 2;
+        let tail = tail_of(&self.tail, tail_budget, tail_lines);
+        let kept = (self.head.len() + tail.len()) as u64;
+        let omitted_bytes = self.total_bytes.saturating_sub(kept);
+        let where_ = match &self.artifact_error {
+            None => format!("full output in {}", self.limits.artifact_path.display()),
+            Some(e) => format!("the full output could not be saved: {e}"),
+        };
+        let mut text = String::from_utf8_lossy(&self.head).into_owned();
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!(
+            "[... {omitted_bytes} bytes omitted of {} bytes / {total_lines} lines; {where_} ...]\n",
+            self.total_bytes
+        ));
+        text.push_str(&String::from_utf8_lossy(tail));
+        SinkResult {
+            text,
+            truncation: Truncation {
+                truncated: true,
+                total_bytes: self.total_bytes,
+                total_lines,
+                artifact_path: self
+                    .artifact_error
+                    .is_none()
+                    .then(|| self.limits.artifact_path.clone()),
+            },
+        }
+    }
+}
+
+/// Where to end a head of at most `max_bytes` and `max_lines`: after a newline when there is
+/// one in the second half of the window, so lines (and UTF-8 characters) stay whole.
+fn cut_point(buf: &[u8], max_bytes: usize, max_lines: usize) -> usize {
+    let mut end = buf.len().min(max_bytes);
+    if let Some((pos, _)) = memchr::memchr_iter(b'\n', &buf[..end])
+        .enumerate()
+        .find(|(n, _)| *n + 1 >= max_lines.max(1))
+        .map(|(n, pos)| (pos, n))
+    {
+        end = pos + 1;
+    }
+    match memchr::memrchr(b'\n', &buf[..end]) {
+        Some(pos) if pos + 1 >= end / 2 => pos + 1,
+        _ => end,
+    }
+}
+
+/// The last part of `buf` within `max_bytes` and `max_lines`, starting after a newline when
+/// one is near.
+fn tail_of(buf: &[u8], max_bytes: usize, max_lines: usize) -> &[u8] {
+    let mut start = buf.len().saturating_sub(max_bytes);
+    let window = &buf[start..];
+    // Count lines from the end; the last line may lack its newline.
+    let ends_open = window.last().is_some_and(|b| *b != b'\n');
+    let allowed_newlines = max_lines.max(1) - usize::from(ends_open);
+    let newline_positions: Vec<usize> = memchr::memrchr_iter(b'\n', window)
+        .skip(usize::from(!ends_open))
+        .take(allowed_newlines + 1)
+        .collect();
+    if newline_positions.len() > allowed_newlines {
+        if let Some(pos) = newline_positions.last() {
+            start += pos + 1;
+            return &buf[start..];
+        }
+    }
+    if start > 0 {
+        if let Some(pos) = memchr::memchr(b'\n', window) {
+            if pos < window.len() / 2 {
+                start += pos + 1;
+            }
+        }
+    }
+    &buf[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sink(dir: &tempfile::TempDir, max_bytes: usize, max_lines: usize) -> OutputSink {
+        OutputSink::new(SinkLimits {
+            max_bytes,
+            max_lines,
+            artifact_path: dir.path().join("artifacts/out.txt"),
+        })
+    }
+
+    #[test]
+    fn small_output_is_kept_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = sink(&dir, 1024, 100);
+        s.write(b"hello\n");
+        s.write(b"world");
+        let r = s.finish();
+        assert_eq!(r.text, "hello\nworld");
+        assert!(!r.truncation.truncated);
+        assert_eq!(r.truncation.total_lines, 2);
+        assert_eq!(r.truncation.total_bytes, 11);
+    }
+
+    #[test]
+    fn big_output_keeps_head_and_tail_and_spills_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = sink(&dir, 1000, 3000);
+        let mut all = Vec::new();
+        for i in 0..10_000 {
+            let line = format!("line {i}\n");
+            all.extend_from_slice(line.as_bytes());
+            s.write(line.as_bytes());
+        }
+        let r = s.finish();
+        assert!(r.truncation.truncated);
+        assert_eq!(r.truncation.total_lines, 10_000);
+        assert_eq!(r.truncation.total_bytes, all.len() as u64);
+        assert!(r.text.starts_with("line 0\n"));
+        assert!(r.text.ends_with("line 9999\n"));
+        assert!(r.text.len() < 1200, "kept {} bytes", r.text.len());
+        let path = r.truncation.artifact_path.unwrap();
+        assert_eq!(std::fs::read(path).unwrap(), all);
+    }
+
+    #[test]
+    fn the_line_limit_applies_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = sink(&dir, 1 << 20, 10);
+        for _ in 0..100 {
+            s.write(b"x\n");
+        }
+        let r = s.finish();
+        assert!(r.truncation.truncated);
+        let kept_lines = r.text.lines().filter(|l| *l == "x").count();
+        assert_eq!(kept_lines, 10, "{}", r.text);
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced_not_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = sink(&dir, 1024, 100);
+        s.write(b"ok \xff\xfe end\n");
+        assert_eq!(s.finish().text, "ok \u{fffd}\u{fffd} end\n");
+    }
+
+    #[test]
+    fn an_unwritable_artifact_is_reported_not_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("artifacts"), b"a file, not a directory").unwrap();
+        let mut s = sink(&dir, 100, 100);
+        s.write(&[b'y'; 500]);
+        let r = s.finish();
+        assert!(r.truncation.truncated);
+        assert!(r.truncation.artifact_path.is_none());
+        assert!(r.text.contains("could not be saved"), "{}", r.text);
+    }
+}

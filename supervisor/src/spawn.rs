@@ -1,0 +1,294 @@
+//! Starting a worker process and stopping its process group.
+//!
+//! Every worker is the cellvisor executable re-run as `__worker <lang> --socket PATH`, in a
+//! process group of its own (so one signal reaches the cell's children too), with
+//! `PR_SET_PDEATHSIG` so it dies with the supervisor, and with the filtered environment.
+
+use cellvisor_ipc::handshake::{supervisor_handshake, HandshakeError};
+use cellvisor_ipc::socket::{bind_async, AsyncStream};
+use cellvisor_ipc::Language;
+use interprocess::local_socket::traits::tokio::Listener as _;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::AsyncBufReadExt;
+use tokio::process::{Child, Command};
+
+/// Everything needed to start one worker.
+#[derive(Debug, Clone)]
+pub struct WorkerSpec {
+    /// The cellvisor executable.
+    pub exe: PathBuf,
+    pub language: Language,
+    /// The supervisor's private runtime directory, where the socket is made.
+    pub run_dir: PathBuf,
+    pub cwd: Option<PathBuf>,
+    /// The complete environment of the worker (already filtered).
+    pub env: Vec<(OsString, OsString)>,
+    pub start_timeout: Duration,
+    pub rlimits: Vec<crate::limits::Rlimit>,
+}
+
+/// A worker that connected and passed the handshake.
+pub struct StartedWorker {
+    pub pid: u32,
+    pub engine: String,
+    pub child: Child,
+    pub stream: AsyncStream,
+    /// The last few KiB the worker wrote to stderr, for crash reports.
+    pub stderr_tail: StderrTail,
+}
+
+/// Why a worker could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot create the worker socket {path}: {source}")]
+    Socket {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start {exe}: {source}")]
+    Spawn {
+        exe: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("worker exited during start-up ({status}){stderr}")]
+    ExitedEarly { status: String, stderr: String },
+    #[error("worker did not connect within {0:?}")]
+    Timeout(Duration),
+    #[error("worker handshake failed: {error}{stderr}")]
+    Handshake {
+        error: HandshakeError,
+        stderr: String,
+    },
+    #[error("worker socket error: {0}")]
+    Accept(std::io::Error),
+}
+
+/// The end of a worker's stderr, kept for the crash message.
+#[derive(Clone, Default)]
+pub struct StderrTail(Arc<Mutex<VecDeque<u8>>>);
+
+const STDERR_TAIL_BYTES: usize = 4096;
+
+impl StderrTail {
+    fn push_line(&self, line: &str) {
+        if let Ok(mut buf) = self.0.lock() {
+            buf.extend(line.as_bytes());
+            buf.push_back(b'\n');
+            while buf.len() > STDERR_TAIL_BYTES {
+                buf.pop_front();
+            }
+        }
+    }
+
+    /// The kept text, trimmed; empty when the worker said nothing.
+    pub fn text(&self) -> String {
+        match self.0.lock() {
+            Ok(buf) => {
+                let bytes: Vec<u8> = buf.iter().copied().collect();
+                String::from_utf8_lossy(&bytes).trim().to_string()
+            }
+            Err(_) => String::new(),
+        }
+    }
+}
+
+/// Starts a worker and waits for it to connect and say hello.
+pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, StartError> {
+    let socket_path = spec.run_dir.join(format!(
+        "w{}-{}-{serial}.sock",
+        std::process::id(),
+        spec.language
+    ));
+    let _ = std::fs::remove_file(&socket_path);
+    let listener = bind_async(&socket_path).map_err(|source| StartError::Socket {
+        path: socket_path.clone(),
+        source,
+    })?;
+    // The socket file is only needed until the worker connects.
+    let _remove_socket = RemoveOnDrop(socket_path.clone());
+
+    let mut command = Command::new(&spec.exe);
+    command
+        .arg("__worker")
+        .arg(spec.language.short_name())
+        .arg("--socket")
+        .arg(&socket_path)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(false);
+    if let Some(cwd) = &spec.cwd {
+        command.current_dir(cwd);
+    }
+    let parent = std::process::id();
+    let rlimits = spec.rlimits.clone();
+    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe calls
+    // (prctl, getppid, setrlimit, _exit) on data prepared before the fork.
+    unsafe {
+        command.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
+            // The supervisor may have died before prctl took effect.
+            if libc::getppid() as u32 != parent {
+                libc::_exit(1);
+            }
+            crate::limits::apply_in_child(&rlimits)
+        });
+    }
+    let mut child = command.spawn().map_err(|source| StartError::Spawn {
+        exe: spec.exe.clone(),
+        source,
+    })?;
+    let pid = child.id().unwrap_or_default();
+    let stderr_tail = StderrTail::default();
+    if let Some(stderr) = child.stderr.take() {
+        let tail = stderr_tail.clone();
+        let language = spec.language;
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::debug!(target: "cellvisor::worker", %language, pid, "{line}");
+                tail.push_line(&line);
+            }
+        });
+    }
+
+    let connected = tokio::time::timeout(spec.start_timeout, async {
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => return accepted.map_err(StartError::Accept),
+                _ = tokio::time::sleep(Duration::from_millis(25)) => {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        // Give the stderr reader a moment to collect the reason.
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        return Err(StartError::ExitedEarly {
+                            status: describe_exit(status),
+                            stderr: said_on_stderr(&stderr_tail),
+                        });
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    let stream = match connected {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(err)) => {
+            kill_group(pid, Signal::SIGKILL);
+            let _ = child.wait().await;
+            return Err(err);
+        }
+        Err(_) => {
+            kill_group(pid, Signal::SIGKILL);
+            let _ = child.wait().await;
+            return Err(StartError::Timeout(spec.start_timeout));
+        }
+    };
+
+    let (mut reader, mut writer) = tokio::io::split(stream);
+    let hello = tokio::time::timeout(
+        spec.start_timeout,
+        supervisor_handshake(&mut reader, &mut writer),
+    )
+    .await;
+    let hello = match hello {
+        Ok(Ok(hello)) => hello,
+        Ok(Err(error)) => {
+            kill_group(pid, Signal::SIGKILL);
+            let _ = child.wait().await;
+            // Give the stderr reader a moment to collect the reason.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            return Err(StartError::Handshake {
+                error,
+                stderr: said_on_stderr(&stderr_tail),
+            });
+        }
+        Err(_) => {
+            kill_group(pid, Signal::SIGKILL);
+            let _ = child.wait().await;
+            return Err(StartError::Timeout(spec.start_timeout));
+        }
+    };
+    Ok(StartedWorker {
+        pid,
+        engine: hello.engine,
+        child,
+        stream: reader.unsplit(writer),
+        stderr_tail,
+    })
+}
+
+/// ": <what the worker wrote to stderr>", or nothing.
+fn said_on_stderr(tail: &StderrTail) -> String {
+    let said = tail.text();
+    if said.is_empty() {
+        String::new()
+    } else {
+        format!(": {said}")
+    }
+}
+
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Sends `signal` to the worker's whole process group (its pid is the group id). A group that
+/// is already gone is not an error.
+pub fn kill_group(pid: u32, signal: Signal) {
+    if let Ok(raw) = i32::try_from(pid) {
+        if raw > 1 {
+            let _ = killpg(Pid::from_raw(raw), signal);
+        }
+    }
+}
+
+/// "exited with code 3" / "killed by signal 11 (SIGSEGV)".
+pub fn describe_exit(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exited with code {code}");
+    }
+    match status.signal() {
+        Some(signal) => describe_signal(signal),
+        None => "exited".to_string(),
+    }
+}
+
+/// "killed by signal 9 (SIGKILL)".
+pub fn describe_signal(signal: i32) -> String {
+    match Signal::try_from(signal) {
+        Ok(sig) => format!("killed by signal {signal} ({})", sig.as_str()),
+        Err(_) => format!("killed by signal {signal}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_statuses_read_well() {
+        assert_eq!(
+            describe_exit(ExitStatus::from_raw(3 << 8)),
+            "exited with code 3"
+        );
+        assert_eq!(
+            describe_exit(ExitStatus::from_raw(11)),
+            "killed by signal 11 (SIGSEGV)"
+        );
+        assert_eq!(describe_signal(9), "killed by signal 9 (SIGKILL)");
+    }
+}

@@ -1,0 +1,464 @@
+//! The `Supervisor` actor: the registry of sessions, the per-language cap, idle eviction and
+//! the fan-out of host commands to sessions.
+
+use crate::cell::CellOutcome;
+use crate::session::{
+    CellJob, CloseSession, InterruptCell, QueryStatus, ResetSession, RunCell, Session, SessionKey,
+    SessionState, SessionStatus, UpdateConfig,
+};
+use crate::spawn::WorkerSpec;
+use actix::prelude::*;
+use cellvisor_config::Config;
+use cellvisor_ipc::Language;
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// Where workers come from and where their files go; fixed for a supervisor's life.
+#[derive(Debug, Clone)]
+pub struct WorkerBase {
+    pub exe: PathBuf,
+    pub run_dir: PathBuf,
+    pub artifact_dir: PathBuf,
+}
+
+/// Run a cell in `key`'s session, creating it (within the cap) if needed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Submit {
+    pub key: SessionKey,
+    pub cwd: Option<PathBuf>,
+    pub job: CellJob,
+}
+
+/// A command for every language of a session, or one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlAction {
+    Interrupt,
+    Reset,
+    Close,
+}
+
+/// Answers how many sessions it applied to.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct Control {
+    pub session: String,
+    pub language: Option<Language>,
+    pub action: ControlAction,
+}
+
+#[derive(Message)]
+#[rtype(result = "Vec<SessionStatus>")]
+pub struct Status;
+
+/// Close every session and wait for their workers to be gone.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ShutdownAll;
+
+/// New configuration for new cells and new workers.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReloadConfig(pub Arc<Config>);
+
+/// A session's state changed (sent by the session).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct SessionChanged {
+    pub key: SessionKey,
+    pub state: SessionState,
+    pub queued: usize,
+    pub last_active: Instant,
+}
+
+/// A session's worker is gone and its actor stopped.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct SessionStopped {
+    pub key: SessionKey,
+    pub reason: Option<String>,
+}
+
+struct Entry {
+    addr: Addr<Session>,
+    state: SessionState,
+    /// Cells handed to the session and not yet reported finished.
+    queued: usize,
+    last_active: Instant,
+    closing: bool,
+}
+
+impl Entry {
+    fn evictable(&self) -> bool {
+        !self.closing
+            && self.queued == 0
+            && matches!(self.state, SessionState::Idle | SessionState::Failed)
+    }
+}
+
+struct Waiting {
+    id: u64,
+    submit: Submit,
+}
+
+/// How many evicted sessions we remember, to tell their next cell.
+const EVICTED_MEMORY: usize = 4096;
+
+pub struct Supervisor {
+    config: Arc<Config>,
+    base: WorkerBase,
+    sessions: HashMap<SessionKey, Entry>,
+    evicted: HashMap<SessionKey, String>,
+    evicted_order: VecDeque<SessionKey>,
+    waiting: VecDeque<Waiting>,
+    next_waiting_id: u64,
+}
+
+impl Supervisor {
+    pub fn new(config: Arc<Config>, base: WorkerBase) -> Supervisor {
+        Supervisor {
+            config,
+            base,
+            sessions: HashMap::new(),
+            evicted: HashMap::new(),
+            evicted_order: VecDeque::new(),
+            waiting: VecDeque::new(),
+            next_waiting_id: 1,
+        }
+    }
+
+    fn live_count(&self, language: Language) -> usize {
+        self.sessions
+            .keys()
+            .filter(|k| k.language == language)
+            .count()
+    }
+
+    /// Places a submission, or gives it back when it has to wait.
+    fn try_place(&mut self, submit: Submit, ctx: &mut Context<Self>) -> Option<Submit> {
+        if let Some(entry) = self.sessions.get_mut(&submit.key) {
+            if entry.closing {
+                return Some(submit);
+            }
+            entry.queued += 1;
+            entry.state = SessionState::Busy;
+            entry.addr.do_send(RunCell(submit.job));
+            return None;
+        }
+        let language = submit.key.language;
+        let cap = self.config.sessions.max_sessions;
+        if self.live_count(language) >= cap {
+            let closing_any = self
+                .sessions
+                .iter()
+                .any(|(k, e)| k.language == language && e.closing);
+            if !closing_any {
+                self.evict_lru_idle(language);
+            }
+            return Some(submit);
+        }
+        let notice = self.evicted.remove(&submit.key);
+        let spec = WorkerSpec {
+            exe: self.base.exe.clone(),
+            language,
+            run_dir: self.base.run_dir.clone(),
+            cwd: submit.cwd.clone(),
+            env: crate::environment::for_worker(&self.config, language),
+            start_timeout: self.config.sessions.start_timeout,
+            rlimits: crate::limits::from_config(&self.config.limits),
+        };
+        let session = Session::new(
+            submit.key.clone(),
+            Arc::clone(&self.config),
+            spec,
+            self.base.artifact_dir.clone(),
+            ctx.address(),
+            notice,
+        );
+        let addr = session.start();
+        addr.do_send(RunCell(submit.job));
+        self.sessions.insert(
+            submit.key,
+            Entry {
+                addr,
+                state: SessionState::Starting,
+                queued: 1,
+                last_active: Instant::now(),
+                closing: false,
+            },
+        );
+        None
+    }
+
+    /// Closes the least recently used idle session of `language`; false if all are busy.
+    fn evict_lru_idle(&mut self, language: Language) -> bool {
+        let cap = self.config.sessions.max_sessions;
+        let victim = self
+            .sessions
+            .iter()
+            .filter(|(k, e)| k.language == language && e.evictable())
+            .min_by_key(|(_, e)| e.last_active)
+            .map(|(k, _)| k.clone());
+        let Some(victim) = victim else {
+            return false;
+        };
+        let reason = format!(
+            "session {victim} was evicted to make room for another {language} session \
+             (max-sessions = {cap}); its earlier state is gone"
+        );
+        self.close_entry(&victim, Some(reason));
+        true
+    }
+
+    fn close_entry(&mut self, key: &SessionKey, reason: Option<String>) {
+        if let Some(entry) = self.sessions.get_mut(key) {
+            if !entry.closing {
+                tracing::info!(session = %key, reason = reason.as_deref().unwrap_or("closed"), "closing session");
+                entry.closing = true;
+                entry.addr.do_send(CloseSession {
+                    reason,
+                    reply: None,
+                });
+            }
+        }
+    }
+
+    /// Retries waiting submissions in arrival order.
+    fn drain_waiting(&mut self, ctx: &mut Context<Self>) {
+        let mut still_waiting = VecDeque::new();
+        while let Some(waiting) = self.waiting.pop_front() {
+            if let Some(submit) = self.try_place(waiting.submit, ctx) {
+                still_waiting.push_back(Waiting {
+                    id: waiting.id,
+                    submit,
+                });
+            }
+        }
+        self.waiting = still_waiting;
+    }
+
+    fn wait_for_room(&mut self, submit: Submit, ctx: &mut Context<Self>) {
+        let id = self.next_waiting_id;
+        self.next_waiting_id += 1;
+        let timeout = self.config.cells.timeout_for(submit.job.spec.timeout);
+        self.waiting.push_back(Waiting { id, submit });
+        ctx.run_later(timeout, move |act, _| act.give_up_waiting(id, timeout));
+    }
+
+    fn give_up_waiting(&mut self, id: u64, waited: Duration) {
+        let Some(pos) = self.waiting.iter().position(|w| w.id == id) else {
+            return;
+        };
+        let Some(waiting) = self.waiting.remove(pos) else {
+            return;
+        };
+        let language = waiting.submit.key.language;
+        let cap = self.config.sessions.max_sessions;
+        let message = format!(
+            "no room for session {}: all {cap} {language} sessions are busy (max-sessions = {cap} \
+             in [sessions]) and none became free within {}. Raise max-sessions in the config \
+             file, close a session, or retry later.",
+            waiting.submit.key,
+            humantime::format_duration(waited)
+        );
+        let _ = waiting.submit.job.reply.send(CellOutcome::error(message));
+    }
+
+    fn sweep(&mut self) {
+        let idle_timeout = self.config.sessions.idle_timeout;
+        if idle_timeout.is_zero() {
+            return;
+        }
+        let expired: Vec<SessionKey> = self
+            .sessions
+            .iter()
+            .filter(|(_, e)| e.evictable() && e.last_active.elapsed() > idle_timeout)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in expired {
+            let reason = format!(
+                "session {key} was evicted after being idle longer than idle-timeout ({}); its \
+                 earlier state is gone",
+                humantime::format_duration(idle_timeout)
+            );
+            self.close_entry(&key, Some(reason));
+        }
+    }
+
+    fn matching(
+        &self,
+        session: &str,
+        language: Option<Language>,
+    ) -> Vec<(SessionKey, Addr<Session>)> {
+        self.sessions
+            .iter()
+            .filter(|(k, _)| k.session == session && language.is_none_or(|l| l == k.language))
+            .map(|(k, e)| (k.clone(), e.addr.clone()))
+            .collect()
+    }
+}
+
+impl Actor for Supervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let interval = self.config.sessions.sweep_interval;
+        ctx.run_interval(interval, |act, _| act.sweep());
+    }
+}
+
+impl Handler<Submit> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: Submit, ctx: &mut Context<Self>) {
+        // Earlier waiters go first.
+        if !self.waiting.is_empty() {
+            self.drain_waiting(ctx);
+        }
+        let must_wait = self
+            .waiting
+            .iter()
+            .any(|w| w.submit.key.language == msg.key.language);
+        if must_wait {
+            self.wait_for_room(msg, ctx);
+            return;
+        }
+        if let Some(submit) = self.try_place(msg, ctx) {
+            self.wait_for_room(submit, ctx);
+        }
+    }
+}
+
+impl Handler<SessionChanged> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: SessionChanged, ctx: &mut Context<Self>) {
+        if let Some(entry) = self.sessions.get_mut(&msg.key) {
+            entry.state = msg.state;
+            entry.queued = msg.queued;
+            entry.last_active = msg.last_active;
+        }
+        if !self.waiting.is_empty() {
+            self.drain_waiting(ctx);
+        }
+    }
+}
+
+impl Handler<SessionStopped> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: SessionStopped, ctx: &mut Context<Self>) {
+        self.sessions.remove(&msg.key);
+        if let Some(reason) = msg.reason {
+            if self.evicted.len() >= EVICTED_MEMORY {
+                if let Some(oldest) = self.evicted_order.pop_front() {
+                    self.evicted.remove(&oldest);
+                }
+            }
+            self.evicted_order.push_back(msg.key.clone());
+            self.evicted.insert(msg.key, reason);
+        }
+        self.drain_waiting(ctx);
+    }
+}
+
+impl Handler<Control> for Supervisor {
+    type Result = ResponseFuture<usize>;
+    fn handle(&mut self, msg: Control, _: &mut Context<Self>) -> Self::Result {
+        let targets = self.matching(&msg.session, msg.language);
+        if msg.action == ControlAction::Close {
+            for (key, _) in &targets {
+                if let Some(entry) = self.sessions.get_mut(key) {
+                    entry.closing = true;
+                }
+            }
+        }
+        Box::pin(async move {
+            let mut applied = 0;
+            for (_, addr) in targets {
+                let done = match msg.action {
+                    ControlAction::Interrupt => addr.send(InterruptCell).await.unwrap_or(false),
+                    ControlAction::Reset => {
+                        let (tx, rx) = oneshot::channel();
+                        addr.send(ResetSession { reply: Some(tx) }).await.is_ok()
+                            && rx.await.is_ok()
+                    }
+                    ControlAction::Close => {
+                        let (tx, rx) = oneshot::channel();
+                        addr.send(CloseSession {
+                            reason: None,
+                            reply: Some(tx),
+                        })
+                        .await
+                        .is_ok()
+                            && rx.await.is_ok()
+                    }
+                };
+                applied += usize::from(done);
+            }
+            applied
+        })
+    }
+}
+
+impl Handler<Status> for Supervisor {
+    type Result = ResponseFuture<Vec<SessionStatus>>;
+    fn handle(&mut self, _: Status, _: &mut Context<Self>) -> Self::Result {
+        let addrs: Vec<Addr<Session>> = self.sessions.values().map(|e| e.addr.clone()).collect();
+        Box::pin(async move {
+            let mut rows = Vec::new();
+            for addr in addrs {
+                if let Ok(row) = addr.send(QueryStatus).await {
+                    rows.push(row);
+                }
+            }
+            rows.sort_by(|a, b| (&a.session, a.language).cmp(&(&b.session, b.language)));
+            rows
+        })
+    }
+}
+
+impl Handler<ShutdownAll> for Supervisor {
+    type Result = ResponseFuture<()>;
+    fn handle(&mut self, _: ShutdownAll, _: &mut Context<Self>) -> Self::Result {
+        for waiting in self.waiting.drain(..) {
+            let _ = waiting
+                .submit
+                .job
+                .reply
+                .send(CellOutcome::error("cellvisor is shutting down".into()));
+        }
+        let addrs: Vec<Addr<Session>> = self
+            .sessions
+            .values_mut()
+            .map(|e| {
+                e.closing = true;
+                e.addr.clone()
+            })
+            .collect();
+        Box::pin(async move {
+            let mut pending = Vec::new();
+            for addr in addrs {
+                let (tx, rx) = oneshot::channel();
+                addr.do_send(CloseSession {
+                    reason: None,
+                    reply: Some(tx),
+                });
+                pending.push(rx);
+            }
+            for rx in pending {
+                let _ = rx.await;
+            }
+        })
+    }
+}
+
+impl Handler<ReloadConfig> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: ReloadConfig, _: &mut Context<Self>) {
+        self.config = msg.0;
+        for entry in self.sessions.values() {
+            entry.addr.do_send(UpdateConfig(Arc::clone(&self.config)));
+        }
+    }
+}

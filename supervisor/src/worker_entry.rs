@@ -1,0 +1,43 @@
+//! Workers are the cellvisor executable re-run as `<exe> __worker <lang> --socket PATH`.
+//! The `cellvisor` binary routes that itself; a program embedding cellvisor can call
+//! [`run_worker_if_requested`] first thing in `main` and keep using its own executable.
+
+use cellvisor_ipc::Language;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// The hidden subcommand name.
+pub const WORKER_SUBCOMMAND: &str = "__worker";
+
+/// If this process was started as a worker, runs it and exits; otherwise returns.
+pub fn run_worker_if_requested() {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if args.get(1).and_then(|a| a.to_str()) != Some(WORKER_SUBCOMMAND) {
+        return;
+    }
+    std::process::exit(run_worker(&args[2..]));
+}
+
+/// Runs a worker from its arguments (`<lang> --socket PATH`); returns the exit code.
+pub fn run_worker(args: &[OsString]) -> i32 {
+    let parsed = (|| {
+        let language: Language = args.first()?.to_str()?.parse().ok()?;
+        if args.get(1)?.to_str()? != "--socket" {
+            return None;
+        }
+        Some((language, PathBuf::from(args.get(2)?)))
+    })();
+    let Some((language, socket)) = parsed else {
+        eprintln!(
+            "usage: cellvisor {WORKER_SUBCOMMAND} <py|js|lua> --socket PATH (started by the supervisor, not by hand)"
+        );
+        return 2;
+    };
+    match cellvisor_workers::run(language, &socket) {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("cellvisor {language} worker: {err}");
+            1
+        }
+    }
+}

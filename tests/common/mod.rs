@@ -1,0 +1,214 @@
+//! Shared harness for the end-to-end tests: run the real `cellvisor` binary with a private
+//! runtime directory and a test config, and prove afterwards that no process it started is
+//! left behind.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A test's private world: its own runtime directory (so the processes it starts can be
+/// found by their environment) and config file.
+pub struct World {
+    pub dir: tempfile::TempDir,
+}
+
+impl World {
+    pub fn new() -> World {
+        World::with_config("")
+    }
+
+    /// A world whose config file holds `extra` after short-interval defaults.
+    pub fn with_config(extra: &str) -> World {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("run")).expect("run dir");
+        std::fs::create_dir_all(dir.path().join("work")).expect("work dir");
+        std::fs::write(dir.path().join("config.toml"), extra).expect("config");
+        World { dir }
+    }
+
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.dir.path().join("run")
+    }
+
+    pub fn work_dir(&self) -> PathBuf {
+        self.dir.path().join("work")
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("config.toml")
+    }
+
+    /// `cellvisor ARGS` in this world.
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellvisor"));
+        cmd.env("XDG_RUNTIME_DIR", self.runtime_dir())
+            .env("CELLVISOR_CONFIG", self.config_path())
+            .env_remove("CELLVISOR_SOCKET")
+            .current_dir(self.work_dir())
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Run {
+        let output = self.command().args(args).output().expect("run cellvisor");
+        Run::from(output)
+    }
+
+    pub fn run_with_stdin(&self, args: &[&str], stdin: &str) -> Run {
+        use std::io::Write;
+        let mut child = self
+            .command()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn cellvisor");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(stdin.as_bytes())
+            .expect("write stdin");
+        Run::from(child.wait_with_output().expect("wait"))
+    }
+
+    /// Writes a cells file and returns its path.
+    pub fn cells_file(&self, json: &serde_json::Value) -> PathBuf {
+        let path = self.dir.path().join(format!(
+            "cells-{}.json",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default()
+        ));
+        std::fs::write(&path, json.to_string()).expect("cells file");
+        path
+    }
+
+    /// Processes whose environment points at this world's runtime directory: everything the
+    /// test started, workers and their children included.
+    pub fn processes(&self) -> Vec<u32> {
+        let marker = format!("XDG_RUNTIME_DIR={}", self.runtime_dir().display());
+        let mut found = Vec::new();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return found;
+        };
+        for entry in entries.flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            if pid == std::process::id() {
+                continue;
+            }
+            let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+                continue;
+            };
+            if environ
+                .split(|b| *b == 0)
+                .any(|var| var == marker.as_bytes())
+            {
+                // Zombies are reaped by their parent; they hold no resources worth reporting.
+                let state = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+                if !state.contains(") Z ") {
+                    found.push(pid);
+                }
+            }
+        }
+        found
+    }
+
+    /// Fails if any process of this world is still alive after `within`; kills leftovers so
+    /// one failure does not leak into the machine.
+    pub fn assert_no_processes_left(&self, within: Duration) {
+        let left = wait_until(within, || {
+            let left = self.processes();
+            left.is_empty().then_some(()).ok_or(left)
+        });
+        if let Err(left) = left {
+            let described: Vec<String> = left.iter().map(|pid| describe(*pid)).collect();
+            for pid in &left {
+                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            }
+            panic!("processes left behind: {described:#?}");
+        }
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        // Last line of defence: never leave a process of ours on the machine.
+        for pid in self.processes() {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+        }
+    }
+}
+
+fn describe(pid: u32) -> String {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let cmdline: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    format!("{pid}: {}", cmdline.join(" "))
+}
+
+/// Polls `check` until it returns `Ok` or `within` passes; returns the last error then.
+pub fn wait_until<T, E>(within: Duration, mut check: impl FnMut() -> Result<T, E>) -> Result<T, E> {
+    let deadline = Instant::now() + within;
+    loop {
+        match check() {
+            Ok(value) => return Ok(value),
+            Err(err) if Instant::now() >= deadline => return Err(err),
+            Err(_) => std::thread::sleep(Duration::from_millis(25)),
+        }
+    }
+}
+
+/// What a finished `cellvisor` run printed.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(output: Output) -> Run {
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+}
+
+impl Run {
+    /// The `--json` result.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+
+    pub fn assert_code(&self, code: i32) -> &Run {
+        assert_eq!(
+            self.code, code,
+            "exit code\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+}
+
+/// The `cells` array of a `--json` result.
+pub fn cells(result: &serde_json::Value) -> &Vec<serde_json::Value> {
+    result["cells"].as_array().expect("cells array")
+}
+
+pub fn path_str(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}

@@ -1,0 +1,346 @@
+//! `cellvisor eval` end to end: the real binary, real python3, QuickJS and Lua workers.
+
+mod common;
+
+use common::{cells, path_str, World};
+use serde_json::json;
+use std::time::Duration;
+
+const SETTLE: Duration = Duration::from_secs(5);
+
+#[test]
+fn one_cell_in_each_language_prints_42() {
+    let world = World::new();
+    for (language, code) in [
+        ("py", "print(6*7)"),
+        ("js", "console.log(6*7)"),
+        ("lua", "print(6*7)"),
+    ] {
+        let run = world.run(&["eval", "-l", language, code]);
+        run.assert_code(0);
+        assert_eq!(run.stdout, "42\n", "{language}: {}", run.stderr);
+    }
+    world.assert_no_processes_left(SETTLE);
+}
+
+#[test]
+fn state_persists_per_language_and_languages_do_not_share_it() {
+    let world = World::new();
+    let file = world.cells_file(&json!([
+        {"language": "py", "code": "x = 41"},
+        {"language": "py", "code": "x + 1"},
+        {"language": "js", "code": "let x = 1; var y = 'js'"},
+        {"language": "js", "code": "x + 1"},
+        {"language": "js", "code": "typeof globalThis.z"},
+        {"language": "lua", "code": "x = 41"},
+        {"language": "lua", "code": "x + 1"},
+        {"language": "py", "code": "print(x, 'y' in globals())"},
+    ]));
+    let run = world.run(&["eval", "--cells", path_str(&file), "--json"]);
+    run.assert_code(0);
+    let result = run.json();
+    let outputs: Vec<&str> = cells(&result)
+        .iter()
+        .map(|c| c["output"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(outputs[1], "42\n");
+    assert_eq!(outputs[3], "2\n");
+    assert_eq!(outputs[4], "undefined\n");
+    assert_eq!(outputs[6], "42\n");
+    assert_eq!(outputs[7], "41 False\n", "py state is its own: {result:#}");
+    assert_eq!(result["is_error"], false);
+    world.assert_no_processes_left(SETTLE);
+}
+
+#[test]
+fn the_first_failing_cell_stops_the_request() {
+    let world = World::new();
+    let file = world.cells_file(&json!([
+        {"language": "py", "code": "a = 1", "title": "setup"},
+        {"language": "py", "code": "def f():\n    return 1/0\nf()", "title": "boom"},
+        {"language": "py", "code": "print('never')"},
+        {"language": "js", "code": "1"},
+    ]));
+    let run = world.run(&["eval", "--cells", path_str(&file), "--json"]);
+    run.assert_code(1);
+    let result = run.json();
+    let cells = cells(&result);
+    assert_eq!(result["is_error"], true);
+    assert_eq!(cells[0]["status"], "complete");
+    assert_eq!(cells[1]["status"], "error");
+    assert_eq!(cells[1]["exit_code"], 1);
+    assert_eq!(cells[1]["title"], "boom");
+    let traceback = cells[1]["output"].as_str().unwrap_or_default();
+    assert!(traceback.contains("Traceback"), "{traceback}");
+    assert!(traceback.contains("ZeroDivisionError"), "{traceback}");
+    assert!(
+        traceback.contains("return 1/0"),
+        "source line shown: {traceback}"
+    );
+    for skipped in &cells[2..] {
+        assert_eq!(skipped["status"], "skipped");
+    }
+    world.assert_no_processes_left(SETTLE);
+}
+
+#[test]
+fn errors_in_js_and_lua_carry_their_stack() {
+    let world = World::new();
+    let run = world.run(&[
+        "eval",
+        "-l",
+        "js",
+        "function f() { throw new Error('boom') }\nf()",
+        "--json",
+    ]);
+    run.assert_code(1);
+    let output = run.json()["cells"][0]["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        output.contains("boom") && output.contains("at "),
+        "{output}"
+    );
+
+    let run = world.run(&["eval", "-l", "lua", "error('kaput')", "--json"]);
+    run.assert_code(1);
+    let output = run.json()["cells"][0]["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        output.contains("kaput") && output.contains("traceback"),
+        "{output}"
+    );
+    world.assert_no_processes_left(SETTLE);
+}
+
+#[test]
+fn human_output_has_headers_and_errors_on_stderr() {
+    let world = World::new();
+    let file = world.cells_file(&json!([
+        {"language": "py", "code": "print('hi')", "title": "greet"},
+        {"language": "py", "code": "raise ValueError('bad value')"},
+        {"language": "py", "code": "print('never')"},
+    ]));
+    let run = world.run(&["eval", "--cells", path_str(&file)]);
+    run.assert_code(1);
+    assert!(run.stdout.contains("[1/3] greet\nhi\n"), "{}", run.stdout);
+    assert!(
+        run.stderr.contains("ValueError: bad value"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("[3/3] py (skipped)"), "{}", run.stderr);
+    assert!(!run.stdout.contains("never"));
+}
+
+#[test]
+fn five_megabytes_of_output_are_truncated_into_an_artifact() {
+    let world = World::new();
+    let code =
+        "import sys\nfor i in range(50_000):\n    sys.stdout.write(f'{i:06d} ' + 'x' * 92 + '\\n')";
+    let run = world.run(&["eval", "-l", "py", code, "--json"]);
+    run.assert_code(0);
+    let result = run.json();
+    let cell = &result["cells"][0];
+    let output = cell["output"].as_str().unwrap_or_default();
+    assert!(output.len() <= 52 * 1024, "kept {} bytes", output.len());
+    assert!(output.starts_with("000000 x"), "head kept");
+    assert!(
+        output
+            .trim_end()
+            .ends_with(&format!("049999 {}", "x".repeat(92))),
+        "tail kept"
+    );
+    let truncation = &cell["truncation"];
+    assert_eq!(truncation["truncated"], true);
+    assert_eq!(truncation["total_bytes"], 5_000_000);
+    assert_eq!(truncation["total_lines"], 50_000);
+    let artifact = truncation["artifact_path"].as_str().expect("artifact path");
+    let saved = std::fs::read(artifact).expect("artifact readable");
+    assert_eq!(saved.len(), 5_000_000);
+    assert!(saved.starts_with(b"000000 x"));
+    world.assert_no_processes_left(SETTLE);
+}
+
+#[test]
+fn output_of_subprocesses_and_invalid_utf8_is_captured() {
+    let world = World::new();
+    let run = world.run(&[
+        "eval",
+        "-l",
+        "py",
+        "import os, sys\nprint('before', flush=True)\nos.system('echo from-shell')\nsys.stdout.buffer.write(b'bad \\xff byte\\n')",
+        "--json",
+    ]);
+    run.assert_code(0);
+    let output = run.json()["cells"][0]["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(output, "before\nfrom-shell\nbad \u{fffd} byte\n");
+}
+
+#[test]
+fn reading_stdin_is_a_clear_error() {
+    let world = World::new();
+    let run = world.run(&["eval", "-l", "py", "input('name? ')", "--json"]);
+    run.assert_code(1);
+    let output = run.json()["cells"][0]["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        output.contains("Kernel requested stdin; interactive input is not supported."),
+        "{output}"
+    );
+}
+
+#[test]
+fn trailing_values_and_top_level_await() {
+    let world = World::new();
+    let file = world.cells_file(&json!([
+        {"language": "py", "code": "import asyncio\nasync def f():\n    await asyncio.sleep(0)\n    return 5\nv = await f()\nv * 2"},
+        {"language": "py", "code": "{'k': [1, 2]}"},
+        {"language": "js", "code": "let t = [1,2,3]; t.map(v => v*2)"},
+        {"language": "js", "code": "const v = await Promise.resolve(21); v * 2"},
+        {"language": "lua", "code": "1 + 1, 'two'"},
+    ]));
+    let run = world.run(&["eval", "--cells", path_str(&file), "--json"]);
+    run.assert_code(0);
+    let result = run.json();
+    let outputs: Vec<&str> = cells(&result)
+        .iter()
+        .map(|c| c["output"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        outputs,
+        ["10\n", "{'k': [1, 2]}\n", "[2,4,6]\n", "42\n", "2\ttwo\n"]
+    );
+}
+
+#[test]
+fn display_sends_json_bundles_in_every_language() {
+    let world = World::new();
+    let file = world.cells_file(&json!([
+        {"language": "py", "code": "display({'k': [1, 2]})"},
+        {"language": "js", "code": "display({k: [1, 2]})"},
+        {"language": "lua", "code": "display({k = {1, 2}})"},
+        {"language": "py", "code": "display('plain')"},
+    ]));
+    let run = world.run(&["eval", "--cells", path_str(&file), "--json"]);
+    run.assert_code(0);
+    let result = run.json();
+    for cell in &cells(&result)[..3] {
+        assert_eq!(
+            cell["displays"][0]["application/json"],
+            json!({"k": [1, 2]}),
+            "{cell:#}"
+        );
+    }
+    assert_eq!(cells(&result)[3]["displays"][0]["text/plain"], "plain");
+}
+
+#[test]
+fn reset_clears_state_of_one_language_only() {
+    let world = World::new();
+    let file = world.cells_file(&json!([
+        {"language": "py", "code": "x = 1"},
+        {"language": "js", "code": "var x = 2"},
+        {"language": "py", "code": "print('x' in globals())", "reset": true},
+        {"language": "js", "code": "x"},
+    ]));
+    let run = world.run(&["eval", "--cells", path_str(&file), "--json"]);
+    run.assert_code(0);
+    let result = run.json();
+    assert_eq!(cells(&result)[2]["output"], "False\n");
+    assert!(cells(&result)[2]["notice"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("reset"));
+    assert_eq!(cells(&result)[3]["output"], "2\n");
+}
+
+#[test]
+fn bad_input_exits_2_with_a_clear_message() {
+    let world = World::new();
+    let run = world.run(&["eval", "-l", "ruby", "puts 1"]);
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains("unknown language `ruby`"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("py, js, lua"), "{}", run.stderr);
+
+    let broken = world.dir.path().join("broken.json");
+    std::fs::write(&broken, "[\n  {\"language\": \"py\", \"code\": 1}\n]").unwrap_or_default();
+    let run = world.run(&["eval", "--cells", path_str(&broken)]);
+    run.assert_code(2);
+    assert!(run.stderr.contains("line 2 column"), "{}", run.stderr);
+
+    let run = world.run(&["eval", "--cells", "/nonexistent/cells.json"]);
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains("cannot read cells file"),
+        "{}",
+        run.stderr
+    );
+
+    let run = world.run(&["eval"]);
+    run.assert_code(2);
+    assert!(run.stderr.contains("no code given"), "{}", run.stderr);
+
+    let run = world.run(&["eval", "--timeout", "-3", "1"]);
+    run.assert_code(2);
+
+    let run = world.run(&["eval", "--no-such-flag"]);
+    run.assert_code(2);
+
+    let run = world.run(&["eval", "-s", "../escape", "1"]);
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains("invalid session name"),
+        "{}",
+        run.stderr
+    );
+
+    let run = world.run_with_stdin(
+        &["eval", "--cells", "-", "--json"],
+        "[{\"language\": \"lua\", \"code\": \"print(1)\"}]",
+    );
+    run.assert_code(0);
+    world.assert_no_processes_left(SETTLE);
+}
+
+#[test]
+fn killing_the_supervisor_takes_every_worker_and_child_with_it() {
+    let world = World::new();
+    let mut child = world
+        .command()
+        .args([
+            "eval",
+            "-l",
+            "py",
+            "import subprocess, time\nsubprocess.Popen(['sleep', '1000'])\nprint('ready', flush=True)\ntime.sleep(1000)",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    // Wait until the cell's own child exists: the supervisor, the shim, python and sleep.
+    let ready = common::wait_until(Duration::from_secs(15), || {
+        let n = world.processes().len();
+        if n >= 4 {
+            Ok(n)
+        } else {
+            Err(n)
+        }
+    });
+    assert!(ready.is_ok(), "processes never came up: {ready:?}");
+    child.kill().expect("SIGKILL the supervisor");
+    let _ = child.wait();
+    world.assert_no_processes_left(Duration::from_secs(2));
+}

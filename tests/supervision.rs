@@ -1,0 +1,431 @@
+//! Supervision policies end to end: a supervisor embedded through the library, real worker
+//! processes (the cellvisor binary, python3, QuickJS, Lua), and a test config with short
+//! intervals. Every test proves that no process it started is left behind.
+
+mod common;
+
+use cellvisor::{
+    CellResult, CellSpec, CellStatus, Cellvisor, Config, EvalRequest, Language, Options,
+};
+use common::{wait_until, World};
+use std::time::{Duration, Instant};
+
+const SETTLE: Duration = Duration::from_secs(5);
+
+struct Harness {
+    world: World,
+    cv: Cellvisor,
+}
+
+fn test_config() -> Config {
+    let mut config = Config::default();
+    config.sessions.heartbeat_interval = Duration::from_millis(200);
+    config.sessions.heartbeat_timeout = Duration::from_millis(1000);
+    config.sessions.sweep_interval = Duration::from_millis(200);
+    config.sessions.idle_timeout = Duration::ZERO;
+    config.sessions.interrupt_grace = Duration::from_millis(1000);
+    config.sessions.shutdown_grace = Duration::from_millis(500);
+    config
+}
+
+impl Harness {
+    fn new(configure: impl FnOnce(&mut Config)) -> Harness {
+        let world = World::new();
+        let mut config = test_config();
+        configure(&mut config);
+        // The marker by which the world finds every process this test starts.
+        config.env.set.insert(
+            "XDG_RUNTIME_DIR".into(),
+            world.runtime_dir().to_string_lossy().into_owned(),
+        );
+        let cv = Cellvisor::start(Options {
+            config,
+            worker_exe: Some(env!("CARGO_BIN_EXE_cellvisor").into()),
+            runtime_dir: Some(world.runtime_dir()),
+        })
+        .expect("supervisor starts");
+        Harness { world, cv }
+    }
+
+    async fn cell(&self, session: &str, language: Language, code: &str) -> CellResult {
+        self.cell_with_timeout(session, language, code, None).await
+    }
+
+    async fn cell_with_timeout(
+        &self,
+        session: &str,
+        language: Language,
+        code: &str,
+        timeout: Option<f64>,
+    ) -> CellResult {
+        let request = EvalRequest {
+            session: session.into(),
+            cwd: None,
+            cells: vec![CellSpec {
+                language,
+                code: code.into(),
+                title: None,
+                timeout,
+                reset: false,
+            }],
+        };
+        let mut result = self.cv.eval(request, None).await.expect("request accepted");
+        result.cells.remove(0)
+    }
+
+    async fn pid_of(&self, session: &str, language: Language) -> u32 {
+        let rows = self.cv.status().await.expect("status");
+        rows.iter()
+            .find(|r| r.session == session && r.language == language)
+            .and_then(|r| r.pid)
+            .unwrap_or_else(|| panic!("no live {language} worker for {session}: {rows:#?}"))
+    }
+
+    async fn finish(self) {
+        self.cv.shutdown().await;
+        self.world.assert_no_processes_left(SETTLE);
+    }
+}
+
+fn kill(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+fn assert_ok(cell: &CellResult, output: &str) {
+    assert_eq!(cell.status, CellStatus::Complete, "{cell:#?}");
+    assert_eq!(cell.output, output, "{cell:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_worker_that_kills_itself_is_replaced_then_the_budget_fails_the_session() {
+    let h = Harness::new(|_| {});
+    let py = Language::Python;
+    assert_ok(&h.cell("s", py, "x = 1\nprint(x)").await, "1\n");
+
+    let crash = h
+        .cell(
+            "s",
+            py,
+            "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+        )
+        .await;
+    assert_eq!(crash.status, CellStatus::Error, "{crash:#?}");
+    assert!(crash.output.contains("worker crashed"), "{}", crash.output);
+    assert!(crash.output.contains("SIGKILL"), "{}", crash.output);
+    assert!(
+        crash.output.contains("session restarted, state lost"),
+        "{}",
+        crash.output
+    );
+
+    let after = h.cell("s", py, "print('x' in globals())").await;
+    assert_ok(&after, "False\n");
+    assert!(
+        after
+            .notice
+            .as_deref()
+            .unwrap_or_default()
+            .contains("state is lost"),
+        "{after:#?}"
+    );
+
+    // Two crashes with no success in between use up the budget of 1.
+    let kill_self = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)";
+    h.cell("s", py, kill_self).await;
+    let second = h.cell("s", py, kill_self).await;
+    assert!(
+        second.output.contains("restart budget"),
+        "{}",
+        second.output
+    );
+    let refused = h.cell("s", py, "print(1)").await;
+    assert_eq!(refused.status, CellStatus::Error);
+    assert!(
+        refused.output.contains("restart-budget = 1"),
+        "{}",
+        refused.output
+    );
+    assert!(refused.output.contains("reset"), "{}", refused.output);
+
+    assert_eq!(h.cv.reset("s", Some(py)).await.expect("reset"), 1);
+    assert_ok(&h.cell("s", py, "print(2)").await, "2\n");
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_and_lua_workers_killed_from_outside_are_replaced() {
+    let h = Harness::new(|_| {});
+    for (language, set, get) in [
+        (Language::JavaScript, "var kept = 5", "typeof kept"),
+        (Language::Lua, "kept = 5", "type(kept)"),
+    ] {
+        assert_eq!(
+            h.cell("s", language, set).await.status,
+            CellStatus::Complete
+        );
+        let pid = h.pid_of("s", language).await;
+        kill(pid, "KILL");
+        let after = h.cell("s", language, get).await;
+        let expected = if language == Language::Lua {
+            "nil\n"
+        } else {
+            "undefined\n"
+        };
+        assert_ok(&after, expected);
+        assert!(
+            after
+                .notice
+                .as_deref()
+                .unwrap_or_default()
+                .contains("SIGKILL"),
+            "{after:#?}"
+        );
+        assert_ne!(h.pid_of("s", language).await, pid);
+    }
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_segfault_is_named_and_other_sessions_keep_their_state() {
+    let h = Harness::new(|_| {});
+    let py = Language::Python;
+    h.cell("other", py, "kept = 'still here'").await;
+    let crash = h
+        .cell("victim", py, "import ctypes\nctypes.string_at(0)")
+        .await;
+    assert_eq!(crash.status, CellStatus::Error);
+    assert!(crash.output.contains("SIGSEGV"), "{}", crash.output);
+    assert_ok(&h.cell("other", py, "print(kept)").await, "still here\n");
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_loops_time_out_and_keep_state() {
+    let h = Harness::new(|_| {});
+    let cases = [
+        (
+            Language::Python,
+            "before = 7",
+            "while True: pass",
+            "print(before)",
+            "7\n",
+        ),
+        (
+            Language::JavaScript,
+            "var before = 7",
+            "while(true){}",
+            "before",
+            "7\n",
+        ),
+        (
+            Language::Lua,
+            "before = 7",
+            "while true do end",
+            "before",
+            "7\n",
+        ),
+        (
+            Language::Lua,
+            "before = 8",
+            "pcall(function() while true do end end)",
+            "before",
+            "8\n",
+        ),
+    ];
+    for (language, set, spin, get, expected) in cases {
+        h.cell("s", language, set).await;
+        let started = Instant::now();
+        let spun = h.cell_with_timeout("s", language, spin, Some(1.0)).await;
+        assert_eq!(spun.status, CellStatus::Cancelled, "{language}: {spun:#?}");
+        assert!(
+            spun.output.contains("Command timed out after 1 seconds"),
+            "{}",
+            spun.output
+        );
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_ok(&h.cell("s", language, get).await, expected);
+    }
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_that_ignores_sigint_is_killed_after_the_grace() {
+    let h = Harness::new(|_| {});
+    let py = Language::Python;
+    h.cell("s", py, "x = 1").await;
+    let stuck = h
+        .cell_with_timeout(
+            "s",
+            py,
+            "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass",
+            Some(1.0),
+        )
+        .await;
+    assert_eq!(stuck.status, CellStatus::Cancelled, "{stuck:#?}");
+    assert!(
+        stuck.output.contains("Command timed out after 1 seconds"),
+        "{}",
+        stuck.output
+    );
+    assert!(stuck.output.contains("interrupt-grace"), "{}", stuck.output);
+    assert!(stuck.output.contains("state lost"), "{}", stuck.output);
+    let next = h.cell("s", py, "print('x' in globals())").await;
+    assert_ok(&next, "False\n");
+    assert!(next.notice.is_some());
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cap_evicts_the_least_recently_used_idle_session_or_waits() {
+    let h = Harness::new(|c| c.sessions.max_sessions = 2);
+    let js = Language::JavaScript;
+    h.cell("a", js, "var v = 'a'").await;
+    h.cell("b", js, "var v = 'b'").await;
+    h.cell("a", js, "v").await; // b is now the least recently used
+    h.cell("c", js, "var v = 'c'").await;
+    let rows = h.cv.status().await.expect("status");
+    let live: Vec<&str> = rows.iter().map(|r| r.session.as_str()).collect();
+    assert_eq!(live, ["a", "c"], "{rows:#?}");
+    let back = h.cell("b", js, "typeof v").await;
+    assert_ok(&back, "undefined\n");
+    assert!(
+        back.notice
+            .as_deref()
+            .unwrap_or_default()
+            .contains("evicted"),
+        "{back:#?}"
+    );
+
+    // Both live sessions busy: a third waits for its timeout, then is told about the cap.
+    let cv = &h.cv;
+    let spin = |session: &'static str| async move {
+        let request = EvalRequest {
+            session: session.into(),
+            cwd: None,
+            cells: vec![CellSpec {
+                language: js,
+                code: "while(true){}".into(),
+                title: None,
+                timeout: Some(4.0),
+                reset: false,
+            }],
+        };
+        cv.eval(request, None).await
+    };
+    let waiting = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        h.cell_with_timeout("d", js, "1", Some(1.0)).await
+    };
+    let (_, _, refused) = tokio::join!(spin("b"), spin("c"), waiting);
+    assert_eq!(refused.status, CellStatus::Error, "{refused:#?}");
+    assert!(
+        refused.output.contains("max-sessions = 2"),
+        "{}",
+        refused.output
+    );
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sessions_are_evicted_and_the_next_cell_is_told() {
+    let h = Harness::new(|c| c.sessions.idle_timeout = Duration::from_secs(1));
+    let lua = Language::Lua;
+    h.cell("s", lua, "x = 1").await;
+    let evicted = wait_until(Duration::from_secs(10), || {
+        let rows = futures_lite_block(h.cv.status()).unwrap_or_default();
+        if rows.is_empty() {
+            Ok(())
+        } else {
+            Err(rows)
+        }
+    });
+    assert!(evicted.is_ok(), "still live: {evicted:?}");
+    let next = h.cell("s", lua, "x").await;
+    assert_ok(&next, "nil\n");
+    assert!(
+        next.notice.as_deref().unwrap_or_default().contains("idle"),
+        "{next:#?}"
+    );
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_worker_is_caught_by_the_heartbeat_and_replaced() {
+    let h = Harness::new(|_| {});
+    let js = Language::JavaScript;
+    h.cell("s", js, "var x = 1").await;
+    let pid = h.pid_of("s", js).await;
+    kill(pid, "STOP");
+    let replaced = wait_until(Duration::from_secs(10), || {
+        let rows = futures_lite_block(h.cv.status()).unwrap_or_default();
+        match rows.iter().find(|r| r.session == "s").and_then(|r| r.pid) {
+            Some(new) if new != pid => Ok(new),
+            other => Err(other),
+        }
+    });
+    assert!(replaced.is_ok(), "not replaced: {replaced:?}");
+    let next = h.cell("s", js, "typeof x").await;
+    assert_ok(&next, "undefined\n");
+    assert!(
+        next.notice
+            .as_deref()
+            .unwrap_or_default()
+            .contains("heartbeat"),
+        "{next:#?}"
+    );
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_of_cells_die_with_close_and_eviction() {
+    let h = Harness::new(|c| c.sessions.max_sessions = 1);
+    let py = Language::Python;
+    let spawn = "import subprocess\np = subprocess.Popen(['sleep', '1000'])\nprint(p.pid)";
+    let child: u32 = h
+        .cell("a", py, spawn)
+        .await
+        .output
+        .trim()
+        .parse()
+        .expect("pid");
+    assert!(std::path::Path::new(&format!("/proc/{child}")).exists());
+    h.cv.close("a", None).await.expect("close");
+    assert!(
+        wait_until(SETTLE, || gone(child)).is_ok(),
+        "child {child} survived close"
+    );
+
+    let child: u32 = h
+        .cell("b", py, spawn)
+        .await
+        .output
+        .trim()
+        .parse()
+        .expect("pid");
+    // max-sessions = 1: session c evicts b, and b's child goes with it.
+    assert_ok(&h.cell("c", py, "print(3)").await, "3\n");
+    assert!(
+        wait_until(SETTLE, || gone(child)).is_ok(),
+        "child {child} survived eviction"
+    );
+    h.finish().await;
+}
+
+fn gone(pid: u32) -> Result<(), ()> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    if stat.is_empty() || stat.contains(") Z ") {
+        Ok(())
+    } else {
+        Err(())
+    }
+}
+
+/// Runs a future to completion from synchronous polling code inside a multi-thread runtime.
+fn futures_lite_block<F: std::future::Future>(future: F) -> F::Output {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(future))
+}

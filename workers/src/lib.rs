@@ -1,0 +1,27 @@
+//! cellvisor's worker processes. The `cellvisor` binary re-runs itself as
+//! `cellvisor __worker <py|js|lua> --socket PATH`, and that lands in [`run`].
+//!
+//! - [`runtime`]: what every worker shares: the connection, the I/O thread that answers pings
+//!   and interrupts while a cell runs, the [`runtime::Engine`] trait and the [`runtime::Outbox`].
+//! - [`js`]: QuickJS (rquickjs) in-process.
+//! - [`lua`]: Lua 5.4 (mlua) in-process.
+//! - [`python`]: a shim that owns `python -u runner.py` and speaks NDJSON to it.
+
+pub mod js;
+pub mod lua;
+pub mod python;
+pub mod runtime;
+
+use cellvisor_ipc::Language;
+use std::path::Path;
+
+pub use runtime::WorkerError;
+
+/// Runs a worker for `language` until the supervisor says `Shutdown` or goes away.
+pub fn run(language: Language, socket: &Path) -> Result<(), WorkerError> {
+    match language {
+        Language::JavaScript => runtime::serve(socket, js::JsEngine::new),
+        Language::Lua => runtime::serve(socket, lua::LuaEngine::new),
+        Language::Python => runtime::serve(socket, python::PythonEngine::new),
+    }
+}

@@ -1,0 +1,404 @@
+//! Lua cells on Lua 5.4 (mlua, vendored).
+//!
+//! One `Lua` state lives as long as the worker, so globals persist between cells (top-level
+//! `local`s do not, exactly as in the standalone `lua` REPL). A cell is compiled the way that
+//! REPL does it: first as `return <code>`, so a bare expression shows its value(s), and if that
+//! does not compile, as a chunk (whose explicit top-level `return` values are shown too).
+//!
+//! Each cell runs as a coroutine so that an interrupt can stop it even inside `pcall`; see
+//! [`interrupt`]. A `coroutine.yield()` at the top level of a cell is an error
+//! ("attempt to yield from outside a coroutine", as in the standalone interpreter): there is no
+//! resumer to receive the values, and resuming silently would hide the mistake.
+//!
+//! `print`, `io.write` and writes to `io.stdout`/`io.stderr` go to the cell's output; reading
+//! stdin is an error. Output written by child processes (`os.execute`) is not captured.
+
+mod interrupt;
+mod json;
+#[cfg(test)]
+mod tests;
+
+use crate::runtime::{Engine, Interrupt, Outbox, WorkerContext, WorkerError};
+use cellvisor_ipc::{CellOutcome, ExecuteCell, Language, OutputStream, MAX_FRAME_BYTES};
+use interrupt::InterruptHook;
+use mlua::{
+    ChunkMode, Function, Lua, LuaOptions, MultiValue, StdLib, Table, Thread, ThreadStatus, Value,
+};
+use serde_json::{Map, Value as Json};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// Routes output, stubs stdin and guards the interrupt hook; see the file itself.
+const PRELUDE: &str = include_str!("prelude.lua");
+
+/// Heap limit of the Lua state in bytes, set by the supervisor from the `[lua]` config.
+const MEMORY_LIMIT_VAR: &str = "CELLVISOR_MEMORY_LIMIT";
+
+/// A display bundle larger than this could not travel in one frame.
+const MAX_DISPLAY_BYTES: usize = MAX_FRAME_BYTES / 2;
+
+/// What a top-level `coroutine.yield()` reports, worded like the standalone interpreter.
+const STRAY_YIELD_MESSAGE: &str = "attempt to yield from outside a coroutine";
+
+/// The running cell's id and outbox, where `print` and `display` send; `None` between cells.
+type CellSink = Arc<Mutex<Option<(u64, Outbox)>>>;
+
+/// Runs Lua cells in one persistent Lua 5.4 state.
+pub struct LuaEngine {
+    lua: Lua,
+    hook: InterruptHook,
+    sink: CellSink,
+    /// The standard `tostring` and `debug.traceback`, kept because cells may replace the globals.
+    tostring: Function,
+    traceback: Function,
+    /// `io.stdout` and `io.stderr`: what `io.write(...)` returns, not worth showing as a value.
+    std_handles: [Value; 2],
+    memory_limit: Option<usize>,
+    /// Numbers the chunks (`cell[3]`) so tracebacks say which cell a function came from.
+    cells_run: u64,
+}
+
+impl LuaEngine {
+    /// The engine the worker runs, with the heap limit from `CELLVISOR_MEMORY_LIMIT` if set.
+    pub fn new(_context: &WorkerContext) -> Result<Self, WorkerError> {
+        Self::with_memory_limit(memory_limit_from_env()?)
+    }
+
+    /// An engine whose Lua heap may grow to `memory_limit` bytes (`None`: unlimited).
+    pub fn with_memory_limit(memory_limit: Option<usize>) -> Result<Self, WorkerError> {
+        let startup = |err: mlua::Error| WorkerError::Engine(format!("cannot start Lua: {err}"));
+        // SAFETY: "unsafe" in mlua's sense only: the `debug` library (kept because cells use
+        // `debug.traceback`) and C modules can break mlua's invariants. A cell that does so
+        // takes down its own worker, which the supervisor treats as a crash.
+        let lua = unsafe {
+            Lua::unsafe_new_with(StdLib::ALL_SAFE | StdLib::DEBUG, LuaOptions::default())
+        };
+        let hook = InterruptHook::install(&lua).map_err(startup)?;
+        let sink = CellSink::default();
+        let globals = lua.globals();
+        let tostring: Function = globals.get("tostring").map_err(startup)?;
+        let traceback: Function = globals
+            .get::<Table>("debug")
+            .and_then(|debug| debug.get("traceback"))
+            .map_err(startup)?;
+        let std_handles = globals
+            .get::<Table>("io")
+            .and_then(|io| Ok([io.get("stdout")?, io.get("stderr")?]))
+            .map_err(startup)?;
+        let write_stdout = output_function(&lua, &sink, OutputStream::Stdout).map_err(startup)?;
+        let write_stderr = output_function(&lua, &sink, OutputStream::Stderr).map_err(startup)?;
+        let display = display_function(&lua, &sink, tostring.clone()).map_err(startup)?;
+        lua.load(PRELUDE)
+            .set_name("=cellvisor prelude")
+            .set_mode(ChunkMode::Text)
+            .call::<()>((write_stdout, write_stderr, display))
+            .map_err(startup)?;
+        if let Some(limit) = memory_limit {
+            lua.set_memory_limit(limit).map_err(startup)?;
+        }
+        Ok(LuaEngine {
+            lua,
+            hook,
+            sink,
+            tostring,
+            traceback,
+            std_handles,
+            memory_limit,
+            cells_run: 0,
+        })
+    }
+
+    fn run_cell(
+        &mut self,
+        cell: &ExecuteCell,
+        outbox: &Outbox,
+        interrupt: &Interrupt,
+    ) -> CellOutcome {
+        let chunk_name = format!("=cell[{}]", self.cells_run);
+        let thread = match self
+            .compile(&cell.code, &chunk_name)
+            .and_then(|function| self.lua.create_thread(function))
+        {
+            Ok(thread) => thread,
+            Err(err) => return self.report_error(cell, outbox, interrupt, &err),
+        };
+        self.hook.arm(&self.lua, interrupt.flag(), &thread);
+        let result = thread.resume::<MultiValue>(());
+        match result {
+            Ok(_) if thread.status() == ThreadStatus::Resumable => {
+                let outcome = if self.hook.yielded_for_interrupt() || interrupt.is_raised() {
+                    CellOutcome::Interrupted
+                } else {
+                    self.report_stray_yield(cell, outbox, &thread)
+                };
+                self.close_suspended(cell, outbox, &thread);
+                outcome
+            }
+            Ok(values) => match self.render_values(&values) {
+                Ok(Some(line)) => {
+                    outbox.output(cell.cell_id, OutputStream::Stdout, &line);
+                    CellOutcome::Completed
+                }
+                Ok(None) => CellOutcome::Completed,
+                Err(err) => self.report_error(cell, outbox, interrupt, &err),
+            },
+            Err(err) => self.report_error(cell, outbox, interrupt, &err),
+        }
+    }
+
+    /// Compiles `code` as an expression if it is one (like the standalone REPL), else as a chunk.
+    fn compile(&self, code: &str, chunk_name: &str) -> mlua::Result<Function> {
+        let load = |source: &str| {
+            self.lua
+                .load(source)
+                .set_name(chunk_name)
+                .set_mode(ChunkMode::Text)
+                .into_function()
+        };
+        let as_expression = format!("return {code}");
+        if load(&as_expression).is_err() {
+            return load(code);
+        }
+        // Passing the values through a call keeps the cell's own frame on the stack: in
+        // `return f()` the call is a tail call, and tracebacks would lose the cell's line.
+        load(&format!("return (function(...) return ... end)({code}\n)"))
+            .or_else(|_| load(&as_expression))
+    }
+
+    /// The text shown for a cell's values, as the standalone REPL shows them: nothing when
+    /// there are none (or only the file `io.write` returns), else the values tab-separated,
+    /// `nil` included (tables as JSON when they are plain data).
+    fn render_values(&self, values: &MultiValue) -> mlua::Result<Option<Vec<u8>>> {
+        let is_std_handle = |value: &Value| {
+            self.std_handles
+                .iter()
+                .any(|handle| handle.to_pointer() == value.to_pointer())
+        };
+        if values.iter().all(is_std_handle) {
+            return Ok(None);
+        }
+        let mut line = Vec::new();
+        for (index, value) in values.iter().enumerate() {
+            if index > 0 {
+                line.push(b'\t');
+            }
+            match value {
+                Value::Table(table) => match json::plain_table_json(table) {
+                    Some(json) => line.extend_from_slice(json.to_string().as_bytes()),
+                    None => line.extend_from_slice(&self.tostring_bytes(value)?),
+                },
+                _ => line.extend_from_slice(&self.tostring_bytes(value)?),
+            }
+        }
+        line.push(b'\n');
+        Ok(Some(line))
+    }
+
+    fn tostring_bytes(&self, value: &Value) -> mlua::Result<Vec<u8>> {
+        let text: mlua::String = self.tostring.call(value)?;
+        Ok(text.as_bytes().to_vec())
+    }
+
+    /// Writes the error and its traceback to stderr; an error while an interrupt is pending
+    /// (the hook's `interrupted`, or anything it caused) counts as the interrupt.
+    fn report_error(
+        &self,
+        cell: &ExecuteCell,
+        outbox: &Outbox,
+        interrupt: &Interrupt,
+        err: &mlua::Error,
+    ) -> CellOutcome {
+        if interrupt.is_raised() {
+            return CellOutcome::Interrupted;
+        }
+        let (text, summary) = describe_error(err, self.memory_limit);
+        outbox.output(
+            cell.cell_id,
+            OutputStream::Stderr,
+            format!("{text}\n").as_bytes(),
+        );
+        CellOutcome::Failed { summary }
+    }
+
+    fn report_stray_yield(
+        &self,
+        cell: &ExecuteCell,
+        outbox: &Outbox,
+        thread: &Thread,
+    ) -> CellOutcome {
+        let text = self
+            .traceback
+            .call::<String>((thread, STRAY_YIELD_MESSAGE))
+            .unwrap_or_else(|_| STRAY_YIELD_MESSAGE.to_string());
+        outbox.output(
+            cell.cell_id,
+            OutputStream::Stderr,
+            format!("{text}\n").as_bytes(),
+        );
+        CellOutcome::Failed {
+            summary: STRAY_YIELD_MESSAGE.to_string(),
+        }
+    }
+
+    /// Ends a cell coroutine that will never be resumed, running its pending `<close>` handlers.
+    fn close_suspended(&self, cell: &ExecuteCell, outbox: &Outbox, thread: &Thread) {
+        if let Err(err) = thread.reset(self.tostring.clone()) {
+            let (text, _) = describe_error(&err, self.memory_limit);
+            let message =
+                format!("error while closing the cell's to-be-closed variables: {text}\n");
+            outbox.output(cell.cell_id, OutputStream::Stderr, message.as_bytes());
+        }
+    }
+}
+
+impl Engine for LuaEngine {
+    const LANGUAGE: Language = Language::Lua;
+
+    fn engine_name(&self) -> String {
+        self.lua
+            .globals()
+            .get::<String>("_VERSION")
+            .unwrap_or_else(|_| "Lua 5.4".to_string())
+    }
+
+    fn execute(
+        &mut self,
+        cell: &ExecuteCell,
+        outbox: &Outbox,
+        interrupt: &Interrupt,
+    ) -> Result<CellOutcome, WorkerError> {
+        self.cells_run += 1;
+        *lock(&self.sink) = Some((cell.cell_id, outbox.clone()));
+        let outcome = self.run_cell(cell, outbox, interrupt);
+        if outcome != CellOutcome::Completed {
+            // A failed or stopped cell often leaves a lot of garbage (or hit the heap limit):
+            // collect it now so the next cell starts with room.
+            let _ = self.lua.gc_collect();
+        }
+        self.hook.disarm();
+        *lock(&self.sink) = None;
+        Ok(outcome)
+    }
+}
+
+/// The full text of an error (message and traceback) and its one-line summary.
+fn describe_error(err: &mlua::Error, memory_limit: Option<usize>) -> (String, String) {
+    match err {
+        mlua::Error::RuntimeError(text) => (text.clone(), summary_of(text)),
+        mlua::Error::SyntaxError { message, .. } => (message.clone(), summary_of(message)),
+        mlua::Error::MemoryError(message) => {
+            let text = match memory_limit {
+                Some(limit) => format!(
+                    "{message} (the Lua heap is limited to {}; {MEMORY_LIMIT_VAR})",
+                    human_bytes(limit)
+                ),
+                None => message.clone(),
+            };
+            (text, summary_of(message))
+        }
+        mlua::Error::CallbackError { cause, .. } => {
+            let mut root = cause.as_ref();
+            while let mlua::Error::CallbackError { cause, .. } = root {
+                root = cause.as_ref();
+            }
+            let text = err.to_string();
+            (text.trim_end().to_string(), summary_of(&root.to_string()))
+        }
+        other => {
+            let text = other.to_string();
+            let summary = summary_of(&text);
+            (text, summary)
+        }
+    }
+}
+
+/// The first line of an error message, without the traceback.
+fn summary_of(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty())
+        .unwrap_or("error")
+        .to_string()
+}
+
+fn human_bytes(bytes: usize) -> String {
+    const MIB: usize = 1024 * 1024;
+    let mebibytes = bytes / MIB;
+    if mebibytes > 0 && mebibytes * MIB == bytes {
+        format!("{mebibytes} MiB")
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+fn memory_limit_from_env() -> Result<Option<usize>, WorkerError> {
+    parse_memory_limit(std::env::var(MEMORY_LIMIT_VAR).ok().as_deref())
+}
+
+/// An unset or empty variable means no limit; anything else must be a number of bytes.
+fn parse_memory_limit(value: Option<&str>) -> Result<Option<usize>, WorkerError> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(bytes) => bytes.parse().map(Some).map_err(|_| {
+            WorkerError::Engine(format!(
+                "{MEMORY_LIMIT_VAR} must be a number of bytes, not `{bytes}`"
+            ))
+        }),
+    }
+}
+
+/// The sink is only ever locked on the engine's thread, so a poisoned lock (a panic while
+/// holding it) leaves nothing half-done worth refusing over.
+fn lock(sink: &CellSink) -> MutexGuard<'_, Option<(u64, Outbox)>> {
+    sink.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A Lua function that sends its string argument to the running cell's `stream`.
+fn output_function(lua: &Lua, sink: &CellSink, stream: OutputStream) -> mlua::Result<Function> {
+    let sink = Arc::clone(sink);
+    lua.create_function(move |_, text: mlua::String| {
+        if let Some((cell_id, outbox)) = &*lock(&sink) {
+            outbox.output(*cell_id, stream, &text.as_bytes());
+        }
+        Ok(())
+    })
+}
+
+/// The `display(value)` global: sends a MIME bundle for `value` and returns nothing.
+fn display_function(lua: &Lua, sink: &CellSink, tostring: Function) -> mlua::Result<Function> {
+    let sink = Arc::clone(sink);
+    lua.create_function(move |_, value: Value| {
+        let bundle = display_bundle(&value, &tostring)?;
+        if bundle.len() > MAX_DISPLAY_BYTES {
+            return Err(mlua::Error::runtime(format!(
+                "display: the value is too large to display ({} as JSON, limit {})",
+                human_bytes(bundle.len()),
+                human_bytes(MAX_DISPLAY_BYTES)
+            )));
+        }
+        if let Some((cell_id, outbox)) = &*lock(&sink) {
+            outbox.display(*cell_id, bundle);
+        }
+        Ok(())
+    })
+}
+
+/// Plain-data tables as `application/json` plus a Lua-literal `text/plain`; anything else as
+/// `text/plain` through `tostring`.
+fn display_bundle(value: &Value, tostring: &Function) -> mlua::Result<String> {
+    let mut bundle = Map::new();
+    let plain = match value {
+        Value::Table(table) => json::plain_table_json(table),
+        _ => None,
+    };
+    match plain {
+        Some(json) => {
+            bundle.insert("text/plain".into(), Json::String(json::lua_literal(&json)));
+            bundle.insert("application/json".into(), json);
+        }
+        None => {
+            let text: mlua::String = tostring.call(value)?;
+            bundle.insert("text/plain".into(), Json::String(text.to_string_lossy()));
+        }
+    }
+    Ok(Json::Object(bundle).to_string())
+}

@@ -1,0 +1,314 @@
+//! The part of a worker that is the same for every language.
+//!
+//! Threads: the engine runs cells on the main thread; an I/O thread reads frames from the
+//! supervisor (answering `Ping` at once and raising interrupts even while a cell spins); a
+//! writer thread owns the socket's send half. Everything the worker says goes through the
+//! bounded [`Outbox`], so a supervisor that reads slowly slows the cell down instead of
+//! growing a buffer.
+
+use cellvisor_ipc::frame::{read_frame, write_frame, FrameError};
+use cellvisor_ipc::handshake::{worker_handshake, HandshakeError};
+use cellvisor_ipc::socket::{connect, Stream};
+use cellvisor_ipc::{CellOutcome, ExecuteCell, FromWorker, Language, OutputStream, ToWorker};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread;
+
+/// Output is cut into frames of at most this many bytes.
+pub const OUTPUT_CHUNK_BYTES: usize = 64 * 1024;
+
+/// How many frames may wait for the socket before senders block.
+const OUTBOX_CAPACITY: usize = 256;
+
+/// Why a worker stopped other than by `Shutdown`.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("cannot connect to the supervisor at {path}: {source}")]
+    Connect {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("handshake with the supervisor failed: {0}")]
+    Handshake(#[from] HandshakeError),
+    #[error("lost the supervisor: {0}")]
+    Link(#[from] FrameError),
+    #[error("{0}")]
+    Engine(String),
+}
+
+/// A language runtime that keeps its state between cells.
+pub trait Engine {
+    const LANGUAGE: Language;
+
+    /// Engine name and version, reported in the handshake.
+    fn engine_name(&self) -> String;
+
+    /// Something the I/O thread calls (besides setting the cell's [`Interrupt`] flag) to stop
+    /// a running cell, such as sending SIGINT to a child interpreter. Must be cheap and
+    /// must not block.
+    fn interrupt_hook(&self) -> Option<Arc<dyn Fn() + Send + Sync>> {
+        None
+    }
+
+    /// Runs one cell to its end, streaming output through `outbox`. Errors in user code are a
+    /// `Failed` outcome (with the traceback sent as output first), never an `Err`; `Err` means
+    /// the engine itself can no longer run cells and the worker exits.
+    fn execute(
+        &mut self,
+        cell: &ExecuteCell,
+        outbox: &Outbox,
+        interrupt: &Interrupt,
+    ) -> Result<CellOutcome, WorkerError>;
+}
+
+/// The interrupt flag of the running cell, raised by the I/O thread.
+#[derive(Clone, Default)]
+pub struct Interrupt {
+    raised: Arc<AtomicBool>,
+}
+
+impl Interrupt {
+    pub fn is_raised(&self) -> bool {
+        self.raised.load(Ordering::Relaxed)
+    }
+
+    /// The shared flag itself, for engines whose interrupt handler wants an `AtomicBool`.
+    pub fn flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.raised)
+    }
+
+    fn raise(&self) {
+        self.raised.store(true, Ordering::SeqCst);
+    }
+
+    fn clear(&self) {
+        self.raised.store(false, Ordering::SeqCst);
+    }
+}
+
+/// The worker's way to the supervisor; cheap to clone and usable from any thread.
+#[derive(Clone)]
+pub struct Outbox {
+    tx: SyncSender<FromWorker>,
+}
+
+impl Outbox {
+    /// An outbox and the receiving end of its queue, for driving an engine without a socket
+    /// (unit tests of the engines use this).
+    pub fn new(capacity: usize) -> (Outbox, Receiver<FromWorker>) {
+        let (tx, rx) = mpsc::sync_channel(capacity);
+        (Outbox { tx }, rx)
+    }
+
+    /// Sends `data` as output of `cell_id`, cut into frames of [`OUTPUT_CHUNK_BYTES`].
+    pub fn output(&self, cell_id: u64, stream: OutputStream, data: &[u8]) {
+        for chunk in data.chunks(OUTPUT_CHUNK_BYTES) {
+            self.send(FromWorker::Output {
+                cell_id,
+                stream,
+                data: chunk.to_vec(),
+            });
+        }
+    }
+
+    /// Sends a MIME bundle (a JSON object) as a display of `cell_id`.
+    pub fn display(&self, cell_id: u64, bundle_json: String) {
+        self.send(FromWorker::Display {
+            cell_id,
+            bundle_json,
+        });
+    }
+
+    /// Sends any frame. If the supervisor is gone the writer thread has already ended the
+    /// process, so a failed send has nobody to report to.
+    pub fn send(&self, frame: FromWorker) {
+        let _ = self.tx.send(frame);
+    }
+}
+
+/// Where a worker runs: what an engine may need to know to start.
+#[derive(Debug, Clone)]
+pub struct WorkerContext {
+    /// The supervisor's private (0700) runtime directory, where the socket lives; a worker
+    /// may keep files here (the Python runner script, say).
+    pub runtime_dir: PathBuf,
+}
+
+/// Connects to the supervisor at `socket` and serves cells with the engine `make_engine`
+/// builds, until `Shutdown` or the supervisor disappears.
+pub fn serve<E, F>(socket: &Path, make_engine: F) -> Result<(), WorkerError>
+where
+    E: Engine,
+    F: FnOnce(&WorkerContext) -> Result<E, WorkerError>,
+{
+    let context = WorkerContext {
+        runtime_dir: socket
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(std::env::temp_dir),
+    };
+    let stream = Arc::new(connect(socket).map_err(|source| WorkerError::Connect {
+        path: socket.display().to_string(),
+        source,
+    })?);
+    let mut engine = make_engine(&context)?;
+    worker_handshake(
+        &mut &*stream,
+        &mut &*stream,
+        E::LANGUAGE,
+        &engine.engine_name(),
+    )?;
+
+    let (outbox, rx) = Outbox::new(OUTBOX_CAPACITY);
+    thread::Builder::new()
+        .name("frame-writer".into())
+        .spawn({
+            let stream = Arc::clone(&stream);
+            move || write_loop(&stream, rx)
+        })
+        .map_err(|e| WorkerError::Engine(format!("cannot start the writer thread: {e}")))?;
+
+    let interrupt = Interrupt::default();
+    let running = Arc::new(AtomicU64::new(NO_CELL));
+    let (cells_tx, cells_rx) = mpsc::channel::<ExecuteCell>();
+    let io = IoThread {
+        outbox: outbox.clone(),
+        interrupt: interrupt.clone(),
+        hook: engine.interrupt_hook(),
+        running: Arc::clone(&running),
+        cells: cells_tx,
+    };
+    thread::Builder::new()
+        .name("frame-reader".into())
+        .spawn(move || io.run(&stream))
+        .map_err(|e| WorkerError::Engine(format!("cannot start the reader thread: {e}")))?;
+
+    // The channel closes when the reader thread ends (Shutdown or a lost supervisor).
+    while let Ok(cell) = cells_rx.recv() {
+        interrupt.clear();
+        running.store(cell.cell_id, Ordering::SeqCst);
+        let outcome = match enter_cwd(cell.cwd.as_deref()) {
+            Ok(()) => engine.execute(&cell, &outbox, &interrupt),
+            Err(message) => {
+                outbox.output(cell.cell_id, OutputStream::Stderr, message.as_bytes());
+                Ok(CellOutcome::Failed { summary: message })
+            }
+        };
+        running.store(NO_CELL, Ordering::SeqCst);
+        match outcome {
+            Ok(outcome) => outbox.send(FromWorker::Done {
+                cell_id: cell.cell_id,
+                outcome,
+            }),
+            Err(fatal) => {
+                outbox.send(FromWorker::Fatal {
+                    message: fatal.to_string(),
+                });
+                drop(outbox);
+                return Err(fatal);
+            }
+        }
+    }
+    Ok(())
+}
+
+const NO_CELL: u64 = 0;
+
+fn enter_cwd(cwd: Option<&str>) -> Result<(), String> {
+    match cwd {
+        None => Ok(()),
+        Some(dir) => std::env::set_current_dir(dir)
+            .map_err(|e| format!("cannot enter working directory {dir}: {e}\n")),
+    }
+}
+
+fn write_loop(stream: &Stream, rx: Receiver<FromWorker>) {
+    let mut writer = stream;
+    while let Ok(frame) = rx.recv() {
+        if let Err(err) = write_frame(&mut writer, &frame) {
+            match err {
+                // A frame we could not encode is our bug; say so instead of the frame.
+                FrameError::Encode(_) | FrameError::TooLarge { .. } => {
+                    let fatal = FromWorker::Fatal {
+                        message: format!("worker produced an unsendable frame: {err}"),
+                    };
+                    if write_frame(&mut writer, &fatal).is_err() {
+                        exit_lost_supervisor();
+                    }
+                }
+                _ => exit_lost_supervisor(),
+            }
+        }
+    }
+}
+
+/// The supervisor is gone: nobody will read our results, so leave at once, taking the
+/// process group (children that cells started) with us.
+fn exit_lost_supervisor() -> ! {
+    kill_own_group();
+    std::process::exit(0);
+}
+
+/// Kills every process in this worker's process group, this one included. Only when the
+/// worker leads its own group (as the supervisor starts it): a worker run by hand inside
+/// someone else's group must not take that group down.
+pub fn kill_own_group() {
+    let group = nix::unistd::getpgrp();
+    if group == nix::unistd::getpid() {
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+struct IoThread {
+    outbox: Outbox,
+    interrupt: Interrupt,
+    hook: Option<Arc<dyn Fn() + Send + Sync>>,
+    running: Arc<AtomicU64>,
+    cells: mpsc::Sender<ExecuteCell>,
+}
+
+impl IoThread {
+    fn run(self, stream: &Stream) {
+        let mut reader = stream;
+        loop {
+            match read_frame::<_, ToWorker>(&mut reader) {
+                Ok(Some(ToWorker::Ping { seq })) => self.outbox.send(FromWorker::Pong { seq }),
+                Ok(Some(ToWorker::Execute(cell))) => {
+                    if self.cells.send(cell).is_err() {
+                        return;
+                    }
+                }
+                Ok(Some(ToWorker::Interrupt { cell_id })) => {
+                    if cell_id != NO_CELL && self.running.load(Ordering::SeqCst) == cell_id {
+                        self.interrupt.raise();
+                        if let Some(hook) = &self.hook {
+                            hook();
+                        }
+                    }
+                }
+                Ok(Some(ToWorker::Shutdown)) | Ok(None) => exit_on_shutdown(),
+                Ok(Some(ToWorker::Hello { .. })) => {
+                    self.outbox.send(FromWorker::Fatal {
+                        message: "unexpected second Hello".into(),
+                    });
+                }
+                Err(err) => {
+                    self.outbox.send(FromWorker::Fatal {
+                        message: format!("bad frame from the supervisor: {err}"),
+                    });
+                    exit_on_shutdown();
+                }
+            }
+        }
+    }
+}
+
+/// Shutdown (or the supervisor's end of the socket closing): the engine may be in the middle
+/// of a cell that will never finish, so leave now rather than wait for it, and take any
+/// processes the cells started with us.
+fn exit_on_shutdown() -> ! {
+    kill_own_group();
+    std::process::exit(0);
+}
