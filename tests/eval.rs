@@ -172,7 +172,7 @@ fn output_of_subprocesses_and_invalid_utf8_is_captured() {
         "eval",
         "-l",
         "py",
-        "import os, sys\nprint('before', flush=True)\nos.system('echo from-shell')\nsys.stdout.buffer.write(b'bad \\xff byte\\n')",
+        "import os, sys\nprint('before', flush=True)\nos.system('echo from-shell')\n_ = sys.stdout.buffer.write(b'bad \\xff byte\\n')",
         "--json",
     ]);
     run.assert_code(0);

@@ -14,6 +14,7 @@
 //! - [`worker_entry`]: the hidden `__worker` entry point for programs that embed cellvisor.
 
 pub mod cell;
+pub mod daemon;
 pub mod environment;
 pub mod host;
 pub mod limits;

@@ -143,6 +143,7 @@ where
     E: Engine,
     F: FnOnce(&WorkerContext) -> Result<E, WorkerError>,
 {
+    take_group_down_on_sigterm();
     let context = WorkerContext {
         runtime_dir: socket
             .parent()
@@ -249,6 +250,28 @@ fn write_loop(stream: &Stream, rx: Receiver<FromWorker>) {
 fn exit_lost_supervisor() -> ! {
     kill_own_group();
     std::process::exit(0);
+}
+
+/// SIGTERM (from the supervisor's stop sequence, or as our parent-death signal when the
+/// supervisor dies) ends the whole process group at once: the worker and every process its
+/// cells started. Only when the worker leads its own group, as the supervisor starts it.
+fn take_group_down_on_sigterm() {
+    extern "C" fn on_sigterm(_: libc::c_int) {
+        // SAFETY: kill is async-signal-safe; pid 0 means our own process group.
+        unsafe {
+            libc::kill(0, libc::SIGKILL);
+        }
+    }
+    if nix::unistd::getpgrp() != nix::unistd::getpid() {
+        return;
+    }
+    let action = nix::sys::signal::SigAction::new(
+        nix::sys::signal::SigHandler::Handler(on_sigterm),
+        nix::sys::signal::SaFlags::empty(),
+        nix::sys::signal::SigSet::empty(),
+    );
+    // SAFETY: the handler only calls an async-signal-safe function.
+    let _ = unsafe { nix::sys::signal::sigaction(nix::sys::signal::Signal::SIGTERM, &action) };
 }
 
 /// Kills every process in this worker's process group, this one included. Only when the

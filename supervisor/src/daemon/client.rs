@@ -1,0 +1,1 @@
+//! The daemon's client, as the CLI uses it.

@@ -1,0 +1,440 @@
+//! `cellvisor serve`: the daemon's listener and connections.
+//!
+//! Each connection has a reader (this task) and a writer task fed by a bounded channel, and
+//! every request runs in a task of its own, so a long `eval` does not hold up `status` and a
+//! slow client slows only its own sessions (its events wait for room in its channel).
+
+use super::protocol::{self, code, method, InitializeResult, Request, RpcError, SessionParams};
+use crate::cell::{CellEvent, EvalRequest};
+use crate::host::{Cellvisor, Options, RequestError};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+/// How the daemon runs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub socket: PathBuf,
+    pub supervisor: Options,
+    /// The config file to re-read on SIGHUP and `config/reload`.
+    pub config_path: Option<PathBuf>,
+}
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("a cellvisor daemon is already listening on {0}; stop it first (`cellvisor stop`)")]
+    AlreadyRunning(PathBuf),
+    #[error("cannot listen on {path}: {source}")]
+    Bind {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Startup(#[from] crate::host::StartupError),
+}
+
+/// Frames queued per connection before request tasks wait for the client to read.
+const CONNECTION_BACKLOG: usize = 256;
+
+/// Shared by every connection.
+struct Daemon {
+    cv: Cellvisor,
+    config_path: Option<PathBuf>,
+    shutdown: watch::Sender<bool>,
+    connections: AtomicU64,
+    last_activity: Mutex<Instant>,
+}
+
+/// Runs the daemon until `shutdown`, SIGTERM or SIGINT (or its idle exit).
+pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
+    let listener = bind(&options.socket).await?;
+    let idle_exit = options.supervisor.config.daemon.idle_exit;
+    let cv = Cellvisor::start(options.supervisor)?;
+    let (shutdown, mut shutdown_rx) = watch::channel(false);
+    let daemon = Arc::new(Daemon {
+        cv,
+        config_path: options.config_path,
+        shutdown,
+        connections: AtomicU64::new(0),
+        last_activity: Mutex::new(Instant::now()),
+    });
+    tracing::info!(socket = %options.socket.display(), pid = std::process::id(), "cellvisor daemon listening");
+    spawn_signal_handlers(&daemon);
+    if !idle_exit.is_zero() {
+        spawn_idle_exit(&daemon, idle_exit);
+    }
+    let uid = nix::unistd::getuid().as_raw();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    match stream.peer_cred() {
+                        Ok(cred) if cred.uid() == uid => {
+                            let daemon = Arc::clone(&daemon);
+                            tokio::spawn(async move { handle_connection(daemon, stream).await });
+                        }
+                        Ok(cred) => tracing::warn!(peer_uid = cred.uid(), "refused a connection from another user"),
+                        Err(err) => tracing::warn!("refused a connection without credentials: {err}"),
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!("accept failed: {err}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = shutdown_rx.changed() => break,
+        }
+    }
+    tracing::info!("shutting down: stopping every worker");
+    let _ = std::fs::remove_file(&options.socket);
+    daemon.cv.shutdown().await;
+    Ok(())
+}
+
+/// Binds the socket in a private directory, replacing a stale socket file but never a live one.
+async fn bind(path: &Path) -> Result<UnixListener, ServeError> {
+    let bind_error = |source| ServeError::Bind {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        cellvisor_ipc::socket::ensure_private_dir(dir).map_err(bind_error)?;
+    }
+    if path.exists() {
+        match UnixStream::connect(path).await {
+            Ok(_) => return Err(ServeError::AlreadyRunning(path.to_path_buf())),
+            Err(_) => {
+                tracing::info!(socket = %path.display(), "replacing a stale socket file");
+                std::fs::remove_file(path).map_err(bind_error)?;
+            }
+        }
+    }
+    let listener = UnixListener::bind(path).map_err(bind_error)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(bind_error)?;
+    Ok(listener)
+}
+
+fn spawn_signal_handlers(daemon: &Arc<Daemon>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    for kind in [SignalKind::terminate(), SignalKind::interrupt()] {
+        let daemon = Arc::clone(daemon);
+        if let Ok(mut stream) = signal(kind) {
+            tokio::spawn(async move {
+                if stream.recv().await.is_some() {
+                    tracing::info!("signal received");
+                    let _ = daemon.shutdown.send(true);
+                }
+            });
+        }
+    }
+    let daemon = Arc::clone(daemon);
+    if let Ok(mut hangups) = signal(SignalKind::hangup()) {
+        tokio::spawn(async move {
+            while hangups.recv().await.is_some() {
+                match reload(&daemon).await {
+                    Ok(()) => tracing::info!("configuration reloaded (SIGHUP)"),
+                    Err(err) => tracing::error!("configuration not reloaded: {}", err.message),
+                }
+            }
+        });
+    }
+}
+
+/// Exits once there have been no sessions and no clients for `idle_exit`.
+fn spawn_idle_exit(daemon: &Arc<Daemon>, idle_exit: Duration) {
+    let daemon = Arc::clone(daemon);
+    tokio::spawn(async move {
+        let tick = (idle_exit / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+        loop {
+            tokio::time::sleep(tick).await;
+            let busy = daemon.connections.load(Ordering::SeqCst) > 0
+                || !daemon
+                    .cv
+                    .status()
+                    .await
+                    .map(|s| s.is_empty())
+                    .unwrap_or(true);
+            let mut last = match daemon.last_activity.lock() {
+                Ok(last) => last,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            if busy {
+                *last = Instant::now();
+            } else if last.elapsed() >= idle_exit {
+                tracing::info!(
+                    "no sessions for {}: exiting",
+                    humantime::format_duration(idle_exit)
+                );
+                let _ = daemon.shutdown.send(true);
+                return;
+            }
+        }
+    });
+}
+
+async fn reload(daemon: &Daemon) -> Result<(), RpcError> {
+    let config = cellvisor_config::load(daemon.config_path.as_deref())
+        .map_err(|e| RpcError::new(code::REQUEST_REFUSED, e.to_string()))?;
+    daemon
+        .cv
+        .reload(config)
+        .await
+        .map_err(|e| RpcError::new(code::SHUTTING_DOWN, e.to_string()))
+}
+
+struct ConnectionGuard(Arc<Daemon>);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// An eval in flight on a connection: aborted and its session interrupted if the client leaves.
+struct InFlight {
+    session: String,
+    task: JoinHandle<()>,
+}
+
+async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
+    daemon.connections.fetch_add(1, Ordering::SeqCst);
+    let _guard = ConnectionGuard(Arc::clone(&daemon));
+    let (reader, mut writer) = stream.into_split();
+    let (out, mut out_rx) = mpsc::channel::<Value>(CONNECTION_BACKLOG);
+    let writer_task = tokio::spawn(async move {
+        while let Some(message) = out_rx.recv().await {
+            let mut line = message.to_string();
+            line.push('\n');
+            if writer.write_all(line.as_bytes()).await.is_err() {
+                break;
+            }
+        }
+    });
+    let in_flight: Arc<Mutex<HashMap<u64, InFlight>>> = Arc::default();
+    let mut next_task = 0u64;
+    let mut reader = BufReader::new(reader);
+    loop {
+        let line = match read_line(&mut reader).await {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            Err(LineError::TooLong) => {
+                let error = RpcError::new(
+                    code::INVALID_REQUEST,
+                    format!(
+                        "request line exceeds {} bytes; closing this connection",
+                        protocol::MAX_LINE_BYTES
+                    ),
+                );
+                let _ = out.send(protocol::response(Value::Null, Err(error))).await;
+                break;
+            }
+            Err(LineError::Io) => break,
+        };
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let request: Request = match serde_json::from_slice::<Value>(&line) {
+            Err(err) => {
+                let error = RpcError::new(code::PARSE_ERROR, format!("parse error: {err}"));
+                let _ = out.send(protocol::response(Value::Null, Err(error))).await;
+                continue;
+            }
+            Ok(value) => match parse_request(value) {
+                Ok(request) => request,
+                Err((id, error)) => {
+                    let _ = out.send(protocol::response(id, Err(error))).await;
+                    continue;
+                }
+            },
+        };
+        next_task += 1;
+        let task_id = next_task;
+        let eval_session = (request.method == method::EVAL).then(|| {
+            request
+                .params
+                .as_ref()
+                .and_then(|p| p.get("session"))
+                .and_then(Value::as_str)
+                .unwrap_or("default")
+                .to_string()
+        });
+        let daemon = Arc::clone(&daemon);
+        let out = out.clone();
+        let registry = Arc::clone(&in_flight);
+        let task = tokio::spawn(async move {
+            let id = request.id.clone();
+            let result = dispatch(&daemon, request, &out).await;
+            if let Some(id) = id {
+                let _ = out.send(protocol::response(id, result)).await;
+            }
+            if let Ok(mut registry) = registry.lock() {
+                registry.remove(&task_id);
+            }
+        });
+        if let Some(session) = eval_session {
+            if let Ok(mut registry) = in_flight.lock() {
+                if !task.is_finished() {
+                    registry.insert(task_id, InFlight { session, task });
+                }
+            }
+        }
+    }
+    // The client is gone: stop what it started.
+    let abandoned: Vec<InFlight> = match in_flight.lock() {
+        Ok(mut registry) => registry.drain().map(|(_, f)| f).collect(),
+        Err(_) => Vec::new(),
+    };
+    for flight in abandoned {
+        flight.task.abort();
+        tracing::info!(session = %flight.session, "client disconnected during eval: interrupting");
+        let _ = daemon.cv.interrupt(&flight.session, None).await;
+    }
+    drop(out);
+    let _ = writer_task.await;
+}
+
+fn parse_request(value: Value) -> Result<Request, (Value, RpcError)> {
+    let id = value.get("id").cloned().unwrap_or(Value::Null);
+    let request: Request = serde_json::from_value(value).map_err(|e| {
+        (
+            id.clone(),
+            RpcError::new(code::INVALID_REQUEST, format!("invalid request: {e}")),
+        )
+    })?;
+    if request.jsonrpc != "2.0" {
+        return Err((
+            id,
+            RpcError::new(
+                code::INVALID_REQUEST,
+                "invalid request: jsonrpc must be \"2.0\"",
+            ),
+        ));
+    }
+    Ok(request)
+}
+
+enum LineError {
+    TooLong,
+    Io,
+}
+
+/// Reads one line of at most `MAX_LINE_BYTES` without ever buffering more than that.
+async fn read_line<R: AsyncBufReadExt + Unpin>(
+    reader: &mut R,
+) -> Result<Option<Vec<u8>>, LineError> {
+    let mut line = Vec::new();
+    loop {
+        let available = reader.fill_buf().await.map_err(|_| LineError::Io)?;
+        if available.is_empty() {
+            return Ok((!line.is_empty()).then_some(line));
+        }
+        let (chunk, done) = match memchr::memchr(b'\n', available) {
+            Some(pos) => (&available[..pos], Some(pos + 1)),
+            None => (available, None),
+        };
+        if line.len() + chunk.len() > protocol::MAX_LINE_BYTES {
+            return Err(LineError::TooLong);
+        }
+        line.extend_from_slice(chunk);
+        let used = done.unwrap_or(available.len());
+        reader.consume(used);
+        if done.is_some() {
+            return Ok(Some(line));
+        }
+    }
+}
+
+fn params<T: serde::de::DeserializeOwned>(params: Option<Value>) -> Result<T, RpcError> {
+    serde_json::from_value(params.unwrap_or(Value::Object(Default::default())))
+        .map_err(|e| RpcError::new(code::INVALID_PARAMS, format!("invalid params: {e}")))
+}
+
+fn refused(err: RequestError) -> RpcError {
+    match err {
+        RequestError::Stopped => RpcError::new(code::SHUTTING_DOWN, err.to_string()),
+        other => RpcError::new(code::REQUEST_REFUSED, other.to_string()),
+    }
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<Value, RpcError> {
+    serde_json::to_value(value).map_err(|e| RpcError::new(code::INTERNAL_ERROR, e.to_string()))
+}
+
+async fn dispatch(
+    daemon: &Daemon,
+    request: Request,
+    out: &mpsc::Sender<Value>,
+) -> Result<Value, RpcError> {
+    match request.method.as_str() {
+        method::INITIALIZE => to_json(&InitializeResult {
+            protocol_version: protocol::PROTOCOL_VERSION,
+            server_version: env!("CARGO_PKG_VERSION").to_string(),
+            languages: cellvisor_ipc::Language::ALL.to_vec(),
+            pid: std::process::id(),
+        }),
+        method::EVAL => {
+            let eval: EvalRequest = params(request.params)?;
+            let request_id = request.id.clone().unwrap_or(Value::Null);
+            let (events, mut events_rx) = mpsc::channel::<CellEvent>(64);
+            let notify = |event: &CellEvent| {
+                let params = serde_json::to_value(protocol::EvalEvent {
+                    request_id: &request_id,
+                    event,
+                })
+                .unwrap_or(Value::Null);
+                protocol::notification(method::EVAL_EVENT, params)
+            };
+            let eval = daemon.cv.eval(eval, Some(events));
+            tokio::pin!(eval);
+            let result = loop {
+                tokio::select! {
+                    biased;
+                    Some(event) = events_rx.recv() => {
+                        // A client that stopped reading stalls only its own cells here.
+                        let _ = out.send(notify(&event)).await;
+                    }
+                    result = &mut eval => break result,
+                }
+            };
+            while let Ok(event) = events_rx.try_recv() {
+                let _ = out.send(notify(&event)).await;
+            }
+            to_json(&result.map_err(refused)?)
+        }
+        method::INTERRUPT | method::RESET | method::CLOSE => {
+            let p: SessionParams = params(request.params)?;
+            let count = match request.method.as_str() {
+                method::INTERRUPT => daemon.cv.interrupt(&p.session, p.language).await,
+                method::RESET => daemon.cv.reset(&p.session, p.language).await,
+                _ => daemon.cv.close(&p.session, p.language).await,
+            }
+            .map_err(refused)?;
+            Ok(serde_json::json!({ "sessions": count }))
+        }
+        method::STATUS => to_json(&daemon.cv.status().await.map_err(refused)?),
+        method::SHUTDOWN => {
+            let _ = daemon.shutdown.send(true);
+            Ok(serde_json::json!({ "stopping": true }))
+        }
+        method::CONFIG_RELOAD => {
+            reload(daemon).await?;
+            Ok(serde_json::json!({ "reloaded": true }))
+        }
+        other => Err(RpcError::new(
+            code::METHOD_NOT_FOUND,
+            format!(
+                "method not found: {other}; the methods are initialize, eval, interrupt, reset, \
+                 close, status, shutdown and config/reload"
+            ),
+        )),
+    }
+}

@@ -1,0 +1,450 @@
+//! The python child process: spawning it with its pipes, and the two threads that drain
+//! them (output, with the sync markers cut out, and NDJSON events).
+
+use super::interpreter::Interpreter;
+use crate::runtime::{Outbox, OUTPUT_CHUNK_BYTES};
+use cellvisor_ipc::OutputStream;
+use serde::Deserialize;
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread;
+
+/// The env var that carries the nonce of the output sync markers to runner.py.
+const SYNC_TOKEN_VAR: &str = "CELLVISOR_SYNC_TOKEN";
+
+/// Output produced before the first cell (site warnings, say) kept for that cell, at most.
+const MAX_PENDING_BYTES: usize = 64 * 1024;
+
+/// The running child and our ends of its pipes.
+pub struct Spawned {
+    pub child: Child,
+    /// Write end of the command pipe (the runner's fd 3).
+    pub commands: File,
+    /// Read end of the event pipe (the runner's fd 4).
+    pub events: File,
+    /// Read end of the output pipe (the runner's fd 1 and 2).
+    pub output: File,
+}
+
+/// Starts `python -u runner` with stdin on /dev/null, stdout and stderr on one pipe, the
+/// command pipe on fd 3 and the event pipe on fd 4.
+pub fn spawn(
+    interpreter: &Interpreter,
+    runner: &Path,
+    sync_token: &str,
+) -> Result<Spawned, String> {
+    let (output_read, output_write) = cloexec_pipe()?;
+    let (commands_read, commands_write) = cloexec_pipe()?;
+    let (events_read, events_write) = cloexec_pipe()?;
+
+    let mut command = Command::new(&interpreter.program);
+    command
+        .arg("-u")
+        .arg(runner)
+        .stdin(Stdio::null())
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONIOENCODING", "utf-8")
+        .env(SYNC_TOKEN_VAR, sync_token);
+    if let Some(venv) = &interpreter.venv {
+        let mut path = OsString::from(venv.join("bin"));
+        if let Some(rest) = std::env::var_os("PATH").filter(|p| !p.is_empty()) {
+            path.push(":");
+            path.push(rest);
+        }
+        command
+            .env("PATH", path)
+            .env("VIRTUAL_ENV", venv)
+            .env_remove("PYTHONHOME");
+    }
+
+    // Our ends stay in the parent; the child's ends are dup'ed onto 1-4 in the child.
+    let targets: [(RawFd, RawFd); 4] = [
+        (output_write.as_raw_fd(), 1),
+        (output_write.as_raw_fd(), 2),
+        (commands_read.as_raw_fd(), 3),
+        (events_write.as_raw_fd(), 4),
+    ];
+    let parent = std::process::id();
+    // SAFETY: the closure only makes async-signal-safe calls (fcntl, dup2, prctl, getppid,
+    // signal, _exit) and touches no allocator or lock.
+    unsafe {
+        command.pre_exec(move || wire_child_fds(&targets, parent));
+    }
+    let child = command
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", interpreter.program.display()))?;
+    // The child's ends close here, so EOF on ours means the child (and anything it let
+    // inherit them) is gone.
+    drop((output_write, commands_read, events_write));
+    Ok(Spawned {
+        child,
+        commands: File::from(commands_write),
+        events: File::from(events_read),
+        output: File::from(output_read),
+    })
+}
+
+/// Runs in the forked child before exec. Sources are first copied above 9 so that moving one
+/// onto 1-4 cannot clobber another source that happens to sit there; the copies and the
+/// originals are close-on-exec, the dup2'ed targets are not.
+fn wire_child_fds(targets: &[(RawFd, RawFd); 4], parent: u32) -> std::io::Result<()> {
+    let mut high = [0; 4];
+    for (slot, (source, _)) in high.iter_mut().zip(targets) {
+        // SAFETY: plain fd syscalls.
+        *slot = unsafe { libc::fcntl(*source, libc::F_DUPFD_CLOEXEC, 10) };
+        if *slot < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    for (copy, (_, target)) in high.iter().zip(targets) {
+        // SAFETY: as above.
+        if unsafe { libc::dup2(*copy, *target) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    // SAFETY: prctl/getppid/signal/_exit are async-signal-safe.
+    unsafe {
+        // Python dies with the worker even if the worker is SIGKILLed.
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        if libc::getppid() as u32 != parent {
+            libc::_exit(1);
+        }
+        // An inherited "ignore SIGINT" would stop Python from installing its handler, and
+        // interrupts would be lost.
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+    }
+    Ok(())
+}
+
+fn cloexec_pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fds, which we own from here on.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(format!(
+            "cannot create a pipe: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: both fds were just returned by pipe2 and are not owned elsewhere.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Where output goes and what the output thread has seen, shared with `execute`.
+#[derive(Default)]
+pub struct Routing {
+    /// The cell output is attributed to: the running one, or the last one between cells.
+    pub cell_id: u64,
+    /// `None` until the first cell: output is then kept in `pending`.
+    pub outbox: Option<Outbox>,
+    pub pending: Vec<u8>,
+    /// Bytes of start-up output that did not fit in `pending`.
+    pub dropped: usize,
+    /// The cell id of the last sync marker read.
+    pub last_marker: Option<u64>,
+    /// The output pipe reached EOF.
+    pub closed: bool,
+}
+
+/// [`Routing`] plus the condvar that announces markers and EOF.
+#[derive(Default)]
+pub struct SharedRouting {
+    state: Mutex<Routing>,
+    changed: Condvar,
+}
+
+impl SharedRouting {
+    /// Locks the state; a panic elsewhere while holding the lock leaves plain data behind,
+    /// so a poisoned lock is still usable.
+    pub fn lock(&self) -> MutexGuard<'_, Routing> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits (bounded) until `done` holds.
+    pub fn wait_until(
+        &self,
+        timeout: std::time::Duration,
+        done: impl Fn(&Routing) -> bool,
+    ) -> MutexGuard<'_, Routing> {
+        let guard = self.lock();
+        self.changed
+            .wait_timeout_while(guard, timeout, |state| !done(state))
+            .map(|(guard, _)| guard)
+            .unwrap_or_else(|e| e.into_inner().0)
+    }
+
+    fn forward(&self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let (cell_id, outbox) = {
+            let mut state = self.lock();
+            match &state.outbox {
+                Some(outbox) => (state.cell_id, outbox.clone()),
+                None => {
+                    let room = MAX_PENDING_BYTES.saturating_sub(state.pending.len());
+                    let kept = room.min(data.len());
+                    state.pending.extend_from_slice(&data[..kept]);
+                    state.dropped += data.len() - kept;
+                    return;
+                }
+            }
+        };
+        // Sent without the lock: a slow supervisor blocks this send, and `execute` must still
+        // be able to look at the state meanwhile.
+        outbox.output(cell_id, OutputStream::Stdout, data);
+    }
+
+    fn mark(&self, update: impl FnOnce(&mut Routing)) {
+        update(&mut self.lock());
+        self.changed.notify_all();
+    }
+}
+
+/// Drains the output pipe until EOF: bytes go to the outbox as they come, sync markers are
+/// cut out and announced.
+pub fn spawn_output_thread(
+    output: File,
+    marker_prefix: Vec<u8>,
+    routing: Arc<SharedRouting>,
+) -> std::io::Result<()> {
+    thread::Builder::new()
+        .name("python-output".into())
+        .spawn(move || {
+            let mut output = output;
+            let mut scanner = MarkerScanner::new(marker_prefix);
+            let mut buffer = vec![0; OUTPUT_CHUNK_BYTES];
+            loop {
+                let read = match output.read(&mut buffer) {
+                    Ok(0) => break,
+                    Ok(read) => read,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                };
+                scanner.feed(&buffer[..read], &mut |piece| match piece {
+                    Piece::Bytes(data) => routing.forward(data),
+                    Piece::Marker(cell_id) => routing.mark(|s| s.last_marker = Some(cell_id)),
+                });
+            }
+            scanner.finish(&mut |piece| {
+                if let Piece::Bytes(data) = piece {
+                    routing.forward(data)
+                }
+            });
+            routing.mark(|s| s.closed = true);
+        })
+        .map(drop)
+}
+
+/// What runner.py says on fd 4.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Event {
+    Ready {
+        version: String,
+    },
+    Display {
+        id: u64,
+        bundle: serde_json::Value,
+    },
+    Done {
+        id: u64,
+        status: String,
+        #[serde(default)]
+        summary: Option<String>,
+        #[serde(default)]
+        marker: bool,
+    },
+}
+
+/// Reads events until EOF. Displays go straight to the outbox of the cell they belong to;
+/// everything else goes to `execute` through `events`; EOF drops the sender, which is how
+/// `execute` learns that python is gone.
+pub fn spawn_event_thread(
+    events: File,
+    routing: Arc<SharedRouting>,
+    sender: Sender<Event>,
+) -> std::io::Result<()> {
+    thread::Builder::new()
+        .name("python-events".into())
+        .spawn(move || {
+            let mut reader = BufReader::new(events);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match reader.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                // A line that is not ours (a cell writing to fd 4) is ignored.
+                let Ok(event) = serde_json::from_slice::<Event>(&line) else {
+                    continue;
+                };
+                match event {
+                    Event::Display { id, bundle } => {
+                        let outbox = routing.lock().outbox.clone();
+                        if let Some(outbox) = outbox {
+                            outbox.display(id, bundle.to_string());
+                        }
+                    }
+                    other => {
+                        if sender.send(other).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+        .map(drop)
+}
+
+/// A piece of the output stream: plain bytes or a sync marker's cell id.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Piece<'a> {
+    Bytes(&'a [u8]),
+    Marker(u64),
+}
+
+/// Longest decimal cell id in a marker.
+const MAX_ID_DIGITS: usize = 20;
+const MARKER_END: u8 = 0x1e;
+
+/// Cuts `<prefix><decimal id>\x1e` markers out of a byte stream that arrives in arbitrary
+/// chunks; a marker split across chunks is held back until it is complete.
+pub struct MarkerScanner {
+    prefix: Vec<u8>,
+    finder: memchr::memmem::Finder<'static>,
+    carry: Vec<u8>,
+}
+
+impl MarkerScanner {
+    pub fn new(prefix: Vec<u8>) -> Self {
+        let finder = memchr::memmem::Finder::new(&prefix).into_owned();
+        MarkerScanner {
+            prefix,
+            finder,
+            carry: Vec::new(),
+        }
+    }
+
+    pub fn feed(&mut self, data: &[u8], sink: &mut dyn FnMut(Piece<'_>)) {
+        if self.carry.is_empty() {
+            let consumed = self.scan(data, sink);
+            self.carry.extend_from_slice(&data[consumed..]);
+        } else {
+            let mut joined = std::mem::take(&mut self.carry);
+            joined.extend_from_slice(data);
+            let consumed = self.scan(&joined, sink);
+            joined.drain(..consumed);
+            self.carry = joined;
+        }
+    }
+
+    /// Flushes whatever was held back (at EOF).
+    pub fn finish(&mut self, sink: &mut dyn FnMut(Piece<'_>)) {
+        sink(Piece::Bytes(&std::mem::take(&mut self.carry)));
+    }
+
+    /// Emits what is certain; returns how many bytes were consumed (the rest may be the
+    /// start of a marker).
+    fn scan(&self, data: &[u8], sink: &mut dyn FnMut(Piece<'_>)) -> usize {
+        let mut position = 0;
+        while let Some(found) = self.finder.find(&data[position..]) {
+            let start = position + found;
+            let digits_start = start + self.prefix.len();
+            let rest = &data[digits_start..];
+            let digits = rest
+                .iter()
+                .take(MAX_ID_DIGITS + 1)
+                .take_while(|b| b.is_ascii_digit())
+                .count();
+            match rest.get(digits) {
+                None if digits <= MAX_ID_DIGITS => {
+                    // The marker may continue in the next chunk.
+                    sink(Piece::Bytes(&data[position..start]));
+                    return start;
+                }
+                Some(&MARKER_END) if digits > 0 => {
+                    let id = std::str::from_utf8(&rest[..digits])
+                        .ok()
+                        .and_then(|text| text.parse().ok());
+                    if let Some(id) = id {
+                        sink(Piece::Bytes(&data[position..start]));
+                        sink(Piece::Marker(id));
+                        position = digits_start + digits + 1;
+                        continue;
+                    }
+                    // Too large for a u64: not ours.
+                    sink(Piece::Bytes(&data[position..=start]));
+                    position = start + 1;
+                }
+                _ => {
+                    // Looks like a marker but is not one: plain output.
+                    sink(Piece::Bytes(&data[position..=start]));
+                    position = start + 1;
+                }
+            }
+        }
+        let keep = self.partial_prefix_len(&data[position..]);
+        let end = data.len() - keep;
+        sink(Piece::Bytes(&data[position..end]));
+        end
+    }
+
+    /// The length of the longest tail of `data` that is a proper start of the prefix.
+    fn partial_prefix_len(&self, data: &[u8]) -> usize {
+        let longest = (self.prefix.len() - 1).min(data.len());
+        (1..=longest)
+            .rev()
+            .find(|&len| data[data.len() - len..] == self.prefix[..len])
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PREFIX: &[u8] = b"\x1esync:abc:";
+
+    fn scan_in_chunks(input: &[u8], chunk: usize) -> (Vec<u8>, Vec<u64>) {
+        let mut scanner = MarkerScanner::new(PREFIX.to_vec());
+        let (mut bytes, mut markers) = (Vec::new(), Vec::new());
+        let mut sink = |piece: Piece<'_>| match piece {
+            Piece::Bytes(data) => bytes.extend_from_slice(data),
+            Piece::Marker(id) => markers.push(id),
+        };
+        for part in input.chunks(chunk) {
+            scanner.feed(part, &mut sink);
+        }
+        scanner.finish(&mut sink);
+        (bytes, markers)
+    }
+
+    #[test]
+    fn markers_are_cut_out_at_every_split() {
+        let input = b"hello\x1esync:abc:7\x1eworld\x1e\x1esync:abc:12\x1e\x1esync";
+        for chunk in 1..=input.len() {
+            let (bytes, markers) = scan_in_chunks(input, chunk);
+            assert_eq!(bytes, b"helloworld\x1e\x1esync", "chunk {chunk}");
+            assert_eq!(markers, vec![7, 12], "chunk {chunk}");
+        }
+    }
+
+    #[test]
+    fn near_misses_stay_output() {
+        let input =
+            b"\x1esync:abc:x\x1e \x1esync:abc:\x1e \x1esync:abc:99999999999999999999999\x1e";
+        for chunk in 1..=input.len() {
+            let (bytes, markers) = scan_in_chunks(input, chunk);
+            assert_eq!(bytes, input.to_vec(), "chunk {chunk}");
+            assert!(markers.is_empty());
+        }
+    }
+}

@@ -1,0 +1,335 @@
+//! Python cells on a python child: the worker is a shim that owns `python -u runner.py`.
+//!
+//! - [`interpreter`]: which python to start (virtualenvs, the configured one, PATH, with
+//!   version-manager shims resolved to the real binary).
+//! - [`child`]: spawning it with its pipes and draining them.
+//! - `runner.py` (embedded, written once to the runtime directory): runs the cells.
+//!
+//! The child's stdout and stderr share one pipe, so prints, tracebacks and the output of
+//! `os.system` keep their exact order (all of it is relayed as `Stdout`). After each cell the
+//! runner writes a sync marker to that pipe before its `done` event, and `execute` reports
+//! the cell done only once the marker came through, so no output of a cell trails its `Done`.
+
+mod child;
+pub mod interpreter;
+
+use crate::runtime::{Engine, Interrupt, Outbox, WorkerContext, WorkerError};
+use cellvisor_ipc::{CellOutcome, ExecuteCell, Language, OutputStream};
+use child::{Event, SharedRouting};
+use interpreter::Interpreter;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const RUNNER_SOURCE: &str = include_str!("runner.py");
+
+/// How long python may take to start and say `ready`.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `execute` waits for a cell's sync marker after its `done` event; only a cell
+/// that broke the output pipe makes it wait that long.
+const SYNC_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often `execute` checks that python is still alive while a cell runs (EOF on the
+/// event pipe is the fast path, but a process the cell forked may hold that pipe open).
+const LIVENESS_INTERVAL: Duration = Duration::from_millis(100);
+/// How long a python that closed its event pipe gets to exit before it is killed.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+/// How long the last output of a dead python may take to drain.
+const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The python child, the pipes to it and what its threads share with us.
+pub struct PythonEngine {
+    child: Child,
+    commands: File,
+    events: Receiver<Event>,
+    routing: Arc<SharedRouting>,
+    /// The pid interrupts go to; `None` once the child is reaped, so a recycled pid is
+    /// never signalled.
+    signal_target: Arc<Mutex<Option<Pid>>>,
+    program: PathBuf,
+    name: String,
+    /// Why python can no longer run cells, once it died.
+    dead: Option<String>,
+}
+
+impl PythonEngine {
+    pub fn new(context: &WorkerContext) -> Result<Self, WorkerError> {
+        let interpreter = interpreter::locate(&context.runtime_dir).map_err(WorkerError::Engine)?;
+        Self::start(&interpreter, &context.runtime_dir)
+    }
+
+    /// Starts `interpreter` on the runner and waits for it to say it is ready.
+    pub fn start(interpreter: &Interpreter, runtime_dir: &Path) -> Result<Self, WorkerError> {
+        let runner = install_runner(runtime_dir).map_err(WorkerError::Engine)?;
+        let token = random_token();
+        let spawned = child::spawn(interpreter, &runner, &token).map_err(WorkerError::Engine)?;
+        let pid = Pid::from_raw(spawned.child.id() as i32);
+        let routing = Arc::new(SharedRouting::default());
+        let (sender, events) = mpsc::channel();
+        let mut engine = PythonEngine {
+            child: spawned.child,
+            commands: spawned.commands,
+            events,
+            routing: Arc::clone(&routing),
+            signal_target: Arc::new(Mutex::new(Some(pid))),
+            program: interpreter.program.clone(),
+            name: String::new(),
+            dead: None,
+        };
+        let prefix = format!("\x1ecellvisor-sync:{token}:").into_bytes();
+        let threads = child::spawn_output_thread(spawned.output, prefix, Arc::clone(&routing))
+            .and_then(|()| child::spawn_event_thread(spawned.events, routing, sender));
+        if let Err(e) = threads {
+            return Err(WorkerError::Engine(format!(
+                "cannot start the python pipe threads: {e}"
+            )));
+        }
+        engine.name = engine.wait_ready()?;
+        Ok(engine)
+    }
+
+    fn wait_ready(&mut self) -> Result<String, WorkerError> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(Event::Ready { version }) => return Ok(version),
+                Ok(_) => continue,
+                Err(RecvTimeoutError::Disconnected) => {
+                    let how = self.reap();
+                    return Err(self.start_failure(&how));
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    self.kill_and_reap();
+                    let how = format!("did not start within {} s", START_TIMEOUT.as_secs());
+                    return Err(self.start_failure(&how));
+                }
+            }
+        }
+    }
+
+    /// An error that says which python failed and shows what it printed.
+    fn start_failure(&self, how: &str) -> WorkerError {
+        let guard = self.routing.wait_until(DRAIN_TIMEOUT, |s| s.closed);
+        let printed = String::from_utf8_lossy(&guard.pending);
+        let printed = printed.trim_end();
+        let mut message = format!("python ({}) failed to start: {how}", self.program.display());
+        if !printed.is_empty() {
+            message.push_str(":\n");
+            message.push_str(printed);
+        }
+        WorkerError::Engine(message)
+    }
+
+    /// Checks, without blocking, whether python has exited (reaping it if so).
+    fn poll_exit(&mut self) -> Option<ExitStatus> {
+        let mut target = self.signal_target.lock().unwrap_or_else(|e| e.into_inner());
+        match self.child.try_wait() {
+            Ok(Some(status)) => {
+                *target = None;
+                Some(status)
+            }
+            Ok(None) => None,
+            // Already reaped or not ours to wait for: treat as gone.
+            Err(_) => {
+                *target = None;
+                Some(ExitStatus::from_raw(0))
+            }
+        }
+    }
+
+    /// Waits (bounded) for python to exit, killing it if it lingers; says how it ended.
+    fn reap(&mut self) -> String {
+        let deadline = Instant::now() + EXIT_GRACE;
+        loop {
+            if let Some(status) = self.poll_exit() {
+                return describe_exit(status);
+            }
+            if Instant::now() >= deadline {
+                self.kill_and_reap();
+                return "python stopped answering (its event pipe closed) and was killed".into();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn kill_and_reap(&mut self) {
+        let mut target = self.signal_target.lock().unwrap_or_else(|e| e.into_inner());
+        *target = None;
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Python died under a cell: let its last output through, remember why, and give the
+    /// error that ends the worker.
+    fn died(&mut self, how: String) -> WorkerError {
+        drop(self.routing.wait_until(DRAIN_TIMEOUT, |s| s.closed));
+        self.dead = Some(how.clone());
+        WorkerError::Engine(how)
+    }
+
+    fn send_interrupt(&self) {
+        let target = self.signal_target.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(pid) = *target {
+            let _ = kill(pid, Signal::SIGINT);
+        }
+    }
+
+    /// Points output at `cell` and hands it what python printed before the first cell.
+    fn route_to(&self, cell_id: u64, outbox: &Outbox) {
+        let (pending, dropped) = {
+            let mut state = self.routing.lock();
+            state.cell_id = cell_id;
+            state.outbox = Some(outbox.clone());
+            state.last_marker = None;
+            (
+                std::mem::take(&mut state.pending),
+                std::mem::take(&mut state.dropped),
+            )
+        };
+        outbox.output(cell_id, OutputStream::Stdout, &pending);
+        if dropped > 0 {
+            let note =
+                format!("[cellvisor: {dropped} more bytes of python start-up output dropped]\n");
+            outbox.output(cell_id, OutputStream::Stdout, note.as_bytes());
+        }
+    }
+
+    fn wait_done(&mut self, cell_id: u64) -> Result<(String, Option<String>, bool), WorkerError> {
+        loop {
+            match self.events.recv_timeout(LIVENESS_INTERVAL) {
+                Ok(Event::Done {
+                    id,
+                    status,
+                    summary,
+                    marker,
+                }) if id == cell_id => return Ok((status, summary, marker)),
+                Ok(_) => continue,
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Some(status) = self.poll_exit() {
+                        return Err(self.died(describe_exit(status)));
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    let how = self.reap();
+                    return Err(self.died(how));
+                }
+            }
+        }
+    }
+}
+
+impl Engine for PythonEngine {
+    const LANGUAGE: Language = Language::Python;
+
+    fn engine_name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn interrupt_hook(&self) -> Option<Arc<dyn Fn() + Send + Sync>> {
+        let target = Arc::clone(&self.signal_target);
+        Some(Arc::new(move || {
+            let target = target.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(pid) = *target {
+                // The child only: the cell's own subprocesses are the supervisor's business.
+                let _ = kill(pid, Signal::SIGINT);
+            }
+        }))
+    }
+
+    fn execute(
+        &mut self,
+        cell: &ExecuteCell,
+        outbox: &Outbox,
+        interrupt: &Interrupt,
+    ) -> Result<CellOutcome, WorkerError> {
+        if let Some(how) = &self.dead {
+            return Err(WorkerError::Engine(how.clone()));
+        }
+        self.route_to(cell.cell_id, outbox);
+        let mut command = serde_json::json!({
+            "type": "execute",
+            "id": cell.cell_id,
+            "code": cell.code,
+        })
+        .to_string();
+        command.push('\n');
+        if self.commands.write_all(command.as_bytes()).is_err() {
+            let how = self.reap();
+            return Err(self.died(how));
+        }
+        // An interrupt raised before the command was in the pipe reached an idle runner,
+        // which drops it; now the runner will apply it to this cell.
+        if interrupt.is_raised() {
+            self.send_interrupt();
+        }
+        let (status, summary, marker) = self.wait_done(cell.cell_id)?;
+        if marker {
+            drop(self.routing.wait_until(SYNC_TIMEOUT, |s| {
+                s.last_marker == Some(cell.cell_id) || s.closed
+            }));
+        }
+        Ok(match status.as_str() {
+            "ok" => CellOutcome::Completed,
+            "interrupted" => CellOutcome::Interrupted,
+            _ => CellOutcome::Failed {
+                summary: summary.unwrap_or_else(|| "error".into()),
+            },
+        })
+    }
+}
+
+impl Drop for PythonEngine {
+    fn drop(&mut self) {
+        self.kill_and_reap();
+    }
+}
+
+/// "python exited with code 3" / "python was killed by signal 11 (SIGSEGV)".
+fn describe_exit(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("python exited with code {code}");
+    }
+    match status.signal() {
+        Some(number) => match Signal::try_from(number) {
+            Ok(signal) => format!("python was killed by signal {number} ({})", signal.as_str()),
+            Err(_) => format!("python was killed by signal {number}"),
+        },
+        None => format!("python ended: {status}"),
+    }
+}
+
+/// Writes runner.py into the runtime directory under a name that changes with its content,
+/// so workers of different builds never run each other's runner.
+fn install_runner(runtime_dir: &Path) -> Result<PathBuf, String> {
+    let hash = interpreter::fnv1a(RUNNER_SOURCE.as_bytes());
+    let path = runtime_dir.join(format!("runner-{:012x}.py", hash >> 16));
+    if !path.is_file() {
+        interpreter::write_atomically(&path, RUNNER_SOURCE.as_bytes())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(path)
+}
+
+/// A nonce for the output sync markers, so a cell cannot fake one by accident.
+fn random_token() -> String {
+    let mut bytes = [0u8; 16];
+    let read = File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    if read.is_err() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let seed = format!("{}:{:?}:{:p}", std::process::id(), now, &bytes);
+        bytes[..8].copy_from_slice(&interpreter::fnv1a(seed.as_bytes()).to_le_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests;

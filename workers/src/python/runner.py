@@ -1,0 +1,446 @@
+"""cellvisor's Python runner: runs cells for the Rust shim that started it.
+
+File descriptors (set up by the shim):
+  0  /dev/null
+  1  stdout and 2 stderr: the same pipe, which the shim drains and relays
+  3  commands from the shim, one JSON object per line
+  4  events to the shim, one JSON object per line
+
+Start-up stays cheap: only modules that `site` already loaded (or tiny built-ins) are
+imported here; asyncio, traceback and base64 are imported when a cell first needs them.
+"""
+
+import ast
+import builtins
+import io
+import json
+import linecache
+import os
+import select
+import signal
+import sys
+import threading
+import time
+
+COMMAND_FD = 3
+EVENT_FD = 4
+STDIN_MESSAGE = "Kernel requested stdin; interactive input is not supported."
+RUNNER_FILE = __file__
+# Where a cell's trailing expression value is parked for a moment.
+RESULT_NAME = "__cellvisor_result__"
+
+
+class StdinNotImplementedError(NotImplementedError):
+    """Raised when a cell reads stdin: cells run without a terminal."""
+
+
+class _State:
+    cell_id = 0
+    # User code of a cell is running, so SIGINT may raise KeyboardInterrupt.
+    running = False
+    # Depth of runner sections (event writes) that a KeyboardInterrupt must not tear.
+    critical = 0
+    # SIGINT arrived inside a critical section: raise once the section ends.
+    deferred_interrupt = False
+    # Bytes of the next command have arrived: SIGINT now means that cell.
+    claimed = False
+    # SIGINT arrived after the next cell's command was sent but before it started.
+    early_interrupt = False
+    loop = None
+
+
+_state = _State()
+_event_lock = threading.Lock()
+_main_thread_id = threading.get_ident()
+
+
+class _Uninterruptible:
+    """A runner section a KeyboardInterrupt must not tear (an event line half written, an
+    import half done): SIGINT during it is raised when it ends. Main thread only, since
+    Python runs signal handlers there."""
+
+    def __enter__(self):
+        self.on_main = threading.get_ident() == _main_thread_id
+        if self.on_main:
+            _state.critical += 1
+
+    def __exit__(self, *exc_info):
+        if not self.on_main:
+            return
+        _state.critical -= 1
+        if _state.deferred_interrupt and not _state.critical:
+            _state.deferred_interrupt = False
+            if _state.running and exc_info[0] is None:
+                raise KeyboardInterrupt
+
+
+def _send_event(event):
+    """Writes one event line to the shim, in one piece."""
+    # Lone surrogates would make invalid JSON for the shim: they become "?".
+    line = json.dumps(event, ensure_ascii=False) + "\n"
+    data = memoryview(line.encode("utf-8", "replace"))
+    with _Uninterruptible(), _event_lock:
+        try:
+            while data:
+                written = os.write(EVENT_FD, data)
+                data = data[written:]
+        except OSError:
+            # The shim is gone (or a cell closed fd 4): nobody can hear us any more.
+            os._exit(1)
+
+
+def _command_pending():
+    try:
+        readable, _, _ = select.select([COMMAND_FD], [], [], 0)
+        return bool(readable)
+    except (OSError, ValueError):
+        return False
+
+
+def _on_sigint(signum, frame):
+    if _state.running:
+        if _state.critical:
+            _state.deferred_interrupt = True
+            return
+        raise KeyboardInterrupt
+    # Idle. A command already here or waiting means the interrupt is for that cell;
+    # otherwise it is a late one for a cell that has finished, and is dropped.
+    if _state.claimed or _command_pending():
+        _state.early_interrupt = True
+
+
+def _refuse_stdin(*args, **kwargs):
+    raise StdinNotImplementedError(STDIN_MESSAGE)
+
+
+class _NoStdin(io.TextIOBase):
+    """sys.stdin for cells: any read fails with the message hosts look for."""
+
+    encoding = "utf-8"
+    read = _refuse_stdin
+    readline = _refuse_stdin
+    readlines = _refuse_stdin
+
+    def readable(self):
+        return True
+
+    def isatty(self):
+        return False
+
+    def close(self):
+        """`exit()` closes stdin before raising SystemExit; later reads must still give
+        the stdin message."""
+
+
+def _json_or_none(value):
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def _safe_repr(value):
+    try:
+        return repr(value)
+    except Exception as error:  # a broken __repr__ must not break display()
+        return "<%s object (repr failed: %s)>" % (type(value).__name__, error)
+
+
+_RICH_REPRS = (
+    ("_repr_html_", "text/html"),
+    ("_repr_markdown_", "text/markdown"),
+    ("_repr_svg_", "image/svg+xml"),
+    ("_repr_latex_", "text/latex"),
+    ("_repr_json_", "application/json"),
+    ("_repr_png_", "image/png"),
+    ("_repr_jpeg_", "image/jpeg"),
+)
+
+
+def _rich_bundle(value):
+    bundle = {}
+    method = getattr(type(value), "_repr_mimebundle_", None)
+    if method is not None:
+        try:
+            result = value._repr_mimebundle_()
+            if isinstance(result, tuple):
+                result = result[0]
+            if isinstance(result, dict):
+                bundle.update(result)
+        except Exception:
+            pass
+    for name, mime in _RICH_REPRS:
+        if mime in bundle or getattr(type(value), name, None) is None:
+            continue
+        try:
+            data = getattr(value, name)()
+        except Exception:
+            continue
+        if isinstance(data, tuple):
+            data = data[0]
+        if data is None:
+            continue
+        if isinstance(data, (bytes, bytearray)):
+            import base64
+
+            data = base64.b64encode(bytes(data)).decode("ascii")
+        bundle[mime] = data
+    return bundle
+
+
+def _bundle(value):
+    bundle = {}
+    if isinstance(value, (dict, list, tuple)):
+        as_json = _json_or_none(value)
+        if as_json is not None:
+            bundle["application/json"] = as_json
+    else:
+        bundle.update(_rich_bundle(value))
+    bundle = {str(key): data for key, data in bundle.items() if _json_or_none(data) is not None}
+    if "text/plain" not in bundle:
+        bundle["text/plain"] = value if isinstance(value, str) else _safe_repr(value)
+    return bundle
+
+
+def display(*values, **_ignored):
+    """Shows values as rich output of the running cell (MIME bundles)."""
+    for value in values:
+        _flush_std()
+        _send_event({"type": "display", "id": _state.cell_id, "bundle": _bundle(value)})
+
+
+def _flush_std():
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def _hidden_frame(filename):
+    if filename == RUNNER_FILE:
+        return True
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is not None:
+        return filename.startswith(os.path.dirname(asyncio.__file__) + os.sep)
+    return False
+
+
+def _summary(error):
+    kind = type(error)
+    name = kind.__qualname__
+    if kind.__module__ not in ("builtins", "__main__"):
+        name = kind.__module__ + "." + name
+    if isinstance(error, SyntaxError):
+        message = error.msg or ""
+    else:
+        try:
+            message = str(error)
+        except Exception:
+            message = "<exception str() failed>"
+    message = message.strip().splitlines()[0] if message.strip() else ""
+    return name + ": " + message if message else name
+
+
+def _report_error(error):
+    """Prints the traceback without the runner's own frames; returns the summary."""
+    import traceback
+
+    tb = error.__traceback__
+    while tb is not None and _hidden_frame(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    try:
+        text = "".join(traceback.format_exception(type(error), error, tb))
+    except Exception:
+        text = _summary(error) + "\n"
+    _flush_std()
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except Exception:
+        try:
+            os.write(2, text.encode("utf-8", "backslashreplace"))
+        except OSError:
+            pass  # the cell closed stderr; the summary still reaches the shim
+    return _summary(error)
+
+
+def _run_code(code_object, namespace):
+    result = eval(code_object, namespace)
+    if code_object.co_flags & 0x80:  # inspect.CO_COROUTINE: top-level await
+        result = _run_coroutine(result)
+    return result
+
+
+def _run_coroutine(coroutine):
+    try:
+        with _Uninterruptible():
+            import asyncio
+    except KeyboardInterrupt:
+        coroutine.close()  # never started: no "never awaited" warning
+        raise
+
+    if _state.loop is None or _state.loop.is_closed():
+        _state.loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(_state.loop)
+    task = _state.loop.create_task(coroutine)
+    try:
+        return _state.loop.run_until_complete(task)
+    except KeyboardInterrupt:
+        if not task.done():
+            task.cancel()
+            try:
+                _state.loop.run_until_complete(task)
+            except BaseException:
+                pass
+        raise
+
+
+def _run_cell(cell_id, source, namespace):
+    """Runs one cell; returns (status, summary).
+
+    The cell is compiled as one unit so that top-level `await` anywhere makes the whole
+    cell one coroutine on the persistent loop; a trailing expression is rewritten into an
+    assignment to a hidden name, whose value is then shown like IPython's Out.
+    """
+    filename = "<cell %d>" % cell_id
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    try:
+        tree = ast.parse(source, filename, "exec")
+        has_value = bool(tree.body) and isinstance(tree.body[-1], ast.Expr)
+        if has_value:
+            last = tree.body[-1]
+            target = ast.Name(id=RESULT_NAME, ctx=ast.Store())
+            tree.body[-1] = ast.copy_location(ast.Assign(targets=[target], value=last.value), last)
+            ast.fix_missing_locations(tree)
+        code = compile(tree, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        try:
+            _run_code(code, namespace)
+            value = namespace.get(RESULT_NAME)
+        finally:
+            namespace.pop(RESULT_NAME, None)
+        if value is not None:
+            sys.stdout.write(repr(value) + "\n")
+        return "ok", None
+    except KeyboardInterrupt:
+        _state.running = False
+        _flush_std()
+        return "interrupted", None
+    except BaseException as error:  # SystemExit included: exit() ends the cell, not us
+        return "error", _report_error(error)
+
+
+def _execute(cell_id, source, namespace):
+    _state.cell_id = cell_id
+    outcome = ("interrupted", None)
+    try:
+        try:
+            _state.running = True
+            if _state.early_interrupt:
+                _state.early_interrupt = False
+                raise KeyboardInterrupt
+            outcome = _run_cell(cell_id, source, namespace)
+        finally:
+            _state.running = False
+            _state.claimed = False
+    except KeyboardInterrupt:
+        # Landed in runner code between the cell's end and the flag going down.
+        outcome = ("interrupted", None)
+    _state.early_interrupt = False
+    _state.deferred_interrupt = False
+    return outcome
+
+
+def _sync(cell_id, marker_fd, token):
+    """Flushes the cell's output and writes the marker the shim waits for, so the cell's
+    output is all relayed before its done event."""
+    _flush_std()
+    try:
+        os.write(marker_fd, ("\x1ecellvisor-sync:%s:%d\x1e" % (token, cell_id)).encode())
+        return True
+    except OSError:
+        return False
+
+
+class _CommandReader:
+    """Reads command lines from fd 3. It waits with select before reading, so that from
+    the moment a command's bytes arrive until its cell ends an interrupt counts for that
+    cell (see `_on_sigint`), even one landing between the read and the cell's start."""
+
+    def __init__(self):
+        self.buffer = bytearray()
+
+    def next_line(self):
+        while True:
+            newline = self.buffer.find(b"\n")
+            if newline >= 0:
+                line = bytes(self.buffer[:newline])
+                del self.buffer[: newline + 1]
+                return line
+            select.select([COMMAND_FD], [], [])
+            _state.claimed = True
+            chunk = os.read(COMMAND_FD, 1 << 16)
+            if not chunk:
+                return None
+            self.buffer += chunk
+
+
+def _watch_parent(parent):
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def _main_module():
+    """The cells' namespace is a fresh `__main__` module (so pickle and `import __main__`
+    see the cells' names), not the runner's own globals."""
+    module = type(sys)("__main__")
+    module.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = module
+    return module.__dict__
+
+
+def main():
+    token = os.environ.pop("CELLVISOR_SYNC_TOKEN", "")
+    os.set_inheritable(COMMAND_FD, False)
+    os.set_inheritable(EVENT_FD, False)
+    marker_fd = os.dup(1)  # not inheritable; survives cells that close or move fd 1
+    sys.path[0] = ""  # like an interactive session: the cwd, not the runner's directory
+    signal.signal(signal.SIGINT, _on_sigint)
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    sys.stdin = _NoStdin()
+    builtins.input = _refuse_stdin
+    builtins.display = display
+    namespace = _main_module()
+    commands = _CommandReader()
+    name = "PyPy" if sys.implementation.name == "pypy" else "Python"
+    version = "%d.%d.%d" % sys.version_info[:3]
+    _send_event({"type": "ready", "version": name + " " + version, "executable": sys.executable})
+    while True:
+        try:
+            line = commands.next_line()
+            if line is None:
+                return
+            try:
+                command = json.loads(line)
+                cell_id, source = int(command["id"]), str(command["code"])
+            except (ValueError, KeyError, TypeError):
+                _state.claimed = False
+                continue
+            try:
+                status, summary = _execute(cell_id, source, namespace)
+            except Exception as error:  # the runner's own reporting failed; keep serving
+                status, summary = "error", _summary(error)
+            marker = _sync(cell_id, marker_fd, token)
+            done = {"type": "done", "id": cell_id, "status": status, "marker": marker}
+            if summary is not None:
+                done["summary"] = summary
+            _send_event(done)
+        except KeyboardInterrupt:
+            continue
+
+
+if __name__ == "__main__":
+    main()
