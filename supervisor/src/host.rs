@@ -73,6 +73,7 @@ pub struct Cellvisor {
     /// another request's cells for the same session.
     request_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    usage: Mutex<crate::usage::UsageSampler>,
     system: actix::System,
     run_dir: PathBuf,
     _run_dir_guard: tempfile::TempDir,
@@ -136,6 +137,7 @@ impl Cellvisor {
             supervisor,
             request_locks: Mutex::new(HashMap::new()),
             thread: Mutex::new(Some(thread)),
+            usage: Mutex::default(),
             system,
             run_dir,
             _run_dir_guard: run_dir_guard,
@@ -270,12 +272,24 @@ impl Cellvisor {
         self.control(session, language, ControlAction::Close).await
     }
 
-    /// One row per live session.
+    /// One row per live session, with each worker's memory and CPU.
     pub async fn status(&self) -> Result<Vec<SessionStatus>, RequestError> {
-        self.supervisor
+        let mut rows = self
+            .supervisor
             .send(Status)
             .await
-            .map_err(|_| RequestError::Stopped)
+            .map_err(|_| RequestError::Stopped)?;
+        let pids: Vec<u32> = rows.iter().filter_map(|r| r.pid).collect();
+        if let Ok(mut sampler) = self.usage.lock() {
+            let usage = sampler.sample(&pids);
+            for row in &mut rows {
+                if let Some(u) = row.pid.and_then(|pid| usage.get(&pid)) {
+                    row.rss_bytes = Some(u.rss_bytes);
+                    row.cpu_percent = Some(u.cpu_percent);
+                }
+            }
+        }
+        Ok(rows)
     }
 
     /// Applies a new configuration to new cells and new workers.

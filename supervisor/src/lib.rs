@@ -11,6 +11,8 @@
 //! - [`spawn`]: starting a worker process, stopping its process group.
 //! - [`output`]: a cell's bounded output sink with artifact spill.
 //! - [`environment`], [`limits`]: what a worker inherits: filtered variables, rlimits.
+//! - [`usage`]: memory and CPU of workers (for `status` and the RSS cap).
+//! - [`daemon`]: the JSON-RPC daemon, its protocol and its client.
 //! - [`worker_entry`]: the hidden `__worker` entry point for programs that embed cellvisor.
 
 pub mod cell;
@@ -23,6 +25,7 @@ pub mod output;
 pub mod session;
 pub mod spawn;
 pub mod supervisor;
+pub mod usage;
 pub mod worker_entry;
 
 pub use cell::{CellEvent, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};

@@ -11,7 +11,7 @@ use actix::prelude::*;
 use cellvisor_config::Config;
 use cellvisor_ipc::{CellOutcome as WorkerOutcome, ExecuteCell, Language, ToWorker};
 use nix::sys::signal::Signal;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::fmt;
 use std::path::PathBuf;
@@ -34,7 +34,7 @@ impl fmt::Display for SessionKey {
 }
 
 /// What a session is doing, as `status` reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionState {
     Starting,
@@ -45,7 +45,7 @@ pub enum SessionState {
 }
 
 /// One row of `status`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionStatus {
     pub session: String,
     pub language: Language,
@@ -56,6 +56,10 @@ pub struct SessionStatus {
     pub restarts: u32,
     pub idle_ms: u64,
     pub queued: usize,
+    /// Resident memory of the worker and its children, when sampled.
+    pub rss_bytes: Option<u64>,
+    /// CPU use of the worker and its children since the previous status, in percent of a core.
+    pub cpu_percent: Option<f32>,
 }
 
 /// A cell to run, with where to send its outcome.
@@ -762,6 +766,8 @@ impl Handler<QueryStatus> for Session {
                 self.last_active.elapsed().as_millis() as u64
             },
             queued: self.queue.len(),
+            rss_bytes: None,
+            cpu_percent: None,
         })
     }
 }

@@ -1,11 +1,13 @@
 //! `cellvisor eval`: run cells and print their results.
 
-use super::EXIT_USAGE;
+use super::{usage_error, Globals};
+use cellvisor::daemon::client::{Client, ClientError};
+use cellvisor::daemon::protocol::code;
 use cellvisor::{
     CellResult, CellSpec, CellStatus, Cellvisor, EvalRequest, EvalResult, Language, Options,
 };
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct EvalArgs {
@@ -38,7 +40,8 @@ pub struct EvalArgs {
     /// Print the whole structured result as JSON.
     #[arg(long)]
     json: bool,
-    /// Run the cells in this process instead of through the daemon.
+    /// Run the cells in a supervisor inside this process instead of through the daemon
+    /// (state then lasts only for this command).
     #[arg(long)]
     no_daemon: bool,
 }
@@ -46,57 +49,71 @@ pub struct EvalArgs {
 /// Bad input: printed as `error: ...`, exit status 2.
 struct UsageError(String);
 
-pub fn run(args: EvalArgs, config_path: Option<&Path>) -> i32 {
+pub async fn run(args: EvalArgs, globals: &Globals) -> i32 {
     let request = match build_request(&args) {
         Ok(request) => request,
-        Err(UsageError(message)) => {
-            eprintln!("error: {message}");
-            return EXIT_USAGE;
-        }
+        Err(UsageError(message)) => return usage_error(message),
     };
-    let config = match cellvisor_config::load(config_path) {
+    let config = match globals.load_config() {
         Ok(config) => config,
-        Err(err) => {
-            eprintln!("error: {err}");
-            return EXIT_USAGE;
-        }
+        Err(err) => return usage_error(err),
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("error: cannot start the async runtime: {err}");
-            return 1;
-        }
+    let result = if args.no_daemon {
+        run_in_process(request, config).await
+    } else {
+        run_through_daemon(request, globals.socket(&config), globals.config_path()).await
     };
-    let json = args.json;
-    runtime.block_on(async move {
-        let cellvisor = match Cellvisor::start(Options {
-            config,
-            worker_exe: None,
-            runtime_dir: None,
-        }) {
-            Ok(cellvisor) => cellvisor,
-            Err(err) => {
-                eprintln!("error: {err}");
-                return 1;
-            }
-        };
-        let result = cellvisor.eval(request, None).await;
-        cellvisor.shutdown().await;
-        match result {
-            Ok(result) => {
-                print_result(&result, json);
-                i32::from(result.is_error)
-            }
-            Err(err) => {
-                eprintln!("error: {err}");
-                EXIT_USAGE
-            }
+    match result {
+        Ok(result) => {
+            print_result(&result, args.json);
+            i32::from(result.is_error)
         }
+        Err(Failure::Refused(message)) => usage_error(message),
+        Err(Failure::Broken(message)) => {
+            eprintln!("error: {message}");
+            1
+        }
+    }
+}
+
+/// Why no result came back: the request was refused (bad input), or something broke.
+enum Failure {
+    Refused(String),
+    Broken(String),
+}
+
+async fn run_in_process(
+    request: EvalRequest,
+    config: cellvisor::Config,
+) -> Result<EvalResult, Failure> {
+    let cellvisor = Cellvisor::start(Options {
+        config,
+        worker_exe: None,
+        runtime_dir: None,
     })
+    .map_err(|e| Failure::Broken(e.to_string()))?;
+    let result = cellvisor.eval(request, None).await;
+    cellvisor.shutdown().await;
+    result.map_err(|e| Failure::Refused(e.to_string()))
+}
+
+async fn run_through_daemon(
+    request: EvalRequest,
+    socket: PathBuf,
+    config: Option<PathBuf>,
+) -> Result<EvalResult, Failure> {
+    let mut client = Client::connect_or_start(&socket, config.as_deref())
+        .await
+        .map_err(|e| Failure::Broken(e.to_string()))?;
+    client
+        .eval(&request, |_| {})
+        .await
+        .map_err(|err| match err {
+            ClientError::Rpc(error) if error.code != code::SHUTTING_DOWN => {
+                Failure::Refused(error.message)
+            }
+            other => Failure::Broken(other.to_string()),
+        })
 }
 
 fn build_request(args: &EvalArgs) -> Result<EvalRequest, UsageError> {

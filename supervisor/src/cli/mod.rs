@@ -1,6 +1,8 @@
 //! Command-line interface: argument parsing and the subcommands.
 
 mod eval;
+mod serve;
+mod sessions;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -16,16 +18,54 @@ pub const EXIT_USAGE: i32 = 2;
 )]
 struct Cli {
     /// Configuration file (default: $CELLVISOR_CONFIG, then $XDG_CONFIG_HOME/cellvisor/config.toml).
-    #[arg(long, global = true, env = "CELLVISOR_CONFIG")]
+    #[arg(long, global = true)]
     config: Option<PathBuf>,
+    /// The daemon's socket (default: $CELLVISOR_SOCKET, then daemon.socket from the config,
+    /// then daemon.sock in the runtime directory).
+    #[arg(long, global = true)]
+    socket: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run cells and print their results.
+    /// Run cells and print their results (through the daemon, started on first use).
     Eval(eval::EvalArgs),
+    /// Run the daemon in the foreground.
+    Serve,
+    /// List live sessions: pid, state, memory, CPU, idle time, cells, restarts.
+    Status(sessions::StatusArgs),
+    /// Interrupt the running cell of a session.
+    Interrupt(sessions::SessionArgs),
+    /// Replace a session's workers with fresh ones (state is lost, a failed session recovers).
+    Reset(sessions::SessionArgs),
+    /// Close a session's workers.
+    Close(sessions::SessionArgs),
+    /// Stop the daemon and every worker.
+    Stop,
+}
+
+/// Global settings every subcommand may need.
+pub struct Globals {
+    config_path: Option<PathBuf>,
+    socket: Option<PathBuf>,
+}
+
+impl Globals {
+    /// The config file in force: `--config`, else the usual search.
+    fn config_path(&self) -> Option<PathBuf> {
+        cellvisor_config::locate(self.config_path.as_deref())
+    }
+
+    fn load_config(&self) -> Result<cellvisor::Config, String> {
+        cellvisor_config::load(self.config_path.as_deref()).map_err(|e| e.to_string())
+    }
+
+    /// The daemon socket, given the configuration.
+    fn socket(&self, config: &cellvisor::Config) -> PathBuf {
+        cellvisor::daemon::socket_path(self.socket.as_deref(), config.daemon.socket.as_deref())
+    }
 }
 
 /// Runs the command line; returns the process exit code.
@@ -38,17 +78,51 @@ pub fn main() -> i32 {
             return code;
         }
     };
-    init_logging();
-    match cli.command {
-        Command::Eval(args) => eval::run(args, cli.config.as_deref()),
-    }
+    let globals = Globals {
+        config_path: cli.config,
+        socket: cli.socket,
+    };
+    let default_log = if matches!(cli.command, Command::Serve) {
+        "info"
+    } else {
+        "error"
+    };
+    init_logging(default_log);
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return 1;
+        }
+    };
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Eval(args) => eval::run(args, &globals).await,
+            Command::Serve => serve::run(&globals).await,
+            Command::Status(args) => sessions::status(args, &globals).await,
+            Command::Interrupt(args) => sessions::control(args, "interrupt", &globals).await,
+            Command::Reset(args) => sessions::control(args, "reset", &globals).await,
+            Command::Close(args) => sessions::control(args, "close", &globals).await,
+            Command::Stop => sessions::stop(&globals).await,
+        }
+    })
 }
 
-fn init_logging() {
+fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CELLVISOR_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// Prints `error: ...` and returns the usage exit code.
+fn usage_error(message: impl std::fmt::Display) -> i32 {
+    eprintln!("error: {message}");
+    EXIT_USAGE
 }

@@ -57,6 +57,7 @@ struct Daemon {
 /// Runs the daemon until `shutdown`, SIGTERM or SIGINT (or its idle exit).
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let listener = bind(&options.socket).await?;
+    let socket_inode = socket_inode(&options.socket);
     let idle_exit = options.supervisor.config.daemon.idle_exit;
     let cv = Cellvisor::start(options.supervisor)?;
     let (shutdown, mut shutdown_rx) = watch::channel(false);
@@ -95,9 +96,19 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         }
     }
     tracing::info!("shutting down: stopping every worker");
-    let _ = std::fs::remove_file(&options.socket);
+    drop(listener);
     daemon.cv.shutdown().await;
+    // A daemon started meanwhile may have replaced our socket file; leave its one alone.
+    if socket_inode.is_some() && socket_inode == self::socket_inode(&options.socket) {
+        let _ = std::fs::remove_file(&options.socket);
+    }
+    tracing::info!("stopped");
     Ok(())
+}
+
+fn socket_inode(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.ino())
 }
 
 /// Binds the socket in a private directory, replacing a stale socket file but never a live one.

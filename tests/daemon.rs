@@ -1,0 +1,414 @@
+//! The daemon end to end: `cellvisor serve` driven over its socket by a test client, and the
+//! CLI as its client.
+
+mod common;
+
+use common::{wait_until, World};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// A daemon in the foreground, stopped (and proven gone) at the end of the test.
+struct Daemon {
+    world: World,
+    child: Option<Child>,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        let world = World::with_config(
+            "[sessions]\nheartbeat-interval = \"200ms\"\nheartbeat-timeout = \"1s\"\n",
+        );
+        let socket = world.runtime_dir().join("cellvisor").join("test.sock");
+        let child = world
+            .command()
+            .args(["serve", "--socket"])
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn serve");
+        let daemon = Daemon {
+            world,
+            child: Some(child),
+            socket,
+        };
+        let up = wait_until(Duration::from_secs(15), || {
+            UnixStream::connect(&daemon.socket).map(|_| ())
+        });
+        assert!(up.is_ok(), "daemon never listened: {up:?}");
+        daemon
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(&self.socket)
+    }
+
+    fn stop(mut self) {
+        let mut client = self.client();
+        client
+            .call("shutdown", json!({}))
+            .expect("shutdown answered");
+        if let Some(mut child) = self.child.take() {
+            let exited = wait_until(Duration::from_secs(15), || match child.try_wait() {
+                Ok(Some(status)) => Ok(status),
+                _ => Err(()),
+            });
+            assert!(
+                exited.is_ok_and(|s| s.success()),
+                "daemon did not exit cleanly"
+            );
+        }
+        assert!(!self.socket.exists(), "socket removed on shutdown");
+        self.world.assert_no_processes_left(SETTLE);
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A line-oriented JSON-RPC client.
+struct Client {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    next_id: u64,
+}
+
+impl Client {
+    fn connect(path: &std::path::Path) -> Client {
+        let stream = UnixStream::connect(path).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        Client {
+            reader: BufReader::new(stream.try_clone().expect("clone")),
+            writer: stream,
+            next_id: 1,
+        }
+    }
+
+    fn send_line(&mut self, line: &str) {
+        self.writer.write_all(line.as_bytes()).expect("write");
+        self.writer.write_all(b"\n").expect("write");
+    }
+
+    fn read(&mut self) -> Option<Value> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(serde_json::from_str(&line).expect("daemon sends JSON lines")),
+        }
+    }
+
+    fn send(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send_line(&line.to_string());
+        id
+    }
+
+    /// Sends a request and collects notifications until its response.
+    fn call_collect(&mut self, method: &str, params: Value) -> (Vec<Value>, Value) {
+        let id = self.send(method, params);
+        let mut notifications = Vec::new();
+        loop {
+            let message = self.read().expect("connection open");
+            if message["id"] == json!(id) {
+                return (notifications, message);
+            }
+            notifications.push(message);
+        }
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Result<Value, Value> {
+        let (_, response) = self.call_collect(method, params);
+        match response.get("error") {
+            Some(error) => Err(error.clone()),
+            None => Ok(response["result"].clone()),
+        }
+    }
+}
+
+fn eval_params(session: &str, cells: Value) -> Value {
+    json!({"session": session, "cells": cells})
+}
+
+#[test]
+fn initialize_then_streamed_eval_then_status() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let init = client.call("initialize", json!({})).expect("initialize");
+    assert_eq!(init["protocol_version"], 1);
+    assert_eq!(init["languages"], json!(["py", "js", "lua"]));
+
+    let (events, response) = client.call_collect(
+        "eval",
+        eval_params(
+            "s1",
+            json!([{"language": "py", "code": "print('one', flush=True)\nprint('two')\ndisplay({'k': 1})"}]),
+        ),
+    );
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["params"]["event"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"cell_started"), "{events:#?}");
+    assert_eq!(kinds.last(), Some(&"cell_done"), "{events:#?}");
+    assert!(
+        kinds.contains(&"output") && kinds.contains(&"display"),
+        "{events:#?}"
+    );
+    let streamed: String = events
+        .iter()
+        .filter(|e| e["params"]["event"] == "output")
+        .map(|e| e["params"]["text"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(streamed, "one\ntwo\n");
+    assert!(events
+        .iter()
+        .all(|e| e["method"] == "eval/event" && e["params"]["request_id"] == response["id"]));
+    assert_eq!(response["result"]["cells"][0]["output"], "one\ntwo\n");
+
+    let status = client.call("status", json!({})).expect("status");
+    let row = &status[0];
+    assert_eq!(row["session"], "s1");
+    assert_eq!(row["state"], "idle");
+    assert!(row["rss_bytes"].as_u64().unwrap_or(0) > 1_000_000, "{row}");
+    daemon.stop();
+}
+
+#[test]
+fn two_clients_run_concurrently_in_their_own_sessions() {
+    let daemon = Daemon::start();
+    let flag = daemon.world.work_dir().join("flag");
+    let waiter_code = format!(
+        "import os, time\nwhile not os.path.exists({:?}): time.sleep(0.01)\nprint('released')",
+        flag.display().to_string()
+    );
+    let mut a = daemon.client();
+    let socket = daemon.socket.clone();
+    let waiter = std::thread::spawn(move || {
+        a.call(
+            "eval",
+            eval_params(
+                "a",
+                json!([{"language": "py", "code": waiter_code, "timeout": 30}]),
+            ),
+        )
+    });
+    let mut b = Client::connect(&socket);
+    let setter = format!("open({:?}, 'w').close()", flag.display().to_string());
+    b.call(
+        "eval",
+        eval_params("b", json!([{"language": "py", "code": setter}])),
+    )
+    .expect("b runs while a waits");
+    let a_result = waiter.join().expect("thread").expect("a completes");
+    assert_eq!(a_result["cells"][0]["output"], "released\n");
+    daemon.stop();
+}
+
+#[test]
+fn bad_input_gets_its_error_and_the_daemon_survives() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    client.send_line("{this is not json");
+    let error = client.read().expect("answer");
+    assert_eq!(error["error"]["code"], -32700, "{error}");
+    assert_eq!(error["id"], Value::Null);
+
+    let unknown = client
+        .call("frobnicate", json!({}))
+        .expect_err("unknown method");
+    assert_eq!(unknown["code"], -32601);
+
+    let bad = client
+        .call("eval", json!({"session": "s"}))
+        .expect_err("missing cells");
+    assert_eq!(bad["code"], -32602);
+    assert!(
+        bad["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cells"),
+        "{bad}"
+    );
+
+    let bad = client
+        .call(
+            "eval",
+            eval_params("s", json!([{"language": "cobol", "code": "1"}])),
+        )
+        .expect_err("bad language");
+    assert_eq!(bad["code"], -32602);
+    assert!(
+        bad["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cobol"),
+        "{bad}"
+    );
+
+    let bad = client
+        .call(
+            "eval",
+            eval_params("no/slashes", json!([{"language": "py", "code": "1"}])),
+        )
+        .expect_err("bad session");
+    assert!(
+        bad["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("session name"),
+        "{bad}"
+    );
+
+    // The connection is still usable after all that.
+    let ok = client
+        .call(
+            "eval",
+            eval_params("s", json!([{"language": "lua", "code": "1 + 1"}])),
+        )
+        .expect("still usable");
+    assert_eq!(ok["cells"][0]["output"], "2\n");
+
+    // A line over the limit: an error, then that connection is closed; others are fine.
+    let mut greedy = daemon.client();
+    let huge = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"eval\",\"params\":\"{}\"}}",
+        "x".repeat(17 * 1024 * 1024)
+    );
+    let _ = greedy.writer.write_all(huge.as_bytes());
+    let answer = greedy.read().expect("an error before closing");
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    assert!(greedy.read().is_none(), "connection closed");
+    let ok = client.call("status", json!({})).expect("daemon unaffected");
+    assert_eq!(ok.as_array().map(Vec::len), Some(1));
+    daemon.stop();
+}
+
+#[test]
+fn a_client_that_disconnects_mid_cell_gets_it_interrupted() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    client
+        .call(
+            "eval",
+            eval_params("s", json!([{"language": "py", "code": "x = 5"}])),
+        )
+        .expect("setup");
+    client.send(
+        "eval",
+        eval_params(
+            "s",
+            json!([{"language": "py", "code": "while True: pass", "timeout": 600}]),
+        ),
+    );
+    let started = client.read().expect("cell_started event");
+    assert_eq!(started["params"]["event"], "cell_started");
+    drop(client);
+    let mut other = daemon.client();
+    let result = other
+        .call(
+            "eval",
+            eval_params(
+                "s",
+                json!([{"language": "py", "code": "print(x)", "timeout": 30}]),
+            ),
+        )
+        .expect("session usable");
+    assert_eq!(result["cells"][0]["output"], "5\n", "{result:#}");
+    daemon.stop();
+}
+
+#[test]
+fn socket_and_directory_are_private_and_a_live_daemon_is_not_stolen() {
+    let daemon = Daemon::start();
+    let dir_mode = std::fs::metadata(daemon.socket.parent().expect("dir"))
+        .expect("dir")
+        .permissions()
+        .mode();
+    let socket_mode = std::fs::metadata(&daemon.socket)
+        .expect("socket")
+        .permissions()
+        .mode();
+    assert_eq!(dir_mode & 0o777, 0o700);
+    assert_eq!(socket_mode & 0o777, 0o600);
+
+    let second = daemon
+        .world
+        .command()
+        .args(["serve", "--socket"])
+        .arg(&daemon.socket)
+        .output()
+        .expect("second serve");
+    assert_eq!(second.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(stderr.contains("already listening"), "{stderr}");
+    daemon.stop();
+}
+
+#[test]
+fn a_stale_socket_file_is_replaced() {
+    let world = World::new();
+    let socket = world.runtime_dir().join("cellvisor").join("stale.sock");
+    std::fs::create_dir_all(socket.parent().expect("dir")).expect("dir");
+    drop(std::os::unix::net::UnixListener::bind(&socket).expect("bind a socket nobody serves"));
+    assert!(socket.exists());
+    let socket_arg = socket.to_string_lossy().into_owned();
+    let run = world.run(&["--socket", &socket_arg, "eval", "-l", "lua", "print(7)"]);
+    run.assert_code(0);
+    assert_eq!(run.stdout, "7\n");
+    world.run(&["--socket", &socket_arg, "stop"]).assert_code(0);
+    world.assert_no_processes_left(SETTLE);
+}
+
+#[test]
+fn the_cli_shares_state_through_an_auto_started_daemon() {
+    let world = World::new();
+    world.run(&["eval", "x = 41"]).assert_code(0);
+    let run = world.run(&["eval", "x + 1"]);
+    run.assert_code(0);
+    assert_eq!(run.stdout, "42\n");
+    world.run(&["eval", "-l", "js", "var j = 1"]).assert_code(0);
+
+    let status = world.run(&["status"]);
+    status.assert_code(0);
+    assert!(
+        status.stdout.contains("SESSION") && status.stdout.contains("default"),
+        "{}",
+        status.stdout
+    );
+    let rows: Value = serde_json::from_str(&world.run(&["status", "--json"]).stdout).expect("json");
+    assert_eq!(rows.as_array().map(Vec::len), Some(2));
+
+    world
+        .run(&["reset", "-s", "default", "-l", "py"])
+        .assert_code(0);
+    let run = world.run(&["eval", "print('x' in globals())"]);
+    assert_eq!(run.stdout, "False\n");
+    world.run(&["close", "-s", "default"]).assert_code(0);
+    world
+        .run(&["reset", "-s", "default", "-l", "ruby"])
+        .assert_code(2);
+
+    let stop = world.run(&["stop"]);
+    stop.assert_code(0);
+    world.assert_no_processes_left(SETTLE);
+    let again = world.run(&["stop"]);
+    assert!(again.stdout.contains("no daemon"), "{}", again.stdout);
+}
