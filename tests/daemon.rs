@@ -412,3 +412,35 @@ fn the_cli_shares_state_through_an_auto_started_daemon() {
     let again = world.run(&["stop"]);
     assert!(again.stdout.contains("no daemon"), "{}", again.stdout);
 }
+
+#[test]
+fn the_python_example_client_speaks_the_protocol() {
+    let daemon = Daemon::start();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/cellvisor_client.py");
+    let output = std::process::Command::new("python3")
+        .arg(script)
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args([
+            "--session",
+            "demo",
+            "py",
+            "x = 41",
+            "py",
+            "print(x + 1)",
+            "lua",
+            "print('hi')",
+        ])
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("--- [2] py\n42\n--- complete"), "{stdout}");
+    assert!(stdout.contains("hi\n"), "{stdout}");
+    daemon.stop();
+}

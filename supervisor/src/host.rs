@@ -7,7 +7,8 @@
 use crate::cell::{CellEvent, CellResult, EvalRequest, EvalResult};
 use crate::session::{CellJob, SessionKey, SessionStatus};
 use crate::supervisor::{
-    Control, ControlAction, ReloadConfig, ShutdownAll, Status, Submit, Supervisor, WorkerBase,
+    Control, ControlAction, PrewarmedCount, ReloadConfig, ShutdownAll, Status, Submit, Supervisor,
+    WorkerBase,
 };
 use actix::prelude::*;
 use cellvisor_config::Config;
@@ -74,6 +75,8 @@ pub struct Cellvisor {
     request_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     usage: Mutex<crate::usage::UsageSampler>,
+    /// The configuration in force, to tell what a reload changes.
+    config: Mutex<Config>,
     system: actix::System,
     run_dir: PathBuf,
     _run_dir_guard: tempfile::TempDir,
@@ -115,6 +118,7 @@ impl Cellvisor {
             run_dir: run_dir.clone(),
             artifact_dir,
         };
+        let initial_config = options.config.clone();
         let config = Arc::new(options.config);
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -138,6 +142,7 @@ impl Cellvisor {
             request_locks: Mutex::new(HashMap::new()),
             thread: Mutex::new(Some(thread)),
             usage: Mutex::default(),
+            config: Mutex::new(initial_config),
             system,
             run_dir,
             _run_dir_guard: run_dir_guard,
@@ -292,12 +297,34 @@ impl Cellvisor {
         Ok(rows)
     }
 
-    /// Applies a new configuration to new cells and new workers.
-    pub async fn reload(&self, config: Config) -> Result<(), RequestError> {
+    /// How many prewarmed Python workers (`python.prewarm`) wait to be claimed.
+    pub async fn prewarmed(&self) -> Result<usize, RequestError> {
+        self.supervisor
+            .send(PrewarmedCount)
+            .await
+            .map_err(|_| RequestError::Stopped)
+    }
+
+    /// Applies a new configuration to new cells and new workers, logging each change; answers
+    /// the changes as `key: old -> new` lines.
+    pub async fn reload(&self, config: Config) -> Result<Vec<String>, RequestError> {
+        let changes = {
+            let mut current = match self.config.lock() {
+                Ok(current) => current,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            let changes = config_changes(&current, &config);
+            *current = config.clone();
+            changes
+        };
+        for change in &changes {
+            tracing::info!("config: {change}");
+        }
         self.supervisor
             .send(ReloadConfig(Arc::new(config)))
             .await
-            .map_err(|_| RequestError::Stopped)
+            .map_err(|_| RequestError::Stopped)?;
+        Ok(changes)
     }
 
     /// Stops every worker (Shutdown, grace, SIGTERM, SIGKILL), then the supervisor thread.
@@ -312,6 +339,46 @@ impl Cellvisor {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
     }
+}
+
+/// `section.key: old -> new` for every key whose value differs.
+fn config_changes(old: &Config, new: &Config) -> Vec<String> {
+    fn leaves(prefix: &str, value: &serde_json::Value, out: &mut Vec<(String, String)>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (key, value) in map {
+                    let path = if prefix.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{prefix}.{key}")
+                    };
+                    leaves(&path, value, out);
+                }
+            }
+            other => out.push((prefix.to_string(), other.to_string())),
+        }
+    }
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    leaves(
+        "",
+        &serde_json::to_value(old).unwrap_or_default(),
+        &mut before,
+    );
+    leaves(
+        "",
+        &serde_json::to_value(new).unwrap_or_default(),
+        &mut after,
+    );
+    let before: HashMap<String, String> = before.into_iter().collect();
+    let mut changes: Vec<String> = after
+        .into_iter()
+        .filter_map(|(key, value)| {
+            let old = before.get(&key).cloned().unwrap_or_else(|| "null".into());
+            (old != value).then(|| format!("{key}: {old} -> {value}"))
+        })
+        .collect();
+    changes.sort();
+    changes
 }
 
 fn validate_session_name(name: &str) -> Result<(), RequestError> {
@@ -354,6 +421,19 @@ fn validate(request: &EvalRequest) -> Result<(), RequestError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reload_changes_are_listed_key_by_key() {
+        let old = Config::default();
+        let mut new = Config::default();
+        new.sessions.max_sessions = 8;
+        new.python.prewarm = 1;
+        assert_eq!(
+            config_changes(&old, &new),
+            ["python.prewarm: 0 -> 1", "sessions.max-sessions: 4 -> 8"]
+        );
+        assert!(config_changes(&old, &old).is_empty());
+    }
 
     #[test]
     fn session_names_are_checked() {

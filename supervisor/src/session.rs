@@ -107,6 +107,14 @@ pub struct QueryStatus;
 #[rtype(result = "()")]
 pub struct UpdateConfig(pub Arc<Config>);
 
+/// A heartbeat's RSS sample found the worker over `limits.max-rss`.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct OverMemory {
+    generation: u64,
+    rss: u64,
+}
+
 #[derive(Message)]
 #[rtype(result = "()")]
 struct WorkerStarted {
@@ -176,6 +184,8 @@ pub struct Session {
     /// Told to the next cell: the session was started, restarted, reset or evicted.
     notice: Option<String>,
     heartbeat_seq: u64,
+    /// A worker started ahead of demand (`python.prewarm`), used for the first start.
+    prestarted: Option<StartedWorker>,
 }
 
 impl Session {
@@ -186,6 +196,7 @@ impl Session {
         artifact_dir: PathBuf,
         supervisor: Addr<Supervisor>,
         notice: Option<String>,
+        prestarted: Option<StartedWorker>,
     ) -> Session {
         Session {
             restarts_left: config.sessions.restart_budget,
@@ -209,6 +220,7 @@ impl Session {
             last_active: Instant::now(),
             notice,
             heartbeat_seq: 0,
+            prestarted,
         }
     }
 
@@ -281,6 +293,13 @@ impl Session {
         self.generation += 1;
         let generation = self.generation;
         self.worker = Worker::Starting { generation };
+        if let Some(worker) = self.prestarted.take() {
+            ctx.notify(WorkerStarted {
+                generation,
+                result: Ok(worker),
+            });
+            return;
+        }
         let spec = self.spec.clone();
         let me = ctx.address();
         let serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
@@ -552,7 +571,10 @@ impl Session {
                     );
                     CellStatus::Cancelled
                 } else {
-                    let mut line = format!("worker crashed: {cause}; {consequence}");
+                    let mut line = match &killed_for {
+                        Some(policy) => format!("worker killed: it {policy}; {consequence}"),
+                        None => format!("worker crashed: {cause}; {consequence}"),
+                    };
                     if !msg.stderr_tail.is_empty() && killed_for.is_none() {
                         line.push_str(&format!("\nworker stderr:\n{}", msg.stderr_tail));
                     }
@@ -571,7 +593,8 @@ impl Session {
         }
         if restarted {
             self.notice = Some(format!(
-                "the previous {} worker {cause}; a new worker was started and earlier state is lost",
+                "the previous {} worker is gone ({cause}); a new worker was started and earlier \
+                 state is lost",
                 self.key.language
             ));
             self.start_worker(ctx);
@@ -657,14 +680,30 @@ impl Session {
         self.stop_worker(ctx);
     }
 
-    fn heartbeat(&mut self, _ctx: &mut Context<Self>) {
+    fn heartbeat(&mut self, ctx: &mut Context<Self>) {
         let timeout = self.config.sessions.heartbeat_timeout;
         let Worker::Ready {
-            link, last_pong, ..
+            generation,
+            link,
+            last_pong,
+            ..
         } = &self.worker
         else {
             return;
         };
+        if let Some(cap) = self.config.limits.max_rss {
+            // Sampling reads /proc; keep it off the actor's thread.
+            let (pid, generation, me) = (link.pid, *generation, ctx.address());
+            actix::spawn(async move {
+                if let Ok(Some(rss)) =
+                    tokio::task::spawn_blocking(move || crate::usage::rss_of_tree(pid)).await
+                {
+                    if rss > cap.as_u64() {
+                        me.do_send(OverMemory { generation, rss });
+                    }
+                }
+            });
+        }
         if last_pong.elapsed() > timeout {
             self.kill_worker(format!(
                 "missed heartbeats (no answer for {}, heartbeat-timeout)",
@@ -806,6 +845,26 @@ impl Handler<PongReceived> for Session {
                 *last_pong = Instant::now();
             }
         }
+    }
+}
+
+impl Handler<OverMemory> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: OverMemory, _: &mut Context<Self>) {
+        if !matches!(self.worker, Worker::Ready { generation, .. } if generation == msg.generation)
+        {
+            return;
+        }
+        let cap = self
+            .config
+            .limits
+            .max_rss
+            .map(|c| c.to_string())
+            .unwrap_or_default();
+        self.kill_worker(format!(
+            "used {} of memory (RSS), over the cap of {cap} (limits.max-rss)",
+            bytesize::ByteSize::b(msg.rss)
+        ));
     }
 }
 

@@ -6,12 +6,14 @@ use crate::session::{
     CellJob, CloseSession, InterruptCell, QueryStatus, ResetSession, RunCell, Session, SessionKey,
     SessionState, SessionStatus, UpdateConfig,
 };
-use crate::spawn::WorkerSpec;
+use crate::spawn::{self, kill_group, StartedWorker, WorkerSpec};
 use actix::prelude::*;
 use cellvisor_config::Config;
 use cellvisor_ipc::Language;
+use nix::sys::signal::Signal;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -53,6 +55,11 @@ pub struct Control {
 #[derive(Message)]
 #[rtype(result = "Vec<SessionStatus>")]
 pub struct Status;
+
+/// How many prewarmed workers wait to be claimed.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct PrewarmedCount;
 
 /// Close every session and wait for their workers to be gone.
 #[derive(Message)]
@@ -107,26 +114,45 @@ struct Waiting {
 /// How many evicted sessions we remember, to tell their next cell.
 const EVICTED_MEMORY: usize = 4096;
 
+/// A prewarmed worker finished starting.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct PoolWorkerReady(Result<StartedWorker, spawn::StartError>);
+
+static POOL_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// Whether `dir` holds a virtual environment the Python worker would pick.
+fn has_venv(dir: &std::path::Path) -> bool {
+    dir.join(".venv").is_dir() || dir.join("venv").is_dir()
+}
+
 pub struct Supervisor {
     config: Arc<Config>,
+    /// Idle Python workers started ahead of demand (`python.prewarm`); no session owns them.
+    pool: Vec<StartedWorker>,
+    pool_starting: usize,
     base: WorkerBase,
     sessions: HashMap<SessionKey, Entry>,
     evicted: HashMap<SessionKey, String>,
     evicted_order: VecDeque<SessionKey>,
     waiting: VecDeque<Waiting>,
     next_waiting_id: u64,
+    stopping: bool,
 }
 
 impl Supervisor {
     pub fn new(config: Arc<Config>, base: WorkerBase) -> Supervisor {
         Supervisor {
             config,
+            pool: Vec::new(),
+            pool_starting: 0,
             base,
             sessions: HashMap::new(),
             evicted: HashMap::new(),
             evicted_order: VecDeque::new(),
             waiting: VecDeque::new(),
             next_waiting_id: 1,
+            stopping: false,
         }
     }
 
@@ -161,14 +187,11 @@ impl Supervisor {
             return Some(submit);
         }
         let notice = self.evicted.remove(&submit.key);
-        let spec = WorkerSpec {
-            exe: self.base.exe.clone(),
-            language,
-            run_dir: self.base.run_dir.clone(),
-            cwd: submit.cwd.clone(),
-            env: crate::environment::for_worker(&self.config, language),
-            start_timeout: self.config.sessions.start_timeout,
-            rlimits: crate::limits::from_config(&self.config.limits),
+        let spec = self.worker_spec(language, submit.cwd.clone());
+        let prestarted = if language == Language::Python {
+            self.claim_prewarmed(submit.cwd.as_deref(), ctx)
+        } else {
+            None
         };
         let session = Session::new(
             submit.key.clone(),
@@ -177,6 +200,7 @@ impl Supervisor {
             self.base.artifact_dir.clone(),
             ctx.address(),
             notice,
+            prestarted,
         );
         let addr = session.start();
         addr.do_send(RunCell(submit.job));
@@ -190,6 +214,59 @@ impl Supervisor {
                 closing: false,
             },
         );
+        None
+    }
+
+    fn worker_spec(&self, language: Language, cwd: Option<PathBuf>) -> WorkerSpec {
+        WorkerSpec {
+            exe: self.base.exe.clone(),
+            language,
+            run_dir: self.base.run_dir.clone(),
+            cwd,
+            env: crate::environment::for_worker(&self.config, language),
+            start_timeout: self.config.sessions.start_timeout,
+            rlimits: crate::limits::from_config(&self.config.limits),
+        }
+    }
+
+    /// Starts Python workers until `python.prewarm` of them wait unclaimed.
+    fn refill_pool(&mut self, ctx: &mut Context<Self>) {
+        while self.pool.len() + self.pool_starting < self.config.python.prewarm {
+            self.pool_starting += 1;
+            let spec = self.worker_spec(Language::Python, None);
+            let me = ctx.address();
+            actix::spawn(async move {
+                let serial = 1_000_000 + POOL_SERIAL.fetch_add(1, Ordering::Relaxed);
+                let result = spawn::start(&spec, serial).await;
+                if let Err(actix::dev::SendError::Closed(PoolWorkerReady(Ok(mut worker)))) =
+                    me.try_send(PoolWorkerReady(result))
+                {
+                    kill_group(worker.pid, Signal::SIGKILL);
+                    let _ = worker.child.wait().await;
+                }
+            });
+        }
+    }
+
+    /// A prewarmed worker for a new Python session in `cwd`, if one fits: the interpreter was
+    /// chosen in the supervisor's directory, so a session whose directory has a virtual
+    /// environment of its own starts its own worker.
+    fn claim_prewarmed(
+        &mut self,
+        cwd: Option<&std::path::Path>,
+        ctx: &mut Context<Self>,
+    ) -> Option<StartedWorker> {
+        if cwd.is_some_and(has_venv) {
+            return None;
+        }
+        while let Some(mut worker) = self.pool.pop() {
+            if matches!(worker.child.try_wait(), Ok(None)) {
+                self.refill_pool(ctx);
+                return Some(worker);
+            }
+            kill_group(worker.pid, Signal::SIGKILL);
+        }
+        self.refill_pool(ctx);
         None
     }
 
@@ -307,6 +384,44 @@ impl Actor for Supervisor {
     fn started(&mut self, ctx: &mut Self::Context) {
         let interval = self.config.sessions.sweep_interval;
         ctx.run_interval(interval, |act, _| act.sweep());
+        // A prewarmed worker dies with the supervisor anyway (parent-death signal); this
+        // only makes the pool's own processes part of an orderly stop.
+        self.refill_pool(ctx);
+    }
+}
+
+impl Handler<PrewarmedCount> for Supervisor {
+    type Result = usize;
+    fn handle(&mut self, _: PrewarmedCount, _: &mut Context<Self>) -> usize {
+        self.pool.len()
+    }
+}
+
+impl Handler<PoolWorkerReady> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: PoolWorkerReady, ctx: &mut Context<Self>) {
+        self.pool_starting = self.pool_starting.saturating_sub(1);
+        match msg.0 {
+            Ok(worker) if self.pool.len() < self.config.python.prewarm && !self.stopping => {
+                self.pool.push(worker)
+            }
+            Ok(mut worker) => {
+                kill_group(worker.pid, Signal::SIGKILL);
+                actix::spawn(async move {
+                    let _ = worker.child.wait().await;
+                });
+            }
+            Err(err) => {
+                tracing::warn!("could not prewarm a Python worker: {err}; retrying in 5s");
+                self.pool_starting += 1;
+                ctx.run_later(Duration::from_secs(5), |act, ctx| {
+                    act.pool_starting = act.pool_starting.saturating_sub(1);
+                    if !act.stopping {
+                        act.refill_pool(ctx);
+                    }
+                });
+            }
+        }
     }
 }
 
@@ -421,6 +536,8 @@ impl Handler<Status> for Supervisor {
 impl Handler<ShutdownAll> for Supervisor {
     type Result = ResponseFuture<()>;
     fn handle(&mut self, _: ShutdownAll, _: &mut Context<Self>) -> Self::Result {
+        self.stopping = true;
+        let pool: Vec<StartedWorker> = self.pool.drain(..).collect();
         for waiting in self.waiting.drain(..) {
             let _ = waiting
                 .submit
@@ -437,6 +554,10 @@ impl Handler<ShutdownAll> for Supervisor {
             })
             .collect();
         Box::pin(async move {
+            for mut worker in pool {
+                kill_group(worker.pid, Signal::SIGKILL);
+                let _ = worker.child.wait().await;
+            }
             let mut pending = Vec::new();
             for addr in addrs {
                 let (tx, rx) = oneshot::channel();
@@ -455,10 +576,19 @@ impl Handler<ShutdownAll> for Supervisor {
 
 impl Handler<ReloadConfig> for Supervisor {
     type Result = ();
-    fn handle(&mut self, msg: ReloadConfig, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: ReloadConfig, ctx: &mut Context<Self>) {
         self.config = msg.0;
         for entry in self.sessions.values() {
             entry.addr.do_send(UpdateConfig(Arc::clone(&self.config)));
         }
+        // New limits apply to new workers: the prewarmed ones were made under the old ones.
+        for mut worker in self.pool.drain(..) {
+            kill_group(worker.pid, Signal::SIGKILL);
+            actix::spawn(async move {
+                let _ = worker.child.wait().await;
+            });
+        }
+        self.refill_pool(ctx);
+        self.drain_waiting(ctx);
     }
 }

@@ -152,7 +152,9 @@ fn spawn_signal_handlers(daemon: &Arc<Daemon>) {
         tokio::spawn(async move {
             while hangups.recv().await.is_some() {
                 match reload(&daemon).await {
-                    Ok(()) => tracing::info!("configuration reloaded (SIGHUP)"),
+                    Ok(changes) => {
+                        tracing::info!(changed = changes.len(), "configuration reloaded (SIGHUP)")
+                    }
                     Err(err) => tracing::error!("configuration not reloaded: {}", err.message),
                 }
             }
@@ -192,9 +194,14 @@ fn spawn_idle_exit(daemon: &Arc<Daemon>, idle_exit: Duration) {
     });
 }
 
-async fn reload(daemon: &Daemon) -> Result<(), RpcError> {
-    let config = cellvisor_config::load(daemon.config_path.as_deref())
-        .map_err(|e| RpcError::new(code::REQUEST_REFUSED, e.to_string()))?;
+/// Re-reads the config file; a bad file is refused and the configuration in force is kept.
+async fn reload(daemon: &Daemon) -> Result<Vec<String>, RpcError> {
+    let config = cellvisor_config::load(daemon.config_path.as_deref()).map_err(|e| {
+        RpcError::new(
+            code::REQUEST_REFUSED,
+            format!("{e}\nthe configuration in force is unchanged"),
+        )
+    })?;
     daemon
         .cv
         .reload(config)
@@ -437,8 +444,8 @@ async fn dispatch(
             Ok(serde_json::json!({ "stopping": true }))
         }
         method::CONFIG_RELOAD => {
-            reload(daemon).await?;
-            Ok(serde_json::json!({ "reloaded": true }))
+            let changes = reload(daemon).await?;
+            Ok(serde_json::json!({ "reloaded": true, "changes": changes }))
         }
         other => Err(RpcError::new(
             code::METHOD_NOT_FOUND,

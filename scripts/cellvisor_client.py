@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""A cellvisor client in plain Python (standard library only).
+
+Connects to the daemon's Unix socket, runs cells, and prints their output as it streams.
+
+    python3 scripts/cellvisor_client.py --session demo py 'x = 41' py 'print(x + 1)' js '6 * 7'
+
+Start the daemon first (`cellvisor serve`, or any `cellvisor eval`, which starts one).
+"""
+
+import argparse
+import json
+import os
+import socket
+import sys
+
+
+def default_socket():
+    """The daemon's default socket, as cellvisor computes it."""
+    if os.environ.get("CELLVISOR_SOCKET"):
+        return os.environ["CELLVISOR_SOCKET"]
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        base = os.path.join(runtime, "cellvisor")
+    else:
+        import tempfile
+
+        base = os.path.join(tempfile.gettempdir(), f"cellvisor-{os.getuid()}")
+    return os.path.join(base, "daemon.sock")
+
+
+class Client:
+    """One connection; requests are answered by id, notifications arrive in between."""
+
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.lines = self.sock.makefile("r", encoding="utf-8")
+        self.next_id = 1
+
+    def call(self, method, params=None, on_event=None):
+        request_id = self.next_id
+        self.next_id += 1
+        message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}
+        self.sock.sendall((json.dumps(message) + "\n").encode("utf-8"))
+        for line in self.lines:
+            message = json.loads(line)
+            if message.get("id") == request_id:
+                if "error" in message:
+                    raise RuntimeError(f"{message['error']['code']}: {message['error']['message']}")
+                return message["result"]
+            if on_event and message.get("method") == "eval/event":
+                on_event(message["params"])
+        raise ConnectionError("the daemon closed the connection")
+
+
+def print_event(event):
+    kind = event["event"]
+    if kind == "cell_started":
+        title = event.get("title") or event["language"]
+        print(f"--- [{event['index'] + 1}] {title}", flush=True)
+    elif kind == "output":
+        stream = sys.stdout if event["stream"] == "stdout" else sys.stderr
+        stream.write(event["text"])
+        stream.flush()
+    elif kind == "display":
+        print(json.dumps(event["bundle"], indent=2), flush=True)
+    elif kind == "cell_done":
+        print(f"--- {event['status']}", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--socket", default=default_socket())
+    parser.add_argument("--session", default="default")
+    parser.add_argument("cells", nargs="*", help="pairs of LANGUAGE CODE")
+    args = parser.parse_args()
+    if len(args.cells) % 2:
+        parser.error("cells come in pairs: LANGUAGE CODE")
+    cells = [{"language": lang, "code": code} for lang, code in zip(args.cells[::2], args.cells[1::2])]
+
+    client = Client(args.socket)
+    info = client.call("initialize")
+    print(f"connected to cellvisor {info['server_version']} (protocol {info['protocol_version']})", file=sys.stderr)
+    if not cells:
+        print(json.dumps(client.call("status"), indent=2))
+        return 0
+    result = client.call("eval", {"session": args.session, "cells": cells}, on_event=print_event)
+    return 1 if result["is_error"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,302 @@
+//! What operators set in the config file, end to end: OS limits, the RSS cap, environment
+//! filtering, interpreter choice, prewarming and live reload.
+
+mod common;
+
+use common::{wait_until, World};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const SETTLE: Duration = Duration::from_secs(5);
+
+const FAST: &str = "[sessions]\nheartbeat-interval = \"200ms\"\nheartbeat-timeout = \"2s\"\n";
+
+fn eval_json(world: &World, args: &[&str]) -> Value {
+    let mut full = vec!["eval", "--no-daemon", "--json"];
+    full.extend_from_slice(args);
+    world.run(&full).json()
+}
+
+fn only_cell(result: &Value) -> &Value {
+    &result["cells"][0]
+}
+
+#[test]
+fn address_space_limit_turns_a_huge_allocation_into_memory_error() {
+    let world = World::with_config(&format!("{FAST}[limits]\naddress-space = \"256MiB\"\n"));
+    let file = world.cells_file(&json!([
+        {"language": "py", "code": "kept = 1"},
+        {"language": "py", "code": "try:\n    bytearray(1 << 30)\nexcept MemoryError:\n    print('MemoryError')"},
+        {"language": "py", "code": "print(kept)"},
+        {"language": "py", "code": "bytearray(1 << 30)"},
+    ]));
+    let run = world.run(&[
+        "eval",
+        "--no-daemon",
+        "--json",
+        "--cells",
+        common::path_str(&file),
+    ]);
+    let result = run.json();
+    let cells = common::cells(&result);
+    assert_eq!(cells[1]["output"], "MemoryError\n", "{result:#}");
+    assert_eq!(cells[2]["output"], "1\n", "the session goes on");
+    assert_eq!(cells[3]["status"], "error");
+    assert!(cells[3]["output"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("MemoryError"));
+    world.assert_no_processes_left(SETTLE);
+}
+
+#[test]
+fn open_files_and_processes_limits_are_visible_inside_a_cell() {
+    let world = World::with_config("[limits]\nopen-files = 256\nprocesses = 4000\n");
+    let result = eval_json(
+        &world,
+        &["-l", "py", "import resource\nprint(resource.getrlimit(resource.RLIMIT_NOFILE), resource.getrlimit(resource.RLIMIT_NPROC))"],
+    );
+    assert_eq!(
+        only_cell(&result)["output"],
+        "(256, 256) (4000, 4000)\n",
+        "{result:#}"
+    );
+}
+
+#[test]
+fn a_worker_over_max_rss_is_recycled_with_a_clear_message() {
+    let world = World::with_config(&format!("{FAST}[limits]\nmax-rss = \"100MiB\"\n"));
+    let file = world.cells_file(&json!([
+        {"language": "py", "code": "import time\nhog = bytearray(300 * 1024 * 1024)\nfor i in range(len(hog) // 4096): hog[i * 4096] = 1\ntime.sleep(20)", "timeout": 30},
+    ]));
+    let run = world.run(&[
+        "eval",
+        "--no-daemon",
+        "--json",
+        "--cells",
+        common::path_str(&file),
+    ]);
+    let result = run.json();
+    let cell = only_cell(&result);
+    assert_eq!(cell["status"], "error", "{result:#}");
+    let output = cell["output"].as_str().unwrap_or_default();
+    assert!(output.contains("max-rss"), "{output}");
+    assert!(
+        output.contains("100 MiB") || output.contains("100.0 MiB"),
+        "names the cap: {output}"
+    );
+    world.assert_no_processes_left(SETTLE);
+}
+
+#[test]
+fn credentials_in_the_supervisor_environment_never_reach_a_cell() {
+    let world = World::new();
+    let file = world.cells_file(&json!([
+        {"language": "py", "code": "import os\nprint(os.environ.get('OPENAI_API_KEY'), os.environ.get('HOME') is not None)"},
+        {"language": "lua", "code": "print(os.getenv('OPENAI_API_KEY'), os.getenv('ANTHROPIC_API_KEY'))"},
+        {"language": "py", "code": "import os\nprint(os.environ.get('UNLISTED_VARIABLE'), os.environ['PYTHONUNBUFFERED'])"},
+    ]));
+    let run = world
+        .command()
+        .env("OPENAI_API_KEY", "sk-do-not-leak")
+        .env("ANTHROPIC_API_KEY", "sk-ant-do-not-leak")
+        .env("UNLISTED_VARIABLE", "x")
+        .args([
+            "eval",
+            "--no-daemon",
+            "--json",
+            "--cells",
+            common::path_str(&file),
+        ])
+        .output()
+        .expect("run");
+    let result: Value = serde_json::from_slice(&run.stdout).expect("json");
+    let cells = common::cells(&result);
+    assert_eq!(cells[0]["output"], "None True\n", "{result:#}");
+    assert_eq!(cells[1]["output"], "nil\tnil\n", "{result:#}");
+    assert_eq!(cells[2]["output"], "None 1\n", "{result:#}");
+}
+
+#[test]
+fn a_venv_in_the_cells_directory_is_the_interpreter() {
+    let world = World::new();
+    let project = world.work_dir().join("project");
+    std::fs::create_dir_all(&project).expect("project dir");
+    let made = std::process::Command::new("python3")
+        .args(["-m", "venv", "--without-pip", ".venv"])
+        .current_dir(&project)
+        .status()
+        .expect("python3 -m venv");
+    assert!(made.success());
+    let project_arg = project.to_string_lossy().into_owned();
+    let result = eval_json(
+        &world,
+        &[
+            "--cwd",
+            &project_arg,
+            "-l",
+            "py",
+            "import sys, os\nprint(sys.prefix == os.path.abspath('.venv'))",
+        ],
+    );
+    assert_eq!(only_cell(&result)["output"], "True\n", "{result:#}");
+}
+
+/// The pids of Python workers (`cellvisor __worker py`) of this world.
+fn python_workers(world: &World) -> Vec<u32> {
+    world
+        .processes()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains("__worker\0py\0"))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prewarm_hands_a_new_session_an_interpreter_started_before_it() {
+    use cellvisor::{CellSpec, Cellvisor, Config, EvalRequest, Language, Options};
+    let world = World::new();
+    let mut config = Config::default();
+    config.python.prewarm = 1;
+    config.env.set.insert(
+        "XDG_RUNTIME_DIR".into(),
+        world.runtime_dir().to_string_lossy().into_owned(),
+    );
+    let cv = Cellvisor::start(Options {
+        config,
+        worker_exe: Some(env!("CARGO_BIN_EXE_cellvisor").into()),
+        runtime_dir: Some(world.runtime_dir()),
+    })
+    .expect("start");
+    let ready = wait_until(Duration::from_secs(15), || {
+        let ready = futures_block(cv.prewarmed()).unwrap_or(0);
+        if ready == 1 {
+            Ok(())
+        } else {
+            Err(ready)
+        }
+    });
+    assert!(ready.is_ok(), "one prewarmed worker: {ready:?}");
+    let warm = match python_workers(&world).as_slice() {
+        [pid] => *pid,
+        other => panic!("expected one python worker, found {other:?}"),
+    };
+    let request = EvalRequest {
+        session: "fresh".into(),
+        cwd: None,
+        cells: vec![CellSpec {
+            language: Language::Python,
+            code: "print(1)".into(),
+            title: None,
+            timeout: None,
+            reset: false,
+        }],
+    };
+    let result = cv.eval(request, None).await.expect("eval");
+    assert_eq!(result.cells[0].output, "1\n");
+    let rows = cv.status().await.expect("status");
+    assert_eq!(
+        rows[0].pid,
+        Some(warm),
+        "the session got the prewarmed worker"
+    );
+    // And the pool is refilled.
+    let refilled = wait_until(Duration::from_secs(15), || {
+        let workers = python_workers(&world);
+        if workers.len() == 2 {
+            Ok(())
+        } else {
+            Err(workers)
+        }
+    });
+    assert!(refilled.is_ok(), "{refilled:?}");
+    cv.shutdown().await;
+    world.assert_no_processes_left(SETTLE);
+}
+
+/// Runs a future from synchronous polling code inside a multi-thread runtime.
+fn futures_block<F: std::future::Future>(future: F) -> F::Output {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(future))
+}
+
+#[test]
+fn sighup_applies_a_new_max_sessions_and_a_broken_file_keeps_the_old_one() {
+    let world = World::new();
+    // The daemon reads its own file; the CLI clients keep the (valid) world config.
+    let daemon_config = world.dir.path().join("daemon.toml");
+    std::fs::write(&daemon_config, "[sessions]\nmax-sessions = 1\n").expect("config");
+    let socket = world.runtime_dir().join("cellvisor").join("hup.sock");
+    let socket_arg = socket.to_string_lossy().into_owned();
+    let mut daemon = world
+        .command()
+        .args(["serve", "--socket", &socket_arg, "--config"])
+        .arg(&daemon_config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("serve");
+    let up = wait_until(Duration::from_secs(15), || {
+        std::os::unix::net::UnixStream::connect(&socket).map(|_| ())
+    });
+    assert!(up.is_ok());
+    let live = |world: &World| -> usize {
+        let run = world.run(&["--socket", &socket_arg, "status", "--json"]);
+        serde_json::from_str::<Value>(&run.stdout)
+            .ok()
+            .and_then(|v| v.as_array().map(Vec::len))
+            .unwrap_or(0)
+    };
+    let eval = |session: &str| {
+        world
+            .run(&[
+                "--socket",
+                &socket_arg,
+                "eval",
+                "-s",
+                session,
+                "-l",
+                "lua",
+                "x = 1",
+            ])
+            .assert_code(0);
+    };
+    eval("a");
+    eval("b");
+    assert_eq!(live(&world), 1, "max-sessions = 1");
+
+    std::fs::write(&daemon_config, "[sessions]\nmax-sessions = 2\n").expect("config");
+    let hup = |pid: u32| {
+        std::process::Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .expect("kill");
+    };
+    hup(daemon.id());
+    let applied = wait_until(Duration::from_secs(10), || {
+        eval("a");
+        eval("b");
+        if live(&world) == 2 {
+            Ok(())
+        } else {
+            Err(())
+        }
+    });
+    assert!(applied.is_ok(), "max-sessions = 2 took effect");
+
+    std::fs::write(&daemon_config, "[sessions]\nmax-sessions = \"lots\"\n").expect("config");
+    hup(daemon.id());
+    std::thread::sleep(Duration::from_millis(300));
+    eval("c");
+    assert_eq!(
+        live(&world),
+        2,
+        "the old max-sessions (2) is kept, not the default (4)"
+    );
+
+    world.run(&["--socket", &socket_arg, "stop"]).assert_code(0);
+    let _ = daemon.wait();
+    world.assert_no_processes_left(SETTLE);
+}
