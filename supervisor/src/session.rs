@@ -186,6 +186,9 @@ pub struct Session {
     heartbeat_seq: u64,
     /// A worker started ahead of demand (`python.prewarm`), used for the first start.
     prestarted: Option<StartedWorker>,
+    /// Cells handed to this session so far; the supervisor compares it with what it sent,
+    /// so it never evicts a session with a cell still in its mailbox.
+    jobs_received: u64,
 }
 
 impl Session {
@@ -221,6 +224,7 @@ impl Session {
             notice,
             heartbeat_seq: 0,
             prestarted,
+            jobs_received: 0,
         }
     }
 
@@ -239,7 +243,7 @@ impl Session {
         self.supervisor.do_send(SessionChanged {
             key: self.key.clone(),
             state: self.state(),
-            queued: self.queue.len() + usize::from(self.running.is_some()),
+            received: self.jobs_received,
             last_active: self.last_active,
         });
     }
@@ -730,6 +734,7 @@ impl Actor for Session {
 impl Handler<RunCell> for Session {
     type Result = ();
     fn handle(&mut self, msg: RunCell, ctx: &mut Context<Self>) {
+        self.jobs_received += 1;
         if self.close_reason.is_some()
             || self
                 .after_stop

@@ -77,7 +77,8 @@ pub struct ReloadConfig(pub Arc<Config>);
 pub(crate) struct SessionChanged {
     pub key: SessionKey,
     pub state: SessionState,
-    pub queued: usize,
+    /// How many cells the session has received from us so far.
+    pub received: u64,
     pub last_active: Instant,
 }
 
@@ -92,8 +93,10 @@ pub(crate) struct SessionStopped {
 struct Entry {
     addr: Addr<Session>,
     state: SessionState,
-    /// Cells handed to the session and not yet reported finished.
-    queued: usize,
+    /// Cells sent to the session; it is idle only once it has received them all.
+    sent: u64,
+    /// Cells the session says it has received.
+    received: u64,
     last_active: Instant,
     closing: bool,
 }
@@ -101,7 +104,7 @@ struct Entry {
 impl Entry {
     fn evictable(&self) -> bool {
         !self.closing
-            && self.queued == 0
+            && self.sent == self.received
             && matches!(self.state, SessionState::Idle | SessionState::Failed)
     }
 }
@@ -169,7 +172,7 @@ impl Supervisor {
             if entry.closing {
                 return Some(submit);
             }
-            entry.queued += 1;
+            entry.sent += 1;
             entry.state = SessionState::Busy;
             entry.addr.do_send(RunCell(submit.job));
             return None;
@@ -209,7 +212,8 @@ impl Supervisor {
             Entry {
                 addr,
                 state: SessionState::Starting,
-                queued: 1,
+                sent: 1,
+                received: 0,
                 last_active: Instant::now(),
                 closing: false,
             },
@@ -432,10 +436,12 @@ impl Handler<Submit> for Supervisor {
         if !self.waiting.is_empty() {
             self.drain_waiting(ctx);
         }
-        let must_wait = self
-            .waiting
-            .iter()
-            .any(|w| w.submit.key.language == msg.key.language);
+        // A new session queues behind earlier ones waiting for room; a live one just runs.
+        let must_wait = !self.sessions.contains_key(&msg.key)
+            && self
+                .waiting
+                .iter()
+                .any(|w| w.submit.key.language == msg.key.language);
         if must_wait {
             self.wait_for_room(msg, ctx);
             return;
@@ -451,7 +457,7 @@ impl Handler<SessionChanged> for Supervisor {
     fn handle(&mut self, msg: SessionChanged, ctx: &mut Context<Self>) {
         if let Some(entry) = self.sessions.get_mut(&msg.key) {
             entry.state = msg.state;
-            entry.queued = msg.queued;
+            entry.received = msg.received;
             entry.last_active = msg.last_active;
         }
         if !self.waiting.is_empty() {
