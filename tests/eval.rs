@@ -1,4 +1,6 @@
 //! `cellvisor eval` end to end: the real binary, real python3, QuickJS and Lua workers.
+//! These run the supervisor inside the command (`--no-daemon`); `daemon.rs` covers the same
+//! command through the daemon.
 
 mod common;
 
@@ -16,7 +18,7 @@ fn one_cell_in_each_language_prints_42() {
         ("js", "console.log(6*7)"),
         ("lua", "print(6*7)"),
     ] {
-        let run = world.run(&["eval", "-l", language, code]);
+        let run = world.run(&["eval", "--no-daemon", "-l", language, code]);
         run.assert_code(0);
         assert_eq!(run.stdout, "42\n", "{language}: {}", run.stderr);
     }
@@ -36,7 +38,7 @@ fn state_persists_per_language_and_languages_do_not_share_it() {
         {"language": "lua", "code": "x + 1"},
         {"language": "py", "code": "print(x, 'y' in globals())"},
     ]));
-    let run = world.run(&["eval", "--cells", path_str(&file), "--json"]);
+    let run = world.run(&["eval", "--no-daemon", "--cells", path_str(&file), "--json"]);
     run.assert_code(0);
     let result = run.json();
     let outputs: Vec<&str> = cells(&result)
@@ -61,7 +63,7 @@ fn the_first_failing_cell_stops_the_request() {
         {"language": "py", "code": "print('never')"},
         {"language": "js", "code": "1"},
     ]));
-    let run = world.run(&["eval", "--cells", path_str(&file), "--json"]);
+    let run = world.run(&["eval", "--no-daemon", "--cells", path_str(&file), "--json"]);
     run.assert_code(1);
     let result = run.json();
     let cells = cells(&result);
@@ -88,6 +90,7 @@ fn errors_in_js_and_lua_carry_their_stack() {
     let world = World::new();
     let run = world.run(&[
         "eval",
+        "--no-daemon",
         "-l",
         "js",
         "function f() { throw new Error('boom') }\nf()",
@@ -103,7 +106,14 @@ fn errors_in_js_and_lua_carry_their_stack() {
         "{output}"
     );
 
-    let run = world.run(&["eval", "-l", "lua", "error('kaput')", "--json"]);
+    let run = world.run(&[
+        "eval",
+        "--no-daemon",
+        "-l",
+        "lua",
+        "error('kaput')",
+        "--json",
+    ]);
     run.assert_code(1);
     let output = run.json()["cells"][0]["output"]
         .as_str()
@@ -124,7 +134,7 @@ fn human_output_has_headers_and_errors_on_stderr() {
         {"language": "py", "code": "raise ValueError('bad value')"},
         {"language": "py", "code": "print('never')"},
     ]));
-    let run = world.run(&["eval", "--cells", path_str(&file)]);
+    let run = world.run(&["eval", "--no-daemon", "--cells", path_str(&file)]);
     run.assert_code(1);
     assert!(run.stdout.contains("[1/3] greet\nhi\n"), "{}", run.stdout);
     assert!(
@@ -141,7 +151,7 @@ fn five_megabytes_of_output_are_truncated_into_an_artifact() {
     let world = World::new();
     let code =
         "import sys\nfor i in range(50_000):\n    sys.stdout.write(f'{i:06d} ' + 'x' * 92 + '\\n')";
-    let run = world.run(&["eval", "-l", "py", code, "--json"]);
+    let run = world.run(&["eval", "--no-daemon", "-l", "py", code, "--json"]);
     run.assert_code(0);
     let result = run.json();
     let cell = &result["cells"][0];
@@ -170,6 +180,7 @@ fn output_of_subprocesses_and_invalid_utf8_is_captured() {
     let world = World::new();
     let run = world.run(&[
         "eval",
+        "--no-daemon",
         "-l",
         "py",
         "import os, sys\nprint('before', flush=True)\nos.system('echo from-shell')\n_ = sys.stdout.buffer.write(b'bad \\xff byte\\n')",
@@ -186,7 +197,14 @@ fn output_of_subprocesses_and_invalid_utf8_is_captured() {
 #[test]
 fn reading_stdin_is_a_clear_error() {
     let world = World::new();
-    let run = world.run(&["eval", "-l", "py", "input('name? ')", "--json"]);
+    let run = world.run(&[
+        "eval",
+        "--no-daemon",
+        "-l",
+        "py",
+        "input('name? ')",
+        "--json",
+    ]);
     run.assert_code(1);
     let output = run.json()["cells"][0]["output"]
         .as_str()
@@ -208,7 +226,7 @@ fn trailing_values_and_top_level_await() {
         {"language": "js", "code": "const v = await Promise.resolve(21); v * 2"},
         {"language": "lua", "code": "1 + 1, 'two'"},
     ]));
-    let run = world.run(&["eval", "--cells", path_str(&file), "--json"]);
+    let run = world.run(&["eval", "--no-daemon", "--cells", path_str(&file), "--json"]);
     run.assert_code(0);
     let result = run.json();
     let outputs: Vec<&str> = cells(&result)
@@ -230,7 +248,7 @@ fn display_sends_json_bundles_in_every_language() {
         {"language": "lua", "code": "display({k = {1, 2}})"},
         {"language": "py", "code": "display('plain')"},
     ]));
-    let run = world.run(&["eval", "--cells", path_str(&file), "--json"]);
+    let run = world.run(&["eval", "--no-daemon", "--cells", path_str(&file), "--json"]);
     run.assert_code(0);
     let result = run.json();
     for cell in &cells(&result)[..3] {
@@ -252,7 +270,7 @@ fn reset_clears_state_of_one_language_only() {
         {"language": "py", "code": "print('x' in globals())", "reset": true},
         {"language": "js", "code": "x"},
     ]));
-    let run = world.run(&["eval", "--cells", path_str(&file), "--json"]);
+    let run = world.run(&["eval", "--no-daemon", "--cells", path_str(&file), "--json"]);
     run.assert_code(0);
     let result = run.json();
     assert_eq!(cells(&result)[2]["output"], "False\n");
@@ -266,7 +284,7 @@ fn reset_clears_state_of_one_language_only() {
 #[test]
 fn bad_input_exits_2_with_a_clear_message() {
     let world = World::new();
-    let run = world.run(&["eval", "-l", "ruby", "puts 1"]);
+    let run = world.run(&["eval", "--no-daemon", "-l", "ruby", "puts 1"]);
     run.assert_code(2);
     assert!(
         run.stderr.contains("unknown language `ruby`"),
@@ -277,11 +295,11 @@ fn bad_input_exits_2_with_a_clear_message() {
 
     let broken = world.dir.path().join("broken.json");
     std::fs::write(&broken, "[\n  {\"language\": \"py\", \"code\": 1}\n]").unwrap_or_default();
-    let run = world.run(&["eval", "--cells", path_str(&broken)]);
+    let run = world.run(&["eval", "--no-daemon", "--cells", path_str(&broken)]);
     run.assert_code(2);
     assert!(run.stderr.contains("line 2 column"), "{}", run.stderr);
 
-    let run = world.run(&["eval", "--cells", "/nonexistent/cells.json"]);
+    let run = world.run(&["eval", "--no-daemon", "--cells", "/nonexistent/cells.json"]);
     run.assert_code(2);
     assert!(
         run.stderr.contains("cannot read cells file"),
@@ -289,17 +307,17 @@ fn bad_input_exits_2_with_a_clear_message() {
         run.stderr
     );
 
-    let run = world.run(&["eval"]);
+    let run = world.run(&["eval", "--no-daemon"]);
     run.assert_code(2);
     assert!(run.stderr.contains("no code given"), "{}", run.stderr);
 
-    let run = world.run(&["eval", "--timeout", "-3", "1"]);
+    let run = world.run(&["eval", "--no-daemon", "--timeout", "-3", "1"]);
     run.assert_code(2);
 
-    let run = world.run(&["eval", "--no-such-flag"]);
+    let run = world.run(&["eval", "--no-daemon", "--no-such-flag"]);
     run.assert_code(2);
 
-    let run = world.run(&["eval", "-s", "../escape", "1"]);
+    let run = world.run(&["eval", "--no-daemon", "-s", "../escape", "1"]);
     run.assert_code(2);
     assert!(
         run.stderr.contains("invalid session name"),
@@ -308,7 +326,7 @@ fn bad_input_exits_2_with_a_clear_message() {
     );
 
     let run = world.run_with_stdin(
-        &["eval", "--cells", "-", "--json"],
+        &["eval", "--no-daemon", "--cells", "-", "--json"],
         "[{\"language\": \"lua\", \"code\": \"print(1)\"}]",
     );
     run.assert_code(0);
@@ -322,6 +340,7 @@ fn killing_the_supervisor_takes_every_worker_and_child_with_it() {
         .command()
         .args([
             "eval",
+            "--no-daemon",
             "-l",
             "py",
             "import subprocess, time\nsubprocess.Popen(['sleep', '1000'])\nprint('ready', flush=True)\ntime.sleep(1000)",

@@ -1,13 +1,26 @@
-//! cellvisor's configuration: one TOML file, every key optional.
+//! cellvisor's configuration: one TOML file, every key optional, single keys overridable by
+//! `CELLVISOR_<SECTION>__<KEY>` variables.
 //!
 //! - [`schema`]: the typed configuration and its defaults.
-//! - [`load`]: finding the file and turning it into a [`Config`], with errors that name the key.
+//! - [`keys`]: every key's kind, range and documentation, in one table.
+//! - [`check`]: validation that reports every mistake with its key, line and column.
+//! - [`load`]: finding the file and turning it into a [`Config`].
+//! - [`show`]: the effective configuration with the origin of each value.
 
+pub mod check;
+pub mod keys;
 pub mod load;
 pub mod schema;
+pub mod show;
 
-pub use load::{load, load_file, locate, ConfigError};
+pub use check::{Effective, KeyError, Origin};
+pub use load::{
+    env_overrides, load, load_effective, load_file, locate, parse_str, resolve, ConfigError,
+};
 pub use schema::{
     CellsConfig, Config, DaemonConfig, EngineConfig, EnvConfig, LimitsConfig, OutputConfig,
     PythonConfig, SessionsConfig,
 };
+
+#[cfg(test)]
+mod tests;

@@ -1,5 +1,6 @@
 //! Finding and reading the configuration file.
 
+use crate::check::{self, Effective, KeyError};
 use crate::schema::Config;
 use std::path::{Path, PathBuf};
 
@@ -11,8 +12,21 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("invalid config file {path}: {message}")]
-    Invalid { path: PathBuf, message: String },
+    /// Every mistake found, one per line when displayed.
+    #[error("{}", lines(.errors))]
+    Invalid {
+        /// The file read, if any (the errors may also be in override variables).
+        path: Option<PathBuf>,
+        errors: Vec<KeyError>,
+    },
+}
+
+fn lines(errors: &[KeyError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The file to read: `explicit`, else `$CELLVISOR_CONFIG`, else
@@ -32,24 +46,68 @@ pub fn locate(explicit: Option<&Path>) -> Option<PathBuf> {
     default.is_file().then_some(default)
 }
 
-/// Loads the configuration found by [`locate`], or the defaults when there is none.
+/// Loads the configuration found by [`locate`], or the defaults when there is none, with the
+/// process's override variables applied.
 pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
-    match locate(explicit) {
-        Some(path) => load_file(&path),
-        None => Ok(Config::default()),
-    }
+    load_effective(explicit, env_overrides()).map(|effective| effective.config)
 }
 
-/// Loads one file.
+/// Like [`load`] with the override variables taken from `env`, keeping where each value came
+/// from (for `config show`).
+pub fn load_effective(
+    explicit: Option<&Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<Effective, ConfigError> {
+    resolve(locate(explicit).as_deref(), env)
+}
+
+/// Loads one file, without override variables.
 pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    toml::from_str(&text).map_err(|e| ConfigError::Invalid {
-        path: path.to_path_buf(),
-        message: e.to_string(),
+    resolve(Some(path), std::iter::empty()).map(|effective| effective.config)
+}
+
+/// Reads `path` (if any) and applies the overrides in `env`.
+pub fn resolve(
+    path: Option<&Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<Effective, ConfigError> {
+    let text = match path {
+        Some(path) => Some(
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?,
+        ),
+        None => None,
+    };
+    let file = path.zip(text.as_deref());
+    check::resolve(file, env).map_err(|errors| ConfigError::Invalid {
+        path: path.map(Path::to_path_buf),
+        errors,
     })
+}
+
+/// Validates `text` as if read from `path`, with the overrides in `env`.
+pub fn parse_str(
+    text: &str,
+    path: &Path,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<Effective, ConfigError> {
+    check::resolve(Some((path, text)), env).map_err(|errors| ConfigError::Invalid {
+        path: Some(path.to_path_buf()),
+        errors,
+    })
+}
+
+/// The process's override variables (`CELLVISOR_<SECTION>__<KEY>`); values that are not
+/// UTF-8 are passed on lossily and fail validation where that matters.
+pub fn env_overrides() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(name, value)| {
+            let name = name.into_string().ok()?;
+            check::is_override(&name).then(|| (name, value.to_string_lossy().into_owned()))
+        })
+        .collect()
 }
 
 #[cfg(test)]

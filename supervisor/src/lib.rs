@@ -13,6 +13,7 @@
 //! - [`environment`], [`limits`]: what a worker inherits: filtered variables, rlimits.
 //! - [`usage`]: memory and CPU of workers (for `status` and the RSS cap).
 //! - [`daemon`]: the JSON-RPC daemon, its protocol and its client.
+//! - [`mcp`]: `cellvisor mcp`, an MCP server on stdio with an embedded supervisor.
 //! - [`worker_entry`]: the hidden `__worker` entry point for programs that embed cellvisor.
 
 pub mod cell;
@@ -21,6 +22,7 @@ pub mod environment;
 pub mod host;
 pub mod limits;
 mod link;
+pub mod mcp;
 pub mod output;
 pub mod session;
 pub mod spawn;

@@ -193,25 +193,21 @@ fn cut_point(buf: &[u8], max_bytes: usize, max_lines: usize) -> usize {
 /// The last part of `buf` within `max_bytes` and `max_lines`, starting after a newline when
 /// one is near.
 fn tail_of(buf: &[u8], max_bytes: usize, max_lines: usize) -> &[u8] {
-    let mut start = buf.len().saturating_sub(max_bytes);
-    let window = &buf[start..];
-    // Count lines from the end; the last line may lack its newline.
-    let ends_open = window.last().is_some_and(|b| *b != b'\n');
-    let allowed_newlines = max_lines.max(1) - usize::from(ends_open);
-    let newline_positions: Vec<usize> = memchr::memrchr_iter(b'\n', window)
-        .skip(usize::from(!ends_open))
-        .take(allowed_newlines + 1)
-        .collect();
-    if newline_positions.len() > allowed_newlines {
-        if let Some(pos) = newline_positions.last() {
-            start += pos + 1;
-            return &buf[start..];
-        }
+    let start = buf.len().saturating_sub(max_bytes);
+    // A final newline ends the last line; it does not start another.
+    let body_end = if buf.ends_with(b"\n") {
+        buf.len() - 1
+    } else {
+        buf.len()
+    };
+    let body = &buf[start..body_end.max(start)];
+    if let Some(pos) = memchr::memrchr_iter(b'\n', body).nth(max_lines.max(1) - 1) {
+        return &buf[start + pos + 1..];
     }
     if start > 0 {
-        if let Some(pos) = memchr::memchr(b'\n', window) {
-            if pos < window.len() / 2 {
-                start += pos + 1;
+        if let Some(pos) = memchr::memchr(b'\n', body) {
+            if pos < body.len() / 2 {
+                return &buf[start + pos + 1..];
             }
         }
     }

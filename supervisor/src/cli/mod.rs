@@ -1,5 +1,6 @@
 //! Command-line interface: argument parsing and the subcommands.
 
+mod config_cmd;
 mod eval;
 mod serve;
 mod sessions;
@@ -34,6 +35,8 @@ enum Command {
     Eval(eval::EvalArgs),
     /// Run the daemon in the foreground.
     Serve,
+    /// MCP server on stdio, for agent desktops (its own supervisor; one connection, one session).
+    Mcp,
     /// List live sessions: pid, state, memory, CPU, idle time, cells, restarts.
     Status(sessions::StatusArgs),
     /// Interrupt the running cell of a session.
@@ -44,6 +47,8 @@ enum Command {
     Close(sessions::SessionArgs),
     /// Stop the daemon and every worker.
     Stop,
+    /// Check the configuration or show the values in force.
+    Config(config_cmd::ConfigArgs),
 }
 
 /// Global settings every subcommand may need.
@@ -82,10 +87,11 @@ pub fn main() -> i32 {
         config_path: cli.config,
         socket: cli.socket,
     };
-    let default_log = if matches!(cli.command, Command::Serve) {
-        "info"
-    } else {
-        "error"
+    let default_log = match cli.command {
+        Command::Serve => "info",
+        // stderr only: stdout is the MCP protocol.
+        Command::Mcp => "warn",
+        _ => "error",
     };
     init_logging(default_log);
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -102,11 +108,13 @@ pub fn main() -> i32 {
         match cli.command {
             Command::Eval(args) => eval::run(args, &globals).await,
             Command::Serve => serve::run(&globals).await,
+            Command::Mcp => mcp(&globals).await,
             Command::Status(args) => sessions::status(args, &globals).await,
             Command::Interrupt(args) => sessions::control(args, "interrupt", &globals).await,
             Command::Reset(args) => sessions::control(args, "reset", &globals).await,
             Command::Close(args) => sessions::control(args, "close", &globals).await,
             Command::Stop => sessions::stop(&globals).await,
+            Command::Config(args) => config_cmd::run(args, &globals),
         }
     })
 }
@@ -119,6 +127,26 @@ fn init_logging(default: &str) {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// `cellvisor mcp`: the MCP server on stdio, with the configuration `serve` would use.
+async fn mcp(globals: &Globals) -> i32 {
+    let config = match globals.load_config() {
+        Ok(config) => config,
+        Err(err) => return usage_error(err),
+    };
+    let options = cellvisor::Options {
+        config,
+        worker_exe: None,
+        runtime_dir: None,
+    };
+    match cellvisor::mcp::serve_stdio(options).await {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("error: {err}");
+            1
+        }
+    }
 }
 
 /// Prints `error: ...` and returns the usage exit code.

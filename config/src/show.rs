@@ -1,0 +1,70 @@
+//! `config show`: the effective configuration as TOML that parses back to the same
+//! [`Config`](crate::Config), each key commented with where its value came from.
+
+use crate::check::Effective;
+use crate::keys::{self, Value, KEYS, SECTIONS};
+
+/// `value` as TOML source, or `None` when unset.
+pub(crate) fn toml_value(value: &Value) -> Option<String> {
+    Some(match value {
+        Value::Unset => return None,
+        Value::Count(n) => n.to_string(),
+        Value::Duration(d) => quote(&keys::format_duration(*d)),
+        Value::Size(n) => quote(&keys::format_size(*n)),
+        Value::Text(t) => quote(t),
+        Value::Path(p) => quote(&p.to_string_lossy()),
+        Value::Names(names) => {
+            let items: Vec<String> = names.iter().map(|n| quote(n)).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::Map(map) if map.is_empty() => "{}".to_string(),
+        Value::Map(map) => {
+            let items: Vec<String> = map
+                .iter()
+                .map(|(k, v)| {
+                    format!(
+                        "{} = {}",
+                        toml_edit::Key::new(k.as_str()).display_repr(),
+                        quote(v)
+                    )
+                })
+                .collect();
+            format!("{{ {} }}", items.join(", "))
+        }
+    })
+}
+
+/// A TOML basic string, escaped as needed.
+fn quote(text: &str) -> String {
+    toml_edit::Value::from(text).to_string().trim().to_string()
+}
+
+impl Effective {
+    /// Every key with its value and origin (`# default`, `# file PATH:LINE`, `# env VAR`);
+    /// unset optional keys are shown commented out.
+    pub fn show(&self) -> String {
+        let mut out = String::from("# cellvisor's effective configuration\n");
+        match &self.path {
+            Some(path) => out.push_str(&format!("# config file: {}\n", path.display())),
+            None => out.push_str("# no config file; defaults and overrides only\n"),
+        }
+        for section in SECTIONS {
+            out.push_str(&format!("\n[{section}]\n"));
+            for (index, spec) in KEYS.iter().enumerate() {
+                if spec.section != *section {
+                    continue;
+                }
+                let origin = self
+                    .origins
+                    .get(index)
+                    .map(|o| o.comment())
+                    .unwrap_or_else(|| "default".to_string());
+                match toml_value(&(spec.get)(&self.config)) {
+                    Some(value) => out.push_str(&format!("{} = {value}  # {origin}\n", spec.key)),
+                    None => out.push_str(&format!("# {} = (unset)  # {origin}\n", spec.key)),
+                }
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,722 @@
+//! `cellvisor mcp`: an MCP server on stdio, for agent desktops (DESIGN.md §1).
+//!
+//! The server embeds its own supervisor ([`Cellvisor::start`]); one MCP connection is one
+//! session, named `mcp-<pid>`. Tools: `eval` (cells, DESIGN.md §2), `reset` and `sessions`.
+//! When the client disconnects (or the process gets SIGTERM/SIGINT/SIGHUP) every worker is
+//! stopped before [`serve_stdio`] returns.
+//!
+//! stdout is the protocol: nothing else may write to it. Logging goes to stderr and workers
+//! get `/dev/null` as their stdout.
+
+use crate::cell::{CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};
+use crate::host::{Cellvisor, Options, RequestError, StartupError};
+use crate::session::SessionStatus;
+use cellvisor_config::schema::CellsConfig;
+use cellvisor_ipc::Language;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
+    Implementation, JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
+    ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::{RequestContext, RoleServer, ServiceExt};
+use rmcp::transport::{StdioReader, StdioWriter};
+use rmcp::ServerHandler;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, ReadBuf};
+use tokio::sync::watch;
+
+/// Why the MCP server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    #[error(transparent)]
+    Startup(#[from] StartupError),
+    #[error("MCP handshake failed: {0}")]
+    Initialize(String),
+    #[error("the MCP service task failed: {0}")]
+    Service(String),
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+}
+
+/// Serves MCP on stdin/stdout until the client disconnects (or a termination signal), then
+/// stops every worker.
+pub async fn serve_stdio(options: Options) -> Result<(), McpError> {
+    let cells = options.config.cells.clone();
+    let cv = Arc::new(Cellvisor::start(options)?);
+    let session = format!("mcp-{}", std::process::id());
+    tracing::info!(%session, "MCP server on stdio");
+    let (disconnected, on_disconnect) = watch::channel(false);
+    let server = CellvisorMcp::new(Arc::clone(&cv), session, cells, on_disconnect);
+    let result = run(server, disconnected).await;
+    cv.shutdown().await;
+    tracing::info!("MCP server stopped");
+    result
+}
+
+async fn run(server: CellvisorMcp, disconnected: watch::Sender<bool>) -> Result<(), McpError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).map_err(McpError::Signals)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(McpError::Signals)?;
+    let mut hup = signal(SignalKind::hangup()).map_err(McpError::Signals)?;
+    let signalled = async {
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+            _ = hup.recv() => "SIGHUP",
+        }
+    };
+    tokio::pin!(signalled);
+    let running = tokio::select! {
+        running = server.serve(stdio(disconnected)) => match running {
+            Ok(running) => running,
+            // The client went away before (or during) the handshake: nothing to serve.
+            Err(rmcp::service::ServerInitializeError::ConnectionClosed(reason)) => {
+                tracing::info!(%reason, "client disconnected before initializing");
+                return Ok(());
+            }
+            Err(err) => return Err(McpError::Initialize(err.to_string())),
+        },
+        name = &mut signalled => {
+            tracing::info!("{name}: stopping");
+            return Ok(());
+        }
+    };
+    let token = running.cancellation_token();
+    let waiting = running.waiting();
+    tokio::pin!(waiting);
+    let quit = tokio::select! {
+        quit = &mut waiting => quit,
+        name = &mut signalled => {
+            tracing::info!("{name}: stopping");
+            token.cancel();
+            waiting.await
+        }
+    };
+    match quit {
+        Ok(reason) => {
+            tracing::debug!(?reason, "MCP connection ended");
+            Ok(())
+        }
+        Err(err) => Err(McpError::Service(err.to_string())),
+    }
+}
+
+/// stdin/stdout as the transport; `disconnected` turns true when stdin ends, so running
+/// cells can be interrupted at once instead of holding the shutdown up.
+fn stdio(disconnected: watch::Sender<bool>) -> (NotifyEof<StdioReader>, StdioWriter) {
+    let (reader, writer) = rmcp::transport::stdio_pipes();
+    (
+        NotifyEof {
+            inner: reader,
+            eof: disconnected,
+        },
+        writer,
+    )
+}
+
+/// A reader that reports its end of file (or a read error) on a watch channel.
+struct NotifyEof<R> {
+    inner: R,
+    eof: watch::Sender<bool>,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for NotifyEof<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(result) = &poll {
+            if result.is_err() || (buf.filled().len() == before && buf.remaining() > 0) {
+                self.eof.send_replace(true);
+            }
+        }
+        poll
+    }
+}
+
+/// Resolves when the flag is (or turns) true; never if its sender is gone while false.
+async fn until_true(mut flag: watch::Receiver<bool>) {
+    if flag.wait_for(|set| *set).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The MCP handler: one connection, one session.
+pub struct CellvisorMcp {
+    cv: Arc<Cellvisor>,
+    session: String,
+    cells: CellsConfig,
+    tools: Vec<Tool>,
+    disconnected: watch::Receiver<bool>,
+}
+
+impl CellvisorMcp {
+    /// A handler for `session`; `disconnected` turning true interrupts running cells.
+    pub fn new(
+        cv: Arc<Cellvisor>,
+        session: String,
+        cells: CellsConfig,
+        disconnected: watch::Receiver<bool>,
+    ) -> CellvisorMcp {
+        let tools = tools(&cells);
+        CellvisorMcp {
+            cv,
+            session,
+            cells,
+            tools,
+            disconnected,
+        }
+    }
+
+    async fn eval(
+        &self,
+        arguments: JsonObject,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let cells = match parse_cells(arguments, &self.cells) {
+            Ok(cells) => cells,
+            Err(message) => return tool_error(message),
+        };
+        let request = EvalRequest {
+            session: self.session.clone(),
+            cwd: None,
+            cells,
+        };
+        let eval = self.cv.eval(request, None);
+        tokio::pin!(eval);
+        let result = tokio::select! {
+            result = &mut eval => result,
+            _ = context.ct.cancelled() => {
+                // The client gave up on this call: stop the running cell so the session is
+                // free for the next one, and let the request wind down.
+                tracing::info!(session = %self.session, "eval cancelled by the client");
+                let _ = self.cv.interrupt(&self.session, None).await;
+                eval.await
+            }
+            _ = until_true(self.disconnected.clone()) => {
+                tracing::info!(session = %self.session, "client disconnected during eval");
+                let _ = self.cv.interrupt(&self.session, None).await;
+                eval.await
+            }
+        };
+        match result {
+            Ok(result) => render_result(&result),
+            Err(err) => tool_error(request_error_message(&err)),
+        }
+    }
+
+    async fn reset(&self, arguments: JsonObject) -> CallToolResult {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct ResetArgs {
+            #[serde(default)]
+            language: Option<Language>,
+        }
+        let args: ResetArgs = match serde_json::from_value(Value::Object(arguments)) {
+            Ok(args) => args,
+            Err(err) => {
+                return tool_error(format!(
+                    "invalid arguments: {err}. Expected {{\"language\"?: \"py\"|\"js\"|\"lua\"}}"
+                ))
+            }
+        };
+        let which = args
+            .language
+            .map(|l| format!("{} ", l.short_name()))
+            .unwrap_or_default();
+        match self.cv.reset(&self.session, args.language).await {
+            Ok(0) => CallToolResult::success(vec![ContentBlock::text(format!(
+                "No live {which}worker in this session: nothing to reset (the next cell starts \
+                 with fresh state)."
+            ))]),
+            Ok(n) => CallToolResult::success(vec![ContentBlock::text(format!(
+                "Reset {n} {which}worker{s}: their state is gone; the next cell starts fresh.",
+                s = if n == 1 { "" } else { "s" }
+            ))]),
+            Err(err) => tool_error(request_error_message(&err)),
+        }
+    }
+
+    async fn sessions(&self) -> CallToolResult {
+        match self.cv.status().await {
+            Ok(rows) => CallToolResult::success(vec![ContentBlock::text(status_table(
+                &rows,
+                &self.session,
+            ))]),
+            Err(err) => tool_error(request_error_message(&err)),
+        }
+    }
+}
+
+impl ServerHandler for CellvisorMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("cellvisor", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools.clone()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.tools.iter().find(|t| t.name == name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let arguments = request.arguments.unwrap_or_default();
+        let result = match request.name.as_ref() {
+            "eval" => self.eval(arguments, &context).await,
+            "reset" => self.reset(arguments).await,
+            "sessions" => self.sessions().await,
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!("unknown tool {other:?}: the tools are eval, reset and sessions"),
+                    None,
+                ))
+            }
+        };
+        Ok(result.into())
+    }
+}
+
+const INSTRUCTIONS: &str = "cellvisor runs Python, JavaScript and Lua code cells in persistent, \
+supervised worker processes. Use `eval` to run code: variables, imports and functions persist \
+per language across calls for this connection, so build on earlier cells instead of repeating \
+them. Use `reset` to start a language over, `sessions` to see the live workers.";
+
+const EVAL_DESCRIPTION: &str = "Run code cells in persistent Python (py), JavaScript (js) and \
+Lua (lua) runtimes. State persists per language across cells and across calls on this \
+connection (py and js never share state; resetting one language leaves the others alone). \
+Cells run in order; the first cell that fails (error or timeout) stops the call and the rest \
+are reported as skipped, while state from earlier cells stays. Output is what the code \
+prints plus the value of a trailing expression (Python and JavaScript); errors come back as \
+tracebacks. Rich output: display(value) shows dicts/lists as JSON, objects with \
+_repr_png_/_repr_markdown_ etc. as images or text (matplotlib figures are captured as PNG). \
+Each cell has a timeout (seconds); on timeout it is interrupted and reported cancelled. \
+Reading stdin is not supported. Helpers available in every language: read, write, append, \
+sort, uniq, counter, diff, tree, env, output, display (they are async in js: await them).";
+
+const RESET_DESCRIPTION: &str = "Discard the state of this connection's runtimes by replacing \
+their worker processes: one language (py, js or lua) or, with no language, all of them. Use \
+it when a runtime is wedged or you want a clean slate; the next eval cell starts fresh.";
+
+const SESSIONS_DESCRIPTION: &str = "List the live worker processes of this MCP server: \
+session, language, pid, state (starting/idle/busy/failed), memory, CPU, idle time, cells run \
+and restarts.";
+
+fn schema(value: Value) -> Arc<JsonObject> {
+    match value {
+        Value::Object(map) => Arc::new(map),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+fn tools(cells: &CellsConfig) -> Vec<Tool> {
+    let (min, max) = timeout_range(cells);
+    let default = cells.default_timeout.as_secs_f64();
+    let languages = json!({
+        "type": "string",
+        "enum": ["py", "js", "lua"],
+        "description": "py = Python, js = JavaScript (QuickJS), lua = Lua 5.4",
+    });
+    let eval_schema = json!({
+        "type": "object",
+        "properties": {
+            "cells": {
+                "type": "array",
+                "minItems": 1,
+                "description": "Cells to run in order, at least one.",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "language": languages,
+                        "code": {"type": "string", "description": "Source code of the cell."},
+                        "title": {"type": "string", "description": "Short label shown with the cell's result."},
+                        "timeout": {
+                            "type": "number",
+                            "minimum": min,
+                            "maximum": max,
+                            "description": format!("Seconds before the cell is interrupted ({min}..{max}, default {default})."),
+                        },
+                        "reset": {
+                            "type": "boolean",
+                            "description": "Restart this language's runtime (losing its state) before running the cell.",
+                        },
+                    },
+                    "required": ["language", "code"],
+                    "additionalProperties": false,
+                },
+            },
+        },
+        "required": ["cells"],
+        "additionalProperties": false,
+    });
+    let reset_schema = json!({
+        "type": "object",
+        "properties": {
+            "language": {
+                "type": "string",
+                "enum": ["py", "js", "lua"],
+                "description": "The runtime to reset; omit to reset all of them.",
+            },
+        },
+        "additionalProperties": false,
+    });
+    let sessions_schema =
+        json!({"type": "object", "properties": {}, "additionalProperties": false});
+    vec![
+        Tool::new("eval", EVAL_DESCRIPTION, schema(eval_schema))
+            .with_title("Run code cells")
+            .with_annotations(
+                ToolAnnotations::new()
+                    .read_only(false)
+                    .destructive(true)
+                    .idempotent(false)
+                    .open_world(true),
+            ),
+        Tool::new("reset", RESET_DESCRIPTION, schema(reset_schema))
+            .with_title("Reset runtimes")
+            .with_annotations(
+                ToolAnnotations::new()
+                    .read_only(false)
+                    .destructive(true)
+                    .idempotent(true)
+                    .open_world(false),
+            ),
+        Tool::new("sessions", SESSIONS_DESCRIPTION, schema(sessions_schema))
+            .with_title("List live workers")
+            .with_annotations(ToolAnnotations::new().read_only(true).open_world(false)),
+    ]
+}
+
+/// The allowed timeout range in seconds, as the config sets it.
+fn timeout_range(cells: &CellsConfig) -> (f64, f64) {
+    let min = cells.min_timeout.as_secs_f64();
+    (min, cells.max_timeout.as_secs_f64().max(min))
+}
+
+/// The `cells` argument of `eval`, checked; `Err` is a message for the agent.
+fn parse_cells(arguments: JsonObject, config: &CellsConfig) -> Result<Vec<CellSpec>, String> {
+    const SHAPE: &str = "Expected {\"cells\": [{\"language\": \"py\"|\"js\"|\"lua\", \"code\": \
+                         string, \"title\"?: string, \"timeout\"?: number, \"reset\"?: bool}, ...]}";
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct EvalArgs {
+        cells: Vec<CellSpec>,
+    }
+    let args: EvalArgs = serde_json::from_value(Value::Object(arguments))
+        .map_err(|err| format!("invalid arguments: {err}. {SHAPE}"))?;
+    if args.cells.is_empty() {
+        return Err(format!("`cells` is empty: give at least one cell. {SHAPE}"));
+    }
+    let (min, max) = timeout_range(config);
+    for (index, cell) in args.cells.iter().enumerate() {
+        if let Some(timeout) = cell.timeout {
+            if !(timeout.is_finite() && timeout >= min && timeout <= max) {
+                return Err(format!(
+                    "cell {}: timeout {timeout} is out of range: use {min} to {max} seconds \
+                     (or omit it for the default of {} seconds)",
+                    index + 1,
+                    config.default_timeout.as_secs_f64()
+                ));
+            }
+        }
+    }
+    Ok(args.cells)
+}
+
+fn request_error_message(err: &RequestError) -> String {
+    match err {
+        RequestError::NoCells => "`cells` is empty: give at least one cell".to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn tool_error(message: String) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
+/// A request's result as MCP content: one text block per cell (header, notice, output,
+/// status, text displays), each followed by the cell's images.
+fn render_result(result: &EvalResult) -> CallToolResult {
+    let total = result.cells.len();
+    let mut content = Vec::new();
+    for cell in &result.cells {
+        let (text, images) = render_cell(cell, total);
+        content.push(ContentBlock::text(text));
+        content.extend(images);
+    }
+    if result.is_error {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    }
+}
+
+fn render_cell(cell: &CellResult, total: usize) -> (String, Vec<ContentBlock>) {
+    let mut text = String::new();
+    if total > 1 {
+        let label = cell
+            .title
+            .clone()
+            .unwrap_or_else(|| cell.language.short_name().to_string());
+        let _ = writeln!(text, "[{}/{total}] {label}", cell.index + 1);
+    }
+    if let Some(notice) = &cell.notice {
+        let _ = writeln!(text, "({})", notice.trim_end());
+    }
+    text.push_str(&cell.output);
+    if !cell.output.is_empty() && !cell.output.ends_with('\n') {
+        text.push('\n');
+    }
+    if cell.truncation.truncated {
+        let _ = write!(
+            text,
+            "(output truncated: {} bytes, {} lines in all",
+            cell.truncation.total_bytes, cell.truncation.total_lines
+        );
+        match &cell.truncation.artifact_path {
+            Some(path) => {
+                let _ = writeln!(text, "; the whole output is in {})", path.display());
+            }
+            None => text.push_str(")\n"),
+        }
+    }
+    let mut images = Vec::new();
+    for bundle in &cell.displays {
+        match render_display(bundle) {
+            Rendered::Text(shown) => {
+                text.push_str(&shown);
+                if !shown.ends_with('\n') {
+                    text.push('\n');
+                }
+            }
+            Rendered::Image(block) => images.push(*block),
+            Rendered::Nothing => {}
+        }
+    }
+    match cell.status {
+        CellStatus::Complete => {}
+        CellStatus::Error => text.push_str("(error)\n"),
+        CellStatus::Cancelled => text.push_str("(cancelled)\n"),
+        CellStatus::Skipped => text.push_str("(skipped: an earlier cell failed)\n"),
+    }
+    if text.is_empty() || (total > 1 && text.lines().count() == 1 && images.is_empty()) {
+        text.push_str("(no output)\n");
+    }
+    (text, images)
+}
+
+enum Rendered {
+    Text(String),
+    Image(Box<ContentBlock>),
+    Nothing,
+}
+
+/// Picks the best representation of a display bundle for an MCP client.
+fn render_display(bundle: &Value) -> Rendered {
+    let Some(bundle) = bundle.as_object() else {
+        return Rendered::Text(bundle.to_string());
+    };
+    for mime in ["image/png", "image/jpeg", "image/gif", "image/webp"] {
+        if let Some(Value::String(data)) = bundle.get(mime) {
+            // Base64 as the workers send it; tolerate line breaks some encoders add.
+            let data: String = data.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+            return Rendered::Image(Box::new(ContentBlock::image(data, mime)));
+        }
+    }
+    if let Some(value) = bundle.get("application/json") {
+        return Rendered::Text(
+            serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string()),
+        );
+    }
+    for mime in [
+        "text/markdown",
+        "text/plain",
+        "image/svg+xml",
+        "text/html",
+        "text/latex",
+    ] {
+        if let Some(value) = bundle.get(mime) {
+            return Rendered::Text(match value {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            });
+        }
+    }
+    match bundle
+        .iter()
+        .find(|(mime, _)| !mime.starts_with("application/x-cellvisor"))
+    {
+        Some((mime, value)) => Rendered::Text(format!("[{mime}] {value}")),
+        None => Rendered::Nothing,
+    }
+}
+
+/// The `sessions` tool's table.
+fn status_table(rows: &[SessionStatus], own: &str) -> String {
+    if rows.is_empty() {
+        return "No live workers (a worker starts with the first cell of its language).\n"
+            .to_string();
+    }
+    let header = [
+        "SESSION", "LANG", "PID", "STATE", "RSS", "CPU", "IDLE", "CELLS", "RESTARTS", "QUEUED",
+        "ENGINE",
+    ];
+    let mut table: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for row in rows {
+        let session = if row.session == own {
+            format!("{} (this connection)", row.session)
+        } else {
+            row.session.clone()
+        };
+        table.push(vec![
+            session,
+            row.language.short_name().to_string(),
+            row.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            serde_json::to_value(row.state)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_else(|| format!("{:?}", row.state)),
+            row.rss_bytes
+                .map(|b| format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)))
+                .unwrap_or_else(|| "-".into()),
+            row.cpu_percent
+                .map(|c| format!("{c:.0}%"))
+                .unwrap_or_else(|| "-".into()),
+            format!("{:.0}s", row.idle_ms as f64 / 1000.0),
+            row.cells_run.to_string(),
+            row.restarts.to_string(),
+            row.queued.to_string(),
+            row.engine.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            table
+                .iter()
+                .map(|r| r[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in &table {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::Truncation;
+
+    fn cell(index: usize, status: CellStatus, output: &str, displays: Vec<Value>) -> CellResult {
+        CellResult {
+            index,
+            title: None,
+            language: Language::Python,
+            status,
+            exit_code: i32::from(status != CellStatus::Complete),
+            output: output.to_string(),
+            duration_ms: 1.0,
+            displays,
+            status_events: Vec::new(),
+            truncation: Truncation::default(),
+            notice: None,
+        }
+    }
+
+    fn texts(result: &CallToolResult) -> Vec<String> {
+        result
+            .content
+            .iter()
+            .filter_map(|c| match c {
+                ContentBlock::Text(t) => Some(t.text.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cells_are_checked_with_messages_that_say_what_is_allowed() {
+        let config = CellsConfig::default();
+        let parse = |v: Value| parse_cells(v.as_object().cloned().unwrap_or_default(), &config);
+        assert!(parse(json!({"cells": [{"language": "py", "code": "1"}]})).is_ok());
+        let empty = parse(json!({"cells": []})).unwrap_err();
+        assert!(empty.contains("at least one"), "{empty}");
+        let timeout =
+            parse(json!({"cells": [{"language": "py", "code": "1", "timeout": 0}]})).unwrap_err();
+        assert!(timeout.contains("1 to 600"), "{timeout}");
+        let language = parse(json!({"cells": [{"language": "rb", "code": "1"}]})).unwrap_err();
+        assert!(language.contains("\"py\"|\"js\"|\"lua\""), "{language}");
+        assert!(parse(json!({})).is_err());
+    }
+
+    #[test]
+    fn results_render_headers_statuses_and_displays() {
+        let result = EvalResult::from_cells(vec![
+            cell(
+                0,
+                CellStatus::Complete,
+                "42\n",
+                vec![
+                    json!({"application/json": {"k": [1]}, "text/plain": "{'k': [1]}"}),
+                    json!({"image/png": "iVBO\nRw==", "text/plain": "<Png>"}),
+                ],
+            ),
+            cell(1, CellStatus::Error, "Traceback\n", vec![]),
+            cell(2, CellStatus::Skipped, "", vec![]),
+        ]);
+        let rendered = render_result(&result);
+        assert_eq!(rendered.is_error, Some(true));
+        let texts = texts(&rendered);
+        assert_eq!(texts.len(), 3);
+        assert!(
+            texts[0].starts_with("[1/3] py\n42\n{\n  \"k\": ["),
+            "{}",
+            texts[0]
+        );
+        assert!(texts[1].ends_with("Traceback\n(error)\n"), "{}", texts[1]);
+        assert!(texts[2].contains("(skipped"), "{}", texts[2]);
+        let image = rendered.content.iter().find_map(|c| match c {
+            ContentBlock::Image(i) => Some(i),
+            _ => None,
+        });
+        let image = image.expect("an image block");
+        assert_eq!(image.mime_type, "image/png");
+        assert_eq!(image.data, "iVBORw==");
+    }
+
+    #[test]
+    fn a_single_quiet_cell_says_so() {
+        let result = EvalResult::from_cells(vec![cell(0, CellStatus::Complete, "", vec![])]);
+        let rendered = render_result(&result);
+        assert_eq!(rendered.is_error, Some(false));
+        assert_eq!(texts(&rendered), vec!["(no output)\n".to_string()]);
+    }
+}

@@ -1,0 +1,196 @@
+"""`cellvisor mcp` driven by a real MCP client: the official Python SDK (`mcp` on PyPI).
+
+Usage: python tests/mcp_client.py PATH/TO/cellvisor
+
+Spawns `cellvisor mcp` over stdio, exercises the eval/reset/sessions tools and exits
+non-zero with a clear message on the first failed check. The environment is passed to the
+server (XDG_RUNTIME_DIR, CELLVISOR_CONFIG, ... of the calling test).
+"""
+
+import asyncio
+import base64
+import os
+import struct
+import sys
+import zlib
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def check(condition, message, result=None):
+    if not condition:
+        if result is not None:
+            message += "\n--- tool result ---\n" + describe(result)
+        raise CheckFailed(message)
+
+
+def check_failures(error):
+    if isinstance(error, CheckFailed):
+        yield error
+    for inner in getattr(error, "exceptions", ()):
+        yield from check_failures(inner)
+
+
+def describe(result):
+    parts = ["isError=%r" % (result.is_error,)]
+    for block in result.content:
+        if block.type == "text":
+            parts.append("[text] " + block.text)
+        elif block.type == "image":
+            parts.append("[image %s, %d base64 chars]" % (block.mime_type, len(block.data)))
+        else:
+            parts.append("[%s]" % block.type)
+    return "\n".join(parts)
+
+
+def text_of(result):
+    return "\n".join(b.text for b in result.content if b.type == "text")
+
+
+def tiny_png():
+    """A valid 1x1 red PNG, built by hand (no Pillow needed)."""
+
+    def chunk(kind, data):
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
+    pixels = zlib.compress(b"\x00\xff\x00\x00")
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+
+
+async def eval_cells(session, cells):
+    return await session.call_tool("eval", {"cells": cells})
+
+
+async def main(binary):
+    params = StdioServerParameters(command=binary, args=["mcp"], env=dict(os.environ))
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            check(init.server_info.name == "cellvisor", "server name: %r" % (init.server_info,))
+            print("initialized: %s %s, protocol %s" % (
+                init.server_info.name, init.server_info.version, init.protocol_version))
+
+            tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+            for name in ("eval", "reset", "sessions"):
+                check(name in tools, "tool %r missing; tools: %s" % (name, sorted(tools)))
+                check(tools[name].description, "tool %r has no description" % name)
+            cells_schema = tools["eval"].input_schema["properties"]["cells"]
+            check(cells_schema.get("minItems") == 1, "eval schema: cells.minItems: %r" % cells_schema)
+            item = cells_schema["items"]
+            check(item["properties"]["language"]["enum"] == ["py", "js", "lua"],
+                  "eval schema: language enum: %r" % item)
+            check(item["properties"]["timeout"]["minimum"] == 1
+                  and item["properties"]["timeout"]["maximum"] == 600,
+                  "eval schema: timeout range: %r" % item)
+            print("tools: %s" % ", ".join(sorted(tools)))
+
+            # State persists across cells and calls.
+            result = await eval_cells(session, [
+                {"language": "py", "code": "x = 41"},
+                {"language": "py", "code": "x + 1", "title": "answer"},
+            ])
+            check(not result.is_error, "py cells failed", result)
+            check("42" in text_of(result), "x + 1 should give 42", result)
+            check("[2/2] answer" in text_of(result), "multi-cell header with the title", result)
+            result = await eval_cells(session, [{"language": "py", "code": "print(x * 2)"}])
+            check(not result.is_error and "82" in text_of(result),
+                  "state persists across calls", result)
+            print("py: ok")
+
+            # JavaScript.
+            result = await eval_cells(session, [{"language": "js", "code": "console.log(6*7)"}])
+            check(not result.is_error and "42" in text_of(result), "js cell", result)
+            print("js: ok")
+
+            # Lua.
+            result = await eval_cells(session, [{"language": "lua", "code": "print(6*7)"}])
+            check(not result.is_error and "42" in text_of(result), "lua cell", result)
+            print("lua: ok")
+
+            # The first failure stops the call: error, then skipped.
+            result = await eval_cells(session, [
+                {"language": "py", "code": "1/0", "title": "boom"},
+                {"language": "py", "code": "print('never')"},
+            ])
+            check(result.is_error is True, "a failing cell sets isError", result)
+            text = text_of(result)
+            check("ZeroDivisionError" in text, "the traceback is shown", result)
+            check("(error)" in text, "the error status is shown", result)
+            check("skipped" in text and "never" not in text, "the next cell is skipped", result)
+            print("failure: ok")
+
+            # Bad requests are tool errors that say what is allowed.
+            result = await eval_cells(session, [])
+            check(result.is_error is True, "an empty cells list is an error", result)
+            check("at least one" in text_of(result), "the error says why", result)
+            result = await eval_cells(session, [{"language": "py", "code": "1", "timeout": 0}])
+            check(result.is_error is True and "1 to 600" in text_of(result),
+                  "a timeout out of range is an error naming the range", result)
+            result = await eval_cells(session, [{"language": "ruby", "code": "1"}])
+            check(result.is_error is True and "py" in text_of(result),
+                  "an unknown language is an error naming the languages", result)
+            print("validation: ok")
+
+            # Reset forgets the state.
+            result = await session.call_tool("reset", {"language": "py"})
+            check(not result.is_error, "reset py", result)
+            result = await eval_cells(session, [{"language": "py", "code": "'x' in globals()"}])
+            check(not result.is_error and "False" in text_of(result),
+                  "x is gone after reset", result)
+            result = await session.call_tool("reset", {})
+            check(not result.is_error, "reset all", result)
+            print("reset: ok")
+
+            # Rich output: JSON as text, PNG as image content.
+            png = tiny_png()
+            code = (
+                "import base64\n"
+                "class Dot:\n"
+                "    def _repr_png_(self):\n"
+                "        return base64.b64decode(%r)\n"
+                "display(Dot())\n"
+                "display({'k': [1, 2]})\n"
+            ) % base64.b64encode(png).decode()
+            result = await eval_cells(session, [{"language": "py", "code": code}])
+            check(not result.is_error, "display cell failed", result)
+            images = [b for b in result.content if b.type == "image"]
+            check(len(images) == 1, "one image content expected", result)
+            check(images[0].mime_type == "image/png", "image mimeType", result)
+            check(base64.b64decode(images[0].data) == png, "the PNG bytes round-trip", result)
+            check('"k": [' in text_of(result), "application/json shown as pretty JSON", result)
+            print("display: ok")
+
+            # Timeout: cancelled, isError.
+            result = await eval_cells(session, [
+                {"language": "py", "code": "import time\ntime.sleep(30)", "timeout": 1}])
+            check(result.is_error is True and "(cancelled)" in text_of(result),
+                  "a cell over its timeout is cancelled", result)
+            check("timed out" in text_of(result), "the timeout is explained", result)
+            print("timeout: ok")
+
+            result = await session.call_tool("sessions", {})
+            check(not result.is_error and "mcp-" in text_of(result) and "py" in text_of(result),
+                  "sessions lists this connection's workers", result)
+            print("sessions: ok\n" + text_of(result))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: mcp_client.py PATH/TO/cellvisor")
+    try:
+        asyncio.run(main(sys.argv[1]))
+    except BaseException as error:  # the SDK's task groups wrap errors in exception groups
+        failures = list(check_failures(error))
+        if not failures:
+            raise
+        for failure in failures:
+            print("FAILED: %s" % failure, file=sys.stderr)
+        sys.exit(1)
+    print("all MCP checks passed")
