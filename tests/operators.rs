@@ -194,6 +194,7 @@ async fn prewarm_hands_a_new_session_an_interpreter_started_before_it() {
             timeout: None,
             reset: false,
         }],
+        tools: Vec::new(),
     };
     let result = cv.eval(request, None).await.expect("eval");
     assert_eq!(result.cells[0].output, "1\n");

@@ -68,6 +68,7 @@ impl Harness {
                 timeout,
                 reset: false,
             }],
+            tools: Vec::new(),
         };
         let mut result = self.cv.eval(request, None).await.expect("request accepted");
         result.cells.remove(0)
@@ -314,6 +315,7 @@ async fn the_cap_evicts_the_least_recently_used_idle_session_or_waits() {
                 timeout: Some(4.0),
                 reset: false,
             }],
+            tools: Vec::new(),
         };
         cv.eval(request, None).await
     };

@@ -12,5 +12,6 @@ pub mod socket;
 
 pub use frame::{FrameError, MAX_FRAME_BYTES};
 pub use message::{
-    CellOutcome, ExecuteCell, FromWorker, Language, OutputStream, ToWorker, PROTOCOL_VERSION,
+    CellOutcome, ExecuteCell, FromWorker, Language, OutputStream, ToWorker, ToolInfo,
+    PROTOCOL_VERSION,
 };

@@ -8,7 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Bumped whenever a message changes shape; both sides refuse a peer with another version.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// A cell language, and therefore a kind of worker. Serialized by its short name
 /// (`py`, `js`, `lua`) in JSON.
@@ -70,6 +70,11 @@ pub enum ToWorker {
     Interrupt { cell_id: u64 },
     /// Liveness probe, answered from the worker's I/O thread even while a cell runs.
     Ping { seq: u64 },
+    /// The host's answer to a `ToolCall`: the result as JSON, or an error message.
+    ToolResult {
+        call_id: u64,
+        outcome: Result<String, String>,
+    },
     /// Exit cleanly; the supervisor escalates to signals after its grace period.
     Shutdown,
 }
@@ -81,6 +86,17 @@ pub struct ExecuteCell {
     pub code: String,
     /// Directory the cell runs in; `None` keeps the worker's current one.
     pub cwd: Option<String>,
+    /// Tools the host offers to this cell (`tool.<name>(args)`).
+    pub tools: Vec<ToolInfo>,
+}
+
+/// A host tool as a cell sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolInfo {
+    pub name: String,
+    pub description: String,
+    /// The tool's JSON Schema for its arguments, as JSON text.
+    pub input_schema_json: String,
 }
 
 /// Which stream an output chunk was written to.
@@ -114,6 +130,13 @@ pub enum FromWorker {
     Done { cell_id: u64, outcome: CellOutcome },
     /// Answer to `Ping`.
     Pong { seq: u64 },
+    /// The running cell calls a host tool; answered by `ToolResult` with the same `call_id`.
+    ToolCall {
+        cell_id: u64,
+        call_id: u64,
+        name: String,
+        args_json: String,
+    },
     /// The worker cannot go on (its interpreter died, say); it exits after sending this.
     Fatal { message: String },
 }

@@ -30,6 +30,33 @@ pub struct EvalRequest {
     #[serde(default)]
     pub cwd: Option<PathBuf>,
     pub cells: Vec<CellSpec>,
+    /// Tools the host offers to the cells (`tool.<name>(args)`); the host answers the calls.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolSpec>,
+}
+
+/// A tool the host declares for a request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolSpec {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default = "empty_object")]
+    pub input_schema: serde_json::Value,
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::json!({"type": "object"})
+}
+
+/// A cell's call of a host tool, handed to the host; `reply` carries the tool's result or
+/// its error message.
+#[derive(Debug)]
+pub struct ToolCallRequest {
+    pub name: String,
+    pub arguments: serde_json::Value,
+    pub reply: tokio::sync::oneshot::Sender<Result<serde_json::Value, String>>,
 }
 
 /// The session used when a host names none.
@@ -123,6 +150,7 @@ pub struct CellOutcome {
     pub output: String,
     pub duration_ms: f64,
     pub displays: Vec<serde_json::Value>,
+    pub status_events: Vec<serde_json::Value>,
     pub truncation: Truncation,
     pub notice: Option<String>,
 }
@@ -145,6 +173,7 @@ impl CellOutcome {
             output: message,
             duration_ms: 0.0,
             displays: Vec::new(),
+            status_events: Vec::new(),
             notice: None,
         }
     }
@@ -163,7 +192,7 @@ impl CellOutcome {
             output: self.output,
             duration_ms: self.duration_ms,
             displays: self.displays,
-            status_events: Vec::new(),
+            status_events: self.status_events,
             truncation: self.truncation,
             notice: self.notice,
         }
@@ -187,6 +216,11 @@ pub enum CellEvent {
     Display {
         index: usize,
         bundle: serde_json::Value,
+    },
+    /// What a prelude helper did, e.g. `{"op": "read", "path": "src/main.rs", "lines": 120}`.
+    Status {
+        index: usize,
+        status: serde_json::Value,
     },
     CellDone {
         index: usize,

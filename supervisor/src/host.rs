@@ -4,7 +4,7 @@
 //! thread that spawned them, so it must live as long as the supervisor) and hands back a
 //! handle whose methods can be awaited from any async runtime.
 
-use crate::cell::{CellEvent, CellResult, EvalRequest, EvalResult};
+use crate::cell::{CellEvent, CellResult, EvalRequest, EvalResult, ToolCallRequest};
 use crate::session::{CellJob, SessionKey, SessionStatus};
 use crate::supervisor::{
     Control, ControlAction, PrewarmedCount, ReloadConfig, ShutdownAll, Status, Submit, Supervisor,
@@ -13,6 +13,7 @@ use crate::supervisor::{
 use actix::prelude::*;
 use cellvisor_config::Config;
 use cellvisor_ipc::Language;
+use cellvisor_ipc::ToolInfo;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -63,6 +64,10 @@ pub enum RequestError {
     CodeTooLarge { index: usize, len: usize },
     #[error("working directory {0} does not exist or is not a directory")]
     Cwd(PathBuf),
+    #[error("invalid tool name {0:?}: use 1 to 64 characters from A-Z a-z 0-9 _, not starting with a digit")]
+    ToolName(String),
+    #[error("tool {0:?} is declared twice")]
+    DuplicateTool(String),
     #[error("the supervisor has stopped")]
     Stopped,
 }
@@ -117,6 +122,7 @@ impl Cellvisor {
             exe,
             run_dir: run_dir.clone(),
             artifact_dir,
+            store_dir: crate::paths::state_dir().join("store"),
         };
         let initial_config = options.config.clone();
         let config = Arc::new(options.config);
@@ -161,7 +167,28 @@ impl Cellvisor {
         request: EvalRequest,
         events: Option<mpsc::Sender<CellEvent>>,
     ) -> Result<EvalResult, RequestError> {
+        self.eval_with_tools(request, events, None).await
+    }
+
+    /// [`Cellvisor::eval`] for a request that declares tools: each call a cell makes arrives
+    /// on `tool_host`, and the host answers through the request's `reply`. A call still
+    /// unanswered when its cell ends (or times out) is cancelled.
+    pub async fn eval_with_tools(
+        &self,
+        request: EvalRequest,
+        events: Option<mpsc::Sender<CellEvent>>,
+        tool_host: Option<mpsc::Sender<ToolCallRequest>>,
+    ) -> Result<EvalResult, RequestError> {
         validate(&request)?;
+        let tools: Arc<[ToolInfo]> = request
+            .tools
+            .iter()
+            .map(|t| ToolInfo {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                input_schema_json: t.input_schema.to_string(),
+            })
+            .collect();
         let lock = self.request_lock(&request.session);
         let _turn = lock.lock().await;
         let mut results = Vec::with_capacity(request.cells.len());
@@ -186,6 +213,8 @@ impl Cellvisor {
                 spec: spec.clone(),
                 cwd: request.cwd.clone(),
                 events: events.clone(),
+                tools: Arc::clone(&tools),
+                tool_host: tool_host.clone(),
                 reply,
             };
             let key = SessionKey {
@@ -413,6 +442,19 @@ fn validate(request: &EvalRequest) -> Result<(), RequestError> {
     if let Some(cwd) = &request.cwd {
         if !cwd.is_dir() {
             return Err(RequestError::Cwd(cwd.clone()));
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for tool in &request.tools {
+        let name = tool.name.as_str();
+        let valid = (1..=64).contains(&name.len())
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(RequestError::ToolName(tool.name.clone()));
+        }
+        if !seen.insert(name) {
+            return Err(RequestError::DuplicateTool(tool.name.clone()));
         }
     }
     Ok(())

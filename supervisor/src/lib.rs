@@ -10,6 +10,7 @@
 //! - `link`: the tasks on each worker connection (output into the sink, frames to the session).
 //! - [`spawn`]: starting a worker process, stopping its process group.
 //! - [`output`]: a cell's bounded output sink with artifact spill.
+//! - [`paths`]: where files that outlive workers live (artifacts, session stores).
 //! - [`environment`], [`limits`]: what a worker inherits: filtered variables, rlimits.
 //! - [`usage`]: memory and CPU of workers (for `status` and the RSS cap).
 //! - [`daemon`]: the JSON-RPC daemon, its protocol and its client.
@@ -24,6 +25,7 @@ pub mod limits;
 mod link;
 pub mod mcp;
 pub mod output;
+pub mod paths;
 pub mod session;
 pub mod spawn;
 pub mod supervisor;

@@ -6,7 +6,7 @@
 //! `Pong`) and the worker's exit become messages to the [`Session`] actor. The writer task owns
 //! the send half.
 
-use crate::cell::CellEvent;
+use crate::cell::{CellEvent, ToolCallRequest};
 use crate::output::{OutputSink, SinkResult};
 use crate::session::Session;
 use crate::spawn::{describe_exit, kill_group, StartedWorker, StderrTail};
@@ -14,7 +14,10 @@ use actix::{Addr, Message};
 use cellvisor_ipc::frame::{read_frame_async, write_frame_async};
 use cellvisor_ipc::{CellOutcome, FromWorker, OutputStream, ToWorker};
 use nix::sys::signal::Signal;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// The MIME type of status events: what a prelude helper did ("read 120 lines of x").
+pub const STATUS_MIME: &str = "application/x-cellvisor-status";
 
 /// A cell whose output the reader task is collecting.
 pub(crate) struct ActiveCell {
@@ -22,8 +25,22 @@ pub(crate) struct ActiveCell {
     pub index: usize,
     pub sink: OutputSink,
     pub displays: Vec<serde_json::Value>,
+    pub status_events: Vec<serde_json::Value>,
     pub events: Option<mpsc::Sender<CellEvent>>,
     text_carry: Vec<u8>,
+    /// Names of the tools the host declared, and where calls go.
+    tools: Vec<String>,
+    tool_host: Option<mpsc::Sender<ToolCallRequest>>,
+    /// Dropped when the cell ends, which cancels its tool calls still waiting for the host.
+    alive: watch::Sender<()>,
+}
+
+/// What a finished (or abandoned) cell produced.
+pub(crate) struct CellProducts {
+    pub cell_id: u64,
+    pub output: SinkResult,
+    pub displays: Vec<serde_json::Value>,
+    pub status_events: Vec<serde_json::Value>,
 }
 
 impl ActiveCell {
@@ -38,13 +55,33 @@ impl ActiveCell {
             index,
             sink,
             displays: Vec::new(),
+            status_events: Vec::new(),
             events,
             text_carry: Vec::new(),
+            tools: Vec::new(),
+            tool_host: None,
+            alive: watch::channel(()).0,
         }
     }
 
-    fn finish(self) -> (SinkResult, Vec<serde_json::Value>) {
-        (self.sink.finish(), self.displays)
+    /// Lets the cell call the host's tools.
+    pub fn with_tools(
+        mut self,
+        tools: Vec<String>,
+        host: Option<mpsc::Sender<ToolCallRequest>>,
+    ) -> ActiveCell {
+        self.tools = tools;
+        self.tool_host = host;
+        self
+    }
+
+    fn finish(self) -> CellProducts {
+        CellProducts {
+            cell_id: self.cell_id,
+            output: self.sink.finish(),
+            displays: self.displays,
+            status_events: self.status_events,
+        }
     }
 }
 
@@ -57,6 +94,7 @@ pub(crate) struct CellFinished {
     pub outcome: CellOutcome,
     pub output: SinkResult,
     pub displays: Vec<serde_json::Value>,
+    pub status_events: Vec<serde_json::Value>,
 }
 
 #[derive(Message)]
@@ -74,7 +112,7 @@ pub(crate) struct WorkerExited {
     pub reason: String,
     pub stderr_tail: String,
     /// The cell that was running, with the output it produced before the end.
-    pub partial: Option<(u64, SinkResult, Vec<serde_json::Value>)>,
+    pub partial: Option<CellProducts>,
 }
 
 /// The session's handle on a live connection.
@@ -109,6 +147,7 @@ impl Link {
             generation,
             pid,
             session,
+            to_worker: to_worker.clone(),
             cells: incoming_cells,
             current: None,
             fatal: None,
@@ -136,6 +175,8 @@ struct ReaderTask {
     generation: u64,
     pid: u32,
     session: Addr<Session>,
+    /// For answering tool calls.
+    to_worker: mpsc::UnboundedSender<ToWorker>,
     cells: mpsc::UnboundedReceiver<ActiveCell>,
     current: Option<ActiveCell>,
     fatal: Option<String>,
@@ -181,11 +222,7 @@ impl ReaderTask {
             }
             Err(err) => format!("could not be reaped: {err}"),
         };
-        let partial = self.current.take().map(|cell| {
-            let id = cell.cell_id;
-            let (output, displays) = cell.finish();
-            (id, output, displays)
-        });
+        let partial = self.current.take().map(ActiveCell::finish);
         self.session.do_send(WorkerExited {
             generation: self.generation,
             reason,
@@ -228,8 +265,21 @@ impl ReaderTask {
                 bundle_json,
             } => {
                 if let Some(cell) = self.current.as_mut().filter(|c| c.cell_id == cell_id) {
-                    let bundle = serde_json::from_str(&bundle_json)
+                    let bundle: serde_json::Value = serde_json::from_str(&bundle_json)
                         .unwrap_or_else(|_| serde_json::json!({ "text/plain": bundle_json }));
+                    if let Some(status) = bundle.get(STATUS_MIME) {
+                        cell.status_events.push(status.clone());
+                        if let Some(events) = &cell.events {
+                            let event = CellEvent::Status {
+                                index: cell.index,
+                                status: status.clone(),
+                            };
+                            if events.send(event).await.is_err() {
+                                cell.events = None;
+                            }
+                        }
+                        return true;
+                    }
                     if let Some(events) = &cell.events {
                         let event = CellEvent::Display {
                             index: cell.index,
@@ -245,13 +295,14 @@ impl ReaderTask {
             FromWorker::Done { cell_id, outcome } => {
                 if self.current.as_ref().is_some_and(|c| c.cell_id == cell_id) {
                     if let Some(cell) = self.current.take() {
-                        let (output, displays) = cell.finish();
+                        let products = cell.finish();
                         self.session.do_send(CellFinished {
                             generation: self.generation,
                             cell_id,
                             outcome,
-                            output,
-                            displays,
+                            output: products.output,
+                            displays: products.displays,
+                            status_events: products.status_events,
                         });
                     }
                 }
@@ -259,6 +310,12 @@ impl ReaderTask {
             FromWorker::Pong { .. } => self.session.do_send(PongReceived {
                 generation: self.generation,
             }),
+            FromWorker::ToolCall {
+                cell_id,
+                call_id,
+                name,
+                args_json,
+            } => self.call_tool(cell_id, call_id, name, &args_json),
             FromWorker::Fatal { message } => self.fatal = Some(message),
             FromWorker::Hello { .. } => {
                 self.fatal = Some("said Hello twice".to_string());
@@ -266,6 +323,70 @@ impl ReaderTask {
             }
         }
         true
+    }
+}
+
+impl ReaderTask {
+    /// Hands a cell's tool call to the host and sends the answer back to the worker when it
+    /// comes, unless the cell ends first.
+    fn call_tool(&mut self, cell_id: u64, call_id: u64, name: String, args_json: &str) {
+        let answer =
+            move |outcome: Result<String, String>| ToWorker::ToolResult { call_id, outcome };
+        let Some(cell) = self.current.as_ref().filter(|c| c.cell_id == cell_id) else {
+            let _ = self
+                .to_worker
+                .send(answer(Err("the cell has ended".into())));
+            return;
+        };
+        let host = match &cell.tool_host {
+            Some(host) if cell.tools.contains(&name) => host.clone(),
+            _ => {
+                let offered = if cell.tools.is_empty() {
+                    "the request declares no tools".to_string()
+                } else {
+                    format!("the request declares: {}", cell.tools.join(", "))
+                };
+                let _ = self
+                    .to_worker
+                    .send(answer(Err(format!("unknown tool `{name}`; {offered}"))));
+                return;
+            }
+        };
+        let arguments: serde_json::Value = match serde_json::from_str(args_json) {
+            Ok(arguments) => arguments,
+            Err(err) => {
+                let _ = self
+                    .to_worker
+                    .send(answer(Err(format!("tool arguments are not JSON: {err}"))));
+                return;
+            }
+        };
+        let mut alive = cell.alive.subscribe();
+        let to_worker = self.to_worker.clone();
+        actix::spawn(async move {
+            let (reply, result) = oneshot::channel();
+            let call = ToolCallRequest {
+                name,
+                arguments,
+                reply,
+            };
+            if host.send(call).await.is_err() {
+                let _ = to_worker.send(answer(Err("the host is gone".into())));
+                return;
+            }
+            tokio::select! {
+                result = result => {
+                    let outcome = match result {
+                        Ok(Ok(value)) => Ok(value.to_string()),
+                        Ok(Err(message)) => Err(message),
+                        Err(_) => Err("the host dropped the tool call".into()),
+                    };
+                    let _ = to_worker.send(answer(outcome));
+                }
+                // The cell ended (done, interrupted, or its worker died): nobody waits.
+                _ = alive.changed() => {}
+            }
+        });
     }
 }
 

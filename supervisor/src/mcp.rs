@@ -189,6 +189,7 @@ impl CellvisorMcp {
             session: self.session.clone(),
             cwd: None,
             cells,
+            tools: Vec::new(),
         };
         let eval = self.cv.eval(request, None);
         tokio::pin!(eval);

@@ -2,6 +2,7 @@
 //! cells one at a time in arrival order, and applies the supervision policies: heartbeats,
 //! cell deadlines with an interrupt grace, and the restart budget.
 
+use crate::cell::ToolCallRequest;
 use crate::cell::{CellEvent, CellOutcome, CellSpec, CellStatus};
 use crate::link::{ActiveCell, CellFinished, Link, PongReceived, WorkerExited};
 use crate::output::{OutputSink, SinkLimits};
@@ -9,7 +10,7 @@ use crate::spawn::{self, kill_group, StartError, StartedWorker, WorkerSpec};
 use crate::supervisor::{SessionChanged, SessionStopped, Supervisor};
 use actix::prelude::*;
 use cellvisor_config::Config;
-use cellvisor_ipc::{CellOutcome as WorkerOutcome, ExecuteCell, Language, ToWorker};
+use cellvisor_ipc::{CellOutcome as WorkerOutcome, ExecuteCell, Language, ToWorker, ToolInfo};
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -68,6 +69,9 @@ pub struct CellJob {
     pub spec: CellSpec,
     pub cwd: Option<PathBuf>,
     pub events: Option<mpsc::Sender<CellEvent>>,
+    /// Tools the host offers, and where their calls go.
+    pub tools: Arc<[ToolInfo]>,
+    pub tool_host: Option<mpsc::Sender<ToolCallRequest>>,
     pub reply: oneshot::Sender<CellOutcome>,
 }
 
@@ -375,16 +379,21 @@ impl Session {
             max_lines: self.config.output.max_lines,
             artifact_path: self.artifact_dir.join(format!(
                 "{}-{}-{}-{cell_id}.txt",
-                sanitize(&self.key.session),
+                crate::paths::file_safe(&self.key.session),
                 self.key.language,
                 link.pid
             )),
         });
-        link.begin(ActiveCell::new(cell_id, job.index, sink, job.events));
+        let declared: Vec<String> = job.tools.iter().map(|t| t.name.clone()).collect();
+        link.begin(
+            ActiveCell::new(cell_id, job.index, sink, job.events)
+                .with_tools(declared, job.tool_host),
+        );
         link.send(ToWorker::Execute(ExecuteCell {
             cell_id,
             code: job.spec.code,
             cwd: job.cwd.map(|p| p.to_string_lossy().into_owned()),
+            tools: job.tools.to_vec(),
         }));
         let timeout = self.config.cells.timeout_for(job.spec.timeout);
         let deadline = ctx.run_later(timeout, move |act, ctx| act.on_deadline(cell_id, ctx));
@@ -463,6 +472,7 @@ impl Session {
             ctx.cancel_future(handle);
         }
         let mut output = msg.output;
+        let status_events = msg.status_events;
         let status = match msg.outcome {
             WorkerOutcome::Completed => {
                 self.restarts_left = self.config.sessions.restart_budget;
@@ -491,6 +501,7 @@ impl Session {
             output: output.text,
             duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,
             displays: msg.displays,
+            status_events,
             truncation: output.truncation,
             notice: running.notice,
         });
@@ -521,7 +532,7 @@ impl Session {
             Worker::Stopping { .. } => {
                 // Planned: reset or close.
                 if let Some(running) = running {
-                    let partial = msg.partial.map(|(_, out, _)| out.text).unwrap_or_default();
+                    let partial = msg.partial.map(|p| p.output.text).unwrap_or_default();
                     let mut text = partial;
                     append_line(&mut text, "Interrupted: the session was reset or closed");
                     let mut outcome = CellOutcome::error(text);
@@ -559,9 +570,11 @@ impl Session {
         };
         if let Some(running) = running {
             let (mut text, displays, truncation) = match msg.partial {
-                Some((id, out, displays)) if id == running.cell_id => {
-                    (out.text, displays, out.truncation)
-                }
+                Some(partial) if partial.cell_id == running.cell_id => (
+                    partial.output.text,
+                    partial.displays,
+                    partial.output.truncation,
+                ),
                 _ => (String::new(), Vec::new(), Default::default()),
             };
             let status =
@@ -590,6 +603,7 @@ impl Session {
                 output: text,
                 duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,
                 displays,
+                status_events: Vec::new(),
                 truncation,
                 notice: running.notice,
             });
@@ -903,17 +917,4 @@ fn append_line(text: &mut String, line: &str) {
     }
     text.push_str(line);
     text.push('\n');
-}
-
-/// A session name made safe for a file name.
-fn sanitize(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }

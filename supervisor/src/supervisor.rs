@@ -24,6 +24,8 @@ pub struct WorkerBase {
     pub exe: PathBuf,
     pub run_dir: PathBuf,
     pub artifact_dir: PathBuf,
+    /// Where sessions keep what JS `store()` saves; outlives workers and the daemon.
+    pub store_dir: PathBuf,
 }
 
 /// Run a cell in `key`'s session, creating it (within the cap) if needed.
@@ -190,7 +192,7 @@ impl Supervisor {
             return Some(submit);
         }
         let notice = self.evicted.remove(&submit.key);
-        let spec = self.worker_spec(language, submit.cwd.clone());
+        let spec = self.worker_spec(language, submit.cwd.clone(), Some(&submit.key.session));
         let prestarted = if language == Language::Python {
             self.claim_prewarmed(submit.cwd.as_deref(), ctx)
         } else {
@@ -221,13 +223,39 @@ impl Supervisor {
         None
     }
 
-    fn worker_spec(&self, language: Language, cwd: Option<PathBuf>) -> WorkerSpec {
+    /// How to start a worker; `session` is `None` for a prewarmed worker that no session
+    /// owns yet (so nothing session-specific may go in its environment).
+    fn worker_spec(
+        &self,
+        language: Language,
+        cwd: Option<PathBuf>,
+        session: Option<&str>,
+    ) -> WorkerSpec {
+        let mut env = crate::environment::for_worker(&self.config, language);
+        let mut set = |key: &str, value: std::ffi::OsString| {
+            env.retain(|(k, _)| k.to_str() != Some(key));
+            env.push((key.into(), value));
+        };
+        set(
+            "CELLVISOR_ARTIFACT_DIR",
+            self.base.artifact_dir.clone().into(),
+        );
+        if let Some(session) = session {
+            set("CELLVISOR_SESSION", session.into());
+            set(
+                "CELLVISOR_STORE_DIR",
+                self.base
+                    .store_dir
+                    .join(crate::paths::file_safe(session))
+                    .into(),
+            );
+        }
         WorkerSpec {
             exe: self.base.exe.clone(),
             language,
             run_dir: self.base.run_dir.clone(),
             cwd,
-            env: crate::environment::for_worker(&self.config, language),
+            env,
             start_timeout: self.config.sessions.start_timeout,
             rlimits: crate::limits::from_config(&self.config.limits),
         }
@@ -237,7 +265,7 @@ impl Supervisor {
     fn refill_pool(&mut self, ctx: &mut Context<Self>) {
         while self.pool.len() + self.pool_starting < self.config.python.prewarm {
             self.pool_starting += 1;
-            let spec = self.worker_spec(Language::Python, None);
+            let spec = self.worker_spec(Language::Python, None, None);
             let me = ctx.address();
             actix::spawn(async move {
                 let serial = 1_000_000 + POOL_SERIAL.fetch_add(1, Ordering::Relaxed);

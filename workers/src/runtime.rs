@@ -92,6 +92,47 @@ impl Interrupt {
 #[derive(Clone)]
 pub struct Outbox {
     tx: SyncSender<FromWorker>,
+    tools: Arc<PendingToolCalls>,
+}
+
+/// Host tool calls waiting for their answer, by call id.
+#[derive(Default)]
+struct PendingToolCalls {
+    next_id: AtomicU64,
+    waiting: std::sync::Mutex<std::collections::HashMap<u64, mpsc::Sender<ToolOutcome>>>,
+}
+
+/// A host tool's answer: its result as JSON text, or the error message.
+pub type ToolOutcome = Result<String, String>;
+
+impl PendingToolCalls {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, mpsc::Sender<ToolOutcome>>> {
+        match self.waiting.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn answer(&self, call_id: u64, outcome: ToolOutcome) {
+        if let Some(waiter) = self.lock().remove(&call_id) {
+            let _ = waiter.send(outcome);
+        }
+    }
+
+    /// Fails every call in flight: the cell they belong to was interrupted.
+    fn cancel_all(&self, why: &str) {
+        for (_, waiter) in self.lock().drain() {
+            let _ = waiter.send(Err(why.to_string()));
+        }
+    }
+}
+
+/// A tool call in flight; its answer arrives on `answer`.
+pub struct PendingToolCall {
+    pub call_id: u64,
+    pub answer: Receiver<ToolOutcome>,
 }
 
 impl Outbox {
@@ -99,7 +140,29 @@ impl Outbox {
     /// (unit tests of the engines use this).
     pub fn new(capacity: usize) -> (Outbox, Receiver<FromWorker>) {
         let (tx, rx) = mpsc::sync_channel(capacity);
-        (Outbox { tx }, rx)
+        let tools = Arc::default();
+        (Outbox { tx, tools }, rx)
+    }
+
+    /// Asks the host to run tool `name` with `args_json` for `cell_id`. Does not block: wait
+    /// on the returned call's `answer` (it is failed if the cell is interrupted meanwhile).
+    pub fn call_tool(&self, cell_id: u64, name: &str, args_json: String) -> PendingToolCall {
+        let call_id = self.tools.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let (tx, answer) = mpsc::channel();
+        self.tools.lock().insert(call_id, tx);
+        self.send(FromWorker::ToolCall {
+            cell_id,
+            call_id,
+            name: name.to_string(),
+            args_json,
+        });
+        PendingToolCall { call_id, answer }
+    }
+
+    /// Delivers a tool's answer to the call waiting for it (used by the I/O thread, and by
+    /// tests that play the host).
+    pub fn deliver_tool_result(&self, call_id: u64, outcome: ToolOutcome) {
+        self.tools.answer(call_id, outcome);
     }
 
     /// Sends `data` as output of `cell_id`, cut into frames of [`OUTPUT_CHUNK_BYTES`].
@@ -303,9 +366,15 @@ impl IoThread {
                         return;
                     }
                 }
+                Ok(Some(ToWorker::ToolResult { call_id, outcome })) => {
+                    self.outbox.deliver_tool_result(call_id, outcome);
+                }
                 Ok(Some(ToWorker::Interrupt { cell_id })) => {
                     if cell_id != NO_CELL && self.running.load(Ordering::SeqCst) == cell_id {
                         self.interrupt.raise();
+                        self.outbox
+                            .tools
+                            .cancel_all("the tool call was cancelled: the cell was interrupted");
                         if let Some(hook) = &self.hook {
                             hook();
                         }

@@ -164,6 +164,7 @@ fn build_request(args: &EvalArgs) -> Result<EvalRequest, UsageError> {
         session: args.session.clone(),
         cwd: args.cwd.clone(),
         cells,
+        tools: Vec::new(),
     })
 }
 

@@ -23,6 +23,8 @@ pub mod method {
     pub const CONFIG_RELOAD: &str = "config/reload";
     /// Notification sent while an `eval` runs.
     pub const EVAL_EVENT: &str = "eval/event";
+    /// Request from the daemon to the client: run one of the tools its `eval` declared.
+    pub const TOOL_CALL: &str = "tool/call";
 }
 
 /// Standard and cellvisor error codes.

@@ -5,7 +5,7 @@
 //! slow client slows only its own sessions (its events wait for room in its channel).
 
 use super::protocol::{self, code, method, InitializeResult, Request, RpcError, SessionParams};
-use crate::cell::{CellEvent, EvalRequest};
+use crate::cell::{CellEvent, EvalRequest, ToolCallRequest};
 use crate::host::{Cellvisor, Options, RequestError};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -217,6 +217,16 @@ impl Drop for ConnectionGuard {
     }
 }
 
+/// Tool calls this connection's client has been asked to answer, by request id.
+type PendingToolCalls = Mutex<HashMap<String, tokio::sync::oneshot::Sender<Result<Value, String>>>>;
+
+/// What request tasks share with their connection.
+struct Connection {
+    out: mpsc::Sender<Value>,
+    tool_calls: PendingToolCalls,
+    next_tool_call: AtomicU64,
+}
+
 /// An eval in flight on a connection: aborted and its session interrupted if the client leaves.
 struct InFlight {
     session: String,
@@ -238,6 +248,11 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
         }
     });
     let in_flight: Arc<Mutex<HashMap<u64, InFlight>>> = Arc::default();
+    let connection = Arc::new(Connection {
+        out: out.clone(),
+        tool_calls: Mutex::default(),
+        next_tool_call: AtomicU64::new(1),
+    });
     let mut next_task = 0u64;
     let mut reader = BufReader::new(reader);
     loop {
@@ -266,6 +281,10 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
                 let _ = out.send(protocol::response(Value::Null, Err(error))).await;
                 continue;
             }
+            Ok(value) if value.get("method").is_none() && value.get("id").is_some() => {
+                answer_tool_call(&connection, value);
+                continue;
+            }
             Ok(value) => match parse_request(value) {
                 Ok(request) => request,
                 Err((id, error)) => {
@@ -286,13 +305,13 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
                 .to_string()
         });
         let daemon = Arc::clone(&daemon);
-        let out = out.clone();
+        let connection = Arc::clone(&connection);
         let registry = Arc::clone(&in_flight);
         let task = tokio::spawn(async move {
             let id = request.id.clone();
-            let result = dispatch(&daemon, request, &out).await;
+            let result = dispatch(&daemon, request, &connection).await;
             if let Some(id) = id {
-                let _ = out.send(protocol::response(id, result)).await;
+                let _ = connection.out.send(protocol::response(id, result)).await;
             }
             if let Ok(mut registry) = registry.lock() {
                 registry.remove(&task_id);
@@ -318,6 +337,50 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
     }
     drop(out);
     let _ = writer_task.await;
+}
+
+/// A client's response to a `tool/call` request: hand it to the waiting cell.
+fn answer_tool_call(connection: &Connection, response: Value) {
+    let Some(id) = response.get("id").and_then(Value::as_str) else {
+        tracing::debug!("ignoring a response with an unknown id: {response}");
+        return;
+    };
+    let waiter = match connection.tool_calls.lock() {
+        Ok(mut calls) => calls.remove(id),
+        Err(_) => None,
+    };
+    let Some(waiter) = waiter else {
+        tracing::debug!(id, "ignoring a response to no pending tool call");
+        return;
+    };
+    let outcome = match (response.get("result"), response.get("error")) {
+        (_, Some(error)) => Err(error
+            .get("message")
+            .and_then(Value::as_str)
+            .map(String::from)
+            .unwrap_or_else(|| error.to_string())),
+        (Some(result), None) => Ok(result.clone()),
+        (None, None) => Err("the host answered the tool call with neither result nor error".into()),
+    };
+    let _ = waiter.send(outcome);
+}
+
+/// Asks the client to run a tool for a cell of request `request_id`.
+async fn forward_tool_call(connection: &Connection, request_id: &Value, call: ToolCallRequest) {
+    let id = format!(
+        "tool-{}",
+        connection.next_tool_call.fetch_add(1, Ordering::Relaxed)
+    );
+    if let Ok(mut calls) = connection.tool_calls.lock() {
+        calls.insert(id.clone(), call.reply);
+    }
+    let request = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "method": method::TOOL_CALL,
+        "params": {"request_id": request_id, "name": call.name, "arguments": call.arguments},
+    });
+    let _ = connection.out.send(request).await;
 }
 
 fn parse_request(value: Value) -> Result<Request, (Value, RpcError)> {
@@ -390,8 +453,9 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<Value, RpcError> {
 async fn dispatch(
     daemon: &Daemon,
     request: Request,
-    out: &mpsc::Sender<Value>,
+    connection: &Connection,
 ) -> Result<Value, RpcError> {
+    let out = &connection.out;
     match request.method.as_str() {
         method::INITIALIZE => to_json(&InitializeResult {
             protocol_version: protocol::PROTOCOL_VERSION,
@@ -403,6 +467,8 @@ async fn dispatch(
             let eval: EvalRequest = params(request.params)?;
             let request_id = request.id.clone().unwrap_or(Value::Null);
             let (events, mut events_rx) = mpsc::channel::<CellEvent>(64);
+            let (tool_host, mut tool_calls) = mpsc::channel::<ToolCallRequest>(8);
+            let tool_host = (!eval.tools.is_empty()).then_some(tool_host);
             let notify = |event: &CellEvent| {
                 let params = serde_json::to_value(protocol::EvalEvent {
                     request_id: &request_id,
@@ -411,7 +477,7 @@ async fn dispatch(
                 .unwrap_or(Value::Null);
                 protocol::notification(method::EVAL_EVENT, params)
             };
-            let eval = daemon.cv.eval(eval, Some(events));
+            let eval = daemon.cv.eval_with_tools(eval, Some(events), tool_host);
             tokio::pin!(eval);
             let result = loop {
                 tokio::select! {
@@ -419,6 +485,9 @@ async fn dispatch(
                     Some(event) = events_rx.recv() => {
                         // A client that stopped reading stalls only its own cells here.
                         let _ = out.send(notify(&event)).await;
+                    }
+                    Some(call) = tool_calls.recv() => {
+                        forward_tool_call(connection, &request_id, call).await;
                     }
                     result = &mut eval => break result,
                 }

@@ -604,6 +604,7 @@ mod tests {
             cell_id: 7,
             code: code.into(),
             cwd: None,
+            tools: Vec::new(),
         };
         let outcome = engine
             .execute(&cell, &outbox, interrupt)

@@ -23,6 +23,7 @@ fn run_with(engine: &mut LuaEngine, code: &str, interrupt: &Interrupt) -> Ran {
         cell_id: 7,
         code: code.to_string(),
         cwd: None,
+        tools: Vec::new(),
     };
     let outcome = engine
         .execute(&cell, &outbox, interrupt)

@@ -83,6 +83,7 @@ impl Harness {
             cell_id,
             code: code.to_string(),
             cwd: None,
+            tools: Vec::new(),
         };
         let outcome = self.engine.execute(&cell, &outbox, interrupt);
         outbox.send(FromWorker::Pong { seq: END_OF_CELL });
