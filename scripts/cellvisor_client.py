@@ -38,20 +38,38 @@ class Client:
         self.lines = self.sock.makefile("r", encoding="utf-8")
         self.next_id = 1
 
-    def call(self, method, params=None, on_event=None):
+    def send(self, message):
+        self.sock.sendall((json.dumps(message) + "\n").encode("utf-8"))
+
+    def call(self, method, params=None, on_event=None, tools=None):
+        """Calls `method`; `on_event` gets each `eval/event`, and `tools` (name -> function
+        of the arguments) answers the daemon's `tool/call` requests."""
         request_id = self.next_id
         self.next_id += 1
-        message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}
-        self.sock.sendall((json.dumps(message) + "\n").encode("utf-8"))
+        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}})
         for line in self.lines:
             message = json.loads(line)
-            if message.get("id") == request_id:
+            if message.get("id") == request_id and "method" not in message:
                 if "error" in message:
                     raise RuntimeError(f"{message['error']['code']}: {message['error']['message']}")
                 return message["result"]
-            if on_event and message.get("method") == "eval/event":
+            if message.get("method") == "eval/event" and on_event:
                 on_event(message["params"])
+            elif message.get("method") == "tool/call":
+                self.answer_tool_call(message, tools or {})
         raise ConnectionError("the daemon closed the connection")
+
+    def answer_tool_call(self, request, tools):
+        params = request["params"]
+        function = tools.get(params["name"])
+        try:
+            if function is None:
+                raise LookupError(f"this host has no tool {params['name']!r}")
+            response = {"jsonrpc": "2.0", "id": request["id"], "result": function(params["arguments"])}
+        except Exception as error:  # the tool's failure is the cell's to handle
+            response = {"jsonrpc": "2.0", "id": request["id"],
+                        "error": {"code": -32000, "message": str(error)}}
+        self.send(response)
 
 
 def print_event(event):

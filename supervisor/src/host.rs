@@ -207,6 +207,34 @@ impl Cellvisor {
                     })
                     .await;
             }
+            let mut spec = spec.clone();
+            let mut max_output_bytes = None;
+            if spec.language == Language::JavaScript {
+                match crate::directive::parse(&spec.code) {
+                    Ok(None) => {}
+                    Ok(Some(directive)) => {
+                        if let Some(time) = directive.yield_time() {
+                            spec.timeout = Some(time.as_secs_f64());
+                        }
+                        max_output_bytes = directive.max_output_bytes();
+                    }
+                    Err(message) => {
+                        let result = CellResult::refused(index, &spec, message);
+                        if let Some(events) = &events {
+                            let _ = events
+                                .send(CellEvent::CellDone {
+                                    index,
+                                    status: result.status,
+                                })
+                                .await;
+                        }
+                        stopped = true;
+                        results.push(result);
+                        continue;
+                    }
+                }
+            }
+            let spec = &spec;
             let (reply, outcome) = oneshot::channel();
             let job = CellJob {
                 index,
@@ -215,6 +243,7 @@ impl Cellvisor {
                 events: events.clone(),
                 tools: Arc::clone(&tools),
                 tool_host: tool_host.clone(),
+                max_output_bytes,
                 reply,
             };
             let key = SessionKey {

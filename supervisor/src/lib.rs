@@ -14,11 +14,13 @@
 //! - [`environment`], [`limits`]: what a worker inherits: filtered variables, rlimits.
 //! - [`usage`]: memory and CPU of workers (for `status` and the RSS cap).
 //! - [`daemon`]: the JSON-RPC daemon, its protocol and its client.
+//! - [`directive`]: the `// @exec:` first line of code-mode JavaScript cells.
 //! - [`mcp`]: `cellvisor mcp`, an MCP server on stdio with an embedded supervisor.
 //! - [`worker_entry`]: the hidden `__worker` entry point for programs that embed cellvisor.
 
 pub mod cell;
 pub mod daemon;
+pub mod directive;
 pub mod environment;
 pub mod host;
 pub mod limits;

@@ -72,6 +72,8 @@ pub struct CellJob {
     /// Tools the host offers, and where their calls go.
     pub tools: Arc<[ToolInfo]>,
     pub tool_host: Option<mpsc::Sender<ToolCallRequest>>,
+    /// A tighter cap on the kept output than the configuration's (from an `@exec` line).
+    pub max_output_bytes: Option<u64>,
     pub reply: oneshot::Sender<CellOutcome>,
 }
 
@@ -374,8 +376,13 @@ impl Session {
         };
         let cell_id = self.next_cell_id;
         self.next_cell_id += 1;
+        let max_bytes = job
+            .max_output_bytes
+            .map_or(self.config.output.max_bytes.as_u64(), |cap| {
+                cap.min(self.config.output.max_bytes.as_u64())
+            });
         let sink = OutputSink::new(SinkLimits {
-            max_bytes: usize::try_from(self.config.output.max_bytes.as_u64()).unwrap_or(usize::MAX),
+            max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
             max_lines: self.config.output.max_lines,
             artifact_path: self.artifact_dir.join(format!(
                 "{}-{}-{}-{cell_id}.txt",

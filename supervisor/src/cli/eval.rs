@@ -238,10 +238,27 @@ fn print_cell(out: &mut impl Write, cell: &CellResult, total: usize) {
     }
 }
 
-/// A display bundle as text for a terminal.
+/// A display bundle as text for a terminal: JSON pretty-printed, images saved to files (the
+/// text says where), Markdown or plain text as they are.
 fn render_display(bundle: &serde_json::Value) -> String {
     if let Some(json) = bundle.get("application/json") {
         return serde_json::to_string_pretty(json).unwrap_or_default();
+    }
+    for (mime, extension) in [
+        ("image/png", "png"),
+        ("image/jpeg", "jpg"),
+        ("image/gif", "gif"),
+    ] {
+        if let Some(data) = bundle.get(mime).and_then(|v| v.as_str()) {
+            return match save_image(data, extension) {
+                Ok((path, bytes)) => format!(
+                    "[{mime}, {}, saved to {}]",
+                    bytesize::ByteSize::b(bytes),
+                    path.display()
+                ),
+                Err(err) => format!("[{mime} not saved: {err}]"),
+            };
+        }
     }
     for mime in ["text/markdown", "text/plain"] {
         if let Some(text) = bundle.get(mime).and_then(|v| v.as_str()) {
@@ -253,4 +270,22 @@ fn render_display(bundle: &serde_json::Value) -> String {
         .map(|o| o.keys().map(String::as_str).collect())
         .unwrap_or_default();
     format!("[display: {}]", kinds.join(", "))
+}
+
+/// Decodes a base64 image into `images/` of the runtime directory; answers its path and size.
+fn save_image(base64_data: &str, extension: &str) -> Result<(PathBuf, u64), String> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(base64_data.trim())
+        .map_err(|e| format!("not base64: {e}"))?;
+    let dir = cellvisor_ipc::socket::default_runtime_dir().join("images");
+    cellvisor_ipc::socket::ensure_private_dir(&dir).map_err(|e| e.to_string())?;
+    let file = tempfile::Builder::new()
+        .prefix("display-")
+        .suffix(&format!(".{extension}"))
+        .tempfile_in(&dir)
+        .map_err(|e| e.to_string())?;
+    std::fs::write(file.path(), &bytes).map_err(|e| e.to_string())?;
+    let (_, path) = file.keep().map_err(|e| e.to_string())?;
+    Ok((path, bytes.len() as u64))
 }
