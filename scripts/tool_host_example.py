@@ -35,7 +35,7 @@ TOOLS = [
 
 
 def add(arguments):
-    return {"sum": arguments["a"] + arguments["b"]}["sum"]
+    return arguments["a"] + arguments["b"]
 
 
 def divide(arguments):

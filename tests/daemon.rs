@@ -3,145 +3,14 @@
 
 mod common;
 
-use common::{wait_until, World};
+use common::daemon::{Client, Daemon};
+use common::World;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
-use std::process::{Child, Stdio};
 use std::time::Duration;
 
 const SETTLE: Duration = Duration::from_secs(5);
-
-/// A daemon in the foreground, stopped (and proven gone) at the end of the test.
-struct Daemon {
-    world: World,
-    child: Option<Child>,
-    socket: PathBuf,
-}
-
-impl Daemon {
-    fn start() -> Daemon {
-        let world = World::with_config(
-            "[sessions]\nheartbeat-interval = \"200ms\"\nheartbeat-timeout = \"1s\"\n",
-        );
-        let socket = world.runtime_dir().join("cellvisor").join("test.sock");
-        let child = world
-            .command()
-            .args(["serve", "--socket"])
-            .arg(&socket)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn serve");
-        let daemon = Daemon {
-            world,
-            child: Some(child),
-            socket,
-        };
-        let up = wait_until(Duration::from_secs(15), || {
-            UnixStream::connect(&daemon.socket).map(|_| ())
-        });
-        assert!(up.is_ok(), "daemon never listened: {up:?}");
-        daemon
-    }
-
-    fn client(&self) -> Client {
-        Client::connect(&self.socket)
-    }
-
-    fn stop(mut self) {
-        let mut client = self.client();
-        client
-            .call("shutdown", json!({}))
-            .expect("shutdown answered");
-        if let Some(mut child) = self.child.take() {
-            let exited = wait_until(Duration::from_secs(15), || match child.try_wait() {
-                Ok(Some(status)) => Ok(status),
-                _ => Err(()),
-            });
-            assert!(
-                exited.is_ok_and(|s| s.success()),
-                "daemon did not exit cleanly"
-            );
-        }
-        assert!(!self.socket.exists(), "socket removed on shutdown");
-        self.world.assert_no_processes_left(SETTLE);
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// A line-oriented JSON-RPC client.
-struct Client {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-    next_id: u64,
-}
-
-impl Client {
-    fn connect(path: &std::path::Path) -> Client {
-        let stream = UnixStream::connect(path).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(60)))
-            .expect("timeout");
-        Client {
-            reader: BufReader::new(stream.try_clone().expect("clone")),
-            writer: stream,
-            next_id: 1,
-        }
-    }
-
-    fn send_line(&mut self, line: &str) {
-        self.writer.write_all(line.as_bytes()).expect("write");
-        self.writer.write_all(b"\n").expect("write");
-    }
-
-    fn read(&mut self) -> Option<Value> {
-        let mut line = String::new();
-        match self.reader.read_line(&mut line) {
-            Ok(0) | Err(_) => None,
-            Ok(_) => Some(serde_json::from_str(&line).expect("daemon sends JSON lines")),
-        }
-    }
-
-    fn send(&mut self, method: &str, params: Value) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.send_line(&line.to_string());
-        id
-    }
-
-    /// Sends a request and collects notifications until its response.
-    fn call_collect(&mut self, method: &str, params: Value) -> (Vec<Value>, Value) {
-        let id = self.send(method, params);
-        let mut notifications = Vec::new();
-        loop {
-            let message = self.read().expect("connection open");
-            if message["id"] == json!(id) {
-                return (notifications, message);
-            }
-            notifications.push(message);
-        }
-    }
-
-    fn call(&mut self, method: &str, params: Value) -> Result<Value, Value> {
-        let (_, response) = self.call_collect(method, params);
-        match response.get("error") {
-            Some(error) => Err(error.clone()),
-            None => Ok(response["result"].clone()),
-        }
-    }
-}
 
 fn eval_params(session: &str, cells: Value) -> Value {
     json!({"session": session, "cells": cells})

@@ -117,6 +117,9 @@ pub enum FromWorker {
         /// Engine and version, e.g. `QuickJS 2024-01-13` or `Python 3.11.7`.
         engine: String,
     },
+    /// The worker has taken the cell and is about to run it. A cell whose worker dies
+    /// before this frame never ran, so it can safely run on the replacement.
+    Started { cell_id: u64 },
     /// A chunk of a cell's output, in the order it was produced.
     Output {
         cell_id: u64,

@@ -11,7 +11,7 @@ use crate::output::{OutputSink, SinkResult};
 use crate::session::Session;
 use crate::spawn::{describe_exit, kill_group, StartedWorker, StderrTail};
 use actix::{Addr, Message};
-use cellvisor_ipc::frame::{read_frame_async, write_frame_async};
+use cellvisor_ipc::frame::{read_frame_async, write_frame_async, FrameError};
 use cellvisor_ipc::{CellOutcome, FromWorker, OutputStream, ToWorker};
 use nix::sys::signal::Signal;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -33,11 +33,15 @@ pub(crate) struct ActiveCell {
     tool_host: Option<mpsc::Sender<ToolCallRequest>>,
     /// Dropped when the cell ends, which cancels its tool calls still waiting for the host.
     alive: watch::Sender<()>,
+    /// The worker said it took the cell.
+    started: bool,
 }
 
 /// What a finished (or abandoned) cell produced.
 pub(crate) struct CellProducts {
     pub cell_id: u64,
+    /// Whether the worker ever started the cell.
+    pub started: bool,
     pub output: SinkResult,
     pub displays: Vec<serde_json::Value>,
     pub status_events: Vec<serde_json::Value>,
@@ -61,6 +65,7 @@ impl ActiveCell {
             tools: Vec::new(),
             tool_host: None,
             alive: watch::channel(()).0,
+            started: false,
         }
     }
 
@@ -78,6 +83,7 @@ impl ActiveCell {
     fn finish(self) -> CellProducts {
         CellProducts {
             cell_id: self.cell_id,
+            started: self.started,
             output: self.sink.finish(),
             displays: self.displays,
             status_events: self.status_events,
@@ -203,6 +209,9 @@ impl ReaderTask {
                     }
                 }
                 Ok(None) => break,
+                // The worker died mid-write: its exit status tells the story.
+                Err(FrameError::Io(err)) if is_disconnect(&err) => break,
+                Err(FrameError::Truncated { .. }) => break,
                 Err(err) => {
                     self.fatal = Some(format!("sent a bad frame ({err})"));
                     break;
@@ -234,6 +243,11 @@ impl ReaderTask {
     /// Handles one frame; `false` ends the connection.
     async fn handle(&mut self, frame: FromWorker) -> bool {
         match frame {
+            FromWorker::Started { cell_id } => {
+                if let Some(cell) = self.current.as_mut().filter(|c| c.cell_id == cell_id) {
+                    cell.started = true;
+                }
+            }
             FromWorker::Output {
                 cell_id,
                 stream,
@@ -388,6 +402,14 @@ impl ReaderTask {
             }
         });
     }
+}
+
+fn is_disconnect(err: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    matches!(
+        err.kind(),
+        BrokenPipe | ConnectionAborted | ConnectionReset | UnexpectedEof
+    )
 }
 
 /// Decodes streamed bytes as UTF-8, holding back a character cut at the chunk's end so it is

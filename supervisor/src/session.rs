@@ -154,7 +154,8 @@ enum Worker {
 
 struct Running {
     cell_id: u64,
-    job_reply: oneshot::Sender<CellOutcome>,
+    /// Kept whole so a cell whose worker died before starting it can run on the next one.
+    job: CellJob,
     started: Instant,
     timeout: Duration,
     timed_out: bool,
@@ -393,20 +394,20 @@ impl Session {
         });
         let declared: Vec<String> = job.tools.iter().map(|t| t.name.clone()).collect();
         link.begin(
-            ActiveCell::new(cell_id, job.index, sink, job.events)
-                .with_tools(declared, job.tool_host),
+            ActiveCell::new(cell_id, job.index, sink, job.events.clone())
+                .with_tools(declared, job.tool_host.clone()),
         );
         link.send(ToWorker::Execute(ExecuteCell {
             cell_id,
-            code: job.spec.code,
-            cwd: job.cwd.map(|p| p.to_string_lossy().into_owned()),
+            code: job.spec.code.clone(),
+            cwd: job.cwd.as_ref().map(|p| p.to_string_lossy().into_owned()),
             tools: job.tools.to_vec(),
         }));
         let timeout = self.config.cells.timeout_for(job.spec.timeout);
         let deadline = ctx.run_later(timeout, move |act, ctx| act.on_deadline(cell_id, ctx));
         self.running = Some(Running {
             cell_id,
-            job_reply: job.reply,
+            job,
             started: Instant::now(),
             timeout,
             timed_out: false,
@@ -503,7 +504,7 @@ impl Session {
         };
         self.cells_run += 1;
         self.last_active = Instant::now();
-        let _ = running.job_reply.send(CellOutcome {
+        let _ = running.job.reply.send(CellOutcome {
             status,
             output: output.text,
             duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,
@@ -545,7 +546,7 @@ impl Session {
                     let mut outcome = CellOutcome::error(text);
                     outcome.status = CellStatus::Cancelled;
                     outcome.duration_ms = running.started.elapsed().as_secs_f64() * 1000.0;
-                    let _ = running.job_reply.send(outcome);
+                    let _ = running.job.reply.send(outcome);
                 }
                 self.finish_stop(ctx);
                 return;
@@ -556,6 +557,18 @@ impl Session {
 
         // Unplanned: a crash, or a kill for a policy.
         let cause = killed_for.clone().unwrap_or_else(|| msg.reason.clone());
+        // A cell the dead worker never started did not cause its death: it runs on the next.
+        let (running, partial) = match (running, msg.partial) {
+            (Some(running), partial)
+                if !partial
+                    .as_ref()
+                    .is_some_and(|p| p.cell_id == running.cell_id && p.started) =>
+            {
+                self.queue.push_front(running.job);
+                (None, None)
+            }
+            (running, partial) => (running, partial),
+        };
         tracing::warn!(session = %self.key, "worker gone: {cause}");
         let restarted = self.restarts_left > 0;
         let budget = self.config.sessions.restart_budget;
@@ -576,7 +589,7 @@ impl Session {
             )
         };
         if let Some(running) = running {
-            let (mut text, displays, truncation) = match msg.partial {
+            let (mut text, displays, truncation) = match partial {
                 Some(partial) if partial.cell_id == running.cell_id => (
                     partial.output.text,
                     partial.displays,
@@ -605,7 +618,7 @@ impl Session {
                     append_line(&mut text, &line);
                     CellStatus::Error
                 };
-            let _ = running.job_reply.send(CellOutcome {
+            let _ = running.job.reply.send(CellOutcome {
                 status,
                 output: text,
                 duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,

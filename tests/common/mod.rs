@@ -3,6 +3,8 @@
 //! left behind.
 #![allow(dead_code)]
 
+pub mod daemon;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -43,6 +45,7 @@ impl World {
     pub fn command(&self) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellvisor"));
         cmd.env("XDG_RUNTIME_DIR", self.runtime_dir())
+            .env("XDG_STATE_HOME", self.dir.path().join("state"))
             .env("CELLVISOR_CONFIG", self.config_path())
             .env_remove("CELLVISOR_SOCKET")
             .current_dir(self.work_dir())

@@ -253,6 +253,9 @@ where
     while let Ok(cell) = cells_rx.recv() {
         interrupt.clear();
         running.store(cell.cell_id, Ordering::SeqCst);
+        outbox.send(FromWorker::Started {
+            cell_id: cell.cell_id,
+        });
         let outcome = match enter_cwd(cell.cwd.as_deref()) {
             Ok(()) => engine.execute(&cell, &outbox, &interrupt),
             Err(message) => {

@@ -335,6 +335,8 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
         tracing::info!(session = %flight.session, "client disconnected during eval: interrupting");
         let _ = daemon.cv.interrupt(&flight.session, None).await;
     }
+    // The writer ends once every sender is gone: ours, and the one the connection holds.
+    drop(connection);
     drop(out);
     let _ = writer_task.await;
 }

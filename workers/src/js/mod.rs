@@ -3,25 +3,66 @@
 //! One runtime and one context live as long as the worker, so globals persist. Every cell is
 //! evaluated as an async *global script* (`JS_EVAL_FLAG_ASYNC`): top-level `await` works, and
 //! top-level declarations still land in the global scope (QuickJS keeps them there even in
-//! async mode). The eval returns a promise of `{value: <completion value>}`; the worker runs
-//! the job queue until it settles, then shows the value. Before that, [`redeclare`] turns the
-//! cell's top-level `let`/`const`/`class` into `var`s so a cell can be run twice.
-
+//! async mode). Before that, `redeclare` rewrites the cell: top-level `let`/`const`/`class`
+//! become `var`s (so a cell can run twice), static imports become `await import()`, and a
+//! top-level `return` ends the cell with its value.
+//!
+//! The eval returns a promise of `{value: <completion value>}`; the worker's event loop
+//! (`JsEngine::drive`) runs QuickJS's job queue, due timers and answered host tool calls
+//! until that promise settles, sleeping (never spinning) while it waits for a timer or a tool
+//! answer, and checking the interrupt flag at least every `WAIT_SLICE`.
+//!
+//! What cells see (defined by `prelude.js` on native hooks defined here; the file system
+//! work is in `host`, modules in `modules`):
+//! - `console.*`, `print`, `display(value)`; the cell's value (trailing expression or
+//!   top-level `return`) is printed and, when it is an object or array, also displayed.
+//! - Preludes, all `async`: `read(path, offset?, limit?)`, `write(path, content)`,
+//!   `append(path, content)`, `sort(text, reverse?, unique?)`, `uniq(text, count?)`,
+//!   `counter(items, limit?, reverse?)`, `diff(a, b)`, `tree(path?, max_depth?,
+//!   show_hidden?)`, `env(key?, value?)` (`null` unsets), `output(...ids)`. Optional
+//!   arguments may also be one options object (`read(p, {offset: 3})`). Each emits one
+//!   `application/x-cellvisor-status` display when it succeeds.
+//! - Code mode: `text(value)`, `image(dataUrl)`, `notify(message)`, `store(key, value)` /
+//!   `load(key)` (async), `exit()`, `tool.<name>(args)` / `tools.<name>(args)` (async),
+//!   `ALL_TOOLS`, `setTimeout`/`setInterval`/`clearTimeout`/`clearInterval`.
+//!
+//! Choices worth knowing:
+//! - A cell ends when its promise settles (then the microtasks it queued run). Timers still
+//!   pending and tool calls still unanswered are dropped then, never run in a later cell.
+//! - `exit()` throws a private value and marks the cell as exiting: the event loop ends the
+//!   cell as completed, and QuickJS's interrupt handler stops any code still running (a
+//!   `catch` that swallowed the throw) at its next check. Until then that code runs, but its
+//!   output is dropped and helpers with effects refuse; `finally` blocks run the same way.
+//! - Modules: see `modules` (edits to local files are picked up, packages are not).
+mod difflib;
+mod event_loop;
+mod host;
+mod modules;
 mod redeclare;
+#[cfg(test)]
+mod tests;
+
+pub use host::HostDirs;
 
 use crate::runtime::{Engine, Interrupt, Outbox, WorkerContext, WorkerError};
 use cellvisor_ipc::{CellOutcome, ExecuteCell, Language, OutputStream};
+use event_loop::{PendingCall, Timers};
+use modules::{CellLoader, CellResolver, SharedModuleState};
 use rquickjs::context::EvalOptions;
+use rquickjs::convert::List;
+use rquickjs::function::Opt;
 use rquickjs::promise::PromiseState;
-use rquickjs::{qjs, Coerced, Context, Ctx, Function, Persistent, Promise, Runtime, Value};
+use rquickjs::{
+    qjs, Coerced, Context, Ctx, Exception, Function, Object, Persistent, Promise, Runtime, Value,
+};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Defines `console`, `print` and `display`; evaluates to a function that takes the two
-/// native hooks and returns the value formatter.
+/// Defines the globals; evaluates to a function that takes the native hooks and returns the
+/// hooks the worker drives cells with.
 const PRELUDE: &str = include_str!("prelude.js");
 
 /// Env var: the QuickJS heap limit in bytes.
@@ -36,31 +77,75 @@ const STACK_SAFETY_MARGIN: usize = 256 * 1024;
 /// How long an interrupted cell may spend killing the jobs it left queued.
 const DISCARD_JOBS_BUDGET: Duration = Duration::from_millis(200);
 
+/// The longest the event loop sleeps before looking at the interrupt flag again.
+const WAIT_SLICE: Duration = Duration::from_millis(10);
+
 const MIB: usize = 1024 * 1024;
+
+/// The largest display bundle sent; frames to the supervisor are capped at 16 MiB.
+const MAX_DISPLAY_BYTES: usize = 8 * MIB;
 
 /// Stream numbers the prelude passes to the native `write`.
 const STDOUT: i32 = 0;
 
 pub struct JsEngine {
-    /// Formats values for output (`prelude.js`). Declared first: it must be dropped before the
-    /// runtime, which aborts if a value outlives it.
-    format: Persistent<Function<'static>>,
+    /// The prelude's hooks. Declared first: they must be dropped before the runtime, which
+    /// aborts if a value outlives it.
+    hooks: Hooks,
     context: Context,
     runtime: Runtime,
     cell: Rc<RunningCell>,
+    modules: SharedModuleState,
     memory_limit: Option<usize>,
 }
 
-/// What the native hooks and the interrupt handler need to know about the cell that runs now.
+/// The functions `prelude.js` hands back.
+struct Hooks {
+    /// Formats a value as text (console.log's rules).
+    format: Persistent<Function<'static>>,
+    /// Shows a cell's value: text on stdout, plus a display when it has a rich form.
+    show: Persistent<Function<'static>>,
+    /// Resets per-cell state and declares the cell's tools (JSON list).
+    begin_cell: Persistent<Function<'static>>,
+    /// `[true, value]` when the cell ran a top-level `return`.
+    take_return: Persistent<Function<'static>>,
+}
+
+/// The hooks, usable inside one `Context::with`.
+struct LiveHooks<'js> {
+    format: Function<'js>,
+    show: Function<'js>,
+    begin_cell: Function<'js>,
+    take_return: Function<'js>,
+}
+
+impl Hooks {
+    fn restore<'js>(&self, ctx: &Ctx<'js>) -> rquickjs::Result<LiveHooks<'js>> {
+        Ok(LiveHooks {
+            format: self.format.clone().restore(ctx)?,
+            show: self.show.clone().restore(ctx)?,
+            begin_cell: self.begin_cell.clone().restore(ctx)?,
+            take_return: self.take_return.clone().restore(ctx)?,
+        })
+    }
+}
+
+/// What the native hooks, the event loop and the interrupt handler share about the cell that
+/// runs now.
 #[derive(Default)]
 struct RunningCell {
     sink: RefCell<Option<(Outbox, u64)>>,
     interrupt: RefCell<Option<Arc<AtomicBool>>>,
     /// The interrupt handler stopped the cell (QuickJS threw its uncatchable "interrupted").
     interrupted: Cell<bool>,
+    /// `exit()` was called: the cell ends successfully, and the interrupt handler stops
+    /// whatever code still runs (a `catch` that swallowed exit's throw, say).
+    exiting: Cell<bool>,
     /// Promises rejected with no handler (yet), as QuickJS's rejection tracker reports them.
     /// Emptied at the end of every cell: nothing may outlive the runtime.
     rejections: RefCell<Vec<Rejection>>,
+    timers: RefCell<Timers>,
+    calls: RefCell<Vec<PendingCall>>,
 }
 
 struct Rejection {
@@ -73,12 +158,18 @@ impl RunningCell {
         *self.sink.borrow_mut() = Some((outbox.clone(), cell_id));
         *self.interrupt.borrow_mut() = Some(interrupt.flag());
         self.interrupted.set(false);
+        self.exiting.set(false);
     }
 
+    /// Forgets the cell, dropping what it left behind: timers, unanswered tool calls and
+    /// rejections (their values must not outlive the runtime).
     fn end(&self) {
         self.sink.borrow_mut().take();
         self.interrupt.borrow_mut().take();
         self.rejections.borrow_mut().clear();
+        self.timers.borrow_mut().clear_all();
+        self.calls.borrow_mut().clear();
+        self.exiting.set(false);
     }
 
     /// QuickJS's rejection tracker: remembers a rejection until someone handles it.
@@ -109,13 +200,36 @@ impl RunningCell {
         });
     }
 
+    /// Output of the cell; nothing once `exit()` was called.
     fn write(&self, stream: OutputStream, text: &str) {
+        if self.exiting.get() {
+            return;
+        }
         if let Some((outbox, cell_id)) = &*self.sink.borrow() {
             outbox.output(*cell_id, stream, text.as_bytes());
         }
     }
 
-    fn display(&self, bundle_json: String) {
+    /// Sends a display bundle. One over [`MAX_DISPLAY_BYTES`] could not cross the socket:
+    /// it is dropped, with a note on stderr unless `quiet` (a trailing value's rich form,
+    /// whose text already went to stdout).
+    fn display(&self, bundle_json: String, quiet: bool) {
+        if self.exiting.get() {
+            return;
+        }
+        if bundle_json.len() > MAX_DISPLAY_BYTES {
+            if !quiet {
+                self.write(
+                    OutputStream::Stderr,
+                    &format!(
+                        "display: a bundle of {} bytes was not sent (the limit is {} MiB)\n",
+                        bundle_json.len(),
+                        MAX_DISPLAY_BYTES / MIB
+                    ),
+                );
+            }
+            return;
+        }
         if let Some((outbox, cell_id)) = &*self.sink.borrow() {
             outbox.display(*cell_id, bundle_json);
         }
@@ -128,9 +242,9 @@ impl RunningCell {
             .is_some_and(|flag| flag.load(Ordering::Relaxed))
     }
 
-    /// Whether the cell was asked to stop, whether or not QuickJS noticed yet.
+    /// Whether the cell must stop (interrupt or `exit()`), whether or not QuickJS noticed yet.
     fn stop_requested(&self) -> bool {
-        self.interrupted.get() || self.interrupt_raised()
+        self.interrupted.get() || self.exiting.get() || self.interrupt_raised()
     }
 }
 
@@ -139,24 +253,44 @@ enum Settled<'js> {
     Value(Value<'js>),
     Thrown(Value<'js>),
     Interrupted,
+    /// `exit()` ended the cell.
+    Exited,
     /// The cell cannot finish for a reason of the worker's own (the report, ending in `\n`).
     Refused(String),
 }
 
+/// What running a due timer did.
+enum TimerRun<'js> {
+    Idle,
+    Ran,
+    Threw(Value<'js>),
+}
+
 impl JsEngine {
-    /// Builds the engine with the limits from `CELLVISOR_MEMORY_LIMIT` / `CELLVISOR_STACK_SIZE`.
+    /// Builds the engine with the limits from `CELLVISOR_MEMORY_LIMIT` / `CELLVISOR_STACK_SIZE`
+    /// and the directories from `CELLVISOR_ARTIFACT_DIR` / `CELLVISOR_STORE_DIR`.
     pub fn new(_context: &WorkerContext) -> Result<Self, WorkerError> {
-        Self::with_limits(
+        Self::with_options(
             limit_from_env(MEMORY_LIMIT_VAR)?,
             limit_from_env(STACK_SIZE_VAR)?,
+            HostDirs::from_env(),
         )
     }
 
     /// Builds the engine with an explicit heap limit and stack limit (bytes; `None` keeps
-    /// QuickJS's defaults: no heap limit, 1 MiB of stack).
+    /// QuickJS's defaults: no heap limit, 1 MiB of stack), directories from the environment.
     pub fn with_limits(
         memory_limit: Option<usize>,
         stack_size: Option<usize>,
+    ) -> Result<Self, WorkerError> {
+        Self::with_options(memory_limit, stack_size, HostDirs::from_env())
+    }
+
+    /// Builds the engine with explicit limits and helper directories.
+    pub fn with_options(
+        memory_limit: Option<usize>,
+        stack_size: Option<usize>,
+        dirs: HostDirs,
     ) -> Result<Self, WorkerError> {
         let runtime = Runtime::new().map_err(engine_error("cannot create the QuickJS runtime"))?;
         if let Some(limit) = memory_limit {
@@ -169,7 +303,7 @@ impl JsEngine {
         runtime.set_interrupt_handler(Some(Box::new({
             let cell = Rc::clone(&cell);
             move || {
-                let stop = cell.interrupt_raised();
+                let stop = cell.interrupt_raised() || cell.exiting.get();
                 if stop {
                     cell.interrupted.set(true);
                 }
@@ -182,49 +316,66 @@ impl JsEngine {
                 cell.track_rejection(&ctx, promise, reason, handled)
             }
         })));
+        let modules = SharedModuleState::default();
+        runtime.set_loader(
+            CellResolver {
+                state: Rc::clone(&modules),
+            },
+            CellLoader,
+        );
         let context =
             Context::full(&runtime).map_err(engine_error("cannot create the QuickJS context"))?;
-        let format = context
-            .with(|ctx| install_prelude(&ctx, &cell))
+        let dirs = Rc::new(dirs);
+        let hooks = context
+            .with(|ctx| install_prelude(&ctx, &cell, &dirs))
             .map_err(engine_error("cannot install the JavaScript prelude"))?;
         Ok(JsEngine {
-            format,
+            hooks,
             context,
             runtime,
             cell,
+            modules,
             memory_limit,
         })
     }
 
-    fn run_cell(&self, ctx: &Ctx<'_>, source: &str) -> CellOutcome {
-        let format = match self.format.clone().restore(ctx) {
-            Ok(format) => format,
+    fn run_cell(&self, ctx: &Ctx<'_>, cell: &ExecuteCell, source: &str) -> CellOutcome {
+        let hooks = match self.hooks.restore(ctx) {
+            Ok(hooks) => hooks,
             Err(err) => return self.fail(&format!("InternalError: {err}\n")),
         };
+        if hooks.begin_cell.call::<_, ()>((tools_json(cell),)).is_err() {
+            let _ = ctx.catch();
+            return self.fail("InternalError: cannot declare the cell's tools\n");
+        }
         let settled = match evaluate(ctx, source) {
-            Ok(promise) => self.drive(ctx, promise),
+            Ok(promise) => self.drive(ctx, &hooks, promise),
             Err(thrown) => thrown,
         };
         let settled = match settled {
-            Settled::Value(value) => self.show_value(ctx, &format, value),
+            Settled::Value(value) => self.show_value(ctx, &hooks, value),
             other => other,
         };
         let outcome = match settled {
-            Settled::Value(_) => CellOutcome::Completed,
+            _ if self.cell.exiting.get() => CellOutcome::Completed,
+            Settled::Value(_) | Settled::Exited => CellOutcome::Completed,
             Settled::Interrupted => CellOutcome::Interrupted,
             Settled::Refused(report) => self.fail(&report),
             Settled::Thrown(_) if self.cell.stop_requested() => CellOutcome::Interrupted,
-            Settled::Thrown(error) => self.report_exception(ctx, &format, error, UNCAUGHT),
+            Settled::Thrown(error) => self.report_exception(ctx, &hooks.format, error, UNCAUGHT),
         };
-        if outcome == CellOutcome::Interrupted || !self.drain_jobs(ctx) {
+        if outcome == CellOutcome::Interrupted || self.cell.exiting.get() || !self.drain_jobs(ctx) {
             self.discard_jobs(ctx);
+            if self.cell.exiting.get() {
+                return CellOutcome::Completed;
+            }
             // A failure stays the headline even if the jobs after it were interrupted.
             return match outcome {
                 CellOutcome::Failed { .. } => outcome,
                 _ => CellOutcome::Interrupted,
             };
         }
-        self.report_unhandled_rejections(ctx, &format, outcome)
+        self.report_unhandled_rejections(ctx, &hooks.format, outcome)
     }
 
     /// Writes a thrown value's report to stderr; `Failed` with its one-line summary.
@@ -277,17 +428,38 @@ impl JsEngine {
         outcome
     }
 
-    /// Runs jobs until `promise` (the cell's, then any promise it evaluated to) settles.
-    fn drive<'js>(&self, ctx: &Ctx<'js>, promise: Promise<'js>) -> Settled<'js> {
+    /// The cell's event loop: runs jobs, due timers and answered tool calls until `promise`
+    /// (the cell's, then any promise its value is) settles.
+    fn drive<'js>(
+        &self,
+        ctx: &Ctx<'js>,
+        hooks: &LiveHooks<'js>,
+        promise: Promise<'js>,
+    ) -> Settled<'js> {
         let mut promise = promise;
-        let mut unwrap_completion = true;
+        let mut cell_promise = true;
         loop {
+            if self.cell.exiting.get() {
+                let _ = ctx.catch();
+                return Settled::Exited;
+            }
             match promise.state() {
                 PromiseState::Pending => {
                     if self.cell.stop_requested() {
                         return self.interrupted(ctx);
                     }
-                    if !ctx.execute_pending_job() {
+                    if ctx.execute_pending_job() {
+                        continue;
+                    }
+                    match self.run_due_timer(ctx) {
+                        TimerRun::Ran => continue,
+                        TimerRun::Threw(error) => return Settled::Thrown(error),
+                        TimerRun::Idle => {}
+                    }
+                    if self.settle_tool_calls(ctx) {
+                        continue;
+                    }
+                    if !self.wait_for_events() {
                         return Settled::Refused(
                             "Error: the cell awaits a promise that nothing is left to settle\n"
                                 .into(),
@@ -305,9 +477,9 @@ impl JsEngine {
                         Some(Ok(value)) => value,
                         _ => return Settled::Thrown(ctx.catch()),
                     };
-                    let value = if unwrap_completion {
-                        unwrap_completion = false;
-                        match completion_value(&value) {
+                    let value = if cell_promise {
+                        cell_promise = false;
+                        match cell_value(hooks, &value) {
                             Ok(value) => value,
                             Err(_) => return Settled::Thrown(ctx.catch()),
                         }
@@ -323,6 +495,70 @@ impl JsEngine {
                 }
             }
         }
+    }
+
+    /// Runs the first due timer, if any.
+    fn run_due_timer<'js>(&self, ctx: &Ctx<'js>) -> TimerRun<'js> {
+        let due = self.cell.timers.borrow_mut().take_due(Instant::now());
+        let Some((id, callback)) = due else {
+            return TimerRun::Idle;
+        };
+        let result = callback
+            .restore(ctx)
+            .and_then(|callback| callback.call::<_, Value>(()));
+        self.cell.timers.borrow_mut().reschedule(id);
+        match result {
+            Ok(_) => TimerRun::Ran,
+            Err(_) => TimerRun::Threw(ctx.catch()),
+        }
+    }
+
+    /// Resolves the promises of tool calls whose answer arrived; `false` when none had.
+    fn settle_tool_calls(&self, ctx: &Ctx<'_>) -> bool {
+        let answered: Vec<_> = {
+            let mut calls = self.cell.calls.borrow_mut();
+            let mut answered = Vec::new();
+            let mut index = 0;
+            while index < calls.len() {
+                match calls[index].poll() {
+                    Some(outcome) => answered.push((calls.remove(index).resolve, outcome)),
+                    None => index += 1,
+                }
+            }
+            answered
+        };
+        let any = !answered.is_empty();
+        for (resolve, outcome) in answered {
+            let (ok, text) = match outcome {
+                Ok(json) => (true, json),
+                Err(message) => (false, message),
+            };
+            let delivered = resolve
+                .restore(ctx)
+                .and_then(|resolve| resolve.call::<_, ()>((List((ok, text)),)));
+            if delivered.is_err() {
+                let _ = ctx.catch();
+            }
+        }
+        any
+    }
+
+    /// Waits (at most [`WAIT_SLICE`]) for a tool answer or the next timer; `false` when there
+    /// is nothing to wait for.
+    fn wait_for_events(&self) -> bool {
+        let next_due = self.cell.timers.borrow().next_due();
+        let mut calls = self.cell.calls.borrow_mut();
+        if calls.is_empty() && next_due.is_none() {
+            return false;
+        }
+        let slice = next_due.map_or(WAIT_SLICE, |due| {
+            WAIT_SLICE.min(due.saturating_duration_since(Instant::now()))
+        });
+        match calls.first_mut() {
+            Some(call) => call.wait(slice),
+            None => std::thread::sleep(slice),
+        }
+        true
     }
 
     /// Runs what the cell left in the job queue (promise chains it did not await), so their
@@ -348,21 +584,16 @@ impl JsEngine {
         let _ = ctx.catch();
     }
 
-    /// Writes the trailing value to stdout (nothing for `undefined`).
+    /// Shows the cell's value: text on stdout (nothing for `undefined`), and a display
+    /// bundle when it has a rich form.
     fn show_value<'js>(
         &self,
         ctx: &Ctx<'js>,
-        format: &Function<'js>,
+        hooks: &LiveHooks<'js>,
         value: Value<'js>,
     ) -> Settled<'js> {
-        if value.is_undefined() {
-            return Settled::Value(value);
-        }
-        match format.call::<_, String>((value.clone(),)) {
-            Ok(text) => {
-                self.cell.write(OutputStream::Stdout, &(text + "\n"));
-                Settled::Value(value)
-            }
+        match hooks.show.call::<_, ()>((value.clone(),)) {
+            Ok(()) => Settled::Value(value),
             Err(_) if self.cell.stop_requested() => self.interrupted(ctx),
             Err(_) => Settled::Thrown(ctx.catch()),
         }
@@ -415,8 +646,9 @@ impl Engine for JsEngine {
         interrupt: &Interrupt,
     ) -> Result<CellOutcome, WorkerError> {
         self.cell.begin(outbox, cell.cell_id, interrupt);
-        let source = redeclare::make_redeclarable(&cell.code);
-        let outcome = self.context.with(|ctx| self.run_cell(&ctx, &source));
+        self.modules.borrow_mut().refresh();
+        let source = redeclare::prepare_cell(&cell.code);
+        let outcome = self.context.with(|ctx| self.run_cell(&ctx, cell, &source));
         self.cell.end();
         // Garbage from an interrupted or failed cell (cycles, half-built values) goes now
         // rather than at the next allocation threshold.
@@ -427,29 +659,241 @@ impl Engine for JsEngine {
     }
 }
 
-/// Defines the globals of `prelude.js` with their native hooks and returns the formatter.
+/// The cell's tools as `prelude.js`'s `beginCell` takes them (`ALL_TOOLS`' shape).
+fn tools_json(cell: &ExecuteCell) -> String {
+    let tools: Vec<serde_json::Value> = cell
+        .tools
+        .iter()
+        .map(|tool| {
+            let schema = serde_json::from_str(&tool.input_schema_json)
+                .unwrap_or_else(|_| serde_json::Value::String(tool.input_schema_json.clone()));
+            serde_json::json!({
+                "name": tool.name,
+                "description": tool.description,
+                "input_schema": schema,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(tools).to_string()
+}
+
+/// The cell's value: what a top-level `return` gave, else its completion value.
+fn cell_value<'js>(hooks: &LiveHooks<'js>, wrapper: &Value<'js>) -> rquickjs::Result<Value<'js>> {
+    let List((returned, value)): List<(bool, Value)> = hooks.take_return.call(())?;
+    if returned {
+        Ok(value)
+    } else {
+        completion_value(wrapper)
+    }
+}
+
+/// A helper's failure as the `Error` its promise rejects with.
+fn thrown<'js>(ctx: Ctx<'js>) -> impl FnOnce(String) -> rquickjs::Error + 'js {
+    move |message| Exception::throw_message(&ctx, &message)
+}
+
+/// Defines the globals of `prelude.js` with their native hooks and returns its hooks.
 fn install_prelude<'js>(
     ctx: &Ctx<'js>,
     cell: &Rc<RunningCell>,
-) -> rquickjs::Result<Persistent<Function<'static>>> {
-    let write = Function::new(ctx.clone(), {
-        let cell = Rc::clone(cell);
-        move |stream: i32, text: Coerced<String>| {
-            let stream = if stream == STDOUT {
-                OutputStream::Stdout
-            } else {
-                OutputStream::Stderr
-            };
-            cell.write(stream, &text.0);
-        }
-    })?;
-    let display = Function::new(ctx.clone(), {
-        let cell = Rc::clone(cell);
-        move |bundle_json: Coerced<String>| cell.display(bundle_json.0)
-    })?;
+    dirs: &Rc<HostDirs>,
+) -> rquickjs::Result<Hooks> {
+    let native = Object::new(ctx.clone())?;
+    let def = |name: &str, function: Function<'js>| native.set(name, function);
+
+    def(
+        "write",
+        Function::new(ctx.clone(), {
+            let cell = Rc::clone(cell);
+            move |stream: i32, text: Coerced<String>| {
+                let stream = if stream == STDOUT {
+                    OutputStream::Stdout
+                } else {
+                    OutputStream::Stderr
+                };
+                cell.write(stream, &text.0);
+            }
+        })?,
+    )?;
+    def(
+        "display",
+        Function::new(ctx.clone(), {
+            let cell = Rc::clone(cell);
+            move |bundle_json: Coerced<String>, quiet: Opt<bool>| {
+                cell.display(bundle_json.0, quiet.0.unwrap_or(false))
+            }
+        })?,
+    )?;
+    def(
+        "read",
+        Function::new(
+            ctx.clone(),
+            |ctx: Ctx<'js>, path: String, offset: f64, limit: f64| {
+                let limit = (limit >= 0.0).then_some(limit as usize);
+                host::read(&path, offset as usize, limit)
+                    .map(List)
+                    .map_err(thrown(ctx))
+            },
+        )?,
+    )?;
+    def(
+        "writeFile",
+        Function::new(
+            ctx.clone(),
+            |ctx: Ctx<'js>, path: String, content: String, append: bool| {
+                host::write(&path, &content, append).map_err(thrown(ctx))
+            },
+        )?,
+    )?;
+    def(
+        "sort",
+        Function::new(ctx.clone(), |text: String, reverse: bool, unique: bool| {
+            List(host::sort(&text, reverse, unique))
+        })?,
+    )?;
+    def(
+        "diff",
+        Function::new(ctx.clone(), |a: String, b: String| {
+            let diff = difflib::unified_diff(&a, &b);
+            List((diff.text, diff.added, diff.removed))
+        })?,
+    )?;
+    def(
+        "tree",
+        Function::new(
+            ctx.clone(),
+            |ctx: Ctx<'js>, path: String, max_depth: f64, show_hidden: bool| {
+                host::tree(&path, max_depth as usize, show_hidden)
+                    .map(List)
+                    .map_err(thrown(ctx))
+            },
+        )?,
+    )?;
+    def(
+        "envAll",
+        Function::new(ctx.clone(), |ctx: Ctx<'js>| {
+            let all = Object::new(ctx)?;
+            for (key, value) in std::env::vars_os() {
+                all.set(
+                    key.to_string_lossy().into_owned(),
+                    value.to_string_lossy().into_owned(),
+                )?;
+            }
+            Ok::<_, rquickjs::Error>(all)
+        })?,
+    )?;
+    def(
+        "envGet",
+        Function::new(ctx.clone(), |key: String| {
+            std::env::var_os(key).map(|value| value.to_string_lossy().into_owned())
+        })?,
+    )?;
+    def(
+        "envSet",
+        Function::new(
+            ctx.clone(),
+            |key: String, value: Option<String>| match value {
+                Some(value) => std::env::set_var(key, value),
+                None => std::env::remove_var(key),
+            },
+        )?,
+    )?;
+    def(
+        "output",
+        Function::new(ctx.clone(), {
+            let dirs = Rc::clone(dirs);
+            move |ctx: Ctx<'js>, ids: Vec<String>| {
+                host::output(&dirs, &ids).map(List).map_err(thrown(ctx))
+            }
+        })?,
+    )?;
+    def(
+        "storeWrite",
+        Function::new(ctx.clone(), {
+            let dirs = Rc::clone(dirs);
+            move |ctx: Ctx<'js>, key: String, json: String| {
+                host::store(&dirs, &key, &json).map_err(thrown(ctx))
+            }
+        })?,
+    )?;
+    def(
+        "storeRead",
+        Function::new(ctx.clone(), {
+            let dirs = Rc::clone(dirs);
+            move |ctx: Ctx<'js>, key: String| host::load(&dirs, &key).map_err(thrown(ctx))
+        })?,
+    )?;
+    def(
+        "exit",
+        Function::new(ctx.clone(), {
+            let cell = Rc::clone(cell);
+            move || cell.exiting.set(true)
+        })?,
+    )?;
+    def(
+        "stopping",
+        Function::new(ctx.clone(), {
+            let cell = Rc::clone(cell);
+            move || cell.exiting.get()
+        })?,
+    )?;
+    def(
+        "setTimer",
+        Function::new(ctx.clone(), {
+            let cell = Rc::clone(cell);
+            move |ctx: Ctx<'js>, callback: Function<'js>, delay_ms: f64, repeat: bool| {
+                let delay_ms = if delay_ms.is_finite() { delay_ms } else { 0.0 };
+                let delay = Duration::from_secs_f64(delay_ms.clamp(0.0, 1e12) / 1000.0);
+                let callback = Persistent::save(&ctx, callback);
+                cell.timers.borrow_mut().add(callback, delay, repeat)
+            }
+        })?,
+    )?;
+    def(
+        "clearTimer",
+        Function::new(ctx.clone(), {
+            let cell = Rc::clone(cell);
+            move |id: f64| {
+                if id >= 1.0 && id <= f64::from(u32::MAX) {
+                    cell.timers.borrow_mut().clear(id as u32);
+                }
+            }
+        })?,
+    )?;
+    def(
+        "callTool",
+        Function::new(ctx.clone(), {
+            let cell = Rc::clone(cell);
+            move |ctx: Ctx<'js>, name: String, args_json: String| {
+                let Some((outbox, cell_id)) = cell.sink.borrow().clone() else {
+                    return Err(Exception::throw_message(
+                        &ctx,
+                        "tool calls are only possible while a cell runs",
+                    ));
+                };
+                let (promise, resolve, _reject) = Promise::new(&ctx)?;
+                let pending = outbox.call_tool(cell_id, &name, args_json);
+                cell.calls.borrow_mut().push(PendingCall {
+                    answer: pending.answer,
+                    resolve: Persistent::save(&ctx, resolve),
+                    outcome: None,
+                });
+                Ok(promise)
+            }
+        })?,
+    )?;
+
     let setup: Function = ctx.eval(PRELUDE)?;
-    let format: Function = setup.call((write, display))?;
-    Ok(Persistent::save(ctx, format))
+    let hooks: Object = setup.call((native,))?;
+    let function = |name: &str| -> rquickjs::Result<Persistent<Function<'static>>> {
+        Ok(Persistent::save(ctx, hooks.get::<_, Function>(name)?))
+    };
+    Ok(Hooks {
+        format: function("format")?,
+        show: function("show")?,
+        begin_cell: function("beginCell")?,
+        take_return: function("takeReturn")?,
+    })
 }
 
 /// Starts the cell as an async global script; `Err` holds why it could not start.
@@ -580,342 +1024,5 @@ fn clamp_to_thread_stack(requested: usize) -> usize {
             requested.min(available)
         }
         _ => requested,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use cellvisor_ipc::FromWorker;
-    use std::thread;
-
-    /// What one cell produced.
-    #[derive(Debug)]
-    struct Ran {
-        outcome: CellOutcome,
-        stdout: String,
-        stderr: String,
-        displays: Vec<serde_json::Value>,
-    }
-
-    fn run_with(engine: &mut JsEngine, code: &str, interrupt: &Interrupt) -> Ran {
-        let (outbox, rx) = Outbox::new(10_000);
-        let cell = ExecuteCell {
-            cell_id: 7,
-            code: code.into(),
-            cwd: None,
-            tools: Vec::new(),
-        };
-        let outcome = engine
-            .execute(&cell, &outbox, interrupt)
-            .expect("the engine survives every cell");
-        let mut ran = Ran {
-            outcome,
-            stdout: String::new(),
-            stderr: String::new(),
-            displays: Vec::new(),
-        };
-        for frame in rx.try_iter() {
-            match frame {
-                FromWorker::Output {
-                    cell_id: 7,
-                    stream,
-                    data,
-                } => {
-                    let text = String::from_utf8(data).expect("utf-8 output");
-                    match stream {
-                        OutputStream::Stdout => ran.stdout.push_str(&text),
-                        OutputStream::Stderr => ran.stderr.push_str(&text),
-                    }
-                }
-                FromWorker::Display {
-                    cell_id: 7,
-                    bundle_json,
-                } => ran
-                    .displays
-                    .push(serde_json::from_str(&bundle_json).expect("bundle is JSON")),
-                other => panic!("unexpected frame {other:?}"),
-            }
-        }
-        ran
-    }
-
-    fn run(engine: &mut JsEngine, code: &str) -> Ran {
-        run_with(engine, code, &Interrupt::default())
-    }
-
-    fn engine() -> JsEngine {
-        JsEngine::with_limits(None, None).expect("engine starts")
-    }
-
-    fn stdout_of(engine: &mut JsEngine, code: &str) -> String {
-        let ran = run(engine, code);
-        assert_eq!(ran.outcome, CellOutcome::Completed, "{code}: {ran:?}");
-        ran.stdout
-    }
-
-    /// Runs `code` and raises the interrupt after a moment, as the I/O thread would.
-    fn run_interrupted(engine: &mut JsEngine, code: &str) -> (Ran, Duration) {
-        let interrupt = Interrupt::default();
-        let flag = interrupt.flag();
-        let raiser = thread::spawn(move || {
-            thread::sleep(Duration::from_millis(150));
-            flag.store(true, Ordering::SeqCst);
-        });
-        let started = Instant::now();
-        let ran = run_with(engine, code, &interrupt);
-        let elapsed = started.elapsed();
-        raiser.join().expect("raiser thread");
-        (ran, elapsed)
-    }
-
-    #[test]
-    fn engine_name_names_quickjs_and_its_version() {
-        let name = engine().engine_name();
-        assert!(name.starts_with("QuickJS"), "{name}");
-        assert!(name.chars().any(|c| c.is_ascii_digit()), "{name}");
-    }
-
-    #[test]
-    fn declarations_persist_between_cells() {
-        let mut js = engine();
-        stdout_of(
-            &mut js,
-            "let x = 2; const y = 3; var w = 4\nfunction f() { return x * y }\nclass K { v() { return 7 } }",
-        );
-        assert_eq!(stdout_of(&mut js, "f() + new K().v() + w"), "17\n");
-        assert_eq!(stdout_of(&mut js, "x = 10; f()"), "30\n");
-    }
-
-    #[test]
-    fn running_a_cell_again_redeclares_its_bindings() {
-        let mut js = engine();
-        let cell = "const a = 1; let b = [a]; class C {}\nb";
-        assert_eq!(stdout_of(&mut js, cell), "[1]\n");
-        assert_eq!(stdout_of(&mut js, cell), "[1]\n");
-        assert_eq!(stdout_of(&mut js, "const a = 5; a + b[0]"), "6\n");
-    }
-
-    #[test]
-    fn console_and_print_write_to_their_streams() {
-        let mut js = engine();
-        let ran = run(
-            &mut js,
-            "console.log('a', 1, {b: [1]}, [1, 2], null, undefined, true, 1.5, NaN)\n\
-             console.info('i'); console.debug('d'); print('p', 2)\n\
-             console.error('e', {x: 1}); console.warn('w')",
-        );
-        assert_eq!(ran.outcome, CellOutcome::Completed);
-        assert_eq!(
-            ran.stdout,
-            "a 1 {\"b\":[1]} [1,2] null undefined true 1.5 NaN\ni\nd\np 2\n"
-        );
-        assert_eq!(ran.stderr, "e {\"x\":1}\nw\n");
-    }
-
-    #[test]
-    fn unserializable_values_fall_back_to_string() {
-        let mut js = engine();
-        let out = stdout_of(
-            &mut js,
-            "const cyclic = {}; cyclic.self = cyclic\nconsole.log(cyclic, 10n, Symbol('s'))",
-        );
-        assert_eq!(out, "[object Object] 10 Symbol(s)\n");
-    }
-
-    #[test]
-    fn the_trailing_value_is_shown() {
-        let mut js = engine();
-        assert_eq!(
-            stdout_of(&mut js, "let t = [1, 2, 3]; t.map(v => v * 2)"),
-            "[2,4,6]\n"
-        );
-        assert_eq!(stdout_of(&mut js, "'raw string'"), "raw string\n");
-        assert_eq!(stdout_of(&mut js, "6 * 7"), "42\n");
-        assert_eq!(
-            stdout_of(&mut js, "({a: {b: true}})"),
-            "{\"a\":{\"b\":true}}\n"
-        );
-        assert_eq!(
-            stdout_of(&mut js, "(function add(a, b) { return a + b })"),
-            "function add(a, b) { return a + b }\n"
-        );
-        assert_eq!(stdout_of(&mut js, "undefined"), "");
-        assert_eq!(stdout_of(&mut js, "let quiet = 1"), "");
-        assert_eq!(stdout_of(&mut js, "null"), "null\n");
-    }
-
-    #[test]
-    fn top_level_await_works_and_its_bindings_persist() {
-        let mut js = engine();
-        assert_eq!(stdout_of(&mut js, "await Promise.resolve(5)"), "5\n");
-        stdout_of(
-            &mut js,
-            "async function f() { await null; return 9 }\nlet a = await f()",
-        );
-        assert_eq!(stdout_of(&mut js, "a"), "9\n");
-        // A trailing promise is awaited.
-        assert_eq!(stdout_of(&mut js, "f()"), "9\n");
-        // Chains the cell started but did not await still run before it ends.
-        assert_eq!(
-            stdout_of(
-                &mut js,
-                "Promise.resolve().then(() => console.log('later')); 1"
-            ),
-            "1\nlater\n"
-        );
-    }
-
-    #[test]
-    fn display_sends_mime_bundles() {
-        let mut js = engine();
-        let ran = run(&mut js, "display({k: [1, 2]}); display('hi'); display([1])");
-        assert_eq!(ran.outcome, CellOutcome::Completed);
-        assert_eq!(ran.stdout, "", "display returns undefined");
-        assert_eq!(
-            ran.displays,
-            vec![
-                serde_json::json!({"application/json": {"k": [1, 2]}, "text/plain": "{\"k\":[1,2]}"}),
-                serde_json::json!({"text/plain": "hi"}),
-                serde_json::json!({"application/json": [1], "text/plain": "[1]"}),
-            ]
-        );
-    }
-
-    #[test]
-    fn an_error_reports_its_stack_and_summary() {
-        let mut js = engine();
-        stdout_of(&mut js, "let kept = 'still here'");
-        let ran = run(
-            &mut js,
-            "function boom() { throw new Error('boom') }\nconsole.log('before')\nboom()",
-        );
-        assert_eq!(
-            ran.outcome,
-            CellOutcome::Failed {
-                summary: "Error: boom".into()
-            }
-        );
-        assert_eq!(ran.stdout, "before\n");
-        assert!(
-            ran.stderr.starts_with("Error: boom\n    at boom"),
-            "{}",
-            ran.stderr
-        );
-        assert!(ran.stderr.contains("at <eval>"), "{}", ran.stderr);
-        assert!(ran.stderr.ends_with('\n'));
-        assert_eq!(stdout_of(&mut js, "kept"), "still here\n");
-    }
-
-    #[test]
-    fn thrown_values_rejections_and_syntax_errors_fail_the_cell() {
-        let mut js = engine();
-        let failed = |summary: &str| CellOutcome::Failed {
-            summary: summary.into(),
-        };
-        let ran = run(&mut js, "throw 42");
-        assert_eq!(ran.outcome, failed("Uncaught 42"));
-        assert_eq!(ran.stderr, "Uncaught 42\n");
-        let ran = run(&mut js, "throw {code: 1}");
-        assert_eq!(ran.outcome, failed("Uncaught {\"code\":1}"));
-        let ran = run(&mut js, "await Promise.reject(new TypeError('nope'))");
-        assert_eq!(ran.outcome, failed("TypeError: nope"));
-        assert_eq!(ran.stderr.matches("nope").count(), 1, "{ran:?}");
-        let ran = run(&mut js, "(async () => { throw new RangeError('late') })()");
-        assert_eq!(ran.outcome, failed("RangeError: late"));
-        let ran = run(&mut js, "1 +");
-        assert!(
-            matches!(&ran.outcome, CellOutcome::Failed { summary } if summary.starts_with("SyntaxError")),
-            "{ran:?}"
-        );
-        let ran = run(&mut js, "function deep() { return deep() + 1 } deep()");
-        assert_eq!(
-            ran.outcome,
-            failed("RangeError: Maximum call stack size exceeded")
-        );
-        let ran = run(&mut js, "Promise.reject(new Error('lost')); 'value'");
-        assert_eq!(ran.outcome, failed("Uncaught (in promise) Error: lost"));
-        assert_eq!(ran.stdout, "value\n");
-        assert!(
-            ran.stderr
-                .starts_with("Uncaught (in promise) Error: lost\n    at"),
-            "{ran:?}"
-        );
-        let ran = run(
-            &mut js,
-            "const handled = Promise.reject(1); await null; handled.catch(() => {}); 2",
-        );
-        assert_eq!(ran.outcome, CellOutcome::Completed, "{ran:?}");
-        let ran = run(&mut js, "await new Promise(() => {})");
-        assert!(matches!(ran.outcome, CellOutcome::Failed { .. }), "{ran:?}");
-        let ran = run(&mut js, "'a\0b'");
-        assert!(matches!(ran.outcome, CellOutcome::Failed { .. }), "{ran:?}");
-        assert_eq!(stdout_of(&mut js, "'fine'"), "fine\n");
-    }
-
-    #[test]
-    fn an_interrupt_stops_busy_loops_and_keeps_state() {
-        let mut js = engine();
-        stdout_of(&mut js, "let before = 1");
-        for code in [
-            "globalThis.during = 2; while (true) {}",
-            "try { while (true) {} } catch (e) { console.log('caught', e) } finally { console.log('finally') }",
-            "for (;;) { try { while (true) {} } catch (e) {} }",
-            "await (async () => { while (true) { await null } })()",
-            "(async () => { while (true) { await null } })(); 'not awaited'",
-        ] {
-            let (ran, elapsed) = run_interrupted(&mut js, code);
-            assert_eq!(ran.outcome, CellOutcome::Interrupted, "{code}: {ran:?}");
-            assert!(!ran.stdout.contains("caught"), "{code}: {ran:?}");
-            assert!(elapsed < Duration::from_secs(1), "{code}: took {elapsed:?}");
-        }
-        assert_eq!(stdout_of(&mut js, "before + during"), "3\n");
-    }
-
-    #[test]
-    fn running_out_of_memory_fails_the_cell_and_not_the_engine() {
-        let mut js = JsEngine::with_limits(Some(64 * 1024 * 1024), None).expect("engine starts");
-        let ran = run(
-            &mut js,
-            "let a = []; while (true) a.push(new Array(1e6).fill(1))",
-        );
-        assert!(
-            matches!(&ran.outcome, CellOutcome::Failed { summary } if summary.contains("out of memory")),
-            "{ran:?}"
-        );
-        assert!(ran.stderr.contains("out of"), "{}", ran.stderr);
-        assert_eq!(stdout_of(&mut js, "1 + 1"), "2\n");
-        assert_eq!(stdout_of(&mut js, "a = null; [1, 2].length"), "2\n");
-        assert_eq!(
-            stdout_of(&mut js, "new Array(1e6).fill(1).length"),
-            "1000000\n"
-        );
-    }
-
-    #[test]
-    fn a_small_stack_limit_is_a_range_error() {
-        let mut js = JsEngine::with_limits(None, Some(128 * 1024)).expect("engine starts");
-        let ran = run(
-            &mut js,
-            "let depth = 0; function down() { depth++; down() } down()",
-        );
-        assert_eq!(
-            ran.outcome,
-            CellOutcome::Failed {
-                summary: "RangeError: Maximum call stack size exceeded".into()
-            }
-        );
-        assert_eq!(stdout_of(&mut js, "depth > 10"), "true\n");
-    }
-
-    #[test]
-    fn limits_are_read_as_byte_counts() {
-        let name = "CELLVISOR_TEST_JS_LIMIT";
-        std::env::set_var(name, " 1048576 ");
-        assert_eq!(limit_from_env(name).expect("a number"), Some(1_048_576));
-        std::env::set_var(name, "1 GiB");
-        assert!(limit_from_env(name).is_err());
-        std::env::remove_var(name);
-        assert_eq!(limit_from_env(name).expect("unset"), None);
     }
 }

@@ -12,23 +12,32 @@
 //!
 //! `print`, `io.write` and writes to `io.stdout`/`io.stderr` go to the cell's output; reading
 //! stdin is an error. Output written by child processes (`os.execute`) is not captured.
+//!
+//! The helpers of PRELUDE.md (`read`, `write`, `tree`, `diff`, `tool.<name>`, ...) are global
+//! functions defined in `helpers.lua` on top of Rust host functions ([`host`]), since Lua
+//! has no directory API and difflib's diff is easier to port once, in Rust.
 
+mod host;
 mod interrupt;
 mod json;
 #[cfg(test)]
 mod tests;
+mod text;
 
 use crate::runtime::{Engine, Interrupt, Outbox, WorkerContext, WorkerError};
-use cellvisor_ipc::{CellOutcome, ExecuteCell, Language, OutputStream, MAX_FRAME_BYTES};
+use cellvisor_ipc::{CellOutcome, ExecuteCell, Language, OutputStream, ToolInfo, MAX_FRAME_BYTES};
 use interrupt::InterruptHook;
 use mlua::{
     ChunkMode, Function, Lua, LuaOptions, MultiValue, StdLib, Table, Thread, ThreadStatus, Value,
 };
 use serde_json::{Map, Value as Json};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Routes output, stubs stdin and guards the interrupt hook; see the file itself.
 const PRELUDE: &str = include_str!("prelude.lua");
+/// The helpers every language offers (PRELUDE.md), on top of [`host`].
+const HELPERS: &str = include_str!("helpers.lua");
 
 /// Heap limit of the Lua state in bytes, set by the supervisor from the `[lua]` config.
 const MEMORY_LIMIT_VAR: &str = "CELLVISOR_MEMORY_LIMIT";
@@ -39,8 +48,18 @@ const MAX_DISPLAY_BYTES: usize = MAX_FRAME_BYTES / 2;
 /// What a top-level `coroutine.yield()` reports, worded like the standalone interpreter.
 const STRAY_YIELD_MESSAGE: &str = "attempt to yield from outside a coroutine";
 
-/// The running cell's id and outbox, where `print` and `display` send; `None` between cells.
-type CellSink = Arc<Mutex<Option<(u64, Outbox)>>>;
+/// The running cell, where `print`, `display` and the helpers send; `None` between cells.
+type CellSink = Arc<Mutex<Option<RunningCell>>>;
+
+/// What host functions need to know about the running cell.
+struct RunningCell {
+    cell_id: u64,
+    outbox: Outbox,
+    /// Checked while a tool call waits for the host.
+    interrupt: Arc<AtomicBool>,
+    /// The host tools this cell may call.
+    tools: Vec<ToolInfo>,
+}
 
 /// Runs Lua cells in one persistent Lua 5.4 state.
 pub struct LuaEngine {
@@ -92,6 +111,11 @@ impl LuaEngine {
             .set_mode(ChunkMode::Text)
             .call::<()>((write_stdout, write_stderr, display))
             .map_err(startup)?;
+        lua.load(HELPERS)
+            .set_name("=cellvisor helpers")
+            .set_mode(ChunkMode::Text)
+            .call::<()>(host::host_table(&lua, &sink).map_err(startup)?)
+            .map_err(startup)?;
         if let Some(limit) = memory_limit {
             lua.set_memory_limit(limit).map_err(startup)?;
         }
@@ -136,6 +160,7 @@ impl LuaEngine {
             Ok(values) => match self.render_values(&values) {
                 Ok(Some(line)) => {
                     outbox.output(cell.cell_id, OutputStream::Stdout, &line);
+                    self.display_tables(cell.cell_id, outbox, &values);
                     CellOutcome::Completed
                 }
                 Ok(None) => CellOutcome::Completed,
@@ -191,6 +216,22 @@ impl LuaEngine {
         }
         line.push(b'\n');
         Ok(Some(line))
+    }
+
+    /// Trailing tables that are plain data also go out as `application/json` bundles, so
+    /// hosts that render JSON get them (their text is already in the output).
+    fn display_tables(&self, cell_id: u64, outbox: &Outbox, values: &MultiValue) {
+        for value in values {
+            let Value::Table(table) = value else {
+                continue;
+            };
+            if let Some(json) = json::plain_table_json(table) {
+                let bundle = table_bundle(json);
+                if bundle.len() <= MAX_DISPLAY_BYTES {
+                    outbox.display(cell_id, bundle);
+                }
+            }
+        }
     }
 
     fn tostring_bytes(&self, value: &Value) -> mlua::Result<Vec<u8>> {
@@ -267,8 +308,18 @@ impl Engine for LuaEngine {
         interrupt: &Interrupt,
     ) -> Result<CellOutcome, WorkerError> {
         self.cells_run += 1;
-        *lock(&self.sink) = Some((cell.cell_id, outbox.clone()));
-        let outcome = self.run_cell(cell, outbox, interrupt);
+        *lock(&self.sink) = Some(RunningCell {
+            cell_id: cell.cell_id,
+            outbox: outbox.clone(),
+            interrupt: interrupt.flag(),
+            tools: cell.tools.clone(),
+        });
+        let declared = host::all_tools(&self.lua, &cell.tools)
+            .and_then(|tools| self.lua.globals().set("ALL_TOOLS", tools));
+        let outcome = match declared {
+            Ok(()) => self.run_cell(cell, outbox, interrupt),
+            Err(err) => self.report_error(cell, outbox, interrupt, &err),
+        };
         if outcome != CellOutcome::Completed {
             // A failed or stopped cell often leaves a lot of garbage (or hit the heap limit):
             // collect it now so the next cell starts with room.
@@ -348,7 +399,7 @@ fn parse_memory_limit(value: Option<&str>) -> Result<Option<usize>, WorkerError>
 
 /// The sink is only ever locked on the engine's thread, so a poisoned lock (a panic while
 /// holding it) leaves nothing half-done worth refusing over.
-fn lock(sink: &CellSink) -> MutexGuard<'_, Option<(u64, Outbox)>> {
+fn lock(sink: &CellSink) -> MutexGuard<'_, Option<RunningCell>> {
     sink.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -356,8 +407,8 @@ fn lock(sink: &CellSink) -> MutexGuard<'_, Option<(u64, Outbox)>> {
 fn output_function(lua: &Lua, sink: &CellSink, stream: OutputStream) -> mlua::Result<Function> {
     let sink = Arc::clone(sink);
     lua.create_function(move |_, text: mlua::String| {
-        if let Some((cell_id, outbox)) = &*lock(&sink) {
-            outbox.output(*cell_id, stream, &text.as_bytes());
+        if let Some(cell) = &*lock(&sink) {
+            cell.outbox.output(cell.cell_id, stream, &text.as_bytes());
         }
         Ok(())
     })
@@ -375,8 +426,8 @@ fn display_function(lua: &Lua, sink: &CellSink, tostring: Function) -> mlua::Res
                 human_bytes(MAX_DISPLAY_BYTES)
             )));
         }
-        if let Some((cell_id, outbox)) = &*lock(&sink) {
-            outbox.display(*cell_id, bundle);
+        if let Some(cell) = &*lock(&sink) {
+            cell.outbox.display(cell.cell_id, bundle);
         }
         Ok(())
     })
@@ -391,14 +442,19 @@ fn display_bundle(value: &Value, tostring: &Function) -> mlua::Result<String> {
         _ => None,
     };
     match plain {
-        Some(json) => {
-            bundle.insert("text/plain".into(), Json::String(json::lua_literal(&json)));
-            bundle.insert("application/json".into(), json);
-        }
+        Some(json) => Ok(table_bundle(json)),
         None => {
             let text: mlua::String = tostring.call(value)?;
             bundle.insert("text/plain".into(), Json::String(text.to_string_lossy()));
+            Ok(Json::Object(bundle).to_string())
         }
     }
-    Ok(Json::Object(bundle).to_string())
+}
+
+/// The bundle of a plain-data table: its JSON and, as text, a Lua table constructor.
+fn table_bundle(json: Json) -> String {
+    let mut bundle = Map::new();
+    bundle.insert("text/plain".into(), Json::String(json::lua_literal(&json)));
+    bundle.insert("application/json".into(), json);
+    Json::Object(bundle).to_string()
 }

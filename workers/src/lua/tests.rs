@@ -397,3 +397,6 @@ fn runaway_recursion_is_an_ordinary_error() {
     assert!(summary.contains("stack overflow"), "{summary}");
     assert_eq!(completed(&mut lua, "'after'"), "after\n");
 }
+
+#[path = "helpers_tests.rs"]
+mod helpers_tests;

@@ -1,5 +1,5 @@
 //! The python child process: spawning it with its pipes, and the two threads that drain
-//! them (output, with the sync markers cut out, and NDJSON events).
+//! them (output, with the sync markers cut out, and NDJSON events, host tool calls included).
 
 use super::interpreter::Interpreter;
 use crate::runtime::{Outbox, OUTPUT_CHUNK_BYTES};
@@ -7,14 +7,22 @@ use cellvisor_ipc::OutputStream;
 use serde::Deserialize;
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
+use std::time::Duration;
+
+/// A display bundle larger than this could not travel in one frame (and a frame too large
+/// ends the worker), so it is replaced by a note saying so.
+const MAX_DISPLAY_BYTES: usize = cellvisor_ipc::MAX_FRAME_BYTES / 2;
+
+/// How often a thread waiting for a tool's answer checks that its cell still runs.
+const TOOL_WAIT_POLL: Duration = Duration::from_millis(200);
 
 /// The env var that carries the nonce of the output sync markers to runner.py.
 const SYNC_TOKEN_VAR: &str = "CELLVISOR_SYNC_TOKEN";
@@ -261,15 +269,31 @@ pub enum Event {
         #[serde(default)]
         marker: bool,
     },
+    /// The cell `id` calls host tool `name`; the runner waits on fd 3 for `call_id`'s result.
+    #[serde(rename = "tool_call")]
+    ToolCall {
+        id: u64,
+        call_id: u64,
+        name: String,
+        #[serde(default)]
+        args: serde_json::Value,
+    },
 }
 
-/// Reads events until EOF. Displays go straight to the outbox of the cell they belong to;
-/// everything else goes to `execute` through `events`; EOF drops the sender, which is how
-/// `execute` learns that python is gone.
+/// Locks the command pipe; a thread that panicked while writing left at worst a torn line,
+/// which the runner skips, so a poisoned lock is still usable.
+pub fn lock_commands(commands: &Mutex<File>) -> MutexGuard<'_, File> {
+    commands.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Reads events until EOF. Displays go straight to the outbox of the cell they belong to,
+/// tool calls to the host (see [`relay_tool_call`]); everything else goes to `execute`
+/// through `events`; EOF drops the sender, which is how `execute` learns that python is gone.
 pub fn spawn_event_thread(
     events: File,
     routing: Arc<SharedRouting>,
     sender: Sender<Event>,
+    commands: Arc<Mutex<File>>,
 ) -> std::io::Result<()> {
     thread::Builder::new()
         .name("python-events".into())
@@ -290,9 +314,15 @@ pub fn spawn_event_thread(
                     Event::Display { id, bundle } => {
                         let outbox = routing.lock().outbox.clone();
                         if let Some(outbox) = outbox {
-                            outbox.display(id, bundle.to_string());
+                            outbox.display(id, sendable_bundle(&bundle));
                         }
                     }
+                    Event::ToolCall {
+                        id,
+                        call_id,
+                        name,
+                        args,
+                    } => relay_tool_call(&routing, &commands, id, call_id, &name, &args),
                     other => {
                         if sender.send(other).is_err() {
                             return;
@@ -302,6 +332,86 @@ pub fn spawn_event_thread(
             }
         })
         .map(drop)
+}
+
+/// The bundle as JSON text, or a `text/plain` note when it is too large to send.
+fn sendable_bundle(bundle: &serde_json::Value) -> String {
+    let text = bundle.to_string();
+    if text.len() <= MAX_DISPLAY_BYTES {
+        return text;
+    }
+    let note = format!(
+        "[cellvisor: a display of {} bytes was dropped: the limit is {MAX_DISPLAY_BYTES} bytes]",
+        text.len()
+    );
+    serde_json::json!({ "text/plain": note }).to_string()
+}
+
+/// Passes a tool call to the host and starts a thread that waits for the answer and writes
+/// it to the runner as a `tool_result` line. The waiting happens off the event thread so that
+/// displays and `done` keep flowing; the waiter gives up once its cell is no longer the one
+/// running (the runtime fails calls of interrupted cells, but a test host may never answer).
+fn relay_tool_call(
+    routing: &Arc<SharedRouting>,
+    commands: &Arc<Mutex<File>>,
+    cell_id: u64,
+    call_id: u64,
+    name: &str,
+    args: &serde_json::Value,
+) {
+    let outbox = routing.lock().outbox.clone();
+    let Some(outbox) = outbox else {
+        write_tool_result(commands, call_id, Err("no cell is running".into()));
+        return;
+    };
+    let args = if args.is_null() {
+        "{}".to_string()
+    } else {
+        args.to_string()
+    };
+    let pending = outbox.call_tool(cell_id, name, args);
+    let waiter_routing = Arc::clone(routing);
+    let waiter_commands = Arc::clone(commands);
+    let waiter = thread::Builder::new()
+        .name("python-tool-wait".into())
+        .spawn(move || loop {
+            match pending.answer.recv_timeout(TOOL_WAIT_POLL) {
+                Ok(outcome) => return write_tool_result(&waiter_commands, call_id, outcome),
+                Err(RecvTimeoutError::Disconnected) => {
+                    let lost = Err("the tool call was dropped without an answer".into());
+                    return write_tool_result(&waiter_commands, call_id, lost);
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    let state = waiter_routing.lock();
+                    if state.cell_id != cell_id || state.closed {
+                        return;
+                    }
+                }
+            }
+        });
+    if let Err(e) = waiter {
+        let failed = Err(format!("cannot wait for the tool's answer: {e}"));
+        write_tool_result(commands, call_id, failed);
+    }
+}
+
+/// Writes one `tool_result` line to the runner: the result as JSON (or as a string when the
+/// host's text is not JSON), or the error message.
+fn write_tool_result(commands: &Mutex<File>, call_id: u64, outcome: Result<String, String>) {
+    let message = match outcome {
+        Ok(text) => {
+            let result = serde_json::from_str::<serde_json::Value>(&text)
+                .unwrap_or(serde_json::Value::String(text));
+            serde_json::json!({"type": "tool_result", "call_id": call_id, "ok": true, "result": result})
+        }
+        Err(error) => serde_json::json!({
+            "type": "tool_result", "call_id": call_id, "ok": false, "error": error,
+        }),
+    };
+    let mut line = message.to_string();
+    line.push('\n');
+    // A runner that is gone cannot read it; its death is noticed by `execute`.
+    let _ = lock_commands(commands).write_all(line.as_bytes());
 }
 
 /// A piece of the output stream: plain bytes or a sync marker's cell id.

@@ -4,6 +4,13 @@
 //!   version-manager shims resolved to the real binary).
 //! - [`child`]: spawning it with its pipes and draining them.
 //! - `runner.py` (embedded, written once to the runtime directory): runs the cells.
+//! - `prelude.py` (embedded, written beside it as the module `cellvisor_prelude`): the
+//!   helpers cells see in builtins, rich display, matplotlib capture and host tools. A module
+//!   rather than part of the runner so that Python caches its bytecode.
+//!
+//! Host tools: the runner asks for one with a `tool_call` event; the event thread hands it
+//! to the outbox and a short-lived thread waits for the answer and writes it to the runner's
+//! command pipe, so the event reader never blocks on a host.
 //!
 //! The child's stdout and stderr share one pipe, so prints, tracebacks and the output of
 //! `os.system` keep their exact order (all of it is relayed as `Stdout`). After each cell the
@@ -29,6 +36,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const RUNNER_SOURCE: &str = include_str!("runner.py");
+const PRELUDE_SOURCE: &str = include_str!("prelude.py");
+/// The module name runner.py imports the prelude by.
+const PRELUDE_FILE: &str = "cellvisor_prelude.py";
 
 /// How long python may take to start and say `ready`.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -46,7 +56,8 @@ const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
 /// The python child, the pipes to it and what its threads share with us.
 pub struct PythonEngine {
     child: Child,
-    commands: File,
+    /// The runner's fd 3, shared with the threads that write tool results.
+    commands: Arc<Mutex<File>>,
     events: Receiver<Event>,
     routing: Arc<SharedRouting>,
     /// The pid interrupts go to; `None` once the child is reaped, so a recycled pid is
@@ -74,7 +85,7 @@ impl PythonEngine {
         let (sender, events) = mpsc::channel();
         let mut engine = PythonEngine {
             child: spawned.child,
-            commands: spawned.commands,
+            commands: Arc::new(Mutex::new(spawned.commands)),
             events,
             routing: Arc::clone(&routing),
             signal_target: Arc::new(Mutex::new(Some(pid))),
@@ -84,7 +95,10 @@ impl PythonEngine {
         };
         let prefix = format!("\x1ecellvisor-sync:{token}:").into_bytes();
         let threads = child::spawn_output_thread(spawned.output, prefix, Arc::clone(&routing))
-            .and_then(|()| child::spawn_event_thread(spawned.events, routing, sender));
+            .and_then(|()| {
+                let commands = Arc::clone(&engine.commands);
+                child::spawn_event_thread(spawned.events, routing, sender, commands)
+            });
         if let Err(e) = threads {
             return Err(WorkerError::Engine(format!(
                 "cannot start the python pipe threads: {e}"
@@ -253,14 +267,30 @@ impl Engine for PythonEngine {
             return Err(WorkerError::Engine(how.clone()));
         }
         self.route_to(cell.cell_id, outbox);
+        let tools: Vec<serde_json::Value> = cell
+            .tools
+            .iter()
+            .map(|tool| {
+                // A schema that is not JSON still reaches the cell, as its text.
+                let schema = serde_json::from_str(&tool.input_schema_json)
+                    .unwrap_or_else(|_| serde_json::Value::String(tool.input_schema_json.clone()));
+                serde_json::json!({
+                    "name": tool.name,
+                    "description": tool.description,
+                    "input_schema": schema,
+                })
+            })
+            .collect();
         let mut command = serde_json::json!({
             "type": "execute",
             "id": cell.cell_id,
             "code": cell.code,
+            "tools": tools,
         })
         .to_string();
         command.push('\n');
-        if self.commands.write_all(command.as_bytes()).is_err() {
+        let written = child::lock_commands(&self.commands).write_all(command.as_bytes());
+        if written.is_err() {
             let how = self.reap();
             return Err(self.died(how));
         }
@@ -305,16 +335,26 @@ fn describe_exit(status: ExitStatus) -> String {
     }
 }
 
-/// Writes runner.py into the runtime directory under a name that changes with its content,
-/// so workers of different builds never run each other's runner.
+/// Writes runner.py and the prelude into a directory of the runtime directory whose name
+/// changes with their content, so workers of different builds never run each other's files
+/// (and Python's bytecode cache there is never stale). The runner goes last: once it is
+/// there, so is its prelude.
 fn install_runner(runtime_dir: &Path) -> Result<PathBuf, String> {
-    let hash = interpreter::fnv1a(RUNNER_SOURCE.as_bytes());
-    let path = runtime_dir.join(format!("runner-{:012x}.py", hash >> 16));
-    if !path.is_file() {
-        interpreter::write_atomically(&path, RUNNER_SOURCE.as_bytes())
+    let mut both = RUNNER_SOURCE.as_bytes().to_vec();
+    both.extend_from_slice(PRELUDE_SOURCE.as_bytes());
+    let hash = interpreter::fnv1a(&both);
+    let dir = runtime_dir.join(format!("python-{:012x}", hash >> 16));
+    let runner = dir.join("runner.py");
+    if runner.is_file() {
+        return Ok(runner);
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for (name, source) in [(PRELUDE_FILE, PRELUDE_SOURCE), ("runner.py", RUNNER_SOURCE)] {
+        let path = dir.join(name);
+        interpreter::write_atomically(&path, source.as_bytes())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
-    Ok(path)
+    Ok(runner)
 }
 
 /// A nonce for the output sync markers, so a cell cannot fake one by accident.

@@ -1,4 +1,5 @@
-//! Engine tests against the real python3 on this machine.
+//! Engine tests against the real python3 on this machine; the prelude's in
+//! `prelude_tests.rs`.
 
 use super::*;
 use cellvisor_ipc::FromWorker;
@@ -11,6 +12,8 @@ struct Ran {
     outcome: Result<CellOutcome, WorkerError>,
     output: Vec<u8>,
     displays: Vec<serde_json::Value>,
+    /// (name, args JSON) of each host tool call, in order.
+    tool_calls: Vec<(String, String)>,
 }
 
 impl Ran {
@@ -21,7 +24,26 @@ impl Ran {
     fn completed(&self) -> bool {
         matches!(self.outcome, Ok(CellOutcome::Completed))
     }
+
+    /// The details of the status events, in order.
+    fn statuses(&self) -> Vec<serde_json::Value> {
+        self.displays
+            .iter()
+            .filter_map(|bundle| bundle.get(STATUS_MIME).cloned())
+            .collect()
+    }
+
+    /// The displays that are not status events.
+    fn rich(&self) -> Vec<serde_json::Value> {
+        self.displays
+            .iter()
+            .filter(|bundle| bundle.get(STATUS_MIME).is_none())
+            .cloned()
+            .collect()
+    }
 }
+
+const STATUS_MIME: &str = "application/x-cellvisor-status";
 
 struct Harness {
     engine: PythonEngine,
@@ -60,11 +82,26 @@ impl Harness {
     /// Runs a cell while another thread drains the outbox (a big output would otherwise
     /// fill it and block the cell).
     fn run_with(&mut self, code: &str, interrupt: &Interrupt) -> Ran {
+        self.run_full(code, interrupt, Vec::new(), |_, _| {
+            Some(Err("no tools in this test".into()))
+        })
+    }
+
+    /// Runs a cell offering `tools`, with the collector thread playing the host: it answers
+    /// each tool call with `host(name, args_json)` (`None`: never answers).
+    fn run_full(
+        &mut self,
+        code: &str,
+        interrupt: &Interrupt,
+        tools: Vec<cellvisor_ipc::ToolInfo>,
+        host: impl Fn(&str, &str) -> Option<Result<String, String>> + Send + 'static,
+    ) -> Ran {
         let cell_id = self.next_id;
         self.next_id += 1;
         let (outbox, rx) = Outbox::new(64);
+        let host_outbox = outbox.clone();
         let collector = thread::spawn(move || {
-            let (mut output, mut displays) = (Vec::new(), Vec::new());
+            let (mut output, mut displays, mut calls) = (Vec::new(), Vec::new(), Vec::new());
             for frame in rx {
                 match frame {
                     FromWorker::Output {
@@ -73,25 +110,38 @@ impl Harness {
                     FromWorker::Display { bundle_json, .. } => {
                         displays.push(serde_json::from_str(&bundle_json).unwrap())
                     }
+                    FromWorker::ToolCall {
+                        cell_id: id,
+                        call_id,
+                        name,
+                        args_json,
+                    } => {
+                        assert_eq!(id, cell_id);
+                        calls.push((name.clone(), args_json.clone()));
+                        if let Some(answer) = host(&name, &args_json) {
+                            host_outbox.deliver_tool_result(call_id, answer);
+                        }
+                    }
                     FromWorker::Pong { seq: END_OF_CELL } => break,
                     _ => {}
                 }
             }
-            (output, displays)
+            (output, displays, calls)
         });
         let cell = ExecuteCell {
             cell_id,
             code: code.to_string(),
             cwd: None,
-            tools: Vec::new(),
+            tools,
         };
         let outcome = self.engine.execute(&cell, &outbox, interrupt);
         outbox.send(FromWorker::Pong { seq: END_OF_CELL });
-        let (output, displays) = collector.join().unwrap();
+        let (output, displays, tool_calls) = collector.join().unwrap();
         Ran {
             outcome,
             output,
             displays,
+            tool_calls,
         }
     }
 
@@ -249,7 +299,7 @@ fn display_sends_mime_bundles() {
         vec![
             serde_json::json!({"application/json": {"k": [1, 2]}, "text/plain": "{'k': [1, 2]}"}),
             serde_json::json!({"text/plain": "5"}),
-            serde_json::json!({"text/html": "<b>x</b>", "text/plain": ran.displays[2]["text/plain"]}),
+            serde_json::json!({"text/html": "<b>x</b>", "text/markdown": "**x**", "text/plain": ran.displays[2]["text/plain"]}),
             serde_json::json!({"text/plain": "text"}),
         ]
     );
@@ -432,6 +482,8 @@ fn runner_is_written_once() {
     let second = install_runner(dir.path()).unwrap();
     assert_eq!(first, second);
     assert_eq!(std::fs::read_to_string(&first).unwrap(), RUNNER_SOURCE);
+    let prelude = first.with_file_name(PRELUDE_FILE);
+    assert_eq!(std::fs::read_to_string(prelude).unwrap(), PRELUDE_SOURCE);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
 
@@ -471,3 +523,6 @@ fn closing_the_event_pipe_ends_the_engine_cleanly() {
     let ran = py.run("import os\nos.close(4)");
     assert_eq!(engine_error(&ran), "python exited with code 1");
 }
+
+#[path = "prelude_tests.rs"]
+mod prelude_tests;

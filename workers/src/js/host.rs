@@ -1,0 +1,386 @@
+//! The host side of the JavaScript helpers: file system, environment, spilled outputs and
+//! the per-session store. Plain Rust, no QuickJS: `prelude.js` checks argument types and
+//! emits the status events; these functions do the work and explain failures in messages
+//! that name the helper (they become the `Error` a helper's promise rejects with).
+
+use std::fs;
+use std::io::{ErrorKind, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Env var: where the supervisor spills long outputs (`output(id)` reads them).
+pub(super) const ARTIFACT_DIR_VAR: &str = "CELLVISOR_ARTIFACT_DIR";
+/// Env var: the per-session directory behind `store`/`load`.
+pub(super) const STORE_DIR_VAR: &str = "CELLVISOR_STORE_DIR";
+
+/// The longest key `store` accepts.
+const MAX_STORE_KEY: usize = 128;
+
+/// Directories the helpers use, fixed when the engine starts.
+#[derive(Debug, Clone, Default)]
+pub struct HostDirs {
+    /// Spilled outputs (`$CELLVISOR_ARTIFACT_DIR`).
+    pub artifact_dir: Option<PathBuf>,
+    /// `store`/`load` files (`$CELLVISOR_STORE_DIR`), created on first `store`.
+    pub store_dir: Option<PathBuf>,
+}
+
+impl HostDirs {
+    /// The directories the worker's environment names (empty values count as unset).
+    pub fn from_env() -> Self {
+        let dir = |name: &str| {
+            std::env::var_os(name)
+                .filter(|value| !value.is_empty())
+                .map(PathBuf::from)
+        };
+        HostDirs {
+            artifact_dir: dir(ARTIFACT_DIR_VAR),
+            store_dir: dir(STORE_DIR_VAR),
+        }
+    }
+}
+
+/// `read(path, offset, limit)`: numbered lines like `cat -n`, and how many were returned.
+pub(super) fn read(
+    path: &str,
+    offset: usize,
+    limit: Option<usize>,
+) -> Result<(String, usize), String> {
+    let bytes = fs::read(path).map_err(|err| io_message("read", path, &err))?;
+    let text = String::from_utf8_lossy(&bytes);
+    let mut out = String::new();
+    let mut count = 0;
+    // Like the Python prelude (and `cat -n`): split on "\n" only, a "\r" stays.
+    let lines = text
+        .split_inclusive('\n')
+        .map(|line| line.strip_suffix('\n').unwrap_or(line));
+    for (index, line) in lines.enumerate().skip(offset.saturating_sub(1)) {
+        if limit.is_some_and(|limit| count >= limit) {
+            break;
+        }
+        out.push_str(&format!("{:6}\t{line}\n", index + 1));
+        count += 1;
+    }
+    Ok((out, count))
+}
+
+/// `write`/`append`: creates parent directories; returns the bytes written.
+pub(super) fn write(path: &str, content: &str, append: bool) -> Result<usize, String> {
+    let helper = if append { "append" } else { "write" };
+    if let Some(parent) = Path::new(path)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
+        fs::create_dir_all(parent).map_err(|err| io_message(helper, path, &err))?;
+    }
+    let mut file = fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append)
+        .truncate(!append)
+        .open(path)
+        .map_err(|err| io_message(helper, path, &err))?;
+    file.write_all(content.as_bytes())
+        .map_err(|err| io_message(helper, path, &err))?;
+    Ok(content.len())
+}
+
+/// `sort(text, reverse, unique)`: lines in code point order; the result ends with a newline
+/// when the input did. Returns the text and its line count.
+pub(super) fn sort(text: &str, reverse: bool, unique: bool) -> (String, usize) {
+    let (mut lines, trailing) = lines_of(text);
+    lines.sort_unstable();
+    if unique {
+        lines.dedup();
+    }
+    if reverse {
+        lines.reverse();
+    }
+    let count = lines.len();
+    (join_lines(&lines, trailing), count)
+}
+
+/// Splits on `\n`; the flag says whether the text ended with one.
+pub(super) fn lines_of(text: &str) -> (Vec<&str>, bool) {
+    if text.is_empty() {
+        return (Vec::new(), false);
+    }
+    let trailing = text.ends_with('\n');
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    (body.split('\n').collect(), trailing)
+}
+
+fn join_lines(lines: &[&str], trailing: bool) -> String {
+    let mut out = lines.join("\n");
+    if trailing && !lines.is_empty() {
+        out.push('\n');
+    }
+    out
+}
+
+/// `tree(path, max_depth, show_hidden)`: the listing and how many entries it shows.
+pub(super) fn tree(
+    path: &str,
+    max_depth: usize,
+    show_hidden: bool,
+) -> Result<(String, usize), String> {
+    let root = Path::new(path);
+    let meta = fs::metadata(root).map_err(|err| io_message("tree", path, &err))?;
+    if !meta.is_dir() {
+        return Err(format!("tree: {path} is not a directory"));
+    }
+    let mut out = path.to_string();
+    let mut entries = 0;
+    walk(root, "", 1, max_depth, show_hidden, &mut out, &mut entries);
+    Ok((out, entries))
+}
+
+fn walk(
+    dir: &Path,
+    prefix: &str,
+    depth: usize,
+    max_depth: usize,
+    show_hidden: bool,
+    out: &mut String,
+    entries: &mut usize,
+) {
+    let Ok(listing) = fs::read_dir(dir) else {
+        return;
+    };
+    let mut children: Vec<(String, bool)> = listing
+        .filter_map(Result::ok)
+        .map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // file_type() does not follow symlinks: a link to a directory is not descended.
+            let is_dir = entry.file_type().is_ok_and(|kind| kind.is_dir());
+            (name, is_dir)
+        })
+        .filter(|(name, _)| show_hidden || !name.starts_with('.'))
+        .collect();
+    children.sort();
+    let last = children.len().saturating_sub(1);
+    for (index, (name, is_dir)) in children.iter().enumerate() {
+        let (branch, indent) = if index == last {
+            ("└── ", "    ")
+        } else {
+            ("├── ", "│   ")
+        };
+        out.push('\n');
+        out.push_str(prefix);
+        out.push_str(branch);
+        out.push_str(name);
+        if *is_dir {
+            out.push('/');
+        }
+        *entries += 1;
+        if *is_dir && depth < max_depth {
+            let child_prefix = format!("{prefix}{indent}");
+            walk(
+                &dir.join(name),
+                &child_prefix,
+                depth + 1,
+                max_depth,
+                show_hidden,
+                out,
+                entries,
+            );
+        }
+    }
+}
+
+/// `output(id...)`: the spilled outputs, joined with newlines, and their size in bytes.
+pub(super) fn output(dirs: &HostDirs, ids: &[String]) -> Result<(String, usize), String> {
+    if ids.is_empty() {
+        return Err("output: give at least one output id".into());
+    }
+    let mut texts = Vec::with_capacity(ids.len());
+    for id in ids {
+        let stem = id.strip_suffix(".txt").unwrap_or(id);
+        if stem.is_empty() || stem.contains('/') || stem.contains('\\') || stem.contains("..") {
+            return Err(format!(
+                "output: `{id}` is not an output id (ids are file names without a path)"
+            ));
+        }
+        let Some(dir) = &dirs.artifact_dir else {
+            return Err(format!(
+                "output: unknown output id `{id}`: this worker has no spilled outputs \
+                 ({ARTIFACT_DIR_VAR} is not set)"
+            ));
+        };
+        let file = dir.join(format!("{stem}.txt"));
+        match fs::read(&file) {
+            Ok(bytes) => texts.push(String::from_utf8_lossy(&bytes).into_owned()),
+            Err(err) if err.kind() == ErrorKind::NotFound => {
+                return Err(format!(
+                    "output: unknown output id `{id}` (no {})",
+                    file.display()
+                ))
+            }
+            Err(err) => return Err(format!("output: cannot read {}: {err}", file.display())),
+        }
+    }
+    let text = texts.join("\n");
+    let bytes = text.len();
+    Ok((text, bytes))
+}
+
+/// Checks a `store`/`load` key: a file name we can use as is.
+pub(super) fn check_store_key(helper: &str, key: &str) -> Result<(), String> {
+    let valid = !key.is_empty()
+        && key.len() <= MAX_STORE_KEY
+        && !key.starts_with('.')
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "{helper}: invalid key {key:?}: use 1 to {MAX_STORE_KEY} characters from \
+             A-Z a-z 0-9 _ - . (not starting with a dot)"
+        ))
+    }
+}
+
+fn store_dir<'d>(helper: &str, dirs: &'d HostDirs) -> Result<&'d Path, String> {
+    dirs.store_dir.as_deref().ok_or_else(|| {
+        format!("{helper}: this worker has no store directory ({STORE_DIR_VAR} is not set)")
+    })
+}
+
+/// `store(key, value)`: writes `json` to `<dir>/<key>.json` atomically (temp file, fsync,
+/// rename), so a crash or kill leaves the old value or the new one, never half of one.
+pub(super) fn store(dirs: &HostDirs, key: &str, json: &str) -> Result<usize, String> {
+    check_store_key("store", key)?;
+    let dir = store_dir("store", dirs)?;
+    let failed = |err: std::io::Error| {
+        format!(
+            "store: cannot write key `{key}` in {}: {err}",
+            dir.display()
+        )
+    };
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(failed)?;
+    }
+    static TEMP_SERIAL: AtomicU64 = AtomicU64::new(0);
+    let serial = TEMP_SERIAL.fetch_add(1, Ordering::Relaxed);
+    let temp = dir.join(format!(".{key}.json.{}.{serial}.tmp", std::process::id()));
+    let written = (|| {
+        let mut file = fs::File::create(&temp)?;
+        file.write_all(json.as_bytes())?;
+        file.sync_all()?;
+        fs::rename(&temp, dir.join(format!("{key}.json")))
+    })();
+    if let Err(err) = written {
+        let _ = fs::remove_file(&temp);
+        return Err(failed(err));
+    }
+    Ok(json.len())
+}
+
+/// `load(key)`: the stored JSON text, or `None` when the key was never stored.
+pub(super) fn load(dirs: &HostDirs, key: &str) -> Result<Option<String>, String> {
+    check_store_key("load", key)?;
+    let Some(dir) = &dirs.store_dir else {
+        return Ok(None);
+    };
+    let file = dir.join(format!("{key}.json"));
+    match fs::read_to_string(&file) {
+        Ok(text) => Ok(Some(text)),
+        Err(err) if err.kind() == ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(format!("load: cannot read {}: {err}", file.display())),
+    }
+}
+
+/// An I/O error as a helper's message: `read: no such file: notes.txt (in /work)`.
+fn io_message(helper: &str, path: &str, err: &std::io::Error) -> String {
+    let cwd = std::env::current_dir()
+        .map(|dir| format!(" (in {})", dir.display()))
+        .unwrap_or_default();
+    match err.kind() {
+        ErrorKind::NotFound => format!("{helper}: no such file or directory: {path}{cwd}"),
+        ErrorKind::PermissionDenied => format!("{helper}: permission denied: {path}{cwd}"),
+        ErrorKind::IsADirectory => format!("{helper}: {path} is a directory"),
+        _ => format!("{helper}: {path}: {err}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_numbers_lines_and_pages() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("f.txt");
+        fs::write(&file, "one\r\ntwo\nthree").expect("write");
+        let path = file.to_str().expect("utf-8 path");
+        let (text, count) = read(path, 1, None).expect("read");
+        assert_eq!(text, "     1\tone\r\n     2\ttwo\n     3\tthree\n");
+        assert_eq!(count, 3);
+        assert_eq!(
+            read(path, 2, Some(1)).expect("read"),
+            ("     2\ttwo\n".into(), 1)
+        );
+        assert_eq!(read(path, 9, None).expect("read"), (String::new(), 0));
+        let missing = read("/nonexistent/x", 1, None).expect_err("missing");
+        assert!(
+            missing.starts_with("read: no such file or directory: /nonexistent/x"),
+            "{missing}"
+        );
+    }
+
+    #[test]
+    fn sort_keeps_the_trailing_newline_rule() {
+        assert_eq!(sort("b\na\nb\n", false, false), ("a\nb\nb\n".into(), 3));
+        assert_eq!(sort("b\na\nb", true, true), ("b\na".into(), 2));
+        assert_eq!(sort("", false, false), (String::new(), 0));
+    }
+
+    #[test]
+    fn tree_draws_like_tree() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        fs::create_dir_all(dir.path().join("src/deep/er")).expect("dirs");
+        fs::write(dir.path().join("src/main.rs"), "").expect("write");
+        fs::write(dir.path().join("README"), "").expect("write");
+        fs::write(dir.path().join(".hidden"), "").expect("write");
+        let root = dir.path().to_str().expect("utf-8");
+        let (text, entries) = tree(root, 2, false).expect("tree");
+        assert_eq!(
+            text,
+            format!("{root}\n├── README\n└── src/\n    ├── deep/\n    └── main.rs")
+        );
+        assert_eq!(entries, 4);
+        let (text, _) = tree(root, 1, true).expect("tree");
+        assert_eq!(text, format!("{root}\n├── .hidden\n├── README\n└── src/"));
+    }
+
+    #[test]
+    fn store_keys_are_checked_and_writes_are_atomic() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let dirs = HostDirs {
+            artifact_dir: None,
+            store_dir: Some(dir.path().join("store")),
+        };
+        store(&dirs, "k-1.v2", "{\"a\":1}").expect("store");
+        assert_eq!(
+            load(&dirs, "k-1.v2").expect("load").as_deref(),
+            Some("{\"a\":1}")
+        );
+        assert_eq!(load(&dirs, "never").expect("load"), None);
+        for bad in ["", "../x", "a/b", ".hidden", "sp ace"] {
+            assert!(store(&dirs, bad, "1").is_err(), "{bad}");
+        }
+        let leftovers: Vec<_> = fs::read_dir(dir.path().join("store"))
+            .expect("listing")
+            .filter_map(Result::ok)
+            .map(|entry| entry.file_name())
+            .collect();
+        assert_eq!(leftovers, vec![std::ffi::OsString::from("k-1.v2.json")]);
+    }
+}

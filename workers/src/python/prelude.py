@@ -1,0 +1,852 @@
+"""cellvisor's Python prelude: the helpers cells find in builtins, rich display, matplotlib
+capture and host tools.
+
+It lives in its own module (not in runner.py) so that Python caches its bytecode in
+`__pycache__` beside it: the runner script itself is compiled on every start, a module is
+not. The runner imports it once at start and calls `install(host)`; `host` is the runner's
+side (events, the running cell, the tool round trip). Everything costly (difflib, html.parser,
+base64, matplotlib) is imported only when a helper first needs it.
+
+Every helper reports what it did as one status event: a display bundle whose only MIME type
+is `application/x-cellvisor-status`, which the supervisor files under the cell's
+`status_events` (see PRELUDE.md for the exact keys). Helpers raise the usual Python errors,
+naming the helper and the argument, and report nothing when they fail.
+"""
+
+import builtins
+import json
+import os
+import sys
+
+STATUS_MIME = "application/x-cellvisor-status"
+# A trailing value's bundle repeats what its text already says; past this size (as JSON) it
+# is not worth sending twice.
+TRAILING_BUNDLE_LIMIT = 1 << 20
+ARTIFACT_DIR_VAR = "CELLVISOR_ARTIFACT_DIR"
+
+_host = None
+
+
+def install(host):
+    """Puts the helpers into builtins and hooks matplotlib; `host` gives `send_event(event)`,
+    `cell_id()`, `flush()` and `call_tool(name, args)`."""
+    global _host
+    _host = host
+    for name in ("read", "write", "append", "sort", "uniq", "counter", "diff", "tree",
+                 "env", "output", "display"):
+        setattr(builtins, name, globals()[name])
+    builtins.tool = builtins.tools = _TOOLS
+    builtins.ToolError = ToolError
+    builtins.ALL_TOOLS = []
+    if not any(isinstance(finder, _PyplotHook) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _PyplotHook())
+
+
+def _status(op, **details):
+    details["op"] = op
+    _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": {STATUS_MIME: details}})
+
+
+# --- argument checks -------------------------------------------------------------------
+
+
+def _type_name(value):
+    return type(value).__name__
+
+
+def _text(helper, name, value):
+    if not isinstance(value, str):
+        raise TypeError("%s: %s must be a string, not %s" % (helper, name, _type_name(value)))
+    return value
+
+
+def _path(helper, value):
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, bytes):
+        value = os.fsdecode(value)
+    _text(helper, "path", value)
+    if not value:
+        raise ValueError("%s: path must not be empty" % helper)
+    return value
+
+
+def _count(helper, name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("%s: %s must be an integer, not %s" % (helper, name, _type_name(value)))
+    if value < minimum:
+        raise ValueError("%s: %s must be at least %d, not %d" % (helper, name, minimum, value))
+    return value
+
+
+def _os_error(helper, error, path):
+    """The same kind of OSError (FileNotFoundError, IsADirectoryError, ...) with the helper's
+    name in front, so the message says who failed on what."""
+    if error.errno is None:
+        return error
+    return type(error)(error.errno, "%s: %s" % (helper, error.strerror), path)
+
+
+def _lines(text):
+    """The lines of `text`, split on "\\n" only; a final newline ends the last line rather
+    than starting an empty one."""
+    if not text:
+        return []
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    return lines
+
+
+def _join(lines, like):
+    """Lines joined with newlines, ending with one iff `like` (the input) did."""
+    text = "\n".join(lines)
+    if lines and like.endswith("\n"):
+        text += "\n"
+    return text
+
+
+# --- files -----------------------------------------------------------------------------
+
+
+def read(path, offset=1, limit=None):
+    """Lines of a file numbered like `cat -n`, from line `offset` (1-based), at most `limit`."""
+    path = _path("read", path)
+    offset = _count("read", "offset", offset, 1)
+    if limit is not None:
+        limit = _count("read", "limit", limit, 0)
+    numbered = []
+    try:
+        with open(path, "rb") as file:
+            if limit != 0:
+                for number, raw in enumerate(file, 1):
+                    if number < offset:
+                        continue
+                    line = raw[:-1] if raw.endswith(b"\n") else raw
+                    numbered.append("%6d\t%s" % (number, line.decode("utf-8", "replace")))
+                    if limit is not None and len(numbered) >= limit:
+                        break
+    except OSError as error:
+        raise _os_error("read", error, path) from None
+    _status("read", path=path, lines=len(numbered), offset=offset)
+    return "\n".join(numbered) + "\n" if numbered else ""
+
+
+def _store(helper, path, content, mode):
+    path = _path(helper, path)
+    data = _text(helper, "content", content).encode("utf-8", "surrogateescape")
+    try:
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        with open(path, mode) as file:
+            file.write(data)
+    except OSError as error:
+        raise _os_error(helper, error, path) from None
+    _status(helper, path=path, bytes=len(data))
+
+
+def write(path, content):
+    """Creates or truncates `path` (and its parent directories) and writes `content`."""
+    _store("write", path, content, "wb")
+
+
+def append(path, content):
+    """Appends `content` to `path`, creating it (and its parent directories) if missing."""
+    _store("append", path, content, "ab")
+
+
+# --- text ------------------------------------------------------------------------------
+
+
+def sort(text, reverse=False, unique=False):
+    """The lines of `text` sorted by code point (optionally reversed, optionally without
+    duplicates)."""
+    lines = sorted(_lines(_text("sort", "text", text)), reverse=bool(reverse))
+    if unique:
+        lines = [line for index, line in enumerate(lines) if index == 0 or line != lines[index - 1]]
+    _status("sort", lines=len(lines))
+    return _join(lines, text)
+
+
+def uniq(text, count=False):
+    """Collapses adjacent duplicate lines, like `uniq` (with `count`, like `uniq -c`)."""
+    groups = []
+    for line in _lines(_text("uniq", "text", text)):
+        if groups and groups[-1][0] == line:
+            groups[-1][1] += 1
+        else:
+            groups.append([line, 1])
+    if count:
+        lines = ["%7d %s" % (times, line) for line, times in groups]
+    else:
+        lines = [line for line, _ in groups]
+    _status("uniq", lines=len(lines))
+    return _join(lines, text)
+
+
+def counter(items, limit=None, reverse=False):
+    """`[(item, count)]` by count, most common first (ties in order of first appearance);
+    `items` is a list of strings or numbers, or a text whose lines are counted."""
+    if limit is not None:
+        limit = _count("counter", "limit", limit, 0)
+    if isinstance(items, str):
+        items = _lines(items)
+    elif isinstance(items, (bytes, bytearray, dict)) or not hasattr(items, "__iter__"):
+        raise TypeError("counter: items must be a list or a string, not %s" % _type_name(items))
+    counts = {}
+    for item in items:
+        try:
+            counts[item] = counts.get(item, 0) + 1
+        except TypeError:
+            raise TypeError(
+                "counter: items must be strings or numbers, not %s" % _type_name(item)
+            ) from None
+    pairs = sorted(counts.items(), key=lambda pair: pair[1], reverse=not reverse)
+    if limit is not None:
+        pairs = pairs[:limit]
+    _status("counter", items=len(counts))
+    return pairs
+
+
+def diff(a, b):
+    """A unified diff of two texts (not paths), as `difflib.unified_diff` writes it."""
+    import difflib
+
+    old, new = _lines(_text("diff", "a", a)), _lines(_text("diff", "b", b))
+    lines = list(difflib.unified_diff(old, new, "a", "b", lineterm=""))
+    body = lines[2:]
+    added = sum(1 for line in body if line.startswith("+"))
+    removed = sum(1 for line in body if line.startswith("-"))
+    _status("diff", added=added, removed=removed)
+    return "\n".join(lines)
+
+
+def tree(path=".", max_depth=3, show_hidden=False):
+    """A directory tree like the `tree` command, `max_depth` levels deep, without following
+    symlinks."""
+    root = _path("tree", path)
+    max_depth = _count("tree", "max_depth", max_depth, 1)
+    if not os.path.isdir(root):
+        import errno
+
+        if os.path.lexists(root):
+            raise NotADirectoryError(errno.ENOTDIR, "tree: Not a directory", root)
+        raise FileNotFoundError(errno.ENOENT, "tree: No such file or directory", root)
+    lines = [root]
+
+    def walk(directory, prefix, depth):
+        try:
+            with os.scandir(directory) as listing:
+                entries = sorted(listing, key=lambda entry: os.fsencode(entry.name))
+        except OSError:
+            return  # unreadable: shown, but not entered
+        if not show_hidden:
+            entries = [entry for entry in entries if not entry.name.startswith(".")]
+        for index, entry in enumerate(entries):
+            last = index == len(entries) - 1
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False
+            lines.append(prefix + ("└── " if last else "├── ") + entry.name + ("/" if is_dir else ""))
+            if is_dir and depth < max_depth:
+                walk(entry.path, prefix + ("    " if last else "│   "), depth + 1)
+
+    walk(root, "", 1)
+    _status("tree", path=root, entries=len(lines) - 1)
+    return "\n".join(lines)
+
+
+def env(key=None, value=None):
+    """No arguments: all environment variables; a key: its value (or None); a key and a
+    value: sets it in this process."""
+    if key is None:
+        if value is not None:
+            raise TypeError("env: a value needs a key")
+        _status("env")
+        return dict(os.environ)
+    _text("env", "key", key)
+    if not key or "=" in key or "\0" in key:
+        raise ValueError("env: invalid variable name %r" % key)
+    if value is None:
+        _status("env", key=key)
+        return os.environ.get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    _text("env", "value", value)
+    os.environ[key] = value
+    _status("env", key=key)
+    return None
+
+
+def output(*ids):
+    """The full text of spilled outputs (the `artifact_path` of a truncated cell result), by
+    id; several ids are joined with newlines."""
+    import errno
+
+    if not ids:
+        raise TypeError("output: give at least one output id")
+    names = []
+    for spilled in ids:
+        if isinstance(spilled, int) and not isinstance(spilled, bool):
+            spilled = str(spilled)
+        _text("output", "id", spilled)
+        if not spilled or "/" in spilled or "\\" in spilled or ".." in spilled:
+            raise ValueError("output: invalid output id %r" % spilled)
+        names.append(spilled)
+    directory = os.environ.get(ARTIFACT_DIR_VAR, "")
+    texts, total = [], 0
+    for name in names:
+        try:
+            if not directory:
+                raise FileNotFoundError(errno.ENOENT, "no artifact directory")
+            with open(os.path.join(directory, name + ".txt"), "rb") as file:
+                data = file.read()
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                errno.ENOENT, "output: unknown output id %r" % name
+            ) from None
+        except OSError as error:
+            raise _os_error("output", error, name) from None
+        total += len(data)
+        texts.append(data.decode("utf-8", "replace"))
+    _status("output", ids=names, bytes=total)
+    return "\n".join(texts)
+
+
+# --- display ---------------------------------------------------------------------------
+
+
+def _json_or_none(value):
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def _safe_repr(value):
+    try:
+        return repr(value)
+    except Exception as error:  # a broken __repr__ must not break display()
+        return "<%s object (repr failed: %s)>" % (_type_name(value), error)
+
+
+_RICH_REPRS = (
+    ("_repr_html_", "text/html"),
+    ("_repr_markdown_", "text/markdown"),
+    ("_repr_svg_", "image/svg+xml"),
+    ("_repr_latex_", "text/latex"),
+    ("_repr_json_", "application/json"),
+    ("_repr_png_", "image/png"),
+    ("_repr_jpeg_", "image/jpeg"),
+)
+
+
+def _base64(data):
+    import base64
+
+    return base64.b64encode(bytes(data)).decode("ascii")
+
+
+def _rich_bundle(value):
+    """What the value's `_repr_*_` methods give, binary data as base64."""
+    bundle = {}
+    method = getattr(type(value), "_repr_mimebundle_", None)
+    if method is not None:
+        try:
+            try:
+                result = value._repr_mimebundle_(include=None, exclude=None)
+            except TypeError:
+                result = value._repr_mimebundle_()
+            if isinstance(result, tuple):
+                result = result[0]
+            if isinstance(result, dict):
+                bundle.update(result)
+        except Exception:
+            pass
+    for name, mime in _RICH_REPRS:
+        if mime in bundle or getattr(type(value), name, None) is None:
+            continue
+        try:
+            data = getattr(value, name)()
+        except Exception:
+            continue
+        if isinstance(data, tuple):
+            data = data[0]
+        if data is not None:
+            bundle[mime] = data
+    for mime, data in bundle.items():
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            bundle[mime] = _base64(data)
+    try:
+        figure = _figure_png(value)
+    except Exception:
+        figure = None  # a figure that cannot render still has its text
+    if figure is not None:
+        bundle["image/png"] = figure
+    return bundle
+
+
+def _bundle(value, rich_only=False):
+    """The MIME bundle of `value`, always with `text/plain`; with `rich_only`, None when it
+    has nothing richer than its text (scalars, tuples, objects without rich reprs)."""
+    if isinstance(value, (dict, list)) or (isinstance(value, tuple) and not rich_only):
+        as_json = _json_or_none(value)
+        bundle = {} if as_json is None else {"application/json": as_json}
+    else:
+        bundle = _rich_bundle(value)
+    bundle = {str(key): data for key, data in bundle.items() if _json_or_none(data) is not None}
+    html = bundle.get("text/html")
+    if isinstance(html, str) and "text/markdown" not in bundle:
+        try:
+            bundle["text/markdown"] = html_to_markdown(html)
+        except Exception:
+            pass  # malformed beyond what html.parser tolerates: the HTML still goes out
+    if rich_only and not any(key != "text/plain" for key in bundle):
+        return None
+    if "text/plain" not in bundle:
+        bundle["text/plain"] = value if isinstance(value, str) else _safe_repr(value)
+    return bundle
+
+
+def display(*values, **_ignored):
+    """Shows values as rich output of the running cell (MIME bundles)."""
+    for value in values:
+        _host.flush()
+        _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": _bundle(value)})
+
+
+def show_trailing(value):
+    """The cell's trailing value (already printed as text) also goes out as a bundle when it
+    has a rich form, so hosts that render JSON, HTML or images get it."""
+    if _is_pyplot_figure(value):
+        return  # sent with the cell's other open figures; once is enough
+    bundle = _bundle(value, rich_only=True)
+    if bundle is not None and len(json.dumps(bundle)) <= TRAILING_BUNDLE_LIMIT:
+        _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": bundle})
+
+
+# --- HTML to Markdown ------------------------------------------------------------------
+
+
+def html_to_markdown(html):
+    """Markdown for text-only hosts: headings, paragraphs, emphasis, links, images, code,
+    lists, tables, quotes and line breaks; scripts and styles dropped."""
+    converter = _HtmlToMarkdown()
+    converter.feed(html)
+    converter.close()
+    return converter.result()
+
+
+def _make_html_converter():
+    from html.parser import HTMLParser
+
+    class HtmlToMarkdown(HTMLParser):
+        BLOCKS = {"p", "div", "section", "article", "header", "footer", "main", "nav",
+                  "figure", "figcaption", "dl", "dt", "dd", "form", "fieldset", "details",
+                  "summary", "address"}
+        SKIPPED = {"script", "style", "head", "template", "noscript"}
+        INLINE = {"b": "**", "strong": "**", "i": "*", "em": "*", "s": "~~", "del": "~~",
+                  "strike": "~~"}
+
+        def __init__(self):
+            super().__init__(convert_charrefs=True)
+            # Text goes to the top buffer; tables cells and quotes collect their own.
+            self.buffers = [[]]
+            self.skipping = 0
+            self.pre = 0
+            self.lists = []  # [ordered, next number]
+            self.links = []
+            self.tables = []  # each: list of rows, a row: [cells, has th]
+            self.quotes = 0
+
+        # Output primitives.
+        def text_so_far(self):
+            return "".join(self.buffers[-1])
+
+        def emit(self, text):
+            self.buffers[-1].append(text)
+
+        def trim_trailing_spaces(self):
+            buffer = self.buffers[-1]
+            while buffer and buffer[-1].endswith(" ") and not self.pre:
+                buffer[-1] = buffer[-1].rstrip(" ")
+                if not buffer[-1]:
+                    buffer.pop()
+
+        def block(self):
+            """Ends the current block with a blank line (none at the start)."""
+            self.trim_trailing_spaces()
+            text = self.text_so_far()
+            if not text or text.endswith("\n\n"):
+                return
+            self.emit("\n" if text.endswith("\n") else "\n\n")
+
+        def newline(self):
+            self.trim_trailing_spaces()
+            text = self.text_so_far()
+            if text and not text.endswith("\n"):
+                self.emit("\n")
+
+        def at_line_start(self):
+            text = self.text_so_far()
+            return not text or text.endswith("\n")
+
+        # Parser callbacks.
+        def handle_starttag(self, tag, attrs):
+            if tag in self.SKIPPED:
+                self.skipping += 1
+                return
+            if self.skipping:
+                return
+            attrs = dict(attrs)
+            if tag in ("h1", "h2", "h3", "h4", "h5", "h6"):
+                self.block()
+                self.emit("#" * int(tag[1]) + " ")
+            elif tag in self.BLOCKS:
+                self.block()
+            elif tag == "br":
+                self.emit("\n")
+            elif tag == "hr":
+                self.block()
+                self.emit("---")
+                self.block()
+            elif tag in self.INLINE:
+                self.emit(self.INLINE[tag])
+            elif tag in ("code", "kbd", "samp", "tt") and not self.pre:
+                self.emit("`")
+            elif tag == "pre":
+                self.block()
+                self.emit("```\n")
+                self.pre += 1
+            elif tag == "a":
+                self.links.append(attrs.get("href"))
+                self.emit("[")
+            elif tag == "img":
+                self.emit("![%s](%s)" % (attrs.get("alt") or "", attrs.get("src") or ""))
+            elif tag in ("ul", "ol"):
+                if not self.lists:
+                    self.block()
+                self.lists.append([tag == "ol", int(attrs.get("start") or 1)
+                                   if (attrs.get("start") or "").isdigit() else 1])
+            elif tag == "li":
+                self.newline()
+                indent = "   " * max(len(self.lists) - 1, 0)
+                if self.lists and self.lists[-1][0]:
+                    marker = "%d. " % self.lists[-1][1]
+                    self.lists[-1][1] += 1
+                else:
+                    marker = "- "
+                self.emit(indent + marker)
+            elif tag == "blockquote":
+                self.block()
+                self.buffers.append([])
+                self.quotes += 1
+            elif tag == "table":
+                self.block()
+                self.tables.append([])
+            elif tag == "tr" and self.tables:
+                self.tables[-1].append([[], False])
+            elif tag in ("td", "th") and self.tables:
+                if not self.tables[-1]:
+                    self.tables[-1].append([[], False])
+                if tag == "th":
+                    self.tables[-1][-1][1] = True
+                self.buffers.append([])
+
+        def handle_endtag(self, tag):
+            if tag in self.SKIPPED:
+                self.skipping = max(self.skipping - 1, 0)
+                return
+            if self.skipping:
+                return
+            if tag in ("h1", "h2", "h3", "h4", "h5", "h6") or tag in self.BLOCKS:
+                self.block()
+            elif tag in self.INLINE:
+                self.trim_trailing_spaces()
+                self.emit(self.INLINE[tag])
+            elif tag in ("code", "kbd", "samp", "tt") and not self.pre:
+                self.emit("`")
+            elif tag == "pre" and self.pre:
+                self.pre -= 1
+                if not self.at_line_start():
+                    self.emit("\n")
+                self.emit("```")
+                self.block()
+            elif tag == "a" and self.links:
+                href = self.links.pop()
+                self.trim_trailing_spaces()
+                self.emit("](%s)" % href if href else "]")
+            elif tag in ("ul", "ol") and self.lists:
+                self.lists.pop()
+                if not self.lists:
+                    self.block()
+            elif tag == "blockquote" and self.quotes:
+                self.quotes -= 1
+                quoted = "".join(self.buffers.pop()).strip("\n")
+                self.block()
+                self.emit("\n".join("> " + line if line else ">" for line in quoted.split("\n")))
+                self.block()
+            elif tag in ("td", "th") and self.tables and len(self.buffers) > 1:
+                cell = " ".join("".join(self.buffers.pop()).split())
+                self.tables[-1][-1][0].append(cell.replace("|", "\\|"))
+            elif tag == "table" and self.tables:
+                self.emit(self.render_table(self.tables.pop()))
+                self.block()
+
+        def handle_startendtag(self, tag, attrs):
+            self.handle_starttag(tag, attrs)
+            if tag not in ("br", "hr", "img"):
+                self.handle_endtag(tag)
+
+        def handle_data(self, data):
+            if self.skipping:
+                return
+            if self.pre:
+                self.emit(data)
+                return
+            text = " ".join(data.split())
+            if data[:1].isspace() and text:
+                text = " " + text
+            if data[-1:].isspace() and data.strip():
+                text += " "
+            if not text.strip():
+                text = " " if data else ""
+            if self.at_line_start() or self.text_so_far().endswith((" ", "[", "(")):
+                text = text.lstrip(" ")
+            if text:
+                self.emit(text)
+
+        @staticmethod
+        def render_table(rows):
+            rows = [row for row in rows if row[0]]
+            if not rows:
+                return ""
+            width = max(len(cells) for cells, _ in rows)
+            padded = [cells + [""] * (width - len(cells)) for cells, _ in rows]
+            lines = ["| " + " | ".join(padded[0]) + " |", "|" + " --- |" * width]
+            lines += ["| " + " | ".join(cells) + " |" for cells in padded[1:]]
+            return "\n".join(lines)
+
+        def result(self):
+            while len(self.buffers) > 1:  # unclosed cells or quotes: keep their text
+                inner = "".join(self.buffers.pop())
+                self.emit(inner)
+            while self.tables:
+                self.emit(self.render_table(self.tables.pop()))
+            if self.pre:
+                self.newline()
+                self.emit("```")
+            return self.text_so_far().strip()
+
+    return HtmlToMarkdown
+
+
+class _LazyConverter:
+    """Builds the converter class on first use: html.parser is not worth importing for
+    cells that never show HTML."""
+
+    cls = None
+
+    def __call__(self):
+        if _LazyConverter.cls is None:
+            _LazyConverter.cls = _make_html_converter()
+        return _LazyConverter.cls()
+
+
+_HtmlToMarkdown = _LazyConverter()
+
+
+# --- matplotlib ------------------------------------------------------------------------
+
+
+class _PyplotHook:
+    """A `sys.meta_path` finder that lets the real finders find `matplotlib.pyplot` and then
+    patches `pyplot.show` right after the module runs, so `plt.show()` sends the figures as
+    PNG even in the first cell, without importing matplotlib before a cell does."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "matplotlib.pyplot":
+            return None
+        spec = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        loader = getattr(spec, "loader", None)
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:
+            return spec
+
+        def exec_and_patch(module):
+            exec_module(module)
+            _patch_pyplot(module)
+
+        try:
+            loader.exec_module = exec_and_patch
+        except (AttributeError, TypeError):
+            pass  # a loader that refuses attributes: figures still come at cell end
+        return spec
+
+
+def _patch_pyplot(pyplot):
+    original = getattr(pyplot, "show", None)
+
+    def show(*args, **kwargs):
+        """Sends every open figure as an image/png display and closes it (cellvisor)."""
+        send_figures()
+
+    show.__wrapped__ = original
+    pyplot.show = show
+
+
+def _figure_class():
+    return getattr(sys.modules.get("matplotlib.figure"), "Figure", None)
+
+
+def _is_pyplot_figure(value):
+    """A figure pyplot manages (and so sends at cell end)."""
+    figure_class = _figure_class()
+    if figure_class is None or not isinstance(value, figure_class):
+        return False
+    return getattr(getattr(value, "canvas", None), "manager", None) is not None
+
+
+def _figure_png(value):
+    """A matplotlib Figure's PNG as base64, or None for anything else."""
+    figure_class = _figure_class()
+    if figure_class is None or not isinstance(value, figure_class):
+        return None
+    import io
+
+    buffer = io.BytesIO()
+    value.savefig(buffer, format="png", bbox_inches="tight")
+    return _base64(buffer.getvalue())
+
+
+def send_figures():
+    """Sends each open pyplot figure as a PNG display and closes it. Called on `plt.show()`
+    and at the end of every cell; does nothing unless a cell imported pyplot."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None:
+        return
+    try:
+        numbers = list(pyplot.get_fignums())
+    except Exception:
+        return
+    for number in numbers:
+        figure = None
+        try:
+            figure = pyplot.figure(number)
+            bundle = {"image/png": _figure_png(figure), "text/plain": _safe_repr(figure)}
+            _host.flush()
+            _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": bundle})
+        except Exception as error:
+            sys.stderr.write("cellvisor: cannot render figure %s: %s: %s\n"
+                             % (number, _type_name(error), error))
+        finally:
+            try:
+                pyplot.close(figure if figure is not None else number)
+            except Exception:
+                pass
+
+
+# --- host tools ------------------------------------------------------------------------
+
+
+class ToolError(RuntimeError):
+    """A host tool failed, or does not exist: the message is the host's."""
+
+
+class UnknownToolError(ToolError, AttributeError):
+    """`tool.<name>` for a tool the host did not declare; an AttributeError too, so
+    `hasattr(tool, name)` works."""
+
+
+# Shown as plain `ToolError` in tracebacks and summaries, like the builtin it is.
+ToolError.__module__ = UnknownToolError.__module__ = "builtins"
+
+_declared = {}
+
+
+def begin_cell(tools):
+    """The tools the host declared for the cell about to run: `ALL_TOOLS` and `tool.<name>`
+    follow them."""
+    _declared.clear()
+    listed = []
+    for info in tools or ():
+        if not isinstance(info, dict) or not isinstance(info.get("name"), str):
+            continue
+        entry = {
+            "name": info["name"],
+            "description": str(info.get("description") or ""),
+            "input_schema": info.get("input_schema") if info.get("input_schema") is not None else {},
+        }
+        _declared[entry["name"]] = entry
+        listed.append(entry)
+    builtins.ALL_TOOLS = listed
+
+
+class _Tool:
+    """One host tool: call it with keyword arguments or one dict."""
+
+    def __init__(self, name):
+        self.__name__ = self.name = name
+        self.__doc__ = _declared.get(name, {}).get("description")
+
+    def __call__(self, *args, **kwargs):
+        if len(args) > 1 or (args and not isinstance(args[0], dict)):
+            raise TypeError(
+                "tool.%s takes keyword arguments or one dict of arguments" % self.name
+            )
+        arguments = dict(args[0]) if args else {}
+        arguments.update(kwargs)
+        if self.name not in _declared:
+            raise UnknownToolError(_unknown_message(self.name))
+        try:
+            json.dumps(arguments, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise TypeError("tool.%s: arguments must be JSON: %s" % (self.name, error)) from None
+        ok, value = _host.call_tool(self.name, arguments)
+        if not ok:
+            raise ToolError("tool.%s: %s" % (self.name, value))
+        return value
+
+    def __repr__(self):
+        return "<tool %s>" % self.name
+
+
+def _unknown_message(name):
+    if _declared:
+        return "no tool named %r; declared tools: %s" % (name, ", ".join(sorted(_declared)))
+    return "no tool named %r; the host declared no tools for this cell" % name
+
+
+class _Tools:
+    """`tool.<name>(...)` (or `tool["name"](...)`) calls the host's tool synchronously and
+    returns its JSON result parsed; a failure raises ToolError."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name not in _declared:
+            raise UnknownToolError(_unknown_message(name))
+        return _Tool(name)
+
+    def __getitem__(self, name):
+        if name not in _declared:
+            raise UnknownToolError(_unknown_message(name))
+        return _Tool(name)
+
+    def __dir__(self):
+        return sorted(_declared)
+
+    def __repr__(self):
+        return "<host tools: %s>" % (", ".join(sorted(_declared)) or "none")
+
+
+_TOOLS = _Tools()
