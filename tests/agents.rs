@@ -411,3 +411,43 @@ fn python_cells_call_host_tools_too() {
     );
     daemon.stop();
 }
+
+#[test]
+fn a_matplotlib_plot_arrives_as_a_png() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let venv = std::process::Command::new(root.join("scripts/test-venv"))
+        .arg("matplotlib")
+        .output()
+        .expect("scripts/test-venv runs");
+    assert!(
+        venv.status.success(),
+        "{}",
+        String::from_utf8_lossy(&venv.stderr)
+    );
+    let python = String::from_utf8_lossy(&venv.stdout).trim().to_string();
+    let daemon = Daemon::start_with(&format!("[python]\ninterpreter = {python:?}\n"));
+    let mut client = daemon.client();
+    let work = daemon.world.work_dir();
+    let code = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('three points')";
+    let result = eval(
+        &mut client,
+        "plot",
+        &work,
+        json!([{"language": "py", "code": code}]),
+    );
+    assert_complete(&result);
+    let pngs: Vec<&str> = cell(&result, 0)["displays"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d["image/png"].as_str())
+        .collect();
+    assert_eq!(pngs.len(), 1, "{result:#}");
+    use base64::Engine as _;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(pngs[0])
+        .expect("base64");
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "PNG signature");
+    assert!(png.len() > 2000, "a real picture, {} bytes", png.len());
+    daemon.stop();
+}

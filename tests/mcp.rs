@@ -14,10 +14,12 @@ fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// `target/test-venv/bin/python` with the `mcp` SDK installed (scripts/test-venv).
+/// `target/test-venv/bin/python` with the `mcp` SDK and matplotlib installed
+/// (scripts/test-venv).
 fn test_python() -> PathBuf {
     let root = workspace();
     let output = Command::new(root.join("scripts/test-venv"))
+        .arg("matplotlib")
         .current_dir(&root)
         .output()
         .expect("run scripts/test-venv");
@@ -34,10 +36,15 @@ fn test_python() -> PathBuf {
 #[test]
 fn the_python_sdk_client_runs_cells_through_cellvisor_mcp() {
     let python = test_python();
-    let world = World::new();
+    // Python cells run on the test venv's interpreter, which has matplotlib for the plot.
+    let world = World::with_config(&format!(
+        "[python]\ninterpreter = {:?}\n",
+        python.display().to_string()
+    ));
     let output = Command::new(&python)
         .arg(workspace().join("tests/mcp_client.py"))
         .arg(env!("CARGO_BIN_EXE_cellvisor"))
+        .env("CELLVISOR_TEST_PLOT", "1")
         .env("XDG_RUNTIME_DIR", world.runtime_dir())
         .env("CELLVISOR_CONFIG", world.config_path())
         .env_remove("CELLVISOR_SOCKET")

@@ -167,6 +167,19 @@ async def main(binary):
             check('"k": [' in text_of(result), "application/json shown as pretty JSON", result)
             print("display: ok")
 
+            # A matplotlib plot comes back as an image (when the interpreter has matplotlib).
+            if os.environ.get("CELLVISOR_TEST_PLOT"):
+                result = await eval_cells(session, [{"language": "py", "code":
+                    "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('t')\nplt.show()"}])
+                check(not result.is_error, "plot cell failed", result)
+                images = [b for b in result.content if b.type == "image"]
+                check(len(images) == 1, "one plot image expected", result)
+                if images:
+                    data = base64.b64decode(images[0].data)
+                    check(data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 2000,
+                          "the plot is a real PNG", result)
+                print("plot: ok")
+
             # Timeout: cancelled, isError.
             result = await eval_cells(session, [
                 {"language": "py", "code": "import time\ntime.sleep(30)", "timeout": 1}])
