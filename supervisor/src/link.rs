@@ -191,10 +191,12 @@ struct ReaderTask {
 impl ReaderTask {
     async fn run(
         mut self,
-        mut reader: tokio::io::ReadHalf<cellvisor_ipc::socket::AsyncStream>,
+        reader: tokio::io::ReadHalf<cellvisor_ipc::socket::AsyncStream>,
         mut child: tokio::process::Child,
         stderr_tail: StderrTail,
     ) {
+        // One read usually brings several frames (header and payload included).
+        let mut reader = tokio::io::BufReader::with_capacity(128 * 1024, reader);
         loop {
             let frame = read_frame_async::<_, FromWorker>(&mut reader).await;
             // A cell is always handed over before its Execute frame is sent, so every cell

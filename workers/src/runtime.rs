@@ -291,22 +291,66 @@ fn enter_cwd(cwd: Option<&str>) -> Result<(), String> {
     }
 }
 
+/// Writes frames in order. What is already queued goes out together: adjacent output
+/// chunks of one cell and stream are merged (up to [`OUTPUT_CHUNK_BYTES`]) and the frames
+/// share one buffered write, so a cell printing many short lines costs a few frames, not
+/// one per line. Nothing is held back: the buffer is flushed whenever the queue is empty.
 fn write_loop(stream: &Stream, rx: Receiver<FromWorker>) {
-    let mut writer = stream;
-    while let Ok(frame) = rx.recv() {
-        if let Err(err) = write_frame(&mut writer, &frame) {
-            match err {
-                // A frame we could not encode is our bug; say so instead of the frame.
-                FrameError::Encode(_) | FrameError::TooLarge { .. } => {
-                    let fatal = FromWorker::Fatal {
-                        message: format!("worker produced an unsendable frame: {err}"),
-                    };
-                    if write_frame(&mut writer, &fatal).is_err() {
-                        exit_lost_supervisor();
-                    }
-                }
-                _ => exit_lost_supervisor(),
+    use std::io::Write as _;
+    let mut writer = std::io::BufWriter::with_capacity(2 * OUTPUT_CHUNK_BYTES, stream);
+    while let Ok(mut frame) = rx.recv() {
+        while let Ok(next) = rx.try_recv() {
+            if let Some(unmerged) = merge_output(&mut frame, next) {
+                send_frame(&mut writer, &frame);
+                frame = unmerged;
             }
+        }
+        send_frame(&mut writer, &frame);
+        if writer.flush().is_err() {
+            exit_lost_supervisor();
+        }
+    }
+}
+
+/// Appends `next` to `frame` when both are output of the same cell and stream and the result
+/// fits in a chunk; otherwise gives `next` back.
+fn merge_output(frame: &mut FromWorker, next: FromWorker) -> Option<FromWorker> {
+    match (frame, next) {
+        (
+            FromWorker::Output {
+                cell_id,
+                stream,
+                data,
+            },
+            FromWorker::Output {
+                cell_id: next_cell,
+                stream: next_stream,
+                data: next_data,
+            },
+        ) if *cell_id == next_cell
+            && *stream == next_stream
+            && data.len() + next_data.len() <= OUTPUT_CHUNK_BYTES =>
+        {
+            data.extend_from_slice(&next_data);
+            None
+        }
+        (_, next) => Some(next),
+    }
+}
+
+fn send_frame<W: std::io::Write>(writer: &mut W, frame: &FromWorker) {
+    if let Err(err) = write_frame(writer, frame) {
+        match err {
+            // A frame we could not encode is our bug; say so instead of the frame.
+            FrameError::Encode(_) | FrameError::TooLarge { .. } => {
+                let fatal = FromWorker::Fatal {
+                    message: format!("worker produced an unsendable frame: {err}"),
+                };
+                if write_frame(writer, &fatal).is_err() {
+                    exit_lost_supervisor();
+                }
+            }
+            _ => exit_lost_supervisor(),
         }
     }
 }
@@ -338,6 +382,40 @@ fn take_group_down_on_sigterm() {
     );
     // SAFETY: the handler only calls an async-signal-safe function.
     let _ = unsafe { nix::sys::signal::sigaction(nix::sys::signal::Signal::SIGTERM, &action) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output(cell_id: u64, stream: OutputStream, data: &[u8]) -> FromWorker {
+        FromWorker::Output {
+            cell_id,
+            stream,
+            data: data.to_vec(),
+        }
+    }
+
+    #[test]
+    fn adjacent_output_of_one_cell_and_stream_is_merged() {
+        let mut frame = output(1, OutputStream::Stdout, b"a\n");
+        assert!(merge_output(&mut frame, output(1, OutputStream::Stdout, b"b\n")).is_none());
+        assert_eq!(frame, output(1, OutputStream::Stdout, b"a\nb\n"));
+    }
+
+    #[test]
+    fn other_streams_cells_frames_and_full_chunks_are_not_merged() {
+        let mut frame = output(1, OutputStream::Stdout, b"a");
+        for next in [
+            output(1, OutputStream::Stderr, b"b"),
+            output(2, OutputStream::Stdout, b"b"),
+            FromWorker::Pong { seq: 1 },
+            output(1, OutputStream::Stdout, &vec![b'x'; OUTPUT_CHUNK_BYTES]),
+        ] {
+            assert_eq!(merge_output(&mut frame, next.clone()), Some(next));
+        }
+        assert_eq!(frame, output(1, OutputStream::Stdout, b"a"));
+    }
 }
 
 /// Kills every process in this worker's process group, this one included. Only when the

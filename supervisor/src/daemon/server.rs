@@ -239,10 +239,21 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
     let (reader, mut writer) = stream.into_split();
     let (out, mut out_rx) = mpsc::channel::<Value>(CONNECTION_BACKLOG);
     let writer_task = tokio::spawn(async move {
+        // Lines already queued (a cell's events and its result) go out in one write.
+        let mut batch = Vec::new();
         while let Some(message) = out_rx.recv().await {
-            let mut line = message.to_string();
-            line.push('\n');
-            if writer.write_all(line.as_bytes()).await.is_err() {
+            batch.clear();
+            let mut next = Some(message);
+            while let Some(message) = next {
+                let _ = serde_json::to_writer(&mut batch, &message);
+                batch.push(b'\n');
+                next = if batch.len() < 1 << 20 {
+                    out_rx.try_recv().ok()
+                } else {
+                    None
+                };
+            }
+            if writer.write_all(&batch).await.is_err() {
                 break;
             }
         }

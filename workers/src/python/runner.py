@@ -15,7 +15,7 @@ During a cell, fd 3 also carries the answers to the cell's host tool calls: the 
 a `tool_call` event and reads fd 3 until the `tool_result` with the same call id arrives.
 """
 
-import ast
+import _ast  # the C node types: `ast` itself costs milliseconds at every start
 import builtins
 import io
 import json
@@ -270,14 +270,17 @@ def _run_cell(cell_id, source, namespace):
     filename = "<cell %d>" % cell_id
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     try:
-        tree = ast.parse(source, filename, "exec")
-        has_value = bool(tree.body) and isinstance(tree.body[-1], ast.Expr)
+        tree = compile(source, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
+        has_value = bool(tree.body) and isinstance(tree.body[-1], _ast.Expr)
         if has_value:
             last = tree.body[-1]
-            target = ast.Name(id=RESULT_NAME, ctx=ast.Store())
-            tree.body[-1] = ast.copy_location(ast.Assign(targets=[target], value=last.value), last)
-            ast.fix_missing_locations(tree)
-        code = compile(tree, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+            target = _ast.Name(id=RESULT_NAME, ctx=_ast.Store())
+            assign = _ast.Assign(targets=[target], value=last.value)
+            for node in (target, assign):
+                node.lineno, node.col_offset = last.lineno, last.col_offset
+                node.end_lineno, node.end_col_offset = last.end_lineno, last.end_col_offset
+            tree.body[-1] = assign
+        code = compile(tree, filename, "exec", flags=_ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
         try:
             _run_code(code, namespace)
             value = namespace.get(RESULT_NAME)
