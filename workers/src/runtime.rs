@@ -384,40 +384,6 @@ fn take_group_down_on_sigterm() {
     let _ = unsafe { nix::sys::signal::sigaction(nix::sys::signal::Signal::SIGTERM, &action) };
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn output(cell_id: u64, stream: OutputStream, data: &[u8]) -> FromWorker {
-        FromWorker::Output {
-            cell_id,
-            stream,
-            data: data.to_vec(),
-        }
-    }
-
-    #[test]
-    fn adjacent_output_of_one_cell_and_stream_is_merged() {
-        let mut frame = output(1, OutputStream::Stdout, b"a\n");
-        assert!(merge_output(&mut frame, output(1, OutputStream::Stdout, b"b\n")).is_none());
-        assert_eq!(frame, output(1, OutputStream::Stdout, b"a\nb\n"));
-    }
-
-    #[test]
-    fn other_streams_cells_frames_and_full_chunks_are_not_merged() {
-        let mut frame = output(1, OutputStream::Stdout, b"a");
-        for next in [
-            output(1, OutputStream::Stderr, b"b"),
-            output(2, OutputStream::Stdout, b"b"),
-            FromWorker::Pong { seq: 1 },
-            output(1, OutputStream::Stdout, &vec![b'x'; OUTPUT_CHUNK_BYTES]),
-        ] {
-            assert_eq!(merge_output(&mut frame, next.clone()), Some(next));
-        }
-        assert_eq!(frame, output(1, OutputStream::Stdout, b"a"));
-    }
-}
-
 /// Kills every process in this worker's process group, this one included. Only when the
 /// worker leads its own group (as the supervisor starts it): a worker run by hand inside
 /// someone else's group must not take that group down.
@@ -484,4 +450,38 @@ impl IoThread {
 fn exit_on_shutdown() -> ! {
     kill_own_group();
     std::process::exit(0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output(cell_id: u64, stream: OutputStream, data: &[u8]) -> FromWorker {
+        FromWorker::Output {
+            cell_id,
+            stream,
+            data: data.to_vec(),
+        }
+    }
+
+    #[test]
+    fn adjacent_output_of_one_cell_and_stream_is_merged() {
+        let mut frame = output(1, OutputStream::Stdout, b"a\n");
+        assert!(merge_output(&mut frame, output(1, OutputStream::Stdout, b"b\n")).is_none());
+        assert_eq!(frame, output(1, OutputStream::Stdout, b"a\nb\n"));
+    }
+
+    #[test]
+    fn other_streams_cells_frames_and_full_chunks_are_not_merged() {
+        let mut frame = output(1, OutputStream::Stdout, b"a");
+        for next in [
+            output(1, OutputStream::Stderr, b"b"),
+            output(2, OutputStream::Stdout, b"b"),
+            FromWorker::Pong { seq: 1 },
+            output(1, OutputStream::Stdout, &vec![b'x'; OUTPUT_CHUNK_BYTES]),
+        ] {
+            assert_eq!(merge_output(&mut frame, next.clone()), Some(next));
+        }
+        assert_eq!(frame, output(1, OutputStream::Stdout, b"a"));
+    }
 }
