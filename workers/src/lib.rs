@@ -6,11 +6,13 @@
 //! - [`js`]: QuickJS (rquickjs) in-process.
 //! - [`lua`]: Lua 5.4 (mlua) in-process.
 //! - [`python`]: a shim that owns `python -u runner.py` and speaks NDJSON to it.
+//! - `text`: the line helpers (`sort`, `uniq`, `diff`) JavaScript and Lua share.
 
 pub mod js;
 pub mod lua;
 pub mod python;
 pub mod runtime;
+mod text;
 
 use cellvisor_ipc::Language;
 use std::path::Path;

@@ -85,39 +85,6 @@ pub(super) fn write(path: &str, content: &str, append: bool) -> Result<usize, St
     Ok(content.len())
 }
 
-/// `sort(text, reverse, unique)`: lines in code point order; the result ends with a newline
-/// when the input did. Returns the text and its line count.
-pub(super) fn sort(text: &str, reverse: bool, unique: bool) -> (String, usize) {
-    let (mut lines, trailing) = lines_of(text);
-    lines.sort_unstable();
-    if unique {
-        lines.dedup();
-    }
-    if reverse {
-        lines.reverse();
-    }
-    let count = lines.len();
-    (join_lines(&lines, trailing), count)
-}
-
-/// Splits on `\n`; the flag says whether the text ended with one.
-pub(super) fn lines_of(text: &str) -> (Vec<&str>, bool) {
-    if text.is_empty() {
-        return (Vec::new(), false);
-    }
-    let trailing = text.ends_with('\n');
-    let body = text.strip_suffix('\n').unwrap_or(text);
-    (body.split('\n').collect(), trailing)
-}
-
-fn join_lines(lines: &[&str], trailing: bool) -> String {
-    let mut out = lines.join("\n");
-    if trailing && !lines.is_empty() {
-        out.push('\n');
-    }
-    out
-}
-
 /// `tree(path, max_depth, show_hidden)`: the listing and how many entries it shows.
 pub(super) fn tree(
     path: &str,
@@ -333,13 +300,6 @@ mod tests {
             missing.starts_with("read: no such file or directory: /nonexistent/x"),
             "{missing}"
         );
-    }
-
-    #[test]
-    fn sort_keeps_the_trailing_newline_rule() {
-        assert_eq!(sort("b\na\nb\n", false, false), ("a\nb\nb\n".into(), 3));
-        assert_eq!(sort("b\na\nb", true, true), ("b\na".into(), 2));
-        assert_eq!(sort("", false, false), (String::new(), 0));
     }
 
     #[test]

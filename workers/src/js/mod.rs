@@ -34,7 +34,6 @@
 //!   `catch` that swallowed the throw) at its next check. Until then that code runs, but its
 //!   output is dropped and helpers with effects refuse; `finally` blocks run the same way.
 //! - Modules: see `modules` (edits to local files are picked up, packages are not).
-mod difflib;
 mod event_loop;
 mod host;
 mod modules;
@@ -748,14 +747,15 @@ fn install_prelude<'js>(
     def(
         "sort",
         Function::new(ctx.clone(), |text: String, reverse: bool, unique: bool| {
-            List(host::sort(&text, reverse, unique))
+            let (sorted, lines) = crate::text::sort(text.as_bytes(), reverse, unique);
+            List((String::from_utf8_lossy(&sorted).into_owned(), lines))
         })?,
     )?;
     def(
         "diff",
         Function::new(ctx.clone(), |a: String, b: String| {
-            let diff = difflib::unified_diff(&a, &b);
-            List((diff.text, diff.added, diff.removed))
+            let (text, added, removed) = crate::text::unified_diff(a.as_bytes(), b.as_bytes());
+            List((String::from_utf8_lossy(&text).into_owned(), added, removed))
         })?,
     )?;
     def(

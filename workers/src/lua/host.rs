@@ -6,7 +6,7 @@
 //! wrappers turn the message into `error(message, 2)`, so a failing helper raises a plain
 //! string error pointing at the cell's line, as Lua's own functions do.
 
-use super::{json, lock, text, CellSink};
+use super::{json, lock, CellSink};
 use mlua::{Function, Lua, LuaSerdeExt, MultiValue, SerializeOptions, Table, Value};
 use serde_json::{Map, Value as Json};
 use std::fs::{self, File, OpenOptions};
@@ -231,17 +231,17 @@ fn sort(
     lua: &Lua,
     (input, reverse, unique): (mlua::String, bool, bool),
 ) -> mlua::Result<MultiValue> {
-    let (out, lines) = text::sort(&input.as_bytes(), reverse, unique);
+    let (out, lines) = crate::text::sort(&input.as_bytes(), reverse, unique);
     success([bytes(lua, out)?, count(lines)])
 }
 
 fn uniq(lua: &Lua, (input, with_counts): (mlua::String, bool)) -> mlua::Result<MultiValue> {
-    let (out, lines) = text::uniq(&input.as_bytes(), with_counts);
+    let (out, lines) = crate::text::uniq(&input.as_bytes(), with_counts);
     success([bytes(lua, out)?, count(lines)])
 }
 
 fn diff(lua: &Lua, (a, b): (mlua::String, mlua::String)) -> mlua::Result<MultiValue> {
-    let (out, added, removed) = text::unified_diff(&a.as_bytes(), &b.as_bytes());
+    let (out, added, removed) = crate::text::unified_diff(&a.as_bytes(), &b.as_bytes());
     success([bytes(lua, out)?, count(added), count(removed)])
 }
 

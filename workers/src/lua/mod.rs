@@ -22,7 +22,6 @@ mod interrupt;
 mod json;
 #[cfg(test)]
 mod tests;
-mod text;
 
 use crate::runtime::{Engine, Interrupt, Outbox, WorkerContext, WorkerError};
 use cellvisor_ipc::{CellOutcome, ExecuteCell, Language, OutputStream, ToolInfo, MAX_FRAME_BYTES};

@@ -1,5 +1,6 @@
-//! Line helpers behind Lua's `sort`, `uniq` and `diff`, on bytes (Lua strings are bytes, and
-//! byte order is code point order for UTF-8).
+//! Line helpers behind the JavaScript and Lua `sort`, `uniq` and `diff` (Python's prelude
+//! uses the standard library), on bytes: Lua strings are bytes, and byte order is code point
+//! order for UTF-8, so JavaScript's strings sort the same.
 //!
 //! `unified_diff` ports Python's `difflib.SequenceMatcher` (with its default "autojunk"
 //! heuristic) and `difflib.unified_diff`, so `diff(a, b)` gives the same hunks in Lua as in
@@ -9,7 +10,7 @@ use std::collections::HashMap;
 
 /// The lines of `text`, split on `\n` only; a final newline ends the last line rather than
 /// starting an empty one.
-pub(super) fn lines(text: &[u8]) -> Vec<&[u8]> {
+pub(crate) fn lines(text: &[u8]) -> Vec<&[u8]> {
     if text.is_empty() {
         return Vec::new();
     }
@@ -30,7 +31,7 @@ fn join(lines: &[Vec<u8>], like: &[u8]) -> Vec<u8> {
 }
 
 /// `sort(text, reverse?, unique?)`: the text and how many lines it has.
-pub(super) fn sort(text: &[u8], reverse: bool, unique: bool) -> (Vec<u8>, usize) {
+pub(crate) fn sort(text: &[u8], reverse: bool, unique: bool) -> (Vec<u8>, usize) {
     let mut sorted: Vec<Vec<u8>> = lines(text).into_iter().map(<[u8]>::to_vec).collect();
     sorted.sort();
     if reverse {
@@ -44,7 +45,7 @@ pub(super) fn sort(text: &[u8], reverse: bool, unique: bool) -> (Vec<u8>, usize)
 
 /// `uniq(text, count?)`: adjacent duplicates collapsed (with `count`, prefixed by their
 /// number like `uniq -c`); the text and how many lines it has.
-pub(super) fn uniq(text: &[u8], count: bool) -> (Vec<u8>, usize) {
+pub(crate) fn uniq(text: &[u8], count: bool) -> (Vec<u8>, usize) {
     let mut groups: Vec<(&[u8], usize)> = Vec::new();
     for line in lines(text) {
         match groups.last_mut() {
@@ -70,7 +71,7 @@ pub(super) fn uniq(text: &[u8], count: bool) -> (Vec<u8>, usize) {
 /// A unified diff of two texts with headers `--- a` / `+++ b` and 3 lines of context, like
 /// `"\n".join(difflib.unified_diff(a_lines, b_lines, "a", "b", lineterm=""))`; also the
 /// numbers of added and removed lines.
-pub(super) fn unified_diff(a: &[u8], b: &[u8]) -> (Vec<u8>, usize, usize) {
+pub(crate) fn unified_diff(a: &[u8], b: &[u8]) -> (Vec<u8>, usize, usize) {
     const CONTEXT: usize = 3;
     let (a, b) = (lines(a), lines(b));
     let matcher = SequenceMatcher::new(&a, &b);
@@ -420,5 +421,31 @@ mod tests {
             cases.push((a.join("\n") + end, b.join("\n") + end));
         }
         cases
+    }
+
+    #[test]
+    fn diff_hunks_and_ends_match_python_difflib() {
+        // python3 -c 'import difflib; print("\n".join(difflib.unified_diff(
+        //   "a\nb\nc\nd\ne\nf\ng\nh\ni".splitlines(), "a\nB\nc\nd\ne\nf\ng\nh\ni\nj".splitlines(),
+        //   "a", "b", lineterm="")))'
+        let (text, added, removed) = unified_diff(
+            b"a\nb\nc\nd\ne\nf\ng\nh\ni",
+            b"a\nB\nc\nd\ne\nf\ng\nh\ni\nj",
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&text),
+            "--- a\n+++ b\n@@ -1,5 +1,5 @@\n a\n-b\n+B\n c\n d\n e\n@@ -7,3 +7,4 @@\n g\n h\n i\n+j"
+        );
+        assert_eq!((added, removed), (2, 1));
+        let (text, _, _) = unified_diff(b"", b"x\n");
+        assert_eq!(
+            String::from_utf8_lossy(&text),
+            "--- a\n+++ b\n@@ -0,0 +1 @@\n+x"
+        );
+        let (text, _, _) = unified_diff(b"x\ny\n", b"");
+        assert_eq!(
+            String::from_utf8_lossy(&text),
+            "--- a\n+++ b\n@@ -1,2 +0,0 @@\n-x\n-y"
+        );
     }
 }
