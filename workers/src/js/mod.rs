@@ -660,20 +660,7 @@ impl Engine for JsEngine {
 
 /// The cell's tools as `prelude.js`'s `beginCell` takes them (`ALL_TOOLS`' shape).
 fn tools_json(cell: &ExecuteCell) -> String {
-    let tools: Vec<serde_json::Value> = cell
-        .tools
-        .iter()
-        .map(|tool| {
-            let schema = serde_json::from_str(&tool.input_schema_json)
-                .unwrap_or_else(|_| serde_json::Value::String(tool.input_schema_json.clone()));
-            serde_json::json!({
-                "name": tool.name,
-                "description": tool.description,
-                "input_schema": schema,
-            })
-        })
-        .collect();
-    serde_json::Value::Array(tools).to_string()
+    crate::runtime::all_tools_json(&cell.tools).to_string()
 }
 
 /// The cell's value: what a top-level `return` gave, else its completion value.

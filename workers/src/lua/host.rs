@@ -401,14 +401,12 @@ fn call_tool_function(lua: &Lua, sink: &CellSink) -> mlua::Result<Function> {
 /// The `ALL_TOOLS` table for a cell: `{name, description, input_schema}` each.
 pub(super) fn all_tools(lua: &Lua, tools: &[cellvisor_ipc::ToolInfo]) -> mlua::Result<Table> {
     let list = lua.create_table()?;
-    for tool in tools {
-        let schema = serde_json::from_str::<Json>(&tool.input_schema_json)
-            .unwrap_or_else(|_| Json::String(tool.input_schema_json.clone()));
-        let entry = lua.create_table()?;
-        entry.set("name", tool.name.as_str())?;
-        entry.set("description", tool.description.as_str())?;
-        entry.set("input_schema", lua.to_value_with(&schema, FROM_JSON)?)?;
-        list.push(entry)?;
+    for tool in crate::runtime::all_tools_json(tools)
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        list.push(lua.to_value_with(tool, FROM_JSON)?)?;
     }
     Ok(list)
 }

@@ -267,20 +267,7 @@ impl Engine for PythonEngine {
             return Err(WorkerError::Engine(how.clone()));
         }
         self.route_to(cell.cell_id, outbox);
-        let tools: Vec<serde_json::Value> = cell
-            .tools
-            .iter()
-            .map(|tool| {
-                // A schema that is not JSON still reaches the cell, as its text.
-                let schema = serde_json::from_str(&tool.input_schema_json)
-                    .unwrap_or_else(|_| serde_json::Value::String(tool.input_schema_json.clone()));
-                serde_json::json!({
-                    "name": tool.name,
-                    "description": tool.description,
-                    "input_schema": schema,
-                })
-            })
-            .collect();
+        let tools = crate::runtime::all_tools_json(&cell.tools);
         let mut command = serde_json::json!({
             "type": "execute",
             "id": cell.cell_id,
