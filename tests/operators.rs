@@ -94,6 +94,7 @@ fn credentials_in_the_supervisor_environment_never_reach_a_cell() {
     let file = world.cells_file(&json!([
         {"language": "py", "code": "import os\nprint(os.environ.get('OPENAI_API_KEY'), os.environ.get('HOME') is not None)"},
         {"language": "lua", "code": "print(os.getenv('OPENAI_API_KEY'), os.getenv('ANTHROPIC_API_KEY'))"},
+        {"language": "js", "code": "String(await env('OPENAI_API_KEY')) + ' ' + (await env('HOME') !== undefined)"},
         {"language": "py", "code": "import os\nprint(os.environ.get('UNLISTED_VARIABLE'), os.environ['PYTHONUNBUFFERED'])"},
     ]));
     let run = world
@@ -114,7 +115,8 @@ fn credentials_in_the_supervisor_environment_never_reach_a_cell() {
     let cells = common::cells(&result);
     assert_eq!(cells[0]["output"], "None True\n", "{result:#}");
     assert_eq!(cells[1]["output"], "nil\tnil\n", "{result:#}");
-    assert_eq!(cells[2]["output"], "None 1\n", "{result:#}");
+    assert_eq!(cells[2]["output"], "undefined true\n", "{result:#}");
+    assert_eq!(cells[3]["output"], "None 1\n", "{result:#}");
 }
 
 #[test]
@@ -299,5 +301,75 @@ fn sighup_applies_a_new_max_sessions_and_a_broken_file_keeps_the_old_one() {
 
     world.run(&["--socket", &socket_arg, "stop"]).assert_code(0);
     let _ = daemon.wait();
+    world.assert_no_processes_left(SETTLE);
+}
+
+#[test]
+fn engine_memory_limits_fail_the_cell_and_the_session_goes_on() {
+    let world =
+        World::with_config("[js]\nmemory-limit = \"32MiB\"\n[lua]\nmemory-limit = \"32MiB\"\n");
+    let file = world.cells_file(&json!([
+        {"language": "js", "code": "var kept = 1"},
+        {"language": "js", "code": "let a = []; while (true) a.push(new Array(1e5).fill(1))"},
+    ]));
+    let result = world
+        .run(&[
+            "eval",
+            "--no-daemon",
+            "--json",
+            "--cells",
+            common::path_str(&file),
+        ])
+        .json();
+    let cells = common::cells(&result);
+    assert_eq!(cells[1]["status"], "error", "{result:#}");
+    assert!(
+        cells[1]["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("out of memory"),
+        "{result:#}"
+    );
+
+    let file = world.cells_file(&json!([
+        {"language": "lua", "code": "kept = 1"},
+        {"language": "lua", "code": "local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 100) .. i end"},
+    ]));
+    let result = world
+        .run(&[
+            "eval",
+            "--no-daemon",
+            "--json",
+            "--cells",
+            common::path_str(&file),
+        ])
+        .json();
+    let cells = common::cells(&result);
+    assert_eq!(cells[1]["status"], "error", "{result:#}");
+    assert!(
+        cells[1]["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not enough memory"),
+        "{result:#}"
+    );
+
+    // The same worker goes on after the failure: state from before is still there.
+    let file = world.cells_file(&json!([
+        {"language": "js", "code": "var kept = 1"},
+        {"language": "js", "code": "try { let a = []; while (true) a.push(new Array(1e5).fill(1)) } catch (e) {}"},
+        {"language": "js", "code": "kept + 1"},
+    ]));
+    let result = world
+        .run(&[
+            "eval",
+            "--no-daemon",
+            "--json",
+            "--cells",
+            common::path_str(&file),
+        ])
+        .json();
+    let last = &common::cells(&result)[2];
+    assert_eq!(last["output"], "2\n", "{result:#}");
     world.assert_no_processes_left(SETTLE);
 }
