@@ -61,7 +61,13 @@ pub async fn run(args: EvalArgs, globals: &Globals) -> i32 {
     let result = if args.no_daemon {
         run_in_process(request, config).await
     } else {
-        run_through_daemon(request, globals.socket(&config), globals.config_path()).await
+        run_through_daemon(
+            request,
+            globals.socket(&config),
+            globals.config_path(),
+            config.daemon.log.clone(),
+        )
+        .await
     };
     match result {
         Ok(result) => {
@@ -101,8 +107,9 @@ async fn run_through_daemon(
     request: EvalRequest,
     socket: PathBuf,
     config: Option<PathBuf>,
+    log: Option<PathBuf>,
 ) -> Result<EvalResult, Failure> {
-    let mut client = Client::connect_or_start(&socket, config.as_deref())
+    let mut client = Client::connect_or_start(&socket, config.as_deref(), log.as_deref())
         .await
         .map_err(|e| Failure::Broken(e.to_string()))?;
     client

@@ -58,10 +58,12 @@ impl Client {
         })
     }
 
-    /// Connects, starting a daemon in the background first when none is listening.
+    /// Connects, starting a daemon in the background first when none is listening; its
+    /// output goes to `log` (default: next to the socket, see [`log_path`]).
     pub async fn connect_or_start(
         path: &Path,
         config: Option<&Path>,
+        log: Option<&Path>,
     ) -> Result<Client, ClientError> {
         match Client::connect(path).await {
             Ok(client) => return Ok(client),
@@ -72,7 +74,8 @@ impl Client {
                 ) => {}
             Err(other) => return Err(other),
         }
-        start_daemon(path, config)?;
+        let log = log.map_or_else(|| log_path(path), Path::to_path_buf);
+        start_daemon(path, config, &log)?;
         let deadline = Instant::now() + DAEMON_START_TIMEOUT;
         loop {
             match Client::connect(path).await {
@@ -81,7 +84,7 @@ impl Client {
                     return Err(ClientError::Start(format!(
                         "it did not start listening within {}s ({err}); see {}",
                         DAEMON_START_TIMEOUT.as_secs(),
-                        log_path(path).display()
+                        log.display()
                     )))
                 }
                 Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
@@ -155,18 +158,17 @@ pub fn log_path(socket: &Path) -> PathBuf {
 }
 
 /// Starts `cellvisor serve` detached from this process (its own session, output to the log).
-fn start_daemon(socket: &Path, config: Option<&Path>) -> Result<(), ClientError> {
+fn start_daemon(socket: &Path, config: Option<&Path>, log_file: &Path) -> Result<(), ClientError> {
     let exe = std::env::current_exe().map_err(|e| ClientError::Start(e.to_string()))?;
     if let Some(dir) = socket.parent() {
         cellvisor_ipc::socket::ensure_private_dir(dir)
             .map_err(|e| ClientError::Start(format!("{}: {e}", dir.display())))?;
     }
-    let log_file = log_path(socket);
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o600)
-        .open(&log_file)
+        .open(log_file)
         .map_err(|e| ClientError::Start(format!("cannot open {}: {e}", log_file.display())))?;
     let log_err = log
         .try_clone()
