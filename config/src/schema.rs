@@ -93,11 +93,15 @@ impl Default for CellsConfig {
 impl CellsConfig {
     /// The timeout for a cell that asked for `requested` seconds (or nothing), within range.
     pub fn timeout_for(&self, requested: Option<f64>) -> Duration {
+        let max = self.max_timeout.max(self.min_timeout);
         let wanted = match requested {
-            Some(secs) if secs.is_finite() && secs > 0.0 => Duration::from_secs_f64(secs),
+            // Clamped in seconds first: a huge number must not overflow a Duration.
+            Some(secs) if secs.is_finite() && secs > 0.0 => {
+                Duration::from_secs_f64(secs.min(max.as_secs_f64()))
+            }
             _ => self.default_timeout,
         };
-        wanted.clamp(self.min_timeout, self.max_timeout.max(self.min_timeout))
+        wanted.clamp(self.min_timeout, max)
     }
 }
 
@@ -198,5 +202,7 @@ mod tests {
         assert_eq!(cells.timeout_for(Some(5.0)), Duration::from_secs(5));
         assert_eq!(cells.timeout_for(Some(1e9)), Duration::from_secs(600));
         assert_eq!(cells.timeout_for(Some(f64::NAN)), Duration::from_secs(30));
+        assert_eq!(cells.timeout_for(Some(1e300)), Duration::from_secs(600));
+        assert_eq!(cells.timeout_for(Some(f64::MAX)), Duration::from_secs(600));
     }
 }

@@ -7,8 +7,8 @@
 use crate::cell::{CellEvent, CellResult, EvalRequest, EvalResult, ToolCallRequest};
 use crate::session::{CellJob, SessionKey, SessionStatus};
 use crate::supervisor::{
-    Control, ControlAction, PrewarmedCount, ReloadConfig, ShutdownAll, Status, Submit, Supervisor,
-    WorkerBase,
+    Control, ControlAction, PrewarmedCount, ReloadConfig, RequestDone, ShutdownAll, Status, Submit,
+    Supervisor, WorkerBase,
 };
 use actix::prelude::*;
 use cellvisor_config::Config;
@@ -54,12 +54,14 @@ pub enum StartupError {
 }
 
 /// A request the supervisor refuses as a whole, before running anything.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error, PartialEq)]
 pub enum RequestError {
     #[error("invalid session name {0:?}: use 1 to 128 characters from A-Z a-z 0-9 . _ - :")]
     SessionName(String),
     #[error("a request needs at least one cell")]
     NoCells,
+    #[error("cell {index}: timeout must be a positive number of seconds, got {value}")]
+    Timeout { index: usize, value: f64 },
     #[error("cell {index}: code is {len} bytes; at most {max} bytes per cell", max = MAX_CODE_BYTES)]
     CodeTooLarge { index: usize, len: usize },
     #[error("working directory {0} does not exist or is not a directory")]
@@ -82,6 +84,7 @@ pub struct Cellvisor {
     usage: Mutex<crate::usage::UsageSampler>,
     /// The configuration in force, to tell what a reload changes.
     config: Mutex<Config>,
+    next_request: std::sync::atomic::AtomicU64,
     system: actix::System,
     run_dir: PathBuf,
     _run_dir_guard: tempfile::TempDir,
@@ -149,6 +152,7 @@ impl Cellvisor {
             thread: Mutex::new(Some(thread)),
             usage: Mutex::default(),
             config: Mutex::new(initial_config),
+            next_request: std::sync::atomic::AtomicU64::new(1),
             system,
             run_dir,
             _run_dir_guard: run_dir_guard,
@@ -191,6 +195,16 @@ impl Cellvisor {
             .collect();
         let lock = self.request_lock(&request.session);
         let _turn = lock.lock().await;
+        // Dropped when this future is (a client that disconnected): the sessions then stop
+        // this request's cells, and only those.
+        let (_requester_alive, requester) = tokio::sync::watch::channel(());
+        let request_id = self
+            .next_request
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let _pin = RequestPin {
+            supervisor: self.supervisor.clone(),
+            request: request_id,
+        };
         let mut results = Vec::with_capacity(request.cells.len());
         let mut stopped = false;
         for (index, spec) in request.cells.iter().enumerate() {
@@ -244,6 +258,7 @@ impl Cellvisor {
                 tools: Arc::clone(&tools),
                 tool_host: tool_host.clone(),
                 max_output_bytes,
+                requester: requester.clone(),
                 reply,
             };
             let key = SessionKey {
@@ -255,6 +270,7 @@ impl Cellvisor {
                     key,
                     cwd: request.cwd.clone(),
                     job,
+                    request: request_id,
                 })
                 .await
                 .map_err(|_| RequestError::Stopped)?;
@@ -394,7 +410,17 @@ impl Cellvisor {
             Err(poisoned) => poisoned.into_inner().take(),
         };
         if let Some(thread) = thread {
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+            // Joined on a helper thread, so any executor can await this.
+            let (joined, wait) = oneshot::channel();
+            let helper = std::thread::Builder::new()
+                .name("cellvisor-join".into())
+                .spawn(move || {
+                    let _ = thread.join();
+                    let _ = joined.send(());
+                });
+            if helper.is_ok() {
+                let _ = wait.await;
+            }
         }
     }
 }
@@ -439,6 +465,20 @@ fn config_changes(old: &Config, new: &Config) -> Vec<String> {
     changes
 }
 
+/// Keeps a request's sessions from eviction until the request ends, however it ends.
+struct RequestPin {
+    supervisor: Addr<Supervisor>,
+    request: u64,
+}
+
+impl Drop for RequestPin {
+    fn drop(&mut self) {
+        self.supervisor.do_send(RequestDone {
+            request: self.request,
+        });
+    }
+}
+
 fn validate_session_name(name: &str) -> Result<(), RequestError> {
     let ok = !name.is_empty()
         && name.len() <= MAX_SESSION_NAME
@@ -467,6 +507,13 @@ fn validate(request: &EvalRequest) -> Result<(), RequestError> {
             index,
             len: cell.code.len(),
         });
+    }
+    if let Some((index, value)) = request.cells.iter().enumerate().find_map(|(i, c)| {
+        c.timeout
+            .filter(|t| !(t.is_finite() && *t > 0.0))
+            .map(|t| (i, t))
+    }) {
+        return Err(RequestError::Timeout { index, value });
     }
     if let Some(cwd) = &request.cwd {
         if !cwd.is_dir() {

@@ -14,6 +14,8 @@ use actix::{Addr, Message};
 use cellvisor_ipc::frame::{read_frame_async, write_frame_async, FrameError};
 use cellvisor_ipc::{CellOutcome, FromWorker, OutputStream, ToWorker};
 use nix::sys::signal::Signal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// The MIME type of status events: what a prelude helper did ("read 120 lines of x").
@@ -127,6 +129,52 @@ pub(crate) struct Link {
     pub engine: String,
     to_worker: mpsc::UnboundedSender<ToWorker>,
     cells: mpsc::UnboundedSender<ActiveCell>,
+    host: HostLine,
+}
+
+/// The reader's line to the host's event stream. A host that reads slowly makes the reader
+/// wait (backpressure all the way to the worker); while it waits, pongs are not read either,
+/// so the session must not take the silence for a dead worker. And once the worker is being
+/// killed, nobody waits for the host any more.
+#[derive(Clone)]
+struct HostLine {
+    stalled: Arc<AtomicBool>,
+    abandon: watch::Sender<bool>,
+}
+
+impl HostLine {
+    fn new() -> HostLine {
+        HostLine {
+            stalled: Arc::default(),
+            abandon: watch::channel(false).0,
+        }
+    }
+
+    /// Sends `event`, waiting while the host catches up unless the link is abandoned; a host
+    /// that went away, or an abandoned link, just stops getting events.
+    async fn deliver(&self, events: &mut Option<mpsc::Sender<CellEvent>>, event: CellEvent) {
+        let Some(sender) = events.as_ref() else {
+            return;
+        };
+        let event = match sender.try_send(event) {
+            Ok(()) => return,
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                *events = None;
+                return;
+            }
+            Err(mpsc::error::TrySendError::Full(event)) => event,
+        };
+        self.stalled.store(true, Ordering::SeqCst);
+        let mut abandon = self.abandon.subscribe();
+        let delivered = tokio::select! {
+            sent = sender.send(event) => sent.is_ok(),
+            _ = abandon.wait_for(|abandoned| *abandoned) => false,
+        };
+        self.stalled.store(false, Ordering::SeqCst);
+        if !delivered {
+            *events = None;
+        }
+    }
 }
 
 impl Link {
@@ -149,10 +197,12 @@ impl Link {
                 }
             }
         });
+        let host = HostLine::new();
         let reader_task = ReaderTask {
             generation,
             pid,
             session,
+            host: host.clone(),
             to_worker: to_worker.clone(),
             cells: incoming_cells,
             current: None,
@@ -164,7 +214,19 @@ impl Link {
             engine,
             to_worker,
             cells,
+            host,
         }
+    }
+
+    /// Whether the reader is waiting for a slow host (and so cannot be reading pongs).
+    pub fn host_stalled(&self) -> bool {
+        self.host.stalled.load(Ordering::SeqCst)
+    }
+
+    /// Stops waiting for the host: the worker is being killed or stopped, and its exit must
+    /// be seen even if the host never reads again.
+    pub fn abandon_host(&self) {
+        let _ = self.host.abandon.send(true);
     }
 
     pub fn send(&self, frame: ToWorker) {
@@ -181,6 +243,7 @@ struct ReaderTask {
     generation: u64,
     pid: u32,
     session: Addr<Session>,
+    host: HostLine,
     /// For answering tool calls.
     to_worker: mpsc::UnboundedSender<ToWorker>,
     cells: mpsc::UnboundedReceiver<ActiveCell>,
@@ -257,7 +320,7 @@ impl ReaderTask {
             } => {
                 if let Some(cell) = self.current.as_mut().filter(|c| c.cell_id == cell_id) {
                     cell.sink.write(&data);
-                    if let Some(events) = &cell.events {
+                    if cell.events.is_some() {
                         let text = decode_streamed(&mut cell.text_carry, &data);
                         if !text.is_empty() {
                             let event = CellEvent::Output {
@@ -268,10 +331,7 @@ impl ReaderTask {
                                 },
                                 text,
                             };
-                            // A host that went away just stops getting events.
-                            if events.send(event).await.is_err() {
-                                cell.events = None;
-                            }
+                            self.host.deliver(&mut cell.events, event).await;
                         }
                     }
                 }
@@ -283,29 +343,23 @@ impl ReaderTask {
                 if let Some(cell) = self.current.as_mut().filter(|c| c.cell_id == cell_id) {
                     let bundle: serde_json::Value = serde_json::from_str(&bundle_json)
                         .unwrap_or_else(|_| serde_json::json!({ "text/plain": bundle_json }));
-                    if let Some(status) = bundle.get(STATUS_MIME) {
-                        cell.status_events.push(status.clone());
-                        if let Some(events) = &cell.events {
-                            let event = CellEvent::Status {
-                                index: cell.index,
+                    let index = cell.index;
+                    let event = match bundle.get(STATUS_MIME) {
+                        Some(status) => {
+                            cell.status_events.push(status.clone());
+                            CellEvent::Status {
+                                index,
                                 status: status.clone(),
-                            };
-                            if events.send(event).await.is_err() {
-                                cell.events = None;
                             }
                         }
-                        return true;
-                    }
-                    if let Some(events) = &cell.events {
-                        let event = CellEvent::Display {
-                            index: cell.index,
-                            bundle: bundle.clone(),
-                        };
-                        if events.send(event).await.is_err() {
-                            cell.events = None;
+                        None => {
+                            cell.displays.push(bundle.clone());
+                            CellEvent::Display { index, bundle }
                         }
+                    };
+                    if cell.events.is_some() {
+                        self.host.deliver(&mut cell.events, event).await;
                     }
-                    cell.displays.push(bundle);
                 }
             }
             FromWorker::Done { cell_id, outcome } => {

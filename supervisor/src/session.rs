@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// Which session and language a worker serves.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -74,7 +74,17 @@ pub struct CellJob {
     pub tool_host: Option<mpsc::Sender<ToolCallRequest>>,
     /// A tighter cap on the kept output than the configuration's (from an `@exec` line).
     pub max_output_bytes: Option<u64>,
+    /// Closes when whoever asked for the cell is gone (a client that disconnected): its
+    /// running cell is then interrupted, and its queued cells are dropped.
+    pub requester: watch::Receiver<()>,
     pub reply: oneshot::Sender<CellOutcome>,
+}
+
+impl CellJob {
+    /// Nobody waits for this cell's result any more.
+    pub(crate) fn abandoned(&self) -> bool {
+        self.reply.is_closed() || self.requester.has_changed().is_err()
+    }
 }
 
 /// Queue a cell.
@@ -191,6 +201,7 @@ pub struct Session {
     /// Told to the next cell: the session was started, restarted, reset or evicted.
     notice: Option<String>,
     heartbeat_seq: u64,
+    heartbeat_timer: Option<SpawnHandle>,
     /// A worker started ahead of demand (`python.prewarm`), used for the first start.
     prestarted: Option<StartedWorker>,
     /// Cells handed to this session so far; the supervisor compares it with what it sent,
@@ -230,6 +241,7 @@ impl Session {
             last_active: Instant::now(),
             notice,
             heartbeat_seq: 0,
+            heartbeat_timer: None,
             prestarted,
             jobs_received: 0,
         }
@@ -273,6 +285,10 @@ impl Session {
                 )
             {
                 break;
+            }
+            if self.queue.front().is_some_and(CellJob::abandoned) {
+                self.queue.pop_front();
+                continue;
             }
             let Some(front) = self.queue.front_mut() else {
                 break;
@@ -403,6 +419,15 @@ impl Session {
             cwd: job.cwd.as_ref().map(|p| p.to_string_lossy().into_owned()),
             tools: job.tools.to_vec(),
         }));
+        let mut requester = job.requester.clone();
+        ctx.spawn(
+            async move {
+                // Only an error ends this: the requester's side was dropped.
+                while requester.changed().await.is_ok() {}
+            }
+            .into_actor(self)
+            .map(move |(), act, ctx| act.on_requester_gone(cell_id, ctx)),
+        );
         let timeout = self.config.cells.timeout_for(job.spec.timeout);
         let deadline = ctx.run_later(timeout, move |act, ctx| act.on_deadline(cell_id, ctx));
         self.running = Some(Running {
@@ -417,6 +442,15 @@ impl Session {
             notice: self.notice.take(),
         });
         self.last_active = Instant::now();
+    }
+
+    /// The host that asked for `cell_id` is gone: stop the cell if it still runs.
+    fn on_requester_gone(&mut self, cell_id: u64, ctx: &mut Context<Self>) {
+        if let Some(running) = self.running.as_mut().filter(|r| r.cell_id == cell_id) {
+            tracing::info!(session = %self.key, cell_id, "requester gone: interrupting its cell");
+            running.interrupted_by_host = true;
+            self.interrupt_running(ctx);
+        }
     }
 
     fn on_deadline(&mut self, cell_id: u64, ctx: &mut Context<Self>) {
@@ -464,6 +498,7 @@ impl Session {
             if killed_for.is_none() {
                 tracing::warn!(session = %self.key, pid = link.pid, "killing worker: {reason}");
                 *killed_for = Some(reason);
+                link.abandon_host();
                 kill_group(link.pid, Signal::SIGKILL);
             }
         }
@@ -647,6 +682,7 @@ impl Session {
                 generation, link, ..
             } => {
                 link.send(ToWorker::Shutdown);
+                link.abandon_host();
                 let pid = link.pid;
                 self.worker = Worker::Stopping {
                     generation,
@@ -718,6 +754,19 @@ impl Session {
         self.stop_worker(ctx);
     }
 
+    /// (Re)starts the heartbeat at the configured interval. The worker gets a fresh
+    /// allowance: silence measured against the old interval says nothing under the new one.
+    fn arm_heartbeat(&mut self, ctx: &mut Context<Self>) {
+        if let Some(timer) = self.heartbeat_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        if let Worker::Ready { last_pong, .. } = &mut self.worker {
+            *last_pong = Instant::now();
+        }
+        let interval = self.config.sessions.heartbeat_interval;
+        self.heartbeat_timer = Some(ctx.run_interval(interval, |act, ctx| act.heartbeat(ctx)));
+    }
+
     fn heartbeat(&mut self, ctx: &mut Context<Self>) {
         let timeout = self.config.sessions.heartbeat_timeout;
         let Worker::Ready {
@@ -725,10 +774,15 @@ impl Session {
             link,
             last_pong,
             ..
-        } = &self.worker
+        } = &mut self.worker
         else {
             return;
         };
+        if link.host_stalled() {
+            // The reader waits for a slow host and reads no pongs meanwhile; the worker is
+            // held back on purpose, not dead.
+            *last_pong = Instant::now();
+        }
         if let Some(cap) = self.config.limits.max_rss {
             // Sampling reads /proc; keep it off the actor's thread.
             let (pid, generation, me) = (link.pid, *generation, ctx.address());
@@ -760,8 +814,7 @@ impl Actor for Session {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        let interval = self.config.sessions.heartbeat_interval;
-        ctx.run_interval(interval, |act, ctx| act.heartbeat(ctx));
+        self.arm_heartbeat(ctx);
     }
 }
 
@@ -852,8 +905,12 @@ impl Handler<QueryStatus> for Session {
 
 impl Handler<UpdateConfig> for Session {
     type Result = ();
-    fn handle(&mut self, msg: UpdateConfig, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: UpdateConfig, ctx: &mut Context<Self>) {
+        let old_interval = self.config.sessions.heartbeat_interval;
         self.config = msg.0;
+        if self.config.sessions.heartbeat_interval != old_interval {
+            self.arm_heartbeat(ctx);
+        }
     }
 }
 

@@ -35,6 +35,16 @@ pub struct Submit {
     pub key: SessionKey,
     pub cwd: Option<PathBuf>,
     pub job: CellJob,
+    /// The request the cell belongs to: its sessions are not evicted until it ends
+    /// ([`RequestDone`]), so a request's later cells find the state its earlier ones left.
+    pub request: u64,
+}
+
+/// A request has ended (or was abandoned): its sessions may be evicted again.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RequestDone {
+    pub request: u64,
 }
 
 /// A command for every language of a session, or one.
@@ -101,11 +111,14 @@ struct Entry {
     received: u64,
     last_active: Instant,
     closing: bool,
+    /// Requests under way that have used this session.
+    pinned_by: Vec<u64>,
 }
 
 impl Entry {
     fn evictable(&self) -> bool {
         !self.closing
+            && self.pinned_by.is_empty()
             && self.sent == self.received
             && matches!(self.state, SessionState::Idle | SessionState::Failed)
     }
@@ -176,6 +189,9 @@ impl Supervisor {
             }
             entry.sent += 1;
             entry.state = SessionState::Busy;
+            if !entry.pinned_by.contains(&submit.request) {
+                entry.pinned_by.push(submit.request);
+            }
             entry.addr.do_send(RunCell(submit.job));
             return None;
         }
@@ -208,6 +224,7 @@ impl Supervisor {
             prestarted,
         );
         let addr = session.start();
+        let request = submit.request;
         addr.do_send(RunCell(submit.job));
         self.sessions.insert(
             submit.key,
@@ -218,6 +235,7 @@ impl Supervisor {
                 received: 0,
                 last_active: Instant::now(),
                 closing: false,
+                pinned_by: vec![request],
             },
         );
         None
@@ -263,6 +281,9 @@ impl Supervisor {
 
     /// Starts Python workers until `python.prewarm` of them wait unclaimed.
     fn refill_pool(&mut self, ctx: &mut Context<Self>) {
+        if self.stopping {
+            return;
+        }
         while self.pool.len() + self.pool_starting < self.config.python.prewarm {
             self.pool_starting += 1;
             let spec = self.worker_spec(Language::Python, None, None);
@@ -339,6 +360,9 @@ impl Supervisor {
     fn drain_waiting(&mut self, ctx: &mut Context<Self>) {
         let mut still_waiting = VecDeque::new();
         while let Some(waiting) = self.waiting.pop_front() {
+            if waiting.submit.job.abandoned() {
+                continue;
+            }
             if let Some(submit) = self.try_place(waiting.submit, ctx) {
                 still_waiting.push_back(Waiting {
                     id: waiting.id,
@@ -460,6 +484,13 @@ impl Handler<PoolWorkerReady> for Supervisor {
 impl Handler<Submit> for Supervisor {
     type Result = ();
     fn handle(&mut self, msg: Submit, ctx: &mut Context<Self>) {
+        if self.stopping {
+            let _ = msg
+                .job
+                .reply
+                .send(CellOutcome::error("cellvisor is shutting down".into()));
+            return;
+        }
         // Earlier waiters go first.
         if !self.waiting.is_empty() {
             self.drain_waiting(ctx);
@@ -476,6 +507,18 @@ impl Handler<Submit> for Supervisor {
         }
         if let Some(submit) = self.try_place(msg, ctx) {
             self.wait_for_room(submit, ctx);
+        }
+    }
+}
+
+impl Handler<RequestDone> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: RequestDone, ctx: &mut Context<Self>) {
+        for entry in self.sessions.values_mut() {
+            entry.pinned_by.retain(|r| *r != msg.request);
+        }
+        if !self.waiting.is_empty() {
+            self.drain_waiting(ctx);
         }
     }
 }

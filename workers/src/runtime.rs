@@ -244,11 +244,13 @@ where
     )?;
 
     let (outbox, rx) = Outbox::new(OUTBOX_CAPACITY);
+    let receipts = Arc::new(Receipts::default());
     thread::Builder::new()
         .name("frame-writer".into())
         .spawn({
             let stream = Arc::clone(&stream);
-            move || write_loop(&stream, rx)
+            let receipts = Arc::clone(&receipts);
+            move || write_loop(&stream, rx, &receipts)
         })
         .map_err(|e| WorkerError::Engine(format!("cannot start the writer thread: {e}")))?;
 
@@ -274,6 +276,10 @@ where
         outbox.send(FromWorker::Started {
             cell_id: cell.cell_id,
         });
+        // A cell that ends the process at once (`os.exit`) must not look unstarted, or the
+        // supervisor would run it again on the next worker.
+        let cell_id = cell.cell_id;
+        receipts.wait(|receipt| receipt.started >= cell_id);
         let outcome = match enter_cwd(cell.cwd.as_deref()) {
             Ok(()) => engine.execute(&cell, &outbox, &interrupt),
             Err(message) => {
@@ -291,7 +297,8 @@ where
                 outbox.send(FromWorker::Fatal {
                     message: fatal.to_string(),
                 });
-                drop(outbox);
+                // The reason must reach the supervisor before this process is gone.
+                receipts.wait(|receipt| receipt.fatal);
                 return Err(fatal);
             }
         }
@@ -313,11 +320,21 @@ fn enter_cwd(cwd: Option<&str>) -> Result<(), String> {
 /// chunks of one cell and stream are merged (up to [`OUTPUT_CHUNK_BYTES`]) and the frames
 /// share one buffered write, so a cell printing many short lines costs a few frames, not
 /// one per line. Nothing is held back: the buffer is flushed whenever the queue is empty.
-fn write_loop(stream: &Stream, rx: Receiver<FromWorker>) {
+fn write_loop(stream: &Stream, rx: Receiver<FromWorker>, receipts: &Receipts) {
     use std::io::Write as _;
     let mut writer = std::io::BufWriter::with_capacity(2 * OUTPUT_CHUNK_BYTES, stream);
     while let Ok(mut frame) = rx.recv() {
-        while let Ok(next) = rx.try_recv() {
+        let mut started = None;
+        let mut fatal = false;
+        loop {
+            match frame {
+                FromWorker::Started { cell_id } => started = Some(cell_id),
+                FromWorker::Fatal { .. } => fatal = true,
+                _ => {}
+            }
+            let Ok(next) = rx.try_recv() else {
+                break;
+            };
             if let Some(unmerged) = merge_output(&mut frame, next) {
                 send_frame(&mut writer, &frame);
                 frame = unmerged;
@@ -327,6 +344,45 @@ fn write_loop(stream: &Stream, rx: Receiver<FromWorker>) {
         if writer.flush().is_err() {
             exit_lost_supervisor();
         }
+        if started.is_some() || fatal {
+            receipts.mark(|receipt| {
+                receipt.started = started.unwrap_or(receipt.started);
+                receipt.fatal |= fatal;
+            });
+        }
+    }
+}
+
+/// Which frames that must not be lost to a sudden exit are on the wire: the last cell's
+/// `Started`, and a `Fatal`. The engine thread waits on these before going on (or out).
+#[derive(Default)]
+struct Receipts {
+    state: std::sync::Mutex<Receipt>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Receipt {
+    started: u64,
+    fatal: bool,
+}
+
+impl Receipts {
+    /// How long to wait for a frame to be written: only a supervisor that stopped reading
+    /// could take this long, and the worker then goes on anyway.
+    const PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
+    fn mark(&self, update: impl FnOnce(&mut Receipt)) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        update(&mut state);
+        self.changed.notify_all();
+    }
+
+    fn wait(&self, done: impl Fn(&Receipt) -> bool) {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self
+            .changed
+            .wait_timeout_while(state, Self::PATIENCE, |state| !done(state));
     }
 }
 

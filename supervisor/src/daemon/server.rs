@@ -341,10 +341,10 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
         Ok(mut registry) => registry.drain().map(|(_, f)| f).collect(),
         Err(_) => Vec::new(),
     };
+    // Aborting an eval drops its request, and the sessions stop exactly its cells.
     for flight in abandoned {
+        tracing::info!(session = %flight.session, "client disconnected during eval");
         flight.task.abort();
-        tracing::info!(session = %flight.session, "client disconnected during eval: interrupting");
-        let _ = daemon.cv.interrupt(&flight.session, None).await;
     }
     // The writer ends once every sender is gone: ours, and the one the connection holds.
     drop(connection);
