@@ -108,7 +108,7 @@ pub fn main() -> i32 {
         match cli.command {
             Command::Eval(args) => eval::run(args, &globals).await,
             Command::Serve => serve::run(&globals).await,
-            Command::Mcp => mcp(&globals).await,
+            Command::Mcp => serve::run_mcp(&globals).await,
             Command::Status(args) => sessions::status(args, &globals).await,
             Command::Interrupt(args) => sessions::control(args, "interrupt", &globals).await,
             Command::Reset(args) => sessions::control(args, "reset", &globals).await,
@@ -127,26 +127,6 @@ fn init_logging(default: &str) {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
-}
-
-/// `cellvisor mcp`: the MCP server on stdio, with the configuration `serve` would use.
-async fn mcp(globals: &Globals) -> i32 {
-    let config = match globals.load_config() {
-        Ok(config) => config,
-        Err(err) => return usage_error(err),
-    };
-    let options = cellvisor::Options {
-        config,
-        worker_exe: None,
-        runtime_dir: None,
-    };
-    match cellvisor::mcp::serve_stdio(options).await {
-        Ok(()) => 0,
-        Err(err) => {
-            eprintln!("error: {err}");
-            1
-        }
-    }
 }
 
 /// Prints `error: ...` and returns the usage exit code.
