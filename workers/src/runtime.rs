@@ -244,13 +244,14 @@ where
     )?;
 
     let (outbox, rx) = Outbox::new(OUTBOX_CAPACITY);
-    let receipts = Arc::new(Receipts::default());
+    let socket = SocketWriter::new(Arc::clone(&stream));
+    let fatal_sent = Arc::new(FatalSent::default());
     thread::Builder::new()
         .name("frame-writer".into())
         .spawn({
-            let stream = Arc::clone(&stream);
-            let receipts = Arc::clone(&receipts);
-            move || write_loop(&stream, rx, &receipts)
+            let socket = socket.clone();
+            let fatal_sent = Arc::clone(&fatal_sent);
+            move || write_loop(&socket, rx, &fatal_sent)
         })
         .map_err(|e| WorkerError::Engine(format!("cannot start the writer thread: {e}")))?;
 
@@ -263,6 +264,7 @@ where
         hook: engine.interrupt_hook(),
         running: Arc::clone(&running),
         cells: cells_tx,
+        socket,
     };
     thread::Builder::new()
         .name("frame-reader".into())
@@ -273,13 +275,6 @@ where
     while let Ok(cell) = cells_rx.recv() {
         interrupt.clear();
         running.store(cell.cell_id, Ordering::SeqCst);
-        outbox.send(FromWorker::Started {
-            cell_id: cell.cell_id,
-        });
-        // A cell that ends the process at once (`os.exit`) must not look unstarted, or the
-        // supervisor would run it again on the next worker.
-        let cell_id = cell.cell_id;
-        receipts.wait(|receipt| receipt.started >= cell_id);
         let outcome = match enter_cwd(cell.cwd.as_deref()) {
             Ok(()) => engine.execute(&cell, &outbox, &interrupt),
             Err(message) => {
@@ -298,7 +293,7 @@ where
                     message: fatal.to_string(),
                 });
                 // The reason must reach the supervisor before this process is gone.
-                receipts.wait(|receipt| receipt.fatal);
+                fatal_sent.wait();
                 return Err(fatal);
             }
         }
@@ -320,69 +315,94 @@ fn enter_cwd(cwd: Option<&str>) -> Result<(), String> {
 /// chunks of one cell and stream are merged (up to [`OUTPUT_CHUNK_BYTES`]) and the frames
 /// share one buffered write, so a cell printing many short lines costs a few frames, not
 /// one per line. Nothing is held back: the buffer is flushed whenever the queue is empty.
-fn write_loop(stream: &Stream, rx: Receiver<FromWorker>, receipts: &Receipts) {
-    use std::io::Write as _;
-    let mut writer = std::io::BufWriter::with_capacity(2 * OUTPUT_CHUNK_BYTES, stream);
+fn write_loop(socket: &SocketWriter, rx: Receiver<FromWorker>, fatal_sent: &FatalSent) {
     while let Ok(mut frame) = rx.recv() {
-        let mut started = None;
         let mut fatal = false;
+        let mut out = socket.lock();
         loop {
-            match frame {
-                FromWorker::Started { cell_id } => started = Some(cell_id),
-                FromWorker::Fatal { .. } => fatal = true,
-                _ => {}
-            }
+            fatal |= matches!(frame, FromWorker::Fatal { .. });
             let Ok(next) = rx.try_recv() else {
                 break;
             };
             if let Some(unmerged) = merge_output(&mut frame, next) {
-                send_frame(&mut writer, &frame);
+                send_frame(&mut *out, &frame);
                 frame = unmerged;
             }
         }
-        send_frame(&mut writer, &frame);
-        if writer.flush().is_err() {
+        send_frame(&mut *out, &frame);
+        if std::io::Write::flush(&mut *out).is_err() {
             exit_lost_supervisor();
         }
-        if started.is_some() || fatal {
-            receipts.mark(|receipt| {
-                receipt.started = started.unwrap_or(receipt.started);
-                receipt.fatal |= fatal;
-            });
+        drop(out);
+        if fatal {
+            fatal_sent.mark();
         }
     }
 }
 
-/// Which frames that must not be lost to a sudden exit are on the wire: the last cell's
-/// `Started`, and a `Fatal`. The engine thread waits on these before going on (or out).
+/// The socket's sending side, shared by the writer thread (everything queued in the outbox)
+/// and the reader thread, which writes a cell's `Started` itself before the engine sees the
+/// cell: so a cell that ends the process at once (`os.exit`) cannot look unstarted, which
+/// would make the supervisor run it again. Nothing of an earlier cell can follow it: the
+/// supervisor sends a cell only after the previous one's `Done` arrived.
+#[derive(Clone)]
+struct SocketWriter(Arc<std::sync::Mutex<std::io::BufWriter<StreamWriter>>>);
+
+struct StreamWriter(Arc<Stream>);
+
+impl std::io::Write for StreamWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        (&*self.0).write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        (&*self.0).flush()
+    }
+}
+
+impl SocketWriter {
+    fn new(stream: Arc<Stream>) -> SocketWriter {
+        SocketWriter(Arc::new(std::sync::Mutex::new(
+            std::io::BufWriter::with_capacity(2 * OUTPUT_CHUNK_BYTES, StreamWriter(stream)),
+        )))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::io::BufWriter<StreamWriter>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes one frame now, ahead of nothing that is still queued for an earlier cell.
+    fn write_now(&self, frame: &FromWorker) {
+        let mut out = self.lock();
+        send_frame(&mut *out, frame);
+        if std::io::Write::flush(&mut *out).is_err() {
+            exit_lost_supervisor();
+        }
+    }
+}
+
+/// Set once a `Fatal` frame is on the wire: the engine thread waits for it before the
+/// worker exits, so the supervisor learns why.
 #[derive(Default)]
-struct Receipts {
-    state: std::sync::Mutex<Receipt>,
+struct FatalSent {
+    sent: std::sync::Mutex<bool>,
     changed: std::sync::Condvar,
 }
 
-#[derive(Default, Clone, Copy)]
-struct Receipt {
-    started: u64,
-    fatal: bool,
-}
-
-impl Receipts {
-    /// How long to wait for a frame to be written: only a supervisor that stopped reading
-    /// could take this long, and the worker then goes on anyway.
+impl FatalSent {
+    /// Only a supervisor that stopped reading could take this long.
     const PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
-    fn mark(&self, update: impl FnOnce(&mut Receipt)) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        update(&mut state);
+    fn mark(&self) {
+        *self.sent.lock().unwrap_or_else(|e| e.into_inner()) = true;
         self.changed.notify_all();
     }
 
-    fn wait(&self, done: impl Fn(&Receipt) -> bool) {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+    fn wait(&self) {
+        let sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
         let _ = self
             .changed
-            .wait_timeout_while(state, Self::PATIENCE, |state| !done(state));
+            .wait_timeout_while(sent, Self::PATIENCE, |sent| !*sent);
     }
 }
 
@@ -474,6 +494,7 @@ struct IoThread {
     hook: Option<Arc<dyn Fn() + Send + Sync>>,
     running: Arc<AtomicU64>,
     cells: mpsc::Sender<ExecuteCell>,
+    socket: SocketWriter,
 }
 
 impl IoThread {
@@ -483,6 +504,9 @@ impl IoThread {
             match read_frame::<_, ToWorker>(&mut reader) {
                 Ok(Some(ToWorker::Ping { seq })) => self.outbox.send(FromWorker::Pong { seq }),
                 Ok(Some(ToWorker::Execute(cell))) => {
+                    self.socket.write_now(&FromWorker::Started {
+                        cell_id: cell.cell_id,
+                    });
                     if self.cells.send(cell).is_err() {
                         return;
                     }
