@@ -422,6 +422,19 @@ pub static KEYS: &[KeySpec] = &[
         get: |c| opt_path(&c.output.artifact_dir),
         set: |c, v| c.output.artifact_dir = path(v),
     },
+    KeySpec {
+        section: "output",
+        key: "artifact-max-age",
+        kind: millis(0, Duration::from_secs(365 * DAY)),
+        optional: false,
+        doc: "Spilled outputs older than this are deleted (the runtime directory is often in memory); 0 keeps them.",
+        get: |c| Value::Duration(c.output.artifact_max_age),
+        set: |c, v| {
+            if let Some(d) = duration(v) {
+                c.output.artifact_max_age = d;
+            }
+        },
+    },
     // [limits]
     KeySpec {
         section: "limits",

@@ -113,6 +113,9 @@ pub struct OutputConfig {
     pub max_lines: usize,
     /// Where spilled outputs go; default: `artifacts/` in the runtime directory.
     pub artifact_dir: Option<PathBuf>,
+    /// Spilled outputs older than this are deleted; zero keeps them.
+    #[serde(with = "humantime_serde")]
+    pub artifact_max_age: Duration,
 }
 
 impl Default for OutputConfig {
@@ -121,6 +124,7 @@ impl Default for OutputConfig {
             max_bytes: ByteSize::kib(50),
             max_lines: 3000,
             artifact_dir: None,
+            artifact_max_age: Duration::from_secs(24 * 60 * 60),
         }
     }
 }

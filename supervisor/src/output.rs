@@ -214,6 +214,45 @@ fn tail_of(buf: &[u8], max_bytes: usize, max_lines: usize) -> &[u8] {
     &buf[start..]
 }
 
+/// Whether `name` is one of our artifact files: `<session>-<py|js|lua>-<pid>-<cell>.txt`.
+/// Only those are ever deleted, so an artifact directory shared with other files is safe.
+fn is_artifact_name(name: &str) -> bool {
+    let Some(stem) = name.strip_suffix(".txt") else {
+        return false;
+    };
+    let mut parts = stem.rsplitn(4, '-');
+    let (Some(cell), Some(pid), Some(language), Some(session)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    !session.is_empty()
+        && matches!(language, "py" | "js" | "lua")
+        && pid.bytes().all(|b| b.is_ascii_digit())
+        && cell.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Deletes artifact files in `dir` last written more than `max_age` ago; answers how many.
+pub fn prune_artifacts(dir: &std::path::Path, max_age: std::time::Duration) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let now = std::time::SystemTime::now();
+    entries
+        .flatten()
+        .filter(|entry| entry.file_name().to_str().is_some_and(is_artifact_name))
+        .filter(|entry| {
+            entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|modified| now.duration_since(modified).ok())
+                .is_some_and(|age| age > max_age)
+        })
+        .filter(|entry| std::fs::remove_file(entry.path()).is_ok())
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,5 +330,26 @@ mod tests {
         assert!(r.truncation.truncated);
         assert!(r.truncation.artifact_path.is_none());
         assert!(r.text.contains("could not be saved"), "{}", r.text);
+    }
+
+    #[test]
+    fn only_old_artifact_files_are_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["s-py-12-3.txt", "notes.txt", "a-b-rb-1-2.txt"] {
+            std::fs::write(dir.path().join(name), b"x").unwrap();
+        }
+        assert_eq!(
+            prune_artifacts(dir.path(), std::time::Duration::from_secs(3600)),
+            0
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(
+            prune_artifacts(dir.path(), std::time::Duration::from_millis(1)),
+            1
+        );
+        assert!(!dir.path().join("s-py-12-3.txt").exists());
+        assert!(dir.path().join("notes.txt").exists());
+        assert!(dir.path().join("a-b-rb-1-2.txt").exists());
+        assert!(is_artifact_name("agent-1_x-lua-9-10.txt"));
     }
 }

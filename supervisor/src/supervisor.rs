@@ -156,6 +156,7 @@ pub struct Supervisor {
     waiting: VecDeque<Waiting>,
     next_waiting_id: u64,
     stopping: bool,
+    last_prune: Option<Instant>,
 }
 
 impl Supervisor {
@@ -171,6 +172,7 @@ impl Supervisor {
             waiting: VecDeque::new(),
             next_waiting_id: 1,
             stopping: false,
+            last_prune: None,
         }
     }
 
@@ -400,7 +402,31 @@ impl Supervisor {
         let _ = waiting.submit.job.reply.send(CellOutcome::error(message));
     }
 
+    /// Deletes spilled outputs past `output.artifact-max-age`, at most once a minute.
+    fn prune_artifacts(&mut self) {
+        let max_age = self.config.output.artifact_max_age;
+        if max_age.is_zero()
+            || self
+                .last_prune
+                .is_some_and(|at| at.elapsed() < Duration::from_secs(60))
+        {
+            return;
+        }
+        self.last_prune = Some(Instant::now());
+        let dir = self.base.artifact_dir.clone();
+        actix::spawn(async move {
+            let pruned =
+                tokio::task::spawn_blocking(move || crate::output::prune_artifacts(&dir, max_age))
+                    .await
+                    .unwrap_or(0);
+            if pruned > 0 {
+                tracing::info!(pruned, "deleted old spilled outputs");
+            }
+        });
+    }
+
     fn sweep(&mut self) {
+        self.prune_artifacts();
         let idle_timeout = self.config.sessions.idle_timeout;
         if idle_timeout.is_zero() {
             return;
@@ -443,6 +469,7 @@ impl Actor for Supervisor {
         // A prewarmed worker dies with the supervisor anyway (parent-death signal); this
         // only makes the pool's own processes part of an orderly stop.
         self.refill_pool(ctx);
+        self.prune_artifacts();
     }
 }
 
