@@ -258,7 +258,9 @@ where
     let interrupt = Interrupt::default();
     let running = Arc::new(AtomicU64::new(NO_CELL));
     let (cells_tx, cells_rx) = mpsc::channel::<ExecuteCell>();
+    let progress = Arc::new(CellProgress::default());
     let io = IoThread {
+        progress: Arc::clone(&progress),
         outbox: outbox.clone(),
         interrupt: interrupt.clone(),
         hook: engine.interrupt_hook(),
@@ -273,7 +275,12 @@ where
 
     // The channel closes when the reader thread ends (Shutdown or a lost supervisor).
     while let Ok(cell) = cells_rx.recv() {
+        // An interrupt may have come for this cell while it waited in the queue; any other
+        // raised flag is stale. (The I/O thread names the cell before raising the flag.)
         interrupt.clear();
+        if progress.interrupted.load(Ordering::SeqCst) == cell.cell_id {
+            interrupt.raise();
+        }
         running.store(cell.cell_id, Ordering::SeqCst);
         let outcome = match enter_cwd(cell.cwd.as_deref()) {
             Ok(()) => engine.execute(&cell, &outbox, &interrupt),
@@ -283,6 +290,7 @@ where
             }
         };
         running.store(NO_CELL, Ordering::SeqCst);
+        progress.finished.store(cell.cell_id, Ordering::SeqCst);
         match outcome {
             Ok(outcome) => outbox.send(FromWorker::Done {
                 cell_id: cell.cell_id,
@@ -488,7 +496,20 @@ pub fn kill_own_group() {
     }
 }
 
+/// Where cells are between the I/O thread and the engine, so an interrupt that arrives
+/// before its cell has started is kept for it, and one for a finished cell is dropped.
+#[derive(Default)]
+struct CellProgress {
+    /// The last cell handed to the engine.
+    received: AtomicU64,
+    /// The last cell the engine finished.
+    finished: AtomicU64,
+    /// The last cell an interrupt was meant for.
+    interrupted: AtomicU64,
+}
+
 struct IoThread {
+    progress: Arc<CellProgress>,
     outbox: Outbox,
     interrupt: Interrupt,
     hook: Option<Arc<dyn Fn() + Send + Sync>>,
@@ -507,6 +528,7 @@ impl IoThread {
                     self.socket.write_now(&FromWorker::Started {
                         cell_id: cell.cell_id,
                     });
+                    self.progress.received.store(cell.cell_id, Ordering::SeqCst);
                     if self.cells.send(cell).is_err() {
                         return;
                     }
@@ -515,7 +537,12 @@ impl IoThread {
                     self.outbox.deliver_tool_result(call_id, outcome);
                 }
                 Ok(Some(ToWorker::Interrupt { cell_id })) => {
-                    if cell_id != NO_CELL && self.running.load(Ordering::SeqCst) == cell_id {
+                    let progress = &self.progress;
+                    let current = self.running.load(Ordering::SeqCst) == cell_id
+                        || (progress.received.load(Ordering::SeqCst) == cell_id
+                            && progress.finished.load(Ordering::SeqCst) != cell_id);
+                    if cell_id != NO_CELL && current {
+                        progress.interrupted.store(cell_id, Ordering::SeqCst);
                         self.interrupt.raise();
                         self.outbox
                             .tools
