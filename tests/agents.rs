@@ -451,3 +451,45 @@ fn a_matplotlib_plot_arrives_as_a_png() {
     assert!(png.len() > 2000, "a real picture, {} bytes", png.len());
     daemon.stop();
 }
+
+#[test]
+fn each_request_runs_in_its_own_cwd_in_every_language() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let base = daemon.world.work_dir();
+    for name in ["one", "two"] {
+        std::fs::create_dir_all(base.join(name)).expect("dir");
+        std::fs::write(base.join(name).join("marker.txt"), name).expect("file");
+    }
+    for name in ["one", "two"] {
+        let result = eval(
+            &mut client,
+            "same",
+            &base.join(name),
+            json!([
+                {"language": "py", "code": "print(open('marker.txt').read())"},
+                {"language": "js", "code": "text((await read('marker.txt')).trim())"},
+                {"language": "lua", "code": "print(io.open('marker.txt'):read('a'))"},
+            ]),
+        );
+        assert_complete(&result);
+        assert_eq!(
+            cell(&result, 0)["output"],
+            format!("{name}\n"),
+            "{result:#}"
+        );
+        assert!(
+            cell(&result, 1)["output"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with(&format!("{name}\n")),
+            "{result:#}"
+        );
+        assert_eq!(
+            cell(&result, 2)["output"],
+            format!("{name}\n"),
+            "{result:#}"
+        );
+    }
+    daemon.stop();
+}

@@ -138,6 +138,19 @@ async def main(binary):
                   "an unknown language is an error naming the languages", result)
             print("validation: ok")
 
+            # cwd: the cells run where the agent says; a missing directory is refused.
+            import tempfile
+            with tempfile.TemporaryDirectory() as project:
+                result = await session.call_tool("eval", {"cwd": project, "cells": [
+                    {"language": "py", "code": "import os\nprint(os.getcwd())"}]})
+                check(not result.is_error and os.path.realpath(project) in text_of(result),
+                      "eval runs in the given cwd", result)
+            result = await session.call_tool("eval", {"cwd": "/no/such/dir", "cells": [
+                {"language": "py", "code": "1"}]})
+            check(result.is_error and "/no/such/dir" in text_of(result),
+                  "a missing cwd is a clear tool error", result)
+            print("cwd: ok")
+
             # Reset forgets the state.
             result = await session.call_tool("reset", {"language": "py"})
             check(not result.is_error, "reset py", result)

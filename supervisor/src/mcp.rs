@@ -181,13 +181,13 @@ impl CellvisorMcp {
         arguments: JsonObject,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let cells = match parse_cells(arguments, &self.cells) {
-            Ok(cells) => cells,
+        let (cells, cwd) = match parse_cells(arguments, &self.cells) {
+            Ok(parsed) => parsed,
             Err(message) => return tool_error(message),
         };
         let request = EvalRequest {
             session: self.session.clone(),
-            cwd: None,
+            cwd,
             cells,
             tools: Vec::new(),
         };
@@ -365,6 +365,10 @@ fn tools(cells: &CellsConfig) -> Vec<Tool> {
                     "additionalProperties": false,
                 },
             },
+            "cwd": {
+                "type": "string",
+                "description": "Directory the cells run in, e.g. the project's (default: the server's own); helpers like read() resolve paths against it.",
+            },
         },
         "required": ["cells"],
         "additionalProperties": false,
@@ -413,14 +417,21 @@ fn timeout_range(cells: &CellsConfig) -> (f64, f64) {
     (min, cells.max_timeout.as_secs_f64().max(min))
 }
 
-/// The `cells` argument of `eval`, checked; `Err` is a message for the agent.
-fn parse_cells(arguments: JsonObject, config: &CellsConfig) -> Result<Vec<CellSpec>, String> {
+/// The `cells` (and optional `cwd`) arguments of `eval`, checked; `Err` is a message for
+/// the agent.
+fn parse_cells(
+    arguments: JsonObject,
+    config: &CellsConfig,
+) -> Result<(Vec<CellSpec>, Option<std::path::PathBuf>), String> {
     const SHAPE: &str = "Expected {\"cells\": [{\"language\": \"py\"|\"js\"|\"lua\", \"code\": \
-                         string, \"title\"?: string, \"timeout\"?: number, \"reset\"?: bool}, ...]}";
+                         string, \"title\"?: string, \"timeout\"?: number, \"reset\"?: bool}, ...], \
+                         \"cwd\"?: string}";
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct EvalArgs {
         cells: Vec<CellSpec>,
+        #[serde(default)]
+        cwd: Option<std::path::PathBuf>,
     }
     let args: EvalArgs = serde_json::from_value(Value::Object(arguments))
         .map_err(|err| format!("invalid arguments: {err}. {SHAPE}"))?;
@@ -440,7 +451,7 @@ fn parse_cells(arguments: JsonObject, config: &CellsConfig) -> Result<Vec<CellSp
             }
         }
     }
-    Ok(args.cells)
+    Ok((args.cells, args.cwd))
 }
 
 fn request_error_message(err: &RequestError) -> String {

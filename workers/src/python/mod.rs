@@ -272,6 +272,7 @@ impl Engine for PythonEngine {
             "type": "execute",
             "id": cell.cell_id,
             "code": cell.code,
+            "cwd": cell.cwd,
             "tools": tools,
         })
         .to_string();

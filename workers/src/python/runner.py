@@ -444,9 +444,15 @@ def main():
                     raise ValueError("not a cell")  # a late answer to an abandoned tool call
                 cell_id, source = int(command["id"]), str(command["code"])
                 tools = command.get("tools") or []
+                cwd = command.get("cwd")
             except (ValueError, KeyError, TypeError, AttributeError):
                 _state.claimed = False
                 continue
+            if cwd:
+                try:
+                    os.chdir(cwd)
+                except OSError:
+                    pass  # the shim entered it a moment ago; the cell runs where python is
             _prelude.begin_cell(tools)
             try:
                 status, summary = _execute(cell_id, source, namespace)
