@@ -28,7 +28,7 @@ fn one_cell_in_each_language_prints_42() {
 #[test]
 fn state_persists_per_language_and_languages_do_not_share_it() {
     let world = World::new();
-    let file = world.cells_file(&json!([
+    let run = world.run_cells(&json!([
         {"language": "py", "code": "x = 41"},
         {"language": "py", "code": "x + 1"},
         {"language": "js", "code": "let x = 1; var y = 'js'"},
@@ -38,7 +38,6 @@ fn state_persists_per_language_and_languages_do_not_share_it() {
         {"language": "lua", "code": "x + 1"},
         {"language": "py", "code": "print(x, 'y' in globals())"},
     ]));
-    let run = world.run(&["eval", "--no-daemon", "--cells", path_str(&file), "--json"]);
     run.assert_code(0);
     let result = run.json();
     let outputs: Vec<&str> = cells(&result)
@@ -57,13 +56,12 @@ fn state_persists_per_language_and_languages_do_not_share_it() {
 #[test]
 fn the_first_failing_cell_stops_the_request() {
     let world = World::new();
-    let file = world.cells_file(&json!([
+    let run = world.run_cells(&json!([
         {"language": "py", "code": "a = 1", "title": "setup"},
         {"language": "py", "code": "def f():\n    return 1/0\nf()", "title": "boom"},
         {"language": "py", "code": "print('never')"},
         {"language": "js", "code": "1"},
     ]));
-    let run = world.run(&["eval", "--no-daemon", "--cells", path_str(&file), "--json"]);
     run.assert_code(1);
     let result = run.json();
     let cells = cells(&result);
@@ -219,14 +217,13 @@ fn reading_stdin_is_a_clear_error() {
 #[test]
 fn trailing_values_and_top_level_await() {
     let world = World::new();
-    let file = world.cells_file(&json!([
+    let run = world.run_cells(&json!([
         {"language": "py", "code": "import asyncio\nasync def f():\n    await asyncio.sleep(0)\n    return 5\nv = await f()\nv * 2"},
         {"language": "py", "code": "{'k': [1, 2]}"},
         {"language": "js", "code": "let t = [1,2,3]; t.map(v => v*2)"},
         {"language": "js", "code": "const v = await Promise.resolve(21); v * 2"},
         {"language": "lua", "code": "1 + 1, 'two'"},
     ]));
-    let run = world.run(&["eval", "--no-daemon", "--cells", path_str(&file), "--json"]);
     run.assert_code(0);
     let result = run.json();
     let outputs: Vec<&str> = cells(&result)
@@ -242,13 +239,12 @@ fn trailing_values_and_top_level_await() {
 #[test]
 fn display_sends_json_bundles_in_every_language() {
     let world = World::new();
-    let file = world.cells_file(&json!([
+    let run = world.run_cells(&json!([
         {"language": "py", "code": "display({'k': [1, 2]})"},
         {"language": "js", "code": "display({k: [1, 2]})"},
         {"language": "lua", "code": "display({k = {1, 2}})"},
         {"language": "py", "code": "display('plain')"},
     ]));
-    let run = world.run(&["eval", "--no-daemon", "--cells", path_str(&file), "--json"]);
     run.assert_code(0);
     let result = run.json();
     for cell in &cells(&result)[..3] {
@@ -264,13 +260,12 @@ fn display_sends_json_bundles_in_every_language() {
 #[test]
 fn reset_clears_state_of_one_language_only() {
     let world = World::new();
-    let file = world.cells_file(&json!([
+    let run = world.run_cells(&json!([
         {"language": "py", "code": "x = 1"},
         {"language": "js", "code": "var x = 2"},
         {"language": "py", "code": "print('x' in globals())", "reset": true},
         {"language": "js", "code": "x"},
     ]));
-    let run = world.run(&["eval", "--no-daemon", "--cells", path_str(&file), "--json"]);
     run.assert_code(0);
     let result = run.json();
     assert_eq!(cells(&result)[2]["output"], "False\n");

@@ -24,20 +24,12 @@ fn only_cell(result: &Value) -> &Value {
 #[test]
 fn address_space_limit_turns_a_huge_allocation_into_memory_error() {
     let world = World::with_config(&format!("{FAST}[limits]\naddress-space = \"256MiB\"\n"));
-    let file = world.cells_file(&json!([
+    let result = world.run_cells(&json!([
         {"language": "py", "code": "kept = 1"},
         {"language": "py", "code": "try:\n    bytearray(1 << 30)\nexcept MemoryError:\n    print('MemoryError')"},
         {"language": "py", "code": "print(kept)"},
         {"language": "py", "code": "bytearray(1 << 30)"},
-    ]));
-    let run = world.run(&[
-        "eval",
-        "--no-daemon",
-        "--json",
-        "--cells",
-        common::path_str(&file),
-    ]);
-    let result = run.json();
+    ])).json();
     let cells = common::cells(&result);
     assert_eq!(cells[1]["output"], "MemoryError\n", "{result:#}");
     assert_eq!(cells[2]["output"], "1\n", "the session goes on");
@@ -66,17 +58,9 @@ fn open_files_and_processes_limits_are_visible_inside_a_cell() {
 #[test]
 fn a_worker_over_max_rss_is_recycled_with_a_clear_message() {
     let world = World::with_config(&format!("{FAST}[limits]\nmax-rss = \"100MiB\"\n"));
-    let file = world.cells_file(&json!([
+    let result = world.run_cells(&json!([
         {"language": "py", "code": "import time\nhog = bytearray(300 * 1024 * 1024)\nfor i in range(len(hog) // 4096): hog[i * 4096] = 1\ntime.sleep(20)", "timeout": 30},
-    ]));
-    let run = world.run(&[
-        "eval",
-        "--no-daemon",
-        "--json",
-        "--cells",
-        common::path_str(&file),
-    ]);
-    let result = run.json();
+    ])).json();
     let cell = only_cell(&result);
     assert_eq!(cell["status"], "error", "{result:#}");
     let output = cell["output"].as_str().unwrap_or_default();
@@ -174,7 +158,7 @@ async fn prewarm_hands_a_new_session_an_interpreter_started_before_it() {
     })
     .expect("start");
     let ready = wait_until(Duration::from_secs(15), || {
-        let ready = futures_block(cv.prewarmed()).unwrap_or(0);
+        let ready = common::block_on(cv.prewarmed()).unwrap_or(0);
         if ready == 1 {
             Ok(())
         } else {
@@ -218,11 +202,6 @@ async fn prewarm_hands_a_new_session_an_interpreter_started_before_it() {
     assert!(refilled.is_ok(), "{refilled:?}");
     cv.shutdown().await;
     world.assert_no_processes_left(SETTLE);
-}
-
-/// Runs a future from synchronous polling code inside a multi-thread runtime.
-fn futures_block<F: std::future::Future>(future: F) -> F::Output {
-    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(future))
 }
 
 #[test]
@@ -308,18 +287,11 @@ fn sighup_applies_a_new_max_sessions_and_a_broken_file_keeps_the_old_one() {
 fn engine_memory_limits_fail_the_cell_and_the_session_goes_on() {
     let world =
         World::with_config("[js]\nmemory-limit = \"32MiB\"\n[lua]\nmemory-limit = \"32MiB\"\n");
-    let file = world.cells_file(&json!([
-        {"language": "js", "code": "var kept = 1"},
-        {"language": "js", "code": "let a = []; while (true) a.push(new Array(1e5).fill(1))"},
-    ]));
     let result = world
-        .run(&[
-            "eval",
-            "--no-daemon",
-            "--json",
-            "--cells",
-            common::path_str(&file),
-        ])
+        .run_cells(&json!([
+            {"language": "js", "code": "var kept = 1"},
+            {"language": "js", "code": "let a = []; while (true) a.push(new Array(1e5).fill(1))"},
+        ]))
         .json();
     let cells = common::cells(&result);
     assert_eq!(cells[1]["status"], "error", "{result:#}");
@@ -331,19 +303,10 @@ fn engine_memory_limits_fail_the_cell_and_the_session_goes_on() {
         "{result:#}"
     );
 
-    let file = world.cells_file(&json!([
+    let result = world.run_cells(&json!([
         {"language": "lua", "code": "kept = 1"},
         {"language": "lua", "code": "local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 100) .. i end"},
-    ]));
-    let result = world
-        .run(&[
-            "eval",
-            "--no-daemon",
-            "--json",
-            "--cells",
-            common::path_str(&file),
-        ])
-        .json();
+    ])).json();
     let cells = common::cells(&result);
     assert_eq!(cells[1]["status"], "error", "{result:#}");
     assert!(
@@ -355,20 +318,11 @@ fn engine_memory_limits_fail_the_cell_and_the_session_goes_on() {
     );
 
     // The same worker goes on after the failure: state from before is still there.
-    let file = world.cells_file(&json!([
+    let result = world.run_cells(&json!([
         {"language": "js", "code": "var kept = 1"},
         {"language": "js", "code": "try { let a = []; while (true) a.push(new Array(1e5).fill(1)) } catch (e) {}"},
         {"language": "js", "code": "kept + 1"},
-    ]));
-    let result = world
-        .run(&[
-            "eval",
-            "--no-daemon",
-            "--json",
-            "--cells",
-            common::path_str(&file),
-        ])
-        .json();
+    ])).json();
     let last = &common::cells(&result)[2];
     assert_eq!(last["output"], "2\n", "{result:#}");
     world.assert_no_processes_left(SETTLE);

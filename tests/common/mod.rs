@@ -90,6 +90,12 @@ impl World {
         path
     }
 
+    /// `cellvisor eval --no-daemon --json --cells FILE` with `cells` written to FILE.
+    pub fn run_cells(&self, cells: &serde_json::Value) -> Run {
+        let file = self.cells_file(cells);
+        self.run(&["eval", "--no-daemon", "--json", "--cells", path_str(&file)])
+    }
+
     /// Processes whose environment points at this world's runtime directory: everything the
     /// test started, workers and their children included.
     pub fn processes(&self) -> Vec<u32> {
@@ -167,6 +173,12 @@ pub fn wait_until<T, E>(within: Duration, mut check: impl FnMut() -> Result<T, E
             Err(_) => std::thread::sleep(Duration::from_millis(25)),
         }
     }
+}
+
+/// Runs a future to its end from synchronous polling code (`wait_until`) inside a
+/// multi-thread Tokio test.
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(future))
 }
 
 /// What a finished `cellvisor` run printed.
