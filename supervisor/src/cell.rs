@@ -102,6 +102,24 @@ pub struct CellResult {
 }
 
 impl CellResult {
+    /// The displays a text host should show besides `output`. A cell's trailing value is
+    /// printed in its output and also sent as a bundle for hosts that want it rich; a JSON
+    /// bundle that only repeats the printed value would show it twice.
+    pub fn displays_beyond_output(&self) -> impl Iterator<Item = &serde_json::Value> {
+        let printed = self.output.strip_suffix('\n').unwrap_or_default();
+        self.displays.iter().filter(move |bundle| {
+            let only_json_and_text = bundle.as_object().is_some_and(|o| {
+                o.keys()
+                    .all(|k| k == "application/json" || k == "text/plain")
+            });
+            let repeats = bundle
+                .get("text/plain")
+                .and_then(|t| t.as_str())
+                .is_some_and(|text| !text.is_empty() && printed.ends_with(text));
+            !(only_json_and_text && repeats)
+        })
+    }
+
     /// A cell that did not run because an earlier one failed.
     pub fn skipped(index: usize, spec: &CellSpec) -> CellResult {
         CellResult {
@@ -247,6 +265,26 @@ mod tests {
         let err =
             serde_json::from_str::<CellSpec>(r#"{"language":"ruby","code":"1"}"#).unwrap_err();
         assert!(err.to_string().contains("ruby"), "{err}");
+    }
+
+    #[test]
+    fn a_display_repeating_the_printed_value_is_not_shown_twice() {
+        let spec = CellSpec {
+            language: Language::Python,
+            code: String::new(),
+            title: None,
+            timeout: None,
+            reset: false,
+        };
+        let mut cell = CellResult::skipped(0, &spec);
+        cell.output = "{'k': 1}\n".into();
+        cell.displays = vec![
+            serde_json::json!({"application/json": {"k": 1}, "text/plain": "{'k': 1}"}),
+            serde_json::json!({"application/json": {"k": 2}, "text/plain": "{'k': 2}"}),
+            serde_json::json!({"image/png": "AA==", "text/plain": "{'k': 1}"}),
+        ];
+        let shown: Vec<_> = cell.displays_beyond_output().collect();
+        assert_eq!(shown, [&cell.displays[1], &cell.displays[2]]);
     }
 
     #[test]

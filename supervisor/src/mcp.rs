@@ -512,7 +512,7 @@ fn render_cell(cell: &CellResult, total: usize) -> (String, Vec<ContentBlock>) {
         }
     }
     let mut images = Vec::new();
-    for bundle in &cell.displays {
+    for bundle in cell.displays_beyond_output() {
         match render_display(bundle) {
             Rendered::Text(shown) => {
                 text.push_str(&shown);

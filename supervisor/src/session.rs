@@ -335,23 +335,18 @@ impl Session {
         actix::spawn(async move {
             let result = spawn::start(&spec, serial).await;
             if let Err(actix::dev::SendError::Closed(WorkerStarted {
-                result: Ok(mut worker),
-                ..
+                result: Ok(worker), ..
             })) = me.try_send(WorkerStarted { generation, result })
             {
-                kill_group(worker.pid, Signal::SIGKILL);
-                let _ = worker.child.wait().await;
+                worker.discard().await;
             }
         });
     }
 
     fn on_started(&mut self, msg: WorkerStarted, ctx: &mut Context<Self>) {
         if !matches!(self.worker, Worker::Starting { generation } if generation == msg.generation) {
-            if let Ok(mut worker) = msg.result {
-                kill_group(worker.pid, Signal::SIGKILL);
-                actix::spawn(async move {
-                    let _ = worker.child.wait().await;
-                });
+            if let Ok(worker) = msg.result {
+                actix::spawn(worker.discard());
             }
             return;
         }

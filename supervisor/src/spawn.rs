@@ -184,13 +184,11 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
     let stream = match connected {
         Ok(Ok(stream)) => stream,
         Ok(Err(err)) => {
-            kill_group(pid, Signal::SIGKILL);
-            let _ = child.wait().await;
+            kill_and_reap(pid, &mut child).await;
             return Err(err);
         }
         Err(_) => {
-            kill_group(pid, Signal::SIGKILL);
-            let _ = child.wait().await;
+            kill_and_reap(pid, &mut child).await;
             return Err(StartError::Timeout(spec.start_timeout));
         }
     };
@@ -204,8 +202,7 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
     let hello = match hello {
         Ok(Ok(hello)) => hello,
         Ok(Err(error)) => {
-            kill_group(pid, Signal::SIGKILL);
-            let _ = child.wait().await;
+            kill_and_reap(pid, &mut child).await;
             // Give the stderr reader a moment to collect the reason.
             tokio::time::sleep(Duration::from_millis(20)).await;
             return Err(StartError::Handshake {
@@ -214,8 +211,7 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
             });
         }
         Err(_) => {
-            kill_group(pid, Signal::SIGKILL);
-            let _ = child.wait().await;
+            kill_and_reap(pid, &mut child).await;
             return Err(StartError::Timeout(spec.start_timeout));
         }
     };
@@ -244,6 +240,21 @@ impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
+}
+
+impl StartedWorker {
+    /// Ends a worker nobody will use (its session went away while it started, or the
+    /// prewarm pool no longer wants it).
+    pub async fn discard(mut self) {
+        kill_and_reap(self.pid, &mut self.child).await;
+    }
+}
+
+/// Kills the worker's whole group, then reaps the worker: in that order, so no process of
+/// the group survives and the group id cannot have been reused in between.
+async fn kill_and_reap(pid: u32, child: &mut Child) {
+    kill_group(pid, Signal::SIGKILL);
+    let _ = child.wait().await;
 }
 
 /// Sends `signal` to the worker's whole process group (its pid is the group id). A group that

@@ -293,11 +293,10 @@ impl Supervisor {
             actix::spawn(async move {
                 let serial = 1_000_000 + POOL_SERIAL.fetch_add(1, Ordering::Relaxed);
                 let result = spawn::start(&spec, serial).await;
-                if let Err(actix::dev::SendError::Closed(PoolWorkerReady(Ok(mut worker)))) =
+                if let Err(actix::dev::SendError::Closed(PoolWorkerReady(Ok(worker)))) =
                     me.try_send(PoolWorkerReady(result))
                 {
-                    kill_group(worker.pid, Signal::SIGKILL);
-                    let _ = worker.child.wait().await;
+                    worker.discard().await;
                 }
             });
         }
@@ -488,11 +487,8 @@ impl Handler<PoolWorkerReady> for Supervisor {
             Ok(worker) if self.pool.len() < self.config.python.prewarm && !self.stopping => {
                 self.pool.push(worker)
             }
-            Ok(mut worker) => {
-                kill_group(worker.pid, Signal::SIGKILL);
-                actix::spawn(async move {
-                    let _ = worker.child.wait().await;
-                });
+            Ok(worker) => {
+                actix::spawn(worker.discard());
             }
             Err(err) => {
                 tracing::warn!("could not prewarm a Python worker: {err}; retrying in 5s");
@@ -658,9 +654,8 @@ impl Handler<ShutdownAll> for Supervisor {
             })
             .collect();
         Box::pin(async move {
-            for mut worker in pool {
-                kill_group(worker.pid, Signal::SIGKILL);
-                let _ = worker.child.wait().await;
+            for worker in pool {
+                worker.discard().await;
             }
             let mut pending = Vec::new();
             for addr in addrs {
@@ -686,11 +681,8 @@ impl Handler<ReloadConfig> for Supervisor {
             entry.addr.do_send(UpdateConfig(Arc::clone(&self.config)));
         }
         // New limits apply to new workers: the prewarmed ones were made under the old ones.
-        for mut worker in self.pool.drain(..) {
-            kill_group(worker.pid, Signal::SIGKILL);
-            actix::spawn(async move {
-                let _ = worker.child.wait().await;
-            });
+        for worker in self.pool.drain(..) {
+            actix::spawn(worker.discard());
         }
         self.refill_pool(ctx);
         self.drain_waiting(ctx);

@@ -240,29 +240,9 @@ fn print_cell(out: &mut impl Write, cell: &CellResult, total: usize) {
         let _ = out.flush();
         eprint!("{}", cell.output);
     }
-    for bundle in cell
-        .displays
-        .iter()
-        .filter(|b| !repeats_trailing_value(b, &cell.output))
-    {
+    for bundle in cell.displays_beyond_output() {
         let _ = writeln!(out, "{}", render_display(bundle));
     }
-}
-
-/// A cell's trailing value is printed in its output and also sent as a bundle for hosts that
-/// want it rich; on a terminal, a JSON bundle that only repeats the printed value is noise.
-fn repeats_trailing_value(bundle: &serde_json::Value, output: &str) -> bool {
-    let only_json_and_text = bundle.as_object().is_some_and(|o| {
-        o.keys()
-            .all(|k| k == "application/json" || k == "text/plain")
-    });
-    let text = bundle.get("text/plain").and_then(|t| t.as_str());
-    only_json_and_text
-        && text.is_some_and(|text| {
-            output
-                .strip_suffix('\n')
-                .is_some_and(|rest| rest.ends_with(text))
-        })
 }
 
 /// A display bundle as text for a terminal: JSON pretty-printed, images saved to files (the
