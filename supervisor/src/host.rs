@@ -4,7 +4,7 @@
 //! thread that spawned them, so it must live as long as the supervisor) and hands back a
 //! handle whose methods can be awaited from any async runtime.
 
-use crate::cell::{CellEvent, CellResult, EvalRequest, EvalResult, ToolCallRequest};
+use crate::cell::{CellEvent, CellResult, CellSpec, EvalRequest, EvalResult, ToolCallRequest};
 use crate::session::{CellJob, SessionKey, SessionStatus};
 use crate::supervisor::{
     Control, ControlAction, PrewarmedCount, ReloadConfig, RequestDone, ShutdownAll, Status, Submit,
@@ -221,66 +221,43 @@ impl Cellvisor {
                     })
                     .await;
             }
-            let mut spec = spec.clone();
-            let mut max_output_bytes = None;
-            if spec.language == Language::JavaScript {
-                match crate::directive::parse(&spec.code) {
-                    Ok(None) => {}
-                    Ok(Some(directive)) => {
-                        if let Some(time) = directive.yield_time() {
-                            spec.timeout = Some(time.as_secs_f64());
-                        }
-                        max_output_bytes = directive.max_output_bytes();
-                    }
-                    Err(message) => {
-                        let result = CellResult::refused(index, &spec, message);
-                        if let Some(events) = &events {
-                            let _ = events
-                                .send(CellEvent::CellDone {
-                                    index,
-                                    status: result.status,
-                                })
-                                .await;
-                        }
-                        stopped = true;
-                        results.push(result);
-                        continue;
+            let result = match with_directive(spec) {
+                Err(message) => CellResult::refused(index, spec, message),
+                Ok((job_spec, max_output_bytes)) => {
+                    let (reply, outcome) = oneshot::channel();
+                    let job = CellJob {
+                        index,
+                        spec: job_spec,
+                        cwd: request.cwd.clone(),
+                        events: events.clone(),
+                        tools: Arc::clone(&tools),
+                        tool_host: tool_host.clone(),
+                        max_output_bytes,
+                        requester: requester.clone(),
+                        reply,
+                    };
+                    let key = SessionKey {
+                        session: request.session.clone(),
+                        language: spec.language,
+                    };
+                    self.supervisor
+                        .send(Submit {
+                            key,
+                            cwd: request.cwd.clone(),
+                            job,
+                            request: request_id,
+                        })
+                        .await
+                        .map_err(|_| RequestError::Stopped)?;
+                    match outcome.await {
+                        Ok(outcome) => outcome.into_result(index, spec),
+                        Err(_) => CellResult::refused(
+                            index,
+                            spec,
+                            "the session ended before the cell finished".into(),
+                        ),
                     }
                 }
-            }
-            let spec = &spec;
-            let (reply, outcome) = oneshot::channel();
-            let job = CellJob {
-                index,
-                spec: spec.clone(),
-                cwd: request.cwd.clone(),
-                events: events.clone(),
-                tools: Arc::clone(&tools),
-                tool_host: tool_host.clone(),
-                max_output_bytes,
-                requester: requester.clone(),
-                reply,
-            };
-            let key = SessionKey {
-                session: request.session.clone(),
-                language: spec.language,
-            };
-            self.supervisor
-                .send(Submit {
-                    key,
-                    cwd: request.cwd.clone(),
-                    job,
-                    request: request_id,
-                })
-                .await
-                .map_err(|_| RequestError::Stopped)?;
-            let result = match outcome.await {
-                Ok(outcome) => outcome.into_result(index, spec),
-                Err(_) => CellResult::refused(
-                    index,
-                    spec,
-                    "the session ended before the cell finished".into(),
-                ),
             };
             if let Some(events) = &events {
                 let _ = events
@@ -423,6 +400,22 @@ impl Cellvisor {
             }
         }
     }
+}
+
+/// The cell as its session runs it: a JavaScript `// @exec:` line turned into the cell's
+/// timeout and output cap (code mode). `Err` is the message for a bad line.
+fn with_directive(spec: &CellSpec) -> Result<(CellSpec, Option<u64>), String> {
+    let mut job = spec.clone();
+    if spec.language != Language::JavaScript {
+        return Ok((job, None));
+    }
+    let Some(directive) = crate::directive::parse(&spec.code)? else {
+        return Ok((job, None));
+    };
+    if let Some(time) = directive.yield_time() {
+        job.timeout = Some(time.as_secs_f64());
+    }
+    Ok((job, directive.max_output_bytes()))
 }
 
 /// `section.key: old -> new` for every key whose value differs.
