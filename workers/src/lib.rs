@@ -6,13 +6,18 @@
 //! - [`js`]: QuickJS (rquickjs) in-process.
 //! - [`lua`]: Lua 5.4 (mlua) in-process.
 //! - [`python`]: a shim that owns `python -u runner.py` and speaks NDJSON to it.
+//! - [`warden`]: the worker as a subreaper: no process of a cell outlives the worker.
+//! - [`process_tree`]: a process tree from `/proc`: find, measure, end (the supervisor's
+//!   sampler uses it too).
 //! - `text`: the line helpers (`sort`, `uniq`, `diff`) JavaScript and Lua share.
 
 pub mod js;
 pub mod lua;
+pub mod process_tree;
 pub mod python;
 pub mod runtime;
 mod text;
+pub mod warden;
 
 use cellvisor_ipc::Language;
 use std::path::Path;

@@ -1,24 +1,37 @@
 //! The `Session` actor: one per (session, language). It owns that session's worker, runs its
-//! cells one at a time in arrival order, and applies the supervision policies: heartbeats,
-//! cell deadlines with an interrupt grace, and the restart budget.
+//! cells one at a time in arrival order, and applies the supervision policies.
+//!
+//! - [`messages`]: everything the actor is told, and what it reports ([`SessionEvent`]).
+//! - `worker`: the worker's lifecycle: start, stop, kill, loss, heartbeat, memory.
+//! - `cells`: the queue, a cell's run, its deadline and its end.
+//! - [`policy`]: the plain-data decisions ([`policy::RestartBudget`], [`policy::Deadline`]).
+//! - [`outcome`]: why things happen, typed, and the text hosts read about it.
+//! - `link`: the tasks on the worker's connection.
 
-use crate::cell::ToolCallRequest;
-use crate::cell::{CellEvent, CellOutcome, CellSpec, CellStatus};
-use crate::link::{ActiveCell, CellFinished, Link, PongReceived, WorkerExited};
-use crate::output::{OutputSink, SinkLimits};
-use crate::spawn::{self, kill_group, StartError, StartedWorker, WorkerSpec};
-use crate::supervisor::{SessionChanged, SessionStopped, Supervisor};
+mod cells;
+pub(crate) mod link;
+pub mod messages;
+pub mod outcome;
+pub mod policy;
+#[cfg(test)]
+mod tests;
+mod worker;
+
+use crate::cell::{CellEvent, CellOutcome, CellSpec, ToolCallRequest};
+use crate::spawn::{Launcher, ProcessHandle, StartedWorker, WorkerSpec};
 use actix::prelude::*;
 use cellvisor_config::Config;
-use cellvisor_ipc::{CellOutcome as WorkerOutcome, ExecuteCell, Language, ToWorker, ToolInfo};
-use nix::sys::signal::Signal;
+use cellvisor_ipc::{Language, ToolInfo};
+use link::Link;
+pub use messages::*;
+use outcome::{Eviction, KillReason};
+use policy::{Deadline, RestartBudget};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// Which session and language a worker serves.
@@ -87,57 +100,6 @@ impl CellJob {
     }
 }
 
-/// Queue a cell.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct RunCell(pub CellJob);
-
-/// Interrupt the running cell; answers whether one was running.
-#[derive(Message)]
-#[rtype(result = "bool")]
-pub struct InterruptCell;
-
-/// Replace the worker with a fresh one, clear `failed` and refill the restart budget. Answers
-/// once the old worker is gone.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct ResetSession {
-    pub reply: Option<oneshot::Sender<()>>,
-}
-
-/// Stop the worker and end the actor; queued cells fail. `reason` is what the next cell of
-/// this session will be told (eviction), if anything.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct CloseSession {
-    pub reason: Option<String>,
-    pub reply: Option<oneshot::Sender<()>>,
-}
-
-#[derive(Message)]
-#[rtype(result = "SessionStatus")]
-pub struct QueryStatus;
-
-/// New limits for new cells and new workers.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct UpdateConfig(pub Arc<Config>);
-
-/// A heartbeat's RSS sample found the worker over `limits.max-rss`.
-#[derive(Message)]
-#[rtype(result = "()")]
-struct OverMemory {
-    generation: u64,
-    rss: u64,
-}
-
-#[derive(Message)]
-#[rtype(result = "()")]
-struct WorkerStarted {
-    generation: u64,
-    result: Result<StartedWorker, StartError>,
-}
-
 /// What to do once the current worker has exited on request.
 enum AfterStop {
     Restart,
@@ -153,12 +115,12 @@ enum Worker {
         generation: u64,
         link: Link,
         last_pong: Instant,
-        /// Set when we killed it on purpose for a policy (heartbeat, grace); the reason.
-        killed_for: Option<String>,
+        /// Set when we killed it on purpose for a policy (heartbeat, grace, memory).
+        killed_for: Option<KillReason>,
     },
     Stopping {
         generation: u64,
-        pid: Option<u32>,
+        process: ProcessHandle,
     },
 }
 
@@ -167,34 +129,46 @@ struct Running {
     /// Kept whole so a cell whose worker died before starting it can run on the next one.
     job: CellJob,
     started: Instant,
-    timeout: Duration,
-    timed_out: bool,
-    interrupted_by_host: bool,
-    deadline: Option<SpawnHandle>,
-    grace: Option<SpawnHandle>,
+    deadline: Deadline,
+    /// The pending `CellDeadline` and `GraceExpired`, cancelled when the cell ends.
+    timers: Vec<SpawnHandle>,
     notice: Option<String>,
 }
 
-static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
+/// Everything a session is made from. Built by the supervisor.
+pub(crate) struct SessionSetup {
+    pub key: SessionKey,
+    pub config: Arc<Config>,
+    pub spec: WorkerSpec,
+    pub artifact_dir: PathBuf,
+    pub launcher: Arc<dyn Launcher>,
+    /// Where the session reports its state.
+    pub events: Recipient<SessionEvent>,
+    /// Told to the first cell (an earlier incarnation was evicted, say).
+    pub notice: Option<String>,
+    /// A worker started ahead of demand (`python.prewarm`), used for the first start.
+    pub prestarted: Option<StartedWorker>,
+}
 
-/// The actor. Created by the [`Supervisor`].
+/// The actor. Created by the supervisor.
 pub struct Session {
     key: SessionKey,
     config: Arc<Config>,
     spec: WorkerSpec,
     artifact_dir: PathBuf,
-    supervisor: Addr<Supervisor>,
+    launcher: Arc<dyn Launcher>,
+    events: Recipient<SessionEvent>,
     worker: Worker,
     generation: u64,
     after_stop: Vec<AfterStop>,
     close_replies: Vec<oneshot::Sender<()>>,
     reset_replies: Vec<oneshot::Sender<()>>,
-    close_reason: Option<String>,
+    /// Set once a close is under way: why the supervisor closed it, if it did.
+    closing: Option<Option<Eviction>>,
     queue: VecDeque<CellJob>,
     running: Option<Running>,
     next_cell_id: u64,
-    restarts_left: u32,
-    restarts_used: u32,
+    budget: RestartBudget,
     failed: Option<String>,
     cells_run: u64,
     last_active: Instant,
@@ -202,47 +176,37 @@ pub struct Session {
     notice: Option<String>,
     heartbeat_seq: u64,
     heartbeat_timer: Option<SpawnHandle>,
-    /// A worker started ahead of demand (`python.prewarm`), used for the first start.
     prestarted: Option<StartedWorker>,
-    /// Cells handed to this session so far; the supervisor compares it with what it sent,
-    /// so it never evicts a session with a cell still in its mailbox.
+    /// Cells handed to this session so far (see [`SessionEvent::Changed`]).
     jobs_received: u64,
 }
 
 impl Session {
-    pub(crate) fn new(
-        key: SessionKey,
-        config: Arc<Config>,
-        spec: WorkerSpec,
-        artifact_dir: PathBuf,
-        supervisor: Addr<Supervisor>,
-        notice: Option<String>,
-        prestarted: Option<StartedWorker>,
-    ) -> Session {
+    pub(crate) fn new(setup: SessionSetup) -> Session {
         Session {
-            restarts_left: config.sessions.restart_budget,
-            key,
-            config,
-            spec,
-            artifact_dir,
-            supervisor,
+            budget: RestartBudget::new(setup.config.sessions.restart_budget),
+            key: setup.key,
+            config: setup.config,
+            spec: setup.spec,
+            artifact_dir: setup.artifact_dir,
+            launcher: setup.launcher,
+            events: setup.events,
             worker: Worker::None,
             generation: 0,
             after_stop: Vec::new(),
             close_replies: Vec::new(),
             reset_replies: Vec::new(),
-            close_reason: None,
+            closing: None,
             queue: VecDeque::new(),
             running: None,
             next_cell_id: 1,
-            restarts_used: 0,
             failed: None,
             cells_run: 0,
             last_active: Instant::now(),
-            notice,
+            notice: setup.notice,
             heartbeat_seq: 0,
             heartbeat_timer: None,
-            prestarted,
+            prestarted: setup.prestarted,
             jobs_received: 0,
         }
     }
@@ -259,549 +223,48 @@ impl Session {
     }
 
     fn report(&self) {
-        self.supervisor.do_send(SessionChanged {
+        self.events.do_send(SessionEvent::Changed {
             key: self.key.clone(),
             state: self.state(),
             received: self.jobs_received,
             last_active: self.last_active,
+            pid: self.pid(),
         });
     }
 
     fn pid(&self) -> Option<u32> {
         match &self.worker {
             Worker::Ready { link, .. } => Some(link.pid),
-            Worker::Stopping { pid, .. } => *pid,
+            Worker::Stopping { process, .. } => Some(process.pid()),
             _ => None,
         }
     }
 
-    /// Starts queued work if nothing is running.
-    fn pump(&mut self, ctx: &mut Context<Self>) {
-        loop {
-            if self.running.is_some()
-                || matches!(
-                    self.worker,
-                    Worker::Starting { .. } | Worker::Stopping { .. }
-                )
-            {
-                break;
-            }
-            if self.queue.front().is_some_and(CellJob::abandoned) {
-                self.queue.pop_front();
-                continue;
-            }
-            let Some(front) = self.queue.front_mut() else {
-                break;
-            };
-            if front.spec.reset {
-                front.spec.reset = false;
-                self.begin_reset(ctx, "the session was reset before this cell".into());
-                break;
-            }
-            if let Some(why) = &self.failed {
-                let message = why.clone();
-                if let Some(job) = self.queue.pop_front() {
-                    let _ = job.reply.send(CellOutcome::error(message));
-                }
-                continue;
-            }
-            if matches!(self.worker, Worker::None) {
-                self.start_worker(ctx);
-                break;
-            }
-            if let Some(job) = self.queue.pop_front() {
-                self.run_cell(ctx, job);
-            }
-        }
-        self.report();
-    }
-
-    fn start_worker(&mut self, ctx: &mut Context<Self>) {
-        self.generation += 1;
-        let generation = self.generation;
-        self.worker = Worker::Starting { generation };
-        if let Some(worker) = self.prestarted.take() {
-            ctx.notify(WorkerStarted {
-                generation,
-                result: Ok(worker),
-            });
-            return;
-        }
-        let spec = self.spec.clone();
-        let me = ctx.address();
-        let serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
-        // Not tied to the actor's lifetime: if the actor is gone when the worker is up, the
-        // worker must still be stopped rather than leak.
-        actix::spawn(async move {
-            let result = spawn::start(&spec, serial).await;
-            if let Err(actix::dev::SendError::Closed(WorkerStarted {
-                result: Ok(worker), ..
-            })) = me.try_send(WorkerStarted { generation, result })
-            {
-                worker.discard().await;
-            }
-        });
-    }
-
-    fn on_started(&mut self, msg: WorkerStarted, ctx: &mut Context<Self>) {
-        if !matches!(self.worker, Worker::Starting { generation } if generation == msg.generation) {
-            if let Ok(worker) = msg.result {
-                actix::spawn(worker.discard());
-            }
-            return;
-        }
-        match msg.result {
-            Ok(worker) => {
-                tracing::info!(session = %self.key, pid = worker.pid, engine = %worker.engine, "worker started");
-                let link = Link::spawn(worker, msg.generation, ctx.address());
-                self.worker = Worker::Ready {
-                    generation: msg.generation,
-                    link,
-                    last_pong: Instant::now(),
-                    killed_for: None,
-                };
-                if !self.after_stop.is_empty() {
-                    self.stop_worker(ctx);
-                    return;
-                }
-            }
-            Err(err) => {
-                tracing::warn!(session = %self.key, "worker failed to start: {err}");
-                self.worker = Worker::None;
-                let message = format!("could not start the {} worker: {err}", self.key.language);
-                if !self.after_stop.is_empty() {
-                    self.finish_stop(ctx);
-                    return;
-                }
-                if let Some(job) = self.queue.pop_front() {
-                    let _ = job.reply.send(CellOutcome::error(message));
-                }
-            }
-        }
-        self.pump(ctx);
-    }
-
-    fn run_cell(&mut self, ctx: &mut Context<Self>, job: CellJob) {
-        let Worker::Ready { link, .. } = &self.worker else {
-            self.queue.push_front(job);
-            return;
-        };
-        let cell_id = self.next_cell_id;
-        self.next_cell_id += 1;
-        let max_bytes = job
-            .max_output_bytes
-            .map_or(self.config.output.max_bytes.as_u64(), |cap| {
-                cap.min(self.config.output.max_bytes.as_u64())
-            });
-        let sink = OutputSink::new(SinkLimits {
-            max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
-            max_lines: self.config.output.max_lines,
-            artifact_path: self.artifact_dir.join(format!(
-                "{}-{}-{}-{cell_id}.txt",
-                crate::paths::file_safe(&self.key.session),
-                self.key.language,
-                link.pid
-            )),
-        });
-        let declared: Vec<String> = job.tools.iter().map(|t| t.name.clone()).collect();
-        link.begin(
-            ActiveCell::new(cell_id, job.index, sink, job.events.clone())
-                .with_tools(declared, job.tool_host.clone()),
-        );
-        link.send(ToWorker::Execute(ExecuteCell {
-            cell_id,
-            code: job.spec.code.clone(),
-            cwd: job.cwd.as_ref().map(|p| p.to_string_lossy().into_owned()),
-            tools: job.tools.to_vec(),
-        }));
-        let mut requester = job.requester.clone();
-        ctx.spawn(
-            async move {
-                // Only an error ends this: the requester's side was dropped.
-                while requester.changed().await.is_ok() {}
-            }
-            .into_actor(self)
-            .map(move |(), act, ctx| act.on_requester_gone(cell_id, ctx)),
-        );
-        let timeout = self.config.cells.timeout_for(job.spec.timeout);
-        let deadline = ctx.run_later(timeout, move |act, ctx| act.on_deadline(cell_id, ctx));
-        self.running = Some(Running {
-            cell_id,
-            job,
-            started: Instant::now(),
-            timeout,
-            timed_out: false,
-            interrupted_by_host: false,
-            deadline: Some(deadline),
-            grace: None,
-            notice: self.notice.take(),
-        });
-        self.last_active = Instant::now();
-    }
-
-    /// The host that asked for `cell_id` is gone: stop the cell if it still runs.
-    fn on_requester_gone(&mut self, cell_id: u64, ctx: &mut Context<Self>) {
-        if let Some(running) = self.running.as_mut().filter(|r| r.cell_id == cell_id) {
-            tracing::info!(session = %self.key, cell_id, "requester gone: interrupting its cell");
-            running.interrupted_by_host = true;
-            self.interrupt_running(ctx);
-        }
-    }
-
-    fn on_deadline(&mut self, cell_id: u64, ctx: &mut Context<Self>) {
-        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == cell_id) else {
-            return;
-        };
-        running.deadline = None;
-        running.timed_out = true;
-        self.interrupt_running(ctx);
-    }
-
-    /// Sends the interrupt and arms the grace timer, once per cell.
-    fn interrupt_running(&mut self, ctx: &mut Context<Self>) {
-        let Some(running) = self.running.as_mut() else {
-            return;
-        };
-        if running.grace.is_some() {
-            return;
-        }
-        let cell_id = running.cell_id;
-        if let Worker::Ready { link, .. } = &self.worker {
-            link.send(ToWorker::Interrupt { cell_id });
-        }
-        let grace = self.config.sessions.interrupt_grace;
-        running.grace =
-            Some(ctx.run_later(grace, move |act, ctx| act.on_grace_expired(cell_id, ctx)));
-    }
-
-    fn on_grace_expired(&mut self, cell_id: u64, _ctx: &mut Context<Self>) {
-        if self.running.as_ref().is_some_and(|r| r.cell_id == cell_id) {
-            let grace = self.config.sessions.interrupt_grace;
-            self.kill_worker(format!(
-                "did not stop within interrupt-grace ({}) after the interrupt",
-                humanize(grace)
-            ));
-        }
-    }
-
-    /// Kills the live worker for a policy reason; its exit arrives as `WorkerExited`.
-    fn kill_worker(&mut self, reason: String) {
-        if let Worker::Ready {
-            link, killed_for, ..
-        } = &mut self.worker
-        {
-            if killed_for.is_none() {
-                tracing::warn!(session = %self.key, pid = link.pid, "killing worker: {reason}");
-                *killed_for = Some(reason);
-                link.abandon_host();
-                kill_group(link.pid, Signal::SIGKILL);
-            }
-        }
-    }
-
-    fn on_cell_finished(&mut self, msg: CellFinished, ctx: &mut Context<Self>) {
-        if !self.is_current(msg.generation) {
-            return;
-        }
-        let Some(running) = self.running.take_if(|r| r.cell_id == msg.cell_id) else {
-            return;
-        };
-        for handle in [running.deadline, running.grace].into_iter().flatten() {
-            ctx.cancel_future(handle);
-        }
-        let mut output = msg.output;
-        let status_events = msg.status_events;
-        let status = match msg.outcome {
-            WorkerOutcome::Completed => {
-                self.restarts_left = self.config.sessions.restart_budget;
-                CellStatus::Complete
-            }
-            WorkerOutcome::Failed { .. } => CellStatus::Error,
-            WorkerOutcome::Interrupted => CellStatus::Cancelled,
-        };
-        if status == CellStatus::Cancelled || running.timed_out {
-            let line = if running.timed_out {
-                timed_out_line(running.timeout)
+    fn status(&self) -> SessionStatus {
+        SessionStatus {
+            session: self.key.session.clone(),
+            language: self.key.language,
+            pid: self.pid(),
+            engine: match &self.worker {
+                Worker::Ready { link, .. } => Some(link.engine.clone()),
+                _ => None,
+            },
+            state: self.state(),
+            cells_run: self.cells_run,
+            restarts: self.budget.restarts(),
+            idle_ms: if self.running.is_some() {
+                0
             } else {
-                "Interrupted".to_string()
-            };
-            append_line(&mut output.text, &line);
-        }
-        let status = if running.timed_out || running.interrupted_by_host {
-            CellStatus::Cancelled
-        } else {
-            status
-        };
-        self.cells_run += 1;
-        self.last_active = Instant::now();
-        let _ = running.job.reply.send(CellOutcome {
-            status,
-            output: output.text,
-            duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,
-            displays: msg.displays,
-            status_events,
-            truncation: output.truncation,
-            notice: running.notice,
-        });
-        self.pump(ctx);
-    }
-
-    fn is_current(&self, generation: u64) -> bool {
-        match &self.worker {
-            Worker::Ready { generation: g, .. } | Worker::Stopping { generation: g, .. } => {
-                *g == generation
-            }
-            _ => false,
+                self.last_active.elapsed().as_millis() as u64
+            },
+            queued: self.queue.len(),
+            rss_bytes: None,
+            cpu_percent: None,
         }
     }
 
-    fn on_worker_exited(&mut self, msg: WorkerExited, ctx: &mut Context<Self>) {
-        if !self.is_current(msg.generation) {
-            return;
-        }
-        let worker = std::mem::replace(&mut self.worker, Worker::None);
-        let running = self.running.take();
-        if let Some(running) = &running {
-            for handle in [running.deadline, running.grace].into_iter().flatten() {
-                ctx.cancel_future(handle);
-            }
-        }
-        let killed_for = match worker {
-            Worker::Stopping { .. } => {
-                // Planned: reset or close.
-                if let Some(running) = running {
-                    let partial = msg.partial.map(|p| p.output.text).unwrap_or_default();
-                    let mut text = partial;
-                    append_line(&mut text, "Interrupted: the session was reset or closed");
-                    let mut outcome = CellOutcome::error(text);
-                    outcome.status = CellStatus::Cancelled;
-                    outcome.duration_ms = running.started.elapsed().as_secs_f64() * 1000.0;
-                    let _ = running.job.reply.send(outcome);
-                }
-                self.finish_stop(ctx);
-                return;
-            }
-            Worker::Ready { killed_for, .. } => killed_for,
-            _ => None,
-        };
-
-        // Unplanned: a crash, or a kill for a policy.
-        let cause = killed_for.clone().unwrap_or_else(|| msg.reason.clone());
-        // A cell the dead worker never started did not cause its death: it runs on the next.
-        let (running, partial) = match (running, msg.partial) {
-            (Some(running), partial)
-                if !partial
-                    .as_ref()
-                    .is_some_and(|p| p.cell_id == running.cell_id && p.started) =>
-            {
-                self.queue.push_front(running.job);
-                (None, None)
-            }
-            (running, partial) => (running, partial),
-        };
-        tracing::warn!(session = %self.key, "worker gone: {cause}");
-        let restarted = self.restarts_left > 0;
-        let budget = self.config.sessions.restart_budget;
-        let consequence = if restarted {
-            self.restarts_left -= 1;
-            self.restarts_used += 1;
-            "session restarted, state lost".to_string()
-        } else {
-            let reason = format!(
-                "the {} worker of session {} was lost ({cause}) with its restart budget used up \
-                 (restart-budget = {budget}); the session is failed: reset it to start over",
-                self.key.language, self.key.session
-            );
-            self.failed = Some(reason);
-            format!(
-                "restart budget used up (restart-budget = {budget}): session failed, reset it to \
-                 start over"
-            )
-        };
-        if let Some(running) = running {
-            let (mut text, displays, truncation) = match partial {
-                Some(partial) if partial.cell_id == running.cell_id => (
-                    partial.output.text,
-                    partial.displays,
-                    partial.output.truncation,
-                ),
-                _ => (String::new(), Vec::new(), Default::default()),
-            };
-            let status =
-                if killed_for.is_some() && (running.timed_out || running.interrupted_by_host) {
-                    if running.timed_out {
-                        append_line(&mut text, &timed_out_line(running.timeout));
-                    }
-                    append_line(
-                        &mut text,
-                        &format!("worker {cause}; killed it; {consequence}"),
-                    );
-                    CellStatus::Cancelled
-                } else {
-                    let mut line = match &killed_for {
-                        Some(policy) => format!("worker killed: it {policy}; {consequence}"),
-                        None => format!("worker crashed: {cause}; {consequence}"),
-                    };
-                    if !msg.stderr_tail.is_empty() && killed_for.is_none() {
-                        line.push_str(&format!("\nworker stderr:\n{}", msg.stderr_tail));
-                    }
-                    append_line(&mut text, &line);
-                    CellStatus::Error
-                };
-            let _ = running.job.reply.send(CellOutcome {
-                status,
-                output: text,
-                duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,
-                displays,
-                status_events: Vec::new(),
-                truncation,
-                notice: running.notice,
-            });
-            self.cells_run += 1;
-        }
-        if restarted {
-            self.notice = Some(format!(
-                "the previous {} worker is gone ({cause}); a new worker was started and earlier \
-                 state is lost",
-                self.key.language
-            ));
-            self.start_worker(ctx);
-        }
-        self.pump(ctx);
-    }
-
-    /// Asks the worker to exit: Shutdown frame, then SIGTERM, then SIGKILL to its group.
-    fn stop_worker(&mut self, ctx: &mut Context<Self>) {
-        match std::mem::replace(&mut self.worker, Worker::None) {
-            Worker::Ready {
-                generation, link, ..
-            } => {
-                link.send(ToWorker::Shutdown);
-                link.abandon_host();
-                let pid = link.pid;
-                self.worker = Worker::Stopping {
-                    generation,
-                    pid: Some(pid),
-                };
-                // The link goes away here; the reader task keeps running until the worker exits.
-                drop(link);
-                let grace = self.config.sessions.shutdown_grace;
-                ctx.run_later(grace, move |act, ctx| {
-                    if matches!(act.worker, Worker::Stopping { generation: g, .. } if g == generation)
-                    {
-                        kill_group(pid, Signal::SIGTERM);
-                        ctx.run_later(grace, move |act, _| {
-                            if matches!(act.worker, Worker::Stopping { generation: g, .. } if g == generation)
-                            {
-                                kill_group(pid, Signal::SIGKILL);
-                            }
-                        });
-                    }
-                });
-            }
-            starting @ Worker::Starting { .. } => {
-                // Stopped once it is up (see on_started).
-                self.worker = starting;
-            }
-            stopping @ Worker::Stopping { .. } => self.worker = stopping,
-            Worker::None => self.finish_stop(ctx),
-        }
-        self.report();
-    }
-
-    /// The worker is gone on request: carry out what was asked.
-    fn finish_stop(&mut self, ctx: &mut Context<Self>) {
-        self.worker = Worker::None;
-        let actions = std::mem::take(&mut self.after_stop);
-        if actions.iter().any(|a| matches!(a, AfterStop::Close)) {
-            let why = format!("session {} was closed", self.key);
-            for job in self.queue.drain(..) {
-                let _ = job.reply.send(CellOutcome::error(why.clone()));
-            }
-            for reply in self
-                .close_replies
-                .drain(..)
-                .chain(self.reset_replies.drain(..))
-            {
-                let _ = reply.send(());
-            }
-            self.supervisor.do_send(SessionStopped {
-                key: self.key.clone(),
-                reason: self.close_reason.take(),
-            });
-            ctx.stop();
-            return;
-        }
-        for reply in self.reset_replies.drain(..) {
-            let _ = reply.send(());
-        }
-        if actions.iter().any(|a| matches!(a, AfterStop::Restart)) {
-            self.start_worker(ctx);
-        }
-        self.pump(ctx);
-    }
-
-    fn begin_reset(&mut self, ctx: &mut Context<Self>, notice: String) {
-        self.failed = None;
-        self.restarts_left = self.config.sessions.restart_budget;
-        self.notice = Some(notice);
-        self.after_stop.push(AfterStop::Restart);
-        self.stop_worker(ctx);
-    }
-
-    /// (Re)starts the heartbeat at the configured interval. The worker gets a fresh
-    /// allowance: silence measured against the old interval says nothing under the new one.
-    fn arm_heartbeat(&mut self, ctx: &mut Context<Self>) {
-        if let Some(timer) = self.heartbeat_timer.take() {
-            ctx.cancel_future(timer);
-        }
-        if let Worker::Ready { last_pong, .. } = &mut self.worker {
-            *last_pong = Instant::now();
-        }
-        let interval = self.config.sessions.heartbeat_interval;
-        self.heartbeat_timer = Some(ctx.run_interval(interval, |act, ctx| act.heartbeat(ctx)));
-    }
-
-    fn heartbeat(&mut self, ctx: &mut Context<Self>) {
-        let timeout = self.config.sessions.heartbeat_timeout;
-        let Worker::Ready {
-            generation,
-            link,
-            last_pong,
-            ..
-        } = &mut self.worker
-        else {
-            return;
-        };
-        if link.host_stalled() {
-            // The reader waits for a slow host and reads no pongs meanwhile; the worker is
-            // held back on purpose, not dead.
-            *last_pong = Instant::now();
-        }
-        if let Some(cap) = self.config.limits.max_rss {
-            // Sampling reads /proc; keep it off the actor's thread.
-            let (pid, generation, me) = (link.pid, *generation, ctx.address());
-            actix::spawn(async move {
-                if let Ok(Some(rss)) =
-                    tokio::task::spawn_blocking(move || crate::usage::rss_of_tree(pid)).await
-                {
-                    if rss > cap.as_u64() {
-                        me.do_send(OverMemory { generation, rss });
-                    }
-                }
-            });
-        }
-        if last_pong.elapsed() > timeout {
-            self.kill_worker(format!(
-                "missed heartbeats (no answer for {}, heartbeat-timeout)",
-                humanize(timeout)
-            ));
-            return;
-        }
-        self.heartbeat_seq += 1;
-        link.send(ToWorker::Ping {
-            seq: self.heartbeat_seq,
-        });
+    fn is_closing(&self) -> bool {
+        self.closing.is_some()
     }
 }
 
@@ -817,12 +280,7 @@ impl Handler<RunCell> for Session {
     type Result = ();
     fn handle(&mut self, msg: RunCell, ctx: &mut Context<Self>) {
         self.jobs_received += 1;
-        if self.close_reason.is_some()
-            || self
-                .after_stop
-                .iter()
-                .any(|a| matches!(a, AfterStop::Close))
-        {
+        if self.is_closing() {
             let _ = msg.0.reply.send(CellOutcome::error(format!(
                 "session {} is closing",
                 self.key
@@ -837,13 +295,15 @@ impl Handler<RunCell> for Session {
 impl Handler<InterruptCell> for Session {
     type Result = bool;
     fn handle(&mut self, _: InterruptCell, ctx: &mut Context<Self>) -> bool {
-        match self.running.as_mut() {
-            Some(running) => {
-                running.interrupted_by_host = true;
-                self.interrupt_running(ctx);
-                true
-            }
-            None => false,
+        self.interrupt_by_host(None, ctx)
+    }
+}
+
+impl Handler<RequesterGone> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: RequesterGone, ctx: &mut Context<Self>) {
+        if self.interrupt_by_host(Some(msg.cell_id), ctx) {
+            tracing::info!(session = %self.key, cell_id = msg.cell_id, "requester gone: interrupting its cell");
         }
     }
 }
@@ -864,8 +324,8 @@ impl Handler<CloseSession> for Session {
         if let Some(reply) = msg.reply {
             self.close_replies.push(reply);
         }
-        if self.close_reason.is_none() {
-            self.close_reason = msg.reason;
+        if self.closing.is_none() {
+            self.closing = Some(msg.eviction);
         }
         self.after_stop.push(AfterStop::Close);
         self.stop_worker(ctx);
@@ -875,26 +335,7 @@ impl Handler<CloseSession> for Session {
 impl Handler<QueryStatus> for Session {
     type Result = MessageResult<QueryStatus>;
     fn handle(&mut self, _: QueryStatus, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(SessionStatus {
-            session: self.key.session.clone(),
-            language: self.key.language,
-            pid: self.pid(),
-            engine: match &self.worker {
-                Worker::Ready { link, .. } => Some(link.engine.clone()),
-                _ => None,
-            },
-            state: self.state(),
-            cells_run: self.cells_run,
-            restarts: self.restarts_used,
-            idle_ms: if self.running.is_some() {
-                0
-            } else {
-                self.last_active.elapsed().as_millis() as u64
-            },
-            queued: self.queue.len(),
-            rss_bytes: None,
-            cpu_percent: None,
-        })
+        MessageResult(self.status())
     }
 }
 
@@ -903,23 +344,18 @@ impl Handler<UpdateConfig> for Session {
     fn handle(&mut self, msg: UpdateConfig, ctx: &mut Context<Self>) {
         let old_interval = self.config.sessions.heartbeat_interval;
         self.config = msg.0;
+        self.budget
+            .set_limit(self.config.sessions.restart_budget);
         if self.config.sessions.heartbeat_interval != old_interval {
             self.arm_heartbeat(ctx);
         }
     }
 }
 
-impl Handler<WorkerStarted> for Session {
+impl Handler<HeartbeatTick> for Session {
     type Result = ();
-    fn handle(&mut self, msg: WorkerStarted, ctx: &mut Context<Self>) {
-        self.on_started(msg, ctx);
-    }
-}
-
-impl Handler<CellFinished> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: CellFinished, ctx: &mut Context<Self>) {
-        self.on_cell_finished(msg, ctx);
+    fn handle(&mut self, _: HeartbeatTick, _: &mut Context<Self>) {
+        self.heartbeat();
     }
 }
 
@@ -939,23 +375,45 @@ impl Handler<PongReceived> for Session {
     }
 }
 
-impl Handler<OverMemory> for Session {
+impl Handler<MemoryTick> for Session {
     type Result = ();
-    fn handle(&mut self, msg: OverMemory, _: &mut Context<Self>) {
-        if !matches!(self.worker, Worker::Ready { generation, .. } if generation == msg.generation)
-        {
-            return;
-        }
-        let cap = self
-            .config
-            .limits
-            .max_rss
-            .map(|c| c.to_string())
-            .unwrap_or_default();
-        self.kill_worker(format!(
-            "used {} of memory (RSS), over the cap of {cap} (limits.max-rss)",
-            bytesize::ByteSize::b(msg.rss)
-        ));
+    fn handle(&mut self, msg: MemoryTick, _: &mut Context<Self>) {
+        self.check_memory(msg.pid, msg.rss);
+    }
+}
+
+impl Handler<CellDeadline> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: CellDeadline, ctx: &mut Context<Self>) {
+        self.on_deadline(msg.cell_id, ctx);
+    }
+}
+
+impl Handler<GraceExpired> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: GraceExpired, _: &mut Context<Self>) {
+        self.on_grace_expired(msg.cell_id);
+    }
+}
+
+impl Handler<StopEscalation> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: StopEscalation, ctx: &mut Context<Self>) {
+        self.escalate_stop(msg, ctx);
+    }
+}
+
+impl Handler<WorkerStarted> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: WorkerStarted, ctx: &mut Context<Self>) {
+        self.on_started(msg, ctx);
+    }
+}
+
+impl Handler<CellFinished> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: CellFinished, ctx: &mut Context<Self>) {
+        self.on_cell_finished(msg, ctx);
     }
 }
 
@@ -964,29 +422,4 @@ impl Handler<WorkerExited> for Session {
     fn handle(&mut self, msg: WorkerExited, ctx: &mut Context<Self>) {
         self.on_worker_exited(msg, ctx);
     }
-}
-
-fn timed_out_line(timeout: Duration) -> String {
-    format!("Command timed out after {} seconds", humanize_secs(timeout))
-}
-
-fn humanize_secs(d: Duration) -> String {
-    let secs = d.as_secs_f64();
-    if secs.fract() == 0.0 {
-        format!("{}", secs as u64)
-    } else {
-        format!("{secs:.1}")
-    }
-}
-
-fn humanize(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
-}
-
-fn append_line(text: &mut String, line: &str) {
-    if !text.is_empty() && !text.ends_with('\n') {
-        text.push('\n');
-    }
-    text.push_str(line);
-    text.push('\n');
 }

@@ -1,22 +1,43 @@
-//! The `Supervisor` actor: the registry of sessions, the per-language cap, idle eviction and
-//! the fan-out of host commands to sessions.
+//! The `Supervisor` actor: the registry of sessions, the per-language cap, idle eviction,
+//! process sampling, and the fan-out of host commands to sessions.
+//!
+//! - [`messages`]: everything the actor is told.
+//! - [`capacity`]: where a new cell goes under `max-sessions` (plain data).
+//! - `prewarm`: the pool of Python workers started ahead of demand.
+
+pub mod capacity;
+pub mod messages;
+mod prewarm;
+#[cfg(test)]
+mod tests;
 
 use crate::cell::CellOutcome;
+use crate::session::outcome::{self, Eviction};
 use crate::session::{
-    CellJob, CloseSession, InterruptCell, QueryStatus, ResetSession, RunCell, Session, SessionKey,
-    SessionState, SessionStatus, UpdateConfig,
+    CloseSession, InterruptCell, MemoryTick, QueryStatus, ResetSession, RunCell, Session,
+    SessionKey, SessionSetup, SessionState, SessionStatus, UpdateConfig,
 };
-use crate::spawn::{self, kill_group, StartedWorker, WorkerSpec};
+use crate::spawn::{Launcher, ProcessLauncher, StartedWorker, WorkerSpec};
+use crate::usage::ProcessSampler;
 use actix::prelude::*;
+use capacity::{Placement, Slot};
 use cellvisor_config::Config;
 use cellvisor_ipc::Language;
-use nix::sys::signal::Signal;
+pub use messages::*;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
+
+/// How often the workers' memory is sampled while a cell runs and `limits.max-rss` is set:
+/// a worker can outgrow its cap by at most what it allocates in this time. Reading the known
+/// members of each worker tree costs one small `/proc` read per process.
+pub const BUSY_SAMPLE_INTERVAL: Duration = Duration::from_millis(50);
+
+/// How often, at most, worker trees are discovered afresh while sampling fast (a new child
+/// of a cell is measured from then on).
+const TREE_REFRESH: Duration = Duration::from_secs(1);
 
 /// Where workers come from and where their files go; fixed for a supervisor's life.
 #[derive(Debug, Clone)]
@@ -26,80 +47,6 @@ pub struct WorkerBase {
     pub artifact_dir: PathBuf,
     /// Where sessions keep what JS `store()` saves; outlives workers and the daemon.
     pub store_dir: PathBuf,
-}
-
-/// Run a cell in `key`'s session, creating it (within the cap) if needed.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Submit {
-    pub key: SessionKey,
-    pub cwd: Option<PathBuf>,
-    pub job: CellJob,
-    /// The request the cell belongs to: its sessions are not evicted until it ends
-    /// ([`RequestDone`]), so a request's later cells find the state its earlier ones left.
-    pub request: u64,
-}
-
-/// A request has ended (or was abandoned): its sessions may be evicted again.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct RequestDone {
-    pub request: u64,
-}
-
-/// A command for every language of a session, or one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ControlAction {
-    Interrupt,
-    Reset,
-    Close,
-}
-
-/// Answers how many sessions it applied to.
-#[derive(Message)]
-#[rtype(result = "usize")]
-pub struct Control {
-    pub session: String,
-    pub language: Option<Language>,
-    pub action: ControlAction,
-}
-
-#[derive(Message)]
-#[rtype(result = "Vec<SessionStatus>")]
-pub struct Status;
-
-/// How many prewarmed workers wait to be claimed.
-#[derive(Message)]
-#[rtype(result = "usize")]
-pub struct PrewarmedCount;
-
-/// Close every session and wait for their workers to be gone.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct ShutdownAll;
-
-/// New configuration for new cells and new workers.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct ReloadConfig(pub Arc<Config>);
-
-/// A session's state changed (sent by the session).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct SessionChanged {
-    pub key: SessionKey,
-    pub state: SessionState,
-    /// How many cells the session has received from us so far.
-    pub received: u64,
-    pub last_active: Instant,
-}
-
-/// A session's worker is gone and its actor stopped.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct SessionStopped {
-    pub key: SessionKey,
-    pub reason: Option<String>,
 }
 
 struct Entry {
@@ -113,6 +60,8 @@ struct Entry {
     closing: bool,
     /// Requests under way that have used this session.
     pinned_by: Vec<u64>,
+    /// Its live worker, for the sampler.
+    pid: Option<u32>,
 }
 
 impl Entry {
@@ -127,25 +76,15 @@ impl Entry {
 struct Waiting {
     id: u64,
     submit: Submit,
+    timeout: Duration,
 }
 
 /// How many evicted sessions we remember, to tell their next cell.
 const EVICTED_MEMORY: usize = 4096;
 
-/// A prewarmed worker finished starting.
-#[derive(Message)]
-#[rtype(result = "()")]
-struct PoolWorkerReady(Result<StartedWorker, spawn::StartError>);
-
-static POOL_SERIAL: AtomicU64 = AtomicU64::new(1);
-
-/// Whether `dir` holds a virtual environment the Python worker would pick.
-fn has_venv(dir: &std::path::Path) -> bool {
-    dir.join(".venv").is_dir() || dir.join("venv").is_dir()
-}
-
 pub struct Supervisor {
     config: Arc<Config>,
+    launcher: Arc<dyn Launcher>,
     /// Idle Python workers started ahead of demand (`python.prewarm`); no session owns them.
     pool: Vec<StartedWorker>,
     pool_starting: usize,
@@ -157,12 +96,27 @@ pub struct Supervisor {
     next_waiting_id: u64,
     stopping: bool,
     last_prune: Option<Instant>,
+    sweep_timer: Option<SpawnHandle>,
+    sampler: ProcessSampler,
+    sample_timer: Option<SpawnHandle>,
+    sampling_fast: bool,
+    last_discovery: Option<Instant>,
 }
 
 impl Supervisor {
     pub fn new(config: Arc<Config>, base: WorkerBase) -> Supervisor {
+        Supervisor::with_launcher(config, base, Arc::new(ProcessLauncher))
+    }
+
+    /// A supervisor whose workers come from `launcher`.
+    pub fn with_launcher(
+        config: Arc<Config>,
+        base: WorkerBase,
+        launcher: Arc<dyn Launcher>,
+    ) -> Supervisor {
         Supervisor {
             config,
+            launcher,
             pool: Vec::new(),
             pool_starting: 0,
             base,
@@ -173,60 +127,82 @@ impl Supervisor {
             next_waiting_id: 1,
             stopping: false,
             last_prune: None,
+            sweep_timer: None,
+            sampler: ProcessSampler::default(),
+            sample_timer: None,
+            sampling_fast: false,
+            last_discovery: None,
         }
     }
 
-    fn live_count(&self, language: Language) -> usize {
+    /// The live sessions of `language`, as the capacity decision sees them.
+    fn slots(&self, language: Language) -> Vec<Slot<SessionKey>> {
         self.sessions
-            .keys()
-            .filter(|k| k.language == language)
-            .count()
+            .iter()
+            .filter(|(k, _)| k.language == language)
+            .map(|(k, e)| Slot {
+                key: k.clone(),
+                evictable: e.evictable(),
+                closing: e.closing,
+                last_active: e.last_active,
+            })
+            .collect()
     }
 
     /// Places a submission, or gives it back when it has to wait.
     fn try_place(&mut self, submit: Submit, ctx: &mut Context<Self>) -> Option<Submit> {
-        if let Some(entry) = self.sessions.get_mut(&submit.key) {
-            if entry.closing {
-                return Some(submit);
-            }
-            entry.sent += 1;
-            entry.state = SessionState::Busy;
-            if !entry.pinned_by.contains(&submit.request) {
-                entry.pinned_by.push(submit.request);
-            }
-            entry.addr.do_send(RunCell(submit.job));
-            return None;
-        }
-        let language = submit.key.language;
         let cap = self.config.sessions.max_sessions;
-        if self.live_count(language) >= cap {
-            let closing_any = self
-                .sessions
-                .iter()
-                .any(|(k, e)| k.language == language && e.closing);
-            if !closing_any {
-                self.evict_lru_idle(language);
+        let placement = match self.sessions.get(&submit.key) {
+            Some(entry) => capacity::for_live(entry.closing),
+            None => capacity::place(&submit.key, &self.slots(submit.key.language), cap),
+        };
+        match placement {
+            Placement::RunHere => {
+                if let Some(entry) = self.sessions.get_mut(&submit.key) {
+                    entry.sent += 1;
+                    entry.state = SessionState::Busy;
+                    if !entry.pinned_by.contains(&submit.request) {
+                        entry.pinned_by.push(submit.request);
+                    }
+                    entry.addr.do_send(RunCell(submit.job));
+                }
+                None
             }
-            return Some(submit);
+            Placement::Start => {
+                self.start_session(submit, ctx);
+                None
+            }
+            Placement::Evict(victim) => {
+                let eviction = Eviction::ForRoom {
+                    key: victim.clone(),
+                    cap,
+                };
+                self.close_entry(&victim, Some(eviction));
+                Some(submit)
+            }
+            Placement::Wait => Some(submit),
         }
-        let notice = self.evicted.remove(&submit.key);
+    }
+
+    fn start_session(&mut self, submit: Submit, ctx: &mut Context<Self>) {
+        let language = submit.key.language;
         let spec = self.worker_spec(language, submit.cwd.clone(), Some(&submit.key.session));
         let prestarted = if language == Language::Python {
             self.claim_prewarmed(submit.cwd.as_deref(), ctx)
         } else {
             None
         };
-        let session = Session::new(
-            submit.key.clone(),
-            Arc::clone(&self.config),
+        let session = Session::new(SessionSetup {
+            key: submit.key.clone(),
+            config: Arc::clone(&self.config),
             spec,
-            self.base.artifact_dir.clone(),
-            ctx.address(),
-            notice,
+            artifact_dir: self.base.artifact_dir.clone(),
+            launcher: Arc::clone(&self.launcher),
+            events: ctx.address().recipient(),
+            notice: self.evicted.remove(&submit.key),
             prestarted,
-        );
+        });
         let addr = session.start();
-        let request = submit.request;
         addr.do_send(RunCell(submit.job));
         self.sessions.insert(
             submit.key,
@@ -237,10 +213,10 @@ impl Supervisor {
                 received: 0,
                 last_active: Instant::now(),
                 closing: false,
-                pinned_by: vec![request],
+                pinned_by: vec![submit.request],
+                pid: None,
             },
         );
-        None
     }
 
     /// How to start a worker; `session` is `None` for a prewarmed worker that no session
@@ -281,76 +257,16 @@ impl Supervisor {
         }
     }
 
-    /// Starts Python workers until `python.prewarm` of them wait unclaimed.
-    fn refill_pool(&mut self, ctx: &mut Context<Self>) {
-        if self.stopping {
-            return;
-        }
-        while self.pool.len() + self.pool_starting < self.config.python.prewarm {
-            self.pool_starting += 1;
-            let spec = self.worker_spec(Language::Python, None, None);
-            let me = ctx.address();
-            actix::spawn(async move {
-                let serial = 1_000_000 + POOL_SERIAL.fetch_add(1, Ordering::Relaxed);
-                let result = spawn::start(&spec, serial).await;
-                if let Err(actix::dev::SendError::Closed(PoolWorkerReady(Ok(worker)))) =
-                    me.try_send(PoolWorkerReady(result))
-                {
-                    worker.discard().await;
-                }
-            });
-        }
-    }
-
-    /// A prewarmed worker for a new Python session in `cwd`, if one fits: the interpreter was
-    /// chosen in the supervisor's directory, so a session whose directory has a virtual
-    /// environment of its own starts its own worker.
-    fn claim_prewarmed(
-        &mut self,
-        cwd: Option<&std::path::Path>,
-        ctx: &mut Context<Self>,
-    ) -> Option<StartedWorker> {
-        if cwd.is_some_and(has_venv) {
-            return None;
-        }
-        while let Some(mut worker) = self.pool.pop() {
-            if matches!(worker.child.try_wait(), Ok(None)) {
-                self.refill_pool(ctx);
-                return Some(worker);
-            }
-            kill_group(worker.pid, Signal::SIGKILL);
-        }
-        self.refill_pool(ctx);
-        None
-    }
-
-    /// Closes the least recently used idle session of `language`; false if all are busy.
-    fn evict_lru_idle(&mut self, language: Language) -> bool {
-        let cap = self.config.sessions.max_sessions;
-        let victim = self
-            .sessions
-            .iter()
-            .filter(|(k, e)| k.language == language && e.evictable())
-            .min_by_key(|(_, e)| e.last_active)
-            .map(|(k, _)| k.clone());
-        let Some(victim) = victim else {
-            return false;
-        };
-        let reason = format!(
-            "session {victim} was evicted to make room for another {language} session \
-             (max-sessions = {cap}); its earlier state is gone"
-        );
-        self.close_entry(&victim, Some(reason));
-        true
-    }
-
-    fn close_entry(&mut self, key: &SessionKey, reason: Option<String>) {
+    fn close_entry(&mut self, key: &SessionKey, eviction: Option<Eviction>) {
         if let Some(entry) = self.sessions.get_mut(key) {
             if !entry.closing {
-                tracing::info!(session = %key, reason = reason.as_deref().unwrap_or("closed"), "closing session");
+                match &eviction {
+                    Some(why) => tracing::info!(session = %key, reason = %why, "closing session"),
+                    None => tracing::info!(session = %key, "closing session"),
+                }
                 entry.closing = true;
                 entry.addr.do_send(CloseSession {
-                    reason,
+                    eviction,
                     reply: None,
                 });
             }
@@ -365,10 +281,7 @@ impl Supervisor {
                 continue;
             }
             if let Some(submit) = self.try_place(waiting.submit, ctx) {
-                still_waiting.push_back(Waiting {
-                    id: waiting.id,
-                    submit,
-                });
+                still_waiting.push_back(Waiting { submit, ..waiting });
             }
         }
         self.waiting = still_waiting;
@@ -378,26 +291,23 @@ impl Supervisor {
         let id = self.next_waiting_id;
         self.next_waiting_id += 1;
         let timeout = self.config.cells.timeout_for(submit.job.spec.timeout);
-        self.waiting.push_back(Waiting { id, submit });
-        ctx.run_later(timeout, move |act, _| act.give_up_waiting(id, timeout));
+        self.waiting.push_back(Waiting {
+            id,
+            submit,
+            timeout,
+        });
+        ctx.notify_later(RoomWaitExpired { id }, timeout);
     }
 
-    fn give_up_waiting(&mut self, id: u64, waited: Duration) {
+    fn give_up_waiting(&mut self, id: u64) {
         let Some(pos) = self.waiting.iter().position(|w| w.id == id) else {
             return;
         };
         let Some(waiting) = self.waiting.remove(pos) else {
             return;
         };
-        let language = waiting.submit.key.language;
         let cap = self.config.sessions.max_sessions;
-        let message = format!(
-            "no room for session {}: all {cap} {language} sessions are busy (max-sessions = {cap} \
-             in [sessions]) and none became free within {}. Raise max-sessions in the config \
-             file, close a session, or retry later.",
-            waiting.submit.key,
-            humantime::format_duration(waited)
-        );
+        let message = outcome::no_room(&waiting.submit.key, cap, waiting.timeout);
         let _ = waiting.submit.job.reply.send(CellOutcome::error(message));
     }
 
@@ -437,12 +347,74 @@ impl Supervisor {
             .map(|(k, _)| k.clone())
             .collect();
         for key in expired {
-            let reason = format!(
-                "session {key} was evicted after being idle longer than idle-timeout ({}); its \
-                 earlier state is gone",
-                humantime::format_duration(idle_timeout)
-            );
-            self.close_entry(&key, Some(reason));
+            let eviction = Eviction::Idle {
+                key: key.clone(),
+                idle_timeout,
+            };
+            self.close_entry(&key, Some(eviction));
+        }
+    }
+
+    /// (Re)starts the sweep at the configured interval.
+    fn arm_sweep(&mut self, ctx: &mut Context<Self>) {
+        if let Some(timer) = self.sweep_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        let interval = self.config.sessions.sweep_interval;
+        self.sweep_timer = Some(ctx.run_interval(interval, |_, ctx| ctx.notify(SweepTick)));
+    }
+
+    /// Schedules the next sample: fast while a cell runs under a memory cap, else once per
+    /// heartbeat interval.
+    fn arm_sampling(&mut self, ctx: &mut Context<Self>) {
+        if let Some(timer) = self.sample_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        let heartbeat = self.config.sessions.heartbeat_interval;
+        self.sampling_fast = self.config.limits.max_rss.is_some()
+            && self
+                .sessions
+                .values()
+                .any(|e| e.state == SessionState::Busy);
+        let wait = if self.sampling_fast {
+            BUSY_SAMPLE_INTERVAL.min(heartbeat)
+        } else {
+            heartbeat
+        };
+        self.sample_timer = Some(ctx.notify_later(SampleTick, wait));
+    }
+
+    /// Measures every worker's tree once and tells each session its figure.
+    fn sample_memory(&mut self) {
+        if self.config.limits.max_rss.is_none() {
+            return;
+        }
+        let roots: Vec<u32> = self.sessions.values().filter_map(|e| e.pid).collect();
+        let refresh = TREE_REFRESH.min(self.config.sessions.heartbeat_interval);
+        let discover = self.last_discovery.is_none_or(|at| at.elapsed() >= refresh);
+        if discover {
+            self.last_discovery = Some(Instant::now());
+        }
+        let usage = self.sampler.sample(&roots, discover);
+        for entry in self.sessions.values() {
+            if let Some((pid, usage)) = entry.pid.and_then(|pid| Some((pid, usage.get(&pid)?))) {
+                entry.addr.do_send(MemoryTick {
+                    pid,
+                    rss: usage.rss_bytes,
+                });
+            }
+        }
+    }
+
+    /// Adds each worker tree's memory and CPU to `rows`, from a fresh sample.
+    fn add_usage(&mut self, rows: &mut [SessionStatus]) {
+        let pids: Vec<u32> = rows.iter().filter_map(|r| r.pid).collect();
+        let usage = self.sampler.sample(&pids, true);
+        for row in rows {
+            if let Some(u) = row.pid.and_then(|pid| usage.get(&pid)) {
+                row.rss_bytes = Some(u.rss_bytes);
+                row.cpu_percent = Some(u.cpu_percent);
+            }
         }
     }
 
@@ -457,50 +429,58 @@ impl Supervisor {
             .map(|(k, e)| (k.clone(), e.addr.clone()))
             .collect()
     }
+
+    fn on_session_event(&mut self, event: SessionEvent, ctx: &mut Context<Self>) {
+        match event {
+            SessionEvent::Changed {
+                key,
+                state,
+                received,
+                last_active,
+                pid,
+            } => {
+                if let Some(entry) = self.sessions.get_mut(&key) {
+                    entry.state = state;
+                    entry.received = received;
+                    entry.last_active = last_active;
+                    entry.pid = pid;
+                }
+                if state == SessionState::Busy
+                    && !self.sampling_fast
+                    && self.config.limits.max_rss.is_some()
+                {
+                    self.arm_sampling(ctx);
+                }
+            }
+            SessionEvent::Stopped { key, eviction } => {
+                self.sessions.remove(&key);
+                if let Some(eviction) = eviction {
+                    if self.evicted.len() >= EVICTED_MEMORY {
+                        if let Some(oldest) = self.evicted_order.pop_front() {
+                            self.evicted.remove(&oldest);
+                        }
+                    }
+                    self.evicted_order.push_back(key.clone());
+                    self.evicted.insert(key, eviction.to_string());
+                }
+            }
+        }
+        if !self.waiting.is_empty() {
+            self.drain_waiting(ctx);
+        }
+    }
 }
 
 impl Actor for Supervisor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        let interval = self.config.sessions.sweep_interval;
-        ctx.run_interval(interval, |act, _| act.sweep());
+        self.arm_sweep(ctx);
+        self.arm_sampling(ctx);
         // A prewarmed worker dies with the supervisor anyway (parent-death signal); this
         // only makes the pool's own processes part of an orderly stop.
         self.refill_pool(ctx);
         self.prune_artifacts();
-    }
-}
-
-impl Handler<PrewarmedCount> for Supervisor {
-    type Result = usize;
-    fn handle(&mut self, _: PrewarmedCount, _: &mut Context<Self>) -> usize {
-        self.pool.len()
-    }
-}
-
-impl Handler<PoolWorkerReady> for Supervisor {
-    type Result = ();
-    fn handle(&mut self, msg: PoolWorkerReady, ctx: &mut Context<Self>) {
-        self.pool_starting = self.pool_starting.saturating_sub(1);
-        match msg.0 {
-            Ok(worker) if self.pool.len() < self.config.python.prewarm && !self.stopping => {
-                self.pool.push(worker)
-            }
-            Ok(worker) => {
-                actix::spawn(worker.discard());
-            }
-            Err(err) => {
-                tracing::warn!("could not prewarm a Python worker: {err}; retrying in 5s");
-                self.pool_starting += 1;
-                ctx.run_later(Duration::from_secs(5), |act, ctx| {
-                    act.pool_starting = act.pool_starting.saturating_sub(1);
-                    if !act.stopping {
-                        act.refill_pool(ctx);
-                    }
-                });
-            }
-        }
     }
 }
 
@@ -546,34 +526,54 @@ impl Handler<RequestDone> for Supervisor {
     }
 }
 
-impl Handler<SessionChanged> for Supervisor {
+impl Handler<SessionEvent> for Supervisor {
     type Result = ();
-    fn handle(&mut self, msg: SessionChanged, ctx: &mut Context<Self>) {
-        if let Some(entry) = self.sessions.get_mut(&msg.key) {
-            entry.state = msg.state;
-            entry.received = msg.received;
-            entry.last_active = msg.last_active;
-        }
-        if !self.waiting.is_empty() {
-            self.drain_waiting(ctx);
-        }
+    fn handle(&mut self, msg: SessionEvent, ctx: &mut Context<Self>) {
+        self.on_session_event(msg, ctx);
     }
 }
 
-impl Handler<SessionStopped> for Supervisor {
+impl Handler<SweepTick> for Supervisor {
     type Result = ();
-    fn handle(&mut self, msg: SessionStopped, ctx: &mut Context<Self>) {
-        self.sessions.remove(&msg.key);
-        if let Some(reason) = msg.reason {
-            if self.evicted.len() >= EVICTED_MEMORY {
-                if let Some(oldest) = self.evicted_order.pop_front() {
-                    self.evicted.remove(&oldest);
-                }
-            }
-            self.evicted_order.push_back(msg.key.clone());
-            self.evicted.insert(msg.key, reason);
-        }
-        self.drain_waiting(ctx);
+    fn handle(&mut self, _: SweepTick, _: &mut Context<Self>) {
+        self.sweep();
+    }
+}
+
+impl Handler<RoomWaitExpired> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: RoomWaitExpired, _: &mut Context<Self>) {
+        self.give_up_waiting(msg.id);
+    }
+}
+
+impl Handler<SampleTick> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, _: SampleTick, ctx: &mut Context<Self>) {
+        self.sample_timer = None;
+        self.sample_memory();
+        self.arm_sampling(ctx);
+    }
+}
+
+impl Handler<PrewarmedCount> for Supervisor {
+    type Result = usize;
+    fn handle(&mut self, _: PrewarmedCount, _: &mut Context<Self>) -> usize {
+        self.pool.len()
+    }
+}
+
+impl Handler<PoolWorkerReady> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: PoolWorkerReady, ctx: &mut Context<Self>) {
+        self.on_pool_worker_ready(msg, ctx);
+    }
+}
+
+impl Handler<PoolRetry> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, _: PoolRetry, ctx: &mut Context<Self>) {
+        self.on_pool_retry(ctx);
     }
 }
 
@@ -601,7 +601,7 @@ impl Handler<Control> for Supervisor {
                     ControlAction::Close => {
                         let (tx, rx) = oneshot::channel();
                         addr.send(CloseSession {
-                            reason: None,
+                            eviction: None,
                             reply: Some(tx),
                         })
                         .await
@@ -617,19 +617,26 @@ impl Handler<Control> for Supervisor {
 }
 
 impl Handler<Status> for Supervisor {
-    type Result = ResponseFuture<Vec<SessionStatus>>;
+    type Result = ResponseActFuture<Self, Vec<SessionStatus>>;
     fn handle(&mut self, _: Status, _: &mut Context<Self>) -> Self::Result {
         let addrs: Vec<Addr<Session>> = self.sessions.values().map(|e| e.addr.clone()).collect();
-        Box::pin(async move {
-            let mut rows = Vec::new();
-            for addr in addrs {
-                if let Ok(row) = addr.send(QueryStatus).await {
-                    rows.push(row);
+        Box::pin(
+            async move {
+                let mut rows = Vec::new();
+                for addr in addrs {
+                    if let Ok(row) = addr.send(QueryStatus).await {
+                        rows.push(row);
+                    }
                 }
+                rows.sort_by(|a, b| (&a.session, a.language).cmp(&(&b.session, b.language)));
+                rows
             }
-            rows.sort_by(|a, b| (&a.session, a.language).cmp(&(&b.session, b.language)));
-            rows
-        })
+            .into_actor(self)
+            .map(|mut rows, act, _| {
+                act.add_usage(&mut rows);
+                rows
+            }),
+        )
     }
 }
 
@@ -661,7 +668,7 @@ impl Handler<ShutdownAll> for Supervisor {
             for addr in addrs {
                 let (tx, rx) = oneshot::channel();
                 addr.do_send(CloseSession {
-                    reason: None,
+                    eviction: None,
                     reply: Some(tx),
                 });
                 pending.push(rx);
@@ -676,14 +683,20 @@ impl Handler<ShutdownAll> for Supervisor {
 impl Handler<ReloadConfig> for Supervisor {
     type Result = ();
     fn handle(&mut self, msg: ReloadConfig, ctx: &mut Context<Self>) {
-        self.config = msg.0;
+        let old = std::mem::replace(&mut self.config, msg.0);
         for entry in self.sessions.values() {
             entry.addr.do_send(UpdateConfig(Arc::clone(&self.config)));
         }
-        // New limits apply to new workers: the prewarmed ones were made under the old ones.
-        for worker in self.pool.drain(..) {
-            actix::spawn(worker.discard());
+        if self.config.sessions.sweep_interval != old.sessions.sweep_interval {
+            self.arm_sweep(ctx);
         }
+        if self.config.sessions.heartbeat_interval != old.sessions.heartbeat_interval
+            || self.config.limits.max_rss != old.limits.max_rss
+        {
+            self.arm_sampling(ctx);
+        }
+        // New limits apply to new workers: the prewarmed ones were made under the old ones.
+        self.drain_pool();
         self.refill_pool(ctx);
         self.drain_waiting(ctx);
     }
