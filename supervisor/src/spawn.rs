@@ -42,7 +42,8 @@ pub struct WorkerSpec {
 
 /// Starts workers; [`ProcessLauncher`] outside tests.
 pub trait Launcher: Send + Sync + 'static {
-    fn launch(&self, spec: WorkerSpec, serial: u64) -> BoxFuture<Result<StartedWorker, StartError>>;
+    fn launch(&self, spec: WorkerSpec, serial: u64)
+        -> BoxFuture<Result<StartedWorker, StartError>>;
 }
 
 /// A boxed future that can move between threads.
@@ -52,7 +53,11 @@ pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + 
 pub struct ProcessLauncher;
 
 impl Launcher for ProcessLauncher {
-    fn launch(&self, spec: WorkerSpec, serial: u64) -> BoxFuture<Result<StartedWorker, StartError>> {
+    fn launch(
+        &self,
+        spec: WorkerSpec,
+        serial: u64,
+    ) -> BoxFuture<Result<StartedWorker, StartError>> {
         Box::pin(async move { start(&spec, serial).await })
     }
 }

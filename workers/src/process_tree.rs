@@ -88,7 +88,10 @@ fn children_of(pid: u32) -> Vec<u32> {
     };
     for task in tasks.flatten() {
         if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
-            children.extend(list.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+            children.extend(
+                list.split_whitespace()
+                    .filter_map(|c| c.parse::<u32>().ok()),
+            );
         }
     }
     children
@@ -101,7 +104,11 @@ fn children_by_parent() -> HashMap<u32, Vec<ProcStat>> {
         return by_parent;
     };
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         if let Some(stat) = stat(pid) {

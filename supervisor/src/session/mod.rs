@@ -344,8 +344,7 @@ impl Handler<UpdateConfig> for Session {
     fn handle(&mut self, msg: UpdateConfig, ctx: &mut Context<Self>) {
         let old_interval = self.config.sessions.heartbeat_interval;
         self.config = msg.0;
-        self.budget
-            .set_limit(self.config.sessions.restart_budget);
+        self.budget.set_limit(self.config.sessions.restart_budget);
         if self.config.sessions.heartbeat_interval != old_interval {
             self.arm_heartbeat(ctx);
         }

@@ -89,7 +89,9 @@ impl CancelCause {
 pub enum Consequence {
     Restarted,
     /// Over the restart budget: the session is failed until reset.
-    Failed { budget: u32 },
+    Failed {
+        budget: u32,
+    },
     /// Nothing was running: a new worker starts with the next cell.
     ReplacedOnDemand,
 }

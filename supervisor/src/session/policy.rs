@@ -212,7 +212,11 @@ mod tests {
     fn a_deadline_interrupts_then_kills_once_each() {
         let grace = Duration::from_secs(5);
         let mut deadline = Deadline::new(Duration::from_secs(30), grace);
-        assert_eq!(deadline.grace_expired(), Step::None, "no grace before an interrupt");
+        assert_eq!(
+            deadline.grace_expired(),
+            Step::None,
+            "no grace before an interrupt"
+        );
         assert_eq!(deadline.expired(), Step::Interrupt { grace });
         assert!(deadline.timed_out());
         assert_eq!(

@@ -30,9 +30,10 @@ impl Session {
             });
             return;
         }
-        let launch = self
-            .launcher
-            .launch(self.spec.clone(), NEXT_SERIAL.fetch_add(1, Ordering::Relaxed));
+        let launch = self.launcher.launch(
+            self.spec.clone(),
+            NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
+        );
         let me = ctx.address();
         // Not tied to the actor's lifetime: if the actor is gone when the worker is up, the
         // worker must still be stopped rather than leak.
@@ -311,8 +312,7 @@ impl Session {
             *last_pong = Instant::now();
         }
         let interval = self.config.sessions.heartbeat_interval;
-        self.heartbeat_timer =
-            Some(ctx.run_interval(interval, |_, ctx| ctx.notify(HeartbeatTick)));
+        self.heartbeat_timer = Some(ctx.run_interval(interval, |_, ctx| ctx.notify(HeartbeatTick)));
     }
 
     pub(super) fn heartbeat(&mut self) {
