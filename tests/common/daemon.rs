@@ -69,6 +69,25 @@ impl Daemon {
         assert!(reached.is_ok(), "{session} never {state}: {reached:?}");
     }
 
+    /// Sends the daemon `signal` (`"TERM"`, `"KILL"`), waits for it to exit, and hands the
+    /// world back (to prove what is left of it).
+    pub fn signal_and_wait(mut self, signal: &str) -> World {
+        if let Some(mut child) = self.child.take() {
+            let sent = std::process::Command::new("kill")
+                .arg(format!("-{signal}"))
+                .arg(child.id().to_string())
+                .status()
+                .expect("kill runs");
+            assert!(sent.success(), "kill -{signal} the daemon");
+            let exited = wait_until(Duration::from_secs(15), || match child.try_wait() {
+                Ok(Some(status)) => Ok(status),
+                _ => Err(()),
+            });
+            assert!(exited.is_ok(), "the daemon did not exit on SIG{signal}");
+        }
+        std::mem::replace(&mut self.world, World::new())
+    }
+
     pub fn stop(self) {
         let world = self.stop_keep_world();
         world.assert_no_processes_left(SETTLE);
