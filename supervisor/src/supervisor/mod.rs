@@ -4,18 +4,22 @@
 //! - [`messages`]: everything the actor is told.
 //! - [`capacity`]: where a new cell goes under `max-sessions` (plain data).
 //! - `prewarm`: the pool of Python workers started ahead of demand.
+//! - `sampling`: one sampler of the workers' process trees for `max-rss` and `status`.
+//! - `sweep`: idle eviction and the pruning of old spilled outputs.
 
 pub mod capacity;
 pub mod messages;
 mod prewarm;
+mod sampling;
+mod sweep;
 #[cfg(test)]
 mod tests;
 
 use crate::cell::CellOutcome;
 use crate::session::outcome::{self, Eviction};
 use crate::session::{
-    CloseSession, InterruptCell, MemoryTick, QueryStatus, ResetSession, RunCell, Session,
-    SessionKey, SessionSetup, SessionState, SessionStatus, UpdateConfig,
+    CloseSession, InterruptCell, QueryStatus, ResetSession, RunCell, Session, SessionKey,
+    SessionSetup, SessionState, SessionStatus, UpdateConfig,
 };
 use crate::spawn::{Launcher, ProcessLauncher, StartedWorker, WorkerSpec};
 use crate::usage::ProcessSampler;
@@ -24,20 +28,12 @@ use capacity::{Placement, Slot};
 use cellvisor_config::Config;
 use cellvisor_ipc::Language;
 pub use messages::*;
+pub use sampling::BUSY_SAMPLE_INTERVAL;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-
-/// How often the workers' memory is sampled while a cell runs and `limits.max-rss` is set:
-/// a worker can outgrow its cap by at most what it allocates in this time. Reading the known
-/// members of each worker tree costs one small `/proc` read per process.
-pub const BUSY_SAMPLE_INTERVAL: Duration = Duration::from_millis(50);
-
-/// How often, at most, worker trees are discovered afresh while sampling fast (a new child
-/// of a cell is measured from then on).
-const TREE_REFRESH: Duration = Duration::from_secs(1);
 
 /// Where workers come from and where their files go; fixed for a supervisor's life.
 #[derive(Debug, Clone)]
@@ -309,113 +305,6 @@ impl Supervisor {
         let cap = self.config.sessions.max_sessions;
         let message = outcome::no_room(&waiting.submit.key, cap, waiting.timeout);
         let _ = waiting.submit.job.reply.send(CellOutcome::error(message));
-    }
-
-    /// Deletes spilled outputs past `output.artifact-max-age`, at most once a minute.
-    fn prune_artifacts(&mut self) {
-        let max_age = self.config.output.artifact_max_age;
-        if max_age.is_zero()
-            || self
-                .last_prune
-                .is_some_and(|at| at.elapsed() < Duration::from_secs(60))
-        {
-            return;
-        }
-        self.last_prune = Some(Instant::now());
-        let dir = self.base.artifact_dir.clone();
-        actix::spawn(async move {
-            let pruned =
-                tokio::task::spawn_blocking(move || crate::output::prune_artifacts(&dir, max_age))
-                    .await
-                    .unwrap_or(0);
-            if pruned > 0 {
-                tracing::info!(pruned, "deleted old spilled outputs");
-            }
-        });
-    }
-
-    fn sweep(&mut self) {
-        self.prune_artifacts();
-        let idle_timeout = self.config.sessions.idle_timeout;
-        if idle_timeout.is_zero() {
-            return;
-        }
-        let expired: Vec<SessionKey> = self
-            .sessions
-            .iter()
-            .filter(|(_, e)| e.evictable() && e.last_active.elapsed() > idle_timeout)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in expired {
-            let eviction = Eviction::Idle {
-                key: key.clone(),
-                idle_timeout,
-            };
-            self.close_entry(&key, Some(eviction));
-        }
-    }
-
-    /// (Re)starts the sweep at the configured interval.
-    fn arm_sweep(&mut self, ctx: &mut Context<Self>) {
-        if let Some(timer) = self.sweep_timer.take() {
-            ctx.cancel_future(timer);
-        }
-        let interval = self.config.sessions.sweep_interval;
-        self.sweep_timer = Some(ctx.run_interval(interval, |_, ctx| ctx.notify(SweepTick)));
-    }
-
-    /// Schedules the next sample: fast while a cell runs under a memory cap, else once per
-    /// heartbeat interval.
-    fn arm_sampling(&mut self, ctx: &mut Context<Self>) {
-        if let Some(timer) = self.sample_timer.take() {
-            ctx.cancel_future(timer);
-        }
-        let heartbeat = self.config.sessions.heartbeat_interval;
-        self.sampling_fast = self.config.limits.max_rss.is_some()
-            && self
-                .sessions
-                .values()
-                .any(|e| e.state == SessionState::Busy);
-        let wait = if self.sampling_fast {
-            BUSY_SAMPLE_INTERVAL.min(heartbeat)
-        } else {
-            heartbeat
-        };
-        self.sample_timer = Some(ctx.notify_later(SampleTick, wait));
-    }
-
-    /// Measures every worker's tree once and tells each session its figure.
-    fn sample_memory(&mut self) {
-        if self.config.limits.max_rss.is_none() {
-            return;
-        }
-        let roots: Vec<u32> = self.sessions.values().filter_map(|e| e.pid).collect();
-        let refresh = TREE_REFRESH.min(self.config.sessions.heartbeat_interval);
-        let discover = self.last_discovery.is_none_or(|at| at.elapsed() >= refresh);
-        if discover {
-            self.last_discovery = Some(Instant::now());
-        }
-        let usage = self.sampler.sample(&roots, discover);
-        for entry in self.sessions.values() {
-            if let Some((pid, usage)) = entry.pid.and_then(|pid| Some((pid, usage.get(&pid)?))) {
-                entry.addr.do_send(MemoryTick {
-                    pid,
-                    rss: usage.rss_bytes,
-                });
-            }
-        }
-    }
-
-    /// Adds each worker tree's memory and CPU to `rows`, from a fresh sample.
-    fn add_usage(&mut self, rows: &mut [SessionStatus]) {
-        let pids: Vec<u32> = rows.iter().filter_map(|r| r.pid).collect();
-        let usage = self.sampler.sample(&pids, true);
-        for row in rows {
-            if let Some(u) = row.pid.and_then(|pid| usage.get(&pid)) {
-                row.rss_bytes = Some(u.rss_bytes);
-                row.cpu_percent = Some(u.cpu_percent);
-            }
-        }
     }
 
     fn matching(
