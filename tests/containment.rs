@@ -157,12 +157,18 @@ async fn children_of_a_cancelled_cell_end_with_it_and_the_session_keeps_its_stat
     let world = World::new();
     let cv = world.supervisor(|_| {});
     let py = Language::Python;
-    let start = "kept = 41\nimport os\nprint(os.getpid())";
+    // An earlier cell's background process is not the cancelled cell's: it keeps running.
+    let start = "kept = 41\nimport os, subprocess\n\
+                 server = subprocess.Popen(['sleep', '1000'])\n\
+                 print(os.getpid(), server.pid)";
     let first = cv
         .eval(request("s", &[(py, start, None)]), None)
         .await
         .expect("eval");
-    let interpreter = pids_in(&first.cells[0].output)[0];
+    let (interpreter, server) = match pids_in(&first.cells[0].output)[..] {
+        [interpreter, server] => (interpreter, server),
+        _ => panic!("{first:#?}"),
+    };
     // A cell that fills a file with its children's pids, then waits; cancelled at its timeout.
     let pid_file = world.work_dir().join("children");
     let spawn_and_wait = format!(
@@ -185,6 +191,7 @@ async fn children_of_a_cancelled_cell_end_with_it_and_the_session_keeps_its_stat
     let kids = pids_in(&std::fs::read_to_string(&pid_file).expect("pid file"));
     assert_eq!(kids.len(), 21);
     assert_all_gone(&kids, "their cell's cancellation");
+    assert!(alive(server), "an earlier cell's process was ended too");
     let after = cv
         .eval(
             request(
@@ -200,6 +207,59 @@ async fn children_of_a_cancelled_cell_end_with_it_and_the_session_keeps_its_stat
         format!("42 {interpreter}\n"),
         "the interpreter and its state survive: {after:#?}"
     );
+    cv.shutdown().await;
+    assert_all_gone(&[server], "shutdown");
+    world.assert_no_processes_left(SETTLE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_fork_bomb_leaves_nothing_spinning() {
+    let world = World::new();
+    let cv = world.supervisor(|_| {});
+    let py = Language::Python;
+    let first = cv
+        .eval(
+            request(
+                "s",
+                &[(py, "kept = 1\nimport os\nprint(os.getpid())", None)],
+            ),
+            None,
+        )
+        .await
+        .expect("eval");
+    let interpreter = pids_in(&first.cells[0].output)[0];
+    let pid_file = world.work_dir().join("bomb");
+    // 16 processes, each spinning; every copy notes its pid.
+    let bomb = format!(
+        "import os\n\
+         for _ in range(4):\n    os.fork()\n\
+         with open({:?}, 'a') as f: f.write(f'{{os.getpid()}}\\n')\n\
+         while True: pass",
+        pid_file.display().to_string()
+    );
+    let cancelled = cv
+        .eval(request("s", &[(py, &bomb, Some(1.0))]), None)
+        .await
+        .expect("eval");
+    assert_eq!(
+        cancelled.cells[0].status,
+        CellStatus::Cancelled,
+        "{cancelled:#?}"
+    );
+    let copies: Vec<u32> = pids_in(&std::fs::read_to_string(&pid_file).expect("pid file"))
+        .into_iter()
+        .filter(|p| *p != interpreter)
+        .collect();
+    assert_eq!(copies.len(), 15, "{copies:?}");
+    assert_all_gone(&copies, "the fork bomb's cancellation");
+    let after = cv
+        .eval(
+            request("s", &[(py, "import os\nprint(kept, os.getpid())", None)]),
+            None,
+        )
+        .await
+        .expect("eval");
+    assert_eq!(after.cells[0].output, format!("1 {interpreter}\n"));
     cv.shutdown().await;
     world.assert_no_processes_left(SETTLE);
 }

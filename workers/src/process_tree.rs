@@ -23,6 +23,8 @@ pub struct ProcStat {
     /// User plus system CPU time, in clock ticks.
     pub cpu_ticks: u64,
     pub rss_bytes: u64,
+    /// When it started, in clock ticks since boot (comparable with [`ticks_since_boot`]).
+    pub start_ticks: u64,
 }
 
 impl ProcStat {
@@ -48,8 +50,24 @@ fn parse_stat(pid: u32, text: &str) -> Option<ProcStat> {
         state: fields.first()?.chars().next()?,
         ppid: u32::try_from(number(1)?).ok()?,
         cpu_ticks: number(11)? + number(12)?,
+        start_ticks: number(19)?,
         rss_bytes: number(21)?.saturating_mul(page_size()),
     })
+}
+
+/// Now, in clock ticks since boot: the clock of [`ProcStat::start_ticks`]. A vDSO read, no
+/// system call.
+pub fn ticks_since_boot() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) };
+    let ticks = ticks_per_second();
+    let secs = u64::try_from(now.tv_sec).unwrap_or_default();
+    let nanos = u64::try_from(now.tv_nsec).unwrap_or_default();
+    secs * ticks + nanos * ticks / 1_000_000_000
 }
 
 fn page_size() -> u64 {
@@ -178,12 +196,18 @@ const MAX_ROUNDS: usize = 100;
 /// so orphans land on it (a subreaper) and stay in reach: a caller ending someone else's
 /// tree stops the root first.
 pub fn end_descendants(root: u32, spare: &[u32]) -> usize {
+    end_descendants_where(root, |p| !spare.contains(&p.pid))
+}
+
+/// Like [`end_descendants`], for the processes `doomed` picks (the walk still goes through
+/// those it spares).
+pub fn end_descendants_where(root: u32, doomed: impl Fn(&ProcStat) -> bool) -> usize {
     let mut sent = 0;
     for round in 0..MAX_ROUNDS {
         let victims: Vec<u32> = descendants(root)
-            .into_iter()
+            .iter()
+            .filter(|p| doomed(p))
             .map(|p| p.pid)
-            .filter(|pid| !spare.contains(pid))
             .collect();
         if victims.is_empty() {
             break;
@@ -248,10 +272,18 @@ mod tests {
         let line = "42 (a) b (c) S 7 42 42 0 -1 4194304 1 0 0 0 30 12 0 0 20 0 1 0 5 1000 25 x";
         let stat = parse_stat(42, line).expect("parsed");
         assert_eq!(stat.ppid, 7);
+        assert_eq!(stat.start_ticks, 5);
         assert_eq!(stat.state, 'S');
         assert_eq!(stat.cpu_ticks, 42);
         assert_eq!(stat.rss_bytes, 25 * page_size());
         assert!(parse_stat(1, "garbage").is_none());
+    }
+
+    #[test]
+    fn start_times_and_now_share_a_clock() {
+        let me = stat(std::process::id()).expect("our own stat");
+        let now = ticks_since_boot();
+        assert!(me.start_ticks <= now, "{} > {now}", me.start_ticks);
     }
 
     #[test]

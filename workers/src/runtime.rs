@@ -291,6 +291,7 @@ where
             interrupt.raise();
         }
         running.store(cell.cell_id, Ordering::SeqCst);
+        let started = crate::process_tree::ticks_since_boot();
         let outcome = match enter_cwd(cell.cwd.as_deref()) {
             Ok(()) => engine.execute(&cell, &outbox, &interrupt),
             Err(message) => {
@@ -301,7 +302,7 @@ where
         running.store(NO_CELL, Ordering::SeqCst);
         if interrupt.is_raised() {
             // What the cancelled cell started ends with it, before its Done is sent.
-            crate::warden::end_cell_processes();
+            crate::warden::end_cell_processes(started);
         }
         progress.finished.store(cell.cell_id, Ordering::SeqCst);
         match outcome {

@@ -53,10 +53,14 @@ fn spared() -> Vec<u32> {
     SPARED.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-/// Ends every process a cell left behind, except the engine's own children: after a cell
-/// was interrupted, what it started ends with it while the interpreter keeps its state.
-pub fn end_cell_processes() -> usize {
-    end_descendants(&spared())
+/// Ends the processes a cancelled cell started (those under the worker that started at
+/// `since`, in [`process_tree::ticks_since_boot`] ticks, or later), except the engine's own
+/// children: the interpreter keeps its state, and what earlier cells started keeps running.
+pub fn end_cell_processes(since: u64) -> usize {
+    let spared = spared();
+    process_tree::end_descendants_where(std::process::id(), |p| {
+        p.start_ticks >= since && !spared.contains(&p.pid)
+    })
 }
 
 /// Ends every process under this worker, then the worker's group (this process included)
