@@ -411,3 +411,41 @@ fn gone(pid: u32) -> Result<(), ()> {
         Err(())
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_rss_is_enforced_while_a_cell_runs_not_only_on_heartbeats() {
+    let h = Harness::new(|c| {
+        c.limits.max_rss = Some(bytesize::ByteSize::mib(200));
+        // Heartbeats far apart: only the sampling while a cell runs can catch this.
+        c.sessions.heartbeat_interval = Duration::from_secs(5);
+        c.sessions.heartbeat_timeout = Duration::from_secs(10);
+    });
+    let hog = "chunks = []\nfor i in range(30):\n    chunks.append(b'x' * (50 << 20))\n\
+               print('never killed')";
+    let cell = h
+        .cell_with_timeout("s", Language::Python, hog, Some(60.0))
+        .await;
+    assert_eq!(cell.status, CellStatus::Error, "{cell:#?}");
+    assert!(
+        cell.output
+            .contains("over the cap of 200.0 MiB (limits.max-rss)"),
+        "{}",
+        cell.output
+    );
+    // "used 249.3 MiB of memory": how far past the cap it got before the kill.
+    let used: Vec<&str> = cell
+        .output
+        .split("used ")
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(2)
+        .collect();
+    let mib = match used[..] {
+        [number, "MiB"] => number.parse::<f64>().unwrap_or(f64::MAX),
+        [number, "GiB"] => number.parse::<f64>().unwrap_or(f64::MAX) * 1024.0,
+        _ => f64::MAX,
+    };
+    assert!(mib < 1024.0, "killed only at {used:?}: {}", cell.output);
+    h.finish().await;
+}
