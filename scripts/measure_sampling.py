@@ -17,39 +17,17 @@ Starts its own daemons (temporary runtime directories, stopped by pid at the end
 
 import argparse
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cellvisor_client import Client  # noqa: E402
+import cellvisor_client  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-class Daemon:
-    def __init__(self, binary, config_text):
-        self.dir = tempfile.mkdtemp(prefix="cellvisor-sampling-")
-        config = os.path.join(self.dir, "config.toml")
-        with open(config, "w") as f:
-            f.write(config_text)
-        run = os.path.join(self.dir, "run")
-        os.makedirs(run, mode=0o700)
-        self.socket = os.path.join(run, "d.sock")
-        env = dict(os.environ, XDG_RUNTIME_DIR=run)
-        self.process = subprocess.Popen([binary, "serve", "--socket", self.socket, "--config", config],
-                                        env=env, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 15
-        while not os.path.exists(self.socket):
-            if time.time() > deadline:
-                raise RuntimeError("the daemon did not start")
-            time.sleep(0.01)
-        self.client = Client(self.socket)
-
+class Daemon(cellvisor_client.Daemon):
     def eval(self, session, cells):
         return self.client.call("eval", {"session": session, "cells": cells})
 
@@ -60,15 +38,6 @@ class Daemon:
         with open(f"/proc/{self.process.pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / TICKS
-
-    def stop(self):
-        try:
-            self.client.call("shutdown", {})
-            self.process.wait(timeout=20)
-        except Exception:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 SESSIONS = [(f"{lang}{i}", lang) for lang in ("py", "js", "lua") for i in range(4)]

@@ -152,60 +152,52 @@ async fn escaped_children_end_when_the_supervisor_kills_their_worker() {
     world.assert_no_processes_left(SETTLE);
 }
 
+/// One Python cell in `session`.
+async fn cell(cv: &Cellvisor, session: &str, code: &str, timeout: Option<f64>) -> CellResult {
+    let cells = [(Language::Python, code, timeout)];
+    let mut result = cv.eval(request(session, &cells), None).await.expect("eval");
+    result.cells.remove(0)
+}
+
+/// Runs `code` in session `s` until its 1 s timeout cancels it; `code` writes the pids of
+/// what it starts, one per line, to the file named by `{pids}`. Those pids.
+async fn cancel_noting_pids(cv: &Cellvisor, world: &World, code: &str) -> Vec<u32> {
+    let pid_file = world.work_dir().join("pids");
+    let code = code.replace("{pids}", &format!("{:?}", pid_file.display().to_string()));
+    let cancelled = cell(cv, "s", &code, Some(1.0)).await;
+    assert_eq!(cancelled.status, CellStatus::Cancelled, "{cancelled:#?}");
+    pids_in(&std::fs::read_to_string(&pid_file).expect("pid file"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_of_a_cancelled_cell_end_with_it_and_the_session_keeps_its_state() {
     let world = World::new();
     let cv = world.supervisor(|_| {});
-    let py = Language::Python;
     // An earlier cell's background process is not the cancelled cell's: it keeps running.
-    let start = "kept = 41\nimport os, subprocess\n\
+    // (Start times count in 10 ms clock ticks: a process started in the tick the cancelled
+    // cell began in counts as that cell's, so this one is started well before.)
+    let start = "kept = 41\nimport os, subprocess, time\n\
                  server = subprocess.Popen(['sleep', '1000'])\n\
+                 time.sleep(0.05)\n\
                  print(os.getpid(), server.pid)";
-    let first = cv
-        .eval(request("s", &[(py, start, None)]), None)
-        .await
-        .expect("eval");
-    let (interpreter, server) = match pids_in(&first.cells[0].output)[..] {
+    let (interpreter, server) = match pids_in(&cell(&cv, "s", start, None).await.output)[..] {
         [interpreter, server] => (interpreter, server),
-        _ => panic!("{first:#?}"),
+        ref other => panic!("{other:?}"),
     };
-    // A cell that fills a file with its children's pids, then waits; cancelled at its timeout.
-    let pid_file = world.work_dir().join("children");
-    let spawn_and_wait = format!(
-        "import subprocess, os, time\n\
+    let spawn_and_wait = "import subprocess, os, time\n\
          kids = [subprocess.Popen(['sleep', '1000']).pid for _ in range(20)]\n\
          kids.append(subprocess.Popen(['sleep', '1000'], start_new_session=True).pid)\n\
-         open({:?}, 'w').write(' '.join(map(str, kids)))\n\
-         time.sleep(1000)",
-        pid_file.display().to_string()
-    );
-    let cancelled = cv
-        .eval(request("s", &[(py, &spawn_and_wait, Some(1.0))]), None)
-        .await
-        .expect("eval");
-    assert_eq!(
-        cancelled.cells[0].status,
-        CellStatus::Cancelled,
-        "{cancelled:#?}"
-    );
-    let kids = pids_in(&std::fs::read_to_string(&pid_file).expect("pid file"));
+         open({pids}, 'w').write('\\n'.join(map(str, kids)))\n\
+         time.sleep(1000)";
+    let kids = cancel_noting_pids(&cv, &world, spawn_and_wait).await;
     assert_eq!(kids.len(), 21);
     assert_all_gone(&kids, "their cell's cancellation");
     assert!(alive(server), "an earlier cell's process was ended too");
-    let after = cv
-        .eval(
-            request(
-                "s",
-                &[(py, "import os\nprint(kept + 1, os.getpid())", None)],
-            ),
-            None,
-        )
-        .await
-        .expect("eval");
+    let after = cell(&cv, "s", "import os\nprint(kept + 1, os.getpid())", None).await;
     assert_eq!(
-        after.cells[0].output,
+        after.output,
         format!("42 {interpreter}\n"),
-        "the interpreter and its state survive: {after:#?}"
+        "the interpreter and its state survive"
     );
     cv.shutdown().await;
     assert_all_gone(&[server], "shutdown");
@@ -216,50 +208,25 @@ async fn children_of_a_cancelled_cell_end_with_it_and_the_session_keeps_its_stat
 async fn a_cancelled_fork_bomb_leaves_nothing_spinning() {
     let world = World::new();
     let cv = world.supervisor(|_| {});
-    let py = Language::Python;
-    let first = cv
-        .eval(
-            request(
-                "s",
-                &[(py, "kept = 1\nimport os\nprint(os.getpid())", None)],
-            ),
-            None,
-        )
-        .await
-        .expect("eval");
-    let interpreter = pids_in(&first.cells[0].output)[0];
-    let pid_file = world.work_dir().join("bomb");
+    let interpreter = pids_in(
+        &cell(&cv, "s", "kept = 1\nimport os\nprint(os.getpid())", None)
+            .await
+            .output,
+    )[0];
     // 16 processes, each spinning; every copy notes its pid.
-    let bomb = format!(
-        "import os\n\
+    let bomb = "import os\n\
          for _ in range(4):\n    os.fork()\n\
-         with open({:?}, 'a') as f: f.write(f'{{os.getpid()}}\\n')\n\
-         while True: pass",
-        pid_file.display().to_string()
-    );
-    let cancelled = cv
-        .eval(request("s", &[(py, &bomb, Some(1.0))]), None)
+         with open({pids}, 'a') as f: f.write(f'{os.getpid()}\\n')\n\
+         while True: pass";
+    let copies: Vec<u32> = cancel_noting_pids(&cv, &world, bomb)
         .await
-        .expect("eval");
-    assert_eq!(
-        cancelled.cells[0].status,
-        CellStatus::Cancelled,
-        "{cancelled:#?}"
-    );
-    let copies: Vec<u32> = pids_in(&std::fs::read_to_string(&pid_file).expect("pid file"))
         .into_iter()
         .filter(|p| *p != interpreter)
         .collect();
     assert_eq!(copies.len(), 15, "{copies:?}");
     assert_all_gone(&copies, "the fork bomb's cancellation");
-    let after = cv
-        .eval(
-            request("s", &[(py, "import os\nprint(kept, os.getpid())", None)]),
-            None,
-        )
-        .await
-        .expect("eval");
-    assert_eq!(after.cells[0].output, format!("1 {interpreter}\n"));
+    let after = cell(&cv, "s", "import os\nprint(kept, os.getpid())", None).await;
+    assert_eq!(after.output, format!("1 {interpreter}\n"));
     cv.shutdown().await;
     world.assert_no_processes_left(SETTLE);
 }

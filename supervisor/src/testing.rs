@@ -8,6 +8,8 @@
 //! - `crash`: dies at once, as by SIGSEGV;
 //! - `hang`: runs until interrupted (if [`Script::honour_interrupts`]) or killed.
 
+use crate::cell::{CellOutcome as HostOutcome, CellSpec};
+use crate::session::CellJob;
 use crate::spawn::{
     describe_signal, BoxFuture, Launcher, StartError, StartedWorker, StderrTail, WorkerProcess,
     WorkerSpec,
@@ -21,7 +23,36 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
+
+/// A job for a cell of `code`, the receiver of its outcome, and the requester's side (the
+/// cell counts as abandoned once it is dropped).
+pub fn job(
+    language: cellvisor_ipc::Language,
+    code: &str,
+    timeout: Option<f64>,
+) -> (CellJob, oneshot::Receiver<HostOutcome>, watch::Sender<()>) {
+    let (reply, outcome) = oneshot::channel();
+    let (requester_alive, requester) = watch::channel(());
+    let job = CellJob {
+        index: 0,
+        spec: CellSpec {
+            language,
+            code: code.into(),
+            title: None,
+            timeout,
+            reset: false,
+        },
+        cwd: None,
+        events: None,
+        tools: Arc::from([]),
+        tool_host: None,
+        max_output_bytes: None,
+        requester,
+        reply,
+    };
+    (job, outcome, requester_alive)
+}
 
 /// How every fake worker of a launcher behaves; the test flips these at any time.
 pub struct Script {

@@ -56,6 +56,8 @@ fn spared() -> Vec<u32> {
 /// Ends the processes a cancelled cell started (those under the worker that started at
 /// `since`, in [`process_tree::ticks_since_boot`] ticks, or later), except the engine's own
 /// children: the interpreter keeps its state, and what earlier cells started keeps running.
+/// Start times count in clock ticks: what started in the cell's first tick counts as the
+/// cell's, so containment errs on the side of ending too much, not too little.
 pub fn end_cell_processes(since: u64) -> usize {
     let spared = spared();
     process_tree::end_descendants_where(std::process::id(), |p| {

@@ -59,25 +59,8 @@ fn start_session(fake: &Arc<FakeLauncher>, cap_mib: u64) -> (Addr<Session>, temp
 }
 
 async fn run(session: &Addr<Session>, code: &str) -> CellOutcome {
-    let (reply, outcome) = oneshot::channel();
-    let (_alive, requester) = watch::channel(());
-    session.do_send(RunCell(CellJob {
-        index: 0,
-        spec: CellSpec {
-            language: Language::Lua,
-            code: code.into(),
-            title: None,
-            timeout: Some(30.0),
-            reset: false,
-        },
-        cwd: None,
-        events: None,
-        tools: Arc::from([]),
-        tool_host: None,
-        max_output_bytes: None,
-        requester,
-        reply,
-    }));
+    let (job, outcome, _requester) = crate::testing::job(Language::Lua, code, Some(30.0));
+    session.do_send(RunCell(job));
     outcome.await.expect("answered")
 }
 

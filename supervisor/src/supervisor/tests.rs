@@ -3,12 +3,10 @@
 //! events ordered by polling `status` (no wait longer than 5 ms at a time).
 
 use super::*;
-use crate::cell::{CellOutcome, CellSpec, CellStatus};
-use crate::session::CellJob;
+use crate::cell::{CellOutcome, CellStatus};
 use crate::testing::FakeLauncher;
 use cellvisor_ipc::ToWorker;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tokio::sync::watch;
 
 static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
 
@@ -54,26 +52,8 @@ impl Rig {
     }
 
     async fn run(&self, session: &str, code: &str, timeout: Option<f64>) -> CellOutcome {
-        let (reply, outcome) = oneshot::channel();
-        let (_requester_alive, requester) = watch::channel(());
+        let (job, outcome, _requester) = crate::testing::job(Language::Python, code, timeout);
         let request = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
-        let job = CellJob {
-            index: 0,
-            spec: CellSpec {
-                language: Language::Python,
-                code: code.into(),
-                title: None,
-                timeout,
-                reset: false,
-            },
-            cwd: None,
-            events: None,
-            tools: Arc::from([]),
-            tool_host: None,
-            max_output_bytes: None,
-            requester,
-            reply,
-        };
         let key = SessionKey {
             session: session.into(),
             language: Language::Python,
