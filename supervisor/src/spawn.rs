@@ -20,6 +20,7 @@ use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::AsyncBufReadExt;
@@ -64,7 +65,12 @@ impl Launcher for ProcessLauncher {
 
 /// The process behind a worker.
 pub enum WorkerProcess {
-    Os(Child),
+    Os {
+        child: Child,
+        /// Set once the process is being reaped: its pid may then be reused, so no handle
+        /// signals it any more.
+        reaped: Arc<AtomicBool>,
+    },
     #[cfg(test)]
     Scripted(crate::testing::ScriptedProcess),
 }
@@ -73,8 +79,9 @@ impl WorkerProcess {
     /// Where signals for this worker go.
     pub fn handle(&self) -> ProcessHandle {
         match self {
-            WorkerProcess::Os(child) => ProcessHandle::Os {
+            WorkerProcess::Os { child, reaped } => ProcessHandle::Os {
                 pid: child.id().unwrap_or_default(),
+                reaped: Arc::clone(reaped),
             },
             #[cfg(test)]
             WorkerProcess::Scripted(process) => ProcessHandle::Scripted(process.control()),
@@ -84,10 +91,15 @@ impl WorkerProcess {
     /// Waits for the worker to end and reaps it; says how it ended.
     pub async fn wait(&mut self) -> String {
         match self {
-            WorkerProcess::Os(child) => match child.wait().await {
-                Ok(status) => describe_exit(status),
-                Err(err) => format!("could not be reaped: {err}"),
-            },
+            WorkerProcess::Os { child, reaped } => {
+                // The actor and this task share one thread: no handle can signal between
+                // this flag and the reaping.
+                reaped.store(true, Ordering::SeqCst);
+                match child.wait().await {
+                    Ok(status) => describe_exit(status),
+                    Err(err) => format!("could not be reaped: {err}"),
+                }
+            }
             #[cfg(test)]
             WorkerProcess::Scripted(process) => process.wait().await,
         }
@@ -96,7 +108,13 @@ impl WorkerProcess {
     /// Whether it is still running.
     pub fn is_running(&mut self) -> bool {
         match self {
-            WorkerProcess::Os(child) => matches!(child.try_wait(), Ok(None)),
+            WorkerProcess::Os { child, reaped } => {
+                let running = matches!(child.try_wait(), Ok(None));
+                if !running {
+                    reaped.store(true, Ordering::SeqCst);
+                }
+                running
+            }
             #[cfg(test)]
             WorkerProcess::Scripted(process) => process.is_running(),
         }
@@ -108,6 +126,7 @@ impl WorkerProcess {
 pub enum ProcessHandle {
     Os {
         pid: u32,
+        reaped: Arc<AtomicBool>,
     },
     #[cfg(test)]
     Scripted(std::sync::Arc<crate::testing::ScriptedControl>),
@@ -116,7 +135,7 @@ pub enum ProcessHandle {
 impl ProcessHandle {
     pub fn pid(&self) -> u32 {
         match self {
-            ProcessHandle::Os { pid } => *pid,
+            ProcessHandle::Os { pid, .. } => *pid,
             #[cfg(test)]
             ProcessHandle::Scripted(control) => control.pid(),
         }
@@ -125,7 +144,11 @@ impl ProcessHandle {
     /// Sends `signal` to the worker's process group.
     pub fn signal_group(&self, signal: Signal) {
         match self {
-            ProcessHandle::Os { pid } => kill_group(*pid, signal),
+            ProcessHandle::Os { pid, reaped } => {
+                if !reaped.load(Ordering::SeqCst) {
+                    kill_group(*pid, signal);
+                }
+            }
             #[cfg(test)]
             ProcessHandle::Scripted(control) => control.signal(signal),
         }
@@ -136,7 +159,10 @@ impl ProcessHandle {
     /// tree is walked and ended; then its group and itself are killed.
     pub fn kill_tree(&self) {
         match self {
-            ProcessHandle::Os { pid } => {
+            ProcessHandle::Os { pid, reaped } => {
+                if reaped.load(Ordering::SeqCst) {
+                    return;
+                }
                 let Some(raw) = i32::try_from(*pid).ok().filter(|p| *p > 1) else {
                     return;
                 };
@@ -333,7 +359,10 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
     Ok(StartedWorker {
         pid,
         engine: hello.engine,
-        child: WorkerProcess::Os(child),
+        child: WorkerProcess::Os {
+            child,
+            reaped: Arc::default(),
+        },
         stream: reader.unsplit(writer),
         stderr_tail,
     })

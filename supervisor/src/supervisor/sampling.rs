@@ -62,7 +62,7 @@ impl Supervisor {
     /// Adds each worker tree's memory and CPU to `rows`, from a fresh sample.
     pub(super) fn add_usage(&mut self, rows: &mut [SessionStatus]) {
         let pids: Vec<u32> = rows.iter().filter_map(|r| r.pid).collect();
-        let usage = self.sampler.sample(&pids, true);
+        let usage = self.sampler.usage(&pids);
         for row in rows {
             if let Some(u) = row.pid.and_then(|pid| usage.get(&pid)) {
                 row.rss_bytes = Some(u.rss_bytes);
