@@ -1,0 +1,82 @@
+//! Where a run's files go: `<out>/<variant>/<suite>/<id>/` per case (`result.json`,
+//! `events.jsonl`, `workspace.json`) and `<out>/summary.json` for the run.
+
+use super::run::CaseResult;
+use super::summary::RunSummary;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// A name made safe as one path segment: characters other than letters, digits, `.`, `_`
+/// and `-` become `_`, and `.` / `..` are not left as they are.
+pub fn safe_segment(name: &str) -> String {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    match safe.as_str() {
+        "" | "." | ".." => safe.replace('.', "_") + "_",
+        _ => safe,
+    }
+}
+
+/// The directory of one case run: `<out>/<variant>/<suite>/<id>/`, with `repeat-<n>/`
+/// below it when cases are repeated.
+pub fn case_dir(out: &Path, result: &CaseResult, repeats: u32) -> PathBuf {
+    let mut dir = out
+        .join(safe_segment(&result.variant))
+        .join(safe_segment(&result.suite))
+        .join(safe_segment(&result.id));
+    if repeats > 1 {
+        dir.push(format!("repeat-{}", result.repeat));
+    }
+    dir
+}
+
+/// Writes a case's files into `dir` (replacing an earlier run's).
+pub fn write_case(dir: &Path, result: &CaseResult) -> std::io::Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    std::fs::create_dir_all(dir)?;
+    write_json(&dir.join("result.json"), result)?;
+    write_json(&dir.join("workspace.json"), &result.workspace)?;
+    let mut events = std::io::BufWriter::new(std::fs::File::create(dir.join("events.jsonl"))?);
+    for event in &result.events {
+        serde_json::to_writer(&mut events, event)?;
+        events.write_all(b"\n")?;
+    }
+    events.flush()
+}
+
+/// Writes the run's `summary.json` into `out`.
+pub fn write_summary(out: &Path, summary: &RunSummary) -> std::io::Result<()> {
+    std::fs::create_dir_all(out)?;
+    write_json(&out.join("summary.json"), summary)
+}
+
+fn write_json(path: &Path, value: &impl serde::Serialize) -> std::io::Result<()> {
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
+    serde_json::to_writer_pretty(&mut file, value)?;
+    file.write_all(b"\n")?;
+    file.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsafe_characters_are_replaced() {
+        assert_eq!(safe_segment("py/plots: 2 figs"), "py_plots__2_figs");
+        assert_eq!(safe_segment(".."), "___");
+        assert_eq!(safe_segment("."), "__");
+        assert_eq!(safe_segment(""), "_");
+        assert_eq!(safe_segment("ok-name_1.2"), "ok-name_1.2");
+    }
+}
