@@ -118,7 +118,10 @@ pub fn format_table(summary: &RunSummary, results: &[CaseResult]) -> String {
         table(&mut out, &rows);
     }
 
-    let failures: Vec<&CaseResult> = results.iter().filter(|r| !r.passed).collect();
+    let mut failures: Vec<&CaseResult> = results.iter().filter(|r| !r.passed).collect();
+    failures.sort_by(|a, b| {
+        (&a.variant, &a.suite, &a.id, a.repeat).cmp(&(&b.variant, &b.suite, &b.id, b.repeat))
+    });
     if !failures.is_empty() {
         out.push_str("\nfailures:\n");
         for result in failures {

@@ -15,8 +15,9 @@ pub struct Suite {
     /// `suite = "..."` in the file, else the file's stem.
     pub name: String,
     pub path: PathBuf,
-    /// Variants the suite declares: name -> config file (resolved next to the case file).
-    pub variants: BTreeMap<String, PathBuf>,
+    /// Variants the suite declares, in file order: name and config file (resolved next to
+    /// the case file). The first is the baseline the comparison is taken against.
+    pub variants: Vec<(String, PathBuf)>,
     pub cases: Vec<Case>,
 }
 
@@ -106,11 +107,46 @@ struct RawSuite {
     #[serde(default)]
     suite: Option<String>,
     #[serde(default)]
-    variants: BTreeMap<String, PathBuf>,
+    variants: InOrder<PathBuf>,
     #[serde(default)]
     metrics: BTreeMap<String, MetricSpec>,
     #[serde(default, rename = "case", alias = "cases")]
     cases: Vec<Case>,
+}
+
+/// A table's entries in the order the file gives them.
+struct InOrder<T>(Vec<(String, T)>);
+
+impl<T> Default for InOrder<T> {
+    fn default() -> Self {
+        InOrder(Vec::new())
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for InOrder<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Entries<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Entries<T> {
+            type Value = InOrder<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a table of name = value")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<InOrder<T>, A::Error> {
+                let mut entries: Vec<(String, T)> = Vec::new();
+                while let Some((key, value)) = map.next_entry::<String, T>()? {
+                    if entries.iter().any(|(k, _)| *k == key) {
+                        return Err(serde::de::Error::custom(format!("{key:?} is given twice")));
+                    }
+                    entries.push((key, value));
+                }
+                Ok(InOrder(entries))
+            }
+        }
+        deserializer.deserialize_map(Entries(std::marker::PhantomData))
+    }
 }
 
 /// Why a suite could not be loaded: bad input, exit status 2.
@@ -273,13 +309,14 @@ fn parse(text: &str, path: &Path, format: Format) -> Result<Suite, SuiteError> {
         case.metrics = metrics;
         cases.push(case);
     }
-    for name in raw.variants.keys() {
+    for (name, _) in &raw.variants.0 {
         if !is_variant_name(name) {
             return Err(invalid(path, variant_name_error(name)));
         }
     }
     let variants = raw
         .variants
+        .0
         .into_iter()
         .map(|(name, config)| (name, base.join(config)))
         .collect();
@@ -358,6 +395,14 @@ scorers = [{ kind = "output_equals", text = "42" }, { kind = "status", expect = 
         assert_eq!(suite.cases.len(), 1);
         assert_eq!(suite.cases[0].scorers.len(), 2);
         assert!(suite.cases[0].metrics.contains_key("time"));
+        let with_variants = toml(&GOOD.replace(
+            "suite = \"basics\"",
+            "suite = \"basics\"\n[variants]\nwide = \"w.toml\"\nnarrow = \"n.toml\"",
+        ))
+        .unwrap();
+        let names: Vec<&str> = with_variants.variants.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["wide", "narrow"], "file order is kept");
+        assert_eq!(with_variants.variants[0].1, Path::new("/x/w.toml"));
     }
 
     #[test]
