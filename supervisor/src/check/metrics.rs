@@ -48,9 +48,11 @@ impl TryFrom<RawMetricSpec> for MetricSpec {
         let measure = match (raw.measure, raw.pattern) {
             (MeasureKind::OutputNumber, Some(pattern)) => Measure::OutputNumber(pattern),
             (MeasureKind::OutputNumber, None) => {
-                return Err("measure \"output_number\" needs a `pattern` whose first group \
+                return Err(
+                    "measure \"output_number\" needs a `pattern` whose first group \
                             (or whole match) is the number"
-                    .into())
+                        .into(),
+                )
             }
             (_, Some(_)) => {
                 return Err("`pattern` belongs to measure \"output_number\" only".into())
@@ -147,9 +149,11 @@ pub fn measure(measure: &Measure, cells: &[CellResult], scores: &[ScoreOutcome])
     match measure {
         Measure::DurationMs => sum(|c| c.duration_ms),
         Measure::OutputBytes => sum(|c| c.truncation.total_bytes.max(c.output.len() as u64) as f64),
-        Measure::OutputLines => {
-            sum(|c| c.truncation.total_lines.max(c.output.lines().count() as u64) as f64)
-        }
+        Measure::OutputLines => sum(|c| {
+            c.truncation
+                .total_lines
+                .max(c.output.lines().count() as u64) as f64
+        }),
         Measure::Displays => sum(|c| c.displays.len() as f64),
         Measure::StatusEvents => sum(|c| c.status_events.len() as f64),
         Measure::Restarts => sum(|c| f64::from(u8::from(c.notice.is_some()))),
@@ -201,10 +205,7 @@ pub fn tag_scores(
     for tag in case_tags {
         values.entry(tag.clone()).or_default().push(case_score);
     }
-    values
-        .into_iter()
-        .map(|(tag, v)| (tag, mean(&v)))
-        .collect()
+    values.into_iter().map(|(tag, v)| (tag, mean(&v))).collect()
 }
 
 /// The arithmetic mean; 0 for no values.
@@ -287,8 +288,8 @@ mod tests {
 
     #[test]
     fn normalization_clamps_and_flips() {
-        let lower = spec(r#"{measure = "duration_ms", min = 0, max = 200, direction = "lower"}"#)
-            .unwrap();
+        let lower =
+            spec(r#"{measure = "duration_ms", min = 0, max = 200, direction = "lower"}"#).unwrap();
         assert_eq!(normalize(50.0, &lower), 0.75);
         assert_eq!(normalize(500.0, &lower), 0.0);
         assert_eq!(normalize(-5.0, &lower), 1.0);
@@ -296,15 +297,15 @@ mod tests {
             spec(r#"{measure = "displays", min = 1, max = 3, direction = "higher-is-better"}"#)
                 .unwrap();
         assert_eq!(normalize(2.0, &higher), 0.5);
-        let point = spec(r#"{measure = "displays", min = 2, max = 2, direction = "higher"}"#)
-            .unwrap();
+        let point =
+            spec(r#"{measure = "displays", min = 2, max = 2, direction = "higher"}"#).unwrap();
         assert_eq!(normalize(0.0, &point), 1.0);
     }
 
     #[test]
     fn bad_specs_are_refused_with_the_reason() {
-        let err = spec(r#"{measure = "displays", min = 3, max = 1, direction = "higher"}"#)
-            .unwrap_err();
+        let err =
+            spec(r#"{measure = "displays", min = 3, max = 1, direction = "higher"}"#).unwrap_err();
         assert!(err.contains("min <= max"), "{err}");
         let err = spec(r#"{measure = "output_number", min = 0, max = 1, direction = "higher"}"#)
             .unwrap_err();

@@ -112,7 +112,10 @@ pub fn format_table(summary: &RunSummary, results: &[CaseResult]) -> String {
                 Some(cell) => comparison_cell(cell),
                 None => "-".to_string(),
             }));
-            line.push(row.difference.map_or("-".to_string(), |d| format!("{d:+.2}")));
+            line.push(
+                row.difference
+                    .map_or("-".to_string(), |d| format!("{d:+.2}")),
+            );
             rows.push(line);
         }
         table(&mut out, &rows);
@@ -243,12 +246,18 @@ mod tests {
             .expect("row for the broken case");
         assert!(broken.starts_with("FAIL"), "{text}");
         assert!(broken.ends_with("scorer1"), "{text}");
-        assert!(text.contains("\nfailures:\n  s/broken #1\n    scorer1: \n"), "{text}");
+        assert!(
+            text.contains("\nfailures:\n  s/broken #1\n    scorer1: \n"),
+            "{text}"
+        );
         assert!(
             text.ends_with("2 cases: 1 passed, 1 failed (50.0%), mean score 0.75, 200 ms\n"),
             "{text}"
         );
-        assert!(!text.contains("variant"), "one variant, no variant column: {text}");
+        assert!(
+            !text.contains("variant"),
+            "one variant, no variant column: {text}"
+        );
     }
 
     #[test]
@@ -262,7 +271,10 @@ mod tests {
             .lines()
             .find(|l| l.starts_with("case "))
             .expect("comparison header");
-        assert!(header.contains("small") && header.contains("large"), "{text}");
+        assert!(
+            header.contains("small") && header.contains("large"),
+            "{text}"
+        );
         assert!(header.ends_with("diff (large - small)"), "{text}");
         let row = text
             .lines()

@@ -205,8 +205,14 @@ async fn run_case(
                 tools: Vec::new(),
             };
             if !case.setup.is_empty() {
-                match eval_timed(cellvisor, request(&case.setup), "setup", started, &mut events)
-                    .await
+                match eval_timed(
+                    cellvisor,
+                    request(&case.setup),
+                    "setup",
+                    started,
+                    &mut events,
+                )
+                .await
                 {
                     Ok(result) => {
                         if result.is_error {
@@ -218,8 +224,14 @@ async fn run_case(
                 }
             }
             if error.is_none() {
-                match eval_timed(cellvisor, request(&case.cells), "cells", started, &mut events)
-                    .await
+                match eval_timed(
+                    cellvisor,
+                    request(&case.cells),
+                    "cells",
+                    started,
+                    &mut events,
+                )
+                .await
                 {
                     Ok(result) => cells = result.cells,
                     Err(err) => error = Some(format!("cells refused: {err}")),

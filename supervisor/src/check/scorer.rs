@@ -449,7 +449,10 @@ mod tests {
         assert!(!wrong.passed);
         assert_eq!(wrong.score, 0.0);
         assert_eq!(wrong.details, "expected complete, got error");
-        let first = run(r#"{kind = "status", expect = "complete", cell = 0}"#, &cells);
+        let first = run(
+            r#"{kind = "status", expect = "complete", cell = 0}"#,
+            &cells,
+        );
         assert!(first.passed);
         assert_eq!(first.name, "status:complete[0]");
     }
@@ -461,8 +464,20 @@ mod tests {
             cell(CellStatus::Complete, "42\n"),
         ];
         assert!(run(r#"{kind = "output_contains", text = "lo\n4"}"#, &cells).passed);
-        assert!(!run(r#"{kind = "output_contains", text = "hello", cell = 1}"#, &cells).passed);
-        assert!(run(r#"{kind = "output_matches", pattern = "^4\\d\\n$", cell = 1}"#, &cells).passed);
+        assert!(
+            !run(
+                r#"{kind = "output_contains", text = "hello", cell = 1}"#,
+                &cells
+            )
+            .passed
+        );
+        assert!(
+            run(
+                r#"{kind = "output_matches", pattern = "^4\\d\\n$", cell = 1}"#,
+                &cells
+            )
+            .passed
+        );
         assert!(run(r#"{kind = "output_matches", pattern = "(?m)^42$"}"#, &cells).passed);
         assert!(run(r#"{kind = "output_equals", text = "42", cell = 1}"#, &cells).passed);
         assert!(!run(r#"{kind = "output_equals", text = "42"}"#, &cells).passed);
@@ -487,7 +502,10 @@ mod tests {
         with_png.displays = vec![json!({"image/png": "AA==", "text/plain": "<Figure>"})];
         let cells = [cell(CellStatus::Complete, ""), with_png];
         assert!(run(r#"{kind = "display_has", mime = "image/png"}"#, &cells).passed);
-        let missing = run(r#"{kind = "display_has", mime = "image/png", cell = 0}"#, &cells);
+        let missing = run(
+            r#"{kind = "display_has", mime = "image/png", cell = 0}"#,
+            &cells,
+        );
         assert!(!missing.passed);
         assert_eq!(missing.details, "display types seen: []");
     }
@@ -496,20 +514,35 @@ mod tests {
     fn file_scorers_read_the_workspace_snapshot() {
         let cells = [cell(CellStatus::Complete, "")];
         assert!(run(r#"{kind = "file_exists", path = "out/report.txt"}"#, &cells).passed);
-        assert!(run(r#"{kind = "file_exists", path = "./out/report.txt"}"#, &cells).passed);
+        assert!(
+            run(
+                r#"{kind = "file_exists", path = "./out/report.txt"}"#,
+                &cells
+            )
+            .passed
+        );
         assert!(!run(r#"{kind = "file_exists", path = "nope.txt"}"#, &cells).passed);
         assert!(
-            run(r#"{kind = "file_contains", path = "out/report.txt", text = "= 42"}"#, &cells)
-                .passed
+            run(
+                r#"{kind = "file_contains", path = "out/report.txt", text = "= 42"}"#,
+                &cells
+            )
+            .passed
         );
-        let binary = run(r#"{kind = "file_contains", path = "blob.bin", text = "x"}"#, &cells);
+        let binary = run(
+            r#"{kind = "file_contains", path = "blob.bin", text = "x"}"#,
+            &cells,
+        );
         assert!(!binary.passed);
         assert!(binary.details.contains("binary"));
     }
 
     #[test]
     fn duration_below_is_graded_past_its_limit() {
-        let cells = [cell(CellStatus::Complete, ""), cell(CellStatus::Complete, "")];
+        let cells = [
+            cell(CellStatus::Complete, ""),
+            cell(CellStatus::Complete, ""),
+        ];
         assert!(run(r#"{kind = "duration_below_ms", ms = 25}"#, &cells).passed);
         let slow = run(r#"{kind = "duration_below_ms", ms = 10}"#, &cells);
         assert!(!slow.passed);
@@ -533,8 +566,20 @@ mod tests {
         wrote.status_events = vec![json!({"op": "write", "path": "a.txt", "bytes": 3})];
         let cells = [wrote];
         assert!(run(r#"{kind = "status_event", op = "write"}"#, &cells).passed);
-        assert!(run(r#"{kind = "status_event", op = "write", path = "a.txt"}"#, &cells).passed);
-        assert!(!run(r#"{kind = "status_event", op = "write", path = "b.txt"}"#, &cells).passed);
+        assert!(
+            run(
+                r#"{kind = "status_event", op = "write", path = "a.txt"}"#,
+                &cells
+            )
+            .passed
+        );
+        assert!(
+            !run(
+                r#"{kind = "status_event", op = "write", path = "b.txt"}"#,
+                &cells
+            )
+            .passed
+        );
         let read = run(r#"{kind = "status_event", op = "read"}"#, &cells);
         assert_eq!(read.details, "ops seen: [write]");
     }

@@ -232,15 +232,15 @@ fn format_of(path: &Path) -> Option<Format> {
 
 /// Reads and checks one case file.
 pub fn load_file(path: &Path) -> Result<Suite, SuiteError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SuiteError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let format = format_of(path).ok_or_else(|| {
         invalid(
             path,
             "a case file is TOML (.toml) or JSON (.json); this name has neither extension",
         )
-    })?;
-    let text = std::fs::read_to_string(path).map_err(|source| SuiteError::Read {
-        path: path.to_path_buf(),
-        source,
     })?;
     parse(&text, path, format)
 }
@@ -287,7 +287,10 @@ fn parse(text: &str, path: &Path, format: Format) -> Result<Suite, SuiteError> {
         if !seen.insert(case.id.clone()) {
             return Err(invalid(
                 path,
-                format!("case id {:?} is used twice; ids are unique in a suite", case.id),
+                format!(
+                    "case id {:?} is used twice; ids are unique in a suite",
+                    case.id
+                ),
             ));
         }
         if let Some(seed) = &case.workspace {
@@ -400,7 +403,11 @@ scorers = [{ kind = "output_equals", text = "42" }, { kind = "status", expect = 
             "suite = \"basics\"\n[variants]\nwide = \"w.toml\"\nnarrow = \"n.toml\"",
         ))
         .unwrap();
-        let names: Vec<&str> = with_variants.variants.iter().map(|(n, _)| n.as_str()).collect();
+        let names: Vec<&str> = with_variants
+            .variants
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
         assert_eq!(names, ["wide", "narrow"], "file order is kept");
         assert_eq!(with_variants.variants[0].1, Path::new("/x/w.toml"));
     }
@@ -419,7 +426,9 @@ scorers = [{ kind = "output_equals", text = "42" }, { kind = "status", expect = 
         let err = toml(&text).unwrap_err().to_string();
         assert!(err.starts_with("/x/s.toml:13:"), "{err}");
         assert!(err.contains("stattus"), "{err}");
-        let err = toml("[[case]]\nid = \"a\"\ncells = [").unwrap_err().to_string();
+        let err = toml("[[case]]\nid = \"a\"\ncells = [")
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("/x/s.toml:3:"), "{err}");
     }
 
@@ -453,7 +462,10 @@ scorers = [{ kind = "output_equals", text = "42" }, { kind = "status", expect = 
         let seed = GOOD.replace("tags = [\"py\"]", "workspace = \"no-such-seed\"");
         let err = toml(&seed).unwrap_err().to_string();
         assert!(err.contains("workspace seed"), "{err}");
-        assert!(toml("suite = \"x\"").unwrap_err().to_string().contains("no cases"));
+        assert!(toml("suite = \"x\"")
+            .unwrap_err()
+            .to_string()
+            .contains("no cases"));
     }
 
     #[test]

@@ -79,10 +79,7 @@ pub fn prepare(seed: Option<&Path>) -> Result<tempfile::TempDir, WorkspaceError>
 fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
     for entry in walkdir::WalkDir::new(from).min_depth(1) {
         let entry = entry.map_err(|e| e.to_string())?;
-        let relative = entry
-            .path()
-            .strip_prefix(from)
-            .map_err(|e| e.to_string())?;
+        let relative = entry.path().strip_prefix(from).map_err(|e| e.to_string())?;
         let target = to.join(relative);
         let kind = entry.file_type();
         let copied = if kind.is_dir() {

@@ -61,9 +61,8 @@ pub async fn run(args: CheckArgs, globals: &Globals) -> i32 {
             );
         }
     }
-    let total: usize = suites.iter().map(|s| s.cases.len()).sum::<usize>()
-        * args.repeat as usize
-        * variants.len();
+    let total: usize =
+        suites.iter().map(|s| s.cases.len()).sum::<usize>() * args.repeat as usize * variants.len();
     let progress = progress_bar(total as u64);
     let options = RunOptions {
         variants,
@@ -89,7 +88,10 @@ pub async fn run(args: CheckArgs, globals: &Globals) -> i32 {
     let summary = check::summarize(&results);
     if let Some(out) = &args.out {
         if let Err(err) = check::artifacts::write_summary(out, &summary) {
-            eprintln!("error: cannot write {}: {err}", out.join("summary.json").display());
+            eprintln!(
+                "error: cannot write {}: {err}",
+                out.join("summary.json").display()
+            );
             return 1;
         }
     }
@@ -121,11 +123,7 @@ fn duplicate_suite(suites: &[Suite]) -> Option<&str> {
 
 /// The variants to run: `--variant` flags, else those the suites declare, else the
 /// configuration in force as `default`.
-fn variants(
-    flags: &[String],
-    suites: &[Suite],
-    globals: &Globals,
-) -> Result<Vec<Variant>, String> {
+fn variants(flags: &[String], suites: &[Suite], globals: &Globals) -> Result<Vec<Variant>, String> {
     let mut named: Vec<(String, PathBuf)> = Vec::new();
     if flags.is_empty() {
         for suite in suites {
