@@ -230,6 +230,15 @@ cells = [{ language = "py", code = "print('after')" }]
 scorers = [{ kind = "no_restart" }]
 
 [[case]]
+id = "captures-only-what-it-names"
+capture = ["kept"]
+cells = [{ language = "lua", code = "write('kept/a.txt', 'a')\nwrite('dropped.txt', 'b')" }]
+scorers = [
+  { kind = "file_exists", path = "kept/a.txt" },
+  { kind = "file_exists", path = "dropped.txt" },
+]
+
+[[case]]
 id = "setup-fails"
 setup = [{ language = "lua", code = "error('no setup for you')" }]
 cells = [{ language = "lua", code = "print(1)" }]
@@ -246,7 +255,7 @@ fn every_scorer_kind_passes_and_fails_as_written() {
     let run = world.run(&["check", path_str(&suite), "--json"]);
     run.assert_code(1);
     let summary = run.json();
-    assert_eq!(summary["count"], 4);
+    assert_eq!(summary["count"], 5);
 
     let pass = case(&summary, "all-pass");
     assert_eq!(pass["passed"], true, "{pass:#}");
@@ -275,6 +284,11 @@ fn every_scorer_kind_passes_and_fails_as_written() {
     // The setup crashed the worker, so setup failed: the case fails on `setup`, not later.
     let restarted = case(&summary, "restarted");
     assert_eq!(strings(&restarted["failed_scorers"]), ["setup"]);
+    let captured = case(&summary, "captures-only-what-it-names");
+    assert_eq!(
+        strings(&captured["failed_scorers"]),
+        ["file.exists:dropped.txt"]
+    );
     let setup = case(&summary, "setup-fails");
     assert_eq!(strings(&setup["failed_scorers"]), ["setup"]);
     let reason = setup["error"].as_str().unwrap_or_default();

@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 #[serde(try_from = "RawMetricSpec")]
 pub struct MetricSpec {
     pub measure: Measure,
+    /// For [`Measure::OutputNumber`] (and only for it): where the number is in the output.
+    pub pattern: Option<Pattern>,
     /// Raw values below are clamped.
     pub min: f64,
     /// Raw values above are clamped.
@@ -23,7 +25,7 @@ pub struct MetricSpec {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawMetricSpec {
-    measure: MeasureKind,
+    measure: Measure,
     #[serde(default)]
     pattern: Option<Pattern>,
     min: f64,
@@ -45,28 +47,22 @@ impl TryFrom<RawMetricSpec> for MetricSpec {
                 raw.min, raw.max
             ));
         }
-        let measure = match (raw.measure, raw.pattern) {
-            (MeasureKind::OutputNumber, Some(pattern)) => Measure::OutputNumber(pattern),
-            (MeasureKind::OutputNumber, None) => {
+        match (raw.measure, &raw.pattern) {
+            (Measure::OutputNumber, None) => {
                 return Err(
                     "measure \"output_number\" needs a `pattern` whose first group \
                             (or whole match) is the number"
                         .into(),
                 )
             }
+            (Measure::OutputNumber, Some(_)) | (_, None) => {}
             (_, Some(_)) => {
                 return Err("`pattern` belongs to measure \"output_number\" only".into())
             }
-            (MeasureKind::DurationMs, None) => Measure::DurationMs,
-            (MeasureKind::OutputBytes, None) => Measure::OutputBytes,
-            (MeasureKind::OutputLines, None) => Measure::OutputLines,
-            (MeasureKind::Displays, None) => Measure::Displays,
-            (MeasureKind::StatusEvents, None) => Measure::StatusEvents,
-            (MeasureKind::Restarts, None) => Measure::Restarts,
-            (MeasureKind::ScorersPassed, None) => Measure::ScorersPassed,
-        };
+        }
         Ok(MetricSpec {
-            measure,
+            measure: raw.measure,
+            pattern: raw.pattern,
             min: raw.min,
             max: raw.max,
             direction: raw.direction,
@@ -76,21 +72,8 @@ impl TryFrom<RawMetricSpec> for MetricSpec {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum MeasureKind {
-    DurationMs,
-    OutputBytes,
-    OutputLines,
-    Displays,
-    StatusEvents,
-    Restarts,
-    ScorersPassed,
-    OutputNumber,
-}
-
 /// What a metric measures on the cells under test.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Measure {
     /// The cells' `duration_ms`, summed.
@@ -106,8 +89,8 @@ pub enum Measure {
     Restarts,
     /// Fraction of the case's scorers that passed, 0..1.
     ScorersPassed,
-    /// A number printed by the cells: the first match of the pattern in their output.
-    OutputNumber(Pattern),
+    /// A number printed by the cells: the first match of the spec's pattern in their output.
+    OutputNumber,
 }
 
 /// Whether a larger raw value is better or worse.
@@ -143,10 +126,10 @@ pub fn normalize(raw: f64, spec: &MetricSpec) -> f64 {
     }
 }
 
-/// The raw value of `measure` on the cells under test.
-pub fn measure(measure: &Measure, cells: &[CellResult], scores: &[ScoreOutcome]) -> Option<f64> {
+/// The raw value of the metric on the cells under test.
+pub fn measure(spec: &MetricSpec, cells: &[CellResult], scores: &[ScoreOutcome]) -> Option<f64> {
     let sum = |f: fn(&CellResult) -> f64| Some(cells.iter().map(f).sum());
-    match measure {
+    match spec.measure {
         Measure::DurationMs => sum(|c| c.duration_ms),
         Measure::OutputBytes => sum(|c| c.truncation.total_bytes.max(c.output.len() as u64) as f64),
         Measure::OutputLines => sum(|c| {
@@ -161,8 +144,8 @@ pub fn measure(measure: &Measure, cells: &[CellResult], scores: &[ScoreOutcome])
             let passed = scores.iter().filter(|s| s.passed).count();
             Some(passed as f64 / scores.len().max(1) as f64)
         }
-        Measure::OutputNumber(pattern) => cells.iter().find_map(|c| {
-            let captures = pattern.regex().captures(&c.output)?;
+        Measure::OutputNumber => cells.iter().find_map(|c| {
+            let captures = spec.pattern.as_ref()?.regex().captures(&c.output)?;
             let text = captures.get(1).or_else(|| captures.get(0))?.as_str();
             text.trim().parse::<f64>().ok().filter(|v| v.is_finite())
         }),
@@ -178,7 +161,7 @@ pub fn evaluate(
     specs
         .iter()
         .map(|(id, spec)| {
-            let raw = measure(&spec.measure, cells, scores);
+            let raw = measure(spec, cells, scores);
             MetricValue {
                 id: id.clone(),
                 raw,
@@ -258,8 +241,7 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::{CellSpec, CellStatus};
-    use cellvisor_ipc::Language;
+    use crate::check::fixtures::completed;
 
     fn spec(toml_text: &str) -> Result<MetricSpec, String> {
         #[derive(Deserialize)]
@@ -269,21 +251,6 @@ mod tests {
         toml::from_str::<One>(&format!("m = {toml_text}"))
             .map(|one| one.m)
             .map_err(|e| e.to_string())
-    }
-
-    fn cell(output: &str, duration_ms: f64) -> CellResult {
-        let spec = CellSpec {
-            language: Language::Lua,
-            code: String::new(),
-            title: None,
-            timeout: None,
-            reset: false,
-        };
-        let mut cell = CellResult::skipped(0, &spec);
-        cell.status = CellStatus::Complete;
-        cell.output = output.into();
-        cell.duration_ms = duration_ms;
-        cell
     }
 
     #[test]
@@ -316,7 +283,7 @@ mod tests {
 
     #[test]
     fn measures_read_the_cells_and_a_missing_number_scores_zero() {
-        let cells = [cell("rows=12\n", 30.0), cell("x\ny\n", 20.0)];
+        let cells = [completed("rows=12\n", 30.0), completed("x\ny\n", 20.0)];
         let mut specs = BTreeMap::new();
         specs.insert(
             "time".to_string(),
@@ -345,7 +312,9 @@ mod tests {
         assert_eq!(tags["@speed"], 0.5);
         assert_eq!(tags["@data"], 0.5);
         assert_eq!(tags["lua"], 0.25);
-        assert_eq!(measure(&Measure::OutputLines, &cells, &[]), Some(3.0));
+        let lines =
+            spec(r#"{measure = "output_lines", min = 0, max = 9, direction = "lower"}"#).unwrap();
+        assert_eq!(measure(&lines, &cells, &[]), Some(3.0));
     }
 
     #[test]

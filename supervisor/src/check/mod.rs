@@ -23,3 +23,25 @@ pub mod workspace;
 pub use run::{run, CaseResult, RunError, RunOptions, Variant};
 pub use suite::{Case, Suite, SuiteError};
 pub use summary::{summarize, RunSummary};
+
+/// Cells and results for the unit tests of the check modules.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use crate::cell::{CellResult, CellSpec, CellStatus};
+
+    /// A cell as a case file gives it (read from JSON, so every optional field has its
+    /// default).
+    pub fn cell_spec(language: &str, code: &str) -> CellSpec {
+        serde_json::from_value(serde_json::json!({"language": language, "code": code}))
+            .expect("a valid cell")
+    }
+
+    /// The result of a completed cell that printed `output` in `duration_ms`.
+    pub fn completed(output: &str, duration_ms: f64) -> CellResult {
+        let mut cell = CellResult::skipped(0, &cell_spec("py", ""));
+        cell.status = CellStatus::Complete;
+        cell.output = output.into();
+        cell.duration_ms = duration_ms;
+        cell
+    }
+}

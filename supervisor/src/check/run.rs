@@ -238,7 +238,7 @@ async fn run_case(
                 }
             }
             let _ = cellvisor.close(&session, None).await;
-            snapshot = workspace::capture(dir.path());
+            snapshot = workspace::capture(dir.path(), &case.capture);
         }
     }
     let scores = match &error {

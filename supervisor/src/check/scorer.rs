@@ -378,23 +378,13 @@ pub fn status_word(status: CellStatus) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::CellSpec;
+    use crate::check::fixtures::completed;
     use crate::check::workspace::WorkspaceFile;
-    use cellvisor_ipc::Language;
     use serde_json::json;
 
     fn cell(status: CellStatus, output: &str) -> CellResult {
-        let spec = CellSpec {
-            language: Language::Python,
-            code: String::new(),
-            title: None,
-            timeout: None,
-            reset: false,
-        };
-        let mut cell = CellResult::skipped(0, &spec);
+        let mut cell = completed(output, 10.0);
         cell.status = status;
-        cell.output = output.into();
-        cell.duration_ms = 10.0;
         cell
     }
 

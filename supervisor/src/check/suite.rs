@@ -31,6 +31,9 @@ pub struct Case {
     /// A directory copied into the case's fresh working directory (resolved next to the
     /// case file when the suite is loaded).
     pub workspace: Option<PathBuf>,
+    /// Files and directories (relative) captured after the run; all of the workspace when
+    /// empty. File scorers see only what is captured.
+    pub capture: Vec<String>,
     /// Cells run first, in the same session; a failure fails the case before it is scored.
     pub setup: Vec<CellSpec>,
     pub cells: Vec<CellSpec>,
@@ -49,6 +52,8 @@ struct RawCase {
     tags: Vec<String>,
     #[serde(default)]
     workspace: Option<PathBuf>,
+    #[serde(default)]
+    capture: Vec<String>,
     #[serde(default)]
     setup: Vec<CellSpec>,
     cells: Vec<CellSpec>,
@@ -77,6 +82,11 @@ impl TryFrom<RawCase> for Case {
                 Scorer::KINDS.join(", ")
             ));
         }
+        if let Some(outside) = raw.capture.iter().find(|p| !is_inside(p)) {
+            return Err(format!(
+                "case {id:?}: capture path {outside:?} must be relative and stay in the workspace"
+            ));
+        }
         for scorer in &raw.scorers {
             if let Some(cell) = scorer.cell().filter(|&cell| cell >= raw.cells.len()) {
                 return Err(format!(
@@ -92,12 +102,27 @@ impl TryFrom<RawCase> for Case {
             description: raw.description,
             tags: raw.tags,
             workspace: raw.workspace,
+            capture: raw.capture,
             setup: raw.setup,
             cells: raw.cells,
             scorers: raw.scorers,
             metrics: raw.metrics,
         })
     }
+}
+
+/// Whether `path` is relative and does not climb out of the directory it is taken from.
+fn is_inside(path: &str) -> bool {
+    let mut depth = 0usize;
+    for component in Path::new(path).components() {
+        match component {
+            std::path::Component::Normal(_) => depth += 1,
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir if depth > 0 => depth -= 1,
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// The top level of a case file.

@@ -251,12 +251,11 @@ fn compare(sorted: &[&CaseResult], variants: Vec<String>) -> Comparison {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::cell::{CellSpec, CellStatus};
+    use crate::cell::CellStatus;
     use crate::check::metrics::MetricValue;
     use crate::check::scorer::ScoreOutcome;
     use crate::check::suite::Case;
     use crate::check::workspace::WorkspaceSnapshot;
-    use cellvisor_ipc::Language;
 
     /// A case result as the runner would make it, for summary and report tests.
     pub(crate) fn result(variant: &str, id: &str, repeat: u32, scores: &[bool]) -> CaseResult {
@@ -271,13 +270,7 @@ pub(crate) mod tests {
             })
             .collect();
         let score = mean(&outcomes.iter().map(|s| s.score).collect::<Vec<_>>());
-        let cell = CellSpec {
-            language: Language::Python,
-            code: "1".into(),
-            title: None,
-            timeout: None,
-            reset: false,
-        };
+        let cell = crate::check::fixtures::cell_spec("py", "1");
         CaseResult {
             variant: variant.into(),
             suite: "s".into(),
@@ -304,6 +297,7 @@ pub(crate) mod tests {
                 description: None,
                 tags: vec!["py".into()],
                 workspace: None,
+                capture: Vec::new(),
                 setup: Vec::new(),
                 cells: vec![cell],
                 scorers: Vec::new(),

@@ -7,6 +7,10 @@ use std::path::{Component, Path, PathBuf};
 /// Text kept per captured file; longer files are cut (and marked `truncated`).
 pub const MAX_FILE_CHARS: usize = 256 * 1024;
 
+/// Text kept for a whole workspace; files past it are listed without their content (and
+/// marked `truncated`), so a cell that makes thousands of files cannot bloat the artifacts.
+pub const MAX_TOTAL_BYTES: usize = 16 * 1024 * 1024;
+
 /// Files captured from a workspace after a case.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkspaceSnapshot {
@@ -95,52 +99,70 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Every regular file under `root` (symbolic links are listed, not followed), in path order.
-pub fn capture(root: &Path) -> WorkspaceSnapshot {
-    let mut files = Vec::new();
-    for entry in walkdir::WalkDir::new(root)
-        .min_depth(1)
-        .sort_by_file_name()
-        .into_iter()
-        .flatten()
-    {
-        if entry.file_type().is_dir() {
-            continue;
-        }
-        let Ok(relative) = entry.path().strip_prefix(root) else {
-            continue;
-        };
-        let Some(path) = normalize(relative) else {
-            continue;
-        };
-        let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
-        let bytes = if entry.file_type().is_file() {
-            read_head(entry.path())
-        } else {
-            None
-        };
-        let text = bytes
-            .as_deref()
-            .and_then(|b| std::str::from_utf8(b).ok())
-            .filter(|t| !t.contains('\0'));
-        let (content, truncated) = match text {
-            Some(text) => {
-                let mut chars = text.char_indices();
-                match chars.nth(MAX_FILE_CHARS) {
-                    Some((cut, _)) => (Some(text[..cut].to_string()), true),
-                    None => (Some(text.to_string()), size > text.len() as u64),
-                }
-            }
-            None => (None, false),
-        };
-        files.push(WorkspaceFile {
-            path,
-            size,
-            binary: entry.file_type().is_file() && content.is_none(),
-            truncated,
-            content,
-        });
+/// Every file under `root` at the relative paths `only` (files or directories; all of the
+/// workspace when empty). Symbolic links are listed, not followed; paths are in order.
+pub fn capture(root: &Path, only: &[String]) -> WorkspaceSnapshot {
+    let mut starts: Vec<PathBuf> = only
+        .iter()
+        .filter_map(|p| normalize(Path::new(p)))
+        .map(|p| root.join(p))
+        .collect();
+    if only.is_empty() {
+        starts.push(root.to_path_buf());
     }
+    let mut files = Vec::new();
+    let mut budget = MAX_TOTAL_BYTES;
+    for start in starts {
+        let entries = walkdir::WalkDir::new(&start)
+            .sort_by_file_name()
+            .into_iter()
+            .flatten();
+        for entry in entries {
+            if entry.file_type().is_dir() {
+                continue;
+            }
+            let Some(path) = entry.path().strip_prefix(root).ok().and_then(normalize) else {
+                continue;
+            };
+            if path.is_empty() || files.iter().any(|f: &WorkspaceFile| f.path == path) {
+                continue;
+            }
+            let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            let is_file = entry.file_type().is_file();
+            let head = if is_file && budget > 0 {
+                read_head(entry.path())
+            } else {
+                None
+            };
+            let text = head
+                .as_deref()
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .filter(|t| !t.contains('\0'));
+            let (content, truncated) = match text {
+                Some(text) => {
+                    let cut = text
+                        .char_indices()
+                        .nth(MAX_FILE_CHARS)
+                        .map_or(text.len(), |(at, _)| at);
+                    let mut cut = cut.min(budget);
+                    while !text.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    budget -= cut;
+                    (Some(text[..cut].to_string()), size > cut as u64)
+                }
+                None => (None, is_file && head.is_none()),
+            };
+            files.push(WorkspaceFile {
+                path,
+                size,
+                binary: is_file && head.is_some() && content.is_none(),
+                truncated,
+                content,
+            });
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
     WorkspaceSnapshot { files }
 }
 
@@ -177,7 +199,7 @@ mod tests {
         std::os::unix::fs::symlink("data/in.csv", seed.path().join("link")).unwrap();
         let workspace = prepare(Some(seed.path())).unwrap();
         std::fs::write(workspace.path().join("out.txt"), "done").unwrap();
-        let snapshot = capture(workspace.path());
+        let snapshot = capture(workspace.path(), &[]);
         let paths: Vec<&str> = snapshot.files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(paths, ["blob.bin", "data/in.csv", "link", "out.txt"]);
         let csv = snapshot.file("./data/in.csv").unwrap();
@@ -186,13 +208,16 @@ mod tests {
         assert!(snapshot.file("blob.bin").unwrap().binary);
         assert!(!snapshot.file("link").unwrap().binary);
         assert!(snapshot.file("../out.txt").is_none());
+        let only = capture(workspace.path(), &["data".into(), "out.txt".into()]);
+        let paths: Vec<&str> = only.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["data/in.csv", "out.txt"]);
     }
 
     #[test]
     fn long_files_are_cut_and_marked() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("big.txt"), "é".repeat(MAX_FILE_CHARS + 5)).unwrap();
-        let snapshot = capture(dir.path());
+        let snapshot = capture(dir.path(), &[]);
         let big = &snapshot.files[0];
         assert!(big.truncated);
         assert_eq!(
