@@ -489,6 +489,13 @@ fn bad_input_is_reported_with_its_position_and_exit_2() {
         run.assert_code(2);
         assert!(run.stderr.contains(message), "{flag}: {}", run.stderr);
     }
+    let run = world.run(&["check", path_str(&good), path_str(&good)]);
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains("shares its artifact directory"),
+        "{}",
+        run.stderr
+    );
     let run = world.run(&["check", path_str(&good), "--repeat", "0"]);
     run.assert_code(2);
     let missing = world.dir.path().join("missing");

@@ -209,6 +209,8 @@ pub struct MetricStats {
     pub p90: f64,
     pub max: f64,
     pub zero_count: usize,
+    /// Every value, in case order.
+    pub values: Vec<f64>,
 }
 
 impl MetricStats {
@@ -226,6 +228,7 @@ impl MetricStats {
             p90: percentile(&sorted, 0.9),
             max: sorted[sorted.len() - 1],
             zero_count: sorted.iter().filter(|v| **v == 0.0).count(),
+            values: values.to_vec(),
         })
     }
 }
@@ -328,7 +331,8 @@ mod tests {
                 p50: 2.0,
                 p90: 3.6,
                 max: 4.0,
-                zero_count: 1
+                zero_count: 1,
+                values: vec![4.0, 1.0, 3.0, 2.0, 0.0],
             }
         );
         assert_eq!(MetricStats::of(&[]), None);

@@ -6,7 +6,7 @@ use super::metrics::MetricSpec;
 use super::scorer::Scorer;
 use crate::cell::CellSpec;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// A suite: the cases of one case file.
@@ -203,6 +203,33 @@ fn invalid(path: &Path, message: impl Into<String>) -> SuiteError {
     }
 }
 
+/// The suites at `paths`, each a case file or a directory of them (see [`load`]); two suites
+/// whose names would share an artifact directory are an error.
+pub fn load_all(paths: &[PathBuf]) -> Result<Vec<Suite>, SuiteError> {
+    let mut suites: Vec<Suite> = Vec::new();
+    for path in paths {
+        for suite in load(path)? {
+            let directory = super::artifacts::safe_segment(&suite.name);
+            if let Some(other) = suites
+                .iter()
+                .find(|s| super::artifacts::safe_segment(&s.name) == directory)
+            {
+                return Err(invalid(
+                    &suite.path,
+                    format!(
+                        "suite {:?} shares its artifact directory with the suite of {}; give \
+                         one of them another `suite` name (or give the file once)",
+                        suite.name,
+                        other.path.display()
+                    ),
+                ));
+            }
+            suites.push(suite);
+        }
+    }
+    Ok(suites)
+}
+
 /// The suites at `path`: the case file itself, or every `*.toml` / `*.json` file directly in
 /// the directory (seeds and variant configs go in subdirectories), in name order.
 pub fn load(path: &Path) -> Result<Vec<Suite>, SuiteError> {
@@ -223,22 +250,7 @@ pub fn load(path: &Path) -> Result<Vec<Suite>, SuiteError> {
     } else {
         vec![path.to_path_buf()]
     };
-    let mut suites: Vec<Suite> = Vec::with_capacity(files.len());
-    for file in files {
-        let suite = load_file(&file)?;
-        if let Some(other) = suites.iter().find(|s| s.name == suite.name) {
-            return Err(invalid(
-                &file,
-                format!(
-                    "suite {:?} is also defined by {}; give one of them another `suite` name",
-                    suite.name,
-                    other.path.display()
-                ),
-            ));
-        }
-        suites.push(suite);
-    }
-    Ok(suites)
+    files.iter().map(|file| load_file(file)).collect()
 }
 
 #[derive(Clone, Copy)]
@@ -306,17 +318,24 @@ fn parse(text: &str, path: &Path, format: Format) -> Result<Suite, SuiteError> {
             "the file declares no cases: add [[case]] tables (TOML) or a \"cases\" array (JSON)",
         ));
     }
-    let mut seen = BTreeSet::new();
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
     let mut cases = Vec::with_capacity(raw.cases.len());
     for mut case in raw.cases {
-        if !seen.insert(case.id.clone()) {
-            return Err(invalid(
-                path,
+        let directory = super::artifacts::safe_segment(&case.id);
+        if let Some(other) = seen.insert(directory.clone(), case.id.clone()) {
+            let message = if other == case.id {
                 format!(
                     "case id {:?} is used twice; ids are unique in a suite",
                     case.id
-                ),
-            ));
+                )
+            } else {
+                format!(
+                    "case ids {other:?} and {:?} would share the artifact directory {directory:?}; \
+                     rename one",
+                    case.id
+                )
+            };
+            return Err(invalid(path, message));
         }
         if let Some(seed) = &case.workspace {
             let seed = base.join(seed);
@@ -478,6 +497,13 @@ scorers = [{ kind = "output_equals", text = "42" }, { kind = "status", expect = 
     fn semantic_mistakes_are_named() {
         let dup = format!("{GOOD}\n[[case]]\nid = \"answer\"\ncells = [{{ language = \"py\", code = \"1\" }}]\nscorers = [{{ kind = \"no_restart\" }}]\n");
         assert!(toml(&dup).unwrap_err().to_string().contains("used twice"));
+        let clash = dup.replacen("id = \"answer\"", "id = \"an/swer\"", 1);
+        let clash = clash.replacen("id = \"answer\"", "id = \"an_swer\"", 1);
+        let err = toml(&clash).unwrap_err().to_string();
+        assert!(
+            err.contains("share the artifact directory \"an_swer\""),
+            "{err}"
+        );
         let out_of_range = GOOD.replace(
             "{ kind = \"status\", expect = \"complete\" }",
             "{ kind = \"status\", expect = \"complete\", cell = 3 }",

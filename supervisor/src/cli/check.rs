@@ -29,18 +29,10 @@ pub struct CheckArgs {
 }
 
 pub async fn run(args: CheckArgs, globals: &Globals) -> i32 {
-    let mut suites: Vec<Suite> = Vec::new();
-    for path in &args.paths {
-        match suite::load(path) {
-            Ok(loaded) => suites.extend(loaded),
-            Err(err) => return usage_error(err),
-        }
-    }
-    if let Some(name) = duplicate_suite(&suites) {
-        return usage_error(format!(
-            "suite {name:?} is given twice; give each suite file once"
-        ));
-    }
+    let suites = match suite::load_all(&args.paths) {
+        Ok(suites) => suites,
+        Err(err) => return usage_error(err),
+    };
     let variants = match variants(&args.variants, &suites, globals) {
         Ok(variants) => variants,
         Err(message) => return usage_error(message),
@@ -110,15 +102,6 @@ pub async fn run(args: CheckArgs, globals: &Globals) -> i32 {
         }
     }
     i32::from(summary.totals.failed > 0)
-}
-
-fn duplicate_suite(suites: &[Suite]) -> Option<&str> {
-    suites.iter().enumerate().find_map(|(i, suite)| {
-        suites[..i]
-            .iter()
-            .any(|other| other.name == suite.name)
-            .then_some(suite.name.as_str())
-    })
 }
 
 /// The variants to run: `--variant` flags, else those the suites declare, else the
