@@ -278,6 +278,14 @@ fn every_scorer_kind_passes_and_fails_as_written() {
         ],
         "every scorer but no_restart fails: {fail:#}"
     );
+    assert_eq!(
+        fail["failures"][0]["details"],
+        "expected error, got complete"
+    );
+    assert_eq!(
+        fail["failures"][3]["details"],
+        "expected \"something\", got \"nothing much\\n\""
+    );
     let score = fail["score"].as_f64().unwrap_or(1.0);
     assert!(score > 0.09 && score < 0.2, "one of ten passed: {score}");
 

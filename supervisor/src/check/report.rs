@@ -1,12 +1,11 @@
 //! The run summary as a terminal table: one row per case run, then metrics, tags, variants
 //! side by side, the failures with their reasons, and a closing line.
 
-use super::run::CaseResult;
-use super::summary::{ComparisonCell, RunSummary, Totals};
+use super::summary::{CaseRow, ComparisonCell, RunSummary, Totals};
 use std::fmt::Write;
 
-/// Formats the summary (and, for failed cases, each failed scorer's details from `results`).
-pub fn format_table(summary: &RunSummary, results: &[CaseResult]) -> String {
+/// Formats the summary for a terminal.
+pub fn format_table(summary: &RunSummary) -> String {
     let many_variants = summary.variants.is_some();
     let mut out = String::new();
     let mut rows = vec![{
@@ -121,10 +120,7 @@ pub fn format_table(summary: &RunSummary, results: &[CaseResult]) -> String {
         table(&mut out, &rows);
     }
 
-    let mut failures: Vec<&CaseResult> = results.iter().filter(|r| !r.passed).collect();
-    failures.sort_by(|a, b| {
-        (&a.variant, &a.suite, &a.id, a.repeat).cmp(&(&b.variant, &b.suite, &b.id, b.repeat))
-    });
+    let failures: Vec<&CaseRow> = summary.cases.iter().filter(|c| !c.passed).collect();
     if !failures.is_empty() {
         out.push_str("\nfailures:\n");
         for result in failures {
@@ -138,11 +134,11 @@ pub fn format_table(summary: &RunSummary, results: &[CaseResult]) -> String {
                 "  {}/{}{variant} #{}",
                 result.suite, result.id, result.repeat
             );
-            for score in result.scores.iter().filter(|s| !s.passed) {
+            for score in &result.failures {
                 let _ = writeln!(out, "    {}: {}", score.name, score.details);
             }
             if let Some(dir) = &result.artifact_dir {
-                let _ = writeln!(out, "    artifacts: {}", dir.display());
+                let _ = writeln!(out, "    artifacts: {dir}");
             }
         }
     }
@@ -239,7 +235,7 @@ mod tests {
             result("default", "ok", 1, &[true]),
             result("default", "broken", 1, &[true, false]),
         ];
-        let text = format_table(&summarize(&results), &results);
+        let text = format_table(&summarize(&results));
         let broken = text
             .lines()
             .find(|l| l.contains("s/broken"))
@@ -266,7 +262,7 @@ mod tests {
             result("small", "a", 1, &[false]),
             result("large", "a", 1, &[true]),
         ];
-        let text = format_table(&summarize(&results), &results);
+        let text = format_table(&summarize(&results));
         let header = text
             .lines()
             .find(|l| l.starts_with("case "))

@@ -3,7 +3,7 @@
 
 use super::metrics::{mean, MetricStats};
 use super::run::CaseResult;
-use super::scorer::status_word;
+use super::scorer::{status_word, ScoreOutcome};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -61,6 +61,8 @@ pub struct CaseRow {
     pub status: String,
     pub duration_ms: f64,
     pub failed_scorers: Vec<String>,
+    /// The scorers that failed, with why.
+    pub failures: Vec<ScoreOutcome>,
     pub error: Option<String>,
     pub tag_scores: BTreeMap<String, f64>,
     pub artifact_dir: Option<String>,
@@ -199,6 +201,12 @@ fn row(result: &CaseResult) -> CaseRow {
         status: status_word(result.status).to_string(),
         duration_ms: result.duration_ms,
         failed_scorers: result.failed_scorers().map(str::to_string).collect(),
+        failures: result
+            .scores
+            .iter()
+            .filter(|s| !s.passed)
+            .cloned()
+            .collect(),
         error: result.error.clone(),
         tag_scores: result.tag_scores.clone(),
         artifact_dir: result
@@ -253,7 +261,6 @@ pub(crate) mod tests {
     use super::*;
     use crate::cell::CellStatus;
     use crate::check::metrics::MetricValue;
-    use crate::check::scorer::ScoreOutcome;
     use crate::check::suite::Case;
     use crate::check::workspace::WorkspaceSnapshot;
 

@@ -65,7 +65,7 @@ pub async fn run(args: CheckArgs, globals: &Globals) -> i32 {
         runtime_dir: None,
     };
     let results = check::run(&suites, &options, |result| {
-        progress.set_message(format!("{}/{}", result.suite, result.id));
+        progress.set_message(format!("done: {}/{}", result.suite, result.id));
         progress.inc(1);
     })
     .await;
@@ -96,7 +96,7 @@ pub async fn run(args: CheckArgs, globals: &Globals) -> i32 {
             }
         }
     } else {
-        print!("{}", report::format_table(&summary, &results));
+        print!("{}", report::format_table(&summary));
         if let Some(out) = &args.out {
             println!("artifacts: {}", out.display());
         }
