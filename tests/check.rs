@@ -28,6 +28,14 @@ fn write_suite(world: &World, name: &str, text: &str) -> PathBuf {
     path
 }
 
+/// The first line of the printed table that `wanted` accepts.
+fn table_line<'a>(stdout: &'a str, wanted: impl Fn(&str) -> bool) -> &'a str {
+    stdout
+        .lines()
+        .find(|l| wanted(l))
+        .unwrap_or_else(|| panic!("no such line in:\n{stdout}"))
+}
+
 fn case<'a>(summary: &'a Value, id: &str) -> &'a Value {
     summary["cases"]
         .as_array()
@@ -62,11 +70,7 @@ fn the_example_suites_pass_and_leave_their_artifacts() {
         "lua/timeout-cancels",
         "python/crash-is-an-error",
     ] {
-        let line = run
-            .stdout
-            .lines()
-            .find(|l| l.contains(row))
-            .unwrap_or_else(|| panic!("no row for {row}:\n{}", run.stdout));
+        let line = table_line(&run.stdout, |l| l.contains(row));
         assert!(line.starts_with("pass"), "{line}");
     }
     assert!(run.stdout.contains("\n@efficiency "), "{}", run.stdout);
@@ -168,11 +172,7 @@ fn a_broken_case_names_its_scorer_and_exits_1() {
     let broken = examples("broken");
     let run = world.run(&["check", path_str(&broken)]);
     run.assert_code(1);
-    let row = run
-        .stdout
-        .lines()
-        .find(|l| l.contains("broken/wrong-answer"))
-        .unwrap_or_else(|| panic!("{}", run.stdout));
+    let row = table_line(&run.stdout, |l| l.contains("broken/wrong-answer"));
     assert!(row.starts_with("FAIL"), "{row}");
     assert!(row.ends_with("output.contains:43"), "{row}");
     assert!(
@@ -309,8 +309,8 @@ fn every_scorer_kind_passes_and_fails_as_written() {
 fn no_restart_fails_when_a_cell_reports_a_restart() {
     let world = World::new();
     // Setup completes and leaves a timer that kills the Python worker (the shim, the runner's
-    // parent) a moment later, while
-    // a JavaScript cell runs; the Python cell after it runs on a new worker with a notice.
+    // parent) a moment later, while a JavaScript cell runs; the Python cell after it runs on
+    // a new worker, with a notice.
     let suite = write_suite(
         &world,
         "restart.json",
@@ -349,21 +349,15 @@ fn declared_variants_run_side_by_side() {
     let compare = examples("compare");
     let run = world.run(&["check", path_str(&compare), "--out", path_str(&out)]);
     run.assert_code(1);
-    let header = run
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("case "))
-        .unwrap_or_else(|| panic!("no comparison:\n{}", run.stdout));
+    let header = table_line(&run.stdout, |l| l.starts_with("case "));
     assert!(
         header.contains("wide") && header.contains("narrow"),
         "{header}"
     );
     assert!(header.ends_with("diff (narrow - wide)"), "{header}");
-    let row = run
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("output-cap/line-100-visible"))
-        .unwrap_or_else(|| panic!("{}", run.stdout));
+    let row = table_line(&run.stdout, |l| {
+        l.starts_with("output-cap/line-100-visible")
+    });
     assert!(
         row.contains("pass 1.00") && row.contains("FAIL 0.50"),
         "{row}"
