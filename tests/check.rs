@@ -29,7 +29,7 @@ fn write_suite(world: &World, name: &str, text: &str) -> PathBuf {
 }
 
 /// The first line of the printed table that `wanted` accepts.
-fn table_line<'a>(stdout: &'a str, wanted: impl Fn(&str) -> bool) -> &'a str {
+fn table_line(stdout: &str, wanted: impl Fn(&str) -> bool) -> &str {
     stdout
         .lines()
         .find(|l| wanted(l))
