@@ -85,6 +85,11 @@ fn the_example_suites_pass_and_leave_their_artifacts() {
     assert!(count >= 15, "{summary:#}");
     assert_eq!(summary["passed"].as_u64(), Some(count));
     assert_eq!(summary["pass_rate"], 1.0);
+    assert_eq!(summary["variants"][0]["variant"], "default");
+    assert!(
+        summary["comparison"].is_null(),
+        "one variant, nothing to compare"
+    );
     for language in ["py", "js", "lua", "supervision", "display", "helpers"] {
         assert_eq!(summary["tag_scores"][language], 1.0, "{language}");
     }

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 /// Formats the summary for a terminal.
 pub fn format_table(summary: &RunSummary) -> String {
-    let many_variants = summary.variants.is_some();
+    let many_variants = summary.variants.len() > 1;
     let mut out = String::new();
     let mut rows = vec![{
         let mut header = vec!["result"];
@@ -76,12 +76,12 @@ pub fn format_table(summary: &RunSummary) -> String {
         table(&mut out, &rows);
     }
 
-    if let Some(variants) = &summary.variants {
+    if many_variants {
         out.push('\n');
         let mut rows = vec![["variant", "cases", "passed", "pass rate", "score", "time"]
             .map(String::from)
             .to_vec()];
-        for variant in variants {
+        for variant in &summary.variants {
             let t = &variant.totals;
             rows.push(vec![
                 variant.variant.clone(),

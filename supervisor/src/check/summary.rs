@@ -14,8 +14,8 @@ pub struct RunSummary {
     pub totals: Totals,
     /// One row per case run, sorted by variant, suite, id and repeat.
     pub cases: Vec<CaseRow>,
-    /// Present when the run had more than one variant.
-    pub variants: Option<Vec<VariantSummary>>,
+    /// The totals of each variant, in the order they ran.
+    pub variants: Vec<VariantSummary>,
     /// Each case's score per variant, side by side, with the difference to the first variant.
     pub comparison: Option<Comparison>,
 }
@@ -112,18 +112,14 @@ pub fn summarize(results: &[CaseResult]) -> RunSummary {
         (&a.variant, &a.suite, &a.id, a.repeat).cmp(&(&b.variant, &b.suite, &b.id, b.repeat))
     });
     let variant_names = variants_in_order(results);
-    let (variants, comparison) = if variant_names.len() > 1 {
-        let variants = variant_names
-            .iter()
-            .map(|name| VariantSummary {
-                variant: name.clone(),
-                totals: totals(sorted.iter().copied().filter(|r| &r.variant == name)),
-            })
-            .collect();
-        (Some(variants), Some(compare(&sorted, variant_names)))
-    } else {
-        (None, None)
-    };
+    let variants = variant_names
+        .iter()
+        .map(|name| VariantSummary {
+            variant: name.clone(),
+            totals: totals(sorted.iter().copied().filter(|r| &r.variant == name)),
+        })
+        .collect();
+    let comparison = (variant_names.len() > 1).then(|| compare(&sorted, variant_names));
     RunSummary {
         totals: totals(sorted.iter().copied()),
         cases: sorted.iter().map(|r| row(r)).collect(),
@@ -341,7 +337,9 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(order, [("a", 1), ("a", 2), ("b", 1)]);
         assert_eq!(summary.cases[2].failed_scorers, ["scorer1"]);
-        assert!(summary.variants.is_none() && summary.comparison.is_none());
+        assert_eq!(summary.variants.len(), 1);
+        assert_eq!(summary.variants[0].totals, summary.totals);
+        assert!(summary.comparison.is_none());
     }
 
     #[test]
@@ -352,7 +350,7 @@ pub(crate) mod tests {
             result("narrow", "a", 1, &[true]),
             result("narrow", "b", 1, &[false, true]),
         ]);
-        let variants = summary.variants.unwrap();
+        let variants = summary.variants;
         assert_eq!(variants[0].variant, "wide");
         assert_eq!(variants[0].totals.passed, 2);
         assert_eq!(variants[1].totals.passed, 1);
