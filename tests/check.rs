@@ -198,6 +198,7 @@ workspace = "seed"
 cells = [
   { language = "py", code = "write('out.txt', 'hello file\\n')\nprint('answer 42')" },
   { language = "lua", code = "display({k = 1})" },
+  { language = "js", code = "store('kept', {a: 1})" },
 ]
 scorers = [
   { kind = "status", expect = "complete" },
@@ -210,6 +211,7 @@ scorers = [
   { kind = "duration_below_ms", ms = 60000 },
   { kind = "no_restart" },
   { kind = "status_event", op = "write", path = "out.txt" },
+  { kind = "status_event", op = "store", cell = 2 },
 ]
 
 [[case]]
@@ -302,6 +304,11 @@ fn every_scorer_kind_passes_and_fails_as_written() {
         strings(&captured["failed_scorers"]),
         ["file.exists:dropped.txt"]
     );
+    let stores = world.dir.path().join("state/cellvisor/store");
+    let left: Vec<_> = std::fs::read_dir(&stores)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "a case's store goes with it: {left:?}");
     let setup = case(&summary, "setup-fails");
     assert_eq!(strings(&setup["failed_scorers"]), ["setup"]);
     let reason = setup["error"].as_str().unwrap_or_default();
@@ -499,7 +506,7 @@ fn bad_input_is_reported_with_its_position_and_exit_2() {
     let run = world.run(&["check", path_str(&good), path_str(&good)]);
     run.assert_code(2);
     assert!(
-        run.stderr.contains("shares its artifact directory"),
+        run.stderr.contains("is also the suite of"),
         "{}",
         run.stderr
     );

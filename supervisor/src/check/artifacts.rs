@@ -3,35 +3,18 @@
 
 use super::run::CaseResult;
 use super::summary::RunSummary;
+use crate::paths::file_safe;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// A name made safe as one path segment: characters other than letters, digits, `.`, `_`
-/// and `-` become `_`, and `.` / `..` are not left as they are.
-pub fn safe_segment(name: &str) -> String {
-    let safe: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    match safe.as_str() {
-        "" | "." | ".." => safe.replace('.', "_") + "_",
-        _ => safe,
-    }
-}
-
 /// The directory of one case run: `<out>/<variant>/<suite>/<id>/`, with `repeat-<n>/`
-/// below it when cases are repeated.
+/// below it when cases are repeated. A name with characters unsafe in a file name has them
+/// replaced and a short hash appended, so two names never share a directory.
 pub fn case_dir(out: &Path, result: &CaseResult, repeats: u32) -> PathBuf {
     let mut dir = out
-        .join(safe_segment(&result.variant))
-        .join(safe_segment(&result.suite))
-        .join(safe_segment(&result.id));
+        .join(file_safe(&result.variant))
+        .join(file_safe(&result.suite))
+        .join(file_safe(&result.id));
     if repeats > 1 {
         dir.push(format!("repeat-{}", result.repeat));
     }
@@ -65,18 +48,4 @@ fn write_json(path: &Path, value: &impl serde::Serialize) -> std::io::Result<()>
     serde_json::to_writer_pretty(&mut file, value)?;
     file.write_all(b"\n")?;
     file.flush()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unsafe_characters_are_replaced() {
-        assert_eq!(safe_segment("py/plots: 2 figs"), "py_plots__2_figs");
-        assert_eq!(safe_segment(".."), "___");
-        assert_eq!(safe_segment("."), "__");
-        assert_eq!(safe_segment(""), "_");
-        assert_eq!(safe_segment("ok-name_1.2"), "ok-name_1.2");
-    }
 }

@@ -138,9 +138,11 @@ pub async fn run(
         });
         let concurrency = effective_concurrency(options.concurrency, &variant.config);
         let cellvisor_ref = &cellvisor;
+        let run = run_id();
+        let run = run.as_str();
         let mut running = futures::stream::iter(jobs.enumerate())
             .map(|(index, (suite, case, n))| {
-                let session = session_name(index, &suite.name, &case.id);
+                let session = session_name(run, index, &suite.name, &case.id);
                 run_case(cellvisor_ref, &variant.name, suite, case, n, session)
             })
             .buffer_unordered(concurrency);
@@ -172,12 +174,21 @@ pub fn effective_concurrency(requested: usize, config: &Config) -> usize {
     requested.clamp(1, config.sessions.max_sessions.max(1))
 }
 
-/// A session name unique within the run that still says which case it is.
-fn session_name(index: usize, suite: &str, id: &str) -> String {
-    let slug = artifacts::safe_segment(&format!("{suite}.{id}"));
-    let mut name = format!("check-{index}-{slug}");
+/// A session name that no other run or case uses (a session's code-mode store outlives it,
+/// keyed by its name) and that still says which case it is.
+fn session_name(run: &str, index: usize, suite: &str, id: &str) -> String {
+    let slug = crate::paths::file_safe(&format!("{suite}-{id}"));
+    let mut name = format!("check-{run}-{index}-{slug}");
     name.truncate(crate::host::MAX_SESSION_NAME);
     name
+}
+
+/// A short id for this run: the process id and the clock, in hex.
+fn run_id() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() ^ (d.as_secs() as u32));
+    format!("{:x}{:x}", std::process::id(), nanos)
 }
 
 async fn run_case(
@@ -238,6 +249,11 @@ async fn run_case(
                 }
             }
             let _ = cellvisor.close(&session, None).await;
+            // The store of a session outlives it; a case's is the case's alone.
+            let store = crate::paths::session_store_dir(&session);
+            if store.exists() {
+                let _ = std::fs::remove_dir_all(store);
+            }
             snapshot = workspace::capture(dir.path(), &case.capture);
         }
     }
@@ -348,8 +364,9 @@ mod tests {
 
     #[test]
     fn session_names_are_valid_and_bounded() {
-        let name = session_name(7, "py plots", &"x/".repeat(100));
-        assert!(name.starts_with("check-7-py_plots."), "{name}");
+        let name = session_name("ab12", 7, "py plots", &"x/".repeat(100));
+        assert!(name.starts_with("check-ab12-7-py_plots-x_x_"), "{name}");
+        assert_ne!(run_id(), "");
         assert!(name.len() <= crate::host::MAX_SESSION_NAME);
     }
 }
