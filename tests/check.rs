@@ -392,6 +392,13 @@ fn declared_variants_run_side_by_side() {
     }
     let narrow = read_json(&out.join("narrow/output-cap/line-100-visible/result.json"));
     assert_eq!(narrow["cells"][0]["truncation"]["truncated"], true);
+    let whole =
+        std::fs::read_to_string(out.join("narrow/output-cap/line-100-visible/cell-0-output.txt"))
+            .expect("the spilled output is kept with the case");
+    assert!(whole.contains("line 100\n"), "{whole}");
+    assert!(!out
+        .join("wide/output-cap/line-100-visible/cell-0-output.txt")
+        .exists());
     world.assert_no_processes_left(SETTLE);
 }
 

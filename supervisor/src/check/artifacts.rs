@@ -1,5 +1,6 @@
 //! Where a run's files go: `<out>/<variant>/<suite>/<id>/` per case (`result.json`,
-//! `events.jsonl`, `workspace.json`) and `<out>/summary.json` for the run.
+//! `events.jsonl`, `workspace.json`, the whole output of a cell that spilled) and
+//! `<out>/summary.json` for the run.
 
 use super::run::CaseResult;
 use super::summary::RunSummary;
@@ -34,7 +35,20 @@ pub fn write_case(dir: &Path, result: &CaseResult) -> std::io::Result<()> {
         serde_json::to_writer(&mut events, event)?;
         events.write_all(b"\n")?;
     }
-    events.flush()
+    events.flush()?;
+    for cell in &result.cells {
+        if let Some(spilled) = &cell.truncation.artifact_path {
+            // The whole output of a cell that did not fit, kept with the case (spill files
+            // are not kept forever); one already gone is not an error of this run.
+            let copied =
+                std::fs::copy(spilled, dir.join(format!("cell-{}-output.txt", cell.index)));
+            match copied {
+                Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(err),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Writes the run's `summary.json` into `out`.
