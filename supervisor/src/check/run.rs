@@ -112,7 +112,7 @@ impl CaseResult {
 }
 
 /// Runs every case of `suites` under every variant, `options.repeat` times; `on_case` sees
-/// each result as it is ready (for progress). Results come back in run order.
+/// each result as it is ready (for progress). Results come back in the order they finished.
 pub async fn run(
     suites: &[Suite],
     options: &RunOptions,
@@ -138,11 +138,11 @@ pub async fn run(
         });
         let concurrency = effective_concurrency(options.concurrency, &variant.config);
         let cellvisor_ref = &cellvisor;
-        let run = run_id();
-        let run = run.as_str();
+        let run_tag = run_id();
+        let run_tag = run_tag.as_str();
         let mut running = futures::stream::iter(jobs.enumerate())
             .map(|(index, (suite, case, n))| {
-                let session = session_name(run, index, &suite.name, &case.id);
+                let session = session_name(run_tag, index, &suite.name, &case.id);
                 run_case(cellvisor_ref, &variant.name, suite, case, n, session)
             })
             .buffer_unordered(concurrency);
@@ -176,9 +176,9 @@ pub fn effective_concurrency(requested: usize, config: &Config) -> usize {
 
 /// A session name that no other run or case uses (a session's code-mode store outlives it,
 /// keyed by its name) and that still says which case it is.
-fn session_name(run: &str, index: usize, suite: &str, id: &str) -> String {
+fn session_name(run_tag: &str, index: usize, suite: &str, id: &str) -> String {
     let slug = crate::paths::file_safe(&format!("{suite}-{id}"));
-    let mut name = format!("check-{run}-{index}-{slug}");
+    let mut name = format!("check-{run_tag}-{index}-{slug}");
     name.truncate(crate::host::MAX_SESSION_NAME);
     name
 }
