@@ -18,10 +18,10 @@ pub struct CheckArgs {
     #[arg(long = "variant", value_name = "NAME=CONFIG")]
     variants: Vec<String>,
     /// Run every case N times.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
     repeat: u32,
     /// Run up to K cases at once (each in its own session; at most `sessions.max-sessions`).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
     concurrency: u64,
     /// Print the run summary as JSON instead of a table.
     #[arg(long)]
