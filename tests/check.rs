@@ -331,7 +331,7 @@ fn no_restart_fails_when_a_cell_reports_a_restart() {
             "setup": [{"language": "py",
                        "code": "import os, threading\nthreading.Timer(0.3, lambda: os.kill(os.getppid(), 9)).start()"}],
             "cells": [
-                {"language": "js", "code": "const end = Date.now() + 1500; while (Date.now() < end) {}"},
+                {"language": "js", "code": "const end = Date.now() + 2500; while (Date.now() < end) {}"},
                 {"language": "py", "code": "print('after')"}
             ],
             "scorers": [
