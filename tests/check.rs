@@ -525,3 +525,78 @@ fn bad_input_is_reported_with_its_position_and_exit_2() {
     assert!(run.stderr.contains("cannot read"), "{}", run.stderr);
     assert!(world.processes().is_empty());
 }
+
+#[test]
+fn ctrl_c_stops_the_run_and_reports_what_finished() {
+    let world = World::new();
+    let out = world.dir.path().join("out");
+    let suite = write_suite(
+        &world,
+        "slow.toml",
+        r#"
+[[case]]
+id = "a-quick"
+cells = [{ language = "lua", code = "print('quick')" }]
+scorers = [{ kind = "output_equals", text = "quick" }]
+
+[[case]]
+id = "b-slow"
+cells = [{ language = "py", code = "import time\ntime.sleep(60)", timeout = 120 }]
+scorers = [{ kind = "status", expect = "complete" }]
+"#,
+    );
+    let tmp = world.dir.path().join("tmp");
+    std::fs::create_dir_all(&tmp).expect("tmp");
+    let child = world
+        .command()
+        .env("TMPDIR", &tmp)
+        .args(["check", path_str(&suite), "--out", path_str(&out)])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn cellvisor check");
+    let pid = child.id().to_string();
+    // The slow case is running once its Python worker is up.
+    let started = common::wait_until(Duration::from_secs(30), || {
+        let quick_done = out.join("default/slow/a-quick/result.json").exists();
+        let python_up = world.processes().len() >= 3;
+        (quick_done && python_up).then_some(()).ok_or(())
+    });
+    assert!(started.is_ok(), "the slow case never started");
+    std::thread::sleep(Duration::from_millis(300));
+    let workspaces = || -> Vec<std::ffi::OsString> {
+        std::fs::read_dir(&tmp)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|name| name.to_string_lossy().starts_with("cellvisor-check-"))
+            .collect()
+    };
+    assert_eq!(
+        workspaces().len(),
+        1,
+        "the slow case's workspace, while it runs"
+    );
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status();
+    let run = common::Run::from(child.wait_with_output().expect("wait"));
+    run.assert_code(130);
+    assert!(
+        run.stderr
+            .contains("interrupted: 1 of 2 case runs finished"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stdout.contains("1 case: 1 passed, 0 failed"),
+        "{}",
+        run.stdout
+    );
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(summary["count"], 1);
+    assert_eq!(summary["cases"][0]["id"], "a-quick");
+    world.assert_no_processes_left(SETTLE);
+    let left = workspaces();
+    assert!(left.is_empty(), "workspaces left: {left:?}");
+}

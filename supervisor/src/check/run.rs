@@ -111,15 +111,15 @@ impl CaseResult {
     }
 }
 
-/// Runs every case of `suites` under every variant, `options.repeat` times; `on_case` sees
-/// each result as it is ready (for progress). Results come back in the order they finished.
+/// Runs every case of `suites` under every variant, `options.repeat` times, handing each
+/// result to `on_case` as it is ready (its artifacts already written). Dropping the future
+/// stops the run: the cells running are stopped and their workspaces removed.
 pub async fn run(
     suites: &[Suite],
     options: &RunOptions,
-    mut on_case: impl FnMut(&CaseResult),
-) -> Result<Vec<CaseResult>, RunError> {
+    mut on_case: impl FnMut(CaseResult),
+) -> Result<(), RunError> {
     let repeat = options.repeat.max(1);
-    let mut results = Vec::new();
     for variant in &options.variants {
         let cellvisor = Cellvisor::start(Options {
             config: variant.config.clone(),
@@ -156,8 +156,7 @@ pub async fn run(
                     break;
                 }
             }
-            on_case(&result);
-            results.push(result);
+            on_case(result);
         }
         drop(running);
         cellvisor.shutdown().await;
@@ -165,7 +164,7 @@ pub async fn run(
             return Err(failure);
         }
     }
-    Ok(results)
+    Ok(())
 }
 
 /// The cases run at once: `requested`, at least 1, at most the variant's session cap (a case

@@ -64,18 +64,28 @@ pub async fn run(args: CheckArgs, globals: &Globals) -> i32 {
         worker_exe: None,
         runtime_dir: None,
     };
-    let results = check::run(&suites, &options, |result| {
-        progress.set_message(format!("done: {}/{}", result.suite, result.id));
-        progress.inc(1);
-    })
-    .await;
+    let mut results = Vec::new();
+    let outcome = {
+        let run = check::run(&suites, &options, |result| {
+            progress.set_message(format!("done: {}/{}", result.suite, result.id));
+            progress.inc(1);
+            results.push(result);
+        });
+        // Ctrl-C stops the run (dropping it stops the cells and removes their workspaces)
+        // and still reports the cases that finished.
+        tokio::select! {
+            outcome = run => Some(outcome),
+            _ = tokio::signal::ctrl_c() => None,
+        }
+    };
     progress.finish_and_clear();
-    let results = match results {
-        Ok(results) => results,
-        Err(err) => {
+    let interrupted = match outcome {
+        Some(Ok(())) => false,
+        Some(Err(err)) => {
             eprintln!("error: {err}");
             return 1;
         }
+        None => true,
     };
     let summary = check::summarize(&results);
     if let Some(out) = &args.out {
@@ -101,8 +111,18 @@ pub async fn run(args: CheckArgs, globals: &Globals) -> i32 {
             println!("artifacts: {}", out.display());
         }
     }
+    if interrupted {
+        eprintln!(
+            "interrupted: {} of {total} case runs finished",
+            summary.totals.count
+        );
+        return EXIT_INTERRUPTED;
+    }
     i32::from(summary.totals.failed > 0)
 }
+
+/// Exit status after Ctrl-C (128 + SIGINT, as shells report it).
+const EXIT_INTERRUPTED: i32 = 130;
 
 /// The variants to run: `--variant` flags, else those the suites declare, else the
 /// configuration in force as `default`.
