@@ -63,24 +63,6 @@ pub trait Engine {
     ) -> Result<CellOutcome, WorkerError>;
 }
 
-/// The cell's tools as every language shows them in `ALL_TOOLS`: a JSON array of
-/// `{name, description, input_schema}`. A schema that is not JSON still reaches the cell,
-/// as its text.
-pub fn all_tools_json(tools: &[cellvisor_ipc::ToolInfo]) -> serde_json::Value {
-    tools
-        .iter()
-        .map(|tool| {
-            let schema = serde_json::from_str(&tool.input_schema_json)
-                .unwrap_or_else(|_| serde_json::Value::String(tool.input_schema_json.clone()));
-            serde_json::json!({
-                "name": tool.name,
-                "description": tool.description,
-                "input_schema": schema,
-            })
-        })
-        .collect()
-}
-
 /// The interrupt flag of the running cell, raised by the I/O thread.
 #[derive(Clone, Default)]
 pub struct Interrupt {

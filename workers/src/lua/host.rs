@@ -401,7 +401,7 @@ fn call_tool_function(lua: &Lua, sink: &CellSink) -> mlua::Result<Function> {
 /// The `ALL_TOOLS` table for a cell: `{name, description, input_schema}` each.
 pub(super) fn all_tools(lua: &Lua, tools: &[cellvisor_ipc::ToolInfo]) -> mlua::Result<Table> {
     let list = lua.create_table()?;
-    for tool in crate::runtime::all_tools_json(tools)
+    for tool in crate::tools::all_tools_json(tools)
         .as_array()
         .into_iter()
         .flatten()

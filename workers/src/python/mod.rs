@@ -267,7 +267,7 @@ impl Engine for PythonEngine {
             return Err(WorkerError::Engine(how.clone()));
         }
         self.route_to(cell.cell_id, outbox);
-        let tools = crate::runtime::all_tools_json(&cell.tools);
+        let tools = crate::tools::all_tools_json(&cell.tools);
         let mut command = serde_json::json!({
             "type": "execute",
             "id": cell.cell_id,
