@@ -196,10 +196,12 @@ impl PythonEngine {
     }
 
     /// Points output at `cell` and hands it what python printed before the first cell.
-    fn route_to(&self, cell_id: u64, outbox: &Outbox) {
+    fn route_to(&self, cell: &ExecuteCell, outbox: &Outbox) {
+        let cell_id = cell.cell_id;
         let (pending, dropped) = {
             let mut state = self.routing.lock();
             state.cell_id = cell_id;
+            state.tools.clone_from(&cell.tools);
             state.outbox = Some(outbox.clone());
             state.last_marker = None;
             (
@@ -266,7 +268,7 @@ impl Engine for PythonEngine {
         if let Some(how) = &self.dead {
             return Err(WorkerError::Engine(how.clone()));
         }
-        self.route_to(cell.cell_id, outbox);
+        self.route_to(cell, outbox);
         let tools = crate::tools::all_tools_json(&cell.tools);
         let mut command = serde_json::json!({
             "type": "execute",

@@ -848,6 +848,8 @@ class _Tools:
 
     def __getitem__(self, name):
         name = _by_identifier.get(name, name)
+        if name == "tool_search" and _declared and name not in _declared:
+            return _tool_search
         if name not in _declared:
             raise UnknownToolError(_unknown_message(name))
         return _Tool(name)
@@ -860,6 +862,28 @@ class _Tools:
 
 
 _TOOLS = _Tools()
+
+
+def _tool_search(*args, **kwargs):
+    """`tools.tool_search(query=..., limit=None)` (or one dict): the declared tools ranked for
+    the query, exact identifiers first, as {"tools": [{"name", "description"}]}."""
+    arguments = {}
+    if len(args) == 1 and isinstance(args[0], dict):
+        arguments.update(args[0])
+    elif len(args) == 1:
+        arguments["query"] = args[0]
+    elif args:
+        raise TypeError("tool_search takes a query (and a limit), or one dict")
+    arguments.update(kwargs)
+    if not isinstance(arguments.get("query"), str):
+        raise ValueError("query must not be empty")
+    limit = arguments.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))):
+        raise ValueError("limit must be greater than zero")
+    ok, found = _host.call_tool("tool_search", {"query": arguments["query"], "limit": limit})
+    if not ok:
+        raise ValueError(found)
+    return found
 
 
 # --- code mode -------------------------------------------------------------------------

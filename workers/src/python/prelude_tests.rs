@@ -626,3 +626,53 @@ fn code_mode_helpers_text_image_audio_notify_store_load_exit() {
     let ran = py.run("exit(3)");
     assert_eq!(failed_summary(&ran), "SystemExit: 3");
 }
+
+#[test]
+fn tools_with_dashes_and_dots_are_reachable_by_identifier_and_searchable() {
+    let mut py = Harness::new();
+    let tools = vec![
+        ToolInfo {
+            name: "list-dir".into(),
+            description: "Lists a directory".into(),
+            input_schema_json:
+                r#"{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}"#
+                    .into(),
+        },
+        ToolInfo {
+            name: "github.search_issues".into(),
+            description: "Searches issues on GitHub".into(),
+            input_schema_json: "{}".into(),
+        },
+    ];
+    let ran = py.run_full(
+        "print(tool['list-dir'](path='.'), tool.list_dir(path='src'), tools.github_search_issues(q=1))\n\
+         print(ALL_TOOLS[0]['declaration'])\n\
+         print([t['name'] for t in tools.tool_search(query='issues')['tools']])\n\
+         print(tools.tool_search({'query': 'list_dir', 'limit': 1}))\n\
+         for bad in ({'query': ' '}, {'query': 'x', 'limit': 0}):\n\
+         \x20   try:\n\
+         \x20       tools.tool_search(bad)\n\
+         \x20   except ValueError as e:\n\
+         \x20       print(e)",
+        &Interrupt::default(),
+        tools,
+        |name, args| Some(Ok(json!({"tool": name, "args": args}).to_string())),
+    );
+    assert!(ran.completed(), "{}", ran.text());
+    assert_eq!(
+        ran.text(),
+        "{'args': '{\"path\":\".\"}', 'tool': 'list-dir'} {'args': '{\"path\":\"src\"}', 'tool': \
+         'list-dir'} {'args': '{\"q\":1}', 'tool': 'github.search_issues'}\n\
+         declare function list_dir(args: { path: string }): Promise<unknown>;\n\
+         ['github.search_issues']\n\
+         {'tools': [{'description': 'Lists a directory', 'name': 'list-dir'}]}\n\
+         query must not be empty\n\
+         limit must be greater than zero\n"
+    );
+    let names: Vec<_> = ran
+        .tool_calls
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert_eq!(names, ["list-dir", "list-dir", "github.search_issues"]);
+}
