@@ -312,7 +312,10 @@ tracebacks. Rich output: display(value) shows dicts/lists as JSON, objects with 
 _repr_png_/_repr_markdown_ etc. as images or text (matplotlib figures are captured as PNG). \
 Each cell has a timeout (seconds); on timeout it is interrupted and reported cancelled. \
 Reading stdin is not supported. Helpers available in every language: read, write, append, \
-sort, uniq, counter, diff, tree, env, output, display (they are async in js: await them).";
+sort, uniq, counter, diff, tree, env, output, display (they are async in js: await them). \
+Code-mode helpers, synchronous in every language: text(value), image(dataUrl, detail?), \
+audio(dataUrl), notify(message), store(key, value) / load(key) (JSON kept per session across \
+calls, restarts and languages), exit() (ends the cell successfully).";
 
 const RESET_DESCRIPTION: &str = "Discard the state of this connection's runtimes by replacing \
 their worker processes: one language (py, js or lua) or, with no language, all of them. Use \

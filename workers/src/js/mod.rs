@@ -22,17 +22,22 @@
 //!   show_hidden?)`, `env(key?, value?)` (`null` unsets), `output(...ids)`. Optional
 //!   arguments may also be one options object (`read(p, {offset: 3})`). Each emits one
 //!   `application/x-cellvisor-status` display when it succeeds.
-//! - Code mode: `text(value)`, `image(dataUrl)`, `notify(message)`, `store(key, value)` /
-//!   `load(key)` (async), `exit()`, `tool.<name>(args)` / `tools.<name>(args)` (async),
-//!   `ALL_TOOLS`, `setTimeout`/`setInterval`/`clearTimeout`/`clearInterval`.
+//! - Code mode, synchronous as in the code-mode script API: `text(value)`,
+//!   `image(dataUrl, detail?)`, `audio(dataUrl)`, `notify(value)`, `store(key, value)` /
+//!   `load(key)`, `exit()`; `tool.<name>(args)` / `tools.<name>(args)` /
+//!   `tools["list-dir"](args)` and `tools.tool_search({query, limit?})` (async), `ALL_TOOLS`
+//!   (with TypeScript declarations, see [`crate::tools`]),
+//!   `setTimeout`/`setInterval`/`clearTimeout`/`clearInterval`.
 //!
 //! Choices worth knowing:
-//! - A cell ends when its promise settles (then the microtasks it queued run). Timers still
-//!   pending and tool calls still unanswered are dropped then, never run in a later cell.
-//! - `exit()` throws a private value and marks the cell as exiting: the event loop ends the
-//!   cell as completed, and QuickJS's interrupt handler stops any code still running (a
-//!   `catch` that swallowed the throw) at its next check. Until then that code runs, but its
-//!   output is dropped and helpers with effects refuse; `finally` blocks run the same way.
+//! - A cell ends when its promise has settled *and* nothing it started is pending: its value
+//!   is shown when the promise settles, then timers and unanswered tool calls keep the cell
+//!   running until none remain (a `setInterval` never cleared runs until the cell's timeout).
+//!   Whatever an interrupted or timed-out cell left pending is dropped, never run later.
+//! - `exit()` throws an error QuickJS marks uncatchable: it unwinds past every `catch` and
+//!   `finally`, so nothing after it runs, and the cell is completed. Should code still run
+//!   (an executor QuickJS turns the throw into a rejection for), the interrupt handler stops
+//!   it at its next check; until then its output is dropped and helpers with effects refuse.
 //! - Modules: see `modules` (edits to local files are picked up, packages are not).
 mod event_loop;
 mod host;

@@ -30,8 +30,9 @@
     return String(value);
   }
 
-  // After exit(), code that still runs (a catch block that swallowed exit's throw, until the
-  // worker stops it) has no effects: output is dropped by the worker, and these refuse.
+  // After exit(), code that still runs (rare: exit's throw is uncatchable, but an executor may
+  // turn it into a rejection) has no effects until the worker stops it: output is dropped by
+  // the worker, and these refuse.
   for (const name of ["writeFile", "envSet", "storeWrite", "setTimer", "callTool"]) {
     const effect = native[name];
     native[name] = (...args) => {

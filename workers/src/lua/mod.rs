@@ -16,6 +16,11 @@
 //! The helpers of PRELUDE.md (`read`, `write`, `tree`, `diff`, `tool.<name>`, ...) are global
 //! functions defined in `helpers.lua` on top of Rust host functions ([`host`]), since Lua
 //! has no directory API and difflib's diff is easier to port once, in Rust.
+//!
+//! The code-mode helpers (`text`, `image`, `audio`, `notify`, `store`, `load`, `exit`,
+//! `tools.tool_search`) are in `code_mode.lua`. Lua's own `load` stays reachable as
+//! `lua_load`; `exit()` and `os.exit(status)` end the cell, never the worker (see
+//! [`interrupt`]).
 
 mod host;
 mod interrupt;
