@@ -367,7 +367,7 @@ fn os_exit_in_lua_ends_the_cell_not_the_worker() {
     let mut client = daemon.client();
     let started = one(&mut client, "lua-exit", "lua", "kept = 'state'");
     assert_eq!(cell(&started, 0)["status"], "complete", "{started:#}");
-    let pid_before = worker_pid(&mut client, "lua-exit");
+    let pid_before = status_row(&mut client, "lua-exit")["pid"].clone();
     let failed = one(
         &mut client,
         "lua-exit",
@@ -390,26 +390,20 @@ fn os_exit_in_lua_ends_the_cell_not_the_worker() {
         "the worker kept its state: {state:#}"
     );
     assert_eq!(cell(&state, 0)["notice"], Value::Null, "{state:#}");
-    assert_eq!(worker_pid(&mut client, "lua-exit"), pid_before);
-    let status = client.call("status", json!({})).expect("status");
-    let row = status
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|row| row["session"] == "lua-exit")
-        .cloned()
-        .unwrap_or_default();
-    assert_eq!(row["restarts"], 0, "{status:#}");
+    let row = status_row(&mut client, "lua-exit");
+    assert_eq!(row["pid"], pid_before, "the same worker: {row:#}");
+    assert_eq!(row["restarts"], 0, "{row:#}");
     daemon.stop();
 }
 
-fn worker_pid(client: &mut Client, session: &str) -> u64 {
+/// The `status` row of `session`'s worker.
+fn status_row(client: &mut Client, session: &str) -> Value {
     let status = client.call("status", json!({})).expect("status");
     status
         .as_array()
         .into_iter()
         .flatten()
         .find(|row| row["session"] == session)
-        .and_then(|row| row["pid"].as_u64())
+        .cloned()
         .expect("the session has a worker")
 }
