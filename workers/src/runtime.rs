@@ -332,8 +332,8 @@ fn write_loop(socket: &SocketWriter, rx: Receiver<FromWorker>, fatal_sent: &Fata
 
 /// The socket's sending side, shared by the writer thread (everything queued in the outbox)
 /// and the reader thread, which writes a cell's `Started` itself before the engine sees the
-/// cell: so a cell that ends the process at once (Python's `os._exit`) cannot look unstarted, which
-/// would make the supervisor run it again. Nothing of an earlier cell can follow it: the
+/// cell: so a cell that ends the process at once (Python's `os._exit`) cannot look unstarted,
+/// which would make the supervisor run it again. Nothing of an earlier cell can follow it: the
 /// supervisor sends a cell only after the previous one's `Done` arrived.
 #[derive(Clone)]
 struct SocketWriter(Arc<std::sync::Mutex<std::io::BufWriter<StreamWriter>>>);
