@@ -468,28 +468,14 @@ fn display_bundle_function(lua: &Lua, sink: &CellSink) -> mlua::Result<Function>
     })
 }
 
-/// A value as JSON text, when it is JSON: nil, booleans, finite numbers, strings and plain
-/// tables.
-fn value_json(value: &Value) -> Option<Json> {
-    match value {
-        Value::Nil => Some(Json::Null),
-        Value::Boolean(b) => Some(Json::Bool(*b)),
-        Value::Integer(i) => Some(Json::from(*i)),
-        Value::Number(n) => serde_json::Number::from_f64(*n).map(Json::Number),
-        Value::String(s) => Some(Json::String(s.to_string_lossy())),
-        Value::Table(table) => json::plain_table_json(table),
-        _ => None,
-    }
-}
-
 /// `json_text(value)`: the value as compact JSON, or nil when it is not JSON.
 fn json_text(_: &Lua, value: Value) -> mlua::Result<Option<String>> {
-    Ok(value_json(&value).map(|json| json.to_string()))
+    Ok(json::plain_value_json(&value).map(|json| json.to_string()))
 }
 
 /// `store_save(key, value)`: writes the value for `load` (see [`crate::store`]); the bytes.
 fn store_save(lua: &Lua, (key, value): (String, Value)) -> mlua::Result<MultiValue> {
-    let Some(json) = value_json(&value) else {
+    let Some(json) = json::plain_value_json(&value) else {
         return failure(
             lua,
             "store: the value is not plain data, which JSON needs".into(),
