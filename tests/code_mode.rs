@@ -69,6 +69,12 @@ fn the_store_load_counter_counts_across_requests_in_every_language() {
         assert_eq!(output(&first, 0), "1\n", "{language}: {first:#}");
         let second = one(&mut client, &session, language, counter);
         assert_eq!(output(&second, 0), "2\n", "{language}: {second:#}");
+        // A reset replaces the worker; the stored value stays.
+        client
+            .call("reset", json!({"session": session, "language": language}))
+            .expect("reset");
+        let third = one(&mut client, &session, language, counter);
+        assert_eq!(output(&third, 0), "3\n", "{language}: {third:#}");
         let empty = one(&mut client, &session, language, missing);
         assert_eq!(output(&empty, 0), nothing, "{language}: {empty:#}");
     }
@@ -89,7 +95,7 @@ fn the_store_load_counter_counts_across_requests_in_every_language() {
     }
     // The values are the session's, whatever the language: Python reads what Lua counted.
     let shared = one(&mut client, "counter-lua", "py", "text(load('c'))");
-    assert_eq!(output(&shared, 0), "2\n", "{shared:#}");
+    assert_eq!(output(&shared, 0), "3\n", "{shared:#}");
     daemon.stop();
 }
 
