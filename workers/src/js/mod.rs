@@ -945,7 +945,7 @@ fn install_prelude<'js>(
     })
 }
 
-/// Throws an `InternalError` that no `catch` or `finally` sees (QuickJS unwinds past them, as
+/// Throws an `Error` that no `catch` or `finally` sees (QuickJS unwinds past them, as
 /// for its own "interrupted"): what `exit()` ends the cell with.
 fn throw_uncatchable(ctx: &Ctx<'_>, message: &str) -> rquickjs::Error {
     let error = match Exception::from_message(ctx.clone(), message) {
