@@ -297,7 +297,19 @@
   });
 
   // The MIME type and base64 data of a `data:<kind>/...;base64,` URL, or a TypeError.
+  // An MCP content block ({type: "image", data, mimeType}) is taken as it is, so a tool's
+  // image can be forwarded: image(result.content[0]).
   function dataUrl(helper, kind, example, value) {
+    if (
+      value !== null &&
+      typeof value === "object" &&
+      value.type === kind &&
+      typeof value.data === "string" &&
+      typeof value.mimeType === "string" &&
+      value.mimeType.startsWith(`${kind}/`)
+    ) {
+      return [value.mimeType, value.data.replace(/\s/g, "")];
+    }
     const pattern = new RegExp(`^data:(${kind}/[A-Za-z0-9.+-]+);base64,([A-Za-z0-9+/\\s]*=*)$`);
     const match = typeof value === "string" ? pattern.exec(value) : null;
     if (match === null) {

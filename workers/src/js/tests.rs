@@ -745,6 +745,14 @@ fn code_mode_text_image_and_notify() {
             serde_json::json!({"audio/wav": "UklG", "text/plain": "<audio audio/wav>"}),
         ]
     );
+    let forwarded = completed(
+        &mut js,
+        "image({type: 'image', data: 'R0lG', mimeType: 'image/gif'})",
+    );
+    assert_eq!(
+        forwarded.displays,
+        vec![serde_json::json!({"image/gif": "R0lG", "text/plain": "<image image/gif>"})]
+    );
     failed_with(
         &mut js,
         "notify('  ')",

@@ -31,8 +31,13 @@ function text(value)
   io.write(out)
 end
 
--- The MIME type and base64 data of a `data:<kind>/...;base64,` URL.
+-- The MIME type and base64 data of a `data:<kind>/...;base64,` URL, or of an MCP content
+-- block ({type = "image", data = ..., mimeType = ...}) so a tool's image can be forwarded.
 local function data_url(helper, kind, example, value)
+  if type(value) == "table" and value.type == kind and type(value.data) == "string"
+      and type(value.mimeType) == "string" and value.mimeType:sub(1, #kind + 1) == kind .. "/" then
+    return value.mimeType, (value.data:gsub("%s", ""))
+  end
   if type(value) == "string" then
     local mime, data = value:match("^data:(" .. kind .. "/[%w%.%+%-]+);base64,([%w%+/%s]*=*)$")
     if mime ~= nil then

@@ -11,7 +11,8 @@ fn text_image_audio_and_notify() {
     let ran = run(
         &mut lua,
         "text('raw'); text({a = {1, 2}}); text(42); notify('halfway')\n\
-         image('data:image/png;base64,iVBO', 'high'); audio('data:audio/wav;base64,UklG')",
+         image('data:image/png;base64,iVBO', 'high'); audio('data:audio/wav;base64,UklG')\n\
+         image({type = 'image', data = 'R0lG', mimeType = 'image/gif'})",
     );
     assert_eq!(ran.outcome, CellOutcome::Completed, "{ran:?}");
     assert_eq!(ran.stdout, "raw\n{\"a\":[1,2]}\n42\n");
@@ -22,6 +23,7 @@ fn text_image_audio_and_notify() {
             json!({"image/png": "iVBO", "text/plain": "<image image/png>",
                    "application/x-cellvisor-image-detail": "high"}),
             json!({"audio/wav": "UklG", "text/plain": "<audio audio/wav>"}),
+            json!({"image/gif": "R0lG", "text/plain": "<image image/gif>"}),
         ]
     );
     for (code, message) in [

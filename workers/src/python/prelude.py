@@ -916,8 +916,14 @@ def text(value):
 
 
 def _data_url(helper, kind, example, value):
+    """The MIME type and base64 data of a `data:<kind>/...;base64,` URL, or of an MCP content
+    block ({"type": "image", "data", "mimeType"}) so a tool's image can be forwarded."""
     import re
 
+    if (isinstance(value, dict) and value.get("type") == kind
+            and isinstance(value.get("data"), str)
+            and str(value.get("mimeType", "")).startswith(kind + "/")):
+        return value["mimeType"], "".join(value["data"].split())
     match = None
     if isinstance(value, str):
         match = re.match(r"^data:(%s/[A-Za-z0-9.+-]+);base64,([A-Za-z0-9+/\s]*=*)$" % kind, value)

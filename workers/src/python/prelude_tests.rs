@@ -573,6 +573,7 @@ fn code_mode_helpers_text_image_audio_notify_store_load_exit() {
         "import os\nos.environ['CELLVISOR_STORE_DIR'] = {store_dir}\n\
          text('raw'); text({{'a': [1, None]}}); notify('halfway')\n\
          image('data:image/png;base64,iVBO', 'low'); audio('data:audio/wav;base64,UklG')\n\
+         image({{'type': 'image', 'data': 'R0lG', 'mimeType': 'image/gif'}})\n\
          print(load('missing'))"
     ));
     assert!(ran.completed(), "{}", ran.text());
@@ -590,6 +591,7 @@ fn code_mode_helpers_text_image_audio_notify_store_load_exit() {
             json!({"image/png": "iVBO", "text/plain": "<image image/png>",
                    "application/x-cellvisor-image-detail": "low"}),
             json!({"audio/wav": "UklG", "text/plain": "<audio audio/wav>"}),
+            json!({"image/gif": "R0lG", "text/plain": "<image image/gif>"}),
         ]
     );
     // The counter of the code-mode API, synchronous.
