@@ -90,7 +90,15 @@ fn the_example_suites_pass_and_leave_their_artifacts() {
         summary["comparison"].is_null(),
         "one variant, nothing to compare"
     );
-    for language in ["py", "js", "lua", "supervision", "display", "helpers"] {
+    for language in [
+        "py",
+        "js",
+        "lua",
+        "supervision",
+        "display",
+        "helpers",
+        "code-mode",
+    ] {
         assert_eq!(summary["tag_scores"][language], 1.0, "{language}");
     }
     let metric_ids: Vec<&str> = summary["metrics"]
