@@ -318,19 +318,21 @@ fn parse(text: &str, path: &Path, format: Format) -> Result<Suite, SuiteError> {
     let mut cases = Vec::with_capacity(raw.cases.len());
     for mut case in raw.cases {
         if !seen.insert(case.id.clone()) {
-            return Err(invalid(
+            return Err(invalid_at(
                 path,
+                position_of(text, "id", &case.id, 1),
                 format!(
                     "case id {:?} is used twice; ids are unique in a suite",
                     case.id
                 ),
             ));
         }
-        if let Some(seed) = &case.workspace {
-            let seed = base.join(seed);
+        if let Some(given) = &case.workspace {
+            let seed = base.join(given);
             if !seed.is_dir() {
-                return Err(invalid(
+                return Err(invalid_at(
                     path,
+                    position_of(text, "workspace", &given.to_string_lossy(), 0),
                     format!(
                         "case {:?}: workspace seed {} is not a directory",
                         case.id,
@@ -362,6 +364,36 @@ fn parse(text: &str, path: &Path, format: Format) -> Result<Suite, SuiteError> {
         variants,
         cases,
     })
+}
+
+/// A mistake found after parsing, at its place in the file when that is known.
+fn invalid_at(path: &Path, at: Option<(usize, usize)>, message: String) -> SuiteError {
+    match at {
+        Some((line, column)) => SuiteError::At {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message,
+        },
+        None => invalid(path, message),
+    }
+}
+
+/// Line and column of the `nth` (from 0) place where `key` is given the string `value`:
+/// `key = "value"` in TOML, `"key": "value"` in JSON.
+fn position_of(text: &str, key: &str, value: &str, nth: usize) -> Option<(usize, usize)> {
+    let pattern = format!(
+        r#"(?m)^[ \t{{,]*"?{}"?[ \t]*[=:][ \t]*["']{}["']"#,
+        regex::escape(key),
+        regex::escape(value)
+    );
+    let found = regex::Regex::new(&pattern).ok()?.find_iter(text).nth(nth)?;
+    let start = found.start() + found.as_str().len()
+        - found
+            .as_str()
+            .trim_start_matches([' ', '\t', '{', ','])
+            .len();
+    Some(line_column(text, start))
 }
 
 /// A variant name is one path segment of the artifact layout: letters, digits, `.`, `_`, `-`.
@@ -474,6 +506,14 @@ scorers = [{ kind = "output_equals", text = "42" }, { kind = "status", expect = 
         // A check of the whole case is reported where the parser noticed it: the case's end.
         assert!(err.starts_with("/x/j.json:3:1: "), "{err}");
         assert!(err.contains("has no cells"), "{err}");
+        let twice = "{\"cases\": [\n  {\"id\": \"a\", \"cells\": [{\"language\": \"py\", \"code\": \"1\"}], \"scorers\": [{\"kind\": \"no_restart\"}]},\n  {\"id\": \"a\", \"cells\": [{\"language\": \"py\", \"code\": \"1\"}], \"scorers\": [{\"kind\": \"no_restart\"}]}\n]}";
+        let err = parse(twice, Path::new("/x/j.json"), Format::Json)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("/x/j.json:3:4: case id \"a\" is used twice"),
+            "{err}"
+        );
         let text = "{\"cases\": [\n  {\"id\": \"a\", \"celss\": []}\n]}";
         let err = parse(text, Path::new("/x/j.json"), Format::Json)
             .unwrap_err()
@@ -485,7 +525,11 @@ scorers = [{ kind = "output_equals", text = "42" }, { kind = "status", expect = 
     #[test]
     fn semantic_mistakes_are_named() {
         let dup = format!("{GOOD}\n[[case]]\nid = \"answer\"\ncells = [{{ language = \"py\", code = \"1\" }}]\nscorers = [{{ kind = \"no_restart\" }}]\n");
-        assert!(toml(&dup).unwrap_err().to_string().contains("used twice"));
+        let err = toml(&dup).unwrap_err().to_string();
+        assert!(
+            err.starts_with("/x/s.toml:16:1: case id \"answer\" is used twice"),
+            "{err}"
+        );
         let out_of_range = GOOD.replace(
             "{ kind = \"status\", expect = \"complete\" }",
             "{ kind = \"status\", expect = \"complete\", cell = 3 }",
@@ -494,7 +538,11 @@ scorers = [{ kind = "output_equals", text = "42" }, { kind = "status", expect = 
         assert!(err.contains("names cell 3"), "{err}");
         let seed = GOOD.replace("tags = [\"py\"]", "workspace = \"no-such-seed\"");
         let err = toml(&seed).unwrap_err().to_string();
-        assert!(err.contains("workspace seed"), "{err}");
+        assert!(err.starts_with("/x/s.toml:11:1: "), "{err}");
+        assert!(
+            err.contains("workspace seed /x/no-such-seed is not"),
+            "{err}"
+        );
         assert!(toml("suite = \"x\"")
             .unwrap_err()
             .to_string()
