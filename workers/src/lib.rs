@@ -10,13 +10,18 @@
 //! - [`process_tree`]: a process tree from `/proc`: find, measure, end (the supervisor's
 //!   sampler uses it too).
 //! - `text`: the line helpers (`sort`, `uniq`, `diff`) JavaScript and Lua share.
+//! - [`tools`]: host tools in code mode: `ALL_TOOLS` with TypeScript declarations, tool
+//!   identifiers, the `tools.tool_search` ranking.
+//! - [`store`]: `store`/`load`, JSON per session on disk, shared by JavaScript and Lua.
 
 pub mod js;
 pub mod lua;
 pub mod process_tree;
 pub mod python;
 pub mod runtime;
+pub mod store;
 mod text;
+pub mod tools;
 pub mod warden;
 
 use cellvisor_ipc::Language;
