@@ -168,11 +168,14 @@ fn builtin_module_source(ctx: &Ctx<'_>, name: &str) -> rquickjs::Result<String> 
     let export_names: Function = builtins(ctx)?.get("exportNames")?;
     let names: Vec<String> = export_names.call((name,))?;
     let quoted = serde_json::to_string(name).unwrap_or_default();
-    Ok(format!(
-        "const builtin = globalThis.{}.load({quoted});\nexport default builtin;\nexport const {{ {} }} = builtin;\n",
-        super::node::BUILTINS_GLOBAL,
-        names.join(", ")
-    ))
+    let mut source = format!(
+        "const builtin = globalThis.{}.load({quoted});\nexport default builtin;\n",
+        super::node::BUILTINS_GLOBAL
+    );
+    for export in names {
+        source.push_str(&format!("export const {export} = builtin.{export};\n"));
+    }
+    Ok(source)
 }
 
 /// The module text QuickJS gets for `path`.

@@ -27,7 +27,6 @@ mod url;
 use super::event_loop::PendingCall;
 use super::RunningCell;
 use rquickjs::convert::List;
-use rquickjs::function::Opt;
 use rquickjs::{
     ArrayBuffer, Ctx, Exception, Function, Object, Persistent, Promise, TypedArray, Value,
 };
@@ -159,8 +158,8 @@ fn define_url<'js>(ctx: &Ctx<'js>, native: &Object<'js>) -> rquickjs::Result<()>
         "urlParse",
         Function::new(
             ctx.clone(),
-            |ctx: Ctx<'js>, input: String, base: Opt<String>| {
-                url::parse(&input, base.0.as_deref())
+            |ctx: Ctx<'js>, input: String, base: Option<String>| {
+                url::parse(&input, base.as_deref())
                     .map(Vec::from)
                     .map_err(type_error(&ctx))
             },

@@ -373,11 +373,11 @@
       this.#searchParams[urlUpdate](this, parts[9]);
     }
     #set(part, value) {
-      this.#load(native.urlParse(native.urlSet(this.#parts[0], part, String(value).toWellFormed())));
+      this.#load(native.urlParse(native.urlSet(this.#parts[0], part, String(value).toWellFormed()), undefined));
     }
     // URLSearchParams changed: the query follows, the params object stays the same.
     [urlUpdate](query) {
-      this.#parts = native.urlParse(native.urlSet(this.#parts[0], "search", query));
+      this.#parts = native.urlParse(native.urlSet(this.#parts[0], "search", query), undefined);
     }
     static canParse(url, base) {
       try {
@@ -395,7 +395,7 @@
       }
     }
     get href() { return this.#parts[0]; }
-    set href(value) { this.#load(native.urlParse(String(value).toWellFormed())); }
+    set href(value) { this.#load(native.urlParse(String(value).toWellFormed(), undefined)); }
     get origin() { return this.#parts[1]; }
     get protocol() { return this.#parts[2]; }
     set protocol(value) { this.#set("protocol", value); }
