@@ -54,7 +54,7 @@ pub(super) const BUILTIN_NAMES: &[&str] = &[
 ];
 
 /// The hidden global through which the module loader reaches the built-in modules:
-/// `{names, exportNames(name), load(name)}`.
+/// `{names(), has(name), exportNames(name), load(name)}`.
 pub(super) const BUILTINS_GLOBAL: &str = "__cellvisor_builtins";
 
 /// Adds the natives `node.js` uses to `native` (the object `prelude.js` also gets).
@@ -442,4 +442,19 @@ fn define_fetch<'js>(
             }
         })?,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_list_of_builtins_matches_the_table_of_node_js() {
+        let engine = super::super::JsEngine::with_limits(None, None).expect("engine starts");
+        let names: Vec<String> = engine
+            .context
+            .with(|ctx| ctx.eval(format!("{BUILTINS_GLOBAL}.names()")))
+            .expect("the table answers");
+        assert_eq!(names, BUILTIN_NAMES);
+    }
 }

@@ -882,6 +882,7 @@
   const IDENTIFIER = /^[A-Za-z_$][\w$]*$/;
   const RESERVED = new Set(["default", "class", "delete", "new", "function", "import", "export", "return", "var", "let", "const"]);
   hidden(globalThis, "__cellvisor_builtins", {
+    names: () => Object.keys(BUILTINS),
     has: (name) => loaded(builtinName(name)) !== undefined,
     load: (name) => loaded(builtinName(name)),
     exportNames: (name) => Object.keys(loaded(builtinName(name)) ?? {}).filter((key) => IDENTIFIER.test(key) && !RESERVED.has(key)),
