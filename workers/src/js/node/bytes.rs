@@ -147,7 +147,7 @@ pub(super) fn atob(text: &str) -> Result<String, String> {
         .bytes()
         .filter(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\x0c' | b'\r'))
         .collect();
-    if cleaned.len() % 4 == 0 {
+    if cleaned.len().is_multiple_of(4) {
         for _ in 0..2 {
             if cleaned.last() == Some(&b'=') {
                 cleaned.pop();

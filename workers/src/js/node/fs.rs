@@ -187,7 +187,7 @@ pub(super) fn mkdir(path: &str, recursive: bool, mode: u32) -> FsResult<Option<S
         .ancestors()
         .take_while(|dir| !dir.as_os_str().is_empty() && !dir.exists())
         .last()
-        .map(|dir| absolute(dir));
+        .map(absolute);
     builder.recursive(true);
     builder.create(path).map_err(fail("mkdir", path))?;
     Ok(first_missing)

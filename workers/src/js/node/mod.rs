@@ -6,7 +6,7 @@
 //! - [`url`]: `URL`, `URLSearchParams` (the `url` crate, WHATWG rules).
 //! - [`crypto`]: `crypto.getRandomValues`/`randomUUID`/`subtle.digest`, `createHash`.
 //! - [`fs`]: `node:fs` (and `fs/promises` on it) with Node's error shape.
-//! - [`os`]: `node:os`.
+//! - [`os`]: the machine facts of `node:os` (uname, sysinfo, the user database).
 //! - [`child`]: `node:child_process`'s `spawnSync`/`execSync`/`execFileSync`.
 //! - [`fetch`]: `fetch`'s HTTP exchange (ureq) on a thread, answered through the event loop
 //!   like a host tool call.
