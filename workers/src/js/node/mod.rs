@@ -351,6 +351,8 @@ fn define_process<'js>(
             .map(|path| path.to_string_lossy().into_owned())
             .unwrap_or_default(),
     )?;
+    native.set("platform", std::env::consts::OS)?;
+    native.set("arch", std::env::consts::ARCH)?;
     native.set("pid", std::process::id())?;
     native.set("engineVersion", super::quickjs_version())?;
     native.set("ppid", nix::unistd::getppid().as_raw())?;

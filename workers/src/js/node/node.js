@@ -18,10 +18,13 @@
     };
   }
 
-  const info = native.osInfo();
-  const ARCH = { x86_64: "x64", aarch64: "arm64", i686: "ia32", armv7l: "arm", riscv64: "riscv64", s390x: "s390x", ppc64le: "ppc64" };
-  const platform = info.sysname.toLowerCase();
-  const arch = ARCH[info.machine] ?? info.machine;
+  // Node's names for the target the worker was built for; the machine facts are read when
+  // `os` first asks (uname and the user database cost a worker start nothing then).
+  const ARCH = { x86_64: "x64", aarch64: "arm64", x86: "ia32", arm: "arm", riscv64: "riscv64", s390x: "s390x", powerpc64: "ppc64" };
+  const platform = native.platform;
+  const arch = ARCH[native.arch] ?? native.arch;
+  let machineFacts = null;
+  const facts = () => (machineFacts ??= native.osInfo());
 
   // ---- Buffer -------------------------------------------------------------------------------
 
@@ -267,8 +270,8 @@
     nextTick: (callback, ...args) => queueMicrotask(() => callback(...args)),
     emitWarning: (warning) => native.write(1, `Warning: ${warning instanceof Error ? warning.message : warning}\n`),
     umask: () => 0o022,
-    getuid: () => info.uid,
-    getgid: () => info.gid,
+    getuid: () => facts().uid,
+    getgid: () => facts().gid,
     on() {
       return process;
     },
@@ -558,13 +561,13 @@
     EOL: "\n",
     devNull: "/dev/null",
     platform: () => platform,
-    type: () => info.sysname,
-    release: () => info.release,
-    version: () => info.version,
+    type: () => facts().sysname,
+    release: () => facts().release,
+    version: () => facts().version,
     arch: () => arch,
-    machine: () => info.machine,
-    hostname: () => info.hostname,
-    homedir: () => native.envGet("HOME") ?? info.userHome ?? "/",
+    machine: () => facts().machine,
+    hostname: () => facts().hostname,
+    homedir: () => native.envGet("HOME") ?? facts().userHome ?? "/",
     tmpdir: () => {
       const dir = native.envGet("TMPDIR") ?? native.envGet("TMP") ?? native.envGet("TEMP") ?? "/tmp";
       return dir.length > 1 ? dir.replace(/\/+$/, "") : dir;
@@ -573,11 +576,11 @@
     freemem: () => native.osInfo().freemem,
     uptime: () => native.osInfo().uptime,
     loadavg: () => native.osInfo().loadavg,
-    availableParallelism: () => info.cpus,
-    cpus: () => Array.from({ length: info.cpus }, () => ({ model: "", speed: 0, times: { user: 0, nice: 0, sys: 0, idle: 0, irq: 0 } })),
+    availableParallelism: () => facts().cpus,
+    cpus: () => Array.from({ length: facts().cpus }, () => ({ model: "", speed: 0, times: { user: 0, nice: 0, sys: 0, idle: 0, irq: 0 } })),
     endianness: () => "LE",
     networkInterfaces: () => ({}),
-    userInfo: () => ({ uid: info.uid, gid: info.gid, username: info.username ?? "", homedir: info.userHome ?? "", shell: info.userShell ?? null }),
+    userInfo: () => ({ uid: facts().uid, gid: facts().gid, username: facts().username ?? "", homedir: facts().userHome ?? "", shell: facts().userShell ?? null }),
     constants: { signals: {}, errno: {} },
   };
 
