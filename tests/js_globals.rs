@@ -267,6 +267,8 @@ const pending = fetch({get:?}, {{signal: controller.signal}});
 controller.abort();
 console.log(await pending.then(() => 'not aborted', (e) => e.name));
 console.log(await fetch('http://127.0.0.1:1/').then(() => 'reached', (e) => e instanceof TypeError && e.message.startsWith('fetch failed')));
+const put = await (await fetch(new Request({get:?}, {{method: 'put', body: new URLSearchParams({{k: 'v w'}})}}))).json();
+console.log(put.method, put.body, put['content-type']);
 const both = await Promise.all([fetch({get:?}), fetch({get:?})]);
 console.log(both.map((r) => r.status).join(','));
 "#,
@@ -282,6 +284,7 @@ console.log(both.map((r) => r.status).join(','));
          302 /final\n\
          AbortError\n\
          true\n\
+         PUT k=v+w application/x-www-form-urlencoded;charset=UTF-8\n\
          200,200\n",
         "{result:#}"
     );

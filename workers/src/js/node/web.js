@@ -633,7 +633,7 @@
     }
   }
 
-  const METHODS = ["DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH"];
+  const METHODS = ["DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT"];
 
   class Request extends Body {
     #url;
