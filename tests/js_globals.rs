@@ -5,24 +5,14 @@
 
 mod common;
 
-use common::daemon::{Client, Daemon};
+use common::daemon::Daemon;
 use common::{cells, path_str, World};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-
-fn eval(client: &mut Client, session: &str, cwd: &Path, cells: Value) -> Value {
-    client
-        .call(
-            "eval",
-            json!({"session": session, "cwd": cwd, "cells": cells}),
-        )
-        .expect("eval answered")
-}
 
 fn js(code: &str) -> Value {
     json!({"language": "js", "code": code})
@@ -189,7 +179,7 @@ console.log(require('path').join('/x/y', '../z'), typeof require('os').platform(
 process.env.CELLVISOR_JS_GLOBALS = 'set';
 console.log(process.env.CELLVISOR_JS_GLOBALS, new URLSearchParams({q: 'a b'}).toString());
 "#;
-    let result = eval(&mut client, "globals", &work, json!([js(code)]));
+    let result = client.eval("globals", &work, json!([js(code)]));
     let output = completed_output(&result, 0);
     let cwd = std::fs::canonicalize(&work).expect("canonical work dir");
     let cwd = path_str(&cwd);
@@ -215,7 +205,7 @@ fn node_modules_import_by_name_with_and_without_the_prefix() {
             console.log(os.EOL === '\\n', execSync('printf %s abc', {encoding: 'utf8'}))"),
         js("await import('node:http')"),
     ]);
-    let result = eval(&mut client, "imports", &work, cells);
+    let result = client.eval("imports", &work, cells);
     assert_eq!(completed_output(&result, 0), "line two true\n");
     assert_eq!(completed_output(&result, 1), "18\n");
     assert_eq!(completed_output(&result, 2), "true abc\n");
@@ -226,12 +216,7 @@ fn node_modules_import_by_name_with_and_without_the_prefix() {
         message.contains("cannot import `node:http`") && message.contains("fs, fs/promises, path"),
         "{message}"
     );
-    let missing = eval(
-        &mut client,
-        "imports",
-        &work,
-        json!([js("require('left-pad')")]),
-    );
+    let missing = client.eval("imports", &work, json!([js("require('left-pad')")]));
     let missing = missing["cells"][0]["output"].as_str().unwrap_or_default();
     assert!(
         missing.contains("Cannot find module 'left-pad'") && missing.contains("import()"),
@@ -275,7 +260,7 @@ console.log(both.map((r) => r.status).join(','));
         get = server.url("/hello?x=1"),
         redirect = server.url("/redirect"),
     );
-    let result = eval(&mut client, "fetch", &work, json!([js(&code)]));
+    let result = client.eval("fetch", &work, json!([js(&code)]));
     assert_eq!(
         completed_output(&result, 0),
         "200 true origin GET /hello?x=1\n\
@@ -351,7 +336,7 @@ fn a_cell_waiting_for_exec_sync_can_be_interrupted() {
         js("var kept = 41"),
         {"language": "js", "code": "require('child_process').execSync('sleep 30')", "timeout": 1},
     ]);
-    let result = eval(&mut client, "interrupt", &work, cells);
+    let result = client.eval("interrupt", &work, cells);
     let stopped = &result["cells"][1];
     assert_eq!(stopped["status"], "cancelled", "{result:#}");
     let output = stopped["output"].as_str().unwrap_or_default();
@@ -359,7 +344,7 @@ fn a_cell_waiting_for_exec_sync_can_be_interrupted() {
         output.contains("timed out") && !output.contains("state lost"),
         "{output}"
     );
-    let after = eval(&mut client, "interrupt", &work, json!([js("kept + 1")]));
+    let after = client.eval("interrupt", &work, json!([js("kept + 1")]));
     assert_eq!(completed_output(&after, 0), "42\n");
     daemon.stop();
 }
