@@ -121,7 +121,7 @@ pub(super) struct CellLoader;
 
 impl Resolver for CellResolver {
     fn resolve<'js>(&mut self, ctx: &Ctx<'js>, base: &str, name: &str) -> rquickjs::Result<String> {
-        if let Some(builtin) = provided_builtin(ctx, name)? {
+        if let Some(builtin) = provided_builtin(name) {
             return Ok(builtin);
         }
         match resolve_path(base, name) {
@@ -155,12 +155,11 @@ fn builtins<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
 
 /// `node:<name>` when `name` (with or without `node:`) is a built-in module `node.js`
 /// provides. Like Node, a built-in wins over a package of the same name.
-fn provided_builtin(ctx: &Ctx<'_>, name: &str) -> rquickjs::Result<Option<String>> {
+fn provided_builtin(name: &str) -> Option<String> {
     let bare = name.strip_prefix(BUILTIN_PREFIX).unwrap_or(name);
-    let has: Function = builtins(ctx)?.get("has")?;
-    Ok(has
-        .call::<_, bool>((bare,))?
-        .then(|| format!("{BUILTIN_PREFIX}{bare}")))
+    super::node::BUILTIN_NAMES
+        .contains(&bare)
+        .then(|| format!("{BUILTIN_PREFIX}{bare}"))
 }
 
 /// An ES module over a built-in: its object as the default export, its keys as named ones.

@@ -1,7 +1,9 @@
 //! Node-style and web globals for cells: what agents written for Node reach for.
 //!
-//! `web.js` (web platform globals) and `node.js` (Node's) define them in JavaScript (classes, argument checks, Node's shapes) on the
-//! native functions defined here, which do the work in Rust on kept crates:
+//! `web.js` (web platform globals) and `node.js` (Node's) define them in JavaScript (classes,
+//! argument checks, Node's shapes) on the native functions defined here. Both are evaluated
+//! only when a cell first uses one of their globals (`lazy.js`), so a worker start does not
+//! pay for parsing them. The natives do the work in Rust on kept crates:
 //! - [`bytes`]: encodings for `Buffer`, `TextEncoder`/`TextDecoder`, `atob`/`btoa` (base64).
 //! - [`url`]: `URL`, `URLSearchParams` (the `url` crate, WHATWG rules).
 //! - [`crypto`]: `crypto.getRandomValues`/`randomUUID`/`subtle.digest`, `createHash`.
@@ -34,6 +36,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 /// Define the globals; each evaluates to a function that takes the native functions.
+const LAZY_JS: &str = include_str!("lazy.js");
 const WEB_JS: &str = include_str!("web.js");
 const NODE_JS: &str = include_str!("node.js");
 
@@ -71,7 +74,8 @@ pub(super) fn define_natives<'js>(
     define_fetch(ctx, native, cell)
 }
 
-/// Defines the globals of `web.js` then `node.js`; runs after `prelude.js` (they use its
+/// Defines the globals of `web.js` and `node.js` as placeholders (`lazy.js`) that evaluate
+/// their script when a cell first touches one; runs after `prelude.js` (the scripts use its
 /// `exit`, `setTimeout` and value formatting, `format`).
 pub(super) fn install<'js>(
     ctx: &Ctx<'js>,
@@ -79,11 +83,26 @@ pub(super) fn install<'js>(
     format: Function<'js>,
 ) -> rquickjs::Result<()> {
     native.set("formatValue", format)?;
-    for source in [WEB_JS, NODE_JS] {
-        let setup: Function = ctx.eval(source)?;
-        setup.call::<_, ()>((native.clone(),))?;
-    }
-    Ok(())
+    native.set("builtinsGlobal", BUILTINS_GLOBAL)?;
+    native.set(
+        "loadScript",
+        Function::new(
+            ctx.clone(),
+            |ctx: Ctx<'js>, script: String, native: Object<'js>| {
+                let source = match script.as_str() {
+                    "web" => WEB_JS,
+                    "node" => NODE_JS,
+                    other => {
+                        return Err(Exception::throw_type(&ctx, &format!("no script {other:?}")))
+                    }
+                };
+                let setup: Function = ctx.eval(source)?;
+                setup.call::<_, ()>((native,))
+            },
+        )?,
+    )?;
+    let placeholders: Function = ctx.eval(LAZY_JS)?;
+    placeholders.call((native,))
 }
 
 fn type_error<'js>(ctx: &Ctx<'js>) -> impl Fn(String) -> rquickjs::Error + 'js {
