@@ -478,4 +478,25 @@ mod tests {
             .expect("the table answers");
         assert_eq!(names, BUILTIN_NAMES);
     }
+
+    #[test]
+    fn each_script_loads_when_one_of_its_globals_is_first_used() {
+        let engine = super::super::JsEngine::with_limits(None, None).expect("engine starts");
+        let steps: Vec<bool> = engine
+            .context
+            .with(|ctx| {
+                ctx.eval(
+                    "const placeholder = (name) => \
+                       typeof Object.getOwnPropertyDescriptor(globalThis, name).get === 'function';\n\
+                     const steps = [placeholder('URL'), placeholder('Buffer')];\n\
+                     new URL('http://a.test/');\n\
+                     steps.push(placeholder('URL'), placeholder('fetch'), placeholder('Buffer'));\n\
+                     Buffer.from('x');\n\
+                     steps.push(placeholder('Buffer'), placeholder('require'));\n\
+                     steps",
+                )
+            })
+            .expect("the cell runs");
+        assert_eq!(steps, [true, true, false, false, true, false, false]);
+    }
 }
