@@ -25,9 +25,13 @@ fn completed_output(result: &Value, index: usize) -> String {
     cell["output"].as_str().unwrap_or_default().to_string()
 }
 
-/// A tiny HTTP/1.1 server on 127.0.0.1 that answers every request with JSON describing it
-/// (`server`, `method`, `target`, `body`, a few headers); `/redirect` answers 302 to
-/// `/final`. Stopped (and its thread joined) when dropped.
+/// How long `/slow` takes to answer: longer than the cell timeout of the test that uses it.
+const SLOW_ANSWER: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// A tiny HTTP/1.1 server on 127.0.0.1 that answers every request (one at a time) with JSON
+/// describing it (`server`, `method`, `target`, `body`, a few headers); `/redirect` answers
+/// 302 to `/final`, `/slow` answers after [`SLOW_ANSWER`]. Stopped (and its thread joined)
+/// when dropped.
 struct EchoServer {
     port: u16,
     stop: Arc<AtomicBool>,
@@ -123,6 +127,9 @@ fn answer_one(
             .get_mut()
             .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n");
         return Some(target);
+    }
+    if target.ends_with("/slow") {
+        std::thread::sleep(SLOW_ANSWER);
     }
     let (status, extra) = if target.ends_with("/redirect") {
         ("302 Found", "Location: /final\r\n".to_string())
@@ -260,7 +267,27 @@ console.log(both.map((r) => r.status).join(','));
         get = server.url("/hello?x=1"),
         redirect = server.url("/redirect"),
     );
-    let result = client.eval("fetch", &work, json!([js(&code)]));
+    // An aborted or timed-out request ends at once: the cell does not wait for the server
+    // (which answers after its timeout).
+    let abandon = format!(
+        r#"
+const controller = new AbortController();
+setTimeout(() => controller.abort(), 50);
+console.log(await fetch({slow:?}, {{signal: controller.signal}}).then(() => 'answered', (e) => e.name));
+console.log(await fetch({slow:?}, {{signal: AbortSignal.timeout(100)}}).then(() => 'answered', (e) => e.name));
+"#,
+        slow = server.url("/slow"),
+    );
+    let result = client.eval(
+        "fetch",
+        &work,
+        json!([js(&code), {"language": "js", "code": abandon, "timeout": 2}]),
+    );
+    assert_eq!(
+        completed_output(&result, 1),
+        "AbortError\nTimeoutError\n",
+        "{result:#}"
+    );
     assert_eq!(
         completed_output(&result, 0),
         "200 true origin GET /hello?x=1\n\

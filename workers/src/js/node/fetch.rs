@@ -5,11 +5,12 @@
 //!
 //! Proxies come from the worker's environment (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`,
 //! `NO_PROXY`), which the supervisor filters: they apply only when the configuration passes
-//! them. Timeouts follow Node's: none overall, 300 s for the response head and body each.
+//! them. Timeouts follow Node's: none overall (unless the request's signal is an
+//! `AbortSignal.timeout()`), 300 s for the response head and body each.
 
 use crate::runtime::ToolOutcome;
 use base64::Engine as _;
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc::Sender;
 use std::time::Duration;
 use ureq::http;
 use ureq::ResponseExt as _;
@@ -48,18 +49,19 @@ pub(super) struct FetchRequest {
     pub headers: Vec<(String, String)>,
     pub body: Option<Vec<u8>>,
     pub redirect: Redirect,
+    /// From an `AbortSignal.timeout()`: the whole exchange must end within it.
+    pub timeout: Option<Duration>,
 }
 
-/// Starts the exchange on a thread; the receiver gets its outcome.
-pub(super) fn start(request: FetchRequest) -> Result<Receiver<ToolOutcome>, String> {
-    let (answer, receiver) = mpsc::channel();
+/// Starts the exchange on a thread, which sends its outcome to `answer`.
+pub(super) fn start(request: FetchRequest, answer: Sender<ToolOutcome>) -> Result<(), String> {
     std::thread::Builder::new()
         .name("cellvisor-fetch".into())
         .spawn(move || {
             let _ = answer.send(exchange(request));
         })
-        .map_err(|err| format!("fetch failed: cannot start a thread: {err}"))?;
-    Ok(receiver)
+        .map(drop)
+        .map_err(|err| format!("fetch failed: cannot start a thread: {err}"))
 }
 
 fn exchange(request: FetchRequest) -> ToolOutcome {
@@ -72,6 +74,7 @@ fn exchange(request: FetchRequest) -> ToolOutcome {
         .save_redirect_history(true)
         .timeout_recv_response(Some(RESPONSE_TIMEOUT))
         .timeout_recv_body(Some(RESPONSE_TIMEOUT))
+        .timeout_global(request.timeout)
         .user_agent("cellvisor-fetch")
         .build()
         .into();

@@ -28,11 +28,15 @@ mod url;
 
 use super::event_loop::PendingCall;
 use super::RunningCell;
+use crate::runtime::ToolOutcome;
 use rquickjs::convert::List;
 use rquickjs::{
     ArrayBuffer, Ctx, Exception, Function, Object, Persistent, Promise, TypedArray, Value,
 };
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::mpsc::{self, Sender};
 use std::time::Duration;
 
 /// Define the globals; each evaluates to a function that takes the native functions.
@@ -428,20 +432,27 @@ fn spawn_request<'js>(
     })
 }
 
+/// `fetch(request)` -> `[promise, id]`; the promise resolves with `[ok, text]` like a tool
+/// call's. `fetchSettled(id, abandon)` forgets a fetch; with `abandon` (an aborted request)
+/// its promise is answered at once, so the cell stops waiting for the network.
 fn define_fetch<'js>(
     ctx: &Ctx<'js>,
     native: &Object<'js>,
     cell: &Rc<RunningCell>,
 ) -> rquickjs::Result<()> {
+    let open: Rc<RefCell<HashMap<u64, Sender<ToolOutcome>>>> = Rc::default();
+    let next_id = Rc::new(std::cell::Cell::new(0_u64));
     native.set(
         "fetch",
         Function::new(ctx.clone(), {
             let cell = Rc::clone(cell);
+            let open = Rc::clone(&open);
             move |ctx: Ctx<'js>, request: Object<'js>| {
                 let names: Vec<String> = request.get("headerNames")?;
                 let values: Vec<String> = request.get("headerValues")?;
                 let body: Option<TypedArray<'js, u8>> = request.get("body")?;
                 let redirect: String = request.get("redirect")?;
+                let timeout_ms: Option<f64> = request.get("timeoutMs")?;
                 let fetch_request = fetch::FetchRequest {
                     method: request.get("method")?,
                     url: request.get("url")?,
@@ -451,15 +462,32 @@ fn define_fetch<'js>(
                         None => None,
                     },
                     redirect: fetch::Redirect::parse(&redirect).map_err(type_error(&ctx))?,
+                    timeout: timeout_ms
+                        .filter(|ms| ms.is_finite())
+                        .map(|ms| Duration::from_secs_f64(ms.max(1.0) / 1000.0)),
                 };
-                let answer = fetch::start(fetch_request).map_err(type_error(&ctx))?;
+                let (answer, receiver) = mpsc::channel();
+                fetch::start(fetch_request, answer.clone()).map_err(type_error(&ctx))?;
+                let id = next_id.get() + 1;
+                next_id.set(id);
+                open.borrow_mut().insert(id, answer);
                 let (promise, resolve, _reject) = Promise::new(&ctx)?;
                 cell.calls.borrow_mut().push(PendingCall {
-                    answer,
+                    answer: receiver,
                     resolve: Persistent::save(&ctx, resolve),
                     outcome: None,
                 });
-                Ok::<_, rquickjs::Error>(promise)
+                Ok::<_, rquickjs::Error>(List((promise, id)))
+            }
+        })?,
+    )?;
+    native.set(
+        "fetchSettled",
+        Function::new(ctx.clone(), move |id: f64, abandon: bool| {
+            if let Some(answer) = open.borrow_mut().remove(&(id as u64)) {
+                if abandon {
+                    let _ = answer.send(Err("fetch failed: aborted".into()));
+                }
             }
         })?,
     )

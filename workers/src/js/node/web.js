@@ -88,29 +88,52 @@
   // ---- AbortController, AbortSignal ---------------------------------------------------
 
   const abortError = () => new globalThis.DOMException("This operation was aborted", "AbortError");
+  const timeoutError = () => new globalThis.DOMException("The operation was aborted due to timeout", "TimeoutError");
   const signalKey = Symbol("AbortSignal internal");
+  const remainingKey = Symbol("AbortSignal time left");
 
   class AbortSignal extends EventTarget {
     #aborted = false;
     #reason = undefined;
+    // AbortSignal.timeout(): when it aborts. Its timer starts only once someone listens
+    // (a pending timer keeps a cell alive; fetch passes the time left to the request instead).
+    #deadline = null;
+    #timer = null;
     constructor(key) {
       if (key !== signalKey) throw new TypeError("AbortSignal cannot be constructed: use new AbortController().signal");
       super();
       this.onabort = null;
     }
+    #checkDeadline() {
+      if (this.#deadline !== null && !this.#aborted && performance.now() >= this.#deadline) this[signalKey](timeoutError());
+    }
     get aborted() {
+      this.#checkDeadline();
       return this.#aborted;
     }
     get reason() {
+      this.#checkDeadline();
       return this.#reason;
     }
     throwIfAborted() {
+      this.#checkDeadline();
       if (this.#aborted) throw this.#reason;
+    }
+    addEventListener(type, listener, options) {
+      super.addEventListener(type, listener, options);
+      if (type === "abort" && this.#deadline !== null && this.#timer === null && !this.#aborted) {
+        this.#timer = setTimeout(() => this.#checkDeadline(), Math.max(0, this.#deadline - performance.now()));
+      }
+    }
+    // Milliseconds until an AbortSignal.timeout() aborts, or undefined.
+    [remainingKey]() {
+      return this.#deadline === null ? undefined : Math.max(0, this.#deadline - performance.now());
     }
     [signalKey](reason) {
       if (this.#aborted) return;
       this.#aborted = true;
       this.#reason = reason === undefined ? abortError() : reason;
+      if (this.#timer !== null) clearTimeout(this.#timer);
       this.dispatchEvent(new Event("abort"));
     }
     static abort(reason) {
@@ -118,10 +141,11 @@
       signal[signalKey](reason);
       return signal;
     }
-    // The timer lives as long as the cell, like every timer of a cell.
     static timeout(ms) {
+      const delay = Number(ms);
+      if (!(delay >= 0)) throw new RangeError(`AbortSignal.timeout: ms must be a number >= 0, got ${ms}`);
       const signal = new AbortSignal(signalKey);
-      setTimeout(() => signal[signalKey](new globalThis.DOMException("The operation was aborted due to timeout", "TimeoutError")), ms);
+      signal.#deadline = performance.now() + delay;
       return signal;
     }
     static any(signals) {
@@ -750,18 +774,28 @@
       names.push(name);
       values.push(value);
     }
-    const answer = native.fetch({
+    const timeoutMs = signal[remainingKey]();
+    const [answer, id] = native.fetch({
       method: request.method,
       url: request.url,
       headerNames: names,
       headerValues: values,
       body: request[bodyKey] ?? undefined,
       redirect: request.redirect,
+      timeoutMs,
     });
-    const [ok, text] = await new Promise((resolve, reject) => {
-      signal.addEventListener("abort", () => reject(signal.reason), { once: true });
-      answer.then(resolve, reject);
-    });
+    const onAbort = () => native.fetchSettled(id, true);
+    if (timeoutMs === undefined) signal.addEventListener("abort", onAbort, { once: true });
+    let ok;
+    let text;
+    try {
+      [ok, text] = await answer;
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+      native.fetchSettled(id, false);
+    }
+    signal.throwIfAborted();
+    if (!ok && timeoutMs !== undefined && /timed? ?out/i.test(text)) throw timeoutError();
     if (!ok) throw new TypeError(text);
     const head = JSON.parse(text);
     return fromNetwork(head, new Uint8Array(native.bytesEncode(head.body, "base64")));
