@@ -185,4 +185,13 @@ impl Client {
             None => Ok(response["result"].clone()),
         }
     }
+
+    /// `eval` of `cells` in `session`, run in `cwd`; the result.
+    pub fn eval(&mut self, session: &str, cwd: &std::path::Path, cells: Value) -> Value {
+        self.call(
+            "eval",
+            json!({"session": session, "cwd": cwd, "cells": cells}),
+        )
+        .expect("eval answered")
+    }
 }
