@@ -970,33 +970,21 @@ fn an_interrupt_stops_a_cell_waiting_on_a_tool() {
         thread::sleep(Duration::from_millis(100));
         flag.store(true, Ordering::SeqCst);
     });
-    // The host answers only once the test releases it, after the cell has ended: the cell can
-    // only end by the interrupt, never by the answer.
-    let (release, released) = std::sync::mpsc::channel::<()>();
-    let released = std::sync::Mutex::new(released);
-    let answered = Arc::new(AtomicBool::new(false));
-    let answered_by_host = answered.clone();
-    let late: Arc<Host> = Arc::new(move |_: &str, _: &serde_json::Value| {
-        if let Ok(released) = released.lock() {
-            let _ = released.recv_timeout(Duration::from_secs(30));
-        }
-        answered_by_host.store(true, Ordering::SeqCst);
+    // The host answers late; a cell the interrupt ended never sees the answer.
+    let late: Arc<Host> = Arc::new(|_: &str, _: &serde_json::Value| {
+        thread::sleep(Duration::from_millis(400));
         Ok("1".into())
     });
     let ran = run_full(
         &mut js,
-        "await tool.wait({})",
+        "const answer = await tool.wait({}); console.log('answered', answer)",
         vec![tool("wait")],
         &interrupt,
         late,
     );
     raiser.join().expect("raiser");
     assert_eq!(ran.outcome, CellOutcome::Interrupted, "{ran:?}");
-    assert!(
-        !answered.load(Ordering::SeqCst),
-        "the cell waited for the tool's answer"
-    );
-    let _ = release.send(());
+    assert!(!ran.stdout.contains("answered"), "{ran:?}");
     assert_eq!(stdout_of(&mut js, "2"), "2\n");
 }
 
