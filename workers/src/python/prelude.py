@@ -109,27 +109,30 @@ def _join(lines, like):
 # --- files -----------------------------------------------------------------------------
 
 
-def read(path, offset=1, limit=None):
-    """Lines of a file numbered like `cat -n`, from line `offset` (1-based), at most `limit`."""
+def read(path, offset=1, limit=None, numbered=False):
+    """The file's text; `offset` (1-based) and `limit` select lines, and `numbered` shows
+    them numbered like `cat -n` instead."""
     path = _path("read", path)
     offset = _count("read", "offset", offset, 1)
     if limit is not None:
         limit = _count("read", "limit", limit, 0)
-    numbered = []
+    selected = []
     try:
         with open(path, "rb") as file:
             if limit != 0:
                 for number, raw in enumerate(file, 1):
                     if number < offset:
                         continue
-                    line = raw[:-1] if raw.endswith(b"\n") else raw
-                    numbered.append("%6d\t%s" % (number, line.decode("utf-8", "replace")))
-                    if limit is not None and len(numbered) >= limit:
+                    selected.append((number, raw))
+                    if limit is not None and len(selected) >= limit:
                         break
     except OSError as error:
         raise _os_error("read", error, path) from None
-    _status("read", path=path, lines=len(numbered), offset=offset)
-    return "\n".join(numbered) + "\n" if numbered else ""
+    _status("read", path=path, lines=len(selected), offset=offset)
+    if numbered:
+        return "".join("%6d\t%s\n" % (number, raw.rstrip(b"\n").decode("utf-8", "replace"))
+                       for number, raw in selected)
+    return b"".join(raw for _, raw in selected).decode("utf-8", "replace")
 
 
 def _store(helper, path, content, mode):
