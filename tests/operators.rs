@@ -181,6 +181,7 @@ async fn prewarm_hands_a_new_session_an_interpreter_started_before_it() {
             reset: false,
         }],
         tools: Vec::new(),
+        ..Default::default()
     };
     let result = cv.eval(request, None).await.expect("eval");
     assert_eq!(result.cells[0].output, "1\n");

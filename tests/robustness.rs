@@ -48,6 +48,7 @@ fn request(session: &str, cells: &[(Language, &str)]) -> EvalRequest {
             })
             .collect(),
         tools: Vec::new(),
+        ..Default::default()
     }
 }
 

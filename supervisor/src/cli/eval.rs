@@ -34,9 +34,12 @@ pub struct EvalArgs {
     /// Restart the language's worker before the first cell.
     #[arg(long)]
     reset: bool,
-    /// Directory the cells run in.
+    /// Directory the cells run in (relative to the current one); default: the current one.
     #[arg(long)]
     cwd: Option<PathBuf>,
+    /// Run on new workers discarded afterwards: no state from or for the session.
+    #[arg(long)]
+    fresh: bool,
     /// Print the whole structured result as JSON.
     #[arg(long)]
     json: bool,
@@ -169,9 +172,24 @@ fn build_request(args: &EvalArgs) -> Result<EvalRequest, UsageError> {
     }
     Ok(EvalRequest {
         session: args.session.clone(),
-        cwd: args.cwd.clone(),
+        cwd: Some(request_cwd(args.cwd.as_deref())?),
         cells,
         tools: Vec::new(),
+        virtual_env: std::env::var_os("VIRTUAL_ENV")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from),
+        fresh: args.fresh,
+    })
+}
+
+/// The directory the cells run in, absolute: the daemon runs elsewhere, so the caller's own
+/// directory (and `--cwd` resolved against it) travels with the request.
+fn request_cwd(given: Option<&std::path::Path>) -> Result<PathBuf, UsageError> {
+    let here = std::env::current_dir()
+        .map_err(|e| UsageError(format!("cannot read the current directory: {e}")))?;
+    Ok(match given {
+        Some(dir) => here.join(dir),
+        None => here,
     })
 }
 
