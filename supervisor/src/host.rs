@@ -193,14 +193,23 @@ impl Cellvisor {
                 input_schema_json: t.input_schema.to_string(),
             })
             .collect();
-        let lock = self.request_lock(&request.session);
+        let policy = self.request_policy();
+        let request_id = self
+            .next_request
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // A per-call request runs in a throw-away session of its own, discarded at its end
+        // (however it ends), so the named session's workers and state are not touched.
+        let throwaway = (request.fresh || policy.per_call).then(|| {
+            ThrowawaySession::new(self.supervisor.clone(), &request.session, request_id)
+        });
+        let session = throwaway
+            .as_ref()
+            .map_or(request.session.as_str(), |t| t.name.as_str());
+        let lock = self.request_lock(session);
         let _turn = lock.lock().await;
         // Dropped when this future is (a client that disconnected): the sessions then stop
         // this request's cells, and only those.
         let (_requester_alive, requester) = tokio::sync::watch::channel(());
-        let request_id = self
-            .next_request
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let _pin = RequestPin {
             supervisor: self.supervisor.clone(),
             request: request_id,
@@ -221,7 +230,11 @@ impl Cellvisor {
                     })
                     .await;
             }
-            let result = match with_directive(spec) {
+            let directive = match policy.disabled(spec.language) {
+                Some(message) => Err(message),
+                None => with_directive(spec),
+            };
+            let result = match directive {
                 Err(message) => CellResult::refused(index, spec, message),
                 Ok((job_spec, max_output_bytes)) => {
                     let (reply, outcome) = oneshot::channel();
@@ -237,7 +250,7 @@ impl Cellvisor {
                         reply,
                     };
                     let key = SessionKey {
-                        session: request.session.clone(),
+                        session: session.to_string(),
                         language: spec.language,
                     };
                     self.supervisor
@@ -271,6 +284,22 @@ impl Cellvisor {
             results.push(result);
         }
         Ok(EvalResult::from_cells(results))
+    }
+
+    /// What the configuration in force says about requests: read once per request.
+    fn request_policy(&self) -> RequestPolicy {
+        let config = match self.config.lock() {
+            Ok(config) => config,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        RequestPolicy {
+            per_call: config.sessions.mode == cellvisor_config::SessionMode::PerCall,
+            enabled: [
+                (Language::Python, config.python.enabled),
+                (Language::JavaScript, config.js.enabled),
+                (Language::Lua, config.lua.enabled),
+            ],
+        }
     }
 
     fn request_lock(&self, session: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -456,6 +485,61 @@ fn config_changes(old: &Config, new: &Config) -> Vec<String> {
         .collect();
     changes.sort();
     changes
+}
+
+/// The parts of the configuration a request's handling depends on.
+struct RequestPolicy {
+    /// `sessions.mode = "per-call"`.
+    per_call: bool,
+    /// `python.enabled`, `js.enabled`, `lua.enabled`.
+    enabled: [(Language, bool); 3],
+}
+
+impl RequestPolicy {
+    /// The message for a cell of a disabled language, `None` when it may run.
+    fn disabled(&self, language: Language) -> Option<String> {
+        let off = self
+            .enabled
+            .iter()
+            .any(|(lang, enabled)| *lang == language && !enabled);
+        off.then(|| {
+            let (name, section) = match language {
+                Language::Python => ("Python", "python"),
+                Language::JavaScript => ("JavaScript", "js"),
+                Language::Lua => ("Lua", "lua"),
+            };
+            format!(
+                "{name} cells are disabled by `{section}.enabled = false` in the configuration; \
+                 set it to true (or remove it) to run them"
+            )
+        })
+    }
+}
+
+/// The session of a per-call request (`fresh: true` or `sessions.mode = "per-call"`): its
+/// workers are discarded when the request ends, however it ends.
+struct ThrowawaySession {
+    supervisor: Addr<Supervisor>,
+    name: String,
+}
+
+impl ThrowawaySession {
+    fn new(supervisor: Addr<Supervisor>, session: &str, request: u64) -> ThrowawaySession {
+        ThrowawaySession {
+            supervisor,
+            name: format!("{session}~call-{request}"),
+        }
+    }
+}
+
+impl Drop for ThrowawaySession {
+    fn drop(&mut self) {
+        self.supervisor.do_send(Control {
+            session: std::mem::take(&mut self.name),
+            language: None,
+            action: ControlAction::Discard,
+        });
+    }
 }
 
 /// Keeps a request's sessions from eviction until the request ends, however it ends.

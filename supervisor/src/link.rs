@@ -286,10 +286,15 @@ impl ReaderTask {
         // Kill the group before reaping the leader, so no process a cell started survives
         // and the group id cannot have been reused.
         kill_group(self.pid, Signal::SIGKILL);
+        let fatal = self.fatal.take();
         let reason = match child.wait().await {
+            // A worker that said why it gives up exits with 1 after: its reason is the story.
+            Ok(status) if fatal.is_some() && status.code().is_some() => {
+                fatal.clone().unwrap_or_default()
+            }
             Ok(status) => {
                 let exit = describe_exit(status);
-                match self.fatal.take() {
+                match &fatal {
                     Some(fatal) => format!("{fatal} ({exit})"),
                     None => exit,
                 }
@@ -300,7 +305,7 @@ impl ReaderTask {
         self.session.do_send(WorkerExited {
             generation: self.generation,
             reason,
-            stderr_tail: stderr_tail.text(),
+            stderr_tail: stderr_beyond(&stderr_tail.text(), fatal.as_deref()),
             partial,
         });
     }
@@ -460,6 +465,19 @@ impl ReaderTask {
     }
 }
 
+/// What the worker wrote to stderr, without the lines that only repeat its fatal message
+/// (the worker logs it as it exits).
+fn stderr_beyond(said: &str, fatal: Option<&str>) -> String {
+    match fatal {
+        Some(fatal) if !fatal.is_empty() => said
+            .lines()
+            .filter(|line| !line.ends_with(fatal))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => said.to_string(),
+    }
+}
+
 fn is_disconnect(err: &std::io::Error) -> bool {
     use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
     matches!(
@@ -486,6 +504,16 @@ fn decode_streamed(carry: &mut Vec<u8>, data: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::decode_streamed;
+
+    #[test]
+    fn stderr_lines_repeating_the_fatal_message_are_dropped() {
+        let said = "cellvisor py worker: python exited with code 3\nsegfault in libfoo";
+        assert_eq!(
+            stderr_beyond(said, Some("python exited with code 3")),
+            "segfault in libfoo"
+        );
+        assert_eq!(stderr_beyond(said, None), said);
+    }
 
     #[test]
     fn a_character_split_across_chunks_is_kept_whole() {

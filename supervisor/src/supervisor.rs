@@ -52,7 +52,10 @@ pub struct RequestDone {
 pub enum ControlAction {
     Interrupt,
     Reset,
+    /// Close on a host's request: the session's next cell is told its state is gone.
     Close,
+    /// Close a throw-away session (a per-call request's) without remembering it.
+    Discard,
 }
 
 /// Answers how many sessions it applied to.
@@ -581,7 +584,7 @@ impl Handler<Control> for Supervisor {
     type Result = ResponseFuture<usize>;
     fn handle(&mut self, msg: Control, _: &mut Context<Self>) -> Self::Result {
         let targets = self.matching(&msg.session, msg.language);
-        if msg.action == ControlAction::Close {
+        if matches!(msg.action, ControlAction::Close | ControlAction::Discard) {
             for (key, _) in &targets {
                 if let Some(entry) = self.sessions.get_mut(key) {
                     entry.closing = true;
@@ -590,7 +593,7 @@ impl Handler<Control> for Supervisor {
         }
         Box::pin(async move {
             let mut applied = 0;
-            for (_, addr) in targets {
+            for (key, addr) in targets {
                 let done = match msg.action {
                     ControlAction::Interrupt => addr.send(InterruptCell).await.unwrap_or(false),
                     ControlAction::Reset => {
@@ -598,10 +601,13 @@ impl Handler<Control> for Supervisor {
                         addr.send(ResetSession { reply: Some(tx) }).await.is_ok()
                             && rx.await.is_ok()
                     }
-                    ControlAction::Close => {
+                    ControlAction::Close | ControlAction::Discard => {
+                        let reason = (msg.action == ControlAction::Close).then(|| {
+                            format!("session {key} was closed; its earlier state is gone")
+                        });
                         let (tx, rx) = oneshot::channel();
                         addr.send(CloseSession {
-                            reason: None,
+                            reason,
                             reply: Some(tx),
                         })
                         .await

@@ -7,6 +7,8 @@
 //! - `prelude.py` (embedded, written beside it as the module `cellvisor_prelude`): the
 //!   helpers cells see in builtins, rich display, matplotlib capture and host tools. A module
 //!   rather than part of the runner so that Python caches its bytecode.
+//! - `ipython.py` (embedded, written beside it as `cellvisor_ipython`): `!cmd`, `%magic`,
+//!   `%%magic` and `get_ipython()`, imported only by a cell that uses them.
 //!
 //! Host tools: the runner asks for one with a `tool_call` event; the event thread hands it
 //! to the outbox and a short-lived thread waits for the answer and writes it to the runner's
@@ -37,8 +39,11 @@ use std::time::{Duration, Instant};
 
 const RUNNER_SOURCE: &str = include_str!("runner.py");
 const PRELUDE_SOURCE: &str = include_str!("prelude.py");
+const IPYTHON_SOURCE: &str = include_str!("ipython.py");
 /// The module name runner.py imports the prelude by.
 const PRELUDE_FILE: &str = "cellvisor_prelude.py";
+/// The module name the prelude imports the IPython compatibility by, on first use.
+const IPYTHON_FILE: &str = "cellvisor_ipython.py";
 
 /// How long python may take to start and say `ready`.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -323,21 +328,26 @@ fn describe_exit(status: ExitStatus) -> String {
     }
 }
 
-/// Writes runner.py and the prelude into a directory of the runtime directory whose name
+/// Writes runner.py, the prelude and the IPython module into a directory of the runtime directory whose name
 /// changes with their content, so workers of different builds never run each other's files
 /// (and Python's bytecode cache there is never stale). The runner goes last: once it is
 /// there, so is its prelude.
 fn install_runner(runtime_dir: &Path) -> Result<PathBuf, String> {
-    let mut both = RUNNER_SOURCE.as_bytes().to_vec();
-    both.extend_from_slice(PRELUDE_SOURCE.as_bytes());
-    let hash = interpreter::fnv1a(&both);
+    let mut all = RUNNER_SOURCE.as_bytes().to_vec();
+    all.extend_from_slice(PRELUDE_SOURCE.as_bytes());
+    all.extend_from_slice(IPYTHON_SOURCE.as_bytes());
+    let hash = interpreter::fnv1a(&all);
     let dir = runtime_dir.join(format!("python-{:012x}", hash >> 16));
     let runner = dir.join("runner.py");
     if runner.is_file() {
         return Ok(runner);
     }
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    for (name, source) in [(PRELUDE_FILE, PRELUDE_SOURCE), ("runner.py", RUNNER_SOURCE)] {
+    for (name, source) in [
+        (IPYTHON_FILE, IPYTHON_SOURCE),
+        (PRELUDE_FILE, PRELUDE_SOURCE),
+        ("runner.py", RUNNER_SOURCE),
+    ] {
         let path = dir.join(name);
         interpreter::write_atomically(&path, source.as_bytes())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;

@@ -38,8 +38,9 @@ def install(host):
     builtins.tool = builtins.tools = _TOOLS
     builtins.ToolError = ToolError
     builtins.ALL_TOOLS = []
-    if not any(isinstance(finder, _PyplotHook) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _PyplotHook())
+    builtins.get_ipython = get_ipython
+    if not any(isinstance(finder, _PostImportHook) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _PostImportHook())
 
 
 def _status(op, **details):
@@ -413,6 +414,21 @@ def _bundle(value, rich_only=False):
     return bundle
 
 
+def send_bundle(bundle):
+    """Sends a MIME bundle as it is (binary data as base64, what is not JSON left out)."""
+    if not isinstance(bundle, dict):
+        raise TypeError("a display bundle must be a dict of MIME type to data, not %s"
+                        % _type_name(bundle))
+    clean = {}
+    for mime, data in bundle.items():
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            data = _base64(data)
+        if _json_or_none(data) is not None:
+            clean[str(mime)] = data
+    _host.flush()
+    _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": clean})
+
+
 def display(*values, **_ignored):
     """Shows values as rich output of the running cell (MIME bundles)."""
     for value in values:
@@ -661,16 +677,64 @@ class _LazyConverter:
 _HtmlToMarkdown = _LazyConverter()
 
 
+# --- IPython ---------------------------------------------------------------------------
+
+
+def get_ipython():
+    """The IPython-like shell of this worker: `system`, `getoutput`, `run_line_magic`,
+    `run_cell_magic`, `user_ns`, `display_pub` (cellvisor_ipython, loaded on first use)."""
+    return ipython().shell(send_bundle)
+
+
+def ipython():
+    """The IPython compatibility module, imported from beside this file on first use."""
+    module = sys.modules.get("cellvisor_ipython")
+    if module is not None:
+        return module
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    dont_write = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        import cellvisor_ipython as module
+    finally:
+        sys.dont_write_bytecode = dont_write
+        del sys.path[0]
+    return module
+
+
+def _patch_ipython_display(module):
+    """IPython's `display()` and `publish_display_data()` (when a cell imports IPython) send
+    cellvisor displays instead of printing reprs outside a kernel."""
+
+    def display_(*objs, include=None, exclude=None, metadata=None, transient=None,
+                 display_id=None, raw=False, clear=False, **kwargs):
+        """Shows objects as rich output of the running cell (cellvisor)."""
+        for obj in objs:
+            if raw:
+                send_bundle(obj)
+            else:
+                display(obj)
+
+    def publish_display_data(data, metadata=None, source=None, *, transient=None, **kwargs):
+        """Sends a MIME bundle as a display of the running cell (cellvisor)."""
+        send_bundle(data)
+
+    module.display = display_
+    module.publish_display_data = publish_display_data
+
+
 # --- matplotlib ------------------------------------------------------------------------
 
 
-class _PyplotHook:
-    """A `sys.meta_path` finder that lets the real finders find `matplotlib.pyplot` and then
-    patches `pyplot.show` right after the module runs, so `plt.show()` sends the figures as
-    PNG even in the first cell, without importing matplotlib before a cell does."""
+class _PostImportHook:
+    """A `sys.meta_path` finder that lets the real finders find a module we adapt and then
+    patches it right after it runs: `matplotlib.pyplot.show` sends the figures as PNG (even
+    in the first cell, without importing matplotlib before a cell does), and IPython's
+    display functions send displays."""
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != "matplotlib.pyplot":
+        patch = _POST_IMPORT_PATCHES.get(fullname)
+        if patch is None:
             return None
         spec = None
         for finder in sys.meta_path:
@@ -687,7 +751,7 @@ class _PyplotHook:
 
         def exec_and_patch(module):
             exec_module(module)
-            _patch_pyplot(module)
+            patch(module)
 
         try:
             loader.exec_module = exec_and_patch
@@ -705,6 +769,12 @@ def _patch_pyplot(pyplot):
 
     show.__wrapped__ = original
     pyplot.show = show
+
+
+_POST_IMPORT_PATCHES = {
+    "matplotlib.pyplot": _patch_pyplot,
+    "IPython.core.display_functions": _patch_ipython_display,
+}
 
 
 def _figure_class():

@@ -184,6 +184,16 @@ def _hidden_frame(filename):
     return False
 
 
+def _our_files():
+    """The files of cellvisor's Python side, whose frames tracebacks leave out."""
+    files = {RUNNER_FILE}
+    for module in (_prelude, sys.modules.get("cellvisor_ipython")):
+        name = getattr(module, "__file__", None)
+        if name:
+            files.add(name)
+    return files
+
+
 def _summary(error):
     kind = type(error)
     name = kind.__qualname__
@@ -209,10 +219,11 @@ def _report_error(error):
         tb = tb.tb_next
     try:
         report = traceback.TracebackException(type(error), error, tb)
-        # A helper's own frames say nothing about the cell's mistake: its message does.
-        prelude_file = getattr(_prelude, "__file__", None)
+        # cellvisor's own frames (the runner's, a helper's) say nothing about the cell's
+        # mistake: its message does.
+        ours = _our_files()
         report.stack = traceback.StackSummary.from_list(
-            [frame for frame in report.stack if frame.filename != prelude_file]
+            [frame for frame in report.stack if frame.filename not in ours]
         )
         text = "".join(report.format())
     except Exception:
@@ -260,6 +271,28 @@ def _run_coroutine(coroutine):
         raise
 
 
+def _maybe_ipython_syntax(source):
+    """A cheap first look for `!cmd`, `%magic` or `x = !cmd` lines; the IPython module
+    (loaded only then) decides."""
+    if "!" not in source and "%" not in source:
+        return False
+    for line in source.splitlines():
+        if line.lstrip()[:1] in ("!", "%") or "=!" in line or "= !" in line or "=%" in line \
+                or "= %" in line:
+            return True
+    return False
+
+
+def _ends_with_semicolon(source, last):
+    """Whether the cell's last statement (an expression) is followed by `;`."""
+    lines = source.splitlines()
+    if last.end_lineno is None or last.end_lineno > len(lines):
+        return False
+    line = lines[last.end_lineno - 1].encode("utf-8")  # offsets count UTF-8 bytes
+    rest = line[last.end_col_offset:].decode("utf-8", "replace").lstrip()
+    return rest.startswith(";")
+
+
 def _run_cell(cell_id, source, namespace):
     """Runs one cell; returns (status, summary).
 
@@ -270,8 +303,14 @@ def _run_cell(cell_id, source, namespace):
     filename = "<cell %d>" % cell_id
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     try:
+        if _maybe_ipython_syntax(source):
+            ipython = _prelude.ipython()
+            if ipython.needs_transform(source):
+                source = ipython.transform_cell(source)
         tree = compile(source, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
         has_value = bool(tree.body) and isinstance(tree.body[-1], _ast.Expr)
+        if has_value and _ends_with_semicolon(source, tree.body[-1]):
+            has_value = False  # IPython's rule: a trailing `;` hides the value
         if has_value:
             last = tree.body[-1]
             target = _ast.Name(id=RESULT_NAME, ctx=_ast.Store())
@@ -295,13 +334,23 @@ def _run_cell(cell_id, source, namespace):
         _state.running = False
         _flush_std()
         return "interrupted", None
-    except BaseException as error:  # SystemExit included: exit() ends the cell, not us
-        summary = _report_error(error)
-        try:
-            _prelude.send_figures()  # what the cell drew before failing
-        except KeyboardInterrupt:
-            pass
-        return "error", summary
+    except SystemExit as error:
+        if error.code is None or error.code == 0:  # sys.exit(0): the cell ended well
+            _prelude.send_figures()
+            return "ok", None
+        return _failed(error)
+    except BaseException as error:  # exit() ends the cell, not us
+        return _failed(error)
+
+
+def _failed(error):
+    """Reports a cell's error; returns (status, summary)."""
+    summary = _report_error(error)
+    try:
+        _prelude.send_figures()  # what the cell drew before failing
+    except KeyboardInterrupt:
+        pass
+    return "error", summary
 
 
 def _execute(cell_id, source, namespace):
