@@ -363,7 +363,9 @@ fn from_toml(kind: Kind, item: &Item) -> Result<Value, String> {
             Value::Text(s.value().clone())
         }
         (Kind::Bool, Some(toml_edit::Value::Boolean(b))) => Value::Bool(*b.value()),
-        (Kind::Choice(words), Some(toml_edit::Value::String(s))) if words.contains(&s.value().as_str()) => {
+        (Kind::Choice(words), Some(toml_edit::Value::String(s)))
+            if words.contains(&s.value().as_str()) =>
+        {
             Value::Text(s.value().clone())
         }
         (Kind::Names, Some(toml_edit::Value::Array(array))) => {

@@ -199,9 +199,8 @@ impl Cellvisor {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // A per-call request runs in a throw-away session of its own, discarded at its end
         // (however it ends), so the named session's workers and state are not touched.
-        let throwaway = (request.fresh || policy.per_call).then(|| {
-            ThrowawaySession::new(self.supervisor.clone(), &request.session, request_id)
-        });
+        let throwaway = (request.fresh || policy.per_call)
+            .then(|| ThrowawaySession::new(self.supervisor.clone(), &request.session, request_id));
         let session = throwaway
             .as_ref()
             .map_or(request.session.as_str(), |t| t.name.as_str());

@@ -503,7 +503,7 @@ fn decode_streamed(carry: &mut Vec<u8>, data: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::decode_streamed;
+    use super::{decode_streamed, stderr_beyond};
 
     #[test]
     fn stderr_lines_repeating_the_fatal_message_are_dropped() {

@@ -396,6 +396,7 @@ impl Session {
         let sink = OutputSink::new(SinkLimits {
             max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
             max_lines: self.config.output.max_lines,
+            max_line_length: self.config.output.max_line_length,
             artifact_path: self.artifact_dir.join(format!(
                 "{}-{}-{}-{cell_id}.txt",
                 crate::paths::file_safe(&self.key.session),

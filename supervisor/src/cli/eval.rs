@@ -11,7 +11,10 @@ use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct EvalArgs {
-    /// The code of one cell (or use --file / --cells; `-` reads it from stdin).
+    /// The code of one cell (or use --file / --cells; `-` reads it from stdin). Code that
+    /// starts with `-` works as it is (`-l lua '-- a comment'`); after `--`, every argument
+    /// is code.
+    #[arg(allow_hyphen_values = true)]
     code: Option<String>,
     /// Language of the cell: py, js or lua.
     #[arg(short, long, default_value = "py")]

@@ -291,7 +291,10 @@ mod tests {
             read(path, 2, Some(1), false).expect("read"),
             ("two\n".into(), 1)
         );
-        assert_eq!(read(path, 9, None, false).expect("read"), (String::new(), 0));
+        assert_eq!(
+            read(path, 9, None, false).expect("read"),
+            (String::new(), 0)
+        );
         let missing = read("/nonexistent/x", 1, None, false).expect_err("missing");
         assert!(
             missing.starts_with("read: no such file or directory: /nonexistent/x"),

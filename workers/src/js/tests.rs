@@ -448,10 +448,7 @@ fn file_preludes_read_write_append_and_report_status() {
              print(await read(f)); print(await read(f, 2, 1)); print(await read(f, {{offset: 3, numbered: true}}))"
         ),
     );
-    assert_eq!(
-        ran.stdout,
-        "one\ntwo\nthree\n\ntwo\n\n     3\tthree\n\n"
-    );
+    assert_eq!(ran.stdout, "one\ntwo\nthree\n\ntwo\n\n     3\tthree\n\n");
     let path = dir.path().join("sub/notes.txt").display().to_string();
     assert_eq!(
         ran.status,
