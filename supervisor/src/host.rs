@@ -5,6 +5,7 @@
 //! handle whose methods can be awaited from any async runtime.
 
 use crate::cell::{CellEvent, CellResult, CellSpec, EvalRequest, EvalResult, ToolCallRequest};
+use crate::python_choice::PythonChoice;
 use crate::session::{CellJob, SessionKey, SessionStatus};
 use crate::supervisor::{
     Control, ControlAction, PrewarmedCount, ReloadConfig, RequestDone, ShutdownAll, Status, Submit,
@@ -194,6 +195,7 @@ impl Cellvisor {
             })
             .collect();
         let policy = self.request_policy();
+        let python = self.python_choice(&request).map(Arc::new);
         let request_id = self
             .next_request
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -245,6 +247,7 @@ impl Cellvisor {
                         tools: Arc::clone(&tools),
                         tool_host: tool_host.clone(),
                         max_output_bytes,
+                        python: python.clone().filter(|_| spec.language == Language::Python),
                         requester: requester.clone(),
                         reply,
                     };
@@ -299,6 +302,25 @@ impl Cellvisor {
                 (Language::Lua, config.lua.enabled),
             ],
         }
+    }
+
+    /// The Python this request's cells run on, when it has Python cells.
+    fn python_choice(&self, request: &EvalRequest) -> Option<PythonChoice> {
+        if !request.cells.iter().any(|c| c.language == Language::Python) {
+            return None;
+        }
+        let worker_env = {
+            let config = match self.config.lock() {
+                Ok(config) => config,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            crate::environment::for_worker(&config, Language::Python)
+        };
+        crate::python_choice::choose(
+            &worker_env,
+            request.cwd.as_deref(),
+            request.virtual_env.as_deref(),
+        )
     }
 
     fn request_lock(&self, session: &str) -> Arc<tokio::sync::Mutex<()>> {

@@ -11,6 +11,7 @@
 //! - [`spawn`]: starting a worker process, stopping its process group.
 //! - [`output`]: a cell's bounded output sink with artifact spill.
 //! - [`paths`]: where files that outlive workers live (artifacts, session stores).
+//! - [`python_choice`]: which Python a request runs on (its `VIRTUAL_ENV`, its cwd's venv).
 //! - [`environment`], [`limits`]: what a worker inherits: filtered variables, rlimits.
 //! - [`usage`]: memory and CPU of workers (for `status` and the RSS cap).
 //! - [`daemon`]: the JSON-RPC daemon, its protocol and its client.
@@ -28,6 +29,7 @@ mod link;
 pub mod mcp;
 pub mod output;
 pub mod paths;
+pub mod python_choice;
 pub mod session;
 pub mod spawn;
 pub mod supervisor;

@@ -111,6 +111,14 @@ pub(crate) struct PongReceived {
     pub generation: u64,
 }
 
+/// The worker has something to tell the next cell (a startup module failed).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct WorkerNotice {
+    pub generation: u64,
+    pub message: String,
+}
+
 /// The worker's connection ended and its process group is gone.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -392,6 +400,10 @@ impl ReaderTask {
                 args_json,
             } => self.call_tool(cell_id, call_id, name, &args_json),
             FromWorker::Fatal { message } => self.fatal = Some(message),
+            FromWorker::Notice { message } => self.session.do_send(WorkerNotice {
+                generation: self.generation,
+                message,
+            }),
             FromWorker::Hello { .. } => {
                 self.fatal = Some("said Hello twice".to_string());
                 return false;

@@ -4,7 +4,7 @@
 
 use crate::cell::ToolCallRequest;
 use crate::cell::{CellEvent, CellOutcome, CellSpec, CellStatus};
-use crate::link::{ActiveCell, CellFinished, Link, PongReceived, WorkerExited};
+use crate::link::{ActiveCell, CellFinished, Link, PongReceived, WorkerExited, WorkerNotice};
 use crate::output::{OutputSink, SinkLimits};
 use crate::spawn::{self, kill_group, StartError, StartedWorker, WorkerSpec};
 use crate::supervisor::{SessionChanged, SessionStopped, Supervisor};
@@ -74,6 +74,8 @@ pub struct CellJob {
     pub tool_host: Option<mpsc::Sender<ToolCallRequest>>,
     /// A tighter cap on the kept output than the configuration's (from an `@exec` line).
     pub max_output_bytes: Option<u64>,
+    /// The Python the request runs on (Python cells only).
+    pub python: Option<Arc<crate::python_choice::PythonChoice>>,
     /// Closes when whoever asked for the cell is gone (a client that disconnected): its
     /// running cell is then interrupted, and its queued cells are dropped.
     pub requester: watch::Receiver<()>,
@@ -207,6 +209,8 @@ pub struct Session {
     /// Cells handed to this session so far; the supervisor compares it with what it sent,
     /// so it never evicts a session with a cell still in its mailbox.
     jobs_received: u64,
+    /// The Python the current (or next) worker runs, once a request has said.
+    python: Option<PathBuf>,
 }
 
 impl Session {
@@ -244,6 +248,7 @@ impl Session {
             heartbeat_timer: None,
             prestarted,
             jobs_received: 0,
+            python: None,
         }
     }
 
@@ -298,6 +303,9 @@ impl Session {
                 self.begin_reset(ctx, "the session was reset before this cell".into());
                 break;
             }
+            if self.switch_python(ctx) {
+                break;
+            }
             if let Some(why) = &self.failed {
                 let message = why.clone();
                 if let Some(job) = self.queue.pop_front() {
@@ -314,6 +322,27 @@ impl Session {
             }
         }
         self.report();
+    }
+
+    /// Follows the Python the next cell's request asks for: the next worker starts with it,
+    /// and a live worker on another one is replaced first (true: wait for that).
+    fn switch_python(&mut self, ctx: &mut Context<Self>) -> bool {
+        let Some(choice) = self.queue.front().and_then(|job| job.python.clone()) else {
+            return false;
+        };
+        if self.python.as_ref() == Some(&choice.program) {
+            return false;
+        }
+        let previous = self.python.replace(choice.program.clone());
+        crate::python_choice::apply(&mut self.spec, &choice);
+        match previous {
+            Some(previous) if !matches!(self.worker, Worker::None) => {
+                let notice = crate::python_choice::change_notice(&previous, &choice.program);
+                self.begin_reset(ctx, notice);
+                true
+            }
+            _ => false,
+        }
     }
 
     fn start_worker(&mut self, ctx: &mut Context<Self>) {
@@ -921,6 +950,25 @@ impl Handler<CellFinished> for Session {
     type Result = ();
     fn handle(&mut self, msg: CellFinished, ctx: &mut Context<Self>) {
         self.on_cell_finished(msg, ctx);
+    }
+}
+
+impl Handler<WorkerNotice> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: WorkerNotice, _: &mut Context<Self>) {
+        if !matches!(self.worker, Worker::Ready { generation, .. } if generation == msg.generation)
+        {
+            return;
+        }
+        // The first cell may already run (the notice crossed it): it carries the notice.
+        let notice = match self.running.as_mut() {
+            Some(running) => &mut running.notice,
+            None => &mut self.notice,
+        };
+        *notice = Some(match notice.take() {
+            Some(earlier) => format!("{earlier}\n{}", msg.message),
+            None => msg.message,
+        });
     }
 }
 

@@ -214,7 +214,12 @@ impl Supervisor {
         }
         let notice = self.evicted.remove(&submit.key);
         let spec = self.worker_spec(language, submit.cwd.clone(), Some(&submit.key.session));
-        let prestarted = if language == Language::Python {
+        let own_venv = submit
+            .job
+            .python
+            .as_ref()
+            .is_some_and(|choice| choice.virtual_env.is_some());
+        let prestarted = if language == Language::Python && !own_venv {
             self.claim_prewarmed(submit.cwd.as_deref(), ctx)
         } else {
             None

@@ -6,12 +6,14 @@
 //! - [`js`]: QuickJS (rquickjs) in-process.
 //! - [`lua`]: Lua 5.4 (mlua) in-process.
 //! - [`python`]: a shim that owns `python -u runner.py` and speaks NDJSON to it.
+//! - [`startup`]: the user's and the project's startup modules, run at each worker start.
 //! - `text`: the line helpers (`sort`, `uniq`, `diff`) JavaScript and Lua share.
 
 pub mod js;
 pub mod lua;
 pub mod python;
 pub mod runtime;
+pub mod startup;
 mod text;
 
 use cellvisor_ipc::Language;

@@ -185,8 +185,9 @@ def _hidden_frame(filename):
 
 
 def _our_files():
-    """The files of cellvisor's Python side, whose frames tracebacks leave out."""
-    files = {RUNNER_FILE}
+    """The files of cellvisor's Python side, whose frames tracebacks leave out (`<cell 0>` is
+    the line that runs a startup module)."""
+    files = {RUNNER_FILE, "<cell 0>"}
     for module in (_prelude, sys.modules.get("cellvisor_ipython")):
         name = getattr(module, "__file__", None)
         if name:
