@@ -37,6 +37,11 @@ impl World {
         self.dir.path().join("work")
     }
 
+    /// `$XDG_CONFIG_HOME` of this world's processes (user startup modules live below it).
+    pub fn config_home(&self) -> PathBuf {
+        self.dir.path().join("config-home")
+    }
+
     pub fn config_path(&self) -> PathBuf {
         self.dir.path().join("config.toml")
     }
@@ -46,6 +51,7 @@ impl World {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellvisor"));
         cmd.env("XDG_RUNTIME_DIR", self.runtime_dir())
             .env("XDG_STATE_HOME", self.dir.path().join("state"))
+            .env("XDG_CONFIG_HOME", self.config_home())
             .env("CELLVISOR_CONFIG", self.config_path())
             .env_remove("CELLVISOR_SOCKET")
             .current_dir(self.work_dir())
