@@ -171,7 +171,11 @@ mod tests {
         let found = files(Language::Python, "user,project", &cwd, &env);
         assert_eq!(
             found,
-            [project.join("a.py"), user.join("b.py"), project.join("c.py")]
+            [
+                project.join("a.py"),
+                user.join("b.py"),
+                project.join("c.py")
+            ]
         );
         assert_eq!(
             files(Language::Python, "user", &cwd, &env),

@@ -85,6 +85,9 @@ impl PythonEngine {
         let runner = install_runner(runtime_dir).map_err(WorkerError::Engine)?;
         let token = random_token();
         let spawned = child::spawn(interpreter, &runner, &token).map_err(WorkerError::Engine)?;
+        // Only a cell that uses IPython syntax imports it, well after start: written while
+        // python starts rather than before.
+        install_ipython_module(&runner);
         let pid = Pid::from_raw(spawned.child.id() as i32);
         let routing = Arc::new(SharedRouting::default());
         let (sender, events) = mpsc::channel();
@@ -328,7 +331,7 @@ fn describe_exit(status: ExitStatus) -> String {
     }
 }
 
-/// Writes runner.py, the prelude and the IPython module into a directory of the runtime directory whose name
+/// Writes runner.py and the prelude into a directory of the runtime directory whose name
 /// changes with their content, so workers of different builds never run each other's files
 /// (and Python's bytecode cache there is never stale). The runner goes last: once it is
 /// there, so is its prelude.
@@ -343,16 +346,24 @@ fn install_runner(runtime_dir: &Path) -> Result<PathBuf, String> {
         return Ok(runner);
     }
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    for (name, source) in [
-        (IPYTHON_FILE, IPYTHON_SOURCE),
-        (PRELUDE_FILE, PRELUDE_SOURCE),
-        ("runner.py", RUNNER_SOURCE),
-    ] {
+    for (name, source) in [(PRELUDE_FILE, PRELUDE_SOURCE), ("runner.py", RUNNER_SOURCE)] {
         let path = dir.join(name);
         interpreter::write_atomically(&path, source.as_bytes())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(runner)
+}
+
+/// Writes the IPython module beside `runner` if it is not there yet. A failure only shows
+/// when a cell needs the module (as an ImportError naming it).
+fn install_ipython_module(runner: &Path) {
+    let Some(dir) = runner.parent() else {
+        return;
+    };
+    let path = dir.join(IPYTHON_FILE);
+    if !path.is_file() {
+        let _ = interpreter::write_atomically(&path, IPYTHON_SOURCE.as_bytes());
+    }
 }
 
 /// A nonce for the output sync markers, so a cell cannot fake one by accident.
