@@ -181,7 +181,7 @@ mod tests {
             files(Language::Python, "user", &cwd, &env),
             [user.join("a.py"), user.join("b.py")]
         );
-        assert_eq!(files(Language::JavaScript, "project", &cwd, &env), []);
+        assert!(files(Language::JavaScript, "project", &cwd, &env).is_empty());
         assert!(files(Language::Python, "", &cwd, &env).is_empty());
     }
 }
