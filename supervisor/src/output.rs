@@ -100,13 +100,7 @@ impl OutputSink {
 
     /// Moves the buffered output to the artifact file and splits it into head and tail.
     fn spill(&mut self) {
-        match self.open_artifact() {
-            Ok(mut file) => match file.write_all(&self.head) {
-                Ok(()) => self.artifact = Some(file),
-                Err(e) => self.artifact_error = Some(e.to_string()),
-            },
-            Err(e) => self.artifact_error = Some(e.to_string()),
-        }
+        self.spill_whole();
         let head_budget = self.limits.max_bytes / 2;
         let head_lines = self.limits.max_lines / 2;
         let cut = cut_point(&self.head, head_budget, head_lines);

@@ -29,7 +29,7 @@ _host = None
 
 def install(host):
     """Puts the helpers into builtins and hooks matplotlib; `host` gives `send_event(event)`,
-    `cell_id()`, `flush()` and `call_tool(name, args)`."""
+    `cell_id()`, `flush()`, `call_tool(name, args)` and `import_beside(name)`."""
     global _host
     _host = host
     for name in ("read", "write", "append", "sort", "uniq", "counter", "diff", "tree",
@@ -687,19 +687,8 @@ def get_ipython():
 
 
 def ipython():
-    """The IPython compatibility module, imported from beside this file on first use."""
-    module = sys.modules.get("cellvisor_ipython")
-    if module is not None:
-        return module
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    dont_write = sys.dont_write_bytecode
-    sys.dont_write_bytecode = False
-    try:
-        import cellvisor_ipython as module
-    finally:
-        sys.dont_write_bytecode = dont_write
-        del sys.path[0]
-    return module
+    """The IPython compatibility module, imported from beside the runner on first use."""
+    return _host.import_beside("cellvisor_ipython")
 
 
 def _patch_ipython_display(module):
