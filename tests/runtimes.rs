@@ -170,6 +170,16 @@ fn each_request_runs_on_the_python_of_its_directory_or_its_virtual_env() {
     );
     assert_eq!(output(&third, 1), "2\n");
     assert!(cell(&third, 0)["notice"].is_null(), "{third:#}");
+    // A venv without IPython still takes IPython syntax.
+    let plain = eval(
+        &mut client,
+        json!({"cwd": b, "cells": [{"language": "py", "code": "!echo no ipython here\n%time import importlib.util\nimportlib.util.find_spec('IPython') is None"}]}),
+    );
+    let text = output(&plain, 0);
+    assert!(
+        text.starts_with("no ipython here\nCPU times: ") && text.ends_with("True\n"),
+        "{plain:#}"
+    );
     // The client's VIRTUAL_ENV comes first, before the directory's venv.
     let fourth = eval(
         &mut client,
@@ -247,6 +257,33 @@ fn python_cells_take_ipython_syntax() {
     );
     assert_eq!(output(&result, 9), "from bash\n");
     assert_eq!(output(&result, 10), "indented 3\n10 % 3 = 1 True\n");
+
+    std::fs::write(
+        work.join("script.py"),
+        "import sys\nfrom_script = sys.argv[1:]\nprint('ran', __name__)\n",
+    )
+    .expect("script");
+    let more = eval(
+        &mut client,
+        json!({"cwd": work, "cells": [
+            {"language": "py", "code": "%run script.py a b\nfrom_script"},
+            {"language": "py", "code": "%pip --version"},
+            {"language": "py", "code": "shell = get_ipython()\nshell.run_line_magic('env', 'SHELL_SET=1')\nshell.run_cell_magic('bash', '', 'echo $SHELL_SET')\nshell.display_pub.publish({'text/markdown': '*m*', 'text/plain': 'm'})"},
+        ]}),
+    );
+    assert_eq!(more["is_error"], false, "{more:#}");
+    assert_eq!(output(&more, 0), "ran __main__\n['a', 'b']\n");
+    let pip = output(&more, 1);
+    assert!(
+        pip.starts_with("pip ")
+            && pip.ends_with("Note: you may need to restart the kernel to use updated packages.\n"),
+        "{pip}"
+    );
+    assert_eq!(output(&more, 2), "env: SHELL_SET=1\n1\n");
+    assert_eq!(
+        cell(&more, 2)["displays"][0],
+        json!({"text/markdown": "*m*", "text/plain": "m"})
+    );
 
     let failed = eval(
         &mut client,
