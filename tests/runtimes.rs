@@ -629,6 +629,14 @@ fn home_imports_and_code_starting_with_dashes_work_from_the_cli() {
     let after_separator = run(&["eval", "-l", "lua", "--", "--another\nreturn 8"]);
     after_separator.assert_code(0);
     assert_eq!(after_separator.stdout, "8\n");
+    let lone_word = run(&["eval", "-l", "lua", "--x"]);
+    lone_word.assert_code(2);
+    assert!(
+        lone_word.stderr.contains("-- '--x'"),
+        "{}",
+        lone_word.stderr
+    );
+    run(&["eval", "-l", "lua", "--", "--x"]).assert_code(0);
     run(&["stop"]).assert_code(0);
     world.assert_no_processes_left(SETTLE);
 }
