@@ -691,6 +691,29 @@ def ipython():
     return _host.import_beside("cellvisor_ipython")
 
 
+def without_ipython_syntax(source):
+    """The cell with its `!cmd`, `%magic` and `x = !cmd` lines rewritten into calls on
+    get_ipython(). A cheap first look decides whether the IPython module is needed at all."""
+    if "!" not in source and "%" not in source:
+        return source
+    for line in source.splitlines():
+        if line.lstrip()[:1] in ("!", "%") or "=!" in line or "= !" in line or "=%" in line \
+                or "= %" in line:
+            module = ipython()
+            return module.transform_cell(source) if module.needs_transform(source) else source
+    return source
+
+
+def ends_with_semicolon(source, last):
+    """Whether the cell's last statement (an expression node) is followed by `;`."""
+    lines = source.splitlines()
+    if last.end_lineno is None or last.end_lineno > len(lines):
+        return False
+    line = lines[last.end_lineno - 1].encode("utf-8")  # offsets count UTF-8 bytes
+    rest = line[last.end_col_offset:].decode("utf-8", "replace").lstrip()
+    return rest.startswith(";")
+
+
 def _patch_ipython_display(module):
     """IPython's `display()` and `publish_display_data()` (when a cell imports IPython) send
     cellvisor displays instead of printing reprs outside a kernel."""

@@ -272,28 +272,6 @@ def _run_coroutine(coroutine):
         raise
 
 
-def _maybe_ipython_syntax(source):
-    """A cheap first look for `!cmd`, `%magic` or `x = !cmd` lines; the IPython module
-    (loaded only then) decides."""
-    if "!" not in source and "%" not in source:
-        return False
-    for line in source.splitlines():
-        if line.lstrip()[:1] in ("!", "%") or "=!" in line or "= !" in line or "=%" in line \
-                or "= %" in line:
-            return True
-    return False
-
-
-def _ends_with_semicolon(source, last):
-    """Whether the cell's last statement (an expression) is followed by `;`."""
-    lines = source.splitlines()
-    if last.end_lineno is None or last.end_lineno > len(lines):
-        return False
-    line = lines[last.end_lineno - 1].encode("utf-8")  # offsets count UTF-8 bytes
-    rest = line[last.end_col_offset:].decode("utf-8", "replace").lstrip()
-    return rest.startswith(";")
-
-
 def _run_cell(cell_id, source, namespace):
     """Runs one cell; returns (status, summary).
 
@@ -304,13 +282,10 @@ def _run_cell(cell_id, source, namespace):
     filename = "<cell %d>" % cell_id
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     try:
-        if _maybe_ipython_syntax(source):
-            ipython = _prelude.ipython()
-            if ipython.needs_transform(source):
-                source = ipython.transform_cell(source)
+        source = _prelude.without_ipython_syntax(source)
         tree = compile(source, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
         has_value = bool(tree.body) and isinstance(tree.body[-1], _ast.Expr)
-        if has_value and _ends_with_semicolon(source, tree.body[-1]):
+        if has_value and _prelude.ends_with_semicolon(source, tree.body[-1]):
             has_value = False  # IPython's rule: a trailing `;` hides the value
         if has_value:
             last = tree.body[-1]
