@@ -241,9 +241,23 @@ fn python_cells_take_ipython_syntax() {
         output(&result, 2),
         format!("{0}\n'{0}'\n", elsewhere.display())
     );
+    // %cd holds for later cells (as in a kernel) until a request comes from elsewhere.
+    let same_dir = eval(
+        &mut client,
+        json!({"cwd": work, "cells": [{"language": "py", "code": "import os; os.getcwd()"}]}),
+    );
+    assert_eq!(output(&same_dir, 0), format!("'{}'\n", elsewhere.display()));
+    let other_dir = eval(
+        &mut client,
+        json!({"cwd": daemon.world.dir.path(), "cells": [{"language": "py", "code": "import os; os.getcwd()"}]}),
+    );
+    assert_eq!(
+        output(&other_dir, 0),
+        format!("'{}'\n", daemon.world.dir.path().display())
+    );
     assert_eq!(output(&result, 3), "Writing notes.txt\n");
     assert_eq!(
-        std::fs::read_to_string(work.join("notes.txt")).expect("written"),
+        std::fs::read_to_string(elsewhere.join("notes.txt")).expect("written after %cd"),
         "first\nsecond\n"
     );
     assert_eq!(output(&result, 4), "shell world\n0 world\n");

@@ -54,6 +54,9 @@ class _State:
     loop = None
     # Numbers this runner's tool calls; results for other (abandoned) calls are dropped.
     tool_calls = 0
+    # The directory the last cell was asked to run in: `%cd` and `os.chdir` hold until a
+    # cell asks for another one (as in a kernel, which enters its directory once).
+    requested_cwd = None
 
 
 _state = _State()
@@ -482,7 +485,8 @@ def main():
             except (ValueError, KeyError, TypeError, AttributeError):
                 _state.claimed = False
                 continue
-            if cwd:
+            if cwd and cwd != _state.requested_cwd:
+                _state.requested_cwd = cwd
                 try:
                     os.chdir(cwd)
                 except OSError:
