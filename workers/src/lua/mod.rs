@@ -16,6 +16,11 @@
 //! The helpers of PRELUDE.md (`read`, `write`, `tree`, `diff`, `tool.<name>`, ...) are global
 //! functions defined in `helpers.lua` on top of Rust host functions ([`host`]), since Lua
 //! has no directory API and difflib's diff is easier to port once, in Rust.
+//!
+//! The code-mode helpers (`text`, `image`, `audio`, `notify`, `store`, `load`, `exit`,
+//! `tools.tool_search`) are in `code_mode.lua`. Lua's own `load` stays reachable as
+//! `lua_load`; `exit()` and `os.exit(status)` end the cell, never the worker (see
+//! [`interrupt`]).
 
 mod host;
 mod interrupt;
@@ -37,6 +42,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 const PRELUDE: &str = include_str!("prelude.lua");
 /// The helpers every language offers (PRELUDE.md), on top of [`host`].
 const HELPERS: &str = include_str!("helpers.lua");
+/// The code-mode helpers (`text`, `store`, `load`, ...); Lua's own `load` becomes `lua_load`.
+const CODE_MODE: &str = include_str!("code_mode.lua");
 
 /// Heap limit of the Lua state in bytes, set by the supervisor from the `[lua]` config.
 const MEMORY_LIMIT_VAR: &str = "CELLVISOR_MEMORY_LIMIT";
@@ -110,11 +117,18 @@ impl LuaEngine {
             .set_mode(ChunkMode::Text)
             .call::<()>((write_stdout, write_stderr, display))
             .map_err(startup)?;
+        let host = host::host_table(&lua, &sink).map_err(startup)?;
         lua.load(HELPERS)
             .set_name("=cellvisor helpers")
             .set_mode(ChunkMode::Text)
-            .call::<()>(host::host_table(&lua, &sink).map_err(startup)?)
+            .call::<()>(&host)
             .map_err(startup)?;
+        lua.load(CODE_MODE)
+            .set_name("=cellvisor code mode")
+            .set_mode(ChunkMode::Text)
+            .call::<()>(&host)
+            .map_err(startup)?;
+        install_exit(&lua).map_err(startup)?;
         if let Some(limit) = memory_limit {
             lua.set_memory_limit(limit).map_err(startup)?;
         }
@@ -148,7 +162,9 @@ impl LuaEngine {
         let result = thread.resume::<MultiValue>(());
         match result {
             Ok(_) if thread.status() == ThreadStatus::Resumable => {
-                let outcome = if self.hook.yielded_for_interrupt() || interrupt.is_raised() {
+                let outcome = if let Some(status) = self.hook.exit_status() {
+                    exit_outcome(cell, outbox, status)
+                } else if self.hook.yielded_for_interrupt() || interrupt.is_raised() {
                     CellOutcome::Interrupted
                 } else {
                     self.report_stray_yield(cell, outbox, &thread)
@@ -247,6 +263,9 @@ impl LuaEngine {
         interrupt: &Interrupt,
         err: &mlua::Error,
     ) -> CellOutcome {
+        if let Some(status) = self.hook.exit_status() {
+            return exit_outcome(cell, outbox, status);
+        }
         if interrupt.is_raised() {
             return CellOutcome::Interrupted;
         }
@@ -328,6 +347,30 @@ impl Engine for LuaEngine {
         *lock(&self.sink) = None;
         Ok(outcome)
     }
+}
+
+/// `exit()` and `os.exit(status)` as the cell's functions (they end the cell, never the worker).
+fn install_exit(lua: &Lua) -> mlua::Result<()> {
+    // SAFETY: `exit_cell` only touches the Lua stack of the state that calls it and the hook's
+    // control block, which `InterruptHook::install` set up before this.
+    let exit = unsafe { lua.create_c_function(interrupt::exit_cell)? };
+    let globals = lua.globals();
+    globals.set("exit", exit.clone())?;
+    globals.get::<Table>("os")?.set("exit", exit)
+}
+
+/// How a cell that called `exit(status)` ended: completed for 0, else failed with the status.
+fn exit_outcome(cell: &ExecuteCell, outbox: &Outbox, status: i64) -> CellOutcome {
+    if status == 0 {
+        return CellOutcome::Completed;
+    }
+    let summary = format!("exit({status}): the cell ended with status {status}");
+    outbox.output(
+        cell.cell_id,
+        OutputStream::Stderr,
+        format!("{summary}\n").as_bytes(),
+    );
+    CellOutcome::Failed { summary }
 }
 
 /// The full text of an error (message and traceback) and its one-line summary.

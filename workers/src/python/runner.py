@@ -314,16 +314,17 @@ def _run_cell(cell_id, source, namespace):
         _flush_std()
         return "interrupted", None
     except SystemExit as error:
-        if error.code is None or error.code == 0:  # sys.exit(0): the cell ended well
+        if error.code is None or error.code == 0:
+            # exit() or sys.exit(0): the cell ends early and successfully, its output kept.
             _prelude.send_figures()
             return "ok", None
         return _failed(error)
-    except BaseException as error:  # exit() ends the cell, not us
+    except BaseException as error:  # exit(1) and the like end the cell, not us
         return _failed(error)
 
 
 def _failed(error):
-    """Reports a cell's error; returns (status, summary)."""
+    """Reports the cell's failure; returns (status, summary)."""
     summary = _report_error(error)
     try:
         _prelude.send_figures()  # what the cell drew before failing
