@@ -130,33 +130,16 @@ fn a_venv_in_the_cells_directory_is_the_interpreter() {
 
 /// The pids of Python workers (`cellvisor __worker py`) of this world.
 fn python_workers(world: &World) -> Vec<u32> {
-    world
-        .processes()
-        .into_iter()
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains("__worker\0py\0"))
-                .unwrap_or(false)
-        })
-        .collect()
+    world.processes_running("__worker\0py\0")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prewarm_hands_a_new_session_an_interpreter_started_before_it() {
-    use cellvisor::{CellSpec, Cellvisor, Config, EvalRequest, Language, Options};
+    use cellvisor::{CellSpec, Config, EvalRequest, Language};
     let world = World::new();
     let mut config = Config::default();
     config.python.prewarm = 1;
-    config.env.set.insert(
-        "XDG_RUNTIME_DIR".into(),
-        world.runtime_dir().to_string_lossy().into_owned(),
-    );
-    let cv = Cellvisor::start(Options {
-        config,
-        worker_exe: Some(env!("CARGO_BIN_EXE_cellvisor").into()),
-        runtime_dir: Some(world.runtime_dir()),
-    })
-    .expect("start");
+    let cv = world.start_cellvisor(config);
     let ready = wait_until(Duration::from_secs(15), || {
         let ready = common::block_on(cv.prewarmed()).unwrap_or(0);
         if ready == 1 {

@@ -655,36 +655,14 @@ fn home_imports_and_code_starting_with_dashes_work_from_the_cli() {
     world.assert_no_processes_left(SETTLE);
 }
 
-/// Pids of this world's python interpreters (the runners of Python workers).
-fn python_runners(world: &World) -> Vec<u32> {
-    world
-        .processes()
-        .into_iter()
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|cmdline| String::from_utf8_lossy(&cmdline).contains("runner.py"))
-                .unwrap_or(false)
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_call_requests_use_prewarmed_interpreters() {
-    use cellvisor::{CellSpec, Cellvisor, Config, EvalRequest, Language, Options};
+    use cellvisor::{CellSpec, Config, EvalRequest, Language};
     let world = World::new();
     let mut config = Config::default();
     config.python.prewarm = 1;
     config.sessions.mode = cellvisor_config::SessionMode::PerCall;
-    config.env.set.insert(
-        "XDG_RUNTIME_DIR".into(),
-        world.runtime_dir().to_string_lossy().into_owned(),
-    );
-    let cv = Cellvisor::start(Options {
-        config,
-        worker_exe: Some(env!("CARGO_BIN_EXE_cellvisor").into()),
-        runtime_dir: Some(world.runtime_dir()),
-    })
-    .expect("start");
+    let cv = world.start_cellvisor(config);
     let mut seen = Vec::new();
     for _ in 0..2 {
         let ready = common::wait_until(Duration::from_secs(15), || {
@@ -692,7 +670,7 @@ async fn per_call_requests_use_prewarmed_interpreters() {
             (ready == 1).then_some(()).ok_or(ready)
         });
         assert!(ready.is_ok(), "one prewarmed worker: {ready:?}");
-        let prewarmed = python_runners(&world);
+        let prewarmed = world.processes_running("runner.py");
         let request = EvalRequest {
             cells: vec![CellSpec {
                 language: Language::Python,

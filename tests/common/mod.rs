@@ -134,6 +134,33 @@ impl World {
         found
     }
 
+    /// This world's processes whose command line contains `needle` (arguments are separated
+    /// by NUL bytes in it).
+    pub fn processes_running(&self, needle: &str) -> Vec<u32> {
+        self.processes()
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .map(|cmdline| String::from_utf8_lossy(&cmdline).contains(needle))
+                    .unwrap_or(false)
+            })
+            .collect()
+    }
+
+    /// A supervisor in this process (the library API) whose workers carry this world's marker.
+    pub fn start_cellvisor(&self, mut config: cellvisor::Config) -> cellvisor::Cellvisor {
+        config.env.set.insert(
+            "XDG_RUNTIME_DIR".into(),
+            self.runtime_dir().to_string_lossy().into_owned(),
+        );
+        cellvisor::Cellvisor::start(cellvisor::Options {
+            config,
+            worker_exe: Some(env!("CARGO_BIN_EXE_cellvisor").into()),
+            runtime_dir: Some(self.runtime_dir()),
+        })
+        .expect("supervisor starts")
+    }
+
     /// Fails if any process of this world is still alive after `within`; kills leftovers so
     /// one failure does not leak into the machine.
     pub fn assert_no_processes_left(&self, within: Duration) {
