@@ -357,15 +357,23 @@ fn install_runner(runtime_dir: &Path) -> Result<PathBuf, String> {
     Ok(runner)
 }
 
-/// Writes the IPython module beside `runner` if it is not there yet. A failure only shows
-/// when a cell needs the module (as an ImportError naming it).
+/// Writes the IPython module beside `runner` if it is not there yet: whole or not at all (a
+/// rename), but without waiting for the disk, since it runs while python starts and the
+/// runtime directory does not outlive a reboot anyway. A failure only shows when a cell needs
+/// the module (as an ImportError naming it).
 fn install_ipython_module(runner: &Path) {
     let Some(dir) = runner.parent() else {
         return;
     };
     let path = dir.join(IPYTHON_FILE);
-    if !path.is_file() {
-        let _ = interpreter::write_atomically(&path, IPYTHON_SOURCE.as_bytes());
+    if path.is_file() {
+        return;
+    }
+    let temp = dir.join(format!("{IPYTHON_FILE}.tmp-{}", std::process::id()));
+    let written =
+        std::fs::write(&temp, IPYTHON_SOURCE).and_then(|()| std::fs::rename(&temp, &path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
     }
 }
 
