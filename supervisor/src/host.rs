@@ -129,7 +129,7 @@ impl Cellvisor {
             exe,
             run_dir: run_dir.clone(),
             artifact_dir,
-            store_dir: crate::paths::state_dir().join("store"),
+            store_dir: crate::paths::stores_dir(),
         };
         let initial_config = options.config.clone();
         let config = Arc::new(options.config);
