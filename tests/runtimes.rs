@@ -657,12 +657,12 @@ fn home_imports_and_code_starting_with_dashes_work_from_the_cli() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_call_requests_use_prewarmed_interpreters() {
-    use cellvisor::{CellSpec, Config, EvalRequest, Language};
+    use cellvisor::{CellSpec, EvalRequest, Language};
     let world = World::new();
-    let mut config = Config::default();
-    config.python.prewarm = 1;
-    config.sessions.mode = cellvisor_config::SessionMode::PerCall;
-    let cv = world.start_cellvisor(config);
+    let cv = world.supervisor(|config| {
+        config.python.prewarm = 1;
+        config.sessions.mode = cellvisor_config::SessionMode::PerCall;
+    });
     let mut seen = Vec::new();
     for _ in 0..2 {
         let ready = common::wait_until(Duration::from_secs(15), || {

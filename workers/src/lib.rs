@@ -7,6 +7,9 @@
 //! - [`lua`]: Lua 5.4 (mlua) in-process.
 //! - [`python`]: a shim that owns `python -u runner.py` and speaks NDJSON to it.
 //! - [`startup`]: the user's and the project's startup modules, run at each worker start.
+//! - [`warden`]: the worker as a subreaper: no process of a cell outlives the worker.
+//! - [`process_tree`]: a process tree from `/proc`: find, measure, end (the supervisor's
+//!   sampler uses it too).
 //! - `text`: the line helpers (`sort`, `uniq`, `diff`) JavaScript and Lua share.
 //! - [`tools`]: host tools in code mode: `ALL_TOOLS` with TypeScript declarations, tool
 //!   identifiers, the `tools.tool_search` ranking.
@@ -14,12 +17,14 @@
 
 pub mod js;
 pub mod lua;
+pub mod process_tree;
 pub mod python;
 pub mod runtime;
 pub mod startup;
 pub mod store;
 mod text;
 pub mod tools;
+pub mod warden;
 
 use cellvisor_ipc::Language;
 use std::path::Path;

@@ -1068,8 +1068,8 @@ fn modules_import_statically_and_dynamically_and_reload_edits() {
         &format!("await import({})", js_string(&uses_cjs)),
         "CommonJS",
     );
-    failed_with(&mut js, "await import('node:fs')", "Node.js built-in");
-    failed_with(&mut js, "import { join } from 'path'", "Node.js built-in");
+    failed_with(&mut js, "await import('node:http')", "Node.js built-in");
+    failed_with(&mut js, "import { connect } from 'net'", "Node.js built-in");
     let missing = js_string(&dir.path().join("missing.js"));
     let ran = failed_with(
         &mut js,
