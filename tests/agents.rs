@@ -58,8 +58,8 @@ fn prelude_helpers_work_in_every_language() {
     let py = r#"
 write("notes.txt", "b\na\nb\n")
 append("notes.txt", "c\n")
-assert read("notes.txt") == "     1\tb\n     2\ta\n     3\tb\n     4\tc\n", read("notes.txt")
-assert read("notes.txt", 2, 2) == "     2\ta\n     3\tb\n"
+assert read("notes.txt") == "b\na\nb\nc\n", read("notes.txt")
+assert read("notes.txt", 2, 2, numbered=True) == "     2\ta\n     3\tb\n"
 assert sort("b\na\nb\n") == "a\nb\nb\n"
 assert sort("b\na\nb\n", reverse=True, unique=True) == "b\na\n"
 assert uniq("a\na\nb\na\n") == "a\nb\na\n"
@@ -74,7 +74,8 @@ print("py ok")
 await write("notes-js.txt", "b\na\n");
 await append("notes-js.txt", "c\n");
 const text = await read("notes-js.txt");
-if (text !== "     1\tb\n     2\ta\n     3\tc\n") throw new Error("read: " + JSON.stringify(text));
+if (text !== "b\na\nc\n") throw new Error("read: " + JSON.stringify(text));
+if (await read("notes-js.txt", {numbered: true, limit: 1}) !== "     1\tb\n") throw new Error("read numbered");
 if (await sort("b\na\n") !== "a\nb\n") throw new Error("sort");
 if (await uniq("a\na\nb\n") !== "a\nb\n") throw new Error("uniq");
 const counts = await counter(["x", "y", "x"]);
@@ -88,7 +89,8 @@ console.log("js ok");
     let lua = r#"
 write("notes-lua.txt", "b\na\n")
 append("notes-lua.txt", "c\n")
-assert(read("notes-lua.txt") == "     1\tb\n     2\ta\n     3\tc\n", read("notes-lua.txt"))
+assert(read("notes-lua.txt") == "b\na\nc\n", read("notes-lua.txt"))
+assert(read("notes-lua.txt", 2, nil, true) == "     2\ta\n     3\tc\n")
 assert(sort("b\na\n") == "a\nb\n")
 assert(uniq("a\na\nb\n") == "a\nb\n")
 local counts = counter({"x", "y", "x"})

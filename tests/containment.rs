@@ -57,6 +57,7 @@ fn request(session: &str, cells: &[(Language, &str, Option<f64>)]) -> EvalReques
             })
             .collect(),
         tools: Vec::new(),
+        ..Default::default()
     }
 }
 

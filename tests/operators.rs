@@ -132,15 +132,7 @@ fn a_venv_in_the_cells_directory_is_the_interpreter() {
 
 /// The pids of Python workers (`cellvisor __worker py`) of this world.
 fn python_workers(world: &World) -> Vec<u32> {
-    world
-        .processes()
-        .into_iter()
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains("__worker\0py\0"))
-                .unwrap_or(false)
-        })
-        .collect()
+    world.processes_running("__worker\0py\0")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,6 +164,7 @@ async fn prewarm_hands_a_new_session_an_interpreter_started_before_it() {
             reset: false,
         }],
         tools: Vec::new(),
+        ..Default::default()
     };
     let result = cv.eval(request, None).await.expect("eval");
     assert_eq!(result.cells[0].output, "1\n");

@@ -31,6 +31,7 @@ fn request(session: &str, cells: &[(Language, &str)]) -> EvalRequest {
             })
             .collect(),
         tools: Vec::new(),
+        ..Default::default()
     }
 }
 

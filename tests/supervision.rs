@@ -44,6 +44,7 @@ impl Harness {
                 reset: false,
             }],
             tools: Vec::new(),
+            ..Default::default()
         };
         let mut result = self.cv.eval(request, None).await.expect("request accepted");
         result.cells.remove(0)
@@ -289,6 +290,7 @@ async fn the_cap_evicts_the_least_recently_used_idle_session_or_waits() {
                 reset: false,
             }],
             tools: Vec::new(),
+            ..Default::default()
         };
         cv.eval(request, None).await
     };

@@ -362,6 +362,12 @@ fn from_toml(kind: Kind, item: &Item) -> Result<Value, String> {
         (Kind::Text, Some(toml_edit::Value::String(s))) if !s.value().trim().is_empty() => {
             Value::Text(s.value().clone())
         }
+        (Kind::Bool, Some(toml_edit::Value::Boolean(b))) => Value::Bool(*b.value()),
+        (Kind::Choice(words), Some(toml_edit::Value::String(s)))
+            if words.contains(&s.value().as_str()) =>
+        {
+            Value::Text(s.value().clone())
+        }
         (Kind::Names, Some(toml_edit::Value::Array(array))) => {
             let mut names = Vec::new();
             let mut bad = Vec::new();
@@ -565,6 +571,15 @@ fn from_env(spec: &KeySpec, text: &str) -> Result<Value, String> {
         Kind::Size { .. } => Value::Size(parse_size(text, &spec.kind)?),
         Kind::Path if !text.is_empty() => Value::Path(PathBuf::from(text)),
         Kind::Text if !trimmed.is_empty() => Value::Text(text.to_string()),
+        Kind::Bool => match trimmed {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            _ => return Err(format!("expected {}, found {text:?}", spec.kind.describe())),
+        },
+        Kind::Choice(words) if words.contains(&trimmed) => Value::Text(trimmed.to_string()),
+        Kind::Choice(_) => {
+            return Err(format!("expected {}, found {text:?}", spec.kind.describe()))
+        }
         Kind::Names => {
             let names: Vec<String> = trimmed
                 .split(',')

@@ -2,7 +2,7 @@
 //! documentation. Validation, environment overrides, `config show` and `docs/config.md` all
 //! read this table, so a range is stated exactly once.
 
-use crate::schema::Config;
+use crate::schema::{Config, SessionMode};
 use bytesize::ByteSize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,7 +15,7 @@ const DAY: u64 = 24 * 60 * 60;
 
 /// The sections of the file, in the order `config show` prints them.
 pub const SECTIONS: &[&str] = &[
-    "sessions", "cells", "output", "limits", "env", "python", "js", "lua", "daemon",
+    "sessions", "cells", "output", "limits", "env", "python", "js", "lua", "daemon", "startup",
 ];
 
 /// Prefix of the environment variables that override single keys.
@@ -38,6 +38,10 @@ pub enum Kind {
     Names,
     /// A table of environment variable names to values.
     Map,
+    /// `true` or `false`.
+    Bool,
+    /// One of the listed words.
+    Choice(&'static [&'static str]),
 }
 
 impl Kind {
@@ -68,6 +72,11 @@ impl Kind {
                     .to_string()
             }
             Kind::Map => "a table of NAME = \"value\"".to_string(),
+            Kind::Bool => "true or false".to_string(),
+            Kind::Choice(words) => {
+                let quoted: Vec<String> = words.iter().map(|w| format!("\"{w}\"")).collect();
+                format!("one of {}", quoted.join(", "))
+            }
         }
     }
 }
@@ -85,6 +94,7 @@ pub enum Value {
     Path(PathBuf),
     Names(Vec<String>),
     Map(BTreeMap<String, String>),
+    Bool(bool),
 }
 
 /// One key of the configuration file.
@@ -192,6 +202,13 @@ fn path(v: Value) -> Option<PathBuf> {
 fn names(v: Value) -> Option<Vec<String>> {
     match v {
         Value::Names(n) => Some(n),
+        _ => None,
+    }
+}
+
+fn boolean(v: Value) -> Option<bool> {
+    match v {
+        Value::Bool(b) => Some(b),
         _ => None,
     }
 }
@@ -346,6 +363,23 @@ pub static KEYS: &[KeySpec] = &[
             }
         },
     },
+    KeySpec {
+        section: "sessions",
+        key: "mode",
+        kind: Kind::Choice(&["session", "per-call"]),
+        optional: false,
+        doc: "`session`: workers and their state live on between requests; `per-call`: every request runs on new workers (prewarmed where available), discarded after.",
+        get: |c| Value::Text(c.sessions.mode.as_str().to_string()),
+        set: |c, v| {
+            if let Value::Text(word) = v {
+                c.sessions.mode = if word == "per-call" {
+                    SessionMode::PerCall
+                } else {
+                    SessionMode::Session
+                };
+            }
+        },
+    },
     // [cells]
     KeySpec {
         section: "cells",
@@ -432,6 +466,19 @@ pub static KEYS: &[KeySpec] = &[
         set: |c, v| {
             if let Some(d) = duration(v) {
                 c.output.artifact_max_age = d;
+            }
+        },
+    },
+    KeySpec {
+        section: "output",
+        key: "max-line-length",
+        kind: count_in(80, 10_000_000),
+        optional: false,
+        doc: "Text lines longer than this (in characters) are cut in the returned output with a marker; the artifact keeps them whole.",
+        get: |c| Value::Count(c.output.max_line_length as u64),
+        set: |c, v| {
+            if let Some(n) = count(v) {
+                c.output.max_line_length = n as usize;
             }
         },
     },
@@ -533,6 +580,19 @@ pub static KEYS: &[KeySpec] = &[
     // [python]
     KeySpec {
         section: "python",
+        key: "enabled",
+        kind: Kind::Bool,
+        optional: false,
+        doc: "false: Python cells fail at once with a message naming this key.",
+        get: |c| Value::Bool(c.python.enabled),
+        set: |c, v| {
+            if let Some(b) = boolean(v) {
+                c.python.enabled = b;
+            }
+        },
+    },
+    KeySpec {
+        section: "python",
         key: "interpreter",
         kind: Kind::Text,
         optional: true,
@@ -561,6 +621,19 @@ pub static KEYS: &[KeySpec] = &[
     // [js]
     KeySpec {
         section: "js",
+        key: "enabled",
+        kind: Kind::Bool,
+        optional: false,
+        doc: "false: JavaScript cells fail at once with a message naming this key.",
+        get: |c| Value::Bool(c.js.enabled),
+        set: |c, v| {
+            if let Some(b) = boolean(v) {
+                c.js.enabled = b;
+            }
+        },
+    },
+    KeySpec {
+        section: "js",
         key: "memory-limit",
         kind: size_in(MIB, u64::MAX),
         optional: true,
@@ -578,6 +651,19 @@ pub static KEYS: &[KeySpec] = &[
         set: |c, v| c.js.stack_size = size(v),
     },
     // [lua]
+    KeySpec {
+        section: "lua",
+        key: "enabled",
+        kind: Kind::Bool,
+        optional: false,
+        doc: "false: Lua cells fail at once with a message naming this key.",
+        get: |c| Value::Bool(c.lua.enabled),
+        set: |c, v| {
+            if let Some(b) = boolean(v) {
+                c.lua.enabled = b;
+            }
+        },
+    },
     KeySpec {
         section: "lua",
         key: "memory-limit",
@@ -627,6 +713,33 @@ pub static KEYS: &[KeySpec] = &[
         doc: "The auto-started daemon's log file; unset: next to its socket, with the extension `.log`.",
         get: |c| opt_path(&c.daemon.log),
         set: |c, v| c.daemon.log = path(v),
+    },
+    // [startup]
+    KeySpec {
+        section: "startup",
+        key: "user",
+        kind: Kind::Bool,
+        optional: false,
+        doc: "Run `$XDG_CONFIG_HOME/cellvisor/startup/*.{py,js,lua}` (default `~/.config`) in every new worker, after the prelude.",
+        get: |c| Value::Bool(c.startup.user),
+        set: |c, v| {
+            if let Some(b) = boolean(v) {
+                c.startup.user = b;
+            }
+        },
+    },
+    KeySpec {
+        section: "startup",
+        key: "project",
+        kind: Kind::Bool,
+        optional: false,
+        doc: "Run `<cwd>/.cellvisor/startup/*.{py,js,lua}` in every new worker, after the user's; a file here replaces the user's file of the same name.",
+        get: |c| Value::Bool(c.startup.project),
+        set: |c, v| {
+            if let Some(b) = boolean(v) {
+                c.startup.project = b;
+            }
+        },
     },
 ];
 

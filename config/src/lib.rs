@@ -19,7 +19,7 @@ pub use load::{
 };
 pub use schema::{
     CellsConfig, Config, DaemonConfig, EngineConfig, EnvConfig, LimitsConfig, OutputConfig,
-    PythonConfig, SessionsConfig,
+    PythonConfig, SessionMode, SessionsConfig, StartupConfig,
 };
 
 #[cfg(test)]

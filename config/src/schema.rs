@@ -19,6 +19,7 @@ pub struct Config {
     pub js: EngineConfig,
     pub lua: EngineConfig,
     pub daemon: DaemonConfig,
+    pub startup: StartupConfig,
 }
 
 /// Lifetimes of sessions and their workers.
@@ -50,6 +51,29 @@ pub struct SessionsConfig {
     /// How long a new worker may take to connect and say hello.
     #[serde(with = "humantime_serde")]
     pub start_timeout: Duration,
+    /// Whether a session keeps its workers between requests, or each request gets new ones.
+    pub mode: SessionMode,
+}
+
+/// `sessions.mode`: what a request's cells run on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SessionMode {
+    /// Workers (and their state) live on between requests of a session.
+    #[default]
+    Session,
+    /// Every request runs on new workers (prewarmed ones where available), discarded after.
+    PerCall,
+}
+
+impl SessionMode {
+    /// The word the config file uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionMode::Session => "session",
+            SessionMode::PerCall => "per-call",
+        }
+    }
 }
 
 impl Default for SessionsConfig {
@@ -64,6 +88,7 @@ impl Default for SessionsConfig {
             interrupt_grace: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(2),
             start_timeout: Duration::from_secs(15),
+            mode: SessionMode::Session,
         }
     }
 }
@@ -116,6 +141,8 @@ pub struct OutputConfig {
     /// Spilled outputs older than this are deleted; zero keeps them.
     #[serde(with = "humantime_serde")]
     pub artifact_max_age: Duration,
+    /// Longer text lines are cut in the returned output (the artifact keeps them whole).
+    pub max_line_length: usize,
 }
 
 impl Default for OutputConfig {
@@ -125,6 +152,7 @@ impl Default for OutputConfig {
             max_lines: 3000,
             artifact_dir: None,
             artifact_max_age: Duration::from_secs(24 * 60 * 60),
+            max_line_length: 4000,
         }
     }
 }
@@ -155,9 +183,11 @@ pub struct EnvConfig {
 }
 
 /// The Python runtime.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct PythonConfig {
+    /// False: Python cells fail at once, naming this key.
+    pub enabled: bool,
     /// Interpreter path or name; discovery order is VIRTUAL_ENV, `<cwd>/.venv`, `<cwd>/venv`,
     /// this, then `python3` on PATH.
     pub interpreter: Option<String>,
@@ -165,12 +195,53 @@ pub struct PythonConfig {
     pub prewarm: usize,
 }
 
+impl Default for PythonConfig {
+    fn default() -> Self {
+        PythonConfig {
+            enabled: true,
+            interpreter: None,
+            prewarm: 0,
+        }
+    }
+}
+
 /// An in-process engine's own limits (QuickJS, Lua).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct EngineConfig {
+    /// False: this language's cells fail at once, naming this key.
+    pub enabled: bool,
     pub memory_limit: Option<ByteSize>,
     pub stack_size: Option<ByteSize>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            enabled: true,
+            memory_limit: None,
+            stack_size: None,
+        }
+    }
+}
+
+/// Startup modules: files every worker runs after its prelude, at each start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct StartupConfig {
+    /// Load `$XDG_CONFIG_HOME/cellvisor/startup/*.{py,js,lua}`.
+    pub user: bool,
+    /// Load `<cwd>/.cellvisor/startup/*.{py,js,lua}` (overriding user files of the same name).
+    pub project: bool,
+}
+
+impl Default for StartupConfig {
+    fn default() -> Self {
+        StartupConfig {
+            user: true,
+            project: true,
+        }
+    }
 }
 
 /// The background daemon.

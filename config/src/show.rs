@@ -9,6 +9,7 @@ pub(crate) fn toml_value(value: &Value) -> Option<String> {
     Some(match value {
         Value::Unset => return None,
         Value::Count(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
         Value::Duration(d) => quote(&keys::format_duration(*d)),
         Value::Size(n) => quote(&keys::format_size(*n)),
         Value::Text(t) => quote(t),

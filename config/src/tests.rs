@@ -412,3 +412,37 @@ fn docs_list_every_key_with_its_range() {
         );
     }
 }
+
+#[test]
+fn switches_and_choices_take_their_words_from_the_file_and_the_environment() {
+    let effective = ok(
+        "[sessions]\nmode = \"per-call\"\n[js]\nenabled = false\n[startup]\nuser = false\n",
+        &[("CELLVISOR_LUA__ENABLED", "false")],
+    );
+    let config = &effective.config;
+    assert_eq!(config.sessions.mode, crate::SessionMode::PerCall);
+    assert!(!config.js.enabled && !config.lua.enabled && config.python.enabled);
+    assert!(!config.startup.user && config.startup.project);
+    assert_eq!(config.output.max_line_length, 4000);
+
+    let bad_switch = error("[python]\nenabled = \"no\"\n");
+    assert!(bad_switch.contains("python.enabled"), "{bad_switch}");
+    assert!(
+        bad_switch.contains("expected true or false"),
+        "{bad_switch}"
+    );
+    let bad_choice = error("[sessions]\nmode = \"sometimes\"\n");
+    assert!(
+        bad_choice.contains("expected one of \"session\", \"per-call\""),
+        "{bad_choice}"
+    );
+    let bad_override = errors("", &[("CELLVISOR_SESSIONS__MODE", "always")]);
+    assert_eq!(bad_override.len(), 1, "{bad_override:#?}");
+    assert!(
+        bad_override[0]
+            .to_string()
+            .contains("one of \"session\", \"per-call\""),
+        "{}",
+        bad_override[0]
+    );
+}

@@ -8,7 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Bumped whenever a message changes shape; both sides refuse a peer with another version.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// A cell language, and therefore a kind of worker. Serialized by its short name
 /// (`py`, `js`, `lua`) in JSON.
@@ -142,6 +142,9 @@ pub enum FromWorker {
     },
     /// The worker cannot go on (its interpreter died, say); it exits after sending this.
     Fatal { message: String },
+    /// Something the next cell's result should tell (a startup module that failed), sent
+    /// before any cell's frames.
+    Notice { message: String },
 }
 
 /// How a cell ended, as the worker saw it.

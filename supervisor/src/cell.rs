@@ -33,6 +33,27 @@ pub struct EvalRequest {
     /// Tools the host offers to the cells (`tool.<name>(args)`); the host answers the calls.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<ToolSpec>,
+    /// The caller's `VIRTUAL_ENV`: the first place the Python interpreter is looked for (then
+    /// `<cwd>/.venv`, `<cwd>/venv`, `python.interpreter`, `PATH`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtual_env: Option<PathBuf>,
+    /// Run the cells on new workers discarded after the request (like `sessions.mode =
+    /// "per-call"`); the session's own workers and state are left alone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fresh: bool,
+}
+
+impl Default for EvalRequest {
+    fn default() -> Self {
+        EvalRequest {
+            session: default_session(),
+            cwd: None,
+            cells: Vec::new(),
+            tools: Vec::new(),
+            virtual_env: None,
+            fresh: false,
+        }
+    }
 }
 
 /// A tool the host declares for a request.

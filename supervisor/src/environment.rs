@@ -107,6 +107,17 @@ pub fn for_worker(config: &Config, language: Language) -> Vec<(OsString, OsStrin
             set("CELLVISOR_STACK_SIZE", stack.as_u64().to_string());
         }
     }
+    let startup_levels: Vec<&str> = [
+        ("user", config.startup.user),
+        ("project", config.startup.project),
+    ]
+    .into_iter()
+    .filter_map(|(level, on)| on.then_some(level))
+    .collect();
+    set(
+        cellvisor_workers::startup::LEVELS_VAR,
+        startup_levels.join(","),
+    );
     if language == Language::Python {
         if let Some(interpreter) = &config.python.interpreter {
             set("CELLVISOR_PYTHON", interpreter.clone());

@@ -5,6 +5,7 @@
 //! handle whose methods can be awaited from any async runtime.
 
 use crate::cell::{CellEvent, CellResult, CellSpec, EvalRequest, EvalResult, ToolCallRequest};
+use crate::python_choice::PythonChoice;
 use crate::session::{CellJob, SessionKey, SessionStatus};
 use crate::supervisor::{
     Control, ControlAction, PrewarmedCount, ReloadConfig, RequestDone, ShutdownAll, Status, Submit,
@@ -194,14 +195,23 @@ impl Cellvisor {
                 input_schema_json: t.input_schema.to_string(),
             })
             .collect();
-        let lock = self.request_lock(&request.session);
+        let policy = self.request_policy();
+        let python = self.python_choice(&request).map(Arc::new);
+        let request_id = self
+            .next_request
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // A per-call request runs in a throw-away session of its own, discarded at its end
+        // (however it ends), so the named session's workers and state are not touched.
+        let throwaway = (request.fresh || policy.per_call)
+            .then(|| ThrowawaySession::new(self.supervisor.clone(), &request.session, request_id));
+        let session = throwaway
+            .as_ref()
+            .map_or(request.session.as_str(), |t| t.name.as_str());
+        let lock = self.request_lock(session);
         let _turn = lock.lock().await;
         // Dropped when this future is (a client that disconnected): the sessions then stop
         // this request's cells, and only those.
         let (_requester_alive, requester) = tokio::sync::watch::channel(());
-        let request_id = self
-            .next_request
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let _pin = RequestPin {
             supervisor: self.supervisor.clone(),
             request: request_id,
@@ -222,7 +232,11 @@ impl Cellvisor {
                     })
                     .await;
             }
-            let result = match with_directive(spec) {
+            let directive = match policy.disabled(spec.language) {
+                Some(message) => Err(message),
+                None => with_directive(spec),
+            };
+            let result = match directive {
                 Err(message) => CellResult::refused(index, spec, message),
                 Ok((job_spec, max_output_bytes)) => {
                     let (reply, outcome) = oneshot::channel();
@@ -234,11 +248,12 @@ impl Cellvisor {
                         tools: Arc::clone(&tools),
                         tool_host: tool_host.clone(),
                         max_output_bytes,
+                        python: python.clone().filter(|_| spec.language == Language::Python),
                         requester: requester.clone(),
                         reply,
                     };
                     let key = SessionKey {
-                        session: request.session.clone(),
+                        session: session.to_string(),
                         language: spec.language,
                     };
                     self.supervisor
@@ -272,6 +287,41 @@ impl Cellvisor {
             results.push(result);
         }
         Ok(EvalResult::from_cells(results))
+    }
+
+    /// What the configuration in force says about requests: read once per request.
+    fn request_policy(&self) -> RequestPolicy {
+        let config = match self.config.lock() {
+            Ok(config) => config,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        RequestPolicy {
+            per_call: config.sessions.mode == cellvisor_config::SessionMode::PerCall,
+            enabled: [
+                (Language::Python, config.python.enabled),
+                (Language::JavaScript, config.js.enabled),
+                (Language::Lua, config.lua.enabled),
+            ],
+        }
+    }
+
+    /// The Python this request's cells run on, when it has Python cells.
+    fn python_choice(&self, request: &EvalRequest) -> Option<PythonChoice> {
+        if !request.cells.iter().any(|c| c.language == Language::Python) {
+            return None;
+        }
+        let worker_env = {
+            let config = match self.config.lock() {
+                Ok(config) => config,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            crate::environment::for_worker(&config, Language::Python)
+        };
+        crate::python_choice::choose(
+            &worker_env,
+            request.cwd.as_deref(),
+            request.virtual_env.as_deref(),
+        )
     }
 
     fn request_lock(&self, session: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -445,6 +495,61 @@ fn config_changes(old: &Config, new: &Config) -> Vec<String> {
         .collect();
     changes.sort();
     changes
+}
+
+/// The parts of the configuration a request's handling depends on.
+struct RequestPolicy {
+    /// `sessions.mode = "per-call"`.
+    per_call: bool,
+    /// `python.enabled`, `js.enabled`, `lua.enabled`.
+    enabled: [(Language, bool); 3],
+}
+
+impl RequestPolicy {
+    /// The message for a cell of a disabled language, `None` when it may run.
+    fn disabled(&self, language: Language) -> Option<String> {
+        let off = self
+            .enabled
+            .iter()
+            .any(|(lang, enabled)| *lang == language && !enabled);
+        off.then(|| {
+            let (name, section) = match language {
+                Language::Python => ("Python", "python"),
+                Language::JavaScript => ("JavaScript", "js"),
+                Language::Lua => ("Lua", "lua"),
+            };
+            format!(
+                "{name} cells are disabled by `{section}.enabled = false` in the configuration; \
+                 set it to true (or remove it) to run them"
+            )
+        })
+    }
+}
+
+/// The session of a per-call request (`fresh: true` or `sessions.mode = "per-call"`): its
+/// workers are discarded when the request ends, however it ends.
+struct ThrowawaySession {
+    supervisor: Addr<Supervisor>,
+    name: String,
+}
+
+impl ThrowawaySession {
+    fn new(supervisor: Addr<Supervisor>, session: &str, request: u64) -> ThrowawaySession {
+        ThrowawaySession {
+            supervisor,
+            name: format!("{session}~call-{request}"),
+        }
+    }
+}
+
+impl Drop for ThrowawaySession {
+    fn drop(&mut self) {
+        self.supervisor.do_send(Control {
+            session: std::mem::take(&mut self.name),
+            language: None,
+            action: ControlAction::Discard,
+        });
+    }
 }
 
 /// Keeps a request's sessions from eviction until the request ends, however it ends.

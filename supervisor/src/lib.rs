@@ -12,6 +12,7 @@
 //! - [`spawn`]: starting a worker process, ending it and everything under it.
 //! - [`output`]: a cell's bounded output sink with artifact spill.
 //! - [`paths`]: where files that outlive workers live (artifacts, session stores).
+//! - [`python_choice`]: which Python a request runs on (its `VIRTUAL_ENV`, its cwd's venv).
 //! - [`environment`], [`limits`]: what a worker inherits: filtered variables, rlimits.
 //! - [`usage`]: the sampler of workers' process trees (for `status` and the RSS cap).
 //! - [`daemon`]: the JSON-RPC daemon, its protocol and its client.
@@ -29,6 +30,7 @@ pub mod limits;
 pub mod mcp;
 pub mod output;
 pub mod paths;
+pub mod python_choice;
 pub mod session;
 pub mod spawn;
 pub mod supervisor;

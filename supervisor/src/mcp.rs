@@ -190,6 +190,7 @@ impl CellvisorMcp {
             cwd,
             cells,
             tools: Vec::new(),
+            ..Default::default()
         };
         let eval = self.cv.eval(request, None);
         tokio::pin!(eval);

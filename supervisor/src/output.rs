@@ -14,6 +14,8 @@ use std::path::PathBuf;
 pub struct SinkLimits {
     pub max_bytes: usize,
     pub max_lines: usize,
+    /// Longer lines are cut in the returned text (characters); the artifact keeps them.
+    pub max_line_length: usize,
     /// Where the whole stream goes once it no longer fits.
     pub artifact_path: PathBuf,
 }
@@ -98,13 +100,7 @@ impl OutputSink {
 
     /// Moves the buffered output to the artifact file and splits it into head and tail.
     fn spill(&mut self) {
-        match self.open_artifact() {
-            Ok(mut file) => match file.write_all(&self.head) {
-                Ok(()) => self.artifact = Some(file),
-                Err(e) => self.artifact_error = Some(e.to_string()),
-            },
-            Err(e) => self.artifact_error = Some(e.to_string()),
-        }
+        self.spill_whole();
         let head_budget = self.limits.max_bytes / 2;
         let head_lines = self.limits.max_lines / 2;
         let cut = cut_point(&self.head, head_budget, head_lines);
@@ -121,8 +117,32 @@ impl OutputSink {
         ))
     }
 
-    /// Ends the stream: flushes the artifact and renders the kept text.
+    /// Ends the stream: flushes the artifact and renders the kept text, its over-long lines
+    /// cut (the whole output is then in the artifact too).
     pub fn finish(mut self) -> SinkResult {
+        let max_line = self.limits.max_line_length;
+        if !self.overflowed() && has_line_longer_than(&self.head, max_line) {
+            self.spill_whole();
+        }
+        let mut result = self.render();
+        if let Some(cut) = cut_long_lines(&result.text, max_line) {
+            result.text = cut;
+        }
+        result
+    }
+
+    /// Writes everything kept so far to the artifact without dropping any of it from memory.
+    fn spill_whole(&mut self) {
+        match self.open_artifact() {
+            Ok(mut file) => match file.write_all(&self.head) {
+                Ok(()) => self.artifact = Some(file),
+                Err(e) => self.artifact_error = Some(e.to_string()),
+            },
+            Err(e) => self.artifact_error = Some(e.to_string()),
+        }
+    }
+
+    fn render(mut self) -> SinkResult {
         let total_lines = self.lines();
         if !self.overflowed() {
             return SinkResult {
@@ -135,11 +155,20 @@ impl OutputSink {
                 },
             };
         }
-        if let Some(mut artifact) = self.artifact.take() {
-            if let Err(e) = artifact.flush() {
-                self.artifact_error = Some(e.to_string());
-            }
+        if self.tail.is_empty() && self.head.len() as u64 == self.total_bytes {
+            // Spilled only for a long line: nothing was dropped, only lines will be cut.
+            let artifact_path = self.flushed_artifact();
+            return SinkResult {
+                text: String::from_utf8_lossy(&self.head).into_owned(),
+                truncation: Truncation {
+                    truncated: true,
+                    total_bytes: self.total_bytes,
+                    total_lines,
+                    artifact_path,
+                },
+            };
         }
+        let artifact_path = self.flushed_artifact();
         let tail_budget = self.tail_budget();
         let tail_lines = self.limits.max_lines - self.limits.max_lines / 2;
         let tail = tail_of(&self.tail, tail_budget, tail_lines);
@@ -164,13 +193,57 @@ impl OutputSink {
                 truncated: true,
                 total_bytes: self.total_bytes,
                 total_lines,
-                artifact_path: self
-                    .artifact_error
-                    .is_none()
-                    .then(|| self.limits.artifact_path.clone()),
+                artifact_path,
             },
         }
     }
+
+    /// Flushes the artifact file; its path if it holds the whole output.
+    fn flushed_artifact(&mut self) -> Option<PathBuf> {
+        if let Some(mut artifact) = self.artifact.take() {
+            if let Err(e) = artifact.flush() {
+                self.artifact_error = Some(e.to_string());
+            }
+        }
+        self.artifact_error
+            .is_none()
+            .then(|| self.limits.artifact_path.clone())
+    }
+}
+
+/// Whether a line of `buf` has more than `max_chars` characters (bytes first: cheap).
+fn has_line_longer_than(buf: &[u8], max_chars: usize) -> bool {
+    if buf.len() <= max_chars {
+        return false;
+    }
+    buf.split(|b| *b == b'\n').any(|line| {
+        line.len() > max_chars && String::from_utf8_lossy(line).chars().count() > max_chars
+    })
+}
+
+/// `text` with each line longer than `max_chars` characters cut there and marked; `None`
+/// when no line is that long.
+fn cut_long_lines(text: &str, max_chars: usize) -> Option<String> {
+    if !has_line_longer_than(text.as_bytes(), max_chars) {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len());
+    for (index, line) in text.split('\n').enumerate() {
+        if index > 0 {
+            out.push('\n');
+        }
+        match line.char_indices().nth(max_chars) {
+            Some((cut, _)) => {
+                let more = line[cut..].chars().count();
+                out.push_str(&line[..cut]);
+                out.push_str(&format!(
+                    "[... line cut: {more} more characters; the whole line is in the artifact ...]"
+                ));
+            }
+            None => out.push_str(line),
+        }
+    }
+    Some(out)
 }
 
 /// Where to end a head of at most `max_bytes` and `max_lines`: after a newline when there is
@@ -261,8 +334,40 @@ mod tests {
         OutputSink::new(SinkLimits {
             max_bytes,
             max_lines,
+            max_line_length: 4000,
             artifact_path: dir.path().join("artifacts/out.txt"),
         })
+    }
+
+    #[test]
+    fn a_long_line_is_cut_in_the_text_and_kept_whole_in_the_artifact() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = OutputSink::new(SinkLimits {
+            max_bytes: 64 * 1024,
+            max_lines: 100,
+            max_line_length: 100,
+            artifact_path: dir.path().join("artifacts/out.txt"),
+        });
+        let long = "é".repeat(250);
+        s.write(format!("short\n{long}\nend\n").as_bytes());
+        let result = s.finish();
+        let lines: Vec<&str> = result.text.lines().collect();
+        assert_eq!(lines[0], "short");
+        assert!(lines[1].starts_with(&"é".repeat(100)), "{}", lines[1]);
+        assert!(
+            lines[1].ends_with(
+                "[... line cut: 150 more characters; the whole line is in the artifact ...]"
+            ),
+            "{}",
+            lines[1]
+        );
+        assert_eq!(lines[2], "end");
+        assert!(result.truncation.truncated);
+        let artifact = result.truncation.artifact_path.expect("artifact");
+        assert_eq!(
+            std::fs::read_to_string(artifact).unwrap(),
+            format!("short\n{long}\nend\n")
+        );
     }
 
     #[test]

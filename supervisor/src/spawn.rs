@@ -412,10 +412,13 @@ pub fn kill_group(pid: u32, signal: Signal) {
     }
 }
 
+/// How [`describe_exit`] begins for a process that exited by itself with a code.
+pub const EXITED_WITH_CODE: &str = "exited with code";
+
 /// "exited with code 3" / "killed by signal 11 (SIGSEGV)".
 pub fn describe_exit(status: ExitStatus) -> String {
     if let Some(code) = status.code() {
-        return format!("exited with code {code}");
+        return format!("{EXITED_WITH_CODE} {code}");
     }
     match status.signal() {
         Some(signal) => describe_signal(signal),

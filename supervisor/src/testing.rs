@@ -48,6 +48,7 @@ pub fn job(
         tools: Arc::from([]),
         tool_host: None,
         max_output_bytes: None,
+        python: None,
         requester,
         reply,
     };

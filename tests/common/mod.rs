@@ -73,6 +73,11 @@ impl World {
         self.dir.path().join("work")
     }
 
+    /// `$XDG_CONFIG_HOME` of this world's processes (user startup modules live below it).
+    pub fn config_home(&self) -> PathBuf {
+        self.dir.path().join("config-home")
+    }
+
     pub fn config_path(&self) -> PathBuf {
         self.dir.path().join("config.toml")
     }
@@ -82,6 +87,7 @@ impl World {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellvisor"));
         cmd.env("XDG_RUNTIME_DIR", self.runtime_dir())
             .env("XDG_STATE_HOME", self.dir.path().join("state"))
+            .env("XDG_CONFIG_HOME", self.config_home())
             .env("CELLVISOR_CONFIG", self.config_path())
             .env_remove("CELLVISOR_SOCKET")
             .current_dir(self.work_dir())
@@ -162,6 +168,19 @@ impl World {
             }
         }
         found
+    }
+
+    /// This world's processes whose command line contains `needle` (arguments are separated
+    /// by NUL bytes in it).
+    pub fn processes_running(&self, needle: &str) -> Vec<u32> {
+        self.processes()
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .map(|cmdline| String::from_utf8_lossy(&cmdline).contains(needle))
+                    .unwrap_or(false)
+            })
+            .collect()
     }
 
     /// Fails if any process of this world is still alive after `within`; kills leftovers so

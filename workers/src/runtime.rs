@@ -227,6 +227,9 @@ where
     })?);
     let mut engine = make_engine(&context)?;
     crate::warden::spare(engine.own_children());
+    // Before the handshake: no frame is read (nor heartbeat answered) while modules run,
+    // and the start timeout bounds them.
+    let startup_failures = crate::startup::run(&mut engine);
     worker_handshake(
         &mut &*stream,
         &mut &*stream,
@@ -245,6 +248,10 @@ where
             move || write_loop(&socket, rx, &fatal_sent)
         })
         .map_err(|e| WorkerError::Engine(format!("cannot start the writer thread: {e}")))?;
+
+    if let Some(message) = startup_failures {
+        outbox.send(FromWorker::Notice { message });
+    }
 
     let interrupt = Interrupt::default();
     let running = Arc::new(AtomicU64::new(NO_CELL));

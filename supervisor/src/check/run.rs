@@ -213,6 +213,7 @@ async fn run_case(
                 cwd: Some(dir.path().to_path_buf()),
                 cells: cells.to_vec(),
                 tools: Vec::new(),
+                ..Default::default()
             };
             if !case.setup.is_empty() {
                 match eval_timed(

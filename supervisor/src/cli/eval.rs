@@ -11,8 +11,14 @@ use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct EvalArgs {
-    /// The code of one cell (or use --file / --cells; `-` reads it from stdin).
+    /// The code of one cell (or use --file / --cells; `-` reads it from stdin). Code that
+    /// starts with `-` works as it is (`-l lua '-- a comment'`); after `--`, every argument
+    /// is code.
+    #[arg(allow_hyphen_values = true)]
     code: Option<String>,
+    /// The cell's code after `--`, taken as it is even when it looks like an option.
+    #[arg(last = true, value_name = "CODE", conflicts_with = "code")]
+    code_after_separator: Option<String>,
     /// Language of the cell: py, js or lua.
     #[arg(short, long, default_value = "py")]
     language: String,
@@ -20,10 +26,10 @@ pub struct EvalArgs {
     #[arg(short, long, default_value = "default")]
     session: String,
     /// Read the cell's code from FILE.
-    #[arg(short = 'f', long, conflicts_with = "code")]
+    #[arg(short = 'f', long, conflicts_with_all = ["code", "code_after_separator"])]
     file: Option<PathBuf>,
     /// Read a JSON array of cells ({language, code, title?, timeout?, reset?}) from FILE, or `-` for stdin.
-    #[arg(long, conflicts_with_all = ["code", "file"])]
+    #[arg(long, conflicts_with_all = ["code", "code_after_separator", "file"])]
     cells: Option<String>,
     /// Title of the cell.
     #[arg(long)]
@@ -34,9 +40,12 @@ pub struct EvalArgs {
     /// Restart the language's worker before the first cell.
     #[arg(long)]
     reset: bool,
-    /// Directory the cells run in.
+    /// Directory the cells run in (relative to the current one); default: the current one.
     #[arg(long)]
     cwd: Option<PathBuf>,
+    /// Run on new workers discarded afterwards: no state from or for the session.
+    #[arg(long)]
+    fresh: bool,
     /// Print the whole structured result as JSON.
     #[arg(long)]
     json: bool,
@@ -132,7 +141,16 @@ fn build_request(args: &EvalArgs) -> Result<EvalRequest, UsageError> {
         parse_cells(source)?
     } else {
         let code = match (&args.code, &args.file) {
+            (None, None) if args.code_after_separator.is_some() => {
+                args.code_after_separator.clone().unwrap_or_default()
+            }
             (Some(code), _) if code == "-" => read_stdin()?,
+            (Some(code), _) if looks_like_an_option(code) => {
+                return Err(UsageError(format!(
+                    "unknown option `{code}`; code that looks like an option goes after `--`: \
+                     cellvisor eval -l lua -- '{code}'"
+                )))
+            }
             (Some(code), _) => code.clone(),
             (None, Some(file)) => std::fs::read_to_string(file).map_err(|e| {
                 UsageError(format!("cannot read code file {}: {e}", file.display()))
@@ -169,9 +187,34 @@ fn build_request(args: &EvalArgs) -> Result<EvalRequest, UsageError> {
     }
     Ok(EvalRequest {
         session: args.session.clone(),
-        cwd: args.cwd.clone(),
+        cwd: Some(request_cwd(args.cwd.as_deref())?),
         cells,
         tools: Vec::new(),
+        virtual_env: std::env::var_os("VIRTUAL_ENV")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from),
+        fresh: args.fresh,
+    })
+}
+
+/// A lone word like `--flag` or `-x` is a mistyped option rather than code (code that
+/// starts with `-`, like a Lua comment, has a space or a line after it).
+fn looks_like_an_option(code: &str) -> bool {
+    let word = code.trim_start_matches('-');
+    code.starts_with('-')
+        && code.len() - word.len() <= 2
+        && word.starts_with(|c: char| c.is_ascii_alphabetic())
+        && !code.contains(char::is_whitespace)
+}
+
+/// The directory the cells run in, absolute: the daemon runs elsewhere, so the caller's own
+/// directory (and `--cwd` resolved against it) travels with the request.
+fn request_cwd(given: Option<&std::path::Path>) -> Result<PathBuf, UsageError> {
+    let here = std::env::current_dir()
+        .map_err(|e| UsageError(format!("cannot read the current directory: {e}")))?;
+    Ok(match given {
+        Some(dir) => here.join(dir),
+        None => here,
     })
 }
 

@@ -36,6 +36,9 @@ impl Session {
                 self.begin_reset(ctx, "the session was reset before this cell".into());
                 break;
             }
+            if self.switch_python(ctx) {
+                break;
+            }
             if let Some(why) = &self.failed {
                 let message = why.clone();
                 if let Some(job) = self.queue.pop_front() {
@@ -54,6 +57,27 @@ impl Session {
         self.report();
     }
 
+    /// Follows the Python the next cell's request asks for: the next worker starts with it,
+    /// and a live worker on another one is replaced first (true: wait for that).
+    fn switch_python(&mut self, ctx: &mut Context<Self>) -> bool {
+        let Some(choice) = self.queue.front().and_then(|job| job.python.clone()) else {
+            return false;
+        };
+        if self.python.as_ref() == Some(&choice.program) {
+            return false;
+        }
+        let previous = self.python.replace(choice.program.clone());
+        crate::python_choice::apply(&mut self.spec, &choice);
+        match previous {
+            Some(previous) if !matches!(self.worker, Worker::None) => {
+                let notice = crate::python_choice::change_notice(&previous, &choice.program);
+                self.begin_reset(ctx, notice);
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn run_cell(&mut self, ctx: &mut Context<Self>, job: CellJob) {
         let Worker::Ready { link, .. } = &self.worker else {
             self.queue.push_front(job);
@@ -69,6 +93,7 @@ impl Session {
         let sink = OutputSink::new(SinkLimits {
             max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
             max_lines: self.config.output.max_lines,
+            max_line_length: self.config.output.max_line_length,
             artifact_path: self.artifact_dir.join(format!(
                 "{}-{}-{}-{cell_id}.txt",
                 crate::paths::file_safe(&self.key.session),

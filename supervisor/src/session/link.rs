@@ -6,7 +6,7 @@
 //! `Pong`) and the worker's exit become messages to the [`Session`] actor. The writer task owns
 //! the send half.
 
-use super::messages::{CellFinished, PongReceived, WorkerExited};
+use super::messages::{CellFinished, PongReceived, WorkerExited, WorkerNotice};
 use super::Session;
 use crate::cell::{CellEvent, ToolCallRequest};
 use crate::output::{OutputSink, SinkResult};
@@ -260,15 +260,13 @@ impl ReaderTask {
         // and the group id cannot have been reused.
         child.handle().signal_group(Signal::SIGKILL);
         let exit = child.wait().await;
-        let reason = match self.fatal.take() {
-            Some(fatal) => format!("{fatal} ({exit})"),
-            None => exit,
-        };
+        let fatal = self.fatal.take();
+        let reason = super::outcome::crash_story(fatal.as_deref(), &exit);
         let partial = self.current.take().map(ActiveCell::finish);
         self.session.do_send(WorkerExited {
             generation: self.generation,
             reason,
-            stderr_tail: stderr_tail.text(),
+            stderr_tail: stderr_beyond(&stderr_tail.text(), fatal.as_deref()),
             partial,
         });
     }
@@ -355,6 +353,10 @@ impl ReaderTask {
                 args_json,
             } => self.call_tool(cell_id, call_id, name, &args_json),
             FromWorker::Fatal { message } => self.fatal = Some(message),
+            FromWorker::Notice { message } => self.session.do_send(WorkerNotice {
+                generation: self.generation,
+                message,
+            }),
             FromWorker::Hello { .. } => {
                 self.fatal = Some("said Hello twice".to_string());
                 return false;
@@ -428,6 +430,19 @@ impl ReaderTask {
     }
 }
 
+/// What the worker wrote to stderr, without the lines that only repeat its fatal message
+/// (the worker logs it as it exits).
+fn stderr_beyond(said: &str, fatal: Option<&str>) -> String {
+    match fatal {
+        Some(fatal) if !fatal.is_empty() => said
+            .lines()
+            .filter(|line| !line.ends_with(fatal))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => said.to_string(),
+    }
+}
+
 fn is_disconnect(err: &std::io::Error) -> bool {
     use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
     matches!(
@@ -453,7 +468,17 @@ fn decode_streamed(carry: &mut Vec<u8>, data: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::decode_streamed;
+    use super::{decode_streamed, stderr_beyond};
+
+    #[test]
+    fn stderr_lines_repeating_the_fatal_message_are_dropped() {
+        let said = "cellvisor py worker: python exited with code 3\nsegfault in libfoo";
+        assert_eq!(
+            stderr_beyond(said, Some("python exited with code 3")),
+            "segfault in libfoo"
+        );
+        assert_eq!(stderr_beyond(said, None), said);
+    }
 
     #[test]
     fn a_character_split_across_chunks_is_kept_whole() {

@@ -35,7 +35,8 @@ pub struct ResetSession {
 }
 
 /// Stop the worker and end the actor; queued cells fail. `eviction` is what the next cell of
-/// this session will be told, if the supervisor (not the host) closed it.
+/// this session will be told (the supervisor evicted it, or a host closed it); none for a
+/// throw-away session.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct CloseSession {
@@ -122,6 +123,14 @@ pub(crate) struct WorkerStarted {
 #[rtype(result = "()")]
 pub(crate) struct PongReceived {
     pub generation: u64,
+}
+
+/// The worker has something to tell the next cell (a startup module failed).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct WorkerNotice {
+    pub generation: u64,
+    pub message: String,
 }
 
 /// The connection's reader found the cell done.

@@ -87,6 +87,8 @@ pub struct CellJob {
     pub tool_host: Option<mpsc::Sender<ToolCallRequest>>,
     /// A tighter cap on the kept output than the configuration's (from an `@exec` line).
     pub max_output_bytes: Option<u64>,
+    /// The Python the request runs on (Python cells only).
+    pub python: Option<Arc<crate::python_choice::PythonChoice>>,
     /// Closes when whoever asked for the cell is gone (a client that disconnected): its
     /// running cell is then interrupted, and its queued cells are dropped.
     pub requester: watch::Receiver<()>,
@@ -179,6 +181,8 @@ pub struct Session {
     prestarted: Option<StartedWorker>,
     /// Cells handed to this session so far (see [`SessionEvent::Changed`]).
     jobs_received: u64,
+    /// The Python the current (or next) worker runs, once a request has said.
+    python: Option<PathBuf>,
 }
 
 impl Session {
@@ -208,6 +212,7 @@ impl Session {
             heartbeat_timer: None,
             prestarted: setup.prestarted,
             jobs_received: 0,
+            python: None,
         }
     }
 
@@ -371,6 +376,13 @@ impl Handler<PongReceived> for Session {
                 *last_pong = Instant::now();
             }
         }
+    }
+}
+
+impl Handler<WorkerNotice> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: WorkerNotice, _: &mut Context<Self>) {
+        self.add_worker_notice(msg);
     }
 }
 

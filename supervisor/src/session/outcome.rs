@@ -60,6 +60,18 @@ impl fmt::Display for WorkerLoss {
     }
 }
 
+/// How a worker that ended by itself is told: its own last word (`Fatal`) when it said one,
+/// with its exit status only when that adds something. A worker that gives up says why and
+/// then exits with a code, so the code would only repeat (or contradict) its reason; a
+/// signal is news. `exit` is [`crate::spawn::describe_exit`]'s text.
+pub fn crash_story(fatal: Option<&str>, exit: &str) -> String {
+    match fatal {
+        Some(fatal) if exit.starts_with(crate::spawn::EXITED_WITH_CODE) => fatal.to_string(),
+        Some(fatal) => format!("{fatal} ({exit})"),
+        None => exit.to_string(),
+    }
+}
+
 /// Why a running cell was stopped before it finished by itself.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum CancelCause {
@@ -137,9 +149,12 @@ pub fn replaced_notice(language: Language, loss: &WorkerLoss) -> String {
     )
 }
 
-/// Why the supervisor closed a session the host did not ask to close.
+/// Why a session was closed under its next cell: the supervisor closed it (the host did not
+/// ask), or a host closed it on purpose. A throw-away session's close has none.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Eviction {
+    /// A host asked to close it (`close`).
+    Closed { key: SessionKey },
     /// Room was needed for another session of the language.
     ForRoom { key: SessionKey, cap: usize },
     /// Idle longer than `idle-timeout`.
@@ -152,6 +167,9 @@ pub enum Eviction {
 impl fmt::Display for Eviction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Eviction::Closed { key } => {
+                write!(f, "session {key} was closed; its earlier state is gone")
+            }
             Eviction::ForRoom { key, cap } => write!(
                 f,
                 "session {key} was evicted to make room for another {} session \
@@ -243,10 +261,26 @@ mod tests {
             "worker killed: it missed heartbeats (no answer for 15s, heartbeat-timeout); \
              session restarted, state lost"
         );
+        assert_eq!(
+            crash_story(Some("python exited with code 3"), "exited with code 1"),
+            "python exited with code 3"
+        );
+        assert_eq!(
+            crash_story(Some("out of memory"), "killed by signal 9 (SIGKILL)"),
+            "out of memory (killed by signal 9 (SIGKILL))"
+        );
+        assert_eq!(
+            crash_story(None, "exited with code 3"),
+            "exited with code 3"
+        );
         assert!(failed_reason(&key(), &crash, 1).contains("restart-budget = 1"));
         assert!(Eviction::ForRoom { key: key(), cap: 2 }
             .to_string()
             .contains("max-sessions = 2"));
+        assert_eq!(
+            Eviction::Closed { key: key() }.to_string(),
+            "session s/py was closed; its earlier state is gone"
+        );
         assert!(no_room(&key(), 2, Duration::from_secs(1)).contains("no room for session s/py"));
     }
 }

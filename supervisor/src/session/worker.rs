@@ -4,7 +4,8 @@
 
 use super::link::Link;
 use super::messages::{
-    HeartbeatTick, SessionEvent, StopEscalation, StopStep, WorkerExited, WorkerStarted,
+    HeartbeatTick, SessionEvent, StopEscalation, StopStep, WorkerExited, WorkerNotice,
+    WorkerStarted,
 };
 use super::outcome::{self, append_line, CancelCause, Consequence, KillReason, WorkerLoss};
 use super::policy::Verdict;
@@ -347,5 +348,22 @@ impl Session {
         if current && rss > cap {
             self.kill_worker(KillReason::OverMemory { rss, cap });
         }
+    }
+
+    /// The worker said something for the next cell (a startup module failed): the first cell
+    /// carries it, even one already running (the notice crossed it).
+    pub(super) fn add_worker_notice(&mut self, msg: WorkerNotice) {
+        if !matches!(self.worker, Worker::Ready { generation, .. } if generation == msg.generation)
+        {
+            return;
+        }
+        let notice = match self.running.as_mut() {
+            Some(running) => &mut running.notice,
+            None => &mut self.notice,
+        };
+        *notice = Some(match notice.take() {
+            Some(earlier) => format!("{earlier}\n{}", msg.message),
+            None => msg.message,
+        });
     }
 }

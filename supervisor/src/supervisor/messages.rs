@@ -38,7 +38,10 @@ pub struct RequestDone {
 pub enum ControlAction {
     Interrupt,
     Reset,
+    /// Close on a host's request: the session's next cell is told its state is gone.
     Close,
+    /// Close a throw-away session (a per-call request's) without remembering it.
+    Discard,
 }
 
 /// Answers how many sessions it applied to.

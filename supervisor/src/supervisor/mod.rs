@@ -183,7 +183,12 @@ impl Supervisor {
     fn start_session(&mut self, submit: Submit, ctx: &mut Context<Self>) {
         let language = submit.key.language;
         let spec = self.worker_spec(language, submit.cwd.clone(), Some(&submit.key.session));
-        let prestarted = if language == Language::Python {
+        let own_venv = submit
+            .job
+            .python
+            .as_ref()
+            .is_some_and(|choice| choice.virtual_env.is_some());
+        let prestarted = if language == Language::Python && !own_venv {
             self.claim_prewarmed(submit.cwd.as_deref(), ctx)
         } else {
             None
@@ -470,7 +475,7 @@ impl Handler<Control> for Supervisor {
     type Result = ResponseFuture<usize>;
     fn handle(&mut self, msg: Control, _: &mut Context<Self>) -> Self::Result {
         let targets = self.matching(&msg.session, msg.language);
-        if msg.action == ControlAction::Close {
+        if matches!(msg.action, ControlAction::Close | ControlAction::Discard) {
             for (key, _) in &targets {
                 if let Some(entry) = self.sessions.get_mut(key) {
                     entry.closing = true;
@@ -479,7 +484,7 @@ impl Handler<Control> for Supervisor {
         }
         Box::pin(async move {
             let mut applied = 0;
-            for (_, addr) in targets {
+            for (key, addr) in targets {
                 let done = match msg.action {
                     ControlAction::Interrupt => addr.send(InterruptCell).await.unwrap_or(false),
                     ControlAction::Reset => {
@@ -487,10 +492,12 @@ impl Handler<Control> for Supervisor {
                         addr.send(ResetSession { reply: Some(tx) }).await.is_ok()
                             && rx.await.is_ok()
                     }
-                    ControlAction::Close => {
+                    ControlAction::Close | ControlAction::Discard => {
+                        let eviction = (msg.action == ControlAction::Close)
+                            .then(|| Eviction::Closed { key: key.clone() });
                         let (tx, rx) = oneshot::channel();
                         addr.send(CloseSession {
-                            eviction: None,
+                            eviction,
                             reply: Some(tx),
                         })
                         .await

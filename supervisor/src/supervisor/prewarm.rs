@@ -15,9 +15,12 @@ static POOL_SERIAL: AtomicU64 = AtomicU64::new(1);
 /// How long after a failed prewarm start the pool tries again.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
 
-/// Whether `dir` holds a virtual environment the Python worker would pick.
-fn has_venv(dir: &Path) -> bool {
-    dir.join(".venv").is_dir() || dir.join("venv").is_dir()
+/// Whether a session in `dir` needs a worker of its own rather than a prewarmed one: `dir`
+/// holds a virtual environment the Python worker would pick, or startup modules of its own.
+fn needs_own_worker(dir: &Path) -> bool {
+    dir.join(".venv").is_dir()
+        || dir.join("venv").is_dir()
+        || dir.join(".cellvisor").join("startup").is_dir()
 }
 
 impl Supervisor {
@@ -28,7 +31,16 @@ impl Supervisor {
         }
         while self.pool.len() + self.pool_starting < self.config.python.prewarm {
             self.pool_starting += 1;
-            let spec = self.worker_spec(Language::Python, None, None);
+            let mut spec = self.worker_spec(Language::Python, None, None);
+            // Started before anyone's directory is known: a project's startup modules are
+            // not its to load (a session in such a project starts its own worker).
+            let user_only = if self.config.startup.user { "user" } else { "" };
+            spec.env
+                .retain(|(name, _)| name != cellvisor_workers::startup::LEVELS_VAR);
+            spec.env.push((
+                cellvisor_workers::startup::LEVELS_VAR.into(),
+                user_only.into(),
+            ));
             let serial = 1_000_000 + POOL_SERIAL.fetch_add(1, Ordering::Relaxed);
             let launch = self.launcher.launch(spec, serial);
             let me = ctx.address();
@@ -45,13 +57,13 @@ impl Supervisor {
 
     /// A prewarmed worker for a new Python session in `cwd`, if one fits: the interpreter was
     /// chosen in the supervisor's directory, so a session whose directory has a virtual
-    /// environment of its own starts its own worker.
+    /// environment (or startup modules) of its own starts its own worker.
     pub(super) fn claim_prewarmed(
         &mut self,
         cwd: Option<&Path>,
         ctx: &mut Context<Self>,
     ) -> Option<StartedWorker> {
-        if cwd.is_some_and(has_venv) {
+        if cwd.is_some_and(needs_own_worker) {
             return None;
         }
         while let Some(mut worker) = self.pool.pop() {

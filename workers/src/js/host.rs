@@ -34,28 +34,17 @@ impl HostDirs {
     }
 }
 
-/// `read(path, offset, limit)`: numbered lines like `cat -n`, and how many were returned.
+/// `read(path, offset, limit, numbered)`: the file's text (or the selected lines, or their
+/// numbered view), and how many lines were returned.
 pub(super) fn read(
     path: &str,
     offset: usize,
     limit: Option<usize>,
+    numbered: bool,
 ) -> Result<(String, usize), String> {
-    let bytes = fs::read(path).map_err(|err| io_message("read", path, &err))?;
-    let text = String::from_utf8_lossy(&bytes);
-    let mut out = String::new();
-    let mut count = 0;
-    // Like the Python prelude (and `cat -n`): split on "\n" only, a "\r" stays.
-    let lines = text
-        .split_inclusive('\n')
-        .map(|line| line.strip_suffix('\n').unwrap_or(line));
-    for (index, line) in lines.enumerate().skip(offset.saturating_sub(1)) {
-        if limit.is_some_and(|limit| count >= limit) {
-            break;
-        }
-        out.push_str(&format!("{:6}\t{line}\n", index + 1));
-        count += 1;
-    }
-    Ok((out, count))
+    let (bytes, count) = crate::text::read_lines(Path::new(path), offset, limit, numbered)
+        .map_err(|err| io_message("read", path, &err))?;
+    Ok((String::from_utf8_lossy(&bytes).into_owned(), count))
 }
 
 /// `write`/`append`: creates parent directories; returns the bytes written.
@@ -203,20 +192,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn read_numbers_lines_and_pages() {
+    fn read_gives_the_text_selected_lines_or_the_numbered_view() {
         let dir = tempfile::tempdir().expect("temp dir");
         let file = dir.path().join("f.txt");
         fs::write(&file, "one\r\ntwo\nthree").expect("write");
         let path = file.to_str().expect("utf-8 path");
-        let (text, count) = read(path, 1, None).expect("read");
+        assert_eq!(
+            read(path, 1, None, false).expect("read"),
+            ("one\r\ntwo\nthree".into(), 3)
+        );
+        let (text, count) = read(path, 1, None, true).expect("read");
         assert_eq!(text, "     1\tone\r\n     2\ttwo\n     3\tthree\n");
         assert_eq!(count, 3);
         assert_eq!(
-            read(path, 2, Some(1)).expect("read"),
+            read(path, 2, Some(1), true).expect("read"),
             ("     2\ttwo\n".into(), 1)
         );
-        assert_eq!(read(path, 9, None).expect("read"), (String::new(), 0));
-        let missing = read("/nonexistent/x", 1, None).expect_err("missing");
+        assert_eq!(
+            read(path, 2, Some(1), false).expect("read"),
+            ("two\n".into(), 1)
+        );
+        assert_eq!(
+            read(path, 9, None, false).expect("read"),
+            (String::new(), 0)
+        );
+        let missing = read("/nonexistent/x", 1, None, false).expect_err("missing");
         assert!(
             missing.starts_with("read: no such file or directory: /nonexistent/x"),
             "{missing}"

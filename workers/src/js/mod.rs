@@ -768,9 +768,9 @@ fn install_prelude<'js>(
         "read",
         Function::new(
             ctx.clone(),
-            |ctx: Ctx<'js>, path: String, offset: f64, limit: f64| {
+            |ctx: Ctx<'js>, path: String, offset: f64, limit: f64, numbered: bool| {
                 let limit = (limit >= 0.0).then_some(limit as usize);
-                host::read(&path, offset as usize, limit)
+                host::read(&path, offset as usize, limit, numbered)
                     .map(List)
                     .map_err(thrown(ctx))
             },

@@ -271,6 +271,8 @@ fn resolve_path(base: &str, name: &str) -> Result<PathBuf, String> {
     }
     let from_dir = importer_dir(base)?;
     let name = name.strip_prefix("file://").unwrap_or(name);
+    let home_relative = in_home(name);
+    let name = home_relative.as_deref().unwrap_or(name);
     if name.starts_with("./")
         || name.starts_with("../")
         || name.starts_with('/')
@@ -291,6 +293,13 @@ fn resolve_path(base: &str, name: &str) -> Result<PathBuf, String> {
         });
     }
     resolve_package(&from_dir, name, base)
+}
+
+/// `~/x` as `$HOME/x` (the home directory, as Node hosts resolve it); `None` otherwise.
+fn in_home(name: &str) -> Option<String> {
+    let rest = name.strip_prefix("~/")?;
+    let home = std::env::var_os("HOME").filter(|home| !home.is_empty())?;
+    Some(Path::new(&home).join(rest).to_string_lossy().into_owned())
 }
 
 /// The directory relative imports start from: the importing module's, or the cwd for cells.
@@ -524,6 +533,19 @@ mod tests {
             exports_target(&serde_json::json!("./m.js"), ".").as_deref(),
             Some("./m.js")
         );
+    }
+
+    #[test]
+    fn a_home_relative_specifier_is_under_home() {
+        let home = std::env::var("HOME").unwrap_or_default();
+        if !home.is_empty() {
+            assert_eq!(
+                in_home("~/lib/x.js"),
+                Some(format!("{}/lib/x.js", home.trim_end_matches('/')))
+            );
+        }
+        assert_eq!(in_home("./x.js"), None);
+        assert_eq!(in_home("~user/x.js"), None);
     }
 
     #[test]

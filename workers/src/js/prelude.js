@@ -143,10 +143,11 @@
 
   async function read(path, ...rest) {
     needString("read", "path", path);
-    const [offsetArg, limitArg] = options(rest, ["offset", "limit"]);
+    const [offsetArg, limitArg, numberedArg] = options(rest, ["offset", "limit", "numbered"]);
     const offset = optionalInteger("read", "offset", offsetArg, 1, 1);
     const limit = optionalInteger("read", "limit", limitArg, 0, -1);
-    const [text, lines] = native.read(path, offset, limit);
+    const numbered = optionalBoolean("read", "numbered", numberedArg);
+    const [text, lines] = native.read(path, offset, limit, numbered);
     status("read", { path, lines, offset });
     return text;
   }

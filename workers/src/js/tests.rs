@@ -442,13 +442,10 @@ fn file_preludes_read_write_append_and_report_status() {
         &mut js,
         &format!(
             "const f = {file}\nawait write(f, 'one\\ntwo\\n')\nawait append(f, 'three\\n')\n\
-             print(await read(f)); print(await read(f, 2, 1)); print(await read(f, {{offset: 3}}))"
+             print(await read(f)); print(await read(f, 2, 1)); print(await read(f, {{offset: 3, numbered: true}}))"
         ),
     );
-    assert_eq!(
-        ran.stdout,
-        "     1\tone\n     2\ttwo\n     3\tthree\n\n     2\ttwo\n\n     3\tthree\n\n"
-    );
+    assert_eq!(ran.stdout, "one\ntwo\nthree\n\ntwo\n\n     3\tthree\n\n");
     let path = dir.path().join("sub/notes.txt").display().to_string();
     assert_eq!(
         ran.status,

@@ -74,11 +74,18 @@ local function checked(first, ...)
   return first, ...
 end
 
-function read(path, offset, limit)
+-- read(path, offset?, limit?, numbered?) or read(path, {offset =, limit =, numbered =}).
+function read(path, offset, limit, numbered)
   check_path("read", path)
+  if type(offset) == "table" then
+    offset, limit, numbered = offset.offset, offset.limit, offset.numbered
+  end
   offset = check_count("read", "offset", offset, 1, 1)
   limit = check_count("read", "limit", limit, nil, 0)
-  local text, lines = checked(host.read(path, offset, limit))
+  if numbered ~= nil and type(numbered) ~= "boolean" then
+    bad_argument(format("read: numbered must be true or false, not %s", type(numbered)))
+  end
+  local text, lines = checked(host.read(path, offset, limit, numbered == true))
   status({ op = "read", path = path, lines = lines, offset = offset })
   return text
 end

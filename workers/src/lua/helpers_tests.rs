@@ -46,14 +46,14 @@ fn read_write_append_report_status_events() {
             "local f = {file}\n\
              write(f, 'alpha\\nbeta\\ngamma\\n')\n\
              append(f, 'delta')\n\
-             io.write(read(f))\n\
-             print(read(f, 2, 2) == '     2\\tbeta\\n     3\\tgamma\\n', read(f, 9) == '', read(f, 1, 0) == '')"
+             io.write(read(f) .. '|' .. read(f, 2, 2) .. '|' .. read(f, {{numbered = true, limit = 1}}))\n\
+             print(read(f, 2, 2, true) == '     2\\tbeta\\n     3\\tgamma\\n', read(f, 9) == '', read(f, 1, 0) == '')"
         ),
     );
     assert_eq!(ran.outcome, CellOutcome::Completed, "{ran:?}");
     assert_eq!(
         ran.stdout,
-        "     1\talpha\n     2\tbeta\n     3\tgamma\n     4\tdelta\ntrue\ttrue\ttrue\n"
+        "alpha\nbeta\ngamma\ndelta|beta\ngamma\n|     1\talpha\ntrue\ttrue\ttrue\n"
     );
     let path = dir.path().join("sub/notes.txt").display().to_string();
     assert_eq!(
@@ -62,6 +62,8 @@ fn read_write_append_report_status_events() {
             json!({"op": "write", "path": path, "bytes": 17}),
             json!({"op": "append", "path": path, "bytes": 5}),
             json!({"op": "read", "path": path, "lines": 4, "offset": 1}),
+            json!({"op": "read", "path": path, "lines": 2, "offset": 2}),
+            json!({"op": "read", "path": path, "lines": 1, "offset": 1}),
             json!({"op": "read", "path": path, "lines": 2, "offset": 2}),
             json!({"op": "read", "path": path, "lines": 0, "offset": 9}),
             json!({"op": "read", "path": path, "lines": 0, "offset": 1}),

@@ -9,8 +9,8 @@
 use super::{json, lock, CellSink};
 use mlua::{Function, Lua, LuaSerdeExt, MultiValue, SerializeOptions, Table, Value};
 use serde_json::{Map, Value as Json};
-use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::fs::{self, OpenOptions};
+use std::io::Write;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -97,40 +97,16 @@ fn as_path(path: &mlua::String) -> std::path::PathBuf {
     std::ffi::OsString::from_vec(path.as_bytes().to_vec()).into()
 }
 
-/// `read(path, offset, limit)`: numbered lines like `cat -n`, and how many.
+/// `read(path, offset, limit, numbered)`: the file's text (or the selected lines, or their
+/// numbered view), and how many lines.
 fn read(
     lua: &Lua,
-    (path, offset, limit): (mlua::String, usize, Option<usize>),
+    (path, offset, limit, numbered): (mlua::String, usize, Option<usize>, bool),
 ) -> mlua::Result<MultiValue> {
-    let raw_path = path.as_bytes().to_vec();
-    let fail = |error: std::io::Error| failure(lua, path_error("read", &error, &raw_path));
-    let file = match File::open(as_path(&path)) {
-        Ok(file) => file,
-        Err(error) => return fail(error),
-    };
-    let mut reader = BufReader::new(file);
-    let (mut out, mut lines, mut number) = (Vec::new(), 0usize, 0usize);
-    let mut line = Vec::new();
-    while limit != Some(lines) {
-        line.clear();
-        match reader.read_until(b'\n', &mut line) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(error) => return fail(error),
-        }
-        number += 1;
-        if number < offset {
-            continue;
-        }
-        if line.ends_with(b"\n") {
-            line.pop();
-        }
-        out.extend_from_slice(format!("{number:6}\t").as_bytes());
-        out.extend_from_slice(&line);
-        out.push(b'\n');
-        lines += 1;
+    match crate::text::read_lines(&as_path(&path), offset, limit, numbered) {
+        Ok((out, lines)) => success([bytes(lua, out)?, count(lines)]),
+        Err(error) => failure(lua, path_error("read", &error, &path.as_bytes())),
     }
-    success([bytes(lua, out)?, count(lines)])
 }
 
 /// `store(path, content, append)`: writes (or appends) `content`, creating parent

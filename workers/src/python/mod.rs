@@ -7,6 +7,8 @@
 //! - `prelude.py` (embedded, written beside it as the module `cellvisor_prelude`): the
 //!   helpers cells see in builtins, rich display, matplotlib capture and host tools. A module
 //!   rather than part of the runner so that Python caches its bytecode.
+//! - `ipython.py` (embedded, written beside it as `cellvisor_ipython`): `!cmd`, `%magic`,
+//!   `%%magic` and `get_ipython()`, imported only by a cell that uses them.
 //!
 //! Host tools: the runner asks for one with a `tool_call` event; the event thread hands it
 //! to the outbox and a short-lived thread waits for the answer and writes it to the runner's
@@ -38,8 +40,11 @@ use std::time::{Duration, Instant};
 
 const RUNNER_SOURCE: &str = include_str!("runner.py");
 const PRELUDE_SOURCE: &str = include_str!("prelude.py");
+const IPYTHON_SOURCE: &str = include_str!("ipython.py");
 /// The module name runner.py imports the prelude by.
 const PRELUDE_FILE: &str = "cellvisor_prelude.py";
+/// The module name the prelude imports the IPython compatibility by, on first use.
+const IPYTHON_FILE: &str = "cellvisor_ipython.py";
 
 /// How long python may take to start and say `ready`.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -81,6 +86,9 @@ impl PythonEngine {
         let runner = install_runner(runtime_dir).map_err(WorkerError::Engine)?;
         let token = random_token();
         let spawned = child::spawn(interpreter, &runner, &token).map_err(WorkerError::Engine)?;
+        // Only a cell that uses IPython syntax imports it, well after start: written while
+        // python starts rather than before.
+        install_ipython_module(&runner);
         let pid = Pid::from_raw(spawned.child.id() as i32);
         let routing = Arc::new(SharedRouting::default());
         let (sender, events) = mpsc::channel();
@@ -335,9 +343,10 @@ fn describe_exit(status: ExitStatus) -> String {
 /// (and Python's bytecode cache there is never stale). The runner goes last: once it is
 /// there, so is its prelude.
 fn install_runner(runtime_dir: &Path) -> Result<PathBuf, String> {
-    let mut both = RUNNER_SOURCE.as_bytes().to_vec();
-    both.extend_from_slice(PRELUDE_SOURCE.as_bytes());
-    let hash = interpreter::fnv1a(&both);
+    let mut all = RUNNER_SOURCE.as_bytes().to_vec();
+    all.extend_from_slice(PRELUDE_SOURCE.as_bytes());
+    all.extend_from_slice(IPYTHON_SOURCE.as_bytes());
+    let hash = interpreter::fnv1a(&all);
     let dir = runtime_dir.join(format!("python-{:012x}", hash >> 16));
     let runner = dir.join("runner.py");
     if runner.is_file() {
@@ -350,6 +359,26 @@ fn install_runner(runtime_dir: &Path) -> Result<PathBuf, String> {
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(runner)
+}
+
+/// Writes the IPython module beside `runner` if it is not there yet: whole or not at all (a
+/// rename), but without waiting for the disk, since it runs while python starts and the
+/// runtime directory does not outlive a reboot anyway. A failure only shows when a cell needs
+/// the module (as an ImportError naming it).
+fn install_ipython_module(runner: &Path) {
+    let Some(dir) = runner.parent() else {
+        return;
+    };
+    let path = dir.join(IPYTHON_FILE);
+    if path.is_file() {
+        return;
+    }
+    let temp = dir.join(format!("{IPYTHON_FILE}.tmp-{}", std::process::id()));
+    let written =
+        std::fs::write(&temp, IPYTHON_SOURCE).and_then(|()| std::fs::rename(&temp, &path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
 }
 
 /// A nonce for the output sync markers, so a cell cannot fake one by accident.

@@ -29,7 +29,7 @@ _host = None
 
 def install(host):
     """Puts the helpers into builtins and hooks matplotlib; `host` gives `send_event(event)`,
-    `cell_id()`, `flush()` and `call_tool(name, args)`."""
+    `cell_id()`, `flush()`, `call_tool(name, args)` and `import_beside(name)`."""
     global _host
     _host = host
     for name in ("read", "write", "append", "sort", "uniq", "counter", "diff", "tree",
@@ -38,8 +38,9 @@ def install(host):
     builtins.tool = builtins.tools = _TOOLS
     builtins.ToolError = ToolError
     builtins.ALL_TOOLS = []
-    if not any(isinstance(finder, _PyplotHook) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _PyplotHook())
+    builtins.get_ipython = get_ipython
+    if not any(isinstance(finder, _PostImportHook) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _PostImportHook())
 
 
 def _status(op, **details):
@@ -109,27 +110,30 @@ def _join(lines, like):
 # --- files -----------------------------------------------------------------------------
 
 
-def read(path, offset=1, limit=None):
-    """Lines of a file numbered like `cat -n`, from line `offset` (1-based), at most `limit`."""
+def read(path, offset=1, limit=None, numbered=False):
+    """The file's text; `offset` (1-based) and `limit` select lines, and `numbered` shows
+    them numbered like `cat -n` instead."""
     path = _path("read", path)
     offset = _count("read", "offset", offset, 1)
     if limit is not None:
         limit = _count("read", "limit", limit, 0)
-    numbered = []
+    selected = []
     try:
         with open(path, "rb") as file:
             if limit != 0:
                 for number, raw in enumerate(file, 1):
                     if number < offset:
                         continue
-                    line = raw[:-1] if raw.endswith(b"\n") else raw
-                    numbered.append("%6d\t%s" % (number, line.decode("utf-8", "replace")))
-                    if limit is not None and len(numbered) >= limit:
+                    selected.append((number, raw))
+                    if limit is not None and len(selected) >= limit:
                         break
     except OSError as error:
         raise _os_error("read", error, path) from None
-    _status("read", path=path, lines=len(numbered), offset=offset)
-    return "\n".join(numbered) + "\n" if numbered else ""
+    _status("read", path=path, lines=len(selected), offset=offset)
+    if numbered:
+        return "".join("%6d\t%s\n" % (number, raw.rstrip(b"\n").decode("utf-8", "replace"))
+                       for number, raw in selected)
+    return b"".join(raw for _, raw in selected).decode("utf-8", "replace")
 
 
 def _store(helper, path, content, mode):
@@ -410,6 +414,21 @@ def _bundle(value, rich_only=False):
     return bundle
 
 
+def send_bundle(bundle):
+    """Sends a MIME bundle as it is (binary data as base64, what is not JSON left out)."""
+    if not isinstance(bundle, dict):
+        raise TypeError("a display bundle must be a dict of MIME type to data, not %s"
+                        % _type_name(bundle))
+    clean = {}
+    for mime, data in bundle.items():
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            data = _base64(data)
+        if _json_or_none(data) is not None:
+            clean[str(mime)] = data
+    _host.flush()
+    _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": clean})
+
+
 def display(*values, **_ignored):
     """Shows values as rich output of the running cell (MIME bundles)."""
     for value in values:
@@ -658,16 +677,76 @@ class _LazyConverter:
 _HtmlToMarkdown = _LazyConverter()
 
 
+# --- IPython ---------------------------------------------------------------------------
+
+
+def get_ipython():
+    """The IPython-like shell of this worker: `system`, `getoutput`, `run_line_magic`,
+    `run_cell_magic`, `user_ns`, `display_pub` (cellvisor_ipython, loaded on first use)."""
+    return ipython().shell(send_bundle)
+
+
+def ipython():
+    """The IPython compatibility module, imported from beside the runner on first use."""
+    return _host.import_beside("cellvisor_ipython")
+
+
+def without_ipython_syntax(source):
+    """The cell with its `!cmd`, `%magic` and `x = !cmd` lines rewritten into calls on
+    get_ipython(). A cheap first look decides whether the IPython module is needed at all."""
+    if "!" not in source and "%" not in source:
+        return source
+    for line in source.splitlines():
+        if line.lstrip()[:1] in ("!", "%") or "=!" in line or "= !" in line or "=%" in line \
+                or "= %" in line:
+            module = ipython()
+            return module.transform_cell(source) if module.needs_transform(source) else source
+    return source
+
+
+def ends_with_semicolon(source, last):
+    """Whether the cell's last statement (an expression node) is followed by `;`."""
+    lines = source.splitlines()
+    if last.end_lineno is None or last.end_lineno > len(lines):
+        return False
+    line = lines[last.end_lineno - 1].encode("utf-8")  # offsets count UTF-8 bytes
+    rest = line[last.end_col_offset:].decode("utf-8", "replace").lstrip()
+    return rest.startswith(";")
+
+
+def _patch_ipython_display(module):
+    """IPython's `display()` and `publish_display_data()` (when a cell imports IPython) send
+    cellvisor displays instead of printing reprs outside a kernel."""
+
+    def display_(*objs, include=None, exclude=None, metadata=None, transient=None,
+                 display_id=None, raw=False, clear=False, **kwargs):
+        """Shows objects as rich output of the running cell (cellvisor)."""
+        for obj in objs:
+            if raw:
+                send_bundle(obj)
+            else:
+                display(obj)
+
+    def publish_display_data(data, metadata=None, source=None, *, transient=None, **kwargs):
+        """Sends a MIME bundle as a display of the running cell (cellvisor)."""
+        send_bundle(data)
+
+    module.display = display_
+    module.publish_display_data = publish_display_data
+
+
 # --- matplotlib ------------------------------------------------------------------------
 
 
-class _PyplotHook:
-    """A `sys.meta_path` finder that lets the real finders find `matplotlib.pyplot` and then
-    patches `pyplot.show` right after the module runs, so `plt.show()` sends the figures as
-    PNG even in the first cell, without importing matplotlib before a cell does."""
+class _PostImportHook:
+    """A `sys.meta_path` finder that lets the real finders find a module we adapt and then
+    patches it right after it runs: `matplotlib.pyplot.show` sends the figures as PNG (even
+    in the first cell, without importing matplotlib before a cell does), and IPython's
+    display functions send displays."""
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != "matplotlib.pyplot":
+        patch = _POST_IMPORT_PATCHES.get(fullname)
+        if patch is None:
             return None
         spec = None
         for finder in sys.meta_path:
@@ -684,7 +763,7 @@ class _PyplotHook:
 
         def exec_and_patch(module):
             exec_module(module)
-            _patch_pyplot(module)
+            patch(module)
 
         try:
             loader.exec_module = exec_and_patch
@@ -702,6 +781,12 @@ def _patch_pyplot(pyplot):
 
     show.__wrapped__ = original
     pyplot.show = show
+
+
+_POST_IMPORT_PATCHES = {
+    "matplotlib.pyplot": _patch_pyplot,
+    "IPython.core.display_functions": _patch_ipython_display,
+}
 
 
 def _figure_class():

@@ -54,6 +54,9 @@ class _State:
     loop = None
     # Numbers this runner's tool calls; results for other (abandoned) calls are dropped.
     tool_calls = 0
+    # The directory the last cell was asked to run in: `%cd` and `os.chdir` hold until a
+    # cell asks for another one (as in a kernel, which enters its directory once).
+    requested_cwd = None
 
 
 _state = _State()
@@ -184,6 +187,17 @@ def _hidden_frame(filename):
     return False
 
 
+def _our_files():
+    """The files of cellvisor's Python side, whose frames tracebacks leave out (`<cell 0>` is
+    the line that runs a startup module)."""
+    files = {RUNNER_FILE, "<cell 0>"}
+    for module in (_prelude, sys.modules.get("cellvisor_ipython")):
+        name = getattr(module, "__file__", None)
+        if name:
+            files.add(name)
+    return files
+
+
 def _summary(error):
     kind = type(error)
     name = kind.__qualname__
@@ -209,10 +223,11 @@ def _report_error(error):
         tb = tb.tb_next
     try:
         report = traceback.TracebackException(type(error), error, tb)
-        # A helper's own frames say nothing about the cell's mistake: its message does.
-        prelude_file = getattr(_prelude, "__file__", None)
+        # cellvisor's own frames (the runner's, a helper's) say nothing about the cell's
+        # mistake: its message does.
+        ours = _our_files()
         report.stack = traceback.StackSummary.from_list(
-            [frame for frame in report.stack if frame.filename != prelude_file]
+            [frame for frame in report.stack if frame.filename not in ours]
         )
         text = "".join(report.format())
     except Exception:
@@ -270,8 +285,11 @@ def _run_cell(cell_id, source, namespace):
     filename = "<cell %d>" % cell_id
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     try:
+        source = _prelude.without_ipython_syntax(source)
         tree = compile(source, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
         has_value = bool(tree.body) and isinstance(tree.body[-1], _ast.Expr)
+        if has_value and _prelude.ends_with_semicolon(source, tree.body[-1]):
+            has_value = False  # IPython's rule: a trailing `;` hides the value
         if has_value:
             last = tree.body[-1]
             target = _ast.Name(id=RESULT_NAME, ctx=_ast.Store())
@@ -392,12 +410,30 @@ def _main_module():
     return module.__dict__
 
 
+def _import_beside(name):
+    """Imports our module `name` from this file's directory (whatever the cwd holds). Its
+    bytecode is cached there even under PYTHONDONTWRITEBYTECODE (the directory is ours):
+    compiling the prelude costs ~10 ms a start, loading the cache ~0.5 ms."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    sys.path.insert(0, os.path.dirname(os.path.abspath(RUNNER_FILE)))
+    dont_write = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        return __import__(name)
+    finally:
+        sys.dont_write_bytecode = dont_write
+        del sys.path[0]
+
+
 class _Host:
     """What the prelude needs from the runner."""
 
     send_event = staticmethod(_send_event)
     flush = staticmethod(_flush_std)
     call_tool = staticmethod(_call_tool)
+    import_beside = staticmethod(_import_beside)
 
     @staticmethod
     def cell_id():
@@ -405,17 +441,8 @@ class _Host:
 
 
 def _load_prelude():
-    """Imports the prelude from this file's directory (whatever the cwd holds) and lets it
-    fill builtins. Its bytecode is cached there even under PYTHONDONTWRITEBYTECODE (the
-    directory is ours): compiling it costs ~10 ms a start, loading the cache ~0.5 ms."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(RUNNER_FILE)))
-    dont_write = sys.dont_write_bytecode
-    sys.dont_write_bytecode = False
-    try:
-        import cellvisor_prelude as prelude
-    finally:
-        sys.dont_write_bytecode = dont_write
-        del sys.path[0]
+    """Imports the prelude and lets it fill builtins."""
+    prelude = _import_beside("cellvisor_prelude")
     prelude.install(_Host)
     return prelude
 
@@ -459,7 +486,8 @@ def main():
             except (ValueError, KeyError, TypeError, AttributeError):
                 _state.claimed = False
                 continue
-            if cwd:
+            if cwd and cwd != _state.requested_cwd:
+                _state.requested_cwd = cwd
                 try:
                     os.chdir(cwd)
                 except OSError:

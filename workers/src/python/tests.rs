@@ -244,9 +244,13 @@ fn errors_show_a_clean_traceback_and_a_summary() {
 
     let ran = py.run("import sys\nsys.exit(3)");
     assert_eq!(failed_summary(&ran), "SystemExit: 3");
-    // exit() (code mode) and sys.exit(0) end the cell successfully.
-    assert!(py.run("exit()").completed());
-    assert!(failed_summary(&py.run("input()")).contains("Kernel requested stdin"));
+    // Exiting with 0 or None is a successful end of the cell (and nothing after it runs).
+    let ran = py.run("exit()\nprint('after')");
+    assert!(ran.completed() && ran.text().is_empty(), "{}", ran.text());
+    assert!(py.run("import sys\nsys.exit(0)").completed());
+    let ran = py.run("input()");
+    assert!(failed_summary(&ran).contains("Kernel requested stdin"));
+    assert!(!ran.text().contains("runner.py"), "{}", ran.text());
     let ran = py.run("class Custom(Exception): pass\nraise Custom('boom')");
     assert_eq!(failed_summary(&ran), "Custom: boom");
     assert_eq!(py.run("'still alive'").text(), "'still alive'\n");
@@ -525,3 +529,24 @@ fn closing_the_event_pipe_ends_the_engine_cleanly() {
 
 #[path = "prelude_tests.rs"]
 mod prelude_tests;
+
+#[test]
+fn ipython_syntax_is_only_recognised_where_a_statement_starts() {
+    let mut py = Harness::new();
+    let ran = py.run(
+        "text = '''\n!not a command\n%not a magic\n'''\nvalues = [1,\n  2]\nprint(repr(text), 7 % 4, 1 != 2, values)",
+    );
+    assert!(ran.completed(), "{}", ran.text());
+    assert_eq!(
+        ran.text(),
+        "'\\n!not a command\\n%not a magic\\n' 3 True [1, 2]\n"
+    );
+    let ran = py.run("for word in ['a', 'b']:\n    !echo $word\nlisted = !echo {2 * 21}\nlisted");
+    assert_eq!(ran.text(), "a\nb\n['42']\n");
+    let ran = py.run("%%writefile\nbody");
+    assert_eq!(
+        failed_summary(&ran),
+        "UsageError: %%writefile: give one file name (and -a to append)"
+    );
+    assert!(!ran.text().contains("cellvisor_ipython"), "{}", ran.text());
+}
