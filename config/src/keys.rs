@@ -64,7 +64,7 @@ impl Kind {
             Kind::Path => "a path".to_string(),
             Kind::Text => "a non-empty string".to_string(),
             Kind::Names => {
-                "a list of variable names; a trailing `*` matches a prefix, like \"AWS_*\""
+                "a list of variable names; a `*` at the start or end matches any text there, like \"AWS_*\" or \"*_TOKEN\""
                     .to_string()
             }
             Kind::Map => "a table of NAME = \"value\"".to_string(),
@@ -148,17 +148,24 @@ pub fn format_size(bytes: u64) -> String {
     format!("{bytes}B")
 }
 
-/// Whether `name` is a valid environment variable name, with a trailing `*` if `pattern`.
+/// Whether `name` is a valid environment variable name; with `pattern`, a `*` may also
+/// stand at its start and its end (`AWS_*`, `*_TOKEN`, `*SECRET*`).
 pub fn is_env_name(name: &str, pattern: bool) -> bool {
+    let word = |text: &str| text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if pattern {
+        if let Some(rest) = name.strip_prefix('*') {
+            let core = rest.strip_suffix('*').unwrap_or(rest);
+            return !core.is_empty() && word(core);
+        }
+    }
     let name = match name.strip_suffix('*') {
         Some(prefix) if pattern => prefix,
         _ => name,
     };
-    let mut chars = name.chars();
-    chars
+    name.chars()
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && word(name)
 }
 
 fn count(v: Value) -> Option<u64> {
@@ -386,6 +393,19 @@ pub static KEYS: &[KeySpec] = &[
             }
         },
     },
+    KeySpec {
+        section: "cells",
+        key: "max-cells-per-request",
+        kind: count_in(1, 1_000_000),
+        optional: false,
+        doc: "Cells one request may hold; a longer request is refused before anything runs.",
+        get: |c| Value::Count(c.cells.max_cells_per_request as u64),
+        set: |c, v| {
+            if let Some(n) = count(v) {
+                c.cells.max_cells_per_request = usize::try_from(n).unwrap_or(usize::MAX);
+            }
+        },
+    },
     // [output]
     KeySpec {
         section: "output",
@@ -432,6 +452,19 @@ pub static KEYS: &[KeySpec] = &[
         set: |c, v| {
             if let Some(d) = duration(v) {
                 c.output.artifact_max_age = d;
+            }
+        },
+    },
+    KeySpec {
+        section: "output",
+        key: "artifact-max-total",
+        kind: size_in(MIB, u64::MAX),
+        optional: false,
+        doc: "Total size of the artifact directory; the oldest artifacts are deleted to stay under it, and a cell whose output cannot be kept whole says so.",
+        get: |c| Value::Size(c.output.artifact_max_total.as_u64()),
+        set: |c, v| {
+            if let Some(s) = size(v) {
+                c.output.artifact_max_total = s;
             }
         },
     },
@@ -509,7 +542,7 @@ pub static KEYS: &[KeySpec] = &[
         key: "deny",
         kind: Kind::Names,
         optional: false,
-        doc: "Variables (or patterns) always removed, even if allowed, besides the built-in denylist.",
+        doc: "Variables (or patterns like `*_TOKEN`) always removed, besides the built-in denylist (`*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `*PASSWD*`, `*_KEY`, `*_KEY_ID`, `*CREDENTIAL*`, `*AUTH*`, `*_DSN`, `DATABASE_URL`); the denylist wins over every allow rule, only `set` passes a value past it.",
         get: |c| Value::Names(c.env.deny.clone()),
         set: |c, v| {
             if let Some(n) = names(v) {
@@ -628,6 +661,32 @@ pub static KEYS: &[KeySpec] = &[
         get: |c| opt_path(&c.daemon.log),
         set: |c, v| c.daemon.log = path(v),
     },
+    KeySpec {
+        section: "daemon",
+        key: "max-pending-requests",
+        kind: count_in(1, 1_000_000),
+        optional: false,
+        doc: "Requests one connection may have unanswered; past it the daemon stops reading that connection until answers go out.",
+        get: |c| Value::Count(c.daemon.max_pending_requests as u64),
+        set: |c, v| {
+            if let Some(n) = count(v) {
+                c.daemon.max_pending_requests = usize::try_from(n).unwrap_or(usize::MAX);
+            }
+        },
+    },
+    KeySpec {
+        section: "daemon",
+        key: "stalled-client-timeout",
+        kind: millis(100, HOUR),
+        optional: false,
+        doc: "A connection whose client reads none of its answers for this long, while the daemon waits to send them, is dropped (and logged).",
+        get: |c| Value::Duration(c.daemon.stalled_client_timeout),
+        set: |c, v| {
+            if let Some(d) = duration(v) {
+                c.daemon.stalled_client_timeout = d;
+            }
+        },
+    },
 ];
 
 /// The key table of `docs/config.md`, generated so the docs cannot drift from the ranges.
@@ -717,6 +776,11 @@ mod tests {
         assert!(is_env_name("AWS_*", true));
         assert!(!is_env_name("AWS_*", false));
         assert!(!is_env_name("*", true));
+        assert!(!is_env_name("**", true));
+        assert!(is_env_name("*_TOKEN", true));
+        assert!(is_env_name("*SECRET*", true));
+        assert!(!is_env_name("*_TOKEN", false));
+        assert!(!is_env_name("*A-B*", true));
         assert!(!is_env_name("1ABC", true));
         assert!(!is_env_name("A-B", true));
         assert!(!is_env_name("", true));

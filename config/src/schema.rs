@@ -78,6 +78,8 @@ pub struct CellsConfig {
     pub min_timeout: Duration,
     #[serde(with = "humantime_serde")]
     pub max_timeout: Duration,
+    /// Cells one request may hold; a longer request is refused before anything runs.
+    pub max_cells_per_request: usize,
 }
 
 impl Default for CellsConfig {
@@ -86,6 +88,7 @@ impl Default for CellsConfig {
             default_timeout: Duration::from_secs(30),
             min_timeout: Duration::from_secs(1),
             max_timeout: Duration::from_secs(600),
+            max_cells_per_request: 10_000,
         }
     }
 }
@@ -116,6 +119,8 @@ pub struct OutputConfig {
     /// Spilled outputs older than this are deleted; zero keeps them.
     #[serde(with = "humantime_serde")]
     pub artifact_max_age: Duration,
+    /// Total size of the artifact directory; the oldest artifacts go first to stay under it.
+    pub artifact_max_total: ByteSize,
 }
 
 impl Default for OutputConfig {
@@ -125,6 +130,7 @@ impl Default for OutputConfig {
             max_lines: 3000,
             artifact_dir: None,
             artifact_max_age: Duration::from_secs(24 * 60 * 60),
+            artifact_max_total: ByteSize::gib(1),
         }
     }
 }
@@ -182,6 +188,13 @@ pub struct DaemonConfig {
     #[serde(with = "humantime_serde")]
     pub idle_exit: Duration,
     pub log: Option<PathBuf>,
+    /// Requests one connection may have unanswered; past it the daemon stops reading that
+    /// connection until answers go out.
+    pub max_pending_requests: usize,
+    /// A connection whose client reads none of its answers for this long, while the daemon
+    /// waits to send them, is dropped.
+    #[serde(with = "humantime_serde")]
+    pub stalled_client_timeout: Duration,
 }
 
 impl Default for DaemonConfig {
@@ -190,6 +203,8 @@ impl Default for DaemonConfig {
             socket: None,
             idle_exit: Duration::from_secs(15 * 60),
             log: None,
+            max_pending_requests: 1024,
+            stalled_client_timeout: Duration::from_secs(60),
         }
     }
 }

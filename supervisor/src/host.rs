@@ -60,6 +60,11 @@ pub enum RequestError {
     SessionName(String),
     #[error("a request needs at least one cell")]
     NoCells,
+    #[error(
+        "the request has {count} cells; at most {max} cells per request \
+         (cells.max-cells-per-request): split it into several requests"
+    )]
+    TooManyCells { count: usize, max: usize },
     #[error("cell {index}: timeout must be a positive number of seconds, got {value}")]
     Timeout { index: usize, value: f64 },
     #[error("cell {index}: code is {len} bytes; at most {max} bytes per cell", max = MAX_CODE_BYTES)]
@@ -183,7 +188,11 @@ impl Cellvisor {
         events: Option<mpsc::Sender<CellEvent>>,
         tool_host: Option<mpsc::Sender<ToolCallRequest>>,
     ) -> Result<EvalResult, RequestError> {
-        validate(&request)?;
+        let max_cells = match self.config.lock() {
+            Ok(config) => config.cells.max_cells_per_request,
+            Err(poisoned) => poisoned.into_inner().cells.max_cells_per_request,
+        };
+        validate(&request, max_cells)?;
         let tools: Arc<[ToolInfo]> = request
             .tools
             .iter()
@@ -485,10 +494,16 @@ fn validate_session_name(name: &str) -> Result<(), RequestError> {
     }
 }
 
-fn validate(request: &EvalRequest) -> Result<(), RequestError> {
+fn validate(request: &EvalRequest, max_cells: usize) -> Result<(), RequestError> {
     validate_session_name(&request.session)?;
     if request.cells.is_empty() {
         return Err(RequestError::NoCells);
+    }
+    if request.cells.len() > max_cells {
+        return Err(RequestError::TooManyCells {
+            count: request.cells.len(),
+            max: max_cells,
+        });
     }
     if let Some((index, cell)) = request
         .cells

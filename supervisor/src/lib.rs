@@ -12,6 +12,7 @@
 //! - [`output`]: a cell's bounded output sink with artifact spill.
 //! - [`paths`]: where files that outlive workers live (artifacts, session stores).
 //! - [`environment`], [`limits`]: what a worker inherits: filtered variables, rlimits.
+//! - [`secrets`]: non-dumpable processes, so cells cannot read the supervisor's memory.
 //! - [`usage`]: memory and CPU of workers (for `status` and the RSS cap).
 //! - [`daemon`]: the JSON-RPC daemon, its protocol and its client.
 //! - [`directive`]: the `// @exec:` first line of code-mode JavaScript cells.
@@ -28,6 +29,7 @@ mod link;
 pub mod mcp;
 pub mod output;
 pub mod paths;
+pub mod secrets;
 pub mod session;
 pub mod spawn;
 pub mod supervisor;

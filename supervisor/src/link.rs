@@ -287,13 +287,7 @@ impl ReaderTask {
         // and the group id cannot have been reused.
         kill_group(self.pid, Signal::SIGKILL);
         let reason = match child.wait().await {
-            Ok(status) => {
-                let exit = describe_exit(status);
-                match self.fatal.take() {
-                    Some(fatal) => format!("{fatal} ({exit})"),
-                    None => exit,
-                }
-            }
+            Ok(status) => end_reason(self.fatal.take(), describe_exit(status)),
             Err(err) => format!("could not be reaped: {err}"),
         };
         let partial = self.current.take().map(ActiveCell::finish);
@@ -483,9 +477,21 @@ fn decode_streamed(carry: &mut Vec<u8>, data: &[u8]) -> String {
     text
 }
 
+/// How a worker ended, said once: its last word alone when that already tells how its
+/// engine exited (a Python shim exits with 1 because its interpreter exited with 3).
+fn end_reason(fatal: Option<String>, exit: String) -> String {
+    match fatal {
+        Some(fatal) if fatal.contains("exited with code") || fatal.contains("killed by signal") => {
+            fatal
+        }
+        Some(fatal) => format!("{fatal} ({exit})"),
+        None => exit,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::decode_streamed;
+    use super::{decode_streamed, end_reason};
 
     #[test]
     fn a_character_split_across_chunks_is_kept_whole() {
@@ -494,5 +500,19 @@ mod tests {
         assert_eq!(decode_streamed(&mut carry, &[b'a', bytes[0]]), "a");
         assert_eq!(decode_streamed(&mut carry, &[bytes[1], b'b']), "éb");
         assert_eq!(decode_streamed(&mut carry, b"\xff!"), "\u{fffd}!");
+    }
+
+    #[test]
+    fn an_exit_is_described_once() {
+        let exit = "exited with code 1".to_string();
+        assert_eq!(
+            end_reason(Some("python exited with code 3".into()), exit.clone()),
+            "python exited with code 3"
+        );
+        assert_eq!(
+            end_reason(Some("sent a bad frame (too big)".into()), exit.clone()),
+            "sent a bad frame (too big) (exited with code 1)"
+        );
+        assert_eq!(end_reason(None, exit.clone()), exit);
     }
 }

@@ -172,7 +172,21 @@ struct Running {
     interrupted_by_host: bool,
     deadline: Option<SpawnHandle>,
     grace: Option<SpawnHandle>,
+    /// Watches the requester for this cell only: cancelled when the cell ends, or a request
+    /// of N cells would leave N watchers for the actor to poll on every wake-up (quadratic).
+    requester_watch: SpawnHandle,
     notice: Option<String>,
+}
+
+impl Running {
+    /// Ends the futures that exist for this cell alone: its deadline, grace and requester
+    /// watch.
+    fn cancel_timers(&self, ctx: &mut Context<Session>) {
+        let handles = [self.deadline, self.grace, Some(self.requester_watch)];
+        for handle in handles.into_iter().flatten() {
+            ctx.cancel_future(handle);
+        }
+    }
 }
 
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
@@ -415,7 +429,7 @@ impl Session {
             tools: job.tools.to_vec(),
         }));
         let mut requester = job.requester.clone();
-        ctx.spawn(
+        let requester_watch = ctx.spawn(
             async move {
                 // Only an error ends this: the requester's side was dropped.
                 while requester.changed().await.is_ok() {}
@@ -434,6 +448,7 @@ impl Session {
             interrupted_by_host: false,
             deadline: Some(deadline),
             grace: None,
+            requester_watch,
             notice: self.notice.take(),
         });
         self.last_active = Instant::now();
@@ -506,9 +521,7 @@ impl Session {
         let Some(running) = self.running.take_if(|r| r.cell_id == msg.cell_id) else {
             return;
         };
-        for handle in [running.deadline, running.grace].into_iter().flatten() {
-            ctx.cancel_future(handle);
-        }
+        running.cancel_timers(ctx);
         let mut output = msg.output;
         let status_events = msg.status_events;
         let status = match msg.outcome {
@@ -562,9 +575,7 @@ impl Session {
         let worker = std::mem::replace(&mut self.worker, Worker::None);
         let running = self.running.take();
         if let Some(running) = &running {
-            for handle in [running.deadline, running.grace].into_iter().flatten() {
-                ctx.cancel_future(handle);
-            }
+            running.cancel_timers(ctx);
         }
         let killed_for = match worker {
             Worker::Stopping { .. } => {

@@ -398,6 +398,26 @@ async fn forward_tool_call(connection: &Connection, request_id: &Value, call: To
 
 fn parse_request(value: Value) -> Result<Request, (Value, RpcError)> {
     let id = value.get("id").cloned().unwrap_or(Value::Null);
+    // JSON-RPC 2.0: an id is a string, a number or null; it is echoed only when valid.
+    if !matches!(id, Value::String(_) | Value::Number(_) | Value::Null) {
+        return Err((
+            Value::Null,
+            RpcError::new(
+                code::INVALID_REQUEST,
+                "invalid request: id must be a string, a number or null",
+            ),
+        ));
+    }
+    // Every method takes named parameters; a positional array would bind by field order.
+    if value.get("params").is_some_and(|p| !p.is_object()) {
+        return Err((
+            id,
+            RpcError::new(
+                code::INVALID_PARAMS,
+                "invalid params: params must be an object of named parameters",
+            ),
+        ));
+    }
     let request: Request = serde_json::from_value(value).map_err(|e| {
         (
             id.clone(),

@@ -1,0 +1,237 @@
+//! Reliability under abuse: what a hostile or careless client, or cell, does to a shared
+//! daemon. Each test reproduces one defect of issue 14 and proves that the daemon, and every
+//! other session, come through.
+
+mod common;
+
+use common::daemon::{Client, Daemon};
+use common::{cells, World};
+use serde_json::{json, Value};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SETTLE: Duration = Duration::from_secs(5);
+
+fn eval(client: &mut Client, session: &str, cells: Value) -> Value {
+    client
+        .call("eval", json!({"session": session, "cells": cells}))
+        .unwrap_or_else(|e| panic!("eval refused: {e}"))
+}
+
+fn lua(code: &str) -> Value {
+    json!({"language": "lua", "code": code})
+}
+
+#[test]
+fn a_request_of_many_cells_runs_in_linear_time_and_every_cell_counts() {
+    // Each cell of a request used to leave a watcher on its session until the request
+    // ended, and the session polled them all on every wake-up: 15,000 cells took minutes.
+    let daemon = Daemon::start_with("[cells]\nmax-cells-per-request = 20000\n");
+    let mut client = daemon.client();
+    let count = 15_000;
+    let many: Vec<Value> = (0..count).map(|_| lua("n = (n or 0) + 1")).collect();
+    let started = Instant::now();
+    let result = eval(&mut client, "many", Value::Array(many));
+    // A liveness bound, far above the linear run's few seconds even on a loaded machine.
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "{count} cells took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(cells(&result).len(), count);
+    assert!(cells(&result).iter().all(|c| c["status"] == "complete"));
+    let last = eval(&mut client, "many", json!([lua("return n")]));
+    assert_eq!(last["cells"][0]["output"], format!("{count}\n"));
+    daemon.stop();
+}
+
+#[test]
+fn a_request_over_the_cell_cap_is_refused_with_the_key_to_raise() {
+    let daemon = Daemon::start_with("[cells]\nmax-cells-per-request = 3\n");
+    let mut client = daemon.client();
+    let four: Vec<Value> = (0..4).map(|_| lua("x = 1")).collect();
+    let refused = client
+        .call("eval", json!({"session": "s", "cells": four}))
+        .expect_err("over the cap");
+    let message = refused["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("4 cells")
+            && message.contains("at most 3")
+            && message.contains("cells.max-cells-per-request"),
+        "{refused}"
+    );
+    let three: Vec<Value> = (0..3).map(|_| lua("x = 1")).collect();
+    eval(&mut client, "s", Value::Array(three));
+    daemon.stop();
+}
+
+/// An unprivileged uid for the tests where root would bypass the check under test.
+const NOBODY: u32 = 65534;
+
+/// `cellvisor ARGS` as `NOBODY` in `world`, with credentials in its environment.
+fn as_nobody(world: &World, args: &[&str]) -> common::Run {
+    let home = world.dir.path();
+    let output = Command::new("setpriv")
+        .arg(format!("--reuid={NOBODY}"))
+        .arg(format!("--regid={NOBODY}"))
+        .arg("--clear-groups")
+        .arg(env!("CARGO_BIN_EXE_cellvisor"))
+        .args(args)
+        .env("XDG_RUNTIME_DIR", world.runtime_dir())
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("CELLVISOR_CONFIG", world.config_path())
+        .env("HOME", home)
+        .env_remove("CELLVISOR_SOCKET")
+        // Secrets of the user: each fits an allowed prefix or the old allowlist.
+        .env("LC_API_TOKEN", "lc-secret-value")
+        .env("XDG_SESSION_TOKEN", "xdg-secret-value")
+        .env("SSH_AUTH_SOCK", "/tmp/agent-secret.sock")
+        .env("CELLVISOR_TEST_PASSWORD", "daemon-secret-value")
+        .current_dir(world.work_dir())
+        .stdin(Stdio::null())
+        .output()
+        .expect("setpriv runs");
+    common::Run::from(output)
+}
+
+fn chown_tree(path: &Path, uid: u32) {
+    let status = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{uid}:{uid}"))
+        .arg(path)
+        .status()
+        .expect("chown");
+    assert!(status.success());
+}
+
+#[test]
+fn cells_cannot_read_the_daemons_or_a_workers_environment() {
+    if !Path::new("/usr/bin/setpriv").exists() || nix::unistd::getuid().as_raw() != 0 {
+        eprintln!("skipped: needs root and setpriv to run the daemon as an unprivileged user");
+        return;
+    }
+    // The interpreter must be reachable by the unprivileged user (pyenv lives under /root).
+    let world = World::with_config(
+        "[python]\ninterpreter = \"/usr/bin/python3\"\n[daemon]\nidle-exit = \"0s\"\n",
+    );
+    chown_tree(world.dir.path(), NOBODY);
+    let peek = r#"
+import json, os
+def peek(pid):
+    try:
+        return "READ " + open("/proc/%d/environ" % pid, "rb").read().decode("utf-8", "replace")
+    except OSError as e:
+        return "refused: " + type(e).__name__
+shim = os.getppid()
+daemon = int(open("/proc/%d/stat" % shim).read().rsplit(")", 1)[1].split()[1])
+print(json.dumps({"shim": peek(shim), "daemon": peek(daemon), "own": dict(os.environ)}))
+"#;
+    let run = as_nobody(&world, &["eval", "--json", "-l", "py", peek]);
+    run.assert_code(0);
+    let result = run.json();
+    let seen: Value =
+        serde_json::from_str(cells(&result)[0]["output"].as_str().expect("output").trim())
+            .expect("the cell printed JSON");
+    assert!(
+        seen["shim"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("refused"),
+        "{seen:#}"
+    );
+    assert!(
+        seen["daemon"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("refused"),
+        "{seen:#}"
+    );
+    let own = seen["own"].as_object().expect("environment");
+    for secret in [
+        "LC_API_TOKEN",
+        "XDG_SESSION_TOKEN",
+        "SSH_AUTH_SOCK",
+        "CELLVISOR_TEST_PASSWORD",
+    ] {
+        assert!(
+            !own.contains_key(secret),
+            "{secret} reached the cell: {seen:#}"
+        );
+    }
+    // A Lua worker runs cells in itself; its parent is the daemon.
+    let lua_peek = r#"
+local stat = io.open("/proc/self/stat"):read("a")
+local ppid = stat:match("%) %S+ (%d+)")
+local f, err = io.open("/proc/" .. ppid .. "/environ")
+print(f and ("READ " .. f:read("a")) or ("refused: " .. tostring(err)))
+"#;
+    let run = as_nobody(&world, &["eval", "--json", "-l", "lua", lua_peek]);
+    let result = run.json();
+    let said = cells(&result)[0]["output"].as_str().unwrap_or_default();
+    assert!(said.starts_with("refused"), "{said}");
+    // Status still samples our own (now non-dumpable) workers.
+    let status = as_nobody(&world, &["status", "--json"]);
+    status.assert_code(0);
+    let rows: Value = serde_json::from_str(&status.stdout).expect("status JSON");
+    let rows = rows.as_array().expect("rows");
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    for row in rows {
+        assert!(row["rss_bytes"].as_u64().unwrap_or(0) > 0, "{row:#}");
+    }
+    let daemon_pid = world
+        .processes()
+        .into_iter()
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.windows(5).any(|w| w == b"serve"))
+        })
+        .expect("the daemon runs");
+    let owner = std::fs::metadata(format!("/proc/{daemon_pid}/environ"))
+        .expect("proc entry")
+        .uid();
+    assert_eq!(owner, 0, "a non-dumpable process's environ belongs to root");
+    as_nobody(&world, &["stop"]).assert_code(0);
+    world.assert_no_processes_left(SETTLE);
+}
+
+#[test]
+fn json_rpc_refuses_an_object_id_and_positional_params() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    client.send_line(r#"{"jsonrpc": "2.0", "id": {"a": 1}, "method": "status", "params": {}}"#);
+    let refused = client.read().expect("answer");
+    assert_eq!(refused["id"], Value::Null, "{refused}");
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    assert!(refused["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("id must be"));
+    client.send_line(r#"{"jsonrpc": "2.0", "id": 5, "method": "close", "params": ["s", "py"]}"#);
+    let refused = client.read().expect("answer");
+    assert_eq!(refused["id"], 5, "{refused}");
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(refused["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("object"));
+    // The connection still serves proper requests.
+    client.call("status", json!({})).expect("status");
+    daemon.stop();
+}
+
+#[test]
+fn a_crashed_python_names_one_exit_code() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let result = eval(
+        &mut client,
+        "crash",
+        json!([{"language": "py", "code": "import os; os._exit(3)"}]),
+    );
+    let output = result["cells"][0]["output"].as_str().unwrap_or_default();
+    assert!(output.contains("python exited with code 3"), "{output}");
+    assert!(!output.contains("(exited with code"), "{output}");
+    daemon.stop();
+}
