@@ -235,3 +235,73 @@ fn a_crashed_python_names_one_exit_code() {
     assert!(!output.contains("(exited with code"), "{output}");
     daemon.stop();
 }
+
+fn py(code: &str) -> Value {
+    json!({"language": "py", "code": code})
+}
+
+#[test]
+fn a_python_cell_closing_its_standard_streams_breaks_only_itself() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    eval(
+        &mut client,
+        "s",
+        json!([py("import os, sys\nos.close(1)\nos.close(2)")]),
+    );
+    let after = eval(
+        &mut client,
+        "s",
+        json!([py(
+            "import sys\nprint('out again')\nprint('err again', file=sys.stderr)"
+        )]),
+    );
+    assert_eq!(after["cells"][0]["status"], "complete", "{after:#}");
+    assert_eq!(after["cells"][0]["output"], "out again\nerr again\n");
+    eval(
+        &mut client,
+        "s",
+        json!([py("import sys\nsys.stdout.close()")]),
+    );
+    let after = eval(&mut client, "s", json!([py("print('and again')")]));
+    assert_eq!(after["cells"][0]["output"], "and again\n", "{after:#}");
+    daemon.stop();
+}
+
+#[test]
+fn python_keeps_the_sources_of_recent_cells_only() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let trivial: Vec<Value> = (0..300).map(|i| py(&format!("v{i} = {i}"))).collect();
+    eval(&mut client, "s", Value::Array(trivial));
+    // One-MB cells: four fit in the byte budget (4 MiB), not five.
+    let big: Vec<Value> = (0..6)
+        .map(|i| py(&format!("s{i} = 1\n#{}", "x".repeat(1 << 20))))
+        .collect();
+    eval(&mut client, "s", Value::Array(big));
+    let defined = eval(
+        &mut client,
+        "s",
+        json!([py("def boom():\n    raise ValueError('here')")]),
+    );
+    assert_eq!(defined["cells"][0]["status"], "complete");
+    let result = eval(
+        &mut client,
+        "s",
+        json!([
+            py("import linecache\n\
+             kept = [k for k in linecache.cache if k.startswith('<cell')]\n\
+             size = sum(len(''.join(linecache.cache[k][2])) for k in kept)\n\
+             print(len(kept) <= 200, size <= 5 << 20)"),
+            py("boom()")
+        ]),
+    );
+    assert_eq!(result["cells"][0]["output"], "True True\n", "{result:#}");
+    // The traceback of a recent cell still quotes its code.
+    let traceback = result["cells"][1]["output"].as_str().unwrap_or_default();
+    assert!(
+        traceback.contains("raise ValueError('here')"),
+        "{traceback}"
+    );
+    daemon.stop();
+}
