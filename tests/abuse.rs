@@ -305,3 +305,23 @@ fn python_keeps_the_sources_of_recent_cells_only() {
     );
     daemon.stop();
 }
+
+#[test]
+fn a_stopped_python_interpreter_is_detected_by_its_shim() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let stop_self = "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)";
+    let result = eval(
+        &mut client,
+        "s",
+        json!([{"language": "py", "code": stop_self, "timeout": 60}]),
+    );
+    let cell = &result["cells"][0];
+    // Not the timeout (60 s) and not blamed on the cell's duration: the shim saw it.
+    assert_eq!(cell["status"], "error", "{cell:#}");
+    let output = cell["output"].as_str().unwrap_or_default();
+    assert!(output.contains("was stopped by a signal"), "{output}");
+    let next = eval(&mut client, "s", json!([py("print('fresh')")]));
+    assert_eq!(next["cells"][0]["output"], "fresh\n", "{next:#}");
+    daemon.stop();
+}
