@@ -325,3 +325,40 @@ fn a_stopped_python_interpreter_is_detected_by_its_shim() {
     assert_eq!(next["cells"][0]["output"], "fresh\n", "{next:#}");
     daemon.stop();
 }
+
+#[test]
+fn a_client_that_never_reads_is_bounded_then_dropped() {
+    use std::io::{Read, Write};
+    let daemon = Daemon::start_with(
+        "[daemon]\nmax-pending-requests = 16\nstalled-client-timeout = \"1s\"\n",
+    );
+    let mut flood = std::os::unix::net::UnixStream::connect(&daemon.socket).expect("connect");
+    flood
+        .set_write_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let line = b"{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"status\", \"params\": {}}\n";
+    // Writes until the daemon stops reading (the write times out) or drops us.
+    let mut written = 0usize;
+    while written < 50_000 && flood.write_all(line).is_ok() {
+        written += 1;
+    }
+    assert!(
+        written < 50_000,
+        "the daemon kept reading a client that reads nothing"
+    );
+    // Past the stall timeout the daemon drops the connection: what is buffered, then EOF.
+    std::thread::sleep(Duration::from_secs(3));
+    flood
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut rest = Vec::new();
+    let ended = flood.read_to_end(&mut rest);
+    assert!(
+        ended.is_ok(),
+        "the stalled connection stayed open: {ended:?}"
+    );
+    // Every other client is served meanwhile and after.
+    let mut other = daemon.client();
+    eval(&mut other, "s", json!([lua("return 1")]));
+    daemon.stop();
+}
