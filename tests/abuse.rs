@@ -362,3 +362,68 @@ fn a_client_that_never_reads_is_bounded_then_dropped() {
     eval(&mut other, "s", json!([lua("return 1")]));
     daemon.stop();
 }
+
+#[test]
+fn artifacts_never_follow_planted_links_and_stay_under_their_cap() {
+    let daemon =
+        Daemon::start_with("[output]\nmax-bytes = \"1KiB\"\nartifact-max-total = \"1MiB\"\n");
+    let mut client = daemon.client();
+    let plant = r#"
+import os
+d = os.environ["CELLVISOR_ARTIFACT_DIR"]
+os.makedirs(d, exist_ok=True)
+victim = os.path.abspath("victim.txt")
+open(victim, "w").write("precious")
+for i in range(0, 100):
+    os.symlink(victim, os.path.join(d, "s-py-%d-%d.txt" % (os.getppid(), i)))
+os.symlink(victim, os.path.join(d, "evil.txt"))
+"#;
+    let planted = eval(&mut client, "s", json!([py(plant)]));
+    assert_eq!(planted["cells"][0]["status"], "complete", "{planted:#}");
+    let first = eval(&mut client, "s", json!([py("print('a' * 600_000)")]));
+    let first_path = first["cells"][0]["truncation"]["artifact_path"]
+        .as_str()
+        .unwrap_or_else(|| panic!("kept: {first:#}"))
+        .to_string();
+    let victim = daemon.world.work_dir().join("victim.txt");
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "precious"
+    );
+    let meta = std::fs::symlink_metadata(&first_path).expect("artifact");
+    assert!(meta.is_file(), "a plain file, not the planted link");
+    assert_eq!(meta.len(), 600_001);
+    let refused = eval(&mut client, "s", json!([py("output('evil')")]));
+    let said = refused["cells"][0]["output"].as_str().unwrap_or_default();
+    assert!(said.contains("link"), "{said}");
+    assert!(!said.contains("precious"), "{said}");
+    // A second big output needs room: the oldest artifact goes.
+    let second = eval(&mut client, "s", json!([py("print('b' * 600_000)")]));
+    let second_path = second["cells"][0]["truncation"]["artifact_path"]
+        .as_str()
+        .expect("kept")
+        .to_string();
+    assert!(
+        !Path::new(&first_path).exists(),
+        "the oldest artifact made room"
+    );
+    assert!(Path::new(&second_path).exists());
+    // More than the whole cap: not kept, said so, and no partial file left behind.
+    let third = eval(&mut client, "s", json!([py("print('c' * 2_000_000)")]));
+    let truncation = &third["cells"][0]["truncation"];
+    assert_eq!(truncation["artifact_path"], Value::Null, "{truncation:#}");
+    let why = truncation["artifact_error"].as_str().unwrap_or_default();
+    assert!(why.contains("output.artifact-max-total"), "{why}");
+    let output = third["cells"][0]["output"].as_str().unwrap_or_default();
+    assert!(output.contains("could not be kept"), "{output}");
+    let dir = Path::new(&second_path).parent().expect("dir");
+    let total: u64 = std::fs::read_dir(dir)
+        .expect("artifact dir")
+        .flatten()
+        .filter_map(|e| std::fs::symlink_metadata(e.path()).ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum();
+    assert!(total <= 1 << 20, "{total} bytes in the artifact directory");
+    daemon.stop();
+}

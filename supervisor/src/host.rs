@@ -126,10 +126,14 @@ impl Cellvisor {
             .artifact_dir
             .clone()
             .unwrap_or_else(|| base_dir.join("artifacts"));
+        let artifacts = crate::artifacts::ArtifactStore::new(
+            artifact_dir,
+            options.config.output.artifact_max_total.as_u64(),
+        );
         let base = WorkerBase {
             exe,
             run_dir: run_dir.clone(),
-            artifact_dir,
+            artifacts,
             store_dir: crate::paths::state_dir().join("store"),
         };
         let initial_config = options.config.clone();

@@ -2,6 +2,7 @@
 //! cells one at a time in arrival order, and applies the supervision policies: heartbeats,
 //! cell deadlines with an interrupt grace, and the restart budget.
 
+use crate::artifacts::ArtifactStore;
 use crate::cell::ToolCallRequest;
 use crate::cell::{CellEvent, CellOutcome, CellSpec, CellStatus};
 use crate::link::{ActiveCell, CellFinished, Link, PongReceived, WorkerExited};
@@ -196,7 +197,7 @@ pub struct Session {
     key: SessionKey,
     config: Arc<Config>,
     spec: WorkerSpec,
-    artifact_dir: PathBuf,
+    artifacts: Arc<ArtifactStore>,
     supervisor: Addr<Supervisor>,
     worker: Worker,
     generation: u64,
@@ -228,7 +229,7 @@ impl Session {
         key: SessionKey,
         config: Arc<Config>,
         spec: WorkerSpec,
-        artifact_dir: PathBuf,
+        artifacts: Arc<ArtifactStore>,
         supervisor: Addr<Supervisor>,
         notice: Option<String>,
         prestarted: Option<StartedWorker>,
@@ -238,7 +239,7 @@ impl Session {
             key,
             config,
             spec,
-            artifact_dir,
+            artifacts,
             supervisor,
             worker: Worker::None,
             generation: 0,
@@ -410,12 +411,13 @@ impl Session {
         let sink = OutputSink::new(SinkLimits {
             max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
             max_lines: self.config.output.max_lines,
-            artifact_path: self.artifact_dir.join(format!(
+            artifact_name: format!(
                 "{}-{}-{}-{cell_id}.txt",
                 crate::paths::file_safe(&self.key.session),
                 self.key.language,
                 link.pid
-            )),
+            ),
+            artifacts: Arc::clone(&self.artifacts),
         });
         let declared: Vec<String> = job.tools.iter().map(|t| t.name.clone()).collect();
         link.begin(

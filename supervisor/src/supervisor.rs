@@ -23,7 +23,8 @@ use tokio::sync::oneshot;
 pub struct WorkerBase {
     pub exe: PathBuf,
     pub run_dir: PathBuf,
-    pub artifact_dir: PathBuf,
+    /// Where spilled outputs go, and their total size.
+    pub artifacts: Arc<crate::artifacts::ArtifactStore>,
     /// Where sessions keep what JS `store()` saves; outlives workers and the daemon.
     pub store_dir: PathBuf,
 }
@@ -220,7 +221,7 @@ impl Supervisor {
             submit.key.clone(),
             Arc::clone(&self.config),
             spec,
-            self.base.artifact_dir.clone(),
+            Arc::clone(&self.base.artifacts),
             ctx.address(),
             notice,
             prestarted,
@@ -258,7 +259,7 @@ impl Supervisor {
         };
         set(
             "CELLVISOR_ARTIFACT_DIR",
-            self.base.artifact_dir.clone().into(),
+            self.base.artifacts.dir().as_os_str().to_owned(),
         );
         if let Some(session) = session {
             set("CELLVISOR_SESSION", session.into());
@@ -412,12 +413,13 @@ impl Supervisor {
             return;
         }
         self.last_prune = Some(Instant::now());
-        let dir = self.base.artifact_dir.clone();
+        let dir = self.base.artifacts.dir().to_path_buf();
         actix::spawn(async move {
-            let pruned =
-                tokio::task::spawn_blocking(move || crate::output::prune_artifacts(&dir, max_age))
-                    .await
-                    .unwrap_or(0);
+            let pruned = tokio::task::spawn_blocking(move || {
+                crate::artifacts::prune_artifacts(&dir, max_age)
+            })
+            .await
+            .unwrap_or(0);
             if pruned > 0 {
                 tracing::info!(pruned, "deleted old spilled outputs");
             }
@@ -677,6 +679,9 @@ impl Handler<ReloadConfig> for Supervisor {
     type Result = ();
     fn handle(&mut self, msg: ReloadConfig, ctx: &mut Context<Self>) {
         self.config = msg.0;
+        self.base
+            .artifacts
+            .set_max_total(self.config.output.artifact_max_total.as_u64());
         for entry in self.sessions.values() {
             entry.addr.do_send(UpdateConfig(Arc::clone(&self.config)));
         }
