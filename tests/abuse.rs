@@ -427,3 +427,82 @@ os.symlink(victim, os.path.join(d, "evil.txt"))
     assert!(total <= 1 << 20, "{total} bytes in the artifact directory");
     daemon.stop();
 }
+
+fn js(code: &str) -> Value {
+    json!({"language": "js", "code": code})
+}
+
+#[test]
+fn javascript_engine_edges_are_errors_a_cell_can_catch() {
+    let daemon = Daemon::start_with("[js]\nmemory-limit = \"64MiB\"\n");
+    let mut client = daemon.client();
+    eval(&mut client, "s", json!([js("globalThis.kept = 7")]));
+    let deep = "let o = {}; let c = o; for (let i = 0; i < 100000; i++) { c.a = [{}]; c = c.a[0] }\n\
+                try { JSON.stringify(o); 'no error' } catch (e) { `${e.name}: ${e instanceof RangeError}` }";
+    let result = eval(&mut client, "s", json!([js(deep)]));
+    assert_eq!(
+        result["cells"][0]["output"], "RangeError: true\n",
+        "{result:#}"
+    );
+    let cyclic = "const c = {}; c.me = c; try { JSON.stringify(c) } catch (e) { e.name }";
+    let result = eval(&mut client, "s", json!([js(cyclic)]));
+    assert_eq!(result["cells"][0]["output"], "TypeError\n", "{result:#}");
+    let surrogate = "console.log('a\\uD800b'); print('c\\uDC00d')";
+    let result = eval(&mut client, "s", json!([js(surrogate)]));
+    assert_eq!(result["cells"][0]["status"], "complete", "{result:#}");
+    assert_eq!(result["cells"][0]["output"], "a\u{fffd}b\nc\u{fffd}d\n");
+    // Small allocations to the limit: the engine has no memory left to build its error.
+    let exhaust = "let m = new Map(); for (let i = 0; ; i++) m.set(i, [i])";
+    let result = eval(&mut client, "s", json!([js(exhaust)]));
+    let output = result["cells"][0]["output"].as_str().unwrap_or_default();
+    assert!(output.contains("out of memory"), "{output}");
+    assert!(output.contains("64 MiB"), "{output}");
+    assert!(!output.contains("Uncaught null"), "{output}");
+    let after = eval(&mut client, "s", json!([js("kept")]));
+    assert_eq!(
+        after["cells"][0]["output"], "7\n",
+        "the worker survived: {after:#}"
+    );
+    daemon.stop();
+}
+
+#[test]
+fn lua_loads_text_only_and_runs_out_of_memory_as_an_error() {
+    let daemon = Daemon::start_with("[limits]\naddress-space = \"512MiB\"\n");
+    let mut client = daemon.client();
+    eval(&mut client, "s", json!([lua("kept = 7")]));
+    let binary = "local f = string.dump(function() return 1 end)\n\
+                  local mutated = f:sub(1, 20) .. string.rep('\\255', #f - 20)\n\
+                  local a, why = load(f)\n\
+                  local b = load(mutated)\n\
+                  local path = os.tmpname()\n\
+                  local file = io.open(path, 'wb') file:write(f) file:close()\n\
+                  local c = loadfile(path)\n\
+                  local ok = pcall(dofile, path)\n\
+                  os.remove(path)\n\
+                  print(a == nil, b == nil, c == nil, ok, why)";
+    let result = eval(&mut client, "s", json!([lua(binary)]));
+    let output = result["cells"][0]["output"].as_str().unwrap_or_default();
+    assert!(
+        output.starts_with("true\ttrue\ttrue\tfalse\t"),
+        "{result:#}"
+    );
+    assert!(output.contains("binary chunk"), "{output}");
+    // No lua.memory-limit: the address-space rlimit would make the allocator abort.
+    let exhaust = "local ok, err = pcall(function()\n\
+                     local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 1000) .. i end\n\
+                   end)\n\
+                   collectgarbage()\n\
+                   print(ok, err)";
+    let result = eval(&mut client, "s", json!([lua(exhaust)]));
+    assert_eq!(
+        result["cells"][0]["output"], "false\tnot enough memory\n",
+        "{result:#}"
+    );
+    let after = eval(&mut client, "s", json!([lua("return kept")]));
+    assert_eq!(
+        after["cells"][0]["output"], "7\n",
+        "the worker survived: {after:#}"
+    );
+    daemon.stop();
+}
