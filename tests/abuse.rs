@@ -5,7 +5,7 @@
 mod common;
 
 use common::daemon::{Client, Daemon};
-use common::{cells, World};
+use common::{cells, wait_until, World};
 use serde_json::{json, Value};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -503,6 +503,41 @@ fn lua_loads_text_only_and_runs_out_of_memory_as_an_error() {
     assert_eq!(
         after["cells"][0]["output"], "7\n",
         "the worker survived: {after:#}"
+    );
+    daemon.stop();
+}
+
+fn rss_bytes(pid: u64) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    kib * 1024
+}
+
+#[test]
+fn the_daemon_gives_memory_back_after_a_big_request() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let pid = client.call("initialize", json!({})).expect("initialize")["pid"]
+        .as_u64()
+        .expect("pid");
+    eval(&mut client, "s", json!([lua("x = 1")]));
+    std::thread::sleep(Duration::from_millis(300));
+    let before = rss_bytes(pid);
+    let big = format!("-- {}", "x".repeat(7 << 20));
+    eval(&mut client, "s", json!([lua(&big), lua(&big)]));
+    let settled = wait_until(Duration::from_secs(5), || {
+        let now = rss_bytes(pid);
+        (now < before + (8 << 20)).then_some(now).ok_or(now)
+    });
+    assert!(
+        settled.is_ok(),
+        "daemon RSS {} MiB before a 15 MB request, {} MiB after",
+        before >> 20,
+        settled.unwrap_or_else(|now| now) >> 20
     );
     daemon.stop();
 }

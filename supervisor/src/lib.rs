@@ -10,6 +10,7 @@
 //! - `link`: the tasks on each worker connection (output into the sink, frames to the session).
 //! - [`spawn`]: starting a worker process, stopping its process group.
 //! - [`output`]: a cell's bounded output sink with artifact spill.
+//! - [`allocator`]: returning freed memory to the OS after big requests.
 //! - [`artifacts`]: the artifact directory: private files, no links followed, a total cap.
 //! - [`paths`]: where files that outlive workers live (artifacts, session stores).
 //! - [`environment`], [`limits`]: what a worker inherits: filtered variables, rlimits.
@@ -20,6 +21,7 @@
 //! - [`mcp`]: `cellvisor mcp`, an MCP server on stdio with an embedded supervisor.
 //! - [`worker_entry`]: the hidden `__worker` entry point for programs that embed cellvisor.
 
+pub mod allocator;
 pub mod artifacts;
 pub mod cell;
 pub mod daemon;

@@ -82,6 +82,7 @@ struct Daemon {
 
 /// Runs the daemon until `shutdown`, SIGTERM or SIGINT (or its idle exit).
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
+    crate::allocator::map_big_blocks_separately();
     let listener = bind(&options.socket).await?;
     let socket_inode = socket_inode(&options.socket);
     let idle_exit = options.supervisor.config.daemon.idle_exit;
@@ -291,6 +292,10 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
                 };
             }
             match tokio::time::timeout(stall, writer.write_all(&batch)).await {
+                Ok(Ok(())) if batch.len() >= crate::allocator::BIG_MESSAGE_BYTES => {
+                    batch = Vec::new();
+                    crate::allocator::release_free_memory();
+                }
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => break,
                 Err(_) => {
@@ -347,6 +352,7 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
+        let big = line.len() >= crate::allocator::BIG_MESSAGE_BYTES;
         let request: Request = match serde_json::from_slice::<Value>(&line) {
             Err(err) => {
                 let error = RpcError::new(code::PARSE_ERROR, format!("parse error: {err}"));
@@ -385,6 +391,9 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
             let result = dispatch(&daemon, request, &connection).await;
             if let Some(id) = id {
                 let _ = connection.out.send(protocol::response(id, result)).await;
+            }
+            if big {
+                crate::allocator::release_free_memory();
             }
             if let Ok(mut registry) = registry.lock() {
                 registry.remove(&task_id);
