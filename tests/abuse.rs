@@ -541,3 +541,26 @@ fn the_daemon_gives_memory_back_after_a_big_request() {
     );
     daemon.stop();
 }
+
+#[test]
+fn a_worker_that_cannot_start_for_the_process_limit_says_so_in_the_result_and_status() {
+    if !Path::new("/usr/bin/setpriv").exists() || nix::unistd::getuid().as_raw() != 0 {
+        eprintln!("skipped: needs root and setpriv (root ignores RLIMIT_NPROC)");
+        return;
+    }
+    // One process for the user: a worker's first thread is already one too many.
+    let world = World::with_config("[limits]\nprocesses = 1\n[daemon]\nidle-exit = \"0s\"\n");
+    chown_tree(world.dir.path(), NOBODY);
+    let run = as_nobody(&world, &["eval", "--json", "-l", "js", "1"]);
+    let result = run.json();
+    let output = cells(&result)[0]["output"].as_str().unwrap_or_default();
+    assert!(output.contains("RLIMIT_NPROC"), "{output}");
+    let status = as_nobody(&world, &["status", "--json"]);
+    let rows: Value = serde_json::from_str(&status.stdout).expect("status JSON");
+    let row = &rows[0];
+    assert_eq!(row["state"], "failed", "{row:#}");
+    let reason = row["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("RLIMIT_NPROC"), "{row:#}");
+    as_nobody(&world, &["stop"]).assert_code(0);
+    world.assert_no_processes_left(SETTLE);
+}

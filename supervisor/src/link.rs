@@ -291,6 +291,8 @@ impl ReaderTask {
             Err(err) => format!("could not be reaped: {err}"),
         };
         let partial = self.current.take().map(ActiveCell::finish);
+        // Give the stderr reader a moment to collect the worker's last words.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         self.session.do_send(WorkerExited {
             generation: self.generation,
             reason,

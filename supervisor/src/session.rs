@@ -62,6 +62,9 @@ pub struct SessionStatus {
     pub rss_bytes: Option<u64>,
     /// CPU use of the worker and its children since the previous status, in percent of a core.
     pub cpu_percent: Option<f32>,
+    /// Why the session is failed, or why its last worker could not start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A cell to run, with where to send its outcome.
@@ -211,6 +214,8 @@ pub struct Session {
     restarts_left: u32,
     restarts_used: u32,
     failed: Option<String>,
+    /// Why the last worker could not start, until one does.
+    start_error: Option<String>,
     cells_run: u64,
     last_active: Instant,
     /// Told to the next cell: the session was started, restarted, reset or evicted.
@@ -252,6 +257,7 @@ impl Session {
             next_cell_id: 1,
             restarts_used: 0,
             failed: None,
+            start_error: None,
             cells_run: 0,
             last_active: Instant::now(),
             notice,
@@ -368,6 +374,7 @@ impl Session {
         match msg.result {
             Ok(worker) => {
                 tracing::info!(session = %self.key, pid = worker.pid, engine = %worker.engine, "worker started");
+                self.start_error = None;
                 let link = Link::spawn(worker, msg.generation, ctx.address());
                 self.worker = Worker::Ready {
                     generation: msg.generation,
@@ -383,7 +390,12 @@ impl Session {
             Err(err) => {
                 tracing::warn!(session = %self.key, "worker failed to start: {err}");
                 self.worker = Worker::None;
-                let message = format!("could not start the {} worker: {err}", self.key.language);
+                let message = format!(
+                    "could not start the {} worker: {err}{}",
+                    self.key.language,
+                    process_limit_hint(&err.to_string())
+                );
+                self.start_error = Some(message.clone());
                 if !self.after_stop.is_empty() {
                     self.finish_stop(ctx);
                     return;
@@ -611,6 +623,14 @@ impl Session {
                 (None, None)
             }
             (running, partial) => (running, partial),
+        };
+        // What the worker said last explains a death before any cell (a thread it could not
+        // start); a crash under a cell shows the whole stderr below instead.
+        let said = msg.stderr_tail.lines().last().unwrap_or_default().trim();
+        let cause = if killed_for.is_none() && !said.is_empty() && running.is_none() {
+            format!("{cause}: {said}{}", process_limit_hint(said))
+        } else {
+            cause
         };
         tracing::warn!(session = %self.key, "worker gone: {cause}");
         let restarted = self.restarts_left > 0;
@@ -907,6 +927,7 @@ impl Handler<QueryStatus> for Session {
             queued: self.queue.len(),
             rss_bytes: None,
             cpu_percent: None,
+            reason: self.failed.clone().or_else(|| self.start_error.clone()),
         })
     }
 }
@@ -1002,4 +1023,14 @@ fn append_line(text: &mut String, line: &str) {
     }
     text.push_str(line);
     text.push('\n');
+}
+
+/// A hint for a process or thread that could not be created (EAGAIN): the per-user limit.
+fn process_limit_hint(error: &str) -> &'static str {
+    if error.contains("Resource temporarily unavailable") || error.contains("os error 11") {
+        " (the per-user process limit, RLIMIT_NPROC, counts every process and thread of this \
+         user, so one session's children can exhaust it for all; see limits.processes)"
+    } else {
+        ""
+    }
 }
