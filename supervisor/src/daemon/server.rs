@@ -9,7 +9,9 @@
 //! connection), at most [`MAX_PENDING_TOOL_CALLS`] tool calls awaiting the client, and a
 //! client that reads none of its answers for `daemon.stalled-client-timeout` is dropped.
 
-use super::protocol::{self, code, method, InitializeResult, Request, RpcError, SessionParams};
+use super::protocol::{
+    self, code, method, params, Incoming, InitializeResult, Request, RpcError, SessionParams,
+};
 use crate::cell::{CellEvent, EvalRequest, ToolCallRequest};
 use crate::host::{Cellvisor, Options, RequestError};
 use serde_json::Value;
@@ -349,27 +351,18 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
             }
             Err(LineError::Io) => break,
         };
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
         let big = line.len() >= crate::allocator::BIG_MESSAGE_BYTES;
-        let request: Request = match serde_json::from_slice::<Value>(&line) {
-            Err(err) => {
-                let error = RpcError::new(code::PARSE_ERROR, format!("parse error: {err}"));
-                let _ = out.send(protocol::response(Value::Null, Err(error))).await;
-                continue;
-            }
-            Ok(value) if value.get("method").is_none() && value.get("id").is_some() => {
+        let request = match protocol::parse_line(&line) {
+            Incoming::Blank => continue,
+            Incoming::Answer(value) => {
                 answer_tool_call(&connection, value);
                 continue;
             }
-            Ok(value) => match parse_request(value) {
-                Ok(request) => request,
-                Err((id, error)) => {
-                    let _ = out.send(protocol::response(id, Err(error))).await;
-                    continue;
-                }
-            },
+            Incoming::Invalid { id, error } => {
+                let _ = out.send(protocol::response(id, Err(error))).await;
+                continue;
+            }
+            Incoming::Request(request) => request,
         };
         next_task += 1;
         let task_id = next_task;
@@ -480,46 +473,6 @@ async fn forward_tool_call(connection: &Connection, request_id: &Value, call: To
     let _ = connection.out.send(request).await;
 }
 
-fn parse_request(value: Value) -> Result<Request, (Value, RpcError)> {
-    let id = value.get("id").cloned().unwrap_or(Value::Null);
-    // JSON-RPC 2.0: an id is a string, a number or null; it is echoed only when valid.
-    if !matches!(id, Value::String(_) | Value::Number(_) | Value::Null) {
-        return Err((
-            Value::Null,
-            RpcError::new(
-                code::INVALID_REQUEST,
-                "invalid request: id must be a string, a number or null",
-            ),
-        ));
-    }
-    // Every method takes named parameters; a positional array would bind by field order.
-    if value.get("params").is_some_and(|p| !p.is_object()) {
-        return Err((
-            id,
-            RpcError::new(
-                code::INVALID_PARAMS,
-                "invalid params: params must be an object of named parameters",
-            ),
-        ));
-    }
-    let request: Request = serde_json::from_value(value).map_err(|e| {
-        (
-            id.clone(),
-            RpcError::new(code::INVALID_REQUEST, format!("invalid request: {e}")),
-        )
-    })?;
-    if request.jsonrpc != "2.0" {
-        return Err((
-            id,
-            RpcError::new(
-                code::INVALID_REQUEST,
-                "invalid request: jsonrpc must be \"2.0\"",
-            ),
-        ));
-    }
-    Ok(request)
-}
-
 enum LineError {
     TooLong,
     Io,
@@ -549,11 +502,6 @@ async fn read_line<R: AsyncBufReadExt + Unpin>(
             return Ok(Some(line));
         }
     }
-}
-
-fn params<T: serde::de::DeserializeOwned>(params: Option<Value>) -> Result<T, RpcError> {
-    serde_json::from_value(params.unwrap_or(Value::Object(Default::default())))
-        .map_err(|e| RpcError::new(code::INVALID_PARAMS, format!("invalid params: {e}")))
 }
 
 fn refused(err: RequestError) -> RpcError {
