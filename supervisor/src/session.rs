@@ -627,11 +627,16 @@ impl Session {
         // What the worker said last explains a death before any cell (a thread it could not
         // start); a crash under a cell shows the whole stderr below instead.
         let said = msg.stderr_tail.lines().last().unwrap_or_default().trim();
-        let cause = if killed_for.is_none() && !said.is_empty() && running.is_none() {
-            format!("{cause}: {said}{}", process_limit_hint(said))
+        let mut cause = if killed_for.is_none()
+            && !said.is_empty()
+            && running.is_none()
+            && !cause.contains(said)
+        {
+            format!("{cause}: {said}")
         } else {
             cause
         };
+        cause.push_str(process_limit_hint(&cause));
         tracing::warn!(session = %self.key, "worker gone: {cause}");
         let restarted = self.restarts_left > 0;
         let budget = self.config.sessions.restart_budget;

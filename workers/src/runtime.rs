@@ -243,6 +243,20 @@ where
         &engine.engine_name(),
     )?;
 
+    // A thread that cannot start (the user's process limit) is told to the supervisor in a
+    // Fatal frame: it may kill this process as soon as the connection closes, before stderr
+    // could say anything.
+    let fatal_stream = Arc::clone(&stream);
+    let cannot_start = move |what: &str, err: std::io::Error| {
+        let message = format!("cannot start the {what} thread: {err}");
+        let _ = write_frame(
+            &mut &*fatal_stream,
+            &FromWorker::Fatal {
+                message: message.clone(),
+            },
+        );
+        WorkerError::Engine(message)
+    };
     let (outbox, rx) = Outbox::new(OUTBOX_CAPACITY);
     let socket = SocketWriter::new(Arc::clone(&stream));
     let fatal_sent = Arc::new(FatalSent::default());
@@ -253,7 +267,7 @@ where
             let fatal_sent = Arc::clone(&fatal_sent);
             move || write_loop(&socket, rx, &fatal_sent)
         })
-        .map_err(|e| WorkerError::Engine(format!("cannot start the writer thread: {e}")))?;
+        .map_err(|e| cannot_start("writer", e))?;
 
     let interrupt = Interrupt::default();
     let running = Arc::new(AtomicU64::new(NO_CELL));
@@ -271,7 +285,7 @@ where
     thread::Builder::new()
         .name("frame-reader".into())
         .spawn(move || io.run(&stream))
-        .map_err(|e| WorkerError::Engine(format!("cannot start the reader thread: {e}")))?;
+        .map_err(|e| cannot_start("reader", e))?;
 
     // The channel closes when the reader thread ends (Shutdown or a lost supervisor).
     while let Ok(cell) = cells_rx.recv() {
