@@ -473,8 +473,8 @@ fn lua_loads_text_only_and_runs_out_of_memory_as_an_error() {
     eval(&mut client, "s", json!([lua("kept = 7")]));
     let binary = "local f = string.dump(function() return 1 end)\n\
                   local mutated = f:sub(1, 20) .. string.rep('\\255', #f - 20)\n\
-                  local a, why = load(f)\n\
-                  local b = load(mutated)\n\
+                  local a, why = lua_load(f)\n\
+                  local b = lua_load(mutated)\n\
                   local path = os.tmpname()\n\
                   local file = io.open(path, 'wb') file:write(f) file:close()\n\
                   local c = loadfile(path)\n\

@@ -146,14 +146,18 @@ async fn a_cell_that_ends_its_worker_at_once_is_not_run_again() {
         cv.eval(request(&session, &[(lua, "x = 1")]), None)
             .await
             .expect("eval");
+        // `os.exit` ends only the cell (code mode); a shell the cell starts kills the worker.
         let result = cv
-            .eval(request(&session, &[(lua, "os.exit(3)")]), None)
+            .eval(
+                request(&session, &[(lua, "os.execute('kill -9 $PPID')")]),
+                None,
+            )
             .await
             .expect("eval");
         assert!(
             result.cells[0]
                 .output
-                .contains("worker crashed: exited with code 3; session restarted"),
+                .contains("worker crashed: killed by signal 9 (SIGKILL); session restarted"),
             "run {i}: {}",
             result.cells[0].output
         );

@@ -25,6 +25,9 @@ pub const MAX_CODE_BYTES: usize = 8 * 1024 * 1024;
 /// Longest session name accepted.
 pub const MAX_SESSION_NAME: usize = 128;
 
+/// Longest host tool name accepted (MCP servers name tools like `github.search_issues`).
+pub const MAX_TOOL_NAME: usize = 128;
+
 /// How to start a supervisor.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -71,7 +74,7 @@ pub enum RequestError {
     CodeTooLarge { index: usize, len: usize },
     #[error("working directory {0} does not exist or is not a directory")]
     Cwd(PathBuf),
-    #[error("invalid tool name {0:?}: use 1 to 64 characters from A-Z a-z 0-9 _, not starting with a digit")]
+    #[error("invalid tool name {0:?}: use 1 to {max} characters from A-Z a-z 0-9 _ - .", max = MAX_TOOL_NAME)]
     ToolName(String),
     #[error("tool {0:?} is declared twice")]
     DuplicateTool(String),
@@ -134,7 +137,7 @@ impl Cellvisor {
             exe,
             run_dir: run_dir.clone(),
             artifacts,
-            store_dir: crate::paths::state_dir().join("store"),
+            store_dir: crate::paths::stores_dir(),
         };
         let initial_config = options.config.clone();
         let config = Arc::new(options.config);
@@ -535,9 +538,10 @@ fn validate(request: &EvalRequest, max_cells: usize) -> Result<(), RequestError>
     let mut seen = std::collections::HashSet::new();
     for tool in &request.tools {
         let name = tool.name.as_str();
-        let valid = (1..=64).contains(&name.len())
-            && !name.starts_with(|c: char| c.is_ascii_digit())
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let valid = (1..=MAX_TOOL_NAME).contains(&name.len())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
         if !valid {
             return Err(RequestError::ToolName(tool.name.clone()));
         }
@@ -563,6 +567,33 @@ mod tests {
             ["python.prewarm: 0 -> 1", "sessions.max-sessions: 4 -> 8"]
         );
         assert!(config_changes(&old, &old).is_empty());
+    }
+
+    #[test]
+    fn tool_names_may_hold_dashes_and_dots() {
+        let request = |name: &str| EvalRequest {
+            tools: vec![crate::cell::ToolSpec {
+                name: name.into(),
+                description: String::new(),
+                input_schema: serde_json::json!({}),
+            }],
+            ..serde_json::from_value(
+                serde_json::json!({"cells": [{"language": "js", "code": "1"}]}),
+            )
+            .expect("request")
+        };
+        for good in [
+            "list-dir",
+            "github.search_issues",
+            "3d",
+            &"x".repeat(MAX_TOOL_NAME),
+        ] {
+            assert_eq!(validate(&request(good), 10), Ok(()), "{good}");
+        }
+        for bad in ["", "a b", "a/b", "ünï", &"x".repeat(MAX_TOOL_NAME + 1)] {
+            let err = validate(&request(bad), 10).expect_err(bad);
+            assert!(err.to_string().contains("A-Z a-z 0-9 _ - ."), "{err}");
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! Start with [`Cellvisor::start`] and [`Cellvisor::eval`].
 //!
 //! - [`cell`]: requests, results and progress events (the host-facing contract).
+//! - [`check`]: `cellvisor check`, scored suites of cells with artifacts and a run summary.
 //! - [`host`]: the library API, [`Cellvisor`].
 //! - [`supervisor`]: the `Supervisor` actor: registry, cap, eviction.
 //! - [`session`]: the `Session` actor: one worker, its cells, heartbeats, deadlines, restarts.
@@ -24,6 +25,7 @@
 pub mod allocator;
 pub mod artifacts;
 pub mod cell;
+pub mod check;
 pub mod daemon;
 pub mod directive;
 pub mod environment;

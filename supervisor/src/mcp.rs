@@ -313,7 +313,10 @@ tracebacks. Rich output: display(value) shows dicts/lists as JSON, objects with 
 _repr_png_/_repr_markdown_ etc. as images or text (matplotlib figures are captured as PNG). \
 Each cell has a timeout (seconds); on timeout it is interrupted and reported cancelled. \
 Reading stdin is not supported. Helpers available in every language: read, write, append, \
-sort, uniq, counter, diff, tree, env, output, display (they are async in js: await them).";
+sort, uniq, counter, diff, tree, env, output, display (they are async in js: await them). \
+Code-mode helpers, synchronous in every language: text(value), image(dataUrl, detail?), \
+audio(dataUrl), notify(message), store(key, value) / load(key) (JSON kept per session across \
+calls, restarts and languages), exit() (ends the cell successfully).";
 
 const RESET_DESCRIPTION: &str = "Discard the state of this connection's runtimes by replacing \
 their worker processes: one language (py, js or lua) or, with no language, all of them. Use \
@@ -521,7 +524,7 @@ fn render_cell(cell: &CellResult, total: usize) -> (String, Vec<ContentBlock>) {
                     text.push('\n');
                 }
             }
-            Rendered::Image(block) => images.push(*block),
+            Rendered::Media(block) => images.push(*block),
             Rendered::Nothing => {}
         }
     }
@@ -539,7 +542,8 @@ fn render_cell(cell: &CellResult, total: usize) -> (String, Vec<ContentBlock>) {
 
 enum Rendered {
     Text(String),
-    Image(Box<ContentBlock>),
+    /// An image or an audio clip, sent as its own content block.
+    Media(Box<ContentBlock>),
     Nothing,
 }
 
@@ -552,8 +556,15 @@ fn render_display(bundle: &Value) -> Rendered {
         if let Some(Value::String(data)) = bundle.get(mime) {
             // Base64 as the workers send it; tolerate line breaks some encoders add.
             let data: String = data.chars().filter(|c| !c.is_ascii_whitespace()).collect();
-            return Rendered::Image(Box::new(ContentBlock::image(data, mime)));
+            return Rendered::Media(Box::new(ContentBlock::image(data, mime)));
         }
+    }
+    // An audio clip (code mode's `audio(dataUrl)`).
+    if let Some((mime, Value::String(data))) =
+        bundle.iter().find(|(mime, _)| mime.starts_with("audio/"))
+    {
+        let data: String = data.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+        return Rendered::Media(Box::new(ContentBlock::audio(data, mime)));
     }
     if let Some(value) = bundle.get("application/json") {
         return Rendered::Text(
@@ -700,6 +711,7 @@ mod tests {
                 vec![
                     json!({"application/json": {"k": [1]}, "text/plain": "{'k': [1]}"}),
                     json!({"image/png": "iVBO\nRw==", "text/plain": "<Png>"}),
+                    json!({"audio/wav": "UklG", "text/plain": "<audio audio/wav>"}),
                 ],
             ),
             cell(1, CellStatus::Error, "Traceback\n", vec![]),
@@ -723,6 +735,15 @@ mod tests {
         let image = image.expect("an image block");
         assert_eq!(image.mime_type, "image/png");
         assert_eq!(image.data, "iVBORw==");
+        let audio = rendered.content.iter().find_map(|c| match c {
+            ContentBlock::Audio(a) => Some(a),
+            _ => None,
+        });
+        let audio = audio.expect("an audio block");
+        assert_eq!(
+            (audio.mime_type.as_str(), audio.data.as_str()),
+            ("audio/wav", "UklG")
+        );
     }
 
     #[test]

@@ -13,6 +13,16 @@ pub fn state_dir() -> PathBuf {
     cellvisor_ipc::socket::default_runtime_dir().join("state")
 }
 
+/// Where sessions' code-mode `store` / `load` keep their values, one directory per session.
+pub fn stores_dir() -> PathBuf {
+    state_dir().join("store")
+}
+
+/// The store directory of one session.
+pub fn session_store_dir(session: &str) -> PathBuf {
+    stores_dir().join(file_safe(session))
+}
+
 /// A session name made safe for a file name: anything but `A-Z a-z 0-9 - _` becomes `_`,
 /// and a name that changed gets a short hash so two names never share a file.
 pub fn file_safe(name: &str) -> String {

@@ -7,12 +7,17 @@
 //! - [`lua`]: Lua 5.4 (mlua) in-process.
 //! - [`python`]: a shim that owns `python -u runner.py` and speaks NDJSON to it.
 //! - `text`: the line helpers (`sort`, `uniq`, `diff`) JavaScript and Lua share.
+//! - [`tools`]: host tools in code mode: `ALL_TOOLS` with TypeScript declarations, tool
+//!   identifiers, the `tools.tool_search` ranking.
+//! - [`store`]: `store`/`load`, JSON per session on disk, shared by JavaScript and Lua.
 
 pub mod js;
 pub mod lua;
 pub mod python;
 pub mod runtime;
+pub mod store;
 mod text;
+pub mod tools;
 
 use cellvisor_ipc::Language;
 use std::path::Path;

@@ -63,24 +63,6 @@ pub trait Engine {
     ) -> Result<CellOutcome, WorkerError>;
 }
 
-/// The cell's tools as every language shows them in `ALL_TOOLS`: a JSON array of
-/// `{name, description, input_schema}`. A schema that is not JSON still reaches the cell,
-/// as its text.
-pub fn all_tools_json(tools: &[cellvisor_ipc::ToolInfo]) -> serde_json::Value {
-    tools
-        .iter()
-        .map(|tool| {
-            let schema = serde_json::from_str(&tool.input_schema_json)
-                .unwrap_or_else(|_| serde_json::Value::String(tool.input_schema_json.clone()));
-            serde_json::json!({
-                "name": tool.name,
-                "description": tool.description,
-                "input_schema": schema,
-            })
-        })
-        .collect()
-}
-
 /// The interrupt flag of the running cell, raised by the I/O thread.
 #[derive(Clone, Default)]
 pub struct Interrupt {
@@ -364,8 +346,8 @@ fn write_loop(socket: &SocketWriter, rx: Receiver<FromWorker>, fatal_sent: &Fata
 
 /// The socket's sending side, shared by the writer thread (everything queued in the outbox)
 /// and the reader thread, which writes a cell's `Started` itself before the engine sees the
-/// cell: so a cell that ends the process at once (`os.exit`) cannot look unstarted, which
-/// would make the supervisor run it again. Nothing of an earlier cell can follow it: the
+/// cell: so a cell that ends the process at once (Python's `os._exit`) cannot look unstarted,
+/// which would make the supervisor run it again. Nothing of an earlier cell can follow it: the
 /// supervisor sends a cell only after the previous one's `Done` arrived.
 #[derive(Clone)]
 struct SocketWriter(Arc<std::sync::Mutex<std::io::BufWriter<StreamWriter>>>);

@@ -1,5 +1,6 @@
 //! Command-line interface: argument parsing and the subcommands.
 
+mod check;
 mod config_cmd;
 mod eval;
 mod serve;
@@ -49,6 +50,8 @@ enum Command {
     Stop,
     /// Check the configuration or show the values in force.
     Config(config_cmd::ConfigArgs),
+    /// Run suites of scored cells (case files) and summarize them; exit 1 when a case fails.
+    Check(check::CheckArgs),
 }
 
 /// Global settings every subcommand may need.
@@ -120,6 +123,7 @@ pub fn main() -> i32 {
             Command::Close(args) => sessions::control(args, "close", &globals).await,
             Command::Stop => sessions::stop(&globals).await,
             Command::Config(args) => config_cmd::run(args, &globals),
+            Command::Check(args) => check::run(args, &globals).await,
         }
     })
 }

@@ -1,7 +1,7 @@
 //! What a cell's event loop waits for besides QuickJS's job queue: timers and host tool
-//! calls. Both live only as long as the cell: when its promise settles, timers still
-//! pending and calls still unanswered are dropped (code mode semantics: a cell is over when
-//! its value is known, and nothing it left behind runs later, in another cell's output).
+//! calls. While any is pending the cell goes on (code mode: an un-awaited `setTimeout` still
+//! fires); both live only as long as the cell, so whatever an interrupted cell left pending
+//! is dropped and never runs later, in another cell's output.
 
 use crate::runtime::ToolOutcome;
 use rquickjs::{Function, Persistent};

@@ -6,15 +6,9 @@
 use std::fs;
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Env var: where the supervisor spills long outputs (`output(id)` reads them).
 pub(super) const ARTIFACT_DIR_VAR: &str = "CELLVISOR_ARTIFACT_DIR";
-/// Env var: the per-session directory behind `store`/`load`.
-pub(super) const STORE_DIR_VAR: &str = "CELLVISOR_STORE_DIR";
-
-/// The longest key `store` accepts.
-const MAX_STORE_KEY: usize = 128;
 
 /// Directories the helpers use, fixed when the engine starts.
 #[derive(Debug, Clone, Default)]
@@ -35,7 +29,7 @@ impl HostDirs {
         };
         HostDirs {
             artifact_dir: dir(ARTIFACT_DIR_VAR),
-            store_dir: dir(STORE_DIR_VAR),
+            store_dir: crate::store::dir_from_env(),
         }
     }
 }
@@ -191,79 +185,6 @@ pub(super) fn output(dirs: &HostDirs, ids: &[String]) -> Result<(String, usize),
     Ok((text, bytes))
 }
 
-/// Checks a `store`/`load` key: a file name we can use as is.
-pub(super) fn check_store_key(helper: &str, key: &str) -> Result<(), String> {
-    let valid = !key.is_empty()
-        && key.len() <= MAX_STORE_KEY
-        && !key.starts_with('.')
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-    if valid {
-        Ok(())
-    } else {
-        Err(format!(
-            "{helper}: invalid key {key:?}: use 1 to {MAX_STORE_KEY} characters from \
-             A-Z a-z 0-9 _ - . (not starting with a dot)"
-        ))
-    }
-}
-
-fn store_dir<'d>(helper: &str, dirs: &'d HostDirs) -> Result<&'d Path, String> {
-    dirs.store_dir.as_deref().ok_or_else(|| {
-        format!("{helper}: this worker has no store directory ({STORE_DIR_VAR} is not set)")
-    })
-}
-
-/// `store(key, value)`: writes `json` to `<dir>/<key>.json` atomically (temp file, fsync,
-/// rename), so a crash or kill leaves the old value or the new one, never half of one.
-pub(super) fn store(dirs: &HostDirs, key: &str, json: &str) -> Result<usize, String> {
-    check_store_key("store", key)?;
-    let dir = store_dir("store", dirs)?;
-    let failed = |err: std::io::Error| {
-        format!(
-            "store: cannot write key `{key}` in {}: {err}",
-            dir.display()
-        )
-    };
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(failed)?;
-    }
-    static TEMP_SERIAL: AtomicU64 = AtomicU64::new(0);
-    let serial = TEMP_SERIAL.fetch_add(1, Ordering::Relaxed);
-    let temp = dir.join(format!(".{key}.json.{}.{serial}.tmp", std::process::id()));
-    let written = (|| {
-        let mut file = fs::File::create(&temp)?;
-        file.write_all(json.as_bytes())?;
-        file.sync_all()?;
-        fs::rename(&temp, dir.join(format!("{key}.json")))
-    })();
-    if let Err(err) = written {
-        let _ = fs::remove_file(&temp);
-        return Err(failed(err));
-    }
-    Ok(json.len())
-}
-
-/// `load(key)`: the stored JSON text, or `None` when the key was never stored.
-pub(super) fn load(dirs: &HostDirs, key: &str) -> Result<Option<String>, String> {
-    check_store_key("load", key)?;
-    let Some(dir) = &dirs.store_dir else {
-        return Ok(None);
-    };
-    let file = dir.join(format!("{key}.json"));
-    match fs::read_to_string(&file) {
-        Ok(text) => Ok(Some(text)),
-        Err(err) if err.kind() == ErrorKind::NotFound => Ok(None),
-        Err(err) => Err(format!("load: cannot read {}: {err}", file.display())),
-    }
-}
-
 /// An I/O error as a helper's message: `read: no such file: notes.txt (in /work)`.
 fn io_message(helper: &str, path: &str, err: &std::io::Error) -> String {
     let cwd = std::env::current_dir()
@@ -318,29 +239,5 @@ mod tests {
         assert_eq!(entries, 4);
         let (text, _) = tree(root, 1, true).expect("tree");
         assert_eq!(text, format!("{root}\n├── .hidden\n├── README\n└── src/"));
-    }
-
-    #[test]
-    fn store_keys_are_checked_and_writes_are_atomic() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let dirs = HostDirs {
-            artifact_dir: None,
-            store_dir: Some(dir.path().join("store")),
-        };
-        store(&dirs, "k-1.v2", "{\"a\":1}").expect("store");
-        assert_eq!(
-            load(&dirs, "k-1.v2").expect("load").as_deref(),
-            Some("{\"a\":1}")
-        );
-        assert_eq!(load(&dirs, "never").expect("load"), None);
-        for bad in ["", "../x", "a/b", ".hidden", "sp ace"] {
-            assert!(store(&dirs, bad, "1").is_err(), "{bad}");
-        }
-        let leftovers: Vec<_> = fs::read_dir(dir.path().join("store"))
-            .expect("listing")
-            .filter_map(Result::ok)
-            .map(|entry| entry.file_name())
-            .collect();
-        assert_eq!(leftovers, vec![std::ffi::OsString::from("k-1.v2.json")]);
     }
 }

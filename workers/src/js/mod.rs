@@ -22,17 +22,22 @@
 //!   show_hidden?)`, `env(key?, value?)` (`null` unsets), `output(...ids)`. Optional
 //!   arguments may also be one options object (`read(p, {offset: 3})`). Each emits one
 //!   `application/x-cellvisor-status` display when it succeeds.
-//! - Code mode: `text(value)`, `image(dataUrl)`, `notify(message)`, `store(key, value)` /
-//!   `load(key)` (async), `exit()`, `tool.<name>(args)` / `tools.<name>(args)` (async),
-//!   `ALL_TOOLS`, `setTimeout`/`setInterval`/`clearTimeout`/`clearInterval`.
+//! - Code mode, synchronous as in the code-mode script API: `text(value)`,
+//!   `image(dataUrl, detail?)`, `audio(dataUrl)`, `notify(value)`, `store(key, value)` /
+//!   `load(key)`, `exit()`; `tool.<name>(args)` / `tools.<name>(args)` /
+//!   `tools["list-dir"](args)` and `tools.tool_search({query, limit?})` (async), `ALL_TOOLS`
+//!   (with TypeScript declarations, see [`crate::tools`]),
+//!   `setTimeout`/`setInterval`/`clearTimeout`/`clearInterval`.
 //!
 //! Choices worth knowing:
-//! - A cell ends when its promise settles (then the microtasks it queued run). Timers still
-//!   pending and tool calls still unanswered are dropped then, never run in a later cell.
-//! - `exit()` throws a private value and marks the cell as exiting: the event loop ends the
-//!   cell as completed, and QuickJS's interrupt handler stops any code still running (a
-//!   `catch` that swallowed the throw) at its next check. Until then that code runs, but its
-//!   output is dropped and helpers with effects refuse; `finally` blocks run the same way.
+//! - A cell ends when its promise has settled *and* nothing it started is pending: its value
+//!   is shown when the promise settles, then timers and unanswered tool calls keep the cell
+//!   running until none remain (a `setInterval` never cleared runs until the cell's timeout).
+//!   Whatever an interrupted or timed-out cell left pending is dropped, never run later.
+//! - `exit()` throws an error QuickJS marks uncatchable: it unwinds past every `catch` and
+//!   `finally`, so nothing after it runs, and the cell is completed. Should code still run
+//!   (an executor QuickJS turns the throw into a rejection for), the interrupt handler stops
+//!   it at its next check; until then its output is dropped and helpers with effects refuse.
 //! - Modules: see `modules` (edits to local files are picked up, packages are not).
 mod event_loop;
 mod host;
@@ -153,6 +158,8 @@ struct RunningCell {
     rejections: RefCell<Vec<Rejection>>,
     timers: RefCell<Timers>,
     calls: RefCell<Vec<PendingCall>>,
+    /// The host tools the cell may call, for `tools.tool_search`.
+    tools: RefCell<Vec<cellvisor_ipc::ToolInfo>>,
 }
 
 struct Rejection {
@@ -161,8 +168,9 @@ struct Rejection {
 }
 
 impl RunningCell {
-    fn begin(&self, outbox: &Outbox, cell_id: u64, interrupt: &Interrupt) {
-        *self.sink.borrow_mut() = Some((outbox.clone(), cell_id));
+    fn begin(&self, outbox: &Outbox, cell: &ExecuteCell, interrupt: &Interrupt) {
+        *self.sink.borrow_mut() = Some((outbox.clone(), cell.cell_id));
+        self.tools.borrow_mut().clone_from(&cell.tools);
         *self.interrupt.borrow_mut() = Some(interrupt.flag());
         self.interrupted.set(false);
         self.exiting.set(false);
@@ -266,6 +274,15 @@ enum Settled<'js> {
     Refused(String),
 }
 
+/// What one step of the event loop did.
+enum Turn<'js> {
+    Progressed,
+    /// The cell must end: interrupted, or a timer threw.
+    Stopped(Settled<'js>),
+    /// Nothing is queued, due or awaited.
+    Idle,
+}
+
 /// What running a due timer did.
 enum TimerRun<'js> {
     Idle,
@@ -360,7 +377,10 @@ impl JsEngine {
             Err(thrown) => thrown,
         };
         let settled = match settled {
-            Settled::Value(value) => self.show_value(ctx, &hooks, value),
+            Settled::Value(value) => match self.show_value(ctx, &hooks, value) {
+                Settled::Value(_) => self.run_until_idle(ctx),
+                other => other,
+            },
             other => other,
         };
         let outcome = match settled {
@@ -460,28 +480,16 @@ impl JsEngine {
                 return Settled::Exited;
             }
             match promise.state() {
-                PromiseState::Pending => {
-                    if self.cell.stop_requested() {
-                        return self.interrupted(ctx);
-                    }
-                    if ctx.execute_pending_job() {
-                        continue;
-                    }
-                    match self.run_due_timer(ctx) {
-                        TimerRun::Ran => continue,
-                        TimerRun::Threw(error) => return Settled::Thrown(error),
-                        TimerRun::Idle => {}
-                    }
-                    if self.settle_tool_calls(ctx) {
-                        continue;
-                    }
-                    if !self.wait_for_events() {
+                PromiseState::Pending => match self.turn(ctx) {
+                    Turn::Progressed => {}
+                    Turn::Stopped(settled) => return settled,
+                    Turn::Idle => {
                         return Settled::Refused(
                             "Error: the cell awaits a promise that nothing is left to settle\n"
                                 .into(),
-                        );
+                        )
                     }
-                }
+                },
                 PromiseState::Rejected => {
                     // The cell's own failure, reported as such rather than as unhandled.
                     self.cell.forget_rejection(ctx, promise.as_value());
@@ -510,6 +518,44 @@ impl JsEngine {
                     }
                 }
             }
+        }
+    }
+
+    /// After the cell's value is known: runs what the cell left pending (timers, unanswered
+    /// tool calls and the jobs they queue) until nothing remains, so an un-awaited
+    /// `setTimeout` still fires. `exit()`, an interrupt or a throwing callback ends it.
+    fn run_until_idle<'js>(&self, ctx: &Ctx<'js>) -> Settled<'js> {
+        loop {
+            if self.cell.exiting.get() {
+                let _ = ctx.catch();
+                return Settled::Exited;
+            }
+            match self.turn(ctx) {
+                Turn::Progressed => {}
+                Turn::Stopped(settled) => return settled,
+                Turn::Idle => return Settled::Value(Value::new_undefined(ctx.clone())),
+            }
+        }
+    }
+
+    /// One step of the event loop: a job, else a due timer, else answered tool calls, else
+    /// a wait (at most [`WAIT_SLICE`]) for the next of them.
+    fn turn<'js>(&self, ctx: &Ctx<'js>) -> Turn<'js> {
+        if self.cell.stop_requested() {
+            return Turn::Stopped(self.interrupted(ctx));
+        }
+        if ctx.execute_pending_job() {
+            return Turn::Progressed;
+        }
+        match self.run_due_timer(ctx) {
+            TimerRun::Ran => return Turn::Progressed,
+            TimerRun::Threw(error) => return Turn::Stopped(Settled::Thrown(error)),
+            TimerRun::Idle => {}
+        }
+        if self.settle_tool_calls(ctx) || self.wait_for_events() {
+            Turn::Progressed
+        } else {
+            Turn::Idle
         }
     }
 
@@ -676,7 +722,7 @@ impl Engine for JsEngine {
         outbox: &Outbox,
         interrupt: &Interrupt,
     ) -> Result<CellOutcome, WorkerError> {
-        self.cell.begin(outbox, cell.cell_id, interrupt);
+        self.cell.begin(outbox, cell, interrupt);
         self.modules.borrow_mut().refresh();
         let source = redeclare::prepare_cell(&cell.code);
         let outcome = self.context.with(|ctx| self.run_cell(&ctx, cell, &source));
@@ -692,7 +738,7 @@ impl Engine for JsEngine {
 
 /// The cell's tools as `prelude.js`'s `beginCell` takes them (`ALL_TOOLS`' shape).
 fn tools_json(cell: &ExecuteCell) -> String {
-    crate::runtime::all_tools_json(&cell.tools).to_string()
+    crate::tools::all_tools_json(&cell.tools).to_string()
 }
 
 /// The cell's value: what a top-level `return` gave, else its completion value.
@@ -831,7 +877,7 @@ fn install_prelude<'js>(
         Function::new(ctx.clone(), {
             let dirs = Rc::clone(dirs);
             move |ctx: Ctx<'js>, key: String, json: String| {
-                host::store(&dirs, &key, &json).map_err(thrown(ctx))
+                crate::store::save(dirs.store_dir.as_deref(), &key, &json).map_err(thrown(ctx))
             }
         })?,
     )?;
@@ -839,14 +885,30 @@ fn install_prelude<'js>(
         "storeRead",
         Function::new(ctx.clone(), {
             let dirs = Rc::clone(dirs);
-            move |ctx: Ctx<'js>, key: String| host::load(&dirs, &key).map_err(thrown(ctx))
+            move |ctx: Ctx<'js>, key: String| {
+                crate::store::load(dirs.store_dir.as_deref(), &key).map_err(thrown(ctx))
+            }
         })?,
     )?;
     def(
         "exit",
         Function::new(ctx.clone(), {
             let cell = Rc::clone(cell);
-            move || cell.exiting.set(true)
+            move |ctx: Ctx<'js>| -> rquickjs::Result<()> {
+                cell.exiting.set(true);
+                Err(throw_uncatchable(&ctx, "exit() ended the cell"))
+            }
+        })?,
+    )?;
+    def(
+        "searchTools",
+        Function::new(ctx.clone(), {
+            let cell = Rc::clone(cell);
+            move |ctx: Ctx<'js>, query: String, limit: Option<f64>| {
+                crate::tools::search(&cell.tools.borrow(), &query, limit)
+                    .map(|found| found.to_string())
+                    .map_err(|err| thrown(ctx)(err.to_string()))
+            }
         })?,
     )?;
     def(
@@ -915,6 +977,19 @@ fn install_prelude<'js>(
         begin_cell: function("beginCell")?,
         take_return: function("takeReturn")?,
     })
+}
+
+/// Throws an `Error` that no `catch` or `finally` sees (QuickJS unwinds past them, as
+/// for its own "interrupted"): what `exit()` ends the cell with.
+fn throw_uncatchable(ctx: &Ctx<'_>, message: &str) -> rquickjs::Error {
+    let error = match Exception::from_message(ctx.clone(), message) {
+        Ok(error) => error.into_value(),
+        Err(err) => return err,
+    };
+    // SAFETY: both pointers are live for the duration of the call; the function only sets a
+    // flag on the error object.
+    unsafe { qjs::JS_SetUncatchableError(ctx.as_raw().as_ptr(), error.as_raw()) };
+    ctx.throw(error)
 }
 
 /// Starts the cell as an async global script; `Err` holds why it could not start.

@@ -1,6 +1,6 @@
 // Installed once per worker. Called with the worker's native hooks (see `install_prelude` in
 // mod.rs) and returns the hooks the worker drives cells with:
-//   { format(value), show(value), beginCell(toolsJson), takeReturn(), exitSignal }
+//   { format(value), show(value), beginCell(toolsJson), takeReturn() }
 // Every global defined here is a non-enumerable, writable property of globalThis, so cells
 // may shadow any of them.
 (function (native) {
@@ -30,8 +30,9 @@
     return String(value);
   }
 
-  // After exit(), code that still runs (a catch block that swallowed exit's throw, until the
-  // worker stops it) has no effects: output is dropped by the worker, and these refuse.
+  // After exit(), code that still runs (rare: exit's throw is uncatchable, but an executor may
+  // turn it into a rejection) has no effects until the worker stops it: output is dropped by
+  // the worker, and these refuse.
   for (const name of ["writeFile", "envSet", "storeWrite", "setTimer", "callTool"]) {
     const effect = native[name];
     native[name] = (...args) => {
@@ -278,35 +279,75 @@
 
   // ---- code mode ----------------------------------------------------------------------
 
-  // text(value): strings as they are, anything else as JSON; a newline is added when missing.
-  hidden(globalThis, "text", (value) => {
+  // Strings as they are, anything else as JSON (text() and notify() agree).
+  function asText(value) {
+    if (typeof value === "string") return value;
     let out;
-    if (typeof value === "string") out = value;
-    else {
-      try {
-        out = JSON.stringify(value);
-      } catch (_) {
-        out = undefined;
-      }
-      if (out === undefined) out = format(value);
+    try {
+      out = JSON.stringify(value);
+    } catch (_) {
+      out = undefined;
     }
+    return out === undefined ? format(value) : out;
+  }
+
+  // text(value): adds to the output; a newline is added when missing.
+  hidden(globalThis, "text", (value) => {
+    const out = asText(value);
     write(0, out.endsWith("\n") ? out : out + "\n");
   });
 
-  hidden(globalThis, "image", (dataUrl) => {
-    const match = typeof dataUrl === "string" ? /^data:(image\/[A-Za-z0-9.+-]+);base64,([A-Za-z0-9+/\s]*=*)$/.exec(dataUrl) : null;
+  // The MIME type and base64 data of a `data:<kind>/...;base64,` URL, or a TypeError.
+  // An MCP content block ({type: "image", data, mimeType}) is taken as it is, so a tool's
+  // image can be forwarded: image(result.content[0]).
+  function dataUrl(helper, kind, example, value) {
+    if (
+      value !== null &&
+      typeof value === "object" &&
+      value.type === kind &&
+      typeof value.data === "string" &&
+      typeof value.mimeType === "string" &&
+      value.mimeType.startsWith(`${kind}/`)
+    ) {
+      return [value.mimeType, value.data.replace(/\s/g, "")];
+    }
+    const pattern = new RegExp(`^data:(${kind}/[A-Za-z0-9.+-]+);base64,([A-Za-z0-9+/\\s]*=*)$`);
+    const match = typeof value === "string" ? pattern.exec(value) : null;
     if (match === null) {
       throw new TypeError(
-        `image: expected a data URL like "data:image/png;base64,iVBOR...", got ${
-          typeof dataUrl === "string" ? JSON.stringify(dataUrl.slice(0, 40)) : describe(dataUrl)
+        `${helper}: expected a data URL like "${example}", got ${
+          typeof value === "string" ? JSON.stringify(value.slice(0, 40)) : describe(value)
         }`,
       );
     }
-    sendDisplay(imageBundle(match[1], match[2].replace(/\s/g, "")));
+    return [match[1], match[2].replace(/\s/g, "")];
+  }
+
+  const IMAGE_DETAILS = ["auto", "low", "high", "original"];
+  const DETAIL_MIME = "application/x-cellvisor-image-detail";
+
+  // image(dataUrl, detail?): an image display; `detail` (auto, low, high, original) rides
+  // along in the bundle for hosts that pass it to a model.
+  hidden(globalThis, "image", (url, detail) => {
+    const [mimeType, data] = dataUrl("image", "image", "data:image/png;base64,iVBOR...", url);
+    if (detail !== undefined && detail !== null && !IMAGE_DETAILS.includes(detail)) {
+      throw new TypeError(`image: detail must be one of ${IMAGE_DETAILS.join(", ")}, got ${format(detail)}`);
+    }
+    const bundle = { [mimeType]: data, "text/plain": `<image ${mimeType}>` };
+    if (detail !== undefined && detail !== null) bundle[DETAIL_MIME] = detail;
+    sendDisplay(JSON.stringify(bundle));
   });
 
-  hidden(globalThis, "notify", (message) => {
-    status("notify", { message: format(message) });
+  hidden(globalThis, "audio", (url) => {
+    const [mimeType, data] = dataUrl("audio", "audio", "data:audio/wav;base64,UklGR...", url);
+    sendDisplay(JSON.stringify({ [mimeType]: data, "text/plain": `<audio ${mimeType}>` }));
+  });
+
+  // notify(value): a progress note, sent to the host at once as a status event.
+  hidden(globalThis, "notify", (value) => {
+    const message = asText(value);
+    if (message.trim() === "") throw new TypeError("notify: the message must not be empty");
+    status("notify", { message });
   });
 
   // store/load: JSON values persisted per session on disk. Only what survives a JSON round
@@ -345,7 +386,8 @@
     seen.delete(value);
   }
 
-  hidden(globalThis, "store", async (key, value) => {
+  // Synchronous, as in the code-mode API: `store("c", (load("c") ?? 0) + 1)` works.
+  hidden(globalThis, "store", (key, value) => {
     needString("store", "key", key);
     checkStorable(value, "", new Set());
     const json = JSON.stringify(value);
@@ -353,7 +395,7 @@
     status("store", { key, bytes });
   });
 
-  hidden(globalThis, "load", async (key) => {
+  hidden(globalThis, "load", (key) => {
     needString("load", "key", key);
     const json = native.storeRead(key);
     status("load", { key, found: json !== undefined });
@@ -365,14 +407,9 @@
     }
   });
 
-  // exit(): ends the cell successfully. The throw stops the code that called it at once; the
-  // worker also stops the cell from the outside (like an interrupt) in case a catch block
-  // swallows the throw.
-  const exitSignal = Object.freeze(Object.create(null));
-  hidden(globalThis, "exit", () => {
-    native.exit();
-    throw exitSignal;
-  });
+  // exit(): ends the cell successfully. The native side throws an error no catch or finally
+  // block sees, so nothing after it runs; values stored before it are on disk already.
+  hidden(globalThis, "exit", () => void native.exit());
 
   // ---- timers -------------------------------------------------------------------------
 
@@ -399,12 +436,14 @@
 
   // ---- host tools ---------------------------------------------------------------------
 
-  // The functions of the tools the current request declared; rebuilt by beginCell.
+  // What `tools.<key>` reaches, for the tools the current request declared: each tool under
+  // its name and under its identifier (`list-dir` also as `list_dir`), plus `tool_search`
+  // when there are tools to search. Rebuilt by beginCell.
   const declared = Object.create(null);
   let declaredNames = [];
 
   async function callTool(name, args) {
-    if (!Object.prototype.hasOwnProperty.call(declared, name)) {
+    if (!declaredNames.includes(name)) {
       const known = declaredNames.length ? `the declared tools are: ${declaredNames.join(", ")}` : "this request declares no tools";
       throw new Error(`unknown tool "${name}": ${known}`);
     }
@@ -427,6 +466,18 @@
     } catch (_) {
       return text;
     }
+  }
+
+  // tools.tool_search({query, limit?}): the declared tools ranked for `query` (exact
+  // identifiers first, then words in names and descriptions), as {tools: [{name, description}]}.
+  async function toolSearch(args) {
+    const { query, limit } = args !== null && typeof args === "object" ? args : { query: args };
+    if (typeof query !== "string") throw new Error("query must not be empty");
+    if (limit !== undefined && limit !== null && typeof limit !== "number") {
+      throw new Error("limit must be greater than zero");
+    }
+    const found = JSON.parse(native.searchTools(query, limit ?? undefined));
+    return { tools: found.tools.map(({ name, description }) => ({ name, description })) };
   }
 
   const toolbox = new Proxy(declared, {
@@ -459,7 +510,16 @@
     }
     declaredNames = list.map((t) => t.name);
     for (const { name } of list) declared[name] = (args) => callTool(name, args);
-    const all = list.map(({ name, description, input_schema }) => Object.freeze({ name, description, input_schema }));
+    // Identifiers after names, so a tool's own name always wins; the first tool claims an
+    // identifier two names share.
+    for (const { name, declaration } of list) {
+      const identifier = /^declare function ([A-Za-z0-9_$]+)\(/.exec(declaration ?? "")?.[1];
+      if (identifier !== undefined && !(identifier in declared)) declared[identifier] = declared[name];
+    }
+    if (list.length > 0 && !("tool_search" in declared)) declared.tool_search = toolSearch;
+    const all = list.map(({ name, description, declaration, input_schema }) =>
+      Object.freeze({ name, description, declaration, input_schema }),
+    );
     hidden(globalThis, "ALL_TOOLS", Object.freeze(all));
   }
 
@@ -470,5 +530,5 @@
     return taken === null ? [false, undefined] : [true, taken.value];
   }
 
-  return { format, show, beginCell, takeReturn, exitSignal };
+  return { format, show, beginCell, takeReturn };
 });

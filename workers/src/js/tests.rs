@@ -464,7 +464,7 @@ fn file_preludes_read_write_append_and_report_status() {
         ]
     );
     assert!(ran.displays.is_empty(), "{ran:?}");
-    // The helpers return promises.
+    // The file helpers return promises.
     assert_eq!(
         completed(&mut js, "read(f) instanceof Promise").stdout,
         "true\n"
@@ -683,14 +683,20 @@ fn timers_run_in_order_and_end_with_the_cell() {
     assert!(order.ends_with(",c"), "{order}");
     assert_eq!(order.matches('i').count(), 3, "{order}");
     assert!(!order.contains("never"), "{order}");
-    // A timer still pending when the cell ends does not run later.
-    completed(
+    // A timer still pending when the cell's value is known keeps the cell alive: it fires
+    // within the cell, after the value is shown.
+    let ran = completed(
         &mut js,
-        "globalThis.late = 0; setTimeout(() => { late = 1; print('late') }, 20)",
+        "globalThis.late = 0; setTimeout(() => { late = 1; text('later') }, 20); 'scheduled'",
     );
-    thread::sleep(Duration::from_millis(40));
-    let ran = completed(&mut js, "await new Promise((r) => setTimeout(r, 40)); late");
-    assert_eq!(ran.stdout, "0\n");
+    assert_eq!(ran.stdout, "scheduled\nlater\n");
+    assert_eq!(stdout_of(&mut js, "late"), "1\n");
+    // A cleared one does not.
+    let ran = completed(
+        &mut js,
+        "const t = setTimeout(() => text('never'), 10); clearTimeout(t); 'cleared'",
+    );
+    assert_eq!(ran.stdout, "cleared\n");
     // A throwing timer fails the cell.
     failed_with(
         &mut js,
@@ -718,16 +724,49 @@ fn code_mode_text_image_and_notify() {
     let mut js = engine();
     let ran = completed(
         &mut js,
-        "text('raw'); text({a: 1}); text('line\\n'); notify('halfway'); image('data:image/png;base64,iVBO')",
+        "text('raw'); text({a: 1}); text('line\\n'); notify('halfway'); notify({n: 1}); \
+         image('data:image/png;base64,iVBO'); image('data:image/jpeg;base64,/9j/', 'high'); \
+         audio('data:audio/wav;base64,UklG')",
     );
     assert_eq!(ran.stdout, "raw\n{\"a\":1}\nline\n");
     assert_eq!(
         ran.status,
-        vec![serde_json::json!({"op": "notify", "message": "halfway"})]
+        vec![
+            serde_json::json!({"op": "notify", "message": "halfway"}),
+            serde_json::json!({"op": "notify", "message": "{\"n\":1}"})
+        ]
     );
     assert_eq!(
         ran.displays,
-        vec![serde_json::json!({"image/png": "iVBO", "text/plain": "<image image/png>"})]
+        vec![
+            serde_json::json!({"image/png": "iVBO", "text/plain": "<image image/png>"}),
+            serde_json::json!({"image/jpeg": "/9j/", "text/plain": "<image image/jpeg>",
+                "application/x-cellvisor-image-detail": "high"}),
+            serde_json::json!({"audio/wav": "UklG", "text/plain": "<audio audio/wav>"}),
+        ]
+    );
+    let forwarded = completed(
+        &mut js,
+        "image({type: 'image', data: 'R0lG', mimeType: 'image/gif'})",
+    );
+    assert_eq!(
+        forwarded.displays,
+        vec![serde_json::json!({"image/gif": "R0lG", "text/plain": "<image image/gif>"})]
+    );
+    failed_with(
+        &mut js,
+        "notify('  ')",
+        "notify: the message must not be empty",
+    );
+    failed_with(
+        &mut js,
+        "image('data:image/png;base64,iVBO', 'huge')",
+        "image: detail must be one of auto, low, high, original",
+    );
+    failed_with(
+        &mut js,
+        "audio('data:image/png;base64,iVBO')",
+        "TypeError: audio: expected a data URL",
     );
     failed_with(
         &mut js,
@@ -740,7 +779,7 @@ fn code_mode_text_image_and_notify() {
 fn store_and_load_persist_json_on_disk() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut js = engine_in(dir.path());
-    let ran = completed(&mut js, "await store('results', {n: [1, 2], s: 'x'})");
+    let ran = completed(&mut js, "store('results', {n: [1, 2], s: 'x'})");
     assert_eq!(
         ran.status,
         vec![serde_json::json!({"op": "store", "key": "results", "bytes": 19})]
@@ -754,9 +793,13 @@ fn store_and_load_persist_json_on_disk() {
         "2\n"
     );
     assert_eq!(
-        completed(&mut fresh, "String(await load('missing'))").stdout,
+        completed(&mut fresh, "String(load('missing'))").stdout,
         "undefined\n"
     );
+    // Synchronous, as the code-mode API has them: the counter works without await.
+    let counter = "store('c', (load('c') ?? 0) + 1); text(load('c'))";
+    assert_eq!(completed(&mut fresh, counter).stdout, "1\n");
+    assert_eq!(completed(&mut fresh, counter).stdout, "2\n");
     failed_with(&mut js, "await store('../x', 1)", "invalid key");
     failed_with(
         &mut js,
@@ -786,7 +829,32 @@ fn exit_ends_the_cell_successfully() {
         "try { exit() } catch (e) { print('swallowed') }\nprint('after')\nwhile (true) {}",
     );
     assert_eq!(ran.stdout, "", "{ran:?}");
+    // Nothing after exit() runs to any effect: not catch, not finally, not an outer catch.
     let dir = tempfile::tempdir().expect("temp dir");
+    let mut js = engine_in(dir.path());
+    completed(
+        &mut js,
+        "globalThis.flag = 'before'; store('kept', 1)\n\
+         try { try { exit() } finally { flag = 'inner-finally' } }\n\
+         catch (e) { flag = 'catch-ran' } finally { flag = 'finally-ran' }\n\
+         flag = 'after'",
+    );
+    assert_eq!(
+        stdout_of(&mut js, "[flag, load('kept')].join()"),
+        "before,1\n"
+    );
+    completed(
+        &mut js,
+        "async function f() { try { await null; exit() } catch { flag = 'async-catch' } }\n\
+         try { await f() } catch { flag = 'outer-catch' }",
+    );
+    assert_eq!(stdout_of(&mut js, "flag"), "before\n");
+    // exit() also ends a cell kept alive by timers.
+    let ran = completed(
+        &mut js,
+        "setTimeout(() => exit(), 5); setTimeout(() => text('never'), 200); 'v'",
+    );
+    assert_eq!(ran.stdout, "v\n");
     let file = js_string(&dir.path().join("after-exit.txt"));
     completed(
         &mut js,
@@ -849,6 +917,52 @@ fn tools_round_trip_through_the_host() {
         "{ran:?}"
     );
     assert_eq!(stdout_of(&mut js, "ALL_TOOLS.length"), "0\n");
+}
+
+#[test]
+fn tool_names_with_dashes_and_dots_declarations_and_search() {
+    let mut js = engine();
+    let list_dir = cellvisor_ipc::ToolInfo {
+        name: "list-dir".into(),
+        description: "Lists a directory".into(),
+        input_schema_json: r#"{"type":"object","properties":{"path":{"type":"string"},"depth":{"type":"integer"}},"required":["path"]}"#.into(),
+    };
+    let search = cellvisor_ipc::ToolInfo {
+        name: "github.search_issues".into(),
+        description: "Searches issues on GitHub".into(),
+        input_schema_json: r#"{"type":"object","properties":{"q":{"type":"string"}}}"#.into(),
+    };
+    let host: Arc<Host> = Arc::new(|name: &str, args: &serde_json::Value| {
+        Ok(serde_json::json!({"tool": name, "args": args}).to_string())
+    });
+    let ran = run_full(
+        &mut js,
+        "text(await tools['list-dir']({path: '.'}))\n\
+         text(await tools.list_dir({path: 'src'}))\n\
+         text(await tools.github_search_issues({q: 'x'}))\n\
+         text(ALL_TOOLS.map((t) => t.declaration).join('\\n'))\n\
+         text(await tools.tool_search({query: 'issues'}))\n\
+         text(await tools.tool_search({query: 'list_dir', limit: 5}))\n\
+         for (const bad of [{query: ' '}, {query: 'x', limit: 0}]) {\n\
+           try { await tools.tool_search(bad) } catch (e) { text(e.message) }\n\
+         }",
+        vec![list_dir, search],
+        &Interrupt::default(),
+        host,
+    );
+    assert_eq!(ran.outcome, CellOutcome::Completed, "{ran:?}");
+    assert_eq!(
+        ran.stdout,
+        "{\"args\":{\"path\":\".\"},\"tool\":\"list-dir\"}\n\
+         {\"args\":{\"path\":\"src\"},\"tool\":\"list-dir\"}\n\
+         {\"args\":{\"q\":\"x\"},\"tool\":\"github.search_issues\"}\n\
+         declare function list_dir(args: { path: string; depth?: number }): Promise<unknown>;\n\
+         declare function github_search_issues(args: { q?: string }): Promise<unknown>;\n\
+         {\"tools\":[{\"name\":\"github.search_issues\",\"description\":\"Searches issues on GitHub\"}]}\n\
+         {\"tools\":[{\"name\":\"list-dir\",\"description\":\"Lists a directory\"}]}\n\
+         query must not be empty\n\
+         limit must be greater than zero\n"
+    );
 }
 
 #[test]

@@ -238,25 +238,18 @@ local function unknown_tool(name)
   return format("no tool named '%s'; declared tools: %s", tostring(name), table.concat(names, ", "))
 end
 
-local function is_declared(name)
-  for _, declared in ipairs(host.tool_names()) do
-    if declared == name then
-      return true
-    end
-  end
-  return false
-end
-
+-- A tool is reachable by its name (`tool["list-dir"]`) and by its identifier (`tool.list_dir`).
 tool = setmetatable({}, {
   __index = function(_, name)
-    if not is_declared(name) then
+    local declared = host.resolve_tool(name)
+    if declared == nil then
       error(unknown_tool(name), 2)
     end
     return function(args, ...)
       if select("#", ...) > 0 then
         error(format("tool.%s takes one table of arguments", name), 2)
       end
-      local result, message = host.call_tool(name, args)
+      local result, message = host.call_tool(declared, args)
       if message ~= nil then
         error(message, 2)
       end

@@ -476,3 +476,26 @@ fn interrupt_breaks_a_tool_wait() {
     );
     assert_eq!(ran.stdout, "42\n");
 }
+
+#[test]
+fn tools_are_reachable_by_identifier_and_searchable() {
+    let mut lua = engine();
+    let (ran, calls) = run_with_host(
+        &mut lua,
+        "print(tools.add{a = 1}.sum, tool['add']{a = 2}.sum, ALL_TOOLS[1].declaration)\n\
+         local found = tools.tool_search{query = 'add'}\n\
+         print(#found.tools, found.tools[1].name)\n\
+         print(pcall(tools.tool_search, {query = ' '}))\n\
+         print(pcall(tools.tool_search, {query = 'x', limit = 0}))",
+        &Interrupt::default(),
+    );
+    assert_eq!(ran.outcome, CellOutcome::Completed, "{ran:?}");
+    assert_eq!(
+        ran.stdout,
+        "1\t2\tdeclare function add(args: { a?: number }): Promise<unknown>;\n\
+         1\tadd\n\
+         false\tquery must not be empty\n\
+         false\tlimit must be greater than zero\n"
+    );
+    assert_eq!(calls, [r#"add {"a":1}"#, r#"add {"a":2}"#]);
+}

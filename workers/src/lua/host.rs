@@ -46,6 +46,12 @@ pub(super) fn host_table(lua: &Lua, sink: &CellSink) -> mlua::Result<Table> {
     host.set("status", status_function(lua, sink)?)?;
     host.set("tool_names", tool_names_function(lua, sink)?)?;
     host.set("call_tool", call_tool_function(lua, sink)?)?;
+    host.set("resolve_tool", resolve_tool_function(lua, sink)?)?;
+    host.set("search_tools", search_tools_function(lua, sink)?)?;
+    host.set("display_bundle", display_bundle_function(lua, sink)?)?;
+    host.set("json_text", lua.create_function(json_text)?)?;
+    host.set("store_save", lua.create_function(store_save)?)?;
+    host.set("store_load", lua.create_function(store_load)?)?;
     Ok(host)
 }
 
@@ -403,7 +409,7 @@ fn call_tool_function(lua: &Lua, sink: &CellSink) -> mlua::Result<Function> {
 /// The `ALL_TOOLS` table for a cell: `{name, description, input_schema}` each.
 pub(super) fn all_tools(lua: &Lua, tools: &[cellvisor_ipc::ToolInfo]) -> mlua::Result<Table> {
     let list = lua.create_table()?;
-    for tool in crate::runtime::all_tools_json(tools)
+    for tool in crate::tools::all_tools_json(tools)
         .as_array()
         .into_iter()
         .flatten()
@@ -411,4 +417,94 @@ pub(super) fn all_tools(lua: &Lua, tools: &[cellvisor_ipc::ToolInfo]) -> mlua::R
         list.push(lua.to_value_with(tool, FROM_JSON)?)?;
     }
     Ok(list)
+}
+
+/// `resolve_tool(name)`: the declared tool `name` reaches, by its own name or, failing that,
+/// by its identifier (`list_dir` for `list-dir`); nil when none.
+fn resolve_tool_function(lua: &Lua, sink: &CellSink) -> mlua::Result<Function> {
+    let sink = sink.clone();
+    lua.create_function(move |_, name: String| {
+        let guard = lock(&sink);
+        let Some(cell) = &*guard else {
+            return Ok(None);
+        };
+        let found = cell
+            .tools
+            .iter()
+            .find(|tool| tool.name == name)
+            .or_else(|| {
+                cell.tools
+                    .iter()
+                    .find(|tool| crate::tools::identifier(&tool.name) == name)
+            });
+        Ok(found.map(|tool| tool.name.clone()))
+    })
+}
+
+/// `search_tools(query, limit)`: `tools.tool_search`'s result as Lua values.
+fn search_tools_function(lua: &Lua, sink: &CellSink) -> mlua::Result<Function> {
+    let sink = sink.clone();
+    lua.create_function(move |lua, (query, limit): (String, Option<f64>)| {
+        let found = match &*lock(&sink) {
+            Some(cell) => crate::tools::search(&cell.tools, &query, limit),
+            None => crate::tools::search(&[], &query, limit),
+        };
+        match found {
+            Ok(found) => success([lua.to_value_with(&found, FROM_JSON)?]),
+            Err(err) => failure(lua, err.to_string()),
+        }
+    })
+}
+
+/// `display_bundle(table)`: sends a MIME bundle (a table of plain data) for the running cell.
+fn display_bundle_function(lua: &Lua, sink: &CellSink) -> mlua::Result<Function> {
+    let sink = sink.clone();
+    lua.create_function(move |_, bundle: Table| {
+        let Some(bundle) = json::plain_table_json(&bundle) else {
+            return Err(mlua::Error::runtime("a display bundle must be plain data"));
+        };
+        if let Some(cell) = &*lock(&sink) {
+            cell.outbox.display(cell.cell_id, bundle.to_string());
+        }
+        Ok(())
+    })
+}
+
+/// `json_text(value)`: the value as compact JSON, or nil when it is not JSON.
+fn json_text(_: &Lua, value: Value) -> mlua::Result<Option<String>> {
+    Ok(json::plain_value_json(&value).map(|json| json.to_string()))
+}
+
+/// `store_save(key, value)`: writes the value for `load` (see [`crate::store`]); the bytes.
+fn store_save(lua: &Lua, (key, value): (String, Value)) -> mlua::Result<MultiValue> {
+    let Some(json) = json::plain_value_json(&value) else {
+        return failure(
+            lua,
+            "store: the value is not plain data, which JSON needs".into(),
+        );
+    };
+    match crate::store::save(
+        crate::store::dir_from_env().as_deref(),
+        &key,
+        &json.to_string(),
+    ) {
+        Ok(bytes) => success([count(bytes)]),
+        Err(message) => failure(lua, message),
+    }
+}
+
+/// `store_load(key)`: `true, value` when stored, `false` when not, `nil, message` on failure.
+fn store_load(lua: &Lua, key: String) -> mlua::Result<MultiValue> {
+    let text = match crate::store::load(crate::store::dir_from_env().as_deref(), &key) {
+        Ok(Some(text)) => text,
+        Ok(None) => return success([Value::Boolean(false)]),
+        Err(message) => return failure(lua, message),
+    };
+    match serde_json::from_str::<Json>(&text) {
+        Ok(json) => success([Value::Boolean(true), lua.to_value_with(&json, FROM_JSON)?]),
+        Err(err) => failure(
+            lua,
+            format!("load: the stored value of \"{key}\" is not valid JSON ({err})"),
+        ),
+    }
 }

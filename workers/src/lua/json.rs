@@ -1,4 +1,4 @@
-//! Lua tables as JSON, for trailing values and `display`.
+//! Lua tables as JSON, for trailing values, `display` and the code-mode helpers.
 //!
 //! mlua's serde support is not used here because it decides "array" by `raw_len() > 0` and then
 //! silently drops the other keys of a mixed table (`{1, 2, x = 3}` would show as `[1, 2]`), and it
@@ -27,6 +27,19 @@ pub(super) fn plain_table_json(table: &Table) -> Option<Json> {
         entries: 0,
     };
     converter.table(table, 0)
+}
+
+/// The JSON form of any value that is plain data: `nil` (as `null`), booleans, finite numbers,
+/// strings and plain tables (see [`plain_table_json`]).
+pub(super) fn plain_value_json(value: &Value) -> Option<Json> {
+    if value.is_nil() {
+        return Some(Json::Null);
+    }
+    Converter {
+        on_path: HashSet::new(),
+        entries: 0,
+    }
+    .value(value.clone(), 0)
 }
 
 struct Converter {

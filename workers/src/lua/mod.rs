@@ -16,6 +16,11 @@
 //! The helpers of PRELUDE.md (`read`, `write`, `tree`, `diff`, `tool.<name>`, ...) are global
 //! functions defined in `helpers.lua` on top of Rust host functions ([`host`]), since Lua
 //! has no directory API and difflib's diff is easier to port once, in Rust.
+//!
+//! The code-mode helpers (`text`, `image`, `audio`, `notify`, `store`, `load`, `exit`,
+//! `tools.tool_search`) are in `code_mode.lua`. Lua's own `load` stays reachable as
+//! `lua_load`; `exit()` and `os.exit(status)` end the cell, never the worker (see
+//! [`interrupt`]).
 
 mod host;
 mod interrupt;
@@ -37,8 +42,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 const PRELUDE: &str = include_str!("prelude.lua");
 /// The helpers every language offers (PRELUDE.md), on top of [`host`].
 const HELPERS: &str = include_str!("helpers.lua");
-/// Makes `load`, `loadfile`, `dofile` and `require` accept source text only.
+/// Makes `load`, `loadfile`, `dofile` and `require` accept source text only (before code mode
+/// renames `load` to `lua_load`).
 const TEXT_ONLY: &str = include_str!("text_only.lua");
+/// The code-mode helpers (`text`, `store`, `load`, ...); Lua's own `load` becomes `lua_load`.
+const CODE_MODE: &str = include_str!("code_mode.lua");
 
 /// Heap limit of the Lua state in bytes, set by the supervisor from the `[lua]` config.
 const MEMORY_LIMIT_VAR: &str = "CELLVISOR_MEMORY_LIMIT";
@@ -112,16 +120,23 @@ impl LuaEngine {
             .set_mode(ChunkMode::Text)
             .call::<()>((write_stdout, write_stderr, display))
             .map_err(startup)?;
+        let host = host::host_table(&lua, &sink).map_err(startup)?;
         lua.load(HELPERS)
             .set_name("=cellvisor helpers")
             .set_mode(ChunkMode::Text)
-            .call::<()>(host::host_table(&lua, &sink).map_err(startup)?)
+            .call::<()>(&host)
             .map_err(startup)?;
         lua.load(TEXT_ONLY)
             .set_name("=cellvisor text-only loading")
             .set_mode(ChunkMode::Text)
             .exec()
             .map_err(startup)?;
+        lua.load(CODE_MODE)
+            .set_name("=cellvisor code mode")
+            .set_mode(ChunkMode::Text)
+            .call::<()>(&host)
+            .map_err(startup)?;
+        install_exit(&lua).map_err(startup)?;
         // Without a limit, an allocation the OS refuses aborts the worker; under a limit it is
         // a Lua "not enough memory" error the cell can catch.
         lua.set_memory_limit(memory_limit.unwrap_or_else(default_heap_limit))
@@ -156,7 +171,9 @@ impl LuaEngine {
         let result = thread.resume::<MultiValue>(());
         match result {
             Ok(_) if thread.status() == ThreadStatus::Resumable => {
-                let outcome = if self.hook.yielded_for_interrupt() || interrupt.is_raised() {
+                let outcome = if let Some(status) = self.hook.exit_status() {
+                    exit_outcome(cell, outbox, status)
+                } else if self.hook.yielded_for_interrupt() || interrupt.is_raised() {
                     CellOutcome::Interrupted
                 } else {
                     self.report_stray_yield(cell, outbox, &thread)
@@ -255,6 +272,9 @@ impl LuaEngine {
         interrupt: &Interrupt,
         err: &mlua::Error,
     ) -> CellOutcome {
+        if let Some(status) = self.hook.exit_status() {
+            return exit_outcome(cell, outbox, status);
+        }
         if interrupt.is_raised() {
             return CellOutcome::Interrupted;
         }
@@ -336,6 +356,30 @@ impl Engine for LuaEngine {
         *lock(&self.sink) = None;
         Ok(outcome)
     }
+}
+
+/// `exit()` and `os.exit(status)` as the cell's functions (they end the cell, never the worker).
+fn install_exit(lua: &Lua) -> mlua::Result<()> {
+    // SAFETY: `exit_cell` only touches the Lua stack of the state that calls it and the hook's
+    // control block, which `InterruptHook::install` set up before this.
+    let exit = unsafe { lua.create_c_function(interrupt::exit_cell)? };
+    let globals = lua.globals();
+    globals.set("exit", exit.clone())?;
+    globals.get::<Table>("os")?.set("exit", exit)
+}
+
+/// How a cell that called `exit(status)` ended: completed for 0, else failed with the status.
+fn exit_outcome(cell: &ExecuteCell, outbox: &Outbox, status: i64) -> CellOutcome {
+    if status == 0 {
+        return CellOutcome::Completed;
+    }
+    let summary = format!("exit({status}): the cell ended with status {status}");
+    outbox.output(
+        cell.cell_id,
+        OutputStream::Stderr,
+        format!("{summary}\n").as_bytes(),
+    );
+    CellOutcome::Failed { summary }
 }
 
 /// The full text of an error (message and traceback) and its one-line summary.

@@ -398,5 +398,7 @@ fn runaway_recursion_is_an_ordinary_error() {
     assert_eq!(completed(&mut lua, "'after'"), "after\n");
 }
 
+#[path = "code_mode_tests.rs"]
+mod code_mode_tests;
 #[path = "helpers_tests.rs"]
 mod helpers_tests;

@@ -1,6 +1,7 @@
 -- Cells load Lua source only. A binary chunk (from string.dump, or bytes a cell mutated)
--- is not checked by the VM and can crash the worker; load, loadfile, dofile and require
--- therefore refuse them, as `load(s, name, "t")` does.
+-- is not checked by the VM and can crash the worker; load (which code mode then names
+-- lua_load), loadfile, dofile and require therefore refuse them, as `load(s, name, "t")`
+-- does.
 local raw_load, raw_loadfile, raw_error = load, loadfile, error
 
 load = function(chunk, name, _mode, env)

@@ -158,6 +158,8 @@ pub struct Routing {
     pub last_marker: Option<u64>,
     /// The output pipe reached EOF.
     pub closed: bool,
+    /// The host tools of the running cell, for `tools.tool_search` (answered here).
+    pub tools: Vec<cellvisor_ipc::ToolInfo>,
 }
 
 /// [`Routing`] plus the condvar that announces markers and EOF.
@@ -322,7 +324,13 @@ pub fn spawn_event_thread(
                         call_id,
                         name,
                         args,
-                    } => relay_tool_call(&routing, &commands, id, call_id, &name, &args),
+                    } => {
+                        if let Some(found) = local_tool_search(&routing, &name, &args) {
+                            write_tool_result(&commands, call_id, found);
+                        } else {
+                            relay_tool_call(&routing, &commands, id, call_id, &name, &args);
+                        }
+                    }
                     other => {
                         if sender.send(other).is_err() {
                             return;
@@ -345,6 +353,33 @@ fn sendable_bundle(bundle: &serde_json::Value) -> String {
         text.len()
     );
     serde_json::json!({ "text/plain": note }).to_string()
+}
+
+/// `tools.tool_search({query, limit?})` is answered by the shim itself (see
+/// [`crate::tools::search`]) unless the host declared a tool of that name; `None` for any
+/// other call.
+fn local_tool_search(
+    routing: &SharedRouting,
+    name: &str,
+    args: &serde_json::Value,
+) -> Option<Result<String, String>> {
+    if name != "tool_search" {
+        return None;
+    }
+    let state = routing.lock();
+    if state.tools.iter().any(|tool| tool.name == name) {
+        return None;
+    }
+    let query = args["query"].as_str().unwrap_or_default();
+    let limit = match &args["limit"] {
+        serde_json::Value::Null => None,
+        limit => Some(limit.as_f64().unwrap_or(f64::NAN)),
+    };
+    Some(
+        crate::tools::search(&state.tools, query, limit)
+            .map(|found| found.to_string())
+            .map_err(|err| err.to_string()),
+    )
 }
 
 /// Passes a tool call to the host and starts a thread that waits for the answer and writes

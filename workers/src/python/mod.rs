@@ -10,7 +10,8 @@
 //!
 //! Host tools: the runner asks for one with a `tool_call` event; the event thread hands it
 //! to the outbox and a short-lived thread waits for the answer and writes it to the runner's
-//! command pipe, so the event reader never blocks on a host.
+//! command pipe, so the event reader never blocks on a host. `tools.tool_search` travels the
+//! same way but the shim answers it itself, with the ranking of [`crate::tools`].
 //!
 //! The child's stdout and stderr share one pipe, so prints, tracebacks and the output of
 //! `os.system` keep their exact order (all of it is relayed as `Stdout`). After each cell the
@@ -199,10 +200,12 @@ impl PythonEngine {
     }
 
     /// Points output at `cell` and hands it what python printed before the first cell.
-    fn route_to(&self, cell_id: u64, outbox: &Outbox) {
+    fn route_to(&self, cell: &ExecuteCell, outbox: &Outbox) {
+        let cell_id = cell.cell_id;
         let (pending, dropped) = {
             let mut state = self.routing.lock();
             state.cell_id = cell_id;
+            state.tools.clone_from(&cell.tools);
             state.outbox = Some(outbox.clone());
             state.last_marker = None;
             (
@@ -284,8 +287,8 @@ impl Engine for PythonEngine {
         if let Some(how) = &self.dead {
             return Err(WorkerError::Engine(how.clone()));
         }
-        self.route_to(cell.cell_id, outbox);
-        let tools = crate::runtime::all_tools_json(&cell.tools);
+        self.route_to(cell, outbox);
+        let tools = crate::tools::all_tools_json(&cell.tools);
         let mut command = serde_json::json!({
             "type": "execute",
             "id": cell.cell_id,

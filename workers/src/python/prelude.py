@@ -33,7 +33,7 @@ def install(host):
     global _host
     _host = host
     for name in ("read", "write", "append", "sort", "uniq", "counter", "diff", "tree",
-                 "env", "output", "display"):
+                 "env", "output", "display") + CODE_MODE_HELPERS:
         setattr(builtins, name, globals()[name])
     builtins.tool = builtins.tools = _TOOLS
     builtins.ToolError = ToolError
@@ -788,12 +788,18 @@ class UnknownToolError(ToolError, AttributeError):
 ToolError.__module__ = UnknownToolError.__module__ = "builtins"
 
 _declared = {}
+# A tool whose name is not an identifier (`list-dir`) is also reachable by its identifier
+# (`tool.list_dir`), the name its TypeScript declaration uses.
+_by_identifier = {}
 
 
 def begin_cell(tools):
     """The tools the host declared for the cell about to run: `ALL_TOOLS` and `tool.<name>`
     follow them."""
+    import re
+
     _declared.clear()
+    _by_identifier.clear()
     listed = []
     for info in tools or ():
         if not isinstance(info, dict) or not isinstance(info.get("name"), str):
@@ -801,10 +807,15 @@ def begin_cell(tools):
         entry = {
             "name": info["name"],
             "description": str(info.get("description") or ""),
+            "declaration": str(info.get("declaration") or ""),
             "input_schema": info.get("input_schema") if info.get("input_schema") is not None else {},
         }
         _declared[entry["name"]] = entry
         listed.append(entry)
+    for entry in listed:
+        declared_as = re.match(r"declare function ([A-Za-z0-9_]+)\(", entry["declaration"])
+        if declared_as and declared_as.group(1) not in _declared:
+            _by_identifier.setdefault(declared_as.group(1), entry["name"])
     builtins.ALL_TOOLS = listed
 
 
@@ -850,11 +861,12 @@ class _Tools:
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        if name not in _declared:
-            raise UnknownToolError(_unknown_message(name))
-        return _Tool(name)
+        return self[name]
 
     def __getitem__(self, name):
+        name = _by_identifier.get(name, name)
+        if name == "tool_search" and _declared and name not in _declared:
+            return _tool_search
         if name not in _declared:
             raise UnknownToolError(_unknown_message(name))
         return _Tool(name)
@@ -867,3 +879,205 @@ class _Tools:
 
 
 _TOOLS = _Tools()
+
+
+def _tool_search(*args, **kwargs):
+    """`tools.tool_search(query=..., limit=None)` (or one dict): the declared tools ranked for
+    the query, exact identifiers first, as {"tools": [{"name", "description"}]}."""
+    arguments = {}
+    if len(args) == 1 and isinstance(args[0], dict):
+        arguments.update(args[0])
+    elif len(args) == 1:
+        arguments["query"] = args[0]
+    elif args:
+        raise TypeError("tool_search takes a query (and a limit), or one dict")
+    arguments.update(kwargs)
+    if not isinstance(arguments.get("query"), str):
+        raise ValueError("query must not be empty")
+    limit = arguments.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))):
+        raise ValueError("limit must be greater than zero")
+    ok, found = _host.call_tool("tool_search", {"query": arguments["query"], "limit": limit})
+    if not ok:
+        raise ValueError(found)
+    return found
+
+
+# --- code mode -------------------------------------------------------------------------
+#
+# The helpers of the code-mode script API, synchronous as in JavaScript and Lua: text,
+# image, audio, notify, store/load (JSON per session on disk, the same files the other
+# languages use) and exit.
+
+STORE_DIR_VAR = "CELLVISOR_STORE_DIR"
+MAX_STORE_KEY = 128
+IMAGE_DETAILS = ("auto", "low", "high", "original")
+IMAGE_DETAIL_MIME = "application/x-cellvisor-image-detail"
+CODE_MODE_HELPERS = ("text", "image", "audio", "notify", "store", "load", "exit")
+
+
+def _as_text(value):
+    """Strings as they are, anything else as compact JSON (its repr when not JSON)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return _safe_repr(value)
+
+
+def text(value):
+    """Adds `value` to the output: strings as they are, anything else as JSON."""
+    out = _as_text(value)
+    sys.stdout.write(out if out.endswith("\n") else out + "\n")
+
+
+def _data_url(helper, kind, example, value):
+    """The MIME type and base64 data of a `data:<kind>/...;base64,` URL, or of an MCP content
+    block ({"type": "image", "data", "mimeType"}) so a tool's image can be forwarded."""
+    import re
+
+    if (isinstance(value, dict) and value.get("type") == kind
+            and isinstance(value.get("data"), str)
+            and str(value.get("mimeType", "")).startswith(kind + "/")):
+        return value["mimeType"], "".join(value["data"].split())
+    match = None
+    if isinstance(value, str):
+        match = re.match(r"^data:(%s/[A-Za-z0-9.+-]+);base64,([A-Za-z0-9+/\s]*=*)$" % kind, value)
+    if match is None:
+        shown = json.dumps(value[:40]) if isinstance(value, str) else _type_name(value)
+        raise TypeError('%s: expected a data URL like "%s", got %s' % (helper, example, shown))
+    return match.group(1), "".join(match.group(2).split())
+
+
+def _send_bundle(bundle):
+    _host.flush()
+    _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": bundle})
+
+
+def image(data_url, detail=None):
+    """Shows an image given as a base64 `data:image/...` URL; `detail` (auto, low, high,
+    original) rides along for hosts that pass it to a model."""
+    mime, data = _data_url("image", "image", "data:image/png;base64,iVBOR...", data_url)
+    if detail is not None and detail not in IMAGE_DETAILS:
+        raise ValueError("image: detail must be one of %s, got %r" % (", ".join(IMAGE_DETAILS), detail))
+    bundle = {mime: data, "text/plain": "<image %s>" % mime}
+    if detail is not None:
+        bundle[IMAGE_DETAIL_MIME] = detail
+    _send_bundle(bundle)
+
+
+def audio(data_url):
+    """Plays back an audio clip given as a base64 `data:audio/...` URL."""
+    mime, data = _data_url("audio", "audio", "data:audio/wav;base64,UklGR...", data_url)
+    _send_bundle({mime: data, "text/plain": "<audio %s>" % mime})
+
+
+def notify(value):
+    """Sends a progress note to the host at once (a status event), while the cell runs."""
+    message = _as_text(value)
+    if not message.strip():
+        raise ValueError("notify: the message must not be empty")
+    _host.flush()
+    _status("notify", message=message)
+
+
+def _check_store_key(helper, key):
+    _text(helper, "key", key)
+    valid = (0 < len(key) <= MAX_STORE_KEY and not key.startswith(".")
+             and all(c.isascii() and (c.isalnum() or c in "_-.") for c in key))
+    if not valid:
+        raise ValueError("%s: invalid key %s: use 1 to %d characters from A-Z a-z 0-9 _ - . "
+                         "(not starting with a dot)" % (helper, json.dumps(key), MAX_STORE_KEY))
+
+
+def _check_storable(value, path, seen):
+    """Refuses what JSON cannot hold, naming where it sits (`value['a'][2] is a function`)."""
+    where = "the value" if not path else "value" + path
+
+    def refuse(what):
+        raise TypeError("store: %s is %s, which JSON cannot hold" % (where, what))
+
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            refuse(repr(value))
+        return
+    if callable(value):
+        refuse("a class" if isinstance(value, type) else "a function")
+    if isinstance(value, (list, tuple, dict)):
+        if id(value) in seen:
+            refuse("a cycle (it contains itself)")
+        seen.add(id(value))
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise TypeError("store: %s has a key of type %s; JSON keys are strings"
+                                    % (where, _type_name(key)))
+                _check_storable(item, "%s[%r]" % (path, key), seen)
+        else:
+            for index, item in enumerate(value):
+                _check_storable(item, "%s[%d]" % (path, index), seen)
+        seen.discard(id(value))
+        return
+    refuse("a %s" % _type_name(value))
+
+
+def store(key, value):
+    """Keeps `value` (JSON) under `key` for later cells of this session, in any language;
+    written atomically, so it survives crashes, resets and daemon restarts."""
+    _check_store_key("store", key)
+    _check_storable(value, "", set())
+    data = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    directory = os.environ.get(STORE_DIR_VAR, "")
+    if not directory:
+        raise RuntimeError("store: this worker has no store directory (%s is not set)" % STORE_DIR_VAR)
+    temp = os.path.join(directory, ".%s.json.%d.tmp" % (key, os.getpid()))
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, os.path.join(directory, key + ".json"))
+    except OSError as error:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise OSError(error.errno, "store: cannot write key %r in %s: %s"
+                      % (key, directory, error.strerror)) from None
+    _status("store", key=key, bytes=len(data))
+
+
+def load(key):
+    """The value stored under `key` in this session, or None when there is none."""
+    _check_store_key("load", key)
+    directory = os.environ.get(STORE_DIR_VAR, "")
+    data = None
+    if directory:
+        try:
+            with open(os.path.join(directory, key + ".json"), "rb") as file:
+                data = file.read()
+        except FileNotFoundError:
+            data = None
+        except OSError as error:
+            raise _os_error("load", error, key) from None
+    _status("load", key=key, found=data is not None)
+    if data is None:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError as error:
+        raise ValueError("load: the stored value of %r is not valid JSON (%s)" % (key, error)) from None
+
+
+def exit(code=None):
+    """Ends the cell early: successfully without a code (or with 0), as a failure with any
+    other code, like `sys.exit`. Output and stored values from before it are kept."""
+    raise SystemExit(code)

@@ -503,7 +503,9 @@ fn host_tools_are_called_synchronously() {
     assert_eq!(
         ran.text(),
         "5 2 {'a': 1, 'b': 1} ['add', 'fail', 'hang']\n{'name': 'add', 'description': \
-         'Adds two numbers', 'input_schema': {'properties': {'a': {}, 'b': {}}, 'type': 'object'}}\n"
+         'Adds two numbers', 'declaration': 'declare function add(args: { a?: unknown; b?: \
+         unknown }): Promise<unknown>;', 'input_schema': {'properties': {'a': {}, 'b': {}}, \
+         'type': 'object'}}\n"
     );
     assert_eq!(
         ran.tool_calls,
@@ -560,4 +562,119 @@ fn interrupt_breaks_a_tool_wait_and_later_calls_still_work() {
         host,
     );
     assert_eq!(ran.text(), "42\n");
+}
+
+#[test]
+fn code_mode_helpers_text_image_audio_notify_store_load_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut py = harness_in(dir.path());
+    let store_dir = py_literal(&dir.path().join("store").display().to_string());
+    let ran = py.run(&format!(
+        "import os\nos.environ['CELLVISOR_STORE_DIR'] = {store_dir}\n\
+         text('raw'); text({{'a': [1, None]}}); notify('halfway')\n\
+         image('data:image/png;base64,iVBO', 'low'); audio('data:audio/wav;base64,UklG')\n\
+         image({{'type': 'image', 'data': 'R0lG', 'mimeType': 'image/gif'}})\n\
+         print(load('missing'))"
+    ));
+    assert!(ran.completed(), "{}", ran.text());
+    assert_eq!(ran.text(), "raw\n{\"a\":[1,null]}\nNone\n");
+    assert_eq!(
+        ran.statuses(),
+        vec![
+            json!({"op": "notify", "message": "halfway"}),
+            json!({"op": "load", "key": "missing", "found": false}),
+        ]
+    );
+    assert_eq!(
+        ran.rich(),
+        vec![
+            json!({"image/png": "iVBO", "text/plain": "<image image/png>",
+                   "application/x-cellvisor-image-detail": "low"}),
+            json!({"audio/wav": "UklG", "text/plain": "<audio audio/wav>"}),
+            json!({"image/gif": "R0lG", "text/plain": "<image image/gif>"}),
+        ]
+    );
+    // The counter of the code-mode API, synchronous.
+    let counter = "store('c', (load('c') or 0) + 1); text(load('c'))";
+    assert_eq!(py.run(counter).text(), "1\n");
+    assert_eq!(py.run(counter).text(), "2\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("store/c.json")).unwrap(),
+        "2"
+    );
+    assert_fails(
+        &mut py,
+        "store('f', {'g': lambda: 1})",
+        "TypeError: store: value['g'] is a function, which JSON cannot hold",
+    );
+    assert_fails(
+        &mut py,
+        "store('../x', 1)",
+        "ValueError: store: invalid key \"../x\": use 1 to 128 characters from A-Z a-z 0-9 _ - . \
+         (not starting with a dot)",
+    );
+    assert_fails(
+        &mut py,
+        "notify('  ')",
+        "ValueError: notify: the message must not be empty",
+    );
+    // exit() ends the cell successfully; what was printed and stored before it is kept.
+    let ran = py.run("print('before'); store('k', [1]); exit(); print('after')");
+    assert!(ran.completed(), "{}", ran.text());
+    assert_eq!(ran.text(), "before\n");
+    assert_eq!(py.run("load('k')").text(), "[1]\n");
+    let ran = py.run("import sys\nsys.exit(0)");
+    assert!(ran.completed(), "{}", ran.text());
+    let ran = py.run("exit(3)");
+    assert_eq!(failed_summary(&ran), "SystemExit: 3");
+}
+
+#[test]
+fn tools_with_dashes_and_dots_are_reachable_by_identifier_and_searchable() {
+    let mut py = Harness::new();
+    let tools = vec![
+        ToolInfo {
+            name: "list-dir".into(),
+            description: "Lists a directory".into(),
+            input_schema_json:
+                r#"{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}"#
+                    .into(),
+        },
+        ToolInfo {
+            name: "github.search_issues".into(),
+            description: "Searches issues on GitHub".into(),
+            input_schema_json: "{}".into(),
+        },
+    ];
+    let ran = py.run_full(
+        "print(tool['list-dir'](path='.'), tool.list_dir(path='src'), tools.github_search_issues(q=1))\n\
+         print(ALL_TOOLS[0]['declaration'])\n\
+         print([t['name'] for t in tools.tool_search(query='issues')['tools']])\n\
+         print(tools.tool_search({'query': 'list_dir', 'limit': 1}))\n\
+         for bad in ({'query': ' '}, {'query': 'x', 'limit': 0}):\n\
+         \x20   try:\n\
+         \x20       tools.tool_search(bad)\n\
+         \x20   except ValueError as e:\n\
+         \x20       print(e)",
+        &Interrupt::default(),
+        tools,
+        |name, args| Some(Ok(json!({"tool": name, "args": args}).to_string())),
+    );
+    assert!(ran.completed(), "{}", ran.text());
+    assert_eq!(
+        ran.text(),
+        "{'args': '{\"path\":\".\"}', 'tool': 'list-dir'} {'args': '{\"path\":\"src\"}', 'tool': \
+         'list-dir'} {'args': '{\"q\":1}', 'tool': 'github.search_issues'}\n\
+         declare function list_dir(args: { path: string }): Promise<unknown>;\n\
+         ['github.search_issues']\n\
+         {'tools': [{'description': 'Lists a directory', 'name': 'list-dir'}]}\n\
+         query must not be empty\n\
+         limit must be greater than zero\n"
+    );
+    let names: Vec<_> = ran
+        .tool_calls
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert_eq!(names, ["list-dir", "list-dir", "github.search_issues"]);
 }

@@ -299,13 +299,24 @@ def _run_cell(cell_id, source, namespace):
         _state.running = False
         _flush_std()
         return "interrupted", None
-    except BaseException as error:  # SystemExit included: exit() ends the cell, not us
-        summary = _report_error(error)
-        try:
-            _prelude.send_figures()  # what the cell drew before failing
-        except KeyboardInterrupt:
-            pass
-        return "error", summary
+    except SystemExit as error:
+        if error.code is None or error.code == 0:
+            # exit() or sys.exit(0): the cell ends early and successfully, its output kept.
+            _prelude.send_figures()
+            return "ok", None
+        return _failed(error)
+    except BaseException as error:  # exit(1) and the like end the cell, not us
+        return _failed(error)
+
+
+def _failed(error):
+    """Reports the cell's failure; returns (status, summary)."""
+    summary = _report_error(error)
+    try:
+        _prelude.send_figures()  # what the cell drew before failing
+    except KeyboardInterrupt:
+        pass
+    return "error", summary
 
 
 _kept_sources = {}  # filename -> size, oldest first

@@ -1,0 +1,47 @@
+//! `cellvisor check`: scored suites of cells. A suite's cases run in fresh workspaces on an
+//! embedded supervisor per variant; scorers and metrics grade each case; the run is written
+//! as per-case artifacts and a summary (`docs/check.md`).
+//!
+//! - [`suite`]: case files (TOML or JSON) and their errors with positions.
+//! - [`scorer`]: the scorer kinds, graded on plain data.
+//! - [`metrics`]: declared metrics, normalization, per-tag scores, statistics.
+//! - [`workspace`]: a case's seeded temporary directory and its capture.
+//! - [`run`]: running the cases (variants, repeat, concurrency, timed events).
+//! - [`artifacts`]: the files a run leaves under `--out`.
+//! - [`summary`]: the run summary (`summary.json`, `--json`).
+//! - [`report`]: the summary as a terminal table.
+
+pub mod artifacts;
+pub mod metrics;
+pub mod report;
+pub mod run;
+pub mod scorer;
+pub mod suite;
+pub mod summary;
+pub mod workspace;
+
+pub use run::{run, CaseResult, RunError, RunOptions, Variant};
+pub use suite::{Case, Suite, SuiteError};
+pub use summary::{summarize, RunSummary};
+
+/// Cells and results for the unit tests of the check modules.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use crate::cell::{CellResult, CellSpec, CellStatus};
+
+    /// A cell as a case file gives it (read from JSON, so every optional field has its
+    /// default).
+    pub fn cell_spec(language: &str, code: &str) -> CellSpec {
+        serde_json::from_value(serde_json::json!({"language": language, "code": code}))
+            .expect("a valid cell")
+    }
+
+    /// The result of a completed cell that printed `output` in `duration_ms`.
+    pub fn completed(output: &str, duration_ms: f64) -> CellResult {
+        let mut cell = CellResult::skipped(0, &cell_spec("py", ""));
+        cell.status = CellStatus::Complete;
+        cell.output = output.into();
+        cell.duration_ms = duration_ms;
+        cell
+    }
+}

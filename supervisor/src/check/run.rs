@@ -1,0 +1,371 @@
+//! Running suites: each variant on its own embedded supervisor, each case in its own session
+//! and fresh workspace, up to `concurrency` cases at a time; every streamed event kept with
+//! its time.
+
+use super::artifacts;
+use super::metrics::{self, MetricValue};
+use super::scorer::{request_status, Observation, ScoreOutcome};
+use super::suite::{Case, Suite};
+use super::workspace::{self, WorkspaceSnapshot};
+use crate::cell::{CellEvent, CellResult, CellStatus, EvalRequest, EvalResult};
+use crate::host::{Cellvisor, Options, RequestError, StartupError};
+use cellvisor_config::Config;
+use futures::StreamExt;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Instant, SystemTime};
+use tokio::sync::mpsc;
+
+/// A configuration to run the suites under, on a supervisor of its own.
+#[derive(Debug, Clone)]
+pub struct Variant {
+    pub name: String,
+    pub config: Config,
+}
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub variants: Vec<Variant>,
+    /// Runs of each case (at least 1).
+    pub repeat: u32,
+    /// Cases run at once per variant; capped by the variant's `sessions.max-sessions`, so no
+    /// case's session is evicted under it.
+    pub concurrency: usize,
+    /// Where artifacts go; none are written without it.
+    pub out: Option<PathBuf>,
+    /// As in [`Options`]: the executable workers run as, and the runtime directory.
+    pub worker_exe: Option<PathBuf>,
+    pub runtime_dir: Option<PathBuf>,
+}
+
+/// Why a run stopped before its end.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("variant {variant}: cannot start a supervisor: {source}")]
+    Startup {
+        variant: String,
+        source: StartupError,
+    },
+    #[error("cannot write artifacts to {path}: {source}")]
+    Artifacts {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// One streamed event with when it arrived.
+#[derive(Debug, Clone, Serialize)]
+pub struct TimedEvent {
+    /// Wall-clock time, RFC 3339 with milliseconds.
+    pub at: String,
+    /// Milliseconds since the case started.
+    pub elapsed_ms: f64,
+    /// `setup` or `cells`.
+    pub phase: &'static str,
+    #[serde(flatten)]
+    pub event: CellEvent,
+}
+
+/// One run of one case under one variant.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseResult {
+    pub variant: String,
+    pub suite: String,
+    pub id: String,
+    /// 1-based, up to `--repeat`.
+    pub repeat: u32,
+    pub tags: Vec<String>,
+    pub passed: bool,
+    /// Mean of the scorers' scores, 0..1.
+    pub score: f64,
+    /// How the cells under test ended (the first that did not complete).
+    pub status: CellStatus,
+    /// Wall-clock time of the whole case: workspace, setup, cells, capture.
+    pub duration_ms: f64,
+    pub started_at: String,
+    pub scores: Vec<ScoreOutcome>,
+    pub metrics: Vec<MetricValue>,
+    pub tag_scores: BTreeMap<String, f64>,
+    /// Set when the case could not be run as written (setup failed, request refused,
+    /// workspace not prepared); the case then fails.
+    pub error: Option<String>,
+    pub artifact_dir: Option<PathBuf>,
+    pub case: Case,
+    pub setup: Vec<CellResult>,
+    pub cells: Vec<CellResult>,
+    #[serde(skip)]
+    pub workspace: WorkspaceSnapshot,
+    #[serde(skip)]
+    pub events: Vec<TimedEvent>,
+}
+
+impl CaseResult {
+    /// Names of the scorers that failed.
+    pub fn failed_scorers(&self) -> impl Iterator<Item = &str> {
+        self.scores
+            .iter()
+            .filter(|s| !s.passed)
+            .map(|s| s.name.as_str())
+    }
+}
+
+/// Runs every case of `suites` under every variant, `options.repeat` times, handing each
+/// result to `on_case` as it is ready (its artifacts already written). Dropping the future
+/// stops the run: the cells running are stopped and their workspaces removed.
+pub async fn run(
+    suites: &[Suite],
+    options: &RunOptions,
+    mut on_case: impl FnMut(CaseResult),
+) -> Result<(), RunError> {
+    let repeat = options.repeat.max(1);
+    for variant in &options.variants {
+        let cellvisor = Cellvisor::start(Options {
+            config: variant.config.clone(),
+            worker_exe: options.worker_exe.clone(),
+            runtime_dir: options.runtime_dir.clone(),
+        })
+        .map_err(|source| RunError::Startup {
+            variant: variant.name.clone(),
+            source,
+        })?;
+        let jobs = suites.iter().flat_map(|suite| {
+            suite
+                .cases
+                .iter()
+                .flat_map(move |case| (1..=repeat).map(move |n| (suite, case, n)))
+        });
+        let concurrency = effective_concurrency(options.concurrency, &variant.config);
+        let cellvisor_ref = &cellvisor;
+        let run_tag = run_id();
+        let run_tag = run_tag.as_str();
+        let mut running = futures::stream::iter(jobs.enumerate())
+            .map(|(index, (suite, case, n))| {
+                let session = session_name(run_tag, index, &suite.name, &case.id);
+                run_case(cellvisor_ref, &variant.name, suite, case, n, session)
+            })
+            .buffer_unordered(concurrency);
+        let mut failure = None;
+        while let Some(mut result) = running.next().await {
+            if let Some(out) = &options.out {
+                let dir = artifacts::case_dir(out, &result, repeat);
+                result.artifact_dir = Some(dir.clone());
+                if let Err(source) = artifacts::write_case(&dir, &result) {
+                    failure = Some(RunError::Artifacts { path: dir, source });
+                    break;
+                }
+            }
+            on_case(result);
+        }
+        drop(running);
+        cellvisor.shutdown().await;
+        if let Some(failure) = failure {
+            return Err(failure);
+        }
+    }
+    Ok(())
+}
+
+/// The cases run at once: `requested`, at least 1, at most the variant's session cap (a case
+/// holds one session per language it uses; more would evict one another's workers).
+pub fn effective_concurrency(requested: usize, config: &Config) -> usize {
+    requested.clamp(1, config.sessions.max_sessions.max(1))
+}
+
+/// A session name that no other run or case uses (a session's code-mode store outlives it,
+/// keyed by its name) and that still says which case it is.
+fn session_name(run_tag: &str, index: usize, suite: &str, id: &str) -> String {
+    let slug = crate::paths::file_safe(&format!("{suite}-{id}"));
+    let mut name = format!("check-{run_tag}-{index}-{slug}");
+    name.truncate(crate::host::MAX_SESSION_NAME);
+    name
+}
+
+/// A short id for this run: the process id and the clock, in hex.
+fn run_id() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() ^ (d.as_secs() as u32));
+    format!("{:x}{:x}", std::process::id(), nanos)
+}
+
+async fn run_case(
+    cellvisor: &Cellvisor,
+    variant: &str,
+    suite: &Suite,
+    case: &Case,
+    repeat: u32,
+    session: String,
+) -> CaseResult {
+    let started = Instant::now();
+    let started_at = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
+    let mut events = Vec::new();
+    let mut setup = Vec::new();
+    let mut cells = Vec::new();
+    let mut snapshot = WorkspaceSnapshot::default();
+    let mut error = None;
+    match workspace::prepare(case.workspace.as_deref()) {
+        Err(err) => error = Some(err.to_string()),
+        Ok(dir) => {
+            let request = |cells: &[crate::cell::CellSpec]| EvalRequest {
+                session: session.clone(),
+                cwd: Some(dir.path().to_path_buf()),
+                cells: cells.to_vec(),
+                tools: Vec::new(),
+            };
+            if !case.setup.is_empty() {
+                match eval_timed(
+                    cellvisor,
+                    request(&case.setup),
+                    "setup",
+                    started,
+                    &mut events,
+                )
+                .await
+                {
+                    Ok(result) => {
+                        if result.is_error {
+                            error = Some(setup_failure(&result.cells));
+                        }
+                        setup = result.cells;
+                    }
+                    Err(err) => error = Some(format!("setup refused: {err}")),
+                }
+            }
+            if error.is_none() {
+                match eval_timed(
+                    cellvisor,
+                    request(&case.cells),
+                    "cells",
+                    started,
+                    &mut events,
+                )
+                .await
+                {
+                    Ok(result) => cells = result.cells,
+                    Err(err) => error = Some(format!("cells refused: {err}")),
+                }
+            }
+            let _ = cellvisor.close(&session, None).await;
+            // The store of a session outlives it; a case's is the case's alone.
+            let store = crate::paths::session_store_dir(&session);
+            if store.exists() {
+                let _ = std::fs::remove_dir_all(store);
+            }
+            snapshot = workspace::capture(dir.path(), &case.capture);
+        }
+    }
+    let scores = match &error {
+        Some(reason) => vec![ScoreOutcome {
+            name: "setup".into(),
+            passed: false,
+            score: 0.0,
+            details: reason.clone(),
+        }],
+        None => {
+            let seen = Observation {
+                cells: &cells,
+                workspace: &snapshot,
+            };
+            case.scorers.iter().map(|s| s.score(&seen)).collect()
+        }
+    };
+    let score = metrics::mean(&scores.iter().map(|s| s.score).collect::<Vec<_>>());
+    let metric_values = metrics::evaluate(&case.metrics, &cells, &scores);
+    CaseResult {
+        variant: variant.to_string(),
+        suite: suite.name.clone(),
+        id: case.id.clone(),
+        repeat,
+        tags: case.tags.clone(),
+        passed: scores.iter().all(|s| s.passed),
+        score,
+        status: if error.is_some() {
+            CellStatus::Error
+        } else {
+            request_status(&cells)
+        },
+        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        started_at,
+        tag_scores: metrics::tag_scores(&case.tags, score, &metric_values),
+        scores,
+        metrics: metric_values,
+        error,
+        artifact_dir: None,
+        case: case.clone(),
+        setup,
+        cells,
+        workspace: snapshot,
+        events,
+    }
+}
+
+/// What a failed setup says: the failing cell's index and output.
+fn setup_failure(cells: &[CellResult]) -> String {
+    match cells
+        .iter()
+        .find(|c| matches!(c.status, CellStatus::Error | CellStatus::Cancelled))
+    {
+        Some(cell) => format!(
+            "setup cell {} ended {}: {}",
+            cell.index,
+            super::scorer::status_word(cell.status),
+            cell.output.trim_end()
+        ),
+        None => "setup failed".into(),
+    }
+}
+
+/// Runs a request, stamping each event as it arrives.
+async fn eval_timed(
+    cellvisor: &Cellvisor,
+    request: EvalRequest,
+    phase: &'static str,
+    started: Instant,
+    timed: &mut Vec<TimedEvent>,
+) -> Result<EvalResult, RequestError> {
+    let (sender, mut receiver) = mpsc::channel(256);
+    let mut stamp = |event: CellEvent| {
+        timed.push(TimedEvent {
+            at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
+            phase,
+            event,
+        })
+    };
+    let eval = cellvisor.eval(request, Some(sender));
+    tokio::pin!(eval);
+    let result = loop {
+        tokio::select! {
+            result = &mut eval => break result,
+            Some(event) = receiver.recv() => stamp(event),
+        }
+    };
+    while let Ok(event) = receiver.try_recv() {
+        stamp(event);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concurrency_is_bounded_by_the_session_cap() {
+        let mut config = Config::default();
+        config.sessions.max_sessions = 3;
+        assert_eq!(effective_concurrency(0, &config), 1);
+        assert_eq!(effective_concurrency(2, &config), 2);
+        assert_eq!(effective_concurrency(10, &config), 3);
+    }
+
+    #[test]
+    fn session_names_are_valid_and_bounded() {
+        let name = session_name("ab12", 7, "py plots", &"x/".repeat(100));
+        assert!(name.starts_with("check-ab12-7-py_plots-x_x_"), "{name}");
+        assert_ne!(run_id(), "");
+        assert!(name.len() <= crate::host::MAX_SESSION_NAME);
+    }
+}

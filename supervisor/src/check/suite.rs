@@ -1,0 +1,558 @@
+//! Case files: what a suite declares (cases, scorers, metrics, variants), read from TOML or
+//! JSON. Every mistake is reported with the file and, where the format knows it, the line
+//! and column (`docs/check.md` documents the schema).
+
+use super::metrics::MetricSpec;
+use super::scorer::Scorer;
+use crate::cell::CellSpec;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// A suite: the cases of one case file.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Suite {
+    /// `suite = "..."` in the file, else the file's stem.
+    pub name: String,
+    pub path: PathBuf,
+    /// Variants the suite declares, in file order: name and config file (resolved next to
+    /// the case file). The first is the baseline the comparison is taken against.
+    pub variants: Vec<(String, PathBuf)>,
+    pub cases: Vec<Case>,
+}
+
+/// One case: a fresh workspace, setup cells, the cells under test and what must hold after.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawCase")]
+pub struct Case {
+    pub id: String,
+    pub description: Option<String>,
+    pub tags: Vec<String>,
+    /// A directory copied into the case's fresh working directory (resolved next to the
+    /// case file when the suite is loaded).
+    pub workspace: Option<PathBuf>,
+    /// Files and directories (relative) captured after the run; all of the workspace when
+    /// empty. File scorers see only what is captured.
+    pub capture: Vec<String>,
+    /// Cells run first, in the same session; a failure fails the case before it is scored.
+    pub setup: Vec<CellSpec>,
+    pub cells: Vec<CellSpec>,
+    pub scorers: Vec<Scorer>,
+    /// The suite's metrics with this case's own added (same id: the case's wins).
+    pub metrics: BTreeMap<String, MetricSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCase {
+    id: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    tags: Vec<String>,
+    #[serde(default)]
+    workspace: Option<PathBuf>,
+    #[serde(default)]
+    capture: Vec<String>,
+    #[serde(default)]
+    setup: Vec<CellSpec>,
+    cells: Vec<CellSpec>,
+    #[serde(default)]
+    scorers: Vec<Scorer>,
+    #[serde(default)]
+    metrics: BTreeMap<String, MetricSpec>,
+}
+
+impl TryFrom<RawCase> for Case {
+    type Error = String;
+
+    fn try_from(raw: RawCase) -> Result<Case, String> {
+        let id = raw.id.trim().to_string();
+        if id.is_empty() {
+            return Err("a case id must not be empty".into());
+        }
+        if raw.cells.is_empty() {
+            return Err(format!(
+                "case {id:?} has no cells: give at least one {{language, code}}"
+            ));
+        }
+        if raw.scorers.is_empty() {
+            return Err(format!(
+                "case {id:?} has no scorers: give at least one (kinds: {})",
+                Scorer::KINDS.join(", ")
+            ));
+        }
+        if let Some(outside) = raw.capture.iter().find(|p| !is_inside(p)) {
+            return Err(format!(
+                "case {id:?}: capture path {outside:?} must be relative and stay in the workspace"
+            ));
+        }
+        for scorer in &raw.scorers {
+            if let Some(cell) = scorer.cell().filter(|&cell| cell >= raw.cells.len()) {
+                return Err(format!(
+                    "case {id:?}: scorer {} names cell {cell}, but the case has {} cell(s) \
+                     (counted from 0)",
+                    scorer.name(),
+                    raw.cells.len()
+                ));
+            }
+        }
+        Ok(Case {
+            id,
+            description: raw.description,
+            tags: raw.tags,
+            workspace: raw.workspace,
+            capture: raw.capture,
+            setup: raw.setup,
+            cells: raw.cells,
+            scorers: raw.scorers,
+            metrics: raw.metrics,
+        })
+    }
+}
+
+/// Whether `path` is relative and does not climb out of the directory it is taken from.
+fn is_inside(path: &str) -> bool {
+    let mut depth = 0usize;
+    for component in Path::new(path).components() {
+        match component {
+            std::path::Component::Normal(_) => depth += 1,
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir if depth > 0 => depth -= 1,
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// The top level of a case file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSuite {
+    #[serde(default)]
+    suite: Option<String>,
+    #[serde(default)]
+    variants: InOrder<PathBuf>,
+    #[serde(default)]
+    metrics: BTreeMap<String, MetricSpec>,
+    #[serde(default, rename = "case", alias = "cases")]
+    cases: Vec<Case>,
+}
+
+/// A table's entries in the order the file gives them.
+struct InOrder<T>(Vec<(String, T)>);
+
+impl<T> Default for InOrder<T> {
+    fn default() -> Self {
+        InOrder(Vec::new())
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for InOrder<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Entries<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Entries<T> {
+            type Value = InOrder<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a table of name = value")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<InOrder<T>, A::Error> {
+                let mut entries: Vec<(String, T)> = Vec::new();
+                while let Some((key, value)) = map.next_entry::<String, T>()? {
+                    if entries.iter().any(|(k, _)| *k == key) {
+                        return Err(serde::de::Error::custom(format!("{key:?} is given twice")));
+                    }
+                    entries.push((key, value));
+                }
+                Ok(InOrder(entries))
+            }
+        }
+        deserializer.deserialize_map(Entries(std::marker::PhantomData))
+    }
+}
+
+/// Why a suite could not be loaded: bad input, exit status 2.
+#[derive(Debug, thiserror::Error)]
+pub enum SuiteError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A syntax or schema error at a known position.
+    #[error("{path}:{line}:{column}: {message}")]
+    At {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+    #[error("no case files (*.toml, *.json) in {0}")]
+    Empty(PathBuf),
+}
+
+fn invalid(path: &Path, message: impl Into<String>) -> SuiteError {
+    SuiteError::Invalid {
+        path: path.to_path_buf(),
+        message: message.into(),
+    }
+}
+
+/// The suites at `paths`, each a case file or a directory of them (see [`load`]); two suites
+/// whose names would share an artifact directory are an error.
+pub fn load_all(paths: &[PathBuf]) -> Result<Vec<Suite>, SuiteError> {
+    let mut suites: Vec<Suite> = Vec::new();
+    for path in paths {
+        for suite in load(path)? {
+            if let Some(other) = suites.iter().find(|s| s.name == suite.name) {
+                return Err(invalid(
+                    &suite.path,
+                    format!(
+                        "suite {:?} is also the suite of {}; give one of them another `suite` \
+                         name (or give the file once)",
+                        suite.name,
+                        other.path.display()
+                    ),
+                ));
+            }
+            suites.push(suite);
+        }
+    }
+    Ok(suites)
+}
+
+/// The suites at `path`: the case file itself, or every `*.toml` / `*.json` file directly in
+/// the directory (seeds and variant configs go in subdirectories), in name order.
+pub fn load(path: &Path) -> Result<Vec<Suite>, SuiteError> {
+    let files = if path.is_dir() {
+        let entries = std::fs::read_dir(path).map_err(|source| SuiteError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && format_of(p).is_some())
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(SuiteError::Empty(path.to_path_buf()));
+        }
+        files
+    } else {
+        vec![path.to_path_buf()]
+    };
+    files.iter().map(|file| load_file(file)).collect()
+}
+
+#[derive(Clone, Copy)]
+enum Format {
+    Toml,
+    Json,
+}
+
+fn format_of(path: &Path) -> Option<Format> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("toml") => Some(Format::Toml),
+        Some("json") => Some(Format::Json),
+        _ => None,
+    }
+}
+
+/// Reads and checks one case file.
+pub fn load_file(path: &Path) -> Result<Suite, SuiteError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SuiteError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let format = format_of(path).ok_or_else(|| {
+        invalid(
+            path,
+            "a case file is TOML (.toml) or JSON (.json); this name has neither extension",
+        )
+    })?;
+    parse(&text, path, format)
+}
+
+fn parse(text: &str, path: &Path, format: Format) -> Result<Suite, SuiteError> {
+    let raw: RawSuite = match format {
+        Format::Toml => toml::from_str(text).map_err(|err| {
+            let (line, column) = err
+                .span()
+                .map(|span| line_column(text, span.start))
+                .unwrap_or((1, 1));
+            SuiteError::At {
+                path: path.to_path_buf(),
+                line,
+                column,
+                message: err.message().trim().to_string(),
+            }
+        })?,
+        Format::Json => serde_json::from_str(text).map_err(|err| SuiteError::At {
+            path: path.to_path_buf(),
+            line: err.line(),
+            column: err.column(),
+            message: json_message(&err),
+        })?,
+    };
+    let base = path.parent().unwrap_or(Path::new("."));
+    let name = match raw.suite {
+        Some(name) if !name.trim().is_empty() => name.trim().to_string(),
+        Some(_) => return Err(invalid(path, "`suite` must not be empty")),
+        None => path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "suite".into()),
+    };
+    if raw.cases.is_empty() {
+        return Err(invalid(
+            path,
+            "the file declares no cases: add [[case]] tables (TOML) or a \"cases\" array (JSON)",
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut cases = Vec::with_capacity(raw.cases.len());
+    for mut case in raw.cases {
+        if !seen.insert(case.id.clone()) {
+            return Err(invalid_at(
+                path,
+                position_of(text, "id", &case.id, 1),
+                format!(
+                    "case id {:?} is used twice; ids are unique in a suite",
+                    case.id
+                ),
+            ));
+        }
+        if let Some(given) = &case.workspace {
+            let seed = base.join(given);
+            if !seed.is_dir() {
+                return Err(invalid_at(
+                    path,
+                    position_of(text, "workspace", &given.to_string_lossy(), 0),
+                    format!(
+                        "case {:?}: workspace seed {} is not a directory",
+                        case.id,
+                        seed.display()
+                    ),
+                ));
+            }
+            case.workspace = Some(seed);
+        }
+        let mut metrics = raw.metrics.clone();
+        metrics.append(&mut case.metrics);
+        case.metrics = metrics;
+        cases.push(case);
+    }
+    for (name, _) in &raw.variants.0 {
+        if !is_variant_name(name) {
+            return Err(invalid(path, variant_name_error(name)));
+        }
+    }
+    let variants = raw
+        .variants
+        .0
+        .into_iter()
+        .map(|(name, config)| (name, base.join(config)))
+        .collect();
+    Ok(Suite {
+        name,
+        path: path.to_path_buf(),
+        variants,
+        cases,
+    })
+}
+
+/// A mistake found after parsing, at its place in the file when that is known.
+fn invalid_at(path: &Path, at: Option<(usize, usize)>, message: String) -> SuiteError {
+    match at {
+        Some((line, column)) => SuiteError::At {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message,
+        },
+        None => invalid(path, message),
+    }
+}
+
+/// Line and column of the `nth` (from 0) place where `key` is given the string `value`:
+/// `key = "value"` in TOML, `"key": "value"` in JSON.
+fn position_of(text: &str, key: &str, value: &str, nth: usize) -> Option<(usize, usize)> {
+    let pattern = format!(
+        r#"(?m)^[ \t{{,]*"?{}"?[ \t]*[=:][ \t]*["']{}["']"#,
+        regex::escape(key),
+        regex::escape(value)
+    );
+    let found = regex::Regex::new(&pattern).ok()?.find_iter(text).nth(nth)?;
+    let start = found.start() + found.as_str().len()
+        - found
+            .as_str()
+            .trim_start_matches([' ', '\t', '{', ','])
+            .len();
+    Some(line_column(text, start))
+}
+
+/// A variant name is one path segment of the artifact layout: letters, digits, `.`, `_`, `-`.
+pub fn is_variant_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// The message for a name [`is_variant_name`] refuses.
+pub fn variant_name_error(name: &str) -> String {
+    format!(
+        "invalid variant name {name:?}: use 1 to 64 characters from A-Z a-z 0-9 . _ -, \
+         not starting with ."
+    )
+}
+
+/// serde_json appends " at line L column C" to its messages; the position is reported apart.
+fn json_message(err: &serde_json::Error) -> String {
+    let text = err.to_string();
+    match text.rfind(" at line ") {
+        Some(cut) => text[..cut].to_string(),
+        None => text,
+    }
+}
+
+/// 1-based line and column (in characters) of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toml(text: &str) -> Result<Suite, SuiteError> {
+        parse(text, Path::new("/x/s.toml"), Format::Toml)
+    }
+
+    const GOOD: &str = r#"
+suite = "basics"
+[metrics.time]
+min = 0
+max = 1000
+direction = "lower"
+measure = "duration_ms"
+
+[[case]]
+id = "answer"
+tags = ["py"]
+cells = [{ language = "py", code = "print(6*7)" }]
+scorers = [{ kind = "output_equals", text = "42" }, { kind = "status", expect = "complete" }]
+"#;
+
+    #[test]
+    fn a_toml_suite_parses_with_suite_metrics_on_each_case() {
+        let suite = toml(GOOD).unwrap();
+        assert_eq!(suite.name, "basics");
+        assert_eq!(suite.cases.len(), 1);
+        assert_eq!(suite.cases[0].scorers.len(), 2);
+        assert!(suite.cases[0].metrics.contains_key("time"));
+        let with_variants = toml(&GOOD.replace(
+            "suite = \"basics\"",
+            "suite = \"basics\"\n[variants]\nwide = \"w.toml\"\nnarrow = \"n.toml\"",
+        ))
+        .unwrap();
+        let names: Vec<&str> = with_variants
+            .variants
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        assert_eq!(names, ["wide", "narrow"], "file order is kept");
+        assert_eq!(with_variants.variants[0].1, Path::new("/x/w.toml"));
+    }
+
+    #[test]
+    fn a_json_suite_parses_and_takes_its_name_from_the_file() {
+        let text = r#"{"cases": [{"id": "a", "cells": [{"language": "lua", "code": "print(1)"}],
+                       "scorers": [{"kind": "no_restart"}]}]}"#;
+        let suite = parse(text, Path::new("/x/lua.json"), Format::Json).unwrap();
+        assert_eq!(suite.name, "lua");
+    }
+
+    #[test]
+    fn toml_mistakes_carry_line_and_column() {
+        let text = GOOD.replace("kind = \"status\"", "kind = \"stattus\"");
+        let err = toml(&text).unwrap_err().to_string();
+        assert!(err.starts_with("/x/s.toml:13:"), "{err}");
+        assert!(err.contains("stattus"), "{err}");
+        let err = toml("[[case]]\nid = \"a\"\ncells = [")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("/x/s.toml:3:"), "{err}");
+    }
+
+    #[test]
+    fn json_mistakes_carry_line_and_column() {
+        let text = "{\"cases\": [\n  {\"id\": \"a\", \"cells\": [], \"scorers\": []}\n]}";
+        let err = parse(text, Path::new("/x/j.json"), Format::Json)
+            .unwrap_err()
+            .to_string();
+        // A check of the whole case is reported where the parser noticed it: the case's end.
+        assert!(err.starts_with("/x/j.json:3:1: "), "{err}");
+        assert!(err.contains("has no cells"), "{err}");
+        let twice = "{\"cases\": [\n  {\"id\": \"a\", \"cells\": [{\"language\": \"py\", \"code\": \"1\"}], \"scorers\": [{\"kind\": \"no_restart\"}]},\n  {\"id\": \"a\", \"cells\": [{\"language\": \"py\", \"code\": \"1\"}], \"scorers\": [{\"kind\": \"no_restart\"}]}\n]}";
+        let err = parse(twice, Path::new("/x/j.json"), Format::Json)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("/x/j.json:3:4: case id \"a\" is used twice"),
+            "{err}"
+        );
+        let text = "{\"cases\": [\n  {\"id\": \"a\", \"celss\": []}\n]}";
+        let err = parse(text, Path::new("/x/j.json"), Format::Json)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("/x/j.json:2:"), "{err}");
+        assert!(err.contains("unknown field `celss`"), "{err}");
+    }
+
+    #[test]
+    fn semantic_mistakes_are_named() {
+        let dup = format!("{GOOD}\n[[case]]\nid = \"answer\"\ncells = [{{ language = \"py\", code = \"1\" }}]\nscorers = [{{ kind = \"no_restart\" }}]\n");
+        let err = toml(&dup).unwrap_err().to_string();
+        assert!(
+            err.starts_with("/x/s.toml:16:1: case id \"answer\" is used twice"),
+            "{err}"
+        );
+        let out_of_range = GOOD.replace(
+            "{ kind = \"status\", expect = \"complete\" }",
+            "{ kind = \"status\", expect = \"complete\", cell = 3 }",
+        );
+        let err = toml(&out_of_range).unwrap_err().to_string();
+        assert!(err.contains("names cell 3"), "{err}");
+        let seed = GOOD.replace("tags = [\"py\"]", "workspace = \"no-such-seed\"");
+        let err = toml(&seed).unwrap_err().to_string();
+        assert!(err.starts_with("/x/s.toml:11:1: "), "{err}");
+        assert!(
+            err.contains("workspace seed /x/no-such-seed is not"),
+            "{err}"
+        );
+        assert!(toml("suite = \"x\"")
+            .unwrap_err()
+            .to_string()
+            .contains("no cases"));
+    }
+
+    #[test]
+    fn line_column_counts_characters() {
+        assert_eq!(line_column("ab\ncdé\nx", 7), (2, 4));
+        assert_eq!(line_column("ab\ncdé\nx", 8), (3, 1));
+        assert_eq!(line_column("abc", 0), (1, 1));
+    }
+}

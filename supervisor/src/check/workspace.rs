@@ -1,0 +1,228 @@
+//! A case's working directory: a fresh temporary directory seeded from the case's
+//! `workspace` directory, and what is in it after the cells ran.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Component, Path, PathBuf};
+
+/// Text kept per captured file; longer files are cut (and marked `truncated`).
+pub const MAX_FILE_CHARS: usize = 256 * 1024;
+
+/// Text kept for a whole workspace; files past it are listed without their content (and
+/// marked `truncated`), so a cell that makes thousands of files cannot bloat the artifacts.
+pub const MAX_TOTAL_BYTES: usize = 16 * 1024 * 1024;
+
+/// Files captured from a workspace after a case.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkspaceSnapshot {
+    pub files: Vec<WorkspaceFile>,
+}
+
+/// One captured file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkspaceFile {
+    /// Relative to the workspace, `/`-separated.
+    pub path: String,
+    /// Bytes.
+    pub size: u64,
+    /// Not UTF-8 text (or holds NUL): its content is not kept.
+    pub binary: bool,
+    /// `content` holds only the first [`MAX_FILE_CHARS`] characters.
+    pub truncated: bool,
+    pub content: Option<String>,
+}
+
+impl WorkspaceSnapshot {
+    /// The file at `path` (relative; `./` and `a/../b` are resolved), if it was captured.
+    pub fn file(&self, path: &str) -> Option<&WorkspaceFile> {
+        let wanted = normalize(Path::new(path))?;
+        self.files.iter().find(|f| f.path == wanted)
+    }
+}
+
+/// `path` as a `/`-separated relative path, or `None` when it leaves the workspace.
+fn normalize(path: &Path) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                parts.pop()?;
+            }
+            Component::Normal(part) => parts.push(part.to_string_lossy().into_owned()),
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(parts.join("/"))
+}
+
+/// Why a workspace could not be prepared or captured.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    #[error("cannot create a workspace: {0}")]
+    Create(std::io::Error),
+    #[error("cannot copy the workspace seed {seed}: {message}")]
+    Seed { seed: PathBuf, message: String },
+}
+
+/// A fresh temporary directory with `seed` (if any) copied in; removed when dropped.
+pub fn prepare(seed: Option<&Path>) -> Result<tempfile::TempDir, WorkspaceError> {
+    let dir = tempfile::Builder::new()
+        .prefix("cellvisor-check-")
+        .tempdir()
+        .map_err(WorkspaceError::Create)?;
+    if let Some(seed) = seed {
+        copy_tree(seed, dir.path()).map_err(|message| WorkspaceError::Seed {
+            seed: seed.to_path_buf(),
+            message,
+        })?;
+    }
+    Ok(dir)
+}
+
+/// Copies the files, directories and symbolic links under `from` into `to`.
+fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
+    for entry in walkdir::WalkDir::new(from).min_depth(1) {
+        let entry = entry.map_err(|e| e.to_string())?;
+        let relative = entry.path().strip_prefix(from).map_err(|e| e.to_string())?;
+        let target = to.join(relative);
+        let kind = entry.file_type();
+        let copied = if kind.is_dir() {
+            std::fs::create_dir_all(&target)
+        } else if kind.is_symlink() {
+            std::fs::read_link(entry.path())
+                .and_then(|link| std::os::unix::fs::symlink(link, &target))
+        } else {
+            std::fs::copy(entry.path(), &target).map(drop)
+        };
+        copied.map_err(|e| format!("{}: {e}", relative.display()))?;
+    }
+    Ok(())
+}
+
+/// Every file under `root` at the relative paths `only` (files or directories; all of the
+/// workspace when empty). Symbolic links are listed, not followed; paths are in order.
+pub fn capture(root: &Path, only: &[String]) -> WorkspaceSnapshot {
+    let mut starts: Vec<PathBuf> = only
+        .iter()
+        .filter_map(|p| normalize(Path::new(p)))
+        .map(|p| root.join(p))
+        .collect();
+    if only.is_empty() {
+        starts.push(root.to_path_buf());
+    }
+    let mut files = Vec::new();
+    let mut budget = MAX_TOTAL_BYTES;
+    for start in starts {
+        let entries = walkdir::WalkDir::new(&start)
+            .sort_by_file_name()
+            .into_iter()
+            .flatten();
+        for entry in entries {
+            if entry.file_type().is_dir() {
+                continue;
+            }
+            let Some(path) = entry.path().strip_prefix(root).ok().and_then(normalize) else {
+                continue;
+            };
+            if path.is_empty() || files.iter().any(|f: &WorkspaceFile| f.path == path) {
+                continue;
+            }
+            let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            let is_file = entry.file_type().is_file();
+            let head = if is_file && budget > 0 {
+                read_head(entry.path())
+            } else {
+                None
+            };
+            let text = head
+                .as_deref()
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .filter(|t| !t.contains('\0'));
+            let (content, truncated) = match text {
+                Some(text) => {
+                    let cut = text
+                        .char_indices()
+                        .nth(MAX_FILE_CHARS)
+                        .map_or(text.len(), |(at, _)| at);
+                    let mut cut = cut.min(budget);
+                    while !text.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    budget -= cut;
+                    (Some(text[..cut].to_string()), size > cut as u64)
+                }
+                None => (None, is_file && head.is_none()),
+            };
+            files.push(WorkspaceFile {
+                path,
+                size,
+                binary: is_file && head.is_some() && content.is_none(),
+                truncated,
+                content,
+            });
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    WorkspaceSnapshot { files }
+}
+
+/// The first bytes of a file, enough for [`MAX_FILE_CHARS`] characters, cut back to a
+/// character boundary.
+fn read_head(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let limit = (MAX_FILE_CHARS * 4) as u64;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(limit)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    if bytes.len() as u64 == limit {
+        // A multi-byte character may be cut at the end.
+        while !bytes.is_empty() && std::str::from_utf8(&bytes).is_err() {
+            bytes.pop();
+        }
+    }
+    Some(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_is_copied_and_the_result_captured() {
+        let seed = tempfile::tempdir().unwrap();
+        std::fs::create_dir(seed.path().join("data")).unwrap();
+        std::fs::write(seed.path().join("data/in.csv"), "a,b\n1,2\n").unwrap();
+        std::fs::write(seed.path().join("blob.bin"), [0u8, 159, 146, 150]).unwrap();
+        std::os::unix::fs::symlink("data/in.csv", seed.path().join("link")).unwrap();
+        let workspace = prepare(Some(seed.path())).unwrap();
+        std::fs::write(workspace.path().join("out.txt"), "done").unwrap();
+        let snapshot = capture(workspace.path(), &[]);
+        let paths: Vec<&str> = snapshot.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["blob.bin", "data/in.csv", "link", "out.txt"]);
+        let csv = snapshot.file("./data/in.csv").unwrap();
+        assert_eq!(csv.content.as_deref(), Some("a,b\n1,2\n"));
+        assert_eq!(csv.size, 8);
+        assert!(snapshot.file("blob.bin").unwrap().binary);
+        assert!(!snapshot.file("link").unwrap().binary);
+        assert!(snapshot.file("../out.txt").is_none());
+        let only = capture(workspace.path(), &["data".into(), "out.txt".into()]);
+        let paths: Vec<&str> = only.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["data/in.csv", "out.txt"]);
+    }
+
+    #[test]
+    fn long_files_are_cut_and_marked() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("big.txt"), "é".repeat(MAX_FILE_CHARS + 5)).unwrap();
+        let snapshot = capture(dir.path(), &[]);
+        let big = &snapshot.files[0];
+        assert!(big.truncated);
+        assert_eq!(
+            big.content.as_deref().map(|c| c.chars().count()),
+            Some(MAX_FILE_CHARS)
+        );
+    }
+}

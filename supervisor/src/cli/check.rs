@@ -1,0 +1,197 @@
+//! `cellvisor check`: run suites of scored cells and print (or write) the run summary.
+
+use super::{usage_error, Globals};
+use cellvisor::check::{self, report, suite, RunOptions, Suite, Variant};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// Case files (.toml or .json), or directories whose *.toml / *.json files are case files.
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// Write per-case artifacts and summary.json under DIR.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Run the suites under a configuration file as a named variant, on a supervisor of its
+    /// own (repeat for several; replaces the variants the suites declare).
+    #[arg(long = "variant", value_name = "NAME=CONFIG")]
+    variants: Vec<String>,
+    /// Run every case N times.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    repeat: u32,
+    /// Run up to K cases at once (each in its own session; at most `sessions.max-sessions`).
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
+    concurrency: u64,
+    /// Print the run summary as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(args: CheckArgs, globals: &Globals) -> i32 {
+    let suites = match suite::load_all(&args.paths) {
+        Ok(suites) => suites,
+        Err(err) => return usage_error(err),
+    };
+    let variants = match variants(&args.variants, &suites, globals) {
+        Ok(variants) => variants,
+        Err(message) => return usage_error(message),
+    };
+    if let Some(out) = &args.out {
+        if let Err(err) = std::fs::create_dir_all(out) {
+            return usage_error(format!("cannot create --out {}: {err}", out.display()));
+        }
+    }
+    let requested = usize::try_from(args.concurrency).unwrap_or(usize::MAX);
+    for variant in &variants {
+        let effective = check::run::effective_concurrency(requested, &variant.config);
+        if effective < requested {
+            eprintln!(
+                "note: variant {}: --concurrency {requested} lowered to {effective}, its \
+                 sessions.max-sessions",
+                variant.name
+            );
+        }
+    }
+    let total: usize =
+        suites.iter().map(|s| s.cases.len()).sum::<usize>() * args.repeat as usize * variants.len();
+    let progress = progress_bar(total as u64);
+    let options = RunOptions {
+        variants,
+        repeat: args.repeat,
+        concurrency: requested,
+        out: args.out.clone(),
+        worker_exe: None,
+        runtime_dir: None,
+    };
+    let mut results = Vec::new();
+    let outcome = {
+        let run = check::run(&suites, &options, |result| {
+            progress.set_message(format!("done: {}/{}", result.suite, result.id));
+            progress.inc(1);
+            results.push(result);
+        });
+        // Ctrl-C stops the run (dropping it stops the cells and removes their workspaces)
+        // and still reports the cases that finished.
+        tokio::select! {
+            outcome = run => Some(outcome),
+            _ = tokio::signal::ctrl_c() => None,
+        }
+    };
+    progress.finish_and_clear();
+    let interrupted = match outcome {
+        Some(Ok(())) => false,
+        Some(Err(err)) => {
+            eprintln!("error: {err}");
+            return 1;
+        }
+        None => true,
+    };
+    let summary = check::summarize(&results);
+    if let Some(out) = &args.out {
+        if let Err(err) = check::artifacts::write_summary(out, &summary) {
+            eprintln!(
+                "error: cannot write {}: {err}",
+                out.join("summary.json").display()
+            );
+            return 1;
+        }
+    }
+    if args.json {
+        match serde_json::to_string_pretty(&summary) {
+            Ok(json) => println!("{json}"),
+            Err(err) => {
+                eprintln!("error: cannot print the summary: {err}");
+                return 1;
+            }
+        }
+    } else {
+        print!("{}", report::format_table(&summary));
+        if let Some(out) = &args.out {
+            println!("artifacts: {}", out.display());
+        }
+    }
+    if interrupted {
+        eprintln!(
+            "interrupted: {} of {total} case runs finished",
+            summary.totals.count
+        );
+        return EXIT_INTERRUPTED;
+    }
+    i32::from(summary.totals.failed > 0)
+}
+
+/// Exit status after Ctrl-C (128 + SIGINT, as shells report it).
+const EXIT_INTERRUPTED: i32 = 130;
+
+/// The variants to run: `--variant` flags, else those the suites declare, else the
+/// configuration in force as `default`.
+fn variants(flags: &[String], suites: &[Suite], globals: &Globals) -> Result<Vec<Variant>, String> {
+    let mut named: Vec<(String, PathBuf)> = Vec::new();
+    if flags.is_empty() {
+        for suite in suites {
+            for (name, path) in &suite.variants {
+                match named.iter().find(|(n, _)| n == name) {
+                    Some((_, other)) if other != path => {
+                        return Err(format!(
+                            "variant {name:?} is declared as {} and as {} (in {}); \
+                             give it one config",
+                            other.display(),
+                            path.display(),
+                            suite.path.display()
+                        ))
+                    }
+                    Some(_) => {}
+                    None => named.push((name.clone(), path.clone())),
+                }
+            }
+        }
+    }
+    for flag in flags {
+        let Some((name, path)) = flag.split_once('=') else {
+            return Err(format!(
+                "--variant {flag:?}: expected NAME=CONFIG, for example --variant small=small.toml"
+            ));
+        };
+        if !suite::is_variant_name(name) {
+            return Err(format!("--variant: {}", suite::variant_name_error(name)));
+        }
+        if named.iter().any(|(n, _)| n == name) {
+            return Err(format!("--variant {name:?} is given twice"));
+        }
+        named.push((name.to_string(), PathBuf::from(path)));
+    }
+    if named.is_empty() {
+        let config = globals.load_config()?;
+        return Ok(vec![Variant {
+            name: "default".into(),
+            config,
+        }]);
+    }
+    named
+        .into_iter()
+        .map(|(name, path)| {
+            cellvisor_config::load_effective(Some(&path), cellvisor_config::env_overrides())
+                .map(|effective| Variant {
+                    name: name.clone(),
+                    config: effective.config,
+                })
+                .map_err(|err| format!("variant {name}: {err}"))
+        })
+        .collect()
+}
+
+/// A progress bar on stderr while cases run; drawn only when stderr is a terminal.
+fn progress_bar(total: u64) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{spinner} [{bar:30}] {pos}/{len} cases  {elapsed}  {wide_msg}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}

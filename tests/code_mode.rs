@@ -1,0 +1,415 @@
+//! Code mode end to end through the daemon: the helpers of the code-mode script API in
+//! JavaScript, Python and Lua (text, image, audio, notify, store/load, exit), JavaScript timers
+//! that keep a cell alive, and host tools named as MCP servers name them, with their
+//! TypeScript declarations and `tools.tool_search`.
+
+mod common;
+
+use common::daemon::{Client, Daemon};
+use serde_json::{json, Value};
+
+fn eval(client: &mut Client, session: &str, cells: Value) -> Value {
+    client
+        .call("eval", json!({"session": session, "cells": cells}))
+        .expect("eval answered")
+}
+
+fn cell(result: &Value, index: usize) -> &Value {
+    &result["cells"][index]
+}
+
+fn output(result: &Value, index: usize) -> &str {
+    cell(result, index)["output"].as_str().unwrap_or_default()
+}
+
+fn one(client: &mut Client, session: &str, language: &str, code: &str) -> Value {
+    eval(
+        client,
+        session,
+        json!([{"language": language, "code": code}]),
+    )
+}
+
+fn status_ops(cell: &Value) -> Vec<Value> {
+    cell["status_events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The counter of the code-mode API, in each language, with the language's own "missing".
+const COUNTERS: [(&str, &str, &str, &str); 3] = [
+    (
+        "js",
+        "store('c', (load('c') ?? 0) + 1); text(load('c'))",
+        "text(String(load('never-stored')))",
+        "undefined\n",
+    ),
+    (
+        "py",
+        "store('c', (load('c') or 0) + 1); text(load('c'))",
+        "print(load('never-stored'))",
+        "None\n",
+    ),
+    (
+        "lua",
+        "store('c', (load('c') or 0) + 1); text(load('c'))",
+        "print(load('never-stored'))",
+        "nil\n",
+    ),
+];
+
+#[test]
+fn the_store_load_counter_counts_across_requests_in_every_language() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    for (language, counter, missing, nothing) in COUNTERS {
+        let session = format!("counter-{language}");
+        let first = one(&mut client, &session, language, counter);
+        assert_eq!(output(&first, 0), "1\n", "{language}: {first:#}");
+        let second = one(&mut client, &session, language, counter);
+        assert_eq!(output(&second, 0), "2\n", "{language}: {second:#}");
+        // A reset replaces the worker; the stored value stays.
+        client
+            .call("reset", json!({"session": session, "language": language}))
+            .expect("reset");
+        let third = one(&mut client, &session, language, counter);
+        assert_eq!(output(&third, 0), "3\n", "{language}: {third:#}");
+        let empty = one(&mut client, &session, language, missing);
+        assert_eq!(output(&empty, 0), nothing, "{language}: {empty:#}");
+    }
+    // Storing a function is refused with a message that says what and where.
+    for (language, code) in [
+        ("js", "store('f', {run: () => 1})"),
+        ("py", "store('f', {'run': lambda: 1})"),
+        ("lua", "store('f', {run = function() end})"),
+    ] {
+        let refused = one(&mut client, "refusals", language, code);
+        let failed = cell(&refused, 0);
+        assert_eq!(failed["status"], "error", "{language}: {refused:#}");
+        let text = failed["output"].as_str().unwrap_or_default();
+        assert!(
+            text.contains("is a function, which JSON cannot hold"),
+            "{language}: {text}"
+        );
+    }
+    // The values are the session's, whatever the language: Python reads what Lua counted.
+    let shared = one(&mut client, "counter-lua", "py", "text(load('c'))");
+    assert_eq!(output(&shared, 0), "3\n", "{shared:#}");
+    daemon.stop();
+}
+
+#[test]
+fn pending_timers_keep_a_js_cell_alive_and_die_with_a_cancelled_one() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let both = one(
+        &mut client,
+        "timers",
+        "js",
+        "setTimeout(() => text('later'), 50); 'scheduled'",
+    );
+    assert_eq!(cell(&both, 0)["status"], "complete", "{both:#}");
+    assert_eq!(output(&both, 0), "scheduled\nlater\n", "{both:#}");
+    let cleared = one(
+        &mut client,
+        "timers",
+        "js",
+        "const t = setTimeout(() => text('cancelled timer ran'), 50); clearTimeout(t); 'cleared'",
+    );
+    assert_eq!(output(&cleared, 0), "cleared\n", "{cleared:#}");
+    // A cell that never runs out of timers is cancelled at its timeout, and takes its pending
+    // timers with it: the next cell sees no stray output.
+    let cancelled = eval(
+        &mut client,
+        "timers",
+        json!([{"language": "js", "timeout": 1,
+                "code": "setTimeout(() => text('stray'), 1500); setInterval(() => {}, 20); 'waiting'"}]),
+    );
+    assert_eq!(cell(&cancelled, 0)["status"], "cancelled", "{cancelled:#}");
+    let next = one(
+        &mut client,
+        "timers",
+        "js",
+        "await new Promise((resolve) => setTimeout(resolve, 1000)); 'clean'",
+    );
+    assert_eq!(output(&next, 0), "clean\n", "{next:#}");
+    daemon.stop();
+}
+
+#[test]
+fn exit_skips_catch_and_finally_and_keeps_what_was_stored() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let exited = one(
+        &mut client,
+        "exit",
+        "js",
+        "globalThis.flag = 'unchanged'; store('before_exit', 7); text('shown')\n\
+         try { exit() } catch (e) { globalThis.flag = 'catch-ran' } finally { globalThis.flag = 'finally-ran' }\n\
+         globalThis.flag = 'after'",
+    );
+    assert_eq!(cell(&exited, 0)["status"], "complete", "{exited:#}");
+    assert_eq!(output(&exited, 0), "shown\n", "{exited:#}");
+    let after = one(
+        &mut client,
+        "exit",
+        "js",
+        "[flag, load('before_exit')].join()",
+    );
+    assert_eq!(output(&after, 0), "unchanged,7\n", "{after:#}");
+    daemon.stop();
+}
+
+/// Runs one `eval` whose tools the test answers: every call gets back its own name and
+/// arguments.
+fn eval_with_echo_tools(client: &mut Client, params: Value) -> Value {
+    let id = client.send("eval", params);
+    loop {
+        let message = client.read().expect("connection open");
+        if message["method"] == "tool/call" {
+            let answer = json!({"jsonrpc": "2.0", "id": message["id"],
+                "result": {"tool": message["params"]["name"], "args": message["params"]["arguments"]}});
+            client.send_line(&answer.to_string());
+        } else if message["id"] == json!(id) {
+            return message["result"].clone();
+        }
+    }
+}
+
+#[test]
+fn tools_named_like_mcp_tools_are_declared_callable_and_searchable() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let tools = json!([
+        {"name": "list-dir", "description": "Lists the entries of a directory",
+         "input_schema": {"type": "object", "properties": {"path": {"type": "string"}, "depth": {"type": "integer"}},
+                          "required": ["path"]}},
+        {"name": "github.search_issues", "description": "Searches issues in a GitHub repository",
+         "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}},
+    ]);
+    let js = "text(await tools['list-dir']({path: '.'}))\n\
+              text(await tools.list_dir({path: 'src', depth: 1}))\n\
+              text(await tools['github.search_issues']({query: 'bug'}))\n\
+              for (const t of ALL_TOOLS) text(t.declaration)\n\
+              text(await tools.tool_search({query: 'issues'}))\n\
+              for (const bad of [{query: '   '}, {query: 'issues', limit: 0}]) {\n\
+                try { await tools.tool_search(bad) } catch (e) { text(e.message) }\n\
+              }";
+    let result = eval_with_echo_tools(
+        &mut client,
+        json!({"session": "tools", "tools": tools, "cells": [{"language": "js", "code": js}]}),
+    );
+    assert_eq!(cell(&result, 0)["status"], "complete", "{result:#}");
+    let lines: Vec<&str> = output(&result, 0).lines().collect();
+    let calls: Vec<Value> = lines[..3]
+        .iter()
+        .map(|line| serde_json::from_str(line).expect("a tool's echo"))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            json!({"tool": "list-dir", "args": {"path": "."}}),
+            json!({"tool": "list-dir", "args": {"path": "src", "depth": 1}}),
+            json!({"tool": "github.search_issues", "args": {"query": "bug"}}),
+        ]
+    );
+    assert_eq!(
+        lines[3..5],
+        [
+            "declare function list_dir(args: { path: string; depth?: number }): Promise<unknown>;",
+            "declare function github_search_issues(args: { query: string }): Promise<unknown>;",
+        ]
+    );
+    let found: Value = serde_json::from_str(lines[5]).expect("search result");
+    assert_eq!(
+        found["tools"][0]["name"], "github.search_issues",
+        "{found:#}"
+    );
+    assert_eq!(
+        found["tools"][0]["description"],
+        "Searches issues in a GitHub repository"
+    );
+    assert_eq!(
+        lines[6..],
+        ["query must not be empty", "limit must be greater than zero"]
+    );
+
+    // Python and Lua reach them too, and their ALL_TOOLS carry the same declarations.
+    let result = eval_with_echo_tools(
+        &mut client,
+        json!({"session": "tools", "tools": tools, "cells": [
+            {"language": "py", "code": "print(tool.list_dir(path='.')['tool'], ALL_TOOLS[1]['declaration'])"},
+            {"language": "lua", "code": "print(tools['github.search_issues']{query = 'x'}.tool, ALL_TOOLS[1].declaration)"},
+        ]}),
+    );
+    assert_eq!(
+        output(&result, 0),
+        "list-dir declare function github_search_issues(args: { query: string }): Promise<unknown>;\n",
+        "{result:#}"
+    );
+    assert_eq!(
+        output(&result, 1),
+        "github.search_issues\tdeclare function list_dir(args: { path: string; depth?: number }): Promise<unknown>;\n",
+        "{result:#}"
+    );
+
+    // A name outside the rule is refused at the request, with the rule.
+    let refused = client
+        .call(
+            "eval",
+            json!({"session": "tools", "tools": [{"name": "list dir"}],
+                   "cells": [{"language": "js", "code": "1"}]}),
+        )
+        .expect_err("a bad tool name is refused");
+    let message = refused["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("\"list dir\"")
+            && message.contains("1 to 128 characters from A-Z a-z 0-9 _ - ."),
+        "{refused:#}"
+    );
+    daemon.stop();
+}
+
+#[test]
+fn notify_is_streamed_before_the_cell_ends() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    for (language, code) in [
+        ("js", "notify('step 1'); await new Promise((r) => setTimeout(r, 200)); text('done')"),
+        ("py", "import time\nnotify('step 1'); time.sleep(0.2); text('done')"),
+        ("lua", "notify('step 1'); local t = os.clock() + 0.2; while os.clock() < t do end; text('done')"),
+    ] {
+        let (events, response) = client.call_collect(
+            "eval",
+            json!({"session": "notify", "cells": [{"language": language, "code": code}]}),
+        );
+        let kinds: Vec<String> = events
+            .iter()
+            .map(|event| {
+                let params = &event["params"];
+                match params["event"].as_str().unwrap_or_default() {
+                    "status" => format!("status:{}", params["status"]["message"]),
+                    "output" => format!("output:{}", params["text"].as_str().unwrap_or_default()),
+                    other => other.to_string(),
+                }
+            })
+            .collect();
+        let notified = kinds.iter().position(|k| k == "status:\"step 1\"");
+        let printed = kinds.iter().position(|k| k == "output:done\n");
+        assert!(
+            notified.is_some() && notified < printed,
+            "{language}: the note comes as it happens: {kinds:?}"
+        );
+        assert_eq!(response["result"]["cells"][0]["status"], "complete");
+    }
+    daemon.stop();
+}
+
+#[test]
+fn python_and_lua_have_the_code_mode_helpers() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let png = "data:image/png;base64,iVBORw0KGgo=";
+    let wav = "data:audio/wav;base64,UklGRg==";
+    for (language, code) in [
+        (
+            "py",
+            format!(
+                "text('plain'); text({{'k': [1, 2]}}); notify('working')\n\
+                 image('{png}', 'low'); audio('{wav}')\n\
+                 store('kept', {{'n': 1}}); print(load('kept')['n'])\n\
+                 exit()\n\
+                 print('never')"
+            ),
+        ),
+        (
+            "lua",
+            format!(
+                "text('plain'); text({{k = {{1, 2}}}}); notify('working')\n\
+                 image('{png}', 'low'); audio('{wav}')\n\
+                 store('kept', {{n = 1}}); print(load('kept').n)\n\
+                 exit()\n\
+                 print('never')"
+            ),
+        ),
+    ] {
+        let session = format!("helpers-{language}");
+        let result = one(&mut client, &session, language, &code);
+        let ran = cell(&result, 0);
+        assert_eq!(ran["status"], "complete", "{language}: {result:#}");
+        assert_eq!(
+            ran["output"], "plain\n{\"k\":[1,2]}\n1\n",
+            "{language}: {result:#}"
+        );
+        let ops = status_ops(ran);
+        assert!(
+            ops.contains(&json!({"op": "notify", "message": "working"})),
+            "{language}: {ops:?}"
+        );
+        assert!(
+            ops.contains(&json!({"op": "store", "key": "kept", "bytes": 7})),
+            "{language}: {ops:?}"
+        );
+        let displays = ran["displays"].as_array().cloned().unwrap_or_default();
+        assert!(
+            displays.contains(
+                &json!({"image/png": "iVBORw0KGgo=", "text/plain": "<image image/png>",
+                                      "application/x-cellvisor-image-detail": "low"})
+            ),
+            "{language}: {displays:?}"
+        );
+        assert!(
+            displays.contains(&json!({"audio/wav": "UklGRg==", "text/plain": "<audio audio/wav>"})),
+            "{language}: {displays:?}"
+        );
+    }
+    daemon.stop();
+}
+
+#[test]
+fn os_exit_in_lua_ends_the_cell_not_the_worker() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let started = one(&mut client, "lua-exit", "lua", "kept = 'state'");
+    assert_eq!(cell(&started, 0)["status"], "complete", "{started:#}");
+    let pid_before = status_row(&mut client, "lua-exit")["pid"].clone();
+    let failed = one(
+        &mut client,
+        "lua-exit",
+        "lua",
+        "print('before'); os.exit(3); print('after')",
+    );
+    let ran = cell(&failed, 0);
+    assert_eq!(ran["status"], "error", "{failed:#}");
+    assert_eq!(
+        ran["output"], "before\nexit(3): the cell ended with status 3\n",
+        "{failed:#}"
+    );
+    let ok = one(&mut client, "lua-exit", "lua", "os.exit(); print('after')");
+    assert_eq!(cell(&ok, 0)["status"], "complete", "{ok:#}");
+    assert_eq!(cell(&ok, 0)["output"], "", "{ok:#}");
+    let state = one(&mut client, "lua-exit", "lua", "kept");
+    assert_eq!(
+        output(&state, 0),
+        "state\n",
+        "the worker kept its state: {state:#}"
+    );
+    assert_eq!(cell(&state, 0)["notice"], Value::Null, "{state:#}");
+    let row = status_row(&mut client, "lua-exit");
+    assert_eq!(row["pid"], pid_before, "the same worker: {row:#}");
+    assert_eq!(row["restarts"], 0, "{row:#}");
+    daemon.stop();
+}
+
+/// The `status` row of `session`'s worker.
+fn status_row(client: &mut Client, session: &str) -> Value {
+    let status = client.call("status", json!({})).expect("status");
+    status
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|row| row["session"] == session)
+        .cloned()
+        .expect("the session has a worker")
+}
