@@ -72,6 +72,46 @@ class Client:
         self.send(response)
 
 
+class Daemon:
+    """`cellvisor serve` run from `binary` with the config `config_text`, in a private
+    temporary runtime directory: for scripts that measure. `stop()` ends it by pid."""
+
+    def __init__(self, binary, config_text):
+        import subprocess
+        import tempfile
+        import time
+
+        self.dir = tempfile.mkdtemp(prefix="cellvisor-daemon-")
+        config = os.path.join(self.dir, "config.toml")
+        with open(config, "w") as f:
+            f.write(config_text)
+        run = os.path.join(self.dir, "run")
+        os.makedirs(run, mode=0o700)
+        self.socket = os.path.join(run, "d.sock")
+        env = dict(os.environ, XDG_RUNTIME_DIR=run)
+        self.process = subprocess.Popen([binary, "serve", "--socket", self.socket, "--config", config],
+                                        env=env, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 15
+        while not os.path.exists(self.socket):
+            if time.time() > deadline or self.process.poll() is not None:
+                self.stop()
+                raise RuntimeError("the daemon did not start")
+            time.sleep(0.01)
+        self.client = Client(self.socket)
+
+    def stop(self):
+        import shutil
+
+        if self.process.poll() is None:
+            try:
+                self.client.call("shutdown")
+                self.process.wait(timeout=20)
+            except Exception:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def print_event(event):
     kind = event["event"]
     if kind == "cell_started":

@@ -11,13 +11,11 @@ Python sessions without and with `prewarm = 1`, and stops everything it started 
 import os
 import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cellvisor_client import Client  # noqa: E402
+import cellvisor_client  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target", "release", "cellvisor")
@@ -30,26 +28,11 @@ sweep-interval = "100ms"
 """
 
 
-class Daemon:
+class Daemon(cellvisor_client.Daemon):
     """`cellvisor serve` in a private runtime directory, with `extra` config."""
 
     def __init__(self, extra=""):
-        self.dir = tempfile.mkdtemp(prefix="cellvisor-measure-")
-        config = os.path.join(self.dir, "config.toml")
-        with open(config, "w") as f:
-            f.write(SETTINGS + extra)
-        run = os.path.join(self.dir, "run")
-        os.makedirs(run, mode=0o700)
-        self.socket = os.path.join(run, "d.sock")
-        env = dict(os.environ, XDG_RUNTIME_DIR=run)
-        self.process = subprocess.Popen([BINARY, "serve", "--socket", self.socket, "--config", config],
-                                        env=env, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 15
-        while not os.path.exists(self.socket):
-            if time.time() > deadline:
-                raise RuntimeError("the daemon did not start")
-            time.sleep(0.01)
-        self.client = Client(self.socket)
+        super().__init__(BINARY, SETTINGS + extra)
 
     def cell(self, session, language, code, timeout=None):
         cell = {"language": language, "code": code}
@@ -62,14 +45,6 @@ class Daemon:
             if row["session"] == session and row["language"] == language:
                 return row["pid"]
         return None
-
-    def stop(self):
-        if self.process.poll() is None:
-            try:
-                self.client.call("shutdown")
-            except Exception:
-                self.process.kill()
-            self.process.wait()
 
 
 def alive(pid):

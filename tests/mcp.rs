@@ -102,13 +102,26 @@ fn a_client_disconnecting_mid_cell_stops_the_server_and_its_workers() {
         "name": "eval", "arguments": {"cells": [
             {"language": "py", "code": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)"}]}}}),
     );
-    // Wait until the worker runs the cell.
-    common::wait_until(Duration::from_secs(30), || {
-        let busy = world.processes().len() > 1;
-        busy.then_some(()).ok_or(())
-    })
-    .expect("a worker started");
-    std::thread::sleep(Duration::from_millis(500));
+    // Wait until the worker runs the cell, as the `sessions` tool reports it.
+    let mut next_id = 3;
+    let running = common::wait_until(Duration::from_secs(30), || {
+        let id = next_id;
+        next_id += 1;
+        send(
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "sessions", "arguments": {}}}),
+        );
+        let answer = loop {
+            let mut line = String::new();
+            stdout.read_line(&mut line).expect("sessions response");
+            let message: serde_json::Value = serde_json::from_str(&line).expect("JSON line");
+            if message["id"] == id {
+                break line;
+            }
+        };
+        answer.contains("busy").then_some(()).ok_or(answer)
+    });
+    assert!(running.is_ok(), "the cell never ran: {running:?}");
     drop(stdin);
     let status = common::wait_until(Duration::from_secs(10), || {
         child.try_wait().ok().flatten().ok_or(())

@@ -3,13 +3,11 @@
 
 mod common;
 
-use common::{wait_until, World};
+use common::{wait_until, World, SHORT_INTERVALS};
 use serde_json::{json, Value};
 use std::time::Duration;
 
 const SETTLE: Duration = Duration::from_secs(5);
-
-const FAST: &str = "[sessions]\nheartbeat-interval = \"200ms\"\nheartbeat-timeout = \"2s\"\n";
 
 fn eval_json(world: &World, args: &[&str]) -> Value {
     let mut full = vec!["eval", "--no-daemon", "--json"];
@@ -23,7 +21,9 @@ fn only_cell(result: &Value) -> &Value {
 
 #[test]
 fn address_space_limit_turns_a_huge_allocation_into_memory_error() {
-    let world = World::with_config(&format!("{FAST}[limits]\naddress-space = \"256MiB\"\n"));
+    let world = World::with_config(&format!(
+        "{SHORT_INTERVALS}[limits]\naddress-space = \"256MiB\"\n"
+    ));
     let result = world.run_cells(&json!([
         {"language": "py", "code": "kept = 1"},
         {"language": "py", "code": "try:\n    bytearray(1 << 30)\nexcept MemoryError:\n    print('MemoryError')"},
@@ -57,7 +57,9 @@ fn open_files_and_processes_limits_are_visible_inside_a_cell() {
 
 #[test]
 fn a_worker_over_max_rss_is_recycled_with_a_clear_message() {
-    let world = World::with_config(&format!("{FAST}[limits]\nmax-rss = \"100MiB\"\n"));
+    let world = World::with_config(&format!(
+        "{SHORT_INTERVALS}[limits]\nmax-rss = \"100MiB\"\n"
+    ));
     let result = world.run_cells(&json!([
         {"language": "py", "code": "import time\nhog = bytearray(300 * 1024 * 1024)\nfor i in range(len(hog) // 4096): hog[i * 4096] = 1\ntime.sleep(20)", "timeout": 30},
     ])).json();
@@ -143,20 +145,9 @@ fn python_workers(world: &World) -> Vec<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prewarm_hands_a_new_session_an_interpreter_started_before_it() {
-    use cellvisor::{CellSpec, Cellvisor, Config, EvalRequest, Language, Options};
+    use cellvisor::{CellSpec, EvalRequest, Language};
     let world = World::new();
-    let mut config = Config::default();
-    config.python.prewarm = 1;
-    config.env.set.insert(
-        "XDG_RUNTIME_DIR".into(),
-        world.runtime_dir().to_string_lossy().into_owned(),
-    );
-    let cv = Cellvisor::start(Options {
-        config,
-        worker_exe: Some(env!("CARGO_BIN_EXE_cellvisor").into()),
-        runtime_dir: Some(world.runtime_dir()),
-    })
-    .expect("start");
+    let cv = world.supervisor(|config| config.python.prewarm = 1);
     let ready = wait_until(Duration::from_secs(15), || {
         let ready = common::block_on(cv.prewarmed()).unwrap_or(0);
         if ready == 1 {
@@ -269,8 +260,16 @@ fn sighup_applies_a_new_max_sessions_and_a_broken_file_keeps_the_old_one() {
     assert!(applied.is_ok(), "max-sessions = 2 took effect");
 
     std::fs::write(&daemon_config, "[sessions]\nmax-sessions = \"lots\"\n").expect("config");
-    hup(daemon.id());
-    std::thread::sleep(Duration::from_millis(300));
+    let refused = common::daemon::Client::connect(&socket)
+        .call("config/reload", json!({}))
+        .expect_err("a broken file is refused");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("max-sessions"),
+        "{refused}"
+    );
     eval("c");
     assert_eq!(
         live(&world),

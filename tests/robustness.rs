@@ -3,7 +3,7 @@
 
 mod common;
 
-use cellvisor::{CellSpec, CellStatus, Cellvisor, Config, EvalRequest, Language, Options};
+use cellvisor::{CellSpec, CellStatus, Cellvisor, Config, EvalRequest, Language};
 use common::daemon::Daemon;
 use common::{wait_until, World};
 use serde_json::json;
@@ -13,24 +13,7 @@ use std::time::Duration;
 const SETTLE: Duration = Duration::from_secs(5);
 
 fn start(world: &World, configure: impl FnOnce(&mut Config)) -> Cellvisor {
-    let mut config = Config::default();
-    config.sessions.heartbeat_interval = Duration::from_millis(200);
-    config.sessions.heartbeat_timeout = Duration::from_millis(1000);
-    config.sessions.sweep_interval = Duration::from_millis(200);
-    config.sessions.idle_timeout = Duration::ZERO;
-    config.sessions.interrupt_grace = Duration::from_millis(1000);
-    config.sessions.shutdown_grace = Duration::from_millis(500);
-    configure(&mut config);
-    config.env.set.insert(
-        "XDG_RUNTIME_DIR".into(),
-        world.runtime_dir().to_string_lossy().into_owned(),
-    );
-    Cellvisor::start(Options {
-        config,
-        worker_exe: Some(env!("CARGO_BIN_EXE_cellvisor").into()),
-        runtime_dir: Some(world.runtime_dir()),
-    })
-    .expect("supervisor starts")
+    world.supervisor(configure)
 }
 
 fn request(session: &str, cells: &[(Language, &str)]) -> EvalRequest {
@@ -124,7 +107,15 @@ async fn a_request_keeps_its_session_between_its_cells_even_at_the_cap() {
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Once the first request runs (status polled), the second must not evict its session.
+    let running = wait_until(Duration::from_secs(10), || {
+        let rows = common::block_on(cv.status()).unwrap_or_default();
+        rows.iter()
+            .any(|r| r.session == "a" && r.state == cellvisor::SessionState::Busy)
+            .then_some(())
+            .ok_or(rows)
+    });
+    assert!(running.is_ok(), "{running:?}");
     let other = cv
         .eval(request("b", &[(js, "1")]), None)
         .await
@@ -176,7 +167,7 @@ fn a_client_leaving_does_not_interrupt_another_clients_cell() {
         json!({"session": "shared", "cells": [{"language": "js",
             "code": "const t = Date.now(); while (Date.now() - t < 1500) {} 'first done'"}]}),
     );
-    std::thread::sleep(Duration::from_millis(400));
+    daemon.wait_for_state("shared", "busy");
     {
         let mut second = daemon.client();
         second.send(
@@ -207,8 +198,9 @@ fn a_client_that_stops_reading_does_not_block_shutdown() {
         json!({"session": "s", "cells": [{"language": "js",
             "code": "for (let i = 0; i < 2000000; i++) print('x'.repeat(100) + i)", "timeout": 2}]}),
     );
-    // The client never reads; its cell times out meanwhile.
-    std::thread::sleep(Duration::from_millis(3000));
+    // The client never reads; its cell times out meanwhile and the session moves on.
+    daemon.wait_for_state("s", "busy");
+    daemon.wait_for_state("s", "idle");
     let mut other = daemon.client();
     other
         .call("shutdown", json!({}))

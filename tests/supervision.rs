@@ -4,9 +4,7 @@
 
 mod common;
 
-use cellvisor::{
-    CellResult, CellSpec, CellStatus, Cellvisor, Config, EvalRequest, Language, Options,
-};
+use cellvisor::{CellResult, CellSpec, CellStatus, Cellvisor, Config, EvalRequest, Language};
 use common::{wait_until, World};
 use std::time::Duration;
 
@@ -17,33 +15,10 @@ struct Harness {
     cv: Cellvisor,
 }
 
-fn test_config() -> Config {
-    let mut config = Config::default();
-    config.sessions.heartbeat_interval = Duration::from_millis(200);
-    config.sessions.heartbeat_timeout = Duration::from_millis(1000);
-    config.sessions.sweep_interval = Duration::from_millis(200);
-    config.sessions.idle_timeout = Duration::ZERO;
-    config.sessions.interrupt_grace = Duration::from_millis(1000);
-    config.sessions.shutdown_grace = Duration::from_millis(500);
-    config
-}
-
 impl Harness {
     fn new(configure: impl FnOnce(&mut Config)) -> Harness {
         let world = World::new();
-        let mut config = test_config();
-        configure(&mut config);
-        // The marker by which the world finds every process this test starts.
-        config.env.set.insert(
-            "XDG_RUNTIME_DIR".into(),
-            world.runtime_dir().to_string_lossy().into_owned(),
-        );
-        let cv = Cellvisor::start(Options {
-            config,
-            worker_exe: Some(env!("CARGO_BIN_EXE_cellvisor").into()),
-            runtime_dir: Some(world.runtime_dir()),
-        })
-        .expect("supervisor starts");
+        let cv = world.supervisor(configure);
         Harness { world, cv }
     }
 
@@ -318,7 +293,18 @@ async fn the_cap_evicts_the_least_recently_used_idle_session_or_waits() {
         cv.eval(request, None).await
     };
     let waiting = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Once both are busy (status polled, not a guess at timing), d must wait.
+        loop {
+            let rows = h.cv.status().await.expect("status");
+            let busy = rows
+                .iter()
+                .filter(|r| r.state == cellvisor::SessionState::Busy)
+                .count();
+            if busy == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         h.cell_with_timeout("d", js, "1", Some(1.0)).await
     };
     let (_, _, refused) = tokio::join!(spin("b"), spin("c"), waiting);
@@ -361,14 +347,15 @@ async fn a_stopped_worker_is_caught_by_the_heartbeat_and_replaced() {
     h.cell("s", js, "var x = 1").await;
     let pid = h.pid_of("s", js).await;
     kill(pid, "STOP");
-    let replaced = wait_until(Duration::from_secs(10), || {
+    // Nothing ran on it, so its replacement starts with the next cell.
+    let gone = wait_until(Duration::from_secs(10), || {
         let rows = common::block_on(h.cv.status()).unwrap_or_default();
         match rows.iter().find(|r| r.session == "s").and_then(|r| r.pid) {
-            Some(new) if new != pid => Ok(new),
-            other => Err(other),
+            Some(old) if old == pid => Err(old),
+            _ => Ok(()),
         }
     });
-    assert!(replaced.is_ok(), "not replaced: {replaced:?}");
+    assert!(gone.is_ok(), "not killed: {gone:?}");
     let next = h.cell("s", js, "typeof x").await;
     assert_ok(&next, "undefined\n");
     assert!(
@@ -423,4 +410,42 @@ fn gone(pid: u32) -> Result<(), ()> {
     } else {
         Err(())
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_rss_is_enforced_while_a_cell_runs_not_only_on_heartbeats() {
+    let h = Harness::new(|c| {
+        c.limits.max_rss = Some(bytesize::ByteSize::mib(200));
+        // Heartbeats far apart: only the sampling while a cell runs can catch this.
+        c.sessions.heartbeat_interval = Duration::from_secs(5);
+        c.sessions.heartbeat_timeout = Duration::from_secs(10);
+    });
+    let hog = "chunks = []\nfor i in range(30):\n    chunks.append(b'x' * (50 << 20))\n\
+               print('never killed')";
+    let cell = h
+        .cell_with_timeout("s", Language::Python, hog, Some(60.0))
+        .await;
+    assert_eq!(cell.status, CellStatus::Error, "{cell:#?}");
+    assert!(
+        cell.output
+            .contains("over the cap of 200.0 MiB (limits.max-rss)"),
+        "{}",
+        cell.output
+    );
+    // "used 249.3 MiB of memory": how far past the cap it got before the kill.
+    let used: Vec<&str> = cell
+        .output
+        .split("used ")
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(2)
+        .collect();
+    let mib = match used[..] {
+        [number, "MiB"] => number.parse::<f64>().unwrap_or(f64::MAX),
+        [number, "GiB"] => number.parse::<f64>().unwrap_or(f64::MAX) * 1024.0,
+        _ => f64::MAX,
+    };
+    assert!(mib < 1024.0, "killed only at {used:?}: {}", cell.output);
+    h.finish().await;
 }

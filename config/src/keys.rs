@@ -306,7 +306,7 @@ pub static KEYS: &[KeySpec] = &[
         key: "restart-budget",
         kind: count_in(0, 100),
         optional: false,
-        doc: "Unplanned worker replacements allowed before the session is failed; a successful cell refills it.",
+        doc: "Unplanned worker replacements under a cell allowed before the session is failed; a successful cell refills it. A worker that dies while no cell runs on it costs nothing.",
         get: |c| Value::Count(u64::from(c.sessions.restart_budget)),
         set: |c, v| {
             if let Some(n) = count(v) {
@@ -519,7 +519,7 @@ pub static KEYS: &[KeySpec] = &[
         key: "max-rss",
         kind: size_in(16 * MIB, u64::MAX),
         optional: true,
-        doc: "A worker whose resident memory passes this is killed; unset: no cap.",
+        doc: "A worker whose resident memory (with its children) passes this is killed; checked every 50ms while a cell runs, every heartbeat-interval otherwise; unset: no cap.",
         get: |c| opt_size(c.limits.max_rss),
         set: |c, v| c.limits.max_rss = size(v),
     },

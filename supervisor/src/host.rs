@@ -89,7 +89,6 @@ pub struct Cellvisor {
     /// another request's cells for the same session.
     request_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-    usage: Mutex<crate::usage::UsageSampler>,
     /// The configuration in force, to tell what a reload changes.
     config: Mutex<Config>,
     next_request: std::sync::atomic::AtomicU64,
@@ -162,7 +161,6 @@ impl Cellvisor {
             supervisor,
             request_locks: Mutex::new(HashMap::new()),
             thread: Mutex::new(Some(thread)),
-            usage: Mutex::default(),
             config: Mutex::new(initial_config),
             next_request: std::sync::atomic::AtomicU64::new(1),
             system,
@@ -344,24 +342,12 @@ impl Cellvisor {
         self.control(session, language, ControlAction::Close).await
     }
 
-    /// One row per live session, with each worker's memory and CPU.
+    /// One row per live session, with each worker tree's memory and CPU.
     pub async fn status(&self) -> Result<Vec<SessionStatus>, RequestError> {
-        let mut rows = self
-            .supervisor
+        self.supervisor
             .send(Status)
             .await
-            .map_err(|_| RequestError::Stopped)?;
-        let pids: Vec<u32> = rows.iter().filter_map(|r| r.pid).collect();
-        if let Ok(mut sampler) = self.usage.lock() {
-            let usage = sampler.sample(&pids);
-            for row in &mut rows {
-                if let Some(u) = row.pid.and_then(|pid| usage.get(&pid)) {
-                    row.rss_bytes = Some(u.rss_bytes);
-                    row.cpu_percent = Some(u.cpu_percent);
-                }
-            }
-        }
-        Ok(rows)
+            .map_err(|_| RequestError::Stopped)
     }
 
     /// How many prewarmed Python workers (`python.prewarm`) wait to be claimed.

@@ -6,17 +6,17 @@
 //! - [`cell`]: requests, results and progress events (the host-facing contract).
 //! - [`check`]: `cellvisor check`, scored suites of cells with artifacts and a run summary.
 //! - [`host`]: the library API, [`Cellvisor`].
-//! - [`supervisor`]: the `Supervisor` actor: registry, cap, eviction.
-//! - [`session`]: the `Session` actor: one worker, its cells, heartbeats, deadlines, restarts.
-//! - `link`: the tasks on each worker connection (output into the sink, frames to the session).
-//! - [`spawn`]: starting a worker process, stopping its process group.
+//! - [`supervisor`]: the `Supervisor` actor: registry, cap, eviction, sampling, prewarm pool.
+//! - [`session`]: the `Session` actor: one worker, its cells, heartbeats, deadlines, restarts,
+//!   and the tasks on its worker connection.
+//! - [`spawn`]: starting a worker process, ending it and everything under it.
 //! - [`output`]: a cell's bounded output sink with artifact spill.
 //! - [`allocator`]: returning freed memory to the OS after big requests.
 //! - [`artifacts`]: the artifact directory: private files, no links followed, a total cap.
 //! - [`paths`]: where files that outlive workers live (artifacts, session stores).
 //! - [`environment`], [`limits`]: what a worker inherits: filtered variables, rlimits.
 //! - [`secrets`]: non-dumpable processes, so cells cannot read the supervisor's memory.
-//! - [`usage`]: memory and CPU of workers (for `status` and the RSS cap).
+//! - [`usage`]: the sampler of workers' process trees (for `status` and the RSS cap).
 //! - [`daemon`]: the JSON-RPC daemon, its protocol and its client.
 //! - [`directive`]: the `// @exec:` first line of code-mode JavaScript cells.
 //! - [`mcp`]: `cellvisor mcp`, an MCP server on stdio with an embedded supervisor.
@@ -31,7 +31,6 @@ pub mod directive;
 pub mod environment;
 pub mod host;
 pub mod limits;
-mod link;
 pub mod mcp;
 pub mod output;
 pub mod paths;
@@ -39,6 +38,8 @@ pub mod secrets;
 pub mod session;
 pub mod spawn;
 pub mod supervisor;
+#[cfg(test)]
+mod testing;
 pub mod usage;
 pub mod worker_entry;
 

@@ -1,8 +1,13 @@
-//! Starting a worker process and stopping its process group.
+//! Starting a worker process, and ending it with everything under it.
 //!
 //! Every worker is the cellvisor executable re-run as `__worker <lang> --socket PATH`, in a
 //! process group of its own (so one signal reaches the cell's children too), with
 //! `PR_SET_PDEATHSIG` so it dies with the supervisor, and with the filtered environment.
+//! Workers are child subreapers, so a cell's child that left the group is still under its
+//! worker: killing a worker outright ([`ProcessHandle::kill_tree`]) ends that tree too.
+//!
+//! Sessions start workers through a [`Launcher`], so actor tests can put a scripted worker
+//! speaking the real frames in place of a process.
 
 use cellvisor_ipc::handshake::{supervisor_handshake, HandshakeError};
 use cellvisor_ipc::socket::{bind_async, AsyncStream};
@@ -15,6 +20,7 @@ use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::AsyncBufReadExt;
@@ -35,11 +41,146 @@ pub struct WorkerSpec {
     pub rlimits: Vec<crate::limits::Rlimit>,
 }
 
+/// Starts workers; [`ProcessLauncher`] outside tests.
+pub trait Launcher: Send + Sync + 'static {
+    fn launch(&self, spec: WorkerSpec, serial: u64)
+        -> BoxFuture<Result<StartedWorker, StartError>>;
+}
+
+/// A boxed future that can move between threads.
+pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// Starts real worker processes ([`start`]).
+pub struct ProcessLauncher;
+
+impl Launcher for ProcessLauncher {
+    fn launch(
+        &self,
+        spec: WorkerSpec,
+        serial: u64,
+    ) -> BoxFuture<Result<StartedWorker, StartError>> {
+        Box::pin(async move { start(&spec, serial).await })
+    }
+}
+
+/// The process behind a worker.
+pub enum WorkerProcess {
+    Os {
+        child: Child,
+        /// Set once the process is being reaped: its pid may then be reused, so no handle
+        /// signals it any more.
+        reaped: Arc<AtomicBool>,
+    },
+    #[cfg(test)]
+    Scripted(crate::testing::ScriptedProcess),
+}
+
+impl WorkerProcess {
+    /// Where signals for this worker go.
+    pub fn handle(&self) -> ProcessHandle {
+        match self {
+            WorkerProcess::Os { child, reaped } => ProcessHandle::Os {
+                pid: child.id().unwrap_or_default(),
+                reaped: Arc::clone(reaped),
+            },
+            #[cfg(test)]
+            WorkerProcess::Scripted(process) => ProcessHandle::Scripted(process.control()),
+        }
+    }
+
+    /// Waits for the worker to end and reaps it; says how it ended.
+    pub async fn wait(&mut self) -> String {
+        match self {
+            WorkerProcess::Os { child, reaped } => {
+                // The actor and this task share one thread: no handle can signal between
+                // this flag and the reaping.
+                reaped.store(true, Ordering::SeqCst);
+                match child.wait().await {
+                    Ok(status) => describe_exit(status),
+                    Err(err) => format!("could not be reaped: {err}"),
+                }
+            }
+            #[cfg(test)]
+            WorkerProcess::Scripted(process) => process.wait().await,
+        }
+    }
+
+    /// Whether it is still running.
+    pub fn is_running(&mut self) -> bool {
+        match self {
+            WorkerProcess::Os { child, reaped } => {
+                let running = matches!(child.try_wait(), Ok(None));
+                if !running {
+                    reaped.store(true, Ordering::SeqCst);
+                }
+                running
+            }
+            #[cfg(test)]
+            WorkerProcess::Scripted(process) => process.is_running(),
+        }
+    }
+}
+
+/// The way to signal a worker and its descendants; cheap to clone.
+#[derive(Clone)]
+pub enum ProcessHandle {
+    Os {
+        pid: u32,
+        reaped: Arc<AtomicBool>,
+    },
+    #[cfg(test)]
+    Scripted(std::sync::Arc<crate::testing::ScriptedControl>),
+}
+
+impl ProcessHandle {
+    pub fn pid(&self) -> u32 {
+        match self {
+            ProcessHandle::Os { pid, .. } => *pid,
+            #[cfg(test)]
+            ProcessHandle::Scripted(control) => control.pid(),
+        }
+    }
+
+    /// Sends `signal` to the worker's process group.
+    pub fn signal_group(&self, signal: Signal) {
+        match self {
+            ProcessHandle::Os { pid, reaped } => {
+                if !reaped.load(Ordering::SeqCst) {
+                    kill_group(*pid, signal);
+                }
+            }
+            #[cfg(test)]
+            ProcessHandle::Scripted(control) => control.signal(signal),
+        }
+    }
+
+    /// Kills the worker and every process under it, those that left its group included.
+    /// The worker is stopped first, so it stays alive (the reaper of orphans) while its
+    /// tree is walked and ended; then its group and itself are killed.
+    pub fn kill_tree(&self) {
+        match self {
+            ProcessHandle::Os { pid, reaped } => {
+                if reaped.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Some(raw) = i32::try_from(*pid).ok().filter(|p| *p > 1) else {
+                    return;
+                };
+                let _ = nix::sys::signal::kill(Pid::from_raw(raw), Signal::SIGSTOP);
+                cellvisor_workers::process_tree::end_descendants(*pid, &[]);
+                kill_group(*pid, Signal::SIGKILL);
+            }
+            #[cfg(test)]
+            ProcessHandle::Scripted(control) => control.signal(Signal::SIGKILL),
+        }
+    }
+}
+
 /// A worker that connected and passed the handshake.
 pub struct StartedWorker {
     pub pid: u32,
     pub engine: String,
-    pub child: Child,
+    pub child: WorkerProcess,
     pub stream: AsyncStream,
     /// The last few KiB the worker wrote to stderr, for crash reports.
     pub stderr_tail: StderrTail,
@@ -218,7 +359,10 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
     Ok(StartedWorker {
         pid,
         engine: hello.engine,
-        child,
+        child: WorkerProcess::Os {
+            child,
+            reaped: Arc::default(),
+        },
         stream: reader.unsplit(writer),
         stderr_tail,
     })
@@ -246,7 +390,8 @@ impl StartedWorker {
     /// Ends a worker nobody will use (its session went away while it started, or the
     /// prewarm pool no longer wants it).
     pub async fn discard(mut self) {
-        kill_and_reap(self.pid, &mut self.child).await;
+        self.child.handle().signal_group(Signal::SIGKILL);
+        self.child.wait().await;
     }
 }
 

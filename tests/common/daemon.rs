@@ -1,6 +1,6 @@
 //! A daemon in the foreground and a line-oriented JSON-RPC client for it.
 
-use super::{wait_until, World};
+use super::{wait_until, World, SHORT_INTERVALS};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -22,11 +22,9 @@ impl Daemon {
         Daemon::start_with("")
     }
 
-    /// A daemon whose config file also holds `extra`.
+    /// A daemon under [`SHORT_INTERVALS`] whose config file also holds `extra`.
     pub fn start_with(extra: &str) -> Daemon {
-        Daemon::start_in(World::with_config(&format!(
-            "[sessions]\nheartbeat-interval = \"200ms\"\nheartbeat-timeout = \"1s\"\n{extra}"
-        )))
+        Daemon::start_in(World::with_config(&format!("{SHORT_INTERVALS}{extra}")))
     }
 
     /// A daemon in an existing world (to restart one where another stopped).
@@ -54,6 +52,40 @@ impl Daemon {
 
     pub fn client(&self) -> Client {
         Client::connect(&self.socket)
+    }
+
+    /// Polls `status` until `session` is in `state` (`"busy"`, `"idle"`, ...), so a test
+    /// orders its steps by what the daemon reports rather than by sleeping.
+    pub fn wait_for_state(&self, session: &str, state: &str) {
+        let mut client = self.client();
+        let reached = wait_until(Duration::from_secs(30), || {
+            let rows = client.call("status", json!({})).unwrap_or_default();
+            let found = rows.as_array().is_some_and(|rows| {
+                rows.iter()
+                    .any(|r| r["session"] == session && r["state"] == state)
+            });
+            found.then_some(()).ok_or(rows)
+        });
+        assert!(reached.is_ok(), "{session} never {state}: {reached:?}");
+    }
+
+    /// Sends the daemon `signal` (`"TERM"`, `"KILL"`), waits for it to exit, and hands the
+    /// world back (to prove what is left of it).
+    pub fn signal_and_wait(mut self, signal: &str) -> World {
+        if let Some(mut child) = self.child.take() {
+            let sent = std::process::Command::new("kill")
+                .arg(format!("-{signal}"))
+                .arg(child.id().to_string())
+                .status()
+                .expect("kill runs");
+            assert!(sent.success(), "kill -{signal} the daemon");
+            let exited = wait_until(Duration::from_secs(15), || match child.try_wait() {
+                Ok(Some(status)) => Ok(status),
+                _ => Err(()),
+            });
+            assert!(exited.is_ok(), "the daemon did not exit on SIG{signal}");
+        }
+        std::mem::replace(&mut self.world, World::new())
     }
 
     pub fn stop(self) {
@@ -152,5 +184,14 @@ impl Client {
             Some(error) => Err(error.clone()),
             None => Ok(response["result"].clone()),
         }
+    }
+
+    /// `eval` of `cells` in `session`, run in `cwd`; the result.
+    pub fn eval(&mut self, session: &str, cwd: &std::path::Path, cells: Value) -> Value {
+        self.call(
+            "eval",
+            json!({"session": session, "cwd": cwd, "cells": cells}),
+        )
+        .expect("eval answered")
     }
 }

@@ -5,9 +5,27 @@
 
 pub mod daemon;
 
+use cellvisor::{Cellvisor, Config, Options};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+/// The short intervals end-to-end tests run under, as config-file text (for the daemon and
+/// the CLI); [`short_intervals`] is the same as a [`Config`] (for an embedded supervisor).
+pub const SHORT_INTERVALS: &str = "[sessions]\n\
+    heartbeat-interval = \"200ms\"\n\
+    heartbeat-timeout = \"1s\"\n\
+    sweep-interval = \"200ms\"\n\
+    idle-timeout = \"0s\"\n\
+    interrupt-grace = \"1s\"\n\
+    shutdown-grace = \"500ms\"\n";
+
+/// [`SHORT_INTERVALS`] as a configuration.
+pub fn short_intervals() -> Config {
+    cellvisor_config::parse_str(SHORT_INTERVALS, Path::new("short-intervals.toml"), [])
+        .expect("the short-interval config is valid")
+        .config
+}
 
 /// A test's private world: its own runtime directory (so the processes it starts can be
 /// found by their environment) and config file.
@@ -20,13 +38,31 @@ impl World {
         World::with_config("")
     }
 
-    /// A world whose config file holds `extra` after short-interval defaults.
+    /// A world whose config file holds `extra`.
     pub fn with_config(extra: &str) -> World {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("run")).expect("run dir");
         std::fs::create_dir_all(dir.path().join("work")).expect("work dir");
         std::fs::write(dir.path().join("config.toml"), extra).expect("config");
         World { dir }
+    }
+
+    /// A supervisor embedded through the library, under [`short_intervals`] as changed by
+    /// `configure`, whose workers this world finds (and proves gone).
+    pub fn supervisor(&self, configure: impl FnOnce(&mut Config)) -> Cellvisor {
+        let mut config = short_intervals();
+        configure(&mut config);
+        // The marker by which the world finds every process the supervisor starts.
+        config.env.set.insert(
+            "XDG_RUNTIME_DIR".into(),
+            self.runtime_dir().to_string_lossy().into_owned(),
+        );
+        Cellvisor::start(Options {
+            config,
+            worker_exe: Some(env!("CARGO_BIN_EXE_cellvisor").into()),
+            runtime_dir: Some(self.runtime_dir()),
+        })
+        .expect("supervisor starts")
     }
 
     pub fn runtime_dir(&self) -> PathBuf {

@@ -6,6 +6,9 @@
 //! - [`js`]: QuickJS (rquickjs) in-process.
 //! - [`lua`]: Lua 5.4 (mlua) in-process.
 //! - [`python`]: a shim that owns `python -u runner.py` and speaks NDJSON to it.
+//! - [`warden`]: the worker as a subreaper: no process of a cell outlives the worker.
+//! - [`process_tree`]: a process tree from `/proc`: find, measure, end (the supervisor's
+//!   sampler uses it too).
 //! - `text`: the line helpers (`sort`, `uniq`, `diff`) JavaScript and Lua share.
 //! - [`tools`]: host tools in code mode: `ALL_TOOLS` with TypeScript declarations, tool
 //!   identifiers, the `tools.tool_search` ranking.
@@ -13,11 +16,13 @@
 
 pub mod js;
 pub mod lua;
+pub mod process_tree;
 pub mod python;
 pub mod runtime;
 pub mod store;
 mod text;
 pub mod tools;
+pub mod warden;
 
 use cellvisor_ipc::Language;
 use std::path::Path;

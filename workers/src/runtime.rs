@@ -52,6 +52,12 @@ pub trait Engine {
         None
     }
 
+    /// Child processes the engine itself runs and waits for (the Python interpreter): the
+    /// worker neither reaps them nor ends them with an interrupted cell's processes.
+    fn own_children(&self) -> Vec<u32> {
+        Vec::new()
+    }
+
     /// Runs one cell to its end, streaming output through `outbox`. Errors in user code are a
     /// `Failed` outcome (with the traceback sent as output first), never an `Err`; `Err` means
     /// the engine itself can no longer run cells and the worker exits.
@@ -206,7 +212,9 @@ where
     E: Engine,
     F: FnOnce(&WorkerContext) -> Result<E, WorkerError>,
 {
-    take_group_down_on_sigterm();
+    if let Err(err) = crate::warden::start() {
+        eprintln!("cellvisor worker: cannot watch over cell processes: {err}");
+    }
     let context = WorkerContext {
         runtime_dir: socket
             .parent()
@@ -218,6 +226,7 @@ where
         source,
     })?);
     let mut engine = make_engine(&context)?;
+    crate::warden::spare(engine.own_children());
     worker_handshake(
         &mut &*stream,
         &mut &*stream,
@@ -278,6 +287,7 @@ where
             interrupt.raise();
         }
         running.store(cell.cell_id, Ordering::SeqCst);
+        let started = crate::process_tree::ticks_since_boot();
         let outcome = match enter_cwd(cell.cwd.as_deref()) {
             Ok(()) => engine.execute(&cell, &outbox, &interrupt),
             Err(message) => {
@@ -286,6 +296,10 @@ where
             }
         };
         running.store(NO_CELL, Ordering::SeqCst);
+        if interrupt.is_raised() {
+            // What the cancelled cell started ends with it, before its Done is sent.
+            crate::warden::end_cell_processes(started);
+        }
         progress.finished.store(cell.cell_id, Ordering::SeqCst);
         match outcome {
             Ok(outcome) => outbox.send(FromWorker::Done {
@@ -298,6 +312,7 @@ where
                 });
                 // The reason must reach the supervisor before this process is gone.
                 fatal_sent.wait();
+                crate::warden::end_descendants(&[]);
                 return Err(fatal);
             }
         }
@@ -453,33 +468,10 @@ fn send_frame<W: std::io::Write>(writer: &mut W, frame: &FromWorker) {
     }
 }
 
-/// The supervisor is gone: nobody will read our results, so leave at once, taking the
-/// process group (children that cells started) with us.
+/// The supervisor is gone: nobody will read our results, so leave at once, taking every
+/// process the cells started with us.
 fn exit_lost_supervisor() -> ! {
-    kill_own_group();
-    std::process::exit(0);
-}
-
-/// SIGTERM (from the supervisor's stop sequence, or as our parent-death signal when the
-/// supervisor dies) ends the whole process group at once: the worker and every process its
-/// cells started. Only when the worker leads its own group, as the supervisor starts it.
-fn take_group_down_on_sigterm() {
-    extern "C" fn on_sigterm(_: libc::c_int) {
-        // SAFETY: kill is async-signal-safe; pid 0 means our own process group.
-        unsafe {
-            libc::kill(0, libc::SIGKILL);
-        }
-    }
-    if nix::unistd::getpgrp() != nix::unistd::getpid() {
-        return;
-    }
-    let action = nix::sys::signal::SigAction::new(
-        nix::sys::signal::SigHandler::Handler(on_sigterm),
-        nix::sys::signal::SaFlags::empty(),
-        nix::sys::signal::SigSet::empty(),
-    );
-    // SAFETY: the handler only calls an async-signal-safe function.
-    let _ = unsafe { nix::sys::signal::sigaction(nix::sys::signal::Signal::SIGTERM, &action) };
+    crate::warden::leave(0);
 }
 
 /// Kills every process in this worker's process group, this one included. Only when the
@@ -566,11 +558,10 @@ impl IoThread {
 }
 
 /// Shutdown (or the supervisor's end of the socket closing): the engine may be in the middle
-/// of a cell that will never finish, so leave now rather than wait for it, and take any
-/// processes the cells started with us.
+/// of a cell that will never finish, so leave now rather than wait for it, and take every
+/// process the cells started with us.
 fn exit_on_shutdown() -> ! {
-    kill_own_group();
-    std::process::exit(0);
+    crate::warden::leave(0);
 }
 
 /// Reads a spilled output for `output()`: a regular file, never through a link a cell planted

@@ -39,9 +39,12 @@
 //!   (an executor QuickJS turns the throw into a rejection for), the interrupt handler stops
 //!   it at its next check; until then its output is dropped and helpers with effects refuse.
 //! - Modules: see `modules` (edits to local files are picked up, packages are not).
+//! - Node-style and web globals (`fetch`, `Buffer`, `process`, `require`, `URL`...): see
+//!   `node`.
 mod event_loop;
 mod host;
 mod modules;
+mod node;
 mod redeclare;
 #[cfg(test)]
 mod tests;
@@ -711,9 +714,7 @@ impl Engine for JsEngine {
     const LANGUAGE: Language = Language::JavaScript;
 
     fn engine_name(&self) -> String {
-        // SAFETY: JS_GetVersion returns a pointer to a static NUL-terminated string.
-        let version = unsafe { std::ffi::CStr::from_ptr(qjs::JS_GetVersion()) };
-        format!("QuickJS-ng {}", version.to_string_lossy())
+        format!("QuickJS-ng {}", quickjs_version())
     }
 
     fn execute(
@@ -734,6 +735,13 @@ impl Engine for JsEngine {
         }
         Ok(outcome)
     }
+}
+
+/// The version of the QuickJS-ng library linked in.
+fn quickjs_version() -> String {
+    // SAFETY: JS_GetVersion returns a pointer to a static NUL-terminated string.
+    let version = unsafe { std::ffi::CStr::from_ptr(qjs::JS_GetVersion()) };
+    version.to_string_lossy().into_owned()
 }
 
 /// The cell's tools as `prelude.js`'s `beginCell` takes them (`ALL_TOOLS`' shape).
@@ -966,8 +974,10 @@ fn install_prelude<'js>(
 
     let guard: Function = ctx.eval(JSON_GUARD)?;
     guard.call::<_, ()>((json_depth_limit(),))?;
+    node::define_natives(ctx, &native, cell)?;
     let setup: Function = ctx.eval(PRELUDE)?;
-    let hooks: Object = setup.call((native,))?;
+    let hooks: Object = setup.call((native.clone(),))?;
+    node::install(ctx, native, hooks.get("format")?)?;
     let function = |name: &str| -> rquickjs::Result<Persistent<Function<'static>>> {
         Ok(Persistent::save(ctx, hooks.get::<_, Function>(name)?))
     };

@@ -12,12 +12,14 @@
 //!   the *generation* goes up and local modules get new names (`path?gen=N`), so the next
 //!   import loads them all afresh, together with their local imports. Packages in
 //!   `node_modules` keep their first copy.
-//! - What QuickJS cannot load is an error naming the specifier and where we looked:
+//! - Node's built-in modules that `node/node.js` provides (`node:fs`, `path`...) resolve to
+//!   `node:<name>` and load as a module over the built-in object, before any package.
+//! - What QuickJS cannot load is an error naming the specifier and where we looked: other
 //!   `node:` built-ins, CommonJS-only files and packages, missing files.
 
 use rquickjs::loader::{Loader, Resolver};
 use rquickjs::module::Declared;
-use rquickjs::{Ctx, Exception, Module};
+use rquickjs::{Ctx, Exception, Function, Module, Object};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
@@ -119,6 +121,9 @@ pub(super) struct CellLoader;
 
 impl Resolver for CellResolver {
     fn resolve<'js>(&mut self, ctx: &Ctx<'js>, base: &str, name: &str) -> rquickjs::Result<String> {
+        if let Some(builtin) = provided_builtin(name) {
+            return Ok(builtin);
+        }
         match resolve_path(base, name) {
             Ok(path) => Ok(self.state.borrow_mut().name_for(&path)),
             Err(message) => Err(Exception::throw_message(ctx, &message)),
@@ -128,6 +133,10 @@ impl Resolver for CellResolver {
 
 impl Loader for CellLoader {
     fn load<'js>(&mut self, ctx: &Ctx<'js>, name: &str) -> rquickjs::Result<Module<'js, Declared>> {
+        if let Some(builtin) = name.strip_prefix(BUILTIN_PREFIX) {
+            let source = builtin_module_source(ctx, builtin)?;
+            return Module::declare(ctx.clone(), name, source);
+        }
         let path = path_of_name(name);
         let source = match module_source(Path::new(path)) {
             Ok(source) => source,
@@ -135,6 +144,37 @@ impl Loader for CellLoader {
         };
         Module::declare(ctx.clone(), name, source)
     }
+}
+
+/// Module names of the built-in modules `node.js` provides: `node:fs`.
+const BUILTIN_PREFIX: &str = "node:";
+
+fn builtins<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
+    ctx.globals().get(super::node::BUILTINS_GLOBAL)
+}
+
+/// `node:<name>` when `name` (with or without `node:`) is a built-in module `node.js`
+/// provides. Like Node, a built-in wins over a package of the same name.
+fn provided_builtin(name: &str) -> Option<String> {
+    let bare = name.strip_prefix(BUILTIN_PREFIX).unwrap_or(name);
+    super::node::BUILTIN_NAMES
+        .contains(&bare)
+        .then(|| format!("{BUILTIN_PREFIX}{bare}"))
+}
+
+/// An ES module over a built-in: its object as the default export, its keys as named ones.
+fn builtin_module_source(ctx: &Ctx<'_>, name: &str) -> rquickjs::Result<String> {
+    let export_names: Function = builtins(ctx)?.get("exportNames")?;
+    let names: Vec<String> = export_names.call((name,))?;
+    let quoted = serde_json::to_string(name).unwrap_or_default();
+    let mut source = format!(
+        "const builtin = globalThis.{}.load({quoted});\nexport default builtin;\n",
+        super::node::BUILTINS_GLOBAL
+    );
+    for export in names {
+        source.push_str(&format!("export const {export} = builtin.{export};\n"));
+    }
+    Ok(source)
 }
 
 /// The module text QuickJS gets for `path`.
@@ -219,8 +259,8 @@ const NODE_BUILTINS: &[&str] = &[
 
 fn node_builtin_message(name: &str) -> String {
     format!(
-        "cannot import `{name}`: Node.js built-in modules do not exist in QuickJS. For files and \
-         the environment use the helpers read(), write(), append(), tree() and env()"
+        "cannot import `{name}`: cellvisor provides these Node.js built-in modules: {}",
+        super::node::BUILTIN_NAMES.join(", ")
     )
 }
 

@@ -139,18 +139,16 @@ fn stdout_of(engine: &mut JsEngine, code: &str) -> String {
 }
 
 /// Runs `code` and raises the interrupt after a moment, as the I/O thread would.
-fn run_interrupted(engine: &mut JsEngine, code: &str) -> (Ran, Duration) {
+fn run_interrupted(engine: &mut JsEngine, code: &str) -> Ran {
     let interrupt = Interrupt::default();
     let flag = interrupt.flag();
     let raiser = thread::spawn(move || {
         thread::sleep(Duration::from_millis(150));
         flag.store(true, Ordering::SeqCst);
     });
-    let started = Instant::now();
     let ran = run_with(engine, code, &interrupt);
-    let elapsed = started.elapsed();
     raiser.join().expect("raiser thread");
-    (ran, elapsed)
+    ran
 }
 
 #[test]
@@ -348,10 +346,9 @@ fn an_interrupt_stops_busy_loops_and_keeps_state() {
         "await (async () => { while (true) { await null } })()",
         "(async () => { while (true) { await null } })(); 'not awaited'",
     ] {
-        let (ran, elapsed) = run_interrupted(&mut js, code);
+        let ran = run_interrupted(&mut js, code);
         assert_eq!(ran.outcome, CellOutcome::Interrupted, "{code}: {ran:?}");
         assert!(!ran.stdout.contains("caught"), "{code}: {ran:?}");
-        assert!(elapsed < Duration::from_secs(1), "{code}: took {elapsed:?}");
     }
     assert_eq!(stdout_of(&mut js, "before + during"), "3\n");
 }
@@ -708,10 +705,9 @@ fn timers_run_in_order_and_end_with_the_cell() {
 #[test]
 fn an_interrupt_stops_a_cell_waiting_on_timers() {
     let mut js = engine();
-    let (ran, elapsed) = run_interrupted(&mut js, "await new Promise((r) => setTimeout(r, 60000))");
+    let ran = run_interrupted(&mut js, "await new Promise((r) => setTimeout(r, 60000))");
     assert_eq!(ran.outcome, CellOutcome::Interrupted, "{ran:?}");
-    assert!(elapsed < Duration::from_secs(1), "took {elapsed:?}");
-    let (ran, _) = run_interrupted(
+    let ran = run_interrupted(
         &mut js,
         "setInterval(() => {}, 0); await new Promise(() => {})",
     );
@@ -974,9 +970,17 @@ fn an_interrupt_stops_a_cell_waiting_on_a_tool() {
         thread::sleep(Duration::from_millis(100));
         flag.store(true, Ordering::SeqCst);
     });
-    let started = Instant::now();
-    let never: Arc<Host> = Arc::new(|_: &str, _: &serde_json::Value| {
-        thread::sleep(Duration::from_millis(400));
+    // The host answers only once the test releases it, after the cell has ended: the cell can
+    // only end by the interrupt, never by the answer.
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = std::sync::Mutex::new(released);
+    let answered = Arc::new(AtomicBool::new(false));
+    let answered_by_host = answered.clone();
+    let late: Arc<Host> = Arc::new(move |_: &str, _: &serde_json::Value| {
+        if let Ok(released) = released.lock() {
+            let _ = released.recv_timeout(Duration::from_secs(30));
+        }
+        answered_by_host.store(true, Ordering::SeqCst);
         Ok("1".into())
     });
     let ran = run_full(
@@ -984,11 +988,15 @@ fn an_interrupt_stops_a_cell_waiting_on_a_tool() {
         "await tool.wait({})",
         vec![tool("wait")],
         &interrupt,
-        never,
+        late,
     );
     raiser.join().expect("raiser");
     assert_eq!(ran.outcome, CellOutcome::Interrupted, "{ran:?}");
-    assert!(started.elapsed() < Duration::from_millis(400) + Duration::from_millis(300));
+    assert!(
+        !answered.load(Ordering::SeqCst),
+        "the cell waited for the tool's answer"
+    );
+    let _ = release.send(());
     assert_eq!(stdout_of(&mut js, "2"), "2\n");
 }
 
@@ -1071,8 +1079,8 @@ fn modules_import_statically_and_dynamically_and_reload_edits() {
         &format!("await import({})", js_string(&uses_cjs)),
         "CommonJS",
     );
-    failed_with(&mut js, "await import('node:fs')", "Node.js built-in");
-    failed_with(&mut js, "import { join } from 'path'", "Node.js built-in");
+    failed_with(&mut js, "await import('node:http')", "Node.js built-in");
+    failed_with(&mut js, "import { connect } from 'net'", "Node.js built-in");
     let missing = js_string(&dir.path().join("missing.js"));
     let ran = failed_with(
         &mut js,

@@ -463,11 +463,9 @@ fn interrupt_breaks_a_tool_wait() {
         thread::sleep(Duration::from_millis(200));
         flag.store(true, Ordering::SeqCst);
     });
-    let started = Instant::now();
     let (ran, calls) = run_with_host(&mut lua, "tool.hang({})", &interrupt);
     raiser.join().unwrap();
     assert_eq!(ran.outcome, CellOutcome::Interrupted, "{ran:?}");
-    assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(calls, ["hang {}"]);
     let (ran, _) = run_with_host(
         &mut lua,

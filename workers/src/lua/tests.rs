@@ -2,7 +2,7 @@ use super::*;
 use cellvisor_ipc::FromWorker;
 use std::sync::atomic::Ordering;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What one cell produced.
 #[derive(Debug)]
@@ -88,15 +88,9 @@ fn interrupted(engine: &mut LuaEngine, code: &str) -> Ran {
         thread::sleep(Duration::from_millis(150));
         flag.store(true, Ordering::SeqCst);
     });
-    let started = Instant::now();
     let ran = run_with(engine, code, &interrupt);
     raiser.join().expect("raiser thread");
     assert_eq!(ran.outcome, CellOutcome::Interrupted, "{code}: {ran:?}");
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{code}: took {:?}",
-        started.elapsed()
-    );
     ran
 }
 

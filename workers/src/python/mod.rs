@@ -267,6 +267,10 @@ impl Engine for PythonEngine {
         self.name.clone()
     }
 
+    fn own_children(&self) -> Vec<u32> {
+        vec![self.child.id()]
+    }
+
     fn interrupt_hook(&self) -> Option<Arc<dyn Fn() + Send + Sync>> {
         let target = Arc::clone(&self.signal_target);
         Some(Arc::new(move || {

@@ -545,7 +545,6 @@ fn host_tools_are_called_synchronously() {
 fn interrupt_breaks_a_tool_wait_and_later_calls_still_work() {
     let mut py = Harness::new();
     let (interrupt, raiser) = py.interrupt_after(Duration::from_millis(300));
-    let started = Instant::now();
     let ran = py.run_full("tool.hang()", &interrupt, tools(), host);
     raiser.join().unwrap();
     assert!(
@@ -554,7 +553,6 @@ fn interrupt_breaks_a_tool_wait_and_later_calls_still_work() {
         ran.outcome,
         ran.text()
     );
-    assert!(started.elapsed() < Duration::from_secs(2));
     let ran = py.run_full(
         "tool.add(a=20, b=22)['sum']",
         &Interrupt::default(),

@@ -6,13 +6,14 @@
 //! `Pong`) and the worker's exit become messages to the [`Session`] actor. The writer task owns
 //! the send half.
 
+use super::messages::{CellFinished, PongReceived, WorkerExited};
+use super::Session;
 use crate::cell::{CellEvent, ToolCallRequest};
 use crate::output::{OutputSink, SinkResult};
-use crate::session::Session;
-use crate::spawn::{describe_exit, kill_group, StartedWorker, StderrTail};
-use actix::{Addr, Message};
+use crate::spawn::{ProcessHandle, StartedWorker, StderrTail, WorkerProcess};
+use actix::Addr;
 use cellvisor_ipc::frame::{read_frame_async, write_frame_async, FrameError};
-use cellvisor_ipc::{CellOutcome, FromWorker, OutputStream, ToWorker};
+use cellvisor_ipc::{FromWorker, OutputStream, ToWorker};
 use nix::sys::signal::Signal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -93,40 +94,12 @@ impl ActiveCell {
     }
 }
 
-/// The reader found the cell done.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct CellFinished {
-    pub generation: u64,
-    pub cell_id: u64,
-    pub outcome: CellOutcome,
-    pub output: SinkResult,
-    pub displays: Vec<serde_json::Value>,
-    pub status_events: Vec<serde_json::Value>,
-}
-
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct PongReceived {
-    pub generation: u64,
-}
-
-/// The worker's connection ended and its process group is gone.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct WorkerExited {
-    pub generation: u64,
-    /// How it ended: the worker's own last word (`Fatal`) or its exit status.
-    pub reason: String,
-    pub stderr_tail: String,
-    /// The cell that was running, with the output it produced before the end.
-    pub partial: Option<CellProducts>,
-}
-
 /// The session's handle on a live connection.
 pub(crate) struct Link {
     pub pid: u32,
     pub engine: String,
+    /// Signals for the worker and its descendants.
+    pub process: ProcessHandle,
     to_worker: mpsc::UnboundedSender<ToWorker>,
     cells: mpsc::UnboundedSender<ActiveCell>,
     host: HostLine,
@@ -187,6 +160,7 @@ impl Link {
             stream,
             stderr_tail,
         } = worker;
+        let process = child.handle();
         let (reader, mut writer) = tokio::io::split(stream);
         let (to_worker, mut outgoing) = mpsc::unbounded_channel::<ToWorker>();
         let (cells, incoming_cells) = mpsc::unbounded_channel::<ActiveCell>();
@@ -200,7 +174,6 @@ impl Link {
         let host = HostLine::new();
         let reader_task = ReaderTask {
             generation,
-            pid,
             session,
             host: host.clone(),
             to_worker: to_worker.clone(),
@@ -212,6 +185,7 @@ impl Link {
         Link {
             pid,
             engine,
+            process,
             to_worker,
             cells,
             host,
@@ -241,7 +215,6 @@ impl Link {
 
 struct ReaderTask {
     generation: u64,
-    pid: u32,
     session: Addr<Session>,
     host: HostLine,
     /// For answering tool calls.
@@ -255,7 +228,7 @@ impl ReaderTask {
     async fn run(
         mut self,
         reader: tokio::io::ReadHalf<cellvisor_ipc::socket::AsyncStream>,
-        mut child: tokio::process::Child,
+        mut child: WorkerProcess,
         stderr_tail: StderrTail,
     ) {
         // One read usually brings several frames (header and payload included).
@@ -285,11 +258,9 @@ impl ReaderTask {
         }
         // Kill the group before reaping the leader, so no process a cell started survives
         // and the group id cannot have been reused.
-        kill_group(self.pid, Signal::SIGKILL);
-        let reason = match child.wait().await {
-            Ok(status) => end_reason(self.fatal.take(), describe_exit(status)),
-            Err(err) => format!("could not be reaped: {err}"),
-        };
+        child.handle().signal_group(Signal::SIGKILL);
+        let exit = child.wait().await;
+        let reason = end_reason(self.fatal.take(), exit);
         let partial = self.current.take().map(ActiveCell::finish);
         // Give the stderr reader a moment to collect the worker's last words.
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;

@@ -1,0 +1,230 @@
+//! A session's cells: the queue, one cell's run on the worker, its deadline (timeout ->
+//! interrupt -> grace -> kill, decided by [`Deadline`]) and its end.
+
+use super::link::ActiveCell;
+use super::messages::{CellDeadline, CellFinished, GraceExpired, RequesterGone};
+use super::outcome::{append_line, CancelCause, KillReason};
+use super::policy::{Deadline, Step};
+use super::{CellJob, Running, Session, Worker};
+use crate::cell::{CellOutcome, CellStatus};
+use crate::output::{OutputSink, SinkLimits};
+use actix::prelude::*;
+use cellvisor_ipc::{CellOutcome as WorkerOutcome, ExecuteCell, ToWorker};
+use std::time::Instant;
+
+impl Session {
+    /// Starts queued work if nothing is running.
+    pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
+        loop {
+            if self.running.is_some()
+                || matches!(
+                    self.worker,
+                    Worker::Starting { .. } | Worker::Stopping { .. }
+                )
+            {
+                break;
+            }
+            if self.queue.front().is_some_and(CellJob::abandoned) {
+                self.queue.pop_front();
+                continue;
+            }
+            let Some(front) = self.queue.front_mut() else {
+                break;
+            };
+            if front.spec.reset {
+                front.spec.reset = false;
+                self.begin_reset(ctx, "the session was reset before this cell".into());
+                break;
+            }
+            if let Some(why) = &self.failed {
+                let message = why.clone();
+                if let Some(job) = self.queue.pop_front() {
+                    let _ = job.reply.send(CellOutcome::error(message));
+                }
+                continue;
+            }
+            if matches!(self.worker, Worker::None) {
+                self.start_worker(ctx);
+                break;
+            }
+            if let Some(job) = self.queue.pop_front() {
+                self.run_cell(ctx, job);
+            }
+        }
+        self.report();
+    }
+
+    fn run_cell(&mut self, ctx: &mut Context<Self>, job: CellJob) {
+        let Worker::Ready { link, .. } = &self.worker else {
+            self.queue.push_front(job);
+            return;
+        };
+        let cell_id = self.next_cell_id;
+        self.next_cell_id += 1;
+        let max_bytes = job
+            .max_output_bytes
+            .map_or(self.config.output.max_bytes.as_u64(), |cap| {
+                cap.min(self.config.output.max_bytes.as_u64())
+            });
+        let sink = OutputSink::new(SinkLimits {
+            max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
+            max_lines: self.config.output.max_lines,
+            artifact_name: format!(
+                "{}-{}-{}-{cell_id}.txt",
+                crate::paths::file_safe(&self.key.session),
+                self.key.language,
+                link.pid
+            ),
+            artifacts: std::sync::Arc::clone(&self.artifacts),
+        });
+        let declared: Vec<String> = job.tools.iter().map(|t| t.name.clone()).collect();
+        link.begin(
+            ActiveCell::new(cell_id, job.index, sink, job.events.clone())
+                .with_tools(declared, job.tool_host.clone()),
+        );
+        link.send(ToWorker::Execute(ExecuteCell {
+            cell_id,
+            code: job.spec.code.clone(),
+            cwd: job.cwd.as_ref().map(|p| p.to_string_lossy().into_owned()),
+            tools: job.tools.to_vec(),
+        }));
+        let mut requester = job.requester.clone();
+        let requester_watch = ctx.spawn(
+            async move {
+                // Only an error ends this: the requester's side was dropped.
+                while requester.changed().await.is_ok() {}
+            }
+            .into_actor(self)
+            .map(move |(), _, ctx| ctx.notify(RequesterGone { cell_id })),
+        );
+        let deadline = Deadline::new(
+            self.config.cells.timeout_for(job.spec.timeout),
+            self.config.sessions.interrupt_grace,
+        );
+        let timer = ctx.notify_later(CellDeadline { cell_id }, deadline.timeout());
+        self.running = Some(Running {
+            cell_id,
+            job,
+            started: Instant::now(),
+            deadline,
+            timers: vec![timer, requester_watch],
+            notice: self.notice.take(),
+        });
+        self.last_active = Instant::now();
+    }
+
+    /// The host interrupts the running cell (`cell_id`, or whichever runs); whether one was
+    /// running.
+    pub(super) fn interrupt_by_host(
+        &mut self,
+        cell_id: Option<u64>,
+        ctx: &mut Context<Self>,
+    ) -> bool {
+        let Some(running) = self
+            .running
+            .as_mut()
+            .filter(|r| cell_id.is_none_or(|id| id == r.cell_id))
+        else {
+            return false;
+        };
+        let step = running.deadline.interrupted_by_host();
+        self.take_step(step, ctx);
+        true
+    }
+
+    pub(super) fn on_deadline(&mut self, cell_id: u64, ctx: &mut Context<Self>) {
+        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == cell_id) else {
+            return;
+        };
+        let step = running.deadline.expired();
+        self.take_step(step, ctx);
+    }
+
+    pub(super) fn on_grace_expired(&mut self, cell_id: u64) {
+        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == cell_id) else {
+            return;
+        };
+        if running.deadline.grace_expired() == Step::Kill {
+            let grace = self.config.sessions.interrupt_grace;
+            self.kill_worker(KillReason::IgnoredInterrupt { grace });
+        }
+    }
+
+    /// Carries out what the running cell's [`Deadline`] decided.
+    fn take_step(&mut self, step: Step, ctx: &mut Context<Self>) {
+        let Some(running) = self.running.as_mut() else {
+            return;
+        };
+        match step {
+            Step::Interrupt { grace } => {
+                let cell_id = running.cell_id;
+                if let Worker::Ready { link, .. } = &self.worker {
+                    link.send(ToWorker::Interrupt { cell_id });
+                }
+                running
+                    .timers
+                    .push(ctx.notify_later(GraceExpired { cell_id }, grace));
+            }
+            Step::Kill => {
+                let grace = self.config.sessions.interrupt_grace;
+                self.kill_worker(KillReason::IgnoredInterrupt { grace });
+            }
+            Step::None => {}
+        }
+    }
+
+    pub(super) fn on_cell_finished(&mut self, msg: CellFinished, ctx: &mut Context<Self>) {
+        if !self.is_current(msg.generation) {
+            return;
+        }
+        let Some(running) = self.running.take_if(|r| r.cell_id == msg.cell_id) else {
+            return;
+        };
+        for timer in running.timers {
+            ctx.cancel_future(timer);
+        }
+        let mut output = msg.output;
+        let reported = match msg.outcome {
+            WorkerOutcome::Completed => {
+                self.budget.refill();
+                CellStatus::Complete
+            }
+            WorkerOutcome::Failed { .. } => CellStatus::Error,
+            WorkerOutcome::Interrupted => CellStatus::Cancelled,
+        };
+        let deadline = &running.deadline;
+        if reported == CellStatus::Cancelled || deadline.timed_out() {
+            let cause = match deadline.cause() {
+                Some(timeout @ CancelCause::Timeout(_)) => timeout,
+                _ => CancelCause::Interrupt,
+            };
+            append_line(&mut output.text, &cause.line());
+        }
+        let status = if deadline.cause().is_some() {
+            CellStatus::Cancelled
+        } else {
+            reported
+        };
+        self.cells_run += 1;
+        self.last_active = Instant::now();
+        let _ = running.job.reply.send(CellOutcome {
+            status,
+            output: output.text,
+            duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,
+            displays: msg.displays,
+            status_events: msg.status_events,
+            truncation: output.truncation,
+            notice: running.notice,
+        });
+        self.pump(ctx);
+    }
+
+    pub(super) fn is_current(&self, generation: u64) -> bool {
+        match &self.worker {
+            Worker::Ready { generation: g, .. } | Worker::Stopping { generation: g, .. } => {
+                *g == generation
+            }
+            _ => false,
+        }
+    }
+}

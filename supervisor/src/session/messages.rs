@@ -1,0 +1,174 @@
+//! Everything a [`Session`](super::Session) is told, in one place: by hosts (through the
+//! supervisor), by its own timers, by its worker's connection, and what it reports upward.
+//! Each message has exactly one handler, in `session/mod.rs`.
+
+use super::link::CellProducts;
+use super::outcome::Eviction;
+use super::{CellJob, SessionKey, SessionState, SessionStatus};
+use crate::output::SinkResult;
+use crate::spawn::{StartError, StartedWorker};
+use actix::Message;
+use cellvisor_config::Config;
+use cellvisor_ipc::CellOutcome as WorkerOutcome;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+// --- From hosts, through the supervisor -------------------------------------------------
+
+/// Queue a cell; cells of one session run one at a time, in arrival order.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RunCell(pub CellJob);
+
+/// Interrupt the running cell; answers whether one was running.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct InterruptCell;
+
+/// Replace the worker with a fresh one, clear `failed` and refill the restart budget. Answers
+/// once the old worker is gone.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ResetSession {
+    pub reply: Option<oneshot::Sender<()>>,
+}
+
+/// Stop the worker and end the actor; queued cells fail. `eviction` is what the next cell of
+/// this session will be told, if the supervisor (not the host) closed it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CloseSession {
+    pub eviction: Option<Eviction>,
+    pub reply: Option<oneshot::Sender<()>>,
+}
+
+/// One row of `status` (without memory figures: the supervisor's sampler adds those).
+#[derive(Message)]
+#[rtype(result = "SessionStatus")]
+pub struct QueryStatus;
+
+/// New limits for new cells and new workers; a changed heartbeat interval applies at once.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct UpdateConfig(pub Arc<Config>);
+
+// --- From the session's own timers --------------------------------------------------------
+
+/// Every `heartbeat-interval`: check the last pong, send a ping.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct HeartbeatTick;
+
+/// The running cell's timeout passed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CellDeadline {
+    pub cell_id: u64,
+}
+
+/// `interrupt-grace` passed since the running cell was interrupted.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct GraceExpired {
+    pub cell_id: u64,
+}
+
+/// `shutdown-grace` passed since a stopping worker was asked (or signalled) to exit: send it
+/// the next, harder signal.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopEscalation {
+    pub generation: u64,
+    pub step: StopStep,
+}
+
+/// The steps after the `Shutdown` frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopStep {
+    Terminate,
+    Kill,
+}
+
+/// The host that asked for the cell is gone (a client that disconnected).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RequesterGone {
+    pub cell_id: u64,
+}
+
+// --- From the supervisor's sampler ----------------------------------------------------------
+
+/// The latest resident memory of the worker `pid` and its descendants.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct MemoryTick {
+    pub pid: u32,
+    pub rss: u64,
+}
+
+// --- From the worker and its connection -----------------------------------------------------
+
+/// A worker start finished (or failed).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct WorkerStarted {
+    pub generation: u64,
+    pub result: Result<StartedWorker, StartError>,
+}
+
+/// The worker answered a ping.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct PongReceived {
+    pub generation: u64,
+}
+
+/// The connection's reader found the cell done.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct CellFinished {
+    pub generation: u64,
+    pub cell_id: u64,
+    pub outcome: WorkerOutcome,
+    pub output: SinkResult,
+    pub displays: Vec<serde_json::Value>,
+    pub status_events: Vec<serde_json::Value>,
+}
+
+/// The worker's connection ended and its process group is gone.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct WorkerExited {
+    pub generation: u64,
+    /// How it ended: the worker's own last word (`Fatal`) or its exit status.
+    pub reason: String,
+    pub stderr_tail: String,
+    /// The cell that was running, with the output it produced before the end.
+    pub partial: Option<CellProducts>,
+}
+
+// --- To the supervisor ----------------------------------------------------------------------
+
+/// What a session tells whoever supervises it (a `Recipient`, so the session does not know
+/// the supervisor's type).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub enum SessionEvent {
+    /// The session's state changed.
+    Changed {
+        key: SessionKey,
+        state: SessionState,
+        /// How many cells it has received so far (the supervisor compares with what it sent,
+        /// so it never evicts a session with a cell still in its mailbox).
+        received: u64,
+        last_active: Instant,
+        /// The live worker's pid, for the sampler.
+        pid: Option<u32>,
+    },
+    /// The worker is gone and the actor stopped.
+    Stopped {
+        key: SessionKey,
+        eviction: Option<Eviction>,
+    },
+}

@@ -1,0 +1,435 @@
+//! The `Session` actor: one per (session, language). It owns that session's worker, runs its
+//! cells one at a time in arrival order, and applies the supervision policies.
+//!
+//! - [`messages`]: everything the actor is told, and what it reports ([`SessionEvent`]).
+//! - `worker`: the worker's lifecycle: start, stop, kill, loss, heartbeat, memory.
+//! - `cells`: the queue, a cell's run, its deadline and its end.
+//! - [`policy`]: the plain-data decisions ([`policy::RestartBudget`], [`policy::Deadline`]).
+//! - [`outcome`]: why things happen, typed, and the text hosts read about it.
+//! - `link`: the tasks on the worker's connection.
+
+mod cells;
+pub(crate) mod link;
+pub mod messages;
+pub mod outcome;
+pub mod policy;
+#[cfg(test)]
+mod tests;
+mod worker;
+
+use crate::artifacts::ArtifactStore;
+use crate::cell::{CellEvent, CellOutcome, CellSpec, ToolCallRequest};
+use crate::spawn::{Launcher, ProcessHandle, StartedWorker, WorkerSpec};
+use actix::prelude::*;
+use cellvisor_config::Config;
+use cellvisor_ipc::{Language, ToolInfo};
+use link::Link;
+pub use messages::*;
+use outcome::{Eviction, KillReason};
+use policy::{Deadline, RestartBudget};
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Which session and language a worker serves.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct SessionKey {
+    pub session: String,
+    pub language: Language,
+}
+
+impl fmt::Display for SessionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.session, self.language)
+    }
+}
+
+/// What a session is doing, as `status` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    Starting,
+    Idle,
+    Busy,
+    Failed,
+    Stopping,
+}
+
+/// One row of `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionStatus {
+    pub session: String,
+    pub language: Language,
+    pub pid: Option<u32>,
+    pub engine: Option<String>,
+    pub state: SessionState,
+    pub cells_run: u64,
+    pub restarts: u32,
+    pub idle_ms: u64,
+    pub queued: usize,
+    /// Resident memory of the worker and its children, when sampled.
+    pub rss_bytes: Option<u64>,
+    /// CPU use of the worker and its children since the previous status, in percent of a core.
+    pub cpu_percent: Option<f32>,
+    /// Why the session is failed, or why its last worker could not start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A cell to run, with where to send its outcome.
+pub struct CellJob {
+    pub index: usize,
+    pub spec: CellSpec,
+    pub cwd: Option<PathBuf>,
+    pub events: Option<mpsc::Sender<CellEvent>>,
+    /// Tools the host offers, and where their calls go.
+    pub tools: Arc<[ToolInfo]>,
+    pub tool_host: Option<mpsc::Sender<ToolCallRequest>>,
+    /// A tighter cap on the kept output than the configuration's (from an `@exec` line).
+    pub max_output_bytes: Option<u64>,
+    /// Closes when whoever asked for the cell is gone (a client that disconnected): its
+    /// running cell is then interrupted, and its queued cells are dropped.
+    pub requester: watch::Receiver<()>,
+    pub reply: oneshot::Sender<CellOutcome>,
+}
+
+impl CellJob {
+    /// Nobody waits for this cell's result any more.
+    pub(crate) fn abandoned(&self) -> bool {
+        self.reply.is_closed() || self.requester.has_changed().is_err()
+    }
+}
+
+/// What to do once the current worker has exited on request.
+enum AfterStop {
+    Restart,
+    Close,
+}
+
+enum Worker {
+    None,
+    Starting {
+        generation: u64,
+    },
+    Ready {
+        generation: u64,
+        link: Link,
+        last_pong: Instant,
+        /// Set when we killed it on purpose for a policy (heartbeat, grace, memory).
+        killed_for: Option<KillReason>,
+    },
+    Stopping {
+        generation: u64,
+        process: ProcessHandle,
+    },
+}
+
+struct Running {
+    cell_id: u64,
+    /// Kept whole so a cell whose worker died before starting it can run on the next one.
+    job: CellJob,
+    started: Instant,
+    deadline: Deadline,
+    /// The futures that exist for this cell alone, cancelled when it ends: the pending
+    /// `CellDeadline` and `GraceExpired`, and the watch on its requester (left running, a
+    /// request of N cells would leave N watchers for the actor to poll on every wake-up).
+    timers: Vec<SpawnHandle>,
+    notice: Option<String>,
+}
+
+/// Everything a session is made from. Built by the supervisor.
+pub(crate) struct SessionSetup {
+    pub key: SessionKey,
+    pub config: Arc<Config>,
+    pub spec: WorkerSpec,
+    /// Where spilled outputs go, and their total size.
+    pub artifacts: Arc<ArtifactStore>,
+    pub launcher: Arc<dyn Launcher>,
+    /// Where the session reports its state.
+    pub events: Recipient<SessionEvent>,
+    /// Told to the first cell (an earlier incarnation was evicted, say).
+    pub notice: Option<String>,
+    /// A worker started ahead of demand (`python.prewarm`), used for the first start.
+    pub prestarted: Option<StartedWorker>,
+}
+
+/// The actor. Created by the supervisor.
+pub struct Session {
+    key: SessionKey,
+    config: Arc<Config>,
+    spec: WorkerSpec,
+    artifacts: Arc<ArtifactStore>,
+    launcher: Arc<dyn Launcher>,
+    events: Recipient<SessionEvent>,
+    worker: Worker,
+    generation: u64,
+    after_stop: Vec<AfterStop>,
+    close_replies: Vec<oneshot::Sender<()>>,
+    reset_replies: Vec<oneshot::Sender<()>>,
+    /// Set once a close is under way: why the supervisor closed it, if it did.
+    closing: Option<Option<Eviction>>,
+    queue: VecDeque<CellJob>,
+    running: Option<Running>,
+    next_cell_id: u64,
+    budget: RestartBudget,
+    failed: Option<String>,
+    /// Why the last worker could not start, until one does.
+    start_error: Option<String>,
+    cells_run: u64,
+    last_active: Instant,
+    /// Told to the next cell: the session was started, restarted, reset or evicted.
+    notice: Option<String>,
+    heartbeat_seq: u64,
+    heartbeat_timer: Option<SpawnHandle>,
+    prestarted: Option<StartedWorker>,
+    /// Cells handed to this session so far (see [`SessionEvent::Changed`]).
+    jobs_received: u64,
+}
+
+impl Session {
+    pub(crate) fn new(setup: SessionSetup) -> Session {
+        Session {
+            budget: RestartBudget::new(setup.config.sessions.restart_budget),
+            key: setup.key,
+            config: setup.config,
+            spec: setup.spec,
+            artifacts: setup.artifacts,
+            launcher: setup.launcher,
+            events: setup.events,
+            worker: Worker::None,
+            generation: 0,
+            after_stop: Vec::new(),
+            close_replies: Vec::new(),
+            reset_replies: Vec::new(),
+            closing: None,
+            queue: VecDeque::new(),
+            running: None,
+            next_cell_id: 1,
+            failed: None,
+            start_error: None,
+            cells_run: 0,
+            last_active: Instant::now(),
+            notice: setup.notice,
+            heartbeat_seq: 0,
+            heartbeat_timer: None,
+            prestarted: setup.prestarted,
+            jobs_received: 0,
+        }
+    }
+
+    fn state(&self) -> SessionState {
+        match &self.worker {
+            Worker::Stopping { .. } => SessionState::Stopping,
+            _ if self.running.is_some() => SessionState::Busy,
+            _ if self.failed.is_some() => SessionState::Failed,
+            Worker::Starting { .. } => SessionState::Starting,
+            _ if !self.queue.is_empty() => SessionState::Busy,
+            _ => SessionState::Idle,
+        }
+    }
+
+    fn report(&self) {
+        self.events.do_send(SessionEvent::Changed {
+            key: self.key.clone(),
+            state: self.state(),
+            received: self.jobs_received,
+            last_active: self.last_active,
+            pid: self.pid(),
+        });
+    }
+
+    fn pid(&self) -> Option<u32> {
+        match &self.worker {
+            Worker::Ready { link, .. } => Some(link.pid),
+            Worker::Stopping { process, .. } => Some(process.pid()),
+            _ => None,
+        }
+    }
+
+    fn status(&self) -> SessionStatus {
+        SessionStatus {
+            session: self.key.session.clone(),
+            language: self.key.language,
+            pid: self.pid(),
+            engine: match &self.worker {
+                Worker::Ready { link, .. } => Some(link.engine.clone()),
+                _ => None,
+            },
+            state: self.state(),
+            cells_run: self.cells_run,
+            restarts: self.budget.restarts(),
+            idle_ms: if self.running.is_some() {
+                0
+            } else {
+                self.last_active.elapsed().as_millis() as u64
+            },
+            queued: self.queue.len(),
+            rss_bytes: None,
+            cpu_percent: None,
+            reason: self.failed.clone().or_else(|| self.start_error.clone()),
+        }
+    }
+
+    fn is_closing(&self) -> bool {
+        self.closing.is_some()
+    }
+}
+
+impl Actor for Session {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.arm_heartbeat(ctx);
+    }
+}
+
+impl Handler<RunCell> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: RunCell, ctx: &mut Context<Self>) {
+        self.jobs_received += 1;
+        if self.is_closing() {
+            let _ = msg.0.reply.send(CellOutcome::error(format!(
+                "session {} is closing",
+                self.key
+            )));
+            return;
+        }
+        self.queue.push_back(msg.0);
+        self.pump(ctx);
+    }
+}
+
+impl Handler<InterruptCell> for Session {
+    type Result = bool;
+    fn handle(&mut self, _: InterruptCell, ctx: &mut Context<Self>) -> bool {
+        self.interrupt_by_host(None, ctx)
+    }
+}
+
+impl Handler<RequesterGone> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: RequesterGone, ctx: &mut Context<Self>) {
+        if self.interrupt_by_host(Some(msg.cell_id), ctx) {
+            tracing::info!(session = %self.key, cell_id = msg.cell_id, "requester gone: interrupting its cell");
+        }
+    }
+}
+
+impl Handler<ResetSession> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: ResetSession, ctx: &mut Context<Self>) {
+        if let Some(reply) = msg.reply {
+            self.reset_replies.push(reply);
+        }
+        self.begin_reset(ctx, "the session was reset; earlier state is gone".into());
+    }
+}
+
+impl Handler<CloseSession> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: CloseSession, ctx: &mut Context<Self>) {
+        if let Some(reply) = msg.reply {
+            self.close_replies.push(reply);
+        }
+        if self.closing.is_none() {
+            self.closing = Some(msg.eviction);
+        }
+        self.after_stop.push(AfterStop::Close);
+        self.stop_worker(ctx);
+    }
+}
+
+impl Handler<QueryStatus> for Session {
+    type Result = MessageResult<QueryStatus>;
+    fn handle(&mut self, _: QueryStatus, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.status())
+    }
+}
+
+impl Handler<UpdateConfig> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: UpdateConfig, ctx: &mut Context<Self>) {
+        let old_interval = self.config.sessions.heartbeat_interval;
+        self.config = msg.0;
+        self.budget.set_limit(self.config.sessions.restart_budget);
+        if self.config.sessions.heartbeat_interval != old_interval {
+            self.arm_heartbeat(ctx);
+        }
+    }
+}
+
+impl Handler<HeartbeatTick> for Session {
+    type Result = ();
+    fn handle(&mut self, _: HeartbeatTick, _: &mut Context<Self>) {
+        self.heartbeat();
+    }
+}
+
+impl Handler<PongReceived> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: PongReceived, _: &mut Context<Self>) {
+        if let Worker::Ready {
+            generation,
+            last_pong,
+            ..
+        } = &mut self.worker
+        {
+            if *generation == msg.generation {
+                *last_pong = Instant::now();
+            }
+        }
+    }
+}
+
+impl Handler<MemoryTick> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: MemoryTick, _: &mut Context<Self>) {
+        self.check_memory(msg.pid, msg.rss);
+    }
+}
+
+impl Handler<CellDeadline> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: CellDeadline, ctx: &mut Context<Self>) {
+        self.on_deadline(msg.cell_id, ctx);
+    }
+}
+
+impl Handler<GraceExpired> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: GraceExpired, _: &mut Context<Self>) {
+        self.on_grace_expired(msg.cell_id);
+    }
+}
+
+impl Handler<StopEscalation> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: StopEscalation, ctx: &mut Context<Self>) {
+        self.escalate_stop(msg, ctx);
+    }
+}
+
+impl Handler<WorkerStarted> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: WorkerStarted, ctx: &mut Context<Self>) {
+        self.on_started(msg, ctx);
+    }
+}
+
+impl Handler<CellFinished> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: CellFinished, ctx: &mut Context<Self>) {
+        self.on_cell_finished(msg, ctx);
+    }
+}
+
+impl Handler<WorkerExited> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: WorkerExited, ctx: &mut Context<Self>) {
+        self.on_worker_exited(msg, ctx);
+    }
+}

@@ -1,0 +1,361 @@
+//! A session's worker over its life: start, heartbeat, memory cap, planned stop (Shutdown
+//! frame, then SIGTERM, then SIGKILL, one `StopEscalation` each), policy kill, and what its
+//! loss means (decided by the [`RestartBudget`](super::policy::RestartBudget)).
+
+use super::link::Link;
+use super::messages::{
+    HeartbeatTick, SessionEvent, StopEscalation, StopStep, WorkerExited, WorkerStarted,
+};
+use super::outcome::{self, append_line, CancelCause, Consequence, KillReason, WorkerLoss};
+use super::policy::Verdict;
+use super::{AfterStop, Session, Worker};
+use crate::cell::{CellOutcome, CellStatus};
+use actix::prelude::*;
+use cellvisor_ipc::ToWorker;
+use nix::sys::signal::Signal;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+impl Session {
+    pub(super) fn start_worker(&mut self, ctx: &mut Context<Self>) {
+        self.generation += 1;
+        let generation = self.generation;
+        self.worker = Worker::Starting { generation };
+        if let Some(worker) = self.prestarted.take() {
+            ctx.notify(WorkerStarted {
+                generation,
+                result: Ok(worker),
+            });
+            return;
+        }
+        let launch = self.launcher.launch(
+            self.spec.clone(),
+            NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
+        );
+        let me = ctx.address();
+        // Not tied to the actor's lifetime: if the actor is gone when the worker is up, the
+        // worker must still be stopped rather than leak.
+        actix::spawn(async move {
+            let result = launch.await;
+            if let Err(actix::dev::SendError::Closed(WorkerStarted {
+                result: Ok(worker), ..
+            })) = me.try_send(WorkerStarted { generation, result })
+            {
+                worker.discard().await;
+            }
+        });
+    }
+
+    pub(super) fn on_started(&mut self, msg: WorkerStarted, ctx: &mut Context<Self>) {
+        if !matches!(self.worker, Worker::Starting { generation } if generation == msg.generation) {
+            if let Ok(worker) = msg.result {
+                actix::spawn(worker.discard());
+            }
+            return;
+        }
+        match msg.result {
+            Ok(worker) => {
+                tracing::info!(session = %self.key, pid = worker.pid, engine = %worker.engine, "worker started");
+                self.start_error = None;
+                let link = Link::spawn(worker, msg.generation, ctx.address());
+                self.worker = Worker::Ready {
+                    generation: msg.generation,
+                    link,
+                    last_pong: Instant::now(),
+                    killed_for: None,
+                };
+                if !self.after_stop.is_empty() {
+                    self.stop_worker(ctx);
+                    return;
+                }
+            }
+            Err(err) => {
+                tracing::warn!(session = %self.key, "worker failed to start: {err}");
+                self.worker = Worker::None;
+                let message = outcome::start_failed(self.key.language, &err.to_string());
+                self.start_error = Some(message.clone());
+                if !self.after_stop.is_empty() {
+                    self.finish_stop(ctx);
+                    return;
+                }
+                if let Some(job) = self.queue.pop_front() {
+                    let _ = job.reply.send(CellOutcome::error(message));
+                }
+            }
+        }
+        self.pump(ctx);
+    }
+
+    /// Asks the worker to exit: the Shutdown frame now, SIGTERM and SIGKILL later if needed.
+    pub(super) fn stop_worker(&mut self, ctx: &mut Context<Self>) {
+        match std::mem::replace(&mut self.worker, Worker::None) {
+            Worker::Ready {
+                generation, link, ..
+            } => {
+                link.send(ToWorker::Shutdown);
+                link.abandon_host();
+                self.worker = Worker::Stopping {
+                    generation,
+                    process: link.process.clone(),
+                };
+                // The link goes away here; the reader task keeps running until the worker exits.
+                drop(link);
+                ctx.notify_later(
+                    StopEscalation {
+                        generation,
+                        step: StopStep::Terminate,
+                    },
+                    self.config.sessions.shutdown_grace,
+                );
+            }
+            starting @ Worker::Starting { .. } => {
+                // Stopped once it is up (see on_started).
+                self.worker = starting;
+            }
+            stopping @ Worker::Stopping { .. } => self.worker = stopping,
+            Worker::None => self.finish_stop(ctx),
+        }
+        self.report();
+    }
+
+    /// A stopping worker outlived its grace: SIGTERM (the worker ends its descendants and
+    /// exits), then SIGKILL to it and every descendant.
+    pub(super) fn escalate_stop(&mut self, msg: StopEscalation, ctx: &mut Context<Self>) {
+        let Worker::Stopping {
+            generation,
+            process,
+        } = &self.worker
+        else {
+            return;
+        };
+        if *generation != msg.generation {
+            return;
+        }
+        match msg.step {
+            StopStep::Terminate => {
+                process.signal_group(Signal::SIGTERM);
+                ctx.notify_later(
+                    StopEscalation {
+                        generation: msg.generation,
+                        step: StopStep::Kill,
+                    },
+                    self.config.sessions.shutdown_grace,
+                );
+            }
+            StopStep::Kill => process.kill_tree(),
+        }
+    }
+
+    /// The worker is gone on request: carry out what was asked.
+    pub(super) fn finish_stop(&mut self, ctx: &mut Context<Self>) {
+        self.worker = Worker::None;
+        let actions = std::mem::take(&mut self.after_stop);
+        if actions.iter().any(|a| matches!(a, AfterStop::Close)) {
+            let why = format!("session {} was closed", self.key);
+            for job in self.queue.drain(..) {
+                let _ = job.reply.send(CellOutcome::error(why.clone()));
+            }
+            for reply in self
+                .close_replies
+                .drain(..)
+                .chain(self.reset_replies.drain(..))
+            {
+                let _ = reply.send(());
+            }
+            self.events.do_send(SessionEvent::Stopped {
+                key: self.key.clone(),
+                eviction: self.closing.take().flatten(),
+            });
+            ctx.stop();
+            return;
+        }
+        for reply in self.reset_replies.drain(..) {
+            let _ = reply.send(());
+        }
+        if actions.iter().any(|a| matches!(a, AfterStop::Restart)) {
+            self.start_worker(ctx);
+        }
+        self.pump(ctx);
+    }
+
+    pub(super) fn begin_reset(&mut self, ctx: &mut Context<Self>, notice: String) {
+        self.failed = None;
+        self.budget.reset(self.config.sessions.restart_budget);
+        self.notice = Some(notice);
+        self.after_stop.push(AfterStop::Restart);
+        self.stop_worker(ctx);
+    }
+
+    /// Kills the live worker and every process under it for a policy; its exit arrives as
+    /// `WorkerExited`.
+    pub(super) fn kill_worker(&mut self, reason: KillReason) {
+        if let Worker::Ready {
+            link, killed_for, ..
+        } = &mut self.worker
+        {
+            if killed_for.is_none() {
+                tracing::warn!(session = %self.key, pid = link.pid, "killing worker: {reason}");
+                *killed_for = Some(reason);
+                link.abandon_host();
+                link.process.kill_tree();
+            }
+        }
+    }
+
+    pub(super) fn on_worker_exited(&mut self, msg: WorkerExited, ctx: &mut Context<Self>) {
+        if !self.is_current(msg.generation) {
+            return;
+        }
+        let worker = std::mem::replace(&mut self.worker, Worker::None);
+        let running = self.running.take();
+        if let Some(running) = &running {
+            for timer in &running.timers {
+                ctx.cancel_future(*timer);
+            }
+        }
+        let killed_for = match worker {
+            Worker::Stopping { .. } => {
+                // Planned: reset or close.
+                if let Some(running) = running {
+                    let mut text = msg.partial.map(|p| p.output.text).unwrap_or_default();
+                    append_line(&mut text, &CancelCause::SessionStopped.line());
+                    let mut outcome = CellOutcome::error(text);
+                    outcome.status = CellStatus::Cancelled;
+                    outcome.duration_ms = running.started.elapsed().as_secs_f64() * 1000.0;
+                    let _ = running.job.reply.send(outcome);
+                }
+                self.finish_stop(ctx);
+                return;
+            }
+            Worker::Ready { killed_for, .. } => killed_for,
+            _ => None,
+        };
+
+        // A cell the dead worker never started did not cause its death: it runs on the next.
+        let (running, partial) = match (running, msg.partial) {
+            (Some(running), partial)
+                if !partial
+                    .as_ref()
+                    .is_some_and(|p| p.cell_id == running.cell_id && p.started) =>
+            {
+                self.queue.push_front(running.job);
+                (None, None)
+            }
+            (running, partial) => (running, partial),
+        };
+        let loss = match killed_for {
+            Some(reason) => WorkerLoss::Killed(reason),
+            // A crash under a cell shows the whole stderr below instead.
+            None => WorkerLoss::crashed(
+                msg.reason,
+                running
+                    .is_none()
+                    .then(|| msg.stderr_tail.lines().last())
+                    .flatten(),
+            ),
+        };
+        tracing::warn!(session = %self.key, "worker gone: {loss}");
+        let verdict = self.budget.on_loss(running.is_some());
+        let consequence = match verdict {
+            Verdict::Restart => Consequence::Restarted,
+            Verdict::ReplaceOnDemand => Consequence::ReplacedOnDemand,
+            Verdict::Exhausted => {
+                let budget = self.budget.limit();
+                self.failed = Some(outcome::failed_reason(&self.key, &loss, budget));
+                Consequence::Failed { budget }
+            }
+        };
+        if let Some(running) = running {
+            let (mut text, displays, truncation) = match partial {
+                Some(partial) if partial.cell_id == running.cell_id => (
+                    partial.output.text,
+                    partial.displays,
+                    partial.output.truncation,
+                ),
+                _ => (String::new(), Vec::new(), Default::default()),
+            };
+            let killed = matches!(loss, WorkerLoss::Killed(_));
+            let cancelled = killed && running.deadline.cause().is_some();
+            if cancelled && running.deadline.timed_out() {
+                if let Some(cause) = running.deadline.cause() {
+                    append_line(&mut text, &cause.line());
+                }
+            }
+            let mut line = outcome::loss_line(&loss, consequence, cancelled);
+            if !msg.stderr_tail.is_empty() && !killed {
+                line.push_str(&format!("\nworker stderr:\n{}", msg.stderr_tail));
+            }
+            append_line(&mut text, &line);
+            let _ = running.job.reply.send(CellOutcome {
+                status: if cancelled {
+                    CellStatus::Cancelled
+                } else {
+                    CellStatus::Error
+                },
+                output: text,
+                duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,
+                displays,
+                status_events: Vec::new(),
+                truncation,
+                notice: running.notice,
+            });
+            self.cells_run += 1;
+        }
+        if verdict != Verdict::Exhausted {
+            self.notice = Some(outcome::replaced_notice(self.key.language, &loss));
+        }
+        if verdict == Verdict::Restart {
+            self.start_worker(ctx);
+        }
+        self.pump(ctx);
+    }
+
+    /// (Re)starts the heartbeat at the configured interval. The worker gets a fresh
+    /// allowance: silence measured against the old interval says nothing under the new one.
+    pub(super) fn arm_heartbeat(&mut self, ctx: &mut Context<Self>) {
+        if let Some(timer) = self.heartbeat_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        if let Worker::Ready { last_pong, .. } = &mut self.worker {
+            *last_pong = Instant::now();
+        }
+        let interval = self.config.sessions.heartbeat_interval;
+        self.heartbeat_timer = Some(ctx.run_interval(interval, |_, ctx| ctx.notify(HeartbeatTick)));
+    }
+
+    pub(super) fn heartbeat(&mut self) {
+        let timeout = self.config.sessions.heartbeat_timeout;
+        let Worker::Ready {
+            link, last_pong, ..
+        } = &mut self.worker
+        else {
+            return;
+        };
+        if link.host_stalled() {
+            // The reader waits for a slow host and reads no pongs meanwhile; the worker is
+            // held back on purpose, not dead.
+            *last_pong = Instant::now();
+        }
+        if last_pong.elapsed() > timeout {
+            self.kill_worker(KillReason::MissedHeartbeats { timeout });
+            return;
+        }
+        self.heartbeat_seq += 1;
+        link.send(ToWorker::Ping {
+            seq: self.heartbeat_seq,
+        });
+    }
+
+    /// The supervisor's sampler measured worker `pid`'s tree at `rss`.
+    pub(super) fn check_memory(&mut self, pid: u32, rss: u64) {
+        let Some(cap) = self.config.limits.max_rss.map(|c| c.as_u64()) else {
+            return;
+        };
+        let current = matches!(&self.worker, Worker::Ready { link, .. } if link.pid == pid);
+        if current && rss > cap {
+            self.kill_worker(KillReason::OverMemory { rss, cap });
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Everything the [`Supervisor`](super::Supervisor) is told, in one place: by hosts, by its
+//! own timers, by its prewarm pool, and by its sessions ([`SessionEvent`]). Each message has
+//! exactly one handler, in `supervisor/mod.rs`.
+
+use crate::session::{CellJob, SessionKey, SessionStatus};
+use crate::spawn::{StartError, StartedWorker};
+use actix::Message;
+use cellvisor_config::Config;
+use cellvisor_ipc::Language;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use crate::session::SessionEvent;
+
+// --- From hosts -----------------------------------------------------------------------------
+
+/// Run a cell in `key`'s session, creating it (within the cap) if needed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Submit {
+    pub key: SessionKey,
+    pub cwd: Option<PathBuf>,
+    pub job: CellJob,
+    /// The request the cell belongs to: its sessions are not evicted until it ends
+    /// ([`RequestDone`]), so a request's later cells find the state its earlier ones left.
+    pub request: u64,
+}
+
+/// A request has ended (or was abandoned): its sessions may be evicted again.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RequestDone {
+    pub request: u64,
+}
+
+/// A command for every language of a session, or one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlAction {
+    Interrupt,
+    Reset,
+    Close,
+}
+
+/// Answers how many sessions it applied to.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct Control {
+    pub session: String,
+    pub language: Option<Language>,
+    pub action: ControlAction,
+}
+
+/// Every live session, with its worker tree's memory and CPU.
+#[derive(Message)]
+#[rtype(result = "Vec<SessionStatus>")]
+pub struct Status;
+
+/// How many prewarmed workers wait to be claimed.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct PrewarmedCount;
+
+/// Close every session and wait for their workers to be gone.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ShutdownAll;
+
+/// New configuration for new cells and new workers; changed intervals apply at once.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReloadConfig(pub Arc<Config>);
+
+// --- From the supervisor's own timers -------------------------------------------------------
+
+/// Every `sweep-interval`: evict sessions idle past `idle-timeout`, prune old artifacts.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SweepTick;
+
+/// A request waiting for room has waited as long as its cell's timeout.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RoomWaitExpired {
+    pub id: u64,
+}
+
+/// Time to sample the workers' process trees (for `limits.max-rss`): every
+/// `heartbeat-interval`, and every [`super::BUSY_SAMPLE_INTERVAL`] while a cell runs.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SampleTick;
+
+// --- From the prewarm pool ------------------------------------------------------------------
+
+/// A prewarmed worker finished starting.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct PoolWorkerReady(pub Result<StartedWorker, StartError>);
+
+/// Retry filling the pool after a failed start.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct PoolRetry;

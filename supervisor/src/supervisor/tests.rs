@@ -1,0 +1,384 @@
+//! Actor tests of the supervision policies: the real `Supervisor` and `Session` actors with
+//! scripted workers ([`crate::testing`]) that speak the real frames, short intervals, and
+//! events ordered by polling `status` (no wait longer than 5 ms at a time).
+
+use super::*;
+use crate::cell::{CellOutcome, CellStatus};
+use crate::testing::FakeLauncher;
+use cellvisor_ipc::ToWorker;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
+
+fn fast_config() -> Config {
+    let mut config = Config::default();
+    config.sessions.heartbeat_interval = Duration::from_millis(20);
+    config.sessions.heartbeat_timeout = Duration::from_millis(150);
+    config.sessions.sweep_interval = Duration::from_millis(20);
+    config.sessions.idle_timeout = Duration::ZERO;
+    config.sessions.interrupt_grace = Duration::from_millis(50);
+    config.sessions.shutdown_grace = Duration::from_millis(50);
+    config.cells.min_timeout = Duration::from_millis(10);
+    config
+}
+
+/// A supervisor whose workers are fakes.
+#[derive(Clone)]
+struct Rig {
+    addr: Addr<Supervisor>,
+    fake: Arc<FakeLauncher>,
+    _dir: Arc<tempfile::TempDir>,
+}
+
+impl Rig {
+    fn start(configure: impl FnOnce(&mut Config)) -> Rig {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let base = WorkerBase {
+            exe: PathBuf::from("/nonexistent/cellvisor"),
+            run_dir: dir.path().to_path_buf(),
+            artifacts: crate::artifacts::ArtifactStore::new(dir.path().join("artifacts"), u64::MAX),
+            store_dir: dir.path().join("store"),
+        };
+        let mut config = fast_config();
+        configure(&mut config);
+        let fake = FakeLauncher::new();
+        let launcher: Arc<dyn Launcher> = fake.clone();
+        let addr = Supervisor::with_launcher(Arc::new(config), base, launcher).start();
+        Rig {
+            addr,
+            fake,
+            _dir: Arc::new(dir),
+        }
+    }
+
+    async fn run(&self, session: &str, code: &str, timeout: Option<f64>) -> CellOutcome {
+        let (job, outcome, _requester) = crate::testing::job(Language::Python, code, timeout);
+        let request = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
+        let key = SessionKey {
+            session: session.into(),
+            language: Language::Python,
+        };
+        self.addr
+            .send(Submit {
+                key,
+                cwd: None,
+                job,
+                request,
+            })
+            .await
+            .expect("supervisor alive");
+        let outcome = outcome.await.expect("the cell is answered");
+        self.addr.do_send(RequestDone { request });
+        outcome
+    }
+
+    async fn control(&self, session: &str, action: ControlAction) -> usize {
+        self.addr
+            .send(Control {
+                session: session.into(),
+                language: None,
+                action,
+            })
+            .await
+            .expect("supervisor alive")
+    }
+
+    async fn status(&self) -> Vec<SessionStatus> {
+        self.addr.send(Status).await.expect("supervisor alive")
+    }
+
+    async fn row(&self, session: &str) -> Option<SessionStatus> {
+        self.status()
+            .await
+            .into_iter()
+            .find(|r| r.session == session)
+    }
+
+    async fn pid(&self, session: &str) -> u32 {
+        self.row(session)
+            .await
+            .and_then(|r| r.pid)
+            .unwrap_or_else(|| panic!("{session} has no worker"))
+    }
+
+    /// Polls `status` until `check` holds (for at most 2 s).
+    async fn until(&self, what: &str, check: impl Fn(&[SessionStatus]) -> bool) {
+        for _ in 0..400 {
+            if check(&self.status().await) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("never happened: {what}: {:#?}", self.status().await);
+    }
+
+    async fn stop(self) {
+        self.addr.send(ShutdownAll).await.expect("supervisor alive");
+        for worker in self.fake.launched() {
+            assert!(
+                worker.exit().is_some(),
+                "fake {} left running",
+                worker.pid()
+            );
+        }
+    }
+}
+
+fn pid_of(rows: &[SessionStatus], session: &str) -> Option<u32> {
+    rows.iter()
+        .find(|r| r.session == session)
+        .and_then(|r| r.pid)
+}
+
+fn set(flag: &std::sync::atomic::AtomicBool, value: bool) {
+    flag.store(value, Ordering::SeqCst);
+}
+
+#[actix_rt::test]
+async fn missed_pongs_get_an_idle_worker_killed_and_replaced_for_free() {
+    let rig = Rig::start(|_| {});
+    assert_eq!(rig.run("s", "ok:1", None).await.output, "1\n");
+    let first = rig.pid("s").await;
+    set(&rig.fake.script.answer_pings, false);
+    rig.until("the silent worker is gone", |rows| {
+        pid_of(rows, "s") != Some(first)
+    })
+    .await;
+    let exit = rig.fake.worker(first).exit().unwrap_or_default();
+    assert!(exit.contains("SIGKILL"), "{exit}");
+    set(&rig.fake.script.answer_pings, true);
+    let next = rig.run("s", "ok:2", None).await;
+    assert_eq!(next.output, "2\n");
+    let notice = next.notice.unwrap_or_default();
+    assert!(notice.contains("missed heartbeats"), "{notice}");
+    let row = rig.row("s").await.expect("live");
+    assert_ne!(row.pid, Some(first));
+    assert_eq!(row.restarts, 1);
+    // Nothing ran on it: the budget (1) is whole, so one crash still restarts.
+    let crash = rig.run("s", "crash", None).await;
+    assert!(
+        crash.output.contains("session restarted"),
+        "{}",
+        crash.output
+    );
+    rig.stop().await;
+}
+
+#[actix_rt::test]
+async fn missed_pongs_under_a_cell_fail_it_and_restart_the_worker() {
+    let rig = Rig::start(|_| {});
+    rig.run("s", "ok:warm", None).await;
+    let first = rig.pid("s").await;
+    set(&rig.fake.script.answer_pings, false);
+    let lost = rig.run("s", "hang", Some(30.0)).await;
+    set(&rig.fake.script.answer_pings, true);
+    assert_eq!(lost.status, CellStatus::Error, "{}", lost.output);
+    assert!(
+        lost.output.contains(
+            "worker killed: it missed heartbeats (no answer for 150ms, heartbeat-timeout); \
+             session restarted, state lost"
+        ),
+        "{}",
+        lost.output
+    );
+    // A cell ran on it: the replacement starts at once.
+    rig.until("a new worker", |rows| {
+        pid_of(rows, "s").is_some_and(|p| p != first)
+    })
+    .await;
+    rig.stop().await;
+}
+
+#[actix_rt::test]
+async fn the_budget_fails_a_session_and_a_success_or_a_reset_refills_it() {
+    let rig = Rig::start(|c| c.sessions.restart_budget = 1);
+    let crash = rig.run("s", "crash", None).await;
+    assert_eq!(crash.status, CellStatus::Error);
+    assert!(
+        crash.output.contains(
+            "worker crashed: killed by signal 11 (SIGSEGV); session restarted, state lost"
+        ),
+        "{}",
+        crash.output
+    );
+    // A success refills the budget: the next crash restarts again.
+    assert_eq!(
+        rig.run("s", "ok:fine", None).await.status,
+        CellStatus::Complete
+    );
+    let again = rig.run("s", "crash", None).await;
+    assert!(
+        again.output.contains("session restarted"),
+        "{}",
+        again.output
+    );
+    // Two crashes in a row spend it.
+    let spent = rig.run("s", "crash", None).await;
+    assert!(
+        spent
+            .output
+            .contains("restart budget used up (restart-budget = 1)"),
+        "{}",
+        spent.output
+    );
+    let refused = rig.run("s", "ok:no", None).await;
+    assert_eq!(refused.status, CellStatus::Error);
+    assert!(
+        refused.output.contains("restart-budget = 1"),
+        "{}",
+        refused.output
+    );
+    assert!(refused.output.contains("reset it"), "{}", refused.output);
+    rig.until("failed", |rows| {
+        rows.iter().any(|r| r.state == SessionState::Failed)
+    })
+    .await;
+    assert_eq!(rig.control("s", ControlAction::Reset).await, 1);
+    let after = rig.run("s", "ok:back", None).await;
+    assert_eq!(after.output, "back\n");
+    assert!(after.notice.unwrap_or_default().contains("reset"));
+    rig.stop().await;
+}
+
+#[actix_rt::test]
+async fn a_deadline_interrupts_and_after_the_grace_kills() {
+    let rig = Rig::start(|_| {});
+    rig.run("s", "ok:warm", None).await;
+    let first = rig.pid("s").await;
+
+    // Honoured: cancelled, the same worker goes on.
+    let cancelled = rig.run("s", "hang", Some(0.2)).await;
+    assert_eq!(cancelled.status, CellStatus::Cancelled);
+    assert_eq!(cancelled.output, "Command timed out after 0.2 seconds\n");
+    assert_eq!(rig.pid("s").await, first);
+    let seen = rig.fake.worker(first).seen();
+    assert!(
+        matches!(seen.last(), Some(ToWorker::Interrupt { .. })),
+        "{seen:?}"
+    );
+
+    // Ignored: killed after interrupt-grace, and restarted.
+    set(&rig.fake.script.honour_interrupts, false);
+    let killed = rig.run("s", "hang", Some(0.2)).await;
+    assert_eq!(killed.status, CellStatus::Cancelled);
+    assert_eq!(
+        killed.output,
+        "Command timed out after 0.2 seconds\nworker did not stop within interrupt-grace \
+         (50ms) after the interrupt; killed it; session restarted, state lost\n"
+    );
+    let exit = rig.fake.worker(first).exit().unwrap_or_default();
+    assert!(exit.contains("SIGKILL"), "{exit}");
+    assert!(matches!(
+        rig.fake.worker(first).seen().last(),
+        Some(ToWorker::Interrupt { .. })
+    ));
+    set(&rig.fake.script.honour_interrupts, true);
+
+    // The host's interrupt takes the same way.
+    let waiting = {
+        let rig = rig.clone();
+        actix_rt::spawn(async move { rig.run("s", "hang", Some(30.0)).await })
+    };
+    rig.until("busy", |rows| {
+        rows.iter().any(|r| r.state == SessionState::Busy)
+    })
+    .await;
+    assert_eq!(rig.control("s", ControlAction::Interrupt).await, 1);
+    let interrupted = waiting.await.expect("task");
+    assert_eq!(interrupted.status, CellStatus::Cancelled);
+    assert_eq!(interrupted.output, "Interrupted\n");
+    rig.stop().await;
+}
+
+#[actix_rt::test]
+async fn the_least_recently_used_idle_session_is_evicted_and_told() {
+    let rig = Rig::start(|c| c.sessions.max_sessions = 2);
+    rig.run("a", "ok:a", None).await;
+    rig.run("b", "ok:b", None).await;
+    rig.run("a", "ok:a", None).await; // b is now the least recently used
+    rig.run("c", "ok:c", None).await;
+    let live: Vec<String> = rig.status().await.into_iter().map(|r| r.session).collect();
+    assert_eq!(live, ["a", "c"]);
+    let back = rig.run("b", "ok:b", None).await;
+    let notice = back.notice.unwrap_or_default();
+    assert!(
+        notice.contains(
+            "session b/py was evicted to make room for another py session \
+             (max-sessions = 2)"
+        ),
+        "{notice}"
+    );
+    rig.stop().await;
+}
+
+#[actix_rt::test]
+async fn a_busy_session_is_never_evicted_and_a_waiting_cell_is_told_the_cap() {
+    let rig = Rig::start(|c| c.sessions.max_sessions = 1);
+    let busy = {
+        let rig = rig.clone();
+        actix_rt::spawn(async move { rig.run("a", "hang", Some(30.0)).await })
+    };
+    rig.until("a busy", |rows| {
+        rows.iter().any(|r| r.state == SessionState::Busy)
+    })
+    .await;
+    let pid = rig.pid("a").await;
+    let refused = rig.run("b", "ok:b", Some(0.1)).await;
+    assert_eq!(refused.status, CellStatus::Error);
+    assert!(
+        refused.output.starts_with(
+            "no room for session b/py: all 1 py sessions are busy (max-sessions = 1 in \
+             [sessions]) and none became free within 100ms."
+        ),
+        "{}",
+        refused.output
+    );
+    let row = rig.row("a").await.expect("a is still live");
+    assert_eq!((row.pid, row.state), (Some(pid), SessionState::Busy));
+    assert_eq!(rig.control("a", ControlAction::Interrupt).await, 1);
+    assert_eq!(busy.await.expect("task").status, CellStatus::Cancelled);
+    rig.stop().await;
+}
+
+#[actix_rt::test]
+async fn a_reload_changes_the_heartbeat_and_the_sweep_at_once() {
+    let hour = Duration::from_secs(3600);
+    let rig = Rig::start(|c| {
+        c.sessions.heartbeat_interval = hour;
+        c.sessions.heartbeat_timeout = hour;
+        c.sessions.sweep_interval = hour;
+    });
+    rig.run("s", "ok:1", None).await;
+    let first = rig.pid("s").await;
+
+    // A shorter heartbeat applies at once: the silent worker is caught.
+    set(&rig.fake.script.answer_pings, false);
+    let mut config = fast_config();
+    config.sessions.sweep_interval = hour;
+    rig.addr.do_send(ReloadConfig(Arc::new(config.clone())));
+    rig.until("caught by the new heartbeat", |rows| {
+        pid_of(rows, "s") != Some(first)
+    })
+    .await;
+    assert!(rig
+        .fake
+        .worker(first)
+        .exit()
+        .unwrap_or_default()
+        .contains("SIGKILL"));
+    set(&rig.fake.script.answer_pings, true);
+    rig.run("s", "ok:2", None).await;
+
+    // A shorter sweep applies at once too: the idle session is evicted.
+    config.sessions.sweep_interval = Duration::from_millis(20);
+    config.sessions.idle_timeout = Duration::from_millis(30);
+    rig.addr.do_send(ReloadConfig(Arc::new(config)));
+    rig.until("evicted by the new sweep", |rows| rows.is_empty())
+        .await;
+    let next = rig.run("s", "ok:3", None).await;
+    assert!(
+        next.notice.unwrap_or_default().contains("idle-timeout"),
+        "the next cell is told"
+    );
+    rig.stop().await;
+}

@@ -1,0 +1,295 @@
+//! A scripted worker for actor tests: no process and no interpreter, but the real frames and
+//! handshake over a socket pair, and answers the test controls. Each launch makes one fake
+//! worker on a thread of its own.
+//!
+//! A cell's code says what the fake does with it:
+//! - `ok:<text>`: prints `<text>` and completes;
+//! - `fail`: fails;
+//! - `crash`: dies at once, as by SIGSEGV;
+//! - `hang`: runs until interrupted (if [`Script::honour_interrupts`]) or killed.
+
+use crate::cell::{CellOutcome as HostOutcome, CellSpec};
+use crate::session::CellJob;
+use crate::spawn::{
+    describe_signal, BoxFuture, Launcher, StartError, StartedWorker, StderrTail, WorkerProcess,
+    WorkerSpec,
+};
+use cellvisor_ipc::frame::{read_frame, write_frame};
+use cellvisor_ipc::handshake::{supervisor_handshake, worker_handshake};
+use cellvisor_ipc::socket::AsyncStream;
+use cellvisor_ipc::{CellOutcome, FromWorker, OutputStream, ToWorker};
+use nix::sys::signal::Signal;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{oneshot, watch};
+
+/// A job for a cell of `code`, the receiver of its outcome, and the requester's side (the
+/// cell counts as abandoned once it is dropped).
+pub fn job(
+    language: cellvisor_ipc::Language,
+    code: &str,
+    timeout: Option<f64>,
+) -> (CellJob, oneshot::Receiver<HostOutcome>, watch::Sender<()>) {
+    let (reply, outcome) = oneshot::channel();
+    let (requester_alive, requester) = watch::channel(());
+    let job = CellJob {
+        index: 0,
+        spec: CellSpec {
+            language,
+            code: code.into(),
+            title: None,
+            timeout,
+            reset: false,
+        },
+        cwd: None,
+        events: None,
+        tools: Arc::from([]),
+        tool_host: None,
+        max_output_bytes: None,
+        requester,
+        reply,
+    };
+    (job, outcome, requester_alive)
+}
+
+/// How every fake worker of a launcher behaves; the test flips these at any time.
+pub struct Script {
+    pub answer_pings: AtomicBool,
+    pub honour_interrupts: AtomicBool,
+}
+
+/// Fake pids start far above any real one, so nothing real is ever signalled by mistake.
+const FIRST_FAKE_PID: u32 = 3_000_000_000;
+
+/// Starts fake workers.
+pub struct FakeLauncher {
+    pub script: Arc<Script>,
+    next_pid: AtomicU32,
+    launched: Mutex<Vec<Arc<ScriptedControl>>>,
+}
+
+impl FakeLauncher {
+    pub fn new() -> Arc<FakeLauncher> {
+        Arc::new(FakeLauncher {
+            script: Arc::new(Script {
+                answer_pings: AtomicBool::new(true),
+                honour_interrupts: AtomicBool::new(true),
+            }),
+            next_pid: AtomicU32::new(FIRST_FAKE_PID),
+            launched: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Every fake worker started so far, oldest first.
+    pub fn launched(&self) -> Vec<Arc<ScriptedControl>> {
+        self.launched.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// The fake worker with `pid`.
+    pub fn worker(&self, pid: u32) -> Arc<ScriptedControl> {
+        self.launched()
+            .into_iter()
+            .find(|w| w.pid == pid)
+            .unwrap_or_else(|| panic!("no fake worker {pid}"))
+    }
+}
+
+impl Launcher for FakeLauncher {
+    fn launch(
+        &self,
+        spec: WorkerSpec,
+        _serial: u64,
+    ) -> BoxFuture<Result<StartedWorker, StartError>> {
+        let pid = self.next_pid.fetch_add(1, Ordering::SeqCst);
+        let script = Arc::clone(&self.script);
+        let control = Arc::new(ScriptedControl {
+            pid,
+            exit: watch::channel(None).0,
+            stream: Mutex::new(None),
+            seen: Mutex::new(Vec::new()),
+        });
+        if let Ok(mut launched) = self.launched.lock() {
+            launched.push(Arc::clone(&control));
+        }
+        Box::pin(async move {
+            let (ours, theirs) = UnixStream::pair().map_err(StartError::Accept)?;
+            let keep = theirs.try_clone().map_err(StartError::Accept)?;
+            if let Ok(mut stream) = control.stream.lock() {
+                *stream = Some(keep);
+            }
+            let worker = Arc::clone(&control);
+            let language = spec.language;
+            std::thread::spawn(move || worker.serve(theirs, language, &script));
+            ours.set_nonblocking(true).map_err(StartError::Accept)?;
+            let uds = interprocess::os::unix::uds_local_socket::tokio::Stream::try_from(
+                OwnedFd::from(ours),
+            )
+            .map_err(StartError::Accept)?;
+            let stream = AsyncStream::from(uds);
+            let (mut reader, mut writer) = tokio::io::split(stream);
+            let hello = supervisor_handshake(&mut reader, &mut writer)
+                .await
+                .map_err(|error| StartError::Handshake {
+                    error,
+                    stderr: String::new(),
+                })?;
+            Ok(StartedWorker {
+                pid,
+                engine: hello.engine,
+                child: WorkerProcess::Scripted(ScriptedProcess { control }),
+                stream: reader.unsplit(writer),
+                stderr_tail: StderrTail::default(),
+            })
+        })
+    }
+}
+
+/// The test's and the supervisor's hold on one fake worker.
+pub struct ScriptedControl {
+    pid: u32,
+    /// How it ended, once it did.
+    exit: watch::Sender<Option<String>>,
+    /// Its end of the socket, to cut it when it is killed.
+    stream: Mutex<Option<UnixStream>>,
+    /// The frames it received, in order.
+    seen: Mutex<Vec<ToWorker>>,
+}
+
+impl ScriptedControl {
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// A signal from the supervisor: TERM and KILL end the fake as they would a worker.
+    pub fn signal(&self, signal: Signal) {
+        if matches!(signal, Signal::SIGTERM | Signal::SIGKILL) {
+            self.end(describe_signal(signal as i32));
+        }
+    }
+
+    /// How it ended, if it did.
+    pub fn exit(&self) -> Option<String> {
+        self.exit.borrow().clone()
+    }
+
+    /// The frames it received (pings left out).
+    pub fn seen(&self) -> Vec<ToWorker> {
+        self.seen
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|f| !matches!(f, ToWorker::Ping { .. }))
+            .collect()
+    }
+
+    fn end(&self, how: String) {
+        self.exit.send_if_modified(|exit| {
+            let first = exit.is_none();
+            if first {
+                *exit = Some(how);
+            }
+            first
+        });
+        if let Ok(mut stream) = self.stream.lock() {
+            if let Some(stream) = stream.take() {
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+
+    fn serve(&self, stream: UnixStream, language: cellvisor_ipc::Language, script: &Script) {
+        let mut reader = &stream;
+        let mut writer = &stream;
+        if worker_handshake(&mut reader, &mut writer, language, "fake 1.0").is_err() {
+            self.end("exited with code 1".into());
+            return;
+        }
+        let mut hanging: Option<u64> = None;
+        let mut send = |frame: FromWorker| write_frame(&mut writer, &frame).is_ok();
+        while self.exit().is_none() {
+            let Ok(Some(frame)) = read_frame::<_, ToWorker>(&mut reader) else {
+                break;
+            };
+            if let Ok(mut seen) = self.seen.lock() {
+                seen.push(frame.clone());
+            }
+            let alive = match frame {
+                ToWorker::Ping { seq } if script.answer_pings.load(Ordering::SeqCst) => {
+                    send(FromWorker::Pong { seq })
+                }
+                ToWorker::Execute(cell) => {
+                    let cell_id = cell.cell_id;
+                    send(FromWorker::Started { cell_id });
+                    let done = |outcome| FromWorker::Done { cell_id, outcome };
+                    match cell.code.as_str() {
+                        "hang" => {
+                            hanging = Some(cell_id);
+                            true
+                        }
+                        "crash" => {
+                            self.end(describe_signal(Signal::SIGSEGV as i32));
+                            false
+                        }
+                        "fail" => send(done(CellOutcome::Failed {
+                            summary: "failed".into(),
+                        })),
+                        code => {
+                            let text = code.strip_prefix("ok:").unwrap_or(code);
+                            send(FromWorker::Output {
+                                cell_id,
+                                stream: OutputStream::Stdout,
+                                data: format!("{text}\n").into_bytes(),
+                            }) && send(done(CellOutcome::Completed))
+                        }
+                    }
+                }
+                ToWorker::Interrupt { cell_id }
+                    if hanging == Some(cell_id)
+                        && script.honour_interrupts.load(Ordering::SeqCst) =>
+                {
+                    hanging = None;
+                    send(FromWorker::Done {
+                        cell_id,
+                        outcome: CellOutcome::Interrupted,
+                    })
+                }
+                ToWorker::Shutdown => {
+                    self.end("exited with code 0".into());
+                    false
+                }
+                _ => true,
+            };
+            if !alive {
+                break;
+            }
+        }
+        self.end("exited with code 0".into());
+    }
+}
+
+/// The supervisor's side of a fake worker's "process".
+pub struct ScriptedProcess {
+    control: Arc<ScriptedControl>,
+}
+
+impl ScriptedProcess {
+    pub fn control(&self) -> Arc<ScriptedControl> {
+        Arc::clone(&self.control)
+    }
+
+    pub async fn wait(&mut self) -> String {
+        let mut exit = self.control.exit.subscribe();
+        let how = match exit.wait_for(Option::is_some).await {
+            Ok(how) => how.clone().unwrap_or_default(),
+            Err(_) => "exited".into(),
+        };
+        how
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.control.exit().is_none()
+    }
+}
