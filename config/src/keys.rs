@@ -68,7 +68,7 @@ impl Kind {
             Kind::Path => "a path".to_string(),
             Kind::Text => "a non-empty string".to_string(),
             Kind::Names => {
-                "a list of variable names; a trailing `*` matches a prefix, like \"AWS_*\""
+                "a list of variable names; a `*` at the start or end matches any text there, like \"AWS_*\" or \"*_TOKEN\""
                     .to_string()
             }
             Kind::Map => "a table of NAME = \"value\"".to_string(),
@@ -158,17 +158,24 @@ pub fn format_size(bytes: u64) -> String {
     format!("{bytes}B")
 }
 
-/// Whether `name` is a valid environment variable name, with a trailing `*` if `pattern`.
+/// Whether `name` is a valid environment variable name; with `pattern`, a `*` may also
+/// stand at its start and its end (`AWS_*`, `*_TOKEN`, `*SECRET*`).
 pub fn is_env_name(name: &str, pattern: bool) -> bool {
+    let word = |text: &str| text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if pattern {
+        if let Some(rest) = name.strip_prefix('*') {
+            let core = rest.strip_suffix('*').unwrap_or(rest);
+            return !core.is_empty() && word(core);
+        }
+    }
     let name = match name.strip_suffix('*') {
         Some(prefix) if pattern => prefix,
         _ => name,
     };
-    let mut chars = name.chars();
-    chars
+    name.chars()
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && word(name)
 }
 
 fn count(v: Value) -> Option<u64> {
@@ -420,6 +427,19 @@ pub static KEYS: &[KeySpec] = &[
             }
         },
     },
+    KeySpec {
+        section: "cells",
+        key: "max-cells-per-request",
+        kind: count_in(1, 1_000_000),
+        optional: false,
+        doc: "Cells one request may hold; a longer request is refused before anything runs.",
+        get: |c| Value::Count(c.cells.max_cells_per_request as u64),
+        set: |c, v| {
+            if let Some(n) = count(v) {
+                c.cells.max_cells_per_request = usize::try_from(n).unwrap_or(usize::MAX);
+            }
+        },
+    },
     // [output]
     KeySpec {
         section: "output",
@@ -482,6 +502,19 @@ pub static KEYS: &[KeySpec] = &[
             }
         },
     },
+    KeySpec {
+        section: "output",
+        key: "artifact-max-total",
+        kind: size_in(MIB, u64::MAX),
+        optional: false,
+        doc: "Total size of the artifact directory; the oldest artifacts are deleted to stay under it, and a cell whose output cannot be kept whole says so.",
+        get: |c| Value::Size(c.output.artifact_max_total.as_u64()),
+        set: |c, v| {
+            if let Some(s) = size(v) {
+                c.output.artifact_max_total = s;
+            }
+        },
+    },
     // [limits]
     KeySpec {
         section: "limits",
@@ -515,7 +548,7 @@ pub static KEYS: &[KeySpec] = &[
         key: "processes",
         kind: count_in(1, 1_048_576),
         optional: true,
-        doc: "RLIMIT_NPROC of every worker (counts all processes of the user); unset: inherited.",
+        doc: "RLIMIT_NPROC of every worker; it counts every process and thread of the user, not a worker's own, so one session's children can starve the others (run the daemon as a dedicated user, or in a cgroup with pids.max, to bound a session alone); unset: inherited.",
         get: |c| opt_count(c.limits.processes),
         set: |c, v| c.limits.processes = count(v),
     },
@@ -556,7 +589,7 @@ pub static KEYS: &[KeySpec] = &[
         key: "deny",
         kind: Kind::Names,
         optional: false,
-        doc: "Variables (or patterns) always removed, even if allowed, besides the built-in denylist.",
+        doc: "Variables (or patterns like `*_TOKEN`) always removed, besides the built-in denylist (`*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `*PASSWD*`, `*_KEY`, `*_KEY_ID`, `*CREDENTIAL*`, `*AUTH*`, `*_DSN`, `DATABASE_URL`); the denylist wins over every allow rule, only `set` passes a value past it.",
         get: |c| Value::Names(c.env.deny.clone()),
         set: |c, v| {
             if let Some(n) = names(v) {
@@ -637,7 +670,7 @@ pub static KEYS: &[KeySpec] = &[
         key: "memory-limit",
         kind: size_in(MIB, u64::MAX),
         optional: true,
-        doc: "QuickJS heap limit; unset: no limit.",
+        doc: "QuickJS heap limit; unset: no limit. It counts the engine's own allocations: a worker's RSS is typically 2-3 times larger (allocator overhead, the engine, the worker itself), so cap processes with limits.max-rss or address-space.",
         get: |c| opt_size(c.js.memory_limit),
         set: |c, v| c.js.memory_limit = size(v),
     },
@@ -669,7 +702,7 @@ pub static KEYS: &[KeySpec] = &[
         key: "memory-limit",
         kind: size_in(MIB, u64::MAX),
         optional: true,
-        doc: "Lua heap limit; unset: no limit.",
+        doc: "Lua heap limit; unset: half of what limits.address-space leaves free (or the machine's memory), so running out is a Lua error, never an abort.",
         get: |c| opt_size(c.lua.memory_limit),
         set: |c, v| c.lua.memory_limit = size(v),
     },
@@ -713,6 +746,32 @@ pub static KEYS: &[KeySpec] = &[
         doc: "The auto-started daemon's log file; unset: next to its socket, with the extension `.log`.",
         get: |c| opt_path(&c.daemon.log),
         set: |c, v| c.daemon.log = path(v),
+    },
+    KeySpec {
+        section: "daemon",
+        key: "max-pending-requests",
+        kind: count_in(1, 1_000_000),
+        optional: false,
+        doc: "Requests one connection may have unanswered; past it the daemon stops reading that connection until answers go out.",
+        get: |c| Value::Count(c.daemon.max_pending_requests as u64),
+        set: |c, v| {
+            if let Some(n) = count(v) {
+                c.daemon.max_pending_requests = usize::try_from(n).unwrap_or(usize::MAX);
+            }
+        },
+    },
+    KeySpec {
+        section: "daemon",
+        key: "stalled-client-timeout",
+        kind: millis(100, HOUR),
+        optional: false,
+        doc: "A connection whose client reads none of its answers for this long, while the daemon waits to send them, is dropped (and logged).",
+        get: |c| Value::Duration(c.daemon.stalled_client_timeout),
+        set: |c, v| {
+            if let Some(d) = duration(v) {
+                c.daemon.stalled_client_timeout = d;
+            }
+        },
     },
     // [startup]
     KeySpec {
@@ -830,6 +889,11 @@ mod tests {
         assert!(is_env_name("AWS_*", true));
         assert!(!is_env_name("AWS_*", false));
         assert!(!is_env_name("*", true));
+        assert!(!is_env_name("**", true));
+        assert!(is_env_name("*_TOKEN", true));
+        assert!(is_env_name("*SECRET*", true));
+        assert!(!is_env_name("*_TOKEN", false));
+        assert!(!is_env_name("*A-B*", true));
         assert!(!is_env_name("1ABC", true));
         assert!(!is_env_name("A-B", true));
         assert!(!is_env_name("", true));

@@ -103,6 +103,8 @@ pub struct CellsConfig {
     pub min_timeout: Duration,
     #[serde(with = "humantime_serde")]
     pub max_timeout: Duration,
+    /// Cells one request may hold; a longer request is refused before anything runs.
+    pub max_cells_per_request: usize,
 }
 
 impl Default for CellsConfig {
@@ -111,6 +113,7 @@ impl Default for CellsConfig {
             default_timeout: Duration::from_secs(30),
             min_timeout: Duration::from_secs(1),
             max_timeout: Duration::from_secs(600),
+            max_cells_per_request: 10_000,
         }
     }
 }
@@ -143,6 +146,8 @@ pub struct OutputConfig {
     pub artifact_max_age: Duration,
     /// Longer text lines are cut in the returned output (the artifact keeps them whole).
     pub max_line_length: usize,
+    /// Total size of the artifact directory; the oldest artifacts go first to stay under it.
+    pub artifact_max_total: ByteSize,
 }
 
 impl Default for OutputConfig {
@@ -153,6 +158,7 @@ impl Default for OutputConfig {
             artifact_dir: None,
             artifact_max_age: Duration::from_secs(24 * 60 * 60),
             max_line_length: 4000,
+            artifact_max_total: ByteSize::gib(1),
         }
     }
 }
@@ -253,6 +259,13 @@ pub struct DaemonConfig {
     #[serde(with = "humantime_serde")]
     pub idle_exit: Duration,
     pub log: Option<PathBuf>,
+    /// Requests one connection may have unanswered; past it the daemon stops reading that
+    /// connection until answers go out.
+    pub max_pending_requests: usize,
+    /// A connection whose client reads none of its answers for this long, while the daemon
+    /// waits to send them, is dropped.
+    #[serde(with = "humantime_serde")]
+    pub stalled_client_timeout: Duration,
 }
 
 impl Default for DaemonConfig {
@@ -261,6 +274,8 @@ impl Default for DaemonConfig {
             socket: None,
             idle_exit: Duration::from_secs(15 * 60),
             log: None,
+            max_pending_requests: 1024,
+            stalled_client_timeout: Duration::from_secs(60),
         }
     }
 }

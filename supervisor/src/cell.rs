@@ -103,6 +103,9 @@ pub struct Truncation {
     pub total_lines: u64,
     /// The whole output, when it did not fit.
     pub artifact_path: Option<PathBuf>,
+    /// Why the whole output could not be kept (the artifact directory's cap, a full disk).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_error: Option<String>,
 }
 
 /// One cell's result.
@@ -208,6 +211,7 @@ impl CellOutcome {
                 total_bytes: message.len() as u64,
                 total_lines: message.lines().count() as u64,
                 artifact_path: None,
+                artifact_error: None,
             },
             output: message,
             duration_ms: 0.0,

@@ -1,11 +1,14 @@
 //! The environment a worker sees: an allowlist of the supervisor's variables, minus a
-//! denylist of credentials (the denylist wins), plus fixed values.
+//! denylist of credential patterns (the denylist wins over every allow rule), plus fixed
+//! values. Workers are started with exactly this environment (never the supervisor's, with
+//! names removed afterwards), so no worker process ever held a denied value.
 
 use cellvisor_config::{Config, EnvConfig};
 use cellvisor_ipc::Language;
 use std::ffi::OsString;
 
-/// Variables passed through by default. A trailing `*` matches a prefix.
+/// Variables passed through by default. A trailing `*` matches a prefix. `SSH_AUTH_SOCK` is
+/// not among them: the agent socket signs as the user; pass it with `[env] set` on purpose.
 pub const DEFAULT_ALLOW: &[&str] = &[
     "PATH",
     "HOME",
@@ -21,7 +24,6 @@ pub const DEFAULT_ALLOW: &[&str] = &[
     "TEMP",
     "TMP",
     "XDG_*",
-    "SSH_AUTH_SOCK",
     "VIRTUAL_ENV",
     "CONDA_PREFIX",
     "PYTHONPATH",
@@ -32,26 +34,37 @@ pub const DEFAULT_ALLOW: &[&str] = &[
     "RUST_LOG",
 ];
 
-/// Credentials never passed, even when allowed.
+/// Credentials never passed, even when allowed: patterns, matched ignoring case, where a `*`
+/// at the start or end matches any text.
 pub const DEFAULT_DENY: &[&str] = &[
-    "OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "GEMINI_API_KEY",
-    "GOOGLE_API_KEY",
-    "OPENROUTER_API_KEY",
-    "MISTRAL_API_KEY",
-    "AZURE_OPENAI_API_KEY",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "GITHUB_TOKEN",
-    "GH_TOKEN",
-    "HF_TOKEN",
+    "*TOKEN*",
+    "*SECRET*",
+    "*PASSWORD*",
+    "*PASSWD*",
+    "*_KEY",
+    "*_KEY_ID",
+    "*CREDENTIAL*",
+    "*AUTH*",
+    "*_DSN",
+    "DATABASE_URL",
 ];
 
+/// Whether `name` fits `pattern`: exact, or with `*` at the start and/or end of the pattern
+/// matching any text there.
 fn matches(pattern: &str, name: &str) -> bool {
-    match pattern.strip_suffix('*') {
-        Some(prefix) => name.starts_with(prefix),
-        None => pattern == name,
+    let (anywhere_before, rest) = match pattern.strip_prefix('*') {
+        Some(rest) => (true, rest),
+        None => (false, pattern),
+    };
+    let (anywhere_after, core) = match rest.strip_suffix('*') {
+        Some(core) => (true, core),
+        None => (false, rest),
+    };
+    match (anywhere_before, anywhere_after) {
+        (false, false) => name == core,
+        (false, true) => name.starts_with(core),
+        (true, false) => name.ends_with(core),
+        (true, true) => name.contains(core),
     }
 }
 
@@ -68,11 +81,12 @@ pub fn filter(
             .any(|p| matches(p, name))
     };
     let denied = |name: &str| {
+        let name = name.to_ascii_uppercase();
         DEFAULT_DENY
             .iter()
             .copied()
             .chain(config.deny.iter().map(String::as_str))
-            .any(|p| matches(p, name))
+            .any(|p| matches(&p.to_ascii_uppercase(), &name))
     };
     let mut out: Vec<(OsString, OsString)> = vars
         .into_iter()
@@ -165,5 +179,53 @@ mod tests {
             ..EnvConfig::default()
         };
         assert!(filter(vars(&[("OPENAI_API_KEY", "sk")]), &config).is_empty());
+    }
+
+    #[test]
+    fn credential_patterns_win_over_allowed_prefixes() {
+        let config = EnvConfig {
+            allow: vec!["MY_*".into(), "DATABASE_URL".into()],
+            ..EnvConfig::default()
+        };
+        let secrets = [
+            ("LC_API_TOKEN", "t"),
+            ("XDG_SESSION_TOKEN", "t"),
+            ("PYENV_GITHUB_TOKEN", "t"),
+            ("SSH_AUTH_SOCK", "/tmp/agent"),
+            ("MY_DB_PASSWORD", "p"),
+            ("MY_PASSWD", "p"),
+            ("MY_SIGNING_KEY", "k"),
+            ("MY_ACCESS_KEY_ID", "k"),
+            ("MY_CREDENTIALS_FILE", "c"),
+            ("MY_SENTRY_DSN", "d"),
+            ("MY_client_secret", "s"),
+            ("DATABASE_URL", "postgres://u:p@h/db"),
+        ];
+        let mut all = secrets.to_vec();
+        all.extend([("LC_ALL", "C"), ("MY_KEYBOARD", "us"), ("PATH", "/bin")]);
+        let out = filter(vars(&all), &config);
+        let names: Vec<_> = out.iter().map(|(k, _)| k.to_str().unwrap()).collect();
+        assert_eq!(names, ["LC_ALL", "MY_KEYBOARD", "PATH"]);
+    }
+
+    #[test]
+    fn patterns_match_at_either_end() {
+        assert!(matches("*TOKEN*", "A_TOKEN_B"));
+        assert!(matches("*_KEY", "API_KEY"));
+        assert!(!matches("*_KEY", "API_KEYS"));
+        assert!(matches("LC_*", "LC_ALL"));
+        assert!(!matches("LC_*", "XLC_ALL"));
+        assert!(matches("PATH", "PATH"));
+        assert!(!matches("PATH", "PATHS"));
+    }
+
+    #[test]
+    fn set_passes_a_value_past_the_denylist_on_purpose() {
+        let mut config = EnvConfig::default();
+        config
+            .set
+            .insert("SSH_AUTH_SOCK".into(), "/run/agent".into());
+        let out = filter(vars(&[("SSH_AUTH_SOCK", "/tmp/other")]), &config);
+        assert_eq!(out, vars(&[("SSH_AUTH_SOCK", "/run/agent")]));
     }
 }

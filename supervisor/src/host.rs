@@ -64,6 +64,11 @@ pub enum RequestError {
     SessionName(String),
     #[error("a request needs at least one cell")]
     NoCells,
+    #[error(
+        "the request has {count} cells; at most {max} cells per request \
+         (cells.max-cells-per-request): split it into several requests"
+    )]
+    TooManyCells { count: usize, max: usize },
     #[error("cell {index}: timeout must be a positive number of seconds, got {value}")]
     Timeout { index: usize, value: f64 },
     #[error("cell {index}: code is {len} bytes; at most {max} bytes per cell", max = MAX_CODE_BYTES)]
@@ -124,10 +129,14 @@ impl Cellvisor {
             .artifact_dir
             .clone()
             .unwrap_or_else(|| base_dir.join("artifacts"));
+        let artifacts = crate::artifacts::ArtifactStore::new(
+            artifact_dir,
+            options.config.output.artifact_max_total.as_u64(),
+        );
         let base = WorkerBase {
             exe,
             run_dir: run_dir.clone(),
-            artifact_dir,
+            artifacts,
             store_dir: crate::paths::stores_dir(),
         };
         let initial_config = options.config.clone();
@@ -185,7 +194,11 @@ impl Cellvisor {
         events: Option<mpsc::Sender<CellEvent>>,
         tool_host: Option<mpsc::Sender<ToolCallRequest>>,
     ) -> Result<EvalResult, RequestError> {
-        validate(&request)?;
+        let max_cells = match self.config.lock() {
+            Ok(config) => config.cells.max_cells_per_request,
+            Err(poisoned) => poisoned.into_inner().cells.max_cells_per_request,
+        };
+        validate(&request, max_cells)?;
         let tools: Arc<[ToolInfo]> = request
             .tools
             .iter()
@@ -579,10 +592,16 @@ fn validate_session_name(name: &str) -> Result<(), RequestError> {
     }
 }
 
-fn validate(request: &EvalRequest) -> Result<(), RequestError> {
+fn validate(request: &EvalRequest, max_cells: usize) -> Result<(), RequestError> {
     validate_session_name(&request.session)?;
     if request.cells.is_empty() {
         return Err(RequestError::NoCells);
+    }
+    if request.cells.len() > max_cells {
+        return Err(RequestError::TooManyCells {
+            count: request.cells.len(),
+            max: max_cells,
+        });
     }
     if let Some((index, cell)) = request
         .cells
@@ -660,10 +679,10 @@ mod tests {
             "3d",
             &"x".repeat(MAX_TOOL_NAME),
         ] {
-            assert_eq!(validate(&request(good)), Ok(()), "{good}");
+            assert_eq!(validate(&request(good), 10), Ok(()), "{good}");
         }
         for bad in ["", "a b", "a/b", "ünï", &"x".repeat(MAX_TOOL_NAME + 1)] {
-            let err = validate(&request(bad)).expect_err(bad);
+            let err = validate(&request(bad), 10).expect_err(bad);
             assert!(err.to_string().contains("A-Z a-z 0-9 _ - ."), "{err}");
         }
     }

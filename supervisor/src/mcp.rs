@@ -46,6 +46,7 @@ pub enum McpError {
 /// Serves MCP on stdin/stdout until the client disconnects (or a termination signal), then
 /// stops every worker.
 pub async fn serve_stdio(options: Options) -> Result<(), McpError> {
+    crate::allocator::map_big_blocks_separately();
     let cells = options.config.cells.clone();
     let cv = Arc::new(Cellvisor::start(options)?);
     let session = format!("mcp-{}", std::process::id());

@@ -2,12 +2,16 @@
 //!
 //! Up to the limits everything stays in memory. Past them the sink keeps a head and a tail
 //! (half the budget each), writes the whole stream to an artifact file, and the result says so
-//! in structured fields instead of truncating silently.
+//! in structured fields instead of truncating silently. An artifact that cannot be completed
+//! (the directory's cap, a full disk) is deleted, and the result says why.
 
+use crate::artifacts::ArtifactStore;
 use crate::cell::Truncation;
+use bytesize::ByteSize;
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Limits and the artifact location for one cell's output.
 #[derive(Debug, Clone)]
@@ -16,8 +20,9 @@ pub struct SinkLimits {
     pub max_lines: usize,
     /// Longer lines are cut in the returned text (characters); the artifact keeps them.
     pub max_line_length: usize,
-    /// Where the whole stream goes once it no longer fits.
-    pub artifact_path: PathBuf,
+    /// The file name the whole stream goes to once it no longer fits.
+    pub artifact_name: String,
+    pub artifacts: Arc<ArtifactStore>,
 }
 
 /// Collects one cell's output.
@@ -31,6 +36,8 @@ pub struct OutputSink {
     /// After overflow: the most recent bytes (at most twice the tail budget between trims).
     tail: Vec<u8>,
     artifact: Option<BufWriter<File>>,
+    /// Where the artifact is, once created.
+    artifact_path: Option<PathBuf>,
     artifact_error: Option<String>,
 }
 
@@ -51,6 +58,7 @@ impl OutputSink {
             head: Vec::new(),
             tail: Vec::new(),
             artifact: None,
+            artifact_path: None,
             artifact_error: None,
         }
     }
@@ -80,12 +88,7 @@ impl OutputSink {
             }
             return;
         }
-        if let Some(artifact) = &mut self.artifact {
-            if let Err(e) = artifact.write_all(data) {
-                self.artifact_error = Some(e.to_string());
-                self.artifact = None;
-            }
-        }
+        self.write_artifact(data);
         self.tail.extend_from_slice(data);
         let budget = self.tail_budget();
         if self.tail.len() > 2 * budget {
@@ -107,14 +110,46 @@ impl OutputSink {
         self.tail = self.head.split_off(cut);
     }
 
-    fn open_artifact(&self) -> io::Result<BufWriter<File>> {
-        if let Some(dir) = self.limits.artifact_path.parent() {
-            std::fs::create_dir_all(dir)?;
+    /// Writes everything kept so far to a new artifact without dropping any of it from memory.
+    fn spill_whole(&mut self) {
+        match self.limits.artifacts.create(&self.limits.artifact_name) {
+            Ok((path, file)) => {
+                self.artifact = Some(BufWriter::with_capacity(256 * 1024, file));
+                self.artifact_path = Some(path);
+                let head = std::mem::take(&mut self.head);
+                self.write_artifact(&head);
+                self.head = head;
+            }
+            Err(e) => self.artifact_error = Some(e.to_string()),
         }
-        Ok(BufWriter::with_capacity(
-            256 * 1024,
-            File::create(&self.limits.artifact_path)?,
-        ))
+    }
+
+    /// Appends to the artifact within the directory's cap; past it, or on a write error, the
+    /// partial artifact is deleted and the reason kept for the result.
+    fn write_artifact(&mut self, data: &[u8]) {
+        let (Some(artifact), Some(path)) = (&mut self.artifact, &self.artifact_path) else {
+            return;
+        };
+        let len = data.len() as u64;
+        let failure = if !self.limits.artifacts.reserve(path, len) {
+            Some(format!(
+                "the artifact directory is full (output.artifact-max-total = {})",
+                ByteSize::b(self.limits.artifacts.max_total())
+            ))
+        } else {
+            artifact.write_all(data).err().map(|e| e.to_string())
+        };
+        if let Some(reason) = failure {
+            self.abandon_artifact(reason);
+        }
+    }
+
+    fn abandon_artifact(&mut self, reason: String) {
+        self.artifact = None;
+        if let Some(path) = self.artifact_path.take() {
+            self.limits.artifacts.discard(&path);
+        }
+        self.artifact_error = Some(reason);
     }
 
     /// Ends the stream: flushes the artifact and renders the kept text, its over-long lines
@@ -131,17 +166,6 @@ impl OutputSink {
         result
     }
 
-    /// Writes everything kept so far to the artifact without dropping any of it from memory.
-    fn spill_whole(&mut self) {
-        match self.open_artifact() {
-            Ok(mut file) => match file.write_all(&self.head) {
-                Ok(()) => self.artifact = Some(file),
-                Err(e) => self.artifact_error = Some(e.to_string()),
-            },
-            Err(e) => self.artifact_error = Some(e.to_string()),
-        }
-    }
-
     fn render(mut self) -> SinkResult {
         let total_lines = self.lines();
         if !self.overflowed() {
@@ -152,31 +176,33 @@ impl OutputSink {
                     total_bytes: self.total_bytes,
                     total_lines,
                     artifact_path: None,
+                    artifact_error: None,
                 },
             };
         }
+        self.flush_artifact();
         if self.tail.is_empty() && self.head.len() as u64 == self.total_bytes {
             // Spilled only for a long line: nothing was dropped, only lines will be cut.
-            let artifact_path = self.flushed_artifact();
             return SinkResult {
                 text: String::from_utf8_lossy(&self.head).into_owned(),
                 truncation: Truncation {
                     truncated: true,
                     total_bytes: self.total_bytes,
                     total_lines,
-                    artifact_path,
+                    artifact_path: self.artifact_path.take(),
+                    artifact_error: self.artifact_error.take(),
                 },
             };
         }
-        let artifact_path = self.flushed_artifact();
         let tail_budget = self.tail_budget();
         let tail_lines = self.limits.max_lines - self.limits.max_lines / 2;
         let tail = tail_of(&self.tail, tail_budget, tail_lines);
         let kept = (self.head.len() + tail.len()) as u64;
         let omitted_bytes = self.total_bytes.saturating_sub(kept);
-        let where_ = match &self.artifact_error {
-            None => format!("full output in {}", self.limits.artifact_path.display()),
-            Some(e) => format!("the full output could not be saved: {e}"),
+        let where_ = match (&self.artifact_error, &self.artifact_path) {
+            (None, Some(path)) => format!("full output in {}", path.display()),
+            (Some(e), _) => format!("the full output could not be kept: {e}"),
+            (None, None) => "the full output could not be kept".to_string(),
         };
         let mut text = String::from_utf8_lossy(&self.head).into_owned();
         if !text.is_empty() && !text.ends_with('\n') {
@@ -193,21 +219,24 @@ impl OutputSink {
                 truncated: true,
                 total_bytes: self.total_bytes,
                 total_lines,
-                artifact_path,
+                artifact_path: self.artifact_path.take(),
+                artifact_error: self.artifact_error.take(),
             },
         }
     }
 
-    /// Flushes the artifact file; its path if it holds the whole output.
-    fn flushed_artifact(&mut self) -> Option<PathBuf> {
+    /// Flushes the artifact and marks it finished (prunable); a failed flush abandons it.
+    fn flush_artifact(&mut self) {
         if let Some(mut artifact) = self.artifact.take() {
-            if let Err(e) = artifact.flush() {
-                self.artifact_error = Some(e.to_string());
+            match artifact.flush() {
+                Err(e) => self.abandon_artifact(e.to_string()),
+                Ok(()) => {
+                    if let Some(path) = &self.artifact_path {
+                        self.limits.artifacts.finished(path);
+                    }
+                }
             }
         }
-        self.artifact_error
-            .is_none()
-            .then(|| self.limits.artifact_path.clone())
     }
 }
 
@@ -287,55 +316,26 @@ fn tail_of(buf: &[u8], max_bytes: usize, max_lines: usize) -> &[u8] {
     &buf[start..]
 }
 
-/// Whether `name` is one of our artifact files: `<session>-<py|js|lua>-<pid>-<cell>.txt`.
-/// Only those are ever deleted, so an artifact directory shared with other files is safe.
-fn is_artifact_name(name: &str) -> bool {
-    let Some(stem) = name.strip_suffix(".txt") else {
-        return false;
-    };
-    let mut parts = stem.rsplitn(4, '-');
-    let (Some(cell), Some(pid), Some(language), Some(session)) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return false;
-    };
-    !session.is_empty()
-        && matches!(language, "py" | "js" | "lua")
-        && pid.bytes().all(|b| b.is_ascii_digit())
-        && cell.bytes().all(|b| b.is_ascii_digit())
-}
-
-/// Deletes artifact files in `dir` last written more than `max_age` ago; answers how many.
-pub fn prune_artifacts(dir: &std::path::Path, max_age: std::time::Duration) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    let now = std::time::SystemTime::now();
-    entries
-        .flatten()
-        .filter(|entry| entry.file_name().to_str().is_some_and(is_artifact_name))
-        .filter(|entry| {
-            entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|modified| now.duration_since(modified).ok())
-                .is_some_and(|age| age > max_age)
-        })
-        .filter(|entry| std::fs::remove_file(entry.path()).is_ok())
-        .count()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn sink(dir: &tempfile::TempDir, max_bytes: usize, max_lines: usize) -> OutputSink {
+        sink_capped(dir, max_bytes, max_lines, 1 << 30)
+    }
+
+    fn sink_capped(
+        dir: &tempfile::TempDir,
+        max_bytes: usize,
+        max_lines: usize,
+        max_total: u64,
+    ) -> OutputSink {
         OutputSink::new(SinkLimits {
             max_bytes,
             max_lines,
             max_line_length: 4000,
-            artifact_path: dir.path().join("artifacts/out.txt"),
+            artifact_name: "s-py-1-1.txt".into(),
+            artifacts: ArtifactStore::new(dir.path().join("artifacts"), max_total),
         })
     }
 
@@ -346,7 +346,8 @@ mod tests {
             max_bytes: 64 * 1024,
             max_lines: 100,
             max_line_length: 100,
-            artifact_path: dir.path().join("artifacts/out.txt"),
+            artifact_name: "s-py-1-1.txt".into(),
+            artifacts: ArtifactStore::new(dir.path().join("artifacts"), 1 << 30),
         });
         let long = "é".repeat(250);
         s.write(format!("short\n{long}\nend\n").as_bytes());
@@ -434,27 +435,25 @@ mod tests {
         let r = s.finish();
         assert!(r.truncation.truncated);
         assert!(r.truncation.artifact_path.is_none());
-        assert!(r.text.contains("could not be saved"), "{}", r.text);
+        assert!(r.text.contains("could not be kept"), "{}", r.text);
     }
 
     #[test]
-    fn only_old_artifact_files_are_pruned() {
+    fn output_past_the_directory_cap_leaves_no_partial_file() {
         let dir = tempfile::tempdir().unwrap();
-        for name in ["s-py-12-3.txt", "notes.txt", "a-b-rb-1-2.txt"] {
-            std::fs::write(dir.path().join(name), b"x").unwrap();
+        let mut s = sink_capped(&dir, 100, 100, 1000);
+        for _ in 0..50 {
+            s.write(&[b'z'; 100]);
         }
-        assert_eq!(
-            prune_artifacts(dir.path(), std::time::Duration::from_secs(3600)),
-            0
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        assert_eq!(
-            prune_artifacts(dir.path(), std::time::Duration::from_millis(1)),
-            1
-        );
-        assert!(!dir.path().join("s-py-12-3.txt").exists());
-        assert!(dir.path().join("notes.txt").exists());
-        assert!(dir.path().join("a-b-rb-1-2.txt").exists());
-        assert!(is_artifact_name("agent-1_x-lua-9-10.txt"));
+        let r = s.finish();
+        assert!(r.truncation.truncated);
+        assert!(r.truncation.artifact_path.is_none());
+        let why = r.truncation.artifact_error.unwrap_or_default();
+        assert!(why.contains("output.artifact-max-total"), "{why}");
+        assert!(r.text.contains("could not be kept"), "{}", r.text);
+        let left = std::fs::read_dir(dir.path().join("artifacts"))
+            .unwrap()
+            .count();
+        assert_eq!(left, 0, "the partial artifact was deleted");
     }
 }

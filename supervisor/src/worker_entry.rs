@@ -33,6 +33,10 @@ pub fn run_worker(args: &[OsString]) -> i32 {
         );
         return 2;
     };
+    // Reset by exec: a worker hides its own memory from other sessions' cells.
+    if let Err(err) = crate::secrets::make_non_dumpable() {
+        eprintln!("cellvisor {language} worker: cannot make it non-dumpable: {err}");
+    }
     match cellvisor_workers::run(language, &socket) {
         Ok(()) => 0,
         Err(err) => {

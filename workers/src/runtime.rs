@@ -237,6 +237,20 @@ where
         &engine.engine_name(),
     )?;
 
+    // A thread that cannot start (the user's process limit) is told to the supervisor in a
+    // Fatal frame: it may kill this process as soon as the connection closes, before stderr
+    // could say anything.
+    let fatal_stream = Arc::clone(&stream);
+    let cannot_start = move |what: &str, err: std::io::Error| {
+        let message = format!("cannot start the {what} thread: {err}");
+        let _ = write_frame(
+            &mut &*fatal_stream,
+            &FromWorker::Fatal {
+                message: message.clone(),
+            },
+        );
+        WorkerError::Engine(message)
+    };
     let (outbox, rx) = Outbox::new(OUTBOX_CAPACITY);
     let socket = SocketWriter::new(Arc::clone(&stream));
     let fatal_sent = Arc::new(FatalSent::default());
@@ -247,7 +261,7 @@ where
             let fatal_sent = Arc::clone(&fatal_sent);
             move || write_loop(&socket, rx, &fatal_sent)
         })
-        .map_err(|e| WorkerError::Engine(format!("cannot start the writer thread: {e}")))?;
+        .map_err(|e| cannot_start("writer", e))?;
 
     if let Some(message) = startup_failures {
         outbox.send(FromWorker::Notice { message });
@@ -269,7 +283,7 @@ where
     thread::Builder::new()
         .name("frame-reader".into())
         .spawn(move || io.run(&stream))
-        .map_err(|e| WorkerError::Engine(format!("cannot start the reader thread: {e}")))?;
+        .map_err(|e| cannot_start("reader", e))?;
 
     // The channel closes when the reader thread ends (Shutdown or a lost supervisor).
     while let Ok(cell) = cells_rx.recv() {
@@ -555,6 +569,31 @@ impl IoThread {
 /// process the cells started with us.
 fn exit_on_shutdown() -> ! {
     crate::warden::leave(0);
+}
+
+/// Reads a spilled output for `output()`: a regular file, never through a link a cell planted
+/// in the artifact directory (nor a FIFO that would block the worker).
+pub fn read_artifact(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|err| match err.raw_os_error() {
+            Some(libc::ELOOP) => not_an_artifact(),
+            _ => err,
+        })?;
+    if !file.metadata()?.is_file() {
+        return Err(not_an_artifact());
+    }
+    let mut data = Vec::new();
+    file.read_to_end(&mut data)?;
+    Ok(data)
+}
+
+fn not_an_artifact() -> std::io::Error {
+    std::io::Error::other("it is a link or not a regular file, and outputs are plain files")
 }
 
 #[cfg(test)]

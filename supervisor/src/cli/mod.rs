@@ -97,6 +97,11 @@ pub fn main() -> i32 {
         _ => "error",
     };
     init_logging(default_log);
+    // Serve, mcp and `eval --no-daemon` hold the user's environment and run a supervisor
+    // whose cells must not read it back through /proc.
+    if let Err(err) = cellvisor::secrets::make_non_dumpable() {
+        tracing::warn!("cannot make this process non-dumpable: {err}");
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -70,6 +70,87 @@ impl RpcError {
     }
 }
 
+/// What one line from a client is.
+#[derive(Debug)]
+pub enum Incoming {
+    /// Only whitespace: nothing to answer.
+    Blank,
+    Request(Request),
+    /// The client's answer to a request of the daemon's (a `tool/call`).
+    Answer(Value),
+    /// Not a request: answer `error` to `id`.
+    Invalid {
+        id: Value,
+        error: RpcError,
+    },
+}
+
+/// Parses one line; never panics, whatever the bytes.
+pub fn parse_line(line: &[u8]) -> Incoming {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Incoming::Blank;
+    }
+    match serde_json::from_slice::<Value>(line) {
+        Err(err) => Incoming::Invalid {
+            id: Value::Null,
+            error: RpcError::new(code::PARSE_ERROR, format!("parse error: {err}")),
+        },
+        Ok(value) if value.get("method").is_none() && value.get("id").is_some() => {
+            Incoming::Answer(value)
+        }
+        Ok(value) => match parse_request(value) {
+            Ok(request) => Incoming::Request(request),
+            Err((id, error)) => Incoming::Invalid { id, error },
+        },
+    }
+}
+
+fn parse_request(value: Value) -> Result<Request, (Value, RpcError)> {
+    let id = value.get("id").cloned().unwrap_or(Value::Null);
+    // JSON-RPC 2.0: an id is a string, a number or null; it is echoed only when valid.
+    if !matches!(id, Value::String(_) | Value::Number(_) | Value::Null) {
+        return Err((
+            Value::Null,
+            RpcError::new(
+                code::INVALID_REQUEST,
+                "invalid request: id must be a string, a number or null",
+            ),
+        ));
+    }
+    // Every method takes named parameters; a positional array would bind by field order.
+    if value.get("params").is_some_and(|p| !p.is_object()) {
+        return Err((
+            id,
+            RpcError::new(
+                code::INVALID_PARAMS,
+                "invalid params: params must be an object of named parameters",
+            ),
+        ));
+    }
+    let request: Request = serde_json::from_value(value).map_err(|e| {
+        (
+            id.clone(),
+            RpcError::new(code::INVALID_REQUEST, format!("invalid request: {e}")),
+        )
+    })?;
+    if request.jsonrpc != "2.0" {
+        return Err((
+            id,
+            RpcError::new(
+                code::INVALID_REQUEST,
+                "invalid request: jsonrpc must be \"2.0\"",
+            ),
+        ));
+    }
+    Ok(request)
+}
+
+/// A method's named parameters (none: an empty object).
+pub fn params<T: serde::de::DeserializeOwned>(params: Option<Value>) -> Result<T, RpcError> {
+    serde_json::from_value(params.unwrap_or(Value::Object(Default::default())))
+        .map_err(|e| RpcError::new(code::INVALID_PARAMS, format!("invalid params: {e}")))
+}
+
 /// A success or error response line.
 pub fn response(id: Value, result: Result<Value, RpcError>) -> Value {
     match result {
@@ -107,4 +188,96 @@ pub struct InitializeResult {
     pub server_version: String,
     pub languages: Vec<Language>,
     pub pid: u32,
+}
+
+/// Property tests of the line parser: whatever a client sends, a typed answer and no panic.
+/// Cases per property: proptest's `PROPTEST_CASES` (256 unless set).
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use crate::cell::EvalRequest;
+    use proptest::prelude::*;
+
+    const CODES: &[i64] = &[
+        code::PARSE_ERROR,
+        code::INVALID_REQUEST,
+        code::INVALID_PARAMS,
+    ];
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "[a-z0-9.\\-]{0,8}".prop_map(Value::from),
+            prop::sample::select(vec!["2.0", "eval", "status", "py", "js", "lua", "s"])
+                .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop::sample::select(vec![
+                        "jsonrpc", "id", "method", "params", "session", "cells", "language",
+                        "code", "timeout", "tools", "cwd", "result", "error", "x",
+                    ])
+                    .prop_map(String::from),
+                    inner,
+                    0..6
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Every way a line can be taken, down to each method's parameters.
+    fn check(line: &[u8]) -> Result<(), TestCaseError> {
+        match parse_line(line) {
+            Incoming::Blank | Incoming::Answer(_) => {}
+            Incoming::Invalid { id, error } => {
+                prop_assert!(CODES.contains(&error.code), "{error:?}");
+                prop_assert!(matches!(
+                    id,
+                    Value::Null | Value::String(_) | Value::Number(_)
+                ));
+            }
+            Incoming::Request(request) => {
+                prop_assert_eq!(request.jsonrpc.as_str(), "2.0");
+                let _ = params::<EvalRequest>(request.params.clone());
+                let _ = params::<SessionParams>(request.params);
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_get_a_typed_answer(line in prop::collection::vec(any::<u8>(), 0..256)) {
+            check(&line)?;
+        }
+
+        #[test]
+        fn arbitrary_json_gets_a_typed_answer(value in json_value()) {
+            check(value.to_string().as_bytes())?;
+        }
+
+        #[test]
+        fn mutated_requests_get_a_typed_answer(
+            which in 0usize..3,
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+        ) {
+            let lines = [
+                r#"{"jsonrpc":"2.0","id":1,"method":"eval","params":{"session":"s","cells":[{"language":"py","code":"1","timeout":5}]}}"#,
+                r#"{"jsonrpc":"2.0","id":"a","method":"close","params":{"session":"s","language":"js"}}"#,
+                r#"{"jsonrpc":"2.0","id":"tool-1","result":{"ok":true}}"#,
+            ];
+            let mut line = lines[which].as_bytes().to_vec();
+            for (at, byte) in edits {
+                let at = at.index(line.len());
+                line[at] = byte;
+            }
+            check(&line)?;
+        }
+    }
 }

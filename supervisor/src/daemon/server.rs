@@ -3,8 +3,15 @@
 //! Each connection has a reader (this task) and a writer task fed by a bounded channel, and
 //! every request runs in a task of its own, so a long `eval` does not hold up `status` and a
 //! slow client slows only its own sessions (its events wait for room in its channel).
+//!
+//! What a connection costs the daemon is bounded whatever its client does: at most
+//! `daemon.max-pending-requests` requests in flight (past it the daemon stops reading that
+//! connection), at most [`MAX_PENDING_TOOL_CALLS`] tool calls awaiting the client, and a
+//! client that reads none of its answers for `daemon.stalled-client-timeout` is dropped.
 
-use super::protocol::{self, code, method, InitializeResult, Request, RpcError, SessionParams};
+use super::protocol::{
+    self, code, method, params, Incoming, InitializeResult, Request, RpcError, SessionParams,
+};
 use crate::cell::{CellEvent, EvalRequest, ToolCallRequest};
 use crate::host::{Cellvisor, Options, RequestError};
 use serde_json::Value;
@@ -45,6 +52,26 @@ pub enum ServeError {
 /// Frames queued per connection before request tasks wait for the client to read.
 const CONNECTION_BACKLOG: usize = 256;
 
+/// Tool calls one connection's client may leave unanswered; a cell's call past it fails
+/// at once with a message saying so.
+pub const MAX_PENDING_TOOL_CALLS: usize = 1024;
+
+/// The per-connection bounds from `[daemon]`; a reload applies them to new connections.
+#[derive(Debug, Clone, Copy)]
+struct ConnectionLimits {
+    max_pending_requests: usize,
+    stalled_client_timeout: Duration,
+}
+
+impl ConnectionLimits {
+    fn from_config(config: &cellvisor_config::Config) -> ConnectionLimits {
+        ConnectionLimits {
+            max_pending_requests: config.daemon.max_pending_requests.max(1),
+            stalled_client_timeout: config.daemon.stalled_client_timeout,
+        }
+    }
+}
+
 /// Shared by every connection.
 struct Daemon {
     cv: Cellvisor,
@@ -52,13 +79,16 @@ struct Daemon {
     shutdown: watch::Sender<bool>,
     connections: AtomicU64,
     last_activity: Mutex<Instant>,
+    limits: Mutex<ConnectionLimits>,
 }
 
 /// Runs the daemon until `shutdown`, SIGTERM or SIGINT (or its idle exit).
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
+    crate::allocator::map_big_blocks_separately();
     let listener = bind(&options.socket).await?;
     let socket_inode = socket_inode(&options.socket);
     let idle_exit = options.supervisor.config.daemon.idle_exit;
+    let limits = ConnectionLimits::from_config(&options.supervisor.config);
     let cv = Cellvisor::start(options.supervisor)?;
     let (shutdown, mut shutdown_rx) = watch::channel(false);
     let daemon = Arc::new(Daemon {
@@ -67,6 +97,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         shutdown,
         connections: AtomicU64::new(0),
         last_activity: Mutex::new(Instant::now()),
+        limits: Mutex::new(limits),
     });
     tracing::info!(socket = %options.socket.display(), pid = std::process::id(), "cellvisor daemon listening");
     spawn_signal_handlers(&daemon);
@@ -202,11 +233,18 @@ async fn reload(daemon: &Daemon) -> Result<Vec<String>, RpcError> {
             format!("{e}\nthe configuration in force is unchanged"),
         )
     })?;
+    *lock(&daemon.limits) = ConnectionLimits::from_config(&config);
     daemon
         .cv
         .reload(config)
         .await
         .map_err(|e| RpcError::new(code::SHUTTING_DOWN, e.to_string()))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 struct ConnectionGuard(Arc<Daemon>);
@@ -236,8 +274,10 @@ struct InFlight {
 async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
     daemon.connections.fetch_add(1, Ordering::SeqCst);
     let _guard = ConnectionGuard(Arc::clone(&daemon));
+    let limits = *lock(&daemon.limits);
     let (reader, mut writer) = stream.into_split();
     let (out, mut out_rx) = mpsc::channel::<Value>(CONNECTION_BACKLOG);
+    let stall = limits.stalled_client_timeout;
     let writer_task = tokio::spawn(async move {
         // Lines already queued (a cell's events and its result) go out in one write.
         let mut batch = Vec::new();
@@ -253,11 +293,27 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
                     None
                 };
             }
-            if writer.write_all(&batch).await.is_err() {
-                break;
+            match tokio::time::timeout(stall, writer.write_all(&batch)).await {
+                Ok(Ok(())) if batch.len() >= crate::allocator::BIG_MESSAGE_BYTES => {
+                    batch = Vec::new();
+                    crate::allocator::release_free_memory();
+                }
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => break,
+                Err(_) => {
+                    tracing::warn!(
+                        "dropping a connection: its client read none of its answers for {} \
+                         (daemon.stalled-client-timeout)",
+                        humantime::format_duration(stall)
+                    );
+                    break;
+                }
             }
         }
     });
+    // Each request task holds a permit; with none left the reader waits (and so stops
+    // reading this client) until an answer has gone out.
+    let pending = Arc::new(tokio::sync::Semaphore::new(limits.max_pending_requests));
     let in_flight: Arc<Mutex<HashMap<u64, InFlight>>> = Arc::default();
     let connection = Arc::new(Connection {
         out: out.clone(),
@@ -267,7 +323,19 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
     let mut next_task = 0u64;
     let mut reader = BufReader::new(reader);
     loop {
-        let line = match read_line(&mut reader).await {
+        let permit = tokio::select! {
+            permit = Arc::clone(&pending).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            // The writer gave up on this client.
+            () = out.closed() => break,
+        };
+        let read = tokio::select! {
+            read = read_line(&mut reader) => read,
+            () = out.closed() => break,
+        };
+        let line = match read {
             Ok(Some(line)) => line,
             Ok(None) => break,
             Err(LineError::TooLong) => {
@@ -283,26 +351,18 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
             }
             Err(LineError::Io) => break,
         };
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let request: Request = match serde_json::from_slice::<Value>(&line) {
-            Err(err) => {
-                let error = RpcError::new(code::PARSE_ERROR, format!("parse error: {err}"));
-                let _ = out.send(protocol::response(Value::Null, Err(error))).await;
-                continue;
-            }
-            Ok(value) if value.get("method").is_none() && value.get("id").is_some() => {
+        let big = line.len() >= crate::allocator::BIG_MESSAGE_BYTES;
+        let request = match protocol::parse_line(&line) {
+            Incoming::Blank => continue,
+            Incoming::Answer(value) => {
                 answer_tool_call(&connection, value);
                 continue;
             }
-            Ok(value) => match parse_request(value) {
-                Ok(request) => request,
-                Err((id, error)) => {
-                    let _ = out.send(protocol::response(id, Err(error))).await;
-                    continue;
-                }
-            },
+            Incoming::Invalid { id, error } => {
+                let _ = out.send(protocol::response(id, Err(error))).await;
+                continue;
+            }
+            Incoming::Request(request) => request,
         };
         next_task += 1;
         let task_id = next_task;
@@ -319,10 +379,14 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
         let connection = Arc::clone(&connection);
         let registry = Arc::clone(&in_flight);
         let task = tokio::spawn(async move {
+            let _permit = permit;
             let id = request.id.clone();
             let result = dispatch(&daemon, request, &connection).await;
             if let Some(id) = id {
                 let _ = connection.out.send(protocol::response(id, result)).await;
+            }
+            if big {
+                crate::allocator::release_free_memory();
             }
             if let Ok(mut registry) = registry.lock() {
                 registry.remove(&task_id);
@@ -384,7 +448,20 @@ async fn forward_tool_call(connection: &Connection, request_id: &Value, call: To
         "tool-{}",
         connection.next_tool_call.fetch_add(1, Ordering::Relaxed)
     );
-    if let Ok(mut calls) = connection.tool_calls.lock() {
+    {
+        let mut calls = lock(&connection.tool_calls);
+        if calls.len() >= MAX_PENDING_TOOL_CALLS {
+            // Calls whose cell has ended wait for nobody.
+            calls.retain(|_, waiter| !waiter.is_closed());
+        }
+        if calls.len() >= MAX_PENDING_TOOL_CALLS {
+            let _ = call.reply.send(Err(format!(
+                "the host has {} tool calls unanswered on this connection (at most \
+                 {MAX_PENDING_TOOL_CALLS}); it must answer them before more are sent",
+                calls.len()
+            )));
+            return;
+        }
         calls.insert(id.clone(), call.reply);
     }
     let request = serde_json::json!({
@@ -394,26 +471,6 @@ async fn forward_tool_call(connection: &Connection, request_id: &Value, call: To
         "params": {"request_id": request_id, "name": call.name, "arguments": call.arguments},
     });
     let _ = connection.out.send(request).await;
-}
-
-fn parse_request(value: Value) -> Result<Request, (Value, RpcError)> {
-    let id = value.get("id").cloned().unwrap_or(Value::Null);
-    let request: Request = serde_json::from_value(value).map_err(|e| {
-        (
-            id.clone(),
-            RpcError::new(code::INVALID_REQUEST, format!("invalid request: {e}")),
-        )
-    })?;
-    if request.jsonrpc != "2.0" {
-        return Err((
-            id,
-            RpcError::new(
-                code::INVALID_REQUEST,
-                "invalid request: jsonrpc must be \"2.0\"",
-            ),
-        ));
-    }
-    Ok(request)
 }
 
 enum LineError {
@@ -445,11 +502,6 @@ async fn read_line<R: AsyncBufReadExt + Unpin>(
             return Ok(Some(line));
         }
     }
-}
-
-fn params<T: serde::de::DeserializeOwned>(params: Option<Value>) -> Result<T, RpcError> {
-    serde_json::from_value(params.unwrap_or(Value::Object(Default::default())))
-        .map_err(|e| RpcError::new(code::INVALID_PARAMS, format!("invalid params: {e}")))
 }
 
 fn refused(err: RequestError) -> RpcError {
@@ -536,5 +588,60 @@ async fn dispatch(
                  close, status, shutdown and config/reload"
             ),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call() -> (
+        ToolCallRequest,
+        tokio::sync::oneshot::Receiver<Result<Value, String>>,
+    ) {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let request = ToolCallRequest {
+            name: "t".into(),
+            arguments: Value::Null,
+            reply,
+        };
+        (request, answer)
+    }
+
+    #[tokio::test]
+    async fn unanswered_tool_calls_are_bounded_per_connection() {
+        let (out, mut out_rx) = mpsc::channel(MAX_PENDING_TOOL_CALLS * 2);
+        let connection = Connection {
+            out,
+            tool_calls: Mutex::default(),
+            next_tool_call: AtomicU64::new(1),
+        };
+        let mut waiting = Vec::new();
+        for _ in 0..MAX_PENDING_TOOL_CALLS {
+            let (request, answer) = call();
+            forward_tool_call(&connection, &Value::from(1), request).await;
+            waiting.push(answer);
+        }
+        let (request, mut refused) = call();
+        forward_tool_call(&connection, &Value::from(1), request).await;
+        let message = refused
+            .try_recv()
+            .expect("answered at once")
+            .expect_err("refused");
+        assert!(message.contains("at most 1024"), "{message}");
+        // Calls whose cells ended make room again.
+        waiting.truncate(10);
+        let (request, mut accepted) = call();
+        forward_tool_call(&connection, &Value::from(1), request).await;
+        assert!(
+            accepted.try_recv().is_err(),
+            "sent to the host, not refused"
+        );
+        assert_eq!(lock(&connection.tool_calls).len(), 11);
+        let mut sent = 0;
+        while out_rx.try_recv().is_ok() {
+            sent += 1;
+        }
+        assert_eq!(sent, MAX_PENDING_TOOL_CALLS + 1);
     }
 }

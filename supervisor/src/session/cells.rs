@@ -94,12 +94,13 @@ impl Session {
             max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
             max_lines: self.config.output.max_lines,
             max_line_length: self.config.output.max_line_length,
-            artifact_path: self.artifact_dir.join(format!(
+            artifact_name: format!(
                 "{}-{}-{}-{cell_id}.txt",
                 crate::paths::file_safe(&self.key.session),
                 self.key.language,
                 link.pid
-            )),
+            ),
+            artifacts: std::sync::Arc::clone(&self.artifacts),
         });
         let declared: Vec<String> = job.tools.iter().map(|t| t.name.clone()).collect();
         link.begin(
@@ -113,7 +114,7 @@ impl Session {
             tools: job.tools.to_vec(),
         }));
         let mut requester = job.requester.clone();
-        ctx.spawn(
+        let requester_watch = ctx.spawn(
             async move {
                 // Only an error ends this: the requester's side was dropped.
                 while requester.changed().await.is_ok() {}
@@ -131,7 +132,7 @@ impl Session {
             job,
             started: Instant::now(),
             deadline,
-            timers: vec![timer],
+            timers: vec![timer, requester_watch],
             notice: self.notice.take(),
         });
         self.last_active = Instant::now();

@@ -17,6 +17,7 @@ pub mod policy;
 mod tests;
 mod worker;
 
+use crate::artifacts::ArtifactStore;
 use crate::cell::{CellEvent, CellOutcome, CellSpec, ToolCallRequest};
 use crate::spawn::{Launcher, ProcessHandle, StartedWorker, WorkerSpec};
 use actix::prelude::*;
@@ -74,6 +75,9 @@ pub struct SessionStatus {
     pub rss_bytes: Option<u64>,
     /// CPU use of the worker and its children since the previous status, in percent of a core.
     pub cpu_percent: Option<f32>,
+    /// Why the session is failed, or why its last worker could not start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A cell to run, with where to send its outcome.
@@ -132,7 +136,9 @@ struct Running {
     job: CellJob,
     started: Instant,
     deadline: Deadline,
-    /// The pending `CellDeadline` and `GraceExpired`, cancelled when the cell ends.
+    /// The futures that exist for this cell alone, cancelled when it ends: the pending
+    /// `CellDeadline` and `GraceExpired`, and the watch on its requester (left running, a
+    /// request of N cells would leave N watchers for the actor to poll on every wake-up).
     timers: Vec<SpawnHandle>,
     notice: Option<String>,
 }
@@ -142,7 +148,8 @@ pub(crate) struct SessionSetup {
     pub key: SessionKey,
     pub config: Arc<Config>,
     pub spec: WorkerSpec,
-    pub artifact_dir: PathBuf,
+    /// Where spilled outputs go, and their total size.
+    pub artifacts: Arc<ArtifactStore>,
     pub launcher: Arc<dyn Launcher>,
     /// Where the session reports its state.
     pub events: Recipient<SessionEvent>,
@@ -157,7 +164,7 @@ pub struct Session {
     key: SessionKey,
     config: Arc<Config>,
     spec: WorkerSpec,
-    artifact_dir: PathBuf,
+    artifacts: Arc<ArtifactStore>,
     launcher: Arc<dyn Launcher>,
     events: Recipient<SessionEvent>,
     worker: Worker,
@@ -172,6 +179,8 @@ pub struct Session {
     next_cell_id: u64,
     budget: RestartBudget,
     failed: Option<String>,
+    /// Why the last worker could not start, until one does.
+    start_error: Option<String>,
     cells_run: u64,
     last_active: Instant,
     /// Told to the next cell: the session was started, restarted, reset or evicted.
@@ -192,7 +201,7 @@ impl Session {
             key: setup.key,
             config: setup.config,
             spec: setup.spec,
-            artifact_dir: setup.artifact_dir,
+            artifacts: setup.artifacts,
             launcher: setup.launcher,
             events: setup.events,
             worker: Worker::None,
@@ -205,6 +214,7 @@ impl Session {
             running: None,
             next_cell_id: 1,
             failed: None,
+            start_error: None,
             cells_run: 0,
             last_active: Instant::now(),
             notice: setup.notice,
@@ -265,6 +275,7 @@ impl Session {
             queued: self.queue.len(),
             rss_bytes: None,
             cpu_percent: None,
+            reason: self.failed.clone().or_else(|| self.start_error.clone()),
         }
     }
 

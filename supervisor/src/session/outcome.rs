@@ -51,6 +51,21 @@ pub enum WorkerLoss {
     Crashed(String),
 }
 
+impl WorkerLoss {
+    /// A worker that ended by itself, `how` (its last word or exit status). What it wrote last
+    /// on stderr explains a death before any cell (a thread it could not start) and is added
+    /// when given and not already said; a process or thread that could not be created gets
+    /// the process-limit hint.
+    pub fn crashed(how: String, last_stderr_line: Option<&str>) -> WorkerLoss {
+        let mut text = match last_stderr_line.map(str::trim) {
+            Some(said) if !said.is_empty() && !how.contains(said) => format!("{how}: {said}"),
+            _ => how,
+        };
+        text.push_str(process_limit_hint(&text));
+        WorkerLoss::Crashed(text)
+    }
+}
+
 impl fmt::Display for WorkerLoss {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -147,6 +162,24 @@ pub fn replaced_notice(language: Language, loss: &WorkerLoss) -> String {
         "the previous {language} worker is gone ({loss}); a new worker was started and earlier \
          state is lost"
     )
+}
+
+/// Why a worker could not start, as the waiting cell and `status` say it.
+pub fn start_failed(language: Language, error: &str) -> String {
+    format!(
+        "could not start the {language} worker: {error}{}",
+        process_limit_hint(error)
+    )
+}
+
+/// A hint for a process or thread that could not be created (EAGAIN): the per-user limit.
+fn process_limit_hint(error: &str) -> &'static str {
+    if error.contains("Resource temporarily unavailable") || error.contains("os error 11") {
+        " (the per-user process limit, RLIMIT_NPROC, counts every process and thread of this \
+         user, so one session's children can exhaust it for all; see limits.processes)"
+    } else {
+        ""
+    }
 }
 
 /// Why a session was closed under its next cell: the supervisor closed it (the host did not
@@ -274,6 +307,20 @@ mod tests {
             "exited with code 3"
         );
         assert!(failed_reason(&key(), &crash, 1).contains("restart-budget = 1"));
+        assert_eq!(
+            WorkerLoss::crashed("exited with code 1".into(), Some("thread spawn failed ")),
+            WorkerLoss::Crashed("exited with code 1: thread spawn failed".into())
+        );
+        assert_eq!(
+            WorkerLoss::crashed("python exited with code 3".into(), Some("code 3")),
+            WorkerLoss::Crashed("python exited with code 3".into())
+        );
+        let eagain = WorkerLoss::crashed(
+            "exited with code 1".into(),
+            Some("Resource temporarily unavailable (os error 11)"),
+        );
+        assert!(eagain.to_string().contains("RLIMIT_NPROC"), "{eagain}");
+        assert!(start_failed(Language::Lua, "fork: os error 11").contains("limits.processes"));
         assert!(Eviction::ForRoom { key: key(), cap: 2 }
             .to_string()
             .contains("max-sessions = 2"));

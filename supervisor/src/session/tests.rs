@@ -49,7 +49,7 @@ fn start_session(fake: &Arc<FakeLauncher>, cap_mib: u64) -> (Addr<Session>, temp
             start_timeout: Duration::from_secs(5),
             rlimits: Vec::new(),
         },
-        artifact_dir: dir.path().to_path_buf(),
+        artifacts: crate::artifacts::ArtifactStore::new(dir.path().to_path_buf(), u64::MAX),
         launcher,
         events: reports.recipient(),
         notice: None,

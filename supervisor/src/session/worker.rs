@@ -59,6 +59,7 @@ impl Session {
         match msg.result {
             Ok(worker) => {
                 tracing::info!(session = %self.key, pid = worker.pid, engine = %worker.engine, "worker started");
+                self.start_error = None;
                 let link = Link::spawn(worker, msg.generation, ctx.address());
                 self.worker = Worker::Ready {
                     generation: msg.generation,
@@ -74,7 +75,8 @@ impl Session {
             Err(err) => {
                 tracing::warn!(session = %self.key, "worker failed to start: {err}");
                 self.worker = Worker::None;
-                let message = format!("could not start the {} worker: {err}", self.key.language);
+                let message = outcome::start_failed(self.key.language, &err.to_string());
+                self.start_error = Some(message.clone());
                 if !self.after_stop.is_empty() {
                     self.finish_stop(ctx);
                     return;
@@ -214,7 +216,7 @@ impl Session {
                 ctx.cancel_future(*timer);
             }
         }
-        let loss = match worker {
+        let killed_for = match worker {
             Worker::Stopping { .. } => {
                 // Planned: reset or close.
                 if let Some(running) = running {
@@ -228,11 +230,8 @@ impl Session {
                 self.finish_stop(ctx);
                 return;
             }
-            Worker::Ready {
-                killed_for: Some(reason),
-                ..
-            } => WorkerLoss::Killed(reason),
-            _ => WorkerLoss::Crashed(msg.reason),
+            Worker::Ready { killed_for, .. } => killed_for,
+            _ => None,
         };
 
         // A cell the dead worker never started did not cause its death: it runs on the next.
@@ -246,6 +245,17 @@ impl Session {
                 (None, None)
             }
             (running, partial) => (running, partial),
+        };
+        let loss = match killed_for {
+            Some(reason) => WorkerLoss::Killed(reason),
+            // A crash under a cell shows the whole stderr below instead.
+            None => WorkerLoss::crashed(
+                msg.reason,
+                running
+                    .is_none()
+                    .then(|| msg.stderr_tail.lines().last())
+                    .flatten(),
+            ),
         };
         tracing::warn!(session = %self.key, "worker gone: {loss}");
         let verdict = self.budget.on_loss(running.is_some());

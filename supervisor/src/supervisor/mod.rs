@@ -40,7 +40,8 @@ use tokio::sync::oneshot;
 pub struct WorkerBase {
     pub exe: PathBuf,
     pub run_dir: PathBuf,
-    pub artifact_dir: PathBuf,
+    /// Where spilled outputs go, and their total size.
+    pub artifacts: Arc<crate::artifacts::ArtifactStore>,
     /// Where sessions keep what JS `store()` saves; outlives workers and the daemon.
     pub store_dir: PathBuf,
 }
@@ -197,7 +198,7 @@ impl Supervisor {
             key: submit.key.clone(),
             config: Arc::clone(&self.config),
             spec,
-            artifact_dir: self.base.artifact_dir.clone(),
+            artifacts: Arc::clone(&self.base.artifacts),
             launcher: Arc::clone(&self.launcher),
             events: ctx.address().recipient(),
             notice: self.evicted.remove(&submit.key),
@@ -235,7 +236,7 @@ impl Supervisor {
         };
         set(
             "CELLVISOR_ARTIFACT_DIR",
-            self.base.artifact_dir.clone().into(),
+            self.base.artifacts.dir().as_os_str().to_owned(),
         );
         if let Some(session) = session {
             set("CELLVISOR_SESSION", session.into());
@@ -580,6 +581,9 @@ impl Handler<ReloadConfig> for Supervisor {
     type Result = ();
     fn handle(&mut self, msg: ReloadConfig, ctx: &mut Context<Self>) {
         let old = std::mem::replace(&mut self.config, msg.0);
+        self.base
+            .artifacts
+            .set_max_total(self.config.output.artifact_max_total.as_u64());
         for entry in self.sessions.values() {
             entry.addr.do_send(UpdateConfig(Arc::clone(&self.config)));
         }

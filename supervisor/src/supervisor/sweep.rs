@@ -19,12 +19,13 @@ impl Supervisor {
             return;
         }
         self.last_prune = Some(Instant::now());
-        let dir = self.base.artifact_dir.clone();
+        let dir = self.base.artifacts.dir().to_path_buf();
         actix::spawn(async move {
-            let pruned =
-                tokio::task::spawn_blocking(move || crate::output::prune_artifacts(&dir, max_age))
-                    .await
-                    .unwrap_or(0);
+            let pruned = tokio::task::spawn_blocking(move || {
+                crate::artifacts::prune_artifacts(&dir, max_age)
+            })
+            .await
+            .unwrap_or(0);
             if pruned > 0 {
                 tracing::info!(pruned, "deleted old spilled outputs");
             }

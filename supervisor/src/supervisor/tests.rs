@@ -36,7 +36,7 @@ impl Rig {
         let base = WorkerBase {
             exe: PathBuf::from("/nonexistent/cellvisor"),
             run_dir: dir.path().to_path_buf(),
-            artifact_dir: dir.path().join("artifacts"),
+            artifacts: crate::artifacts::ArtifactStore::new(dir.path().join("artifacts"), u64::MAX),
             store_dir: dir.path().join("store"),
         };
         let mut config = fast_config();

@@ -158,7 +158,7 @@ pub(super) fn output(dirs: &HostDirs, ids: &[String]) -> Result<(String, usize),
             ));
         };
         let file = dir.join(format!("{stem}.txt"));
-        match fs::read(&file) {
+        match crate::runtime::read_artifact(&file) {
             Ok(bytes) => texts.push(String::from_utf8_lossy(&bytes).into_owned()),
             Err(err) if err.kind() == ErrorKind::NotFound => {
                 return Err(format!(

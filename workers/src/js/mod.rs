@@ -72,6 +72,14 @@ use std::time::{Duration, Instant};
 /// hooks the worker drives cells with.
 const PRELUDE: &str = include_str!("prelude.js");
 
+/// Replaces `JSON.stringify` with one that refuses values nested deeper than the worker's
+/// stack allows (a catchable `RangeError` instead of a crash); evaluates to its installer.
+const JSON_GUARD: &str = include_str!("json_guard.js");
+
+/// Stack bytes allowed per nesting level of `JSON.stringify` when deciding its depth limit
+/// (several times what one level of the engine's recursion takes, even unoptimised).
+const STACK_PER_JSON_LEVEL: usize = 2048;
+
 /// Env var: the QuickJS heap limit in bytes.
 const MEMORY_LIMIT_VAR: &str = "CELLVISOR_MEMORY_LIMIT";
 /// Env var: the QuickJS stack limit in bytes.
@@ -408,7 +416,16 @@ impl JsEngine {
         thrown: Value<'js>,
         prefixes: Prefixes,
     ) -> CellOutcome {
-        let described = describe_exception(ctx, format, thrown);
+        let described = if thrown.is_null() && self.heap_nearly_full(ctx) {
+            // The engine could not even allocate its out-of-memory error.
+            Described {
+                headline: "InternalError: out of memory".into(),
+                stack: String::new(),
+                is_error: true,
+            }
+        } else {
+            describe_exception(ctx, format, thrown)
+        };
         let prefix = if described.is_error {
             prefixes.error
         } else {
@@ -658,6 +675,21 @@ impl JsEngine {
         CellOutcome::Failed {
             summary: report.lines().next().unwrap_or_default().to_string(),
         }
+    }
+
+    /// Whether the heap is past half its limit: a `null` thrown then is an out-of-memory error
+    /// the engine had no memory left to build.
+    fn heap_nearly_full(&self, ctx: &Ctx<'_>) -> bool {
+        let Some(limit) = self.memory_limit else {
+            return false;
+        };
+        // SAFETY: the runtime of a live context; JS_ComputeMemoryUsage only fills `usage`.
+        let used = unsafe {
+            let mut usage = std::mem::zeroed::<qjs::JSMemoryUsage>();
+            qjs::JS_ComputeMemoryUsage(qjs::JS_GetRuntime(ctx.as_raw().as_ptr()), &mut usage);
+            usage.malloc_size
+        };
+        usize::try_from(used).is_ok_and(|used| used >= limit / 2)
     }
 
     /// Frees what the failed allocation left behind and tells the user what happened.
@@ -940,6 +972,8 @@ fn install_prelude<'js>(
         })?,
     )?;
 
+    let guard: Function = ctx.eval(JSON_GUARD)?;
+    guard.call::<_, ()>((json_depth_limit(),))?;
     node::define_natives(ctx, &native, cell)?;
     let setup: Function = ctx.eval(PRELUDE)?;
     let hooks: Object = setup.call((native.clone(),))?;
@@ -1082,6 +1116,17 @@ fn limit_from_env(name: &str) -> Result<Option<usize>, WorkerError> {
         }),
         _ => Ok(None),
     }
+}
+
+/// How deep a value `JSON.stringify` may walk on this thread's stack (its rlimit; 8 MiB when
+/// unlimited).
+fn json_depth_limit() -> usize {
+    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+    let stack = match getrlimit(Resource::RLIMIT_STACK) {
+        Ok((soft, _)) if soft != RLIM_INFINITY => usize::try_from(soft).unwrap_or(usize::MAX),
+        _ => 8 * MIB,
+    };
+    (stack.saturating_sub(STACK_SAFETY_MARGIN) / STACK_PER_JSON_LEVEL).clamp(64, 100_000)
 }
 
 /// Keeps QuickJS's stack limit below the main thread's real stack (its rlimit), so a deep

@@ -41,7 +41,8 @@
     };
   }
 
-  const write = (stream, text) => void native.write(stream, text);
+  // Lone surrogates cannot be UTF-8: they become U+FFFD, as invalid UTF-8 does elsewhere.
+  const write = (stream, text) => void native.write(stream, String(text).toWellFormed());
   const sendDisplay = (bundleJson, quiet = false) => void native.display(bundleJson, quiet);
 
   const line = (values) => values.map(format).join(" ") + "\n";

@@ -275,7 +275,9 @@ fn artifacts(lua: &Lua, ids: Vec<mlua::String>) -> mlua::Result<MultiValue> {
         };
         let mut name = id.to_vec();
         name.extend_from_slice(b".txt");
-        match fs::read(Path::new(directory).join(std::ffi::OsStr::from_bytes(&name))) {
+        match crate::runtime::read_artifact(
+            &Path::new(directory).join(std::ffi::OsStr::from_bytes(&name)),
+        ) {
             Ok(data) => {
                 if index > 0 {
                     out.push(b'\n');

@@ -42,6 +42,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 const PRELUDE: &str = include_str!("prelude.lua");
 /// The helpers every language offers (PRELUDE.md), on top of [`host`].
 const HELPERS: &str = include_str!("helpers.lua");
+/// Makes `load`, `loadfile`, `dofile` and `require` accept source text only (before code mode
+/// renames `load` to `lua_load`).
+const TEXT_ONLY: &str = include_str!("text_only.lua");
 /// The code-mode helpers (`text`, `store`, `load`, ...); Lua's own `load` becomes `lua_load`.
 const CODE_MODE: &str = include_str!("code_mode.lua");
 
@@ -123,15 +126,21 @@ impl LuaEngine {
             .set_mode(ChunkMode::Text)
             .call::<()>(&host)
             .map_err(startup)?;
+        lua.load(TEXT_ONLY)
+            .set_name("=cellvisor text-only loading")
+            .set_mode(ChunkMode::Text)
+            .exec()
+            .map_err(startup)?;
         lua.load(CODE_MODE)
             .set_name("=cellvisor code mode")
             .set_mode(ChunkMode::Text)
             .call::<()>(&host)
             .map_err(startup)?;
         install_exit(&lua).map_err(startup)?;
-        if let Some(limit) = memory_limit {
-            lua.set_memory_limit(limit).map_err(startup)?;
-        }
+        // Without a limit, an allocation the OS refuses aborts the worker; under a limit it is
+        // a Lua "not enough memory" error the cell can catch.
+        lua.set_memory_limit(memory_limit.unwrap_or_else(default_heap_limit))
+            .map_err(startup)?;
         Ok(LuaEngine {
             lua,
             hook,
@@ -421,6 +430,28 @@ fn human_bytes(bytes: usize) -> String {
     } else {
         format!("{bytes} bytes")
     }
+}
+
+/// The heap limit of a Lua worker configured without one: half of what its address-space
+/// rlimit leaves free now (the rest is for the allocator's overhead and the process's own
+/// needs), or the machine's memory.
+fn default_heap_limit() -> usize {
+    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    if let Ok((soft, _)) = getrlimit(Resource::RLIMIT_AS) {
+        if soft != RLIM_INFINITY {
+            let mapped = std::fs::read_to_string("/proc/self/statm")
+                .ok()
+                .and_then(|statm| statm.split_whitespace().next()?.parse::<usize>().ok())
+                .map_or(0, |pages| pages.saturating_mul(page));
+            let soft = usize::try_from(soft).unwrap_or(usize::MAX);
+            return (soft.saturating_sub(mapped) / 2).max(1024 * 1024);
+        }
+    }
+    // SAFETY: sysconf has no preconditions.
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+    usize::try_from(pages).map_or(usize::MAX, |pages| pages.saturating_mul(page))
 }
 
 fn memory_limit_from_env() -> Result<Option<usize>, WorkerError> {

@@ -54,6 +54,9 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often `execute` checks that python is still alive while a cell runs (EOF on the
 /// event pipe is the fast path, but a process the cell forked may hold that pipe open).
 const LIVENESS_INTERVAL: Duration = Duration::from_millis(100);
+/// How long python may stay stopped (SIGSTOP, SIGTSTP) under a cell before it is declared
+/// hung and killed: heartbeats reach only this shim, so the shim watches its child.
+const STOPPED_GRACE: Duration = Duration::from_secs(1);
 /// How long a python that closed its event pipe gets to exit before it is killed.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 /// How long the last output of a dead python may take to drain.
@@ -227,6 +230,7 @@ impl PythonEngine {
     }
 
     fn wait_done(&mut self, cell_id: u64) -> Result<(String, Option<String>, bool), WorkerError> {
+        let mut stopped_since: Option<Instant> = None;
         loop {
             match self.events.recv_timeout(LIVENESS_INTERVAL) {
                 Ok(Event::Done {
@@ -239,6 +243,20 @@ impl PythonEngine {
                 Err(RecvTimeoutError::Timeout) => {
                     if let Some(status) = self.poll_exit() {
                         return Err(self.died(describe_exit(status)));
+                    }
+                    if !is_stopped(self.child.id()) {
+                        stopped_since = None;
+                    } else if stopped_since.get_or_insert_with(Instant::now).elapsed()
+                        >= STOPPED_GRACE
+                    {
+                        self.kill_and_reap();
+                        let how = format!(
+                            "python (pid {}) was stopped by a signal and stayed stopped for {} s \
+                             under a cell; it was killed",
+                            self.child.id(),
+                            STOPPED_GRACE.as_secs()
+                        );
+                        return Err(self.died(how));
                     }
                 }
                 Err(RecvTimeoutError::Disconnected) => {
@@ -321,6 +339,18 @@ impl Engine for PythonEngine {
 impl Drop for PythonEngine {
     fn drop(&mut self) {
         self.kill_and_reap();
+    }
+}
+
+/// Whether process `pid` is stopped by a signal (state `T` in `/proc/<pid>/stat`).
+fn is_stopped(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may hold anything.
+    match memchr::memrchr(b')', &stat) {
+        Some(end) => stat.get(end + 2) == Some(&b'T'),
+        None => false,
     }
 }
 

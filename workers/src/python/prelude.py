@@ -284,6 +284,24 @@ def env(key=None, value=None):
     return None
 
 
+def _read_artifact(path):
+    """A spilled output's bytes: a regular file, never through a link a cell planted in the
+    artifact directory (nor a FIFO that would block the cell)."""
+    import errno
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "it is a link, and outputs are plain files") from None
+        raise
+    with open(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "it is not a regular file, and outputs are plain files")
+        return file.read()
+
+
 def output(*ids):
     """The full text of spilled outputs (the `artifact_path` of a truncated cell result), by
     id; several ids are joined with newlines."""
@@ -305,8 +323,7 @@ def output(*ids):
         try:
             if not directory:
                 raise FileNotFoundError(errno.ENOENT, "no artifact directory")
-            with open(os.path.join(directory, name + ".txt"), "rb") as file:
-                data = file.read()
+            data = _read_artifact(os.path.join(directory, name + ".txt"))
         except FileNotFoundError:
             raise FileNotFoundError(
                 errno.ENOENT, "output: unknown output id %r" % name

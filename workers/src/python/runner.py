@@ -33,6 +33,10 @@ STDIN_MESSAGE = "Kernel requested stdin; interactive input is not supported."
 RUNNER_FILE = __file__
 # Where a cell's trailing expression value is parked for a moment.
 RESULT_NAME = "__cellvisor_result__"
+# Sources of the most recent cells kept in linecache, so their tracebacks show code: at most
+# this many cells and bytes (the newest cell is always kept, whatever its size).
+KEPT_CELL_SOURCES = 200
+KEPT_CELL_SOURCE_BYTES = 4 << 20
 
 
 class StdinNotImplementedError(NotImplementedError):
@@ -283,7 +287,7 @@ def _run_cell(cell_id, source, namespace):
     assignment to a hidden name, whose value is then shown like IPython's Out.
     """
     filename = "<cell %d>" % cell_id
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    _keep_source(filename, source)
     try:
         source = _prelude.without_ipython_syntax(source)
         tree = compile(source, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
@@ -331,6 +335,43 @@ def _failed(error):
     except KeyboardInterrupt:
         pass
     return "error", summary
+
+
+_kept_sources = {}  # filename -> size, oldest first
+_kept_bytes = 0
+
+
+def _keep_source(filename, source):
+    """Puts a cell's source in linecache for its tracebacks, and forgets the oldest cells'
+    sources past KEPT_CELL_SOURCES or KEPT_CELL_SOURCE_BYTES."""
+    global _kept_bytes
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    _kept_sources[filename] = len(source)
+    _kept_bytes += len(source)
+    while len(_kept_sources) > 1 and (
+        len(_kept_sources) > KEPT_CELL_SOURCES or _kept_bytes > KEPT_CELL_SOURCE_BYTES
+    ):
+        oldest = next(iter(_kept_sources))
+        _kept_bytes -= _kept_sources.pop(oldest)
+        linecache.cache.pop(oldest, None)
+
+
+def _restore_std_streams(pipe_fd):
+    """A cell may have closed or moved fd 1 and 2 (`os.close(1)`) or closed sys.stdout: each
+    cell starts with both on the output pipe again, so one cell cannot break the session."""
+    for fd in (1, 2):
+        try:
+            os.dup2(pipe_fd, fd)
+        except OSError:
+            pass
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name, None)
+        if stream is None or getattr(stream, "closed", True):
+            fd = 1 if name == "stdout" else 2
+            fresh = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8",
+                                     errors="backslashreplace", write_through=True)
+            setattr(sys, name, fresh)
+            setattr(sys, "__%s__" % name, fresh)
 
 
 def _execute(cell_id, source, namespace):
@@ -492,6 +533,7 @@ def main():
                     os.chdir(cwd)
                 except OSError:
                     pass  # the shim entered it a moment ago; the cell runs where python is
+            _restore_std_streams(marker_fd)
             _prelude.begin_cell(tools)
             try:
                 status, summary = _execute(cell_id, source, namespace)
