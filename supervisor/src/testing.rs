@@ -221,6 +221,12 @@ impl ScriptedControl {
                 ToWorker::Ping { seq } if script.answer_pings.load(Ordering::SeqCst) => {
                     send(FromWorker::Pong { seq })
                 }
+                // A worker that dies as each cell reaches it, before starting it (as one
+                // that cannot start its threads does).
+                ToWorker::Execute(cell) if cell.code == "die-unstarted" => {
+                    self.end("exited with code 1".into());
+                    false
+                }
                 ToWorker::Execute(cell) => {
                     let cell_id = cell.cell_id;
                     send(FromWorker::Started { cell_id });

@@ -38,7 +38,8 @@ impl RestartBudget {
         }
     }
 
-    /// A worker was lost; `under_cell` says whether a cell was running on it.
+    /// A worker was lost; `under_cell` says whether a cell was running on it or had been
+    /// sent to it (a cell waiting on a worker is what an idle death never has).
     pub fn on_loss(&mut self, under_cell: bool) -> Verdict {
         if !under_cell {
             self.restarts += 1;

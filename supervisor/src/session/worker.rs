@@ -235,16 +235,19 @@ impl Session {
         };
 
         // A cell the dead worker never started did not cause its death: it runs on the next.
-        let (running, partial) = match (running, msg.partial) {
+        // It was still waiting on this worker, so the loss is charged to the budget: a worker
+        // that dies at every start (no threads, no processes left) ends as `failed`, not as
+        // an endless round of replacements.
+        let (running, partial, requeued) = match (running, msg.partial) {
             (Some(running), partial)
                 if !partial
                     .as_ref()
                     .is_some_and(|p| p.cell_id == running.cell_id && p.started) =>
             {
                 self.queue.push_front(running.job);
-                (None, None)
+                (None, None, true)
             }
-            (running, partial) => (running, partial),
+            (running, partial) => (running, partial, false),
         };
         let loss = match killed_for {
             Some(reason) => WorkerLoss::Killed(reason),
@@ -258,7 +261,7 @@ impl Session {
             ),
         };
         tracing::warn!(session = %self.key, "worker gone: {loss}");
-        let verdict = self.budget.on_loss(running.is_some());
+        let verdict = self.budget.on_loss(running.is_some() || requeued);
         let consequence = match verdict {
             Verdict::Restart => Consequence::Restarted,
             Verdict::ReplaceOnDemand => Consequence::ReplacedOnDemand,

@@ -241,6 +241,23 @@ async fn the_budget_fails_a_session_and_a_success_or_a_reset_refills_it() {
 }
 
 #[actix_rt::test]
+async fn a_worker_that_dies_before_every_cell_spends_the_budget_instead_of_looping() {
+    let rig = Rig::start(|c| c.sessions.restart_budget = 1);
+    let outcome = rig.run("s", "die-unstarted", None).await;
+    assert_eq!(outcome.status, CellStatus::Error);
+    assert!(
+        outcome.output.contains("restart-budget = 1"),
+        "{}",
+        outcome.output
+    );
+    rig.until("failed", |rows| {
+        rows.iter().any(|r| r.state == SessionState::Failed)
+    })
+    .await;
+    rig.stop().await;
+}
+
+#[actix_rt::test]
 async fn a_deadline_interrupts_and_after_the_grace_kills() {
     let rig = Rig::start(|_| {});
     rig.run("s", "ok:warm", None).await;
