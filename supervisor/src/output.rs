@@ -168,32 +168,30 @@ impl OutputSink {
 
     fn render(mut self) -> SinkResult {
         let total_lines = self.lines();
-        if !self.overflowed() {
-            return SinkResult {
-                text: String::from_utf8_lossy(&self.head).into_owned(),
-                truncation: Truncation {
-                    truncated: false,
-                    total_bytes: self.total_bytes,
-                    total_lines,
-                    artifact_path: None,
-                    artifact_error: None,
-                },
-            };
-        }
+        let truncated = self.overflowed();
         self.flush_artifact();
-        if self.tail.is_empty() && self.head.len() as u64 == self.total_bytes {
-            // Spilled only for a long line: nothing was dropped, only lines will be cut.
-            return SinkResult {
-                text: String::from_utf8_lossy(&self.head).into_owned(),
-                truncation: Truncation {
-                    truncated: true,
-                    total_bytes: self.total_bytes,
-                    total_lines,
-                    artifact_path: self.artifact_path.take(),
-                    artifact_error: self.artifact_error.take(),
-                },
-            };
+        // Nothing dropped (the output fits, or spilled only for a long line): the text is whole.
+        let whole =
+            !truncated || (self.tail.is_empty() && self.head.len() as u64 == self.total_bytes);
+        let text = if whole {
+            String::from_utf8_lossy(&self.head).into_owned()
+        } else {
+            self.head_and_tail(total_lines)
+        };
+        SinkResult {
+            text,
+            truncation: Truncation {
+                truncated,
+                total_bytes: self.total_bytes,
+                total_lines,
+                artifact_path: self.artifact_path.take(),
+                artifact_error: self.artifact_error.take(),
+            },
         }
+    }
+
+    /// The head, a line saying what was omitted and where the whole output is, and the tail.
+    fn head_and_tail(&self, total_lines: u64) -> String {
         let tail_budget = self.tail_budget();
         let tail_lines = self.limits.max_lines - self.limits.max_lines / 2;
         let tail = tail_of(&self.tail, tail_budget, tail_lines);
@@ -213,16 +211,7 @@ impl OutputSink {
             self.total_bytes
         ));
         text.push_str(&String::from_utf8_lossy(tail));
-        SinkResult {
-            text,
-            truncation: Truncation {
-                truncated: true,
-                total_bytes: self.total_bytes,
-                total_lines,
-                artifact_path: self.artifact_path.take(),
-                artifact_error: self.artifact_error.take(),
-            },
-        }
+        text
     }
 
     /// Flushes the artifact and marks it finished (prunable); a failed flush abandons it.
