@@ -212,15 +212,48 @@ pub enum StartError {
     Accept(std::io::Error),
 }
 
-/// The end of a worker's stderr, kept for the crash message.
-#[derive(Clone, Default)]
-pub struct StderrTail(Arc<Mutex<VecDeque<u8>>>);
+/// The end of a worker's stderr, kept for the crash message, and whether its reader has
+/// seen the pipe close (so a crash report waits for the worker's last words only as long as
+/// they are still coming).
+#[derive(Clone)]
+pub struct StderrTail {
+    text: Arc<Mutex<VecDeque<u8>>>,
+    closed: tokio::sync::watch::Sender<bool>,
+}
 
 const STDERR_TAIL_BYTES: usize = 4096;
 
+impl Default for StderrTail {
+    /// A tail nobody writes to: already closed.
+    fn default() -> StderrTail {
+        StderrTail {
+            text: Arc::default(),
+            closed: tokio::sync::watch::Sender::new(true),
+        }
+    }
+}
+
 impl StderrTail {
+    /// A tail a reader task fills until it calls [`StderrTail::close`].
+    fn open() -> StderrTail {
+        StderrTail {
+            text: Arc::default(),
+            closed: tokio::sync::watch::Sender::new(false),
+        }
+    }
+
+    fn close(&self) {
+        self.closed.send_replace(true);
+    }
+
+    /// Waits until the worker's stderr has closed, or `at_most`.
+    pub async fn settled(&self, at_most: Duration) {
+        let mut closed = self.closed.subscribe();
+        let _ = tokio::time::timeout(at_most, closed.wait_for(|closed| *closed)).await;
+    }
+
     fn push_line(&self, line: &str) {
-        if let Ok(mut buf) = self.0.lock() {
+        if let Ok(mut buf) = self.text.lock() {
             buf.extend(line.as_bytes());
             buf.push_back(b'\n');
             while buf.len() > STDERR_TAIL_BYTES {
@@ -231,7 +264,7 @@ impl StderrTail {
 
     /// The kept text, trimmed; empty when the worker said nothing.
     pub fn text(&self) -> String {
-        match self.0.lock() {
+        match self.text.lock() {
             Ok(buf) => {
                 let bytes: Vec<u8> = buf.iter().copied().collect();
                 String::from_utf8_lossy(&bytes).trim().to_string()
@@ -291,18 +324,23 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
         source,
     })?;
     let pid = child.id().unwrap_or_default();
-    let stderr_tail = StderrTail::default();
-    if let Some(stderr) = child.stderr.take() {
-        let tail = stderr_tail.clone();
-        let language = spec.language;
-        tokio::spawn(async move {
-            let mut lines = tokio::io::BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::debug!(target: "cellvisor::worker", %language, pid, "{line}");
-                tail.push_line(&line);
-            }
-        });
-    }
+    let stderr_tail = match child.stderr.take() {
+        Some(stderr) => {
+            let stderr_tail = StderrTail::open();
+            let tail = stderr_tail.clone();
+            let language = spec.language;
+            tokio::spawn(async move {
+                let mut lines = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::debug!(target: "cellvisor::worker", %language, pid, "{line}");
+                    tail.push_line(&line);
+                }
+                tail.close();
+            });
+            stderr_tail
+        }
+        None => StderrTail::default(),
+    };
 
     let connected = tokio::time::timeout(spec.start_timeout, async {
         loop {
@@ -310,8 +348,8 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
                 accepted = listener.accept() => return accepted.map_err(StartError::Accept),
                 _ = tokio::time::sleep(Duration::from_millis(25)) => {
                     if let Ok(Some(status)) = child.try_wait() {
-                        // Give the stderr reader a moment to collect the reason.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        // Let the stderr reader collect the reason, as long as it still comes.
+                        stderr_tail.settled(Duration::from_millis(20)).await;
                         return Err(StartError::ExitedEarly {
                             status: describe_exit(status),
                             stderr: said_on_stderr(&stderr_tail),

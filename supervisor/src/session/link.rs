@@ -263,8 +263,11 @@ impl ReaderTask {
         let fatal = self.fatal.take();
         let reason = super::outcome::crash_story(fatal.as_deref(), &exit);
         let partial = self.current.take().map(ActiveCell::finish);
-        // Give the stderr reader a moment to collect the worker's last words.
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        // The worker's last words, once its stderr has closed (bounded: a descendant that
+        // escaped the kill could hold the pipe open).
+        stderr_tail
+            .settled(std::time::Duration::from_millis(20))
+            .await;
         self.session.do_send(WorkerExited {
             generation: self.generation,
             reason,
