@@ -358,3 +358,33 @@ fn killing_the_supervisor_takes_every_worker_and_child_with_it() {
     let _ = child.wait();
     world.assert_no_processes_left(Duration::from_secs(2));
 }
+
+/// The one timeout rule (`host::validate`), as the command line meets it: a cell timeout
+/// that is not a positive number is refused, with what is allowed; a positive one below
+/// `cells.min-timeout` is raised to it, so the cell outlives what it asked for.
+#[test]
+fn timeouts_follow_the_one_rule_on_the_command_line() {
+    let world = World::new();
+    let run = world.run(&["eval", "--no-daemon", "-l", "js", "--timeout", "0", "1"]);
+    run.assert_code(2);
+    assert!(
+        run.stderr
+            .contains("timeout must be a positive number of seconds, got 0")
+            && run.stderr.contains("1 to 600 seconds"),
+        "{}",
+        run.stderr
+    );
+    let sleeper = "await new Promise((done) => setTimeout(done, 300)); 'slept'";
+    let run = world.run(&[
+        "eval",
+        "--no-daemon",
+        "-l",
+        "js",
+        "--timeout",
+        "0.05",
+        sleeper,
+    ]);
+    run.assert_code(0);
+    assert_eq!(run.stdout, "slept\n", "{}", run.stderr);
+    world.assert_no_processes_left(SETTLE);
+}

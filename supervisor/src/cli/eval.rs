@@ -170,12 +170,8 @@ fn build_request(args: &EvalArgs) -> Result<EvalRequest, UsageError> {
             reset: false,
         }]
     };
+    // Checked with the request (`host::validate`), as every host's timeouts are.
     if let Some(timeout) = args.timeout {
-        if !(timeout.is_finite() && timeout > 0.0) {
-            return Err(UsageError(format!(
-                "--timeout must be a positive number of seconds, got {timeout}"
-            )));
-        }
         for cell in cells.iter_mut().filter(|c| c.timeout.is_none()) {
             cell.timeout = Some(timeout);
         }
