@@ -388,3 +388,24 @@ fn timeouts_follow_the_one_rule_on_the_command_line() {
     assert_eq!(run.stdout, "slept\n", "{}", run.stderr);
     world.assert_no_processes_left(SETTLE);
 }
+
+/// HTML a cell offers is shown as Markdown on the terminal (converted by the text renderer,
+/// not by the worker: the result keeps the HTML as the cell gave it).
+#[test]
+fn html_displays_are_printed_as_markdown() {
+    let world = World::new();
+    let code = "class Page:\n    def _repr_html_(self):\n        return '<h2>Title</h2><p>Some <b>bold</b></p><script>x()</script>'\ndisplay(Page())";
+    let run = world.run(&["eval", "--no-daemon", "-l", "py", code]);
+    run.assert_code(0);
+    assert_eq!(run.stdout, "## Title\n\nSome **bold**\n", "{}", run.stderr);
+    let run = world.run_cells(&json!([{"language": "py", "code": code}]));
+    run.assert_code(0);
+    let result = run.json();
+    let bundle = &cells(&result)[0]["displays"][0];
+    assert_eq!(
+        bundle["text/html"],
+        "<h2>Title</h2><p>Some <b>bold</b></p><script>x()</script>"
+    );
+    assert!(bundle.get("text/markdown").is_none(), "{bundle}");
+    world.assert_no_processes_left(SETTLE);
+}

@@ -219,3 +219,20 @@ fn timeouts_follow_the_one_rule_through_mcp() {
     assert!(server.stop().success());
     world.assert_no_processes_left(SETTLE);
 }
+
+/// The MCP server shows a display the way the command line does (one text renderer): HTML
+/// as Markdown, JSON pretty-printed.
+#[test]
+fn displays_are_rendered_as_on_the_command_line() {
+    let world = World::new();
+    let mut server = RawMcp::start(&world);
+    let (is_error, text) = server.eval(serde_json::json!([{"language": "py", "code":
+        "class Page:\n    def _repr_html_(self):\n        return '<p>Some <b>bold</b></p>'\n\
+         display(Page())\ndisplay({'k': [1]})"}]));
+    assert!(!is_error, "{text}");
+    assert!(text.contains("Some **bold**\n"), "{text}");
+    assert!(!text.contains("<b>"), "{text}");
+    assert!(text.contains("{\n  \"k\": [\n    1\n  ]\n}"), "{text}");
+    assert!(server.stop().success());
+    world.assert_no_processes_left(SETTLE);
+}

@@ -21,6 +21,8 @@
 //! - [`daemon`]: the JSON-RPC daemon, its protocol and its client.
 //! - [`directive`]: the `// @exec:` first line of code-mode JavaScript cells.
 //! - [`mcp`]: `cellvisor mcp`, an MCP server on stdio with an embedded supervisor.
+//! - [`render`]: text for text hosts (CLI and MCP): cell headers, display bundles (HTML as
+//!   Markdown), the status table, `Display` for the states.
 //! - [`worker_entry`]: the hidden `__worker` entry point for programs that embed cellvisor.
 
 pub mod allocator;
@@ -36,6 +38,7 @@ pub mod mcp;
 pub mod output;
 pub mod paths;
 pub mod python_choice;
+pub mod render;
 pub mod secrets;
 pub mod session;
 pub mod spawn;
