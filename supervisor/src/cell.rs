@@ -164,7 +164,7 @@ impl CellResult {
     /// A cell that could not be run at all (no worker, session failed, ...): an error whose
     /// output is `message`.
     pub fn refused(index: usize, spec: &CellSpec, message: String) -> CellResult {
-        let outcome = CellOutcome::error(message);
+        let outcome = CellReport::error(message);
         outcome.into_result(index, spec)
     }
 }
@@ -185,9 +185,10 @@ impl EvalResult {
     }
 }
 
-/// What a session reports for one cell; the host adds index, title and language.
+/// What a session reports for one cell; the host adds index, title and language to make a
+/// [`CellResult`]. (The worker's own word for how a cell ended is `cellvisor_ipc::CellOutcome`.)
 #[derive(Debug, Clone, PartialEq)]
-pub struct CellOutcome {
+pub struct CellReport {
     pub status: CellStatus,
     pub output: String,
     pub duration_ms: f64,
@@ -197,14 +198,14 @@ pub struct CellOutcome {
     pub notice: Option<String>,
 }
 
-impl CellOutcome {
+impl CellReport {
     /// An error that happened outside user code; `message` is the whole output.
-    pub fn error(message: String) -> CellOutcome {
+    pub fn error(message: String) -> CellReport {
         let mut message = message;
         if !message.ends_with('\n') {
             message.push('\n');
         }
-        CellOutcome {
+        CellReport {
             status: CellStatus::Error,
             truncation: Truncation {
                 truncated: false,

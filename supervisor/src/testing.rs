@@ -8,7 +8,7 @@
 //! - `crash`: dies at once, as by SIGSEGV;
 //! - `hang`: runs until interrupted (if [`Script::honour_interrupts`]) or killed.
 
-use crate::cell::{CellOutcome as HostOutcome, CellSpec};
+use crate::cell::{CellReport, CellSpec};
 use crate::session::CellJob;
 use crate::spawn::{
     describe_signal, BoxFuture, Launcher, StartError, StartedWorker, StderrTail, WorkerProcess,
@@ -31,7 +31,7 @@ pub fn job(
     language: cellvisor_ipc::Language,
     code: &str,
     timeout: Option<f64>,
-) -> (CellJob, oneshot::Receiver<HostOutcome>, watch::Sender<()>) {
+) -> (CellJob, oneshot::Receiver<CellReport>, watch::Sender<()>) {
     let (reply, outcome) = oneshot::channel();
     let (requester_alive, requester) = watch::channel(());
     let job = CellJob {

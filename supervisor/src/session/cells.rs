@@ -6,7 +6,7 @@ use super::messages::{CellDeadline, CellFinished, GraceExpired, RequesterGone};
 use super::outcome::{append_line, CancelCause, KillReason};
 use super::policy::{Deadline, Step};
 use super::{CellJob, Running, Session, Worker};
-use crate::cell::{CellOutcome, CellStatus};
+use crate::cell::{CellReport, CellStatus};
 use crate::output::{OutputSink, SinkLimits};
 use actix::prelude::*;
 use cellvisor_ipc::{CellOutcome as WorkerOutcome, ExecuteCell, ToWorker};
@@ -42,7 +42,7 @@ impl Session {
             if let Some(why) = &self.failed {
                 let message = why.clone();
                 if let Some(job) = self.queue.pop_front() {
-                    let _ = job.reply.send(CellOutcome::error(message));
+                    let _ = job.reply.send(CellReport::error(message));
                 }
                 continue;
             }
@@ -232,7 +232,7 @@ impl Session {
         };
         self.cells_run += 1;
         self.last_active = Instant::now();
-        let _ = running.job.reply.send(CellOutcome {
+        let _ = running.job.reply.send(CellReport {
             status,
             output: output.text,
             duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,

@@ -18,7 +18,7 @@ mod tests;
 mod worker;
 
 use crate::artifacts::ArtifactStore;
-use crate::cell::{CellEvent, CellOutcome, CellSpec, ToolCallRequest};
+use crate::cell::{CellEvent, CellReport, CellSpec, ToolCallRequest};
 use crate::spawn::{Launcher, ProcessHandle, StartedWorker, WorkerSpec};
 use actix::prelude::*;
 use cellvisor_config::Config;
@@ -96,7 +96,7 @@ pub struct CellJob {
     /// Closes when whoever asked for the cell is gone (a client that disconnected): its
     /// running cell is then interrupted, and its queued cells are dropped.
     pub requester: watch::Receiver<()>,
-    pub reply: oneshot::Sender<CellOutcome>,
+    pub reply: oneshot::Sender<CellReport>,
 }
 
 impl CellJob {
@@ -297,7 +297,7 @@ impl Handler<RunCell> for Session {
     fn handle(&mut self, msg: RunCell, ctx: &mut Context<Self>) {
         self.jobs_received += 1;
         if self.is_closing() {
-            let _ = msg.0.reply.send(CellOutcome::error(format!(
+            let _ = msg.0.reply.send(CellReport::error(format!(
                 "session {} is closing",
                 self.key
             )));

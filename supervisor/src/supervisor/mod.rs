@@ -15,7 +15,7 @@ mod sweep;
 #[cfg(test)]
 mod tests;
 
-use crate::cell::CellOutcome;
+use crate::cell::CellReport;
 use crate::session::outcome::{self, Eviction};
 use crate::session::{
     CloseSession, InterruptCell, QueryStatus, ResetSession, RunCell, Session, SessionKey,
@@ -310,7 +310,7 @@ impl Supervisor {
         };
         let cap = self.config.sessions.max_sessions;
         let message = outcome::no_room(&waiting.submit.key, cap, waiting.timeout);
-        let _ = waiting.submit.job.reply.send(CellOutcome::error(message));
+        let _ = waiting.submit.job.reply.send(CellReport::error(message));
     }
 
     fn matching(
@@ -386,7 +386,7 @@ impl Handler<Submit> for Supervisor {
             let _ = msg
                 .job
                 .reply
-                .send(CellOutcome::error("cellvisor is shutting down".into()));
+                .send(CellReport::error("cellvisor is shutting down".into()));
             return;
         }
         // Earlier waiters go first.
@@ -547,7 +547,7 @@ impl Handler<ShutdownAll> for Supervisor {
                 .submit
                 .job
                 .reply
-                .send(CellOutcome::error("cellvisor is shutting down".into()));
+                .send(CellReport::error("cellvisor is shutting down".into()));
         }
         let addrs: Vec<Addr<Session>> = self
             .sessions
