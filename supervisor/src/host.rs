@@ -6,7 +6,7 @@
 
 use crate::cell::{CellEvent, CellResult, CellSpec, EvalRequest, EvalResult, ToolCallRequest};
 use crate::python_choice::PythonChoice;
-use crate::session::{CellJob, SessionKey, SessionStatus};
+use crate::session::{CellJob, CellReport, SessionKey, SessionStatus};
 use crate::supervisor::{
     Control, ControlAction, PrewarmedCount, ReloadConfig, RequestDone, ShutdownAll, Status, Submit,
     Supervisor, WorkerBase,
@@ -261,7 +261,7 @@ impl Cellvisor {
                 None => with_directive(spec),
             };
             let result = match directive {
-                Err(message) => CellResult::refused(index, spec, message),
+                Err(message) => CellReport::refused(index, spec, message),
                 Ok((job_spec, max_output_bytes)) => {
                     let (reply, outcome) = oneshot::channel();
                     let job = CellJob {
@@ -291,7 +291,7 @@ impl Cellvisor {
                         .map_err(|_| RequestError::Stopped)?;
                     match outcome.await {
                         Ok(outcome) => outcome.into_result(index, spec),
-                        Err(_) => CellResult::refused(
+                        Err(_) => CellReport::refused(
                             index,
                             spec,
                             "the session ended before the cell finished".into(),

@@ -3,7 +3,8 @@
 //!
 //! Start with [`Cellvisor::start`] and [`Cellvisor::eval`].
 //!
-//! - [`cell`]: requests, results and progress events (the host-facing contract).
+//! - [`cell`]: requests, results and progress events (the host-facing contract), from the
+//!   light `cellvisor-client` crate, with the daemon's client and protocol.
 //! - [`check`]: `cellvisor check`, scored suites of cells with artifacts and a run summary.
 //! - [`host`]: the library API, [`Cellvisor`].
 //! - [`supervisor`]: the `Supervisor` actor: registry, cap, eviction, sampling, prewarm pool.
@@ -27,7 +28,7 @@
 
 pub mod allocator;
 pub mod artifacts;
-pub mod cell;
+pub use cellvisor_client::cell;
 pub mod check;
 pub mod daemon;
 pub mod directive;

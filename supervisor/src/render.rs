@@ -5,35 +5,13 @@
 //! file, a content block).
 //!
 //! HTML offered without Markdown is converted to Markdown here (with `htmd`), once for every
-//! language: the workers send `text/html` as the code gave it.
+//! language: the workers send `text/html` as the code gave it. The states' words are their
+//! `Display` (beside the types, in `cellvisor-client`).
 
-use crate::cell::{CellResult, CellStatus};
-use crate::session::{SessionState, SessionStatus};
+use crate::cell::CellResult;
+use crate::session::SessionStatus;
 use serde_json::Value;
 use std::fmt;
-
-impl fmt::Display for SessionState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            SessionState::Starting => "starting",
-            SessionState::Idle => "idle",
-            SessionState::Busy => "busy",
-            SessionState::Failed => "failed",
-            SessionState::Stopping => "stopping",
-        })
-    }
-}
-
-impl fmt::Display for CellStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            CellStatus::Complete => "complete",
-            CellStatus::Error => "error",
-            CellStatus::Cancelled => "cancelled",
-            CellStatus::Skipped => "skipped",
-        })
-    }
-}
 
 /// `[2/3] title` (or the language when the cell has no title) above each cell of a request
 /// with several cells; `None` for a lone cell.
@@ -223,27 +201,6 @@ mod tests {
     use super::*;
     use cellvisor_ipc::Language;
     use serde_json::json;
-
-    #[test]
-    fn states_read_as_the_protocol_names_them() {
-        for state in [
-            SessionState::Starting,
-            SessionState::Idle,
-            SessionState::Busy,
-            SessionState::Failed,
-            SessionState::Stopping,
-        ] {
-            assert_eq!(json!(state.to_string()), json!(state));
-        }
-        for status in [
-            CellStatus::Complete,
-            CellStatus::Error,
-            CellStatus::Cancelled,
-            CellStatus::Skipped,
-        ] {
-            assert_eq!(json!(status.to_string()), json!(status));
-        }
-    }
 
     #[test]
     fn displays_pick_media_then_json_then_markdown_then_text() {

@@ -8,8 +8,9 @@
 //! - `crash`: dies at once, as by SIGSEGV;
 //! - `hang`: runs until interrupted (if [`Script::honour_interrupts`]) or killed.
 
-use crate::cell::{CellReport, CellSpec};
+use crate::cell::CellSpec;
 use crate::session::CellJob;
+use crate::session::CellReport;
 use crate::spawn::{
     describe_signal, BoxFuture, Launcher, StartError, StartedWorker, StderrTail, WorkerProcess,
     WorkerSpec,

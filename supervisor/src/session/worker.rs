@@ -10,7 +10,8 @@ use super::messages::{
 use super::outcome::{self, append_line, CancelCause, Consequence, KillReason, WorkerLoss};
 use super::policy::Verdict;
 use super::{AfterStop, Session, Worker};
-use crate::cell::{CellReport, CellStatus};
+use crate::cell::CellStatus;
+use crate::session::CellReport;
 use actix::prelude::*;
 use cellvisor_ipc::ToWorker;
 use nix::sys::signal::Signal;

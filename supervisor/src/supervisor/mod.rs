@@ -15,8 +15,8 @@ mod sweep;
 #[cfg(test)]
 mod tests;
 
-use crate::cell::CellReport;
 use crate::session::outcome::{self, Eviction};
+use crate::session::CellReport;
 use crate::session::{
     CloseSession, InterruptCell, QueryStatus, ResetSession, RunCell, Session, SessionKey,
     SessionSetup, SessionState, SessionStatus, UpdateConfig,

@@ -3,7 +3,8 @@
 //! events ordered by polling `status` (no wait longer than 5 ms at a time).
 
 use super::*;
-use crate::cell::{CellReport, CellStatus};
+use crate::cell::CellStatus;
+use crate::session::CellReport;
 use crate::testing::FakeLauncher;
 use cellvisor_ipc::ToWorker;
 use std::sync::atomic::{AtomicU64, Ordering};
