@@ -1,10 +1,10 @@
 //! `cellvisor eval`: run cells and print their results.
 
 use super::{usage_error, Globals};
-use cellvisor::daemon::client::{Client, ClientError};
-use cellvisor::daemon::protocol::code;
-use cellvisor::render::{self, Shown};
-use cellvisor::{
+use crate::daemon::client::{Client, ClientError};
+use crate::daemon::protocol::code;
+use crate::render::{self, Shown};
+use crate::{
     CellResult, CellSpec, CellStatus, Cellvisor, EvalRequest, EvalResult, Language, Options,
 };
 use std::io::{Read, Write};
@@ -100,7 +100,7 @@ enum Failure {
 
 async fn run_in_process(
     request: EvalRequest,
-    config: cellvisor::Config,
+    config: crate::Config,
 ) -> Result<EvalResult, Failure> {
     let cellvisor = Cellvisor::start(Options {
         config,

@@ -28,7 +28,6 @@ use capacity::{Placement, Slot};
 use cellvisor_config::Config;
 use cellvisor_ipc::Language;
 pub use messages::*;
-pub use sampling::BUSY_SAMPLE_INTERVAL;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;

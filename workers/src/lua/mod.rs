@@ -14,7 +14,7 @@
 //! stdin is an error. Output written by child processes (`os.execute`) is not captured.
 //!
 //! The helpers of PRELUDE.md (`read`, `write`, `tree`, `diff`, `tool.<name>`, ...) are global
-//! functions defined in `helpers.lua` on top of Rust host functions ([`host_table`]), since Lua
+//! functions defined in `helpers.lua` on top of Rust host functions (`host_table`), since Lua
 //! has no directory API and difflib's diff is easier to port once, in Rust.
 //!
 //! The code-mode helpers (`text`, `image`, `audio`, `notify`, `store`, `load`, `exit`,
@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Routes output, stubs stdin and guards the interrupt hook; see the file itself.
 const PRELUDE: &str = include_str!("prelude.lua");
-/// The helpers every language offers (PRELUDE.md), on top of [`host_table`].
+/// The helpers every language offers (PRELUDE.md), on top of `host_table`.
 const HELPERS: &str = include_str!("helpers.lua");
 /// Makes `load`, `loadfile`, `dofile` and `require` accept source text only (before code mode
 /// renames `load` to `lua_load`).
