@@ -313,3 +313,42 @@ fn the_python_example_client_speaks_the_protocol() {
     assert!(stdout.contains("hi\n"), "{stdout}");
     daemon.stop();
 }
+
+/// The one timeout rule (`host::validate`), through the daemon: a timeout that is not a
+/// positive number is refused with what is allowed, and the session survives; a positive one
+/// below `cells.min-timeout` is raised to it.
+#[test]
+fn timeouts_follow_the_one_rule_through_the_daemon() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    for bad in [json!(0), json!(-2.5)] {
+        let refused = client
+            .call(
+                "eval",
+                eval_params(
+                    "t",
+                    json!([{"language": "js", "code": "1", "timeout": bad}]),
+                ),
+            )
+            .expect_err("refused");
+        let message = refused["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("timeout must be a positive number of seconds")
+                && message.contains("1 to 600 seconds"),
+            "{refused}"
+        );
+    }
+    let sleeper = "await new Promise((done) => setTimeout(done, 300)); 'slept'";
+    let result = client
+        .call(
+            "eval",
+            eval_params(
+                "t",
+                json!([{"language": "js", "code": sleeper, "timeout": 0.05}]),
+            ),
+        )
+        .expect("eval");
+    assert_eq!(result["cells"][0]["status"], "complete", "{result}");
+    assert_eq!(result["cells"][0]["output"], "slept\n", "{result}");
+    daemon.stop();
+}

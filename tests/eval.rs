@@ -358,3 +358,54 @@ fn killing_the_supervisor_takes_every_worker_and_child_with_it() {
     let _ = child.wait();
     world.assert_no_processes_left(Duration::from_secs(2));
 }
+
+/// The one timeout rule (`host::validate`), as the command line meets it: a cell timeout
+/// that is not a positive number is refused, with what is allowed; a positive one below
+/// `cells.min-timeout` is raised to it, so the cell outlives what it asked for.
+#[test]
+fn timeouts_follow_the_one_rule_on_the_command_line() {
+    let world = World::new();
+    let run = world.run(&["eval", "--no-daemon", "-l", "js", "--timeout", "0", "1"]);
+    run.assert_code(2);
+    assert!(
+        run.stderr
+            .contains("timeout must be a positive number of seconds, got 0")
+            && run.stderr.contains("1 to 600 seconds"),
+        "{}",
+        run.stderr
+    );
+    let sleeper = "await new Promise((done) => setTimeout(done, 300)); 'slept'";
+    let run = world.run(&[
+        "eval",
+        "--no-daemon",
+        "-l",
+        "js",
+        "--timeout",
+        "0.05",
+        sleeper,
+    ]);
+    run.assert_code(0);
+    assert_eq!(run.stdout, "slept\n", "{}", run.stderr);
+    world.assert_no_processes_left(SETTLE);
+}
+
+/// HTML a cell offers is shown as Markdown on the terminal (converted by the text renderer,
+/// not by the worker: the result keeps the HTML as the cell gave it).
+#[test]
+fn html_displays_are_printed_as_markdown() {
+    let world = World::new();
+    let code = "class Page:\n    def _repr_html_(self):\n        return '<h2>Title</h2><p>Some <b>bold</b></p><script>x()</script>'\ndisplay(Page())";
+    let run = world.run(&["eval", "--no-daemon", "-l", "py", code]);
+    run.assert_code(0);
+    assert_eq!(run.stdout, "## Title\n\nSome **bold**\n", "{}", run.stderr);
+    let run = world.run_cells(&json!([{"language": "py", "code": code}]));
+    run.assert_code(0);
+    let result = run.json();
+    let bundle = &cells(&result)[0]["displays"][0];
+    assert_eq!(
+        bundle["text/html"],
+        "<h2>Title</h2><p>Some <b>bold</b></p><script>x()</script>"
+    );
+    assert!(bundle.get("text/markdown").is_none(), "{bundle}");
+    world.assert_no_processes_left(SETTLE);
+}

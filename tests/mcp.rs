@@ -71,66 +71,168 @@ fn the_python_sdk_client_runs_cells_through_cellvisor_mcp() {
 /// worker and exits promptly.
 #[test]
 fn a_client_disconnecting_mid_cell_stops_the_server_and_its_workers() {
-    use std::io::{BufRead, BufReader, Write};
-    use std::process::Stdio;
     let world = World::new();
-    let mut child = world
-        .command()
-        .arg("mcp")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn cellvisor mcp");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut send = |message: serde_json::Value| {
-        writeln!(stdin, "{message}").expect("write to the server");
-        stdin.flush().expect("flush");
-    };
-    send(
-        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "test", "version": "0"}}}),
-    );
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("initialize response");
-    assert!(line.contains("\"serverInfo\""), "{line}");
-    send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    send(
-        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+    let mut server = RawMcp::start(&world);
+    server.send(
+        serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "tools/call", "params": {
         "name": "eval", "arguments": {"cells": [
             {"language": "py", "code": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)"}]}}}),
     );
     // Wait until the worker runs the cell, as the `sessions` tool reports it.
-    let mut next_id = 3;
     let running = common::wait_until(Duration::from_secs(30), || {
-        let id = next_id;
-        next_id += 1;
-        send(
-            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": "sessions", "arguments": {}}}),
+        let answer = server.request(
+            "tools/call",
+            serde_json::json!({"name": "sessions", "arguments": {}}),
         );
-        let answer = loop {
-            let mut line = String::new();
-            stdout.read_line(&mut line).expect("sessions response");
-            let message: serde_json::Value = serde_json::from_str(&line).expect("JSON line");
-            if message["id"] == id {
-                break line;
-            }
-        };
+        let answer = answer.to_string();
         answer.contains("busy").then_some(()).ok_or(answer)
     });
     assert!(running.is_ok(), "the cell never ran: {running:?}");
-    drop(stdin);
-    let status = common::wait_until(Duration::from_secs(10), || {
-        child.try_wait().ok().flatten().ok_or(())
-    });
     // The cell sleeps for 60 s: exiting within the wait means it was interrupted, not awaited.
-    let Ok(status) = status else {
-        let _ = child.kill();
-        panic!("cellvisor mcp did not exit within 10 s of its client disconnecting");
-    };
+    let status = server.stop();
     assert!(status.success(), "exit status {status}");
+    world.assert_no_processes_left(SETTLE);
+}
+
+/// `cellvisor mcp` spoken to line by line: JSON-RPC requests in, their answers out.
+struct RawMcp {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    next_id: u64,
+}
+
+impl RawMcp {
+    fn start(world: &World) -> RawMcp {
+        use std::process::Stdio;
+        let mut child = world
+            .command()
+            .arg("mcp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn cellvisor mcp");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut server = RawMcp {
+            child,
+            stdin,
+            stdout,
+            next_id: 1,
+        };
+        let init = server.request(
+            "initialize",
+            serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "test", "version": "0"}}),
+        );
+        assert!(init["result"]["serverInfo"].is_object(), "{init}");
+        server.send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        server
+    }
+
+    fn send(&mut self, message: serde_json::Value) {
+        use std::io::Write;
+        writeln!(self.stdin, "{message}").expect("write to the server");
+        self.stdin.flush().expect("flush");
+    }
+
+    /// The answer to one request (notifications in between are skipped).
+    fn request(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        use std::io::BufRead;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        );
+        loop {
+            let mut line = String::new();
+            let read = self
+                .stdout
+                .read_line(&mut line)
+                .expect("read from the server");
+            assert!(
+                read > 0,
+                "the server closed its output before answering {method}"
+            );
+            let message: serde_json::Value = serde_json::from_str(&line).expect("JSON line");
+            if message["id"] == id {
+                return message;
+            }
+        }
+    }
+
+    /// `tools/call eval` of `cells`: (is_error, the text of the result).
+    fn eval(&mut self, cells: serde_json::Value) -> (bool, String) {
+        let answer = self.request(
+            "tools/call",
+            serde_json::json!({"name": "eval", "arguments": {"cells": cells}}),
+        );
+        let result = &answer["result"];
+        let text = result["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|block| block["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        (result["isError"] == true, text)
+    }
+
+    /// Closes the server's input (the client going away) and waits at most 10 s for it to
+    /// exit; its exit status.
+    fn stop(mut self) -> std::process::ExitStatus {
+        drop(self.stdin);
+        let exited = common::wait_until(Duration::from_secs(10), || {
+            self.child.try_wait().ok().flatten().ok_or(())
+        });
+        match exited {
+            Ok(status) => status,
+            Err(()) => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("cellvisor mcp did not exit within 10 s of its input closing");
+            }
+        }
+    }
+}
+
+/// The one timeout rule (`host::validate`), through MCP: the same refusal and the same
+/// raising to `cells.min-timeout` as the command line and the daemon.
+#[test]
+fn timeouts_follow_the_one_rule_through_mcp() {
+    let world = World::new();
+    let mut server = RawMcp::start(&world);
+    let (is_error, text) =
+        server.eval(serde_json::json!([{"language": "js", "code": "1", "timeout": -1}]));
+    assert!(is_error, "{text}");
+    assert!(
+        text.contains("timeout must be a positive number of seconds, got -1")
+            && text.contains("1 to 600 seconds"),
+        "{text}"
+    );
+    let sleeper = "await new Promise((done) => setTimeout(done, 300)); 'slept'";
+    let (is_error, text) =
+        server.eval(serde_json::json!([{"language": "js", "code": sleeper, "timeout": 0.05}]));
+    assert!(!is_error, "{text}");
+    assert!(text.contains("slept"), "{text}");
+    assert!(server.stop().success());
+    world.assert_no_processes_left(SETTLE);
+}
+
+/// The MCP server shows a display the way the command line does (one text renderer): HTML
+/// as Markdown, JSON pretty-printed.
+#[test]
+fn displays_are_rendered_as_on_the_command_line() {
+    let world = World::new();
+    let mut server = RawMcp::start(&world);
+    let (is_error, text) = server.eval(serde_json::json!([{"language": "py", "code":
+        "class Page:\n    def _repr_html_(self):\n        return '<p>Some <b>bold</b></p>'\n\
+         display(Page())\ndisplay({'k': [1]})"}]));
+    assert!(!is_error, "{text}");
+    assert!(text.contains("Some **bold**\n"), "{text}");
+    assert!(!text.contains("<b>"), "{text}");
+    assert!(text.contains("{\n  \"k\": [\n    1\n  ]\n}"), "{text}");
+    assert!(server.stop().success());
     world.assert_no_processes_left(SETTLE);
 }

@@ -6,13 +6,13 @@
 
 use crate::cell::{CellEvent, CellResult, CellSpec, EvalRequest, EvalResult, ToolCallRequest};
 use crate::python_choice::PythonChoice;
-use crate::session::{CellJob, SessionKey, SessionStatus};
+use crate::session::{CellJob, CellReport, SessionKey, SessionStatus};
 use crate::supervisor::{
     Control, ControlAction, PrewarmedCount, ReloadConfig, RequestDone, ShutdownAll, Status, Submit,
     Supervisor, WorkerBase,
 };
 use actix::prelude::*;
-use cellvisor_config::Config;
+use cellvisor_config::{CellsConfig, Config};
 use cellvisor_ipc::Language;
 use cellvisor_ipc::ToolInfo;
 use std::collections::HashMap;
@@ -69,8 +69,19 @@ pub enum RequestError {
          (cells.max-cells-per-request): split it into several requests"
     )]
     TooManyCells { count: usize, max: usize },
-    #[error("cell {index}: timeout must be a positive number of seconds, got {value}")]
-    Timeout { index: usize, value: f64 },
+    #[error(
+        "cell {index}: timeout must be a positive number of seconds, got {value}; \
+         {min} to {max} seconds are kept as given, a shorter timeout is raised to {min} and a \
+         longer one cut to {max} (cells.min-timeout, cells.max-timeout); omit it for the \
+         default of {default} seconds"
+    )]
+    Timeout {
+        index: usize,
+        value: f64,
+        min: f64,
+        max: f64,
+        default: f64,
+    },
     #[error("cell {index}: code is {len} bytes; at most {max} bytes per cell", max = MAX_CODE_BYTES)]
     CodeTooLarge { index: usize, len: usize },
     #[error("working directory {0} does not exist or is not a directory")]
@@ -194,11 +205,11 @@ impl Cellvisor {
         events: Option<mpsc::Sender<CellEvent>>,
         tool_host: Option<mpsc::Sender<ToolCallRequest>>,
     ) -> Result<EvalResult, RequestError> {
-        let max_cells = match self.config.lock() {
-            Ok(config) => config.cells.max_cells_per_request,
-            Err(poisoned) => poisoned.into_inner().cells.max_cells_per_request,
+        let cells = match self.config.lock() {
+            Ok(config) => config.cells.clone(),
+            Err(poisoned) => poisoned.into_inner().cells.clone(),
         };
-        validate(&request, max_cells)?;
+        validate(&request, &cells)?;
         let tools: Arc<[ToolInfo]> = request
             .tools
             .iter()
@@ -250,7 +261,7 @@ impl Cellvisor {
                 None => with_directive(spec),
             };
             let result = match directive {
-                Err(message) => CellResult::refused(index, spec, message),
+                Err(message) => CellReport::refused(index, spec, message),
                 Ok((job_spec, max_output_bytes)) => {
                     let (reply, outcome) = oneshot::channel();
                     let job = CellJob {
@@ -280,7 +291,7 @@ impl Cellvisor {
                         .map_err(|_| RequestError::Stopped)?;
                     match outcome.await {
                         Ok(outcome) => outcome.into_result(index, spec),
-                        Err(_) => CellResult::refused(
+                        Err(_) => CellReport::refused(
                             index,
                             spec,
                             "the session ended before the cell finished".into(),
@@ -592,7 +603,10 @@ fn validate_session_name(name: &str) -> Result<(), RequestError> {
     }
 }
 
-fn validate(request: &EvalRequest, max_cells: usize) -> Result<(), RequestError> {
+/// The one check of a request, for every host (library, CLI, daemon, MCP): what it refuses
+/// here no host refuses differently, and no host checks it again.
+fn validate(request: &EvalRequest, cells: &CellsConfig) -> Result<(), RequestError> {
+    let max_cells = cells.max_cells_per_request;
     validate_session_name(&request.session)?;
     if request.cells.is_empty() {
         return Err(RequestError::NoCells);
@@ -614,12 +628,10 @@ fn validate(request: &EvalRequest, max_cells: usize) -> Result<(), RequestError>
             len: cell.code.len(),
         });
     }
-    if let Some((index, value)) = request.cells.iter().enumerate().find_map(|(i, c)| {
-        c.timeout
-            .filter(|t| !(t.is_finite() && *t > 0.0))
-            .map(|t| (i, t))
-    }) {
-        return Err(RequestError::Timeout { index, value });
+    for (index, cell) in request.cells.iter().enumerate() {
+        if let Some(value) = cell.timeout {
+            check_timeout(index, value, cells)?;
+        }
     }
     if let Some(cwd) = &request.cwd {
         if !cwd.is_dir() {
@@ -643,9 +655,61 @@ fn validate(request: &EvalRequest, max_cells: usize) -> Result<(), RequestError>
     Ok(())
 }
 
+/// The rule for a requested cell timeout: a positive number of seconds, nothing else. A
+/// positive one out of the configured range is not refused: the supervisor raises it to
+/// `cells.min-timeout` or cuts it to `cells.max-timeout` ([`CellsConfig::timeout_for`]), as
+/// docs/config.md says, so a request that runs on one host runs on every other.
+fn check_timeout(index: usize, value: f64, cells: &CellsConfig) -> Result<(), RequestError> {
+    if value.is_finite() && value > 0.0 {
+        return Ok(());
+    }
+    let min = cells.min_timeout.as_secs_f64();
+    Err(RequestError::Timeout {
+        index,
+        value,
+        min,
+        max: cells.max_timeout.as_secs_f64().max(min),
+        default: cells.default_timeout.as_secs_f64(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timeout_must_be_positive_and_is_otherwise_brought_into_range() {
+        let cells = CellsConfig::default();
+        for kept in [0.001, 0.5, 1.0, 30.0, 600.0, 1e9, 1e300, f64::MAX] {
+            assert_eq!(check_timeout(0, kept, &cells), Ok(()), "{kept}");
+        }
+        for refused in [0.0, -0.0, -1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let message = check_timeout(2, refused, &cells)
+                .expect_err("refused")
+                .to_string();
+            assert!(
+                message.starts_with("cell 2: timeout must be a positive"),
+                "{message}"
+            );
+            assert!(message.contains("1 to 600 seconds"), "{message}");
+            assert!(message.contains("default of 30 seconds"), "{message}");
+        }
+        // What a kept timeout becomes is the config's part of the rule.
+        assert_eq!(cells.timeout_for(Some(0.5)), cells.min_timeout);
+        assert_eq!(cells.timeout_for(Some(1e300)), cells.max_timeout);
+        let request = |timeout: f64| -> EvalRequest {
+            serde_json::from_value(serde_json::json!(
+                {"cells": [{"language": "js", "code": "1"}, {"language": "js", "code": "2", "timeout": timeout}]}
+            ))
+            .expect("request")
+        };
+        assert_eq!(validate(&request(1e300), &cells), Ok(()));
+        let err = validate(&request(-1.0), &cells).expect_err("refused");
+        assert!(
+            matches!(err, RequestError::Timeout { index: 1, .. }),
+            "{err}"
+        );
+    }
 
     #[test]
     fn reload_changes_are_listed_key_by_key() {
@@ -679,10 +743,14 @@ mod tests {
             "3d",
             &"x".repeat(MAX_TOOL_NAME),
         ] {
-            assert_eq!(validate(&request(good), 10), Ok(()), "{good}");
+            assert_eq!(
+                validate(&request(good), &CellsConfig::default()),
+                Ok(()),
+                "{good}"
+            );
         }
         for bad in ["", "a b", "a/b", "ünï", &"x".repeat(MAX_TOOL_NAME + 1)] {
-            let err = validate(&request(bad), 10).expect_err(bad);
+            let err = validate(&request(bad), &CellsConfig::default()).expect_err(bad);
             assert!(err.to_string().contains("A-Z a-z 0-9 _ - ."), "{err}");
         }
     }

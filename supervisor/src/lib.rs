@@ -1,52 +1,63 @@
 //! cellvisor: persistent Python, JavaScript and Lua cells, each session's code in its own
 //! worker process, under an actor-based supervisor.
 //!
-//! Start with [`Cellvisor::start`] and [`Cellvisor::eval`].
+//! Start with [`Cellvisor::start`] and [`Cellvisor::eval`]. The public surface is
+//! [`Cellvisor`], [`Options`] and the host-facing types of `cellvisor-client` (re-exported
+//! here: [`cell`], [`daemon`]'s client and protocol, the status rows); everything below is
+//! the crate's own.
 //!
-//! - [`cell`]: requests, results and progress events (the host-facing contract).
-//! - [`check`]: `cellvisor check`, scored suites of cells with artifacts and a run summary.
-//! - [`host`]: the library API, [`Cellvisor`].
-//! - [`supervisor`]: the `Supervisor` actor: registry, cap, eviction, sampling, prewarm pool.
-//! - [`session`]: the `Session` actor: one worker, its cells, heartbeats, deadlines, restarts,
+//! - [`cell`]: requests, results and progress events (the host-facing contract), from the
+//!   light `cellvisor-client` crate, with the daemon's client and protocol.
+//! - `check`: `cellvisor check`, scored suites of cells with artifacts and a run summary.
+//! - `host`: the library API, [`Cellvisor`].
+//! - `supervisor`: the `Supervisor` actor: registry, cap, eviction, sampling, prewarm pool.
+//! - `session`: the `Session` actor: one worker, its cells, heartbeats, deadlines, restarts,
 //!   and the tasks on its worker connection.
-//! - [`spawn`]: starting a worker process, ending it and everything under it.
-//! - [`output`]: a cell's bounded output sink with artifact spill.
-//! - [`allocator`]: returning freed memory to the OS after big requests.
-//! - [`artifacts`]: the artifact directory: private files, no links followed, a total cap.
-//! - [`paths`]: where files that outlive workers live (artifacts, session stores).
-//! - [`python_choice`]: which Python a request runs on (its `VIRTUAL_ENV`, its cwd's venv).
-//! - [`environment`], [`limits`]: what a worker inherits: filtered variables, rlimits.
-//! - [`secrets`]: non-dumpable processes, so cells cannot read the supervisor's memory.
-//! - [`usage`]: the sampler of workers' process trees (for `status` and the RSS cap).
+//! - `spawn`: starting a worker process, ending it and everything under it.
+//! - `output`: a cell's bounded output sink with artifact spill.
+//! - `allocator`: returning freed memory to the OS after big requests.
+//! - `artifacts`: the artifact directory: private files, no links followed, a total cap.
+//! - `paths`: where files that outlive workers live (artifacts, session stores).
+//! - `python_choice`: which Python a request runs on (its `VIRTUAL_ENV`, its cwd's venv).
+//! - `environment`, `limits`: what a worker inherits: filtered variables, rlimits.
+//! - `secrets`: non-dumpable processes, so cells cannot read the supervisor's memory.
+//! - `usage`: the sampler of workers' process trees (for `status` and the RSS cap).
 //! - [`daemon`]: the JSON-RPC daemon, its protocol and its client.
-//! - [`directive`]: the `// @exec:` first line of code-mode JavaScript cells.
-//! - [`mcp`]: `cellvisor mcp`, an MCP server on stdio with an embedded supervisor.
+//! - `directive`: the `// @exec:` first line of code-mode JavaScript cells.
+//! - `mcp`: `cellvisor mcp`, an MCP server on stdio with an embedded supervisor.
+//! - `render`: text for text hosts (CLI and MCP): cell headers, display bundles (HTML as
+//!   Markdown), the status table, `Display` for the states.
 //! - [`worker_entry`]: the hidden `__worker` entry point for programs that embed cellvisor.
 
-pub mod allocator;
-pub mod artifacts;
-pub mod cell;
-pub mod check;
+mod allocator;
+mod artifacts;
+pub use cellvisor_client::cell;
+mod check;
+mod cli;
 pub mod daemon;
-pub mod directive;
-pub mod environment;
-pub mod host;
-pub mod limits;
-pub mod mcp;
-pub mod output;
-pub mod paths;
-pub mod python_choice;
-pub mod secrets;
-pub mod session;
-pub mod spawn;
-pub mod supervisor;
+mod directive;
+mod environment;
+mod host;
+mod limits;
+mod mcp;
+mod output;
+mod paths;
+mod python_choice;
+mod render;
+mod secrets;
+mod session;
+mod spawn;
+mod supervisor;
 #[cfg(test)]
 mod testing;
-pub mod usage;
+mod usage;
 pub mod worker_entry;
 
-pub use cell::{CellEvent, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};
+pub use cell::{
+    CellEvent, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult, ToolCallRequest, ToolSpec,
+};
+pub use cellvisor_client::status::{SessionState, SessionStatus};
 pub use cellvisor_config::Config;
 pub use cellvisor_ipc::Language;
+pub use cli::main as command_line;
 pub use host::{Cellvisor, Options, RequestError, StartupError};
-pub use session::{SessionState, SessionStatus};

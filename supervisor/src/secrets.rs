@@ -21,7 +21,8 @@ pub fn make_non_dumpable() -> std::io::Result<()> {
 }
 
 /// Whether this process is dumpable (what `/proc/<pid>` of it allows others).
-pub fn is_dumpable() -> bool {
+#[cfg(test)]
+fn is_dumpable() -> bool {
     // SAFETY: PR_GET_DUMPABLE takes no pointers.
     unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) == 1 }
 }

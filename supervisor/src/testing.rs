@@ -8,8 +8,9 @@
 //! - `crash`: dies at once, as by SIGSEGV;
 //! - `hang`: runs until interrupted (if [`Script::honour_interrupts`]) or killed.
 
-use crate::cell::{CellOutcome as HostOutcome, CellSpec};
+use crate::cell::CellSpec;
 use crate::session::CellJob;
+use crate::session::CellReport;
 use crate::spawn::{
     describe_signal, BoxFuture, Launcher, StartError, StartedWorker, StderrTail, WorkerProcess,
     WorkerSpec,
@@ -31,7 +32,7 @@ pub fn job(
     language: cellvisor_ipc::Language,
     code: &str,
     timeout: Option<f64>,
-) -> (CellJob, oneshot::Receiver<HostOutcome>, watch::Sender<()>) {
+) -> (CellJob, oneshot::Receiver<CellReport>, watch::Sender<()>) {
     let (reply, outcome) = oneshot::channel();
     let (requester_alive, requester) = watch::channel(());
     let job = CellJob {

@@ -13,15 +13,16 @@
 //! - `text`: the line helpers (`sort`, `uniq`, `diff`) JavaScript and Lua share.
 //! - [`tools`]: host tools in code mode: `ALL_TOOLS` with TypeScript declarations, tool
 //!   identifiers, the `tools.tool_search` ranking.
-//! - [`store`]: `store`/`load`, JSON per session on disk, shared by JavaScript and Lua.
+//! - [`helpers`]: the cell helpers JavaScript and Lua share (`read`, `write`, `tree`,
+//!   `output`, `store`/`load`), written once; the engines only convert values.
 
+pub mod helpers;
 pub mod js;
 pub mod lua;
 pub mod process_tree;
 pub mod python;
 pub mod runtime;
 pub mod startup;
-pub mod store;
 mod text;
 pub mod tools;
 pub mod warden;

@@ -571,31 +571,6 @@ fn exit_on_shutdown() -> ! {
     crate::warden::leave(0);
 }
 
-/// Reads a spilled output for `output()`: a regular file, never through a link a cell planted
-/// in the artifact directory (nor a FIFO that would block the worker).
-pub fn read_artifact(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|err| match err.raw_os_error() {
-            Some(libc::ELOOP) => not_an_artifact(),
-            _ => err,
-        })?;
-    if !file.metadata()?.is_file() {
-        return Err(not_an_artifact());
-    }
-    let mut data = Vec::new();
-    file.read_to_end(&mut data)?;
-    Ok(data)
-}
-
-fn not_an_artifact() -> std::io::Error {
-    std::io::Error::other("it is a link or not a regular file, and outputs are plain files")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

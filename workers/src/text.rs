@@ -21,40 +21,6 @@ pub(crate) fn lines(text: &[u8]) -> Vec<&[u8]> {
     lines
 }
 
-/// `read(path, offset, limit, numbered)`: the lines of the file from line `offset` (1-based),
-/// at most `limit`, as they are in the file (so the whole file is its exact text), or with
-/// `numbered` each as `cat -n` shows it; and how many lines that is.
-pub(crate) fn read_lines(
-    path: &std::path::Path,
-    offset: usize,
-    limit: Option<usize>,
-    numbered: bool,
-) -> std::io::Result<(Vec<u8>, usize)> {
-    use std::io::BufRead;
-    let mut reader = std::io::BufReader::new(std::fs::File::open(path)?);
-    let (mut out, mut count, mut number) = (Vec::new(), 0usize, 0usize);
-    let mut line = Vec::new();
-    while limit != Some(count) {
-        line.clear();
-        if reader.read_until(b'\n', &mut line)? == 0 {
-            break;
-        }
-        number += 1;
-        if number < offset {
-            continue;
-        }
-        if numbered {
-            out.extend_from_slice(format!("{number:6}\t").as_bytes());
-            out.extend_from_slice(line.strip_suffix(b"\n").unwrap_or(&line));
-            out.push(b'\n');
-        } else {
-            out.extend_from_slice(&line);
-        }
-        count += 1;
-    }
-    Ok((out, count))
-}
-
 /// Lines joined with `\n`, ending with one iff `like` (the input) did.
 fn join(lines: &[Vec<u8>], like: &[u8]) -> Vec<u8> {
     let mut out = lines.join(&b'\n');

@@ -20,9 +20,9 @@ pub mod suite;
 pub mod summary;
 pub mod workspace;
 
-pub use run::{run, CaseResult, RunError, RunOptions, Variant};
-pub use suite::{Case, Suite, SuiteError};
-pub use summary::{summarize, RunSummary};
+pub use run::{run, RunOptions, Variant};
+pub use suite::Suite;
+pub use summary::summarize;
 
 /// Cells and results for the unit tests of the check modules.
 #[cfg(test)]

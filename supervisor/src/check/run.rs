@@ -311,7 +311,7 @@ fn setup_failure(cells: &[CellResult]) -> String {
         Some(cell) => format!(
             "setup cell {} ended {}: {}",
             cell.index,
-            super::scorer::status_word(cell.status),
+            cell.status,
             cell.output.trim_end()
         ),
         None => "setup failed".into(),

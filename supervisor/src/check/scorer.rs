@@ -208,9 +208,7 @@ impl Scorer {
     /// (`output.contains:42`, `file.exists:out.txt`), with `[N]` for a scorer narrowed to cell N.
     pub fn name(&self) -> String {
         let (given, default) = match self {
-            Scorer::Status { expect, name, .. } => {
-                (name, format!("status:{}", status_word(*expect)))
-            }
+            Scorer::Status { expect, name, .. } => (name, format!("status:{expect}")),
             Scorer::OutputContains { text, name, .. } => (name, format!("output.contains:{text}")),
             Scorer::OutputMatches { pattern, name, .. } => {
                 (name, format!("output.matches:{}", pattern.0.as_str()))
@@ -241,11 +239,7 @@ impl Scorer {
                 };
                 let passed = actual == Some(*expect);
                 let details = match actual {
-                    Some(actual) => format!(
-                        "expected {}, got {}",
-                        status_word(*expect),
-                        status_word(actual)
-                    ),
+                    Some(actual) => format!("expected {expect}, got {actual}"),
                     None => "the cell did not run".to_string(),
                 };
                 ScoreOutcome::binary(name, passed, details)
@@ -363,16 +357,6 @@ pub fn request_status(cells: &[CellResult]) -> CellStatus {
         .map(|c| c.status)
         .find(|s| !matches!(s, CellStatus::Complete | CellStatus::Skipped))
         .unwrap_or(CellStatus::Complete)
-}
-
-/// The status as case files and reports spell it.
-pub fn status_word(status: CellStatus) -> &'static str {
-    match status {
-        CellStatus::Complete => "complete",
-        CellStatus::Error => "error",
-        CellStatus::Cancelled => "cancelled",
-        CellStatus::Skipped => "skipped",
-    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use super::metrics::{mean, MetricStats};
 use super::run::CaseResult;
-use super::scorer::{status_word, ScoreOutcome};
+use super::scorer::ScoreOutcome;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -194,7 +194,7 @@ fn row(result: &CaseResult) -> CaseRow {
         repeat: result.repeat,
         passed: result.passed,
         score: result.score,
-        status: status_word(result.status).to_string(),
+        status: result.status.to_string(),
         duration_ms: result.duration_ms,
         failed_scorers: result.failed_scorers().map(str::to_string).collect(),
         failures: result

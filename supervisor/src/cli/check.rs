@@ -1,7 +1,7 @@
 //! `cellvisor check`: run suites of scored cells and print (or write) the run summary.
 
 use super::{usage_error, Globals};
-use cellvisor::check::{self, report, suite, RunOptions, Suite, Variant};
+use crate::check::{self, report, suite, RunOptions, Suite, Variant};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 

@@ -1,9 +1,10 @@
 //! `cellvisor eval`: run cells and print their results.
 
 use super::{usage_error, Globals};
-use cellvisor::daemon::client::{Client, ClientError};
-use cellvisor::daemon::protocol::code;
-use cellvisor::{
+use crate::daemon::client::{Client, ClientError};
+use crate::daemon::protocol::code;
+use crate::render::{self, Shown};
+use crate::{
     CellResult, CellSpec, CellStatus, Cellvisor, EvalRequest, EvalResult, Language, Options,
 };
 use std::io::{Read, Write};
@@ -99,7 +100,7 @@ enum Failure {
 
 async fn run_in_process(
     request: EvalRequest,
-    config: cellvisor::Config,
+    config: crate::Config,
 ) -> Result<EvalResult, Failure> {
     let cellvisor = Cellvisor::start(Options {
         config,
@@ -170,12 +171,8 @@ fn build_request(args: &EvalArgs) -> Result<EvalRequest, UsageError> {
             reset: false,
         }]
     };
+    // Checked with the request (`host::validate`), as every host's timeouts are.
     if let Some(timeout) = args.timeout {
-        if !(timeout.is_finite() && timeout > 0.0) {
-            return Err(UsageError(format!(
-                "--timeout must be a positive number of seconds, got {timeout}"
-            )));
-        }
         for cell in cells.iter_mut().filter(|c| c.timeout.is_none()) {
             cell.timeout = Some(timeout);
         }
@@ -265,14 +262,9 @@ fn print_cell(out: &mut impl Write, cell: &CellResult, total: usize) {
     if let Some(notice) = &cell.notice {
         eprintln!("note: {notice}");
     }
-    if total > 1 {
-        let title = cell
-            .title
-            .clone()
-            .unwrap_or_else(|| cell.language.to_string());
-        let header = format!("[{}/{total}] {title}", cell.index + 1);
+    if let Some(header) = render::cell_header(cell, total) {
         if cell.status == CellStatus::Skipped {
-            eprintln!("{header} (skipped)");
+            eprintln!("{header} ({})", cell.status);
             return;
         }
         let _ = writeln!(out, "{header}");
@@ -283,47 +275,43 @@ fn print_cell(out: &mut impl Write, cell: &CellResult, total: usize) {
         let _ = out.flush();
         eprint!("{}", cell.output);
     }
+    if let Some(note) = render::truncation_note(cell) {
+        let _ = out.flush();
+        eprintln!("{note}");
+    }
     for bundle in cell.displays_beyond_output() {
-        let _ = writeln!(out, "{}", render_display(bundle));
+        match render::display(bundle) {
+            Shown::Text(text) => {
+                let _ = writeln!(out, "{text}");
+            }
+            Shown::Media { mime, base64, .. } => {
+                let _ = writeln!(out, "{}", save_media(mime, &base64));
+            }
+            Shown::Nothing => {}
+        }
     }
 }
 
-/// A display bundle as text for a terminal: JSON pretty-printed, images saved to files (the
-/// text says where), Markdown or plain text as they are.
-fn render_display(bundle: &serde_json::Value) -> String {
-    if let Some(json) = bundle.get("application/json") {
-        return serde_json::to_string_pretty(json).unwrap_or_default();
+/// An image or audio display on a terminal: saved to a file, and a line saying where.
+fn save_media(mime: &str, base64_data: &str) -> String {
+    let extension = match mime.rsplit_once('/') {
+        Some((_, "jpeg")) => "jpg",
+        Some((_, "svg+xml")) => "svg",
+        Some((_, subtype)) => subtype,
+        None => "bin",
+    };
+    match save_file(base64_data, extension) {
+        Ok((path, bytes)) => format!(
+            "[{mime}, {}, saved to {}]",
+            bytesize::ByteSize::b(bytes),
+            path.display()
+        ),
+        Err(err) => format!("[{mime} not saved: {err}]"),
     }
-    for (mime, extension) in [
-        ("image/png", "png"),
-        ("image/jpeg", "jpg"),
-        ("image/gif", "gif"),
-    ] {
-        if let Some(data) = bundle.get(mime).and_then(|v| v.as_str()) {
-            return match save_image(data, extension) {
-                Ok((path, bytes)) => format!(
-                    "[{mime}, {}, saved to {}]",
-                    bytesize::ByteSize::b(bytes),
-                    path.display()
-                ),
-                Err(err) => format!("[{mime} not saved: {err}]"),
-            };
-        }
-    }
-    for mime in ["text/markdown", "text/plain"] {
-        if let Some(text) = bundle.get(mime).and_then(|v| v.as_str()) {
-            return text.to_string();
-        }
-    }
-    let kinds: Vec<&str> = bundle
-        .as_object()
-        .map(|o| o.keys().map(String::as_str).collect())
-        .unwrap_or_default();
-    format!("[display: {}]", kinds.join(", "))
 }
 
-/// Decodes a base64 image into `images/` of the runtime directory; answers its path and size.
-fn save_image(base64_data: &str, extension: &str) -> Result<(PathBuf, u64), String> {
+/// Decodes base64 media into `images/` of the runtime directory; answers its path and size.
+fn save_file(base64_data: &str, extension: &str) -> Result<(PathBuf, u64), String> {
     use base64::Engine as _;
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(base64_data.trim())

@@ -66,13 +66,13 @@ impl Globals {
         cellvisor_config::locate(self.config_path.as_deref())
     }
 
-    fn load_config(&self) -> Result<cellvisor::Config, String> {
+    fn load_config(&self) -> Result<crate::Config, String> {
         cellvisor_config::load(self.config_path.as_deref()).map_err(|e| e.to_string())
     }
 
     /// The daemon socket, given the configuration.
-    fn socket(&self, config: &cellvisor::Config) -> PathBuf {
-        cellvisor::daemon::socket_path(self.socket.as_deref(), config.daemon.socket.as_deref())
+    fn socket(&self, config: &crate::Config) -> PathBuf {
+        crate::daemon::socket_path(self.socket.as_deref(), config.daemon.socket.as_deref())
     }
 }
 
@@ -99,7 +99,7 @@ pub fn main() -> i32 {
     init_logging(default_log);
     // Serve, mcp and `eval --no-daemon` hold the user's environment and run a supervisor
     // whose cells must not read it back through /proc.
-    if let Err(err) = cellvisor::secrets::make_non_dumpable() {
+    if let Err(err) = crate::secrets::make_non_dumpable() {
         tracing::warn!("cannot make this process non-dumpable: {err}");
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()

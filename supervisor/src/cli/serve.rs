@@ -2,8 +2,8 @@
 //! stdio): the two long-running servers.
 
 use super::{usage_error, Globals};
-use cellvisor::daemon::server::{serve, ServeOptions};
-use cellvisor::Options;
+use crate::daemon::server::{serve, ServeOptions};
+use crate::Options;
 
 pub async fn run(globals: &Globals) -> i32 {
     let config = match globals.load_config() {
@@ -40,7 +40,7 @@ pub async fn run_mcp(globals: &Globals) -> i32 {
         worker_exe: None,
         runtime_dir: None,
     };
-    match cellvisor::mcp::serve_stdio(options).await {
+    match crate::mcp::serve_stdio(options).await {
         Ok(()) => 0,
         Err(err) => {
             eprintln!("error: {err}");

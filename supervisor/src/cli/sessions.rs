@@ -1,9 +1,10 @@
 //! `cellvisor status | interrupt | reset | close | stop`: talking to a running daemon.
 
 use super::{usage_error, Globals};
-use cellvisor::daemon::client::{Client, ClientError};
-use cellvisor::daemon::protocol::method;
-use cellvisor::{Language, SessionStatus};
+use crate::daemon::client::{Client, ClientError};
+use crate::daemon::protocol::method;
+use crate::render::StatusTable;
+use crate::{Language, SessionStatus};
 use serde_json::json;
 
 #[derive(Debug, clap::Args)]
@@ -68,46 +69,7 @@ pub async fn status(args: StatusArgs, globals: &Globals) -> i32 {
 }
 
 fn print_table(rows: &[SessionStatus]) {
-    if rows.is_empty() {
-        println!("no live sessions");
-        return;
-    }
-    let header = [
-        "SESSION", "LANG", "PID", "STATE", "RSS", "CPU%", "IDLE", "CELLS", "RESTARTS",
-    ];
-    let mut table: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
-    for row in rows {
-        table.push(vec![
-            row.session.clone(),
-            row.language.to_string(),
-            row.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
-            serde_json::to_value(row.state)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default(),
-            row.rss_bytes
-                .map(|b| bytesize::ByteSize::b(b).to_string())
-                .unwrap_or_else(|| "-".into()),
-            row.cpu_percent
-                .map(|c| format!("{c:.1}"))
-                .unwrap_or_else(|| "-".into()),
-            humantime::format_duration(std::time::Duration::from_secs(row.idle_ms / 1000))
-                .to_string(),
-            row.cells_run.to_string(),
-            row.restarts.to_string(),
-        ]);
-    }
-    let widths: Vec<usize> = (0..header.len())
-        .map(|i| table.iter().map(|r| r[i].len()).max().unwrap_or(0))
-        .collect();
-    for row in table {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect();
-        println!("{}", line.join("  ").trim_end());
-    }
+    print!("{}", StatusTable { rows, own: None });
 }
 
 pub async fn control(args: SessionArgs, method: &str, globals: &Globals) -> i32 {

@@ -6,8 +6,9 @@ use super::messages::{CellDeadline, CellFinished, GraceExpired, RequesterGone};
 use super::outcome::{append_line, CancelCause, KillReason};
 use super::policy::{Deadline, Step};
 use super::{CellJob, Running, Session, Worker};
-use crate::cell::{CellOutcome, CellStatus};
+use crate::cell::CellStatus;
 use crate::output::{OutputSink, SinkLimits};
+use crate::session::CellReport;
 use actix::prelude::*;
 use cellvisor_ipc::{CellOutcome as WorkerOutcome, ExecuteCell, ToWorker};
 use std::time::Instant;
@@ -42,7 +43,7 @@ impl Session {
             if let Some(why) = &self.failed {
                 let message = why.clone();
                 if let Some(job) = self.queue.pop_front() {
-                    let _ = job.reply.send(CellOutcome::error(message));
+                    let _ = job.reply.send(CellReport::error(message));
                 }
                 continue;
             }
@@ -232,7 +233,7 @@ impl Session {
         };
         self.cells_run += 1;
         self.last_active = Instant::now();
-        let _ = running.job.reply.send(CellOutcome {
+        let _ = running.job.reply.send(CellReport {
             status,
             output: output.text,
             duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,

@@ -7,27 +7,31 @@
 //! - [`policy`]: the plain-data decisions ([`policy::RestartBudget`], [`policy::Deadline`]).
 //! - [`outcome`]: why things happen, typed, and the text hosts read about it.
 //! - `link`: the tasks on the worker's connection.
+//! - `report`: [`CellReport`], what a session reports for one cell.
 
 mod cells;
 pub(crate) mod link;
 pub mod messages;
 pub mod outcome;
 pub mod policy;
+mod report;
 #[cfg(test)]
 mod tests;
 mod worker;
 
 use crate::artifacts::ArtifactStore;
-use crate::cell::{CellEvent, CellOutcome, CellSpec, ToolCallRequest};
+use crate::cell::{CellEvent, CellSpec, ToolCallRequest};
 use crate::spawn::{Launcher, ProcessHandle, StartedWorker, WorkerSpec};
 use actix::prelude::*;
+pub use cellvisor_client::status::{SessionState, SessionStatus};
 use cellvisor_config::Config;
 use cellvisor_ipc::{Language, ToolInfo};
 use link::Link;
 pub use messages::*;
 use outcome::{Eviction, KillReason};
 use policy::{Deadline, RestartBudget};
-use serde::{Deserialize, Serialize};
+pub use report::CellReport;
+use serde::Serialize;
 use std::collections::VecDeque;
 use std::fmt;
 use std::path::PathBuf;
@@ -48,38 +52,6 @@ impl fmt::Display for SessionKey {
     }
 }
 
-/// What a session is doing, as `status` reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SessionState {
-    Starting,
-    Idle,
-    Busy,
-    Failed,
-    Stopping,
-}
-
-/// One row of `status`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SessionStatus {
-    pub session: String,
-    pub language: Language,
-    pub pid: Option<u32>,
-    pub engine: Option<String>,
-    pub state: SessionState,
-    pub cells_run: u64,
-    pub restarts: u32,
-    pub idle_ms: u64,
-    pub queued: usize,
-    /// Resident memory of the worker and its children, when sampled.
-    pub rss_bytes: Option<u64>,
-    /// CPU use of the worker and its children since the previous status, in percent of a core.
-    pub cpu_percent: Option<f32>,
-    /// Why the session is failed, or why its last worker could not start.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
-
 /// A cell to run, with where to send its outcome.
 pub struct CellJob {
     pub index: usize,
@@ -96,7 +68,7 @@ pub struct CellJob {
     /// Closes when whoever asked for the cell is gone (a client that disconnected): its
     /// running cell is then interrupted, and its queued cells are dropped.
     pub requester: watch::Receiver<()>,
-    pub reply: oneshot::Sender<CellOutcome>,
+    pub reply: oneshot::Sender<CellReport>,
 }
 
 impl CellJob {
@@ -297,7 +269,7 @@ impl Handler<RunCell> for Session {
     fn handle(&mut self, msg: RunCell, ctx: &mut Context<Self>) {
         self.jobs_received += 1;
         if self.is_closing() {
-            let _ = msg.0.reply.send(CellOutcome::error(format!(
+            let _ = msg.0.reply.send(CellReport::error(format!(
                 "session {} is closing",
                 self.key
             )));

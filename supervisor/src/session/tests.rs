@@ -58,7 +58,7 @@ fn start_session(fake: &Arc<FakeLauncher>, cap_mib: u64) -> (Addr<Session>, temp
     (session.start(), dir)
 }
 
-async fn run(session: &Addr<Session>, code: &str) -> CellOutcome {
+async fn run(session: &Addr<Session>, code: &str) -> CellReport {
     let (job, outcome, _requester) = crate::testing::job(Language::Lua, code, Some(30.0));
     session.do_send(RunCell(job));
     outcome.await.expect("answered")

@@ -10,7 +10,8 @@ use super::messages::{
 use super::outcome::{self, append_line, CancelCause, Consequence, KillReason, WorkerLoss};
 use super::policy::Verdict;
 use super::{AfterStop, Session, Worker};
-use crate::cell::{CellOutcome, CellStatus};
+use crate::cell::CellStatus;
+use crate::session::CellReport;
 use actix::prelude::*;
 use cellvisor_ipc::ToWorker;
 use nix::sys::signal::Signal;
@@ -82,7 +83,7 @@ impl Session {
                     return;
                 }
                 if let Some(job) = self.queue.pop_front() {
-                    let _ = job.reply.send(CellOutcome::error(message));
+                    let _ = job.reply.send(CellReport::error(message));
                 }
             }
         }
@@ -156,7 +157,7 @@ impl Session {
         if actions.iter().any(|a| matches!(a, AfterStop::Close)) {
             let why = format!("session {} was closed", self.key);
             for job in self.queue.drain(..) {
-                let _ = job.reply.send(CellOutcome::error(why.clone()));
+                let _ = job.reply.send(CellReport::error(why.clone()));
             }
             for reply in self
                 .close_replies
@@ -222,7 +223,7 @@ impl Session {
                 if let Some(running) = running {
                     let mut text = msg.partial.map(|p| p.output.text).unwrap_or_default();
                     append_line(&mut text, &CancelCause::SessionStopped.line());
-                    let mut outcome = CellOutcome::error(text);
+                    let mut outcome = CellReport::error(text);
                     outcome.status = CellStatus::Cancelled;
                     outcome.duration_ms = running.started.elapsed().as_secs_f64() * 1000.0;
                     let _ = running.job.reply.send(outcome);
@@ -292,7 +293,7 @@ impl Session {
                 line.push_str(&format!("\nworker stderr:\n{}", msg.stderr_tail));
             }
             append_line(&mut text, &line);
-            let _ = running.job.reply.send(CellOutcome {
+            let _ = running.job.reply.send(CellReport {
                 status: if cancelled {
                     CellStatus::Cancelled
                 } else {

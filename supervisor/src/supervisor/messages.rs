@@ -88,7 +88,7 @@ pub struct RoomWaitExpired {
 }
 
 /// Time to sample the workers' process trees (for `limits.max-rss`): every
-/// `heartbeat-interval`, and every [`super::BUSY_SAMPLE_INTERVAL`] while a cell runs.
+/// `heartbeat-interval`, and every [`super::sampling::BUSY_SAMPLE_INTERVAL`] while a cell runs.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct SampleTick;

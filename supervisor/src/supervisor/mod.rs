@@ -15,8 +15,8 @@ mod sweep;
 #[cfg(test)]
 mod tests;
 
-use crate::cell::CellOutcome;
 use crate::session::outcome::{self, Eviction};
+use crate::session::CellReport;
 use crate::session::{
     CloseSession, InterruptCell, QueryStatus, ResetSession, RunCell, Session, SessionKey,
     SessionSetup, SessionState, SessionStatus, UpdateConfig,
@@ -28,7 +28,6 @@ use capacity::{Placement, Slot};
 use cellvisor_config::Config;
 use cellvisor_ipc::Language;
 pub use messages::*;
-pub use sampling::BUSY_SAMPLE_INTERVAL;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -310,7 +309,7 @@ impl Supervisor {
         };
         let cap = self.config.sessions.max_sessions;
         let message = outcome::no_room(&waiting.submit.key, cap, waiting.timeout);
-        let _ = waiting.submit.job.reply.send(CellOutcome::error(message));
+        let _ = waiting.submit.job.reply.send(CellReport::error(message));
     }
 
     fn matching(
@@ -386,7 +385,7 @@ impl Handler<Submit> for Supervisor {
             let _ = msg
                 .job
                 .reply
-                .send(CellOutcome::error("cellvisor is shutting down".into()));
+                .send(CellReport::error("cellvisor is shutting down".into()));
             return;
         }
         // Earlier waiters go first.
@@ -547,7 +546,7 @@ impl Handler<ShutdownAll> for Supervisor {
                 .submit
                 .job
                 .reply
-                .send(CellOutcome::error("cellvisor is shutting down".into()));
+                .send(CellReport::error("cellvisor is shutting down".into()));
         }
         let addrs: Vec<Addr<Session>> = self
             .sessions

@@ -3,7 +3,8 @@
 //! events ordered by polling `status` (no wait longer than 5 ms at a time).
 
 use super::*;
-use crate::cell::{CellOutcome, CellStatus};
+use crate::cell::CellStatus;
+use crate::session::CellReport;
 use crate::testing::FakeLauncher;
 use cellvisor_ipc::ToWorker;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,7 +52,7 @@ impl Rig {
         }
     }
 
-    async fn run(&self, session: &str, code: &str, timeout: Option<f64>) -> CellOutcome {
+    async fn run(&self, session: &str, code: &str, timeout: Option<f64>) -> CellReport {
         let (job, outcome, _requester) = crate::testing::job(Language::Python, code, timeout);
         let request = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
         let key = SessionKey {

@@ -42,15 +42,15 @@
 //! - Node-style and web globals (`fetch`, `Buffer`, `process`, `require`, `URL`...): see
 //!   `node`.
 mod event_loop;
-mod host;
 mod modules;
 mod node;
 mod redeclare;
 #[cfg(test)]
 mod tests;
 
-pub use host::HostDirs;
+pub use crate::helpers::HostDirs;
 
+use crate::helpers;
 use crate::runtime::{Engine, Interrupt, Outbox, WorkerContext, WorkerError};
 use cellvisor_ipc::{CellOutcome, ExecuteCell, Language, OutputStream};
 use event_loop::{PendingCall, Timers};
@@ -63,6 +63,7 @@ use rquickjs::{
     qjs, Coerced, Context, Ctx, Exception, Function, Object, Persistent, Promise, Runtime, Value,
 };
 use std::cell::{Cell, RefCell};
+use std::path::Path;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -760,8 +761,14 @@ fn cell_value<'js>(hooks: &LiveHooks<'js>, wrapper: &Value<'js>) -> rquickjs::Re
 }
 
 /// A helper's failure as the `Error` its promise rejects with.
-fn thrown<'js>(ctx: Ctx<'js>) -> impl FnOnce(String) -> rquickjs::Error + 'js {
-    move |message| Exception::throw_message(&ctx, &message)
+fn thrown<'js, M: std::fmt::Display>(ctx: Ctx<'js>) -> impl FnOnce(M) -> rquickjs::Error + 'js {
+    move |message| Exception::throw_message(&ctx, &message.to_string())
+}
+
+/// Bytes from a helper as a JavaScript string (invalid UTF-8 shows as U+FFFD).
+fn lossy(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes)
+        .unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned())
 }
 
 /// Defines the globals of `prelude.js` with their native hooks and returns its hooks.
@@ -802,8 +809,8 @@ fn install_prelude<'js>(
             ctx.clone(),
             |ctx: Ctx<'js>, path: String, offset: f64, limit: f64, numbered: bool| {
                 let limit = (limit >= 0.0).then_some(limit as usize);
-                host::read(&path, offset as usize, limit, numbered)
-                    .map(List)
+                helpers::fs::read(Path::new(&path), offset as usize, limit, numbered)
+                    .map(|(text, lines)| List((lossy(text), lines)))
                     .map_err(thrown(ctx))
             },
         )?,
@@ -813,7 +820,8 @@ fn install_prelude<'js>(
         Function::new(
             ctx.clone(),
             |ctx: Ctx<'js>, path: String, content: String, append: bool| {
-                host::write(&path, &content, append).map_err(thrown(ctx))
+                helpers::fs::write(Path::new(&path), content.as_bytes(), append)
+                    .map_err(thrown(ctx))
             },
         )?,
     )?;
@@ -836,8 +844,8 @@ fn install_prelude<'js>(
         Function::new(
             ctx.clone(),
             |ctx: Ctx<'js>, path: String, max_depth: f64, show_hidden: bool| {
-                host::tree(&path, max_depth as usize, show_hidden)
-                    .map(List)
+                helpers::fs::tree(Path::new(&path), max_depth as usize, show_hidden)
+                    .map(|(text, entries)| List((lossy(text), entries)))
                     .map_err(thrown(ctx))
             },
         )?,
@@ -876,7 +884,9 @@ fn install_prelude<'js>(
         Function::new(ctx.clone(), {
             let dirs = Rc::clone(dirs);
             move |ctx: Ctx<'js>, ids: Vec<String>| {
-                host::output(&dirs, &ids).map(List).map_err(thrown(ctx))
+                helpers::output::read_outputs(dirs.artifact_dir.as_deref(), &ids)
+                    .map(|(text, bytes)| List((lossy(text), bytes)))
+                    .map_err(thrown(ctx))
             }
         })?,
     )?;
@@ -885,7 +895,7 @@ fn install_prelude<'js>(
         Function::new(ctx.clone(), {
             let dirs = Rc::clone(dirs);
             move |ctx: Ctx<'js>, key: String, json: String| {
-                crate::store::save(dirs.store_dir.as_deref(), &key, &json).map_err(thrown(ctx))
+                helpers::store::save(dirs.store_dir.as_deref(), &key, &json).map_err(thrown(ctx))
             }
         })?,
     )?;
@@ -894,7 +904,7 @@ fn install_prelude<'js>(
         Function::new(ctx.clone(), {
             let dirs = Rc::clone(dirs);
             move |ctx: Ctx<'js>, key: String| {
-                crate::store::load(dirs.store_dir.as_deref(), &key).map_err(thrown(ctx))
+                helpers::store::load(dirs.store_dir.as_deref(), &key).map_err(thrown(ctx))
             }
         })?,
     )?;

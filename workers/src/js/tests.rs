@@ -466,7 +466,7 @@ fn file_preludes_read_write_append_and_report_status() {
     let ran = failed_with(
         &mut js,
         "await read(f + '.missing')",
-        "Error: read: no such file",
+        "Error: read: No such file or directory: '",
     );
     assert!(ran.status.is_empty());
     failed_with(
@@ -576,8 +576,36 @@ fn tree_env_and_output_preludes() {
         ran.status,
         vec![serde_json::json!({"op": "output", "ids": ["out-1"], "bytes": 7})]
     );
-    failed_with(&mut js, "await output('nope')", "unknown output id `nope`");
-    failed_with(&mut js, "await output('../x')", "is not an output id");
+    // Several ids: joined with newlines; `bytes` counts the outputs, not the separators.
+    std::fs::write(dir.path().join("artifacts/out-2.txt"), "more").expect("write");
+    let ran = completed(&mut js, "await output('out-1', 'out-2')");
+    assert_eq!(ran.stdout, "spilled\nmore\n");
+    assert_eq!(
+        ran.status,
+        vec![serde_json::json!({"op": "output", "ids": ["out-1", "out-2"], "bytes": 11})]
+    );
+    // The same words as Lua and Python for the same failures.
+    let file = dir.path().join("t/a/x.txt");
+    failed_with(
+        &mut js,
+        &format!("await tree({})", js_string(&file)),
+        &format!("tree: Not a directory: '{}'", file.display()),
+    );
+    failed_with(
+        &mut js,
+        &format!("await read({})", js_string(&dir.path().join("t"))),
+        &format!("read: Is a directory: '{}'", dir.path().join("t").display()),
+    );
+    failed_with(
+        &mut js,
+        "await output('nope')",
+        "output: unknown output id 'nope'",
+    );
+    failed_with(
+        &mut js,
+        "await output('../x')",
+        "output: invalid output id '../x'",
+    );
 }
 
 #[test]

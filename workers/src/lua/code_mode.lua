@@ -7,7 +7,7 @@
 -- and `os.exit` are set by the engine (they must stop the cell from the inside, see
 -- interrupt.rs).
 --
--- Argument: `host`, the Rust functions in host.rs (`value` or `nil, message`).
+-- Argument: `host`, the Rust functions in host_table.rs (`value` or `nil, message`).
 local host = ...
 
 local type, error, format, tostring, pairs = type, error, string.format, tostring, pairs

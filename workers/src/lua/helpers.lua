@@ -2,7 +2,7 @@
 -- uniq, counter, diff, tree, env, output, plus `tool.<name>(args)` for host tools and
 -- `ALL_TOOLS` (set by the engine before each cell). Runs once per worker, after prelude.lua.
 --
--- Argument: `host`, the Rust functions in host.rs. They answer `value` or `nil, message`;
+-- Argument: `host`, the Rust functions in host_table.rs. They answer `value` or `nil, message`;
 -- failures become `error(message, 2)` here, so a helper's error points at the cell's line.
 -- Every helper that succeeds sends one status event through `host.status`.
 local host = ...

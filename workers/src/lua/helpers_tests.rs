@@ -1,4 +1,4 @@
-//! Tests of the helpers in helpers.lua (and host.rs), trailing-table bundles and host tools.
+//! Tests of the helpers in helpers.lua (and host_table.rs), trailing-table bundles and host tools.
 
 use super::*;
 use serde_json::json;

@@ -14,7 +14,7 @@
 //! stdin is an error. Output written by child processes (`os.execute`) is not captured.
 //!
 //! The helpers of PRELUDE.md (`read`, `write`, `tree`, `diff`, `tool.<name>`, ...) are global
-//! functions defined in `helpers.lua` on top of Rust host functions ([`host`]), since Lua
+//! functions defined in `helpers.lua` on top of Rust host functions (`host_table`), since Lua
 //! has no directory API and difflib's diff is easier to port once, in Rust.
 //!
 //! The code-mode helpers (`text`, `image`, `audio`, `notify`, `store`, `load`, `exit`,
@@ -22,7 +22,7 @@
 //! `lua_load`; `exit()` and `os.exit(status)` end the cell, never the worker (see
 //! [`interrupt`]).
 
-mod host;
+mod host_table;
 mod interrupt;
 mod json;
 #[cfg(test)]
@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Routes output, stubs stdin and guards the interrupt hook; see the file itself.
 const PRELUDE: &str = include_str!("prelude.lua");
-/// The helpers every language offers (PRELUDE.md), on top of [`host`].
+/// The helpers every language offers (PRELUDE.md), on top of `host_table`.
 const HELPERS: &str = include_str!("helpers.lua");
 /// Makes `load`, `loadfile`, `dofile` and `require` accept source text only (before code mode
 /// renames `load` to `lua_load`).
@@ -120,7 +120,7 @@ impl LuaEngine {
             .set_mode(ChunkMode::Text)
             .call::<()>((write_stdout, write_stderr, display))
             .map_err(startup)?;
-        let host = host::host_table(&lua, &sink).map_err(startup)?;
+        let host = host_table::host_table(&lua, &sink).map_err(startup)?;
         lua.load(HELPERS)
             .set_name("=cellvisor helpers")
             .set_mode(ChunkMode::Text)
@@ -341,7 +341,7 @@ impl Engine for LuaEngine {
             interrupt: interrupt.flag(),
             tools: cell.tools.clone(),
         });
-        let declared = host::all_tools(&self.lua, &cell.tools)
+        let declared = host_table::all_tools(&self.lua, &cell.tools)
             .and_then(|tools| self.lua.globals().set("ALL_TOOLS", tools));
         let outcome = match declared {
             Ok(()) => self.run_cell(cell, outbox, interrupt),

@@ -6,9 +6,9 @@
 //! running a pyenv shim costs 60-80 ms per start; only when that fails does [`locate`] run the
 //! shim once and cache its answer in the runtime directory.
 
+use crate::helpers::fs::{write_atomically, Durability};
 use std::ffi::{OsStr, OsString};
 use std::fs;
-use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -311,7 +311,7 @@ fn ask_shim_cached(
         }
     }
     let program = ask_shim(shim, cwd)?;
-    let _ = write_atomically(&cache, program.as_os_str().as_bytes());
+    let _ = write_atomically(&cache, program.as_os_str().as_bytes(), Durability::Synced);
     Ok(program)
 }
 
@@ -350,28 +350,6 @@ fn ask_shim(shim: &Path, cwd: &Path) -> Result<PathBuf, String> {
         ));
     }
     Ok(answer)
-}
-
-/// Writes `data` to `path` through a temporary file and a rename, so a reader never sees
-/// half a file.
-pub fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let mut temp_name = path.as_os_str().to_owned();
-    temp_name.push(format!(".tmp-{}", std::process::id()));
-    let temp = PathBuf::from(temp_name);
-    let result = (|| {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&temp)?;
-        file.write_all(data)?;
-        file.sync_all()?;
-        fs::rename(&temp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&temp);
-    }
-    result
 }
 
 /// FNV-1a: a stable hash for file names (std's hasher may change between releases).

@@ -23,6 +23,7 @@
 mod child;
 pub mod interpreter;
 
+use crate::helpers::fs::{write_atomically, Durability};
 use crate::runtime::{Engine, Interrupt, Outbox, WorkerContext, WorkerError};
 use cellvisor_ipc::{CellOutcome, ExecuteCell, Language, OutputStream};
 use child::{Event, SharedRouting};
@@ -385,7 +386,7 @@ fn install_runner(runtime_dir: &Path) -> Result<PathBuf, String> {
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     for (name, source) in [(PRELUDE_FILE, PRELUDE_SOURCE), ("runner.py", RUNNER_SOURCE)] {
         let path = dir.join(name);
-        interpreter::write_atomically(&path, source.as_bytes())
+        write_atomically(&path, source.as_bytes(), Durability::Synced)
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(runner)
@@ -403,12 +404,7 @@ fn install_ipython_module(runner: &Path) {
     if path.is_file() {
         return;
     }
-    let temp = dir.join(format!("{IPYTHON_FILE}.tmp-{}", std::process::id()));
-    let written =
-        std::fs::write(&temp, IPYTHON_SOURCE).and_then(|()| std::fs::rename(&temp, &path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
+    let _ = write_atomically(&path, IPYTHON_SOURCE.as_bytes(), Durability::Unsynced);
 }
 
 /// A nonce for the output sync markers, so a cell cannot fake one by accident.

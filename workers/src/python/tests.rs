@@ -304,7 +304,7 @@ fn display_sends_mime_bundles() {
         vec![
             serde_json::json!({"application/json": {"k": [1, 2]}, "text/plain": "{'k': [1, 2]}"}),
             serde_json::json!({"text/plain": "5"}),
-            serde_json::json!({"text/html": "<b>x</b>", "text/markdown": "**x**", "text/plain": ran.displays[2]["text/plain"]}),
+            serde_json::json!({"text/html": "<b>x</b>", "text/plain": ran.displays[2]["text/plain"]}),
             serde_json::json!({"text/plain": "text"}),
         ]
     );

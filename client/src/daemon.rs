@@ -1,8 +1,8 @@
 //! The daemon's client, as the CLI uses it: one connection, requests answered in order,
 //! `eval/event` notifications handed to a callback while an `eval` runs.
 
-use super::protocol::{method, RpcError};
 use crate::cell::{EvalRequest, EvalResult};
+use crate::protocol::{method, RpcError};
 use serde_json::Value;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -11,6 +11,21 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
+
+/// The daemon socket: `explicit`, else `$CELLVISOR_SOCKET`, else the config's
+/// `daemon.socket`, else `daemon.sock` in the per-user runtime directory.
+pub fn socket_path(explicit: Option<&Path>, configured: Option<&Path>) -> PathBuf {
+    if let Some(path) = explicit {
+        return path.to_path_buf();
+    }
+    if let Some(path) = std::env::var_os("CELLVISOR_SOCKET").filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
+    if let Some(path) = configured {
+        return path.to_path_buf();
+    }
+    cellvisor_ipc::socket::default_runtime_dir().join("daemon.sock")
+}
 
 /// How long a freshly started daemon may take to listen.
 const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(15);

@@ -1,26 +1,21 @@
-//! The Rust side of the Lua prelude helpers (`helpers.lua`): what Lua's standard library
-//! cannot do (list directories, create them, set environment variables, wait for a host
-//! tool) or does not do exactly (byte-order sorting, difflib's diff), and status events.
+//! The table of Rust functions handed to `helpers.lua`: the shared cell helpers
+//! ([`crate::helpers`], [`crate::text`]) converted to Lua values, plus what only Lua needs
+//! from Rust (environment variables, host tools, status events, displays, JSON).
 //!
 //! Every function here answers `value` on success and `nil, message` on failure; the Lua
 //! wrappers turn the message into `error(message, 2)`, so a failing helper raises a plain
 //! string error pointing at the cell's line, as Lua's own functions do.
 
 use super::{json, lock, CellSink};
+use crate::helpers::{self, HelperError};
 use mlua::{Function, Lua, LuaSerdeExt, MultiValue, SerializeOptions, Table, Value};
 use serde_json::{Map, Value as Json};
-use std::fs::{self, OpenOptions};
-use std::io::Write;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// The MIME type the supervisor files under a cell's `status_events`.
 const STATUS_MIME: &str = "application/x-cellvisor-status";
-
-/// Where spilled outputs are, for `output(id)`.
-const ARTIFACT_DIR_VAR: &str = "CELLVISOR_ARTIFACT_DIR";
 
 /// How often a cell waiting for a host tool looks at its interrupt flag.
 const TOOL_POLL: Duration = Duration::from_millis(20);
@@ -75,137 +70,45 @@ fn count(n: usize) -> Value {
     Value::Integer(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
-/// "No such file or directory" without Rust's " (os error 2)".
-fn os_message(error: &std::io::Error) -> String {
-    let text = error.to_string();
-    match text.find(" (os error ") {
-        Some(cut) => text[..cut].to_string(),
-        None => text,
-    }
-}
-
-/// `helper: No such file or directory: 'path'`, like the Python prelude says it.
-fn path_error(helper: &str, error: &std::io::Error, path: &[u8]) -> String {
-    format!(
-        "{helper}: {}: '{}'",
-        os_message(error),
-        String::from_utf8_lossy(path)
-    )
+/// A helper's failure as `nil, message`.
+fn refused(lua: &Lua, error: HelperError) -> mlua::Result<MultiValue> {
+    failure(lua, error.to_string())
 }
 
 fn as_path(path: &mlua::String) -> std::path::PathBuf {
     std::ffi::OsString::from_vec(path.as_bytes().to_vec()).into()
 }
 
-/// `read(path, offset, limit, numbered)`: the file's text (or the selected lines, or their
-/// numbered view), and how many lines.
+/// `read(path, offset, limit, numbered)`: see [`helpers::fs::read`].
 fn read(
     lua: &Lua,
     (path, offset, limit, numbered): (mlua::String, usize, Option<usize>, bool),
 ) -> mlua::Result<MultiValue> {
-    match crate::text::read_lines(&as_path(&path), offset, limit, numbered) {
+    match helpers::fs::read(&as_path(&path), offset, limit, numbered) {
         Ok((out, lines)) => success([bytes(lua, out)?, count(lines)]),
-        Err(error) => failure(lua, path_error("read", &error, &path.as_bytes())),
+        Err(error) => refused(lua, error),
     }
 }
 
-/// `store(path, content, append)`: writes (or appends) `content`, creating parent
-/// directories; answers the number of bytes.
+/// `store(path, content, append)`: `write`/`append`, see [`helpers::fs::write`].
 fn store(
     lua: &Lua,
     (path, content, append): (mlua::String, mlua::String, bool),
 ) -> mlua::Result<MultiValue> {
-    let helper = if append { "append" } else { "write" };
-    let raw_path = path.as_bytes().to_vec();
-    let target = as_path(&path);
-    let written = (|| {
-        if let Some(parent) = target.parent().filter(|p| !p.as_os_str().is_empty()) {
-            fs::create_dir_all(parent)?;
-        }
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .append(append)
-            .truncate(!append)
-            .open(&target)?;
-        file.write_all(&content.as_bytes())
-    })();
-    match written {
-        Ok(()) => success([count(content.as_bytes().len())]),
-        Err(error) => failure(lua, path_error(helper, &error, &raw_path)),
+    match helpers::fs::write(&as_path(&path), &content.as_bytes(), append) {
+        Ok(written) => success([count(written)]),
+        Err(error) => refused(lua, error),
     }
 }
 
-/// `tree(path, max_depth, show_hidden)`: the listing and how many entries it has.
+/// `tree(path, max_depth, show_hidden)`: see [`helpers::fs::tree`].
 fn tree(
     lua: &Lua,
     (path, max_depth, show_hidden): (mlua::String, usize, bool),
 ) -> mlua::Result<MultiValue> {
-    let raw_path = path.as_bytes().to_vec();
-    let root = as_path(&path);
-    match fs::metadata(&root) {
-        Ok(meta) if meta.is_dir() => {}
-        Ok(_) => {
-            let error = std::io::Error::from_raw_os_error(libc::ENOTDIR);
-            return failure(lua, path_error("tree", &error, &raw_path));
-        }
-        Err(error) => return failure(lua, path_error("tree", &error, &raw_path)),
-    }
-    let mut listing = Listing {
-        out: raw_path,
-        entries: 0,
-        max_depth,
-        show_hidden,
-    };
-    listing.walk(&root, &mut Vec::new(), 1);
-    success([bytes(lua, listing.out)?, count(listing.entries)])
-}
-
-struct Listing {
-    out: Vec<u8>,
-    entries: usize,
-    max_depth: usize,
-    show_hidden: bool,
-}
-
-impl Listing {
-    fn walk(&mut self, dir: &Path, prefix: &mut Vec<u8>, depth: usize) {
-        // An unreadable directory is listed but not entered, as `tree` does.
-        let Ok(read) = fs::read_dir(dir) else {
-            return;
-        };
-        let mut entries: Vec<(Vec<u8>, bool)> = read
-            .filter_map(Result::ok)
-            .map(|entry| {
-                let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-                (entry.file_name().as_bytes().to_vec(), is_dir)
-            })
-            .filter(|(name, _)| self.show_hidden || !name.starts_with(b"."))
-            .collect();
-        entries.sort();
-        let total = entries.len();
-        for (index, (name, is_dir)) in entries.into_iter().enumerate() {
-            let last = index + 1 == total;
-            self.out.push(b'\n');
-            self.out.extend_from_slice(prefix);
-            self.out
-                .extend_from_slice(if last { "└── " } else { "├── " }.as_bytes());
-            self.out.extend_from_slice(&name);
-            self.entries += 1;
-            if is_dir {
-                self.out.push(b'/');
-                if depth < self.max_depth {
-                    let kept = prefix.len();
-                    prefix.extend_from_slice(if last { "    " } else { "│   " }.as_bytes());
-                    self.walk(
-                        &dir.join(std::ffi::OsStr::from_bytes(&name)),
-                        prefix,
-                        depth + 1,
-                    );
-                    prefix.truncate(kept);
-                }
-            }
-        }
+    match helpers::fs::tree(&as_path(&path), max_depth, show_hidden) {
+        Ok((out, entries)) => success([bytes(lua, out)?, count(entries)]),
+        Err(error) => refused(lua, error),
     }
 }
 
@@ -254,44 +157,14 @@ fn env_set(lua: &Lua, (key, value): (mlua::String, mlua::String)) -> mlua::Resul
     success([Value::Boolean(true)])
 }
 
-/// `artifacts(ids)`: the spilled outputs joined with newlines, and their total size.
+/// `artifacts(ids)`: `output`, see [`helpers::output::read_outputs`]. The directory is
+/// looked up at each call, so a cell may point `CELLVISOR_ARTIFACT_DIR` elsewhere.
 fn artifacts(lua: &Lua, ids: Vec<mlua::String>) -> mlua::Result<MultiValue> {
-    let directory = std::env::var_os(ARTIFACT_DIR_VAR).filter(|d| !d.is_empty());
-    let mut out = Vec::new();
-    let mut total = 0;
-    for (index, id) in ids.iter().enumerate() {
-        let id = id.as_bytes();
-        let shown = String::from_utf8_lossy(&id).into_owned();
-        if id.is_empty()
-            || id.contains(&b'/')
-            || id.contains(&b'\\')
-            || id.windows(2).any(|w| w == b"..")
-        {
-            return failure(lua, format!("output: invalid output id '{shown}'"));
-        }
-        let unknown = || format!("output: unknown output id '{shown}'");
-        let Some(directory) = &directory else {
-            return failure(lua, unknown());
-        };
-        let mut name = id.to_vec();
-        name.extend_from_slice(b".txt");
-        match crate::runtime::read_artifact(
-            &Path::new(directory).join(std::ffi::OsStr::from_bytes(&name)),
-        ) {
-            Ok(data) => {
-                if index > 0 {
-                    out.push(b'\n');
-                }
-                total += data.len();
-                out.extend_from_slice(&data);
-            }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                return failure(lua, unknown())
-            }
-            Err(error) => return failure(lua, path_error("output", &error, &id)),
-        }
+    let ids: Vec<Vec<u8>> = ids.iter().map(|id| id.as_bytes().to_vec()).collect();
+    match helpers::output::read_outputs(helpers::output::dir_from_env().as_deref(), &ids) {
+        Ok((out, total)) => success([bytes(lua, out)?, count(total)]),
+        Err(error) => refused(lua, error),
     }
-    success([bytes(lua, out)?, count(total)])
 }
 
 /// `status(details)`: one status event for the running cell.
@@ -451,7 +324,7 @@ fn json_text(_: &Lua, value: Value) -> mlua::Result<Option<String>> {
     Ok(json::plain_value_json(&value).map(|json| json.to_string()))
 }
 
-/// `store_save(key, value)`: writes the value for `load` (see [`crate::store`]); the bytes.
+/// `store_save(key, value)`: writes the value for `load` (see [`helpers::store`]); the bytes.
 fn store_save(lua: &Lua, (key, value): (String, Value)) -> mlua::Result<MultiValue> {
     let Some(json) = json::plain_value_json(&value) else {
         return failure(
@@ -459,22 +332,22 @@ fn store_save(lua: &Lua, (key, value): (String, Value)) -> mlua::Result<MultiVal
             "store: the value is not plain data, which JSON needs".into(),
         );
     };
-    match crate::store::save(
-        crate::store::dir_from_env().as_deref(),
+    match helpers::store::save(
+        helpers::store::dir_from_env().as_deref(),
         &key,
         &json.to_string(),
     ) {
         Ok(bytes) => success([count(bytes)]),
-        Err(message) => failure(lua, message),
+        Err(error) => refused(lua, error),
     }
 }
 
 /// `store_load(key)`: `true, value` when stored, `false` when not, `nil, message` on failure.
 fn store_load(lua: &Lua, key: String) -> mlua::Result<MultiValue> {
-    let text = match crate::store::load(crate::store::dir_from_env().as_deref(), &key) {
+    let text = match helpers::store::load(helpers::store::dir_from_env().as_deref(), &key) {
         Ok(Some(text)) => text,
         Ok(None) => return success([Value::Boolean(false)]),
-        Err(message) => return failure(lua, message),
+        Err(error) => return refused(lua, error),
     };
     match serde_json::from_str::<Json>(&text) {
         Ok(json) => success([Value::Boolean(true), lua.to_value_with(&json, FROM_JSON)?]),

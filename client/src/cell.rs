@@ -95,6 +95,18 @@ pub enum CellStatus {
     Skipped,
 }
 
+impl std::fmt::Display for CellStatus {
+    /// The status as the protocol spells it (`complete`, `error`, ...).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CellStatus::Complete => "complete",
+            CellStatus::Error => "error",
+            CellStatus::Cancelled => "cancelled",
+            CellStatus::Skipped => "skipped",
+        })
+    }
+}
+
 /// Whether and how a cell's output was cut down to fit in memory.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Truncation {
@@ -160,13 +172,6 @@ impl CellResult {
             notice: None,
         }
     }
-
-    /// A cell that could not be run at all (no worker, session failed, ...): an error whose
-    /// output is `message`.
-    pub fn refused(index: usize, spec: &CellSpec, message: String) -> CellResult {
-        let outcome = CellOutcome::error(message);
-        outcome.into_result(index, spec)
-    }
 }
 
 /// The result of a request.
@@ -182,63 +187,6 @@ impl EvalResult {
             .iter()
             .any(|c| matches!(c.status, CellStatus::Error | CellStatus::Cancelled));
         EvalResult { is_error, cells }
-    }
-}
-
-/// What a session reports for one cell; the host adds index, title and language.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CellOutcome {
-    pub status: CellStatus,
-    pub output: String,
-    pub duration_ms: f64,
-    pub displays: Vec<serde_json::Value>,
-    pub status_events: Vec<serde_json::Value>,
-    pub truncation: Truncation,
-    pub notice: Option<String>,
-}
-
-impl CellOutcome {
-    /// An error that happened outside user code; `message` is the whole output.
-    pub fn error(message: String) -> CellOutcome {
-        let mut message = message;
-        if !message.ends_with('\n') {
-            message.push('\n');
-        }
-        CellOutcome {
-            status: CellStatus::Error,
-            truncation: Truncation {
-                truncated: false,
-                total_bytes: message.len() as u64,
-                total_lines: message.lines().count() as u64,
-                artifact_path: None,
-                artifact_error: None,
-            },
-            output: message,
-            duration_ms: 0.0,
-            displays: Vec::new(),
-            status_events: Vec::new(),
-            notice: None,
-        }
-    }
-
-    pub fn into_result(self, index: usize, spec: &CellSpec) -> CellResult {
-        CellResult {
-            index,
-            title: spec.title.clone(),
-            language: spec.language,
-            exit_code: if self.status == CellStatus::Complete {
-                0
-            } else {
-                1
-            },
-            status: self.status,
-            output: self.output,
-            duration_ms: self.duration_ms,
-            displays: self.displays,
-            status_events: self.status_events,
-            truncation: self.truncation,
-            notice: self.notice,
-        }
     }
 }
 
@@ -325,5 +273,20 @@ mod tests {
         assert_eq!(json["status"], "skipped");
         assert_eq!(json["language"], "py");
         assert_eq!(json["truncation"]["artifact_path"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn statuses_display_as_the_protocol_names_them() {
+        for status in [
+            CellStatus::Complete,
+            CellStatus::Error,
+            CellStatus::Cancelled,
+            CellStatus::Skipped,
+        ] {
+            assert_eq!(
+                serde_json::json!(status.to_string()),
+                serde_json::json!(status)
+            );
+        }
     }
 }

@@ -5,12 +5,13 @@
 //! value stored from Python is loadable from JavaScript in the same session.
 //!
 //! The Python runner has its own copy of these rules in `prelude.py` (it runs in its own
-//! process); the key rule and the file layout must stay the same in both.
+//! process, with no Rust in it); the key rule and the file layout must stay the same in both,
+//! and `tests/code_mode.rs` stores from one language and loads from another.
 
-use std::fs;
-use std::io::{ErrorKind, Write};
+use super::fs::{write_atomically, Durability};
+use super::HelperError;
+use std::io::ErrorKind;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Env var: the per-session directory behind `store`/`load`.
 pub const STORE_DIR_VAR: &str = "CELLVISOR_STORE_DIR";
@@ -19,7 +20,7 @@ pub const STORE_DIR_VAR: &str = "CELLVISOR_STORE_DIR";
 const MAX_KEY: usize = 128;
 
 /// Checks a key: a file name we can use as is.
-pub fn check_key(helper: &str, key: &str) -> Result<(), String> {
+pub fn check_key(helper: &str, key: &str) -> Result<(), HelperError> {
     let valid = !key.is_empty()
         && key.len() <= MAX_KEY
         && !key.starts_with('.')
@@ -29,69 +30,60 @@ pub fn check_key(helper: &str, key: &str) -> Result<(), String> {
     if valid {
         Ok(())
     } else {
-        Err(format!(
+        Err(HelperError::Refused(format!(
             "{helper}: invalid key {key:?}: use 1 to {MAX_KEY} characters from \
              A-Z a-z 0-9 _ - . (not starting with a dot)"
-        ))
+        )))
     }
 }
 
 /// `store(key, value)`: writes `json` (already checked to be JSON) to `<dir>/<key>.json`
-/// atomically (temp file, fsync, rename); answers the bytes written.
-pub fn save(dir: Option<&Path>, key: &str, json: &str) -> Result<usize, String> {
+/// atomically and durably; answers the bytes written.
+pub fn save(dir: Option<&Path>, key: &str, json: &str) -> Result<usize, HelperError> {
     check_key("store", key)?;
     let dir = dir.ok_or_else(|| {
-        format!("store: this worker has no store directory ({STORE_DIR_VAR} is not set)")
+        HelperError::Refused(format!(
+            "store: this worker has no store directory ({STORE_DIR_VAR} is not set)"
+        ))
     })?;
-    let failed = |err: std::io::Error| {
-        format!(
-            "store: cannot write key `{key}` in {}: {err}",
-            dir.display()
-        )
-    };
-    {
+    let written = (|| {
         use std::os::unix::fs::DirBuilderExt;
-        fs::DirBuilder::new()
+        std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
-            .create(dir)
-            .map_err(failed)?;
-    }
-    static TEMP_SERIAL: AtomicU64 = AtomicU64::new(0);
-    let serial = TEMP_SERIAL.fetch_add(1, Ordering::Relaxed);
-    let temp = dir.join(format!(".{key}.json.{}.{serial}.tmp", std::process::id()));
-    let written = (|| {
-        let mut file = fs::File::create(&temp)?;
-        file.write_all(json.as_bytes())?;
-        file.sync_all()?;
-        fs::rename(&temp, dir.join(format!("{key}.json")))
+            .create(dir)?;
+        let file = dir.join(format!("{key}.json"));
+        write_atomically(&file, json.as_bytes(), Durability::Synced)
     })();
-    if let Err(err) = written {
-        let _ = fs::remove_file(&temp);
-        return Err(failed(err));
-    }
+    written.map_err(|err| {
+        HelperError::Refused(format!(
+            "store: cannot write key `{key}` in {}: {err}",
+            dir.display()
+        ))
+    })?;
     Ok(json.len())
 }
 
 /// `load(key)`: the stored JSON text, or `None` when the key was never stored.
-pub fn load(dir: Option<&Path>, key: &str) -> Result<Option<String>, String> {
+pub fn load(dir: Option<&Path>, key: &str) -> Result<Option<String>, HelperError> {
     check_key("load", key)?;
     let Some(dir) = dir else {
         return Ok(None);
     };
     let file = dir.join(format!("{key}.json"));
-    match fs::read_to_string(&file) {
+    match std::fs::read_to_string(&file) {
         Ok(text) => Ok(Some(text)),
         Err(err) if err.kind() == ErrorKind::NotFound => Ok(None),
-        Err(err) => Err(format!("load: cannot read {}: {err}", file.display())),
+        Err(err) => Err(HelperError::Refused(format!(
+            "load: cannot read {}: {err}",
+            file.display()
+        ))),
     }
 }
 
 /// The store directory the worker's environment names (empty counts as unset).
 pub fn dir_from_env() -> Option<std::path::PathBuf> {
-    std::env::var_os(STORE_DIR_VAR)
-        .filter(|value| !value.is_empty())
-        .map(std::path::PathBuf::from)
+    super::dir_var(STORE_DIR_VAR)
 }
 
 #[cfg(test)]
@@ -112,13 +104,16 @@ mod tests {
         for bad in ["", "../x", "a/b", ".hidden", "sp ace"] {
             assert!(save(store, bad, "1").is_err(), "{bad}");
         }
-        let leftovers: Vec<_> = fs::read_dir(dir.path().join("store"))
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("store"))
             .expect("listing")
             .filter_map(Result::ok)
             .map(|entry| entry.file_name())
             .collect();
         assert_eq!(leftovers, vec![std::ffi::OsString::from("k-1.v2.json")]);
-        assert!(save(None, "k", "1").unwrap_err().contains(STORE_DIR_VAR));
-        assert_eq!(load(None, "k"), Ok(None));
+        assert!(save(None, "k", "1")
+            .unwrap_err()
+            .to_string()
+            .contains(STORE_DIR_VAR));
+        assert_eq!(load(None, "k").expect("no directory"), None);
     }
 }

@@ -1,0 +1,18 @@
+//! What a Rust host needs to talk to cellvisor, and nothing that runs cells: build this crate
+//! alone and neither QuickJS, Lua nor the actor system is compiled. The `cellvisor` crate
+//! re-exports all of it, so embedding hosts and daemon clients speak the same types.
+//!
+//! - [`cell`]: requests of cells, per-cell results and progress events (DESIGN.md §2).
+//! - [`status`]: the rows of `status`.
+//! - [`protocol`]: the daemon's JSON-RPC wire types, method names and error codes.
+//! - [`daemon`]: the daemon's client (connect, or start one), and where its socket is.
+
+pub mod cell;
+pub mod daemon;
+pub mod protocol;
+pub mod status;
+
+pub use cell::{CellEvent, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};
+pub use cellvisor_ipc::Language;
+pub use daemon::{Client, ClientError};
+pub use status::{SessionState, SessionStatus};

@@ -1,0 +1,339 @@
+//! Text for the text hosts, written once: `cellvisor eval` and `cellvisor status` on a
+//! terminal and the MCP server's tool results show the same headers, the same choice of
+//! what a display bundle becomes, and the same status table. A host keeps only what is its
+//! own: where text goes (stdout or stderr, one content block) and what an image becomes (a
+//! file, a content block).
+//!
+//! HTML offered without Markdown is converted to Markdown here (with `htmd`), once for every
+//! language: the workers send `text/html` as the code gave it. The states' words are their
+//! `Display` (beside the types, in `cellvisor-client`).
+
+use crate::cell::CellResult;
+use crate::session::SessionStatus;
+use serde_json::Value;
+use std::fmt;
+
+/// `[2/3] title` (or the language when the cell has no title) above each cell of a request
+/// with several cells; `None` for a lone cell.
+pub fn cell_header(cell: &CellResult, total: usize) -> Option<String> {
+    (total > 1).then(|| {
+        let label = cell
+            .title
+            .clone()
+            .unwrap_or_else(|| cell.language.to_string());
+        format!("[{}/{total}] {label}", cell.index + 1)
+    })
+}
+
+/// `(output truncated: ...)` for a cell whose output was cut, saying where the whole is.
+pub fn truncation_note(cell: &CellResult) -> Option<String> {
+    let truncation = &cell.truncation;
+    truncation.truncated.then(|| {
+        let whole = match &truncation.artifact_path {
+            Some(path) => format!("; the whole output is in {}", path.display()),
+            None => String::new(),
+        };
+        format!(
+            "(output truncated: {} bytes, {} lines in all{whole})",
+            truncation.total_bytes, truncation.total_lines
+        )
+    })
+}
+
+/// Whether a media display is a picture or a sound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MediaKind {
+    Image,
+    Audio,
+}
+
+/// What a display bundle becomes on a text host.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Shown<'a> {
+    /// An image or audio clip: base64 data (line breaks removed) the host shows its own way.
+    Media {
+        kind: MediaKind,
+        mime: &'a str,
+        base64: String,
+    },
+    /// Text to show as it is.
+    Text(String),
+    /// Nothing worth showing (only cellvisor's own status data).
+    Nothing,
+}
+
+/// The image types a text host can show, best first.
+const IMAGES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/// The best form of a display bundle for a text host: an image, then audio, then JSON
+/// (pretty-printed), Markdown, HTML as Markdown, plain text, SVG or LaTeX source; failing
+/// all that, a note naming the MIME types it had.
+pub fn display(bundle: &Value) -> Shown<'_> {
+    let Some(bundle) = bundle.as_object() else {
+        return Shown::Text(bundle.to_string());
+    };
+    let image = IMAGES
+        .iter()
+        .find_map(|mime| bundle.get_key_value(*mime))
+        .map(|entry| (MediaKind::Image, entry));
+    let audio = || {
+        bundle
+            .iter()
+            .find(|(mime, _)| mime.starts_with("audio/"))
+            .map(|entry| (MediaKind::Audio, entry))
+    };
+    if let Some((kind, (mime, Value::String(data)))) = image.or_else(audio) {
+        // Base64 as the workers send it; tolerate line breaks some encoders add.
+        let base64 = data.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+        return Shown::Media {
+            kind,
+            mime: mime.as_str(),
+            base64,
+        };
+    }
+    if let Some(json) = bundle.get("application/json") {
+        return Shown::Text(
+            serde_json::to_string_pretty(json).unwrap_or_else(|_| json.to_string()),
+        );
+    }
+    let text = |mime: &str| bundle.get(mime).and_then(Value::as_str);
+    if let Some(markdown) = text("text/markdown") {
+        return Shown::Text(markdown.to_string());
+    }
+    if let Some(markdown) = text("text/html").and_then(html_to_markdown) {
+        return Shown::Text(markdown);
+    }
+    for mime in ["text/plain", "image/svg+xml", "text/html", "text/latex"] {
+        if let Some(value) = text(mime) {
+            return Shown::Text(value.to_string());
+        }
+    }
+    let kinds: Vec<&str> = bundle
+        .keys()
+        .map(String::as_str)
+        .filter(|mime| !mime.starts_with("application/x-cellvisor"))
+        .collect();
+    if kinds.is_empty() {
+        Shown::Nothing
+    } else {
+        Shown::Text(format!("[display: {}]", kinds.join(", ")))
+    }
+}
+
+/// HTML as Markdown for text-only hosts (headings, emphasis, links, lists, tables, code),
+/// scripts and styles dropped; `None` when it cannot be converted or nothing is left.
+pub fn html_to_markdown(html: &str) -> Option<String> {
+    let converter = htmd::HtmlToMarkdown::builder()
+        .skip_tags(vec!["script", "style", "head", "template", "noscript"])
+        .build();
+    let markdown = converter.convert(html).ok()?;
+    let markdown = markdown.trim();
+    (!markdown.is_empty()).then(|| markdown.to_string())
+}
+
+/// The `status` table of live sessions, as `cellvisor status` and the MCP `sessions` tool
+/// show it; `own` marks the session of the asking connection.
+pub struct StatusTable<'a> {
+    pub rows: &'a [SessionStatus],
+    pub own: Option<&'a str>,
+}
+
+impl fmt::Display for StatusTable<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.rows.is_empty() {
+            return writeln!(
+                f,
+                "No live sessions (a worker starts with the first cell of its language)."
+            );
+        }
+        const HEADER: [&str; 11] = [
+            "SESSION", "LANG", "PID", "STATE", "RSS", "CPU", "IDLE", "CELLS", "RESTARTS", "QUEUED",
+            "ENGINE",
+        ];
+        let dash = || "-".to_string();
+        let mut table: Vec<Vec<String>> = vec![HEADER.iter().map(|h| h.to_string()).collect()];
+        for row in self.rows {
+            let session = if Some(row.session.as_str()) == self.own {
+                format!("{} (this connection)", row.session)
+            } else {
+                row.session.clone()
+            };
+            let idle = std::time::Duration::from_secs(row.idle_ms / 1000);
+            table.push(vec![
+                session,
+                row.language.to_string(),
+                row.pid.map_or_else(dash, |pid| pid.to_string()),
+                row.state.to_string(),
+                row.rss_bytes
+                    .map_or_else(dash, |bytes| bytesize::ByteSize::b(bytes).to_string()),
+                row.cpu_percent
+                    .map_or_else(dash, |cpu| format!("{cpu:.0}%")),
+                humantime::format_duration(idle).to_string(),
+                row.cells_run.to_string(),
+                row.restarts.to_string(),
+                row.queued.to_string(),
+                row.engine.clone().unwrap_or_else(dash),
+            ]);
+        }
+        let widths: Vec<usize> = (0..HEADER.len())
+            .map(|column| {
+                table
+                    .iter()
+                    .map(|row| row[column].chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        for row in &table {
+            let line: Vec<String> = row
+                .iter()
+                .zip(&widths)
+                .map(|(cell, width)| format!("{cell:<width$}"))
+                .collect();
+            writeln!(f, "{}", line.join("  ").trim_end())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cellvisor_ipc::Language;
+    use serde_json::json;
+
+    #[test]
+    fn displays_pick_media_then_json_then_markdown_then_text() {
+        let image =
+            json!({"image/png": "iVBO\nRw==", "application/json": {}, "text/plain": "<Png>"});
+        assert_eq!(
+            display(&image),
+            Shown::Media {
+                kind: MediaKind::Image,
+                mime: "image/png",
+                base64: "iVBORw==".into()
+            }
+        );
+        let audio = json!({"audio/wav": "UklG", "text/plain": "<audio>"});
+        assert!(matches!(
+            display(&audio),
+            Shown::Media {
+                kind: MediaKind::Audio,
+                mime: "audio/wav",
+                ..
+            }
+        ));
+        assert_eq!(
+            display(&json!({"application/json": {"k": [1]}, "text/plain": "x"})),
+            Shown::Text("{\n  \"k\": [\n    1\n  ]\n}".into())
+        );
+        assert_eq!(
+            display(&json!({"text/markdown": "*m*", "text/html": "<b>h</b>", "text/plain": "p"})),
+            Shown::Text("*m*".into())
+        );
+        assert_eq!(
+            display(&json!({"text/html": "<p>hi <i>there</i></p>", "text/plain": "p"})),
+            Shown::Text("hi *there*".into())
+        );
+        assert_eq!(
+            display(&json!({"text/plain": "p"})),
+            Shown::Text("p".into())
+        );
+        assert_eq!(
+            display(&json!({"application/pdf": "JVBE", "application/x-cellvisor-status": {}})),
+            Shown::Text("[display: application/pdf]".into())
+        );
+        assert_eq!(
+            display(&json!({"application/x-cellvisor-status": {"op": "read"}})),
+            Shown::Nothing
+        );
+    }
+
+    #[test]
+    fn html_becomes_markdown_without_scripts_or_styles() {
+        let page = "<h2>Title</h2><p>Some <b>bold</b> and <a href=\"http://x\">link</a></p>\
+                    <ul><li>one</li><li>two</li></ul>\
+                    <table><tr><th>k</th><th>v</th></tr><tr><td>1</td><td>2</td></tr></table>\
+                    <pre>code\n  indented</pre><script>bad()</script><style>p {}</style>";
+        let markdown = html_to_markdown(page).expect("markdown");
+        for part in [
+            "## Title",
+            "Some **bold** and [link](http://x)",
+            "one",
+            "two",
+            "| k | v |",
+            "code\n  indented",
+        ] {
+            assert!(markdown.contains(part), "{part:?} in {markdown}");
+        }
+        assert!(
+            !markdown.contains("bad()") && !markdown.contains("p {}"),
+            "{markdown}"
+        );
+        assert_eq!(html_to_markdown("<script>x()</script>"), None);
+    }
+
+    #[test]
+    fn cells_get_a_header_only_among_several_and_a_note_when_cut() {
+        let spec = crate::cell::CellSpec {
+            language: Language::Lua,
+            code: String::new(),
+            title: None,
+            timeout: None,
+            reset: false,
+        };
+        let mut cell = CellResult::skipped(1, &spec);
+        assert_eq!(cell_header(&cell, 1), None);
+        assert_eq!(cell_header(&cell, 3).as_deref(), Some("[2/3] lua"));
+        cell.title = Some("setup".into());
+        assert_eq!(cell_header(&cell, 3).as_deref(), Some("[2/3] setup"));
+        assert_eq!(truncation_note(&cell), None);
+        cell.truncation.truncated = true;
+        cell.truncation.total_bytes = 9000;
+        cell.truncation.total_lines = 12;
+        assert_eq!(
+            truncation_note(&cell).as_deref(),
+            Some("(output truncated: 9000 bytes, 12 lines in all)")
+        );
+    }
+
+    #[test]
+    fn the_status_table_aligns_its_columns_and_marks_the_own_session() {
+        assert!(StatusTable {
+            rows: &[],
+            own: None
+        }
+        .to_string()
+        .starts_with("No live sessions"));
+        let row: SessionStatus = serde_json::from_value(json!({
+            "session": "mcp-1", "language": "py", "pid": 42, "engine": null, "state": "busy",
+            "cells_run": 3, "restarts": 0, "idle_ms": 65_000, "queued": 1,
+            "rss_bytes": 2_097_152, "cpu_percent": 12.4
+        }))
+        .expect("a status row");
+        let table = StatusTable {
+            rows: &[row],
+            own: Some("mcp-1"),
+        }
+        .to_string();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 2, "{table}");
+        for (column, value) in [("LANG", "py "), ("STATE", "busy"), ("ENGINE", " -")] {
+            let value_at = lines[1]
+                .rfind(value)
+                .map(|at| at + value.len() - value.trim_start().len());
+            assert_eq!(lines[0].find(column), value_at, "{column}: {table}");
+        }
+        for part in [
+            "mcp-1 (this connection)",
+            "py",
+            "42",
+            "busy",
+            "MiB",
+            "12%",
+            "1m 5s",
+        ] {
+            assert!(lines[1].contains(part), "{part:?} in {table}");
+        }
+    }
+}
