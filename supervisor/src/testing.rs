@@ -49,6 +49,7 @@ pub fn job(
         tool_host: None,
         max_output_bytes: None,
         python: None,
+        sandbox: None,
         requester,
         reply,
     };

@@ -73,7 +73,7 @@ fn print_table(rows: &[SessionStatus]) {
         return;
     }
     let header = [
-        "SESSION", "LANG", "PID", "STATE", "RSS", "CPU%", "IDLE", "CELLS", "RESTARTS",
+        "SESSION", "LANG", "PID", "STATE", "RSS", "CPU%", "IDLE", "CELLS", "RESTARTS", "SANDBOX",
     ];
     let mut table: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for row in rows {
@@ -95,6 +95,9 @@ fn print_table(rows: &[SessionStatus]) {
                 .to_string(),
             row.cells_run.to_string(),
             row.restarts.to_string(),
+            row.sandbox
+                .as_ref()
+                .map_or_else(|| "off".to_string(), |s| s.short()),
         ]);
     }
     let widths: Vec<usize> = (0..header.len())
@@ -107,6 +110,11 @@ fn print_table(rows: &[SessionStatus]) {
             .map(|(cell, width)| format!("{cell:<width$}"))
             .collect();
         println!("{}", line.join("  ").trim_end());
+    }
+    for row in rows {
+        if let Some(warning) = row.sandbox.as_ref().and_then(|s| s.warning.as_ref()) {
+            println!("warning: {} {}: {warning}", row.session, row.language);
+        }
     }
 }
 

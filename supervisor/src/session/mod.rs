@@ -78,6 +78,9 @@ pub struct SessionStatus {
     /// Why the session is failed, or why its last worker could not start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The session's sandbox; `None`: not sandboxed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::sandbox::SandboxStatus>,
 }
 
 /// A cell to run, with where to send its outcome.
@@ -93,6 +96,8 @@ pub struct CellJob {
     pub max_output_bytes: Option<u64>,
     /// The Python the request runs on (Python cells only).
     pub python: Option<Arc<crate::python_choice::PythonChoice>>,
+    /// The sandbox the request runs under; `None`: none.
+    pub sandbox: Option<Arc<crate::sandbox::Plan>>,
     /// Closes when whoever asked for the cell is gone (a client that disconnected): its
     /// running cell is then interrupted, and its queued cells are dropped.
     pub requester: watch::Receiver<()>,
@@ -192,6 +197,8 @@ pub struct Session {
     jobs_received: u64,
     /// The Python the current (or next) worker runs, once a request has said.
     python: Option<PathBuf>,
+    /// The sandbox the current (or next) worker runs under.
+    sandbox: Option<Arc<crate::sandbox::Plan>>,
 }
 
 impl Session {
@@ -223,6 +230,7 @@ impl Session {
             prestarted: setup.prestarted,
             jobs_received: 0,
             python: None,
+            sandbox: None,
         }
     }
 
@@ -276,6 +284,7 @@ impl Session {
             rss_bytes: None,
             cpu_percent: None,
             reason: self.failed.clone().or_else(|| self.start_error.clone()),
+            sandbox: self.sandbox.as_ref().map(|plan| plan.status()),
         }
     }
 

@@ -189,7 +189,8 @@ impl Supervisor {
             .python
             .as_ref()
             .is_some_and(|choice| choice.virtual_env.is_some());
-        let prestarted = if language == Language::Python && !own_venv {
+        let prestarted = if language == Language::Python && !own_venv && submit.job.sandbox.is_none()
+        {
             self.claim_prewarmed(submit.cwd.as_deref(), ctx)
         } else {
             None
