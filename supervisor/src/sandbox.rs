@@ -115,7 +115,10 @@ pub fn effective(
         ("write", &request.write, &operator.write),
     ] {
         let Some(asked) = asked else { continue };
-        if let Some(bad) = asked.iter().find(|e| !cellvisor_config::keys::is_sandbox_path(e)) {
+        if let Some(bad) = asked
+            .iter()
+            .find(|e| !cellvisor_config::keys::is_sandbox_path(e))
+        {
             return Err(format!(
                 "sandbox.{name}: {bad:?} is not an allowed entry: use absolute paths, \"~/...\" \
                  or \"cwd\""
@@ -337,7 +340,11 @@ impl SandboxStatus {
                 Feature::UnixConnect => "unix",
             })
             .collect();
-        let warn = if self.warning.is_some() { " (partial)" } else { "" };
+        let warn = if self.warning.is_some() {
+            " (partial)"
+        } else {
+            ""
+        };
         format!("abi {}: {}{warn}", self.landlock_abi, names.join(","))
     }
 }
@@ -357,6 +364,39 @@ const ETC_SECRETS: &[&str] = &[
     "docker",
     "cellvisor",
 ];
+
+/// Entries of `/proc` a cell never reads, even with `/proc` in `sandbox.read`.
+const PROC_SECRETS: &[&str] = &[
+    "kcore",
+    "kmsg",
+    "kallsyms",
+    "kpagecount",
+    "kpageflags",
+    "kpagecgroup",
+    "keys",
+    "key-users",
+];
+
+/// `/proc` (at `proc`) without other processes' directories and kernel secrets: a process's
+/// `environ` must stay out of reach even for a cell running as root, whose capabilities
+/// would read it past the process being non-dumpable. `self` stays: it names the worker's
+/// own directory when the worker builds its rules.
+fn proc_without_processes(proc: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(proc) else {
+        return Vec::new();
+    };
+    let mut kept: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|entry| {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            !name.bytes().all(|b| b.is_ascii_digit()) && !PROC_SECRETS.contains(&name.as_ref())
+        })
+        .map(|entry| entry.path())
+        .collect();
+    kept.sort();
+    kept
+}
 
 /// Where one session's sandboxed worker may write, besides the policy's write paths.
 #[derive(Debug, Clone, PartialEq)]
@@ -395,14 +435,24 @@ pub fn rules(plan: &Plan, dirs: &SessionDirs, env: &[(OsString, OsString)]) -> R
     let mut read = Vec::new();
     for entry in &plan.policy.read {
         let Some(path) = resolve(entry) else { continue };
-        read.extend(tree_without(&path, &etc_secrets));
+        if path == Path::new("/proc") {
+            read.extend(proc_without_processes(&path));
+        } else {
+            read.extend(tree_without(&path, &etc_secrets));
+        }
     }
     // The user's startup modules (the project's are under cwd).
-    let config_home = lookup("XDG_CONFIG_HOME").or_else(|| home.as_ref().map(|h| h.join(".config")));
+    let config_home =
+        lookup("XDG_CONFIG_HOME").or_else(|| home.as_ref().map(|h| h.join(".config")));
     if let Some(config_home) = config_home {
         read.push(config_home.join("cellvisor").join("startup"));
     }
-    let mut write: Vec<PathBuf> = plan.policy.write.iter().filter_map(|e| resolve(e)).collect();
+    let mut write: Vec<PathBuf> = plan
+        .policy
+        .write
+        .iter()
+        .filter_map(|e| resolve(e))
+        .collect();
     write.push(dirs.tmp.clone());
     write.push(dirs.artifacts.clone());
     write.extend(dirs.store.clone());
@@ -450,14 +500,33 @@ pub fn apply_to_env(
     set(env, SANDBOX_VAR, Some(json.into()));
     set(env, "TMPDIR", Some(dirs.tmp.clone().into()));
     // Matplotlib's cache, where a confined cell may write it.
-    set(env, "MPLCONFIGDIR", Some(dirs.tmp.join("matplotlib").into()));
-    set(env, "CELLVISOR_ARTIFACT_DIR", Some(dirs.artifacts.clone().into()));
+    set(
+        env,
+        "MPLCONFIGDIR",
+        Some(dirs.tmp.join("matplotlib").into()),
+    );
+    set(
+        env,
+        "CELLVISOR_ARTIFACT_DIR",
+        Some(dirs.artifacts.clone().into()),
+    );
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proc_keeps_system_files_and_the_own_process_but_no_other_process() {
+        let kept = proc_without_processes(Path::new("/proc"));
+        assert!(kept.contains(&PathBuf::from("/proc/self")), "{kept:?}");
+        assert!(kept.contains(&PathBuf::from("/proc/uptime")), "{kept:?}");
+        assert!(!kept.contains(&PathBuf::from("/proc/kcore")));
+        let me = PathBuf::from(format!("/proc/{}", std::process::id()));
+        assert!(!kept.contains(&me));
+        assert!(!kept.contains(&PathBuf::from("/proc/1")));
+    }
 
     fn operator() -> SandboxConfig {
         SandboxConfig {
@@ -576,8 +645,15 @@ mod tests {
             landlock_abi: 0,
             user_namespaces: false,
         };
-        let error = plan(SandboxConfig { required: true, ..SandboxConfig::default() }, no_landlock, "/w".into())
-            .expect_err("nothing");
+        let error = plan(
+            SandboxConfig {
+                required: true,
+                ..SandboxConfig::default()
+            },
+            no_landlock,
+            "/w".into(),
+        )
+        .expect_err("nothing");
         assert!(error.contains("needs Landlock ABI 1"), "{error}");
         assert!(error.contains("needs Landlock ABI 4"), "{error}");
     }
@@ -589,7 +665,10 @@ mod tests {
             ..SandboxConfig::default()
         };
         let plan = plan(policy, ABI7, "/w".into()).expect("not required");
-        assert_eq!(plan.enforced, [Feature::Files, Feature::Tcp, Feature::Scopes]);
+        assert_eq!(
+            plan.enforced,
+            [Feature::Files, Feature::Tcp, Feature::Scopes]
+        );
         assert_eq!(plan.missing, [Feature::UnixConnect]);
         let warning = plan.warning().expect("warns");
         assert!(warning.contains("ABI 7") && warning.contains("confine-unix-connect"));

@@ -123,6 +123,7 @@ pub fn confine(rules: &Rules, extra_read: &[PathBuf]) -> Result<String, SandboxE
         ruleset = ruleset.scope(Scope::from_all(ABI::V6))?;
     }
     let mut created = ruleset.create()?;
+    drop_ptrace_capability();
     let reads = rules.read.iter().chain(extra_read);
     let grants = reads
         .map(|p| (p, false))
@@ -146,9 +147,28 @@ pub fn confine(rules: &Rules, extra_read: &[PathBuf]) -> Result<String, SandboxE
     summarize(rules, &status)
 }
 
+/// A process with `CAP_SYS_PTRACE` (root) reads other processes' `/proc/<pid>/environ` even
+/// when they are non-dumpable, and Landlock's ptrace scoping stops only attaching and memory
+/// access: a confined worker gives the capability up, for itself and all it starts.
+fn drop_ptrace_capability() {
+    use caps::{CapSet, Capability};
+    for set in [
+        CapSet::Bounding,
+        CapSet::Ambient,
+        CapSet::Inheritable,
+        CapSet::Effective,
+        CapSet::Permitted,
+    ] {
+        // Not held (an ordinary user) is the usual case; nothing to give up then.
+        let _ = caps::drop(None, set, Capability::CAP_SYS_PTRACE);
+    }
+}
+
 fn summarize(rules: &Rules, status: &RestrictionStatus) -> Result<String, SandboxError> {
     let how = match status.ruleset {
-        RulesetStatus::FullyEnforced => return Ok(format!("fully enforced ({:?})", status.landlock)),
+        RulesetStatus::FullyEnforced => {
+            return Ok(format!("fully enforced ({:?})", status.landlock))
+        }
         RulesetStatus::PartiallyEnforced => "partially",
         RulesetStatus::NotEnforced => "not at all",
     };
@@ -168,9 +188,8 @@ pub fn enter_network_namespace() -> Result<(), SandboxError> {
     let io = |e: nix::Error| SandboxError::Namespace(std::io::Error::from(e));
     unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET).map_err(io)?;
     // The same ids inside as outside, so files keep their owners.
-    let write = |file: &str, text: String| {
-        std::fs::write(file, text).map_err(SandboxError::Namespace)
-    };
+    let write =
+        |file: &str, text: String| std::fs::write(file, text).map_err(SandboxError::Namespace);
     write("/proc/self/setgroups", "deny".into())?;
     write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
     write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;

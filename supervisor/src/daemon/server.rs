@@ -181,7 +181,8 @@ fn refuse_cell(stream: UnixStream) {
             }
         });
         let line = format!("{refusal}\n");
-        let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(line.as_bytes())).await;
+        let _ =
+            tokio::time::timeout(Duration::from_secs(1), stream.write_all(line.as_bytes())).await;
     });
 }
 
