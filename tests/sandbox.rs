@@ -515,3 +515,45 @@ fn a_required_sandbox_the_kernel_cannot_enforce_refuses_to_start_workers() {
     );
     daemon.stop();
 }
+
+#[test]
+fn a_loopback_sandbox_has_a_network_of_its_own_and_the_namespace_cuts_udp_too() {
+    let world = World::with_config("[sandbox]\nenabled = true\nnetwork = \"loopback\"\n");
+    let listener = TcpListener::bind("127.0.0.1:0").expect("listener");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
+    udp.set_nonblocking(true).expect("nonblocking");
+    let code = format!(
+        r#"import socket
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen()
+client = socket.create_connection(server.getsockname(), timeout=5)
+conn, _ = server.accept()
+client.sendall(b"hi")
+print("own:", conn.recv(2).decode())
+try:
+    socket.create_connection(("127.0.0.1", {tcp}), timeout=5)
+    print("host-tcp: ALLOWED")
+except OSError as error:
+    print("host-tcp: denied", type(error).__name__)
+datagram = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+datagram.sendto(b"escape", ("127.0.0.1", {udp}))
+print("udp: sent")"#,
+        tcp = listener.local_addr().expect("addr").port(),
+        udp = udp.local_addr().expect("addr").port(),
+    );
+    let run = world.run(&["eval", "--no-daemon", "-l", "py", &code]);
+    run.assert_code(0);
+    let found = outcomes(&run.stdout);
+    assert_eq!(found["own"], "hi", "{}", run.stdout);
+    assert_eq!(found["host-tcp"], "denied ConnectionRefusedError", "{}", run.stdout);
+    assert_eq!(found["udp"], "sent");
+    assert!(listener.accept().is_err(), "nothing reached the host's TCP listener");
+    let mut buffer = [0u8; 16];
+    assert!(
+        udp.recv_from(&mut buffer).is_err(),
+        "the datagram stayed in the worker's namespace"
+    );
+    world.assert_no_processes_left(std::time::Duration::from_secs(10));
+}

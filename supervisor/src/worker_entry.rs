@@ -52,11 +52,18 @@ pub fn run_worker(args: &[OsString]) -> i32 {
     }
 }
 
-/// Enters the worker's own network namespace when its sandbox rules ask for one.
+/// Enters the worker's own network namespace when its sandbox rules ask for one; a sandbox
+/// that is not required goes on without it (said on stderr, which the log keeps).
 fn enter_namespace_if_asked() -> Result<(), cellvisor_workers::sandbox::SandboxError> {
     match cellvisor_workers::sandbox::rules_from_env()? {
         Some(rules) if rules.network_namespace => {
-            cellvisor_workers::sandbox::enter_network_namespace()
+            match cellvisor_workers::sandbox::enter_network_namespace() {
+                Err(err) if !rules.required => {
+                    eprintln!("warning: {err}; the worker keeps the host's network");
+                    Ok(())
+                }
+                entered => entered,
+            }
         }
         _ => Ok(()),
     }
