@@ -547,9 +547,16 @@ print("udp: sent")"#,
     run.assert_code(0);
     let found = outcomes(&run.stdout);
     assert_eq!(found["own"], "hi", "{}", run.stdout);
-    assert_eq!(found["host-tcp"], "denied ConnectionRefusedError", "{}", run.stdout);
+    assert_eq!(
+        found["host-tcp"], "denied ConnectionRefusedError",
+        "{}",
+        run.stdout
+    );
     assert_eq!(found["udp"], "sent");
-    assert!(listener.accept().is_err(), "nothing reached the host's TCP listener");
+    assert!(
+        listener.accept().is_err(),
+        "nothing reached the host's TCP listener"
+    );
     let mut buffer = [0u8; 16];
     assert!(
         udp.recv_from(&mut buffer).is_err(),

@@ -29,7 +29,10 @@ static SPARED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 /// served by a thread started with the warden: a sandboxed engine thread may not read the
 /// `/proc` entries of its process tree, the warden's threads (started before the
 /// confinement) may.
-static CELL_ENDER: OnceLock<Mutex<mpsc::Sender<(u64, mpsc::Sender<usize>)>>> = OnceLock::new();
+static CELL_ENDER: OnceLock<Mutex<mpsc::Sender<EndCellRequest>>> = OnceLock::new();
+
+/// A cancelled cell's start (in clock ticks), and where to answer how many processes ended.
+type EndCellRequest = (u64, mpsc::Sender<usize>);
 
 /// How long the warden waits between looks for adopted zombies.
 const REAP_INTERVAL: Duration = Duration::from_secs(1);
@@ -48,7 +51,7 @@ pub fn start() -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("warden".into())
         .spawn(move || watch(&read))?;
-    let (requests, received) = mpsc::channel::<(u64, mpsc::Sender<usize>)>();
+    let (requests, received) = mpsc::channel::<EndCellRequest>();
     std::thread::Builder::new()
         .name("cell-ender".into())
         .spawn(move || {
