@@ -560,10 +560,15 @@ mod tests {
         assert_eq!(policy.network, SandboxNetwork::None);
         assert_eq!(policy.write, ["/data/run", "cwd"]);
         let off_by_default = SandboxConfig::default();
-        let on = effective(&off_by_default, Some(&request))
+        let turn_on = SandboxRequest {
+            enabled: Some(true),
+            ..SandboxRequest::default()
+        };
+        let on = effective(&off_by_default, Some(&turn_on))
             .expect("turning it on tightens")
             .expect("on");
         assert!(on.enabled);
+        assert_eq!(on.network, SandboxNetwork::None, "the operator's defaults");
     }
 
     #[test]
