@@ -564,3 +564,40 @@ print("udp: sent")"#,
     );
     world.assert_no_processes_left(std::time::Duration::from_secs(10));
 }
+
+#[test]
+fn a_sandboxed_session_asked_from_another_directory_gets_a_new_worker_confined_there() {
+    let daemon = Daemon::start_with("[sandbox]\nenabled = true\n[python]\nprewarm = 1\n");
+    let mut client = daemon.client();
+    let first = daemon.world.work_dir().join("first");
+    let second = daemon.world.work_dir().join("second");
+    std::fs::create_dir_all(&first).expect("first");
+    std::fs::create_dir_all(&second).expect("second");
+    let write = |client: &mut Client, cwd: &Path| {
+        client.eval(
+            "moving",
+            cwd,
+            json!([{"language": "lua", "code": "local f, e = io.open('here.txt', 'w'); if f then f:write('x'); f:close(); print('wrote') else print(e) end"}]),
+        )
+    };
+    let before = write(&mut client, &first);
+    assert_eq!(output(&before, 0), "wrote\n");
+    let pid = worker_pid(&mut client, "moving", "lua");
+    let after = write(&mut client, &second);
+    assert_eq!(
+        output(&after, 0),
+        "wrote\n",
+        "the new worker may write its new cwd"
+    );
+    let notice = after["cells"][0]["notice"].as_str().unwrap_or_default();
+    assert!(
+        notice.contains("sandbox") && notice.contains("new worker"),
+        "{after:#}"
+    );
+    assert_ne!(worker_pid(&mut client, "moving", "lua"), pid);
+    assert!(second.join("here.txt").is_file());
+    // Under the operator's sandbox no Python worker is prewarmed: none could be used.
+    let prewarmed = daemon.world.processes_running("__worker\u{0}py").len();
+    assert_eq!(prewarmed, 0);
+    daemon.stop();
+}
