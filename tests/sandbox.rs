@@ -459,6 +459,22 @@ fn a_required_sandbox_the_kernel_cannot_enforce_refuses_to_start_workers() {
         assert!(run.stderr.contains(part), "{part}: {}", run.stderr);
     }
     assert!(world.processes().is_empty(), "no worker started");
+    // What this kernel has, required, starts every language confined.
+    let enforceable = world.dir.path().join("enforceable.toml");
+    std::fs::write(&enforceable, "[sandbox]\nenabled = true\nrequired = true\n").expect("config");
+    for (language, code) in [("py", "print(1 + 1)"), ("js", "1 + 1"), ("lua", "1 + 1")] {
+        let run = world.run(&[
+            "--config",
+            path_str(&enforceable),
+            "eval",
+            "--no-daemon",
+            "-l",
+            language,
+            code,
+        ]);
+        run.assert_code(0);
+        assert_eq!(run.stdout, "2\n", "{language}: {}", run.stderr);
+    }
 
     // Not required: the cell runs, with what the kernel enforces and a warning in status.
     let daemon = Daemon::start_with(
