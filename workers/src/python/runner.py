@@ -492,20 +492,8 @@ _commands = _CommandReader()
 _prelude = None
 
 
-def _hide_from_other_processes():
-    """Non-dumpable, as the worker around it: another session's cell (same user) cannot read
-    this interpreter's /proc/<pid>/environ or memory, nor attach to it."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
-    except (ImportError, OSError, AttributeError):
-        pass
-
-
 def main():
     global _prelude
-    _hide_from_other_processes()
     token = os.environ.pop("CELLVISOR_SYNC_TOKEN", "")
     # Figures render off-screen (and are sent as PNG) unless the user chose a backend.
     if not os.environ.get("MPLBACKEND"):
