@@ -41,6 +41,9 @@ pub struct EvalRequest {
     /// "per-call"`); the session's own workers and state are left alone.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fresh: bool,
+    /// Sandbox fields for this request: they may only tighten the operator's `[sandbox]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::sandbox::SandboxRequest>,
 }
 
 impl Default for EvalRequest {
@@ -52,6 +55,7 @@ impl Default for EvalRequest {
             tools: Vec::new(),
             virtual_env: None,
             fresh: false,
+            sandbox: None,
         }
     }
 }

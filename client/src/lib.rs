@@ -3,6 +3,7 @@
 //! re-exports all of it, so embedding hosts and daemon clients speak the same types.
 //!
 //! - [`cell`]: requests of cells, per-cell results and progress events (DESIGN.md §2).
+//! - [`sandbox`]: a request's sandbox fields, and a session's sandbox in `status`.
 //! - [`status`]: the rows of `status`.
 //! - [`protocol`]: the daemon's JSON-RPC wire types, method names and error codes.
 //! - [`daemon`]: the daemon's client (connect, or start one), and where its socket is.
@@ -10,6 +11,7 @@
 pub mod cell;
 pub mod daemon;
 pub mod protocol;
+pub mod sandbox;
 pub mod status;
 
 pub use cell::{CellEvent, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};

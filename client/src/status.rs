@@ -34,6 +34,9 @@ pub struct SessionStatus {
     /// Why the session is failed, or why its last worker could not start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The session's sandbox; `None`: not sandboxed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::sandbox::SandboxStatus>,
 }
 
 impl fmt::Display for SessionState {

@@ -368,6 +368,24 @@ fn from_toml(kind: Kind, item: &Item) -> Result<Value, String> {
         {
             Value::Text(s.value().clone())
         }
+        (Kind::Paths, Some(toml_edit::Value::Array(array))) => {
+            let mut paths = Vec::new();
+            let mut bad = Vec::new();
+            for entry in array.iter() {
+                match entry.as_str() {
+                    Some(path) if keys::is_sandbox_path(path) => paths.push(path.to_string()),
+                    _ => bad.push(found_value(entry)),
+                }
+            }
+            if !bad.is_empty() {
+                return Err(format!(
+                    "not an allowed path: {} (expected {})",
+                    bad.join(", "),
+                    kind.describe()
+                ));
+            }
+            Value::Names(paths)
+        }
         (Kind::Names, Some(toml_edit::Value::Array(array))) => {
             let mut names = Vec::new();
             let mut bad = Vec::new();
@@ -599,6 +617,26 @@ fn from_env(spec: &KeySpec, text: &str) -> Result<Value, String> {
                 ));
             }
             Value::Names(names)
+        }
+        Kind::Paths => {
+            let paths: Vec<String> = text
+                .split(':')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(str::to_string)
+                .collect();
+            let bad: Vec<&str> = paths
+                .iter()
+                .map(String::as_str)
+                .filter(|p| !keys::is_sandbox_path(p))
+                .collect();
+            if !bad.is_empty() {
+                return Err(format!(
+                    "not an allowed path: {} (expected colon-separated absolute paths, \"~/...\" or \"cwd\")",
+                    bad.join(", ")
+                ));
+            }
+            Value::Names(paths)
         }
         Kind::Map => {
             return Err("cannot be set from the environment; set it in the config file".into())

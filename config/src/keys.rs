@@ -2,7 +2,7 @@
 //! documentation. Validation, environment overrides, `config show` and `docs/config.md` all
 //! read this table, so a range is stated exactly once.
 
-use crate::schema::{Config, SessionMode};
+use crate::schema::{Config, SandboxNetwork, SessionMode};
 use bytesize::ByteSize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -16,6 +16,7 @@ const DAY: u64 = 24 * 60 * 60;
 /// The sections of the file, in the order `config show` prints them.
 pub const SECTIONS: &[&str] = &[
     "sessions", "cells", "output", "limits", "env", "python", "js", "lua", "daemon", "startup",
+    "sandbox",
 ];
 
 /// Prefix of the environment variables that override single keys.
@@ -38,6 +39,9 @@ pub enum Kind {
     Names,
     /// A table of environment variable names to values.
     Map,
+    /// A list of absolute paths (or `~/...`), and the word `cwd` where [`is_sandbox_path`]
+    /// allows it.
+    Paths,
     /// `true` or `false`.
     Bool,
     /// One of the listed words.
@@ -72,6 +76,10 @@ impl Kind {
                     .to_string()
             }
             Kind::Map => "a table of NAME = \"value\"".to_string(),
+            Kind::Paths => {
+                "a list of absolute paths (or \"~/...\"), and \"cwd\" for the session's directory"
+                    .to_string()
+            }
             Kind::Bool => "true or false".to_string(),
             Kind::Choice(words) => {
                 let quoted: Vec<String> = words.iter().map(|w| format!("\"{w}\"")).collect();
@@ -178,6 +186,12 @@ pub fn is_env_name(name: &str, pattern: bool) -> bool {
         && word(name)
 }
 
+/// Whether `entry` can stand in a `sandbox.read`/`sandbox.write` list: `cwd`, an absolute
+/// path or one under the home directory (`~/...`).
+pub fn is_sandbox_path(entry: &str) -> bool {
+    entry == "cwd" || entry.starts_with('/') || entry.starts_with("~/")
+}
+
 fn count(v: Value) -> Option<u64> {
     match v {
         Value::Count(n) => Some(n),
@@ -209,6 +223,13 @@ fn path(v: Value) -> Option<PathBuf> {
 fn names(v: Value) -> Option<Vec<String>> {
     match v {
         Value::Names(n) => Some(n),
+        _ => None,
+    }
+}
+
+fn text(v: Value) -> Option<String> {
+    match v {
+        Value::Text(t) => Some(t),
         _ => None,
     }
 }
@@ -797,6 +818,98 @@ pub static KEYS: &[KeySpec] = &[
         set: |c, v| {
             if let Some(b) = boolean(v) {
                 c.startup.project = b;
+            }
+        },
+    },
+    // [sandbox]
+    KeySpec {
+        section: "sandbox",
+        key: "enabled",
+        kind: Kind::Bool,
+        optional: false,
+        doc: "Confine every worker with Landlock after its start-up (see docs/sandbox.md); a request may turn it on, never off.",
+        get: |c| Value::Bool(c.sandbox.enabled),
+        set: |c, v| {
+            if let Some(b) = boolean(v) {
+                c.sandbox.enabled = b;
+            }
+        },
+    },
+    KeySpec {
+        section: "sandbox",
+        key: "required",
+        kind: Kind::Bool,
+        optional: false,
+        doc: "true: a kernel that cannot enforce the whole policy refuses the request, naming the missing feature and Landlock ABI; false: workers start with what it can enforce, and a warning in the log and `status`.",
+        get: |c| Value::Bool(c.sandbox.required),
+        set: |c, v| {
+            if let Some(b) = boolean(v) {
+                c.sandbox.required = b;
+            }
+        },
+    },
+    KeySpec {
+        section: "sandbox",
+        key: "read",
+        kind: Kind::Paths,
+        optional: false,
+        doc: "Read-only trees, besides the Python interpreter's prefix and venv; `/etc` is read without its secrets (shadow, sudoers, ssh, ssl/private). Anything else (`~/.ssh`, other sessions' files, the daemon's directory) is out of reach.",
+        get: |c| Value::Names(c.sandbox.read.clone()),
+        set: |c, v| {
+            if let Some(n) = names(v) {
+                c.sandbox.read = n;
+            }
+        },
+    },
+    KeySpec {
+        section: "sandbox",
+        key: "write",
+        kind: Kind::Paths,
+        optional: false,
+        doc: "Read-write trees: \"cwd\" (the session's directory) and any paths; the session's own temp directory ($TMPDIR), artifacts and store are always writable.",
+        get: |c| Value::Names(c.sandbox.write.clone()),
+        set: |c, v| {
+            if let Some(n) = names(v) {
+                c.sandbox.write = n;
+            }
+        },
+    },
+    KeySpec {
+        section: "sandbox",
+        key: "network",
+        kind: Kind::Choice(&["none", "loopback", "all"]),
+        optional: false,
+        doc: "none: TCP connect and bind fail in cells (Landlock ABI 4); loopback: each worker gets a network namespace of its own with only its loopback (needs user namespaces); all: no network rule.",
+        get: |c| Value::Text(c.sandbox.network.as_str().to_string()),
+        set: |c, v| {
+            if let Some(network) = text(v).as_deref().and_then(SandboxNetwork::parse) {
+                c.sandbox.network = network;
+            }
+        },
+    },
+    KeySpec {
+        section: "sandbox",
+        key: "network-namespace",
+        kind: Kind::Bool,
+        optional: false,
+        doc: "Also give each worker a network namespace of its own (needs user namespaces): UDP and every other protocol reach nothing outside the worker.",
+        get: |c| Value::Bool(c.sandbox.network_namespace),
+        set: |c, v| {
+            if let Some(b) = boolean(v) {
+                c.sandbox.network_namespace = b;
+            }
+        },
+    },
+    KeySpec {
+        section: "sandbox",
+        key: "confine-unix-connect",
+        kind: Kind::Bool,
+        optional: false,
+        doc: "Also confine `connect` on named Unix sockets to the write paths (Landlock ABI 9). The daemon refuses its own workers' descendants on every kernel.",
+        get: |c| Value::Bool(c.sandbox.confine_unix_connect),
+        set: |c, v| {
+            if let Some(b) = boolean(v) {
+                c.sandbox.confine_unix_connect = b;
             }
         },
     },

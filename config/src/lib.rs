@@ -19,7 +19,8 @@ pub use load::{
 };
 pub use schema::{
     CellsConfig, Config, DaemonConfig, EngineConfig, EnvConfig, LimitsConfig, OutputConfig,
-    PythonConfig, SessionMode, SessionsConfig, StartupConfig,
+    PythonConfig, SandboxConfig, SandboxNetwork, SessionMode, SessionsConfig, StartupConfig,
+    DEFAULT_SANDBOX_READ,
 };
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ pub struct Config {
     pub lua: EngineConfig,
     pub daemon: DaemonConfig,
     pub startup: StartupConfig,
+    pub sandbox: SandboxConfig,
 }
 
 /// Lifetimes of sessions and their workers.
@@ -276,6 +277,82 @@ impl Default for DaemonConfig {
             log: None,
             max_pending_requests: 1024,
             stalled_client_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// `[sandbox]`: Landlock confinement of every worker (opt-in). Requests may only tighten it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SandboxConfig {
+    /// Confine every worker; off by default because it changes what cells can do.
+    pub enabled: bool,
+    /// Refuse to start workers when the kernel cannot enforce the whole policy, instead of
+    /// starting them with a warning.
+    pub required: bool,
+    /// Read-only trees besides the interpreter's own (`/usr`, `/etc` minus its secrets, ...).
+    pub read: Vec<String>,
+    /// Read-write trees: `"cwd"` (the session's directory) or paths; the session's temp,
+    /// artifact and store directories are always writable.
+    pub write: Vec<String>,
+    pub network: SandboxNetwork,
+    /// Also move each worker into a network namespace of its own (needs user namespaces),
+    /// which cuts UDP and every other protocol from the outside.
+    pub network_namespace: bool,
+    /// Also confine `connect` on named Unix sockets to the write paths (Landlock ABI 9).
+    pub confine_unix_connect: bool,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            enabled: false,
+            required: false,
+            read: DEFAULT_SANDBOX_READ.iter().map(|p| p.to_string()).collect(),
+            write: vec!["cwd".to_string()],
+            network: SandboxNetwork::None,
+            network_namespace: false,
+            confine_unix_connect: false,
+        }
+    }
+}
+
+/// The read-only trees of `sandbox.read` by default: what interpreters and the tools cells
+/// start (sh, git, ...) need. `/etc` loses its secrets when the rules are built.
+pub const DEFAULT_SANDBOX_READ: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/proc", "/sys", "/dev",
+];
+
+/// `sandbox.network`: what TCP a confined cell may use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxNetwork {
+    /// No TCP `connect` or `bind` at all (Landlock, ABI 4).
+    #[default]
+    None,
+    /// A network namespace of the worker's own: its loopback only (needs user namespaces).
+    Loopback,
+    /// No network rule.
+    All,
+}
+
+impl SandboxNetwork {
+    /// The word the config file uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxNetwork::None => "none",
+            SandboxNetwork::Loopback => "loopback",
+            SandboxNetwork::All => "all",
+        }
+    }
+
+    /// The value for a word of the config file.
+    pub fn parse(word: &str) -> Option<SandboxNetwork> {
+        match word {
+            "none" => Some(SandboxNetwork::None),
+            "loopback" => Some(SandboxNetwork::Loopback),
+            "all" => Some(SandboxNetwork::All),
+            _ => None,
         }
     }
 }

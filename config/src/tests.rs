@@ -446,3 +446,41 @@ fn switches_and_choices_take_their_words_from_the_file_and_the_environment() {
         bad_override[0]
     );
 }
+
+#[test]
+fn the_sandbox_section_takes_path_lists_from_the_file_and_the_environment() {
+    let effective = ok(
+        "[sandbox]\nenabled = true\nwrite = [\"cwd\", \"/data\", \"~/out\"]\nnetwork = \"loopback\"\n",
+        &[("CELLVISOR_SANDBOX__READ", "/usr:/opt/tools")],
+    );
+    let sandbox = &effective.config.sandbox;
+    assert!(sandbox.enabled && !sandbox.required);
+    assert_eq!(sandbox.write, ["cwd", "/data", "~/out"]);
+    assert_eq!(sandbox.read, ["/usr", "/opt/tools"]);
+    assert_eq!(sandbox.network, crate::SandboxNetwork::Loopback);
+    assert_eq!(
+        Config::default().sandbox.read,
+        crate::DEFAULT_SANDBOX_READ.to_vec()
+    );
+
+    let bad_path = error("[sandbox]\nwrite = [\"relative/dir\", \"/ok\"]\n");
+    assert!(bad_path.contains("sandbox.write"), "{bad_path}");
+    assert!(
+        bad_path.contains("not an allowed path: \"relative/dir\""),
+        "{bad_path}"
+    );
+    let bad_override = errors("", &[("CELLVISOR_SANDBOX__READ", "/usr:etc")]);
+    assert_eq!(bad_override.len(), 1, "{bad_override:#?}");
+    assert!(
+        bad_override[0]
+            .to_string()
+            .contains("not an allowed path: etc"),
+        "{}",
+        bad_override[0]
+    );
+    let bad_network = error("[sandbox]\nnetwork = \"some\"\n");
+    assert!(
+        bad_network.contains("one of \"none\", \"loopback\", \"all\""),
+        "{bad_network}"
+    );
+}

@@ -60,11 +60,12 @@ impl ArtifactStore {
         self.max_total.load(Ordering::Relaxed)
     }
 
-    /// Creates the artifact file `name` in the private directory. An entry already there (a
-    /// stale artifact of a reused pid, or a link a cell planted) is removed, not followed.
+    /// Creates the artifact file `name` in the private directory (`name` may start with one
+    /// directory: a sandboxed session's own). An entry already there (a stale artifact of a
+    /// reused pid, or a link a cell planted) is removed, not followed.
     pub fn create(&self, name: &str) -> io::Result<(PathBuf, File)> {
-        cellvisor_ipc::socket::ensure_private_dir(&self.dir)?;
         let path = self.dir.join(name);
+        cellvisor_ipc::socket::ensure_private_dir(path.parent().unwrap_or(&self.dir))?;
         let open = || {
             OpenOptions::new()
                 .write(true)
@@ -148,14 +149,11 @@ impl ArtifactStore {
         self.used.store(total, Ordering::Relaxed);
     }
 
-    /// The artifact files in the directory (links and other files are not ours).
+    /// The artifact files in the directory and in its sessions' own directories (links and
+    /// other files are not ours).
     fn scan(&self) -> Vec<Artifact> {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return Vec::new();
-        };
-        entries
-            .flatten()
-            .filter(|entry| entry.file_name().to_str().is_some_and(is_artifact_name))
+        artifact_entries(&self.dir)
+            .into_iter()
             .filter_map(|entry| {
                 let meta = entry.metadata().ok().filter(|m| m.is_file())?;
                 Some(Artifact {
@@ -198,15 +196,31 @@ fn is_artifact_name(name: &str) -> bool {
         && cell.bytes().all(|b| b.is_ascii_digit())
 }
 
+/// The artifact files in `dir` and in its sessions' own directories (one level down, where
+/// sandboxed sessions spill).
+fn artifact_entries(dir: &Path) -> Vec<std::fs::DirEntry> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let (dirs, files): (Vec<_>, Vec<_>) = entries
+        .flatten()
+        .partition(|entry| entry.file_type().is_ok_and(|t| t.is_dir()));
+    let nested = dirs
+        .iter()
+        .filter_map(|dir| std::fs::read_dir(dir.path()).ok())
+        .flat_map(|entries| entries.flatten());
+    files
+        .into_iter()
+        .chain(nested)
+        .filter(|entry| entry.file_name().to_str().is_some_and(is_artifact_name))
+        .collect()
+}
+
 /// Deletes artifact files in `dir` last written more than `max_age` ago; answers how many.
 pub fn prune_artifacts(dir: &Path, max_age: Duration) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
     let now = SystemTime::now();
-    entries
-        .flatten()
-        .filter(|entry| entry.file_name().to_str().is_some_and(is_artifact_name))
+    artifact_entries(dir)
+        .into_iter()
         .filter(|entry| {
             entry
                 .metadata()

@@ -90,6 +90,8 @@ pub enum RequestError {
     ToolName(String),
     #[error("tool {0:?} is declared twice")]
     DuplicateTool(String),
+    #[error("sandbox: {0}")]
+    Sandbox(String),
     #[error("the supervisor has stopped")]
     Stopped,
 }
@@ -220,6 +222,7 @@ impl Cellvisor {
             })
             .collect();
         let policy = self.request_policy();
+        let sandbox = self.sandbox_plan(&request)?.map(Arc::new);
         let python = self.python_choice(&request).map(Arc::new);
         let request_id = self
             .next_request
@@ -273,6 +276,7 @@ impl Cellvisor {
                         tool_host: tool_host.clone(),
                         max_output_bytes,
                         python: python.clone().filter(|_| spec.language == Language::Python),
+                        sandbox: sandbox.clone(),
                         requester: requester.clone(),
                         reply,
                     };
@@ -327,6 +331,31 @@ impl Cellvisor {
                 (Language::Lua, config.lua.enabled),
             ],
         }
+    }
+
+    /// The sandbox this request's cells run under: the operator's policy tightened by the
+    /// request, checked against the kernel (a required one it cannot enforce is refused).
+    fn sandbox_plan(
+        &self,
+        request: &EvalRequest,
+    ) -> Result<Option<crate::sandbox::Plan>, RequestError> {
+        let operator = match self.config.lock() {
+            Ok(config) => config.sandbox.clone(),
+            Err(poisoned) => poisoned.into_inner().sandbox.clone(),
+        };
+        let Some(policy) = crate::sandbox::effective(&operator, request.sandbox.as_ref())
+            .map_err(RequestError::Sandbox)?
+        else {
+            return Ok(None);
+        };
+        let cwd = match &request.cwd {
+            Some(cwd) => cwd.clone(),
+            None => std::env::current_dir()
+                .map_err(|e| RequestError::Sandbox(format!("no working directory: {e}")))?,
+        };
+        crate::sandbox::plan(policy, crate::sandbox::KernelSupport::detect(), cwd)
+            .map(Some)
+            .map_err(RequestError::Sandbox)
     }
 
     /// The Python this request's cells run on, when it has Python cells.

@@ -20,6 +20,8 @@
 //! - `paths`: where files that outlive workers live (artifacts, session stores).
 //! - `python_choice`: which Python a request runs on (its `VIRTUAL_ENV`, its cwd's venv).
 //! - `environment`, `limits`: what a worker inherits: filtered variables, rlimits.
+//! - `sandbox`: a request's sandbox policy (the operator's, only tightened), checked against
+//!   the kernel, and the Landlock rules of each session's worker.
 //! - `secrets`: non-dumpable processes, so cells cannot read the supervisor's memory.
 //! - `usage`: the sampler of workers' process trees (for `status` and the RSS cap).
 //! - [`daemon`]: the JSON-RPC daemon, its protocol and its client.
@@ -44,6 +46,7 @@ mod output;
 mod paths;
 mod python_choice;
 mod render;
+mod sandbox;
 mod secrets;
 mod session;
 mod spawn;

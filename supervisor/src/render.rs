@@ -146,9 +146,9 @@ impl fmt::Display for StatusTable<'_> {
                 "No live sessions (a worker starts with the first cell of its language)."
             );
         }
-        const HEADER: [&str; 11] = [
+        const HEADER: [&str; 12] = [
             "SESSION", "LANG", "PID", "STATE", "RSS", "CPU", "IDLE", "CELLS", "RESTARTS", "QUEUED",
-            "ENGINE",
+            "SANDBOX", "ENGINE",
         ];
         let dash = || "-".to_string();
         let mut table: Vec<Vec<String>> = vec![HEADER.iter().map(|h| h.to_string()).collect()];
@@ -172,6 +172,9 @@ impl fmt::Display for StatusTable<'_> {
                 row.cells_run.to_string(),
                 row.restarts.to_string(),
                 row.queued.to_string(),
+                row.sandbox
+                    .as_ref()
+                    .map_or_else(|| "off".to_string(), |sandbox| sandbox.short()),
                 row.engine.clone().unwrap_or_else(dash),
             ]);
         }
@@ -191,6 +194,14 @@ impl fmt::Display for StatusTable<'_> {
                 .map(|(cell, width)| format!("{cell:<width$}"))
                 .collect();
             writeln!(f, "{}", line.join("  ").trim_end())?;
+        }
+        for row in self.rows {
+            if let Some(reason) = &row.reason {
+                writeln!(f, "{} {}: {reason}", row.session, row.language)?;
+            }
+            if let Some(warning) = row.sandbox.as_ref().and_then(|s| s.warning.as_ref()) {
+                writeln!(f, "warning: {} {}: {warning}", row.session, row.language)?;
+            }
         }
         Ok(())
     }

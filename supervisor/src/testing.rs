@@ -50,6 +50,7 @@ pub fn job(
         tool_host: None,
         max_output_bytes: None,
         python: None,
+        sandbox: None,
         requester,
         reply,
     };

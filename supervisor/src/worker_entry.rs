@@ -33,6 +33,12 @@ pub fn run_worker(args: &[OsString]) -> i32 {
         );
         return 2;
     };
+    // While the worker has one thread, and before it is non-dumpable (its own /proc files
+    // then belong to root, and it could not write its uid map).
+    if let Err(err) = enter_namespace_if_asked() {
+        eprintln!("cellvisor {language} worker: {err}");
+        return 1;
+    }
     // Reset by exec: a worker hides its own memory from other sessions' cells.
     if let Err(err) = crate::secrets::make_non_dumpable() {
         eprintln!("cellvisor {language} worker: cannot make it non-dumpable: {err}");
@@ -43,5 +49,22 @@ pub fn run_worker(args: &[OsString]) -> i32 {
             eprintln!("cellvisor {language} worker: {err}");
             1
         }
+    }
+}
+
+/// Enters the worker's own network namespace when its sandbox rules ask for one; a sandbox
+/// that is not required goes on without it (said on stderr, which the log keeps).
+fn enter_namespace_if_asked() -> Result<(), cellvisor_workers::sandbox::SandboxError> {
+    match cellvisor_workers::sandbox::rules_from_env()? {
+        Some(rules) if rules.network_namespace => {
+            match cellvisor_workers::sandbox::enter_network_namespace() {
+                Err(err) if !rules.required => {
+                    eprintln!("warning: {err}; the worker keeps the host's network");
+                    Ok(())
+                }
+                entered => entered,
+            }
+        }
+        _ => Ok(()),
     }
 }

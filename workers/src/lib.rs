@@ -7,6 +7,8 @@
 //! - [`lua`]: Lua 5.4 (mlua) in-process.
 //! - [`python`]: a shim that owns `python -u runner.py` and speaks NDJSON to it.
 //! - [`startup`]: the user's and the project's startup modules, run at each worker start.
+//! - [`sandbox`]: the Landlock confinement the supervisor asks for, applied once before the
+//!   first cell (and the worker's own network namespace, entered first thing).
 //! - [`warden`]: the worker as a subreaper: no process of a cell outlives the worker.
 //! - [`process_tree`]: a process tree from `/proc`: find, measure, end (the supervisor's
 //!   sampler uses it too).
@@ -22,6 +24,7 @@ pub mod lua;
 pub mod process_tree;
 pub mod python;
 pub mod runtime;
+pub mod sandbox;
 pub mod startup;
 mod text;
 pub mod tools;

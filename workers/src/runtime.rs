@@ -226,6 +226,9 @@ where
         source,
     })?);
     let mut engine = make_engine(&context)?;
+    // The engine is loaded: from here on, this thread and all it starts are confined (the
+    // Python shim confined itself before starting its interpreter; this is then a no-op).
+    crate::sandbox::confine_once(&[]).map_err(|e| WorkerError::Engine(format!("sandbox: {e}")))?;
     crate::warden::spare(engine.own_children());
     // Before the handshake: no frame is read (nor heartbeat answered) while modules run,
     // and the start timeout bounds them.

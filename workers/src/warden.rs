@@ -14,7 +14,8 @@
 use crate::process_tree;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Mutex;
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 /// The write end of the SIGTERM pipe, for the signal handler.
@@ -23,6 +24,15 @@ static SIGTERM_PIPE: AtomicI32 = AtomicI32::new(-1);
 /// Children the engine waits for itself (the Python interpreter): never reaped by the warden
 /// and spared when a cancelled cell's processes are ended.
 static SPARED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// Requests to end a cancelled cell's processes (its start, and where to answer how many),
+/// served by a thread started with the warden: a sandboxed engine thread may not read the
+/// `/proc` entries of its process tree, the warden's threads (started before the
+/// confinement) may.
+static CELL_ENDER: OnceLock<Mutex<mpsc::Sender<EndCellRequest>>> = OnceLock::new();
+
+/// A cancelled cell's start (in clock ticks), and where to answer how many processes ended.
+type EndCellRequest = (u64, mpsc::Sender<usize>);
 
 /// How long the warden waits between looks for adopted zombies.
 const REAP_INTERVAL: Duration = Duration::from_secs(1);
@@ -41,6 +51,15 @@ pub fn start() -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("warden".into())
         .spawn(move || watch(&read))?;
+    let (requests, received) = mpsc::channel::<EndCellRequest>();
+    std::thread::Builder::new()
+        .name("cell-ender".into())
+        .spawn(move || {
+            for (since, answer) in received {
+                let _ = answer.send(end_cell_processes_here(since));
+            }
+        })?;
+    let _ = CELL_ENDER.set(Mutex::new(requests));
     Ok(())
 }
 
@@ -59,6 +78,19 @@ fn spared() -> Vec<u32> {
 /// Start times count in clock ticks: what started in the cell's first tick counts as the
 /// cell's, so containment errs on the side of ending too much, not too little.
 pub fn end_cell_processes(since: u64) -> usize {
+    let asked = CELL_ENDER.get().and_then(|ender| {
+        let (answer, answered) = mpsc::channel();
+        let sent = ender
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send((since, answer));
+        sent.ok().and_then(|()| answered.recv().ok())
+    });
+    asked.unwrap_or_else(|| end_cell_processes_here(since))
+}
+
+/// [`end_cell_processes`] on the calling thread.
+fn end_cell_processes_here(since: u64) -> usize {
     let spared = spared();
     process_tree::end_descendants_where(std::process::id(), |p| {
         p.start_ticks >= since && !spared.contains(&p.pid)

@@ -47,6 +47,9 @@ pub struct EvalArgs {
     /// Run on new workers discarded afterwards: no state from or for the session.
     #[arg(long)]
     fresh: bool,
+    /// Run the cells confined (the `[sandbox]` policy, on even where the config leaves it off).
+    #[arg(long)]
+    sandbox: bool,
     /// Print the whole structured result as JSON.
     #[arg(long)]
     json: bool,
@@ -191,6 +194,12 @@ fn build_request(args: &EvalArgs) -> Result<EvalRequest, UsageError> {
             .filter(|v| !v.is_empty())
             .map(PathBuf::from),
         fresh: args.fresh,
+        sandbox: args
+            .sandbox
+            .then(|| cellvisor_client::sandbox::SandboxRequest {
+                enabled: Some(true),
+                ..Default::default()
+            }),
     })
 }
 

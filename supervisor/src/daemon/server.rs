@@ -110,6 +110,10 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     match stream.peer_cred() {
+                        Ok(cred) if cred.uid() == uid && from_own_worker(cred.pid()) => {
+                            tracing::warn!(peer_pid = cred.pid(), "refused a connection from a cell (a process under one of this daemon's workers)");
+                            refuse_cell(stream);
+                        }
                         Ok(cred) if cred.uid() == uid => {
                             let daemon = Arc::clone(&daemon);
                             tokio::spawn(async move { handle_connection(daemon, stream).await });
@@ -135,6 +139,51 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Whether the peer `pid` is one of this daemon's workers or runs under one (a cell, or a
+/// process a cell started): workers are the daemon's only children, and as subreapers they
+/// keep every descendant under them. A peer without a pid is not trusted either.
+fn from_own_worker(pid: Option<i32>) -> bool {
+    let Some(pid) = pid.and_then(|p| u32::try_from(p).ok()) else {
+        return true;
+    };
+    descends_from_child_of(pid, std::process::id(), |p| {
+        cellvisor_workers::process_tree::stat(p).map(|s| s.ppid)
+    })
+}
+
+/// Whether `pid`'s line of ancestors (itself included) holds a child of `parent`.
+fn descends_from_child_of(pid: u32, parent: u32, parent_of: impl Fn(u32) -> Option<u32>) -> bool {
+    let mut current = pid;
+    // Bounded, in case /proc changes under us into a loop.
+    for _ in 0..4096 {
+        match parent_of(current) {
+            Some(p) if p == parent => return current != parent,
+            Some(p) if p > 1 && p != current => current = p,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Tells a refused cell why, then drops its connection.
+fn refuse_cell(stream: UnixStream) {
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        let mut stream = stream;
+        let refusal = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {
+                "code": code::REQUEST_REFUSED,
+                "message": "refused: cells may not drive the daemon (this connection comes from a process under one of its workers)"
+            }
+        });
+        let line = format!("{refusal}\n");
+        let _ =
+            tokio::time::timeout(Duration::from_secs(1), stream.write_all(line.as_bytes())).await;
+    });
 }
 
 fn socket_inode(path: &Path) -> Option<u64> {
@@ -594,6 +643,25 @@ async fn dispatch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peers_under_a_child_of_the_daemon_are_cells() {
+        // 100 is the daemon; 200 its worker; 300 a cell's process; 400 -> 50 a client.
+        let parents = |pid: u32| match pid {
+            100 => Some(1),
+            200 => Some(100),
+            300 => Some(200),
+            301 => Some(300),
+            400 => Some(50),
+            50 => Some(1),
+            _ => None,
+        };
+        assert!(descends_from_child_of(200, 100, parents));
+        assert!(descends_from_child_of(301, 100, parents));
+        assert!(!descends_from_child_of(400, 100, parents));
+        assert!(!descends_from_child_of(100, 100, parents));
+        assert!(!descends_from_child_of(999, 100, parents));
+    }
 
     fn call() -> (
         ToolCallRequest,

@@ -11,6 +11,7 @@ use crate::output::{OutputSink, SinkLimits};
 use crate::session::CellReport;
 use actix::prelude::*;
 use cellvisor_ipc::{CellOutcome as WorkerOutcome, ExecuteCell, ToWorker};
+use std::path::PathBuf;
 use std::time::Instant;
 
 impl Session {
@@ -37,7 +38,7 @@ impl Session {
                 self.begin_reset(ctx, "the session was reset before this cell".into());
                 break;
             }
-            if self.switch_python(ctx) {
+            if self.switch_python(ctx) || self.switch_sandbox(ctx) {
                 break;
             }
             if let Some(why) = &self.failed {
@@ -79,6 +80,64 @@ impl Session {
         }
     }
 
+    /// Follows the sandbox the next cell's request runs under (its policy and its cwd): the
+    /// next worker starts under it, and a live worker under another one is replaced first
+    /// (true: wait for that). A worker that cannot be set up fails the cell with why.
+    fn switch_sandbox(&mut self, ctx: &mut Context<Self>) -> bool {
+        let wanted = self.queue.front().and_then(|job| job.sandbox.clone());
+        if wanted == self.sandbox {
+            return false;
+        }
+        let dirs = self.sandbox_dirs();
+        let applied = crate::sandbox::apply_to_env(
+            &mut self.spec.env,
+            wanted.as_deref(),
+            &dirs,
+            self.artifacts.dir(),
+        );
+        if let Err(err) = applied {
+            if let Some(job) = self.queue.pop_front() {
+                let _ = job.reply.send(CellReport::error(format!(
+                    "sandbox: cannot prepare the session's directories ({}): {err}",
+                    dirs.tmp.display()
+                )));
+            }
+            return true;
+        }
+        if let Some(warning) = wanted.as_ref().and_then(|plan| plan.warning()) {
+            tracing::warn!(session = %self.key, "{warning}");
+        }
+        let previous = std::mem::replace(&mut self.sandbox, wanted);
+        if matches!(self.worker, Worker::None) {
+            return false;
+        }
+        let notice = match (&previous, &self.sandbox) {
+            (Some(_), None) => "this request runs without the sandbox".to_string(),
+            (None, Some(_)) => "this request runs sandboxed".to_string(),
+            _ => "this request's sandbox (policy or directory) differs".to_string(),
+        };
+        self.begin_reset(
+            ctx,
+            format!("{notice}: a new worker was started for it and earlier state is lost"),
+        );
+        true
+    }
+
+    /// The session's own directories a sandboxed worker may write.
+    fn sandbox_dirs(&self) -> crate::sandbox::SessionDirs {
+        let name = crate::paths::file_safe(&self.key.session);
+        crate::sandbox::SessionDirs {
+            tmp: self.spec.run_dir.join("tmp").join(&name),
+            artifacts: self.artifacts.dir().join(&name),
+            store: self
+                .spec
+                .env
+                .iter()
+                .find(|(k, _)| k == cellvisor_workers::helpers::store::STORE_DIR_VAR)
+                .map(|(_, v)| PathBuf::from(v)),
+        }
+    }
+
     fn run_cell(&mut self, ctx: &mut Context<Self>, job: CellJob) {
         let Worker::Ready { link, .. } = &self.worker else {
             self.queue.push_front(job);
@@ -95,11 +154,12 @@ impl Session {
             max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
             max_lines: self.config.output.max_lines,
             max_line_length: self.config.output.max_line_length,
-            artifact_name: format!(
-                "{}-{}-{}-{cell_id}.txt",
-                crate::paths::file_safe(&self.key.session),
+            artifact_name: artifact_name(
+                &crate::paths::file_safe(&self.key.session),
                 self.key.language,
-                link.pid
+                link.pid,
+                cell_id,
+                self.sandbox.is_some(),
             ),
             artifacts: std::sync::Arc::clone(&self.artifacts),
         });
@@ -252,5 +312,22 @@ impl Session {
             }
             _ => false,
         }
+    }
+}
+
+/// A cell's artifact file, relative to the artifact directory: a sandboxed session's go in a
+/// directory of its own, the only one its worker may read.
+fn artifact_name(
+    session: &str,
+    language: cellvisor_ipc::Language,
+    pid: u32,
+    cell_id: u64,
+    sandboxed: bool,
+) -> String {
+    let file = format!("{session}-{language}-{pid}-{cell_id}.txt");
+    if sandboxed {
+        format!("{session}/{file}")
+    } else {
+        file
     }
 }

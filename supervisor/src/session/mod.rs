@@ -65,6 +65,8 @@ pub struct CellJob {
     pub max_output_bytes: Option<u64>,
     /// The Python the request runs on (Python cells only).
     pub python: Option<Arc<crate::python_choice::PythonChoice>>,
+    /// The sandbox the request runs under; `None`: none.
+    pub sandbox: Option<Arc<crate::sandbox::Plan>>,
     /// Closes when whoever asked for the cell is gone (a client that disconnected): its
     /// running cell is then interrupted, and its queued cells are dropped.
     pub requester: watch::Receiver<()>,
@@ -164,6 +166,8 @@ pub struct Session {
     jobs_received: u64,
     /// The Python the current (or next) worker runs, once a request has said.
     python: Option<PathBuf>,
+    /// The sandbox the current (or next) worker runs under.
+    sandbox: Option<Arc<crate::sandbox::Plan>>,
 }
 
 impl Session {
@@ -195,6 +199,7 @@ impl Session {
             prestarted: setup.prestarted,
             jobs_received: 0,
             python: None,
+            sandbox: None,
         }
     }
 
@@ -248,6 +253,7 @@ impl Session {
             rss_bytes: None,
             cpu_percent: None,
             reason: self.failed.clone().or_else(|| self.start_error.clone()),
+            sandbox: self.sandbox.as_ref().map(|plan| plan.status()),
         }
     }
 

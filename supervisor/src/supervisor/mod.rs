@@ -188,11 +188,12 @@ impl Supervisor {
             .python
             .as_ref()
             .is_some_and(|choice| choice.virtual_env.is_some());
-        let prestarted = if language == Language::Python && !own_venv {
-            self.claim_prewarmed(submit.cwd.as_deref(), ctx)
-        } else {
-            None
-        };
+        let prestarted =
+            if language == Language::Python && !own_venv && submit.job.sandbox.is_none() {
+                self.claim_prewarmed(submit.cwd.as_deref(), ctx)
+            } else {
+                None
+            };
         let session = Session::new(SessionSetup {
             key: submit.key.clone(),
             config: Arc::clone(&self.config),

@@ -26,7 +26,9 @@ fn needs_own_worker(dir: &Path) -> bool {
 impl Supervisor {
     /// Starts Python workers until `python.prewarm` of them wait unclaimed.
     pub(super) fn refill_pool(&mut self, ctx: &mut Context<Self>) {
-        if self.stopping {
+        // Sandboxed sessions never take a prewarmed worker (it has no session to confine
+        // to), so under an operator's sandbox a pool would only cost memory.
+        if self.stopping || self.config.sandbox.enabled {
             return;
         }
         while self.pool.len() + self.pool_starting < self.config.python.prewarm {

@@ -89,6 +89,13 @@ impl PythonEngine {
     pub fn start(interpreter: &Interpreter, runtime_dir: &Path) -> Result<Self, WorkerError> {
         let runner = install_runner(runtime_dir).map_err(WorkerError::Engine)?;
         let token = random_token();
+        if crate::sandbox::rules_from_env().is_ok_and(|rules| rules.is_some()) {
+            // Confined, the shim could not write it later.
+            install_ipython_module(&runner);
+        }
+        // Before the spawn: the interpreter and everything it starts inherit the confinement.
+        crate::sandbox::confine_once(&interpreter_reads(interpreter, &runner))
+            .map_err(|e| WorkerError::Engine(format!("sandbox: {e}")))?;
         let spawned = child::spawn(interpreter, &runner, &token).map_err(WorkerError::Engine)?;
         // Only a cell that uses IPython syntax imports it, well after start: written while
         // python starts rather than before.
@@ -405,6 +412,31 @@ fn install_ipython_module(runner: &Path) {
         return;
     }
     let _ = write_atomically(&path, IPYTHON_SOURCE.as_bytes(), Durability::Unsynced);
+}
+
+/// What a confined interpreter reads besides the system trees: its runner directory, its
+/// installation (the prefix above the real binary's `bin`) and its virtualenv with the base
+/// installation that venv was made from.
+fn interpreter_reads(interpreter: &Interpreter, runner: &Path) -> Vec<PathBuf> {
+    let mut reads: Vec<PathBuf> = runner.parent().map(Path::to_path_buf).into_iter().collect();
+    let prefix_of = |binary: &Path| -> Option<PathBuf> {
+        let real = std::fs::canonicalize(binary).ok()?;
+        Some(real.parent()?.parent()?.to_path_buf())
+    };
+    reads.extend(prefix_of(&interpreter.program));
+    if let Some(venv) = &interpreter.venv {
+        reads.push(venv.clone());
+        let config = std::fs::read_to_string(venv.join("pyvenv.cfg")).unwrap_or_default();
+        let home = config.lines().find_map(|line| {
+            let (key, value) = line.split_once('=')?;
+            (key.trim() == "home").then(|| PathBuf::from(value.trim()))
+        });
+        if let Some(home) = home {
+            reads.extend(prefix_of(&home.join("python3")));
+            reads.extend(home.parent().map(Path::to_path_buf));
+        }
+    }
+    reads
 }
 
 /// A nonce for the output sync markers, so a cell cannot fake one by accident.

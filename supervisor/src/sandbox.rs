@@ -1,0 +1,617 @@
+//! The sandbox policy of a request, as plain data: the operator's `[sandbox]` tightened by the
+//! request's own fields ([`effective`]), checked against what the kernel can enforce
+//! ([`plan`]), and turned into the rules one session's worker applies ([`SessionSandbox`]).
+//!
+//! The worker applies the rules itself (`cellvisor_workers::sandbox`); the daemon adds what
+//! Landlock cannot give on every kernel: it refuses any connection from its own workers'
+//! process trees (see `daemon::server`).
+
+pub use cellvisor_client::sandbox::{Feature, SandboxRequest, SandboxStatus};
+use cellvisor_config::{SandboxConfig, SandboxNetwork};
+use cellvisor_workers::sandbox::{tree_without, Rules, SANDBOX_VAR};
+use serde::{Deserialize, Serialize};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// How strict each network setting is: a request may only move down this list.
+fn network_rank(network: SandboxNetwork) -> u8 {
+    match network {
+        SandboxNetwork::All => 0,
+        SandboxNetwork::Loopback => 1,
+        SandboxNetwork::None => 2,
+    }
+}
+
+/// Whether `entry` (a `read`/`write` entry) lies inside one of `allowed`'s entries.
+fn within(entry: &str, allowed: &[String]) -> bool {
+    allowed.iter().any(|outer| {
+        entry == outer
+            || (outer != "cwd" && entry != "cwd" && Path::new(entry).starts_with(outer.as_str()))
+    })
+}
+
+/// The policy a request runs under: the operator's, tightened by the request. `Ok(None)`: no
+/// sandbox. An error says which field would loosen the operator's policy, and what is
+/// allowed.
+pub fn effective(
+    operator: &SandboxConfig,
+    request: Option<&SandboxRequest>,
+) -> Result<Option<SandboxConfig>, String> {
+    let Some(request) = request else {
+        return Ok(operator.enabled.then(|| operator.clone()));
+    };
+    let mut policy = operator.clone();
+    match request.enabled {
+        Some(false) if operator.enabled => {
+            return Err(
+                "sandbox.enabled = false: the operator's sandbox is on (sandbox.enabled); a \
+                 request may only tighten it"
+                    .into(),
+            )
+        }
+        Some(on) => policy.enabled = on,
+        None => {}
+    }
+    if !policy.enabled {
+        return Ok(None);
+    }
+    let tighten_flag = |name: &str, operator: bool, asked: Option<bool>| match asked {
+        Some(false) if operator => Err(format!(
+            "sandbox.{name} = false: the operator set it to true; a request may only tighten it"
+        )),
+        Some(asked) => Ok(asked),
+        None => Ok(operator),
+    };
+    policy.required = tighten_flag("required", operator.required, request.required)?;
+    policy.network_namespace = tighten_flag(
+        "network_namespace",
+        operator.network_namespace,
+        request.network_namespace,
+    )?;
+    policy.confine_unix_connect = tighten_flag(
+        "confine_unix_connect",
+        operator.confine_unix_connect,
+        request.confine_unix_connect,
+    )?;
+    if let Some(word) = &request.network {
+        let asked = SandboxNetwork::parse(word).ok_or_else(|| {
+            format!("sandbox.network = {word:?}: expected one of \"none\", \"loopback\", \"all\"")
+        })?;
+        if network_rank(asked) < network_rank(operator.network) {
+            return Err(format!(
+                "sandbox.network = \"{}\": the operator allows at most \"{}\"; a request may only \
+                 tighten it",
+                asked.as_str(),
+                operator.network.as_str()
+            ));
+        }
+        policy.network = asked;
+    }
+    for (name, asked, allowed) in [
+        ("read", &request.read, &operator.read),
+        ("write", &request.write, &operator.write),
+    ] {
+        let Some(asked) = asked else { continue };
+        if let Some(bad) = asked
+            .iter()
+            .find(|e| !cellvisor_config::keys::is_sandbox_path(e))
+        {
+            return Err(format!(
+                "sandbox.{name}: {bad:?} is not an allowed entry: use absolute paths, \"~/...\" \
+                 or \"cwd\""
+            ));
+        }
+        if let Some(bad) = asked.iter().find(|e| !within(e, allowed)) {
+            return Err(format!(
+                "sandbox.{name}: {bad:?} is outside the operator's {name} list ({}); a request \
+                 may only tighten it",
+                allowed.join(", ")
+            ));
+        }
+        let list = asked.clone();
+        match name {
+            "read" => policy.read = list,
+            _ => policy.write = list,
+        }
+    }
+    Ok(Some(policy))
+}
+
+/// What the kernel offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelSupport {
+    /// The Landlock ABI; 0 when Landlock is missing or disabled.
+    pub landlock_abi: u32,
+    pub user_namespaces: bool,
+}
+
+impl KernelSupport {
+    /// This machine's (asked once per plan: cheap syscalls and one file).
+    pub fn detect() -> KernelSupport {
+        KernelSupport {
+            landlock_abi: landlock_abi(),
+            user_namespaces: user_namespaces(),
+        }
+    }
+
+    fn has(&self, feature: Feature) -> bool {
+        match feature.abi() {
+            Some(abi) => self.landlock_abi >= abi,
+            None => self.user_namespaces,
+        }
+    }
+}
+
+/// The kernel's Landlock ABI version. The landlock crate keeps its version query private (it
+/// wants programs to ask for features, not versions); the supervisor needs the number to plan
+/// and to show it, and asking costs one syscall that creates nothing.
+fn landlock_abi() -> u32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute and size 0 this only returns the ABI version (or -1).
+    let version = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(version).unwrap_or(0)
+}
+
+/// Whether this user can make user namespaces (a limit of 0 turns them off).
+fn user_namespaces() -> bool {
+    std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .is_some_and(|max| max > 0)
+}
+
+/// A policy checked against the kernel: what is enforced, and what is not (with a warning).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub policy: SandboxConfig,
+    pub kernel: KernelSupport,
+    pub enforced: Vec<Feature>,
+    /// Asked for but not enforced (the policy is not `required`).
+    pub missing: Vec<Feature>,
+    /// The directory `cwd` in the policy stands for.
+    pub cwd: PathBuf,
+}
+
+/// What `policy` asks for.
+fn features(policy: &SandboxConfig) -> Vec<Feature> {
+    let mut wanted = vec![Feature::Files, Feature::Scopes];
+    if policy.network == SandboxNetwork::None {
+        wanted.push(Feature::Tcp);
+    }
+    if policy.network == SandboxNetwork::Loopback || policy.network_namespace {
+        wanted.push(Feature::NetworkNamespace);
+    }
+    if policy.confine_unix_connect {
+        wanted.push(Feature::UnixConnect);
+    }
+    wanted.sort();
+    wanted
+}
+
+/// Checks `policy` against `kernel`: a `required` policy the kernel cannot wholly enforce is
+/// an error naming each missing feature and the ABI it needs.
+pub fn plan(policy: SandboxConfig, kernel: KernelSupport, cwd: PathBuf) -> Result<Plan, String> {
+    let (enforced, missing): (Vec<Feature>, Vec<Feature>) =
+        features(&policy).into_iter().partition(|f| kernel.has(*f));
+    if policy.required && !missing.is_empty() {
+        let what: Vec<String> = missing
+            .iter()
+            .map(|f| match f.abi() {
+                Some(abi) => format!("{} needs Landlock ABI {abi}", f.describe()),
+                None => format!("{} needs user namespaces, which are off", f.describe()),
+            })
+            .collect();
+        return Err(format!(
+            "the sandbox is required (sandbox.required) but this kernel cannot enforce it: {}; \
+             this kernel has Landlock ABI {}. No worker was started.",
+            what.join("; "),
+            kernel.landlock_abi
+        ));
+    }
+    Ok(Plan {
+        policy,
+        kernel,
+        enforced,
+        missing,
+        cwd,
+    })
+}
+
+impl Plan {
+    /// The warning for the log and `status`, when something asked for is not enforced.
+    pub fn warning(&self) -> Option<String> {
+        if self.missing.is_empty() {
+            return None;
+        }
+        let what: Vec<&str> = self.missing.iter().map(|f| f.describe()).collect();
+        Some(format!(
+            "sandbox not fully enforced on this kernel (Landlock ABI {}): no {}",
+            self.kernel.landlock_abi,
+            what.join(", no ")
+        ))
+    }
+
+    /// What `status` shows.
+    pub fn status(&self) -> SandboxStatus {
+        SandboxStatus {
+            landlock_abi: self.kernel.landlock_abi,
+            enforced: self.enforced.clone(),
+            network: self.policy.network.as_str().to_string(),
+            warning: self.warning(),
+        }
+    }
+}
+
+/// Files under `/etc` no cell reads, even with `/etc` in `sandbox.read`.
+const ETC_SECRETS: &[&str] = &[
+    "shadow",
+    "shadow-",
+    "gshadow",
+    "gshadow-",
+    "sudoers",
+    "sudoers.d",
+    "ssh",
+    "ssl/private",
+    "security/opasswd",
+    "krb5.keytab",
+    "docker",
+    "cellvisor",
+];
+
+/// Entries of `/proc` a cell never reads, even with `/proc` in `sandbox.read`.
+const PROC_SECRETS: &[&str] = &[
+    "kcore",
+    "kmsg",
+    "kallsyms",
+    "kpagecount",
+    "kpageflags",
+    "kpagecgroup",
+    "keys",
+    "key-users",
+];
+
+/// `/proc` (at `proc`) without other processes' directories and kernel secrets: a process's
+/// `environ` must stay out of reach even for a cell running as root, whose capabilities
+/// would read it past the process being non-dumpable. `self` stays: it names the worker's
+/// own directory when the worker builds its rules.
+fn proc_without_processes(proc: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(proc) else {
+        return Vec::new();
+    };
+    let mut kept: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|entry| {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            !name.bytes().all(|b| b.is_ascii_digit()) && !PROC_SECRETS.contains(&name.as_ref())
+        })
+        .map(|entry| entry.path())
+        .collect();
+    kept.sort();
+    kept
+}
+
+/// Where one session's sandboxed worker may write, besides the policy's write paths.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionDirs {
+    /// Its own `TMPDIR`.
+    pub tmp: PathBuf,
+    /// Its own artifact directory (a subdirectory of the shared one).
+    pub artifacts: PathBuf,
+    /// Its own store directory.
+    pub store: Option<PathBuf>,
+}
+
+/// The rules a session's worker applies under `plan`; `env` is the worker's environment
+/// (for `HOME` and `XDG_CONFIG_HOME`).
+pub fn rules(plan: &Plan, dirs: &SessionDirs, env: &[(OsString, OsString)]) -> Rules {
+    let lookup = |key: &str| {
+        env.iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| PathBuf::from(v))
+            .filter(|v| !v.as_os_str().is_empty())
+    };
+    let home = lookup("HOME");
+    let resolve = |entry: &str| -> Option<PathBuf> {
+        match entry {
+            "cwd" => Some(plan.cwd.clone()),
+            _ => match entry.strip_prefix("~/") {
+                Some(rest) => home.as_ref().map(|h| h.join(rest)),
+                None => Some(PathBuf::from(entry)),
+            },
+        }
+    };
+    let etc_secrets: Vec<PathBuf> = ETC_SECRETS
+        .iter()
+        .map(|s| Path::new("/etc").join(s))
+        .collect();
+    let mut read = Vec::new();
+    for entry in &plan.policy.read {
+        let Some(path) = resolve(entry) else { continue };
+        if path == Path::new("/proc") {
+            read.extend(proc_without_processes(&path));
+        } else {
+            read.extend(tree_without(&path, &etc_secrets));
+        }
+    }
+    // The user's startup modules (the project's are under cwd).
+    let config_home =
+        lookup("XDG_CONFIG_HOME").or_else(|| home.as_ref().map(|h| h.join(".config")));
+    if let Some(config_home) = config_home {
+        read.push(config_home.join("cellvisor").join("startup"));
+    }
+    let mut write: Vec<PathBuf> = plan
+        .policy
+        .write
+        .iter()
+        .filter_map(|e| resolve(e))
+        .collect();
+    write.push(dirs.tmp.clone());
+    write.push(dirs.artifacts.clone());
+    write.extend(dirs.store.clone());
+    Rules {
+        required: plan.policy.required,
+        read,
+        write,
+        deny_tcp: plan.enforced.contains(&Feature::Tcp),
+        scope: plan.enforced.contains(&Feature::Scopes),
+        confine_unix_connect: plan.enforced.contains(&Feature::UnixConnect),
+        network_namespace: plan.enforced.contains(&Feature::NetworkNamespace),
+    }
+}
+
+/// Points a session's worker environment at its own directories and its rules; with no plan,
+/// removes the rules and points it back at the shared artifact directory `shared_artifacts`.
+/// Creates the directories the rules name (a rule needs them to exist).
+pub fn apply_to_env(
+    env: &mut Vec<(OsString, OsString)>,
+    plan: Option<&Plan>,
+    dirs: &SessionDirs,
+    shared_artifacts: &Path,
+) -> std::io::Result<()> {
+    let set = |env: &mut Vec<(OsString, OsString)>, key: &str, value: Option<OsString>| {
+        env.retain(|(k, _)| k.to_str() != Some(key));
+        if let Some(value) = value {
+            env.push((key.into(), value));
+        }
+    };
+    let Some(plan) = plan else {
+        set(env, SANDBOX_VAR, None);
+        set(env, "MPLCONFIGDIR", std::env::var_os("MPLCONFIGDIR"));
+        set(env, "TMPDIR", std::env::var_os("TMPDIR"));
+        set(env, "CELLVISOR_ARTIFACT_DIR", Some(shared_artifacts.into()));
+        return Ok(());
+    };
+    for dir in [&dirs.tmp, &dirs.artifacts]
+        .into_iter()
+        .chain(dirs.store.as_ref())
+    {
+        cellvisor_ipc::socket::ensure_private_dir(dir)?;
+    }
+    let rules = rules(plan, dirs, env);
+    let json = serde_json::to_string(&rules).map_err(std::io::Error::other)?;
+    set(env, SANDBOX_VAR, Some(json.into()));
+    set(env, "TMPDIR", Some(dirs.tmp.clone().into()));
+    // Matplotlib's cache, where a confined cell may write it.
+    set(
+        env,
+        "MPLCONFIGDIR",
+        Some(dirs.tmp.join("matplotlib").into()),
+    );
+    set(
+        env,
+        "CELLVISOR_ARTIFACT_DIR",
+        Some(dirs.artifacts.clone().into()),
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_keeps_system_files_and_the_own_process_but_no_other_process() {
+        let kept = proc_without_processes(Path::new("/proc"));
+        assert!(kept.contains(&PathBuf::from("/proc/self")), "{kept:?}");
+        assert!(kept.contains(&PathBuf::from("/proc/uptime")), "{kept:?}");
+        assert!(!kept.contains(&PathBuf::from("/proc/kcore")));
+        let me = PathBuf::from(format!("/proc/{}", std::process::id()));
+        assert!(!kept.contains(&me));
+        assert!(!kept.contains(&PathBuf::from("/proc/1")));
+    }
+
+    fn operator() -> SandboxConfig {
+        SandboxConfig {
+            enabled: true,
+            write: vec!["cwd".into(), "/data".into()],
+            network: SandboxNetwork::Loopback,
+            ..SandboxConfig::default()
+        }
+    }
+
+    #[test]
+    fn no_request_fields_keep_the_operators_policy() {
+        assert_eq!(effective(&operator(), None), Ok(Some(operator())));
+        assert_eq!(effective(&SandboxConfig::default(), None), Ok(None));
+    }
+
+    #[test]
+    fn a_request_may_turn_the_sandbox_on_and_tighten_each_field() {
+        let request = SandboxRequest {
+            enabled: Some(true),
+            required: Some(true),
+            network: Some("none".into()),
+            write: Some(vec!["/data/run".into(), "cwd".into()]),
+            confine_unix_connect: Some(true),
+            ..SandboxRequest::default()
+        };
+        let policy = effective(&operator(), Some(&request))
+            .expect("tighter")
+            .expect("on");
+        assert!(policy.required && policy.confine_unix_connect);
+        assert_eq!(policy.network, SandboxNetwork::None);
+        assert_eq!(policy.write, ["/data/run", "cwd"]);
+        let off_by_default = SandboxConfig::default();
+        let turn_on = SandboxRequest {
+            enabled: Some(true),
+            ..SandboxRequest::default()
+        };
+        let on = effective(&off_by_default, Some(&turn_on))
+            .expect("turning it on tightens")
+            .expect("on");
+        assert!(on.enabled);
+        assert_eq!(on.network, SandboxNetwork::None, "the operator's defaults");
+    }
+
+    #[test]
+    fn a_request_that_would_loosen_the_policy_is_refused_with_the_field_named() {
+        let refuse = |request: SandboxRequest, field: &str| {
+            let error = effective(&operator(), Some(&request)).expect_err("loosens");
+            assert!(error.contains(field), "{error}");
+            assert!(error.contains("only tighten"), "{error}");
+        };
+        refuse(
+            SandboxRequest {
+                enabled: Some(false),
+                ..Default::default()
+            },
+            "sandbox.enabled",
+        );
+        refuse(
+            SandboxRequest {
+                network: Some("all".into()),
+                ..Default::default()
+            },
+            "sandbox.network",
+        );
+        refuse(
+            SandboxRequest {
+                write: Some(vec!["/home".into()]),
+                ..Default::default()
+            },
+            "sandbox.write",
+        );
+        refuse(
+            SandboxRequest {
+                read: Some(vec!["/root/.ssh".into()]),
+                ..Default::default()
+            },
+            "sandbox.read",
+        );
+        let strict = SandboxConfig {
+            required: true,
+            ..operator()
+        };
+        let error = effective(
+            &strict,
+            Some(&SandboxRequest {
+                required: Some(false),
+                ..Default::default()
+            }),
+        )
+        .expect_err("loosens");
+        assert!(error.contains("sandbox.required"), "{error}");
+        let error = effective(
+            &operator(),
+            Some(&SandboxRequest {
+                network: Some("some".into()),
+                ..Default::default()
+            }),
+        )
+        .expect_err("unknown word");
+        assert!(error.contains("\"none\", \"loopback\", \"all\""), "{error}");
+    }
+
+    const ABI7: KernelSupport = KernelSupport {
+        landlock_abi: 7,
+        user_namespaces: true,
+    };
+
+    #[test]
+    fn a_required_policy_the_kernel_cannot_enforce_names_the_feature_and_abi() {
+        let policy = SandboxConfig {
+            required: true,
+            confine_unix_connect: true,
+            ..operator()
+        };
+        let error = plan(policy.clone(), ABI7, "/w".into()).expect_err("ABI 9 needed");
+        assert!(error.contains("sandbox.confine-unix-connect"), "{error}");
+        assert!(error.contains("Landlock ABI 9"), "{error}");
+        assert!(error.contains("this kernel has Landlock ABI 7"), "{error}");
+        let no_landlock = KernelSupport {
+            landlock_abi: 0,
+            user_namespaces: false,
+        };
+        let error = plan(
+            SandboxConfig {
+                required: true,
+                ..SandboxConfig::default()
+            },
+            no_landlock,
+            "/w".into(),
+        )
+        .expect_err("nothing");
+        assert!(error.contains("needs Landlock ABI 1"), "{error}");
+        assert!(error.contains("needs Landlock ABI 4"), "{error}");
+    }
+
+    #[test]
+    fn an_optional_policy_runs_with_what_the_kernel_has_and_a_warning() {
+        let policy = SandboxConfig {
+            confine_unix_connect: true,
+            ..SandboxConfig::default()
+        };
+        let plan = plan(policy, ABI7, "/w".into()).expect("not required");
+        assert_eq!(
+            plan.enforced,
+            [Feature::Files, Feature::Tcp, Feature::Scopes]
+        );
+        assert_eq!(plan.missing, [Feature::UnixConnect]);
+        let warning = plan.warning().expect("warns");
+        assert!(warning.contains("ABI 7") && warning.contains("confine-unix-connect"));
+        assert_eq!(plan.status().short(), "abi 7: files,tcp,signals (partial)");
+    }
+
+    #[test]
+    fn rules_resolve_cwd_home_and_the_sessions_own_directories() {
+        let policy = SandboxConfig {
+            read: vec!["/usr".into(), "~/lib".into()],
+            write: vec!["cwd".into()],
+            ..SandboxConfig::default()
+        };
+        let plan = plan(policy, ABI7, "/work/project".into()).expect("plan");
+        let dirs = SessionDirs {
+            tmp: "/run/t".into(),
+            artifacts: "/run/a/s".into(),
+            store: Some("/state/s".into()),
+        };
+        let env = vec![(OsString::from("HOME"), OsString::from("/home/u"))];
+        let rules = rules(&plan, &dirs, &env);
+        assert_eq!(
+            rules.read,
+            [
+                PathBuf::from("/usr"),
+                "/home/u/lib".into(),
+                "/home/u/.config/cellvisor/startup".into()
+            ]
+        );
+        assert_eq!(
+            rules.write,
+            [
+                PathBuf::from("/work/project"),
+                "/run/t".into(),
+                "/run/a/s".into(),
+                "/state/s".into()
+            ]
+        );
+        assert!(rules.deny_tcp && rules.scope && !rules.network_namespace);
+    }
+}
