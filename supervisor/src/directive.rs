@@ -13,7 +13,8 @@ const PREFIX: &str = "// @exec:";
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExecDirective {
-    /// How long the cell may run before it is stopped and its output so far returned.
+    /// How long the request watches the cell before it returns with the output so far and
+    /// status `running` (the cell goes on in the background). Not a timeout.
     pub yield_time_ms: Option<u64>,
     /// Cap on the returned output, in tokens.
     pub max_output_tokens: Option<u64>,

@@ -48,5 +48,5 @@ pub mod worker_entry;
 pub use cell::{CellEvent, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};
 pub use cellvisor_config::Config;
 pub use cellvisor_ipc::Language;
-pub use host::{Cellvisor, Options, RequestError, StartupError};
+pub use host::{Cellvisor, Options, RequestError, StartupError, WaitOptions};
 pub use session::{SessionState, SessionStatus};

@@ -533,7 +533,18 @@ fn render_cell(cell: &CellResult, total: usize) -> (String, Vec<ContentBlock>) {
         CellStatus::Complete => {}
         CellStatus::Error => text.push_str("(error)\n"),
         CellStatus::Cancelled => text.push_str("(cancelled)\n"),
-        CellStatus::Skipped => text.push_str("(skipped: an earlier cell failed)\n"),
+        CellStatus::Skipped if cell.output.is_empty() => {
+            text.push_str("(skipped: an earlier cell failed)\n")
+        }
+        CellStatus::Skipped => text.push_str("(skipped)\n"),
+        CellStatus::Running => {
+            let _ = writeln!(
+                text,
+                "(still running in the background as cell {id}: call `wait` with cell_id {id} \
+                 for the rest, or `terminate` to stop it)",
+                id = cell.cell_id
+            );
+        }
     }
     if text.is_empty() || (total > 1 && text.lines().count() == 1 && images.is_empty()) {
         text.push_str("(no output)\n");

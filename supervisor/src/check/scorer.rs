@@ -372,6 +372,7 @@ pub fn status_word(status: CellStatus) -> &'static str {
         CellStatus::Error => "error",
         CellStatus::Cancelled => "cancelled",
         CellStatus::Skipped => "skipped",
+        CellStatus::Running => "running",
     }
 }
 

@@ -81,10 +81,7 @@ fn print_table(rows: &[SessionStatus]) {
             row.session.clone(),
             row.language.to_string(),
             row.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
-            serde_json::to_value(row.state)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default(),
+            state_text(row),
             row.rss_bytes
                 .map(|b| bytesize::ByteSize::b(b).to_string())
                 .unwrap_or_else(|| "-".into()),
@@ -107,6 +104,19 @@ fn print_table(rows: &[SessionStatus]) {
             .map(|(cell, width)| format!("{cell:<width$}"))
             .collect();
         println!("{}", line.join("  ").trim_end());
+    }
+}
+
+/// The state, with the running cell's id (and whether it runs in the background).
+fn state_text(row: &SessionStatus) -> String {
+    let state = serde_json::to_value(row.state)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default();
+    match (row.cell_id, row.background) {
+        (Some(id), true) => format!("{state} (cell {id}, background)"),
+        (Some(id), false) => format!("{state} (cell {id})"),
+        (None, _) => state,
     }
 }
 

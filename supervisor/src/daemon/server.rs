@@ -11,9 +11,10 @@
 
 use super::protocol::{
     self, code, method, params, Incoming, InitializeResult, Request, RpcError, SessionParams,
+    TerminateParams, WaitParams,
 };
 use crate::cell::{CellEvent, EvalRequest, ToolCallRequest};
-use crate::host::{Cellvisor, Options, RequestError};
+use crate::host::{Cellvisor, Options, RequestError, WaitOptions};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
@@ -573,6 +574,20 @@ async fn dispatch(
             Ok(serde_json::json!({ "sessions": count }))
         }
         method::STATUS => to_json(&daemon.cv.status().await.map_err(refused)?),
+        method::WAIT => {
+            let p: WaitParams = params(request.params)?;
+            let options = WaitOptions {
+                yield_time_ms: p.yield_time_ms,
+                max_tokens: p.max_tokens,
+            };
+            let result = daemon.cv.wait(&p.session, p.cell_id, options).await;
+            to_json(&result.map_err(refused)?)
+        }
+        method::TERMINATE => {
+            let p: TerminateParams = params(request.params)?;
+            let result = daemon.cv.terminate(&p.session, p.cell_id).await;
+            to_json(&result.map_err(refused)?)
+        }
         method::SHUTDOWN => {
             let _ = daemon.shutdown.send(true);
             Ok(serde_json::json!({ "stopping": true }))
@@ -584,8 +599,8 @@ async fn dispatch(
         other => Err(RpcError::new(
             code::METHOD_NOT_FOUND,
             format!(
-                "method not found: {other}; the methods are initialize, eval, interrupt, reset, \
-                 close, status, shutdown and config/reload"
+                "method not found: {other}; the methods are initialize, eval, wait, terminate, \
+                 interrupt, reset, close, status, shutdown and config/reload"
             ),
         )),
     }

@@ -27,6 +27,12 @@ const TOOL_WAIT_POLL: Duration = Duration::from_millis(200);
 /// The env var that carries the nonce of the output sync markers to runner.py.
 const SYNC_TOKEN_VAR: &str = "CELLVISOR_SYNC_TOKEN";
 
+/// The cell id of the sync marker `yield_control()` writes (no cell has id 0).
+const YIELD_MARKER: u64 = 0;
+
+/// How long a yield waits for the output written before it to come through the pipe.
+const YIELD_SYNC_WAIT: Duration = Duration::from_secs(1);
+
 /// Output produced before the first cell (site warnings, say) kept for that cell, at most.
 const MAX_PENDING_BYTES: usize = 64 * 1024;
 
@@ -156,6 +162,8 @@ pub struct Routing {
     pub dropped: usize,
     /// The cell id of the last sync marker read.
     pub last_marker: Option<u64>,
+    /// How many `yield_control()` markers were read.
+    pub yield_markers: u64,
     /// The output pipe reached EOF.
     pub closed: bool,
     /// The host tools of the running cell, for `tools.tool_search` (answered here).
@@ -239,6 +247,7 @@ pub fn spawn_output_thread(
                 };
                 scanner.feed(&buffer[..read], &mut |piece| match piece {
                     Piece::Bytes(data) => routing.forward(data),
+                    Piece::Marker(YIELD_MARKER) => routing.mark(|s| s.yield_markers += 1),
                     Piece::Marker(cell_id) => routing.mark(|s| s.last_marker = Some(cell_id)),
                 });
             }
@@ -270,6 +279,13 @@ pub enum Event {
         summary: Option<String>,
         #[serde(default)]
         marker: bool,
+    },
+    /// The cell `id` yields (`yield_control()`); `marker` counts the yield markers written
+    /// so far, once this one is in the output pipe.
+    Yield {
+        id: u64,
+        #[serde(default)]
+        marker: Option<u64>,
     },
     /// The cell `id` calls host tool `name`; the runner waits on fd 3 for `call_id`'s result.
     #[serde(rename = "tool_call")]
@@ -317,6 +333,21 @@ pub fn spawn_event_thread(
                         let outbox = routing.lock().outbox.clone();
                         if let Some(outbox) = outbox {
                             outbox.display(id, sendable_bundle(&bundle));
+                        }
+                    }
+                    Event::Yield { id, marker } => {
+                        // The output written before the yield is relayed first.
+                        let outbox = match marker {
+                            Some(seen) => routing
+                                .wait_until(YIELD_SYNC_WAIT, |s| {
+                                    s.yield_markers >= seen || s.closed
+                                })
+                                .outbox
+                                .clone(),
+                            None => routing.lock().outbox.clone(),
+                        };
+                        if let Some(outbox) = outbox {
+                            outbox.yield_control(id);
                         }
                     }
                     Event::ToolCall {

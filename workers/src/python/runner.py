@@ -56,6 +56,10 @@ class _State:
     # SIGINT arrived after the next cell's command was sent but before it started.
     early_interrupt = False
     loop = None
+    # Where the sync markers go (set by main), and how many yields were marked so far.
+    marker_fd = None
+    sync_token = ""
+    yields = 0
     # Numbers this runner's tool calls; results for other (abandoned) calls are dropped.
     tool_calls = 0
     # The directory the last cell was asked to run in: `%cd` and `os.chdir` hold until a
@@ -406,6 +410,17 @@ def _sync(cell_id, marker_fd, token):
         return False
 
 
+def _yield_control():
+    """yield_control(): the host gets the cell's output so far now and the cell goes on. The
+    output is flushed and followed by a marker for cell 0 (no cell has that id), which the
+    shim counts before it passes the yield on, so no output written before it trails it."""
+    marked = None
+    if _state.marker_fd is not None and _sync(0, _state.marker_fd, _state.sync_token):
+        _state.yields += 1
+        marked = _state.yields
+    _send_event({"type": "yield", "id": _state.cell_id, "marker": marked})
+
+
 class _CommandReader:
     """Reads command lines from fd 3. It waits with select before reading, so that from
     the moment a command's bytes arrive until its cell ends an interrupt counts for that
@@ -474,6 +489,7 @@ class _Host:
     send_event = staticmethod(_send_event)
     flush = staticmethod(_flush_std)
     call_tool = staticmethod(_call_tool)
+    yield_control = staticmethod(_yield_control)
     import_beside = staticmethod(_import_beside)
 
     @staticmethod
@@ -501,6 +517,7 @@ def main():
     os.set_inheritable(COMMAND_FD, False)
     os.set_inheritable(EVENT_FD, False)
     marker_fd = os.dup(1)  # not inheritable; survives cells that close or move fd 1
+    _state.marker_fd, _state.sync_token = marker_fd, token
     sys.path[0] = ""  # like an interactive session: the cwd, not the runner's directory
     signal.signal(signal.SIGINT, _on_sigint)
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()

@@ -1,0 +1,422 @@
+//! Background cells end to end through the daemon, with real workers: a cell returns
+//! `running` when its `yield_time_ms` passes or it calls `yield_control()`, goes on, and is
+//! collected with `wait` or stopped with `terminate`; through the CLI as well.
+
+mod common;
+
+use common::daemon::{Client, Daemon};
+use common::wait_until;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+fn eval(client: &mut Client, session: &str, cells: Value) -> Value {
+    client
+        .call("eval", json!({"session": session, "cells": cells}))
+        .expect("eval answered")
+}
+
+fn cell(result: &Value, index: usize) -> &Value {
+    &result["cells"][index]
+}
+
+fn wait(client: &mut Client, session: &str, cell_id: &Value, yield_ms: u64) -> Value {
+    client
+        .call(
+            "wait",
+            json!({"session": session, "cell_id": cell_id, "yield_time_ms": yield_ms}),
+        )
+        .expect("wait answered")
+}
+
+/// Waits until the cell ends, gathering what each wait returned: (all output, final cell).
+fn collect(client: &mut Client, session: &str, cell_id: &Value) -> (String, Value) {
+    let mut text = String::new();
+    for _ in 0..30 {
+        let answer = wait(client, session, cell_id, 2000);
+        text.push_str(answer["output"].as_str().unwrap_or_default());
+        if answer["status"] != "running" {
+            return (text, answer);
+        }
+    }
+    panic!("cell {cell_id} never ended; output so far: {text:?}");
+}
+
+/// Prints `a`, sleeps about a second, prints `b`, in each language.
+const A_SLEEP_B: [(&str, &str); 3] = [
+    (
+        "py",
+        "import time\nprint('a', flush=True)\ntime.sleep(1)\nprint('b')",
+    ),
+    (
+        "js",
+        "text('a'); await new Promise((resolve) => setTimeout(resolve, 1000)); text('b')",
+    ),
+    (
+        "lua",
+        "print('a')\nlocal t = os.clock()\nwhile os.clock() - t < 1 do end\nprint('b')",
+    ),
+];
+
+#[test]
+fn yield_time_returns_running_with_the_output_so_far_and_wait_collects_the_rest() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    for (language, code) in A_SLEEP_B {
+        let session = format!("yield-{language}");
+        let started = std::time::Instant::now();
+        let yielded = eval(
+            &mut client,
+            &session,
+            json!([{"language": language, "code": code, "yield_time_ms": 300},
+                   {"language": language, "code": "print('later cell')"}]),
+        );
+        let first = cell(&yielded, 0);
+        assert_eq!(first["status"], "running", "{language}: {yielded:#}");
+        assert_eq!(first["output"], "a\n", "{language}: {yielded:#}");
+        assert_eq!(yielded["is_error"], false, "{language}: {yielded:#}");
+        eprintln!("{language}: running after {:?}", started.elapsed());
+        // The request returned at the yield; its later cell is skipped, naming the cell.
+        let id = first["cell_id"].clone();
+        let later = cell(&yielded, 1);
+        assert_eq!(later["status"], "skipped", "{language}: {yielded:#}");
+        let why = later["output"].as_str().unwrap_or_default();
+        assert!(why.contains(&format!("cell {id} ")), "{language}: {why}");
+        assert_ne!(later["cell_id"], id, "every cell has its own id");
+
+        // The session is busy with it meanwhile.
+        let row = status_row(&mut client, &session);
+        assert_eq!(row["state"], "busy", "{language}: {row:#}");
+        assert_eq!(row["cell_id"], id, "{language}: {row:#}");
+        assert_eq!(row["background"], true, "{language}: {row:#}");
+
+        let (rest, last) = collect(&mut client, &session, &id);
+        assert_eq!(rest, "b\n", "{language}: {last:#}");
+        assert_eq!(last["status"], "complete", "{language}: {last:#}");
+        assert_eq!(last["cell_id"], id, "{language}: {last:#}");
+        // Collected once: then the id is unknown.
+        let again = client
+            .call("wait", json!({"session": session, "cell_id": id}))
+            .expect_err("a collected cell is gone");
+        assert!(
+            again["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("no background cell")),
+            "{again:#}"
+        );
+    }
+    daemon.stop();
+}
+
+#[test]
+fn yield_control_returns_the_output_so_far_and_the_cell_goes_on() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let cases = [
+        (
+            "py",
+            "import time\nprint('before')\nyield_control()\ntime.sleep(0.5)\nprint('after')",
+        ),
+        (
+            "js",
+            "text('before'); yield_control(); await new Promise((r) => setTimeout(r, 500)); text('after')",
+        ),
+        (
+            "lua",
+            "print('before')\nyield_control()\nlocal t = os.clock()\nwhile os.clock() - t < 0.5 do end\nprint('after')",
+        ),
+    ];
+    for (language, code) in cases {
+        let session = format!("control-{language}");
+        let yielded = eval(
+            &mut client,
+            &session,
+            json!([{"language": language, "code": code}]),
+        );
+        let first = cell(&yielded, 0);
+        assert_eq!(first["status"], "running", "{language}: {yielded:#}");
+        assert_eq!(first["output"], "before\n", "{language}: {yielded:#}");
+        let (rest, last) = collect(&mut client, &session, &first["cell_id"]);
+        assert_eq!(rest, "after\n", "{language}: {last:#}");
+        assert_eq!(last["status"], "complete", "{language}: {last:#}");
+    }
+    daemon.stop();
+}
+
+#[test]
+fn one_observer_at_a_time_and_only_from_the_cells_own_session() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let yielded = eval(
+        &mut client,
+        "owner",
+        json!([{"language": "py", "yield_time_ms": 200,
+                "code": "import time\nprint('go')\ntime.sleep(3)\nprint('done')"}]),
+    );
+    let id = cell(&yielded, 0)["cell_id"].clone();
+    assert_eq!(cell(&yielded, 0)["status"], "running", "{yielded:#}");
+
+    // Another session cannot see it.
+    let foreign = client
+        .call("wait", json!({"session": "intruder", "cell_id": id}))
+        .expect_err("another session's cell");
+    assert!(
+        foreign["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("session intruder has no background cell")),
+        "{foreign:#}"
+    );
+    let foreign = client
+        .call("terminate", json!({"session": "intruder", "cell_id": id}))
+        .expect_err("another session's cell");
+    assert!(foreign["message"].is_string(), "{foreign:#}");
+
+    // A long wait on one connection; a second wait meanwhile is refused.
+    let mut first = daemon.client();
+    let first_id = first.send(
+        "wait",
+        json!({"session": "owner", "cell_id": id, "yield_time_ms": 10_000}),
+    );
+    let watched = wait_until(Duration::from_secs(20), || {
+        let row = status_row(&mut client, "owner");
+        (row["observed"] == true).then_some(()).ok_or(row)
+    });
+    assert!(watched.is_ok(), "the first wait watches: {watched:?}");
+    let refused = client
+        .call(
+            "wait",
+            json!({"session": "owner", "cell_id": id, "yield_time_ms": 0}),
+        )
+        .expect_err("a second concurrent wait is refused");
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("already being waited on")),
+        "{refused:#}"
+    );
+    // The first wait gets the final result when the cell ends.
+    let answer = loop {
+        let message = first.read().expect("connection open");
+        if message["id"] == json!(first_id) {
+            break message;
+        }
+    };
+    assert_eq!(answer["result"]["status"], "complete", "{answer:#}");
+    assert!(
+        answer["result"]["output"]
+            .as_str()
+            .is_some_and(|o| o.ends_with("done\n")),
+        "{answer:#}"
+    );
+    daemon.stop();
+}
+
+#[test]
+fn terminate_stops_a_background_busy_loop_and_the_session_state_survives() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let set = eval(
+        &mut client,
+        "term",
+        json!([{"language": "py", "code": "x = 41"}]),
+    );
+    assert_eq!(cell(&set, 0)["status"], "complete", "{set:#}");
+    let yielded = eval(
+        &mut client,
+        "term",
+        json!([{"language": "py", "yield_time_ms": 300,
+                "code": "import subprocess\nsubprocess.Popen(['sleep', '977'])\nprint('spinning', flush=True)\nwhile True:\n    pass"}]),
+    );
+    assert_eq!(cell(&yielded, 0)["status"], "running", "{yielded:#}");
+    let id = cell(&yielded, 0)["cell_id"].clone();
+    assert!(
+        !daemon.world.processes_running("sleep\u{0}977").is_empty(),
+        "the cell's child runs"
+    );
+    // A cell queued behind the background one waits for it.
+    let mut queued = daemon.client();
+    let queued_id = queued.send(
+        "eval",
+        json!({"session": "term", "cells": [{"language": "py", "code": "print(x + 1)"}]}),
+    );
+    let ended = client
+        .call("terminate", json!({"session": "term", "cell_id": id}))
+        .expect("terminate answered");
+    assert_eq!(ended["status"], "cancelled", "{ended:#}");
+    let next = loop {
+        let message = queued.read().expect("connection open");
+        if message["id"] == json!(queued_id) {
+            break message;
+        }
+    };
+    assert_eq!(next["result"]["cells"][0]["output"], "42\n", "{next:#}");
+    let left = wait_until(Duration::from_secs(10), || {
+        let left = daemon.world.processes_running("sleep\u{0}977");
+        left.is_empty().then_some(()).ok_or(left)
+    });
+    assert!(
+        left.is_ok(),
+        "the terminated cell's process is gone: {left:?}"
+    );
+    daemon.stop();
+}
+
+#[test]
+fn a_terminated_js_cell_takes_its_pending_timers_with_it() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let yielded = eval(
+        &mut client,
+        "timers",
+        json!([{"language": "js",
+                "code": "// @exec: {\"yield_time_ms\": 200}\nsetTimeout(() => text('stray'), 1500); setInterval(() => {}, 20); text('waiting')"}]),
+    );
+    assert_eq!(cell(&yielded, 0)["status"], "running", "{yielded:#}");
+    assert_eq!(cell(&yielded, 0)["output"], "waiting\n", "{yielded:#}");
+    let id = cell(&yielded, 0)["cell_id"].clone();
+    let ended = client
+        .call("terminate", json!({"session": "timers", "cell_id": id}))
+        .expect("terminate answered");
+    assert_eq!(ended["status"], "cancelled", "{ended:#}");
+    let next = eval(
+        &mut client,
+        "timers",
+        json!([{"language": "js",
+                "code": "await new Promise((resolve) => setTimeout(resolve, 2000)); 'clean'"}]),
+    );
+    assert_eq!(cell(&next, 0)["output"], "clean\n", "{next:#}");
+    daemon.stop();
+}
+
+#[test]
+fn a_terminated_background_cell_leaves_no_file_but_the_artifacts_it_reported() {
+    let daemon = Daemon::start_with("[output]\nmax-bytes = \"1KiB\"\n");
+    let mut client = daemon.client();
+    let yielded = eval(
+        &mut client,
+        "files",
+        json!([{"language": "py", "yield_time_ms": 500,
+                "code": "import sys\nfor i in range(200):\n    print('line', i)\nsys.stdout.flush()\nwhile True:\n    print('more')"}]),
+    );
+    let first = cell(&yielded, 0);
+    assert_eq!(first["status"], "running", "{yielded:#}");
+    let id = first["cell_id"].clone();
+    let ended = client
+        .call("terminate", json!({"session": "files", "cell_id": id}))
+        .expect("terminate answered");
+    assert_eq!(ended["status"], "cancelled", "{ended:#}");
+    let reported: Vec<std::path::PathBuf> = [first, &ended]
+        .iter()
+        .filter_map(|c| c["truncation"]["artifact_path"].as_str())
+        .map(std::path::PathBuf::from)
+        .collect();
+    assert_eq!(
+        reported.len(),
+        2,
+        "both windows spilled: {yielded:#} {ended:#}"
+    );
+    let dir = reported[0].parent().expect("artifact dir").to_path_buf();
+    let mut present: Vec<_> = std::fs::read_dir(&dir)
+        .expect("artifact dir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    present.sort();
+    let mut expected = reported.clone();
+    expected.sort();
+    assert_eq!(present, expected, "no other file in {}", dir.display());
+    daemon.stop();
+}
+
+#[test]
+fn the_cli_prints_the_cell_id_then_waits_and_terminates() {
+    let daemon = Daemon::start();
+    let socket = daemon.socket.to_string_lossy().into_owned();
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--socket", &socket];
+        all.extend_from_slice(args);
+        daemon.world.run(&all)
+    };
+    let yielded = cli(&[
+        "eval",
+        "-l",
+        "py",
+        "-s",
+        "cli",
+        "--yield-time-ms",
+        "300",
+        "import time\nprint('a', flush=True)\ntime.sleep(1.5)\nprint('b')",
+    ]);
+    yielded.assert_code(0);
+    assert_eq!(yielded.stdout, "a\n", "{}", yielded.stderr);
+    let id = yielded
+        .stderr
+        .split_whitespace()
+        .skip_while(|w| *w != "cell")
+        .nth(1)
+        .expect("the cell id is printed")
+        .to_string();
+    assert!(
+        yielded.stderr.contains("still running"),
+        "{}",
+        yielded.stderr
+    );
+    assert!(
+        yielded
+            .stderr
+            .contains(&format!("cellvisor wait {id} --session cli")),
+        "{}",
+        yielded.stderr
+    );
+    let mut rest = String::new();
+    for _ in 0..10 {
+        let waited = cli(&["wait", &id, "--session", "cli", "--yield-time-ms", "2000"]);
+        waited.assert_code(0);
+        rest.push_str(&waited.stdout);
+        if !waited.stderr.contains("still running") {
+            break;
+        }
+    }
+    assert_eq!(rest, "b\n");
+
+    let spinning = cli(&[
+        "eval",
+        "-l",
+        "js",
+        "-s",
+        "cli",
+        "--yield-time-ms",
+        "200",
+        "text('spin'); while (true) {}",
+    ]);
+    spinning.assert_code(0);
+    let id = spinning
+        .stderr
+        .split_whitespace()
+        .skip_while(|w| *w != "cell")
+        .nth(1)
+        .expect("the cell id is printed")
+        .to_string();
+    let terminated = cli(&["terminate", &id, "--session", "cli", "--json"]);
+    terminated.assert_code(1);
+    assert_eq!(
+        terminated.json()["status"],
+        "cancelled",
+        "{}",
+        terminated.stderr
+    );
+    let unknown = cli(&["wait", &id, "--session", "cli"]);
+    unknown.assert_code(2);
+    assert!(
+        unknown.stderr.contains("no background cell"),
+        "{}",
+        unknown.stderr
+    );
+    daemon.stop();
+}
+
+fn status_row(client: &mut Client, session: &str) -> Value {
+    let rows = client.call("status", json!({})).expect("status answered");
+    rows.as_array()
+        .and_then(|rows| rows.iter().find(|r| r["session"] == session).cloned())
+        .unwrap_or(Value::Null)
+}
