@@ -181,14 +181,14 @@ struct Running {
 
 impl Running {
     /// The job back, to run on the next worker, while its request still waits for it.
-    fn into_requeued(self) -> Result<CellJob, Running> {
+    fn into_requeued(self) -> Result<CellJob, Box<Running>> {
         match self.observer {
             Observer::Requester(reply) => {
                 let mut job = self.job;
                 job.reply = reply;
                 Ok(job)
             }
-            observer => Err(Running { observer, ..self }),
+            observer => Err(Box::new(Running { observer, ..self })),
         }
     }
 }

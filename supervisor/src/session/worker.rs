@@ -250,7 +250,7 @@ impl Session {
                         self.queue.push_front(job);
                         (None, None, true)
                     }
-                    Err(running) => (Some(running), partial, false),
+                    Err(running) => (Some(*running), partial, false),
                 }
             }
             (running, partial) => (running, partial, false),
