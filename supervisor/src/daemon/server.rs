@@ -367,15 +367,17 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
         };
         next_task += 1;
         let task_id = next_task;
-        let eval_session = (request.method == method::EVAL).then(|| {
-            request
-                .params
-                .as_ref()
-                .and_then(|p| p.get("session"))
-                .and_then(Value::as_str)
-                .unwrap_or("default")
-                .to_string()
-        });
+        // An eval or a wait ends with its client: a cell (or a watch) nobody reads is stopped.
+        let eval_session =
+            matches!(request.method.as_str(), method::EVAL | method::WAIT).then(|| {
+                request
+                    .params
+                    .as_ref()
+                    .and_then(|p| p.get("session"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("default")
+                    .to_string()
+            });
         let daemon = Arc::clone(&daemon);
         let connection = Arc::clone(&connection);
         let registry = Arc::clone(&in_flight);
@@ -406,9 +408,10 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
         Ok(mut registry) => registry.drain().map(|(_, f)| f).collect(),
         Err(_) => Vec::new(),
     };
-    // Aborting an eval drops its request, and the sessions stop exactly its cells.
+    // Aborting an eval drops its request, and the sessions stop exactly its cells; aborting a
+    // wait frees its cell for the next wait.
     for flight in abandoned {
-        tracing::info!(session = %flight.session, "client disconnected during eval");
+        tracing::info!(session = %flight.session, "client disconnected during eval or wait");
         flight.task.abort();
     }
     // The writer ends once every sender is gone: ours, and the one the connection holds.

@@ -68,6 +68,8 @@ impl Session {
             self.collect(msg.cell_id, waiter);
             return;
         };
+        // A waiter whose host went away (a client that disconnected) no longer counts.
+        let _ = running.observer.take_waiter_if(|w| w.reply.is_closed());
         match running.observer.attach(waiter) {
             Ok(()) => {
                 let timer = ctx.notify_later(
