@@ -456,6 +456,82 @@ fn the_cli_prints_the_cell_id_then_waits_and_terminates() {
     daemon.stop();
 }
 
+#[test]
+fn max_tokens_cuts_what_a_wait_returns_with_head_and_tail() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let yielded = eval(
+        &mut client,
+        "cap",
+        json!([{"language": "py",
+                "code": "yield_control()\nfor i in range(100):\n    print('row', i)\nprint('end', flush=True)\nimport time\ntime.sleep(30)"}]),
+    );
+    let id = cell(&yielded, 0)["cell_id"].clone();
+    // However the rows fall into windows, each window over 40 bytes comes back cut.
+    let mut cut = 0;
+    for _ in 0..20 {
+        let answer = client
+            .call(
+                "wait",
+                json!({"session": "cap", "cell_id": id, "yield_time_ms": 500, "max_tokens": 10}),
+            )
+            .expect("wait answered");
+        if answer["truncation"]["total_bytes"].as_u64().unwrap_or(0) > 40 {
+            let text = answer["output"].as_str().unwrap_or_default();
+            assert!(text.contains("bytes omitted"), "{answer:#}");
+            assert_eq!(answer["truncation"]["truncated"], true, "{answer:#}");
+            cut += 1;
+        }
+        if answer["output"]
+            .as_str()
+            .is_some_and(|o| o.ends_with("end\n"))
+        {
+            break;
+        }
+    }
+    assert!(cut > 0, "some window was cut");
+    let refused = client
+        .call(
+            "wait",
+            json!({"session": "cap", "cell_id": id, "max_tokens": 0}),
+        )
+        .expect_err("max_tokens 0");
+    assert_eq!(
+        refused["message"], "max_tokens must be at least 1",
+        "{refused:#}"
+    );
+    let ended = client
+        .call("terminate", json!({"session": "cap", "cell_id": id}))
+        .expect("terminate answered");
+    assert_eq!(ended["status"], "cancelled", "{ended:#}");
+    daemon.stop();
+}
+
+#[test]
+fn cells_whose_workers_end_with_the_request_run_to_their_end() {
+    let code = "import time\nprint('a', flush=True)\ntime.sleep(0.6)\nyield_control()\nprint('b')";
+    // A fresh request's workers are discarded with it: no background.
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let fresh = client
+        .call(
+            "eval",
+            json!({"session": "f", "fresh": true,
+                   "cells": [{"language": "py", "code": code, "yield_time_ms": 100}]}),
+        )
+        .expect("eval answered");
+    assert_eq!(cell(&fresh, 0)["status"], "complete", "{fresh:#}");
+    assert_eq!(cell(&fresh, 0)["output"], "a\nb\n", "{fresh:#}");
+    let world = daemon.stop_keep_world();
+    // `eval --no-daemon` waits a background cell out before its supervisor goes.
+    let run = world.run_cells(&json!([{"language": "py", "code": code, "yield_time_ms": 100}]));
+    run.assert_code(0);
+    let result = run.json();
+    assert_eq!(cell(&result, 0)["status"], "complete", "{result:#}");
+    assert_eq!(cell(&result, 0)["output"], "a\nb\n", "{result:#}");
+    world.assert_no_processes_left(Duration::from_secs(5));
+}
+
 fn status_row(client: &mut Client, session: &str) -> Value {
     let rows = client.call("status", json!({})).expect("status answered");
     rows.as_array()
