@@ -79,7 +79,10 @@ impl Session {
                     },
                     msg.yield_time,
                 );
-                running.timers.push(timer);
+                // One wait at a time: an earlier wait's timer has fired or is moot.
+                if let Some(earlier) = running.wait_timer.replace(timer) {
+                    ctx.cancel_future(earlier);
+                }
             }
             Err((waiter, refusal)) => {
                 let _ = waiter.reply.send(Err(refusal));

@@ -145,6 +145,7 @@ impl Session {
             observer: Observer::Requester(reply),
             output,
             requester_watch,
+            wait_timer: None,
             started: Instant::now(),
             deadline,
             timers,

@@ -170,11 +170,14 @@ struct Running {
     output: Arc<CellOutput>,
     /// The watch on the requester, cancelled when the cell goes to the background.
     requester_watch: SpawnHandle,
+    /// The current `wait`'s timer (a stale `WaitExpired` after the cell's end is ignored).
+    wait_timer: Option<SpawnHandle>,
     started: Instant,
     deadline: Deadline,
     /// The futures that exist for this cell alone, cancelled when it ends: the pending
-    /// `CellDeadline` and `GraceExpired`, and the watch on its requester (left running, a
-    /// request of N cells would leave N watchers for the actor to poll on every wake-up).
+    /// `CellDeadline`, `GraceExpired` and `CellYield` (its yield time), and the watch on its
+    /// requester (left running, a request of N cells would leave N watchers for the actor to
+    /// poll on every wake-up).
     timers: Vec<SpawnHandle>,
     notice: Option<String>,
 }
