@@ -4,7 +4,7 @@
 //! watches). The decisions are [`Observer`](super::observation::Observer)'s.
 
 use super::messages::{CellYield, TerminateCell, WaitCell, WaitExpired};
-use super::observation::{Handoff, Refusal};
+use super::observation::{Handoff, Refusal, YieldCause};
 use super::{Running, Session, Waiter};
 use crate::cell::{CellOutcome, CellResult, CellStatus};
 use crate::output::{OutputSink, SinkLimits};
@@ -13,13 +13,17 @@ use actix::prelude::*;
 impl Session {
     /// The running cell yields: whoever watches gets the output so far, as `running`.
     pub(super) fn on_yield(&mut self, msg: CellYield, ctx: &mut Context<Self>) {
-        let Some(running) = self
-            .running
-            .as_mut()
-            .filter(|r| r.cell_id == msg.cell_id && r.job.may_yield)
-        else {
+        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == msg.cell_id) else {
             return;
         };
+        // A yield_control() made the reader hold what came after it: let go unless cut below.
+        let held = msg.cause == YieldCause::Control;
+        if !running.job.may_yield {
+            if held {
+                running.output.release();
+            }
+            return;
+        }
         let handoff = running.observer.on_yield(msg.cause);
         if matches!(handoff, Handoff::Requester(_)) {
             // Its request returns now: leaving no longer stops the cell.
@@ -27,9 +31,15 @@ impl Session {
             running.output.go_background();
             tracing::info!(session = %self.key, cell_id = msg.cell_id, cause = ?msg.cause, "cell went to the background");
         }
-        let result = self.snapshot();
+        // Nobody looking: the output stays in the window for the next look.
+        if matches!(handoff, Handoff::Nobody) {
+            if held {
+                running.output.release();
+            }
+            return;
+        }
         self.report();
-        match (handoff, result) {
+        match (handoff, self.snapshot()) {
             (Handoff::Requester(reply), Some((outcome, _))) => {
                 let _ = reply.send(outcome);
             }
@@ -122,8 +132,10 @@ impl Session {
         };
         match running.observer.take_over(waiter) {
             Ok(previous) => {
-                if let (Some(previous), Some((_, result))) = (previous, self.snapshot()) {
-                    self.answer(previous, result);
+                if let Some(previous) = previous {
+                    if let Some((_, result)) = self.snapshot() {
+                        self.answer(previous, result);
+                    }
                 }
                 tracing::info!(session = %self.key, cell_id = msg.cell_id, "terminating a background cell");
                 self.interrupt_by_host(Some(msg.cell_id), ctx);

@@ -93,7 +93,7 @@ impl ActiveCell {
     }
 
     fn finish(self) -> CellProducts {
-        let observed = self.output.cut();
+        let observed = self.output.finish();
         CellProducts {
             cell_id: self.cell_id,
             started: self.started,
@@ -359,7 +359,9 @@ impl ReaderTask {
                 }
             }
             FromWorker::Yield { cell_id } => {
-                if self.current.as_ref().is_some_and(|c| c.cell_id == cell_id) {
+                if let Some(cell) = self.current.as_ref().filter(|c| c.cell_id == cell_id) {
+                    // The host gets the output up to here, however late the session cuts.
+                    cell.output.hold();
                     self.session.do_send(CellYield {
                         cell_id,
                         cause: YieldCause::Control,

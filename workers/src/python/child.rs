@@ -27,11 +27,9 @@ const TOOL_WAIT_POLL: Duration = Duration::from_millis(200);
 /// The env var that carries the nonce of the output sync markers to runner.py.
 const SYNC_TOKEN_VAR: &str = "CELLVISOR_SYNC_TOKEN";
 
-/// The cell id of the sync marker `yield_control()` writes (no cell has id 0).
+/// The cell id of the marker `yield_control()` writes into the output (no cell has id 0): the
+/// output thread sends the yield where it finds it, after exactly the output before it.
 const YIELD_MARKER: u64 = 0;
-
-/// How long a yield waits for the output written before it to come through the pipe.
-const YIELD_SYNC_WAIT: Duration = Duration::from_secs(1);
 
 /// Output produced before the first cell (site warnings, say) kept for that cell, at most.
 const MAX_PENDING_BYTES: usize = 64 * 1024;
@@ -162,8 +160,6 @@ pub struct Routing {
     pub dropped: usize,
     /// The cell id of the last sync marker read.
     pub last_marker: Option<u64>,
-    /// How many `yield_control()` markers were read.
-    pub yield_markers: u64,
     /// The output pipe reached EOF.
     pub closed: bool,
     /// The host tools of the running cell, for `tools.tool_search` (answered here).
@@ -219,6 +215,17 @@ impl SharedRouting {
         outbox.output(cell_id, OutputStream::Stdout, data);
     }
 
+    /// A `yield_control()` marker: the yield goes out in its place among the cell's output.
+    fn yielded(&self) {
+        let (cell_id, outbox) = {
+            let state = self.lock();
+            (state.cell_id, state.outbox.clone())
+        };
+        if let Some(outbox) = outbox {
+            outbox.yield_control(cell_id);
+        }
+    }
+
     fn mark(&self, update: impl FnOnce(&mut Routing)) {
         update(&mut self.lock());
         self.changed.notify_all();
@@ -247,7 +254,7 @@ pub fn spawn_output_thread(
                 };
                 scanner.feed(&buffer[..read], &mut |piece| match piece {
                     Piece::Bytes(data) => routing.forward(data),
-                    Piece::Marker(YIELD_MARKER) => routing.mark(|s| s.yield_markers += 1),
+                    Piece::Marker(YIELD_MARKER) => routing.yielded(),
                     Piece::Marker(cell_id) => routing.mark(|s| s.last_marker = Some(cell_id)),
                 });
             }
@@ -280,12 +287,10 @@ pub enum Event {
         #[serde(default)]
         marker: bool,
     },
-    /// The cell `id` yields (`yield_control()`); `marker` counts the yield markers written
-    /// so far, once this one is in the output pipe.
+    /// The cell `id` yields (`yield_control()`) and could not mark the output pipe: the
+    /// yield goes to the host from here, without its place among the output.
     Yield {
         id: u64,
-        #[serde(default)]
-        marker: Option<u64>,
     },
     /// The cell `id` calls host tool `name`; the runner waits on fd 3 for `call_id`'s result.
     #[serde(rename = "tool_call")]
@@ -335,17 +340,8 @@ pub fn spawn_event_thread(
                             outbox.display(id, sendable_bundle(&bundle));
                         }
                     }
-                    Event::Yield { id, marker } => {
-                        // The output written before the yield is relayed first.
-                        let outbox = match marker {
-                            Some(seen) => routing
-                                .wait_until(YIELD_SYNC_WAIT, |s| {
-                                    s.yield_markers >= seen || s.closed
-                                })
-                                .outbox
-                                .clone(),
-                            None => routing.lock().outbox.clone(),
-                        };
+                    Event::Yield { id } => {
+                        let outbox = routing.lock().outbox.clone();
                         if let Some(outbox) = outbox {
                             outbox.yield_control(id);
                         }

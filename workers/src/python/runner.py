@@ -56,10 +56,9 @@ class _State:
     # SIGINT arrived after the next cell's command was sent but before it started.
     early_interrupt = False
     loop = None
-    # Where the sync markers go (set by main), and how many yields were marked so far.
+    # Where the sync markers go (set by main).
     marker_fd = None
     sync_token = ""
-    yields = 0
     # Numbers this runner's tool calls; results for other (abandoned) calls are dropped.
     tool_calls = 0
     # The directory the last cell was asked to run in: `%cd` and `os.chdir` hold until a
@@ -413,12 +412,10 @@ def _sync(cell_id, marker_fd, token):
 def _yield_control():
     """yield_control(): the host gets the cell's output so far now and the cell goes on. The
     output is flushed and followed by a marker for cell 0 (no cell has that id), which the
-    shim counts before it passes the yield on, so no output written before it trails it."""
-    marked = None
-    if _state.marker_fd is not None and _sync(0, _state.marker_fd, _state.sync_token):
-        _state.yields += 1
-        marked = _state.yields
-    _send_event({"type": "yield", "id": _state.cell_id, "marker": marked})
+    shim turns into the yield in its place among the output; only when the marker cannot be
+    written does the yield go as an event."""
+    if _state.marker_fd is None or not _sync(0, _state.marker_fd, _state.sync_token):
+        _send_event({"type": "yield", "id": _state.cell_id})
 
 
 class _CommandReader:

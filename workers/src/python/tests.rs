@@ -210,8 +210,8 @@ fn state_persists_and_trailing_value_is_shown() {
 #[test]
 fn yield_control_follows_all_the_output_written_before_it() {
     let mut py = Harness::new();
-    // Enough output that the pipe cannot have been drained by the time the yield is read,
-    // unless the shim waits for the yield's marker.
+    // Enough output to fill the pipe several times: the yield must still come after all of
+    // it and before what follows (it travels as a marker in its place in the output).
     let ran = py.run(
         "import os\nfor i in range(2000):\n    print('x' * 99)\nos.system('echo child')\n\
          yield_control()\nprint('after')\nyield_control()",
