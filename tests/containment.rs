@@ -54,6 +54,7 @@ fn request(session: &str, cells: &[(Language, &str, Option<f64>)]) -> EvalReques
                 title: None,
                 timeout: *timeout,
                 reset: false,
+                yield_time_ms: None,
             })
             .collect(),
         tools: Vec::new(),

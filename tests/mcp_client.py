@@ -2,7 +2,7 @@
 
 Usage: python tests/mcp_client.py PATH/TO/cellvisor
 
-Spawns `cellvisor mcp` over stdio, exercises the eval/reset/sessions tools and exits
+Spawns `cellvisor mcp` over stdio, exercises the eval/wait/terminate/reset/sessions tools and exits
 non-zero with a clear message on the first failed check. The environment is passed to the
 server (XDG_RUNTIME_DIR, CELLVISOR_CONFIG, ... of the calling test).
 """
@@ -78,7 +78,7 @@ async def main(binary):
                 init.server_info.name, init.server_info.version, init.protocol_version))
 
             tools = {tool.name: tool for tool in (await session.list_tools()).tools}
-            for name in ("eval", "reset", "sessions"):
+            for name in ("eval", "wait", "terminate", "reset", "sessions"):
                 check(name in tools, "tool %r missing; tools: %s" % (name, sorted(tools)))
                 check(tools[name].description, "tool %r has no description" % name)
             cells_schema = tools["eval"].input_schema["properties"]["cells"]
@@ -200,6 +200,37 @@ async def main(binary):
                   "a cell over its timeout is cancelled", result)
             check("timed out" in text_of(result), "the timeout is explained", result)
             print("timeout: ok")
+
+            # A cell that yields comes back still running; `wait` collects the rest.
+            result = await eval_cells(session, [{"language": "py", "yield_time_ms": 300, "code":
+                "import time\nprint('first', flush=True)\ntime.sleep(1)\nprint('second')"}])
+            text = text_of(result)
+            check(not result.is_error and "first" in text and "second" not in text,
+                  "the yielded cell returns its output so far", result)
+            check("still running in the background as cell" in text,
+                  "the result says the cell is still running", result)
+            cell_id = int(text.split("as cell ")[1].split(":")[0])
+            rest = ""
+            for _ in range(10):
+                result = await session.call_tool("wait", {"cell_id": cell_id, "yield_time_ms": 2000})
+                check(not result.is_error, "wait answers", result)
+                rest += text_of(result)
+                if "still running" not in text_of(result):
+                    break
+            check("second" in rest and "still running" not in text_of(result),
+                  "wait returns the rest and the end", result)
+            result = await session.call_tool("wait", {"cell_id": cell_id})
+            check(result.is_error and "no background cell" in text_of(result),
+                  "a collected cell is gone", result)
+            # terminate ends a background busy loop.
+            result = await eval_cells(session, [{"language": "js", "code":
+                "// @exec: {\"yield_time_ms\": 200}\ntext('spin'); while (true) {}"}])
+            check("still running" in text_of(result), "the busy loop yields", result)
+            cell_id = int(text_of(result).split("as cell ")[1].split(":")[0])
+            result = await session.call_tool("terminate", {"cell_id": cell_id})
+            check(result.is_error and "(cancelled)" in text_of(result),
+                  "terminate cancels the cell", result)
+            print("wait/terminate: ok")
 
             result = await session.call_tool("sessions", {})
             check(not result.is_error and "mcp-" in text_of(result) and "py" in text_of(result),

@@ -162,6 +162,7 @@ async fn prewarm_hands_a_new_session_an_interpreter_started_before_it() {
             title: None,
             timeout: None,
             reset: false,
+            yield_time_ms: None,
         }],
         tools: Vec::new(),
         ..Default::default()

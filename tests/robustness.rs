@@ -28,6 +28,7 @@ fn request(session: &str, cells: &[(Language, &str)]) -> EvalRequest {
                 title: None,
                 timeout: Some(20.0),
                 reset: false,
+                yield_time_ms: None,
             })
             .collect(),
         tools: Vec::new(),

@@ -678,6 +678,7 @@ async fn per_call_requests_use_prewarmed_interpreters() {
                 title: None,
                 timeout: None,
                 reset: false,
+                yield_time_ms: None,
             }],
             ..Default::default()
         };

@@ -42,6 +42,7 @@ impl Harness {
                 title: None,
                 timeout,
                 reset: false,
+                yield_time_ms: None,
             }],
             tools: Vec::new(),
             ..Default::default()
@@ -288,6 +289,7 @@ async fn the_cap_evicts_the_least_recently_used_idle_session_or_waits() {
                 title: None,
                 timeout: Some(4.0),
                 reset: false,
+                yield_time_ms: None,
             }],
             tools: Vec::new(),
             ..Default::default()

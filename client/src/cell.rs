@@ -19,6 +19,10 @@ pub struct CellSpec {
     /// Restart this language's worker for the session before running the cell.
     #[serde(default)]
     pub reset: bool,
+    /// Milliseconds to watch the cell before its request returns with the output so far and
+    /// status `running`; the cell goes on in the background (see `wait`). Not a timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub yield_time_ms: Option<u64>,
 }
 
 /// A request: cells run in order in one session; the first failure skips the rest.
@@ -97,6 +101,9 @@ pub enum CellStatus {
     Error,
     Cancelled,
     Skipped,
+    /// The cell yielded (its `yield_time_ms` passed, or it called `yield_control()`) and goes
+    /// on in the background: collect the rest with `wait`.
+    Running,
 }
 
 impl std::fmt::Display for CellStatus {
@@ -107,6 +114,7 @@ impl std::fmt::Display for CellStatus {
             CellStatus::Error => "error",
             CellStatus::Cancelled => "cancelled",
             CellStatus::Skipped => "skipped",
+            CellStatus::Running => "running",
         })
     }
 }
@@ -128,6 +136,10 @@ pub struct Truncation {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CellResult {
     pub index: usize,
+    /// The cell's id in its session, for `wait` and `terminate` while it runs in the
+    /// background.
+    #[serde(default)]
+    pub cell_id: u64,
     pub title: Option<String>,
     pub language: Language,
     pub status: CellStatus,
@@ -164,6 +176,7 @@ impl CellResult {
     pub fn skipped(index: usize, spec: &CellSpec) -> CellResult {
         CellResult {
             index,
+            cell_id: 0,
             title: spec.title.clone(),
             language: spec.language,
             status: CellStatus::Skipped,
@@ -175,6 +188,17 @@ impl CellResult {
             truncation: Truncation::default(),
             notice: None,
         }
+    }
+
+    /// A cell that did not run because an earlier cell of its request went to the background:
+    /// it would have queued behind that cell, so it is left to the host to send again.
+    pub fn skipped_behind(index: usize, spec: &CellSpec, running: u64) -> CellResult {
+        let mut result = CellResult::skipped(index, spec);
+        result.output = format!(
+            "skipped: cell {running} of this request is still running in the background; \
+             `wait` for it, then send this cell again\n"
+        );
+        result
     }
 }
 
@@ -252,6 +276,7 @@ mod tests {
             title: None,
             timeout: None,
             reset: false,
+            yield_time_ms: None,
         };
         let mut cell = CellResult::skipped(0, &spec);
         cell.output = "{'k': 1}\n".into();
@@ -272,6 +297,7 @@ mod tests {
             title: None,
             timeout: None,
             reset: false,
+            yield_time_ms: None,
         };
         let json = serde_json::to_value(CellResult::skipped(2, &spec)).unwrap();
         assert_eq!(json["status"], "skipped");

@@ -19,6 +19,11 @@ pub mod method {
     pub const RESET: &str = "reset";
     pub const CLOSE: &str = "close";
     pub const STATUS: &str = "status";
+    /// Watch a cell that went to the background: its output since the last look, or its
+    /// final result.
+    pub const WAIT: &str = "wait";
+    /// Stop a cell that went to the background.
+    pub const TERMINATE: &str = "terminate";
     pub const SHUTDOWN: &str = "shutdown";
     pub const CONFIG_RELOAD: &str = "config/reload";
     /// Notification sent while an `eval` runs.
@@ -181,6 +186,28 @@ pub struct SessionParams {
     pub language: Option<Language>,
 }
 
+/// `wait` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitParams {
+    pub session: String,
+    pub cell_id: u64,
+    /// How long to watch before answering with the output so far (default 10 s).
+    #[serde(default)]
+    pub yield_time_ms: Option<u64>,
+    /// Cap on the returned output, in tokens.
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+}
+
+/// `terminate` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TerminateParams {
+    pub session: String,
+    pub cell_id: u64,
+}
+
 /// `initialize` result.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InitializeResult {
@@ -245,7 +272,8 @@ mod properties {
             Incoming::Request(request) => {
                 prop_assert_eq!(request.jsonrpc.as_str(), "2.0");
                 let _ = params::<EvalRequest>(request.params.clone());
-                let _ = params::<SessionParams>(request.params);
+                let _ = params::<SessionParams>(request.params.clone());
+                let _ = params::<WaitParams>(request.params);
             }
         }
         Ok(())

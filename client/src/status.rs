@@ -31,6 +31,15 @@ pub struct SessionStatus {
     pub rss_bytes: Option<u64>,
     /// CPU use of the worker and its children since the previous status, in percent of a core.
     pub cpu_percent: Option<f32>,
+    /// The running cell's id (`wait`, `terminate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cell_id: Option<u64>,
+    /// The running cell went to the background: its request has returned.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub background: bool,
+    /// A `wait` (or `terminate`) watches the running cell: another `wait` is refused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub observed: bool,
     /// Why the session is failed, or why its last worker could not start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,

@@ -8,7 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Bumped whenever a message changes shape; both sides refuse a peer with another version.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// A cell language, and therefore a kind of worker. Serialized by its short name
 /// (`py`, `js`, `lua`) in JSON.
@@ -131,6 +131,10 @@ pub enum FromWorker {
     Display { cell_id: u64, bundle_json: String },
     /// The cell is over; all of its output was sent before this frame.
     Done { cell_id: u64, outcome: CellOutcome },
+    /// The cell hands control back to its host (`yield_control()`) and goes on: the host
+    /// answers its request with the output sent before this frame, and collects the rest
+    /// later.
+    Yield { cell_id: u64 },
     /// Answer to `Ping`.
     Pong { seq: u64 },
     /// The running cell calls a host tool; answered by `ToolResult` with the same `call_id`.

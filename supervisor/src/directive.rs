@@ -2,7 +2,6 @@
 //! agent writes into the code itself.
 
 use serde::Deserialize;
-use std::time::Duration;
 
 /// About how many bytes a model token stands for, to turn a token budget into bytes.
 pub const BYTES_PER_TOKEN: u64 = 4;
@@ -13,17 +12,14 @@ const PREFIX: &str = "// @exec:";
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExecDirective {
-    /// How long the cell may run before it is stopped and its output so far returned.
+    /// How long the request watches the cell before it returns with the output so far and
+    /// status `running` (the cell goes on in the background). Not a timeout.
     pub yield_time_ms: Option<u64>,
     /// Cap on the returned output, in tokens.
     pub max_output_tokens: Option<u64>,
 }
 
 impl ExecDirective {
-    pub fn yield_time(&self) -> Option<Duration> {
-        self.yield_time_ms.map(Duration::from_millis)
-    }
-
     pub fn max_output_bytes(&self) -> Option<u64> {
         self.max_output_tokens
             .map(|tokens| tokens.saturating_mul(BYTES_PER_TOKEN))
@@ -56,7 +52,7 @@ mod tests {
         let d = parse("// @exec: {\"yield_time_ms\": 1500, \"max_output_tokens\": 10}\ntext(1)")
             .unwrap()
             .unwrap();
-        assert_eq!(d.yield_time(), Some(Duration::from_millis(1500)));
+        assert_eq!(d.yield_time_ms, Some(1500));
         assert_eq!(d.max_output_bytes(), Some(40));
         assert_eq!(parse("text(1)\n// @exec: {}").unwrap(), None);
     }

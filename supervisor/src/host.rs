@@ -4,12 +4,16 @@
 //! thread that spawned them, so it must live as long as the supervisor) and hands back a
 //! handle whose methods can be awaited from any async runtime.
 
-use crate::cell::{CellEvent, CellResult, CellSpec, EvalRequest, EvalResult, ToolCallRequest};
+use crate::cell::{
+    CellEvent, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult, ToolCallRequest,
+};
 use crate::python_choice::PythonChoice;
+use crate::session::observation::Refusal;
 use crate::session::{CellJob, CellReport, SessionKey, SessionStatus};
+use crate::session::{TerminateCell, WaitCell};
 use crate::supervisor::{
-    Control, ControlAction, PrewarmedCount, ReloadConfig, RequestDone, ShutdownAll, Status, Submit,
-    Supervisor, WorkerBase,
+    CellCommand, Control, ControlAction, ForCell, PrewarmedCount, ReloadConfig, RequestDone,
+    ShutdownAll, Status, Submit, Supervisor, WorkerBase,
 };
 use actix::prelude::*;
 use cellvisor_config::{CellsConfig, Config};
@@ -28,6 +32,24 @@ pub const MAX_SESSION_NAME: usize = 128;
 
 /// Longest host tool name accepted (MCP servers name tools like `github.search_issues`).
 pub const MAX_TOOL_NAME: usize = 128;
+
+/// How long a `wait` watches a background cell unless told otherwise.
+pub const DEFAULT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Longest `yield_time_ms` a `wait` accepts (an hour).
+pub const MAX_WAIT_MS: u64 = 3_600_000;
+
+/// Background cells remembered (id -> session) for `wait` and `terminate`, at most.
+const MAX_BACKGROUND_CELLS: usize = 4096;
+
+/// How a host watches a background cell ([`Cellvisor::wait`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WaitOptions {
+    /// How long to watch before answering with the output so far; default [`DEFAULT_WAIT`].
+    pub yield_time_ms: Option<u64>,
+    /// Cap on the returned output, in tokens (about 4 bytes each).
+    pub max_tokens: Option<u64>,
+}
 
 /// How to start a supervisor.
 #[derive(Debug, Clone, Default)]
@@ -92,6 +114,25 @@ pub enum RequestError {
     DuplicateTool(String),
     #[error("sandbox: {0}")]
     Sandbox(String),
+    #[error(
+        "session {session} has no background cell {cell_id} (ids come from results with status \
+         \"running\"; a finished cell's result is handed out once)"
+    )]
+    UnknownCell { session: String, cell_id: u64 },
+    #[error(
+        "cell {0} has not gone to the background: the request that started it still waits for \
+         it (use interrupt to stop it)"
+    )]
+    NotYielded(u64),
+    #[error(
+        "cell {0} is already being waited on: one wait at a time per cell; try again when that \
+         wait returns"
+    )]
+    AlreadyObserved(u64),
+    #[error("yield_time_ms must be at most {max} ms (an hour), got {0}", max = MAX_WAIT_MS)]
+    WaitTime(u64),
+    #[error("max_tokens must be at least 1")]
+    MaxTokens,
     #[error("the supervisor has stopped")]
     Stopped,
 }
@@ -106,6 +147,10 @@ pub struct Cellvisor {
     /// The configuration in force, to tell what a reload changes.
     config: Mutex<Config>,
     next_request: std::sync::atomic::AtomicU64,
+    /// Cell ids: unique across sessions, so a session can tell its own cells.
+    next_cell: std::sync::atomic::AtomicU64,
+    /// Cells that went to the background, and their session, until collected.
+    background: Mutex<HashMap<u64, SessionKey>>,
     system: actix::System,
     run_dir: PathBuf,
     _run_dir_guard: tempfile::TempDir,
@@ -177,6 +222,8 @@ impl Cellvisor {
             thread: Mutex::new(Some(thread)),
             config: Mutex::new(initial_config),
             next_request: std::sync::atomic::AtomicU64::new(1),
+            next_cell: std::sync::atomic::AtomicU64::new(1),
+            background: Mutex::new(HashMap::new()),
             system,
             run_dir,
             _run_dir_guard: run_dir_guard,
@@ -245,9 +292,23 @@ impl Cellvisor {
         };
         let mut results = Vec::with_capacity(request.cells.len());
         let mut stopped = false;
+        // A cell that went to the background holds its session: the request returns, and
+        // its later cells are skipped rather than queued behind it.
+        let mut in_background = None;
         for (index, spec) in request.cells.iter().enumerate() {
+            let cell_id = self
+                .next_cell
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let Some(running) = in_background {
+                let mut result = CellResult::skipped_behind(index, spec, running);
+                result.cell_id = cell_id;
+                results.push(result);
+                continue;
+            }
             if stopped {
-                results.push(CellResult::skipped(index, spec));
+                let mut result = CellResult::skipped(index, spec);
+                result.cell_id = cell_id;
+                results.push(result);
                 continue;
             }
             if let Some(events) = &events {
@@ -267,7 +328,11 @@ impl Cellvisor {
                 Err(message) => CellReport::refused(index, spec, message),
                 Ok((job_spec, max_output_bytes)) => {
                     let (reply, outcome) = oneshot::channel();
+                    let may_yield = throwaway.is_none();
                     let job = CellJob {
+                        cell_id,
+                        yield_time: job_spec.yield_time_ms.map(std::time::Duration::from_millis),
+                        may_yield,
                         index,
                         spec: job_spec,
                         cwd: request.cwd.clone(),
@@ -286,23 +351,30 @@ impl Cellvisor {
                     };
                     self.supervisor
                         .send(Submit {
-                            key,
+                            key: key.clone(),
                             cwd: request.cwd.clone(),
                             job,
                             request: request_id,
                         })
                         .await
                         .map_err(|_| RequestError::Stopped)?;
-                    match outcome.await {
+                    let result = match outcome.await {
                         Ok(outcome) => outcome.into_result(index, spec),
                         Err(_) => CellReport::refused(
                             index,
                             spec,
                             "the session ended before the cell finished".into(),
                         ),
+                    };
+                    if result.status == CellStatus::Running {
+                        self.remember_background(cell_id, key);
+                        in_background = Some(cell_id);
                     }
+                    result
                 }
             };
+            let mut result = result;
+            result.cell_id = cell_id;
             if let Some(events) = &events {
                 let _ = events
                     .send(CellEvent::CellDone {
@@ -315,6 +387,102 @@ impl Cellvisor {
             results.push(result);
         }
         Ok(EvalResult::from_cells(results))
+    }
+
+    /// Watches a cell that went to the background: answers with what it printed since the
+    /// last look once `yield_time_ms` passes (status `running`), or with its final result as
+    /// soon as it ends. One wait per cell at a time; only the cell's own session may wait.
+    pub async fn wait(
+        &self,
+        session: &str,
+        cell_id: u64,
+        options: WaitOptions,
+    ) -> Result<CellResult, RequestError> {
+        let yield_time = match options.yield_time_ms {
+            Some(ms) if ms > MAX_WAIT_MS => return Err(RequestError::WaitTime(ms)),
+            Some(ms) => std::time::Duration::from_millis(ms),
+            None => DEFAULT_WAIT,
+        };
+        if options.max_tokens == Some(0) {
+            return Err(RequestError::MaxTokens);
+        }
+        let max_bytes = options
+            .max_tokens
+            .map(|t| t.saturating_mul(crate::directive::BYTES_PER_TOKEN));
+        self.for_cell(session, cell_id, |reply| {
+            CellCommand::Wait(WaitCell {
+                cell_id,
+                yield_time,
+                max_bytes,
+                reply,
+            })
+        })
+        .await
+    }
+
+    /// Stops a cell that went to the background (interrupt, then the grace, then kill) and
+    /// answers with its final result; the session and its state stay.
+    pub async fn terminate(&self, session: &str, cell_id: u64) -> Result<CellResult, RequestError> {
+        self.for_cell(session, cell_id, |reply| {
+            CellCommand::Terminate(TerminateCell { cell_id, reply })
+        })
+        .await
+    }
+
+    /// Hands a `wait` or `terminate` to the session holding `cell_id`, if it is `session`.
+    async fn for_cell(
+        &self,
+        session: &str,
+        cell_id: u64,
+        command: impl FnOnce(crate::session::CellReply) -> CellCommand,
+    ) -> Result<CellResult, RequestError> {
+        validate_session_name(session)?;
+        let unknown = || RequestError::UnknownCell {
+            session: session.to_string(),
+            cell_id,
+        };
+        let key = {
+            let cells = lock(&self.background);
+            cells
+                .get(&cell_id)
+                .filter(|k| k.session == session)
+                .cloned()
+        }
+        .ok_or_else(unknown)?;
+        let (reply, answer) = oneshot::channel();
+        self.supervisor
+            .send(ForCell {
+                key,
+                command: command(reply),
+            })
+            .await
+            .map_err(|_| RequestError::Stopped)?;
+        let answer = answer.await.unwrap_or(Err(Refusal::Unknown));
+        let ended = match &answer {
+            Ok(result) => result.status != CellStatus::Running,
+            Err(refusal) => *refusal == Refusal::Unknown,
+        };
+        if ended {
+            lock(&self.background).remove(&cell_id);
+        }
+        answer.map_err(|refusal| match refusal {
+            Refusal::Unknown => unknown(),
+            Refusal::NotYielded => RequestError::NotYielded(cell_id),
+            Refusal::Observed => RequestError::AlreadyObserved(cell_id),
+        })
+    }
+
+    /// Remembers that `cell_id` of `key` runs in the background (bounded: the oldest ids go
+    /// first; their sessions drop uncollected results long before).
+    fn remember_background(&self, cell_id: u64, key: SessionKey) {
+        let mut cells = lock(&self.background);
+        while cells.len() >= MAX_BACKGROUND_CELLS {
+            let Some(oldest) = cells.keys().min().copied() else {
+                break;
+            };
+            cells.remove(&oldest);
+        }
+        cells.insert(cell_id, key);
     }
 
     /// What the configuration in force says about requests: read once per request.
@@ -495,7 +663,8 @@ impl Cellvisor {
 }
 
 /// The cell as its session runs it: a JavaScript `// @exec:` line turned into the cell's
-/// timeout and output cap (code mode). `Err` is the message for a bad line.
+/// observation time (`yield_time_ms`, which the line overrides) and output cap (code mode).
+/// `Err` is the message for a bad line.
 fn with_directive(spec: &CellSpec) -> Result<(CellSpec, Option<u64>), String> {
     let mut job = spec.clone();
     if spec.language != Language::JavaScript {
@@ -504,10 +673,15 @@ fn with_directive(spec: &CellSpec) -> Result<(CellSpec, Option<u64>), String> {
     let Some(directive) = crate::directive::parse(&spec.code)? else {
         return Ok((job, None));
     };
-    if let Some(time) = directive.yield_time() {
-        job.timeout = Some(time.as_secs_f64());
+    if let Some(time) = directive.yield_time_ms {
+        job.yield_time_ms = Some(time);
     }
     Ok((job, directive.max_output_bytes()))
+}
+
+/// Locks `mutex`; a panic elsewhere while holding it leaves plain data behind.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// `section.key: old -> new` for every key whose value differs.

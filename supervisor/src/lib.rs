@@ -63,4 +63,4 @@ pub use cellvisor_client::status::{SessionState, SessionStatus};
 pub use cellvisor_config::Config;
 pub use cellvisor_ipc::Language;
 pub use cli::main as command_line;
-pub use host::{Cellvisor, Options, RequestError, StartupError};
+pub use host::{Cellvisor, Options, RequestError, StartupError, WaitOptions};

@@ -1,7 +1,8 @@
 //! `cellvisor mcp`: an MCP server on stdio, for agent desktops (DESIGN.md §1).
 //!
 //! The server embeds its own supervisor ([`Cellvisor::start`]); one MCP connection is one
-//! session, named `mcp-<pid>`. Tools: `eval` (cells, DESIGN.md §2), `reset` and `sessions`.
+//! session, named `mcp-<pid>`. Tools: `eval` (cells, DESIGN.md §2), `wait` and `terminate`
+//! (cells that went to the background), `reset` and `sessions`.
 //! When the client disconnects (or the process gets SIGTERM/SIGINT/SIGHUP) every worker is
 //! stopped before [`serve_stdio`] returns.
 //!
@@ -9,7 +10,7 @@
 //! get `/dev/null` as their stdout.
 
 use crate::cell::{CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};
-use crate::host::{Cellvisor, Options, RequestError, StartupError};
+use crate::host::{Cellvisor, Options, RequestError, StartupError, WaitOptions, MAX_WAIT_MS};
 use crate::render::{self, MediaKind, Shown, StatusTable};
 use cellvisor_config::schema::CellsConfig;
 use cellvisor_ipc::Language;
@@ -245,6 +246,57 @@ impl CellvisorMcp {
         }
     }
 
+    /// `wait`: the output of a background cell since the last look, or its final result.
+    async fn wait(&self, arguments: JsonObject) -> CallToolResult {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct WaitArgs {
+            cell_id: u64,
+            #[serde(default)]
+            yield_time_ms: Option<u64>,
+            #[serde(default)]
+            max_tokens: Option<u64>,
+        }
+        let args: WaitArgs = match serde_json::from_value(Value::Object(arguments)) {
+            Ok(args) => args,
+            Err(err) => {
+                return tool_error(format!(
+                    "invalid arguments: {err}. Expected {{\"cell_id\": integer, \
+                     \"yield_time_ms\"?: integer, \"max_tokens\"?: integer}}"
+                ))
+            }
+        };
+        let options = WaitOptions {
+            yield_time_ms: args.yield_time_ms,
+            max_tokens: args.max_tokens,
+        };
+        match self.cv.wait(&self.session, args.cell_id, options).await {
+            Ok(cell) => render_result(&EvalResult::from_cells(vec![cell])),
+            Err(err) => tool_error(request_error_message(&err)),
+        }
+    }
+
+    /// `terminate`: stop a background cell; its final result.
+    async fn terminate(&self, arguments: JsonObject) -> CallToolResult {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct TerminateArgs {
+            cell_id: u64,
+        }
+        let args: TerminateArgs = match serde_json::from_value(Value::Object(arguments)) {
+            Ok(args) => args,
+            Err(err) => {
+                return tool_error(format!(
+                    "invalid arguments: {err}. Expected {{\"cell_id\": integer}}"
+                ))
+            }
+        };
+        match self.cv.terminate(&self.session, args.cell_id).await {
+            Ok(cell) => render_result(&EvalResult::from_cells(vec![cell])),
+            Err(err) => tool_error(request_error_message(&err)),
+        }
+    }
+
     async fn sessions(&self) -> CallToolResult {
         match self.cv.status().await {
             Ok(rows) => {
@@ -286,11 +338,16 @@ impl ServerHandler for CellvisorMcp {
         let arguments = request.arguments.unwrap_or_default();
         let result = match request.name.as_ref() {
             "eval" => self.eval(arguments, &context).await,
+            "wait" => self.wait(arguments).await,
+            "terminate" => self.terminate(arguments).await,
             "reset" => self.reset(arguments).await,
             "sessions" => self.sessions().await,
             other => {
                 return Err(ErrorData::invalid_params(
-                    format!("unknown tool {other:?}: the tools are eval, reset and sessions"),
+                    format!(
+                        "unknown tool {other:?}: the tools are eval, wait, terminate, reset and \
+                         sessions"
+                    ),
                     None,
                 ))
             }
@@ -302,7 +359,9 @@ impl ServerHandler for CellvisorMcp {
 const INSTRUCTIONS: &str = "cellvisor runs Python, JavaScript and Lua code cells in persistent, \
 supervised worker processes. Use `eval` to run code: variables, imports and functions persist \
 per language across calls for this connection, so build on earlier cells instead of repeating \
-them. Use `reset` to start a language over, `sessions` to see the live workers.";
+them. A long cell can return early (its `yield_time_ms`, or `yield_control()` in the code) and \
+go on in the background: collect the rest with `wait`, stop it with `terminate`. Use `reset` to \
+start a language over, `sessions` to see the live workers.";
 
 const EVAL_DESCRIPTION: &str = "Run code cells in persistent Python (py), JavaScript (js) and \
 Lua (lua) runtimes. State persists per language across cells and across calls on this \
@@ -317,7 +376,21 @@ Reading stdin is not supported. Helpers available in every language: read, write
 sort, uniq, counter, diff, tree, env, output, display (they are async in js: await them). \
 Code-mode helpers, synchronous in every language: text(value), image(dataUrl, detail?), \
 audio(dataUrl), notify(message), store(key, value) / load(key) (JSON kept per session across \
-calls, restarts and languages), exit() (ends the cell successfully).";
+calls, restarts and languages), exit() (ends the cell successfully), yield_control() (the call \
+returns now with the output so far; the cell goes on). A cell with `yield_time_ms` (or a first \
+line `// @exec: {\"yield_time_ms\": N}` in js) returns after that long if it is still \
+running, with its output so far and `still running ... cell N`: it keeps running in the \
+background (holding its runtime: later cells wait for it, and later cells of the same call are \
+skipped), and `wait` with that cell_id returns the rest.";
+
+const WAIT_DESCRIPTION: &str = "Watch a cell that is still running in the background (an eval \
+result said `still running in the background as cell N`): returns what it printed since the \
+last look once `yield_time_ms` passes (default 10000), or its final result as soon as it ends. \
+A finished cell's result is kept until one wait collects it. One wait per cell at a time.";
+
+const TERMINATE_DESCRIPTION: &str = "Stop a cell that is still running in the background \
+(interrupt, then kill if it does not stop) and return its final result. The runtime's state \
+from earlier cells is kept when the interrupt works.";
 
 const RESET_DESCRIPTION: &str = "Discard the state of this connection's runtimes by replacing \
 their worker processes: one language (py, js or lua) or, with no language, all of them. Use \
@@ -365,6 +438,11 @@ fn tools(cells: &CellsConfig) -> Vec<Tool> {
                             "type": "boolean",
                             "description": "Restart this language's runtime (losing its state) before running the cell.",
                         },
+                        "yield_time_ms": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "description": "Milliseconds to watch the cell: if it still runs then, the call returns its output so far and it goes on in the background (collect the rest with `wait`). Not a timeout.",
+                        },
                     },
                     "required": ["language", "code"],
                     "additionalProperties": false,
@@ -391,6 +469,36 @@ fn tools(cells: &CellsConfig) -> Vec<Tool> {
     });
     let sessions_schema =
         json!({"type": "object", "properties": {}, "additionalProperties": false});
+    let cell_id = json!({
+        "type": "integer",
+        "minimum": 1,
+        "description": "The id from the eval result that said the cell is still running.",
+    });
+    let wait_schema = json!({
+        "type": "object",
+        "properties": {
+            "cell_id": cell_id,
+            "yield_time_ms": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": MAX_WAIT_MS,
+                "description": "How long to watch before returning the output so far (default 10000).",
+            },
+            "max_tokens": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "Cap on the returned output, in tokens (head and tail are kept).",
+            },
+        },
+        "required": ["cell_id"],
+        "additionalProperties": false,
+    });
+    let terminate_schema = json!({
+        "type": "object",
+        "properties": {"cell_id": cell_id},
+        "required": ["cell_id"],
+        "additionalProperties": false,
+    });
     vec![
         Tool::new("eval", EVAL_DESCRIPTION, schema(eval_schema))
             .with_title("Run code cells")
@@ -400,6 +508,18 @@ fn tools(cells: &CellsConfig) -> Vec<Tool> {
                     .destructive(true)
                     .idempotent(false)
                     .open_world(true),
+            ),
+        Tool::new("wait", WAIT_DESCRIPTION, schema(wait_schema))
+            .with_title("Wait for a background cell")
+            .with_annotations(ToolAnnotations::new().read_only(true).open_world(false)),
+        Tool::new("terminate", TERMINATE_DESCRIPTION, schema(terminate_schema))
+            .with_title("Stop a background cell")
+            .with_annotations(
+                ToolAnnotations::new()
+                    .read_only(false)
+                    .destructive(true)
+                    .idempotent(true)
+                    .open_world(false),
             ),
         Tool::new("reset", RESET_DESCRIPTION, schema(reset_schema))
             .with_title("Reset runtimes")
@@ -428,7 +548,8 @@ fn parse_cells(
     arguments: JsonObject,
 ) -> Result<(Vec<CellSpec>, Option<std::path::PathBuf>), String> {
     const SHAPE: &str = "Expected {\"cells\": [{\"language\": \"py\"|\"js\"|\"lua\", \"code\": \
-                         string, \"title\"?: string, \"timeout\"?: number, \"reset\"?: bool}, ...], \
+                         string, \"title\"?: string, \"timeout\"?: number, \"reset\"?: bool, \
+                         \"yield_time_ms\"?: integer}, ...], \
                          \"cwd\"?: string}";
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -511,7 +632,13 @@ fn render_cell(cell: &CellResult, total: usize) -> (String, Vec<ContentBlock>) {
     }
     match cell.status {
         CellStatus::Complete => {}
-        CellStatus::Skipped => line("(skipped: an earlier cell failed)"),
+        CellStatus::Skipped if cell.output.is_empty() => line("(skipped: an earlier cell failed)"),
+        CellStatus::Skipped => line("(skipped)"),
+        CellStatus::Running => line(&format!(
+            "(still running in the background as cell {id}: call `wait` with cell_id {id} \
+             for the rest, or `terminate` to stop it)",
+            id = cell.cell_id
+        )),
         failed => line(&format!("({failed})")),
     }
     if text.is_empty() || (total > 1 && text.lines().count() == 1 && media.is_empty()) {
@@ -528,6 +655,7 @@ mod tests {
     fn cell(index: usize, status: CellStatus, output: &str, displays: Vec<Value>) -> CellResult {
         CellResult {
             index,
+            cell_id: 0,
             title: None,
             language: Language::Python,
             status,

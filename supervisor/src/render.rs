@@ -163,7 +163,7 @@ impl fmt::Display for StatusTable<'_> {
                 session,
                 row.language.to_string(),
                 row.pid.map_or_else(dash, |pid| pid.to_string()),
-                row.state.to_string(),
+                state_text(row),
                 row.rss_bytes
                     .map_or_else(dash, |bytes| bytesize::ByteSize::b(bytes).to_string()),
                 row.cpu_percent
@@ -204,6 +204,15 @@ impl fmt::Display for StatusTable<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// The state, with the running cell's id (and whether it runs in the background).
+fn state_text(row: &SessionStatus) -> String {
+    match (row.cell_id, row.background) {
+        (Some(id), true) => format!("{} (cell {id}, background)", row.state),
+        (Some(id), false) => format!("{} (cell {id})", row.state),
+        (None, _) => row.state.to_string(),
     }
 }
 
@@ -292,6 +301,7 @@ mod tests {
             title: None,
             timeout: None,
             reset: false,
+            yield_time_ms: None,
         };
         let mut cell = CellResult::skipped(1, &spec);
         assert_eq!(cell_header(&cell, 1), None);

@@ -35,7 +35,9 @@ pub fn job(
 ) -> (CellJob, oneshot::Receiver<CellReport>, watch::Sender<()>) {
     let (reply, outcome) = oneshot::channel();
     let (requester_alive, requester) = watch::channel(());
+    static NEXT_CELL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let job = CellJob {
+        cell_id: NEXT_CELL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         index: 0,
         spec: CellSpec {
             language,
@@ -43,7 +45,10 @@ pub fn job(
             title: None,
             timeout,
             reset: false,
+            yield_time_ms: None,
         },
+        yield_time: None,
+        may_yield: true,
         cwd: None,
         events: None,
         tools: Arc::from([]),

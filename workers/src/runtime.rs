@@ -190,6 +190,12 @@ impl Outbox {
         });
     }
 
+    /// Tells the host that `cell_id` yields (`yield_control()`): its output so far goes to
+    /// the host now, and the cell goes on.
+    pub fn yield_control(&self, cell_id: u64) {
+        self.send(FromWorker::Yield { cell_id });
+    }
+
     /// Sends any frame. If the supervisor is gone the writer thread has already ended the
     /// process, so a failed send has nobody to report to.
     pub fn send(&self, frame: FromWorker) {

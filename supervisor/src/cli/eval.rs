@@ -38,6 +38,10 @@ pub struct EvalArgs {
     /// Timeout in seconds for each cell that does not set its own.
     #[arg(long)]
     timeout: Option<f64>,
+    /// Return after MS milliseconds with the output so far while the cell goes on in the
+    /// background (`cellvisor wait ID` collects the rest); for each cell that sets none.
+    #[arg(long, value_name = "MS")]
+    yield_time_ms: Option<u64>,
     /// Restart the language's worker before the first cell.
     #[arg(long)]
     reset: bool,
@@ -84,7 +88,7 @@ pub async fn run(args: EvalArgs, globals: &Globals) -> i32 {
     };
     match result {
         Ok(result) => {
-            print_result(&result, args.json);
+            print_result(&result, args.json, &args.session);
             i32::from(result.is_error)
         }
         Err(Failure::Refused(message)) => usage_error(message),
@@ -111,9 +115,43 @@ async fn run_in_process(
         runtime_dir: None,
     })
     .map_err(|e| Failure::Broken(e.to_string()))?;
-    let result = cellvisor.eval(request, None).await;
+    let session = request.session.clone();
+    let result = match cellvisor.eval(request, None).await {
+        Ok(mut result) => {
+            // Its cells would die with this process: a background cell is waited out here.
+            for cell in result.cells.iter_mut() {
+                finish_in_process(&cellvisor, &session, cell).await;
+            }
+            Ok(EvalResult::from_cells(result.cells))
+        }
+        Err(err) => Err(err),
+    };
     cellvisor.shutdown().await;
     result.map_err(|e| Failure::Refused(e.to_string()))
+}
+
+/// Waits for `cell` until it ends if it went to the background, adding what it printed.
+async fn finish_in_process(cellvisor: &Cellvisor, session: &str, cell: &mut CellResult) {
+    while cell.status == CellStatus::Running {
+        match cellvisor
+            .wait(session, cell.cell_id, crate::WaitOptions::default())
+            .await
+        {
+            Ok(more) => {
+                cell.output.push_str(&more.output);
+                cell.displays.extend(more.displays);
+                cell.status_events.extend(more.status_events);
+                cell.status = more.status;
+                cell.exit_code = more.exit_code;
+                cell.duration_ms = more.duration_ms;
+            }
+            Err(err) => {
+                cell.output.push_str(&format!("{err}\n"));
+                cell.status = CellStatus::Error;
+                cell.exit_code = 1;
+            }
+        }
+    }
 }
 
 async fn run_through_daemon(
@@ -172,9 +210,15 @@ fn build_request(args: &EvalArgs) -> Result<EvalRequest, UsageError> {
             title: args.title.clone(),
             timeout: None,
             reset: false,
+            yield_time_ms: None,
         }]
     };
     // Checked with the request (`host::validate`), as every host's timeouts are.
+    if let Some(ms) = args.yield_time_ms {
+        for cell in cells.iter_mut().filter(|c| c.yield_time_ms.is_none()) {
+            cell.yield_time_ms = Some(ms);
+        }
+    }
     if let Some(timeout) = args.timeout {
         for cell in cells.iter_mut().filter(|c| c.timeout.is_none()) {
             cell.timeout = Some(timeout);
@@ -252,7 +296,7 @@ fn parse_cells(source: &str) -> Result<Vec<CellSpec>, UsageError> {
     Ok(cells)
 }
 
-fn print_result(result: &EvalResult, json: bool) {
+fn print_result(result: &EvalResult, json: bool, session: &str) {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if json {
@@ -263,6 +307,13 @@ fn print_result(result: &EvalResult, json: bool) {
     let total = result.cells.len();
     for cell in &result.cells {
         print_cell(&mut out, cell, total);
+        if cell.status == CellStatus::Running {
+            let _ = out.flush();
+            eprintln!(
+                "{}",
+                super::background::still_running(cell.cell_id, session)
+            );
+        }
     }
     let _ = out.flush();
 }
@@ -274,11 +325,12 @@ fn print_cell(out: &mut impl Write, cell: &CellResult, total: usize) {
     if let Some(header) = render::cell_header(cell, total) {
         if cell.status == CellStatus::Skipped {
             eprintln!("{header} ({})", cell.status);
+            eprint!("{}", cell.output);
             return;
         }
         let _ = writeln!(out, "{header}");
     }
-    if cell.status == CellStatus::Complete {
+    if matches!(cell.status, CellStatus::Complete | CellStatus::Running) {
         let _ = out.write_all(cell.output.as_bytes());
     } else {
         let _ = out.flush();

@@ -1,5 +1,6 @@
 //! Command-line interface: argument parsing and the subcommands.
 
+mod background;
 mod check;
 mod config_cmd;
 mod eval;
@@ -34,6 +35,11 @@ struct Cli {
 enum Command {
     /// Run cells and print their results (through the daemon, started on first use).
     Eval(eval::EvalArgs),
+    /// Watch a cell that went to the background: print its output since the last look, or
+    /// its final result once it ends.
+    Wait(background::WaitArgs),
+    /// Stop a cell that went to the background (interrupt, grace, kill) and print its end.
+    Terminate(background::TerminateArgs),
     /// Run the daemon in the foreground.
     Serve,
     /// MCP server on stdio, for agent desktops (its own supervisor; one connection, one session).
@@ -115,6 +121,8 @@ pub fn main() -> i32 {
     runtime.block_on(async move {
         match cli.command {
             Command::Eval(args) => eval::run(args, &globals).await,
+            Command::Wait(args) => background::wait(args, &globals).await,
+            Command::Terminate(args) => background::terminate(args, &globals).await,
             Command::Serve => serve::run(&globals).await,
             Command::Mcp => serve::run_mcp(&globals).await,
             Command::Status(args) => sessions::status(args, &globals).await,

@@ -11,9 +11,10 @@
 
 use super::protocol::{
     self, code, method, params, Incoming, InitializeResult, Request, RpcError, SessionParams,
+    TerminateParams, WaitParams,
 };
 use crate::cell::{CellEvent, EvalRequest, ToolCallRequest};
-use crate::host::{Cellvisor, Options, RequestError};
+use crate::host::{Cellvisor, Options, RequestError, WaitOptions};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
@@ -415,15 +416,17 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
         };
         next_task += 1;
         let task_id = next_task;
-        let eval_session = (request.method == method::EVAL).then(|| {
-            request
-                .params
-                .as_ref()
-                .and_then(|p| p.get("session"))
-                .and_then(Value::as_str)
-                .unwrap_or("default")
-                .to_string()
-        });
+        // An eval or a wait ends with its client: a cell (or a watch) nobody reads is stopped.
+        let eval_session =
+            matches!(request.method.as_str(), method::EVAL | method::WAIT).then(|| {
+                request
+                    .params
+                    .as_ref()
+                    .and_then(|p| p.get("session"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("default")
+                    .to_string()
+            });
         let daemon = Arc::clone(&daemon);
         let connection = Arc::clone(&connection);
         let registry = Arc::clone(&in_flight);
@@ -454,9 +457,10 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
         Ok(mut registry) => registry.drain().map(|(_, f)| f).collect(),
         Err(_) => Vec::new(),
     };
-    // Aborting an eval drops its request, and the sessions stop exactly its cells.
+    // Aborting an eval drops its request, and the sessions stop exactly its cells; aborting a
+    // wait frees its cell for the next wait.
     for flight in abandoned {
-        tracing::info!(session = %flight.session, "client disconnected during eval");
+        tracing::info!(session = %flight.session, "client disconnected during eval or wait");
         flight.task.abort();
     }
     // The writer ends once every sender is gone: ours, and the one the connection holds.
@@ -622,6 +626,20 @@ async fn dispatch(
             Ok(serde_json::json!({ "sessions": count }))
         }
         method::STATUS => to_json(&daemon.cv.status().await.map_err(refused)?),
+        method::WAIT => {
+            let p: WaitParams = params(request.params)?;
+            let options = WaitOptions {
+                yield_time_ms: p.yield_time_ms,
+                max_tokens: p.max_tokens,
+            };
+            let result = daemon.cv.wait(&p.session, p.cell_id, options).await;
+            to_json(&result.map_err(refused)?)
+        }
+        method::TERMINATE => {
+            let p: TerminateParams = params(request.params)?;
+            let result = daemon.cv.terminate(&p.session, p.cell_id).await;
+            to_json(&result.map_err(refused)?)
+        }
         method::SHUTDOWN => {
             let _ = daemon.shutdown.send(true);
             Ok(serde_json::json!({ "stopping": true }))
@@ -633,8 +651,8 @@ async fn dispatch(
         other => Err(RpcError::new(
             code::METHOD_NOT_FOUND,
             format!(
-                "method not found: {other}; the methods are initialize, eval, interrupt, reset, \
-                 close, status, shutdown and config/reload"
+                "method not found: {other}; the methods are initialize, eval, wait, terminate, \
+                 interrupt, reset, close, status, shutdown and config/reload"
             ),
         )),
     }

@@ -2,17 +2,21 @@
 //! interrupt -> grace -> kill, decided by [`Deadline`]) and its end.
 
 use super::link::ActiveCell;
-use super::messages::{CellDeadline, CellFinished, GraceExpired, RequesterGone};
+use super::messages::{CellDeadline, CellFinished, CellYield, GraceExpired, RequesterGone};
+use super::observation::{Observer, YieldCause};
 use super::outcome::{append_line, CancelCause, KillReason};
 use super::policy::{Deadline, Step};
+use super::window::CellOutput;
 use super::{CellJob, Running, Session, Worker};
 use crate::cell::CellStatus;
-use crate::output::{OutputSink, SinkLimits};
+use crate::output::SinkLimits;
 use crate::session::CellReport;
 use actix::prelude::*;
 use cellvisor_ipc::{CellOutcome as WorkerOutcome, ExecuteCell, ToWorker};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
+use tokio::sync::oneshot;
 
 impl Session {
     /// Starts queued work if nothing is running.
@@ -138,19 +142,18 @@ impl Session {
         }
     }
 
-    fn run_cell(&mut self, ctx: &mut Context<Self>, job: CellJob) {
+    fn run_cell(&mut self, ctx: &mut Context<Self>, mut job: CellJob) {
         let Worker::Ready { link, .. } = &self.worker else {
             self.queue.push_front(job);
             return;
         };
-        let cell_id = self.next_cell_id;
-        self.next_cell_id += 1;
+        let cell_id = job.cell_id;
         let max_bytes = job
             .max_output_bytes
             .map_or(self.config.output.max_bytes.as_u64(), |cap| {
                 cap.min(self.config.output.max_bytes.as_u64())
             });
-        let sink = OutputSink::new(SinkLimits {
+        let output = Arc::new(CellOutput::new(SinkLimits {
             max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
             max_lines: self.config.output.max_lines,
             max_line_length: self.config.output.max_line_length,
@@ -161,11 +164,11 @@ impl Session {
                 cell_id,
                 self.sandbox.is_some(),
             ),
-            artifacts: std::sync::Arc::clone(&self.artifacts),
-        });
+            artifacts: Arc::clone(&self.artifacts),
+        }));
         let declared: Vec<String> = job.tools.iter().map(|t| t.name.clone()).collect();
         link.begin(
-            ActiveCell::new(cell_id, job.index, sink, job.events.clone())
+            ActiveCell::new(cell_id, job.index, Arc::clone(&output), job.events.clone())
                 .with_tools(declared, job.tool_host.clone()),
         );
         link.send(ToWorker::Execute(ExecuteCell {
@@ -187,13 +190,26 @@ impl Session {
             self.config.cells.timeout_for(job.spec.timeout),
             self.config.sessions.interrupt_grace,
         );
-        let timer = ctx.notify_later(CellDeadline { cell_id }, deadline.timeout());
+        let mut timers = vec![
+            ctx.notify_later(CellDeadline { cell_id }, deadline.timeout()),
+            requester_watch,
+        ];
+        if let Some(yield_time) = job.yield_time.filter(|_| job.may_yield) {
+            let cause = YieldCause::Time;
+            timers.push(ctx.notify_later(CellYield { cell_id, cause }, yield_time));
+        }
+        // The reply travels with the observer; the job keeps a dead end until a requeue.
+        let reply = std::mem::replace(&mut job.reply, oneshot::channel().0);
         self.running = Some(Running {
             cell_id,
             job,
+            observer: Observer::Requester(reply),
+            output,
+            requester_watch,
+            wait_timer: None,
             started: Instant::now(),
             deadline,
-            timers: vec![timer, requester_watch],
+            timers,
             notice: self.notice.take(),
         });
         self.last_active = Instant::now();
@@ -263,10 +279,10 @@ impl Session {
         if !self.is_current(msg.generation) {
             return;
         }
-        let Some(running) = self.running.take_if(|r| r.cell_id == msg.cell_id) else {
+        let Some(mut running) = self.running.take_if(|r| r.cell_id == msg.cell_id) else {
             return;
         };
-        for timer in running.timers {
+        for timer in running.timers.drain(..) {
             ctx.cancel_future(timer);
         }
         let mut output = msg.output;
@@ -293,15 +309,16 @@ impl Session {
         };
         self.cells_run += 1;
         self.last_active = Instant::now();
-        let _ = running.job.reply.send(CellReport {
+        let outcome = CellReport {
             status,
             output: output.text,
             duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,
             displays: msg.displays,
             status_events: msg.status_events,
             truncation: output.truncation,
-            notice: running.notice,
-        });
+            notice: running.notice.take(),
+        };
+        self.deliver_final(running, outcome);
         self.pump(ctx);
     }
 

@@ -1,15 +1,18 @@
 //! The supervisor's end of one worker connection, as two tasks.
 //!
-//! The reader task owns the running cell's [`OutputSink`], so output goes from the socket into
-//! the sink (and to the host's event stream, awaiting a slow host: backpressure all the way to
-//! the worker) without passing through the session actor's mailbox. Control frames (`Done`,
-//! `Pong`) and the worker's exit become messages to the [`Session`] actor. The writer task owns
+//! The reader task writes the running cell's output into its [`CellOutput`] (shared with the
+//! session, which cuts it when the cell yields), so output goes from the socket into a bounded
+//! sink (and to the host's event stream, awaiting a slow host: backpressure all the way to the
+//! worker) without passing through the session actor's mailbox. Control frames (`Done`,
+//! `Yield`, `Pong`) and the worker's exit become messages to the [`Session`] actor. The writer task owns
 //! the send half.
 
-use super::messages::{CellFinished, PongReceived, WorkerExited, WorkerNotice};
+use super::messages::{CellFinished, CellYield, PongReceived, WorkerExited, WorkerNotice};
+use super::observation::YieldCause;
+use super::window::CellOutput;
 use super::Session;
 use crate::cell::{CellEvent, ToolCallRequest};
-use crate::output::{OutputSink, SinkResult};
+use crate::output::SinkResult;
 use crate::spawn::{ProcessHandle, StartedWorker, StderrTail, WorkerProcess};
 use actix::Addr;
 use cellvisor_ipc::frame::{read_frame_async, write_frame_async, FrameError};
@@ -26,9 +29,8 @@ pub const STATUS_MIME: &str = "application/x-cellvisor-status";
 pub(crate) struct ActiveCell {
     pub cell_id: u64,
     pub index: usize,
-    pub sink: OutputSink,
-    pub displays: Vec<serde_json::Value>,
-    pub status_events: Vec<serde_json::Value>,
+    /// Shared with the session, which cuts it when the cell yields.
+    pub output: Arc<CellOutput>,
     pub events: Option<mpsc::Sender<CellEvent>>,
     text_carry: Vec<u8>,
     /// Names of the tools the host declared, and where calls go.
@@ -40,7 +42,7 @@ pub(crate) struct ActiveCell {
     started: bool,
 }
 
-/// What a finished (or abandoned) cell produced.
+/// What a finished (or abandoned) cell produced since it was last observed.
 pub(crate) struct CellProducts {
     pub cell_id: u64,
     /// Whether the worker ever started the cell.
@@ -54,15 +56,13 @@ impl ActiveCell {
     pub fn new(
         cell_id: u64,
         index: usize,
-        sink: OutputSink,
+        output: Arc<CellOutput>,
         events: Option<mpsc::Sender<CellEvent>>,
     ) -> ActiveCell {
         ActiveCell {
             cell_id,
             index,
-            sink,
-            displays: Vec::new(),
-            status_events: Vec::new(),
+            output,
             events,
             text_carry: Vec::new(),
             tools: Vec::new(),
@@ -83,13 +83,23 @@ impl ActiveCell {
         self
     }
 
+    /// The host's event stream, unless the cell went to the background (its request has
+    /// returned and nobody reads that stream any more).
+    fn events(&mut self) -> &mut Option<mpsc::Sender<CellEvent>> {
+        if self.output.in_background() {
+            self.events = None;
+        }
+        &mut self.events
+    }
+
     fn finish(self) -> CellProducts {
+        let observed = self.output.finish();
         CellProducts {
             cell_id: self.cell_id,
             started: self.started,
-            output: self.sink.finish(),
-            displays: self.displays,
-            status_events: self.status_events,
+            output: observed.output,
+            displays: observed.displays,
+            status_events: observed.status_events,
         }
     }
 }
@@ -290,8 +300,8 @@ impl ReaderTask {
                 data,
             } => {
                 if let Some(cell) = self.current.as_mut().filter(|c| c.cell_id == cell_id) {
-                    cell.sink.write(&data);
-                    if cell.events.is_some() {
+                    cell.output.write(&data);
+                    if cell.events().is_some() {
                         let text = decode_streamed(&mut cell.text_carry, &data);
                         if !text.is_empty() {
                             let event = CellEvent::Output {
@@ -317,18 +327,18 @@ impl ReaderTask {
                     let index = cell.index;
                     let event = match bundle.get(STATUS_MIME) {
                         Some(status) => {
-                            cell.status_events.push(status.clone());
+                            cell.output.status(status.clone());
                             CellEvent::Status {
                                 index,
                                 status: status.clone(),
                             }
                         }
                         None => {
-                            cell.displays.push(bundle.clone());
+                            cell.output.display(bundle.clone());
                             CellEvent::Display { index, bundle }
                         }
                     };
-                    if cell.events.is_some() {
+                    if cell.events().is_some() {
                         self.host.deliver(&mut cell.events, event).await;
                     }
                 }
@@ -346,6 +356,16 @@ impl ReaderTask {
                             status_events: products.status_events,
                         });
                     }
+                }
+            }
+            FromWorker::Yield { cell_id } => {
+                if let Some(cell) = self.current.as_ref().filter(|c| c.cell_id == cell_id) {
+                    // The host gets the output up to here, however late the session cuts.
+                    cell.output.hold();
+                    self.session.do_send(CellYield {
+                        cell_id,
+                        cause: YieldCause::Control,
+                    });
                 }
             }
             FromWorker::Pong { .. } => self.session.do_send(PongReceived {

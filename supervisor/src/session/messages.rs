@@ -3,15 +3,17 @@
 //! Each message has exactly one handler, in `session/mod.rs`.
 
 use super::link::CellProducts;
+use super::observation::{Refusal, YieldCause};
 use super::outcome::Eviction;
 use super::{CellJob, SessionKey, SessionState, SessionStatus};
+use crate::cell::CellResult;
 use crate::output::SinkResult;
 use crate::spawn::{StartError, StartedWorker};
 use actix::Message;
 use cellvisor_config::Config;
 use cellvisor_ipc::CellOutcome as WorkerOutcome;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 // --- From hosts, through the supervisor -------------------------------------------------
@@ -44,6 +46,31 @@ pub struct CloseSession {
     pub reply: Option<oneshot::Sender<()>>,
 }
 
+/// What a `wait` or `terminate` is answered: the cell's result (status `running` with the
+/// output since the last look, or its final result), or why it was refused.
+pub type CellReply = oneshot::Sender<Result<CellResult, Refusal>>;
+
+/// Watch background cell `cell_id` for up to `yield_time`: answered with its output since
+/// the last look when that time passes, or with its final result when it ends first.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WaitCell {
+    pub cell_id: u64,
+    pub yield_time: Duration,
+    /// A tighter cap on the returned output than the configuration's (`max_tokens`).
+    pub max_bytes: Option<u64>,
+    pub reply: CellReply,
+}
+
+/// Stop background cell `cell_id` (interrupt, then grace, then kill); answered with its final
+/// result once it ended.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct TerminateCell {
+    pub cell_id: u64,
+    pub reply: CellReply,
+}
+
 /// One row of `status` (without memory figures: the supervisor's sampler adds those).
 #[derive(Message)]
 #[rtype(result = "SessionStatus")]
@@ -66,6 +93,23 @@ pub struct HeartbeatTick;
 #[rtype(result = "()")]
 pub struct CellDeadline {
     pub cell_id: u64,
+}
+
+/// The running cell yields: its `yield_time_ms` passed (a timer), or it called
+/// `yield_control()` (its connection). Whoever watches it gets the output so far.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CellYield {
+    pub cell_id: u64,
+    pub cause: YieldCause,
+}
+
+/// A `wait` on the running cell has waited its `yield_time_ms`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WaitExpired {
+    pub cell_id: u64,
+    pub ticket: u64,
 }
 
 /// `interrupt-grace` passed since the running cell was interrupted.

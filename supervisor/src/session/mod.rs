@@ -4,19 +4,26 @@
 //! - [`messages`]: everything the actor is told, and what it reports ([`SessionEvent`]).
 //! - `worker`: the worker's lifecycle: start, stop, kill, loss, heartbeat, memory.
 //! - `cells`: the queue, a cell's run, its deadline and its end.
+//! - `background`: who watches a running cell: its yield, `wait`, `terminate`, and where its
+//!   final result goes.
+//! - [`observation`]: those decisions as plain data ([`observation::Observer`]).
+//! - `window`: a running cell's output since its host last looked.
 //! - [`policy`]: the plain-data decisions ([`policy::RestartBudget`], [`policy::Deadline`]).
 //! - [`outcome`]: why things happen, typed, and the text hosts read about it.
 //! - `link`: the tasks on the worker's connection.
 //! - `report`: [`CellReport`], what a session reports for one cell.
 
+mod background;
 mod cells;
 pub(crate) mod link;
 pub mod messages;
+pub mod observation;
 pub mod outcome;
 pub mod policy;
 mod report;
 #[cfg(test)]
 mod tests;
+mod window;
 mod worker;
 
 use crate::artifacts::ArtifactStore;
@@ -28,6 +35,7 @@ use cellvisor_config::Config;
 use cellvisor_ipc::{Language, ToolInfo};
 use link::Link;
 pub use messages::*;
+use observation::{Observer, Uncollected};
 use outcome::{Eviction, KillReason};
 use policy::{Deadline, RestartBudget};
 pub use report::CellReport;
@@ -36,8 +44,12 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
+use window::CellOutput;
+
+/// How many results of background cells that ended unobserved a session keeps for `wait`.
+pub const MAX_UNCOLLECTED: usize = 16;
 
 /// Which session and language a worker serves.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -54,6 +66,8 @@ impl fmt::Display for SessionKey {
 
 /// A cell to run, with where to send its outcome.
 pub struct CellJob {
+    /// Unique in the supervisor; a session answers `wait` only for its own cells.
+    pub cell_id: u64,
     pub index: usize,
     pub spec: CellSpec,
     pub cwd: Option<PathBuf>,
@@ -63,6 +77,12 @@ pub struct CellJob {
     pub tool_host: Option<mpsc::Sender<ToolCallRequest>>,
     /// A tighter cap on the kept output than the configuration's (from an `@exec` line).
     pub max_output_bytes: Option<u64>,
+    /// When the request stops watching the cell and returns it as `running`
+    /// (`yield_time_ms`).
+    pub yield_time: Option<Duration>,
+    /// Whether the cell may go to the background at all (not in a throw-away session, whose
+    /// workers end with the request).
+    pub may_yield: bool,
     /// The Python the request runs on (Python cells only).
     pub python: Option<Arc<crate::python_choice::PythonChoice>>,
     /// The sandbox the request runs under; `None`: none.
@@ -106,15 +126,48 @@ enum Worker {
 
 struct Running {
     cell_id: u64,
-    /// Kept whole so a cell whose worker died before starting it can run on the next one.
+    /// Kept whole so a cell whose worker died before starting it can run on the next one
+    /// (its `reply` is in `observer` meanwhile).
     job: CellJob,
+    /// Who gets the cell's output next: its requester, nobody, or one `wait`.
+    observer: Observer<oneshot::Sender<CellReport>, Waiter>,
+    /// The output since the last look, shared with the connection's reader.
+    output: Arc<CellOutput>,
+    /// The watch on the requester, cancelled when the cell goes to the background.
+    requester_watch: SpawnHandle,
+    /// The current `wait`'s timer (a stale `WaitExpired` after the cell's end is ignored).
+    wait_timer: Option<SpawnHandle>,
     started: Instant,
     deadline: Deadline,
     /// The futures that exist for this cell alone, cancelled when it ends: the pending
-    /// `CellDeadline` and `GraceExpired`, and the watch on its requester (left running, a
-    /// request of N cells would leave N watchers for the actor to poll on every wake-up).
+    /// `CellDeadline`, `GraceExpired` and `CellYield` (its yield time), and the watch on its
+    /// requester (left running, a request of N cells would leave N watchers for the actor to
+    /// poll on every wake-up).
     timers: Vec<SpawnHandle>,
     notice: Option<String>,
+}
+
+impl Running {
+    /// The job back, to run on the next worker, while its request still waits for it.
+    fn into_requeued(self) -> Result<CellJob, Box<Running>> {
+        match self.observer {
+            Observer::Requester(reply) => {
+                let mut job = self.job;
+                job.reply = reply;
+                Ok(job)
+            }
+            observer => Err(Box::new(Running { observer, ..self })),
+        }
+    }
+}
+
+/// A `wait` (or `terminate`) watching a background cell.
+#[derive(Debug)]
+struct Waiter {
+    /// Tells this wait's timer from an earlier wait's.
+    ticket: u64,
+    max_bytes: Option<u64>,
+    reply: CellReply,
 }
 
 /// Everything a session is made from. Built by the supervisor.
@@ -150,7 +203,9 @@ pub struct Session {
     closing: Option<Option<Eviction>>,
     queue: VecDeque<CellJob>,
     running: Option<Running>,
-    next_cell_id: u64,
+    /// Results of background cells that ended while nobody waited.
+    uncollected: Uncollected<crate::cell::CellResult>,
+    next_ticket: u64,
     budget: RestartBudget,
     failed: Option<String>,
     /// Why the last worker could not start, until one does.
@@ -188,7 +243,8 @@ impl Session {
             closing: None,
             queue: VecDeque::new(),
             running: None,
-            next_cell_id: 1,
+            uncollected: Uncollected::new(MAX_UNCOLLECTED),
+            next_ticket: 1,
             failed: None,
             start_error: None,
             cells_run: 0,
@@ -250,6 +306,15 @@ impl Session {
                 self.last_active.elapsed().as_millis() as u64
             },
             queued: self.queue.len(),
+            cell_id: self.running.as_ref().map(|r| r.cell_id),
+            background: self
+                .running
+                .as_ref()
+                .is_some_and(|r| !r.observer.is_requester()),
+            observed: self
+                .running
+                .as_ref()
+                .is_some_and(|r| r.observer.is_waiting()),
             rss_bytes: None,
             cpu_percent: None,
             reason: self.failed.clone().or_else(|| self.start_error.clone()),
@@ -299,6 +364,34 @@ impl Handler<RequesterGone> for Session {
         if self.interrupt_by_host(Some(msg.cell_id), ctx) {
             tracing::info!(session = %self.key, cell_id = msg.cell_id, "requester gone: interrupting its cell");
         }
+    }
+}
+
+impl Handler<CellYield> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: CellYield, ctx: &mut Context<Self>) {
+        self.on_yield(msg, ctx);
+    }
+}
+
+impl Handler<WaitCell> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: WaitCell, ctx: &mut Context<Self>) {
+        self.on_wait(msg, ctx);
+    }
+}
+
+impl Handler<WaitExpired> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: WaitExpired, _: &mut Context<Self>) {
+        self.on_wait_expired(msg);
+    }
+}
+
+impl Handler<TerminateCell> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: TerminateCell, ctx: &mut Context<Self>) {
+        self.on_terminate(msg, ctx);
     }
 }
 

@@ -49,9 +49,10 @@ impl CellReport {
     pub fn into_result(self, index: usize, spec: &CellSpec) -> CellResult {
         CellResult {
             index,
+            cell_id: 0,
             title: spec.title.clone(),
             language: spec.language,
-            exit_code: if self.status == CellStatus::Complete {
+            exit_code: if matches!(self.status, CellStatus::Complete | CellStatus::Running) {
                 0
             } else {
                 1

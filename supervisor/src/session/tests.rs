@@ -141,3 +141,88 @@ async fn a_memory_tick_over_the_cap_recycles_the_worker() {
         .unwrap_or_default()
         .contains("SIGKILL"));
 }
+
+/// Runs `hang` with a yield time: answered `running` while the cell goes on.
+async fn run_in_background(session: &Addr<Session>) -> (u64, CellReport) {
+    let (mut job, outcome, requester) = crate::testing::job(Language::Lua, "hang", Some(30.0));
+    job.yield_time = Some(Duration::from_millis(20));
+    let cell_id = job.cell_id;
+    session.do_send(RunCell(job));
+    let outcome = outcome.await.expect("answered");
+    // The requester leaving after the yield no longer stops the cell.
+    drop(requester);
+    (cell_id, outcome)
+}
+
+async fn ask(
+    session: &Addr<Session>,
+    message: impl FnOnce(CellReply) -> Ask,
+) -> Result<crate::cell::CellResult, observation::Refusal> {
+    let (reply, answer) = oneshot::channel();
+    match message(reply) {
+        Ask::Wait(wait) => session.do_send(wait),
+        Ask::Terminate(terminate) => session.do_send(terminate),
+    }
+    answer.await.expect("answered")
+}
+
+enum Ask {
+    Wait(WaitCell),
+    Terminate(TerminateCell),
+}
+
+#[actix_rt::test]
+async fn a_background_cell_is_waited_on_terminated_and_its_loss_kept_for_collection() {
+    let fake = FakeLauncher::new();
+    let (session, _dir) = start_session(&fake, 100);
+    let (cell_id, yielded) = run_in_background(&session).await;
+    assert_eq!(yielded.status, CellStatus::Running);
+    let status = session.send(QueryStatus).await.expect("alive");
+    assert_eq!((status.cell_id, status.background), (Some(cell_id), true));
+
+    // A wait's time passes: running, nothing new; an unknown id is refused.
+    let wait = |cell_id, ms| {
+        move |reply| {
+            Ask::Wait(WaitCell {
+                cell_id,
+                yield_time: Duration::from_millis(ms),
+                max_bytes: None,
+                reply,
+            })
+        }
+    };
+    let watched = ask(&session, wait(cell_id, 10)).await.expect("a result");
+    assert_eq!(
+        (watched.status, watched.cell_id),
+        (CellStatus::Running, cell_id)
+    );
+    assert_eq!(
+        ask(&session, wait(cell_id + 1000, 10)).await.unwrap_err(),
+        observation::Refusal::Unknown
+    );
+
+    // terminate: the interrupt policy; the answer is the final result.
+    let ended = ask(&session, |reply| {
+        Ask::Terminate(TerminateCell { cell_id, reply })
+    })
+    .await
+    .expect("a result");
+    assert_eq!(ended.status, CellStatus::Cancelled);
+
+    // A background cell whose worker is lost while nobody watches: its end waits for a wait.
+    let (lost_id, _) = run_in_background(&session).await;
+    let worker = pid(&session).await.expect("a worker");
+    session.do_send(MemoryTick {
+        pid: worker,
+        rss: 500 << 20,
+    });
+    until_pid_changes(&session, worker).await;
+    let lost = ask(&session, wait(lost_id, 10_000)).await.expect("kept");
+    assert_eq!(lost.status, CellStatus::Error);
+    assert!(lost.output.contains("worker killed"), "{}", lost.output);
+    assert_eq!(
+        ask(&session, wait(lost_id, 10)).await.unwrap_err(),
+        observation::Refusal::Unknown,
+        "handed out once"
+    );
+}

@@ -226,7 +226,7 @@ impl Session {
                     let mut outcome = CellReport::error(text);
                     outcome.status = CellStatus::Cancelled;
                     outcome.duration_ms = running.started.elapsed().as_secs_f64() * 1000.0;
-                    let _ = running.job.reply.send(outcome);
+                    self.deliver_final(running, outcome);
                 }
                 self.finish_stop(ctx);
                 return;
@@ -239,14 +239,20 @@ impl Session {
         // It was still waiting on this worker, so the loss is charged to the budget: a worker
         // that dies at every start (no threads, no processes left) ends as `failed`, not as
         // an endless round of replacements.
+        // One that went to the background meanwhile has nobody to rerun it for: it is lost.
         let (running, partial, requeued) = match (running, msg.partial) {
             (Some(running), partial)
                 if !partial
                     .as_ref()
                     .is_some_and(|p| p.cell_id == running.cell_id && p.started) =>
             {
-                self.queue.push_front(running.job);
-                (None, None, true)
+                match running.into_requeued() {
+                    Ok(job) => {
+                        self.queue.push_front(job);
+                        (None, None, true)
+                    }
+                    Err(running) => (Some(*running), partial, false),
+                }
             }
             (running, partial) => (running, partial, false),
         };
@@ -272,7 +278,7 @@ impl Session {
                 Consequence::Failed { budget }
             }
         };
-        if let Some(running) = running {
+        if let Some(mut running) = running {
             let (mut text, displays, truncation) = match partial {
                 Some(partial) if partial.cell_id == running.cell_id => (
                     partial.output.text,
@@ -293,7 +299,7 @@ impl Session {
                 line.push_str(&format!("\nworker stderr:\n{}", msg.stderr_tail));
             }
             append_line(&mut text, &line);
-            let _ = running.job.reply.send(CellReport {
+            let outcome = CellReport {
                 status: if cancelled {
                     CellStatus::Cancelled
                 } else {
@@ -304,8 +310,9 @@ impl Session {
                 displays,
                 status_events: Vec::new(),
                 truncation,
-                notice: running.notice,
-            });
+                notice: running.notice.take(),
+            };
+            self.deliver_final(running, outcome);
             self.cells_run += 1;
         }
         if verdict != Verdict::Exhausted {

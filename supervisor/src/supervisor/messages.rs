@@ -2,7 +2,7 @@
 //! own timers, by its prewarm pool, and by its sessions ([`SessionEvent`]). Each message has
 //! exactly one handler, in `supervisor/mod.rs`.
 
-use crate::session::{CellJob, SessionKey, SessionStatus};
+use crate::session::{CellJob, SessionKey, SessionStatus, TerminateCell, WaitCell};
 use crate::spawn::{StartError, StartedWorker};
 use actix::Message;
 use cellvisor_config::Config;
@@ -51,6 +51,21 @@ pub struct Control {
     pub session: String,
     pub language: Option<Language>,
     pub action: ControlAction,
+}
+
+/// A `wait` or `terminate` for a cell of `key`'s session; refused as unknown if that session
+/// is gone.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ForCell {
+    pub key: SessionKey,
+    pub command: CellCommand,
+}
+
+/// What [`ForCell`] carries to the session.
+pub enum CellCommand {
+    Wait(WaitCell),
+    Terminate(TerminateCell),
 }
 
 /// Every live session, with its worker tree's memory and CPU.

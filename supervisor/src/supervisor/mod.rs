@@ -19,7 +19,7 @@ use crate::session::outcome::{self, Eviction};
 use crate::session::CellReport;
 use crate::session::{
     CloseSession, InterruptCell, QueryStatus, ResetSession, RunCell, Session, SessionKey,
-    SessionSetup, SessionState, SessionStatus, UpdateConfig,
+    SessionSetup, SessionState, SessionStatus, TerminateCell, UpdateConfig, WaitCell,
 };
 use crate::spawn::{Launcher, ProcessLauncher, StartedWorker, WorkerSpec};
 use crate::usage::ProcessSampler;
@@ -510,6 +510,21 @@ impl Handler<Control> for Supervisor {
             }
             applied
         })
+    }
+}
+
+impl Handler<ForCell> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: ForCell, _: &mut Context<Self>) {
+        let addr = self.sessions.get(&msg.key).map(|entry| entry.addr.clone());
+        match (addr, msg.command) {
+            (Some(addr), CellCommand::Wait(wait)) => addr.do_send(wait),
+            (Some(addr), CellCommand::Terminate(terminate)) => addr.do_send(terminate),
+            (None, CellCommand::Wait(WaitCell { reply, .. }))
+            | (None, CellCommand::Terminate(TerminateCell { reply, .. })) => {
+                let _ = reply.send(Err(crate::session::observation::Refusal::Unknown));
+            }
+        }
     }
 }
 

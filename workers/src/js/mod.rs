@@ -254,6 +254,16 @@ impl RunningCell {
         }
     }
 
+    /// `yield_control()`: the host gets the output so far now; the cell goes on.
+    fn yield_control(&self) {
+        if self.exiting.get() {
+            return;
+        }
+        if let Some((outbox, cell_id)) = &*self.sink.borrow() {
+            outbox.yield_control(*cell_id);
+        }
+    }
+
     fn interrupt_raised(&self) -> bool {
         self.interrupt
             .borrow()
@@ -906,6 +916,13 @@ fn install_prelude<'js>(
             move |ctx: Ctx<'js>, key: String| {
                 helpers::store::load(dirs.store_dir.as_deref(), &key).map_err(thrown(ctx))
             }
+        })?,
+    )?;
+    def(
+        "yieldControl",
+        Function::new(ctx.clone(), {
+            let cell = Rc::clone(cell);
+            move || cell.yield_control()
         })?,
     )?;
     def(

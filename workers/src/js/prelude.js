@@ -412,6 +412,10 @@
   // block sees, so nothing after it runs; values stored before it are on disk already.
   hidden(globalThis, "exit", () => void native.exit());
 
+  // yield_control(): the request returns now with the output so far (status "running"); the
+  // cell goes on, and the host collects the rest with `wait`.
+  hidden(globalThis, "yield_control", () => void native.yieldControl());
+
   // ---- timers -------------------------------------------------------------------------
 
   function timer(repeat) {

@@ -14,6 +14,8 @@ struct Ran {
     status: Vec<serde_json::Value>,
     /// Tool calls the cell made: `(name, args)`.
     tool_calls: Vec<(String, serde_json::Value)>,
+    /// How much stdout had arrived at each `Yield` frame.
+    yields: Vec<usize>,
 }
 
 const STATUS_MIME: &str = "application/x-cellvisor-status";
@@ -57,6 +59,7 @@ fn run_full(
                 displays: Vec::new(),
                 status: Vec::new(),
                 tool_calls: Vec::new(),
+                yields: Vec::new(),
             };
             loop {
                 let frame = match rx.recv_timeout(Duration::from_millis(5)) {
@@ -102,6 +105,7 @@ fn run_full(
                         ran.tool_calls.push((name, args));
                         outbox.deliver_tool_result(call_id, answer);
                     }
+                    FromWorker::Yield { cell_id: 7 } => ran.yields.push(ran.stdout.len()),
                     other => panic!("unexpected frame {other:?}"),
                 }
             }
@@ -738,6 +742,18 @@ fn an_interrupt_stops_a_cell_waiting_on_timers() {
     );
     assert_eq!(ran.outcome, CellOutcome::Interrupted, "{ran:?}");
     assert_eq!(stdout_of(&mut js, "1"), "1\n");
+}
+
+#[test]
+fn yield_control_comes_after_the_output_before_it_and_the_cell_goes_on() {
+    let mut js = engine();
+    let ran = completed(
+        &mut js,
+        "text('a'); yield_control(); await new Promise((r) => setTimeout(r, 10)); text('b'); \
+         yield_control(); 'end'",
+    );
+    assert_eq!(ran.stdout, "a\nb\nend\n");
+    assert_eq!(ran.yields, [2, 4]);
 }
 
 #[test]

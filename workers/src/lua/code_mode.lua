@@ -1,6 +1,6 @@
 -- The code-mode helpers (the same contract as in JavaScript and Python, synchronous):
 -- text(value), image(data_url, detail?), audio(data_url), notify(value), store(key, value),
--- load(key), exit(); `tools.tool_search{query, limit?}` when the cell has tools. Runs once
+-- load(key), exit(), yield_control(); `tools.tool_search{query, limit?}` when the cell has tools. Runs once
 -- per worker, after helpers.lua.
 --
 -- `load` was Lua's function to compile a chunk: it stays reachable as `lua_load`. `exit`
@@ -63,6 +63,11 @@ end
 function audio(url)
   local mime, data = data_url("audio", "audio", "data:audio/wav;base64,UklGR...", url)
   host.display_bundle({ [mime] = data, ["text/plain"] = "<audio " .. mime .. ">" })
+end
+
+-- The request returns now with the output so far (status "running"); the cell goes on.
+function yield_control()
+  host.yield_control()
 end
 
 function notify(value)

@@ -39,6 +39,7 @@ pub(super) fn host_table(lua: &Lua, sink: &CellSink) -> mlua::Result<Table> {
     host.set("env_set", lua.create_function(env_set)?)?;
     host.set("artifacts", lua.create_function(artifacts)?)?;
     host.set("status", status_function(lua, sink)?)?;
+    host.set("yield_control", yield_control_function(lua, sink)?)?;
     host.set("tool_names", tool_names_function(lua, sink)?)?;
     host.set("call_tool", call_tool_function(lua, sink)?)?;
     host.set("resolve_tool", resolve_tool_function(lua, sink)?)?;
@@ -179,6 +180,17 @@ fn status_function(lua: &Lua, sink: &CellSink) -> mlua::Result<Function> {
         if let Some(cell) = &*lock(&sink) {
             cell.outbox
                 .display(cell.cell_id, Json::Object(bundle).to_string());
+        }
+        Ok(())
+    })
+}
+
+/// `yield_control()`: the host gets the running cell's output so far now; the cell goes on.
+fn yield_control_function(lua: &Lua, sink: &CellSink) -> mlua::Result<Function> {
+    let sink = sink.clone();
+    lua.create_function(move |_, ()| {
+        if let Some(cell) = &*lock(&sink) {
+            cell.outbox.yield_control(cell.cell_id);
         }
         Ok(())
     })

@@ -18,6 +18,7 @@
 //! has no directory API and difflib's diff is easier to port once, in Rust.
 //!
 //! The code-mode helpers (`text`, `image`, `audio`, `notify`, `store`, `load`, `exit`,
+//! `yield_control`,
 //! `tools.tool_search`) are in `code_mode.lua`. Lua's own `load` stays reachable as
 //! `lua_load`; `exit()` and `os.exit(status)` end the cell, never the worker (see
 //! [`interrupt`]).

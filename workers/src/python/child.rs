@@ -27,6 +27,10 @@ const TOOL_WAIT_POLL: Duration = Duration::from_millis(200);
 /// The env var that carries the nonce of the output sync markers to runner.py.
 const SYNC_TOKEN_VAR: &str = "CELLVISOR_SYNC_TOKEN";
 
+/// The cell id of the marker `yield_control()` writes into the output (no cell has id 0): the
+/// output thread sends the yield where it finds it, after exactly the output before it.
+const YIELD_MARKER: u64 = 0;
+
 /// Output produced before the first cell (site warnings, say) kept for that cell, at most.
 const MAX_PENDING_BYTES: usize = 64 * 1024;
 
@@ -211,6 +215,17 @@ impl SharedRouting {
         outbox.output(cell_id, OutputStream::Stdout, data);
     }
 
+    /// A `yield_control()` marker: the yield goes out in its place among the cell's output.
+    fn yielded(&self) {
+        let (cell_id, outbox) = {
+            let state = self.lock();
+            (state.cell_id, state.outbox.clone())
+        };
+        if let Some(outbox) = outbox {
+            outbox.yield_control(cell_id);
+        }
+    }
+
     fn mark(&self, update: impl FnOnce(&mut Routing)) {
         update(&mut self.lock());
         self.changed.notify_all();
@@ -239,6 +254,7 @@ pub fn spawn_output_thread(
                 };
                 scanner.feed(&buffer[..read], &mut |piece| match piece {
                     Piece::Bytes(data) => routing.forward(data),
+                    Piece::Marker(YIELD_MARKER) => routing.yielded(),
                     Piece::Marker(cell_id) => routing.mark(|s| s.last_marker = Some(cell_id)),
                 });
             }
@@ -270,6 +286,11 @@ pub enum Event {
         summary: Option<String>,
         #[serde(default)]
         marker: bool,
+    },
+    /// The cell `id` yields (`yield_control()`) and could not mark the output pipe: the
+    /// yield goes to the host from here, without its place among the output.
+    Yield {
+        id: u64,
     },
     /// The cell `id` calls host tool `name`; the runner waits on fd 3 for `call_id`'s result.
     #[serde(rename = "tool_call")]
@@ -317,6 +338,12 @@ pub fn spawn_event_thread(
                         let outbox = routing.lock().outbox.clone();
                         if let Some(outbox) = outbox {
                             outbox.display(id, sendable_bundle(&bundle));
+                        }
+                    }
+                    Event::Yield { id } => {
+                        let outbox = routing.lock().outbox.clone();
+                        if let Some(outbox) = outbox {
+                            outbox.yield_control(id);
                         }
                     }
                     Event::ToolCall {

@@ -29,7 +29,8 @@ _host = None
 
 def install(host):
     """Puts the helpers into builtins and hooks matplotlib; `host` gives `send_event(event)`,
-    `cell_id()`, `flush()`, `call_tool(name, args)` and `import_beside(name)`."""
+    `cell_id()`, `flush()`, `call_tool(name, args)`, `yield_control()` and
+    `import_beside(name)`."""
     global _host
     _host = host
     for name in ("read", "write", "append", "sort", "uniq", "counter", "diff", "tree",
@@ -761,7 +762,8 @@ STORE_DIR_VAR = "CELLVISOR_STORE_DIR"
 MAX_STORE_KEY = 128
 IMAGE_DETAILS = ("auto", "low", "high", "original")
 IMAGE_DETAIL_MIME = "application/x-cellvisor-image-detail"
-CODE_MODE_HELPERS = ("text", "image", "audio", "notify", "store", "load", "exit")
+CODE_MODE_HELPERS = ("text", "image", "audio", "notify", "store", "load", "exit",
+                     "yield_control")
 
 
 def _as_text(value):
@@ -819,6 +821,12 @@ def audio(data_url):
     """Plays back an audio clip given as a base64 `data:audio/...` URL."""
     mime, data = _data_url("audio", "audio", "data:audio/wav;base64,UklGR...", data_url)
     _send_bundle({mime: data, "text/plain": "<audio %s>" % mime})
+
+
+def yield_control():
+    """Returns the request now with the output so far (status "running"); the cell goes on
+    and the host collects the rest with `wait`."""
+    _host.yield_control()
 
 
 def notify(value):

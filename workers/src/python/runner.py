@@ -56,6 +56,9 @@ class _State:
     # SIGINT arrived after the next cell's command was sent but before it started.
     early_interrupt = False
     loop = None
+    # Where the sync markers go (set by main).
+    marker_fd = None
+    sync_token = ""
     # Numbers this runner's tool calls; results for other (abandoned) calls are dropped.
     tool_calls = 0
     # The directory the last cell was asked to run in: `%cd` and `os.chdir` hold until a
@@ -406,6 +409,15 @@ def _sync(cell_id, marker_fd, token):
         return False
 
 
+def _yield_control():
+    """yield_control(): the host gets the cell's output so far now and the cell goes on. The
+    output is flushed and followed by a marker for cell 0 (no cell has that id), which the
+    shim turns into the yield in its place among the output; only when the marker cannot be
+    written does the yield go as an event."""
+    if _state.marker_fd is None or not _sync(0, _state.marker_fd, _state.sync_token):
+        _send_event({"type": "yield", "id": _state.cell_id})
+
+
 class _CommandReader:
     """Reads command lines from fd 3. It waits with select before reading, so that from
     the moment a command's bytes arrive until its cell ends an interrupt counts for that
@@ -474,6 +486,7 @@ class _Host:
     send_event = staticmethod(_send_event)
     flush = staticmethod(_flush_std)
     call_tool = staticmethod(_call_tool)
+    yield_control = staticmethod(_yield_control)
     import_beside = staticmethod(_import_beside)
 
     @staticmethod
@@ -501,6 +514,7 @@ def main():
     os.set_inheritable(COMMAND_FD, False)
     os.set_inheritable(EVENT_FD, False)
     marker_fd = os.dup(1)  # not inheritable; survives cells that close or move fd 1
+    _state.marker_fd, _state.sync_token = marker_fd, token
     sys.path[0] = ""  # like an interactive session: the cwd, not the runner's directory
     signal.signal(signal.SIGINT, _on_sigint)
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()

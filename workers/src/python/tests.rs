@@ -14,6 +14,8 @@ struct Ran {
     displays: Vec<serde_json::Value>,
     /// (name, args JSON) of each host tool call, in order.
     tool_calls: Vec<(String, String)>,
+    /// How much output had arrived at each `Yield` frame.
+    yields: Vec<usize>,
 }
 
 impl Ran {
@@ -102,11 +104,13 @@ impl Harness {
         let host_outbox = outbox.clone();
         let collector = thread::spawn(move || {
             let (mut output, mut displays, mut calls) = (Vec::new(), Vec::new(), Vec::new());
+            let mut yields = Vec::new();
             for frame in rx {
                 match frame {
                     FromWorker::Output {
                         cell_id: id, data, ..
                     } if id == cell_id => output.extend_from_slice(&data),
+                    FromWorker::Yield { cell_id: id } if id == cell_id => yields.push(output.len()),
                     FromWorker::Display { bundle_json, .. } => {
                         displays.push(serde_json::from_str(&bundle_json).unwrap())
                     }
@@ -126,7 +130,7 @@ impl Harness {
                     _ => {}
                 }
             }
-            (output, displays, calls)
+            (output, displays, calls, yields)
         });
         let cell = ExecuteCell {
             cell_id,
@@ -136,12 +140,13 @@ impl Harness {
         };
         let outcome = self.engine.execute(&cell, &outbox, interrupt);
         outbox.send(FromWorker::Pong { seq: END_OF_CELL });
-        let (output, displays, tool_calls) = collector.join().unwrap();
+        let (output, displays, tool_calls, yields) = collector.join().unwrap();
         Ran {
             outcome,
             output,
             displays,
             tool_calls,
+            yields,
         }
     }
 
@@ -200,6 +205,21 @@ fn state_persists_and_trailing_value_is_shown() {
     assert_eq!(py.run("None").text(), "");
     assert_eq!(py.run("y = [x]\ny").text(), "[41]\n");
     assert_eq!(py.run("import __main__\n__main__.y").text(), "[41]\n");
+}
+
+#[test]
+fn yield_control_follows_all_the_output_written_before_it() {
+    let mut py = Harness::new();
+    // Enough output to fill the pipe several times: the yield must still come after all of
+    // it and before what follows (it travels as a marker in its place in the output).
+    let ran = py.run(
+        "import os\nfor i in range(2000):\n    print('x' * 99)\nos.system('echo child')\n\
+         yield_control()\nprint('after')\nyield_control()",
+    );
+    assert!(ran.completed(), "{}", ran.text());
+    let before = 2000 * 100 + "child\n".len();
+    assert_eq!(ran.yields, [before, before + "after\n".len()]);
+    assert!(ran.text().ends_with("child\nafter\n"), "{}", ran.text());
 }
 
 #[test]

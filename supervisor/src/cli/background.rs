@@ -1,0 +1,132 @@
+//! `cellvisor wait | terminate`: a cell that went to the background (its request returned
+//! `running`), through the daemon.
+
+use super::{usage_error, Globals};
+use crate::daemon::client::{Client, ClientError};
+use crate::daemon::protocol::method;
+use crate::{CellResult, CellStatus};
+use serde_json::json;
+use std::io::Write;
+
+#[derive(Debug, clap::Args)]
+pub struct WaitArgs {
+    /// The cell's id, from the result that said it is still running.
+    cell_id: u64,
+    /// The session the cell runs in.
+    #[arg(short, long, default_value = "default")]
+    session: String,
+    /// How long to watch before printing the output so far (default 10000).
+    #[arg(long, value_name = "MS")]
+    yield_time_ms: Option<u64>,
+    /// Cap on the printed output, in tokens (about 4 bytes each).
+    #[arg(long)]
+    max_tokens: Option<u64>,
+    /// Print the structured result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TerminateArgs {
+    /// The cell's id, from the result that said it is still running.
+    cell_id: u64,
+    /// The session the cell runs in.
+    #[arg(short, long, default_value = "default")]
+    session: String,
+    /// Print the structured result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn wait(args: WaitArgs, globals: &Globals) -> i32 {
+    let params = json!({
+        "session": args.session,
+        "cell_id": args.cell_id,
+        "yield_time_ms": args.yield_time_ms,
+        "max_tokens": args.max_tokens,
+    });
+    call(globals, method::WAIT, params, &args.session, args.json).await
+}
+
+pub async fn terminate(args: TerminateArgs, globals: &Globals) -> i32 {
+    let params = json!({"session": args.session, "cell_id": args.cell_id});
+    call(globals, method::TERMINATE, params, &args.session, args.json).await
+}
+
+/// Calls `method` and prints the cell it answers; the exit status is the cell's (0 while it
+/// still runs), 2 for a refusal.
+async fn call(
+    globals: &Globals,
+    method: &str,
+    params: serde_json::Value,
+    session: &str,
+    json: bool,
+) -> i32 {
+    let config = match globals.load_config() {
+        Ok(config) => config,
+        Err(err) => return usage_error(err),
+    };
+    let socket = globals.socket(&config);
+    let mut client = match Client::connect(&socket).await {
+        Ok(client) => client,
+        Err(err) => {
+            eprintln!("error: {err} (is the daemon running? background cells live in it)");
+            return 1;
+        }
+    };
+    let answer = match client.call(method, params).await {
+        Ok(answer) => answer,
+        Err(ClientError::Rpc(error)) => return usage_error(error.message),
+        Err(err) => {
+            eprintln!("error: {err}");
+            return 1;
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&answer).unwrap_or_default()
+        );
+    }
+    let cell: CellResult = match serde_json::from_value(answer) {
+        Ok(cell) => cell,
+        Err(err) => {
+            eprintln!("error: unexpected answer from the daemon: {err}");
+            return 1;
+        }
+    };
+    if !json {
+        print_cell(&cell, session);
+    }
+    i32::from(matches!(
+        cell.status,
+        CellStatus::Error | CellStatus::Cancelled
+    ))
+}
+
+fn print_cell(cell: &CellResult, session: &str) {
+    let mut out = std::io::stdout().lock();
+    if matches!(cell.status, CellStatus::Complete | CellStatus::Running) {
+        let _ = out.write_all(cell.output.as_bytes());
+    } else {
+        let _ = out.flush();
+        eprint!("{}", cell.output);
+    }
+    let _ = out.flush();
+    if cell.status == CellStatus::Running {
+        eprintln!("{}", still_running(cell.cell_id, session));
+    }
+}
+
+/// What the CLI says about a cell that goes on in the background.
+pub fn still_running(cell_id: u64, session: &str) -> String {
+    let session = if session == "default" {
+        String::new()
+    } else {
+        format!(" --session {session}")
+    };
+    format!(
+        "cell {cell_id} is still running in the background: `cellvisor wait {cell_id}{session}` \
+         for the rest, `cellvisor terminate {cell_id}{session}` to stop it"
+    )
+}

@@ -1,0 +1,225 @@
+//! Who watches a running cell: the request that started it until the cell yields (its
+//! `yield_time_ms` passes, or it calls `yield_control()`), then one `wait` at a time; a
+//! `terminate`; and where the final result goes (kept for a later `wait` when nobody
+//! watches). The decisions are [`Observer`](super::observation::Observer)'s.
+
+use super::messages::{CellYield, TerminateCell, WaitCell, WaitExpired};
+use super::observation::{Handoff, Refusal, YieldCause};
+use super::{Running, Session, Waiter};
+use crate::cell::{CellResult, CellStatus};
+use crate::output::{OutputSink, SinkLimits};
+use crate::session::CellReport;
+use actix::prelude::*;
+
+impl Session {
+    /// The running cell yields: whoever watches gets the output so far, as `running`.
+    pub(super) fn on_yield(&mut self, msg: CellYield, ctx: &mut Context<Self>) {
+        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == msg.cell_id) else {
+            return;
+        };
+        // A yield_control() made the reader hold what came after it: let go unless cut below.
+        let held = msg.cause == YieldCause::Control;
+        if !running.job.may_yield {
+            if held {
+                running.output.release();
+            }
+            return;
+        }
+        let handoff = running.observer.on_yield(msg.cause);
+        if matches!(handoff, Handoff::Requester(_)) {
+            // Its request returns now: leaving no longer stops the cell.
+            ctx.cancel_future(running.requester_watch);
+            running.output.go_background();
+            tracing::info!(session = %self.key, cell_id = msg.cell_id, cause = ?msg.cause, "cell went to the background");
+        }
+        // Nobody looking: the output stays in the window for the next look.
+        if matches!(handoff, Handoff::Nobody) {
+            if held {
+                running.output.release();
+            }
+            return;
+        }
+        self.report();
+        match (handoff, self.snapshot()) {
+            (Handoff::Requester(reply), Some((outcome, _))) => {
+                let _ = reply.send(outcome);
+            }
+            (Handoff::Waiter(waiter), Some((_, result))) => self.answer(waiter, result),
+            _ => {}
+        }
+    }
+
+    /// The running cell's output since the last look, as a `running` outcome and result.
+    fn snapshot(&mut self) -> Option<(CellReport, CellResult)> {
+        let running = self.running.as_mut()?;
+        let observed = running.output.cut();
+        let outcome = CellReport {
+            status: CellStatus::Running,
+            output: observed.output.text,
+            duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,
+            displays: observed.displays,
+            status_events: observed.status_events,
+            truncation: observed.output.truncation,
+            notice: running.notice.take(),
+        };
+        let result = result_of(running, outcome.clone());
+        Some((outcome, result))
+    }
+
+    /// A `wait`: watch the running background cell, or collect a finished one's result.
+    pub(super) fn on_wait(&mut self, msg: WaitCell, ctx: &mut Context<Self>) {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        let waiter = Waiter {
+            ticket,
+            max_bytes: msg.max_bytes,
+            reply: msg.reply,
+        };
+        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == msg.cell_id) else {
+            self.collect(msg.cell_id, waiter);
+            return;
+        };
+        // A waiter whose host went away (a client that disconnected) no longer counts.
+        let _ = running.observer.take_waiter_if(|w| w.reply.is_closed());
+        match running.observer.attach(waiter) {
+            Ok(()) => {
+                let timer = ctx.notify_later(
+                    WaitExpired {
+                        cell_id: msg.cell_id,
+                        ticket,
+                    },
+                    msg.yield_time,
+                );
+                // One wait at a time: an earlier wait's timer has fired or is moot.
+                if let Some(earlier) = running.wait_timer.replace(timer) {
+                    ctx.cancel_future(earlier);
+                }
+            }
+            Err((waiter, refusal)) => {
+                let _ = waiter.reply.send(Err(refusal));
+            }
+        }
+    }
+
+    /// A wait's time passed with the cell still running: the output since the last look.
+    pub(super) fn on_wait_expired(&mut self, msg: WaitExpired) {
+        let Some(waiter) = self
+            .running
+            .as_mut()
+            .filter(|r| r.cell_id == msg.cell_id)
+            .and_then(|r| r.observer.take_waiter_if(|w| w.ticket == msg.ticket))
+        else {
+            return;
+        };
+        if let Some((_, result)) = self.snapshot() {
+            self.answer(waiter, result);
+        }
+    }
+
+    /// `terminate`: the host's interrupt (then grace, then kill) for a background cell; the
+    /// terminator is answered with its final result. A wait in progress gets the output so
+    /// far now.
+    pub(super) fn on_terminate(&mut self, msg: TerminateCell, ctx: &mut Context<Self>) {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        let waiter = Waiter {
+            ticket,
+            max_bytes: None,
+            reply: msg.reply,
+        };
+        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == msg.cell_id) else {
+            self.collect(msg.cell_id, waiter);
+            return;
+        };
+        match running.observer.take_over(waiter) {
+            Ok(previous) => {
+                if let Some(previous) = previous {
+                    if let Some((_, result)) = self.snapshot() {
+                        self.answer(previous, result);
+                    }
+                }
+                tracing::info!(session = %self.key, cell_id = msg.cell_id, "terminating a background cell");
+                self.interrupt_by_host(Some(msg.cell_id), ctx);
+            }
+            Err((waiter, refusal)) => {
+                let _ = waiter.reply.send(Err(refusal));
+            }
+        }
+    }
+
+    /// The result of a background cell that ended unobserved, handed over once.
+    fn collect(&mut self, cell_id: u64, waiter: Waiter) {
+        match self.uncollected.collect(cell_id) {
+            Some(result) => self.answer(waiter, result),
+            None => {
+                let _ = waiter.reply.send(Err(Refusal::Unknown));
+            }
+        }
+    }
+
+    /// The cell ended: its final outcome goes to whoever watches, or is kept for a `wait`.
+    pub(super) fn deliver_final(&mut self, mut running: Running, outcome: CellReport) {
+        match running.observer.take() {
+            Handoff::Requester(reply) => {
+                let _ = reply.send(outcome);
+            }
+            Handoff::Waiter(waiter) => {
+                let result = result_of(&running, outcome);
+                self.answer(waiter, result);
+            }
+            Handoff::Nobody => {
+                let result = result_of(&running, outcome);
+                if let Some(forgotten) = self.uncollected.keep(running.cell_id, result) {
+                    tracing::warn!(session = %self.key, cell_id = forgotten, "dropped the uncollected result of a background cell: too many kept");
+                }
+            }
+        }
+    }
+
+    /// Answers a waiter, its output cut down to its `max_tokens` if it asked for less.
+    fn answer(&self, waiter: Waiter, mut result: CellResult) {
+        if let Some(max_bytes) = waiter.max_bytes {
+            self.cap_output(&mut result, max_bytes);
+        }
+        let _ = waiter.reply.send(Ok(result));
+    }
+
+    /// Cuts `result`'s output to `max_bytes` with the sink's head + tail rules; the whole
+    /// text goes to an artifact unless one already holds it.
+    fn cap_output(&self, result: &mut CellResult, max_bytes: u64) {
+        let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+        if result.output.len() <= max_bytes {
+            return;
+        }
+        let mut sink = OutputSink::new(SinkLimits {
+            max_bytes,
+            max_lines: self.config.output.max_lines,
+            max_line_length: self.config.output.max_line_length,
+            artifact_name: format!(
+                "{}-{}-wait-{}-{}.txt",
+                crate::paths::file_safe(&self.key.session),
+                self.key.language,
+                result.cell_id,
+                self.next_ticket
+            ),
+            artifacts: std::sync::Arc::clone(&self.artifacts),
+        });
+        sink.write(result.output.as_bytes());
+        let cut = sink.finish();
+        result.output = cut.text;
+        result.truncation.truncated = true;
+        if result.truncation.artifact_path.is_none() {
+            result.truncation.artifact_path = cut.truncation.artifact_path;
+            result.truncation.artifact_error = cut.truncation.artifact_error;
+        } else if let Some(spare) = cut.truncation.artifact_path {
+            self.artifacts.discard(&spare);
+        }
+    }
+}
+
+/// `outcome` as the result a `wait` returns: the cell's index, title, language and id.
+fn result_of(running: &Running, outcome: CellReport) -> CellResult {
+    let mut result = outcome.into_result(running.job.index, &running.job.spec);
+    result.cell_id = running.cell_id;
+    result
+}

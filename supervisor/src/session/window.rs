@@ -1,0 +1,240 @@
+//! A running cell's output since its host last looked at it. The connection's reader writes
+//! it; the session cuts it when the cell yields, when a `wait` returns and when the cell
+//! ends. Each cut is bounded by its own [`OutputSink`] (head + tail, the whole in an
+//! artifact), so a background cell nobody watches holds bounded memory.
+//!
+//! A `yield_control()` reaches the reader in order with the output, but the session cuts a
+//! moment later: the reader [`holds`](CellOutput::hold) what comes after the yield until the
+//! session has cut (or let go), so the host gets the output up to the yield exactly.
+
+use crate::output::{OutputSink, SinkLimits, SinkResult};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// The shared output of one running cell.
+pub(crate) struct CellOutput {
+    window: Mutex<Window>,
+    /// The request that started the cell stopped watching: its event stream is done with.
+    background: AtomicBool,
+}
+
+struct Window {
+    sink: OutputSink,
+    limits: SinkLimits,
+    /// Cuts so far: each window after the first spills to an artifact of its own.
+    cuts: u32,
+    displays: Vec<serde_json::Value>,
+    status_events: Vec<serde_json::Value>,
+    /// What came after a yield the session has not cut at yet.
+    held: Option<Held>,
+}
+
+/// Output held back for the window after a yield.
+#[derive(Default)]
+struct Held {
+    bytes: Vec<u8>,
+    displays: Vec<serde_json::Value>,
+    status_events: Vec<serde_json::Value>,
+}
+
+/// What a cell produced in one window.
+pub(crate) struct Observed {
+    pub output: SinkResult,
+    pub displays: Vec<serde_json::Value>,
+    pub status_events: Vec<serde_json::Value>,
+}
+
+impl CellOutput {
+    pub fn new(limits: SinkLimits) -> CellOutput {
+        CellOutput {
+            window: Mutex::new(Window {
+                sink: OutputSink::new(limits.clone()),
+                limits,
+                cuts: 0,
+                displays: Vec::new(),
+                status_events: Vec::new(),
+                held: None,
+            }),
+            background: AtomicBool::new(false),
+        }
+    }
+
+    /// A panic elsewhere while holding the lock leaves plain data behind: still usable.
+    fn lock(&self) -> MutexGuard<'_, Window> {
+        self.window.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn write(&self, data: &[u8]) {
+        let mut window = self.lock();
+        let cap = window.limits.max_bytes;
+        match &mut window.held {
+            // Held within the output budget; past it, let go (the session is far behind).
+            Some(held) if held.bytes.len() + data.len() <= cap => {
+                held.bytes.extend_from_slice(data);
+            }
+            Some(_) => {
+                window.release();
+                window.sink.write(data);
+            }
+            None => window.sink.write(data),
+        }
+    }
+
+    pub fn display(&self, bundle: serde_json::Value) {
+        let mut window = self.lock();
+        match &mut window.held {
+            Some(held) => held.displays.push(bundle),
+            None => window.displays.push(bundle),
+        }
+    }
+
+    pub fn status(&self, status: serde_json::Value) {
+        let mut window = self.lock();
+        match &mut window.held {
+            Some(held) => held.status_events.push(status),
+            None => window.status_events.push(status),
+        }
+    }
+
+    /// The cell yielded here: what comes next waits for the session's cut (or [`release`]).
+    ///
+    /// [`release`]: CellOutput::release
+    pub fn hold(&self) {
+        let mut window = self.lock();
+        if window.held.is_none() {
+            window.held = Some(Held::default());
+        }
+    }
+
+    /// Nobody took the output at the yield: what was held joins the window.
+    pub fn release(&self) {
+        self.lock().release();
+    }
+
+    /// Everything since the last cut, up to a pending yield; the next window starts with what
+    /// came after that yield.
+    pub fn cut(&self) -> Observed {
+        let mut window = self.lock();
+        window.cuts += 1;
+        let mut limits = window.limits.clone();
+        let stem = limits
+            .artifact_name
+            .strip_suffix(".txt")
+            .unwrap_or(&limits.artifact_name)
+            .to_string();
+        limits.artifact_name = format!("{stem}-part{}.txt", window.cuts + 1);
+        let sink = std::mem::replace(&mut window.sink, OutputSink::new(limits));
+        let observed = Observed {
+            output: sink.finish(),
+            displays: std::mem::take(&mut window.displays),
+            status_events: std::mem::take(&mut window.status_events),
+        };
+        window.release();
+        observed
+    }
+
+    /// The cell's last window: everything, held or not.
+    pub fn finish(&self) -> Observed {
+        self.release();
+        self.cut()
+    }
+
+    /// The cell went to the background: its request's event stream gets nothing more.
+    pub fn go_background(&self) {
+        self.background.store(true, Ordering::SeqCst);
+    }
+
+    pub fn in_background(&self) -> bool {
+        self.background.load(Ordering::SeqCst)
+    }
+}
+
+impl Window {
+    fn release(&mut self) {
+        if let Some(held) = self.held.take() {
+            self.sink.write(&held.bytes);
+            self.displays.extend(held.displays);
+            self.status_events.extend(held.status_events);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::artifacts::ArtifactStore;
+
+    fn output(dir: &std::path::Path, max_bytes: usize) -> CellOutput {
+        CellOutput::new(SinkLimits {
+            max_bytes,
+            max_lines: 100,
+            max_line_length: 1000,
+            artifact_name: "s-js-1-7.txt".into(),
+            artifacts: ArtifactStore::new(dir.to_path_buf(), 1 << 20),
+        })
+    }
+
+    #[test]
+    fn each_cut_holds_what_came_since_the_previous_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = output(dir.path(), 1000);
+        out.write(b"a\n");
+        out.display(serde_json::json!({"text/plain": "d"}));
+        let first = out.cut();
+        assert_eq!(first.output.text, "a\n");
+        assert_eq!(first.displays.len(), 1);
+        out.write(b"b\n");
+        let second = out.cut();
+        assert_eq!(second.output.text, "b\n");
+        assert!(second.displays.is_empty());
+        assert_eq!(out.cut().output.text, "");
+    }
+
+    #[test]
+    fn a_cut_after_a_yield_ends_at_the_yield_and_nothing_is_lost() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = output(dir.path(), 1000);
+        out.write(b"before\n");
+        out.hold();
+        out.write(b"after\n");
+        out.status(serde_json::json!({"op": "notify"}));
+        let at_yield = out.cut();
+        assert_eq!(at_yield.output.text, "before\n");
+        assert!(at_yield.status_events.is_empty());
+        out.write(b"more\n");
+        let next = out.cut();
+        assert_eq!(next.output.text, "after\nmore\n");
+        assert_eq!(next.status_events.len(), 1);
+        // A yield nobody took: the held output stays in the window.
+        out.write(b"x\n");
+        out.hold();
+        out.write(b"y\n");
+        out.release();
+        assert_eq!(out.cut().output.text, "x\ny\n");
+        // The last window takes everything, held or not.
+        out.hold();
+        out.write(b"z\n");
+        assert_eq!(out.finish().output.text, "z\n");
+    }
+
+    #[test]
+    fn a_window_past_the_limits_spills_to_an_artifact_of_its_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = output(dir.path(), 16);
+        out.write(b"first window\n");
+        let _ = out.cut();
+        out.write(&b"0123456789\n".repeat(10));
+        let spilled = out.cut().output;
+        assert!(spilled.truncation.truncated, "{spilled:?}");
+        let path = spilled.truncation.artifact_path.expect("artifact");
+        assert!(
+            path.to_string_lossy().ends_with("s-js-1-7-part2.txt"),
+            "{path:?}"
+        );
+        assert_eq!(
+            std::fs::read(&path).expect("artifact").len(),
+            110,
+            "the whole window is kept"
+        );
+    }
+}
