@@ -3,6 +3,8 @@
 //! [`Cellvisor::start`] runs the actix system on a thread of its own (workers die with the
 //! thread that spawned them, so it must live as long as the supervisor) and hands back a
 //! handle whose methods can be awaited from any async runtime.
+//! [`Cellvisor::start_on_current_system`] runs the actors on the caller's own actix system
+//! instead (the daemon: connections and actors on one thread, no wake-up between threads).
 
 use crate::cell::{CellEvent, CellResult, CellSpec, EvalRequest, EvalResult, ToolCallRequest};
 use crate::python_choice::PythonChoice;
@@ -89,58 +91,22 @@ pub struct Cellvisor {
     /// One lock per session name: a request's cells run together, not interleaved with
     /// another request's cells for the same session.
     request_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The system and thread the actors run on, when they have a thread of their own
+    /// (`None`: they run on the caller's system, which outlives them).
+    own_thread: Mutex<Option<(actix::System, std::thread::JoinHandle<()>)>>,
     /// The configuration in force, to tell what a reload changes.
     config: Mutex<Config>,
     next_request: std::sync::atomic::AtomicU64,
-    system: actix::System,
     run_dir: PathBuf,
     _run_dir_guard: tempfile::TempDir,
 }
 
 impl Cellvisor {
-    /// Starts a supervisor with its own runtime directory.
+    /// Starts a supervisor with its own runtime directory, its actors on a thread of their
+    /// own: the handle can then be awaited from any executor.
     pub fn start(options: Options) -> Result<Cellvisor, StartupError> {
-        let base_dir = options
-            .runtime_dir
-            .clone()
-            .unwrap_or_else(cellvisor_ipc::socket::default_runtime_dir);
-        cellvisor_ipc::socket::ensure_private_dir(&base_dir).map_err(|source| {
-            StartupError::RuntimeDir {
-                path: base_dir.clone(),
-                source,
-            }
-        })?;
-        let run_dir_guard = tempfile::Builder::new()
-            .prefix(&format!("sup-{}-", std::process::id()))
-            .tempdir_in(&base_dir)
-            .map_err(|source| StartupError::RuntimeDir {
-                path: base_dir.clone(),
-                source,
-            })?;
-        let run_dir = run_dir_guard.path().to_path_buf();
-        let exe = match options.worker_exe {
-            Some(exe) => exe,
-            None => std::env::current_exe().map_err(StartupError::Exe)?,
-        };
-        let artifact_dir = options
-            .config
-            .output
-            .artifact_dir
-            .clone()
-            .unwrap_or_else(|| base_dir.join("artifacts"));
-        let artifacts = crate::artifacts::ArtifactStore::new(
-            artifact_dir,
-            options.config.output.artifact_max_total.as_u64(),
-        );
-        let base = WorkerBase {
-            exe,
-            run_dir: run_dir.clone(),
-            artifacts,
-            store_dir: crate::paths::stores_dir(),
-        };
-        let initial_config = options.config.clone();
-        let config = Arc::new(options.config);
+        let prepared = Prepared::new(options)?;
+        let (config, base) = (Arc::clone(&prepared.config), prepared.base.clone());
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("cellvisor-supervisor".into())
@@ -158,16 +124,21 @@ impl Cellvisor {
                 "the supervisor thread ended at start",
             ))
         })?;
-        Ok(Cellvisor {
-            supervisor,
-            request_locks: Mutex::new(HashMap::new()),
-            thread: Mutex::new(Some(thread)),
-            config: Mutex::new(initial_config),
-            next_request: std::sync::atomic::AtomicU64::new(1),
-            system,
-            run_dir,
-            _run_dir_guard: run_dir_guard,
-        })
+        Ok(prepared.into_handle(supervisor, Some((system, thread))))
+    }
+
+    /// Starts a supervisor whose actors run on the calling thread's actix system, so a
+    /// caller on that system (the daemon) reaches them without a wake-up of another thread.
+    /// The handle must then be used from that system's thread, and the thread must outlive
+    /// the supervisor (workers die with the thread that started them). `None` when the
+    /// caller runs no actix system: use [`Cellvisor::start`] there.
+    pub fn start_on_current_system(options: Options) -> Option<Result<Cellvisor, StartupError>> {
+        actix::System::try_current()?;
+        Some(Prepared::new(options).map(|prepared| {
+            let supervisor =
+                Supervisor::new(Arc::clone(&prepared.config), prepared.base.clone()).start();
+            prepared.into_handle(supervisor, None)
+        }))
     }
 
     /// The private directory of this supervisor (worker sockets, runner script).
@@ -433,12 +404,12 @@ impl Cellvisor {
     /// Stops every worker (Shutdown, grace, SIGTERM, SIGKILL), then the supervisor thread.
     pub async fn shutdown(&self) {
         let _ = self.supervisor.send(ShutdownAll).await;
-        self.system.stop();
-        let thread = match self.thread.lock() {
+        let own_thread = match self.own_thread.lock() {
             Ok(mut thread) => thread.take(),
             Err(poisoned) => poisoned.into_inner().take(),
         };
-        if let Some(thread) = thread {
+        if let Some((system, thread)) = own_thread {
+            system.stop();
             // Joined on a helper thread, so any executor can await this.
             let (joined, wait) = oneshot::channel();
             let helper = std::thread::Builder::new()
@@ -450,6 +421,82 @@ impl Cellvisor {
             if helper.is_ok() {
                 let _ = wait.await;
             }
+        }
+    }
+}
+
+/// What a supervisor needs before its actors start: its private directory, what workers
+/// are made from, the configuration.
+struct Prepared {
+    config: Arc<Config>,
+    initial_config: Config,
+    base: WorkerBase,
+    run_dir: PathBuf,
+    run_dir_guard: tempfile::TempDir,
+}
+
+impl Prepared {
+    fn new(options: Options) -> Result<Prepared, StartupError> {
+        let base_dir = options
+            .runtime_dir
+            .clone()
+            .unwrap_or_else(cellvisor_ipc::socket::default_runtime_dir);
+        cellvisor_ipc::socket::ensure_private_dir(&base_dir).map_err(|source| {
+            StartupError::RuntimeDir {
+                path: base_dir.clone(),
+                source,
+            }
+        })?;
+        let run_dir_guard = tempfile::Builder::new()
+            .prefix(&format!("sup-{}-", std::process::id()))
+            .tempdir_in(&base_dir)
+            .map_err(|source| StartupError::RuntimeDir {
+                path: base_dir.clone(),
+                source,
+            })?;
+        let run_dir = run_dir_guard.path().to_path_buf();
+        let exe = match options.worker_exe {
+            Some(exe) => exe,
+            None => std::env::current_exe().map_err(StartupError::Exe)?,
+        };
+        let artifact_dir = options
+            .config
+            .output
+            .artifact_dir
+            .clone()
+            .unwrap_or_else(|| base_dir.join("artifacts"));
+        let artifacts = crate::artifacts::ArtifactStore::new(
+            artifact_dir,
+            options.config.output.artifact_max_total.as_u64(),
+        );
+        let base = WorkerBase {
+            exe,
+            run_dir: run_dir.clone(),
+            artifacts,
+            store_dir: crate::paths::stores_dir(),
+        };
+        Ok(Prepared {
+            initial_config: options.config.clone(),
+            config: Arc::new(options.config),
+            base,
+            run_dir,
+            run_dir_guard,
+        })
+    }
+
+    fn into_handle(
+        self,
+        supervisor: Addr<Supervisor>,
+        own_thread: Option<(actix::System, std::thread::JoinHandle<()>)>,
+    ) -> Cellvisor {
+        Cellvisor {
+            supervisor,
+            request_locks: Mutex::new(HashMap::new()),
+            own_thread: Mutex::new(own_thread),
+            config: Mutex::new(self.initial_config),
+            next_request: std::sync::atomic::AtomicU64::new(1),
+            run_dir: self.run_dir,
+            _run_dir_guard: self.run_dir_guard,
         }
     }
 }
