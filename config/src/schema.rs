@@ -206,7 +206,7 @@ impl Default for PythonConfig {
         PythonConfig {
             enabled: true,
             interpreter: None,
-            prewarm: 0,
+            prewarm: 1,
         }
     }
 }

@@ -8,7 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Bumped whenever a message changes shape; both sides refuse a peer with another version.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// A cell language, and therefore a kind of worker. Serialized by its short name
 /// (`py`, `js`, `lua`) in JSON.
@@ -88,6 +88,11 @@ pub struct ExecuteCell {
     pub cwd: Option<String>,
     /// Tools the host offers to this cell (`tool.<name>(args)`).
     pub tools: Vec<ToolInfo>,
+    /// Variables of the session the cell belongs to (its name, its store directory), sent
+    /// with a worker's first cell: a worker started ahead of demand (a prewarmed Python
+    /// worker) learns them here, so its cells see what a worker started for the session
+    /// would have. Empty on later cells.
+    pub session_env: Vec<(String, String)>,
 }
 
 /// A host tool as a cell sees it.

@@ -699,10 +699,10 @@ mod tests {
         let old = Config::default();
         let mut new = Config::default();
         new.sessions.max_sessions = 8;
-        new.python.prewarm = 1;
+        new.python.prewarm = 2;
         assert_eq!(
             config_changes(&old, &new),
-            ["python.prewarm: 0 -> 1", "sessions.max-sessions: 4 -> 8"]
+            ["python.prewarm: 1 -> 2", "sessions.max-sessions: 4 -> 8"]
         );
         assert!(config_changes(&old, &old).is_empty());
     }

@@ -10,6 +10,7 @@ use crate::cell::{CellOutcome, CellStatus};
 use crate::output::{OutputSink, SinkLimits};
 use actix::prelude::*;
 use cellvisor_ipc::{CellOutcome as WorkerOutcome, ExecuteCell, ToWorker};
+use std::sync::Arc;
 use std::time::Instant;
 
 impl Session {
@@ -67,6 +68,7 @@ impl Session {
             return false;
         }
         let previous = self.python.replace(choice.program.clone());
+        self.python_choice = Some(Arc::clone(&choice));
         crate::python_choice::apply(&mut self.spec, &choice);
         match previous {
             Some(previous) if !matches!(self.worker, Worker::None) => {
@@ -79,7 +81,10 @@ impl Session {
     }
 
     fn run_cell(&mut self, ctx: &mut Context<Self>, job: CellJob) {
-        let Worker::Ready { link, .. } = &self.worker else {
+        let Worker::Ready {
+            link, generation, ..
+        } = &self.worker
+        else {
             self.queue.push_front(job);
             return;
         };
@@ -107,11 +112,18 @@ impl Session {
             ActiveCell::new(cell_id, job.index, sink, job.events.clone())
                 .with_tools(declared, job.tool_host.clone()),
         );
+        let session_env = if self.session_env_sent == *generation {
+            Vec::new()
+        } else {
+            self.session_env_sent = *generation;
+            crate::supervisor::session_vars(&self.spec.env)
+        };
         link.send(ToWorker::Execute(ExecuteCell {
             cell_id,
             code: job.spec.code.clone(),
             cwd: job.cwd.as_ref().map(|p| p.to_string_lossy().into_owned()),
             tools: job.tools.to_vec(),
+            session_env,
         }));
         let mut requester = job.requester.clone();
         let requester_watch = ctx.spawn(

@@ -9,7 +9,7 @@
 
 pub mod capacity;
 pub mod messages;
-mod prewarm;
+pub mod prewarm;
 mod sampling;
 mod sweep;
 #[cfg(test)]
@@ -44,6 +44,26 @@ pub struct WorkerBase {
     pub artifacts: Arc<crate::artifacts::ArtifactStore>,
     /// Where sessions keep what JS `store()` saves; outlives workers and the daemon.
     pub store_dir: PathBuf,
+}
+
+/// The variables that name a worker's session (its name, its store directory): set when a
+/// session starts its worker, sent with the first cell to a worker started ahead of its
+/// session (which has none of them).
+const SESSION_VARS: [&str; 2] = ["CELLVISOR_SESSION", "CELLVISOR_STORE_DIR"];
+
+/// The session's variables in a worker's environment, as a cell carries them.
+pub(crate) fn session_vars(
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+) -> Vec<(String, String)> {
+    env.iter()
+        .filter(|(name, _)| SESSION_VARS.iter().any(|var| name == var))
+        .map(|(name, value)| {
+            (
+                name.to_string_lossy().into_owned(),
+                value.to_string_lossy().into_owned(),
+            )
+        })
+        .collect()
 }
 
 struct Entry {
@@ -83,7 +103,7 @@ pub struct Supervisor {
     config: Arc<Config>,
     launcher: Arc<dyn Launcher>,
     /// Idle Python workers started ahead of demand (`python.prewarm`); no session owns them.
-    pool: Vec<StartedWorker>,
+    pool: Vec<prewarm::Pooled>,
     pool_starting: usize,
     base: WorkerBase,
     sessions: HashMap<SessionKey, Entry>,
@@ -184,13 +204,9 @@ impl Supervisor {
     fn start_session(&mut self, submit: Submit, ctx: &mut Context<Self>) {
         let language = submit.key.language;
         let spec = self.worker_spec(language, submit.cwd.clone(), Some(&submit.key.session));
-        let own_venv = submit
-            .job
-            .python
-            .as_ref()
-            .is_some_and(|choice| choice.virtual_env.is_some());
-        let prestarted = if language == Language::Python && !own_venv {
-            self.claim_prewarmed(submit.cwd.as_deref(), ctx)
+        let prestarted = if language == Language::Python {
+            let wanted = prewarm::Wanted::new(submit.job.python.as_deref(), submit.cwd.as_deref());
+            self.claim_prewarmed(&wanted, ctx)
         } else {
             None
         };
@@ -201,6 +217,7 @@ impl Supervisor {
             artifacts: Arc::clone(&self.base.artifacts),
             launcher: Arc::clone(&self.launcher),
             events: ctx.address().recipient(),
+            pool: (language == Language::Python).then(|| ctx.address().recipient()),
             notice: self.evicted.remove(&submit.key),
             prestarted,
         });
@@ -239,9 +256,9 @@ impl Supervisor {
             self.base.artifacts.dir().as_os_str().to_owned(),
         );
         if let Some(session) = session {
-            set("CELLVISOR_SESSION", session.into());
+            set(SESSION_VARS[0], session.into());
             set(
-                "CELLVISOR_STORE_DIR",
+                SESSION_VARS[1],
                 self.base
                     .store_dir
                     .join(crate::paths::file_safe(session))
@@ -465,6 +482,13 @@ impl Handler<PoolWorkerReady> for Supervisor {
     }
 }
 
+impl Handler<ClaimPrewarmed> for Supervisor {
+    type Result = Option<StartedWorker>;
+    fn handle(&mut self, msg: ClaimPrewarmed, ctx: &mut Context<Self>) -> Self::Result {
+        self.claim_prewarmed(&msg.0, ctx)
+    }
+}
+
 impl Handler<PoolRetry> for Supervisor {
     type Result = ();
     fn handle(&mut self, _: PoolRetry, ctx: &mut Context<Self>) {
@@ -541,7 +565,7 @@ impl Handler<ShutdownAll> for Supervisor {
     type Result = ResponseFuture<()>;
     fn handle(&mut self, _: ShutdownAll, _: &mut Context<Self>) -> Self::Result {
         self.stopping = true;
-        let pool: Vec<StartedWorker> = self.pool.drain(..).collect();
+        let pool: Vec<StartedWorker> = self.pool.drain(..).map(|p| p.into_worker()).collect();
         for waiting in self.waiting.drain(..) {
             let _ = waiting
                 .submit
