@@ -114,7 +114,9 @@ pub struct Supervisor {
     stopping: bool,
     last_prune: Option<Instant>,
     sweep_timer: Option<SpawnHandle>,
-    sampler: ProcessSampler,
+    /// Shared with the blocking pool, where its `/proc` reads run (off the actors' thread,
+    /// which in the daemon is also the connections' thread).
+    sampler: Arc<std::sync::Mutex<ProcessSampler>>,
     sample_timer: Option<SpawnHandle>,
     sampling_fast: bool,
     last_discovery: Option<Instant>,
@@ -145,7 +147,7 @@ impl Supervisor {
             stopping: false,
             last_prune: None,
             sweep_timer: None,
-            sampler: ProcessSampler::default(),
+            sampler: Arc::default(),
             sample_timer: None,
             sampling_fast: false,
             last_discovery: None,
@@ -463,7 +465,7 @@ impl Handler<SampleTick> for Supervisor {
     type Result = ();
     fn handle(&mut self, _: SampleTick, ctx: &mut Context<Self>) {
         self.sample_timer = None;
-        self.sample_memory();
+        self.sample_memory(ctx);
         self.arm_sampling(ctx);
     }
 }
@@ -541,6 +543,7 @@ impl Handler<Status> for Supervisor {
     type Result = ResponseActFuture<Self, Vec<SessionStatus>>;
     fn handle(&mut self, _: Status, _: &mut Context<Self>) -> Self::Result {
         let addrs: Vec<Addr<Session>> = self.sessions.values().map(|e| e.addr.clone()).collect();
+        let sampler = Arc::clone(&self.sampler);
         Box::pin(
             async move {
                 let mut rows = Vec::new();
@@ -550,13 +553,10 @@ impl Handler<Status> for Supervisor {
                     }
                 }
                 rows.sort_by(|a, b| (&a.session, a.language).cmp(&(&b.session, b.language)));
+                sampling::add_usage(&sampler, &mut rows).await;
                 rows
             }
-            .into_actor(self)
-            .map(|mut rows, act, _| {
-                act.add_usage(&mut rows);
-                rows
-            }),
+            .into_actor(self),
         )
     }
 }
