@@ -2,11 +2,11 @@
 //!
 //! Threads: the engine runs cells on the main thread; an I/O thread reads frames from the
 //! supervisor (answering `Ping` at once and raising interrupts even while a cell spins).
-//! Everything the worker says goes through the [`Outbox`]: a frame with nothing queued ahead
-//! of it is written to the socket by the thread that sends it (a cell's result costs no
-//! wake-up of another thread); while earlier frames wait, it joins the bounded queue that a
-//! writer thread drains (merging output), so a supervisor that reads slowly slows the cell
-//! down instead of growing a buffer.
+//! Everything the worker says goes through the [`Outbox`]: a cell's `Done` (and its first
+//! output) with nothing queued ahead of it is written to the socket by the thread that sends
+//! it, so a cell's result costs no wake-up of another thread; everything else joins the
+//! bounded queue that a writer thread drains (merging output), so a supervisor that reads
+//! slowly slows the cell down instead of growing a buffer.
 
 use cellvisor_ipc::frame::{read_frame, write_frame, FrameError};
 use cellvisor_ipc::handshake::{worker_handshake, HandshakeError};
@@ -123,13 +123,14 @@ impl DirectWrite {
     /// Whether `frame` may skip the queue, as far as its kind goes.
     fn may_skip_queue(&self, frame: &FromWorker) -> bool {
         match frame {
-            // The writer tells the engine once a Fatal is on the wire.
-            FromWorker::Fatal { .. } => false,
             FromWorker::Output { .. } => !self.output_streak.swap(true, Ordering::SeqCst),
-            _ => {
+            FromWorker::Done { .. } => {
                 self.output_streak.store(false, Ordering::SeqCst);
                 true
             }
+            // The rest (Pong, displays, tool calls, notices) queue as before; a Fatal must,
+            // since the writer tells the engine once it is on the wire.
+            _ => false,
         }
     }
 }
@@ -230,8 +231,9 @@ impl Outbox {
         });
     }
 
-    /// Sends any frame: written at once by this thread when nothing is queued ahead of it
-    /// and the socket is free, else queued for the writer thread. If the supervisor is gone
+    /// Sends any frame: a `Done` or a cell's first output is written at once by this thread
+    /// when nothing is queued ahead of it and the socket is free; the rest is queued for the
+    /// writer thread. If the supervisor is gone
     /// the process has already ended, so a failed send has nobody to report to.
     pub fn send(&self, frame: FromWorker) {
         if let Some(direct) = &self.direct {
