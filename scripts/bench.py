@@ -279,7 +279,7 @@ def profiled(pids, name):
         report = os.path.join(ARGS.out, f"profile-{name}.txt")
         with open(report, "w") as f:
             subprocess.run(
-                [perf, "report", "-i", data, "--stdio", "--no-children", "--sort", "comm,dso,symbol",
+                [perf, "report", "-i", data, "--stdio", "--no-children", "--sort", "pid,dso,symbol", "-g", "none",
                  "--percent-limit", "0.5"],
                 stdout=f, stderr=subprocess.DEVNULL,
             )

@@ -18,6 +18,7 @@ use cellvisor_config::Config;
 use cellvisor_ipc::Language;
 use cellvisor_ipc::ToolInfo;
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
@@ -96,6 +97,9 @@ pub struct Cellvisor {
     own_thread: Mutex<Option<(actix::System, std::thread::JoinHandle<()>)>>,
     /// The configuration in force, to tell what a reload changes.
     config: Mutex<Config>,
+    /// The environment a Python worker gets under that configuration, which a request's
+    /// choice of Python is made in: filtered once per configuration, not once per request.
+    python_env: Mutex<Arc<[(OsString, OsString)]>>,
     next_request: std::sync::atomic::AtomicU64,
     run_dir: PathBuf,
     _run_dir_guard: tempfile::TempDir,
@@ -294,12 +298,9 @@ impl Cellvisor {
         if !request.cells.iter().any(|c| c.language == Language::Python) {
             return None;
         }
-        let worker_env = {
-            let config = match self.config.lock() {
-                Ok(config) => config,
-                Err(poisoned) => poisoned.into_inner(),
-            };
-            crate::environment::for_worker(&config, Language::Python)
+        let worker_env = match self.python_env.lock() {
+            Ok(env) => Arc::clone(&env),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
         };
         crate::python_choice::choose(
             &worker_env,
@@ -391,6 +392,11 @@ impl Cellvisor {
             *current = config.clone();
             changes
         };
+        let python_env = python_worker_env(&config);
+        match self.python_env.lock() {
+            Ok(mut env) => *env = python_env,
+            Err(poisoned) => *poisoned.into_inner() = python_env,
+        }
         for change in &changes {
             tracing::info!("config: {change}");
         }
@@ -493,12 +499,19 @@ impl Prepared {
             supervisor,
             request_locks: Mutex::new(HashMap::new()),
             own_thread: Mutex::new(own_thread),
+            python_env: Mutex::new(python_worker_env(&self.initial_config)),
             config: Mutex::new(self.initial_config),
             next_request: std::sync::atomic::AtomicU64::new(1),
             run_dir: self.run_dir,
             _run_dir_guard: self.run_dir_guard,
         }
     }
+}
+
+/// The environment of a Python worker under `config` (the daemon's own environment, as
+/// `env` filters it, does not change while it runs).
+fn python_worker_env(config: &Config) -> Arc<[(OsString, OsString)]> {
+    crate::environment::for_worker(config, Language::Python).into()
 }
 
 /// The cell as its session runs it: a JavaScript `// @exec:` line turned into the cell's
