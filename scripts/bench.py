@@ -3,12 +3,18 @@
 
     scripts/bench            # the full run (builds, makes the venv, then runs this file)
     scripts/bench --quick    # fewer repetitions, under two minutes
+    scripts/bench --profile  # also a `perf` profile of each system's processes under the warm loop
 
 Systems: cellvisor (through the daemon socket), the floor (a bare `python3 -u` NDJSON child,
 scripts/bench_floor.py), Jupyter (ipykernel driven by jupyter_client) and Node (a `node`
 child keeping a `vm` context, scripts/bench_node_peer.js). Every figure is repeated and
 quoted as its median with its spread (min-max); the raw samples go to bench/results.json
 and a chart to bench/chart.svg.
+
+Where time goes: under the warm loop of trivial cells, the CPU each process spends per cell
+(host, daemon, worker, interpreter; from /proc) and the loop's wall time per cell. With
+--profile, `perf record` of the daemon and workers (and each peer's child) under that loop:
+bench/profile-<system>.txt (the report) and .data (for `perf report -i`).
 
 Everything this script starts (daemons, kernels, children) is stopped by pid in `finally`
 blocks, also on Ctrl-C.
@@ -183,6 +189,103 @@ def reset_peak_rss(pid):
         return True
     except OSError:
         return False
+
+
+def cpu_reading(pid):
+    """What process pid has run so far: each thread's /proc schedstat run time (ns, exact)
+    and the process's utime+stime from /proc/PID/stat (clock ticks, counting exited threads
+    too). None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks = int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return None
+    threads = {}
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    threads[tid] = int(f.read().split()[0])
+            except (OSError, IndexError, ValueError):
+                pass
+    except OSError:
+        pass
+    return threads, ticks
+
+
+def cpu_spent_ns(before, after):
+    """CPU ns between two readings: exact when every thread of the first is still there
+    (threads started since count whole), else from clock ticks (10 ms steps)."""
+    (threads0, ticks0), (threads1, ticks1) = before, after
+    if threads0 and all(tid in threads1 for tid in threads0):
+        return sum(ns - threads0.get(tid, 0) for tid, ns in threads1.items())
+    return (ticks1 - ticks0) * 1e9 / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU microseconds per cell of each process of a system (host, daemon, worker,
+    interpreter), read before and after a loop of cells, and the loop's wall time."""
+
+    def __init__(self, roles):
+        self.roles = {role: pid for role, pid in roles.items() if pid}
+        self.before = {role: cpu_reading(pid) for role, pid in self.roles.items()}
+        self.started = now()
+
+    def per_cell(self, cells):
+        """{role: CPU µs per cell}, with "total" and "wall" (µs per cell of the loop)."""
+        wall = now() - self.started
+        out = {}
+        for role, pid in self.roles.items():
+            after = cpu_reading(pid)
+            if after is not None and self.before[role] is not None:
+                out[role] = cpu_spent_ns(self.before[role], after) / 1000 / cells
+        out["total"] = sum(out.values())
+        out["wall"] = wall * 1e6 / cells
+        return out
+
+
+def profiled(pids, name):
+    """Starts `perf record` of pids (the daemon and workers) when --profile asks for it and
+    perf works here; returns a function that stops it and writes the report next to the
+    results. A no-op otherwise."""
+    if not ARGS.profile or not pids:
+        return lambda: None
+    perf = shutil.which("perf")
+    if perf is None:
+        print("bench: --profile: perf not found (apt package linux-perf): no profile", file=sys.stderr)
+        ARGS.profile = False
+        return lambda: None
+    os.makedirs(ARGS.out, exist_ok=True)
+    data = os.path.join(ARGS.out, f"profile-{name}.data")
+    # cpu-clock: a software event, so this works where hardware counters are not exposed.
+    proc = subprocess.Popen(
+        [perf, "record", "-q", "-e", "cpu-clock", "-F", "4999", "-g", "-o", data,
+         "-p", ",".join(str(p) for p in pids)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    cleanup = CLEANUP.push(lambda: stop_popen(proc))
+    time.sleep(0.3)  # perf attaches before the loop starts
+
+    def stop():
+        CLEANUP.discard(cleanup)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                kill_pid(proc.pid)
+                proc.wait()
+        report = os.path.join(ARGS.out, f"profile-{name}.txt")
+        with open(report, "w") as f:
+            subprocess.run(
+                [perf, "report", "-i", data, "--stdio", "--no-children", "--sort", "pid,dso,symbol", "-g", "none",
+                 "--percent-limit", "0.5"],
+                stdout=f, stderr=subprocess.DEVNULL,
+            )
+        print(f"bench: profile of {name}: {report} (raw: {data})", file=sys.stderr)
+
+    return stop
 
 
 # ---------------------------------------------------------------------------------------
@@ -375,7 +478,8 @@ class Conn:
 class Daemon:
     """`cellvisor serve` with its own config, socket and runtime directory."""
 
-    def __init__(self, prewarm=0):
+    def __init__(self, prewarm=None):
+        """`prewarm`: `[python] prewarm`; None keeps the default (the configuration users get)."""
         self.dir = tempfile.mkdtemp(prefix="cellvisor-bench-")
         runtime = os.path.join(self.dir, "run")
         os.mkdir(runtime, 0o700)
@@ -384,7 +488,9 @@ class Daemon:
         with open(config, "w") as f:
             f.write(
                 "[sessions]\nidle-timeout = \"0s\"\n\n"
-                f"[python]\ninterpreter = {json.dumps(real_python())}\nprewarm = {prewarm}\n\n"
+                f"[python]\ninterpreter = {json.dumps(real_python())}\n"
+                + ("" if prewarm is None else f"prewarm = {prewarm}\n")
+                + "\n"
                 "[daemon]\nidle-exit = \"0s\"\n"
             )
         env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CELLVISOR_CONFIG", "CELLVISOR_SOCKET")}
@@ -471,12 +577,14 @@ def cold_cellvisor(daemon, lang, n, label="cold"):
     try:
         for i in range(n):
             session = f"{label}-{lang}-{i}"
+            if label == "prewarm":
+                time.sleep(0.3)  # the pool (re)fills, as it does between one agent and the next
             t0 = now()
             status, output, _ = conn.eval(session, lang, CODE[lang]["trivial"])
             samples.append(ms(now() - t0))
             check(last_line(output) == "2", f"cellvisor {lang} cold: {status} {output!r}")
             daemon.close_session(session)
-            time.sleep(0.3 if label == "prewarm" else 0.1)  # let the pool refill / the old worker go
+            time.sleep(0.1)  # the old worker goes
     finally:
         conn.close()
     return samples
@@ -546,37 +654,52 @@ def warm_loop(run, n):
     return samples
 
 
+def measured_loop(run, n, roles, name):
+    """The warm loop, with each process's CPU per cell; profiled under --profile (every
+    process but the host)."""
+    stop_profile = profiled([pid for role, pid in roles.items() if role != "host" and pid], name)
+    meter = CpuMeter(roles)
+    samples = warm_loop(run, n)
+    cpu = meter.per_cell(n)
+    stop_profile()
+    return samples, cpu
+
+
 def warm_cellvisor(daemon, lang, n):
     conn = daemon.connect()
+    session = f"warm-{lang}"
     try:
-        session = f"warm-{lang}"
         run = lambda code: conn.eval(session, lang, code)[:2]  # noqa: E731
         warm_loop(run, 20)
-        return warm_loop(run, n)
+        worker = daemon.workers(session, lang).get((session, lang))
+        interpreter = children_of(worker) if worker else []
+        roles = {"host": os.getpid(), "daemon": daemon.pid, "worker": worker,
+                 "interpreter": interpreter[0] if interpreter else None}
+        return measured_loop(run, n, roles, f"cellvisor-{lang}")
     finally:
         conn.close()
-        daemon.close_session(f"warm-{lang}")
+        daemon.close_session(session)
 
 
-def warm_pipe(make, n):
+def warm_pipe(make, n, name):
     session = make()
     try:
         warm_loop(session.run, 20)
-        return warm_loop(session.run, n)
+        return measured_loop(session.run, n, {"host": os.getpid(), "interpreter": session.pid}, name)
     finally:
         session.close()
 
 
 def warm_floor(n):
-    return warm_pipe(floor_session, n)
+    return warm_pipe(floor_session, n, "floor")
 
 
 def warm_node(n):
-    return warm_pipe(node_session, n)
+    return warm_pipe(node_session, n, "node")
 
 
 def warm_jupyter(n):
-    return warm_pipe(JupyterSession, n)
+    return warm_pipe(JupyterSession, n, "jupyter")
 
 
 # 3. a cell printing 20 MB in 100-byte lines. Each repetition runs its host in a child
@@ -924,6 +1047,16 @@ def summary(samples):
 
 SYSTEMS = ["cellvisor", "floor", "jupyter", "node"]
 
+# The per-process CPU rows of the warm loop: which process, as the table names it.
+CPU_ROLES = {
+    "host": "CPU per cell, host (this client)",
+    "daemon": "CPU per cell, daemon",
+    "worker": "CPU per cell, worker",
+    "interpreter": "CPU per cell, interpreter (child)",
+    "total": "CPU per cell, all processes",
+    "wall": "wall time per cell (loop)",
+}
+
 
 class Row:
     """One workload: figures per system (lists of samples), lower is better."""
@@ -1120,30 +1253,31 @@ def run_all(n, languages):
                         mem=memory_jupyter, conc=conc_jupyter),
     }
 
-    daemon = Daemon(prewarm=0)
+    daemon = Daemon()  # the default configuration (one prewarmed Python worker)
     try:
         for lang in languages:
             lpeers = [p for _, p in peers[lang]]
 
             step(f"{lang}: cold start")
             r = row(f"cold_{lang}", f"1 cold start {lang}", "ms")
-            r.samples["cellvisor"] = cold_cellvisor(daemon, lang, n["cold"])
+            # With the default prewarm, a Python session's first cell finds a started worker;
+            # the pause between sessions lets the pool refill, as it would between agents.
+            r.samples["cellvisor"] = cold_cellvisor(daemon, lang, n["cold"], label="prewarm" if lang == "py" else "cold")
             for p in lpeers:
                 r.samples[p] = impl[p]["cold"](n["cold"])
             if lang == "py":
-                r.targets = [("jupyter", "faster", 20), ("floor", "within", 1.5)]
+                r.targets = [("jupyter", "faster", 50), ("floor", "within", 1.5)]
                 ref = row("cold_py_interp", "1 ref: `python -u -c pass` (floor: real, jupyter: venv)", "ms")
                 ref.samples["floor"] = interpreter_start(real_python(), n["cold"])
                 ref.samples["jupyter"] = interpreter_start(sys.executable, n["cold"])
-                step("py: cold start with prewarm = 1")
-                pre = Daemon(prewarm=1)
+                step("py: cold start with prewarm = 0")
+                unwarmed = Daemon(prewarm=0)
                 try:
-                    time.sleep(1.0)
-                    row("cold_py_prewarm", "1 cold start py (prewarm=1)", "ms").samples["cellvisor"] = cold_cellvisor(
-                        pre, "py", n["cold"], label="prewarm"
+                    row("cold_py_noprewarm", "1 cold start py (prewarm=0)", "ms").samples["cellvisor"] = (
+                        cold_cellvisor(unwarmed, "py", n["cold"])
                     )
                 finally:
-                    pre.stop()
+                    unwarmed.stop()
                 step("py: daemon start + first cell")
                 row("cold_py_daemon", "1 daemon start + 1st py cell", "ms").samples["cellvisor"] = (
                     cold_daemon_cellvisor(n["daemon"])
@@ -1152,9 +1286,15 @@ def run_all(n, languages):
                 r.targets = [("node", "faster", 10)]
 
             step(f"{lang}: warm round trips")
-            samples = {"cellvisor": warm_cellvisor(daemon, lang, n["warm"])}
+            samples, cpu = {}, {}
+            samples["cellvisor"], cpu["cellvisor"] = warm_cellvisor(daemon, lang, n["warm"])
             for p in lpeers:
-                samples[p] = impl[p]["warm"](n["warm"])
+                samples[p], cpu[p] = impl[p]["warm"](n["warm"])
+            for role in CPU_ROLES:
+                c = row(f"cpu_{lang}_{role}", f"2 warm cell {lang}: {CPU_ROLES[role]}", "us", spread="none")
+                c.samples = {system: [figures[role]] for system, figures in cpu.items() if role in figures}
+                if role == "daemon":
+                    c.targets = [("cellvisor", "below", 50)]
             med = row(f"warm_{lang}", f"2 warm cell {lang}, median", "ms", spread="iqr")
             p99 = row(f"warm_{lang}_p99", f"2 warm cell {lang}, p99", "ms", stat="p99", spread="none")
             med.samples = p99.samples = samples
@@ -1195,7 +1335,7 @@ def run_all(n, languages):
             for p in lpeers:
                 c.samples[p] = impl[p]["crash"](n["crash"])
             if lang == "py":
-                c.targets = [("jupyter", "faster", 10)]
+                c.targets = [("jupyter", "faster", 10), ("cellvisor", "below", 15)]
 
             step(f"{lang}: memory")
             figures = {"cellvisor": [memory_cellvisor(daemon, lang) for _ in range(n["memory"])]}
@@ -1223,7 +1363,7 @@ def run_all(n, languages):
                 cc.targets = [("jupyter", "faster", 20)]
     finally:
         daemon.stop()
-    order = ["cold", "warm", "output", "intr", "crash", "mem", "conc"]
+    order = ["cold", "warm", "cpu", "output", "intr", "crash", "mem", "conc"]
     return sorted(rows.values(), key=lambda r: (order.index(r.key.split("_")[0]), ["py", "js", "lua"].index(r.key.split("_")[1]) if r.key.split("_")[1] in ("py", "js", "lua") else 0))
 
 
@@ -1234,6 +1374,10 @@ def main():
     parser.add_argument("--python", default=None, help="the real interpreter (default: resolved from python3)")
     parser.add_argument("--languages", default=None, help="comma-separated subset of py,js,lua")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench"))
+    parser.add_argument(
+        "--profile", action="store_true",
+        help="record a perf profile of the daemon and workers (and each peer's child) under the warm loop",
+    )
     parser.add_argument("--output-host", nargs=2, metavar=("SYSTEM", "LANG"), help=argparse.SUPPRESS)
     parser.add_argument("--socket", help=argparse.SUPPRESS)
     global ARGS

@@ -453,3 +453,56 @@ async fn max_rss_is_enforced_while_a_cell_runs_not_only_on_heartbeats() {
     assert!(mib < 1024.0, "killed only at {used:?}: {}", cell.output);
     h.finish().await;
 }
+
+/// Waits until the prewarm pool holds one worker; answers its pid (the Python worker no
+/// session owns).
+async fn pooled_python_worker(h: &Harness, owned: &[u32]) -> u32 {
+    let found = wait_until(Duration::from_secs(20), || {
+        let ready = common::block_on(h.cv.prewarmed()).unwrap_or(0);
+        let free: Vec<u32> = h
+            .world
+            .processes_running("__worker\0py\0")
+            .into_iter()
+            .filter(|pid| !owned.contains(pid))
+            .collect();
+        match free.as_slice() {
+            [pid] if ready == 1 => Ok(*pid),
+            _ => Err((ready, free)),
+        }
+    });
+    found.unwrap_or_else(|(ready, free)| {
+        panic!("one prewarmed Python worker: {ready} ready, unowned {free:?}")
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_python_worker_is_replaced_by_the_prewarmed_one_with_the_sessions_variables() {
+    let h = Harness::new(|config| config.python.prewarm = 1);
+    let py = Language::Python;
+    let first = pooled_python_worker(&h, &[]).await;
+    let whoami = "import os\nprint(os.environ.get('CELLVISOR_SESSION'), \
+                  os.path.basename(os.environ.get('CELLVISOR_STORE_DIR', '')))";
+    // A new session takes the prewarmed worker, which learns whose it is with the first cell.
+    assert_ok(&h.cell("agent-7", py, whoami).await, "agent-7 agent-7\n");
+    assert_eq!(h.pid_of("agent-7", py).await, first);
+    assert_ok(&h.cell("agent-7", py, "kept = 5").await, "");
+
+    // The pool refills; the killed worker's replacement is that refilled worker.
+    let spare = pooled_python_worker(&h, &[first]).await;
+    kill(first, "KILL");
+    let after = h
+        .cell("agent-7", py, "print(1 + 1, 'kept' in globals())")
+        .await;
+    assert_ok(&after, "2 False\n");
+    assert!(
+        after
+            .notice
+            .as_deref()
+            .unwrap_or_default()
+            .contains("SIGKILL"),
+        "{after:#?}"
+    );
+    assert_eq!(h.pid_of("agent-7", py).await, spare, "the prewarmed worker");
+    assert_ok(&h.cell("agent-7", py, whoami).await, "agent-7 agent-7\n");
+    h.finish().await;
+}

@@ -164,9 +164,36 @@ pub fn response(id: Value, result: Result<Value, RpcError>) -> Value {
     }
 }
 
-/// A notification line.
-pub fn notification(method: &str, params: Value) -> Value {
-    serde_json::json!({"jsonrpc": "2.0", "method": method, "params": params})
+/// `value` as one JSON line, ready for the connection's write buffer: typed values (a cell's
+/// events) are encoded once, straight to bytes, with no `Value` tree in between.
+pub fn encode_line<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    let mut line = serde_json::to_vec(value).unwrap_or_else(|e| {
+        let error = RpcError::new(
+            code::INTERNAL_ERROR,
+            format!("cannot encode a message: {e}"),
+        );
+        serde_json::to_vec(&response(Value::Null, Err(error))).unwrap_or_default()
+    });
+    line.push(b'\n');
+    line
+}
+
+/// A notification whose parameters are encoded as they are (see [`encode_line`]).
+#[derive(Debug, Serialize)]
+pub struct TypedNotification<'a, P: Serialize> {
+    pub jsonrpc: &'static str,
+    pub method: &'a str,
+    pub params: P,
+}
+
+impl<'a, P: Serialize> TypedNotification<'a, P> {
+    pub fn new(method: &'a str, params: P) -> Self {
+        TypedNotification {
+            jsonrpc: "2.0",
+            method,
+            params,
+        }
+    }
 }
 
 /// `eval/event` parameters: which request the event belongs to, and the event.

@@ -207,7 +207,7 @@ impl Default for PythonConfig {
         PythonConfig {
             enabled: true,
             interpreter: None,
-            prewarm: 0,
+            prewarm: 1,
         }
     }
 }

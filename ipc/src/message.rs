@@ -88,6 +88,11 @@ pub struct ExecuteCell {
     pub cwd: Option<String>,
     /// Tools the host offers to this cell (`tool.<name>(args)`).
     pub tools: Vec<ToolInfo>,
+    /// Variables of the session the cell belongs to (its name, its store directory), sent
+    /// with a worker's first cell: a worker started ahead of demand (a prewarmed Python
+    /// worker) learns them here, so its cells see what a worker started for the session
+    /// would have. Empty on later cells.
+    pub session_env: Vec<(String, String)>,
 }
 
 /// A host tool as a cell sees it.

@@ -3,6 +3,8 @@
 //! [`Cellvisor::start`] runs the actix system on a thread of its own (workers die with the
 //! thread that spawned them, so it must live as long as the supervisor) and hands back a
 //! handle whose methods can be awaited from any async runtime.
+//! [`Cellvisor::start_on_current_system`] runs the actors on the caller's own actix system
+//! instead (the daemon: connections and actors on one thread, no wake-up between threads).
 
 use crate::cell::{
     CellEvent, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult, ToolCallRequest,
@@ -20,6 +22,7 @@ use cellvisor_config::{CellsConfig, Config};
 use cellvisor_ipc::Language;
 use cellvisor_ipc::ToolInfo;
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
@@ -143,62 +146,29 @@ pub struct Cellvisor {
     /// One lock per session name: a request's cells run together, not interleaved with
     /// another request's cells for the same session.
     request_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The system and thread the actors run on, when they have a thread of their own
+    /// (`None`: they run on the caller's system, which outlives them).
+    own_thread: Mutex<Option<(actix::System, std::thread::JoinHandle<()>)>>,
     /// The configuration in force, to tell what a reload changes.
     config: Mutex<Config>,
+    /// The environment a Python worker gets under that configuration, which a request's
+    /// choice of Python is made in: filtered once per configuration, not once per request.
+    python_env: Mutex<Arc<[(OsString, OsString)]>>,
     next_request: std::sync::atomic::AtomicU64,
     /// Cell ids: unique across sessions, so a session can tell its own cells.
     next_cell: std::sync::atomic::AtomicU64,
     /// Cells that went to the background, and their session, until collected.
     background: Mutex<HashMap<u64, SessionKey>>,
-    system: actix::System,
     run_dir: PathBuf,
     _run_dir_guard: tempfile::TempDir,
 }
 
 impl Cellvisor {
-    /// Starts a supervisor with its own runtime directory.
+    /// Starts a supervisor with its own runtime directory, its actors on a thread of their
+    /// own: the handle can then be awaited from any executor.
     pub fn start(options: Options) -> Result<Cellvisor, StartupError> {
-        let base_dir = options
-            .runtime_dir
-            .clone()
-            .unwrap_or_else(cellvisor_ipc::socket::default_runtime_dir);
-        cellvisor_ipc::socket::ensure_private_dir(&base_dir).map_err(|source| {
-            StartupError::RuntimeDir {
-                path: base_dir.clone(),
-                source,
-            }
-        })?;
-        let run_dir_guard = tempfile::Builder::new()
-            .prefix(&format!("sup-{}-", std::process::id()))
-            .tempdir_in(&base_dir)
-            .map_err(|source| StartupError::RuntimeDir {
-                path: base_dir.clone(),
-                source,
-            })?;
-        let run_dir = run_dir_guard.path().to_path_buf();
-        let exe = match options.worker_exe {
-            Some(exe) => exe,
-            None => std::env::current_exe().map_err(StartupError::Exe)?,
-        };
-        let artifact_dir = options
-            .config
-            .output
-            .artifact_dir
-            .clone()
-            .unwrap_or_else(|| base_dir.join("artifacts"));
-        let artifacts = crate::artifacts::ArtifactStore::new(
-            artifact_dir,
-            options.config.output.artifact_max_total.as_u64(),
-        );
-        let base = WorkerBase {
-            exe,
-            run_dir: run_dir.clone(),
-            artifacts,
-            store_dir: crate::paths::stores_dir(),
-        };
-        let initial_config = options.config.clone();
-        let config = Arc::new(options.config);
+        let prepared = Prepared::new(options)?;
+        let (config, base) = (Arc::clone(&prepared.config), prepared.base.clone());
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("cellvisor-supervisor".into())
@@ -216,18 +186,21 @@ impl Cellvisor {
                 "the supervisor thread ended at start",
             ))
         })?;
-        Ok(Cellvisor {
-            supervisor,
-            request_locks: Mutex::new(HashMap::new()),
-            thread: Mutex::new(Some(thread)),
-            config: Mutex::new(initial_config),
-            next_request: std::sync::atomic::AtomicU64::new(1),
-            next_cell: std::sync::atomic::AtomicU64::new(1),
-            background: Mutex::new(HashMap::new()),
-            system,
-            run_dir,
-            _run_dir_guard: run_dir_guard,
-        })
+        Ok(prepared.into_handle(supervisor, Some((system, thread))))
+    }
+
+    /// Starts a supervisor whose actors run on the calling thread's actix system, so a
+    /// caller on that system (the daemon) reaches them without a wake-up of another thread.
+    /// The handle must then be used from that system's thread, and the thread must outlive
+    /// the supervisor (workers die with the thread that started them). `None` when the
+    /// caller runs no actix system: use [`Cellvisor::start`] there.
+    pub fn start_on_current_system(options: Options) -> Option<Result<Cellvisor, StartupError>> {
+        actix::System::try_current()?;
+        Some(Prepared::new(options).map(|prepared| {
+            let supervisor =
+                Supervisor::new(Arc::clone(&prepared.config), prepared.base.clone()).start();
+            prepared.into_handle(supervisor, None)
+        }))
     }
 
     /// The private directory of this supervisor (worker sockets, runner script).
@@ -531,12 +504,9 @@ impl Cellvisor {
         if !request.cells.iter().any(|c| c.language == Language::Python) {
             return None;
         }
-        let worker_env = {
-            let config = match self.config.lock() {
-                Ok(config) => config,
-                Err(poisoned) => poisoned.into_inner(),
-            };
-            crate::environment::for_worker(&config, Language::Python)
+        let worker_env = match self.python_env.lock() {
+            Ok(env) => Arc::clone(&env),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
         };
         crate::python_choice::choose(
             &worker_env,
@@ -628,6 +598,11 @@ impl Cellvisor {
             *current = config.clone();
             changes
         };
+        let python_env = python_worker_env(&config);
+        match self.python_env.lock() {
+            Ok(mut env) => *env = python_env,
+            Err(poisoned) => *poisoned.into_inner() = python_env,
+        }
         for change in &changes {
             tracing::info!("config: {change}");
         }
@@ -641,12 +616,12 @@ impl Cellvisor {
     /// Stops every worker (Shutdown, grace, SIGTERM, SIGKILL), then the supervisor thread.
     pub async fn shutdown(&self) {
         let _ = self.supervisor.send(ShutdownAll).await;
-        self.system.stop();
-        let thread = match self.thread.lock() {
+        let own_thread = match self.own_thread.lock() {
             Ok(mut thread) => thread.take(),
             Err(poisoned) => poisoned.into_inner().take(),
         };
-        if let Some(thread) = thread {
+        if let Some((system, thread)) = own_thread {
+            system.stop();
             // Joined on a helper thread, so any executor can await this.
             let (joined, wait) = oneshot::channel();
             let helper = std::thread::Builder::new()
@@ -660,6 +635,91 @@ impl Cellvisor {
             }
         }
     }
+}
+
+/// What a supervisor needs before its actors start: its private directory, what workers
+/// are made from, the configuration.
+struct Prepared {
+    config: Arc<Config>,
+    initial_config: Config,
+    base: WorkerBase,
+    run_dir: PathBuf,
+    run_dir_guard: tempfile::TempDir,
+}
+
+impl Prepared {
+    fn new(options: Options) -> Result<Prepared, StartupError> {
+        let base_dir = options
+            .runtime_dir
+            .clone()
+            .unwrap_or_else(cellvisor_ipc::socket::default_runtime_dir);
+        cellvisor_ipc::socket::ensure_private_dir(&base_dir).map_err(|source| {
+            StartupError::RuntimeDir {
+                path: base_dir.clone(),
+                source,
+            }
+        })?;
+        let run_dir_guard = tempfile::Builder::new()
+            .prefix(&format!("sup-{}-", std::process::id()))
+            .tempdir_in(&base_dir)
+            .map_err(|source| StartupError::RuntimeDir {
+                path: base_dir.clone(),
+                source,
+            })?;
+        let run_dir = run_dir_guard.path().to_path_buf();
+        let exe = match options.worker_exe {
+            Some(exe) => exe,
+            None => std::env::current_exe().map_err(StartupError::Exe)?,
+        };
+        let artifact_dir = options
+            .config
+            .output
+            .artifact_dir
+            .clone()
+            .unwrap_or_else(|| base_dir.join("artifacts"));
+        let artifacts = crate::artifacts::ArtifactStore::new(
+            artifact_dir,
+            options.config.output.artifact_max_total.as_u64(),
+        );
+        let base = WorkerBase {
+            exe,
+            run_dir: run_dir.clone(),
+            artifacts,
+            store_dir: crate::paths::stores_dir(),
+        };
+        Ok(Prepared {
+            initial_config: options.config.clone(),
+            config: Arc::new(options.config),
+            base,
+            run_dir,
+            run_dir_guard,
+        })
+    }
+
+    fn into_handle(
+        self,
+        supervisor: Addr<Supervisor>,
+        own_thread: Option<(actix::System, std::thread::JoinHandle<()>)>,
+    ) -> Cellvisor {
+        Cellvisor {
+            supervisor,
+            request_locks: Mutex::new(HashMap::new()),
+            own_thread: Mutex::new(own_thread),
+            python_env: Mutex::new(python_worker_env(&self.initial_config)),
+            config: Mutex::new(self.initial_config),
+            next_request: std::sync::atomic::AtomicU64::new(1),
+            next_cell: std::sync::atomic::AtomicU64::new(1),
+            background: Mutex::new(HashMap::new()),
+            run_dir: self.run_dir,
+            _run_dir_guard: self.run_dir_guard,
+        }
+    }
+}
+
+/// The environment of a Python worker under `config` (the daemon's own environment, as
+/// `env` filters it, does not change while it runs).
+fn python_worker_env(config: &Config) -> Arc<[(OsString, OsString)]> {
+    crate::environment::for_worker(config, Language::Python).into()
 }
 
 /// The cell as its session runs it: a JavaScript `// @exec:` line turned into the cell's
@@ -919,10 +979,10 @@ mod tests {
         let old = Config::default();
         let mut new = Config::default();
         new.sessions.max_sessions = 8;
-        new.python.prewarm = 1;
+        new.python.prewarm = 2;
         assert_eq!(
             config_changes(&old, &new),
-            ["python.prewarm: 0 -> 1", "sessions.max-sessions: 4 -> 8"]
+            ["python.prewarm: 1 -> 2", "sessions.max-sessions: 4 -> 8"]
         );
         assert!(config_changes(&old, &old).is_empty());
     }

@@ -1,10 +1,12 @@
 //! The part of a worker that is the same for every language.
 //!
 //! Threads: the engine runs cells on the main thread; an I/O thread reads frames from the
-//! supervisor (answering `Ping` at once and raising interrupts even while a cell spins); a
-//! writer thread owns the socket's send half. Everything the worker says goes through the
-//! bounded [`Outbox`], so a supervisor that reads slowly slows the cell down instead of
-//! growing a buffer.
+//! supervisor (answering `Ping` at once and raising interrupts even while a cell spins).
+//! Everything the worker says goes through the [`Outbox`]: a cell's `Done` (and its first
+//! output) with nothing queued ahead of it is written to the socket by the thread that sends
+//! it, so a cell's result costs no wake-up of another thread; everything else joins the
+//! bounded queue that a writer thread drains (merging output), so a supervisor that reads
+//! slowly slows the cell down instead of growing a buffer.
 
 use cellvisor_ipc::frame::{read_frame, write_frame, FrameError};
 use cellvisor_ipc::handshake::{worker_handshake, HandshakeError};
@@ -99,6 +101,38 @@ impl Interrupt {
 pub struct Outbox {
     tx: SyncSender<FromWorker>,
     tools: Arc<PendingToolCalls>,
+    /// The socket, for frames with nothing queued ahead of them (`None` without a socket).
+    direct: Option<DirectWrite>,
+}
+
+/// Writing a frame on the sender's own thread, in order with the queue: `queued` counts the
+/// frames sent to the queue and not yet on the wire (the writer lowers it, holding the
+/// socket, once it has written them), so a sender holding the socket that sees zero has
+/// nothing ahead of it.
+#[derive(Clone)]
+struct DirectWrite {
+    socket: SocketWriter,
+    queued: Arc<AtomicU64>,
+    /// An output frame went out directly since the last frame of another kind: the output
+    /// that follows it queues, so the writer merges a cell's many short writes into a few
+    /// frames, while a cell's one line of output (and its `Done`) costs no thread hop.
+    output_streak: Arc<AtomicBool>,
+}
+
+impl DirectWrite {
+    /// Whether `frame` may skip the queue, as far as its kind goes.
+    fn may_skip_queue(&self, frame: &FromWorker) -> bool {
+        match frame {
+            FromWorker::Output { .. } => !self.output_streak.swap(true, Ordering::SeqCst),
+            FromWorker::Done { .. } => {
+                self.output_streak.store(false, Ordering::SeqCst);
+                true
+            }
+            // The rest (Pong, displays, tool calls, notices) queue as before; a Fatal must,
+            // since the writer tells the engine once it is on the wire.
+            _ => false,
+        }
+    }
 }
 
 /// Host tool calls waiting for their answer, by call id.
@@ -147,7 +181,14 @@ impl Outbox {
     pub fn new(capacity: usize) -> (Outbox, Receiver<FromWorker>) {
         let (tx, rx) = mpsc::sync_channel(capacity);
         let tools = Arc::default();
-        (Outbox { tx, tools }, rx)
+        (
+            Outbox {
+                tx,
+                tools,
+                direct: None,
+            },
+            rx,
+        )
     }
 
     /// Asks the host to run tool `name` with `args_json` for `cell_id`. Does not block: wait
@@ -196,9 +237,25 @@ impl Outbox {
         self.send(FromWorker::Yield { cell_id });
     }
 
-    /// Sends any frame. If the supervisor is gone the writer thread has already ended the
-    /// process, so a failed send has nobody to report to.
+    /// Sends any frame: a `Done` or a cell's first output is written at once by this thread
+    /// when nothing is queued ahead of it and the socket is free; the rest is queued for the
+    /// writer thread. If the supervisor is gone
+    /// the process has already ended, so a failed send has nobody to report to.
     pub fn send(&self, frame: FromWorker) {
+        if let Some(direct) = &self.direct {
+            if direct.may_skip_queue(&frame) {
+                if let Some(mut out) = direct.socket.try_lock() {
+                    if direct.queued.load(Ordering::SeqCst) == 0 {
+                        send_frame(&mut *out, &frame);
+                        if std::io::Write::flush(&mut *out).is_err() {
+                            exit_lost_supervisor();
+                        }
+                        return;
+                    }
+                }
+            }
+            direct.queued.fetch_add(1, Ordering::SeqCst);
+        }
         let _ = self.tx.send(frame);
     }
 }
@@ -260,15 +317,21 @@ where
         );
         WorkerError::Engine(message)
     };
-    let (outbox, rx) = Outbox::new(OUTBOX_CAPACITY);
+    let (mut outbox, rx) = Outbox::new(OUTBOX_CAPACITY);
     let socket = SocketWriter::new(Arc::clone(&stream));
+    let queued = Arc::new(AtomicU64::new(0));
+    outbox.direct = Some(DirectWrite {
+        socket: socket.clone(),
+        queued: Arc::clone(&queued),
+        output_streak: Arc::default(),
+    });
     let fatal_sent = Arc::new(FatalSent::default());
     thread::Builder::new()
         .name("frame-writer".into())
         .spawn({
             let socket = socket.clone();
             let fatal_sent = Arc::clone(&fatal_sent);
-            move || write_loop(&socket, rx, &fatal_sent)
+            move || write_loop(&socket, rx, &queued, &fatal_sent)
         })
         .map_err(|e| cannot_start("writer", e))?;
 
@@ -350,15 +413,22 @@ fn enter_cwd(cwd: Option<&str>) -> Result<(), String> {
 /// chunks of one cell and stream are merged (up to [`OUTPUT_CHUNK_BYTES`]) and the frames
 /// share one buffered write, so a cell printing many short lines costs a few frames, not
 /// one per line. Nothing is held back: the buffer is flushed whenever the queue is empty.
-fn write_loop(socket: &SocketWriter, rx: Receiver<FromWorker>, fatal_sent: &FatalSent) {
+fn write_loop(
+    socket: &SocketWriter,
+    rx: Receiver<FromWorker>,
+    queued: &AtomicU64,
+    fatal_sent: &FatalSent,
+) {
     while let Ok(mut frame) = rx.recv() {
         let mut fatal = false;
+        let mut taken = 1;
         let mut out = socket.lock();
         loop {
             fatal |= matches!(frame, FromWorker::Fatal { .. });
             let Ok(next) = rx.try_recv() else {
                 break;
             };
+            taken += 1;
             if let Some(unmerged) = merge_output(&mut frame, next) {
                 send_frame(&mut *out, &frame);
                 frame = unmerged;
@@ -368,6 +438,8 @@ fn write_loop(socket: &SocketWriter, rx: Receiver<FromWorker>, fatal_sent: &Fata
         if std::io::Write::flush(&mut *out).is_err() {
             exit_lost_supervisor();
         }
+        // Still holding the socket: a direct sender that sees zero comes after these.
+        queued.fetch_sub(taken, Ordering::SeqCst);
         drop(out);
         if fatal {
             fatal_sent.mark();
@@ -404,6 +476,15 @@ impl SocketWriter {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, std::io::BufWriter<StreamWriter>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The socket if no other thread is writing now.
+    fn try_lock(&self) -> Option<std::sync::MutexGuard<'_, std::io::BufWriter<StreamWriter>>> {
+        match self.0.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 
     /// Writes one frame now, ahead of nothing that is still queued for an earlier cell.

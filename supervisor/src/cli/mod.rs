@@ -108,6 +108,11 @@ pub fn main() -> i32 {
     if let Err(err) = crate::secrets::make_non_dumpable() {
         tracing::warn!("cannot make this process non-dumpable: {err}");
     }
+    if matches!(cli.command, Command::Serve) {
+        // The daemon runs its connections on the actix system its actors run on: one
+        // thread, so a cell crosses no thread inside the daemon.
+        return actix::System::new().block_on(async move { serve::run(&globals).await });
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

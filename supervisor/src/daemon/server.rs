@@ -90,7 +90,11 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let socket_inode = socket_inode(&options.socket);
     let idle_exit = options.supervisor.config.daemon.idle_exit;
     let limits = ConnectionLimits::from_config(&options.supervisor.config);
-    let cv = Cellvisor::start(options.supervisor)?;
+    // On the daemon's own actix system the connections and the actors share one thread.
+    let cv = match Cellvisor::start_on_current_system(options.supervisor.clone()) {
+        Some(started) => started?,
+        None => Cellvisor::start(options.supervisor)?,
+    };
     let (shutdown, mut shutdown_rx) = watch::channel(false);
     let daemon = Arc::new(Daemon {
         cv,
@@ -310,7 +314,8 @@ type PendingToolCalls = Mutex<HashMap<String, tokio::sync::oneshot::Sender<Resul
 
 /// What request tasks share with their connection.
 struct Connection {
-    out: mpsc::Sender<Value>,
+    /// Encoded lines (each ends in a newline) for the writer, in order.
+    out: mpsc::Sender<Vec<u8>>,
     tool_calls: PendingToolCalls,
     next_tool_call: AtomicU64,
 }
@@ -326,17 +331,16 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
     let _guard = ConnectionGuard(Arc::clone(&daemon));
     let limits = *lock(&daemon.limits);
     let (reader, mut writer) = stream.into_split();
-    let (out, mut out_rx) = mpsc::channel::<Value>(CONNECTION_BACKLOG);
+    let (out, mut out_rx) = mpsc::channel::<Vec<u8>>(CONNECTION_BACKLOG);
     let stall = limits.stalled_client_timeout;
     let writer_task = tokio::spawn(async move {
         // Lines already queued (a cell's events and its result) go out in one write.
         let mut batch = Vec::new();
-        while let Some(message) = out_rx.recv().await {
+        while let Some(line) = out_rx.recv().await {
             batch.clear();
-            let mut next = Some(message);
-            while let Some(message) = next {
-                let _ = serde_json::to_writer(&mut batch, &message);
-                batch.push(b'\n');
+            let mut next = Some(line);
+            while let Some(line) = next {
+                batch.extend_from_slice(&line);
                 next = if batch.len() < 1 << 20 {
                     out_rx.try_recv().ok()
                 } else {
@@ -396,7 +400,12 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
                         protocol::MAX_LINE_BYTES
                     ),
                 );
-                let _ = out.send(protocol::response(Value::Null, Err(error))).await;
+                let _ = out
+                    .send(protocol::encode_line(&protocol::response(
+                        Value::Null,
+                        Err(error),
+                    )))
+                    .await;
                 break;
             }
             Err(LineError::Io) => break,
@@ -409,7 +418,9 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
                 continue;
             }
             Incoming::Invalid { id, error } => {
-                let _ = out.send(protocol::response(id, Err(error))).await;
+                let _ = out
+                    .send(protocol::encode_line(&protocol::response(id, Err(error))))
+                    .await;
                 continue;
             }
             Incoming::Request(request) => request,
@@ -435,7 +446,10 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
             let id = request.id.clone();
             let result = dispatch(&daemon, request, &connection).await;
             if let Some(id) = id {
-                let _ = connection.out.send(protocol::response(id, result)).await;
+                let _ = connection
+                    .out
+                    .send(protocol::encode_line(&protocol::response(id, result)))
+                    .await;
             }
             if big {
                 crate::allocator::release_free_memory();
@@ -523,7 +537,7 @@ async fn forward_tool_call(connection: &Connection, request_id: &Value, call: To
         "method": method::TOOL_CALL,
         "params": {"request_id": request_id, "name": call.name, "arguments": call.arguments},
     });
-    let _ = connection.out.send(request).await;
+    let _ = connection.out.send(protocol::encode_line(&request)).await;
 }
 
 enum LineError {
@@ -588,12 +602,13 @@ async fn dispatch(
             let (tool_host, mut tool_calls) = mpsc::channel::<ToolCallRequest>(8);
             let tool_host = (!eval.tools.is_empty()).then_some(tool_host);
             let notify = |event: &CellEvent| {
-                let params = serde_json::to_value(protocol::EvalEvent {
-                    request_id: &request_id,
-                    event,
-                })
-                .unwrap_or(Value::Null);
-                protocol::notification(method::EVAL_EVENT, params)
+                protocol::encode_line(&protocol::TypedNotification::new(
+                    method::EVAL_EVENT,
+                    protocol::EvalEvent {
+                        request_id: &request_id,
+                        event,
+                    },
+                ))
             };
             let eval = daemon.cv.eval_with_tools(eval, Some(events), tool_host);
             tokio::pin!(eval);

@@ -73,6 +73,7 @@ impl Session {
             return false;
         }
         let previous = self.python.replace(choice.program.clone());
+        self.python_choice = Some(Arc::clone(&choice));
         crate::python_choice::apply(&mut self.spec, &choice);
         match previous {
             Some(previous) if !matches!(self.worker, Worker::None) => {
@@ -143,7 +144,10 @@ impl Session {
     }
 
     fn run_cell(&mut self, ctx: &mut Context<Self>, mut job: CellJob) {
-        let Worker::Ready { link, .. } = &self.worker else {
+        let Worker::Ready {
+            link, generation, ..
+        } = &self.worker
+        else {
             self.queue.push_front(job);
             return;
         };
@@ -171,11 +175,18 @@ impl Session {
             ActiveCell::new(cell_id, job.index, Arc::clone(&output), job.events.clone())
                 .with_tools(declared, job.tool_host.clone()),
         );
+        let session_env = if self.session_env_sent == *generation {
+            Vec::new()
+        } else {
+            self.session_env_sent = *generation;
+            crate::supervisor::session_vars(&self.spec.env)
+        };
         link.send(ToWorker::Execute(ExecuteCell {
             cell_id,
             code: job.spec.code.clone(),
             cwd: job.cwd.as_ref().map(|p| p.to_string_lossy().into_owned()),
             tools: job.tools.to_vec(),
+            session_env,
         }));
         let mut requester = job.requester.clone();
         let requester_watch = ctx.spawn(

@@ -184,6 +184,8 @@ pub(crate) struct SessionSetup {
     pub notice: Option<String>,
     /// A worker started ahead of demand (`python.prewarm`), used for the first start.
     pub prestarted: Option<StartedWorker>,
+    /// Where a Python session claims a prewarmed worker for a later start (a replacement).
+    pub pool: Option<Recipient<crate::supervisor::ClaimPrewarmed>>,
 }
 
 /// The actor. Created by the supervisor.
@@ -217,12 +219,18 @@ pub struct Session {
     heartbeat_seq: u64,
     heartbeat_timer: Option<SpawnHandle>,
     prestarted: Option<StartedWorker>,
+    pool: Option<Recipient<crate::supervisor::ClaimPrewarmed>>,
     /// Cells handed to this session so far (see [`SessionEvent::Changed`]).
     jobs_received: u64,
     /// The Python the current (or next) worker runs, once a request has said.
     python: Option<PathBuf>,
     /// The sandbox the current (or next) worker runs under.
     sandbox: Option<Arc<crate::sandbox::Plan>>,
+    /// The request's whole choice behind `python` (its venv, its directory).
+    python_choice: Option<Arc<crate::python_choice::PythonChoice>>,
+    /// The worker generation that has been sent the session's variables (with its first
+    /// cell): a prewarmed worker was started without them.
+    session_env_sent: u64,
 }
 
 impl Session {
@@ -253,9 +261,12 @@ impl Session {
             heartbeat_seq: 0,
             heartbeat_timer: None,
             prestarted: setup.prestarted,
+            pool: setup.pool,
             jobs_received: 0,
             python: None,
             sandbox: None,
+            python_choice: None,
+            session_env_sent: 0,
         }
     }
 

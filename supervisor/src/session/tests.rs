@@ -54,6 +54,7 @@ fn start_session(fake: &Arc<FakeLauncher>, cap_mib: u64) -> (Addr<Session>, temp
         events: reports.recipient(),
         notice: None,
         prestarted: None,
+        pool: None,
     });
     (session.start(), dir)
 }

@@ -12,10 +12,12 @@ use super::policy::Verdict;
 use super::{AfterStop, Session, Worker};
 use crate::cell::CellStatus;
 use crate::session::CellReport;
+use crate::supervisor::ClaimPrewarmed;
 use actix::prelude::*;
 use cellvisor_ipc::ToWorker;
 use nix::sys::signal::Signal;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
@@ -32,15 +34,34 @@ impl Session {
             });
             return;
         }
-        let launch = self.launcher.launch(
-            self.spec.clone(),
-            NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
+        // A prewarmed worker that fits (a Python session's replacement, say) saves the start;
+        // never for a sandboxed session, whose worker confines itself from its start.
+        let wanted = super::super::supervisor::prewarm::Wanted::new(
+            self.python_choice.as_deref(),
+            self.spec.cwd.as_deref(),
         );
+        let claim = self
+            .pool
+            .as_ref()
+            .filter(|_| self.sandbox.is_none())
+            .map(|pool| pool.send(ClaimPrewarmed(wanted)));
+        let launcher = Arc::clone(&self.launcher);
+        let spec = self.spec.clone();
         let me = ctx.address();
         // Not tied to the actor's lifetime: if the actor is gone when the worker is up, the
         // worker must still be stopped rather than leak.
         actix::spawn(async move {
-            let result = launch.await;
+            let claimed = match claim {
+                Some(claim) => claim.await.ok().flatten(),
+                None => None,
+            };
+            let result = match claimed {
+                Some(worker) => Ok(worker),
+                None => {
+                    let serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
+                    launcher.launch(spec, serial).await
+                }
+            };
             if let Err(actix::dev::SendError::Closed(WorkerStarted {
                 result: Ok(worker), ..
             })) = me.try_send(WorkerStarted { generation, result })

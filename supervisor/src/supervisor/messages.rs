@@ -113,7 +113,18 @@ pub struct SampleTick;
 /// A prewarmed worker finished starting.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct PoolWorkerReady(pub Result<StartedWorker, StartError>);
+pub struct PoolWorkerReady {
+    pub result: Result<StartedWorker, StartError>,
+    /// The interpreter its discovery picks (the supervisor's directory, no request's venv).
+    pub program: Option<PathBuf>,
+}
+
+/// A session wants a Python worker (its first, or a replacement after a crash, a reset or
+/// a change of Python): a prewarmed one if one fits ([`super::prewarm::fits`]), else `None`
+/// and the session starts its own.
+#[derive(Message)]
+#[rtype(result = "Option<StartedWorker>")]
+pub struct ClaimPrewarmed(pub super::prewarm::Wanted);
 
 /// Retry filling the pool after a failed start.
 #[derive(Message)]

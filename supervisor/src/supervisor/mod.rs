@@ -9,7 +9,7 @@
 
 pub mod capacity;
 pub mod messages;
-mod prewarm;
+pub mod prewarm;
 mod sampling;
 mod sweep;
 #[cfg(test)]
@@ -43,6 +43,26 @@ pub struct WorkerBase {
     pub artifacts: Arc<crate::artifacts::ArtifactStore>,
     /// Where sessions keep what JS `store()` saves; outlives workers and the daemon.
     pub store_dir: PathBuf,
+}
+
+/// The variables that name a worker's session (its name, its store directory): set when a
+/// session starts its worker, sent with the first cell to a worker started ahead of its
+/// session (which has none of them).
+const SESSION_VARS: [&str; 2] = ["CELLVISOR_SESSION", "CELLVISOR_STORE_DIR"];
+
+/// The session's variables in a worker's environment, as a cell carries them.
+pub(crate) fn session_vars(
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+) -> Vec<(String, String)> {
+    env.iter()
+        .filter(|(name, _)| SESSION_VARS.iter().any(|var| name == var))
+        .map(|(name, value)| {
+            (
+                name.to_string_lossy().into_owned(),
+                value.to_string_lossy().into_owned(),
+            )
+        })
+        .collect()
 }
 
 struct Entry {
@@ -82,7 +102,7 @@ pub struct Supervisor {
     config: Arc<Config>,
     launcher: Arc<dyn Launcher>,
     /// Idle Python workers started ahead of demand (`python.prewarm`); no session owns them.
-    pool: Vec<StartedWorker>,
+    pool: Vec<prewarm::Pooled>,
     pool_starting: usize,
     base: WorkerBase,
     sessions: HashMap<SessionKey, Entry>,
@@ -93,7 +113,9 @@ pub struct Supervisor {
     stopping: bool,
     last_prune: Option<Instant>,
     sweep_timer: Option<SpawnHandle>,
-    sampler: ProcessSampler,
+    /// Shared with the blocking pool, where its `/proc` reads run (off the actors' thread,
+    /// which in the daemon is also the connections' thread).
+    sampler: Arc<std::sync::Mutex<ProcessSampler>>,
     sample_timer: Option<SpawnHandle>,
     sampling_fast: bool,
     last_discovery: Option<Instant>,
@@ -124,7 +146,7 @@ impl Supervisor {
             stopping: false,
             last_prune: None,
             sweep_timer: None,
-            sampler: ProcessSampler::default(),
+            sampler: Arc::default(),
             sample_timer: None,
             sampling_fast: false,
             last_discovery: None,
@@ -183,17 +205,14 @@ impl Supervisor {
     fn start_session(&mut self, submit: Submit, ctx: &mut Context<Self>) {
         let language = submit.key.language;
         let spec = self.worker_spec(language, submit.cwd.clone(), Some(&submit.key.session));
-        let own_venv = submit
-            .job
-            .python
-            .as_ref()
-            .is_some_and(|choice| choice.virtual_env.is_some());
-        let prestarted =
-            if language == Language::Python && !own_venv && submit.job.sandbox.is_none() {
-                self.claim_prewarmed(submit.cwd.as_deref(), ctx)
-            } else {
-                None
-            };
+        // A sandboxed session confines its worker from its first moment: a prewarmed worker
+        // started unconfined never serves it.
+        let prestarted = if language == Language::Python && submit.job.sandbox.is_none() {
+            let wanted = prewarm::Wanted::new(submit.job.python.as_deref(), submit.cwd.as_deref());
+            self.claim_prewarmed(&wanted, ctx)
+        } else {
+            None
+        };
         let session = Session::new(SessionSetup {
             key: submit.key.clone(),
             config: Arc::clone(&self.config),
@@ -201,6 +220,7 @@ impl Supervisor {
             artifacts: Arc::clone(&self.base.artifacts),
             launcher: Arc::clone(&self.launcher),
             events: ctx.address().recipient(),
+            pool: (language == Language::Python).then(|| ctx.address().recipient()),
             notice: self.evicted.remove(&submit.key),
             prestarted,
         });
@@ -239,9 +259,9 @@ impl Supervisor {
             self.base.artifacts.dir().as_os_str().to_owned(),
         );
         if let Some(session) = session {
-            set("CELLVISOR_SESSION", session.into());
+            set(SESSION_VARS[0], session.into());
             set(
-                "CELLVISOR_STORE_DIR",
+                SESSION_VARS[1],
                 self.base
                     .store_dir
                     .join(crate::paths::file_safe(session))
@@ -446,7 +466,7 @@ impl Handler<SampleTick> for Supervisor {
     type Result = ();
     fn handle(&mut self, _: SampleTick, ctx: &mut Context<Self>) {
         self.sample_timer = None;
-        self.sample_memory();
+        self.sample_memory(ctx);
         self.arm_sampling(ctx);
     }
 }
@@ -462,6 +482,13 @@ impl Handler<PoolWorkerReady> for Supervisor {
     type Result = ();
     fn handle(&mut self, msg: PoolWorkerReady, ctx: &mut Context<Self>) {
         self.on_pool_worker_ready(msg, ctx);
+    }
+}
+
+impl Handler<ClaimPrewarmed> for Supervisor {
+    type Result = Option<StartedWorker>;
+    fn handle(&mut self, msg: ClaimPrewarmed, ctx: &mut Context<Self>) -> Self::Result {
+        self.claim_prewarmed(&msg.0, ctx)
     }
 }
 
@@ -532,6 +559,7 @@ impl Handler<Status> for Supervisor {
     type Result = ResponseActFuture<Self, Vec<SessionStatus>>;
     fn handle(&mut self, _: Status, _: &mut Context<Self>) -> Self::Result {
         let addrs: Vec<Addr<Session>> = self.sessions.values().map(|e| e.addr.clone()).collect();
+        let sampler = Arc::clone(&self.sampler);
         Box::pin(
             async move {
                 let mut rows = Vec::new();
@@ -541,13 +569,10 @@ impl Handler<Status> for Supervisor {
                     }
                 }
                 rows.sort_by(|a, b| (&a.session, a.language).cmp(&(&b.session, b.language)));
+                sampling::add_usage(&sampler, &mut rows).await;
                 rows
             }
-            .into_actor(self)
-            .map(|mut rows, act, _| {
-                act.add_usage(&mut rows);
-                rows
-            }),
+            .into_actor(self),
         )
     }
 }
@@ -556,7 +581,7 @@ impl Handler<ShutdownAll> for Supervisor {
     type Result = ResponseFuture<()>;
     fn handle(&mut self, _: ShutdownAll, _: &mut Context<Self>) -> Self::Result {
         self.stopping = true;
-        let pool: Vec<StartedWorker> = self.pool.drain(..).collect();
+        let pool: Vec<StartedWorker> = self.pool.drain(..).map(|p| p.into_worker()).collect();
         for waiting in self.waiting.drain(..) {
             let _ = waiting
                 .submit

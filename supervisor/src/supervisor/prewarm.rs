@@ -1,12 +1,17 @@
 //! The prewarm pool: idle Python workers started ahead of demand (`python.prewarm`) that no
-//! session owns yet; a new Python session claims one instead of waiting for a start.
+//! session owns yet. A new Python session, a per-call request's throw-away session and a
+//! session replacing its worker (crash, reset, change of Python; an evicted session comes
+//! back as a new one) claim one instead of waiting for a start, and the pool refills in the
+//! background. Only a worker started the way the session's own would be is handed out
+//! ([`fits`]); the session's own variables reach it with its first cell.
 
 use super::messages::{PoolRetry, PoolWorkerReady};
 use super::Supervisor;
+use crate::python_choice::PythonChoice;
 use crate::spawn::StartedWorker;
 use actix::prelude::*;
 use cellvisor_ipc::Language;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -15,9 +20,61 @@ static POOL_SERIAL: AtomicU64 = AtomicU64::new(1);
 /// How long after a failed prewarm start the pool tries again.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
 
-/// Whether a session in `dir` needs a worker of its own rather than a prewarmed one: `dir`
-/// holds a virtual environment the Python worker would pick, or startup modules of its own.
-fn needs_own_worker(dir: &Path) -> bool {
+/// How long after a claim the pool starts the claimed worker's successor: a Python start
+/// takes most of a core for tens of milliseconds, which would otherwise compete with the
+/// first cell on the claimed worker (on two cores, a crash's replacement answered in 15-19 ms
+/// instead of 8-9).
+const REFILL_AFTER_CLAIM: Duration = Duration::from_millis(100);
+
+/// A prewarmed worker waiting to be claimed.
+pub(super) struct Pooled {
+    worker: StartedWorker,
+    /// The interpreter it runs (what discovery picked in the supervisor's directory).
+    program: Option<PathBuf>,
+}
+
+impl Pooled {
+    pub(super) fn into_worker(self) -> StartedWorker {
+        self.worker
+    }
+}
+
+/// What a session's worker would be started with, as far as a prewarmed one can differ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wanted {
+    /// The interpreter the request's Python choice names (`None`: none was found).
+    pub program: Option<PathBuf>,
+    /// The request's own `VIRTUAL_ENV`.
+    pub virtual_env: Option<PathBuf>,
+    /// The session's directory holds a virtual environment or startup modules of its own
+    /// (a prewarmed worker loaded neither).
+    pub project_specific: bool,
+}
+
+impl Wanted {
+    /// What a session in `cwd` whose request chose `choice` wants.
+    pub fn new(choice: Option<&PythonChoice>, cwd: Option<&Path>) -> Wanted {
+        Wanted {
+            program: choice.map(|c| c.program.clone()),
+            virtual_env: choice.and_then(|c| c.virtual_env.clone()),
+            project_specific: cwd.is_some_and(has_project_python),
+        }
+    }
+}
+
+/// Whether a prewarmed worker running `pooled` may serve a session that wants `wanted`:
+/// the same interpreter, and nothing of the session's own (a venv the caller named, a
+/// project's venv or startup modules) that the prewarmed worker was started without.
+pub fn fits(pooled: Option<&Path>, wanted: &Wanted) -> bool {
+    !wanted.project_specific
+        && wanted.virtual_env.is_none()
+        && pooled.is_some()
+        && pooled == wanted.program.as_deref()
+}
+
+/// Whether `dir` holds a virtual environment the Python worker would pick, or startup
+/// modules of its own.
+fn has_project_python(dir: &Path) -> bool {
     dir.join(".venv").is_dir()
         || dir.join("venv").is_dir()
         || dir.join(".cellvisor").join("startup").is_dir()
@@ -43,13 +100,21 @@ impl Supervisor {
                 cellvisor_workers::startup::LEVELS_VAR.into(),
                 user_only.into(),
             ));
+            // The worker starts in the supervisor's directory with no request's venv: the
+            // same discovery, run here, names its interpreter.
+            let program = crate::python_choice::choose(&spec.env, None, None).map(|c| c.program);
             let serial = 1_000_000 + POOL_SERIAL.fetch_add(1, Ordering::Relaxed);
             let launch = self.launcher.launch(spec, serial);
             let me = ctx.address();
             actix::spawn(async move {
-                let result = launch.await;
-                if let Err(actix::dev::SendError::Closed(PoolWorkerReady(Ok(worker)))) =
-                    me.try_send(PoolWorkerReady(result))
+                let ready = PoolWorkerReady {
+                    result: launch.await,
+                    program,
+                };
+                if let Err(actix::dev::SendError::Closed(PoolWorkerReady {
+                    result: Ok(worker),
+                    ..
+                })) = me.try_send(ready)
                 {
                     worker.discard().await;
                 }
@@ -57,40 +122,52 @@ impl Supervisor {
         }
     }
 
-    /// A prewarmed worker for a new Python session in `cwd`, if one fits: the interpreter was
-    /// chosen in the supervisor's directory, so a session whose directory has a virtual
-    /// environment (or startup modules) of its own starts its own worker.
+    /// A prewarmed worker for a session that wants `wanted`, if one fits; the pool refills
+    /// either way (a claim is a sign of demand), a moment after a claim.
     pub(super) fn claim_prewarmed(
         &mut self,
-        cwd: Option<&Path>,
+        wanted: &Wanted,
         ctx: &mut Context<Self>,
     ) -> Option<StartedWorker> {
-        if cwd.is_some_and(needs_own_worker) {
-            return None;
-        }
-        while let Some(mut worker) = self.pool.pop() {
-            if worker.child.is_running() {
-                self.refill_pool(ctx);
-                return Some(worker);
+        let mut claimed = None;
+        let mut index = 0;
+        while index < self.pool.len() {
+            let pooled = &mut self.pool[index];
+            if !pooled.worker.child.is_running() {
+                actix::spawn(self.pool.swap_remove(index).into_worker().discard());
+                continue;
             }
-            actix::spawn(worker.discard());
+            if fits(pooled.program.as_deref(), wanted) {
+                claimed = Some(self.pool.swap_remove(index).into_worker());
+                break;
+            }
+            index += 1;
         }
-        self.refill_pool(ctx);
-        None
+        if claimed.is_some() {
+            // Counted as starting until then, so no other refill starts one meanwhile.
+            self.pool_starting += 1;
+            ctx.notify_later(PoolRetry, REFILL_AFTER_CLAIM);
+        } else {
+            self.refill_pool(ctx);
+        }
+        claimed
     }
 
     /// Ends every pooled worker (a reload changed what new workers get, or we stop).
     pub(super) fn drain_pool(&mut self) {
-        for worker in self.pool.drain(..) {
-            actix::spawn(worker.discard());
+        for pooled in self.pool.drain(..) {
+            actix::spawn(pooled.into_worker().discard());
         }
     }
 
     pub(super) fn on_pool_worker_ready(&mut self, msg: PoolWorkerReady, ctx: &mut Context<Self>) {
         self.pool_starting = self.pool_starting.saturating_sub(1);
-        match msg.0 {
+        match msg.result {
             Ok(worker) if self.pool.len() < self.config.python.prewarm && !self.stopping => {
-                self.pool.push(worker)
+                self.pool.push(Pooled {
+                    worker,
+                    program: msg.program,
+                })
             }
             Ok(worker) => {
                 actix::spawn(worker.discard());
@@ -110,5 +187,60 @@ impl Supervisor {
     pub(super) fn on_pool_retry(&mut self, ctx: &mut Context<Self>) {
         self.pool_starting = self.pool_starting.saturating_sub(1);
         self.refill_pool(ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wanted(program: &str) -> Wanted {
+        Wanted {
+            program: Some(program.into()),
+            virtual_env: None,
+            project_specific: false,
+        }
+    }
+
+    #[test]
+    fn a_prewarmed_worker_serves_a_session_that_wants_its_interpreter() {
+        let pooled = Path::new("/usr/bin/python3");
+        assert!(fits(Some(pooled), &wanted("/usr/bin/python3")));
+    }
+
+    #[test]
+    fn another_interpreter_a_named_venv_or_a_project_of_its_own_start_their_own_worker() {
+        let pooled = Some(Path::new("/usr/bin/python3"));
+        assert!(!fits(pooled, &wanted("/usr/bin/python3.12")));
+        let venv = Wanted {
+            virtual_env: Some("/work/venv".into()),
+            ..wanted("/usr/bin/python3")
+        };
+        assert!(!fits(pooled, &venv));
+        let project = Wanted {
+            project_specific: true,
+            ..wanted("/usr/bin/python3")
+        };
+        assert!(!fits(pooled, &project));
+    }
+
+    #[test]
+    fn an_unknown_interpreter_on_either_side_is_no_fit() {
+        let nothing_found = Wanted {
+            program: None,
+            ..wanted("/usr/bin/python3")
+        };
+        assert!(!fits(Some(Path::new("/usr/bin/python3")), &nothing_found));
+        assert!(!fits(None, &nothing_found));
+        assert!(!fits(None, &wanted("/usr/bin/python3")));
+    }
+
+    #[test]
+    fn a_directory_with_a_venv_or_startup_modules_is_project_specific() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(!Wanted::new(None, Some(dir.path())).project_specific);
+        std::fs::create_dir_all(dir.path().join(".cellvisor/startup")).expect("mkdir");
+        assert!(Wanted::new(None, Some(dir.path())).project_specific);
+        assert!(!Wanted::new(None, None).project_specific);
     }
 }

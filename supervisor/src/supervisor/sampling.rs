@@ -4,7 +4,9 @@
 use super::messages::SampleTick;
 use super::Supervisor;
 use crate::session::{MemoryTick, SessionState, SessionStatus};
+use crate::usage::ProcessSampler;
 use actix::prelude::*;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often the workers' memory is sampled while a cell runs and `limits.max-rss` is set:
@@ -37,8 +39,9 @@ impl Supervisor {
         self.sample_timer = Some(ctx.notify_later(SampleTick, wait));
     }
 
-    /// Measures every worker's tree once and tells each session its figure.
-    pub(super) fn sample_memory(&mut self) {
+    /// Measures every worker's tree once (on the blocking pool) and tells each session its
+    /// figure.
+    pub(super) fn sample_memory(&mut self, ctx: &mut Context<Self>) {
         if self.config.limits.max_rss.is_none() {
             return;
         }
@@ -48,26 +51,43 @@ impl Supervisor {
         if discover {
             self.last_discovery = Some(Instant::now());
         }
-        let usage = self.sampler.sample(&roots, discover);
-        for entry in self.sessions.values() {
-            if let Some((pid, usage)) = entry.pid.and_then(|pid| Some((pid, usage.get(&pid)?))) {
-                entry.addr.do_send(MemoryTick {
-                    pid,
-                    rss: usage.rss_bytes,
-                });
+        let sampler = Arc::clone(&self.sampler);
+        let sample = tokio::task::spawn_blocking(move || lock(&sampler).sample(&roots, discover));
+        ctx.spawn(sample.into_actor(self).map(|usage, act, _| {
+            let Ok(usage) = usage else {
+                return;
+            };
+            for entry in act.sessions.values() {
+                if let Some((pid, usage)) = entry.pid.and_then(|pid| Some((pid, usage.get(&pid)?)))
+                {
+                    entry.addr.do_send(MemoryTick {
+                        pid,
+                        rss: usage.rss_bytes,
+                    });
+                }
             }
-        }
+        }));
     }
+}
 
-    /// Adds each worker tree's memory and CPU to `rows`, from a fresh sample.
-    pub(super) fn add_usage(&mut self, rows: &mut [SessionStatus]) {
-        let pids: Vec<u32> = rows.iter().filter_map(|r| r.pid).collect();
-        let usage = self.sampler.usage(&pids);
-        for row in rows {
-            if let Some(u) = row.pid.and_then(|pid| usage.get(&pid)) {
-                row.rss_bytes = Some(u.rss_bytes);
-                row.cpu_percent = Some(u.cpu_percent);
-            }
+fn lock(sampler: &Mutex<ProcessSampler>) -> std::sync::MutexGuard<'_, ProcessSampler> {
+    sampler
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Adds each worker tree's memory and CPU to `rows`, from a fresh sample taken on the
+/// blocking pool.
+pub(super) async fn add_usage(sampler: &Arc<Mutex<ProcessSampler>>, rows: &mut [SessionStatus]) {
+    let pids: Vec<u32> = rows.iter().filter_map(|r| r.pid).collect();
+    let sampler = Arc::clone(sampler);
+    let Ok(usage) = tokio::task::spawn_blocking(move || lock(&sampler).usage(&pids)).await else {
+        return;
+    };
+    for row in rows {
+        if let Some(u) = row.pid.and_then(|pid| usage.get(&pid)) {
+            row.rss_bytes = Some(u.rss_bytes);
+            row.cpu_percent = Some(u.cpu_percent);
         }
     }
 }

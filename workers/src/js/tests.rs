@@ -46,6 +46,7 @@ fn run_full(
         code: code.into(),
         cwd: None,
         tools,
+        session_env: Vec::new(),
     };
     let done = Arc::new(AtomicBool::new(false));
     let player = thread::spawn({

@@ -364,6 +364,7 @@ fn run_with_host(lua: &mut LuaEngine, code: &str, interrupt: &Interrupt) -> (Ran
         code: code.to_string(),
         cwd: None,
         tools: tools(),
+        session_env: Vec::new(),
     };
     let outcome = lua
         .execute(&cell, &outbox, interrupt)

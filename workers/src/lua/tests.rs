@@ -24,6 +24,7 @@ fn run_with(engine: &mut LuaEngine, code: &str, interrupt: &Interrupt) -> Ran {
         code: code.to_string(),
         cwd: None,
         tools: Vec::new(),
+        session_env: Vec::new(),
     };
     let outcome = engine
         .execute(&cell, &outbox, interrupt)

@@ -315,8 +315,12 @@ impl Engine for PythonEngine {
             "code": cell.code,
             "cwd": cell.cwd,
             "tools": tools,
-        })
-        .to_string();
+        });
+        if !cell.session_env.is_empty() {
+            // The interpreter's own environment: a prewarmed worker learns its session here.
+            command["env"] = cell.session_env.iter().cloned().collect();
+        }
+        let mut command = command.to_string();
         command.push('\n');
         let written = child::lock_commands(&self.commands).write_all(command.as_bytes());
         if written.is_err() {

@@ -538,9 +538,13 @@ def main():
                 cell_id, source = int(command["id"]), str(command["code"])
                 tools = command.get("tools") or []
                 cwd = command.get("cwd")
+                session_env = {str(k): str(v) for k, v in (command.get("env") or {}).items()}
             except (ValueError, KeyError, TypeError, AttributeError):
                 _state.claimed = False
                 continue
+            # The session's variables (name, store directory), sent with a worker's first
+            # cell: a worker started ahead of its session learns them here.
+            os.environ.update(session_env)
             if cwd and cwd != _state.requested_cwd:
                 _state.requested_cwd = cwd
                 try:

@@ -137,6 +137,7 @@ impl Harness {
             code: code.to_string(),
             cwd: None,
             tools,
+            session_env: Vec::new(),
         };
         let outcome = self.engine.execute(&cell, &outbox, interrupt);
         outbox.send(FromWorker::Pong { seq: END_OF_CELL });
