@@ -47,6 +47,8 @@ mod modules;
 mod node;
 mod redeclare;
 #[cfg(test)]
+mod corpus_tests;
+#[cfg(test)]
 mod tests;
 
 pub use host::HostDirs;

@@ -5,10 +5,10 @@ use std::thread;
 
 /// What one cell produced.
 #[derive(Debug)]
-struct Ran {
-    outcome: CellOutcome,
-    stdout: String,
-    stderr: String,
+pub(super) struct Ran {
+    pub(super) outcome: CellOutcome,
+    pub(super) stdout: String,
+    pub(super) stderr: String,
     displays: Vec<serde_json::Value>,
     /// The `application/x-cellvisor-status` payloads, in order.
     status: Vec<serde_json::Value>,
@@ -124,11 +124,11 @@ fn run_with(engine: &mut JsEngine, code: &str, interrupt: &Interrupt) -> Ran {
     run_full(engine, code, Vec::new(), interrupt, no_host())
 }
 
-fn run(engine: &mut JsEngine, code: &str) -> Ran {
+pub(super) fn run(engine: &mut JsEngine, code: &str) -> Ran {
     run_with(engine, code, &Interrupt::default())
 }
 
-fn engine() -> JsEngine {
+pub(super) fn engine() -> JsEngine {
     JsEngine::with_limits(None, None).expect("engine starts")
 }
 
