@@ -31,7 +31,10 @@ fn parse_cells(file: &str, text: &str) -> Vec<Case> {
         let (name, body) = block.split_once('\n').unwrap_or((block, ""));
         let (cells_text, expect) = if let Some((cells, out)) = body.split_once("\n>>>") {
             let out = out.strip_prefix('\n').unwrap_or(out);
-            (cells, Expect::Prints(out.trim_end_matches('\n').to_string()))
+            (
+                cells,
+                Expect::Prints(out.trim_end_matches('\n').to_string()),
+            )
         } else if let Some((cells, err)) = body.split_once("\n!!! ") {
             (cells, Expect::Fails(err.trim().to_string()))
         } else {
@@ -96,7 +99,10 @@ fn check(case: &Case) -> Result<(), String> {
     for cell in before {
         let ran = run(&mut js, cell);
         if ran.outcome != CellOutcome::Completed {
-            return Err(format!("cell {cell:?} ended {:?}: {}", ran.outcome, ran.stderr));
+            return Err(format!(
+                "cell {cell:?} ended {:?}: {}",
+                ran.outcome, ran.stderr
+            ));
         }
     }
     let ran = run(&mut js, last);

@@ -41,13 +41,13 @@
 //! - Modules: see `modules` (edits to local files are picked up, packages are not).
 //! - Node-style and web globals (`fetch`, `Buffer`, `process`, `require`, `URL`...): see
 //!   `node`.
+#[cfg(test)]
+mod corpus_tests;
 mod event_loop;
 mod host;
 mod modules;
 mod node;
 mod redeclare;
-#[cfg(test)]
-mod corpus_tests;
 #[cfg(test)]
 mod tests;
 

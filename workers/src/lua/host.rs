@@ -1,6 +1,6 @@
 //! The Rust side of the Lua prelude helpers (`helpers.lua`): what Lua's standard library
 //! cannot do (list directories, create them, set environment variables, wait for a host
-//! tool) or does not do exactly (byte-order sorting, difflib's diff), and status events.
+//! tool) or does not do exactly (byte-order sorting, unified diffs), and status events.
 //!
 //! Every function here answers `value` on success and `nil, message` on failure; the Lua
 //! wrappers turn the message into `error(message, 2)`, so a failing helper raises a plain

@@ -15,7 +15,7 @@
 //!
 //! The helpers of PRELUDE.md (`read`, `write`, `tree`, `diff`, `tool.<name>`, ...) are global
 //! functions defined in `helpers.lua` on top of Rust host functions ([`host`]), since Lua
-//! has no directory API and difflib's diff is easier to port once, in Rust.
+//! has no directory API and a unified diff is one Rust crate call away.
 //!
 //! The code-mode helpers (`text`, `image`, `audio`, `notify`, `store`, `load`, `exit`,
 //! `tools.tool_search`) are in `code_mode.lua`. Lua's own `load` stays reachable as
