@@ -12,8 +12,7 @@ use std::io::{ErrorKind, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Env var: the per-session directory behind `store`/`load`.
-pub const STORE_DIR_VAR: &str = "CELLVISOR_STORE_DIR";
+use cellvisor_ipc::env::STORE_DIR as STORE_DIR_VAR;
 
 /// The longest key `store` accepts.
 const MAX_KEY: usize = 128;
@@ -85,13 +84,6 @@ pub fn load(dir: Option<&Path>, key: &str) -> Result<Option<String>, String> {
         Err(err) if err.kind() == ErrorKind::NotFound => Ok(None),
         Err(err) => Err(format!("load: cannot read {}: {err}", file.display())),
     }
-}
-
-/// The store directory the worker's environment names (empty counts as unset).
-pub fn dir_from_env() -> Option<std::path::PathBuf> {
-    std::env::var_os(STORE_DIR_VAR)
-        .filter(|value| !value.is_empty())
-        .map(std::path::PathBuf::from)
 }
 
 #[cfg(test)]

@@ -235,13 +235,13 @@ impl Supervisor {
             env.push((key.into(), value));
         };
         set(
-            "CELLVISOR_ARTIFACT_DIR",
+            cellvisor_ipc::env::ARTIFACT_DIR,
             self.base.artifacts.dir().as_os_str().to_owned(),
         );
         if let Some(session) = session {
-            set("CELLVISOR_SESSION", session.into());
+            set(cellvisor_ipc::env::SESSION, session.into());
             set(
-                "CELLVISOR_STORE_DIR",
+                cellvisor_ipc::env::STORE_DIR,
                 self.base
                     .store_dir
                     .join(crate::paths::file_safe(session))

@@ -36,11 +36,9 @@ impl Supervisor {
             // not its to load (a session in such a project starts its own worker).
             let user_only = if self.config.startup.user { "user" } else { "" };
             spec.env
-                .retain(|(name, _)| name != cellvisor_workers::startup::LEVELS_VAR);
-            spec.env.push((
-                cellvisor_workers::startup::LEVELS_VAR.into(),
-                user_only.into(),
-            ));
+                .retain(|(name, _)| name != cellvisor_ipc::env::STARTUP);
+            spec.env
+                .push((cellvisor_ipc::env::STARTUP.into(), user_only.into()));
             let serial = 1_000_000 + POOL_SERIAL.fetch_add(1, Ordering::Relaxed);
             let launch = self.launcher.launch(spec, serial);
             let me = ctx.address();

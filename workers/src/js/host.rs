@@ -3,12 +3,10 @@
 //! emits the status events; these functions do the work and explain failures in messages
 //! that name the helper (they become the `Error` a helper's promise rejects with).
 
+use cellvisor_ipc::env;
 use std::fs;
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
-
-/// Env var: where the supervisor spills long outputs (`output(id)` reads them).
-pub(super) const ARTIFACT_DIR_VAR: &str = "CELLVISOR_ARTIFACT_DIR";
 
 /// Directories the helpers use, fixed when the engine starts.
 #[derive(Debug, Clone, Default)]
@@ -22,14 +20,9 @@ pub struct HostDirs {
 impl HostDirs {
     /// The directories the worker's environment names (empty values count as unset).
     pub fn from_env() -> Self {
-        let dir = |name: &str| {
-            std::env::var_os(name)
-                .filter(|value| !value.is_empty())
-                .map(PathBuf::from)
-        };
         HostDirs {
-            artifact_dir: dir(ARTIFACT_DIR_VAR),
-            store_dir: crate::store::dir_from_env(),
+            artifact_dir: env::directory(env::ARTIFACT_DIR),
+            store_dir: env::directory(env::STORE_DIR),
         }
     }
 }
@@ -154,7 +147,8 @@ pub(super) fn output(dirs: &HostDirs, ids: &[String]) -> Result<(String, usize),
         let Some(dir) = &dirs.artifact_dir else {
             return Err(format!(
                 "output: unknown output id `{id}`: this worker has no spilled outputs \
-                 ({ARTIFACT_DIR_VAR} is not set)"
+                 ({} is not set)",
+                env::ARTIFACT_DIR
             ));
         };
         let file = dir.join(format!("{stem}.txt"));

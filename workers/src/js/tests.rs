@@ -389,17 +389,6 @@ fn a_small_stack_limit_is_a_range_error() {
     assert_eq!(stdout_of(&mut js, "depth > 10"), "true\n");
 }
 
-#[test]
-fn limits_are_read_as_byte_counts() {
-    let name = "CELLVISOR_TEST_JS_LIMIT";
-    std::env::set_var(name, " 1048576 ");
-    assert_eq!(limit_from_env(name).expect("a number"), Some(1_048_576));
-    std::env::set_var(name, "1 GiB");
-    assert!(limit_from_env(name).is_err());
-    std::env::remove_var(name);
-    assert_eq!(limit_from_env(name).expect("unset"), None);
-}
-
 // ---- preludes, display, return, timers, code mode, tools, modules -------------------------
 
 fn engine_in(dir: &std::path::Path) -> JsEngine {

@@ -19,9 +19,6 @@ use std::time::Duration;
 /// The MIME type the supervisor files under a cell's `status_events`.
 const STATUS_MIME: &str = "application/x-cellvisor-status";
 
-/// Where spilled outputs are, for `output(id)`.
-const ARTIFACT_DIR_VAR: &str = "CELLVISOR_ARTIFACT_DIR";
-
 /// How often a cell waiting for a host tool looks at its interrupt flag.
 const TOOL_POLL: Duration = Duration::from_millis(20);
 
@@ -256,7 +253,7 @@ fn env_set(lua: &Lua, (key, value): (mlua::String, mlua::String)) -> mlua::Resul
 
 /// `artifacts(ids)`: the spilled outputs joined with newlines, and their total size.
 fn artifacts(lua: &Lua, ids: Vec<mlua::String>) -> mlua::Result<MultiValue> {
-    let directory = std::env::var_os(ARTIFACT_DIR_VAR).filter(|d| !d.is_empty());
+    let directory = cellvisor_ipc::env::directory(cellvisor_ipc::env::ARTIFACT_DIR);
     let mut out = Vec::new();
     let mut total = 0;
     for (index, id) in ids.iter().enumerate() {
@@ -460,7 +457,7 @@ fn store_save(lua: &Lua, (key, value): (String, Value)) -> mlua::Result<MultiVal
         );
     };
     match crate::store::save(
-        crate::store::dir_from_env().as_deref(),
+        cellvisor_ipc::env::directory(cellvisor_ipc::env::STORE_DIR).as_deref(),
         &key,
         &json.to_string(),
     ) {
@@ -471,7 +468,10 @@ fn store_save(lua: &Lua, (key, value): (String, Value)) -> mlua::Result<MultiVal
 
 /// `store_load(key)`: `true, value` when stored, `false` when not, `nil, message` on failure.
 fn store_load(lua: &Lua, key: String) -> mlua::Result<MultiValue> {
-    let text = match crate::store::load(crate::store::dir_from_env().as_deref(), &key) {
+    let text = match crate::store::load(
+        cellvisor_ipc::env::directory(cellvisor_ipc::env::STORE_DIR).as_deref(),
+        &key,
+    ) {
         Ok(Some(text)) => text,
         Ok(None) => return success([Value::Boolean(false)]),
         Err(message) => return failure(lua, message),

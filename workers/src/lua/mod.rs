@@ -29,7 +29,9 @@ mod json;
 mod tests;
 
 use crate::runtime::{Engine, Interrupt, Outbox, WorkerContext, WorkerError};
-use cellvisor_ipc::{CellOutcome, ExecuteCell, Language, OutputStream, ToolInfo, MAX_FRAME_BYTES};
+use cellvisor_ipc::{
+    env, CellOutcome, ExecuteCell, Language, OutputStream, ToolInfo, MAX_FRAME_BYTES,
+};
 use interrupt::InterruptHook;
 use mlua::{
     ChunkMode, Function, Lua, LuaOptions, MultiValue, StdLib, Table, Thread, ThreadStatus, Value,
@@ -47,9 +49,6 @@ const HELPERS: &str = include_str!("helpers.lua");
 const TEXT_ONLY: &str = include_str!("text_only.lua");
 /// The code-mode helpers (`text`, `store`, `load`, ...); Lua's own `load` becomes `lua_load`.
 const CODE_MODE: &str = include_str!("code_mode.lua");
-
-/// Heap limit of the Lua state in bytes, set by the supervisor from the `[lua]` config.
-const MEMORY_LIMIT_VAR: &str = "CELLVISOR_MEMORY_LIMIT";
 
 /// A display bundle larger than this could not travel in one frame.
 const MAX_DISPLAY_BYTES: usize = MAX_FRAME_BYTES / 2;
@@ -88,7 +87,7 @@ pub struct LuaEngine {
 impl LuaEngine {
     /// The engine the worker runs, with the heap limit from `CELLVISOR_MEMORY_LIMIT` if set.
     pub fn new(_context: &WorkerContext) -> Result<Self, WorkerError> {
-        Self::with_memory_limit(memory_limit_from_env()?)
+        Self::with_memory_limit(env::bytes(env::MEMORY_LIMIT)?)
     }
 
     /// An engine whose Lua heap may grow to `memory_limit` bytes (`None`: unlimited).
@@ -390,8 +389,9 @@ fn describe_error(err: &mlua::Error, memory_limit: Option<usize>) -> (String, St
         mlua::Error::MemoryError(message) => {
             let text = match memory_limit {
                 Some(limit) => format!(
-                    "{message} (the Lua heap is limited to {}; {MEMORY_LIMIT_VAR})",
-                    human_bytes(limit)
+                    "{message} (the Lua heap is limited to {}; {})",
+                    human_bytes(limit),
+                    env::MEMORY_LIMIT
                 ),
                 None => message.clone(),
             };
@@ -452,22 +452,6 @@ fn default_heap_limit() -> usize {
     // SAFETY: sysconf has no preconditions.
     let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
     usize::try_from(pages).map_or(usize::MAX, |pages| pages.saturating_mul(page))
-}
-
-fn memory_limit_from_env() -> Result<Option<usize>, WorkerError> {
-    parse_memory_limit(std::env::var(MEMORY_LIMIT_VAR).ok().as_deref())
-}
-
-/// An unset or empty variable means no limit; anything else must be a number of bytes.
-fn parse_memory_limit(value: Option<&str>) -> Result<Option<usize>, WorkerError> {
-    match value.map(str::trim) {
-        None | Some("") => Ok(None),
-        Some(bytes) => bytes.parse().map(Some).map_err(|_| {
-            WorkerError::Engine(format!(
-                "{MEMORY_LIMIT_VAR} must be a number of bytes, not `{bytes}`"
-            ))
-        }),
-    }
 }
 
 /// The sink is only ever locked on the engine's thread, so a poisoned lock (a panic while
