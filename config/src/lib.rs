@@ -5,7 +5,8 @@
 //! - [`keys`]: every key's kind, range and documentation, in one table.
 //! - [`check`]: validation that reports every mistake with its key, line and column.
 //! - [`load`]: finding the file and turning it into a [`Config`].
-//! - [`show`]: the effective configuration with the origin of each value.
+//! - [`show`]: the effective configuration with the origin of each value, and the changes
+//!   between two.
 
 pub mod check;
 pub mod keys;
@@ -21,6 +22,7 @@ pub use schema::{
     CellsConfig, Config, DaemonConfig, EngineConfig, EnvConfig, LimitsConfig, OutputConfig,
     PythonConfig, SessionMode, SessionsConfig, StartupConfig,
 };
+pub use show::changes;
 
 #[cfg(test)]
 mod tests;

@@ -416,7 +416,7 @@ impl Cellvisor {
                 Ok(current) => current,
                 Err(poisoned) => poisoned.into_inner(),
             };
-            let changes = config_changes(&current, &config);
+            let changes = cellvisor_config::changes(&current, &config);
             *current = config.clone();
             changes
         };
@@ -468,46 +468,6 @@ fn with_directive(spec: &CellSpec) -> Result<(CellSpec, Option<u64>), String> {
         job.timeout = Some(time.as_secs_f64());
     }
     Ok((job, directive.max_output_bytes()))
-}
-
-/// `section.key: old -> new` for every key whose value differs.
-fn config_changes(old: &Config, new: &Config) -> Vec<String> {
-    fn leaves(prefix: &str, value: &serde_json::Value, out: &mut Vec<(String, String)>) {
-        match value {
-            serde_json::Value::Object(map) => {
-                for (key, value) in map {
-                    let path = if prefix.is_empty() {
-                        key.clone()
-                    } else {
-                        format!("{prefix}.{key}")
-                    };
-                    leaves(&path, value, out);
-                }
-            }
-            other => out.push((prefix.to_string(), other.to_string())),
-        }
-    }
-    let (mut before, mut after) = (Vec::new(), Vec::new());
-    leaves(
-        "",
-        &serde_json::to_value(old).unwrap_or_default(),
-        &mut before,
-    );
-    leaves(
-        "",
-        &serde_json::to_value(new).unwrap_or_default(),
-        &mut after,
-    );
-    let before: HashMap<String, String> = before.into_iter().collect();
-    let mut changes: Vec<String> = after
-        .into_iter()
-        .filter_map(|(key, value)| {
-            let old = before.get(&key).cloned().unwrap_or_else(|| "null".into());
-            (old != value).then(|| format!("{key}: {old} -> {value}"))
-        })
-        .collect();
-    changes.sort();
-    changes
 }
 
 /// The parts of the configuration a request's handling depends on.
@@ -646,19 +606,6 @@ fn validate(request: &EvalRequest, max_cells: usize) -> Result<(), RequestError>
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reload_changes_are_listed_key_by_key() {
-        let old = Config::default();
-        let mut new = Config::default();
-        new.sessions.max_sessions = 8;
-        new.python.prewarm = 1;
-        assert_eq!(
-            config_changes(&old, &new),
-            ["python.prewarm: 0 -> 1", "sessions.max-sessions: 4 -> 8"]
-        );
-        assert!(config_changes(&old, &old).is_empty());
-    }
 
     #[test]
     fn tool_names_may_hold_dashes_and_dots() {
