@@ -240,7 +240,11 @@ fn frames_match_the_golden_file() {
     let names = |frames: &[(&str, Vec<u8>)]| -> Vec<String> {
         frames.iter().map(|(name, _)| name.to_string()).collect()
     };
-    assert_eq!(names(&checked_in), names(&ours), "the set of messages changed");
+    assert_eq!(
+        names(&checked_in),
+        names(&ours),
+        "the set of messages changed"
+    );
     for ((name, golden), (_, encoded)) in checked_in.iter().zip(&ours) {
         assert_eq!(
             hex(encoded),

@@ -6,6 +6,8 @@
 //! - [`client`]: the client the CLI uses, including starting a daemon when none runs.
 
 pub mod client;
+#[cfg(test)]
+mod golden_tests;
 pub mod protocol;
 pub mod server;
 
