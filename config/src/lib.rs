@@ -8,6 +8,9 @@
 //! - [`show`]: the effective configuration with the origin of each value, and the changes
 //!   between two.
 
+// A dependency no code uses is build time for nothing (test builds add dev-dependencies).
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 pub mod check;
 pub mod keys;
 pub mod load;

@@ -15,6 +15,9 @@
 //!   identifiers, the `tools.tool_search` ranking.
 //! - [`store`]: `store`/`load`, JSON per session on disk, shared by JavaScript and Lua.
 
+// A dependency no code uses is build time for nothing (test builds add dev-dependencies).
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 pub mod js;
 pub mod lua;
 pub mod process_tree;
