@@ -196,6 +196,17 @@ impl<'a, P: Serialize> TypedNotification<'a, P> {
     }
 }
 
+/// A `tool/call` request of the daemon's: run `name` with `arguments` for the `eval` whose
+/// id is `request_id`; the client answers `id`.
+pub fn tool_call(id: &str, request_id: &Value, name: &str, arguments: &Value) -> Value {
+    serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "method": method::TOOL_CALL,
+        "params": {"request_id": request_id, "name": name, "arguments": arguments},
+    })
+}
+
 /// `eval/event` parameters: which request the event belongs to, and the event.
 #[derive(Debug, Clone, Serialize)]
 pub struct EvalEvent<'a> {

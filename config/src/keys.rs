@@ -192,65 +192,179 @@ pub fn is_sandbox_path(entry: &str) -> bool {
     entry == "cwd" || entry.starts_with('/') || entry.starts_with("~/")
 }
 
-fn count(v: Value) -> Option<u64> {
-    match v {
-        Value::Count(n) => Some(n),
-        _ => None,
+/// A type of configuration field and its [`Value`]: what lets one `key!` line stand for the
+/// getter and setter of a key.
+trait Field: Sized {
+    /// Whether the key may be unset (`Option` fields).
+    const OPTIONAL: bool = false;
+    fn to_value(&self) -> Value;
+    /// The field's value, or `None` for a value of another variant (validation never
+    /// produces one; the setter then leaves the field alone).
+    fn from_value(value: Value) -> Option<Self>;
+}
+
+impl Field for Duration {
+    fn to_value(&self) -> Value {
+        Value::Duration(*self)
+    }
+    fn from_value(value: Value) -> Option<Self> {
+        match value {
+            Value::Duration(d) => Some(d),
+            _ => None,
+        }
     }
 }
 
-fn duration(v: Value) -> Option<Duration> {
-    match v {
-        Value::Duration(d) => Some(d),
-        _ => None,
+impl Field for ByteSize {
+    fn to_value(&self) -> Value {
+        Value::Size(self.as_u64())
+    }
+    fn from_value(value: Value) -> Option<Self> {
+        match value {
+            Value::Size(n) => Some(ByteSize::b(n)),
+            _ => None,
+        }
     }
 }
 
-fn size(v: Value) -> Option<ByteSize> {
-    match v {
-        Value::Size(n) => Some(ByteSize::b(n)),
-        _ => None,
+/// Counts: `usize`, `u32` and `u64` fields (the range check keeps values in bounds).
+macro_rules! count_field {
+    ($($t:ty),*) => {$(
+        impl Field for $t {
+            fn to_value(&self) -> Value {
+                Value::Count(u64::try_from(*self).unwrap_or(u64::MAX))
+            }
+            fn from_value(value: Value) -> Option<Self> {
+                match value {
+                    Value::Count(n) => Some(<$t>::try_from(n).unwrap_or(<$t>::MAX)),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+count_field!(usize, u32, u64);
+
+impl Field for bool {
+    fn to_value(&self) -> Value {
+        Value::Bool(*self)
+    }
+    fn from_value(value: Value) -> Option<Self> {
+        match value {
+            Value::Bool(b) => Some(b),
+            _ => None,
+        }
     }
 }
 
-fn path(v: Value) -> Option<PathBuf> {
-    match v {
-        Value::Path(p) => Some(p),
-        _ => None,
+impl Field for String {
+    fn to_value(&self) -> Value {
+        Value::Text(self.clone())
+    }
+    fn from_value(value: Value) -> Option<Self> {
+        match value {
+            Value::Text(text) => Some(text),
+            _ => None,
+        }
     }
 }
 
-fn names(v: Value) -> Option<Vec<String>> {
-    match v {
-        Value::Names(n) => Some(n),
-        _ => None,
+impl Field for PathBuf {
+    fn to_value(&self) -> Value {
+        Value::Path(self.clone())
+    }
+    fn from_value(value: Value) -> Option<Self> {
+        match value {
+            Value::Path(path) => Some(path),
+            _ => None,
+        }
     }
 }
 
-fn text(v: Value) -> Option<String> {
-    match v {
-        Value::Text(t) => Some(t),
-        _ => None,
+impl Field for Vec<String> {
+    fn to_value(&self) -> Value {
+        Value::Names(self.clone())
+    }
+    fn from_value(value: Value) -> Option<Self> {
+        match value {
+            Value::Names(names) => Some(names),
+            _ => None,
+        }
     }
 }
 
-fn boolean(v: Value) -> Option<bool> {
-    match v {
-        Value::Bool(b) => Some(b),
-        _ => None,
+impl Field for BTreeMap<String, String> {
+    fn to_value(&self) -> Value {
+        Value::Map(self.clone())
+    }
+    fn from_value(value: Value) -> Option<Self> {
+        match value {
+            Value::Map(map) => Some(map),
+            _ => None,
+        }
     }
 }
 
-fn opt_size(v: Option<ByteSize>) -> Value {
-    v.map_or(Value::Unset, |s| Value::Size(s.as_u64()))
+impl Field for SessionMode {
+    fn to_value(&self) -> Value {
+        Value::Text(self.as_str().to_string())
+    }
+    fn from_value(value: Value) -> Option<Self> {
+        match value {
+            Value::Text(word) if word == "per-call" => Some(SessionMode::PerCall),
+            Value::Text(_) => Some(SessionMode::Session),
+            _ => None,
+        }
+    }
 }
 
-fn opt_path(v: &Option<PathBuf>) -> Value {
-    v.clone().map_or(Value::Unset, Value::Path)
+/// An optional key: unset is `None`, and any other variant than `T`'s unsets it too.
+impl Field for SandboxNetwork {
+    fn to_value(&self) -> Value {
+        Value::Text(self.as_str().to_string())
+    }
+    fn from_value(value: Value) -> Option<Self> {
+        match value {
+            Value::Text(word) => SandboxNetwork::parse(&word),
+            _ => None,
+        }
+    }
 }
 
-fn opt_count(v: Option<u64>) -> Value {
-    v.map_or(Value::Unset, Value::Count)
+impl<T: Field> Field for Option<T> {
+    const OPTIONAL: bool = true;
+    fn to_value(&self) -> Value {
+        self.as_ref().map_or(Value::Unset, T::to_value)
+    }
+    fn from_value(value: Value) -> Option<Self> {
+        Some(T::from_value(value))
+    }
+}
+
+/// Whether the field `_field` reads is optional (its type's [`Field::OPTIONAL`]).
+const fn optional<T: Field>(_field: for<'c> fn(&'c Config) -> &'c T) -> bool {
+    T::OPTIONAL
+}
+
+/// One [`KeySpec`] from its one-line declaration: `key!(section.field as "key-name", kind,
+/// "doc")`. The section is the `Config` field of the same name, whether the key is optional
+/// follows from the field's type, and the getter and setter from [`Field`].
+macro_rules! key {
+    ($section:ident . $field:ident as $key:literal, $kind:expr, $doc:literal $(,)?) => {
+        KeySpec {
+            section: stringify!($section),
+            key: $key,
+            kind: $kind,
+            optional: optional(|c| &c.$section.$field),
+            doc: $doc,
+            get: |c| Field::to_value(&c.$section.$field),
+            set: |c, v| {
+                if let Some(value) = Field::from_value(v) {
+                    c.$section.$field = value;
+                }
+            },
+        }
+    };
 }
 
 const fn count_in(min: u64, max: u64) -> Kind {
@@ -274,645 +388,120 @@ const GRACE: Kind = millis(10, HOUR);
 /// Every key, in the order `config show` and the docs list them.
 pub static KEYS: &[KeySpec] = &[
     // [sessions]
-    KeySpec {
-        section: "sessions",
-        key: "max-sessions",
-        kind: count_in(1, 256),
-        optional: false,
-        doc: "Live workers per language; a new session over the cap evicts the least recently used idle one.",
-        get: |c| Value::Count(c.sessions.max_sessions as u64),
-        set: |c, v| {
-            if let Some(n) = count(v) {
-                c.sessions.max_sessions = n as usize;
-            }
-        },
-    },
-    KeySpec {
-        section: "sessions",
-        key: "idle-timeout",
-        kind: millis(0, Duration::from_secs(30 * DAY)),
-        optional: false,
-        doc: "A session idle this long is shut down; 0 keeps sessions forever.",
-        get: |c| Value::Duration(c.sessions.idle_timeout),
-        set: |c, v| {
-            if let Some(d) = duration(v) {
-                c.sessions.idle_timeout = d;
-            }
-        },
-    },
-    KeySpec {
-        section: "sessions",
-        key: "sweep-interval",
-        kind: GRACE,
-        optional: false,
-        doc: "How often idle sessions are looked for.",
-        get: |c| Value::Duration(c.sessions.sweep_interval),
-        set: |c, v| {
-            if let Some(d) = duration(v) {
-                c.sessions.sweep_interval = d;
-            }
-        },
-    },
-    KeySpec {
-        section: "sessions",
-        key: "heartbeat-interval",
-        kind: GRACE,
-        optional: false,
-        doc: "How often each worker is pinged.",
-        get: |c| Value::Duration(c.sessions.heartbeat_interval),
-        set: |c, v| {
-            if let Some(d) = duration(v) {
-                c.sessions.heartbeat_interval = d;
-            }
-        },
-    },
-    KeySpec {
-        section: "sessions",
-        key: "heartbeat-timeout",
-        kind: GRACE,
-        optional: false,
-        doc: "No pong for this long and the worker is declared dead; must be longer than heartbeat-interval.",
-        get: |c| Value::Duration(c.sessions.heartbeat_timeout),
-        set: |c, v| {
-            if let Some(d) = duration(v) {
-                c.sessions.heartbeat_timeout = d;
-            }
-        },
-    },
-    KeySpec {
-        section: "sessions",
-        key: "restart-budget",
-        kind: count_in(0, 100),
-        optional: false,
-        doc: "Unplanned worker replacements under a cell allowed before the session is failed; a successful cell refills it. A worker that dies while no cell runs on it costs nothing.",
-        get: |c| Value::Count(u64::from(c.sessions.restart_budget)),
-        set: |c, v| {
-            if let Some(n) = count(v) {
-                c.sessions.restart_budget = u32::try_from(n).unwrap_or(u32::MAX);
-            }
-        },
-    },
-    KeySpec {
-        section: "sessions",
-        key: "interrupt-grace",
-        kind: GRACE,
-        optional: false,
-        doc: "How long an interrupted cell may take to stop before its worker is killed.",
-        get: |c| Value::Duration(c.sessions.interrupt_grace),
-        set: |c, v| {
-            if let Some(d) = duration(v) {
-                c.sessions.interrupt_grace = d;
-            }
-        },
-    },
-    KeySpec {
-        section: "sessions",
-        key: "shutdown-grace",
-        kind: GRACE,
-        optional: false,
-        doc: "How long a worker may take to exit after Shutdown before it is signalled.",
-        get: |c| Value::Duration(c.sessions.shutdown_grace),
-        set: |c, v| {
-            if let Some(d) = duration(v) {
-                c.sessions.shutdown_grace = d;
-            }
-        },
-    },
-    KeySpec {
-        section: "sessions",
-        key: "start-timeout",
-        kind: millis(100, Duration::from_secs(600)),
-        optional: false,
-        doc: "How long a new worker may take to connect and say hello.",
-        get: |c| Value::Duration(c.sessions.start_timeout),
-        set: |c, v| {
-            if let Some(d) = duration(v) {
-                c.sessions.start_timeout = d;
-            }
-        },
-    },
-    KeySpec {
-        section: "sessions",
-        key: "mode",
-        kind: Kind::Choice(&["session", "per-call"]),
-        optional: false,
-        doc: "`session`: workers and their state live on between requests; `per-call`: every request runs on new workers (prewarmed where available), discarded after.",
-        get: |c| Value::Text(c.sessions.mode.as_str().to_string()),
-        set: |c, v| {
-            if let Value::Text(word) = v {
-                c.sessions.mode = if word == "per-call" {
-                    SessionMode::PerCall
-                } else {
-                    SessionMode::Session
-                };
-            }
-        },
-    },
+    key!(sessions.max_sessions as "max-sessions", count_in(1, 256),
+        "Live workers per language; a new session over the cap evicts the least recently used idle one."),
+    key!(sessions.idle_timeout as "idle-timeout", millis(0, Duration::from_secs(30 * DAY)),
+        "A session idle this long is shut down; 0 keeps sessions forever."),
+    key!(sessions.sweep_interval as "sweep-interval", GRACE,
+        "How often idle sessions are looked for."),
+    key!(sessions.heartbeat_interval as "heartbeat-interval", GRACE,
+        "How often each worker is pinged."),
+    key!(sessions.heartbeat_timeout as "heartbeat-timeout", GRACE,
+        "No pong for this long and the worker is declared dead; must be longer than heartbeat-interval."),
+    key!(sessions.restart_budget as "restart-budget", count_in(0, 100),
+        "Unplanned worker replacements under a cell allowed before the session is failed; a successful cell refills it. A worker that dies while no cell runs on it costs nothing."),
+    key!(sessions.interrupt_grace as "interrupt-grace", GRACE,
+        "How long an interrupted cell may take to stop before its worker is killed."),
+    key!(sessions.shutdown_grace as "shutdown-grace", GRACE,
+        "How long a worker may take to exit after Shutdown before it is signalled."),
+    key!(sessions.start_timeout as "start-timeout", millis(100, Duration::from_secs(600)),
+        "How long a new worker may take to connect and say hello."),
+    key!(sessions.mode as "mode", Kind::Choice(&["session", "per-call"]),
+        "`session`: workers and their state live on between requests; `per-call`: every request runs on new workers (prewarmed where available), discarded after."),
     // [cells]
-    KeySpec {
-        section: "cells",
-        key: "default-timeout",
-        kind: millis(100, Duration::from_secs(DAY)),
-        optional: false,
-        doc: "Timeout of a cell that asks for none; must lie between min-timeout and max-timeout.",
-        get: |c| Value::Duration(c.cells.default_timeout),
-        set: |c, v| {
-            if let Some(d) = duration(v) {
-                c.cells.default_timeout = d;
-            }
-        },
-    },
-    KeySpec {
-        section: "cells",
-        key: "min-timeout",
-        kind: millis(100, Duration::from_secs(DAY)),
-        optional: false,
-        doc: "Shorter requested timeouts are raised to this.",
-        get: |c| Value::Duration(c.cells.min_timeout),
-        set: |c, v| {
-            if let Some(d) = duration(v) {
-                c.cells.min_timeout = d;
-            }
-        },
-    },
-    KeySpec {
-        section: "cells",
-        key: "max-timeout",
-        kind: millis(100, Duration::from_secs(DAY)),
-        optional: false,
-        doc: "Longer requested timeouts are cut to this.",
-        get: |c| Value::Duration(c.cells.max_timeout),
-        set: |c, v| {
-            if let Some(d) = duration(v) {
-                c.cells.max_timeout = d;
-            }
-        },
-    },
-    KeySpec {
-        section: "cells",
-        key: "max-cells-per-request",
-        kind: count_in(1, 1_000_000),
-        optional: false,
-        doc: "Cells one request may hold; a longer request is refused before anything runs.",
-        get: |c| Value::Count(c.cells.max_cells_per_request as u64),
-        set: |c, v| {
-            if let Some(n) = count(v) {
-                c.cells.max_cells_per_request = usize::try_from(n).unwrap_or(usize::MAX);
-            }
-        },
-    },
+    key!(cells.default_timeout as "default-timeout", millis(100, Duration::from_secs(DAY)),
+        "Timeout of a cell that asks for none; must lie between min-timeout and max-timeout."),
+    key!(cells.min_timeout as "min-timeout", millis(100, Duration::from_secs(DAY)),
+        "Shorter requested timeouts are raised to this."),
+    key!(cells.max_timeout as "max-timeout", millis(100, Duration::from_secs(DAY)),
+        "Longer requested timeouts are cut to this."),
+    key!(cells.max_cells_per_request as "max-cells-per-request", count_in(1, 1_000_000),
+        "Cells one request may hold; a longer request is refused before anything runs."),
     // [output]
-    KeySpec {
-        section: "output",
-        key: "max-bytes",
-        kind: size_in(KIB, GIB),
-        optional: false,
-        doc: "Output of a cell kept in memory; the rest spills to an artifact file.",
-        get: |c| Value::Size(c.output.max_bytes.as_u64()),
-        set: |c, v| {
-            if let Some(s) = size(v) {
-                c.output.max_bytes = s;
-            }
-        },
-    },
-    KeySpec {
-        section: "output",
-        key: "max-lines",
-        kind: count_in(10, 10_000_000),
-        optional: false,
-        doc: "Output lines of a cell kept in memory; the rest spills to an artifact file.",
-        get: |c| Value::Count(c.output.max_lines as u64),
-        set: |c, v| {
-            if let Some(n) = count(v) {
-                c.output.max_lines = n as usize;
-            }
-        },
-    },
-    KeySpec {
-        section: "output",
-        key: "artifact-dir",
-        kind: Kind::Path,
-        optional: true,
-        doc: "Where spilled outputs go; unset: `artifacts/` in the runtime directory.",
-        get: |c| opt_path(&c.output.artifact_dir),
-        set: |c, v| c.output.artifact_dir = path(v),
-    },
-    KeySpec {
-        section: "output",
-        key: "artifact-max-age",
-        kind: millis(0, Duration::from_secs(365 * DAY)),
-        optional: false,
-        doc: "Spilled outputs older than this are deleted (the runtime directory is often in memory); 0 keeps them.",
-        get: |c| Value::Duration(c.output.artifact_max_age),
-        set: |c, v| {
-            if let Some(d) = duration(v) {
-                c.output.artifact_max_age = d;
-            }
-        },
-    },
-    KeySpec {
-        section: "output",
-        key: "max-line-length",
-        kind: count_in(80, 10_000_000),
-        optional: false,
-        doc: "Text lines longer than this (in characters) are cut in the returned output with a marker; the artifact keeps them whole.",
-        get: |c| Value::Count(c.output.max_line_length as u64),
-        set: |c, v| {
-            if let Some(n) = count(v) {
-                c.output.max_line_length = n as usize;
-            }
-        },
-    },
-    KeySpec {
-        section: "output",
-        key: "artifact-max-total",
-        kind: size_in(MIB, u64::MAX),
-        optional: false,
-        doc: "Total size of the artifact directory; the oldest artifacts are deleted to stay under it, and a cell whose output cannot be kept whole says so.",
-        get: |c| Value::Size(c.output.artifact_max_total.as_u64()),
-        set: |c, v| {
-            if let Some(s) = size(v) {
-                c.output.artifact_max_total = s;
-            }
-        },
-    },
+    key!(output.max_bytes as "max-bytes", size_in(KIB, GIB),
+        "Output of a cell kept in memory; the rest spills to an artifact file."),
+    key!(output.max_lines as "max-lines", count_in(10, 10_000_000),
+        "Output lines of a cell kept in memory; the rest spills to an artifact file."),
+    key!(output.artifact_dir as "artifact-dir", Kind::Path,
+        "Where spilled outputs go; unset: `artifacts/` in the runtime directory."),
+    key!(output.artifact_max_age as "artifact-max-age", millis(0, Duration::from_secs(365 * DAY)),
+        "Spilled outputs older than this are deleted (the runtime directory is often in memory); 0 keeps them."),
+    key!(output.max_line_length as "max-line-length", count_in(80, 10_000_000),
+        "Text lines longer than this (in characters) are cut in the returned output with a marker; the artifact keeps them whole."),
+    key!(output.artifact_max_total as "artifact-max-total", size_in(MIB, u64::MAX),
+        "Total size of the artifact directory; the oldest artifacts are deleted to stay under it, and a cell whose output cannot be kept whole says so."),
     // [limits]
-    KeySpec {
-        section: "limits",
-        key: "address-space",
-        kind: size_in(64 * MIB, u64::MAX),
-        optional: true,
-        doc: "RLIMIT_AS of every worker; unset: no limit.",
-        get: |c| opt_size(c.limits.address_space),
-        set: |c, v| c.limits.address_space = size(v),
-    },
-    KeySpec {
-        section: "limits",
-        key: "cpu-time",
-        kind: millis(1000, Duration::MAX),
-        optional: true,
-        doc: "RLIMIT_CPU of every worker (CPU time over its whole life); unset: no limit.",
-        get: |c| c.limits.cpu_time.map_or(Value::Unset, Value::Duration),
-        set: |c, v| c.limits.cpu_time = duration(v),
-    },
-    KeySpec {
-        section: "limits",
-        key: "open-files",
-        kind: count_in(16, 1_048_576),
-        optional: true,
-        doc: "RLIMIT_NOFILE of every worker; unset: inherited.",
-        get: |c| opt_count(c.limits.open_files),
-        set: |c, v| c.limits.open_files = count(v),
-    },
-    KeySpec {
-        section: "limits",
-        key: "processes",
-        kind: count_in(1, 1_048_576),
-        optional: true,
-        doc: "RLIMIT_NPROC of every worker; it counts every process and thread of the user, not a worker's own, so one session's children can starve the others (run the daemon as a dedicated user, or in a cgroup with pids.max, to bound a session alone); unset: inherited.",
-        get: |c| opt_count(c.limits.processes),
-        set: |c, v| c.limits.processes = count(v),
-    },
-    KeySpec {
-        section: "limits",
-        key: "file-size",
-        kind: size_in(KIB, u64::MAX),
-        optional: true,
-        doc: "RLIMIT_FSIZE of every worker: the largest file it may write; unset: no limit.",
-        get: |c| opt_size(c.limits.file_size),
-        set: |c, v| c.limits.file_size = size(v),
-    },
-    KeySpec {
-        section: "limits",
-        key: "max-rss",
-        kind: size_in(16 * MIB, u64::MAX),
-        optional: true,
-        doc: "A worker whose resident memory (with its children) passes this is killed; checked every 50ms while a cell runs, every heartbeat-interval otherwise; unset: no cap.",
-        get: |c| opt_size(c.limits.max_rss),
-        set: |c, v| c.limits.max_rss = size(v),
-    },
+    key!(limits.address_space as "address-space", size_in(64 * MIB, u64::MAX),
+        "RLIMIT_AS of every worker; unset: no limit."),
+    key!(limits.cpu_time as "cpu-time", millis(1000, Duration::MAX),
+        "RLIMIT_CPU of every worker (CPU time over its whole life); unset: no limit."),
+    key!(limits.open_files as "open-files", count_in(16, 1_048_576),
+        "RLIMIT_NOFILE of every worker; unset: inherited."),
+    key!(limits.processes as "processes", count_in(1, 1_048_576),
+        "RLIMIT_NPROC of every worker; it counts every process and thread of the user, not a worker's own, so one session's children can starve the others (run the daemon as a dedicated user, or in a cgroup with pids.max, to bound a session alone); unset: inherited."),
+    key!(limits.file_size as "file-size", size_in(KIB, u64::MAX),
+        "RLIMIT_FSIZE of every worker: the largest file it may write; unset: no limit."),
+    key!(limits.max_rss as "max-rss", size_in(16 * MIB, u64::MAX),
+        "A worker whose resident memory (with its children) passes this is killed; checked every 50ms while a cell runs, every heartbeat-interval otherwise; unset: no cap."),
     // [env]
-    KeySpec {
-        section: "env",
-        key: "allow",
-        kind: Kind::Names,
-        optional: false,
-        doc: "Variables (or `PREFIX_*` patterns) passed to workers besides the built-in allowlist.",
-        get: |c| Value::Names(c.env.allow.clone()),
-        set: |c, v| {
-            if let Some(n) = names(v) {
-                c.env.allow = n;
-            }
-        },
-    },
-    KeySpec {
-        section: "env",
-        key: "deny",
-        kind: Kind::Names,
-        optional: false,
-        doc: "Variables (or patterns like `*_TOKEN`) always removed, besides the built-in denylist (`*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `*PASSWD*`, `*_KEY`, `*_KEY_ID`, `*CREDENTIAL*`, `*AUTH*`, `*_DSN`, `DATABASE_URL`); the denylist wins over every allow rule, only `set` passes a value past it.",
-        get: |c| Value::Names(c.env.deny.clone()),
-        set: |c, v| {
-            if let Some(n) = names(v) {
-                c.env.deny = n;
-            }
-        },
-    },
-    KeySpec {
-        section: "env",
-        key: "set",
-        kind: Kind::Map,
-        optional: false,
-        doc: "Fixed values set in every worker (not overridable from the environment).",
-        get: |c| Value::Map(c.env.set.clone()),
-        set: |c, v| {
-            if let Value::Map(m) = v {
-                c.env.set = m;
-            }
-        },
-    },
+    key!(env.allow as "allow", Kind::Names,
+        "Variables (or `PREFIX_*` patterns) passed to workers besides the built-in allowlist."),
+    key!(env.deny as "deny", Kind::Names,
+        "Variables (or patterns like `*_TOKEN`) always removed, besides the built-in denylist (`*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `*PASSWD*`, `*_KEY`, `*_KEY_ID`, `*CREDENTIAL*`, `*AUTH*`, `*_DSN`, `DATABASE_URL`); the denylist wins over every allow rule, only `set` passes a value past it."),
+    key!(env.set as "set", Kind::Map,
+        "Fixed values set in every worker (not overridable from the environment)."),
     // [python]
-    KeySpec {
-        section: "python",
-        key: "enabled",
-        kind: Kind::Bool,
-        optional: false,
-        doc: "false: Python cells fail at once with a message naming this key.",
-        get: |c| Value::Bool(c.python.enabled),
-        set: |c, v| {
-            if let Some(b) = boolean(v) {
-                c.python.enabled = b;
-            }
-        },
-    },
-    KeySpec {
-        section: "python",
-        key: "interpreter",
-        kind: Kind::Text,
-        optional: true,
-        doc: "Interpreter path or name, tried after VIRTUAL_ENV, ./.venv and ./venv; unset: python3 on PATH.",
-        get: |c| c.python.interpreter.clone().map_or(Value::Unset, Value::Text),
-        set: |c, v| {
-            c.python.interpreter = match v {
-                Value::Text(t) => Some(t),
-                _ => None,
-            }
-        },
-    },
-    KeySpec {
-        section: "python",
-        key: "prewarm",
-        kind: count_in(0, 16),
-        optional: false,
-        doc: "Idle Python workers kept started ahead of demand.",
-        get: |c| Value::Count(c.python.prewarm as u64),
-        set: |c, v| {
-            if let Some(n) = count(v) {
-                c.python.prewarm = n as usize;
-            }
-        },
-    },
+    key!(python.enabled as "enabled", Kind::Bool,
+        "false: Python cells fail at once with a message naming this key."),
+    key!(python.interpreter as "interpreter", Kind::Text,
+        "Interpreter path or name, tried after VIRTUAL_ENV, ./.venv and ./venv; unset: python3 on PATH."),
+    key!(python.prewarm as "prewarm", count_in(0, 16),
+        "Idle Python workers kept started ahead of demand."),
     // [js]
-    KeySpec {
-        section: "js",
-        key: "enabled",
-        kind: Kind::Bool,
-        optional: false,
-        doc: "false: JavaScript cells fail at once with a message naming this key.",
-        get: |c| Value::Bool(c.js.enabled),
-        set: |c, v| {
-            if let Some(b) = boolean(v) {
-                c.js.enabled = b;
-            }
-        },
-    },
-    KeySpec {
-        section: "js",
-        key: "memory-limit",
-        kind: size_in(MIB, u64::MAX),
-        optional: true,
-        doc: "QuickJS heap limit; unset: no limit. It counts the engine's own allocations: a worker's RSS is typically 2-3 times larger (allocator overhead, the engine, the worker itself), so cap processes with limits.max-rss or address-space.",
-        get: |c| opt_size(c.js.memory_limit),
-        set: |c, v| c.js.memory_limit = size(v),
-    },
-    KeySpec {
-        section: "js",
-        key: "stack-size",
-        kind: size_in(64 * KIB, u64::MAX),
-        optional: true,
-        doc: "QuickJS stack limit; unset: the engine's default.",
-        get: |c| opt_size(c.js.stack_size),
-        set: |c, v| c.js.stack_size = size(v),
-    },
+    key!(js.enabled as "enabled", Kind::Bool,
+        "false: JavaScript cells fail at once with a message naming this key."),
+    key!(js.memory_limit as "memory-limit", size_in(MIB, u64::MAX),
+        "QuickJS heap limit; unset: no limit. It counts the engine's own allocations: a worker's RSS is typically 2-3 times larger (allocator overhead, the engine, the worker itself), so cap processes with limits.max-rss or address-space."),
+    key!(js.stack_size as "stack-size", size_in(64 * KIB, u64::MAX),
+        "QuickJS stack limit; unset: the engine's default."),
     // [lua]
-    KeySpec {
-        section: "lua",
-        key: "enabled",
-        kind: Kind::Bool,
-        optional: false,
-        doc: "false: Lua cells fail at once with a message naming this key.",
-        get: |c| Value::Bool(c.lua.enabled),
-        set: |c, v| {
-            if let Some(b) = boolean(v) {
-                c.lua.enabled = b;
-            }
-        },
-    },
-    KeySpec {
-        section: "lua",
-        key: "memory-limit",
-        kind: size_in(MIB, u64::MAX),
-        optional: true,
-        doc: "Lua heap limit; unset: half of what limits.address-space leaves free (or the machine's memory), so running out is a Lua error, never an abort.",
-        get: |c| opt_size(c.lua.memory_limit),
-        set: |c, v| c.lua.memory_limit = size(v),
-    },
-    KeySpec {
-        section: "lua",
-        key: "stack-size",
-        kind: size_in(64 * KIB, u64::MAX),
-        optional: true,
-        doc: "Lua stack limit; unset: the engine's default.",
-        get: |c| opt_size(c.lua.stack_size),
-        set: |c, v| c.lua.stack_size = size(v),
-    },
+    key!(lua.enabled as "enabled", Kind::Bool,
+        "false: Lua cells fail at once with a message naming this key."),
+    key!(lua.memory_limit as "memory-limit", size_in(MIB, u64::MAX),
+        "Lua heap limit; unset: a third of what limits.address-space leaves free (or the machine's memory), so running out is a Lua error, never an abort."),
+    key!(lua.stack_size as "stack-size", size_in(64 * KIB, u64::MAX),
+        "Lua stack limit; unset: the engine's default."),
     // [daemon]
-    KeySpec {
-        section: "daemon",
-        key: "socket",
-        kind: Kind::Path,
-        optional: true,
-        doc: "The daemon's socket; `--socket` and $CELLVISOR_SOCKET win; unset: daemon.sock in the runtime directory.",
-        get: |c| opt_path(&c.daemon.socket),
-        set: |c, v| c.daemon.socket = path(v),
-    },
-    KeySpec {
-        section: "daemon",
-        key: "idle-exit",
-        kind: millis(0, Duration::MAX),
-        optional: false,
-        doc: "An auto-started daemon exits after this long with no sessions; 0 = never.",
-        get: |c| Value::Duration(c.daemon.idle_exit),
-        set: |c, v| {
-            if let Some(d) = duration(v) {
-                c.daemon.idle_exit = d;
-            }
-        },
-    },
-    KeySpec {
-        section: "daemon",
-        key: "log",
-        kind: Kind::Path,
-        optional: true,
-        doc: "The auto-started daemon's log file; unset: next to its socket, with the extension `.log`.",
-        get: |c| opt_path(&c.daemon.log),
-        set: |c, v| c.daemon.log = path(v),
-    },
-    KeySpec {
-        section: "daemon",
-        key: "max-pending-requests",
-        kind: count_in(1, 1_000_000),
-        optional: false,
-        doc: "Requests one connection may have unanswered; past it the daemon stops reading that connection until answers go out.",
-        get: |c| Value::Count(c.daemon.max_pending_requests as u64),
-        set: |c, v| {
-            if let Some(n) = count(v) {
-                c.daemon.max_pending_requests = usize::try_from(n).unwrap_or(usize::MAX);
-            }
-        },
-    },
-    KeySpec {
-        section: "daemon",
-        key: "stalled-client-timeout",
-        kind: millis(100, HOUR),
-        optional: false,
-        doc: "A connection whose client reads none of its answers for this long, while the daemon waits to send them, is dropped (and logged).",
-        get: |c| Value::Duration(c.daemon.stalled_client_timeout),
-        set: |c, v| {
-            if let Some(d) = duration(v) {
-                c.daemon.stalled_client_timeout = d;
-            }
-        },
-    },
+    key!(daemon.socket as "socket", Kind::Path,
+        "The daemon's socket; `--socket` and $CELLVISOR_SOCKET win; unset: daemon.sock in the runtime directory."),
+    key!(daemon.idle_exit as "idle-exit", millis(0, Duration::MAX),
+        "An auto-started daemon exits after this long with no sessions; 0 = never."),
+    key!(daemon.log as "log", Kind::Path,
+        "The auto-started daemon's log file; unset: next to its socket, with the extension `.log`."),
+    key!(daemon.max_pending_requests as "max-pending-requests", count_in(1, 1_000_000),
+        "Requests one connection may have unanswered; past it the daemon stops reading that connection until answers go out."),
+    key!(daemon.stalled_client_timeout as "stalled-client-timeout", millis(100, HOUR),
+        "A connection whose client reads none of its answers for this long, while the daemon waits to send them, is dropped (and logged)."),
     // [startup]
-    KeySpec {
-        section: "startup",
-        key: "user",
-        kind: Kind::Bool,
-        optional: false,
-        doc: "Run `$XDG_CONFIG_HOME/cellvisor/startup/*.{py,js,lua}` (default `~/.config`) in every new worker, after the prelude.",
-        get: |c| Value::Bool(c.startup.user),
-        set: |c, v| {
-            if let Some(b) = boolean(v) {
-                c.startup.user = b;
-            }
-        },
-    },
-    KeySpec {
-        section: "startup",
-        key: "project",
-        kind: Kind::Bool,
-        optional: false,
-        doc: "Run `<cwd>/.cellvisor/startup/*.{py,js,lua}` in every new worker, after the user's; a file here replaces the user's file of the same name.",
-        get: |c| Value::Bool(c.startup.project),
-        set: |c, v| {
-            if let Some(b) = boolean(v) {
-                c.startup.project = b;
-            }
-        },
-    },
+    key!(startup.user as "user", Kind::Bool,
+        "Run `$XDG_CONFIG_HOME/cellvisor/startup/*.{py,js,lua}` (default `~/.config`) in every new worker, after the prelude."),
+    key!(startup.project as "project", Kind::Bool,
+        "Run `<cwd>/.cellvisor/startup/*.{py,js,lua}` in every new worker, after the user's; a file here replaces the user's file of the same name."),
     // [sandbox]
-    KeySpec {
-        section: "sandbox",
-        key: "enabled",
-        kind: Kind::Bool,
-        optional: false,
-        doc: "Confine every worker with Landlock after its start-up (see docs/sandbox.md); a request may turn it on, never off.",
-        get: |c| Value::Bool(c.sandbox.enabled),
-        set: |c, v| {
-            if let Some(b) = boolean(v) {
-                c.sandbox.enabled = b;
-            }
-        },
-    },
-    KeySpec {
-        section: "sandbox",
-        key: "required",
-        kind: Kind::Bool,
-        optional: false,
-        doc: "true: a kernel that cannot enforce the whole policy refuses the request, naming the missing feature and Landlock ABI; false: workers start with what it can enforce, and a warning in the log and `status`.",
-        get: |c| Value::Bool(c.sandbox.required),
-        set: |c, v| {
-            if let Some(b) = boolean(v) {
-                c.sandbox.required = b;
-            }
-        },
-    },
-    KeySpec {
-        section: "sandbox",
-        key: "read",
-        kind: Kind::Paths,
-        optional: false,
-        doc: "Read-only trees, besides the Python interpreter's prefix and venv; `/etc` is read without its secrets (shadow, sudoers, ssh, ssl/private). Anything else (`~/.ssh`, other sessions' files, the daemon's directory) is out of reach.",
-        get: |c| Value::Names(c.sandbox.read.clone()),
-        set: |c, v| {
-            if let Some(n) = names(v) {
-                c.sandbox.read = n;
-            }
-        },
-    },
-    KeySpec {
-        section: "sandbox",
-        key: "write",
-        kind: Kind::Paths,
-        optional: false,
-        doc: "Read-write trees: \"cwd\" (the session's directory) and any paths; the session's own temp directory ($TMPDIR), artifacts and store are always writable.",
-        get: |c| Value::Names(c.sandbox.write.clone()),
-        set: |c, v| {
-            if let Some(n) = names(v) {
-                c.sandbox.write = n;
-            }
-        },
-    },
-    KeySpec {
-        section: "sandbox",
-        key: "network",
-        kind: Kind::Choice(&["none", "loopback", "all"]),
-        optional: false,
-        doc: "none: TCP connect and bind fail in cells (Landlock ABI 4); loopback: each worker gets a network namespace of its own with only its loopback (needs user namespaces); all: no network rule.",
-        get: |c| Value::Text(c.sandbox.network.as_str().to_string()),
-        set: |c, v| {
-            if let Some(network) = text(v).as_deref().and_then(SandboxNetwork::parse) {
-                c.sandbox.network = network;
-            }
-        },
-    },
-    KeySpec {
-        section: "sandbox",
-        key: "network-namespace",
-        kind: Kind::Bool,
-        optional: false,
-        doc: "Also give each worker a network namespace of its own (needs user namespaces): UDP and every other protocol reach nothing outside the worker.",
-        get: |c| Value::Bool(c.sandbox.network_namespace),
-        set: |c, v| {
-            if let Some(b) = boolean(v) {
-                c.sandbox.network_namespace = b;
-            }
-        },
-    },
-    KeySpec {
-        section: "sandbox",
-        key: "confine-unix-connect",
-        kind: Kind::Bool,
-        optional: false,
-        doc: "Also confine `connect` on named Unix sockets to the write paths (Landlock ABI 9). The daemon refuses its own workers' descendants on every kernel.",
-        get: |c| Value::Bool(c.sandbox.confine_unix_connect),
-        set: |c, v| {
-            if let Some(b) = boolean(v) {
-                c.sandbox.confine_unix_connect = b;
-            }
-        },
-    },
+    key!(sandbox.enabled as "enabled", Kind::Bool,
+        "Confine every worker with Landlock after its start-up (see docs/sandbox.md); a request may turn it on, never off."),
+    key!(sandbox.required as "required", Kind::Bool,
+        "true: a kernel that cannot enforce the whole policy refuses the request, naming the missing feature and Landlock ABI; false: workers start with what it can enforce, and a warning in the log and `status`."),
+    key!(sandbox.read as "read", Kind::Paths,
+        "Read-only trees, besides the Python interpreter's prefix and venv; `/etc` is read without its secrets (shadow, sudoers, ssh, ssl/private). Anything else (`~/.ssh`, other sessions' files, the daemon's directory) is out of reach."),
+    key!(sandbox.write as "write", Kind::Paths,
+        "Read-write trees: \"cwd\" (the session's directory) and any paths; the session's own temp directory ($TMPDIR), artifacts and store are always writable."),
+    key!(sandbox.network as "network", Kind::Choice(&["none", "loopback", "all"]),
+        "none: TCP connect and bind fail in cells (Landlock ABI 4); loopback: each worker gets a network namespace of its own with only its loopback (needs user namespaces); all: no network rule."),
+    key!(sandbox.network_namespace as "network-namespace", Kind::Bool,
+        "Also give each worker a network namespace of its own (needs user namespaces): UDP and every other protocol reach nothing outside the worker."),
+    key!(sandbox.confine_unix_connect as "confine-unix-connect", Kind::Bool,
+        "Also confine `connect` on named Unix sockets to the write paths (Landlock ABI 9). The daemon refuses its own workers' descendants on every kernel."),
 ];
 
 /// The key table of `docs/config.md`, generated so the docs cannot drift from the ranges.

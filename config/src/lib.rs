@@ -5,7 +5,11 @@
 //! - [`keys`]: every key's kind, range and documentation, in one table.
 //! - [`check`]: validation that reports every mistake with its key, line and column.
 //! - [`load`]: finding the file and turning it into a [`Config`].
-//! - [`show`]: the effective configuration with the origin of each value.
+//! - [`show`]: the effective configuration with the origin of each value, and the changes
+//!   between two.
+
+// A dependency no code uses is build time for nothing (test builds add dev-dependencies).
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 pub mod check;
 pub mod keys;
@@ -22,6 +26,7 @@ pub use schema::{
     PythonConfig, SandboxConfig, SandboxNetwork, SessionMode, SessionsConfig, StartupConfig,
     DEFAULT_SANDBOX_READ,
 };
+pub use show::changes;
 
 #[cfg(test)]
 mod tests;

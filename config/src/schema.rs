@@ -2,13 +2,11 @@
 //! empty file (or none) is a valid configuration.
 
 use bytesize::ByteSize;
-use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// Everything an operator can tune.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Config {
     pub sessions: SessionsConfig,
     pub cells: CellsConfig,
@@ -24,41 +22,32 @@ pub struct Config {
 }
 
 /// Lifetimes of sessions and their workers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SessionsConfig {
     /// Live workers per language; a new session over the cap evicts the least recently used
     /// idle one.
     pub max_sessions: usize,
     /// A session idle this long is shut down; 0 keeps sessions forever.
-    #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
-    #[serde(with = "humantime_serde")]
     pub sweep_interval: Duration,
-    #[serde(with = "humantime_serde")]
     pub heartbeat_interval: Duration,
     /// No pong for this long and the worker is declared dead.
-    #[serde(with = "humantime_serde")]
     pub heartbeat_timeout: Duration,
     /// Unplanned worker replacements allowed before the session is `failed`; a successful cell
     /// refills it.
     pub restart_budget: u32,
     /// How long an interrupted cell may take to stop before its worker is killed.
-    #[serde(with = "humantime_serde")]
     pub interrupt_grace: Duration,
     /// How long a worker may take to exit after `Shutdown` before it is signalled.
-    #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
     /// How long a new worker may take to connect and say hello.
-    #[serde(with = "humantime_serde")]
     pub start_timeout: Duration,
     /// Whether a session keeps its workers between requests, or each request gets new ones.
     pub mode: SessionMode,
 }
 
 /// `sessions.mode`: what a request's cells run on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SessionMode {
     /// Workers (and their state) live on between requests of a session.
     #[default]
@@ -95,14 +84,10 @@ impl Default for SessionsConfig {
 }
 
 /// Cell timeouts, in seconds as requests give them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CellsConfig {
-    #[serde(with = "humantime_serde")]
     pub default_timeout: Duration,
-    #[serde(with = "humantime_serde")]
     pub min_timeout: Duration,
-    #[serde(with = "humantime_serde")]
     pub max_timeout: Duration,
     /// Cells one request may hold; a longer request is refused before anything runs.
     pub max_cells_per_request: usize,
@@ -135,15 +120,13 @@ impl CellsConfig {
 }
 
 /// How much of a cell's output is kept in memory; the rest spills to an artifact file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+#[derive(Debug, Clone, PartialEq)]
 pub struct OutputConfig {
     pub max_bytes: ByteSize,
     pub max_lines: usize,
     /// Where spilled outputs go; default: `artifacts/` in the runtime directory.
     pub artifact_dir: Option<PathBuf>,
     /// Spilled outputs older than this are deleted; zero keeps them.
-    #[serde(with = "humantime_serde")]
     pub artifact_max_age: Duration,
     /// Longer text lines are cut in the returned output (the artifact keeps them whole).
     pub max_line_length: usize,
@@ -165,11 +148,9 @@ impl Default for OutputConfig {
 }
 
 /// OS limits applied to every worker before it runs user code, and the RSS cap.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct LimitsConfig {
     pub address_space: Option<ByteSize>,
-    #[serde(with = "humantime_serde")]
     pub cpu_time: Option<Duration>,
     pub open_files: Option<u64>,
     pub processes: Option<u64>,
@@ -178,8 +159,7 @@ pub struct LimitsConfig {
 }
 
 /// The environment workers see.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct EnvConfig {
     /// Extra variables (or `PREFIX_*` patterns) passed through besides the built-in allowlist.
     pub allow: Vec<String>,
@@ -190,8 +170,7 @@ pub struct EnvConfig {
 }
 
 /// The Python runtime.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PythonConfig {
     /// False: Python cells fail at once, naming this key.
     pub enabled: bool,
@@ -213,8 +192,7 @@ impl Default for PythonConfig {
 }
 
 /// An in-process engine's own limits (QuickJS, Lua).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EngineConfig {
     /// False: this language's cells fail at once, naming this key.
     pub enabled: bool,
@@ -233,8 +211,7 @@ impl Default for EngineConfig {
 }
 
 /// Startup modules: files every worker runs after its prelude, at each start.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StartupConfig {
     /// Load `$XDG_CONFIG_HOME/cellvisor/startup/*.{py,js,lua}`.
     pub user: bool,
@@ -252,12 +229,10 @@ impl Default for StartupConfig {
 }
 
 /// The background daemon.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DaemonConfig {
     pub socket: Option<PathBuf>,
     /// An auto-started daemon exits after this long with no sessions; 0 = never.
-    #[serde(with = "humantime_serde")]
     pub idle_exit: Duration,
     pub log: Option<PathBuf>,
     /// Requests one connection may have unanswered; past it the daemon stops reading that
@@ -265,7 +240,6 @@ pub struct DaemonConfig {
     pub max_pending_requests: usize,
     /// A connection whose client reads none of its answers for this long, while the daemon
     /// waits to send them, is dropped.
-    #[serde(with = "humantime_serde")]
     pub stalled_client_timeout: Duration,
 }
 
@@ -282,8 +256,7 @@ impl Default for DaemonConfig {
 }
 
 /// `[sandbox]`: Landlock confinement of every worker (opt-in). Requests may only tighten it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SandboxConfig {
     /// Confine every worker; off by default because it changes what cells can do.
     pub enabled: bool,
@@ -324,8 +297,7 @@ pub const DEFAULT_SANDBOX_READ: &[&str] = &[
 ];
 
 /// `sandbox.network`: what TCP a confined cell may use.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SandboxNetwork {
     /// No TCP `connect` or `bind` at all (Landlock, ABI 4).
     #[default]

@@ -1,8 +1,10 @@
 //! `config show`: the effective configuration as TOML that parses back to the same
-//! [`Config`](crate::Config), each key commented with where its value came from.
+//! [`Config`](crate::Config), each key commented with where its value came from; and what
+//! changed between two configurations.
 
 use crate::check::Effective;
 use crate::keys::{self, Value, KEYS, SECTIONS};
+use crate::Config;
 
 /// `value` as TOML source, or `None` when unset.
 pub(crate) fn toml_value(value: &Value) -> Option<String> {
@@ -38,6 +40,20 @@ pub(crate) fn toml_value(value: &Value) -> Option<String> {
 /// A TOML basic string, escaped as needed.
 fn quote(text: &str) -> String {
     toml_edit::Value::from(text).to_string().trim().to_string()
+}
+
+/// `section.key: old -> new` for every key whose value differs between two configurations,
+/// in table order, values written as in the file (`unset` for an unset optional key): what a
+/// reload reports.
+pub fn changes(old: &Config, new: &Config) -> Vec<String> {
+    let shown = |value: &Value| toml_value(value).unwrap_or_else(|| "unset".to_string());
+    KEYS.iter()
+        .filter_map(|spec| {
+            let (before, after) = ((spec.get)(old), (spec.get)(new));
+            (before != after)
+                .then(|| format!("{}: {} -> {}", spec.name(), shown(&before), shown(&after)))
+        })
+        .collect()
 }
 
 impl Effective {

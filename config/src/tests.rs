@@ -484,3 +484,32 @@ fn the_sandbox_section_takes_path_lists_from_the_file_and_the_environment() {
         "{bad_network}"
     );
 }
+
+#[test]
+fn reload_changes_are_listed_key_by_key_in_table_order() {
+    let old = Config::default();
+    let mut new = Config::default();
+    new.sessions.max_sessions = old.sessions.max_sessions + 4;
+    new.python.prewarm = old.python.prewarm + 1;
+    new.limits.max_rss = Some(bytesize::ByteSize::mib(64));
+    new.daemon.idle_exit = std::time::Duration::from_secs(90);
+    assert_eq!(
+        crate::changes(&old, &new),
+        [
+            format!(
+                "sessions.max-sessions: {} -> {}",
+                old.sessions.max_sessions, new.sessions.max_sessions
+            ),
+            "limits.max-rss: unset -> \"64MiB\"".to_string(),
+            format!(
+                "python.prewarm: {} -> {}",
+                old.python.prewarm, new.python.prewarm
+            ),
+            format!(
+                "daemon.idle-exit: \"{}\" -> \"1m 30s\"",
+                keys::format_duration(old.daemon.idle_exit)
+            ),
+        ]
+    );
+    assert!(crate::changes(&old, &old).is_empty());
+}

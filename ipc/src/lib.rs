@@ -4,7 +4,12 @@
 //! - [`frame`]: length-prefixed frames with a size cap, sync (workers) and async (supervisor).
 //! - [`socket`]: the private runtime directory and the Unix sockets inside it.
 //! - [`handshake`]: the version check that opens every connection.
+//! - [`env`]: the environment variables a worker is spawned with.
 
+// A dependency no code uses is build time for nothing (test builds add dev-dependencies).
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
+pub mod env;
 pub mod frame;
 pub mod handshake;
 pub mod message;

@@ -115,10 +115,10 @@ pub fn for_worker(config: &Config, language: Language) -> Vec<(OsString, OsStrin
     };
     if let Some(engine) = engine {
         if let Some(limit) = engine.memory_limit {
-            set("CELLVISOR_MEMORY_LIMIT", limit.as_u64().to_string());
+            set(cellvisor_ipc::env::MEMORY_LIMIT, limit.as_u64().to_string());
         }
         if let Some(stack) = engine.stack_size {
-            set("CELLVISOR_STACK_SIZE", stack.as_u64().to_string());
+            set(cellvisor_ipc::env::STACK_SIZE, stack.as_u64().to_string());
         }
     }
     let startup_levels: Vec<&str> = [
@@ -128,13 +128,10 @@ pub fn for_worker(config: &Config, language: Language) -> Vec<(OsString, OsStrin
     .into_iter()
     .filter_map(|(level, on)| on.then_some(level))
     .collect();
-    set(
-        cellvisor_workers::startup::LEVELS_VAR,
-        startup_levels.join(","),
-    );
+    set(cellvisor_ipc::env::STARTUP, startup_levels.join(","));
     if language == Language::Python {
         if let Some(interpreter) = &config.python.interpreter {
-            set("CELLVISOR_PYTHON", interpreter.clone());
+            set(cellvisor_ipc::env::PYTHON, interpreter.clone());
         }
     }
     env

@@ -594,7 +594,7 @@ impl Cellvisor {
                 Ok(current) => current,
                 Err(poisoned) => poisoned.into_inner(),
             };
-            let changes = config_changes(&current, &config);
+            let changes = cellvisor_config::changes(&current, &config);
             *current = config.clone();
             changes
         };
@@ -742,46 +742,6 @@ fn with_directive(spec: &CellSpec) -> Result<(CellSpec, Option<u64>), String> {
 /// Locks `mutex`; a panic elsewhere while holding it leaves plain data behind.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// `section.key: old -> new` for every key whose value differs.
-fn config_changes(old: &Config, new: &Config) -> Vec<String> {
-    fn leaves(prefix: &str, value: &serde_json::Value, out: &mut Vec<(String, String)>) {
-        match value {
-            serde_json::Value::Object(map) => {
-                for (key, value) in map {
-                    let path = if prefix.is_empty() {
-                        key.clone()
-                    } else {
-                        format!("{prefix}.{key}")
-                    };
-                    leaves(&path, value, out);
-                }
-            }
-            other => out.push((prefix.to_string(), other.to_string())),
-        }
-    }
-    let (mut before, mut after) = (Vec::new(), Vec::new());
-    leaves(
-        "",
-        &serde_json::to_value(old).unwrap_or_default(),
-        &mut before,
-    );
-    leaves(
-        "",
-        &serde_json::to_value(new).unwrap_or_default(),
-        &mut after,
-    );
-    let before: HashMap<String, String> = before.into_iter().collect();
-    let mut changes: Vec<String> = after
-        .into_iter()
-        .filter_map(|(key, value)| {
-            let old = before.get(&key).cloned().unwrap_or_else(|| "null".into());
-            (old != value).then(|| format!("{key}: {old} -> {value}"))
-        })
-        .collect();
-    changes.sort();
-    changes
 }
 
 /// The parts of the configuration a request's handling depends on.
@@ -972,19 +932,6 @@ mod tests {
             matches!(err, RequestError::Timeout { index: 1, .. }),
             "{err}"
         );
-    }
-
-    #[test]
-    fn reload_changes_are_listed_key_by_key() {
-        let old = Config::default();
-        let mut new = Config::default();
-        new.sessions.max_sessions = 8;
-        new.python.prewarm = 2;
-        assert_eq!(
-            config_changes(&old, &new),
-            ["python.prewarm: 1 -> 2", "sessions.max-sessions: 4 -> 8"]
-        );
-        assert!(config_changes(&old, &old).is_empty());
     }
 
     #[test]

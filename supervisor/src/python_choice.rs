@@ -4,7 +4,8 @@
 //! session whose live worker runs another interpreter replaces it before the cell.
 
 use crate::spawn::WorkerSpec;
-use cellvisor_workers::python::interpreter::{self, Discovered, CONFIGURED_PYTHON_VAR};
+use cellvisor_ipc::env::PYTHON as CONFIGURED_PYTHON_VAR;
+use cellvisor_workers::python::interpreter::{self, Discovered};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 

@@ -168,7 +168,7 @@ fn user_namespaces() -> bool {
 }
 
 /// A policy checked against the kernel: what is enforced, and what is not (with a warning).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     pub policy: SandboxConfig,
     pub kernel: KernelSupport,
@@ -386,7 +386,11 @@ pub fn apply_to_env(
         set(env, SANDBOX_VAR, None);
         set(env, "MPLCONFIGDIR", std::env::var_os("MPLCONFIGDIR"));
         set(env, "TMPDIR", std::env::var_os("TMPDIR"));
-        set(env, "CELLVISOR_ARTIFACT_DIR", Some(shared_artifacts.into()));
+        set(
+            env,
+            cellvisor_ipc::env::ARTIFACT_DIR,
+            Some(shared_artifacts.into()),
+        );
         return Ok(());
     };
     for dir in [&dirs.tmp, &dirs.artifacts]

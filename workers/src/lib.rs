@@ -18,6 +18,9 @@
 //! - [`helpers`]: the cell helpers JavaScript and Lua share (`read`, `write`, `tree`,
 //!   `output`, `store`/`load`), written once; the engines only convert values.
 
+// A dependency no code uses is build time for nothing (test builds add dev-dependencies).
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 pub mod helpers;
 pub mod js;
 pub mod lua;

@@ -38,6 +38,8 @@ pub enum WorkerError {
     Link(#[from] FrameError),
     #[error("{0}")]
     Engine(String),
+    #[error(transparent)]
+    Environment(#[from] cellvisor_ipc::env::BadBytes),
 }
 
 /// A language runtime that keeps its state between cells.

@@ -21,8 +21,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// Env var: the worker's [`Rules`] as JSON; unset: no sandbox.
-pub const SANDBOX_VAR: &str = "CELLVISOR_SANDBOX";
+pub use cellvisor_ipc::env::SANDBOX as SANDBOX_VAR;
 
 /// What a worker enforces; plain data from the supervisor, which only lists features the
 /// kernel has (or refused the request when the policy is `required`).

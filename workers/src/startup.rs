@@ -1,7 +1,8 @@
 //! Startup modules: files every worker runs after its prelude, each time it starts (new,
 //! restarted, reset), so a user's or a project's own helpers are always there.
 //!
-//! Two levels, each switched on by the supervisor through [`LEVELS_VAR`]:
+//! Two levels, each switched on by the supervisor through `CELLVISOR_STARTUP`
+//! ([`cellvisor_ipc::env::STARTUP`]):
 //! `$XDG_CONFIG_HOME/cellvisor/startup/` (the user's, `~/.config` by default) and
 //! `<cwd>/.cellvisor/startup/` (the project's). Files with the language's extension run in
 //! name order; a project file replaces the user's file of the same name. Each runs as a cell
@@ -13,9 +14,6 @@ use cellvisor_ipc::{CellOutcome, ExecuteCell, FromWorker, Language};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-
-/// Env var: the levels to load, comma-separated (`user`, `project`); unset or empty: none.
-pub const LEVELS_VAR: &str = "CELLVISOR_STARTUP";
 
 /// Most of a failing module's report kept for the notice.
 const MAX_REPORT_BYTES: usize = 16 * 1024;
@@ -63,7 +61,7 @@ pub fn files(
 
 /// Runs this worker's startup modules on `engine`; the report of those that failed, if any.
 pub fn run<E: Engine>(engine: &mut E) -> Option<String> {
-    let levels = std::env::var(LEVELS_VAR).unwrap_or_default();
+    let levels = std::env::var(cellvisor_ipc::env::STARTUP).unwrap_or_default();
     if levels.trim().is_empty() {
         return None;
     }

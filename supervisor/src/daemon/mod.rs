@@ -9,4 +9,6 @@
 pub use cellvisor_client::daemon as client;
 pub use cellvisor_client::daemon::socket_path;
 pub use cellvisor_client::protocol;
+#[cfg(test)]
+mod golden_tests;
 pub(crate) mod server;

@@ -531,12 +531,7 @@ async fn forward_tool_call(connection: &Connection, request_id: &Value, call: To
         }
         calls.insert(id.clone(), call.reply);
     }
-    let request = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "method": method::TOOL_CALL,
-        "params": {"request_id": request_id, "name": call.name, "arguments": call.arguments},
-    });
+    let request = protocol::tool_call(&id, request_id, &call.name, &call.arguments);
     let _ = connection.out.send(protocol::encode_line(&request)).await;
 }
 

@@ -138,7 +138,7 @@ impl Session {
                 .spec
                 .env
                 .iter()
-                .find(|(k, _)| k == cellvisor_workers::helpers::store::STORE_DIR_VAR)
+                .find(|(k, _)| k == cellvisor_ipc::env::STORE_DIR)
                 .map(|(_, v)| PathBuf::from(v)),
         }
     }

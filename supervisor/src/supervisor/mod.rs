@@ -48,7 +48,7 @@ pub struct WorkerBase {
 /// The variables that name a worker's session (its name, its store directory): set when a
 /// session starts its worker, sent with the first cell to a worker started ahead of its
 /// session (which has none of them).
-const SESSION_VARS: [&str; 2] = ["CELLVISOR_SESSION", "CELLVISOR_STORE_DIR"];
+const SESSION_VARS: [&str; 2] = [cellvisor_ipc::env::SESSION, cellvisor_ipc::env::STORE_DIR];
 
 /// The session's variables in a worker's environment, as a cell carries them.
 pub(crate) fn session_vars(
@@ -255,7 +255,7 @@ impl Supervisor {
             env.push((key.into(), value));
         };
         set(
-            "CELLVISOR_ARTIFACT_DIR",
+            cellvisor_ipc::env::ARTIFACT_DIR,
             self.base.artifacts.dir().as_os_str().to_owned(),
         );
         if let Some(session) = session {

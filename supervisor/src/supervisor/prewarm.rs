@@ -95,11 +95,9 @@ impl Supervisor {
             // not its to load (a session in such a project starts its own worker).
             let user_only = if self.config.startup.user { "user" } else { "" };
             spec.env
-                .retain(|(name, _)| name != cellvisor_workers::startup::LEVELS_VAR);
-            spec.env.push((
-                cellvisor_workers::startup::LEVELS_VAR.into(),
-                user_only.into(),
-            ));
+                .retain(|(name, _)| name != cellvisor_ipc::env::STARTUP);
+            spec.env
+                .push((cellvisor_ipc::env::STARTUP.into(), user_only.into()));
             // The worker starts in the supervisor's directory with no request's venv: the
             // same discovery, run here, names its interpreter.
             let program = crate::python_choice::choose(&spec.env, None, None).map(|c| c.program);

@@ -75,10 +75,3 @@ fn os_message(error: &std::io::Error) -> String {
         None => text,
     }
 }
-
-/// A non-empty directory named by the environment variable `name`.
-fn dir_var(name: &str) -> Option<PathBuf> {
-    std::env::var_os(name)
-        .filter(|value| !value.is_empty())
-        .map(PathBuf::from)
-}

@@ -8,12 +8,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-/// Env var: where the supervisor spills long outputs.
-pub const ARTIFACT_DIR_VAR: &str = "CELLVISOR_ARTIFACT_DIR";
-
 /// The artifact directory the worker's environment names (empty counts as unset).
 pub fn dir_from_env() -> Option<PathBuf> {
-    super::dir_var(ARTIFACT_DIR_VAR)
+    cellvisor_ipc::env::directory(cellvisor_ipc::env::ARTIFACT_DIR)
 }
 
 /// The outputs `ids` name in `dir`, joined with newlines, and their total size in bytes

@@ -13,8 +13,7 @@ use super::HelperError;
 use std::io::ErrorKind;
 use std::path::Path;
 
-/// Env var: the per-session directory behind `store`/`load`.
-pub const STORE_DIR_VAR: &str = "CELLVISOR_STORE_DIR";
+use cellvisor_ipc::env::STORE_DIR as STORE_DIR_VAR;
 
 /// The longest key `store` accepts.
 const MAX_KEY: usize = 128;
@@ -83,7 +82,7 @@ pub fn load(dir: Option<&Path>, key: &str) -> Result<Option<String>, HelperError
 
 /// The store directory the worker's environment names (empty counts as unset).
 pub fn dir_from_env() -> Option<std::path::PathBuf> {
-    super::dir_var(STORE_DIR_VAR)
+    cellvisor_ipc::env::directory(STORE_DIR_VAR)
 }
 
 #[cfg(test)]

@@ -41,6 +41,8 @@
 //! - Modules: see `modules` (edits to local files are picked up, packages are not).
 //! - Node-style and web globals (`fetch`, `Buffer`, `process`, `require`, `URL`...): see
 //!   `node`.
+#[cfg(test)]
+mod corpus_tests;
 mod event_loop;
 mod modules;
 mod node;
@@ -52,7 +54,7 @@ pub use crate::helpers::HostDirs;
 
 use crate::helpers;
 use crate::runtime::{Engine, Interrupt, Outbox, WorkerContext, WorkerError};
-use cellvisor_ipc::{CellOutcome, ExecuteCell, Language, OutputStream};
+use cellvisor_ipc::{env, CellOutcome, ExecuteCell, Language, OutputStream};
 use event_loop::{PendingCall, Timers};
 use modules::{CellLoader, CellResolver, SharedModuleState};
 use rquickjs::context::EvalOptions;
@@ -80,11 +82,6 @@ const JSON_GUARD: &str = include_str!("json_guard.js");
 /// Stack bytes allowed per nesting level of `JSON.stringify` when deciding its depth limit
 /// (several times what one level of the engine's recursion takes, even unoptimised).
 const STACK_PER_JSON_LEVEL: usize = 2048;
-
-/// Env var: the QuickJS heap limit in bytes.
-const MEMORY_LIMIT_VAR: &str = "CELLVISOR_MEMORY_LIMIT";
-/// Env var: the QuickJS stack limit in bytes.
-const STACK_SIZE_VAR: &str = "CELLVISOR_STACK_SIZE";
 
 /// Room left between QuickJS's stack limit and the thread's real one, so QuickJS reports a
 /// `RangeError` before the process overflows its stack.
@@ -309,8 +306,8 @@ impl JsEngine {
     /// and the directories from `CELLVISOR_ARTIFACT_DIR` / `CELLVISOR_STORE_DIR`.
     pub fn new(_context: &WorkerContext) -> Result<Self, WorkerError> {
         Self::with_options(
-            limit_from_env(MEMORY_LIMIT_VAR)?,
-            limit_from_env(STACK_SIZE_VAR)?,
+            env::bytes(env::MEMORY_LIMIT)?,
+            env::bytes(env::STACK_SIZE)?,
             HostDirs::from_env(),
         )
     }
@@ -1136,15 +1133,6 @@ fn engine_error<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> Worke
 }
 
 /// A byte count from the environment; unset or empty means no limit.
-fn limit_from_env(name: &str) -> Result<Option<usize>, WorkerError> {
-    match std::env::var(name) {
-        Ok(value) if !value.trim().is_empty() => value.trim().parse().map(Some).map_err(|_| {
-            WorkerError::Engine(format!("{name} must be a number of bytes, got `{value}`"))
-        }),
-        _ => Ok(None),
-    }
-}
-
 /// How deep a value `JSON.stringify` may walk on this thread's stack (its rlimit; 8 MiB when
 /// unlimited).
 fn json_depth_limit() -> usize {

@@ -5,10 +5,10 @@ use std::thread;
 
 /// What one cell produced.
 #[derive(Debug)]
-struct Ran {
-    outcome: CellOutcome,
-    stdout: String,
-    stderr: String,
+pub(super) struct Ran {
+    pub(super) outcome: CellOutcome,
+    pub(super) stdout: String,
+    pub(super) stderr: String,
     displays: Vec<serde_json::Value>,
     /// The `application/x-cellvisor-status` payloads, in order.
     status: Vec<serde_json::Value>,
@@ -129,11 +129,11 @@ fn run_with(engine: &mut JsEngine, code: &str, interrupt: &Interrupt) -> Ran {
     run_full(engine, code, Vec::new(), interrupt, no_host())
 }
 
-fn run(engine: &mut JsEngine, code: &str) -> Ran {
+pub(super) fn run(engine: &mut JsEngine, code: &str) -> Ran {
     run_with(engine, code, &Interrupt::default())
 }
 
-fn engine() -> JsEngine {
+pub(super) fn engine() -> JsEngine {
     JsEngine::with_limits(None, None).expect("engine starts")
 }
 
@@ -392,17 +392,6 @@ fn a_small_stack_limit_is_a_range_error() {
         }
     );
     assert_eq!(stdout_of(&mut js, "depth > 10"), "true\n");
-}
-
-#[test]
-fn limits_are_read_as_byte_counts() {
-    let name = "CELLVISOR_TEST_JS_LIMIT";
-    std::env::set_var(name, " 1048576 ");
-    assert_eq!(limit_from_env(name).expect("a number"), Some(1_048_576));
-    std::env::set_var(name, "1 GiB");
-    assert!(limit_from_env(name).is_err());
-    std::env::remove_var(name);
-    assert_eq!(limit_from_env(name).expect("unset"), None);
 }
 
 // ---- preludes, display, return, timers, code mode, tools, modules -------------------------

@@ -15,7 +15,7 @@
 //!
 //! The helpers of PRELUDE.md (`read`, `write`, `tree`, `diff`, `tool.<name>`, ...) are global
 //! functions defined in `helpers.lua` on top of Rust host functions (`host_table`), since Lua
-//! has no directory API and difflib's diff is easier to port once, in Rust.
+//! has no directory API and a unified diff is one Rust crate call away.
 //!
 //! The code-mode helpers (`text`, `image`, `audio`, `notify`, `store`, `load`, `exit`,
 //! `yield_control`,
@@ -30,7 +30,9 @@ mod json;
 mod tests;
 
 use crate::runtime::{Engine, Interrupt, Outbox, WorkerContext, WorkerError};
-use cellvisor_ipc::{CellOutcome, ExecuteCell, Language, OutputStream, ToolInfo, MAX_FRAME_BYTES};
+use cellvisor_ipc::{
+    env, CellOutcome, ExecuteCell, Language, OutputStream, ToolInfo, MAX_FRAME_BYTES,
+};
 use interrupt::InterruptHook;
 use mlua::{
     ChunkMode, Function, Lua, LuaOptions, MultiValue, StdLib, Table, Thread, ThreadStatus, Value,
@@ -48,9 +50,6 @@ const HELPERS: &str = include_str!("helpers.lua");
 const TEXT_ONLY: &str = include_str!("text_only.lua");
 /// The code-mode helpers (`text`, `store`, `load`, ...); Lua's own `load` becomes `lua_load`.
 const CODE_MODE: &str = include_str!("code_mode.lua");
-
-/// Heap limit of the Lua state in bytes, set by the supervisor from the `[lua]` config.
-const MEMORY_LIMIT_VAR: &str = "CELLVISOR_MEMORY_LIMIT";
 
 /// A display bundle larger than this could not travel in one frame.
 const MAX_DISPLAY_BYTES: usize = MAX_FRAME_BYTES / 2;
@@ -89,7 +88,7 @@ pub struct LuaEngine {
 impl LuaEngine {
     /// The engine the worker runs, with the heap limit from `CELLVISOR_MEMORY_LIMIT` if set.
     pub fn new(_context: &WorkerContext) -> Result<Self, WorkerError> {
-        Self::with_memory_limit(memory_limit_from_env()?)
+        Self::with_memory_limit(env::bytes(env::MEMORY_LIMIT)?)
     }
 
     /// An engine whose Lua heap may grow to `memory_limit` bytes (`None`: unlimited).
@@ -391,8 +390,9 @@ fn describe_error(err: &mlua::Error, memory_limit: Option<usize>) -> (String, St
         mlua::Error::MemoryError(message) => {
             let text = match memory_limit {
                 Some(limit) => format!(
-                    "{message} (the Lua heap is limited to {}; {MEMORY_LIMIT_VAR})",
-                    human_bytes(limit)
+                    "{message} (the Lua heap is limited to {}; {})",
+                    human_bytes(limit),
+                    env::MEMORY_LIMIT
                 ),
                 None => message.clone(),
             };
@@ -433,9 +433,10 @@ fn human_bytes(bytes: usize) -> String {
     }
 }
 
-/// The heap limit of a Lua worker configured without one: half of what its address-space
+/// The heap limit of a Lua worker configured without one: a third of what its address-space
 /// rlimit leaves free now (the rest is for the allocator's overhead and the process's own
-/// needs), or the machine's memory.
+/// needs: each thread that allocates may reserve an arena of 64 MiB of address space, and
+/// the worker's threads allocate while a cell runs), or the machine's memory.
 fn default_heap_limit() -> usize {
     use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
     // SAFETY: sysconf has no preconditions.
@@ -447,28 +448,12 @@ fn default_heap_limit() -> usize {
                 .and_then(|statm| statm.split_whitespace().next()?.parse::<usize>().ok())
                 .map_or(0, |pages| pages.saturating_mul(page));
             let soft = usize::try_from(soft).unwrap_or(usize::MAX);
-            return (soft.saturating_sub(mapped) / 2).max(1024 * 1024);
+            return (soft.saturating_sub(mapped) / 3).max(1024 * 1024);
         }
     }
     // SAFETY: sysconf has no preconditions.
     let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
     usize::try_from(pages).map_or(usize::MAX, |pages| pages.saturating_mul(page))
-}
-
-fn memory_limit_from_env() -> Result<Option<usize>, WorkerError> {
-    parse_memory_limit(std::env::var(MEMORY_LIMIT_VAR).ok().as_deref())
-}
-
-/// An unset or empty variable means no limit; anything else must be a number of bytes.
-fn parse_memory_limit(value: Option<&str>) -> Result<Option<usize>, WorkerError> {
-    match value.map(str::trim) {
-        None | Some("") => Ok(None),
-        Some(bytes) => bytes.parse().map(Some).map_err(|_| {
-            WorkerError::Engine(format!(
-                "{MEMORY_LIMIT_VAR} must be a number of bytes, not `{bytes}`"
-            ))
-        }),
-    }
 }
 
 /// The sink is only ever locked on the engine's thread, so a poisoned lock (a panic while

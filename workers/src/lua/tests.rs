@@ -375,17 +375,6 @@ fn plain_data_detection() {
 }
 
 #[test]
-fn memory_limit_setting() {
-    assert_eq!(parse_memory_limit(None).ok(), Some(None));
-    assert_eq!(parse_memory_limit(Some(" ")).ok(), Some(None));
-    assert_eq!(
-        parse_memory_limit(Some("33554432")).ok(),
-        Some(Some(33_554_432))
-    );
-    assert!(parse_memory_limit(Some("32MiB")).is_err());
-}
-
-#[test]
 fn runaway_recursion_is_an_ordinary_error() {
     let mut lua = engine();
     let (summary, _) = failed(&mut lua, "local function r() return 1 + r() end\nr()");

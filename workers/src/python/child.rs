@@ -24,9 +24,6 @@ const MAX_DISPLAY_BYTES: usize = cellvisor_ipc::MAX_FRAME_BYTES / 2;
 /// How often a thread waiting for a tool's answer checks that its cell still runs.
 const TOOL_WAIT_POLL: Duration = Duration::from_millis(200);
 
-/// The env var that carries the nonce of the output sync markers to runner.py.
-const SYNC_TOKEN_VAR: &str = "CELLVISOR_SYNC_TOKEN";
-
 /// The cell id of the marker `yield_control()` writes into the output (no cell has id 0): the
 /// output thread sends the yield where it finds it, after exactly the output before it.
 const YIELD_MARKER: u64 = 0;
@@ -63,7 +60,7 @@ pub fn spawn(
         .stdin(Stdio::null())
         .env("PYTHONUNBUFFERED", "1")
         .env("PYTHONIOENCODING", "utf-8")
-        .env(SYNC_TOKEN_VAR, sync_token);
+        .env(cellvisor_ipc::env::SYNC_TOKEN, sync_token);
     if let Some(venv) = &interpreter.venv {
         let mut path = OsString::from(venv.join("bin"));
         if let Some(rest) = std::env::var_os("PATH").filter(|p| !p.is_empty()) {

@@ -15,10 +15,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The env var naming the interpreter to use when no virtualenv applies: a path or a
-/// command name looked up on PATH.
-pub const CONFIGURED_PYTHON_VAR: &str = "CELLVISOR_PYTHON";
-
 /// How long the fallback of running a shim may take.
 const SHIM_RUN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -95,7 +91,7 @@ pub fn locate(runtime_dir: &Path) -> Result<Interpreter, String> {
     let cwd =
         std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
     let env = |key: &str| std::env::var_os(key);
-    let configured = std::env::var_os(CONFIGURED_PYTHON_VAR);
+    let configured = std::env::var_os(cellvisor_ipc::env::PYTHON);
     match discover(&cwd, &env, configured.as_deref())? {
         Discovered::Found(interpreter) => Ok(interpreter),
         Discovered::UnresolvedShim(shim) => {

@@ -1,0 +1,96 @@
+//! The environment variables the supervisor gives a worker process.
+//!
+//! They are part of the protocol as much as the frames are: the supervisor sets them when it
+//! spawns a worker and the worker reads them before its first frame, so both sides name them
+//! through these constants and read their values through the functions here (the Python
+//! prelude, which cannot import Rust, repeats the two directory names it needs).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// The directory of spilled outputs (artifacts) the worker's `artifacts` helper reads from.
+pub const ARTIFACT_DIR: &str = "CELLVISOR_ARTIFACT_DIR";
+/// The session the worker runs for (absent on a prewarmed worker nobody owns yet).
+pub const SESSION: &str = "CELLVISOR_SESSION";
+/// The session's directory for `store`/`load` (absent on a prewarmed worker).
+pub const STORE_DIR: &str = "CELLVISOR_STORE_DIR";
+/// The heap limit of the JavaScript and Lua engines, in bytes.
+pub const MEMORY_LIMIT: &str = "CELLVISOR_MEMORY_LIMIT";
+/// The stack limit of the JavaScript engine, in bytes.
+pub const STACK_SIZE: &str = "CELLVISOR_STACK_SIZE";
+/// The Python interpreter configured for Python workers.
+pub const PYTHON: &str = "CELLVISOR_PYTHON";
+/// Which startup-module levels to run, comma-separated (`user,project`).
+pub const STARTUP: &str = "CELLVISOR_STARTUP";
+/// The token the Python worker hands its interpreter child to prove the sync channel is its.
+pub const SYNC_TOKEN: &str = "CELLVISOR_SYNC_TOKEN";
+/// The Landlock rules (JSON) a sandboxed worker applies to itself before its first cell.
+pub const SANDBOX: &str = "CELLVISOR_SANDBOX";
+
+/// A variable whose value is not what it must be.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{name} must be a number of bytes, not `{value}`")]
+pub struct BadBytes {
+    /// The variable.
+    pub name: &'static str,
+    /// What it held.
+    pub value: String,
+}
+
+/// A directory variable of this process: unset and empty both mean none.
+pub fn directory(name: &str) -> Option<PathBuf> {
+    directory_from(std::env::var_os(name))
+}
+
+/// A byte-count variable of this process: unset or blank means no limit.
+pub fn bytes(name: &'static str) -> Result<Option<usize>, BadBytes> {
+    bytes_from(name, std::env::var_os(name))
+}
+
+fn directory_from(value: Option<OsString>) -> Option<PathBuf> {
+    value.filter(|value| !value.is_empty()).map(PathBuf::from)
+}
+
+fn bytes_from(name: &'static str, value: Option<OsString>) -> Result<Option<usize>, BadBytes> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let text = value.to_string_lossy();
+    match text.trim() {
+        "" => Ok(None),
+        trimmed => trimmed.parse().map(Some).map_err(|_| BadBytes {
+            name,
+            value: text.into_owned(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_directories_are_none() {
+        assert_eq!(directory_from(None), None);
+        assert_eq!(directory_from(Some("".into())), None);
+        assert_eq!(
+            directory_from(Some("/x/y".into())),
+            Some(PathBuf::from("/x/y"))
+        );
+    }
+
+    #[test]
+    fn byte_counts_are_whole_numbers_or_blank() {
+        assert_eq!(bytes_from(MEMORY_LIMIT, None), Ok(None));
+        assert_eq!(bytes_from(MEMORY_LIMIT, Some(" ".into())), Ok(None));
+        assert_eq!(
+            bytes_from(MEMORY_LIMIT, Some(" 1024 ".into())),
+            Ok(Some(1024))
+        );
+        let bad = bytes_from(STACK_SIZE, Some("1MB".into())).unwrap_err();
+        assert_eq!(
+            bad.to_string(),
+            "CELLVISOR_STACK_SIZE must be a number of bytes, not `1MB`"
+        );
+    }
+}
