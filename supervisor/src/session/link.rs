@@ -18,8 +18,9 @@ use actix::Addr;
 use cellvisor_ipc::frame::{read_frame_async, write_frame_async, FrameError};
 use cellvisor_ipc::{FromWorker, OutputStream, ToWorker};
 use nix::sys::signal::Signal;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// The MIME type of status events: what a prelude helper did ("read 120 lines of x").
@@ -113,6 +114,36 @@ pub(crate) struct Link {
     to_worker: mpsc::UnboundedSender<ToWorker>,
     cells: mpsc::UnboundedSender<ActiveCell>,
     host: HostLine,
+    heard: Heard,
+}
+
+/// When the reader last read a frame of the worker's: any frame proves the worker alive, and a
+/// pong read behind a long backlog of output (a request of thousands of quick cells on a busy
+/// machine) must not make the session think the worker silent. Read straight from the
+/// reader, not through the session's mailbox, where a pong would wait behind that backlog.
+#[derive(Clone)]
+struct Heard {
+    since: Instant,
+    /// Milliseconds after `since`.
+    at: Arc<AtomicU64>,
+}
+
+impl Heard {
+    fn new() -> Heard {
+        Heard {
+            since: Instant::now(),
+            at: Arc::default(),
+        }
+    }
+
+    fn now(&self) {
+        let elapsed = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.at.store(elapsed, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> Instant {
+        self.since + Duration::from_millis(self.at.load(Ordering::Relaxed))
+    }
 }
 
 /// The reader's line to the host's event stream. A host that reads slowly makes the reader
@@ -182,10 +213,12 @@ impl Link {
             }
         });
         let host = HostLine::new();
+        let heard = Heard::new();
         let reader_task = ReaderTask {
             generation,
             session,
             host: host.clone(),
+            heard: heard.clone(),
             to_worker: to_worker.clone(),
             cells: incoming_cells,
             current: None,
@@ -199,7 +232,13 @@ impl Link {
             to_worker,
             cells,
             host,
+            heard,
         }
+    }
+
+    /// When the worker was last heard from (any frame; see [`Heard`]).
+    pub fn last_heard(&self) -> Instant {
+        self.heard.last()
     }
 
     /// Whether the reader is waiting for a slow host (and so cannot be reading pongs).
@@ -227,6 +266,7 @@ struct ReaderTask {
     generation: u64,
     session: Addr<Session>,
     host: HostLine,
+    heard: Heard,
     /// For answering tool calls.
     to_worker: mpsc::UnboundedSender<ToWorker>,
     cells: mpsc::UnboundedReceiver<ActiveCell>,
@@ -252,6 +292,7 @@ impl ReaderTask {
             }
             match frame {
                 Ok(Some(frame)) => {
+                    self.heard.now();
                     if !self.handle(frame).await {
                         break;
                     }

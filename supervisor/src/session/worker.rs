@@ -371,6 +371,8 @@ impl Session {
             // held back on purpose, not dead.
             *last_pong = Instant::now();
         }
+        // Any frame the reader read since is as good as a pong.
+        *last_pong = (*last_pong).max(link.last_heard());
         if last_pong.elapsed() > timeout {
             self.kill_worker(KillReason::MissedHeartbeats { timeout });
             return;
