@@ -132,18 +132,11 @@ pub struct Truncation {
     pub artifact_error: Option<String>,
 }
 
-/// One cell's result.
+/// How one cell ran, as its session saw it: the part of a [`CellResult`] that does not depend
+/// on the cell's place in its request, so a session can report it and the host wrap it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CellResult {
-    pub index: usize,
-    /// The cell's id in its session, for `wait` and `terminate` while it runs in the
-    /// background.
-    #[serde(default)]
-    pub cell_id: u64,
-    pub title: Option<String>,
-    pub language: Language,
+pub struct CellReport {
     pub status: CellStatus,
-    pub exit_code: i32,
     pub output: String,
     pub duration_ms: f64,
     pub displays: Vec<serde_json::Value>,
@@ -153,13 +146,76 @@ pub struct CellResult {
     pub notice: Option<String>,
 }
 
+impl CellReport {
+    /// An error that happened outside user code; `message` is the whole output.
+    pub fn error(message: String) -> CellReport {
+        let mut message = message;
+        if !message.ends_with('\n') {
+            message.push('\n');
+        }
+        CellReport {
+            status: CellStatus::Error,
+            truncation: Truncation {
+                truncated: false,
+                total_bytes: message.len() as u64,
+                total_lines: message.lines().count() as u64,
+                artifact_path: None,
+                artifact_error: None,
+            },
+            output: message,
+            duration_ms: 0.0,
+            displays: Vec::new(),
+            status_events: Vec::new(),
+            notice: None,
+        }
+    }
+
+    /// A cell that could not be run at all (no worker, session failed, ...): an error whose
+    /// output is `message`, as the host reports it.
+    pub fn refused(index: usize, spec: &CellSpec, message: String) -> CellResult {
+        CellReport::error(message).into_result(index, spec)
+    }
+
+    /// The result a host reports for this cell, the `index`-th of its request.
+    pub fn into_result(self, index: usize, spec: &CellSpec) -> CellResult {
+        CellResult {
+            index,
+            cell_id: 0,
+            title: spec.title.clone(),
+            language: spec.language,
+            exit_code: if matches!(self.status, CellStatus::Complete | CellStatus::Running) {
+                0
+            } else {
+                1
+            },
+            report: self,
+        }
+    }
+}
+
+/// One cell's result: its session's [`CellReport`] (flattened into the same JSON object)
+/// and where it stood in its request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CellResult {
+    pub index: usize,
+    /// The cell's id in its session, for `wait` and `terminate` while it runs in the
+    /// background.
+    #[serde(default)]
+    pub cell_id: u64,
+    pub title: Option<String>,
+    pub language: Language,
+    pub exit_code: i32,
+    #[serde(flatten)]
+    pub report: CellReport,
+}
+
 impl CellResult {
     /// The displays a text host should show besides `output`. A cell's trailing value is
     /// printed in its output and also sent as a bundle for hosts that want it rich; a JSON
     /// bundle that only repeats the printed value would show it twice.
     pub fn displays_beyond_output(&self) -> impl Iterator<Item = &serde_json::Value> {
-        let printed = self.output.strip_suffix('\n').unwrap_or_default();
-        self.displays.iter().filter(move |bundle| {
+        let printed = self.report.output.strip_suffix('\n').unwrap_or_default();
+        self.report.displays.iter().filter(move |bundle| {
             let only_json_and_text = bundle.as_object().is_some_and(|o| {
                 o.keys()
                     .all(|k| k == "application/json" || k == "text/plain")
@@ -179,14 +235,16 @@ impl CellResult {
             cell_id: 0,
             title: spec.title.clone(),
             language: spec.language,
-            status: CellStatus::Skipped,
             exit_code: 0,
-            output: String::new(),
-            duration_ms: 0.0,
-            displays: Vec::new(),
-            status_events: Vec::new(),
-            truncation: Truncation::default(),
-            notice: None,
+            report: CellReport {
+                status: CellStatus::Skipped,
+                output: String::new(),
+                duration_ms: 0.0,
+                displays: Vec::new(),
+                status_events: Vec::new(),
+                truncation: Truncation::default(),
+                notice: None,
+            },
         }
     }
 
@@ -194,7 +252,7 @@ impl CellResult {
     /// it would have queued behind that cell, so it is left to the host to send again.
     pub fn skipped_behind(index: usize, spec: &CellSpec, running: u64) -> CellResult {
         let mut result = CellResult::skipped(index, spec);
-        result.output = format!(
+        result.report.output = format!(
             "skipped: cell {running} of this request is still running in the background; \
              `wait` for it, then send this cell again\n"
         );
@@ -213,7 +271,7 @@ impl EvalResult {
     pub fn from_cells(cells: Vec<CellResult>) -> EvalResult {
         let is_error = cells
             .iter()
-            .any(|c| matches!(c.status, CellStatus::Error | CellStatus::Cancelled));
+            .any(|c| matches!(c.report.status, CellStatus::Error | CellStatus::Cancelled));
         EvalResult { is_error, cells }
     }
 }
@@ -279,14 +337,14 @@ mod tests {
             yield_time_ms: None,
         };
         let mut cell = CellResult::skipped(0, &spec);
-        cell.output = "{'k': 1}\n".into();
-        cell.displays = vec![
+        cell.report.output = "{'k': 1}\n".into();
+        cell.report.displays = vec![
             serde_json::json!({"application/json": {"k": 1}, "text/plain": "{'k': 1}"}),
             serde_json::json!({"application/json": {"k": 2}, "text/plain": "{'k': 2}"}),
             serde_json::json!({"image/png": "AA==", "text/plain": "{'k': 1}"}),
         ];
         let shown: Vec<_> = cell.displays_beyond_output().collect();
-        assert_eq!(shown, [&cell.displays[1], &cell.displays[2]]);
+        assert_eq!(shown, [&cell.report.displays[1], &cell.report.displays[2]]);
     }
 
     #[test]

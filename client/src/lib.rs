@@ -14,7 +14,7 @@ pub mod protocol;
 pub mod sandbox;
 pub mod status;
 
-pub use cell::{CellEvent, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};
+pub use cell::{CellEvent, CellReport, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};
 pub use cellvisor_ipc::Language;
 pub use daemon::{Client, ClientError};
 pub use status::{SessionState, SessionStatus};

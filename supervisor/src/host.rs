@@ -339,7 +339,7 @@ impl Cellvisor {
                             "the session ended before the cell finished".into(),
                         ),
                     };
-                    if result.status == CellStatus::Running {
+                    if result.report.status == CellStatus::Running {
                         self.remember_background(cell_id, key);
                         in_background = Some(cell_id);
                     }
@@ -352,7 +352,7 @@ impl Cellvisor {
                 let _ = events
                     .send(CellEvent::CellDone {
                         index,
-                        status: result.status,
+                        status: result.report.status,
                     })
                     .await;
             }
@@ -432,7 +432,7 @@ impl Cellvisor {
             .map_err(|_| RequestError::Stopped)?;
         let answer = answer.await.unwrap_or(Err(Refusal::Unknown));
         let ended = match &answer {
-            Ok(result) => result.status != CellStatus::Running,
+            Ok(result) => result.report.status != CellStatus::Running,
             Err(refusal) => *refusal == Refusal::Unknown,
         };
         if ended {

@@ -221,13 +221,9 @@ impl CellvisorMcp {
             #[serde(default)]
             language: Option<Language>,
         }
-        let args: ResetArgs = match serde_json::from_value(Value::Object(arguments)) {
+        let args: ResetArgs = match tool_arguments(arguments, r#"{"language"?: "py"|"js"|"lua"}"#) {
             Ok(args) => args,
-            Err(err) => {
-                return tool_error(format!(
-                    "invalid arguments: {err}. Expected {{\"language\"?: \"py\"|\"js\"|\"lua\"}}"
-                ))
-            }
+            Err(refusal) => return refusal,
         };
         let which = args
             .language
@@ -257,14 +253,12 @@ impl CellvisorMcp {
             #[serde(default)]
             max_tokens: Option<u64>,
         }
-        let args: WaitArgs = match serde_json::from_value(Value::Object(arguments)) {
+        let args: WaitArgs = match tool_arguments(
+            arguments,
+            r#"{"cell_id": integer, "yield_time_ms"?: integer, "max_tokens"?: integer}"#,
+        ) {
             Ok(args) => args,
-            Err(err) => {
-                return tool_error(format!(
-                    "invalid arguments: {err}. Expected {{\"cell_id\": integer, \
-                     \"yield_time_ms\"?: integer, \"max_tokens\"?: integer}}"
-                ))
-            }
+            Err(refusal) => return refusal,
         };
         let options = WaitOptions {
             yield_time_ms: args.yield_time_ms,
@@ -283,13 +277,9 @@ impl CellvisorMcp {
         struct TerminateArgs {
             cell_id: u64,
         }
-        let args: TerminateArgs = match serde_json::from_value(Value::Object(arguments)) {
+        let args: TerminateArgs = match tool_arguments(arguments, r#"{"cell_id": integer}"#) {
             Ok(args) => args,
-            Err(err) => {
-                return tool_error(format!(
-                    "invalid arguments: {err}. Expected {{\"cell_id\": integer}}"
-                ))
-            }
+            Err(refusal) => return refusal,
         };
         match self.cv.terminate(&self.session, args.cell_id).await {
             Ok(cell) => render_result(&EvalResult::from_cells(vec![cell])),
@@ -574,6 +564,16 @@ fn request_error_message(err: &RequestError) -> String {
     }
 }
 
+/// A tool's arguments as `T`, or the refusal that names what was wrong and the `expected`
+/// shape, so every tool answers bad arguments in the same words.
+fn tool_arguments<T: serde::de::DeserializeOwned>(
+    arguments: JsonObject,
+    expected: &str,
+) -> Result<T, CallToolResult> {
+    serde_json::from_value(Value::Object(arguments))
+        .map_err(|err| tool_error(format!("invalid arguments: {err}. Expected {expected}")))
+}
+
 fn tool_error(message: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message)])
 }
@@ -606,10 +606,10 @@ fn render_cell(cell: &CellResult, total: usize) -> (String, Vec<ContentBlock>) {
     if let Some(header) = render::cell_header(cell, total) {
         line(&header);
     }
-    if let Some(notice) = &cell.notice {
+    if let Some(notice) = &cell.report.notice {
         line(&format!("({})", notice.trim_end()));
     }
-    line(&cell.output);
+    line(&cell.report.output);
     if let Some(note) = render::truncation_note(cell) {
         line(&note);
     }
@@ -630,9 +630,11 @@ fn render_cell(cell: &CellResult, total: usize) -> (String, Vec<ContentBlock>) {
             Shown::Nothing => {}
         }
     }
-    match cell.status {
+    match cell.report.status {
         CellStatus::Complete => {}
-        CellStatus::Skipped if cell.output.is_empty() => line("(skipped: an earlier cell failed)"),
+        CellStatus::Skipped if cell.report.output.is_empty() => {
+            line("(skipped: an earlier cell failed)")
+        }
         CellStatus::Skipped => line("(skipped)"),
         CellStatus::Running => line(&format!(
             "(still running in the background as cell {id}: call `wait` with cell_id {id} \
@@ -650,7 +652,7 @@ fn render_cell(cell: &CellResult, total: usize) -> (String, Vec<ContentBlock>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::Truncation;
+    use crate::cell::{CellReport, Truncation};
 
     fn cell(index: usize, status: CellStatus, output: &str, displays: Vec<Value>) -> CellResult {
         CellResult {
@@ -658,14 +660,16 @@ mod tests {
             cell_id: 0,
             title: None,
             language: Language::Python,
-            status,
             exit_code: i32::from(status != CellStatus::Complete),
-            output: output.to_string(),
-            duration_ms: 1.0,
-            displays,
-            status_events: Vec::new(),
-            truncation: Truncation::default(),
-            notice: None,
+            report: CellReport {
+                status,
+                output: output.to_string(),
+                duration_ms: 1.0,
+                displays,
+                status_events: Vec::new(),
+                truncation: Truncation::default(),
+                notice: None,
+            },
         }
     }
 

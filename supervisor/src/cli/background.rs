@@ -2,7 +2,7 @@
 //! `running`), through the daemon.
 
 use super::{usage_error, Globals};
-use crate::daemon::client::{Client, ClientError};
+use crate::daemon::client::ClientError;
 use crate::daemon::protocol::method;
 use crate::{CellResult, CellStatus};
 use serde_json::json;
@@ -62,12 +62,11 @@ async fn call(
     session: &str,
     json: bool,
 ) -> i32 {
-    let config = match globals.load_config() {
-        Ok(config) => config,
-        Err(err) => return usage_error(err),
+    let connection = match globals.connect_daemon().await {
+        Ok(connection) => connection,
+        Err(code) => return code,
     };
-    let socket = globals.socket(&config);
-    let mut client = match Client::connect(&socket).await {
+    let mut client = match connection.client {
         Ok(client) => client,
         Err(err) => {
             eprintln!("error: {err} (is the daemon running? background cells live in it)");
@@ -99,21 +98,24 @@ async fn call(
         print_cell(&cell, session);
     }
     i32::from(matches!(
-        cell.status,
+        cell.report.status,
         CellStatus::Error | CellStatus::Cancelled
     ))
 }
 
 fn print_cell(cell: &CellResult, session: &str) {
     let mut out = std::io::stdout().lock();
-    if matches!(cell.status, CellStatus::Complete | CellStatus::Running) {
-        let _ = out.write_all(cell.output.as_bytes());
+    if matches!(
+        cell.report.status,
+        CellStatus::Complete | CellStatus::Running
+    ) {
+        let _ = out.write_all(cell.report.output.as_bytes());
     } else {
         let _ = out.flush();
-        eprint!("{}", cell.output);
+        eprint!("{}", cell.report.output);
     }
     let _ = out.flush();
-    if cell.status == CellStatus::Running {
+    if cell.report.status == CellStatus::Running {
         eprintln!("{}", still_running(cell.cell_id, session));
     }
 }

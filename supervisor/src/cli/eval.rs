@@ -132,22 +132,22 @@ async fn run_in_process(
 
 /// Waits for `cell` until it ends if it went to the background, adding what it printed.
 async fn finish_in_process(cellvisor: &Cellvisor, session: &str, cell: &mut CellResult) {
-    while cell.status == CellStatus::Running {
+    while cell.report.status == CellStatus::Running {
         match cellvisor
             .wait(session, cell.cell_id, crate::WaitOptions::default())
             .await
         {
             Ok(more) => {
-                cell.output.push_str(&more.output);
-                cell.displays.extend(more.displays);
-                cell.status_events.extend(more.status_events);
-                cell.status = more.status;
+                cell.report.output.push_str(&more.report.output);
+                cell.report.displays.extend(more.report.displays);
+                cell.report.status_events.extend(more.report.status_events);
+                cell.report.status = more.report.status;
                 cell.exit_code = more.exit_code;
-                cell.duration_ms = more.duration_ms;
+                cell.report.duration_ms = more.report.duration_ms;
             }
             Err(err) => {
-                cell.output.push_str(&format!("{err}\n"));
-                cell.status = CellStatus::Error;
+                cell.report.output.push_str(&format!("{err}\n"));
+                cell.report.status = CellStatus::Error;
                 cell.exit_code = 1;
             }
         }
@@ -307,7 +307,7 @@ fn print_result(result: &EvalResult, json: bool, session: &str) {
     let total = result.cells.len();
     for cell in &result.cells {
         print_cell(&mut out, cell, total);
-        if cell.status == CellStatus::Running {
+        if cell.report.status == CellStatus::Running {
             let _ = out.flush();
             eprintln!(
                 "{}",
@@ -319,22 +319,25 @@ fn print_result(result: &EvalResult, json: bool, session: &str) {
 }
 
 fn print_cell(out: &mut impl Write, cell: &CellResult, total: usize) {
-    if let Some(notice) = &cell.notice {
+    if let Some(notice) = &cell.report.notice {
         eprintln!("note: {notice}");
     }
     if let Some(header) = render::cell_header(cell, total) {
-        if cell.status == CellStatus::Skipped {
-            eprintln!("{header} ({})", cell.status);
-            eprint!("{}", cell.output);
+        if cell.report.status == CellStatus::Skipped {
+            eprintln!("{header} ({})", cell.report.status);
+            eprint!("{}", cell.report.output);
             return;
         }
         let _ = writeln!(out, "{header}");
     }
-    if matches!(cell.status, CellStatus::Complete | CellStatus::Running) {
-        let _ = out.write_all(cell.output.as_bytes());
+    if matches!(
+        cell.report.status,
+        CellStatus::Complete | CellStatus::Running
+    ) {
+        let _ = out.write_all(cell.report.output.as_bytes());
     } else {
         let _ = out.flush();
-        eprint!("{}", cell.output);
+        eprint!("{}", cell.report.output);
     }
     if let Some(note) = render::truncation_note(cell) {
         let _ = out.flush();
