@@ -73,10 +73,14 @@ impl Client {
         })
     }
 
-    /// Connects, starting a daemon in the background first when none is listening; its
-    /// output goes to `log` (default: next to the socket, see [`log_path`]).
+    /// Connects, starting a daemon in the background first when none is listening: `program
+    /// serve --socket path [--config config]`, its output to `log` (default: next to the
+    /// socket, see [`log_path`]). `program` is the cellvisor executable, named by the caller
+    /// because the running program is not always cellvisor: a Rust host linking this crate
+    /// would otherwise start itself (the CLI passes its own executable).
     pub async fn connect_or_start(
         path: &Path,
+        program: &Path,
         config: Option<&Path>,
         log: Option<&Path>,
     ) -> Result<Client, ClientError> {
@@ -90,7 +94,7 @@ impl Client {
             Err(other) => return Err(other),
         }
         let log = log.map_or_else(|| log_path(path), Path::to_path_buf);
-        start_daemon(path, config, &log)?;
+        start_daemon(program, path, config, &log)?;
         let deadline = Instant::now() + DAEMON_START_TIMEOUT;
         loop {
             match Client::connect(path).await {
@@ -172,9 +176,13 @@ pub fn log_path(socket: &Path) -> PathBuf {
     socket.with_extension("log")
 }
 
-/// Starts `cellvisor serve` detached from this process (its own session, output to the log).
-fn start_daemon(socket: &Path, config: Option<&Path>, log_file: &Path) -> Result<(), ClientError> {
-    let exe = std::env::current_exe().map_err(|e| ClientError::Start(e.to_string()))?;
+/// Starts `program serve` detached from this process (its own session, output to the log).
+fn start_daemon(
+    program: &Path,
+    socket: &Path,
+    config: Option<&Path>,
+    log_file: &Path,
+) -> Result<(), ClientError> {
     if let Some(dir) = socket.parent() {
         cellvisor_ipc::socket::ensure_private_dir(dir)
             .map_err(|e| ClientError::Start(format!("{}: {e}", dir.display())))?;
@@ -188,7 +196,7 @@ fn start_daemon(socket: &Path, config: Option<&Path>, log_file: &Path) -> Result
     let log_err = log
         .try_clone()
         .map_err(|e| ClientError::Start(e.to_string()))?;
-    let mut command = std::process::Command::new(exe);
+    let mut command = std::process::Command::new(program);
     command.arg("serve").arg("--socket").arg(socket);
     if let Some(config) = config {
         command.arg("--config").arg(config);
@@ -208,7 +216,7 @@ fn start_daemon(socket: &Path, config: Option<&Path>, log_file: &Path) -> Result
     }
     let child = command
         .spawn()
-        .map_err(|e| ClientError::Start(e.to_string()))?;
+        .map_err(|e| ClientError::Start(format!("cannot run {}: {e}", program.display())))?;
     // The daemon is on its own now; reap it if it exits while we are still here.
     std::thread::spawn(move || {
         let mut child = child;

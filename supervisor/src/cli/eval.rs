@@ -160,7 +160,10 @@ async fn run_through_daemon(
     config: Option<PathBuf>,
     log: Option<PathBuf>,
 ) -> Result<EvalResult, Failure> {
-    let mut client = Client::connect_or_start(&socket, config.as_deref(), log.as_deref())
+    // This program is the cellvisor binary: the daemon it starts is itself, serving.
+    let program = std::env::current_exe()
+        .map_err(|e| Failure::Broken(format!("cannot find this program to start a daemon: {e}")))?;
+    let mut client = Client::connect_or_start(&socket, &program, config.as_deref(), log.as_deref())
         .await
         .map_err(|e| Failure::Broken(e.to_string()))?;
     client
