@@ -8,6 +8,8 @@
 //! - [`protocol`]: the daemon's JSON-RPC wire types, method names and error codes.
 //! - [`daemon`]: the daemon's client (connect, or start one), and where its socket is.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 pub mod cell;
 pub mod daemon;
 pub mod protocol;
