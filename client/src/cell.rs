@@ -9,8 +9,11 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CellSpec {
+    /// The language whose worker runs the cell.
     pub language: Language,
+    /// The source, run as one unit in the session's worker for `language`.
     pub code: String,
+    /// A label hosts show in the cell's header.
     #[serde(default)]
     pub title: Option<String>,
     /// Seconds; clamped to the configured range.
@@ -29,10 +32,13 @@ pub struct CellSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EvalRequest {
+    /// The session whose workers (and state) run the cells; created on first use.
     #[serde(default = "default_session")]
     pub session: String,
+    /// The directory the cells run in; `None` keeps the workers' current one.
     #[serde(default)]
     pub cwd: Option<PathBuf>,
+    /// The cells, run in order.
     pub cells: Vec<CellSpec>,
     /// Tools the host offers to the cells (`tool.<name>(args)`); the host answers the calls.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -68,9 +74,12 @@ impl Default for EvalRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolSpec {
+    /// The name cells call it by (`tool.<name>(args)`).
     pub name: String,
+    /// Shown to cells by `tools.tool_search`, so code can find the right tool.
     #[serde(default)]
     pub description: String,
+    /// The JSON Schema of the arguments, shown to cells and used for the TypeScript declarations.
     #[serde(default = "empty_object")]
     pub input_schema: serde_json::Value,
 }
@@ -83,8 +92,11 @@ fn empty_object() -> serde_json::Value {
 /// its error message.
 #[derive(Debug)]
 pub struct ToolCallRequest {
+    /// The tool called.
     pub name: String,
+    /// The arguments the cell passed, as JSON.
     pub arguments: serde_json::Value,
+    /// Where the host sends the result (or an error message) back to the waiting cell.
     pub reply: tokio::sync::oneshot::Sender<Result<serde_json::Value, String>>,
 }
 
@@ -97,9 +109,13 @@ pub fn default_session() -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CellStatus {
+    /// The cell ran to its end.
     Complete,
+    /// The cell raised, or could not be run; its output says why.
     Error,
+    /// The cell was stopped: timeout, interrupt or a lost worker.
     Cancelled,
+    /// The cell did not run because an earlier cell of its request failed.
     Skipped,
     /// The cell yielded (its `yield_time_ms` passed, or it called `yield_control()`) and goes
     /// on in the background: collect the rest with `wait`.
@@ -122,8 +138,11 @@ impl std::fmt::Display for CellStatus {
 /// Whether and how a cell's output was cut down to fit in memory.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Truncation {
+    /// Whether `output` is shorter than what the cell wrote.
     pub truncated: bool,
+    /// Everything the cell wrote, in bytes, so a host can say how much was cut.
     pub total_bytes: u64,
+    /// Everything the cell wrote, in lines.
     pub total_lines: u64,
     /// The whole output, when it did not fit.
     pub artifact_path: Option<PathBuf>,
@@ -136,11 +155,17 @@ pub struct Truncation {
 /// on the cell's place in its request, so a session can report it and the host wrap it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CellReport {
+    /// How the cell ended.
     pub status: CellStatus,
+    /// What the cell wrote (stdout and stderr in order), truncated as `truncation` says.
     pub output: String,
+    /// Wall-clock time of the cell in its worker.
     pub duration_ms: f64,
+    /// MIME bundles the cell displayed (`{"image/png": ..., "text/plain": ...}`).
     pub displays: Vec<serde_json::Value>,
+    /// What the prelude helpers did (`{"op": "read", ...}`), for hosts that show progress.
     pub status_events: Vec<serde_json::Value>,
+    /// How much of the output was kept, and where the rest went.
     pub truncation: Truncation,
     /// Set when the session was started, restarted or evicted before this cell.
     pub notice: Option<String>,
@@ -197,14 +222,19 @@ impl CellReport {
 /// and where it stood in its request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CellResult {
+    /// The cell's place in its request, from 0.
     pub index: usize,
     /// The cell's id in its session, for `wait` and `terminate` while it runs in the
     /// background.
     #[serde(default)]
     pub cell_id: u64,
+    /// The cell's title, as the host sent it.
     pub title: Option<String>,
+    /// The language the cell ran in.
     pub language: Language,
+    /// 0 for a cell that completed or still runs, 1 otherwise: what a shell would expect.
     pub exit_code: i32,
+    /// How the cell ran, as its session reported it.
     #[serde(flatten)]
     pub report: CellReport,
 }
@@ -263,11 +293,14 @@ impl CellResult {
 /// The result of a request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalResult {
+    /// Whether any cell failed or was cancelled, so hosts need not scan the cells.
     pub is_error: bool,
+    /// One result per cell of the request, in order, skipped ones included.
     pub cells: Vec<CellResult>,
 }
 
 impl EvalResult {
+    /// The result of these cells; `is_error` is computed from them so it cannot disagree.
     pub fn from_cells(cells: Vec<CellResult>) -> EvalResult {
         let is_error = cells
             .iter()
@@ -280,27 +313,43 @@ impl EvalResult {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum CellEvent {
+    /// A cell began to run.
     CellStarted {
+        /// The cell's place in its request.
         index: usize,
+        /// The language it runs in.
         language: Language,
+        /// Its title, as the host sent it.
         title: Option<String>,
     },
+    /// A chunk of a cell's output, as the worker wrote it.
     Output {
+        /// The cell's place in its request.
         index: usize,
+        /// `"stdout"` or `"stderr"`.
         stream: &'static str,
+        /// The text written (invalid UTF-8 replaced).
         text: String,
     },
+    /// A MIME bundle the cell displayed.
     Display {
+        /// The cell's place in its request.
         index: usize,
+        /// The bundle (`{"image/png": ..., "text/plain": ...}`).
         bundle: serde_json::Value,
     },
     /// What a prelude helper did, e.g. `{"op": "read", "path": "src/main.rs", "lines": 120}`.
     Status {
+        /// The cell's place in its request.
         index: usize,
+        /// The helper's report.
         status: serde_json::Value,
     },
+    /// A cell ended.
     CellDone {
+        /// The cell's place in its request.
         index: usize,
+        /// How it ended.
         status: CellStatus,
     },
 }

@@ -33,19 +33,27 @@ const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(15);
 /// What went wrong talking to the daemon.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// Nothing listens at `path` (no daemon), or it refused us.
     #[error("cannot connect to the cellvisor daemon at {path}: {source}")]
     Connect {
+        /// The socket tried.
         path: PathBuf,
+        /// Why the connection failed.
         source: std::io::Error,
     },
+    /// A daemon could not be started, or did not start listening in time.
     #[error("cannot start a cellvisor daemon: {0}")]
     Start(String),
+    /// Reading or writing the connection failed.
     #[error("lost the connection to the daemon: {0}")]
     Io(#[from] std::io::Error),
+    /// The daemon closed the connection before answering (it stopped, or crashed).
     #[error("the daemon closed the connection")]
     Closed,
+    /// The daemon refused the call; its error says what was wrong and what is allowed.
     #[error("{}", .0.message)]
     Rpc(RpcError),
+    /// The daemon answered something this client does not understand (a version mismatch).
     #[error("unexpected answer from the daemon: {0}")]
     Protocol(String),
 }
@@ -58,6 +66,7 @@ pub struct Client {
 }
 
 impl Client {
+    /// Connects to a daemon already listening at `path`.
     pub async fn connect(path: &Path) -> Result<Client, ClientError> {
         let stream = UnixStream::connect(path)
             .await
@@ -148,6 +157,7 @@ impl Client {
         }
     }
 
+    /// Calls `method` and waits for its result, ignoring notifications meanwhile.
     pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, ClientError> {
         self.call_with_events(method, params, |_| {}).await
     }
