@@ -122,6 +122,14 @@ pub enum CellStatus {
     Running,
 }
 
+impl CellStatus {
+    /// Nothing has gone wrong: the cell completed, or runs on in the background. Decides a
+    /// cell's exit code and whether a text host prints its output as output or as an error.
+    pub fn succeeded_so_far(self) -> bool {
+        matches!(self, CellStatus::Complete | CellStatus::Running)
+    }
+}
+
 impl std::fmt::Display for CellStatus {
     /// The status as the protocol spells it (`complete`, `error`, ...).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -208,11 +216,7 @@ impl CellReport {
             cell_id: 0,
             title: spec.title.clone(),
             language: spec.language,
-            exit_code: if matches!(self.status, CellStatus::Complete | CellStatus::Running) {
-                0
-            } else {
-                1
-            },
+            exit_code: i32::from(!self.status.succeeded_so_far()),
             report: self,
         }
     }

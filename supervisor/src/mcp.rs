@@ -208,10 +208,7 @@ impl CellvisorMcp {
                 eval.await
             }
         };
-        match result {
-            Ok(result) => render_result(&result),
-            Err(err) => tool_error(request_error_message(&err)),
-        }
+        render_answer(result)
     }
 
     async fn reset(&self, arguments: JsonObject) -> CallToolResult {
@@ -264,10 +261,12 @@ impl CellvisorMcp {
             yield_time_ms: args.yield_time_ms,
             max_tokens: args.max_tokens,
         };
-        match self.cv.wait(&self.session, args.cell_id, options).await {
-            Ok(cell) => render_result(&EvalResult::from_cells(vec![cell])),
-            Err(err) => tool_error(request_error_message(&err)),
-        }
+        render_answer(
+            self.cv
+                .wait(&self.session, args.cell_id, options)
+                .await
+                .map(|cell| EvalResult::from_cells(vec![cell])),
+        )
     }
 
     /// `terminate`: stop a background cell; its final result.
@@ -281,10 +280,12 @@ impl CellvisorMcp {
             Ok(args) => args,
             Err(refusal) => return refusal,
         };
-        match self.cv.terminate(&self.session, args.cell_id).await {
-            Ok(cell) => render_result(&EvalResult::from_cells(vec![cell])),
-            Err(err) => tool_error(request_error_message(&err)),
-        }
+        render_answer(
+            self.cv
+                .terminate(&self.session, args.cell_id)
+                .await
+                .map(|cell| EvalResult::from_cells(vec![cell])),
+        )
     }
 
     async fn sessions(&self) -> CallToolResult {
@@ -576,6 +577,14 @@ fn tool_arguments<T: serde::de::DeserializeOwned>(
 
 fn tool_error(message: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
+/// The answer of `eval`, `wait` or `terminate`: the cells' result, or the refusal.
+fn render_answer(answer: Result<EvalResult, RequestError>) -> CallToolResult {
+    match answer {
+        Ok(result) => render_result(&result),
+        Err(err) => tool_error(request_error_message(&err)),
+    }
 }
 
 /// A request's result as MCP content: one text block per cell (header, notice, output,

@@ -4,9 +4,8 @@
 use super::{usage_error, Globals};
 use crate::daemon::client::ClientError;
 use crate::daemon::protocol::method;
-use crate::{CellResult, CellStatus};
+use crate::{CellResult, CellStatus, EvalResult};
 use serde_json::json;
-use std::io::Write;
 
 #[derive(Debug, clap::Args)]
 pub struct WaitArgs {
@@ -94,30 +93,13 @@ async fn call(
             return 1;
         }
     };
+    let status = cell.report.status;
     if !json {
-        print_cell(&cell, session);
+        // Printed as `eval` prints a cell: output, truncation note, displays, and how to
+        // collect the rest while it runs.
+        super::eval::print_result(&EvalResult::from_cells(vec![cell]), false, session);
     }
-    i32::from(matches!(
-        cell.report.status,
-        CellStatus::Error | CellStatus::Cancelled
-    ))
-}
-
-fn print_cell(cell: &CellResult, session: &str) {
-    let mut out = std::io::stdout().lock();
-    if matches!(
-        cell.report.status,
-        CellStatus::Complete | CellStatus::Running
-    ) {
-        let _ = out.write_all(cell.report.output.as_bytes());
-    } else {
-        let _ = out.flush();
-        eprint!("{}", cell.report.output);
-    }
-    let _ = out.flush();
-    if cell.report.status == CellStatus::Running {
-        eprintln!("{}", still_running(cell.cell_id, session));
-    }
+    i32::from(matches!(status, CellStatus::Error | CellStatus::Cancelled))
 }
 
 /// What the CLI says about a cell that goes on in the background.

@@ -299,7 +299,9 @@ fn parse_cells(source: &str) -> Result<Vec<CellSpec>, UsageError> {
     Ok(cells)
 }
 
-fn print_result(result: &EvalResult, json: bool, session: &str) {
+/// Prints a request's result: `--json` as is, else each cell's output on stdout (stderr for a
+/// failed cell), notes on stderr, displays as text or saved files.
+pub(super) fn print_result(result: &EvalResult, json: bool, session: &str) {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if json {
@@ -333,10 +335,7 @@ fn print_cell(out: &mut impl Write, cell: &CellResult, total: usize) {
         }
         let _ = writeln!(out, "{header}");
     }
-    if matches!(
-        cell.report.status,
-        CellStatus::Complete | CellStatus::Running
-    ) {
+    if cell.report.status.succeeded_so_far() {
         let _ = out.write_all(cell.report.output.as_bytes());
     } else {
         let _ = out.flush();
