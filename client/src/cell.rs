@@ -379,16 +379,20 @@ mod tests {
         assert!(err.to_string().contains("ruby"), "{err}");
     }
 
-    #[test]
-    fn a_display_repeating_the_printed_value_is_not_shown_twice() {
-        let spec = CellSpec {
+    fn python_cell() -> CellSpec {
+        CellSpec {
             language: Language::Python,
             code: String::new(),
             title: None,
             timeout: None,
             reset: false,
             yield_time_ms: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_display_repeating_the_printed_value_is_not_shown_twice() {
+        let spec = python_cell();
         let mut cell = CellResult::skipped(0, &spec);
         cell.report.output = "{'k': 1}\n".into();
         cell.report.displays = vec![
@@ -402,17 +406,13 @@ mod tests {
 
     #[test]
     fn result_serializes_snake_case() {
-        let spec = CellSpec {
-            language: Language::Python,
-            code: String::new(),
-            title: None,
-            timeout: None,
-            reset: false,
-            yield_time_ms: None,
-        };
+        let spec = python_cell();
         let json = serde_json::to_value(CellResult::skipped(2, &spec)).unwrap();
         assert_eq!(json["status"], "skipped");
         assert_eq!(json["language"], "py");
+        // The session's report is flattened: hosts see one object per cell.
+        assert_eq!(json["output"], "");
+        assert!(json.get("report").is_none(), "{json}");
         assert_eq!(json["truncation"]["artifact_path"], serde_json::Value::Null);
     }
 
