@@ -99,6 +99,105 @@ fn the_store_load_counter_counts_across_requests_in_every_language() {
     daemon.stop();
 }
 
+/// Store keys and whether the key rule accepts them. JavaScript and Lua check keys in the
+/// workers' Rust helpers, Python in its prelude: this table is what keeps the two copies of
+/// the rule (and of the `<key>.json` layout) the same.
+fn store_keys() -> Vec<(String, bool)> {
+    let mut keys: Vec<(String, bool)> = [
+        ("k-1.v2", true),
+        ("_", true),
+        ("a..b", true),
+        ("Z9-", true),
+        ("trailing.", true),
+        ("", false),
+        (".hidden", false),
+        ("..", false),
+        ("../x", false),
+        ("a/b", false),
+        ("sp ace", false),
+        ("caf\u{e9}", false),
+        ("tab\t", false),
+    ]
+    .into_iter()
+    .map(|(key, valid)| (key.to_string(), valid))
+    .collect();
+    keys.push(("k".repeat(128), true));
+    keys.push(("k".repeat(129), false));
+    keys
+}
+
+#[test]
+fn every_language_applies_the_same_store_key_rule_to_the_same_files() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let keys = store_keys();
+    let names = serde_json::to_string(&keys.iter().map(|(k, _)| k).collect::<Vec<_>>())
+        .expect("keys as JSON");
+    let expected: String = keys
+        .iter()
+        .map(|(_, valid)| if *valid { "ok " } else { "refused " })
+        .collect();
+    // Each language stores 1 under every key, noting which keys it refused.
+    let lua_names = names.replacen('[', "{", 1).replacen(']', "}", 1);
+    for (language, code) in [
+        (
+            "js",
+            format!(
+                "let seen = ''; for (const k of {names}) {{ \
+                 try {{ store(k, 1); seen += 'ok '; }} catch (e) {{ seen += 'refused '; }} }} \
+                 text(seen)"
+            ),
+        ),
+        (
+            "py",
+            format!(
+                "seen = ''\nfor k in {names}:\n    try:\n        store(k, 1)\n        \
+                 seen += 'ok '\n    except Exception:\n        seen += 'refused '\ntext(seen)"
+            ),
+        ),
+        (
+            "lua",
+            format!(
+                "local seen = '' for _, k in ipairs({lua_names}) do \
+                 if pcall(store, k, 1) then seen = seen .. 'ok ' else seen = seen .. 'refused ' end \
+                 end text(seen)"
+            ),
+        ),
+    ] {
+        let result = one(&mut client, &format!("keys-{language}"), language, &code);
+        assert_eq!(output(&result, 0), format!("{expected}\n"), "{language}: {result:#}");
+    }
+    // One session, every language: what one stored under the longest key, the others load.
+    let longest = "k".repeat(128);
+    one(
+        &mut client,
+        "keys-shared",
+        "py",
+        &format!("store('{longest}', {{'from': 'py'}})"),
+    );
+    let js = one(
+        &mut client,
+        "keys-shared",
+        "js",
+        &format!("text(load('{longest}').from)"),
+    );
+    assert_eq!(output(&js, 0), "py\n", "{js:#}");
+    one(
+        &mut client,
+        "keys-shared",
+        "lua",
+        &format!("store('{longest}', {{from = 'lua'}})"),
+    );
+    let py = one(
+        &mut client,
+        "keys-shared",
+        "py",
+        &format!("text(load('{longest}')['from'])"),
+    );
+    assert_eq!(output(&py, 0), "lua\n", "{py:#}");
+    daemon.stop();
+}
+
 #[test]
 fn pending_timers_keep_a_js_cell_alive_and_die_with_a_cancelled_one() {
     let daemon = Daemon::start();

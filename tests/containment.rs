@@ -101,8 +101,8 @@ async fn escape(cv: &Cellvisor, session: &str) -> Vec<u32> {
     let pids: Vec<u32> = result
         .cells
         .iter()
-        .inspect(|c| assert_eq!(c.status, CellStatus::Complete, "{c:#?}"))
-        .flat_map(|c| pids_in(&c.output))
+        .inspect(|c| assert_eq!(c.report.status, CellStatus::Complete, "{c:#?}"))
+        .flat_map(|c| pids_in(&c.report.output))
         .collect();
     assert_eq!(pids.len(), 5, "{result:#?}");
     assert!(pids.iter().all(|p| alive(*p)), "{pids:?}");
@@ -130,7 +130,7 @@ async fn escaped_children_end_when_their_session_is_evicted() {
         .eval(request("c", &[(Language::Python, "print(3)", None)]), None)
         .await
         .expect("eval");
-    assert_eq!(result.cells[0].output, "3\n");
+    assert_eq!(result.cells[0].report.output, "3\n");
     assert_all_gone(&pids, "eviction");
     cv.shutdown().await;
     world.assert_no_processes_left(SETTLE);
@@ -148,7 +148,7 @@ async fn escaped_children_end_when_the_supervisor_kills_their_worker() {
         .await
         .expect("eval");
     let cell: &CellResult = &result.cells[0];
-    assert!(cell.output.contains("interrupt-grace"), "{cell:#?}");
+    assert!(cell.report.output.contains("interrupt-grace"), "{cell:#?}");
     assert_all_gone(&pids, "a policy kill of their worker");
     cv.shutdown().await;
     world.assert_no_processes_left(SETTLE);
@@ -167,7 +167,11 @@ async fn cancel_noting_pids(cv: &Cellvisor, world: &World, code: &str) -> Vec<u3
     let pid_file = world.work_dir().join("pids");
     let code = code.replace("{pids}", &format!("{:?}", pid_file.display().to_string()));
     let cancelled = cell(cv, "s", &code, Some(1.0)).await;
-    assert_eq!(cancelled.status, CellStatus::Cancelled, "{cancelled:#?}");
+    assert_eq!(
+        cancelled.report.status,
+        CellStatus::Cancelled,
+        "{cancelled:#?}"
+    );
     pids_in(&std::fs::read_to_string(&pid_file).expect("pid file"))
 }
 
@@ -182,7 +186,8 @@ async fn children_of_a_cancelled_cell_end_with_it_and_the_session_keeps_its_stat
                  server = subprocess.Popen(['sleep', '1000'])\n\
                  time.sleep(0.05)\n\
                  print(os.getpid(), server.pid)";
-    let (interpreter, server) = match pids_in(&cell(&cv, "s", start, None).await.output)[..] {
+    let (interpreter, server) = match pids_in(&cell(&cv, "s", start, None).await.report.output)[..]
+    {
         [interpreter, server] => (interpreter, server),
         ref other => panic!("{other:?}"),
     };
@@ -197,7 +202,7 @@ async fn children_of_a_cancelled_cell_end_with_it_and_the_session_keeps_its_stat
     assert!(alive(server), "an earlier cell's process was ended too");
     let after = cell(&cv, "s", "import os\nprint(kept + 1, os.getpid())", None).await;
     assert_eq!(
-        after.output,
+        after.report.output,
         format!("42 {interpreter}\n"),
         "the interpreter and its state survive"
     );
@@ -213,6 +218,7 @@ async fn a_cancelled_fork_bomb_leaves_nothing_spinning() {
     let interpreter = pids_in(
         &cell(&cv, "s", "kept = 1\nimport os\nprint(os.getpid())", None)
             .await
+            .report
             .output,
     )[0];
     // 16 processes, each spinning; every copy notes its pid.
@@ -228,7 +234,7 @@ async fn a_cancelled_fork_bomb_leaves_nothing_spinning() {
     assert_eq!(copies.len(), 15, "{copies:?}");
     assert_all_gone(&copies, "the fork bomb's cancellation");
     let after = cell(&cv, "s", "import os\nprint(kept, os.getpid())", None).await;
-    assert_eq!(after.output, format!("1 {interpreter}\n"));
+    assert_eq!(after.report.output, format!("1 {interpreter}\n"));
     cv.shutdown().await;
     world.assert_no_processes_left(SETTLE);
 }
@@ -243,7 +249,7 @@ async fn a_lua_cell_that_shells_out_leaves_nothing_behind() {
         .eval(request("l", &[(Language::Lua, code, None)]), None)
         .await
         .expect("eval");
-    let pids = pids_in(&result.cells[0].output);
+    let pids = pids_in(&result.cells[0].report.output);
     assert!(pids.iter().all(|p| alive(*p)), "{result:#?}");
     cv.close("l", None).await.expect("close");
     assert_all_gone(&pids, "close of a Lua session");

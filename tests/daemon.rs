@@ -352,3 +352,80 @@ fn timeouts_follow_the_one_rule_through_the_daemon() {
     assert_eq!(result["cells"][0]["output"], "slept\n", "{result}");
     daemon.stop();
 }
+
+/// The daemon processes (not their workers) whose command line names `socket`: the ones this
+/// test started, found by the test's own private path.
+fn daemons_serving(socket: &std::path::Path) -> Vec<u32> {
+    let needle = socket.to_string_lossy().into_owned();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|cmdline| String::from_utf8_lossy(&cmdline).contains(&needle))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// A Rust host is not cellvisor: `connect_or_start` runs the program it is given, not the
+/// host's own executable (this test binary), and refuses clearly when that program is absent.
+#[test]
+fn a_rust_host_starts_the_daemon_program_it_names() {
+    use cellvisor::daemon::client::{Client as HostClient, ClientError};
+    let world = World::new();
+    let socket = world.runtime_dir().join("cellvisor").join("host.sock");
+    let log = world.dir.path().join("host-daemon.log");
+    let config = world.config_path();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+
+    let missing = world.dir.path().join("no-such-cellvisor");
+    let refused = runtime.block_on(HostClient::connect_or_start(
+        &socket,
+        &missing,
+        Some(&config),
+        Some(&log),
+    ));
+    match refused {
+        Err(ClientError::Start(message)) => assert!(
+            message.contains("no-such-cellvisor"),
+            "the refusal names the program: {message}"
+        ),
+        Err(other) => panic!("expected a start error, got {other}"),
+        Ok(_) => panic!("a missing program started a daemon"),
+    }
+
+    let program = std::path::Path::new(env!("CARGO_BIN_EXE_cellvisor"));
+    let answered = runtime.block_on(async {
+        let mut client =
+            HostClient::connect_or_start(&socket, program, Some(&config), Some(&log)).await?;
+        let rows = client.call("status", json!({})).await?;
+        client.call("shutdown", json!({})).await?;
+        Ok::<_, ClientError>(rows)
+    });
+    let started = daemons_serving(&socket);
+    let gone = common::wait_until(SETTLE, || {
+        let left = daemons_serving(&socket);
+        left.is_empty().then_some(()).ok_or(left)
+    });
+    if gone.is_err() {
+        for pid in &started {
+            let _ = std::process::Command::new("kill")
+                .arg("-9")
+                .arg(pid.to_string())
+                .status();
+        }
+    }
+    let rows = answered.unwrap_or_else(|err| {
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        panic!("the named program did not serve: {err}\n{log}")
+    });
+    assert_eq!(rows, json!([]), "a fresh daemon has no sessions");
+    assert!(gone.is_ok(), "the daemon outlived its shutdown: {gone:?}");
+}

@@ -168,7 +168,7 @@ async fn prewarm_hands_a_new_session_an_interpreter_started_before_it() {
         ..Default::default()
     };
     let result = cv.eval(request, None).await.expect("eval");
-    assert_eq!(result.cells[0].output, "1\n");
+    assert_eq!(result.cells[0].report.output, "1\n");
     let rows = cv.status().await.expect("status");
     assert_eq!(
         rows[0].pid,

@@ -55,12 +55,12 @@ async fn a_slow_host_holds_the_worker_back_without_getting_it_killed() {
     let result = running.await.expect("task").expect("eval");
     drain.await.expect("drain");
     assert_eq!(
-        result.cells[0].status,
+        result.cells[0].report.status,
         CellStatus::Complete,
         "{:#?}",
-        result.cells[0].notice
+        result.cells[0].report.notice
     );
-    assert!(result.cells[0].output.ends_with("line 19999\n"));
+    assert!(result.cells[0].report.output.ends_with("line 19999\n"));
     cv.shutdown().await;
     world.assert_no_processes_left(SETTLE);
 }
@@ -91,7 +91,11 @@ async fn a_reload_with_a_shorter_heartbeat_keeps_live_workers() {
         .eval(request("s", &[(js, "x + 1")]), None)
         .await
         .expect("eval");
-    assert_eq!(result.cells[0].output, "42\n", "{:#?}", result.cells[0]);
+    assert_eq!(
+        result.cells[0].report.output, "42\n",
+        "{:#?}",
+        result.cells[0]
+    );
     cv.shutdown().await;
     world.assert_no_processes_left(SETTLE);
 }
@@ -122,9 +126,9 @@ async fn a_request_keeps_its_session_between_its_cells_even_at_the_cap() {
         .eval(request("b", &[(js, "1")]), None)
         .await
         .expect("eval");
-    assert_eq!(other.cells[0].status, CellStatus::Complete);
+    assert_eq!(other.cells[0].report.status, CellStatus::Complete);
     let first = first.await.expect("task").expect("eval");
-    assert_eq!(first.cells[1].output, "2\n", "{:#?}", first.cells[1]);
+    assert_eq!(first.cells[1].report.output, "2\n", "{:#?}", first.cells[1]);
     cv.shutdown().await;
     world.assert_no_processes_left(SETTLE);
 }
@@ -149,10 +153,11 @@ async fn a_cell_that_ends_its_worker_at_once_is_not_run_again() {
             .expect("eval");
         assert!(
             result.cells[0]
+                .report
                 .output
                 .contains("worker crashed: killed by signal 9 (SIGKILL); session restarted"),
             "run {i}: {}",
-            result.cells[0].output
+            result.cells[0].report.output
         );
         cv.close(&session, None).await.expect("close");
     }

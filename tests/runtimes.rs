@@ -683,7 +683,7 @@ async fn per_call_requests_use_prewarmed_interpreters() {
             ..Default::default()
         };
         let result = cv.eval(request, None).await.expect("eval");
-        let pid: u32 = result.cells[0].output.trim().parse().expect("a pid");
+        let pid: u32 = result.cells[0].report.output.trim().parse().expect("a pid");
         assert_eq!(
             prewarmed,
             [pid],

@@ -75,8 +75,8 @@ fn kill(pid: u32, signal: &str) {
 }
 
 fn assert_ok(cell: &CellResult, output: &str) {
-    assert_eq!(cell.status, CellStatus::Complete, "{cell:#?}");
-    assert_eq!(cell.output, output, "{cell:#?}");
+    assert_eq!(cell.report.status, CellStatus::Complete, "{cell:#?}");
+    assert_eq!(cell.report.output, output, "{cell:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -92,19 +92,31 @@ async fn a_python_worker_that_kills_itself_is_replaced_then_the_budget_fails_the
             "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
         )
         .await;
-    assert_eq!(crash.status, CellStatus::Error, "{crash:#?}");
-    assert!(crash.output.contains("worker crashed"), "{}", crash.output);
-    assert!(crash.output.contains("SIGKILL"), "{}", crash.output);
+    assert_eq!(crash.report.status, CellStatus::Error, "{crash:#?}");
     assert!(
-        crash.output.contains("session restarted, state lost"),
+        crash.report.output.contains("worker crashed"),
         "{}",
-        crash.output
+        crash.report.output
+    );
+    assert!(
+        crash.report.output.contains("SIGKILL"),
+        "{}",
+        crash.report.output
+    );
+    assert!(
+        crash
+            .report
+            .output
+            .contains("session restarted, state lost"),
+        "{}",
+        crash.report.output
     );
 
     let after = h.cell("s", py, "print('x' in globals())").await;
     assert_ok(&after, "False\n");
     assert!(
         after
+            .report
             .notice
             .as_deref()
             .unwrap_or_default()
@@ -117,18 +129,22 @@ async fn a_python_worker_that_kills_itself_is_replaced_then_the_budget_fails_the
     h.cell("s", py, kill_self).await;
     let second = h.cell("s", py, kill_self).await;
     assert!(
-        second.output.contains("restart budget"),
+        second.report.output.contains("restart budget"),
         "{}",
-        second.output
+        second.report.output
     );
     let refused = h.cell("s", py, "print(1)").await;
-    assert_eq!(refused.status, CellStatus::Error);
+    assert_eq!(refused.report.status, CellStatus::Error);
     assert!(
-        refused.output.contains("restart-budget = 1"),
+        refused.report.output.contains("restart-budget = 1"),
         "{}",
-        refused.output
+        refused.report.output
     );
-    assert!(refused.output.contains("reset"), "{}", refused.output);
+    assert!(
+        refused.report.output.contains("reset"),
+        "{}",
+        refused.report.output
+    );
 
     assert_eq!(h.cv.reset("s", Some(py)).await.expect("reset"), 1);
     assert_ok(&h.cell("s", py, "print(2)").await, "2\n");
@@ -143,7 +159,7 @@ async fn js_and_lua_workers_killed_from_outside_are_replaced() {
         (Language::Lua, "kept = 5", "type(kept)"),
     ] {
         assert_eq!(
-            h.cell("s", language, set).await.status,
+            h.cell("s", language, set).await.report.status,
             CellStatus::Complete
         );
         let pid = h.pid_of("s", language).await;
@@ -157,6 +173,7 @@ async fn js_and_lua_workers_killed_from_outside_are_replaced() {
         assert_ok(&after, expected);
         assert!(
             after
+                .report
                 .notice
                 .as_deref()
                 .unwrap_or_default()
@@ -176,8 +193,12 @@ async fn a_segfault_is_named_and_other_sessions_keep_their_state() {
     let crash = h
         .cell("victim", py, "import ctypes\nctypes.string_at(0)")
         .await;
-    assert_eq!(crash.status, CellStatus::Error);
-    assert!(crash.output.contains("SIGSEGV"), "{}", crash.output);
+    assert_eq!(crash.report.status, CellStatus::Error);
+    assert!(
+        crash.report.output.contains("SIGSEGV"),
+        "{}",
+        crash.report.output
+    );
     assert_ok(&h.cell("other", py, "print(kept)").await, "still here\n");
     h.finish().await;
 }
@@ -218,11 +239,17 @@ async fn busy_loops_time_out_and_keep_state() {
     for (language, set, spin, get, expected) in cases {
         h.cell("s", language, set).await;
         let spun = h.cell_with_timeout("s", language, spin, Some(1.0)).await;
-        assert_eq!(spun.status, CellStatus::Cancelled, "{language}: {spun:#?}");
+        assert_eq!(
+            spun.report.status,
+            CellStatus::Cancelled,
+            "{language}: {spun:#?}"
+        );
         assert!(
-            spun.output.contains("Command timed out after 1 seconds"),
+            spun.report
+                .output
+                .contains("Command timed out after 1 seconds"),
             "{}",
-            spun.output
+            spun.report.output
         );
         assert_ok(&h.cell("s", language, get).await, expected);
     }
@@ -242,17 +269,28 @@ async fn python_that_ignores_sigint_is_killed_after_the_grace() {
             Some(1.0),
         )
         .await;
-    assert_eq!(stuck.status, CellStatus::Cancelled, "{stuck:#?}");
+    assert_eq!(stuck.report.status, CellStatus::Cancelled, "{stuck:#?}");
     assert!(
-        stuck.output.contains("Command timed out after 1 seconds"),
+        stuck
+            .report
+            .output
+            .contains("Command timed out after 1 seconds"),
         "{}",
-        stuck.output
+        stuck.report.output
     );
-    assert!(stuck.output.contains("interrupt-grace"), "{}", stuck.output);
-    assert!(stuck.output.contains("state lost"), "{}", stuck.output);
+    assert!(
+        stuck.report.output.contains("interrupt-grace"),
+        "{}",
+        stuck.report.output
+    );
+    assert!(
+        stuck.report.output.contains("state lost"),
+        "{}",
+        stuck.report.output
+    );
     let next = h.cell("s", py, "print('x' in globals())").await;
     assert_ok(&next, "False\n");
-    assert!(next.notice.is_some());
+    assert!(next.report.notice.is_some());
     h.finish().await;
 }
 
@@ -270,7 +308,8 @@ async fn the_cap_evicts_the_least_recently_used_idle_session_or_waits() {
     let back = h.cell("b", js, "typeof v").await;
     assert_ok(&back, "undefined\n");
     assert!(
-        back.notice
+        back.report
+            .notice
             .as_deref()
             .unwrap_or_default()
             .contains("evicted"),
@@ -312,11 +351,11 @@ async fn the_cap_evicts_the_least_recently_used_idle_session_or_waits() {
         h.cell_with_timeout("d", js, "1", Some(1.0)).await
     };
     let (_, _, refused) = tokio::join!(spin("b"), spin("c"), waiting);
-    assert_eq!(refused.status, CellStatus::Error, "{refused:#?}");
+    assert_eq!(refused.report.status, CellStatus::Error, "{refused:#?}");
     assert!(
-        refused.output.contains("max-sessions = 2"),
+        refused.report.output.contains("max-sessions = 2"),
         "{}",
-        refused.output
+        refused.report.output
     );
     h.finish().await;
 }
@@ -338,7 +377,11 @@ async fn idle_sessions_are_evicted_and_the_next_cell_is_told() {
     let next = h.cell("s", lua, "x").await;
     assert_ok(&next, "nil\n");
     assert!(
-        next.notice.as_deref().unwrap_or_default().contains("idle"),
+        next.report
+            .notice
+            .as_deref()
+            .unwrap_or_default()
+            .contains("idle"),
         "{next:#?}"
     );
     h.finish().await;
@@ -363,7 +406,8 @@ async fn a_stopped_worker_is_caught_by_the_heartbeat_and_replaced() {
     let next = h.cell("s", js, "typeof x").await;
     assert_ok(&next, "undefined\n");
     assert!(
-        next.notice
+        next.report
+            .notice
             .as_deref()
             .unwrap_or_default()
             .contains("heartbeat"),
@@ -380,6 +424,7 @@ async fn children_of_cells_die_with_close_and_eviction() {
     let child: u32 = h
         .cell("a", py, spawn)
         .await
+        .report
         .output
         .trim()
         .parse()
@@ -394,6 +439,7 @@ async fn children_of_cells_die_with_close_and_eviction() {
     let child: u32 = h
         .cell("b", py, spawn)
         .await
+        .report
         .output
         .trim()
         .parse()
@@ -429,15 +475,17 @@ async fn max_rss_is_enforced_while_a_cell_runs_not_only_on_heartbeats() {
     let cell = h
         .cell_with_timeout("s", Language::Python, hog, Some(60.0))
         .await;
-    assert_eq!(cell.status, CellStatus::Error, "{cell:#?}");
+    assert_eq!(cell.report.status, CellStatus::Error, "{cell:#?}");
     assert!(
-        cell.output
+        cell.report
+            .output
             .contains("over the cap of 200.0 MiB (limits.max-rss)"),
         "{}",
-        cell.output
+        cell.report.output
     );
     // "used 249.3 MiB of memory": how far past the cap it got before the kill.
     let used: Vec<&str> = cell
+        .report
         .output
         .split("used ")
         .nth(1)
@@ -450,7 +498,11 @@ async fn max_rss_is_enforced_while_a_cell_runs_not_only_on_heartbeats() {
         [number, "GiB"] => number.parse::<f64>().unwrap_or(f64::MAX) * 1024.0,
         _ => f64::MAX,
     };
-    assert!(mib < 1024.0, "killed only at {used:?}: {}", cell.output);
+    assert!(
+        mib < 1024.0,
+        "killed only at {used:?}: {}",
+        cell.report.output
+    );
     h.finish().await;
 }
 
@@ -496,6 +548,7 @@ async fn a_killed_python_worker_is_replaced_by_the_prewarmed_one_with_the_sessio
     assert_ok(&after, "2 False\n");
     assert!(
         after
+            .report
             .notice
             .as_deref()
             .unwrap_or_default()

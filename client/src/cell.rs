@@ -9,8 +9,11 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CellSpec {
+    /// The language whose worker runs the cell.
     pub language: Language,
+    /// The source, run as one unit in the session's worker for `language`.
     pub code: String,
+    /// A label hosts show in the cell's header.
     #[serde(default)]
     pub title: Option<String>,
     /// Seconds; clamped to the configured range.
@@ -29,10 +32,13 @@ pub struct CellSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EvalRequest {
+    /// The session whose workers (and state) run the cells; created on first use.
     #[serde(default = "default_session")]
     pub session: String,
+    /// The directory the cells run in; `None` keeps the workers' current one.
     #[serde(default)]
     pub cwd: Option<PathBuf>,
+    /// The cells, run in order.
     pub cells: Vec<CellSpec>,
     /// Tools the host offers to the cells (`tool.<name>(args)`); the host answers the calls.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -68,9 +74,12 @@ impl Default for EvalRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolSpec {
+    /// The name cells call it by (`tool.<name>(args)`).
     pub name: String,
+    /// Shown to cells by `tools.tool_search`, so code can find the right tool.
     #[serde(default)]
     pub description: String,
+    /// The JSON Schema of the arguments, shown to cells and used for the TypeScript declarations.
     #[serde(default = "empty_object")]
     pub input_schema: serde_json::Value,
 }
@@ -83,8 +92,11 @@ fn empty_object() -> serde_json::Value {
 /// its error message.
 #[derive(Debug)]
 pub struct ToolCallRequest {
+    /// The tool called.
     pub name: String,
+    /// The arguments the cell passed, as JSON.
     pub arguments: serde_json::Value,
+    /// Where the host sends the result (or an error message) back to the waiting cell.
     pub reply: tokio::sync::oneshot::Sender<Result<serde_json::Value, String>>,
 }
 
@@ -97,13 +109,25 @@ pub fn default_session() -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CellStatus {
+    /// The cell ran to its end.
     Complete,
+    /// The cell raised, or could not be run; its output says why.
     Error,
+    /// The cell was stopped: timeout, interrupt or a lost worker.
     Cancelled,
+    /// The cell did not run because an earlier cell of its request failed.
     Skipped,
     /// The cell yielded (its `yield_time_ms` passed, or it called `yield_control()`) and goes
     /// on in the background: collect the rest with `wait`.
     Running,
+}
+
+impl CellStatus {
+    /// Nothing has gone wrong: the cell completed, or runs on in the background. Decides a
+    /// cell's exit code and whether a text host prints its output as output or as an error.
+    pub fn succeeded_so_far(self) -> bool {
+        matches!(self, CellStatus::Complete | CellStatus::Running)
+    }
 }
 
 impl std::fmt::Display for CellStatus {
@@ -122,8 +146,11 @@ impl std::fmt::Display for CellStatus {
 /// Whether and how a cell's output was cut down to fit in memory.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Truncation {
+    /// Whether `output` is shorter than what the cell wrote.
     pub truncated: bool,
+    /// Everything the cell wrote, in bytes, so a host can say how much was cut.
     pub total_bytes: u64,
+    /// Everything the cell wrote, in lines.
     pub total_lines: u64,
     /// The whole output, when it did not fit.
     pub artifact_path: Option<PathBuf>,
@@ -132,25 +159,88 @@ pub struct Truncation {
     pub artifact_error: Option<String>,
 }
 
-/// One cell's result.
+/// How one cell ran, as its session saw it: the part of a [`CellResult`] that does not depend
+/// on the cell's place in its request, so a session can report it and the host wrap it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CellReport {
+    /// How the cell ended.
+    pub status: CellStatus,
+    /// What the cell wrote (stdout and stderr in order), truncated as `truncation` says.
+    pub output: String,
+    /// Wall-clock time of the cell in its worker.
+    pub duration_ms: f64,
+    /// MIME bundles the cell displayed (`{"image/png": ..., "text/plain": ...}`).
+    pub displays: Vec<serde_json::Value>,
+    /// What the prelude helpers did (`{"op": "read", ...}`), for hosts that show progress.
+    pub status_events: Vec<serde_json::Value>,
+    /// How much of the output was kept, and where the rest went.
+    pub truncation: Truncation,
+    /// Set when the session was started, restarted or evicted before this cell.
+    pub notice: Option<String>,
+}
+
+impl CellReport {
+    /// An error that happened outside user code; `message` is the whole output.
+    pub fn error(message: String) -> CellReport {
+        let mut message = message;
+        if !message.ends_with('\n') {
+            message.push('\n');
+        }
+        CellReport {
+            status: CellStatus::Error,
+            truncation: Truncation {
+                truncated: false,
+                total_bytes: message.len() as u64,
+                total_lines: message.lines().count() as u64,
+                artifact_path: None,
+                artifact_error: None,
+            },
+            output: message,
+            duration_ms: 0.0,
+            displays: Vec::new(),
+            status_events: Vec::new(),
+            notice: None,
+        }
+    }
+
+    /// A cell that could not be run at all (no worker, session failed, ...): an error whose
+    /// output is `message`, as the host reports it.
+    pub fn refused(index: usize, spec: &CellSpec, message: String) -> CellResult {
+        CellReport::error(message).into_result(index, spec)
+    }
+
+    /// The result a host reports for this cell, the `index`-th of its request.
+    pub fn into_result(self, index: usize, spec: &CellSpec) -> CellResult {
+        CellResult {
+            index,
+            cell_id: 0,
+            title: spec.title.clone(),
+            language: spec.language,
+            exit_code: i32::from(!self.status.succeeded_so_far()),
+            report: self,
+        }
+    }
+}
+
+/// One cell's result: its session's [`CellReport`] (flattened into the same JSON object)
+/// and where it stood in its request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CellResult {
+    /// The cell's place in its request, from 0.
     pub index: usize,
     /// The cell's id in its session, for `wait` and `terminate` while it runs in the
     /// background.
     #[serde(default)]
     pub cell_id: u64,
+    /// The cell's title, as the host sent it.
     pub title: Option<String>,
+    /// The language the cell ran in.
     pub language: Language,
-    pub status: CellStatus,
+    /// 0 for a cell that completed or still runs, 1 otherwise: what a shell would expect.
     pub exit_code: i32,
-    pub output: String,
-    pub duration_ms: f64,
-    pub displays: Vec<serde_json::Value>,
-    pub status_events: Vec<serde_json::Value>,
-    pub truncation: Truncation,
-    /// Set when the session was started, restarted or evicted before this cell.
-    pub notice: Option<String>,
+    /// How the cell ran, as its session reported it.
+    #[serde(flatten)]
+    pub report: CellReport,
 }
 
 impl CellResult {
@@ -158,8 +248,8 @@ impl CellResult {
     /// printed in its output and also sent as a bundle for hosts that want it rich; a JSON
     /// bundle that only repeats the printed value would show it twice.
     pub fn displays_beyond_output(&self) -> impl Iterator<Item = &serde_json::Value> {
-        let printed = self.output.strip_suffix('\n').unwrap_or_default();
-        self.displays.iter().filter(move |bundle| {
+        let printed = self.report.output.strip_suffix('\n').unwrap_or_default();
+        self.report.displays.iter().filter(move |bundle| {
             let only_json_and_text = bundle.as_object().is_some_and(|o| {
                 o.keys()
                     .all(|k| k == "application/json" || k == "text/plain")
@@ -179,14 +269,16 @@ impl CellResult {
             cell_id: 0,
             title: spec.title.clone(),
             language: spec.language,
-            status: CellStatus::Skipped,
             exit_code: 0,
-            output: String::new(),
-            duration_ms: 0.0,
-            displays: Vec::new(),
-            status_events: Vec::new(),
-            truncation: Truncation::default(),
-            notice: None,
+            report: CellReport {
+                status: CellStatus::Skipped,
+                output: String::new(),
+                duration_ms: 0.0,
+                displays: Vec::new(),
+                status_events: Vec::new(),
+                truncation: Truncation::default(),
+                notice: None,
+            },
         }
     }
 
@@ -194,7 +286,7 @@ impl CellResult {
     /// it would have queued behind that cell, so it is left to the host to send again.
     pub fn skipped_behind(index: usize, spec: &CellSpec, running: u64) -> CellResult {
         let mut result = CellResult::skipped(index, spec);
-        result.output = format!(
+        result.report.output = format!(
             "skipped: cell {running} of this request is still running in the background; \
              `wait` for it, then send this cell again\n"
         );
@@ -205,15 +297,18 @@ impl CellResult {
 /// The result of a request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalResult {
+    /// Whether any cell failed or was cancelled, so hosts need not scan the cells.
     pub is_error: bool,
+    /// One result per cell of the request, in order, skipped ones included.
     pub cells: Vec<CellResult>,
 }
 
 impl EvalResult {
+    /// The result of these cells; `is_error` is computed from them so it cannot disagree.
     pub fn from_cells(cells: Vec<CellResult>) -> EvalResult {
         let is_error = cells
             .iter()
-            .any(|c| matches!(c.status, CellStatus::Error | CellStatus::Cancelled));
+            .any(|c| matches!(c.report.status, CellStatus::Error | CellStatus::Cancelled));
         EvalResult { is_error, cells }
     }
 }
@@ -222,27 +317,43 @@ impl EvalResult {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum CellEvent {
+    /// A cell began to run.
     CellStarted {
+        /// The cell's place in its request.
         index: usize,
+        /// The language it runs in.
         language: Language,
+        /// Its title, as the host sent it.
         title: Option<String>,
     },
+    /// A chunk of a cell's output, as the worker wrote it.
     Output {
+        /// The cell's place in its request.
         index: usize,
+        /// `"stdout"` or `"stderr"`.
         stream: &'static str,
+        /// The text written (invalid UTF-8 replaced).
         text: String,
     },
+    /// A MIME bundle the cell displayed.
     Display {
+        /// The cell's place in its request.
         index: usize,
+        /// The bundle (`{"image/png": ..., "text/plain": ...}`).
         bundle: serde_json::Value,
     },
     /// What a prelude helper did, e.g. `{"op": "read", "path": "src/main.rs", "lines": 120}`.
     Status {
+        /// The cell's place in its request.
         index: usize,
+        /// The helper's report.
         status: serde_json::Value,
     },
+    /// A cell ended.
     CellDone {
+        /// The cell's place in its request.
         index: usize,
+        /// How it ended.
         status: CellStatus,
     },
 }
@@ -268,40 +379,40 @@ mod tests {
         assert!(err.to_string().contains("ruby"), "{err}");
     }
 
-    #[test]
-    fn a_display_repeating_the_printed_value_is_not_shown_twice() {
-        let spec = CellSpec {
+    fn python_cell() -> CellSpec {
+        CellSpec {
             language: Language::Python,
             code: String::new(),
             title: None,
             timeout: None,
             reset: false,
             yield_time_ms: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_display_repeating_the_printed_value_is_not_shown_twice() {
+        let spec = python_cell();
         let mut cell = CellResult::skipped(0, &spec);
-        cell.output = "{'k': 1}\n".into();
-        cell.displays = vec![
+        cell.report.output = "{'k': 1}\n".into();
+        cell.report.displays = vec![
             serde_json::json!({"application/json": {"k": 1}, "text/plain": "{'k': 1}"}),
             serde_json::json!({"application/json": {"k": 2}, "text/plain": "{'k': 2}"}),
             serde_json::json!({"image/png": "AA==", "text/plain": "{'k': 1}"}),
         ];
         let shown: Vec<_> = cell.displays_beyond_output().collect();
-        assert_eq!(shown, [&cell.displays[1], &cell.displays[2]]);
+        assert_eq!(shown, [&cell.report.displays[1], &cell.report.displays[2]]);
     }
 
     #[test]
     fn result_serializes_snake_case() {
-        let spec = CellSpec {
-            language: Language::Python,
-            code: String::new(),
-            title: None,
-            timeout: None,
-            reset: false,
-            yield_time_ms: None,
-        };
+        let spec = python_cell();
         let json = serde_json::to_value(CellResult::skipped(2, &spec)).unwrap();
         assert_eq!(json["status"], "skipped");
         assert_eq!(json["language"], "py");
+        // The session's report is flattened: hosts see one object per cell.
+        assert_eq!(json["output"], "");
+        assert!(json.get("report").is_none(), "{json}");
         assert_eq!(json["truncation"]["artifact_path"], serde_json::Value::Null);
     }
 

@@ -33,19 +33,27 @@ const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(15);
 /// What went wrong talking to the daemon.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// Nothing listens at `path` (no daemon), or it refused us.
     #[error("cannot connect to the cellvisor daemon at {path}: {source}")]
     Connect {
+        /// The socket tried.
         path: PathBuf,
+        /// Why the connection failed.
         source: std::io::Error,
     },
+    /// A daemon could not be started, or did not start listening in time.
     #[error("cannot start a cellvisor daemon: {0}")]
     Start(String),
+    /// Reading or writing the connection failed.
     #[error("lost the connection to the daemon: {0}")]
     Io(#[from] std::io::Error),
+    /// The daemon closed the connection before answering (it stopped, or crashed).
     #[error("the daemon closed the connection")]
     Closed,
+    /// The daemon refused the call; its error says what was wrong and what is allowed.
     #[error("{}", .0.message)]
     Rpc(RpcError),
+    /// The daemon answered something this client does not understand (a version mismatch).
     #[error("unexpected answer from the daemon: {0}")]
     Protocol(String),
 }
@@ -58,6 +66,7 @@ pub struct Client {
 }
 
 impl Client {
+    /// Connects to a daemon already listening at `path`.
     pub async fn connect(path: &Path) -> Result<Client, ClientError> {
         let stream = UnixStream::connect(path)
             .await
@@ -73,10 +82,14 @@ impl Client {
         })
     }
 
-    /// Connects, starting a daemon in the background first when none is listening; its
-    /// output goes to `log` (default: next to the socket, see [`log_path`]).
+    /// Connects, starting a daemon in the background first when none is listening: `program
+    /// serve --socket path [--config config]`, its output to `log` (default: next to the
+    /// socket, see [`log_path`]). `program` is the cellvisor executable, named by the caller
+    /// because the running program is not always cellvisor: a Rust host linking this crate
+    /// would otherwise start itself (the CLI passes its own executable).
     pub async fn connect_or_start(
         path: &Path,
+        program: &Path,
         config: Option<&Path>,
         log: Option<&Path>,
     ) -> Result<Client, ClientError> {
@@ -90,7 +103,7 @@ impl Client {
             Err(other) => return Err(other),
         }
         let log = log.map_or_else(|| log_path(path), Path::to_path_buf);
-        start_daemon(path, config, &log)?;
+        start_daemon(program, path, config, &log)?;
         let deadline = Instant::now() + DAEMON_START_TIMEOUT;
         loop {
             match Client::connect(path).await {
@@ -144,6 +157,7 @@ impl Client {
         }
     }
 
+    /// Calls `method` and waits for its result, ignoring notifications meanwhile.
     pub async fn call(&mut self, method: &str, params: Value) -> Result<Value, ClientError> {
         self.call_with_events(method, params, |_| {}).await
     }
@@ -172,9 +186,13 @@ pub fn log_path(socket: &Path) -> PathBuf {
     socket.with_extension("log")
 }
 
-/// Starts `cellvisor serve` detached from this process (its own session, output to the log).
-fn start_daemon(socket: &Path, config: Option<&Path>, log_file: &Path) -> Result<(), ClientError> {
-    let exe = std::env::current_exe().map_err(|e| ClientError::Start(e.to_string()))?;
+/// Starts `program serve` detached from this process (its own session, output to the log).
+fn start_daemon(
+    program: &Path,
+    socket: &Path,
+    config: Option<&Path>,
+    log_file: &Path,
+) -> Result<(), ClientError> {
     if let Some(dir) = socket.parent() {
         cellvisor_ipc::socket::ensure_private_dir(dir)
             .map_err(|e| ClientError::Start(format!("{}: {e}", dir.display())))?;
@@ -188,7 +206,7 @@ fn start_daemon(socket: &Path, config: Option<&Path>, log_file: &Path) -> Result
     let log_err = log
         .try_clone()
         .map_err(|e| ClientError::Start(e.to_string()))?;
-    let mut command = std::process::Command::new(exe);
+    let mut command = std::process::Command::new(program);
     command.arg("serve").arg("--socket").arg(socket);
     if let Some(config) = config {
         command.arg("--config").arg(config);
@@ -208,7 +226,7 @@ fn start_daemon(socket: &Path, config: Option<&Path>, log_file: &Path) -> Result
     }
     let child = command
         .spawn()
-        .map_err(|e| ClientError::Start(e.to_string()))?;
+        .map_err(|e| ClientError::Start(format!("cannot run {}: {e}", program.display())))?;
     // The daemon is on its own now; reap it if it exits while we are still here.
     std::thread::spawn(move || {
         let mut child = child;

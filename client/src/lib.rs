@@ -8,13 +8,15 @@
 //! - [`protocol`]: the daemon's JSON-RPC wire types, method names and error codes.
 //! - [`daemon`]: the daemon's client (connect, or start one), and where its socket is.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 pub mod cell;
 pub mod daemon;
 pub mod protocol;
 pub mod sandbox;
 pub mod status;
 
-pub use cell::{CellEvent, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};
+pub use cell::{CellEvent, CellReport, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};
 pub use cellvisor_ipc::Language;
 pub use daemon::{Client, ClientError};
 pub use status::{SessionState, SessionStatus};

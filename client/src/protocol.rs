@@ -13,18 +13,26 @@ pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Method names.
 pub mod method {
+    /// Opens a connection: the daemon answers its protocol version and languages.
     pub const INITIALIZE: &str = "initialize";
+    /// Runs cells in a session ([`EvalRequest`](crate::cell::EvalRequest)).
     pub const EVAL: &str = "eval";
+    /// Stops a session's running cell.
     pub const INTERRUPT: &str = "interrupt";
+    /// Replaces a session's workers, discarding their state.
     pub const RESET: &str = "reset";
+    /// Ends a session and its workers.
     pub const CLOSE: &str = "close";
+    /// Lists the sessions ([`SessionStatus`](crate::status::SessionStatus) rows).
     pub const STATUS: &str = "status";
     /// Watch a cell that went to the background: its output since the last look, or its
     /// final result.
     pub const WAIT: &str = "wait";
     /// Stop a cell that went to the background.
     pub const TERMINATE: &str = "terminate";
+    /// Stops the daemon after its workers.
     pub const SHUTDOWN: &str = "shutdown";
+    /// Rereads the daemon's configuration file.
     pub const CONFIG_RELOAD: &str = "config/reload";
     /// Notification sent while an `eval` runs.
     pub const EVAL_EVENT: &str = "eval/event";
@@ -34,10 +42,15 @@ pub mod method {
 
 /// Standard and cellvisor error codes.
 pub mod code {
+    /// The line is not JSON.
     pub const PARSE_ERROR: i64 = -32700;
+    /// The JSON is not a JSON-RPC request.
     pub const INVALID_REQUEST: i64 = -32600;
+    /// No such method.
     pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// The parameters are not what the method takes; the message says what is allowed.
     pub const INVALID_PARAMS: i64 = -32602;
+    /// The daemon failed on its own; the message says how.
     pub const INTERNAL_ERROR: i64 = -32603;
     /// The request was understood but refused (bad session name, missing cwd, ...).
     pub const REQUEST_REFUSED: i64 = -32001;
@@ -48,10 +61,14 @@ pub mod code {
 /// An incoming request (or notification, without `id`).
 #[derive(Debug, Clone, Deserialize)]
 pub struct Request {
+    /// Always `"2.0"`.
     pub jsonrpc: String,
+    /// The id the answer carries; `None` for a notification.
     #[serde(default)]
     pub id: Option<Value>,
+    /// The method called.
     pub method: String,
+    /// The method's parameters, read by the method into its own type.
     #[serde(default)]
     pub params: Option<Value>,
 }
@@ -59,13 +76,17 @@ pub struct Request {
 /// An error object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RpcError {
+    /// One of [`code`]'s values, so clients can tell refusals apart.
     pub code: i64,
+    /// What was wrong and what is allowed.
     pub message: String,
+    /// Details a client may show or use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
 }
 
 impl RpcError {
+    /// An error without `data`.
     pub fn new(code: i64, message: impl Into<String>) -> RpcError {
         RpcError {
             code,
@@ -80,12 +101,15 @@ impl RpcError {
 pub enum Incoming {
     /// Only whitespace: nothing to answer.
     Blank,
+    /// A call the daemon answers.
     Request(Request),
     /// The client's answer to a request of the daemon's (a `tool/call`).
     Answer(Value),
     /// Not a request: answer `error` to `id`.
     Invalid {
+        /// The line's id if it had one, else `null`.
         id: Value,
+        /// Why the line is not a request.
         error: RpcError,
     },
 }
@@ -181,12 +205,16 @@ pub fn encode_line<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
 /// A notification whose parameters are encoded as they are (see [`encode_line`]).
 #[derive(Debug, Serialize)]
 pub struct TypedNotification<'a, P: Serialize> {
+    /// Always `"2.0"`.
     pub jsonrpc: &'static str,
+    /// The notification's method.
     pub method: &'a str,
+    /// Its parameters, serialized as they are.
     pub params: P,
 }
 
 impl<'a, P: Serialize> TypedNotification<'a, P> {
+    /// A JSON-RPC 2.0 notification of `method`.
     pub fn new(method: &'a str, params: P) -> Self {
         TypedNotification {
             jsonrpc: "2.0",
@@ -210,7 +238,9 @@ pub fn tool_call(id: &str, request_id: &Value, name: &str, arguments: &Value) ->
 /// `eval/event` parameters: which request the event belongs to, and the event.
 #[derive(Debug, Clone, Serialize)]
 pub struct EvalEvent<'a> {
+    /// The id of the `eval` the event belongs to, so a client can run several at once.
     pub request_id: &'a Value,
+    /// The event, flattened into the parameters.
     #[serde(flatten)]
     pub event: &'a CellEvent,
 }
@@ -219,7 +249,9 @@ pub struct EvalEvent<'a> {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SessionParams {
+    /// The session addressed.
     pub session: String,
+    /// Only this language's worker; all of the session's when absent.
     #[serde(default)]
     pub language: Option<Language>,
 }
@@ -228,7 +260,9 @@ pub struct SessionParams {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WaitParams {
+    /// The session the cell runs in.
     pub session: String,
+    /// The cell's id, from its `running` result.
     pub cell_id: u64,
     /// How long to watch before answering with the output so far (default 10 s).
     #[serde(default)]
@@ -242,16 +276,22 @@ pub struct WaitParams {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TerminateParams {
+    /// The session the cell runs in.
     pub session: String,
+    /// The cell's id, from its `running` result.
     pub cell_id: u64,
 }
 
 /// `initialize` result.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InitializeResult {
+    /// The daemon's [`PROTOCOL_VERSION`](crate::protocol::PROTOCOL_VERSION), for clients to check.
     pub protocol_version: u32,
+    /// The cellvisor version serving.
     pub server_version: String,
+    /// The languages cells may use.
     pub languages: Vec<Language>,
+    /// The daemon's process id, for logs and signals.
     pub pid: u32,
 }
 

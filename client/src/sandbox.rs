@@ -12,6 +12,8 @@ pub struct SandboxRequest {
     /// turned it on.
     #[serde(default)]
     pub enabled: Option<bool>,
+    /// `true`: a kernel that cannot enforce the whole policy refuses the request instead of
+    /// running it with less.
     #[serde(default)]
     pub required: Option<bool>,
     /// Replaces the read list; each entry must lie inside one of the operator's.
@@ -20,10 +22,13 @@ pub struct SandboxRequest {
     /// Replaces the write list; each entry must lie inside one of the operator's.
     #[serde(default)]
     pub write: Option<Vec<String>>,
+    /// `none`, `loopback` or `all`; it may only be tighter than the operator's.
     #[serde(default)]
     pub network: Option<String>,
+    /// Also give each worker a network namespace of its own, so no protocol reaches outside it.
     #[serde(default)]
     pub network_namespace: Option<bool>,
+    /// Also confine `connect` on named Unix sockets to the write paths.
     #[serde(default)]
     pub confine_unix_connect: Option<bool>,
 }
@@ -75,9 +80,13 @@ impl Feature {
 /// A session's sandbox as `status` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SandboxStatus {
+    /// The Landlock ABI the kernel offers (0 when it has none).
     pub landlock_abi: u32,
+    /// What the kernel actually enforces for this session.
     pub enforced: Vec<Feature>,
+    /// The network policy in force.
     pub network: String,
+    /// What could not be enforced, when the sandbox is not `required`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
 }

@@ -8,24 +8,38 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionState {
+    /// The worker is being started; cells wait.
     Starting,
+    /// The worker is up and runs no cell.
     Idle,
+    /// A cell is running.
     Busy,
+    /// The worker could not be started or died too often; the next cell tries again.
     Failed,
+    /// The session is being closed.
     Stopping,
 }
 
 /// One row of `status`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionStatus {
+    /// The session's name.
     pub session: String,
+    /// The language of this row's worker.
     pub language: Language,
+    /// The worker's process id, while it has one.
     pub pid: Option<u32>,
+    /// The engine and version the worker reported.
     pub engine: Option<String>,
+    /// What the worker is doing.
     pub state: SessionState,
+    /// Cells run in this session in this language.
     pub cells_run: u64,
+    /// How many times the worker was replaced after dying.
     pub restarts: u32,
+    /// Time since the last cell ended, which decides idle eviction.
     pub idle_ms: u64,
+    /// Cells waiting behind the running one.
     pub queued: usize,
     /// Resident memory of the worker and its children, when sampled.
     pub rss_bytes: Option<u64>,

@@ -18,12 +18,18 @@ pub enum Origin {
     Default,
     /// A config file; `line` and `column` are 1-based, 0 when unknown.
     File {
+        /// The file.
         path: PathBuf,
+        /// The line, 1-based; 0 when unknown.
         line: usize,
+        /// The column, 1-based; 0 when unknown.
         column: usize,
     },
     /// An override variable.
-    Env { var: String },
+    Env {
+        /// The variable's name (`CELLVISOR_...`).
+        var: String,
+    },
 }
 
 impl Origin {
@@ -78,6 +84,7 @@ impl std::error::Error for KeyError {}
 /// A validated configuration and where each of its values came from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Effective {
+    /// The configuration in force.
     pub config: Config,
     /// The file read, if any.
     pub path: Option<PathBuf>,

@@ -26,11 +26,26 @@ pub const ENV_PREFIX: &str = "CELLVISOR_";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// A whole number in `min..=max`.
-    Count { min: u64, max: u64 },
+    Count {
+        /// The smallest value allowed.
+        min: u64,
+        /// The largest value allowed.
+        max: u64,
+    },
     /// A duration with a unit (`"5s"`), in `min..=max`; a minimum of zero means 0 = never.
-    Duration { min: Duration, max: Duration },
+    Duration {
+        /// The shortest duration allowed.
+        min: Duration,
+        /// The longest duration allowed.
+        max: Duration,
+    },
     /// A size with a unit (`"512MiB"`), in bytes `min..=max`.
-    Size { min: u64, max: u64 },
+    Size {
+        /// The fewest bytes allowed.
+        min: u64,
+        /// The most bytes allowed.
+        max: u64,
+    },
     /// A filesystem path.
     Path,
     /// A non-empty string.
@@ -94,24 +109,35 @@ impl Kind {
 pub enum Value {
     /// An optional key with no value.
     Unset,
+    /// A whole number.
     Count(u64),
+    /// A duration.
     Duration(Duration),
     /// Bytes.
     Size(u64),
+    /// A string.
     Text(String),
+    /// A filesystem path.
     Path(PathBuf),
+    /// A list of names (environment variables, modules).
     Names(Vec<String>),
+    /// Names mapped to values (variables to set).
     Map(BTreeMap<String, String>),
+    /// A switch.
     Bool(bool),
 }
 
 /// One key of the configuration file.
 pub struct KeySpec {
+    /// The table the key sits in (`cells` for `[cells]`).
     pub section: &'static str,
+    /// The key's name in the file (kebab-case, as users write it).
     pub key: &'static str,
+    /// What the key holds and which values are allowed; validation reads it.
     pub kind: Kind,
     /// Whether the key may be left unset (and is by default).
     pub optional: bool,
+    /// One line for `config show` and the docs: what the key does and why one would change it.
     pub doc: &'static str,
     /// Reads the key's value out of a configuration.
     pub get: fn(&Config) -> Value,

@@ -7,9 +7,12 @@ use std::path::{Path, PathBuf};
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The config file exists but cannot be read: refused rather than silently ignored.
     #[error("cannot read config file {path}: {source}")]
     Read {
+        /// The file.
         path: PathBuf,
+        /// Why it could not be read.
         source: std::io::Error,
     },
     /// Every mistake found, one per line when displayed.
@@ -17,6 +20,7 @@ pub enum ConfigError {
     Invalid {
         /// The file read, if any (the errors may also be in override variables).
         path: Option<PathBuf>,
+        /// What was wrong with which key, and what is allowed.
         errors: Vec<KeyError>,
     },
 }

@@ -8,16 +8,27 @@ use std::time::Duration;
 /// Everything an operator can tune.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Config {
+    /// `[sessions]`: how many, how long idle, how workers are watched.
     pub sessions: SessionsConfig,
+    /// `[cells]`: timeouts of one cell.
     pub cells: CellsConfig,
+    /// `[output]`: how much of a cell's output a host gets.
     pub output: OutputConfig,
+    /// `[limits]`: resource limits of each worker process.
     pub limits: LimitsConfig,
+    /// `[env]`: what workers inherit from the daemon's environment.
     pub env: EnvConfig,
+    /// `[python]`: which interpreter, prewarmed workers.
     pub python: PythonConfig,
+    /// `[js]`: the QuickJS engine's memory and stack.
     pub js: EngineConfig,
+    /// `[lua]`: the Lua engine's memory and stack.
     pub lua: EngineConfig,
+    /// `[daemon]`: the socket, the log, idle exit.
     pub daemon: DaemonConfig,
+    /// `[startup]`: modules every new worker runs first.
     pub startup: StartupConfig,
+    /// `[sandbox]`: Landlock and network confinement of workers.
     pub sandbox: SandboxConfig,
 }
 
@@ -29,7 +40,9 @@ pub struct SessionsConfig {
     pub max_sessions: usize,
     /// A session idle this long is shut down; 0 keeps sessions forever.
     pub idle_timeout: Duration,
+    /// How often idle sessions are looked for.
     pub sweep_interval: Duration,
+    /// How often workers are pinged; a missed pong is how a hung worker is found.
     pub heartbeat_interval: Duration,
     /// No pong for this long and the worker is declared dead.
     pub heartbeat_timeout: Duration,
@@ -86,8 +99,11 @@ impl Default for SessionsConfig {
 /// Cell timeouts, in seconds as requests give them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CellsConfig {
+    /// The timeout of a cell that names none.
     pub default_timeout: Duration,
+    /// Shorter timeouts are raised to this, so a cell has time to start.
     pub min_timeout: Duration,
+    /// Longer timeouts are lowered to this, so no cell holds its worker forever.
     pub max_timeout: Duration,
     /// Cells one request may hold; a longer request is refused before anything runs.
     pub max_cells_per_request: usize,
@@ -122,7 +138,9 @@ impl CellsConfig {
 /// How much of a cell's output is kept in memory; the rest spills to an artifact file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutputConfig {
+    /// Output past this many bytes goes to an artifact file instead of the result.
     pub max_bytes: ByteSize,
+    /// Output past this many lines goes to an artifact file instead of the result.
     pub max_lines: usize,
     /// Where spilled outputs go; default: `artifacts/` in the runtime directory.
     pub artifact_dir: Option<PathBuf>,
@@ -150,11 +168,17 @@ impl Default for OutputConfig {
 /// OS limits applied to every worker before it runs user code, and the RSS cap.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LimitsConfig {
+    /// `RLIMIT_AS` of each worker; unset = no limit.
     pub address_space: Option<ByteSize>,
+    /// `RLIMIT_CPU` of each worker (a process's whole life, not one cell); unset = no limit.
     pub cpu_time: Option<Duration>,
+    /// `RLIMIT_NOFILE` of each worker; unset = no limit.
     pub open_files: Option<u64>,
+    /// `RLIMIT_NPROC` of each worker; unset = no limit.
     pub processes: Option<u64>,
+    /// `RLIMIT_FSIZE` of each worker; unset = no limit.
     pub file_size: Option<ByteSize>,
+    /// The supervisor restarts a worker whose process tree's resident memory passes this.
     pub max_rss: Option<ByteSize>,
 }
 
@@ -196,7 +220,9 @@ impl Default for PythonConfig {
 pub struct EngineConfig {
     /// False: this language's cells fail at once, naming this key.
     pub enabled: bool,
+    /// The engine's heap cap; a cell that allocates past it fails instead of the worker.
     pub memory_limit: Option<ByteSize>,
+    /// The engine's stack cap; deep recursion fails as an error instead of crashing.
     pub stack_size: Option<ByteSize>,
 }
 
@@ -231,9 +257,11 @@ impl Default for StartupConfig {
 /// The background daemon.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DaemonConfig {
+    /// The daemon's socket; unset = the per-user default.
     pub socket: Option<PathBuf>,
     /// An auto-started daemon exits after this long with no sessions; 0 = never.
     pub idle_exit: Duration,
+    /// The daemon's log file; unset = next to the socket.
     pub log: Option<PathBuf>,
     /// Requests one connection may have unanswered; past it the daemon stops reading that
     /// connection until answers go out.
@@ -268,6 +296,7 @@ pub struct SandboxConfig {
     /// Read-write trees: `"cwd"` (the session's directory) or paths; the session's temp,
     /// artifact and store directories are always writable.
     pub write: Vec<String>,
+    /// Which network the cells reach (`none`, `loopback`, `all`).
     pub network: SandboxNetwork,
     /// Also move each worker into a network namespace of its own (needs user namespaces),
     /// which cuts UDP and every other protocol from the outside.

@@ -18,16 +18,37 @@ const HEADER_BYTES: usize = 4;
 /// Why a frame could not be read or written. Every variant ends the connection it came from.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
+    /// The length prefix asks for more than [`MAX_FRAME_BYTES`]: a bogus or hostile peer.
     #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
-    TooLarge { len: usize, max: usize },
+    TooLarge {
+        /// The length the frame claimed.
+        len: usize,
+        /// The most either side accepts.
+        max: usize,
+    },
+    /// The peer went away mid-frame (it crashed or was killed while writing).
     #[error("connection closed in the middle of a frame ({got} of {expected} bytes)")]
-    Truncated { got: usize, expected: usize },
+    Truncated {
+        /// Bytes that arrived.
+        got: usize,
+        /// Bytes the length prefix promised.
+        expected: usize,
+    },
+    /// The payload is not a message of this protocol version.
     #[error("undecodable frame: {0}")]
     Decode(String),
+    /// The payload decoded with bytes left over: the two sides disagree about a message.
     #[error("frame of {len} bytes has {extra} trailing bytes after its message")]
-    TrailingBytes { len: usize, extra: usize },
+    TrailingBytes {
+        /// The frame's length.
+        len: usize,
+        /// Bytes after the decoded message.
+        extra: usize,
+    },
+    /// A message that bincode could not encode (a bug on the sending side).
     #[error("unencodable message: {0}")]
     Encode(String),
+    /// The connection itself failed.
     #[error("socket error: {0}")]
     Io(#[from] io::Error),
 }

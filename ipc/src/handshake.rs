@@ -10,12 +10,21 @@ use tokio::io::{AsyncRead, AsyncWrite};
 /// Why a handshake failed.
 #[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
+    /// The two sides were built from different protocol versions; talking on would misread frames.
     #[error("peer speaks protocol version {theirs}, we speak {ours}")]
-    VersionMismatch { ours: u32, theirs: u32 },
+    VersionMismatch {
+        /// The version this side speaks.
+        ours: u32,
+        /// The version the peer announced.
+        theirs: u32,
+    },
+    /// The peer's first frame was not `Hello` (it is not a cellvisor peer, or out of step).
     #[error("peer opened with {0} instead of Hello")]
     UnexpectedFirstFrame(String),
+    /// The peer closed before its `Hello` (a worker that died while starting).
     #[error("peer closed the connection before saying Hello")]
     Closed,
+    /// The `Hello` frame could not be read or written.
     #[error(transparent)]
     Frame(#[from] FrameError),
 }
@@ -23,8 +32,11 @@ pub enum HandshakeError {
 /// What a worker says about itself in its `Hello`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerHello {
+    /// The worker's process id, for signals and for accounting its process tree.
     pub pid: u32,
+    /// The language it runs, checked against the one the supervisor started.
     pub language: Language,
+    /// Engine and version, shown in `status`.
     pub engine: String,
 }
 

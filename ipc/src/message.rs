@@ -14,15 +14,19 @@ pub const PROTOCOL_VERSION: u32 = 4;
 /// (`py`, `js`, `lua`) in JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Language {
+    /// CPython, run by the Python worker's interpreter process.
     #[serde(rename = "py", alias = "python")]
     Python,
+    /// QuickJS, embedded in the worker.
     #[serde(rename = "js", alias = "javascript")]
     JavaScript,
+    /// Lua 5.4, embedded in the worker.
     #[serde(rename = "lua")]
     Lua,
 }
 
 impl Language {
+    /// Every language, in the order hosts list them.
     pub const ALL: [Language; 3] = [Language::Python, Language::JavaScript, Language::Lua];
 
     /// The short name used on the command line, in requests and as the worker subcommand.
@@ -63,16 +67,27 @@ impl FromStr for Language {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ToWorker {
     /// First frame on every connection.
-    Hello { version: u32 },
+    Hello {
+        /// The sender's [`PROTOCOL_VERSION`](crate::PROTOCOL_VERSION), refused if it differs.
+        version: u32,
+    },
     /// Run one cell. The worker answers with any number of `Output`/`Display` and one `Done`.
     Execute(ExecuteCell),
     /// Stop the running cell if it is `cell_id`; the cell then ends `Interrupted`.
-    Interrupt { cell_id: u64 },
+    Interrupt {
+        /// The cell to stop; an interrupt for a cell that already ended is ignored.
+        cell_id: u64,
+    },
     /// Liveness probe, answered from the worker's I/O thread even while a cell runs.
-    Ping { seq: u64 },
+    Ping {
+        /// Echoed in the `Pong`, so a late answer is not taken for a fresh one.
+        seq: u64,
+    },
     /// The host's answer to a `ToolCall`: the result as JSON, or an error message.
     ToolResult {
+        /// The `call_id` of the `ToolCall` this answers.
         call_id: u64,
+        /// The tool's result as JSON text, or why it failed.
         outcome: Result<String, String>,
     },
     /// Exit cleanly; the supervisor escalates to signals after its grace period.
@@ -82,7 +97,9 @@ pub enum ToWorker {
 /// One cell for a worker to run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExecuteCell {
+    /// The cell's id in its session; every frame about the cell carries it.
     pub cell_id: u64,
+    /// The source code, as the host sent it.
     pub code: String,
     /// Directory the cell runs in; `None` keeps the worker's current one.
     pub cwd: Option<String>,
@@ -98,7 +115,9 @@ pub struct ExecuteCell {
 /// A host tool as a cell sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolInfo {
+    /// The name cells call it by (`tool.<name>`).
     pub name: String,
+    /// What the tool does, shown to the cell's author by the helpers.
     pub description: String,
     /// The tool's JSON Schema for its arguments, as JSON text.
     pub input_schema_json: String,
@@ -107,7 +126,9 @@ pub struct ToolInfo {
 /// Which stream an output chunk was written to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OutputStream {
+    /// The cell's standard output.
     Stdout,
+    /// The cell's standard error.
     Stderr,
 }
 
@@ -116,52 +137,89 @@ pub enum OutputStream {
 pub enum FromWorker {
     /// First frame on every connection.
     Hello {
+        /// The worker's [`PROTOCOL_VERSION`](crate::PROTOCOL_VERSION), refused if it differs.
         version: u32,
+        /// The worker's process id, for signals and process-tree accounting.
         pid: u32,
+        /// The language it runs, checked against the one the supervisor started.
         language: Language,
         /// Engine and version, e.g. `QuickJS 2024-01-13` or `Python 3.11.7`.
         engine: String,
     },
     /// The worker has taken the cell and is about to run it. A cell whose worker dies
     /// before this frame never ran, so it can safely run on the replacement.
-    Started { cell_id: u64 },
+    Started {
+        /// The cell taken.
+        cell_id: u64,
+    },
     /// A chunk of a cell's output, in the order it was produced.
     Output {
+        /// The cell that wrote it.
         cell_id: u64,
+        /// Which stream it was written to.
         stream: OutputStream,
+        /// The raw bytes: output need not be valid UTF-8.
         #[serde(with = "serde_bytes")]
         data: Vec<u8>,
     },
     /// A rich display: a MIME bundle as a JSON object (`{"text/plain": "...", ...}`).
-    Display { cell_id: u64, bundle_json: String },
+    Display {
+        /// The cell that displayed it.
+        cell_id: u64,
+        /// The bundle as JSON text (bincode cannot carry arbitrary JSON values).
+        bundle_json: String,
+    },
     /// The cell is over; all of its output was sent before this frame.
-    Done { cell_id: u64, outcome: CellOutcome },
+    Done {
+        /// The cell that ended.
+        cell_id: u64,
+        /// How it ended.
+        outcome: CellOutcome,
+    },
     /// The cell hands control back to its host (`yield_control()`) and goes on: the host
     /// answers its request with the output sent before this frame, and collects the rest
     /// later.
-    Yield { cell_id: u64 },
+    Yield {
+        /// The cell that goes on in the background.
+        cell_id: u64,
+    },
     /// Answer to `Ping`.
-    Pong { seq: u64 },
+    Pong {
+        /// The `seq` of the `Ping` this answers.
+        seq: u64,
+    },
     /// The running cell calls a host tool; answered by `ToolResult` with the same `call_id`.
     ToolCall {
+        /// The cell that calls.
         cell_id: u64,
+        /// Chosen by the worker, unique among its open calls, echoed by `ToolResult`.
         call_id: u64,
+        /// The tool's name.
         name: String,
+        /// The arguments as JSON text.
         args_json: String,
     },
     /// The worker cannot go on (its interpreter died, say); it exits after sending this.
-    Fatal { message: String },
+    Fatal {
+        /// What went wrong, for the supervisor's log and the cell's result.
+        message: String,
+    },
     /// Something the next cell's result should tell (a startup module that failed), sent
     /// before any cell's frames.
-    Notice { message: String },
+    Notice {
+        /// The text to show.
+        message: String,
+    },
 }
 
 /// How a cell ended, as the worker saw it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CellOutcome {
+    /// The cell ran to its end.
     Completed,
     /// The cell raised; the traceback was sent as output, `summary` is its last line.
     Failed {
+        /// The exception's last line, e.g. `ZeroDivisionError: division by zero`.
         summary: String,
     },
     /// The cell was stopped by an `Interrupt`.

@@ -57,6 +57,7 @@ pub struct WaitOptions {
 /// How to start a supervisor.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
+    /// The configuration to run under; a running supervisor takes a new one with `reload`.
     pub config: Config,
     /// The cellvisor executable that workers run as (`cellvisor __worker ...`). Default: the
     /// current executable, which is right for the `cellvisor` binary; an embedding program
@@ -71,13 +72,18 @@ pub struct Options {
 /// Why the supervisor could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
+    /// The runtime directory could not be made private (it is someone else's, or not writable).
     #[error("cannot prepare the runtime directory {path}: {source}")]
     RuntimeDir {
+        /// The directory.
         path: PathBuf,
+        /// Why it could not be prepared.
         source: std::io::Error,
     },
+    /// Workers run this executable; without it no worker can start.
     #[error("cannot find the cellvisor executable: {0}")]
     Exe(std::io::Error),
+    /// The supervisor's own thread could not be started.
     #[error("cannot start the supervisor thread: {0}")]
     Thread(std::io::Error),
 }
@@ -85,15 +91,24 @@ pub enum StartupError {
 /// A request the supervisor refuses as a whole, before running anything.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum RequestError {
+    /// The session name is not one a file name and a log line can hold safely.
     #[error("invalid session name {0:?}: use 1 to 128 characters from A-Z a-z 0-9 . _ - :")]
     SessionName(String),
+    /// A request without cells is a host's mistake, not a no-op.
     #[error("a request needs at least one cell")]
     NoCells,
+    /// More cells than `cells.max-cells-per-request`: one request must not hold a session forever.
     #[error(
         "the request has {count} cells; at most {max} cells per request \
          (cells.max-cells-per-request): split it into several requests"
     )]
-    TooManyCells { count: usize, max: usize },
+    TooManyCells {
+        /// Cells in the request.
+        count: usize,
+        /// The most allowed.
+        max: usize,
+    },
+    /// A cell's timeout is not a positive number of seconds.
     #[error(
         "cell {index}: timeout must be a positive number of seconds, got {value}; \
          {min} to {max} seconds are kept as given, a shorter timeout is raised to {min} and a \
@@ -101,41 +116,67 @@ pub enum RequestError {
          default of {default} seconds"
     )]
     Timeout {
+        /// The cell's place in its request.
         index: usize,
+        /// The timeout given.
         value: f64,
+        /// `cells.min-timeout`, in seconds.
         min: f64,
+        /// `cells.max-timeout`, in seconds.
         max: f64,
+        /// `cells.default-timeout`, in seconds.
         default: f64,
     },
+    /// A cell's code is larger than a worker frame may carry.
     #[error("cell {index}: code is {len} bytes; at most {max} bytes per cell", max = MAX_CODE_BYTES)]
-    CodeTooLarge { index: usize, len: usize },
+    CodeTooLarge {
+        /// The cell's place in its request.
+        index: usize,
+        /// The code's size in bytes.
+        len: usize,
+    },
+    /// The working directory is not a directory: the cells would run somewhere unexpected.
     #[error("working directory {0} does not exist or is not a directory")]
     Cwd(PathBuf),
+    /// A tool name that cells could not call as `tool.<name>`.
     #[error("invalid tool name {0:?}: use 1 to {max} characters from A-Z a-z 0-9 _ - .", max = MAX_TOOL_NAME)]
     ToolName(String),
+    /// Two tools with one name: a call would be ambiguous.
     #[error("tool {0:?} is declared twice")]
     DuplicateTool(String),
+    /// The request's sandbox fields would loosen the operator's, or cannot be enforced.
     #[error("sandbox: {0}")]
     Sandbox(String),
+    /// `wait` or `terminate` named a cell that is not in the background (or was collected).
     #[error(
         "session {session} has no background cell {cell_id} (ids come from results with status \
          \"running\"; a finished cell's result is handed out once)"
     )]
-    UnknownCell { session: String, cell_id: u64 },
+    UnknownCell {
+        /// The session named.
+        session: String,
+        /// The cell id named.
+        cell_id: u64,
+    },
+    /// `wait` named a cell whose own request still waits for it.
     #[error(
         "cell {0} has not gone to the background: the request that started it still waits for \
          it (use interrupt to stop it)"
     )]
     NotYielded(u64),
+    /// Another `wait` is already collecting this cell's output.
     #[error(
         "cell {0} is already being waited on: one wait at a time per cell; try again when that \
          wait returns"
     )]
     AlreadyObserved(u64),
+    /// `yield_time_ms` is longer than [`MAX_WAIT_MS`].
     #[error("yield_time_ms must be at most {max} ms (an hour), got {0}", max = MAX_WAIT_MS)]
     WaitTime(u64),
+    /// `max_tokens` of 0 would return nothing.
     #[error("max_tokens must be at least 1")]
     MaxTokens,
+    /// The supervisor has shut down; no more requests are taken.
     #[error("the supervisor has stopped")]
     Stopped,
 }
@@ -339,7 +380,7 @@ impl Cellvisor {
                             "the session ended before the cell finished".into(),
                         ),
                     };
-                    if result.status == CellStatus::Running {
+                    if result.report.status == CellStatus::Running {
                         self.remember_background(cell_id, key);
                         in_background = Some(cell_id);
                     }
@@ -352,7 +393,7 @@ impl Cellvisor {
                 let _ = events
                     .send(CellEvent::CellDone {
                         index,
-                        status: result.status,
+                        status: result.report.status,
                     })
                     .await;
             }
@@ -432,7 +473,7 @@ impl Cellvisor {
             .map_err(|_| RequestError::Stopped)?;
         let answer = answer.await.unwrap_or(Err(Refusal::Unknown));
         let ended = match &answer {
-            Ok(result) => result.status != CellStatus::Running,
+            Ok(result) => result.report.status != CellStatus::Running,
             Err(refusal) => *refusal == Refusal::Unknown,
         };
         if ended {

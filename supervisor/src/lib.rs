@@ -31,6 +31,8 @@
 //!   Markdown), the status table, `Display` for the states.
 //! - [`worker_entry`]: the hidden `__worker` entry point for programs that embed cellvisor.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 mod allocator;
 mod artifacts;
 pub use cellvisor_client::cell;

@@ -208,10 +208,7 @@ impl CellvisorMcp {
                 eval.await
             }
         };
-        match result {
-            Ok(result) => render_result(&result),
-            Err(err) => tool_error(request_error_message(&err)),
-        }
+        render_answer(result)
     }
 
     async fn reset(&self, arguments: JsonObject) -> CallToolResult {
@@ -221,13 +218,9 @@ impl CellvisorMcp {
             #[serde(default)]
             language: Option<Language>,
         }
-        let args: ResetArgs = match serde_json::from_value(Value::Object(arguments)) {
+        let args: ResetArgs = match tool_arguments(arguments, r#"{"language"?: "py"|"js"|"lua"}"#) {
             Ok(args) => args,
-            Err(err) => {
-                return tool_error(format!(
-                    "invalid arguments: {err}. Expected {{\"language\"?: \"py\"|\"js\"|\"lua\"}}"
-                ))
-            }
+            Err(refusal) => return refusal,
         };
         let which = args
             .language
@@ -257,23 +250,23 @@ impl CellvisorMcp {
             #[serde(default)]
             max_tokens: Option<u64>,
         }
-        let args: WaitArgs = match serde_json::from_value(Value::Object(arguments)) {
+        let args: WaitArgs = match tool_arguments(
+            arguments,
+            r#"{"cell_id": integer, "yield_time_ms"?: integer, "max_tokens"?: integer}"#,
+        ) {
             Ok(args) => args,
-            Err(err) => {
-                return tool_error(format!(
-                    "invalid arguments: {err}. Expected {{\"cell_id\": integer, \
-                     \"yield_time_ms\"?: integer, \"max_tokens\"?: integer}}"
-                ))
-            }
+            Err(refusal) => return refusal,
         };
         let options = WaitOptions {
             yield_time_ms: args.yield_time_ms,
             max_tokens: args.max_tokens,
         };
-        match self.cv.wait(&self.session, args.cell_id, options).await {
-            Ok(cell) => render_result(&EvalResult::from_cells(vec![cell])),
-            Err(err) => tool_error(request_error_message(&err)),
-        }
+        render_answer(
+            self.cv
+                .wait(&self.session, args.cell_id, options)
+                .await
+                .map(|cell| EvalResult::from_cells(vec![cell])),
+        )
     }
 
     /// `terminate`: stop a background cell; its final result.
@@ -283,18 +276,16 @@ impl CellvisorMcp {
         struct TerminateArgs {
             cell_id: u64,
         }
-        let args: TerminateArgs = match serde_json::from_value(Value::Object(arguments)) {
+        let args: TerminateArgs = match tool_arguments(arguments, r#"{"cell_id": integer}"#) {
             Ok(args) => args,
-            Err(err) => {
-                return tool_error(format!(
-                    "invalid arguments: {err}. Expected {{\"cell_id\": integer}}"
-                ))
-            }
+            Err(refusal) => return refusal,
         };
-        match self.cv.terminate(&self.session, args.cell_id).await {
-            Ok(cell) => render_result(&EvalResult::from_cells(vec![cell])),
-            Err(err) => tool_error(request_error_message(&err)),
-        }
+        render_answer(
+            self.cv
+                .terminate(&self.session, args.cell_id)
+                .await
+                .map(|cell| EvalResult::from_cells(vec![cell])),
+        )
     }
 
     async fn sessions(&self) -> CallToolResult {
@@ -574,8 +565,26 @@ fn request_error_message(err: &RequestError) -> String {
     }
 }
 
+/// A tool's arguments as `T`, or the refusal that names what was wrong and the `expected`
+/// shape, so every tool answers bad arguments in the same words.
+fn tool_arguments<T: serde::de::DeserializeOwned>(
+    arguments: JsonObject,
+    expected: &str,
+) -> Result<T, CallToolResult> {
+    serde_json::from_value(Value::Object(arguments))
+        .map_err(|err| tool_error(format!("invalid arguments: {err}. Expected {expected}")))
+}
+
 fn tool_error(message: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
+/// The answer of `eval`, `wait` or `terminate`: the cells' result, or the refusal.
+fn render_answer(answer: Result<EvalResult, RequestError>) -> CallToolResult {
+    match answer {
+        Ok(result) => render_result(&result),
+        Err(err) => tool_error(request_error_message(&err)),
+    }
 }
 
 /// A request's result as MCP content: one text block per cell (header, notice, output,
@@ -606,10 +615,10 @@ fn render_cell(cell: &CellResult, total: usize) -> (String, Vec<ContentBlock>) {
     if let Some(header) = render::cell_header(cell, total) {
         line(&header);
     }
-    if let Some(notice) = &cell.notice {
+    if let Some(notice) = &cell.report.notice {
         line(&format!("({})", notice.trim_end()));
     }
-    line(&cell.output);
+    line(&cell.report.output);
     if let Some(note) = render::truncation_note(cell) {
         line(&note);
     }
@@ -630,9 +639,11 @@ fn render_cell(cell: &CellResult, total: usize) -> (String, Vec<ContentBlock>) {
             Shown::Nothing => {}
         }
     }
-    match cell.status {
+    match cell.report.status {
         CellStatus::Complete => {}
-        CellStatus::Skipped if cell.output.is_empty() => line("(skipped: an earlier cell failed)"),
+        CellStatus::Skipped if cell.report.output.is_empty() => {
+            line("(skipped: an earlier cell failed)")
+        }
         CellStatus::Skipped => line("(skipped)"),
         CellStatus::Running => line(&format!(
             "(still running in the background as cell {id}: call `wait` with cell_id {id} \
@@ -650,7 +661,7 @@ fn render_cell(cell: &CellResult, total: usize) -> (String, Vec<ContentBlock>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::Truncation;
+    use crate::cell::{CellReport, Truncation};
 
     fn cell(index: usize, status: CellStatus, output: &str, displays: Vec<Value>) -> CellResult {
         CellResult {
@@ -658,14 +669,16 @@ mod tests {
             cell_id: 0,
             title: None,
             language: Language::Python,
-            status,
             exit_code: i32::from(status != CellStatus::Complete),
-            output: output.to_string(),
-            duration_ms: 1.0,
-            displays,
-            status_events: Vec::new(),
-            truncation: Truncation::default(),
-            notice: None,
+            report: CellReport {
+                status,
+                output: output.to_string(),
+                duration_ms: 1.0,
+                displays,
+                status_events: Vec::new(),
+                truncation: Truncation::default(),
+                notice: None,
+            },
         }
     }
 

@@ -27,7 +27,7 @@ pub fn cell_header(cell: &CellResult, total: usize) -> Option<String> {
 
 /// `(output truncated: ...)` for a cell whose output was cut, saying where the whole is.
 pub fn truncation_note(cell: &CellResult) -> Option<String> {
-    let truncation = &cell.truncation;
+    let truncation = &cell.report.truncation;
     truncation.truncated.then(|| {
         let whole = match &truncation.artifact_path {
             Some(path) => format!("; the whole output is in {}", path.display()),
@@ -309,9 +309,9 @@ mod tests {
         cell.title = Some("setup".into());
         assert_eq!(cell_header(&cell, 3).as_deref(), Some("[2/3] setup"));
         assert_eq!(truncation_note(&cell), None);
-        cell.truncation.truncated = true;
-        cell.truncation.total_bytes = 9000;
-        cell.truncation.total_lines = 12;
+        cell.report.truncation.truncated = true;
+        cell.report.truncation.total_bytes = 9000;
+        cell.report.truncation.total_lines = 12;
         assert_eq!(
             truncation_note(&cell).as_deref(),
             Some("(output truncated: 9000 bytes, 12 lines in all)")

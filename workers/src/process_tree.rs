@@ -16,12 +16,15 @@ use std::sync::OnceLock;
 /// One process as `/proc/<pid>/stat` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcStat {
+    /// The process id.
     pub pid: u32,
+    /// Its parent's id, which links a worker to everything it started.
     pub ppid: u32,
     /// `R`, `S`, `D`, `Z`, `T`, ...
     pub state: char,
     /// User plus system CPU time, in clock ticks.
     pub cpu_ticks: u64,
+    /// Resident memory, in bytes: what the RSS cap is checked against.
     pub rss_bytes: u64,
     /// When it started, in clock ticks since boot (comparable with [`ticks_since_boot`]).
     pub start_ticks: u64,

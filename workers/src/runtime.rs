@@ -27,23 +27,31 @@ const OUTBOX_CAPACITY: usize = 256;
 /// Why a worker stopped other than by `Shutdown`.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
+    /// The supervisor's socket cannot be reached: the supervisor is gone or the path is wrong.
     #[error("cannot connect to the supervisor at {path}: {source}")]
     Connect {
+        /// The socket tried.
         path: String,
+        /// Why the connection failed.
         source: std::io::Error,
     },
+    /// The supervisor and this worker disagree on the protocol.
     #[error("handshake with the supervisor failed: {0}")]
     Handshake(#[from] HandshakeError),
+    /// The connection to the supervisor broke.
     #[error("lost the supervisor: {0}")]
     Link(#[from] FrameError),
+    /// The language runtime cannot go on; the text says why.
     #[error("{0}")]
     Engine(String),
+    /// A `CELLVISOR_*` variable the supervisor set is not valid text.
     #[error(transparent)]
     Environment(#[from] cellvisor_ipc::env::BadBytes),
 }
 
 /// A language runtime that keeps its state between cells.
 pub trait Engine {
+    /// The language this engine runs, announced in the handshake.
     const LANGUAGE: Language;
 
     /// Engine name and version, reported in the handshake.
@@ -80,6 +88,7 @@ pub struct Interrupt {
 }
 
 impl Interrupt {
+    /// Whether the cell was asked to stop; engines poll it between steps.
     pub fn is_raised(&self) -> bool {
         self.raised.load(Ordering::Relaxed)
     }
@@ -173,7 +182,9 @@ impl PendingToolCalls {
 
 /// A tool call in flight; its answer arrives on `answer`.
 pub struct PendingToolCall {
+    /// The id the worker chose for the call, echoed by the supervisor's answer.
     pub call_id: u64,
+    /// Where the answer arrives.
     pub answer: Receiver<ToolOutcome>,
 }
 

@@ -46,12 +46,16 @@ pub struct Rules {
 /// Why the sandbox could not be applied.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
+    /// The rules the supervisor passed cannot be read (a supervisor and worker out of step).
     #[error("the sandbox rules in {SANDBOX_VAR} are not valid: {0}")]
     Rules(String),
+    /// The kernel refused to build or apply the ruleset.
     #[error("cannot build the Landlock ruleset: {0}")]
     Landlock(#[from] landlock::RulesetError),
+    /// A required sandbox the kernel cannot fully enforce: refused rather than weakened.
     #[error("the sandbox is required but the kernel enforced it only {0}")]
     NotEnforced(&'static str),
+    /// A network namespace was asked for and the kernel would not give one.
     #[error("cannot enter a network namespace of the worker's own: {0}")]
     Namespace(std::io::Error),
 }

@@ -198,8 +198,10 @@ fn property_name(name: &str) -> String {
 /// Why `tool_search` refused its arguments; the texts are the code-mode API's own.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SearchError {
+    /// An empty query would match everything.
     #[error("query must not be empty")]
     EmptyQuery,
+    /// A limit of 0 would return nothing.
     #[error("limit must be greater than zero")]
     BadLimit,
 }

@@ -37,7 +37,7 @@ pub fn write_case(dir: &Path, result: &CaseResult) -> std::io::Result<()> {
     }
     events.flush()?;
     for cell in &result.cells {
-        if let Some(spilled) = &cell.truncation.artifact_path {
+        if let Some(spilled) = &cell.report.truncation.artifact_path {
             // The whole output of a cell that did not fit, kept with the case (spill files
             // are not kept forever); one already gone is not an error of this run.
             let copied =

@@ -130,22 +130,28 @@ pub fn normalize(raw: f64, spec: &MetricSpec) -> f64 {
 pub fn measure(spec: &MetricSpec, cells: &[CellResult], scores: &[ScoreOutcome]) -> Option<f64> {
     let sum = |f: fn(&CellResult) -> f64| Some(cells.iter().map(f).sum());
     match spec.measure {
-        Measure::DurationMs => sum(|c| c.duration_ms),
-        Measure::OutputBytes => sum(|c| c.truncation.total_bytes.max(c.output.len() as u64) as f64),
-        Measure::OutputLines => sum(|c| {
-            c.truncation
-                .total_lines
-                .max(c.output.lines().count() as u64) as f64
+        Measure::DurationMs => sum(|c| c.report.duration_ms),
+        Measure::OutputBytes => sum(|c| {
+            c.report
+                .truncation
+                .total_bytes
+                .max(c.report.output.len() as u64) as f64
         }),
-        Measure::Displays => sum(|c| c.displays.len() as f64),
-        Measure::StatusEvents => sum(|c| c.status_events.len() as f64),
-        Measure::Restarts => sum(|c| f64::from(u8::from(c.notice.is_some()))),
+        Measure::OutputLines => sum(|c| {
+            c.report
+                .truncation
+                .total_lines
+                .max(c.report.output.lines().count() as u64) as f64
+        }),
+        Measure::Displays => sum(|c| c.report.displays.len() as f64),
+        Measure::StatusEvents => sum(|c| c.report.status_events.len() as f64),
+        Measure::Restarts => sum(|c| f64::from(u8::from(c.report.notice.is_some()))),
         Measure::ScorersPassed => {
             let passed = scores.iter().filter(|s| s.passed).count();
             Some(passed as f64 / scores.len().max(1) as f64)
         }
         Measure::OutputNumber => cells.iter().find_map(|c| {
-            let captures = spec.pattern.as_ref()?.regex().captures(&c.output)?;
+            let captures = spec.pattern.as_ref()?.regex().captures(&c.report.output)?;
             let text = captures.get(1).or_else(|| captures.get(0))?.as_str();
             text.trim().parse::<f64>().ok().filter(|v| v.is_finite())
         }),

@@ -306,13 +306,13 @@ async fn run_case(
 fn setup_failure(cells: &[CellResult]) -> String {
     match cells
         .iter()
-        .find(|c| matches!(c.status, CellStatus::Error | CellStatus::Cancelled))
+        .find(|c| matches!(c.report.status, CellStatus::Error | CellStatus::Cancelled))
     {
         Some(cell) => format!(
             "setup cell {} ended {}: {}",
             cell.index,
-            cell.status,
-            cell.output.trim_end()
+            cell.report.status,
+            cell.report.output.trim_end()
         ),
         None => "setup failed".into(),
     }

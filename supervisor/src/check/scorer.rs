@@ -158,7 +158,7 @@ impl Observation<'_> {
     fn output(&self, cell: Option<usize>) -> String {
         self.selected(cell)
             .iter()
-            .map(|c| c.output.as_str())
+            .map(|c| c.report.output.as_str())
             .collect()
     }
 }
@@ -234,7 +234,7 @@ impl Scorer {
         match self {
             Scorer::Status { expect, cell, .. } => {
                 let actual = match cell {
-                    Some(index) => seen.cells.get(*index).map(|c| c.status),
+                    Some(index) => seen.cells.get(*index).map(|c| c.report.status),
                     None => Some(request_status(seen.cells)),
                 };
                 let passed = actual == Some(*expect);
@@ -267,7 +267,7 @@ impl Scorer {
                 let mut seen_types: Vec<&str> = seen
                     .selected(*cell)
                     .iter()
-                    .flat_map(|c| c.displays.iter())
+                    .flat_map(|c| c.report.displays.iter())
                     .filter_map(|bundle| bundle.as_object())
                     .flat_map(|bundle| bundle.keys().map(String::as_str))
                     .collect();
@@ -303,7 +303,11 @@ impl Scorer {
                 ScoreOutcome::binary(name, passed, details)
             }
             Scorer::DurationBelowMs { ms, cell, .. } => {
-                let took: f64 = seen.selected(*cell).iter().map(|c| c.duration_ms).sum();
+                let took: f64 = seen
+                    .selected(*cell)
+                    .iter()
+                    .map(|c| c.report.duration_ms)
+                    .sum();
                 let passed = took < *ms;
                 let score = if passed || took <= 0.0 {
                     1.0
@@ -321,7 +325,7 @@ impl Scorer {
                 let notices: Vec<&str> = seen
                     .selected(*cell)
                     .iter()
-                    .filter_map(|c| c.notice.as_deref())
+                    .filter_map(|c| c.report.notice.as_deref())
                     .collect();
                 let details = match notices.first() {
                     None => "no notice".to_string(),
@@ -334,7 +338,7 @@ impl Scorer {
                 let passed = seen
                     .selected(*cell)
                     .iter()
-                    .flat_map(|c| c.status_events.iter())
+                    .flat_map(|c| c.report.status_events.iter())
                     .any(|event| {
                         let event_op = event.get("op").and_then(|v| v.as_str());
                         ops.extend(event_op);
@@ -354,7 +358,7 @@ impl Scorer {
 pub fn request_status(cells: &[CellResult]) -> CellStatus {
     cells
         .iter()
-        .map(|c| c.status)
+        .map(|c| c.report.status)
         .find(|s| !matches!(s, CellStatus::Complete | CellStatus::Skipped))
         .unwrap_or(CellStatus::Complete)
 }
@@ -368,7 +372,7 @@ mod tests {
 
     fn cell(status: CellStatus, output: &str) -> CellResult {
         let mut cell = completed(output, 10.0);
-        cell.status = status;
+        cell.report.status = status;
         cell
     }
 
@@ -473,7 +477,7 @@ mod tests {
     #[test]
     fn display_has_looks_for_a_mime_type() {
         let mut with_png = cell(CellStatus::Complete, "");
-        with_png.displays = vec![json!({"image/png": "AA==", "text/plain": "<Figure>"})];
+        with_png.report.displays = vec![json!({"image/png": "AA==", "text/plain": "<Figure>"})];
         let cells = [cell(CellStatus::Complete, ""), with_png];
         assert!(run(r#"{kind = "display_has", mime = "image/png"}"#, &cells).passed);
         let missing = run(
@@ -526,7 +530,7 @@ mod tests {
     #[test]
     fn no_restart_fails_on_a_notice() {
         let mut restarted = cell(CellStatus::Complete, "");
-        restarted.notice = Some("the previous py worker is gone".into());
+        restarted.report.notice = Some("the previous py worker is gone".into());
         let cells = [cell(CellStatus::Complete, ""), restarted];
         assert!(run(r#"{kind = "no_restart", cell = 0}"#, &cells).passed);
         let failed = run(r#"{kind = "no_restart"}"#, &cells);
@@ -537,7 +541,7 @@ mod tests {
     #[test]
     fn status_event_matches_op_and_path() {
         let mut wrote = cell(CellStatus::Complete, "");
-        wrote.status_events = vec![json!({"op": "write", "path": "a.txt", "bytes": 3})];
+        wrote.report.status_events = vec![json!({"op": "write", "path": "a.txt", "bytes": 3})];
         let cells = [wrote];
         assert!(run(r#"{kind = "status_event", op = "write"}"#, &cells).passed);
         assert!(

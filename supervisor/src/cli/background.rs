@@ -2,11 +2,10 @@
 //! `running`), through the daemon.
 
 use super::{usage_error, Globals};
-use crate::daemon::client::{Client, ClientError};
+use crate::daemon::client::ClientError;
 use crate::daemon::protocol::method;
-use crate::{CellResult, CellStatus};
+use crate::{CellResult, CellStatus, EvalResult};
 use serde_json::json;
-use std::io::Write;
 
 #[derive(Debug, clap::Args)]
 pub struct WaitArgs {
@@ -62,12 +61,11 @@ async fn call(
     session: &str,
     json: bool,
 ) -> i32 {
-    let config = match globals.load_config() {
-        Ok(config) => config,
-        Err(err) => return usage_error(err),
+    let connection = match globals.connect_daemon().await {
+        Ok(connection) => connection,
+        Err(code) => return code,
     };
-    let socket = globals.socket(&config);
-    let mut client = match Client::connect(&socket).await {
+    let mut client = match connection.client {
         Ok(client) => client,
         Err(err) => {
             eprintln!("error: {err} (is the daemon running? background cells live in it)");
@@ -95,27 +93,13 @@ async fn call(
             return 1;
         }
     };
+    let status = cell.report.status;
     if !json {
-        print_cell(&cell, session);
+        // Printed as `eval` prints a cell: output, truncation note, displays, and how to
+        // collect the rest while it runs.
+        super::eval::print_result(&EvalResult::from_cells(vec![cell]), false, session);
     }
-    i32::from(matches!(
-        cell.status,
-        CellStatus::Error | CellStatus::Cancelled
-    ))
-}
-
-fn print_cell(cell: &CellResult, session: &str) {
-    let mut out = std::io::stdout().lock();
-    if matches!(cell.status, CellStatus::Complete | CellStatus::Running) {
-        let _ = out.write_all(cell.output.as_bytes());
-    } else {
-        let _ = out.flush();
-        eprint!("{}", cell.output);
-    }
-    let _ = out.flush();
-    if cell.status == CellStatus::Running {
-        eprintln!("{}", still_running(cell.cell_id, session));
-    }
+    i32::from(matches!(status, CellStatus::Error | CellStatus::Cancelled))
 }
 
 /// What the CLI says about a cell that goes on in the background.

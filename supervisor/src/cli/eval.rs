@@ -132,22 +132,22 @@ async fn run_in_process(
 
 /// Waits for `cell` until it ends if it went to the background, adding what it printed.
 async fn finish_in_process(cellvisor: &Cellvisor, session: &str, cell: &mut CellResult) {
-    while cell.status == CellStatus::Running {
+    while cell.report.status == CellStatus::Running {
         match cellvisor
             .wait(session, cell.cell_id, crate::WaitOptions::default())
             .await
         {
             Ok(more) => {
-                cell.output.push_str(&more.output);
-                cell.displays.extend(more.displays);
-                cell.status_events.extend(more.status_events);
-                cell.status = more.status;
+                cell.report.output.push_str(&more.report.output);
+                cell.report.displays.extend(more.report.displays);
+                cell.report.status_events.extend(more.report.status_events);
+                cell.report.status = more.report.status;
                 cell.exit_code = more.exit_code;
-                cell.duration_ms = more.duration_ms;
+                cell.report.duration_ms = more.report.duration_ms;
             }
             Err(err) => {
-                cell.output.push_str(&format!("{err}\n"));
-                cell.status = CellStatus::Error;
+                cell.report.output.push_str(&format!("{err}\n"));
+                cell.report.status = CellStatus::Error;
                 cell.exit_code = 1;
             }
         }
@@ -160,7 +160,10 @@ async fn run_through_daemon(
     config: Option<PathBuf>,
     log: Option<PathBuf>,
 ) -> Result<EvalResult, Failure> {
-    let mut client = Client::connect_or_start(&socket, config.as_deref(), log.as_deref())
+    // This program is the cellvisor binary: the daemon it starts is itself, serving.
+    let program = std::env::current_exe()
+        .map_err(|e| Failure::Broken(format!("cannot find this program to start a daemon: {e}")))?;
+    let mut client = Client::connect_or_start(&socket, &program, config.as_deref(), log.as_deref())
         .await
         .map_err(|e| Failure::Broken(e.to_string()))?;
     client
@@ -296,7 +299,9 @@ fn parse_cells(source: &str) -> Result<Vec<CellSpec>, UsageError> {
     Ok(cells)
 }
 
-fn print_result(result: &EvalResult, json: bool, session: &str) {
+/// Prints a request's result: `--json` as is, else each cell's output on stdout (stderr for a
+/// failed cell), notes on stderr, displays as text or saved files.
+pub(super) fn print_result(result: &EvalResult, json: bool, session: &str) {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if json {
@@ -307,7 +312,7 @@ fn print_result(result: &EvalResult, json: bool, session: &str) {
     let total = result.cells.len();
     for cell in &result.cells {
         print_cell(&mut out, cell, total);
-        if cell.status == CellStatus::Running {
+        if cell.report.status == CellStatus::Running {
             let _ = out.flush();
             eprintln!(
                 "{}",
@@ -319,22 +324,22 @@ fn print_result(result: &EvalResult, json: bool, session: &str) {
 }
 
 fn print_cell(out: &mut impl Write, cell: &CellResult, total: usize) {
-    if let Some(notice) = &cell.notice {
+    if let Some(notice) = &cell.report.notice {
         eprintln!("note: {notice}");
     }
     if let Some(header) = render::cell_header(cell, total) {
-        if cell.status == CellStatus::Skipped {
-            eprintln!("{header} ({})", cell.status);
-            eprint!("{}", cell.output);
+        if cell.report.status == CellStatus::Skipped {
+            eprintln!("{header} ({})", cell.report.status);
+            eprint!("{}", cell.report.output);
             return;
         }
         let _ = writeln!(out, "{header}");
     }
-    if matches!(cell.status, CellStatus::Complete | CellStatus::Running) {
-        let _ = out.write_all(cell.output.as_bytes());
+    if cell.report.status.succeeded_so_far() {
+        let _ = out.write_all(cell.report.output.as_bytes());
     } else {
         let _ = out.flush();
-        eprint!("{}", cell.output);
+        eprint!("{}", cell.report.output);
     }
     if let Some(note) = render::truncation_note(cell) {
         let _ = out.flush();

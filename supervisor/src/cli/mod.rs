@@ -80,6 +80,22 @@ impl Globals {
     fn socket(&self, config: &crate::Config) -> PathBuf {
         crate::daemon::socket_path(self.socket.as_deref(), config.daemon.socket.as_deref())
     }
+
+    /// A connection to the running daemon. A bad configuration is already reported (its
+    /// exit code is in `Err`); an absent daemon is left to the caller, since what it means
+    /// differs (an error for `status`, nothing to do for `stop`).
+    async fn connect_daemon(&self) -> Result<DaemonConnection, i32> {
+        let config = self.load_config().map_err(usage_error)?;
+        let socket = self.socket(&config);
+        let client = crate::daemon::client::Client::connect(&socket).await;
+        Ok(DaemonConnection { socket, client })
+    }
+}
+
+/// The outcome of [`Globals::connect_daemon`]: the socket tried, and the client or why not.
+struct DaemonConnection {
+    socket: PathBuf,
+    client: Result<crate::daemon::client::Client, crate::daemon::client::ClientError>,
 }
 
 /// Runs the command line; returns the process exit code.

@@ -25,9 +25,7 @@ pub struct SessionArgs {
 }
 
 async fn connect(globals: &Globals) -> Result<Client, i32> {
-    let config = globals.load_config().map_err(usage_error)?;
-    let socket = globals.socket(&config);
-    Client::connect(&socket).await.map_err(|err| {
+    globals.connect_daemon().await?.client.map_err(|err| {
         match &err {
             ClientError::Connect { .. } => {
                 eprintln!("error: {err} (is `cellvisor serve` running?)")
@@ -112,12 +110,11 @@ pub async fn control(args: SessionArgs, method: &str, globals: &Globals) -> i32 
 }
 
 pub async fn stop(globals: &Globals) -> i32 {
-    let config = match globals.load_config() {
-        Ok(config) => config,
-        Err(err) => return usage_error(err),
+    let (socket, client) = match globals.connect_daemon().await {
+        Ok(connection) => (connection.socket, connection.client),
+        Err(code) => return code,
     };
-    let socket = globals.socket(&config);
-    let mut client = match Client::connect(&socket).await {
+    let mut client = match client {
         Ok(client) => client,
         Err(_) => {
             println!("no daemon is running at {}", socket.display());

@@ -13,7 +13,8 @@ use super::protocol::{
     TerminateParams, WaitParams, PROTOCOL_VERSION,
 };
 use crate::cell::{
-    CellEvent, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult, ToolSpec, Truncation,
+    CellEvent, CellReport, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult, ToolSpec,
+    Truncation,
 };
 use crate::sandbox::{Feature, SandboxRequest, SandboxStatus};
 use crate::session::{SessionState, SessionStatus};
@@ -96,15 +97,12 @@ fn terminate_params() -> TerminateParams {
 /// A one-cell result with `status` (a cell in the background is `running`).
 fn cell_result(status: CellStatus, output: &str) -> EvalResult {
     let mut result = eval_result();
-    result.cells[0].status = status;
-    result.cells[0].exit_code = i32::from(!matches!(
-        status,
-        CellStatus::Complete | CellStatus::Running
-    ));
-    result.cells[0].output = output.into();
-    result.cells[0].displays.clear();
-    result.cells[0].status_events.clear();
-    result.cells[0].truncation.total_bytes = output.len() as u64;
+    result.cells[0].report.status = status;
+    result.cells[0].exit_code = i32::from(!status.succeeded_so_far());
+    result.cells[0].report.output = output.into();
+    result.cells[0].report.displays.clear();
+    result.cells[0].report.status_events.clear();
+    result.cells[0].report.truncation.total_bytes = output.len() as u64;
     result.is_error = result.cells[0].exit_code != 0;
     result
 }
@@ -117,20 +115,22 @@ fn eval_result() -> EvalResult {
             cell_id: 7,
             title: Some("first".into()),
             language: Language::Python,
-            status: CellStatus::Complete,
             exit_code: 0,
-            output: "1\n".into(),
-            duration_ms: 12.5,
-            displays: vec![json!({"text/html": "<b>1</b>"})],
-            status_events: vec![json!({"kind": "progress", "done": 1})],
-            truncation: Truncation {
-                truncated: false,
-                total_bytes: 2,
-                total_lines: 1,
-                artifact_path: None,
-                artifact_error: None,
+            report: CellReport {
+                status: CellStatus::Complete,
+                output: "1\n".into(),
+                duration_ms: 12.5,
+                displays: vec![json!({"text/html": "<b>1</b>"})],
+                status_events: vec![json!({"kind": "progress", "done": 1})],
+                truncation: Truncation {
+                    truncated: false,
+                    total_bytes: 2,
+                    total_lines: 1,
+                    artifact_path: None,
+                    artifact_error: None,
+                },
+                notice: None,
             },
-            notice: None,
         }],
     }
 }

@@ -188,7 +188,7 @@ impl Session {
     /// text goes to an artifact unless one already holds it.
     fn cap_output(&self, result: &mut CellResult, max_bytes: u64) {
         let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
-        if result.output.len() <= max_bytes {
+        if result.report.output.len() <= max_bytes {
             return;
         }
         let mut sink = OutputSink::new(SinkLimits {
@@ -204,13 +204,13 @@ impl Session {
             ),
             artifacts: std::sync::Arc::clone(&self.artifacts),
         });
-        sink.write(result.output.as_bytes());
+        sink.write(result.report.output.as_bytes());
         let cut = sink.finish();
-        result.output = cut.text;
-        result.truncation.truncated = true;
-        if result.truncation.artifact_path.is_none() {
-            result.truncation.artifact_path = cut.truncation.artifact_path;
-            result.truncation.artifact_error = cut.truncation.artifact_error;
+        result.report.output = cut.text;
+        result.report.truncation.truncated = true;
+        if result.report.truncation.artifact_path.is_none() {
+            result.report.truncation.artifact_path = cut.truncation.artifact_path;
+            result.report.truncation.artifact_error = cut.truncation.artifact_error;
         } else if let Some(spare) = cut.truncation.artifact_path {
             self.artifacts.discard(&spare);
         }

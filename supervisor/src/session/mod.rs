@@ -11,7 +11,7 @@
 //! - [`policy`]: the plain-data decisions ([`policy::RestartBudget`], [`policy::Deadline`]).
 //! - [`outcome`]: why things happen, typed, and the text hosts read about it.
 //! - `link`: the tasks on the worker's connection.
-//! - `report`: [`CellReport`], what a session reports for one cell.
+//! - [`CellReport`] (from the client crate): what a session reports for one cell.
 
 mod background;
 mod cells;
@@ -20,13 +20,13 @@ pub mod messages;
 pub mod observation;
 pub mod outcome;
 pub mod policy;
-mod report;
 #[cfg(test)]
 mod tests;
 mod window;
 mod worker;
 
 use crate::artifacts::ArtifactStore;
+pub use crate::cell::CellReport;
 use crate::cell::{CellEvent, CellSpec, ToolCallRequest};
 use crate::spawn::{Launcher, ProcessHandle, StartedWorker, WorkerSpec};
 use actix::prelude::*;
@@ -38,7 +38,6 @@ pub use messages::*;
 use observation::{Observer, Uncollected};
 use outcome::{Eviction, KillReason};
 use policy::{Deadline, RestartBudget};
-pub use report::CellReport;
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::fmt;

@@ -194,7 +194,7 @@ async fn a_background_cell_is_waited_on_terminated_and_its_loss_kept_for_collect
     };
     let watched = ask(&session, wait(cell_id, 10)).await.expect("a result");
     assert_eq!(
-        (watched.status, watched.cell_id),
+        (watched.report.status, watched.cell_id),
         (CellStatus::Running, cell_id)
     );
     assert_eq!(
@@ -208,7 +208,7 @@ async fn a_background_cell_is_waited_on_terminated_and_its_loss_kept_for_collect
     })
     .await
     .expect("a result");
-    assert_eq!(ended.status, CellStatus::Cancelled);
+    assert_eq!(ended.report.status, CellStatus::Cancelled);
 
     // A background cell whose worker is lost while nobody watches: its end waits for a wait.
     let (lost_id, _) = run_in_background(&session).await;
@@ -219,8 +219,12 @@ async fn a_background_cell_is_waited_on_terminated_and_its_loss_kept_for_collect
     });
     until_pid_changes(&session, worker).await;
     let lost = ask(&session, wait(lost_id, 10_000)).await.expect("kept");
-    assert_eq!(lost.status, CellStatus::Error);
-    assert!(lost.output.contains("worker killed"), "{}", lost.output);
+    assert_eq!(lost.report.status, CellStatus::Error);
+    assert!(
+        lost.report.output.contains("worker killed"),
+        "{}",
+        lost.report.output
+    );
     assert_eq!(
         ask(&session, wait(lost_id, 10)).await.unwrap_err(),
         observation::Refusal::Unknown,

@@ -6,7 +6,8 @@
 //!
 //! The Python runner has its own copy of these rules in `prelude.py` (it runs in its own
 //! process, with no Rust in it); the key rule and the file layout must stay the same in both,
-//! and `tests/code_mode.rs` stores from one language and loads from another.
+//! and `every_language_applies_the_same_store_key_rule_to_the_same_files` in
+//! `tests/code_mode.rs` holds both to one table of keys and loads across languages.
 
 use super::fs::{write_atomically, Durability};
 use super::HelperError;

@@ -101,6 +101,7 @@ const MAX_DISPLAY_BYTES: usize = 8 * MIB;
 /// Stream numbers the prelude passes to the native `write`.
 const STDOUT: i32 = 0;
 
+/// The JavaScript worker's engine: one QuickJS runtime whose global scope lives from cell to cell.
 pub struct JsEngine {
     /// The prelude's hooks. Declared first: they must be dropped before the runtime, which
     /// aborts if a value outlives it.

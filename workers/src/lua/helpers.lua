@@ -90,18 +90,20 @@ function read(path, offset, limit, numbered)
   return text
 end
 
+-- write and append differ only in whether the host keeps what the file held.
+local function put_text(op, path, content)
+  check_path(op, path)
+  check_string(op, "content", content)
+  local bytes = checked(host.store(path, content, op == "append"))
+  status({ op = op, path = path, bytes = bytes })
+end
+
 function write(path, content)
-  check_path("write", path)
-  check_string("write", "content", content)
-  local bytes = checked(host.store(path, content, false))
-  status({ op = "write", path = path, bytes = bytes })
+  put_text("write", path, content)
 end
 
 function append(path, content)
-  check_path("append", path)
-  check_string("append", "content", content)
-  local bytes = checked(host.store(path, content, true))
-  status({ op = "append", path = path, bytes = bytes })
+  put_text("append", path, content)
 end
 
 function sort(text, reverse, unique)

@@ -31,6 +31,7 @@ pub struct Interpreter {
 /// What [`discover`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Discovered {
+    /// An interpreter found from files alone, without running anything.
     Found(Interpreter),
     /// A shim whose target could not be worked out from files (pyenv `system`, an unknown
     /// manager): run it once to ask.

@@ -80,6 +80,8 @@ pub struct PythonEngine {
 }
 
 impl PythonEngine {
+    /// Finds the session's Python and starts its runner; a Python that cannot start fails
+    /// the worker, saying why.
     pub fn new(context: &WorkerContext) -> Result<Self, WorkerError> {
         let interpreter = interpreter::locate(&context.runtime_dir).map_err(WorkerError::Engine)?;
         Self::start(&interpreter, &context.runtime_dir)
