@@ -25,8 +25,11 @@ fn current_uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
-/// Creates `dir` (and parents) if needed and makes sure only we can enter it: it must belong
-/// to the current user, and its mode is forced to 0700.
+/// Creates `dir` (and parents) if needed, with mode 0700, and makes sure nobody else can put
+/// things in it: it must belong to the current user. An existing directory others may write
+/// to is tightened to 0700, unless it is a shared one with the sticky bit (`/tmp`, where
+/// nobody can replace what we create); an existing directory others can only read (a home
+/// directory a socket was put in) is left as it is: the files we create in it are private.
 pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
     fs::DirBuilder::new()
         .recursive(true)
@@ -50,7 +53,9 @@ pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
             ),
         ));
     }
-    if meta.mode() & 0o777 != 0o700 {
+    let others_write = meta.mode() & 0o022 != 0;
+    let sticky = meta.mode() & 0o1000 != 0;
+    if others_write && !sticky {
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
     }
     Ok(())
@@ -85,11 +90,18 @@ mod tests {
     }
 
     #[test]
-    fn loose_permissions_are_tightened() {
+    fn a_directory_others_may_write_is_tightened_but_a_shared_or_readable_one_is_left() {
+        let mode = |dir: &Path| fs::metadata(dir).unwrap().mode() & 0o7777;
         let base = tempfile::tempdir().unwrap();
-        fs::set_permissions(base.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(base.path(), fs::Permissions::from_mode(0o777)).unwrap();
         ensure_private_dir(base.path()).unwrap();
-        assert_eq!(fs::metadata(base.path()).unwrap().mode() & 0o777, 0o700);
+        assert_eq!(mode(base.path()), 0o700);
+        // A socket put in /tmp, or in a home directory, must not chmod either.
+        for kept in [0o1777, 0o755] {
+            fs::set_permissions(base.path(), fs::Permissions::from_mode(kept)).unwrap();
+            ensure_private_dir(base.path()).unwrap();
+            assert_eq!(mode(base.path()), kept, "{kept:o}");
+        }
     }
 
     #[test]
