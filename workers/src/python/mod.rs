@@ -114,11 +114,13 @@ impl PythonEngine {
             dead: None,
         };
         let prefix = format!("\x1ecellvisor-sync:{token}:").into_bytes();
-        let threads = child::spawn_output_thread(spawned.output, prefix, Arc::clone(&routing))
-            .and_then(|()| {
-                let commands = Arc::clone(&engine.commands);
-                child::spawn_event_thread(spawned.events, routing, sender, commands)
-            });
+        let output_events = sender.clone();
+        let threads =
+            child::spawn_output_thread(spawned.output, prefix, Arc::clone(&routing), output_events)
+                .and_then(|()| {
+                    let commands = Arc::clone(&engine.commands);
+                    child::spawn_event_thread(spawned.events, routing, sender, commands)
+                });
         if let Err(e) = threads {
             return Err(WorkerError::Engine(format!(
                 "cannot start the python pipe threads: {e}"
@@ -134,11 +136,11 @@ impl PythonEngine {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.events.recv_timeout(left) {
                 Ok(Event::Ready { version }) => return Ok(version),
-                Ok(_) => continue,
-                Err(RecvTimeoutError::Disconnected) => {
+                Ok(Event::Closed) | Err(RecvTimeoutError::Disconnected) => {
                     let how = self.reap();
                     return Err(self.start_failure(&how));
                 }
+                Ok(_) => continue,
                 Err(RecvTimeoutError::Timeout) => {
                     self.kill_and_reap();
                     let how = format!("did not start within {} s", START_TIMEOUT.as_secs());
@@ -247,6 +249,10 @@ impl PythonEngine {
                     summary,
                     marker,
                 }) if id == cell_id => return Ok((status, summary, marker)),
+                Ok(Event::Closed) | Err(RecvTimeoutError::Disconnected) => {
+                    let how = self.reap();
+                    return Err(self.died(how));
+                }
                 Ok(_) => continue,
                 Err(RecvTimeoutError::Timeout) => {
                     if let Some(status) = self.poll_exit() {
@@ -266,10 +272,6 @@ impl PythonEngine {
                         );
                         return Err(self.died(how));
                     }
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    let how = self.reap();
-                    return Err(self.died(how));
                 }
             }
         }

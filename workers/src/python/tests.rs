@@ -568,3 +568,36 @@ fn ipython_syntax_is_only_recognised_where_a_statement_starts() {
     );
     assert!(!ran.text().contains("cellvisor_ipython"), "{}", ran.text());
 }
+
+#[test]
+fn a_trailing_value_goes_where_the_cell_pointed_stdout() {
+    let mut py = Harness::new();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("moved.txt");
+    let moved = py.run(&format!(
+        "import os\nf = open({:?}, 'w')\nos.dup2(f.fileno(), 1)\n42",
+        path.display().to_string()
+    ));
+    assert!(moved.completed(), "{}", moved.text());
+    assert_eq!(moved.text(), "");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "42\n");
+    // fd 1 is back on the pipe for the next cell; a replaced sys.stdout still gets the value.
+    let replaced = py.run("import io, sys\nbuf = io.StringIO()\nsys.stdout = buf\n7");
+    assert!(replaced.completed());
+    assert_eq!(replaced.text(), "");
+    let back = py.run("sys.stdout = sys.__stdout__\nprint('after')\nbuf.getvalue()");
+    assert_eq!(back.text(), "after\n'7\\n'\n");
+}
+
+#[test]
+fn a_trailing_value_that_cannot_be_encoded_fails_the_cell_as_before() {
+    let mut py = Harness::new();
+    let ran = py.run("class Odd:\n    def __repr__(self):\n        return '\\udc80'\nOdd()");
+    assert!(
+        matches!(&ran.outcome, Ok(CellOutcome::Failed { summary }) if summary.starts_with("UnicodeEncodeError")),
+        "{:?} {}",
+        ran.outcome,
+        ran.text()
+    );
+    assert_eq!(py.run("1+1").text(), "2\n");
+}
