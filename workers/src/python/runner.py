@@ -49,6 +49,10 @@ class StdinNotImplementedError(NotImplementedError):
     """Raised when a cell reads stdin: cells run without a terminal."""
 
 
+# Named as when the runner ran as the script: tracebacks say `StdinNotImplementedError`.
+StdinNotImplementedError.__module__ = "__main__"
+
+
 class _State:
     cell_id = 0
     # User code of a cell is running, so SIGINT may raise KeyboardInterrupt.
@@ -166,6 +170,9 @@ class _NoStdin(io.TextIOBase):
     def close(self):
         """`exit()` closes stdin before raising SystemExit; later reads must still give
         the stdin message."""
+
+
+_NoStdin.__module__ = "__main__"
 
 
 def _call_tool(name, args):

@@ -505,7 +505,9 @@ fn runner_is_written_once() {
     let first = install_runner(dir.path()).unwrap();
     let second = install_runner(dir.path()).unwrap();
     assert_eq!(first, second);
-    assert_eq!(std::fs::read_to_string(&first).unwrap(), RUNNER_SOURCE);
+    assert_eq!(std::fs::read_to_string(&first).unwrap(), LAUNCHER_SOURCE);
+    let runner = first.with_file_name(RUNNER_MODULE_FILE);
+    assert_eq!(std::fs::read_to_string(runner).unwrap(), RUNNER_SOURCE);
     let prelude = first.with_file_name(PRELUDE_FILE);
     assert_eq!(std::fs::read_to_string(prelude).unwrap(), PRELUDE_SOURCE);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
@@ -600,4 +602,23 @@ fn a_trailing_value_that_cannot_be_encoded_fails_the_cell_as_before() {
         ran.text()
     );
     assert_eq!(py.run("1+1").text(), "2\n");
+}
+
+#[test]
+fn the_runner_starts_from_cached_bytecode() {
+    let mut py = Harness::new();
+    let ran = py.run("import sys\nsys.modules['cellvisor_runner'].__cached__");
+    assert!(ran.completed(), "{}", ran.text());
+    let cached = ran.text();
+    let cached = cached.trim().trim_matches('\'');
+    assert!(
+        std::path::Path::new(cached).is_file(),
+        "no bytecode cache at {cached}"
+    );
+    let ran = py.run("input()");
+    assert!(
+        matches!(&ran.outcome, Ok(CellOutcome::Failed { summary }) if summary.starts_with("StdinNotImplementedError:")),
+        "{:?}",
+        ran.outcome
+    );
 }
