@@ -22,6 +22,10 @@
 //! `os.system` keep their exact order (all of it is relayed as `Stdout`). After each cell the
 //! runner writes a sync marker to that pipe before its `done` event, and `execute` reports
 //! the cell done only once the marker came through, so no output of a cell trails its `Done`.
+//! A cell that sent nothing on the event pipe and ended ok or interrupted has no `done` event:
+//! its marker carries the status, in the same write as its trailing value, and the output
+//! thread leaves that output in the socket's buffer for the `Done` frame to take along, so a
+//! quick cell costs python one write and the supervisor one wake-up.
 
 mod child;
 pub mod interpreter;
