@@ -275,15 +275,17 @@ pub fn spawn_output_thread(
                             s.last_marker = Some(cell_id);
                             running = s.cell_id == cell_id;
                         });
-                        done_follows = running
-                            && events
-                                .send(Event::Done {
-                                    id: cell_id,
-                                    status: status.as_str().to_string(),
-                                    summary: None,
-                                    marker: true,
-                                })
-                                .is_ok();
+                        let sent = events
+                            .send(Event::Done {
+                                id: cell_id,
+                                status: status.as_str().to_string(),
+                                summary: None,
+                                marker: true,
+                            })
+                            .is_ok();
+                        // An interrupted cell's Done waits for its processes to end: what
+                        // it printed goes out now.
+                        done_follows = sent && running && status == DoneStatus::Ok;
                     }
                 });
                 if let Some(outbox) = unflushed.filter(|_| !done_follows) {
