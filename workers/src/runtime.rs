@@ -227,12 +227,36 @@ impl Outbox {
 
     /// Sends `data` as output of `cell_id`, cut into frames of [`OUTPUT_CHUNK_BYTES`].
     pub fn output(&self, cell_id: u64, stream: OutputStream, data: &[u8]) {
+        self.output_then(cell_id, stream, data, true);
+    }
+
+    /// Like [`Outbox::output`], but a frame written at once stays in the socket's buffer: the
+    /// caller has more to write right after (a cell's `Done`, which flushes both in one write
+    /// and so wakes the supervisor once) or calls [`Outbox::flush`] itself.
+    pub fn output_unflushed(&self, cell_id: u64, stream: OutputStream, data: &[u8]) {
+        self.output_then(cell_id, stream, data, false);
+    }
+
+    fn output_then(&self, cell_id: u64, stream: OutputStream, data: &[u8], flush: bool) {
         for chunk in data.chunks(OUTPUT_CHUNK_BYTES) {
-            self.send(FromWorker::Output {
+            let frame = FromWorker::Output {
                 cell_id,
                 stream,
                 data: chunk.to_vec(),
-            });
+            };
+            self.send_then(frame, flush);
+        }
+    }
+
+    /// Writes out what [`Outbox::output_unflushed`] left in the socket's buffer. A thread
+    /// holding the socket now flushes it anyway when it is done, so this one need not wait.
+    pub fn flush(&self) {
+        if let Some(direct) = &self.direct {
+            if let Some(mut out) = direct.socket.try_lock() {
+                if !out.buffer().is_empty() && std::io::Write::flush(&mut *out).is_err() {
+                    exit_lost_supervisor();
+                }
+            }
         }
     }
 
@@ -255,12 +279,17 @@ impl Outbox {
     /// writer thread. If the supervisor is gone
     /// the process has already ended, so a failed send has nobody to report to.
     pub fn send(&self, frame: FromWorker) {
+        self.send_then(frame, true);
+    }
+
+    /// [`Outbox::send`]; without `flush`, a frame written at once is left in the buffer.
+    fn send_then(&self, frame: FromWorker, flush: bool) {
         if let Some(direct) = &self.direct {
             if direct.may_skip_queue(&frame) {
                 if let Some(mut out) = direct.socket.try_lock() {
                     if direct.queued.load(Ordering::SeqCst) == 0 {
                         send_frame(&mut *out, &frame);
-                        if std::io::Write::flush(&mut *out).is_err() {
+                        if flush && std::io::Write::flush(&mut *out).is_err() {
                             exit_lost_supervisor();
                         }
                         return;

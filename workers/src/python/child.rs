@@ -190,9 +190,11 @@ impl SharedRouting {
             .unwrap_or_else(|e| e.into_inner().0)
     }
 
-    fn forward(&self, data: &[u8]) {
+    /// Sends `data` to the cell's outbox, leaving a direct write unflushed (see
+    /// [`Outbox::output_unflushed`]); returns the outbox to flush, if it went to one.
+    fn forward(&self, data: &[u8]) -> Option<Outbox> {
         if data.is_empty() {
-            return;
+            return None;
         }
         let (cell_id, outbox) = {
             let mut state = self.lock();
@@ -203,13 +205,14 @@ impl SharedRouting {
                     let kept = room.min(data.len());
                     state.pending.extend_from_slice(&data[..kept]);
                     state.dropped += data.len() - kept;
-                    return;
+                    return None;
                 }
             }
         };
         // Sent without the lock: a slow supervisor blocks this send, and `execute` must still
         // be able to look at the state meanwhile.
-        outbox.output(cell_id, OutputStream::Stdout, data);
+        outbox.output_unflushed(cell_id, OutputStream::Stdout, data);
+        Some(outbox)
     }
 
     /// A `yield_control()` marker: the yield goes out in its place among the cell's output.
@@ -230,11 +233,14 @@ impl SharedRouting {
 }
 
 /// Drains the output pipe until EOF: bytes go to the outbox as they come, sync markers are
-/// cut out and announced.
+/// cut out and announced, and a done marker goes to `execute` as the cell's `Done` event.
+/// What one read brought is flushed to the supervisor together, or, when it ends with the
+/// running cell's done marker, left for that cell's `Done` frame to take along.
 pub fn spawn_output_thread(
     output: File,
     marker_prefix: Vec<u8>,
     routing: Arc<SharedRouting>,
+    events: Sender<Event>,
 ) -> std::io::Result<()> {
     thread::Builder::new()
         .name("python-output".into())
@@ -249,15 +255,46 @@ pub fn spawn_output_thread(
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(_) => break,
                 };
+                let mut unflushed: Option<Outbox> = None;
+                let mut done_follows = false;
                 scanner.feed(&buffer[..read], &mut |piece| match piece {
-                    Piece::Bytes(data) => routing.forward(data),
+                    Piece::Bytes(data) => {
+                        if let Some(outbox) = routing.forward(data) {
+                            unflushed = Some(outbox);
+                            done_follows = false;
+                        }
+                    }
                     Piece::Marker(YIELD_MARKER) => routing.yielded(),
                     Piece::Marker(cell_id) => routing.mark(|s| s.last_marker = Some(cell_id)),
+                    Piece::Done(cell_id, status) => {
+                        let mut running = false;
+                        routing.mark(|s| {
+                            s.last_marker = Some(cell_id);
+                            running = s.cell_id == cell_id;
+                        });
+                        let sent = events
+                            .send(Event::Done {
+                                id: cell_id,
+                                status: status.as_str().to_string(),
+                                summary: None,
+                                marker: true,
+                            })
+                            .is_ok();
+                        // An interrupted cell's Done waits for its processes to end: what
+                        // it printed goes out now.
+                        done_follows = sent && running && status == DoneStatus::Ok;
+                    }
                 });
+                if let Some(outbox) = unflushed.filter(|_| !done_follows) {
+                    outbox.flush();
+                }
             }
+            drop(events);
             scanner.finish(&mut |piece| {
                 if let Piece::Bytes(data) = piece {
-                    routing.forward(data)
+                    if let Some(outbox) = routing.forward(data) {
+                        outbox.flush();
+                    }
                 }
             });
             routing.mark(|s| s.closed = true);
@@ -298,6 +335,10 @@ pub enum Event {
         #[serde(default)]
         args: serde_json::Value,
     },
+    /// Not from the runner: the event pipe reached EOF (the output thread also holds a
+    /// sender, so the channel alone would not say so while the output pipe is open).
+    #[serde(skip)]
+    Closed,
 }
 
 /// Locks the command pipe; a thread that panicked while writing left at worst a torn line,
@@ -308,7 +349,8 @@ pub fn lock_commands(commands: &Mutex<File>) -> MutexGuard<'_, File> {
 
 /// Reads events until EOF. Displays go straight to the outbox of the cell they belong to,
 /// tool calls to the host (see [`relay_tool_call`]); everything else goes to `execute`
-/// through `events`; EOF drops the sender, which is how `execute` learns that python is gone.
+/// through `events`; EOF sends [`Event::Closed`], which is how `execute` learns that python
+/// is gone.
 pub fn spawn_event_thread(
     events: File,
     routing: Arc<SharedRouting>,
@@ -323,7 +365,10 @@ pub fn spawn_event_thread(
             loop {
                 line.clear();
                 match reader.read_until(b'\n', &mut line) {
-                    Ok(0) | Err(_) => return,
+                    Ok(0) | Err(_) => {
+                        let _ = sender.send(Event::Closed);
+                        return;
+                    }
                     Ok(_) => {}
                 }
                 // A line that is not ours (a cell writing to fd 4) is ignored.
@@ -473,19 +518,49 @@ fn write_tool_result(commands: &Mutex<File>, call_id: u64, outcome: Result<Strin
     let _ = lock_commands(commands).write_all(line.as_bytes());
 }
 
-/// A piece of the output stream: plain bytes or a sync marker's cell id.
+/// A piece of the output stream: plain bytes, a sync marker's cell id, or a done marker (the
+/// cell's end with its status, sent this way when nothing of the cell went over fd 4).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Piece<'a> {
     Bytes(&'a [u8]),
     Marker(u64),
+    Done(u64, DoneStatus),
+}
+
+/// How a cell whose end came as a done marker ended (a failed cell's summary takes fd 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DoneStatus {
+    Ok,
+    Interrupted,
+}
+
+impl DoneStatus {
+    fn parse(word: &[u8]) -> Option<DoneStatus> {
+        match word {
+            b"ok" => Some(DoneStatus::Ok),
+            b"interrupted" => Some(DoneStatus::Interrupted),
+            _ => None,
+        }
+    }
+
+    /// The status as runner.py's `done` event spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DoneStatus::Ok => "ok",
+            DoneStatus::Interrupted => "interrupted",
+        }
+    }
 }
 
 /// Longest decimal cell id in a marker.
 const MAX_ID_DIGITS: usize = 20;
+/// Longest status word of a done marker ("interrupted").
+const MAX_STATUS_LETTERS: usize = 11;
 const MARKER_END: u8 = 0x1e;
 
-/// Cuts `<prefix><decimal id>\x1e` markers out of a byte stream that arrives in arbitrary
-/// chunks; a marker split across chunks is held back until it is complete.
+/// Cuts `<prefix><decimal id>\x1e` sync markers and `<prefix><decimal id>:<status>\x1e` done
+/// markers out of a byte stream that arrives in arbitrary chunks; a marker split across
+/// chunks is held back until it is complete.
 pub struct MarkerScanner {
     prefix: Vec<u8>,
     finder: memchr::memmem::Finder<'static>,
@@ -540,10 +615,7 @@ impl MarkerScanner {
                     return start;
                 }
                 Some(&MARKER_END) if digits > 0 => {
-                    let id = std::str::from_utf8(&rest[..digits])
-                        .ok()
-                        .and_then(|text| text.parse().ok());
-                    if let Some(id) = id {
+                    if let Some(id) = parse_id(&rest[..digits]) {
                         sink(Piece::Bytes(&data[position..start]));
                         sink(Piece::Marker(id));
                         position = digits_start + digits + 1;
@@ -552,6 +624,36 @@ impl MarkerScanner {
                     // Too large for a u64: not ours.
                     sink(Piece::Bytes(&data[position..=start]));
                     position = start + 1;
+                }
+                Some(b':') if digits > 0 => {
+                    let word = &rest[digits + 1..];
+                    let letters = word
+                        .iter()
+                        .take(MAX_STATUS_LETTERS + 1)
+                        .take_while(|b| b.is_ascii_lowercase())
+                        .count();
+                    match word.get(letters) {
+                        None if letters <= MAX_STATUS_LETTERS => {
+                            sink(Piece::Bytes(&data[position..start]));
+                            return start;
+                        }
+                        Some(&MARKER_END) => {
+                            let done =
+                                parse_id(&rest[..digits]).zip(DoneStatus::parse(&word[..letters]));
+                            if let Some((id, status)) = done {
+                                sink(Piece::Bytes(&data[position..start]));
+                                sink(Piece::Done(id, status));
+                                position = digits_start + digits + 1 + letters + 1;
+                                continue;
+                            }
+                            sink(Piece::Bytes(&data[position..=start]));
+                            position = start + 1;
+                        }
+                        _ => {
+                            sink(Piece::Bytes(&data[position..=start]));
+                            position = start + 1;
+                        }
+                    }
                 }
                 _ => {
                     // Looks like a marker but is not one: plain output.
@@ -576,24 +678,62 @@ impl MarkerScanner {
     }
 }
 
+/// A marker's decimal cell id; `None` when it does not fit a u64.
+fn parse_id(digits: &[u8]) -> Option<u64> {
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const PREFIX: &[u8] = b"\x1esync:abc:";
 
-    fn scan_in_chunks(input: &[u8], chunk: usize) -> (Vec<u8>, Vec<u64>) {
+    fn scan_all(input: &[u8], chunk: usize) -> (Vec<u8>, Vec<u64>, Vec<(u64, DoneStatus)>) {
         let mut scanner = MarkerScanner::new(PREFIX.to_vec());
-        let (mut bytes, mut markers) = (Vec::new(), Vec::new());
+        let (mut bytes, mut markers, mut dones) = (Vec::new(), Vec::new(), Vec::new());
         let mut sink = |piece: Piece<'_>| match piece {
             Piece::Bytes(data) => bytes.extend_from_slice(data),
             Piece::Marker(id) => markers.push(id),
+            Piece::Done(id, status) => dones.push((id, status)),
         };
         for part in input.chunks(chunk) {
             scanner.feed(part, &mut sink);
         }
         scanner.finish(&mut sink);
+        (bytes, markers, dones)
+    }
+
+    fn scan_in_chunks(input: &[u8], chunk: usize) -> (Vec<u8>, Vec<u64>) {
+        let (bytes, markers, dones) = scan_all(input, chunk);
+        assert!(dones.is_empty(), "{dones:?}");
         (bytes, markers)
+    }
+
+    #[test]
+    fn done_markers_are_cut_out_at_every_split() {
+        let input = b"2\n\x1esync:abc:7:ok\x1ex\x1esync:abc:8\x1e\x1esync:abc:9:interrupted\x1e";
+        for chunk in 1..=input.len() {
+            let (bytes, markers, dones) = scan_all(input, chunk);
+            assert_eq!(bytes, b"2\nx", "chunk {chunk}");
+            assert_eq!(markers, vec![8], "chunk {chunk}");
+            assert_eq!(
+                dones,
+                vec![(7, DoneStatus::Ok), (9, DoneStatus::Interrupted)],
+                "chunk {chunk}"
+            );
+        }
+    }
+
+    #[test]
+    fn done_marker_near_misses_stay_output() {
+        let input = b"\x1esync:abc:7:error\x1e \x1esync:abc:7:OK\x1e \x1esync:abc::ok\x1e \
+                      \x1esync:abc:7:interruptedxx\x1e \x1esync:abc:7:ok";
+        for chunk in 1..=input.len() {
+            let (bytes, markers, dones) = scan_all(input, chunk);
+            assert_eq!(bytes, input.to_vec(), "chunk {chunk}");
+            assert!(markers.is_empty() && dones.is_empty(), "chunk {chunk}");
+        }
     }
 
     #[test]

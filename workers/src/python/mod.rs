@@ -3,7 +3,10 @@
 //! - [`interpreter`]: which python to start (virtualenvs, the configured one, PATH, with
 //!   version-manager shims resolved to the real binary).
 //! - [`child`]: spawning it with its pipes and draining them.
-//! - `runner.py` (embedded, written once to the runtime directory): runs the cells.
+//! - `runner.py` (embedded, written once to the runtime directory as the module
+//!   `cellvisor_runner`): runs the cells. Python starts `launcher.py` (written there as
+//!   `runner.py`), which imports it, so that its bytecode is cached rather than compiled at
+//!   every start (which also kept ~1 MB resident in every idle interpreter).
 //! - `prelude.py` (embedded, written beside it as the module `cellvisor_prelude`): the
 //!   helpers cells see in builtins, rich display, matplotlib capture and host tools. A module
 //!   rather than part of the runner so that Python caches its bytecode.
@@ -19,6 +22,10 @@
 //! `os.system` keep their exact order (all of it is relayed as `Stdout`). After each cell the
 //! runner writes a sync marker to that pipe before its `done` event, and `execute` reports
 //! the cell done only once the marker came through, so no output of a cell trails its `Done`.
+//! A cell that sent nothing on the event pipe and ended ok or interrupted has no `done` event:
+//! its marker carries the status, in the same write as its trailing value, and the output
+//! thread leaves that output in the socket's buffer for the `Done` frame to take along, so a
+//! quick cell costs python one write and the supervisor one wake-up.
 
 mod child;
 pub mod interpreter;
@@ -40,6 +47,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const RUNNER_SOURCE: &str = include_str!("runner.py");
+const LAUNCHER_SOURCE: &str = include_str!("launcher.py");
+/// The module name the launcher (the `runner.py` python runs) imports the runner by, so
+/// that its bytecode is cached.
+const RUNNER_MODULE_FILE: &str = "cellvisor_runner.py";
 const PRELUDE_SOURCE: &str = include_str!("prelude.py");
 const IPYTHON_SOURCE: &str = include_str!("ipython.py");
 /// The module name runner.py imports the prelude by.
@@ -116,11 +127,13 @@ impl PythonEngine {
             dead: None,
         };
         let prefix = format!("\x1ecellvisor-sync:{token}:").into_bytes();
-        let threads = child::spawn_output_thread(spawned.output, prefix, Arc::clone(&routing))
-            .and_then(|()| {
-                let commands = Arc::clone(&engine.commands);
-                child::spawn_event_thread(spawned.events, routing, sender, commands)
-            });
+        let output_events = sender.clone();
+        let threads =
+            child::spawn_output_thread(spawned.output, prefix, Arc::clone(&routing), output_events)
+                .and_then(|()| {
+                    let commands = Arc::clone(&engine.commands);
+                    child::spawn_event_thread(spawned.events, routing, sender, commands)
+                });
         if let Err(e) = threads {
             return Err(WorkerError::Engine(format!(
                 "cannot start the python pipe threads: {e}"
@@ -136,11 +149,11 @@ impl PythonEngine {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.events.recv_timeout(left) {
                 Ok(Event::Ready { version }) => return Ok(version),
-                Ok(_) => continue,
-                Err(RecvTimeoutError::Disconnected) => {
+                Ok(Event::Closed) | Err(RecvTimeoutError::Disconnected) => {
                     let how = self.reap();
                     return Err(self.start_failure(&how));
                 }
+                Ok(_) => continue,
                 Err(RecvTimeoutError::Timeout) => {
                     self.kill_and_reap();
                     let how = format!("did not start within {} s", START_TIMEOUT.as_secs());
@@ -249,6 +262,10 @@ impl PythonEngine {
                     summary,
                     marker,
                 }) if id == cell_id => return Ok((status, summary, marker)),
+                Ok(Event::Closed) | Err(RecvTimeoutError::Disconnected) => {
+                    let how = self.reap();
+                    return Err(self.died(how));
+                }
                 Ok(_) => continue,
                 Err(RecvTimeoutError::Timeout) => {
                     if let Some(status) = self.poll_exit() {
@@ -268,10 +285,6 @@ impl PythonEngine {
                         );
                         return Err(self.died(how));
                     }
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    let how = self.reap();
-                    return Err(self.died(how));
                 }
             }
         }
@@ -382,12 +395,13 @@ fn describe_exit(status: ExitStatus) -> String {
     }
 }
 
-/// Writes runner.py and the prelude into a directory of the runtime directory whose name
-/// changes with their content, so workers of different builds never run each other's files
-/// (and Python's bytecode cache there is never stale). The runner goes last: once it is
-/// there, so is its prelude.
+/// Writes the runner, its launcher and the prelude into a directory of the runtime directory
+/// whose name changes with their content, so workers of different builds never run each
+/// other's files (and Python's bytecode cache there is never stale). The launcher goes last:
+/// once it is there, so are the modules it imports.
 fn install_runner(runtime_dir: &Path) -> Result<PathBuf, String> {
     let mut all = RUNNER_SOURCE.as_bytes().to_vec();
+    all.extend_from_slice(LAUNCHER_SOURCE.as_bytes());
     all.extend_from_slice(PRELUDE_SOURCE.as_bytes());
     all.extend_from_slice(IPYTHON_SOURCE.as_bytes());
     let hash = interpreter::fnv1a(&all);
@@ -397,7 +411,11 @@ fn install_runner(runtime_dir: &Path) -> Result<PathBuf, String> {
         return Ok(runner);
     }
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    for (name, source) in [(PRELUDE_FILE, PRELUDE_SOURCE), ("runner.py", RUNNER_SOURCE)] {
+    for (name, source) in [
+        (PRELUDE_FILE, PRELUDE_SOURCE),
+        (RUNNER_MODULE_FILE, RUNNER_SOURCE),
+        ("runner.py", LAUNCHER_SOURCE),
+    ] {
         let path = dir.join(name);
         write_atomically(&path, source.as_bytes(), Durability::Synced)
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;

@@ -448,9 +448,16 @@ def display(*values, **_ignored):
         _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": _bundle(value)})
 
 
+# Exact built-in types whose values have no form richer than their text.
+_PLAIN_TYPES = frozenset((int, float, complex, bool, str, bytes, bytearray, range, set,
+                          frozenset, type(None)))
+
+
 def show_trailing(value):
     """The cell's trailing value (already printed as text) also goes out as a bundle when it
     has a rich form, so hosts that render JSON, HTML or images get it."""
+    if type(value) in _PLAIN_TYPES:
+        return  # the common case, without looking for `_repr_*_` methods
     if _is_pyplot_figure(value):
         return  # sent with the cell's other open figures; once is enough
     bundle = _bundle(value, rich_only=True)

@@ -13,6 +13,12 @@ beside this file, which Python loads from cached bytecode.
 
 During a cell, fd 3 also carries the answers to the cell's host tool calls: the runner sends
 a `tool_call` event and reads fd 3 until the `tool_result` with the same call id arrives.
+
+A cell ends with a sync marker on the output pipe (`\x1ecellvisor-sync:<token>:<id>\x1e`),
+after all its output, and a `done` event on fd 4. A cell that sent nothing on fd 4 and
+ended ok or interrupted skips the event: its marker carries the status
+(`...:<id>:ok\x1e`), written together with the trailing value's text, so a quick cell
+reaches the shim in one write.
 """
 
 import _ast  # the C node types: `ast` itself costs milliseconds at every start
@@ -43,6 +49,10 @@ class StdinNotImplementedError(NotImplementedError):
     """Raised when a cell reads stdin: cells run without a terminal."""
 
 
+# Named as when the runner ran as the script: tracebacks say `StdinNotImplementedError`.
+StdinNotImplementedError.__module__ = "__main__"
+
+
 class _State:
     cell_id = 0
     # User code of a cell is running, so SIGINT may raise KeyboardInterrupt.
@@ -64,6 +74,17 @@ class _State:
     # The directory the last cell was asked to run in: `%cd` and `os.chdir` hold until a
     # cell asks for another one (as in a kernel, which enters its directory once).
     requested_cwd = None
+    # Events written to fd 4 since the running cell began: with none, the cell's end travels
+    # in its sync marker on the output pipe (one write; nothing on fd 4 can be overtaken).
+    events = 0
+    # The trailing value's text (UTF-8), held to go out in the same write as the marker.
+    trailing = b""
+    # (st_dev, st_ino) of the output pipe: the held text may only take the marker's way
+    # while fd 1 is still that pipe.
+    output_pipe = None
+    # (st_dev, st_ino) of the event pipe: a cell that closed or replaced fd 4 gets its done
+    # event written there, which ends the runner as any other event would.
+    event_pipe = None
 
 
 _state = _State()
@@ -93,10 +114,12 @@ class _Uninterruptible:
 
 def _send_event(event):
     """Writes one event line to the shim, in one piece."""
+    _emit_trailing()  # output the cell printed before the event stays before it
     # Lone surrogates would make invalid JSON for the shim: they become "?".
     line = json.dumps(event, ensure_ascii=False) + "\n"
     data = memoryview(line.encode("utf-8", "replace"))
     with _Uninterruptible(), _event_lock:
+        _state.events += 1
         try:
             while data:
                 written = os.write(EVENT_FD, data)
@@ -149,6 +172,9 @@ class _NoStdin(io.TextIOBase):
         the stdin message."""
 
 
+_NoStdin.__module__ = "__main__"
+
+
 def _call_tool(name, args):
     """Asks the host to run tool `name` and waits for its answer on fd 3; returns
     (True, result) or (False, error message). An interrupt breaks the wait."""
@@ -177,7 +203,26 @@ def _call_tool(name, args):
     return False, str(answer.get("error") or "the tool failed without a message")
 
 
+def _write_all(fd, data):
+    data = memoryview(data)
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
+
+
+def _emit_trailing():
+    """Writes the held trailing-value text now (something else is about to be output)."""
+    text, _state.trailing = _state.trailing, b""
+    if text:
+        try:
+            with _Uninterruptible():
+                _write_all(_state.marker_fd, text)
+        except OSError:
+            pass  # the pipe is gone: so is everyone who could read it
+
+
 def _flush_std():
+    _emit_trailing()
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
             stream.flush()
@@ -312,7 +357,7 @@ def _run_cell(cell_id, source, namespace):
         finally:
             namespace.pop(RESULT_NAME, None)
         if value is not None:
-            sys.stdout.write(repr(value) + "\n")
+            _show_trailing_text(repr(value) + "\n")
             _prelude.show_trailing(value)
         _prelude.send_figures()
         return "ok", None
@@ -328,6 +373,36 @@ def _run_cell(cell_id, source, namespace):
         return _failed(error)
     except BaseException as error:  # exit(1) and the like end the cell, not us
         return _failed(error)
+
+
+def _show_trailing_text(text):
+    """Prints the trailing value's text. While sys.stdout is the runner's own stream on the
+    output pipe, the text is held and goes out with the cell's sync marker in one write (a
+    quick cell then costs the shim one wake-up); anything output in between writes it first."""
+    stream = sys.stdout
+    if stream is sys.__stdout__ and getattr(stream, "encoding", None) == "utf-8":
+        try:
+            data = text.encode("utf-8")
+            on_pipe = _state.output_pipe is not None and _fd_identity(1) == _state.output_pipe
+        except (UnicodeEncodeError, OSError):
+            on_pipe = False
+        if on_pipe:
+            _state.trailing += data
+            return
+    stream.write(text)
+
+
+def _fd_identity(fd):
+    info = os.fstat(fd)
+    return info.st_dev, info.st_ino
+
+
+def _events_intact():
+    """Whether fd 4 is still the event pipe the runner started with."""
+    try:
+        return _fd_identity(EVENT_FD) == _state.event_pipe
+    except OSError:
+        return False
 
 
 def _failed(error):
@@ -398,12 +473,19 @@ def _execute(cell_id, source, namespace):
     return outcome
 
 
-def _sync(cell_id, marker_fd, token):
+def _sync(cell_id, marker_fd, token, status=None):
     """Flushes the cell's output and writes the marker the shim waits for, so the cell's
-    output is all relayed before its done event."""
+    output is all relayed before its done event. With `status` the marker is the done event
+    itself (`...:<id>:<status>`), written together with the held trailing-value text."""
+    text, _state.trailing = _state.trailing, b""
     _flush_std()
+    if status is None:
+        marker = "\x1ecellvisor-sync:%s:%d\x1e" % (token, cell_id)
+    else:
+        marker = "\x1ecellvisor-sync:%s:%d:%s\x1e" % (token, cell_id, status)
     try:
-        os.write(marker_fd, ("\x1ecellvisor-sync:%s:%d\x1e" % (token, cell_id)).encode())
+        with _Uninterruptible():
+            _write_all(marker_fd, text + marker.encode())
         return True
     except OSError:
         return False
@@ -515,6 +597,8 @@ def main():
     os.set_inheritable(EVENT_FD, False)
     marker_fd = os.dup(1)  # not inheritable; survives cells that close or move fd 1
     _state.marker_fd, _state.sync_token = marker_fd, token
+    _state.output_pipe = _fd_identity(marker_fd)
+    _state.event_pipe = _fd_identity(EVENT_FD)
     sys.path[0] = ""  # like an interactive session: the cwd, not the runner's directory
     signal.signal(signal.SIGINT, _on_sigint)
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
@@ -553,10 +637,14 @@ def main():
                     pass  # the shim entered it a moment ago; the cell runs where python is
             _restore_std_streams(marker_fd)
             _prelude.begin_cell(tools)
+            _state.events = 0
             try:
                 status, summary = _execute(cell_id, source, namespace)
             except Exception as error:  # the runner's own reporting failed; keep serving
                 status, summary = "error", _summary(error)
+            if summary is None and not _state.events and _events_intact() \
+                    and _sync(cell_id, marker_fd, token, status):
+                continue  # the done marker was the cell's end
             marker = _sync(cell_id, marker_fd, token)
             done = {"type": "done", "id": cell_id, "status": status, "marker": marker}
             if summary is not None:

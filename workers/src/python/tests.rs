@@ -505,7 +505,9 @@ fn runner_is_written_once() {
     let first = install_runner(dir.path()).unwrap();
     let second = install_runner(dir.path()).unwrap();
     assert_eq!(first, second);
-    assert_eq!(std::fs::read_to_string(&first).unwrap(), RUNNER_SOURCE);
+    assert_eq!(std::fs::read_to_string(&first).unwrap(), LAUNCHER_SOURCE);
+    let runner = first.with_file_name(RUNNER_MODULE_FILE);
+    assert_eq!(std::fs::read_to_string(runner).unwrap(), RUNNER_SOURCE);
     let prelude = first.with_file_name(PRELUDE_FILE);
     assert_eq!(std::fs::read_to_string(prelude).unwrap(), PRELUDE_SOURCE);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
@@ -567,4 +569,56 @@ fn ipython_syntax_is_only_recognised_where_a_statement_starts() {
         "UsageError: %%writefile: give one file name (and -a to append)"
     );
     assert!(!ran.text().contains("cellvisor_ipython"), "{}", ran.text());
+}
+
+#[test]
+fn a_trailing_value_goes_where_the_cell_pointed_stdout() {
+    let mut py = Harness::new();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("moved.txt");
+    let moved = py.run(&format!(
+        "import os\nf = open({:?}, 'w')\nos.dup2(f.fileno(), 1)\n42",
+        path.display().to_string()
+    ));
+    assert!(moved.completed(), "{}", moved.text());
+    assert_eq!(moved.text(), "");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "42\n");
+    // fd 1 is back on the pipe for the next cell; a replaced sys.stdout still gets the value.
+    let replaced = py.run("import io, sys\nbuf = io.StringIO()\nsys.stdout = buf\n7");
+    assert!(replaced.completed());
+    assert_eq!(replaced.text(), "");
+    let back = py.run("sys.stdout = sys.__stdout__\nprint('after')\nbuf.getvalue()");
+    assert_eq!(back.text(), "after\n'7\\n'\n");
+}
+
+#[test]
+fn a_trailing_value_that_cannot_be_encoded_fails_the_cell_as_before() {
+    let mut py = Harness::new();
+    let ran = py.run("class Odd:\n    def __repr__(self):\n        return '\\udc80'\nOdd()");
+    assert!(
+        matches!(&ran.outcome, Ok(CellOutcome::Failed { summary }) if summary.starts_with("UnicodeEncodeError")),
+        "{:?} {}",
+        ran.outcome,
+        ran.text()
+    );
+    assert_eq!(py.run("1+1").text(), "2\n");
+}
+
+#[test]
+fn the_runner_starts_from_cached_bytecode() {
+    let mut py = Harness::new();
+    let ran = py.run("import sys\nsys.modules['cellvisor_runner'].__cached__");
+    assert!(ran.completed(), "{}", ran.text());
+    let cached = ran.text();
+    let cached = cached.trim().trim_matches('\'');
+    assert!(
+        std::path::Path::new(cached).is_file(),
+        "no bytecode cache at {cached}"
+    );
+    let ran = py.run("input()");
+    assert!(
+        matches!(&ran.outcome, Ok(CellOutcome::Failed { summary }) if summary.starts_with("StdinNotImplementedError:")),
+        "{:?}",
+        ran.outcome
+    );
 }
