@@ -123,10 +123,11 @@ pub enum CellStatus {
 }
 
 impl CellStatus {
-    /// Nothing has gone wrong: the cell completed, or runs on in the background. Decides a
-    /// cell's exit code and whether a text host prints its output as output or as an error.
-    pub fn succeeded_so_far(self) -> bool {
-        matches!(self, CellStatus::Complete | CellStatus::Running)
+    /// The cell went wrong (an error, or it was cancelled): the one rule behind a cell's exit
+    /// code, a request's `is_error`, the CLI's exit status and whether a text host prints the
+    /// output as an error. A skipped cell did not go wrong; the one before it did.
+    pub fn failed(self) -> bool {
+        matches!(self, CellStatus::Error | CellStatus::Cancelled)
     }
 }
 
@@ -186,16 +187,21 @@ impl CellReport {
         if !message.ends_with('\n') {
             message.push('\n');
         }
+        CellReport::without_run(CellStatus::Error, message)
+    }
+
+    /// A cell that never ran in a worker: `output` is all there is to it.
+    fn without_run(status: CellStatus, output: String) -> CellReport {
         CellReport {
-            status: CellStatus::Error,
+            status,
             truncation: Truncation {
                 truncated: false,
-                total_bytes: message.len() as u64,
-                total_lines: message.lines().count() as u64,
+                total_bytes: output.len() as u64,
+                total_lines: output.lines().count() as u64,
                 artifact_path: None,
                 artifact_error: None,
             },
-            output: message,
+            output,
             duration_ms: 0.0,
             displays: Vec::new(),
             status_events: Vec::new(),
@@ -205,18 +211,18 @@ impl CellReport {
 
     /// A cell that could not be run at all (no worker, session failed, ...): an error whose
     /// output is `message`, as the host reports it.
-    pub fn refused(index: usize, spec: &CellSpec, message: String) -> CellResult {
-        CellReport::error(message).into_result(index, spec)
+    pub fn refused(index: usize, cell_id: u64, spec: &CellSpec, message: String) -> CellResult {
+        CellReport::error(message).into_result(index, cell_id, spec)
     }
 
     /// The result a host reports for this cell, the `index`-th of its request.
-    pub fn into_result(self, index: usize, spec: &CellSpec) -> CellResult {
+    pub fn into_result(self, index: usize, cell_id: u64, spec: &CellSpec) -> CellResult {
         CellResult {
             index,
-            cell_id: 0,
+            cell_id,
             title: spec.title.clone(),
             language: spec.language,
-            exit_code: i32::from(!self.status.succeeded_so_far()),
+            exit_code: i32::from(self.status.failed()),
             report: self,
         }
     }
@@ -263,34 +269,19 @@ impl CellResult {
     }
 
     /// A cell that did not run because an earlier one failed.
-    pub fn skipped(index: usize, spec: &CellSpec) -> CellResult {
-        CellResult {
-            index,
-            cell_id: 0,
-            title: spec.title.clone(),
-            language: spec.language,
-            exit_code: 0,
-            report: CellReport {
-                status: CellStatus::Skipped,
-                output: String::new(),
-                duration_ms: 0.0,
-                displays: Vec::new(),
-                status_events: Vec::new(),
-                truncation: Truncation::default(),
-                notice: None,
-            },
-        }
+    pub fn skipped(index: usize, cell_id: u64, spec: &CellSpec) -> CellResult {
+        CellReport::without_run(CellStatus::Skipped, String::new())
+            .into_result(index, cell_id, spec)
     }
 
     /// A cell that did not run because an earlier cell of its request went to the background:
     /// it would have queued behind that cell, so it is left to the host to send again.
-    pub fn skipped_behind(index: usize, spec: &CellSpec, running: u64) -> CellResult {
-        let mut result = CellResult::skipped(index, spec);
-        result.report.output = format!(
+    pub fn skipped_behind(index: usize, cell_id: u64, spec: &CellSpec, running: u64) -> CellResult {
+        let output = format!(
             "skipped: cell {running} of this request is still running in the background; \
              `wait` for it, then send this cell again\n"
         );
-        result
+        CellReport::without_run(CellStatus::Skipped, output).into_result(index, cell_id, spec)
     }
 }
 
@@ -306,9 +297,7 @@ pub struct EvalResult {
 impl EvalResult {
     /// The result of these cells; `is_error` is computed from them so it cannot disagree.
     pub fn from_cells(cells: Vec<CellResult>) -> EvalResult {
-        let is_error = cells
-            .iter()
-            .any(|c| matches!(c.report.status, CellStatus::Error | CellStatus::Cancelled));
+        let is_error = cells.iter().any(|c| c.report.status.failed());
         EvalResult { is_error, cells }
     }
 }
@@ -393,7 +382,7 @@ mod tests {
     #[test]
     fn a_display_repeating_the_printed_value_is_not_shown_twice() {
         let spec = python_cell();
-        let mut cell = CellResult::skipped(0, &spec);
+        let mut cell = CellResult::skipped(0, 0, &spec);
         cell.report.output = "{'k': 1}\n".into();
         cell.report.displays = vec![
             serde_json::json!({"application/json": {"k": 1}, "text/plain": "{'k': 1}"}),
@@ -407,7 +396,7 @@ mod tests {
     #[test]
     fn result_serializes_snake_case() {
         let spec = python_cell();
-        let json = serde_json::to_value(CellResult::skipped(2, &spec)).unwrap();
+        let json = serde_json::to_value(CellResult::skipped(2, 0, &spec)).unwrap();
         assert_eq!(json["status"], "skipped");
         assert_eq!(json["language"], "py");
         // The session's report is flattened: hosts see one object per cell.

@@ -314,15 +314,11 @@ impl Cellvisor {
                 .next_cell
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if let Some(running) = in_background {
-                let mut result = CellResult::skipped_behind(index, spec, running);
-                result.cell_id = cell_id;
-                results.push(result);
+                results.push(CellResult::skipped_behind(index, cell_id, spec, running));
                 continue;
             }
             if stopped {
-                let mut result = CellResult::skipped(index, spec);
-                result.cell_id = cell_id;
-                results.push(result);
+                results.push(CellResult::skipped(index, cell_id, spec));
                 continue;
             }
             if let Some(events) = &events {
@@ -339,7 +335,7 @@ impl Cellvisor {
                 None => with_directive(spec),
             };
             let result = match directive {
-                Err(message) => CellReport::refused(index, spec, message),
+                Err(message) => CellReport::refused(index, cell_id, spec, message),
                 Ok((job_spec, max_output_bytes)) => {
                     let (reply, outcome) = oneshot::channel();
                     let may_yield = throwaway.is_none();
@@ -373,9 +369,10 @@ impl Cellvisor {
                         .await
                         .map_err(|_| RequestError::Stopped)?;
                     let result = match outcome.await {
-                        Ok(outcome) => outcome.into_result(index, spec),
+                        Ok(outcome) => outcome.into_result(index, cell_id, spec),
                         Err(_) => CellReport::refused(
                             index,
+                            cell_id,
                             spec,
                             "the session ended before the cell finished".into(),
                         ),
@@ -387,8 +384,6 @@ impl Cellvisor {
                     result
                 }
             };
-            let mut result = result;
-            result.cell_id = cell_id;
             if let Some(events) = &events {
                 let _ = events
                     .send(CellEvent::CellDone {

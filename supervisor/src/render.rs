@@ -303,7 +303,7 @@ mod tests {
             reset: false,
             yield_time_ms: None,
         };
-        let mut cell = CellResult::skipped(1, &spec);
+        let mut cell = CellResult::skipped(1, 0, &spec);
         assert_eq!(cell_header(&cell, 1), None);
         assert_eq!(cell_header(&cell, 3).as_deref(), Some("[2/3] lua"));
         cell.title = Some("setup".into());

@@ -38,7 +38,7 @@ pub(crate) mod fixtures {
 
     /// The result of a completed cell that printed `output` in `duration_ms`.
     pub fn completed(output: &str, duration_ms: f64) -> CellResult {
-        let mut cell = CellResult::skipped(0, &cell_spec("py", ""));
+        let mut cell = CellResult::skipped(0, 0, &cell_spec("py", ""));
         cell.report.status = CellStatus::Complete;
         cell.report.output = output.into();
         cell.report.duration_ms = duration_ms;

@@ -304,10 +304,7 @@ async fn run_case(
 
 /// What a failed setup says: the failing cell's index and output.
 fn setup_failure(cells: &[CellResult]) -> String {
-    match cells
-        .iter()
-        .find(|c| matches!(c.report.status, CellStatus::Error | CellStatus::Cancelled))
-    {
+    match cells.iter().find(|c| c.report.status.failed()) {
         Some(cell) => format!(
             "setup cell {} ended {}: {}",
             cell.index,

@@ -4,7 +4,7 @@
 use super::{usage_error, Globals};
 use crate::daemon::client::ClientError;
 use crate::daemon::protocol::method;
-use crate::{CellResult, CellStatus, EvalResult};
+use crate::{CellResult, EvalResult};
 use serde_json::json;
 
 #[derive(Debug, clap::Args)]
@@ -99,7 +99,7 @@ async fn call(
         // collect the rest while it runs.
         super::eval::print_result(&EvalResult::from_cells(vec![cell]), false, session);
     }
-    i32::from(matches!(status, CellStatus::Error | CellStatus::Cancelled))
+    i32::from(status.failed())
 }
 
 /// What the CLI says about a cell that goes on in the background.

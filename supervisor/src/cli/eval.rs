@@ -335,7 +335,7 @@ fn print_cell(out: &mut impl Write, cell: &CellResult, total: usize) {
         }
         let _ = writeln!(out, "{header}");
     }
-    if cell.report.status.succeeded_so_far() {
+    if !cell.report.status.failed() {
         let _ = out.write_all(cell.report.output.as_bytes());
     } else {
         let _ = out.flush();

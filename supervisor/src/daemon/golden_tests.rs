@@ -98,7 +98,7 @@ fn terminate_params() -> TerminateParams {
 fn cell_result(status: CellStatus, output: &str) -> EvalResult {
     let mut result = eval_result();
     result.cells[0].report.status = status;
-    result.cells[0].exit_code = i32::from(!status.succeeded_so_far());
+    result.cells[0].exit_code = i32::from(status.failed());
     result.cells[0].report.output = output.into();
     result.cells[0].report.displays.clear();
     result.cells[0].report.status_events.clear();

@@ -219,7 +219,5 @@ impl Session {
 
 /// `outcome` as the result a `wait` returns: the cell's index, title, language and id.
 fn result_of(running: &Running, outcome: CellReport) -> CellResult {
-    let mut result = outcome.into_result(running.job.index, &running.job.spec);
-    result.cell_id = running.cell_id;
-    result
+    outcome.into_result(running.job.index, running.cell_id, &running.job.spec)
 }
