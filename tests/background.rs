@@ -540,3 +540,37 @@ fn status_row(client: &mut Client, session: &str) -> Value {
         .and_then(|rows| rows.iter().find(|r| r["session"] == session).cloned())
         .unwrap_or(Value::Null)
 }
+
+#[test]
+fn a_cell_id_from_before_a_daemon_restart_is_not_found_and_never_reaches_a_newer_cell() {
+    let first = Daemon::start();
+    let mut client = first.client();
+    let yielded = eval(
+        &mut client,
+        "restart",
+        json!([{"language": "lua", "yield_time_ms": 100,
+                "code": "print('a')\nlocal t = os.clock()\nwhile os.clock() - t < 30 do end"}]),
+    );
+    assert_eq!(cell(&yielded, 0)["status"], "running", "{yielded:#}");
+    let old = cell(&yielded, 0)["cell_id"].as_u64().expect("a cell id");
+    first.stop();
+
+    let second = Daemon::start();
+    let mut client = second.client();
+    let refused = client
+        .call("wait", json!({"session": "restart", "cell_id": old}))
+        .expect_err("the old id is gone");
+    let message = refused["message"].as_str().unwrap_or_default();
+    assert!(message.contains("has no background cell"), "{message}");
+    let fresh = eval(
+        &mut client,
+        "restart",
+        json!([{"language": "lua", "code": "1"}]),
+    );
+    let new = cell(&fresh, 0)["cell_id"].as_u64().expect("a cell id");
+    assert!(
+        new > old,
+        "a newer cell {new} must not reuse the id space of {old}"
+    );
+    second.stop();
+}

@@ -45,6 +45,20 @@ pub const MAX_WAIT_MS: u64 = 3_600_000;
 /// Background cells remembered (id -> session) for `wait` and `terminate`, at most.
 const MAX_BACKGROUND_CELLS: usize = 4096;
 
+/// The first cell id of a supervisor started at `now`: its start in milliseconds since the
+/// epoch, times 1,000. An id from before a restart is then never one of the new supervisor's
+/// cells (that would take a thousand cells a millisecond), as code mode promises ("an ID from
+/// before then is reported as not found and never reaches a newer cell"), and ids stay below
+/// 2^53, exact in every JSON reader, for some 280 years.
+fn first_cell_id(now: std::time::SystemTime) -> u64 {
+    let millis = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        });
+    millis.saturating_mul(1000).max(1)
+}
+
 /// How a host watches a background cell ([`Cellvisor::wait`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WaitOptions {
@@ -744,7 +758,9 @@ impl Prepared {
             python_env: Mutex::new(python_worker_env(&self.initial_config)),
             config: Mutex::new(self.initial_config),
             next_request: std::sync::atomic::AtomicU64::new(1),
-            next_cell: std::sync::atomic::AtomicU64::new(1),
+            next_cell: std::sync::atomic::AtomicU64::new(first_cell_id(
+                std::time::SystemTime::now(),
+            )),
             background: Mutex::new(HashMap::new()),
             run_dir: self.run_dir,
             _run_dir_guard: self.run_dir_guard,
@@ -968,6 +984,20 @@ mod tests {
             matches!(err, RequestError::Timeout { index: 1, .. }),
             "{err}"
         );
+    }
+
+    #[test]
+    fn cell_ids_of_a_later_start_are_above_any_earlier_ones_and_exact_in_json() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let start = UNIX_EPOCH + Duration::from_secs(1_764_600_000);
+        let first = first_cell_id(start);
+        // A supervisor that ran 10,000 cells a second for its whole life ends below the next
+        // one's first id, however soon that one starts.
+        let lived = Duration::from_secs(3600);
+        let restarted = first_cell_id(start + lived + Duration::from_millis(1));
+        assert!(first + 10_000 * lived.as_secs() < restarted);
+        assert!(first_cell_id(UNIX_EPOCH + Duration::from_secs(200 * 365 * 86_400)) < 1 << 53);
+        assert_eq!(first_cell_id(UNIX_EPOCH), 1);
     }
 
     #[test]
