@@ -4,10 +4,10 @@
 //! session, which cuts it when the cell yields), so output goes from the socket into a bounded
 //! sink (and to the host's event stream, awaiting a slow host: backpressure all the way to the
 //! worker) without passing through the session actor's mailbox. Control frames (`Done`,
-//! `Yield`, `Pong`) and the worker's exit become messages to the [`Session`] actor. The writer task owns
+//! `Yield`) and the worker's exit become messages to the [`Session`] actor. The writer task owns
 //! the send half.
 
-use super::messages::{CellFinished, CellYield, PongReceived, WorkerExited, WorkerNotice};
+use super::messages::{CellFinished, CellYield, WorkerExited, WorkerNotice};
 use super::observation::YieldCause;
 use super::window::CellOutput;
 use super::Session;
@@ -20,7 +20,6 @@ use cellvisor_ipc::{FromWorker, OutputStream, ToWorker};
 use nix::sys::signal::Signal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// The MIME type of status events: what a prelude helper did ("read 120 lines of x").
@@ -114,37 +113,17 @@ pub(crate) struct Link {
     to_worker: mpsc::UnboundedSender<ToWorker>,
     cells: mpsc::UnboundedSender<ActiveCell>,
     host: HostLine,
-    heard: Heard,
+    frames_read: FramesRead,
+    /// `frames_read` at the heartbeat's previous look.
+    frames_seen: u64,
 }
 
-/// When the reader last read a frame of the worker's: any frame proves the worker alive, and a
-/// pong read behind a long backlog of output (a request of thousands of quick cells on a busy
-/// machine) must not make the session think the worker silent. Read straight from the
-/// reader, not through the session's mailbox, where a pong would wait behind that backlog.
-#[derive(Clone)]
-struct Heard {
-    since: Instant,
-    /// Milliseconds after `since`.
-    at: Arc<AtomicU64>,
-}
-
-impl Heard {
-    fn new() -> Heard {
-        Heard {
-            since: Instant::now(),
-            at: Arc::default(),
-        }
-    }
-
-    fn now(&self) {
-        let elapsed = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.at.store(elapsed, Ordering::Relaxed);
-    }
-
-    fn last(&self) -> Instant {
-        self.since + Duration::from_millis(self.at.load(Ordering::Relaxed))
-    }
-}
+/// How many frames the reader has read from the worker. Any frame proves the worker alive,
+/// a pong as much as output: the heartbeat compares the count between its ticks, so a pong read
+/// behind a long backlog of output (thousands of quick cells on a busy machine) cannot make a
+/// busy worker look silent, and no message per pong goes through the session's mailbox.
+#[derive(Clone, Default)]
+struct FramesRead(Arc<AtomicU64>);
 
 /// The reader's line to the host's event stream. A host that reads slowly makes the reader
 /// wait (backpressure all the way to the worker); while it waits, pongs are not read either,
@@ -213,12 +192,12 @@ impl Link {
             }
         });
         let host = HostLine::new();
-        let heard = Heard::new();
+        let frames_read = FramesRead::default();
         let reader_task = ReaderTask {
             generation,
             session,
             host: host.clone(),
-            heard: heard.clone(),
+            frames_read: frames_read.clone(),
             to_worker: to_worker.clone(),
             cells: incoming_cells,
             current: None,
@@ -232,13 +211,15 @@ impl Link {
             to_worker,
             cells,
             host,
-            heard,
+            frames_read,
+            frames_seen: 0,
         }
     }
 
-    /// When the worker was last heard from (any frame; see [`Heard`]).
-    pub fn last_heard(&self) -> Instant {
-        self.heard.last()
+    /// Whether the worker sent anything since the previous call (see [`FramesRead`]).
+    pub fn heard_since_last_look(&mut self) -> bool {
+        let read = self.frames_read.0.load(Ordering::Relaxed);
+        std::mem::replace(&mut self.frames_seen, read) != read
     }
 
     /// Whether the reader is waiting for a slow host (and so cannot be reading pongs).
@@ -266,7 +247,7 @@ struct ReaderTask {
     generation: u64,
     session: Addr<Session>,
     host: HostLine,
-    heard: Heard,
+    frames_read: FramesRead,
     /// For answering tool calls.
     to_worker: mpsc::UnboundedSender<ToWorker>,
     cells: mpsc::UnboundedReceiver<ActiveCell>,
@@ -292,7 +273,7 @@ impl ReaderTask {
             }
             match frame {
                 Ok(Some(frame)) => {
-                    self.heard.now();
+                    self.frames_read.0.fetch_add(1, Ordering::Relaxed);
                     if !self.handle(frame).await {
                         break;
                     }
@@ -409,9 +390,8 @@ impl ReaderTask {
                     });
                 }
             }
-            FromWorker::Pong { .. } => self.session.do_send(PongReceived {
-                generation: self.generation,
-            }),
+            // Counted with every frame (see `FramesRead`).
+            FromWorker::Pong { .. } => {}
             FromWorker::ToolCall {
                 cell_id,
                 call_id,

@@ -83,7 +83,8 @@ pub struct UpdateConfig(pub Arc<Config>);
 
 // --- From the session's own timers --------------------------------------------------------
 
-/// Every `heartbeat-interval`: check the last pong, send a ping.
+/// Every `heartbeat-interval`: check that the worker said anything (a pong or any other
+/// frame) since the previous tick, send a ping.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct HeartbeatTick;
@@ -160,13 +161,6 @@ pub struct MemoryTick {
 pub(crate) struct WorkerStarted {
     pub generation: u64,
     pub result: Result<StartedWorker, StartError>,
-}
-
-/// The worker answered a ping.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct PongReceived {
-    pub generation: u64,
 }
 
 /// The worker has something to tell the next cell (a startup module failed).

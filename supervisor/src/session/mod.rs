@@ -113,7 +113,7 @@ enum Worker {
     Ready {
         generation: u64,
         link: Link,
-        last_pong: Instant,
+        last_heard: Instant,
         /// Set when we killed it on purpose for a policy (heartbeat, grace, memory).
         killed_for: Option<KillReason>,
     },
@@ -452,22 +452,6 @@ impl Handler<HeartbeatTick> for Session {
     type Result = ();
     fn handle(&mut self, _: HeartbeatTick, _: &mut Context<Self>) {
         self.heartbeat();
-    }
-}
-
-impl Handler<PongReceived> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: PongReceived, _: &mut Context<Self>) {
-        if let Worker::Ready {
-            generation,
-            last_pong,
-            ..
-        } = &mut self.worker
-        {
-            if *generation == msg.generation {
-                *last_pong = Instant::now();
-            }
-        }
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 /// Why the supervisor killed a live worker on purpose (a policy, not a crash).
 #[derive(Debug, Clone, PartialEq)]
 pub enum KillReason {
-    /// No `Pong` within `heartbeat-timeout`.
+    /// No frame at all (not even a `Pong`) within `heartbeat-timeout`.
     MissedHeartbeats { timeout: Duration },
     /// The running cell did not end within `interrupt-grace` after its interrupt.
     IgnoredInterrupt { grace: Duration },

@@ -86,7 +86,7 @@ impl Session {
                 self.worker = Worker::Ready {
                     generation: msg.generation,
                     link,
-                    last_pong: Instant::now(),
+                    last_heard: Instant::now(),
                     killed_for: None,
                 };
                 if !self.after_stop.is_empty() {
@@ -351,8 +351,8 @@ impl Session {
         if let Some(timer) = self.heartbeat_timer.take() {
             ctx.cancel_future(timer);
         }
-        if let Worker::Ready { last_pong, .. } = &mut self.worker {
-            *last_pong = Instant::now();
+        if let Worker::Ready { last_heard, .. } = &mut self.worker {
+            *last_heard = Instant::now();
         }
         let interval = self.config.sessions.heartbeat_interval;
         self.heartbeat_timer = Some(ctx.run_interval(interval, |_, ctx| ctx.notify(HeartbeatTick)));
@@ -361,19 +361,17 @@ impl Session {
     pub(super) fn heartbeat(&mut self) {
         let timeout = self.config.sessions.heartbeat_timeout;
         let Worker::Ready {
-            link, last_pong, ..
+            link, last_heard, ..
         } = &mut self.worker
         else {
             return;
         };
-        if link.host_stalled() {
-            // The reader waits for a slow host and reads no pongs meanwhile; the worker is
-            // held back on purpose, not dead.
-            *last_pong = Instant::now();
+        // Any frame read since the previous tick is as good as a pong; and while the reader
+        // waits for a slow host it reads nothing, the worker held back on purpose, not dead.
+        if link.heard_since_last_look() || link.host_stalled() {
+            *last_heard = Instant::now();
         }
-        // Any frame the reader read since is as good as a pong.
-        *last_pong = (*last_pong).max(link.last_heard());
-        if last_pong.elapsed() > timeout {
+        if last_heard.elapsed() > timeout {
             self.kill_worker(KillReason::MissedHeartbeats { timeout });
             return;
         }
