@@ -26,6 +26,8 @@ pub const STARTUP: &str = "CELLVISOR_STARTUP";
 pub const SYNC_TOKEN: &str = "CELLVISOR_SYNC_TOKEN";
 /// The Landlock rules (JSON) a sandboxed worker applies to itself before its first cell.
 pub const SANDBOX: &str = "CELLVISOR_SANDBOX";
+/// The file in which the worker records the cell it took (see [`crate::taken`]).
+pub const TAKEN_RECORD: &str = "CELLVISOR_TAKEN_RECORD";
 
 /// A variable whose value is not what it must be.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -5,6 +5,7 @@
 //! - [`socket`]: the private runtime directory and the Unix sockets inside it.
 //! - [`handshake`]: the version check that opens every connection.
 //! - [`env`]: the environment variables a worker is spawned with.
+//! - [`taken`]: the file in which a worker records the cell it took, read after a crash.
 
 // A dependency no code uses is build time for nothing (test builds add dev-dependencies).
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
@@ -14,6 +15,7 @@ pub mod frame;
 pub mod handshake;
 pub mod message;
 pub mod socket;
+pub mod taken;
 
 pub use frame::{FrameError, MAX_FRAME_BYTES};
 pub use message::{

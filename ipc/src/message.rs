@@ -8,7 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Bumped whenever a message changes shape; both sides refuse a peer with another version.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// A cell language, and therefore a kind of worker. Serialized by its short name
 /// (`py`, `js`, `lua`) in JSON.
@@ -145,12 +145,6 @@ pub enum FromWorker {
         language: Language,
         /// Engine and version, e.g. `QuickJS 2024-01-13` or `Python 3.11.7`.
         engine: String,
-    },
-    /// The worker has taken the cell and is about to run it. A cell whose worker dies
-    /// before this frame never ran, so it can safely run on the replacement.
-    Started {
-        /// The cell taken.
-        cell_id: u64,
     },
     /// A chunk of a cell's output, in the order it was produced.
     Output {

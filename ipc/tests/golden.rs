@@ -49,7 +49,6 @@ fn from_worker_name(message: &FromWorker) -> &'static str {
             language: Language::Lua,
             ..
         } => "from-worker/hello-lua",
-        FromWorker::Started { .. } => "from-worker/started",
         FromWorker::Output {
             stream: OutputStream::Stdout,
             ..
@@ -120,7 +119,6 @@ fn from_worker_examples() -> Vec<FromWorker> {
         hello(Language::Python),
         hello(Language::JavaScript),
         hello(Language::Lua),
-        FromWorker::Started { cell_id: 7 },
         FromWorker::Output {
             cell_id: 7,
             stream: OutputStream::Stdout,

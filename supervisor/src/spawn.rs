@@ -11,6 +11,7 @@
 
 use cellvisor_ipc::handshake::{supervisor_handshake, HandshakeError};
 use cellvisor_ipc::socket::{bind_async, AsyncStream};
+use cellvisor_ipc::taken::TakenRecord;
 use cellvisor_ipc::Language;
 use interprocess::local_socket::traits::tokio::Listener as _;
 use nix::sys::signal::{killpg, Signal};
@@ -184,6 +185,8 @@ pub struct StartedWorker {
     pub stream: AsyncStream,
     /// The last few KiB the worker wrote to stderr, for crash reports.
     pub stderr_tail: StderrTail,
+    /// Where the worker records the cell it took, read once it is gone.
+    pub taken: TakenRecord,
 }
 
 /// Why a worker could not be started.
@@ -191,6 +194,11 @@ pub struct StartedWorker {
 pub enum StartError {
     #[error("cannot create the worker socket {path}: {source}")]
     Socket {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot create the worker's record of taken cells {path}: {source}")]
+    TakenRecord {
         path: PathBuf,
         source: std::io::Error,
     },
@@ -288,6 +296,15 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
     })?;
     // The socket file is only needed until the worker connects.
     let _remove_socket = RemoveOnDrop(socket_path.clone());
+    // The record of taken cells: its name is only needed until the worker has opened it,
+    // which it does before its hello.
+    let taken_path = socket_path.with_extension("taken");
+    let _ = std::fs::remove_file(&taken_path);
+    let taken = TakenRecord::create(&taken_path).map_err(|source| StartError::TakenRecord {
+        path: taken_path.clone(),
+        source,
+    })?;
+    let _remove_taken = RemoveOnDrop(taken_path.clone());
 
     let mut command = Command::new(&spec.exe);
     command
@@ -297,6 +314,7 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
         .arg(&socket_path)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .env(cellvisor_ipc::env::TAKEN_RECORD, &taken_path)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -403,6 +421,7 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
         },
         stream: reader.unsplit(writer),
         stderr_tail,
+        taken,
     })
 }
 

@@ -18,6 +18,7 @@ use crate::spawn::{
 use cellvisor_ipc::frame::{read_frame, write_frame};
 use cellvisor_ipc::handshake::{supervisor_handshake, worker_handshake};
 use cellvisor_ipc::socket::AsyncStream;
+use cellvisor_ipc::taken::TakenRecord;
 use cellvisor_ipc::{CellOutcome, FromWorker, OutputStream, ToWorker};
 use nix::sys::signal::Signal;
 use std::os::fd::OwnedFd;
@@ -127,9 +128,12 @@ impl Launcher for FakeLauncher {
             if let Ok(mut stream) = control.stream.lock() {
                 *stream = Some(keep);
             }
+            let taken = TakenRecord::in_file(tempfile::tempfile().map_err(StartError::Accept)?)
+                .map_err(StartError::Accept)?;
+            let worker_record = taken.try_clone().map_err(StartError::Accept)?;
             let worker = Arc::clone(&control);
             let language = spec.language;
-            std::thread::spawn(move || worker.serve(theirs, language, &script));
+            std::thread::spawn(move || worker.serve(theirs, language, &script, &worker_record));
             ours.set_nonblocking(true).map_err(StartError::Accept)?;
             let uds = interprocess::os::unix::uds_local_socket::tokio::Stream::try_from(
                 OwnedFd::from(ours),
@@ -149,6 +153,7 @@ impl Launcher for FakeLauncher {
                 child: WorkerProcess::Scripted(ScriptedProcess { control }),
                 stream: reader.unsplit(writer),
                 stderr_tail: StderrTail::default(),
+                taken,
             })
         })
     }
@@ -208,7 +213,13 @@ impl ScriptedControl {
         }
     }
 
-    fn serve(&self, stream: UnixStream, language: cellvisor_ipc::Language, script: &Script) {
+    fn serve(
+        &self,
+        stream: UnixStream,
+        language: cellvisor_ipc::Language,
+        script: &Script,
+        taken: &TakenRecord,
+    ) {
         let mut reader = &stream;
         let mut writer = &stream;
         if worker_handshake(&mut reader, &mut writer, language, "fake 1.0").is_err() {
@@ -236,7 +247,10 @@ impl ScriptedControl {
                 }
                 ToWorker::Execute(cell) => {
                     let cell_id = cell.cell_id;
-                    send(FromWorker::Started { cell_id });
+                    if taken.record(cell_id).is_err() {
+                        self.end("exited with code 1".into());
+                        return;
+                    }
                     let done = |outcome| FromWorker::Done { cell_id, outcome };
                     match cell.code.as_str() {
                         "hang" => {

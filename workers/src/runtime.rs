@@ -11,7 +11,10 @@
 use cellvisor_ipc::frame::{read_frame, write_frame, FrameError};
 use cellvisor_ipc::handshake::{worker_handshake, HandshakeError};
 use cellvisor_ipc::socket::{connect, Stream};
-use cellvisor_ipc::{CellOutcome, ExecuteCell, FromWorker, Language, OutputStream, ToWorker};
+use cellvisor_ipc::taken::TakenRecord;
+use cellvisor_ipc::{
+    env, CellOutcome, ExecuteCell, FromWorker, Language, OutputStream, ToWorker,
+};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
@@ -326,6 +329,7 @@ where
             .map(Path::to_path_buf)
             .unwrap_or_else(std::env::temp_dir),
     };
+    let taken = Taken::open_from_env()?;
     let stream = Arc::new(connect(socket).map_err(|source| WorkerError::Connect {
         path: socket.display().to_string(),
         source,
@@ -392,7 +396,7 @@ where
         hook: engine.interrupt_hook(),
         running: Arc::clone(&running),
         cells: cells_tx,
-        socket,
+        taken,
     };
     thread::Builder::new()
         .name("frame-reader".into())
@@ -441,7 +445,37 @@ where
     Ok(())
 }
 
-const NO_CELL: u64 = 0;
+const NO_CELL: u64 = cellvisor_ipc::taken::NO_CELL;
+
+/// Where this worker records the cell it took (see [`cellvisor_ipc::taken`]); none when the
+/// supervisor gave no record file.
+struct Taken(Option<TakenRecord>);
+
+impl Taken {
+    /// Opens the record named in the environment: before the sandbox, which would refuse it.
+    fn open_from_env() -> Result<Taken, WorkerError> {
+        let Some(path) = std::env::var_os(env::TAKEN_RECORD).filter(|p| !p.is_empty()) else {
+            return Ok(Taken(None));
+        };
+        TakenRecord::open(Path::new(&path))
+            .map(|record| Taken(Some(record)))
+            .map_err(|err| {
+                WorkerError::Engine(format!(
+                    "cannot open the record of taken cells {}: {err}",
+                    Path::new(&path).display()
+                ))
+            })
+    }
+
+    fn record(&self, cell_id: u64) {
+        if let Some(record) = &self.0 {
+            if let Err(err) = record.record(cell_id) {
+                // The cell still runs; if the worker then dies, the cell may run again.
+                eprintln!("cellvisor worker: cannot record cell {cell_id} as taken: {err}");
+            }
+        }
+    }
+}
 
 fn enter_cwd(cwd: Option<&str>) -> Result<(), String> {
     match cwd {
@@ -490,10 +524,7 @@ fn write_loop(
 }
 
 /// The socket's sending side, shared by the writer thread (everything queued in the outbox)
-/// and the reader thread, which writes a cell's `Started` itself before the engine sees the
-/// cell: so a cell that ends the process at once (Python's `os._exit`) cannot look unstarted,
-/// which would make the supervisor run it again. Nothing of an earlier cell can follow it: the
-/// supervisor sends a cell only after the previous one's `Done` arrived.
+/// and the threads that write a frame directly when nothing is queued ahead of it.
 #[derive(Clone)]
 struct SocketWriter(Arc<std::sync::Mutex<std::io::BufWriter<StreamWriter>>>);
 
@@ -526,15 +557,6 @@ impl SocketWriter {
             Ok(guard) => Some(guard),
             Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
             Err(std::sync::TryLockError::WouldBlock) => None,
-        }
-    }
-
-    /// Writes one frame now, ahead of nothing that is still queued for an earlier cell.
-    fn write_now(&self, frame: &FromWorker) {
-        let mut out = self.lock();
-        send_frame(&mut *out, frame);
-        if std::io::Write::flush(&mut *out).is_err() {
-            exit_lost_supervisor();
         }
     }
 }
@@ -642,7 +664,7 @@ struct IoThread {
     hook: Option<Arc<dyn Fn() + Send + Sync>>,
     running: Arc<AtomicU64>,
     cells: mpsc::Sender<ExecuteCell>,
-    socket: SocketWriter,
+    taken: Taken,
 }
 
 impl IoThread {
@@ -652,9 +674,9 @@ impl IoThread {
             match read_frame::<_, ToWorker>(&mut reader) {
                 Ok(Some(ToWorker::Ping { seq })) => self.outbox.send(FromWorker::Pong { seq }),
                 Ok(Some(ToWorker::Execute(cell))) => {
-                    self.socket.write_now(&FromWorker::Started {
-                        cell_id: cell.cell_id,
-                    });
+                    // Before the engine sees the cell: a cell that ends the process at once
+                    // (Python's `os._exit`) must not look untaken, or it would run again.
+                    self.taken.record(cell.cell_id);
                     self.progress.received.store(cell.cell_id, Ordering::SeqCst);
                     if self.cells.send(cell).is_err() {
                         return;

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -330,7 +330,13 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
     daemon.connections.fetch_add(1, Ordering::SeqCst);
     let _guard = ConnectionGuard(Arc::clone(&daemon));
     let limits = *lock(&daemon.limits);
-    let (reader, mut writer) = stream.into_split();
+    let (reader, mut writer) = match super::client_socket::split(stream) {
+        Ok(halves) => halves,
+        Err(err) => {
+            tracing::warn!("cannot serve a connection: {err}");
+            return;
+        }
+    };
     let (out, mut out_rx) = mpsc::channel::<Vec<u8>>(CONNECTION_BACKLOG);
     let stall = limits.stalled_client_timeout;
     let writer_task = tokio::spawn(async move {
@@ -483,6 +489,45 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
     let _ = writer_task.await;
 }
 
+/// How long a `cell_started` event may wait to go out in one write with what follows it (the
+/// cell's first output, its `cell_done` and the result): a quick cell then wakes its client
+/// once instead of twice, and the worker gets the cell before the client is woken.
+const STARTED_LINGER: Duration = Duration::from_millis(1);
+
+/// The `cell_started` event held back for [`STARTED_LINGER`]; anything else of the request
+/// sends it first, so the order of events never changes.
+#[derive(Default)]
+struct HeldStart(Option<(Vec<u8>, tokio::time::Instant)>);
+
+impl HeldStart {
+    /// When the held event must go out, if one is held.
+    fn until(&self) -> Option<tokio::time::Instant> {
+        self.0.as_ref().map(|(_, until)| *until)
+    }
+
+    /// Holds `line` if it is a `cell_started` event; otherwise returns what to send, in
+    /// order: the event held before it, then `line`.
+    fn hold_or_release(
+        &mut self,
+        event: &CellEvent,
+        line: Vec<u8>,
+    ) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+        let earlier = self.release();
+        if matches!(event, CellEvent::CellStarted { .. }) {
+            let until = tokio::time::Instant::now() + STARTED_LINGER;
+            self.0 = Some((line, until));
+            (earlier, None)
+        } else {
+            (earlier, Some(line))
+        }
+    }
+
+    /// The held event, to send now.
+    fn release(&mut self) -> Option<Vec<u8>> {
+        self.0.take().map(|(line, _)| line)
+    }
+}
+
 /// A client's response to a `tool/call` request: hand it to the waiting cell.
 fn answer_tool_call(connection: &Connection, response: Value) {
     let Some(id) = response.get("id").and_then(Value::as_str) else {
@@ -605,21 +650,41 @@ async fn dispatch(
                     },
                 ))
             };
+            let far_off = tokio::time::Instant::now() + Duration::from_secs(86_400);
             let eval = daemon.cv.eval_with_tools(eval, Some(events), tool_host);
             tokio::pin!(eval);
+            let mut started = HeldStart::default();
             let result = loop {
+                let linger_until = started.until();
                 tokio::select! {
                     biased;
                     Some(event) = events_rx.recv() => {
+                        let line = notify(&event);
                         // A client that stopped reading stalls only its own cells here.
-                        let _ = out.send(notify(&event)).await;
+                        let (earlier, now) = started.hold_or_release(&event, line);
+                        for line in earlier.into_iter().chain(now) {
+                            let _ = out.send(line).await;
+                        }
                     }
                     Some(call) = tool_calls.recv() => {
+                        if let Some(line) = started.release() {
+                            let _ = out.send(line).await;
+                        }
                         forward_tool_call(connection, &request_id, call).await;
+                    }
+                    () = tokio::time::sleep_until(linger_until.unwrap_or(far_off)),
+                        if linger_until.is_some() =>
+                    {
+                        if let Some(line) = started.release() {
+                            let _ = out.send(line).await;
+                        }
                     }
                     result = &mut eval => break result,
                 }
             };
+            if let Some(line) = started.release() {
+                let _ = out.send(line).await;
+            }
             while let Ok(event) = events_rx.try_recv() {
                 let _ = out.send(notify(&event)).await;
             }
@@ -671,6 +736,39 @@ async fn dispatch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_cell_started_event_waits_for_what_follows_it_and_never_changes_the_order() {
+        let started = |index| CellEvent::CellStarted {
+            index,
+            language: cellvisor_ipc::Language::JavaScript,
+            title: None,
+        };
+        let output = CellEvent::Output {
+            index: 0,
+            stream: "stdout",
+            text: "2\n".into(),
+        };
+        let mut held = HeldStart::default();
+        assert_eq!(held.until(), None);
+        assert_eq!(held.hold_or_release(&started(0), b"s0".to_vec()), (None, None));
+        let until = held.until().expect("held");
+        assert!(until <= tokio::time::Instant::now() + STARTED_LINGER);
+        // What follows goes out after it, in one batch.
+        assert_eq!(
+            held.hold_or_release(&output, b"o".to_vec()),
+            (Some(b"s0".to_vec()), Some(b"o".to_vec()))
+        );
+        assert_eq!(held.until(), None);
+        // A second start releases the first and is held in its place.
+        held.hold_or_release(&started(0), b"s0".to_vec());
+        assert_eq!(
+            held.hold_or_release(&started(1), b"s1".to_vec()),
+            (Some(b"s0".to_vec()), None)
+        );
+        assert_eq!(held.release(), Some(b"s1".to_vec()));
+        assert_eq!(held.release(), None);
+    }
 
     #[test]
     fn peers_under_a_child_of_the_daemon_are_cells() {

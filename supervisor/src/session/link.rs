@@ -16,6 +16,7 @@ use crate::output::SinkResult;
 use crate::spawn::{ProcessHandle, StartedWorker, StderrTail, WorkerProcess};
 use actix::Addr;
 use cellvisor_ipc::frame::{read_frame_async, write_frame_async, FrameError};
+use cellvisor_ipc::taken::TakenRecord;
 use cellvisor_ipc::{FromWorker, OutputStream, ToWorker};
 use nix::sys::signal::Signal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -38,14 +39,12 @@ pub(crate) struct ActiveCell {
     tool_host: Option<mpsc::Sender<ToolCallRequest>>,
     /// Dropped when the cell ends, which cancels its tool calls still waiting for the host.
     alive: watch::Sender<()>,
-    /// The worker said it took the cell.
-    started: bool,
 }
 
 /// What a finished (or abandoned) cell produced since it was last observed.
 pub(crate) struct CellProducts {
     pub cell_id: u64,
-    /// Whether the worker ever started the cell.
+    /// Whether the worker took the cell (so it may have run, in part or whole).
     pub started: bool,
     pub output: SinkResult,
     pub displays: Vec<serde_json::Value>,
@@ -68,7 +67,6 @@ impl ActiveCell {
             tools: Vec::new(),
             tool_host: None,
             alive: watch::channel(()).0,
-            started: false,
         }
     }
 
@@ -92,11 +90,12 @@ impl ActiveCell {
         &mut self.events
     }
 
-    fn finish(self) -> CellProducts {
+    /// What the cell produced; `started` says whether the worker took it.
+    fn finish(self, started: bool) -> CellProducts {
         let observed = self.output.finish();
         CellProducts {
             cell_id: self.cell_id,
-            started: self.started,
+            started,
             output: observed.output,
             displays: observed.displays,
             status_events: observed.status_events,
@@ -179,6 +178,7 @@ impl Link {
             child,
             stream,
             stderr_tail,
+            taken,
         } = worker;
         let process = child.handle();
         let (reader, mut writer) = tokio::io::split(stream);
@@ -203,7 +203,7 @@ impl Link {
             current: None,
             fatal: None,
         };
-        actix::spawn(reader_task.run(reader, child, stderr_tail));
+        actix::spawn(reader_task.run(reader, child, stderr_tail, taken));
         Link {
             pid,
             engine,
@@ -261,6 +261,7 @@ impl ReaderTask {
         reader: tokio::io::ReadHalf<cellvisor_ipc::socket::AsyncStream>,
         mut child: WorkerProcess,
         stderr_tail: StderrTail,
+        taken: TakenRecord,
     ) {
         // One read usually brings several frames (header and payload included).
         let mut reader = tokio::io::BufReader::with_capacity(128 * 1024, reader);
@@ -294,7 +295,14 @@ impl ReaderTask {
         let exit = child.wait().await;
         let fatal = self.fatal.take();
         let reason = super::outcome::crash_story(fatal.as_deref(), &exit);
-        let partial = self.current.take().map(ActiveCell::finish);
+        // Read only now: the worker records a cell before running it, which costs no frame
+        // (and no wake-up of this task) per cell. An unreadable record counts as taken, so a
+        // cell is never run twice.
+        let last_taken = taken.last().ok();
+        let partial = self.current.take().map(|cell| {
+            let started = last_taken.is_none_or(|id| id == cell.cell_id);
+            cell.finish(started)
+        });
         // The worker's last words, once its stderr has closed (bounded: a descendant that
         // escaped the kill could hold the pipe open).
         stderr_tail
@@ -311,11 +319,6 @@ impl ReaderTask {
     /// Handles one frame; `false` ends the connection.
     async fn handle(&mut self, frame: FromWorker) -> bool {
         match frame {
-            FromWorker::Started { cell_id } => {
-                if let Some(cell) = self.current.as_mut().filter(|c| c.cell_id == cell_id) {
-                    cell.started = true;
-                }
-            }
             FromWorker::Output {
                 cell_id,
                 stream,
@@ -368,7 +371,7 @@ impl ReaderTask {
             FromWorker::Done { cell_id, outcome } => {
                 if self.current.as_ref().is_some_and(|c| c.cell_id == cell_id) {
                     if let Some(cell) = self.current.take() {
-                        let products = cell.finish();
+                        let products = cell.finish(true);
                         self.session.do_send(CellFinished {
                             generation: self.generation,
                             cell_id,
