@@ -14,6 +14,8 @@
 //! - `session`: the `Session` actor: one worker, its cells, heartbeats, deadlines, restarts,
 //!   and the tasks on its worker connection.
 //! - `spawn`: starting a worker process, ending it and everything under it.
+//! - `socket_halves`: sockets registered for reading only, so a peer reading what the daemon
+//!   wrote does not wake it.
 //! - `output`: a cell's bounded output sink with artifact spill.
 //! - `allocator`: returning freed memory to the OS after big requests.
 //! - `artifacts`: the artifact directory: private files, no links followed, a total cap.
@@ -51,6 +53,7 @@ mod render;
 mod sandbox;
 mod secrets;
 mod session;
+mod socket_halves;
 mod spawn;
 mod supervisor;
 #[cfg(test)]

@@ -9,8 +9,9 @@
 //! Sessions start workers through a [`Launcher`], so actor tests can put a scripted worker
 //! speaking the real frames in place of a process.
 
+use crate::socket_halves::{split_async, ReadSide, WriteSide};
 use cellvisor_ipc::handshake::{supervisor_handshake, HandshakeError};
-use cellvisor_ipc::socket::{bind_async, AsyncStream};
+use cellvisor_ipc::socket::bind_async;
 use cellvisor_ipc::taken::TakenRecord;
 use cellvisor_ipc::Language;
 use interprocess::local_socket::traits::tokio::Listener as _;
@@ -182,7 +183,9 @@ pub struct StartedWorker {
     pub pid: u32,
     pub engine: String,
     pub child: WorkerProcess,
-    pub stream: AsyncStream,
+    /// The connection, read and written by the session's link.
+    pub reader: ReadSide,
+    pub writer: WriteSide,
     /// The last few KiB the worker wrote to stderr, for crash reports.
     pub stderr_tail: StderrTail,
     /// Where the worker records the cell it took, read once it is gone.
@@ -412,6 +415,13 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
             return Err(StartError::Timeout(spec.start_timeout));
         }
     };
+    let (reader, writer) = match split_async(reader.unsplit(writer)) {
+        Ok(halves) => halves,
+        Err(err) => {
+            kill_and_reap(pid, &mut child).await;
+            return Err(StartError::Accept(err));
+        }
+    };
     Ok(StartedWorker {
         pid,
         engine: hello.engine,
@@ -419,7 +429,8 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
             child,
             reaped: Arc::default(),
         },
-        stream: reader.unsplit(writer),
+        reader,
+        writer,
         stderr_tail,
         taken,
     })

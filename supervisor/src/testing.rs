@@ -147,11 +147,14 @@ impl Launcher for FakeLauncher {
                     error,
                     stderr: String::new(),
                 })?;
+            let (reader, writer) = crate::socket_halves::split_async(reader.unsplit(writer))
+                .map_err(StartError::Accept)?;
             Ok(StartedWorker {
                 pid,
                 engine: hello.engine,
                 child: WorkerProcess::Scripted(ScriptedProcess { control }),
-                stream: reader.unsplit(writer),
+                reader,
+                writer,
                 stderr_tail: StderrTail::default(),
                 taken,
             })

@@ -12,9 +12,7 @@ use cellvisor_ipc::frame::{read_frame, write_frame, FrameError};
 use cellvisor_ipc::handshake::{worker_handshake, HandshakeError};
 use cellvisor_ipc::socket::{connect, Stream};
 use cellvisor_ipc::taken::TakenRecord;
-use cellvisor_ipc::{
-    env, CellOutcome, ExecuteCell, FromWorker, Language, OutputStream, ToWorker,
-};
+use cellvisor_ipc::{env, CellOutcome, ExecuteCell, FromWorker, Language, OutputStream, ToWorker};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};

@@ -3,8 +3,6 @@
 //!
 //! - [`protocol`]: the wire types, method names and error codes (from `cellvisor-client`).
 //! - `server`: `cellvisor serve`: the listener, connections, method dispatch.
-//! - `client_socket`: a client connection registered for reading only, so a client reading
-//!   its answers does not wake the daemon.
 //! - [`client`]: the client the CLI uses, including starting a daemon when none runs (from
 //!   `cellvisor-client`, which hosts can use without the engines).
 
@@ -13,5 +11,4 @@ pub use cellvisor_client::daemon::socket_path;
 pub use cellvisor_client::protocol;
 #[cfg(test)]
 mod golden_tests;
-mod client_socket;
 pub(crate) mod server;

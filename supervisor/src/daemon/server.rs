@@ -330,7 +330,9 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
     daemon.connections.fetch_add(1, Ordering::SeqCst);
     let _guard = ConnectionGuard(Arc::clone(&daemon));
     let limits = *lock(&daemon.limits);
-    let (reader, mut writer) = match super::client_socket::split(stream) {
+    // Registered for reading only: a client reading its answer must not wake the daemon.
+    let halves = stream.into_std().and_then(crate::socket_halves::split);
+    let (reader, mut writer) = match halves {
         Ok(halves) => halves,
         Err(err) => {
             tracing::warn!("cannot serve a connection: {err}");
@@ -751,7 +753,10 @@ mod tests {
         };
         let mut held = HeldStart::default();
         assert_eq!(held.until(), None);
-        assert_eq!(held.hold_or_release(&started(0), b"s0".to_vec()), (None, None));
+        assert_eq!(
+            held.hold_or_release(&started(0), b"s0".to_vec()),
+            (None, None)
+        );
         let until = held.until().expect("held");
         assert!(until <= tokio::time::Instant::now() + STARTED_LINGER);
         // What follows goes out after it, in one batch.

@@ -13,9 +13,10 @@ use super::window::CellOutput;
 use super::Session;
 use crate::cell::{CellEvent, ToolCallRequest};
 use crate::output::SinkResult;
+use crate::socket_halves::ReadSide;
 use crate::spawn::{ProcessHandle, StartedWorker, StderrTail, WorkerProcess};
 use actix::Addr;
-use cellvisor_ipc::frame::{read_frame_async, write_frame_async, FrameError};
+use cellvisor_ipc::frame::{read_frame_async, FrameError};
 use cellvisor_ipc::taken::TakenRecord;
 use cellvisor_ipc::{FromWorker, OutputStream, ToWorker};
 use nix::sys::signal::Signal;
@@ -176,17 +177,20 @@ impl Link {
             pid,
             engine,
             child,
-            stream,
+            reader,
+            mut writer,
             stderr_tail,
             taken,
         } = worker;
         let process = child.handle();
-        let (reader, mut writer) = tokio::io::split(stream);
         let (to_worker, mut outgoing) = mpsc::unbounded_channel::<ToWorker>();
         let (cells, incoming_cells) = mpsc::unbounded_channel::<ActiveCell>();
         actix::spawn(async move {
             while let Some(frame) = outgoing.recv().await {
-                if write_frame_async(&mut writer, &frame).await.is_err() {
+                let Ok(bytes) = cellvisor_ipc::frame::encode(&frame) else {
+                    break;
+                };
+                if writer.write_all(&bytes).await.is_err() {
                     break;
                 }
             }
@@ -258,7 +262,7 @@ struct ReaderTask {
 impl ReaderTask {
     async fn run(
         mut self,
-        reader: tokio::io::ReadHalf<cellvisor_ipc::socket::AsyncStream>,
+        reader: ReadSide,
         mut child: WorkerProcess,
         stderr_tail: StderrTail,
         taken: TakenRecord,

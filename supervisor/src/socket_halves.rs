@@ -1,9 +1,9 @@
-//! A client connection that wakes the daemon only when the client says something.
+//! A Unix socket that wakes its reader only when the peer says something.
 //!
 //! The runtime registers a socket for both directions, and a Unix socket signals "writable"
-//! every time its peer reads: each answer the client read woke the daemon once more, for
-//! nothing. Here the read side alone is registered; the write side writes at once and waits
-//! for room (registering itself for that wait only) when the client is behind.
+//! every time its peer reads: each answer a client read (each frame a worker read) woke the
+//! daemon once more, for nothing. Here the read half alone is registered; the write half
+//! writes at once and registers itself only to wait for room, when the peer is behind.
 
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -12,13 +12,21 @@ use std::task::{ready, Context, Poll};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, Interest, ReadBuf};
 
-/// Splits an accepted connection into its two registered-as-needed halves.
-pub(super) fn split(stream: tokio::net::UnixStream) -> io::Result<(ReadSide, WriteSide)> {
-    // Leaves the runtime's registration; the socket stays non-blocking.
-    let stream = stream.into_std()?;
+/// Splits a connected socket into its two halves; it must be in non-blocking mode (as any
+/// socket taken out of the runtime is).
+pub(crate) fn split(stream: UnixStream) -> io::Result<(ReadSide, WriteSide)> {
+    stream.set_nonblocking(true)?;
     let writer = stream.try_clone()?;
     let reader = register(stream, Interest::READABLE)?;
     Ok((ReadSide(reader), WriteSide(writer)))
+}
+
+/// Takes a connected socket out of the runtime's two-way registration and splits it.
+pub(crate) fn split_async(
+    stream: cellvisor_ipc::socket::AsyncStream,
+) -> io::Result<(ReadSide, WriteSide)> {
+    let cellvisor_ipc::socket::AsyncStream::UdSocket(stream) = stream;
+    split(UnixStream::from(std::os::fd::OwnedFd::try_from(stream)?))
 }
 
 /// Registers `socket` with the runtime for `interest` alone.
@@ -28,8 +36,8 @@ fn register(socket: UnixStream, interest: Interest) -> io::Result<AsyncFd<UnixSt
     unsafe { AsyncFd::register_with_interest(socket, interest) }.map_err(io::Error::from)
 }
 
-/// The half that reads requests, registered for readability only.
-pub(super) struct ReadSide(AsyncFd<UnixStream>);
+/// The half that reads, registered for readability only.
+pub(crate) struct ReadSide(AsyncFd<UnixStream>);
 
 impl AsyncRead for ReadSide {
     fn poll_read(
@@ -52,12 +60,12 @@ impl AsyncRead for ReadSide {
     }
 }
 
-/// The half that writes answers and events; it shuts the connection's sending side when
-/// dropped, so the client sees the end even while the read side lives on.
-pub(super) struct WriteSide(UnixStream);
+/// The half that writes; it shuts the connection's sending side when dropped, so the peer
+/// sees the end even while the read half lives on.
+pub(crate) struct WriteSide(UnixStream);
 
 impl WriteSide {
-    /// Writes all of `bytes`, waiting for the client to make room when its buffer is full.
+    /// Writes all of `bytes`, waiting for the peer to make room when its buffer is full.
     pub async fn write_all(&mut self, mut bytes: &[u8]) -> io::Result<()> {
         let mut room: Option<AsyncFd<UnixStream>> = None;
         while !bytes.is_empty() {
@@ -95,7 +103,7 @@ mod tests {
     #[tokio::test]
     async fn both_halves_carry_bytes_and_a_full_buffer_waits_for_the_reader() {
         let (ours, theirs) = tokio::net::UnixStream::pair().expect("pair");
-        let (mut read, mut write) = split(ours).expect("split");
+        let (mut read, mut write) = split(ours.into_std().expect("std")).expect("split");
         // More than any socket buffer holds: the write must wait for the reader.
         let big = vec![7u8; 4 << 20];
         let expected = big.len();
