@@ -1,13 +1,23 @@
 //! Workers are the cellvisor executable re-run as `<exe> __worker <lang> --socket PATH`.
 //! The `cellvisor` binary routes that itself; a program embedding cellvisor can call
 //! [`run_worker_if_requested`] first thing in `main` and keep using its own executable.
+//!
+//! Python workers have a program of their own, [`PYTHON_WORKER_PROGRAM`], taken with the
+//! same arguments when it sits next to the `cellvisor` executable: an idle Python session's
+//! shim then maps a small program instead of one holding every engine. Both programs start a
+//! worker through [`start_worker`], so what a worker does first (its network namespace, being
+//! non-dumpable) is written once.
 
 use cellvisor_ipc::Language;
+use cellvisor_workers::WorkerError;
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The hidden subcommand name.
 pub const WORKER_SUBCOMMAND: &str = "__worker";
+
+/// The program that runs only Python workers, built and installed beside `cellvisor`.
+pub const PYTHON_WORKER_PROGRAM: &str = "cellvisor-py-worker";
 
 /// If this process was started as a worker, runs it and exits; otherwise returns.
 pub fn run_worker_if_requested() {
@@ -20,6 +30,35 @@ pub fn run_worker_if_requested() {
 
 /// Runs a worker from its arguments (`<lang> --socket PATH`); returns the exit code.
 pub fn run_worker(args: &[OsString]) -> i32 {
+    start_worker(args, "cellvisor", None, cellvisor_workers::run)
+}
+
+/// The whole of [`PYTHON_WORKER_PROGRAM`]'s `main`: runs the Python worker its arguments
+/// (`__worker py --socket PATH`, as `cellvisor` takes them) ask for; returns the exit code.
+pub fn run_python_worker() -> i32 {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let after_subcommand = match args.get(1).and_then(|a| a.to_str()) {
+        Some(WORKER_SUBCOMMAND) => &args[2..],
+        // Without the subcommand the arguments cannot be a worker's: say how it is run.
+        _ => &[],
+    };
+    start_worker(
+        after_subcommand,
+        PYTHON_WORKER_PROGRAM,
+        Some(Language::Python),
+        |_, socket| cellvisor_workers::run_python(socket),
+    )
+}
+
+/// What every worker program does: reads `<lang> --socket PATH` (a language `only` allows),
+/// enters its network namespace when the sandbox asks, becomes non-dumpable, then `serve`s;
+/// returns the exit code. `program` names it in messages.
+pub fn start_worker(
+    args: &[OsString],
+    program: &str,
+    only: Option<Language>,
+    serve: impl FnOnce(Language, &Path) -> Result<(), WorkerError>,
+) -> i32 {
     let parsed = (|| {
         let language: Language = args.first()?.to_str()?.parse().ok()?;
         if args.get(1)?.to_str()? != "--socket" {
@@ -27,9 +66,15 @@ pub fn run_worker(args: &[OsString]) -> i32 {
         }
         Some((language, PathBuf::from(args.get(2)?)))
     })();
-    let Some((language, socket)) = parsed else {
+    let Some((language, socket)) =
+        parsed.filter(|(language, _)| only.is_none_or(|o| o == *language))
+    else {
+        let languages = match only {
+            Some(language) => language.short_name().to_string(),
+            None => "py|js|lua".to_string(),
+        };
         eprintln!(
-            "usage: cellvisor {WORKER_SUBCOMMAND} <py|js|lua> --socket PATH (started by the supervisor, not by hand)"
+            "usage: {program} {WORKER_SUBCOMMAND} <{languages}> --socket PATH (started by the supervisor, not by hand)"
         );
         return 2;
     };
@@ -43,7 +88,7 @@ pub fn run_worker(args: &[OsString]) -> i32 {
     if let Err(err) = crate::secrets::make_non_dumpable() {
         eprintln!("cellvisor {language} worker: cannot make it non-dumpable: {err}");
     }
-    match cellvisor_workers::run(language, &socket) {
+    match serve(language, &socket) {
         Ok(()) => 0,
         Err(err) => {
             eprintln!("cellvisor {language} worker: {err}");

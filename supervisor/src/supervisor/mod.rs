@@ -37,7 +37,7 @@ use tokio::sync::oneshot;
 /// Where workers come from and where their files go; fixed for a supervisor's life.
 #[derive(Debug, Clone)]
 pub struct WorkerBase {
-    pub exe: PathBuf,
+    pub programs: crate::spawn::WorkerPrograms,
     pub run_dir: PathBuf,
     /// Where spilled outputs go, and their total size.
     pub artifacts: Arc<crate::artifacts::ArtifactStore>,
@@ -269,7 +269,7 @@ impl Supervisor {
             );
         }
         WorkerSpec {
-            exe: self.base.exe.clone(),
+            exe: self.base.programs.for_language(language).to_path_buf(),
             language,
             run_dir: self.base.run_dir.clone(),
             cwd,
