@@ -4,8 +4,10 @@
 
 mod common;
 
+use cellvisor::{CellSpec, EvalRequest, Language};
 use common::{cells, path_str, World};
 use serde_json::json;
+use std::path::Path;
 use std::time::Duration;
 
 const SETTLE: Duration = Duration::from_secs(5);
@@ -22,6 +24,61 @@ fn one_cell_in_each_language_prints_42() {
         run.assert_code(0);
         assert_eq!(run.stdout, "42\n", "{language}: {}", run.stderr);
     }
+    world.assert_no_processes_left(SETTLE);
+}
+
+/// A Python cell that prints the command line of the worker that started its interpreter.
+const PRINT_WORKER_COMMAND: &str =
+    "import os\nprint(open(f'/proc/{os.getppid()}/cmdline').read().replace('\\0', ' ').strip())";
+
+#[test]
+fn python_sessions_run_on_the_python_worker_program_beside_cellvisor() {
+    let world = World::new();
+    let run = world.run(&["eval", "--no-daemon", PRINT_WORKER_COMMAND]);
+    run.assert_code(0);
+    let program = Path::new(env!("CARGO_BIN_EXE_cellvisor")).with_file_name("cellvisor-py-worker");
+    let expected = format!("{} __worker py --socket ", program.display());
+    assert!(
+        run.stdout.starts_with(&expected),
+        "{}{}",
+        run.stdout,
+        run.stderr
+    );
+    // The other languages still run on cellvisor itself.
+    for (language, code) in [("js", "console.log(6*7)"), ("lua", "print(6*7)")] {
+        let run = world.run(&["eval", "--no-daemon", "-l", language, code]);
+        run.assert_code(0);
+        assert_eq!(run.stdout, "42\n", "{language}: {}", run.stderr);
+    }
+    world.assert_no_processes_left(SETTLE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sessions_run_on_cellvisor_itself_where_the_python_worker_program_is_missing() {
+    let world = World::new();
+    // A `cellvisor` with nothing beside it, as `cargo run` may leave it.
+    let alone = world.dir.path().join("bin");
+    std::fs::create_dir_all(&alone).expect("bin dir");
+    let cellvisor = alone.join("cellvisor");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cellvisor"), &cellvisor).expect("symlink");
+    let cv = world.supervisor_running(cellvisor.clone(), |_| {});
+    let request = EvalRequest {
+        session: "alone".into(),
+        cells: vec![CellSpec {
+            language: Language::Python,
+            code: PRINT_WORKER_COMMAND.into(),
+            title: None,
+            timeout: None,
+            reset: false,
+            yield_time_ms: None,
+        }],
+        ..Default::default()
+    };
+    let result = cv.eval(request, None).await.expect("request accepted");
+    let cell = &result.cells[0];
+    let expected = format!("{} __worker py --socket ", cellvisor.display());
+    assert!(cell.report.output.starts_with(&expected), "{cell:#?}");
+    cv.shutdown().await;
     world.assert_no_processes_left(SETTLE);
 }
 
