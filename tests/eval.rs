@@ -36,8 +36,13 @@ fn python_sessions_run_on_the_python_worker_program_beside_cellvisor() {
     let world = World::new();
     let run = world.run(&["eval", "--no-daemon", PRINT_WORKER_COMMAND]);
     run.assert_code(0);
-    let program = Path::new(env!("CARGO_BIN_EXE_cellvisor")).with_file_name("cellvisor-py-worker");
-    let expected = format!("{} __worker py --socket ", program.display());
+    let cellvisor = Path::new(env!("CARGO_BIN_EXE_cellvisor"));
+    let expected = format!(
+        "{} --build {} --else {} __worker py --socket ",
+        cellvisor.with_file_name("cellvisor-py-worker").display(),
+        cellvisor::worker_entry::BUILD_ID,
+        cellvisor.display()
+    );
     assert!(
         run.stdout.starts_with(&expected),
         "{}{}",
@@ -53,15 +58,10 @@ fn python_sessions_run_on_the_python_worker_program_beside_cellvisor() {
     world.assert_no_processes_left(SETTLE);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_sessions_run_on_cellvisor_itself_where_the_python_worker_program_is_missing() {
-    let world = World::new();
-    // A `cellvisor` with nothing beside it, as `cargo run` may leave it.
-    let alone = world.dir.path().join("bin");
-    std::fs::create_dir_all(&alone).expect("bin dir");
-    let cellvisor = alone.join("cellvisor");
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cellvisor"), &cellvisor).expect("symlink");
-    let cv = world.supervisor_running(cellvisor.clone(), |_| {});
+/// Runs a Python cell printing its worker's command line on a supervisor whose workers run
+/// `cellvisor`; what it printed.
+async fn python_worker_command_under(world: &World, cellvisor: &Path) -> String {
+    let cv = world.supervisor_running(cellvisor.to_path_buf(), |_| {});
     let request = EvalRequest {
         session: "alone".into(),
         cells: vec![CellSpec {
@@ -74,12 +74,52 @@ async fn python_sessions_run_on_cellvisor_itself_where_the_python_worker_program
         }],
         ..Default::default()
     };
-    let result = cv.eval(request, None).await.expect("request accepted");
-    let cell = &result.cells[0];
-    let expected = format!("{} __worker py --socket ", cellvisor.display());
-    assert!(cell.report.output.starts_with(&expected), "{cell:#?}");
+    let mut result = cv.eval(request, None).await.expect("request accepted");
     cv.shutdown().await;
     world.assert_no_processes_left(SETTLE);
+    result.cells.remove(0).report.output
+}
+
+/// A directory of the world holding a `cellvisor` (a link to the one under test).
+fn cellvisor_in(world: &World, dir: &str) -> std::path::PathBuf {
+    let dir = world.dir.path().join(dir);
+    std::fs::create_dir_all(&dir).expect("bin dir");
+    let cellvisor = dir.join("cellvisor");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cellvisor"), &cellvisor).expect("symlink");
+    cellvisor
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sessions_run_on_cellvisor_itself_where_the_python_worker_program_is_missing() {
+    let world = World::new();
+    // A `cellvisor` with nothing beside it, as `cargo run` may leave it.
+    let cellvisor = cellvisor_in(&world, "alone");
+    let output = python_worker_command_under(&world, &cellvisor).await;
+    let expected = format!("{} __worker py --socket ", cellvisor.display());
+    assert!(output.starts_with(&expected), "{output}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_worker_program_of_another_build_hands_the_worker_to_cellvisor() {
+    let world = World::new();
+    let cellvisor = cellvisor_in(&world, "stale");
+    // The real program, told that the supervisor is another build than its own (as an old
+    // `cellvisor-py-worker` left beside a `cellvisor` that `cargo run` relinked would be).
+    let real = Path::new(env!("CARGO_BIN_EXE_cellvisor")).with_file_name("cellvisor-py-worker");
+    let script = format!(
+        "#!/bin/sh\nshift 2\nexec '{}' --build another-build \"$@\"\n",
+        real.display()
+    );
+    let program = cellvisor.with_file_name("cellvisor-py-worker");
+    std::fs::write(&program, script).expect("write the program");
+    std::fs::set_permissions(
+        &program,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let output = python_worker_command_under(&world, &cellvisor).await;
+    let expected = format!("{} __worker py --socket ", cellvisor.display());
+    assert!(output.starts_with(&expected), "{output}");
 }
 
 #[test]

@@ -35,8 +35,9 @@ use tokio::process::{Child, Command};
 pub struct WorkerPrograms {
     /// The executable that runs every language (`<exe> __worker <lang> ...`).
     pub main: PathBuf,
-    /// The Python-only program, which takes the same arguments and keeps far fewer pages of
-    /// itself resident in every idle Python session.
+    /// The Python-only program, which keeps far fewer pages of itself resident in every idle
+    /// Python session (told the supervisor's build, it hands another build's worker to
+    /// `main`).
     pub python: Option<PathBuf>,
 }
 
@@ -49,11 +50,15 @@ impl WorkerPrograms {
         WorkerPrograms { main: exe, python }
     }
 
-    /// The program a worker for `language` runs.
-    pub fn for_language(&self, language: Language) -> &Path {
+    /// The program a worker for `language` runs, and its arguments before the worker's own
+    /// (`__worker <lang> --socket PATH`).
+    pub fn command(&self, language: Language) -> (PathBuf, Vec<OsString>) {
         match (language, &self.python) {
-            (Language::Python, Some(python)) => python,
-            _ => &self.main,
+            (Language::Python, Some(python)) => (
+                python.clone(),
+                crate::worker_entry::python_worker_args(&self.main),
+            ),
+            _ => (self.main.clone(), Vec::new()),
         }
     }
 }
@@ -67,8 +72,9 @@ fn is_executable_file(path: &Path) -> bool {
 /// Everything needed to start one worker.
 #[derive(Debug, Clone)]
 pub struct WorkerSpec {
-    /// The program to run ([`WorkerPrograms::for_language`]).
+    /// The program to run, and its arguments before `__worker` ([`WorkerPrograms::command`]).
     pub exe: PathBuf,
+    pub exe_args: Vec<OsString>,
     pub language: Language,
     /// The supervisor's private runtime directory, where the socket is made.
     pub run_dir: PathBuf,
@@ -329,6 +335,7 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
 
     let mut command = Command::new(&spec.exe);
     command
+        .args(&spec.exe_args)
         .arg(WORKER_SUBCOMMAND)
         .arg(spec.language.short_name())
         .arg("--socket")
@@ -528,7 +535,7 @@ mod tests {
         let alone = WorkerPrograms::beside(cellvisor.clone());
         assert_eq!(alone.python, None);
         for language in [Language::Python, Language::JavaScript, Language::Lua] {
-            assert_eq!(alone.for_language(language), cellvisor);
+            assert_eq!(alone.command(language), (cellvisor.clone(), Vec::new()));
         }
 
         let python = dir.path().join(PYTHON_WORKER_PROGRAM);
@@ -540,9 +547,15 @@ mod tests {
         );
         write_program(&python, 0o755);
         let both = WorkerPrograms::beside(cellvisor.clone());
-        assert_eq!(both.for_language(Language::Python), python);
-        assert_eq!(both.for_language(Language::JavaScript), cellvisor);
-        assert_eq!(both.for_language(Language::Lua), cellvisor);
+        assert_eq!(
+            both.command(Language::Python),
+            (python, crate::worker_entry::python_worker_args(&cellvisor))
+        );
+        assert_eq!(
+            both.command(Language::JavaScript),
+            (cellvisor.clone(), Vec::new())
+        );
+        assert_eq!(both.command(Language::Lua), (cellvisor.clone(), Vec::new()));
 
         // A program embedding cellvisor runs its own workers, whatever lies beside it.
         let embedding = dir.path().join("my-host");

@@ -268,8 +268,10 @@ impl Supervisor {
                     .into(),
             );
         }
+        let (exe, exe_args) = self.base.programs.command(language);
         WorkerSpec {
-            exe: self.base.programs.for_language(language).to_path_buf(),
+            exe,
+            exe_args,
             language,
             run_dir: self.base.run_dir.clone(),
             cwd,
