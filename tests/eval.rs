@@ -4,8 +4,10 @@
 
 mod common;
 
+use cellvisor::{CellSpec, EvalRequest, Language};
 use common::{cells, path_str, World};
 use serde_json::json;
+use std::path::Path;
 use std::time::Duration;
 
 const SETTLE: Duration = Duration::from_secs(5);
@@ -23,6 +25,101 @@ fn one_cell_in_each_language_prints_42() {
         assert_eq!(run.stdout, "42\n", "{language}: {}", run.stderr);
     }
     world.assert_no_processes_left(SETTLE);
+}
+
+/// A Python cell that prints the command line of the worker that started its interpreter.
+const PRINT_WORKER_COMMAND: &str =
+    "import os\nprint(open(f'/proc/{os.getppid()}/cmdline').read().replace('\\0', ' ').strip())";
+
+#[test]
+fn python_sessions_run_on_the_python_worker_program_beside_cellvisor() {
+    let world = World::new();
+    let run = world.run(&["eval", "--no-daemon", PRINT_WORKER_COMMAND]);
+    run.assert_code(0);
+    let cellvisor = Path::new(env!("CARGO_BIN_EXE_cellvisor"));
+    let expected = format!(
+        "{} --build {} --else {} __worker py --socket ",
+        cellvisor.with_file_name("cellvisor-py-worker").display(),
+        cellvisor::worker_entry::BUILD_ID,
+        cellvisor.display()
+    );
+    assert!(
+        run.stdout.starts_with(&expected),
+        "{}{}",
+        run.stdout,
+        run.stderr
+    );
+    // The other languages still run on cellvisor itself.
+    for (language, code) in [("js", "console.log(6*7)"), ("lua", "print(6*7)")] {
+        let run = world.run(&["eval", "--no-daemon", "-l", language, code]);
+        run.assert_code(0);
+        assert_eq!(run.stdout, "42\n", "{language}: {}", run.stderr);
+    }
+    world.assert_no_processes_left(SETTLE);
+}
+
+/// Runs a Python cell printing its worker's command line on a supervisor whose workers run
+/// `cellvisor`; what it printed.
+async fn python_worker_command_under(world: &World, cellvisor: &Path) -> String {
+    let cv = world.supervisor_running(cellvisor.to_path_buf(), |_| {});
+    let request = EvalRequest {
+        session: "alone".into(),
+        cells: vec![CellSpec {
+            language: Language::Python,
+            code: PRINT_WORKER_COMMAND.into(),
+            title: None,
+            timeout: None,
+            reset: false,
+            yield_time_ms: None,
+        }],
+        ..Default::default()
+    };
+    let mut result = cv.eval(request, None).await.expect("request accepted");
+    cv.shutdown().await;
+    world.assert_no_processes_left(SETTLE);
+    result.cells.remove(0).report.output
+}
+
+/// A directory of the world holding a `cellvisor` (a link to the one under test).
+fn cellvisor_in(world: &World, dir: &str) -> std::path::PathBuf {
+    let dir = world.dir.path().join(dir);
+    std::fs::create_dir_all(&dir).expect("bin dir");
+    let cellvisor = dir.join("cellvisor");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cellvisor"), &cellvisor).expect("symlink");
+    cellvisor
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sessions_run_on_cellvisor_itself_where_the_python_worker_program_is_missing() {
+    let world = World::new();
+    // A `cellvisor` with nothing beside it, as `cargo run` may leave it.
+    let cellvisor = cellvisor_in(&world, "alone");
+    let output = python_worker_command_under(&world, &cellvisor).await;
+    let expected = format!("{} __worker py --socket ", cellvisor.display());
+    assert!(output.starts_with(&expected), "{output}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_worker_program_of_another_build_hands_the_worker_to_cellvisor() {
+    let world = World::new();
+    let cellvisor = cellvisor_in(&world, "stale");
+    // The real program, told that the supervisor is another build than its own (as an old
+    // `cellvisor-py-worker` left beside a `cellvisor` that `cargo run` relinked would be).
+    let real = Path::new(env!("CARGO_BIN_EXE_cellvisor")).with_file_name("cellvisor-py-worker");
+    let script = format!(
+        "#!/bin/sh\nshift 2\nexec '{}' --build another-build \"$@\"\n",
+        real.display()
+    );
+    let program = cellvisor.with_file_name("cellvisor-py-worker");
+    std::fs::write(&program, script).expect("write the program");
+    std::fs::set_permissions(
+        &program,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let output = python_worker_command_under(&world, &cellvisor).await;
+    let expected = format!("{} __worker py --socket ", cellvisor.display());
+    assert!(output.starts_with(&expected), "{output}");
 }
 
 #[test]

@@ -130,7 +130,7 @@ fn a_venv_in_the_cells_directory_is_the_interpreter() {
     assert_eq!(only_cell(&result)["output"], "True\n", "{result:#}");
 }
 
-/// The pids of Python workers (`cellvisor __worker py`) of this world.
+/// The pids of Python workers (`... __worker py`) of this world.
 fn python_workers(world: &World) -> Vec<u32> {
     world.processes_running("__worker\0py\0")
 }

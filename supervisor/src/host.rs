@@ -76,7 +76,9 @@ pub struct Options {
     /// The cellvisor executable that workers run as (`cellvisor __worker ...`). Default: the
     /// current executable, which is right for the `cellvisor` binary; an embedding program
     /// either points this at an installed `cellvisor` or calls
-    /// [`crate::worker_entry::run_worker_if_requested`] first thing in `main`.
+    /// [`crate::worker_entry::run_worker_if_requested`] first thing in `main`. Python
+    /// workers run `cellvisor-py-worker` instead when it sits beside an executable named
+    /// `cellvisor`.
     pub worker_exe: Option<PathBuf>,
     /// The per-user runtime directory; default `$XDG_RUNTIME_DIR/cellvisor` (or a private
     /// directory under the temp dir). Each supervisor makes a private directory inside it.
@@ -732,7 +734,7 @@ impl Prepared {
             options.config.output.artifact_max_total.as_u64(),
         );
         let base = WorkerBase {
-            exe,
+            programs: crate::spawn::WorkerPrograms::beside(exe),
             run_dir: run_dir.clone(),
             artifacts,
             store_dir: crate::paths::stores_dir(),

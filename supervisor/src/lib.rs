@@ -13,7 +13,7 @@
 //! - `supervisor`: the `Supervisor` actor: registry, cap, eviction, sampling, prewarm pool.
 //! - `session`: the `Session` actor: one worker, its cells, heartbeats, deadlines, restarts,
 //!   and the tasks on its worker connection.
-//! - `spawn`: starting a worker process, ending it and everything under it.
+//! - `spawn`: which program a worker runs, starting it, ending it and everything under it.
 //! - `socket_halves`: sockets registered for reading only, so a peer reading what the daemon
 //!   wrote does not wake it.
 //! - `output`: a cell's bounded output sink with artifact spill.
@@ -31,7 +31,8 @@
 //! - `mcp`: `cellvisor mcp`, an MCP server on stdio with an embedded supervisor.
 //! - `render`: text for text hosts (CLI and MCP): cell headers, display bundles (HTML as
 //!   Markdown), the status table, `Display` for the states.
-//! - [`worker_entry`]: the hidden `__worker` entry point for programs that embed cellvisor.
+//! - [`worker_entry`]: the hidden `__worker` entry point for programs that embed cellvisor,
+//!   and the `main` of `cellvisor-py-worker` (the program Python workers run).
 
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 

@@ -1,7 +1,8 @@
 //! Starting a worker process, and ending it with everything under it.
 //!
-//! Every worker is the cellvisor executable re-run as `__worker <lang> --socket PATH`, in a
-//! process group of its own (so one signal reaches the cell's children too), with
+//! Every worker is the cellvisor executable re-run as `__worker <lang> --socket PATH` (a
+//! Python worker is the smaller `cellvisor-py-worker` beside it, when it is there:
+//! [`WorkerPrograms`]), in a process group of its own (so one signal reaches the cell's children too), with
 //! `PR_SET_PDEATHSIG` so it dies with the supervisor, and with the filtered environment.
 //! Workers are child subreapers, so a cell's child that left the group is still under its
 //! worker: killing a worker outright ([`ProcessHandle::kill_tree`]) ends that tree too.
@@ -10,6 +11,7 @@
 //! speaking the real frames in place of a process.
 
 use crate::socket_halves::{split_async, ReadSide, WriteSide};
+use crate::worker_entry::{PYTHON_WORKER_PROGRAM, WORKER_SUBCOMMAND};
 use cellvisor_ipc::handshake::{supervisor_handshake, HandshakeError};
 use cellvisor_ipc::socket::bind_async;
 use cellvisor_ipc::taken::TakenRecord;
@@ -20,7 +22,7 @@ use nix::unistd::Pid;
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,11 +30,53 @@ use std::time::Duration;
 use tokio::io::AsyncBufReadExt;
 use tokio::process::{Child, Command};
 
+/// The programs workers run: the cellvisor executable, and for Python workers
+/// [`PYTHON_WORKER_PROGRAM`] when it sits next to an executable named `cellvisor` (both are
+/// built and installed together; a program embedding cellvisor runs itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerPrograms {
+    /// The executable that runs every language (`<exe> __worker <lang> ...`).
+    pub main: PathBuf,
+    /// The Python-only program, which keeps far fewer pages of itself resident in every idle
+    /// Python session (told the supervisor's build, it hands another build's worker to
+    /// `main`).
+    pub python: Option<PathBuf>,
+}
+
+impl WorkerPrograms {
+    /// The programs for workers of `exe`: the Python-only one is looked for beside it.
+    pub fn beside(exe: PathBuf) -> WorkerPrograms {
+        let python = (exe.file_name().and_then(|name| name.to_str()) == Some("cellvisor"))
+            .then(|| exe.with_file_name(PYTHON_WORKER_PROGRAM))
+            .filter(|program| is_executable_file(program));
+        WorkerPrograms { main: exe, python }
+    }
+
+    /// The program a worker for `language` runs, and its arguments before the worker's own
+    /// (`__worker <lang> --socket PATH`).
+    pub fn command(&self, language: Language) -> (PathBuf, Vec<OsString>) {
+        match (language, &self.python) {
+            (Language::Python, Some(python)) => (
+                python.clone(),
+                crate::worker_entry::python_worker_args(&self.main),
+            ),
+            _ => (self.main.clone(), Vec::new()),
+        }
+    }
+}
+
+fn is_executable_file(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+}
+
 /// Everything needed to start one worker.
 #[derive(Debug, Clone)]
 pub struct WorkerSpec {
-    /// The cellvisor executable.
+    /// The program to run, and its arguments before `__worker` ([`WorkerPrograms::command`]).
     pub exe: PathBuf,
+    pub exe_args: Vec<OsString>,
     pub language: Language,
     /// The supervisor's private runtime directory, where the socket is made.
     pub run_dir: PathBuf,
@@ -311,7 +355,8 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
 
     let mut command = Command::new(&spec.exe);
     command
-        .arg("__worker")
+        .args(&spec.exe_args)
+        .arg(WORKER_SUBCOMMAND)
         .arg(spec.language.short_name())
         .arg("--socket")
         .arg(&socket_path)
@@ -505,6 +550,48 @@ pub fn describe_signal(signal: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn write_program(path: &Path, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(path, "").expect("write program");
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+
+    #[test]
+    fn python_workers_run_the_python_program_only_when_it_sits_beside_cellvisor() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cellvisor = dir.path().join("cellvisor");
+        write_program(&cellvisor, 0o755);
+        let alone = WorkerPrograms::beside(cellvisor.clone());
+        assert_eq!(alone.python, None);
+        for language in [Language::Python, Language::JavaScript, Language::Lua] {
+            assert_eq!(alone.command(language), (cellvisor.clone(), Vec::new()));
+        }
+
+        let python = dir.path().join(PYTHON_WORKER_PROGRAM);
+        write_program(&python, 0o644);
+        assert_eq!(
+            WorkerPrograms::beside(cellvisor.clone()).python,
+            None,
+            "a file that cannot be run is not used"
+        );
+        write_program(&python, 0o755);
+        let both = WorkerPrograms::beside(cellvisor.clone());
+        assert_eq!(
+            both.command(Language::Python),
+            (python, crate::worker_entry::python_worker_args(&cellvisor))
+        );
+        assert_eq!(
+            both.command(Language::JavaScript),
+            (cellvisor.clone(), Vec::new())
+        );
+        assert_eq!(both.command(Language::Lua), (cellvisor.clone(), Vec::new()));
+
+        // A program embedding cellvisor runs its own workers, whatever lies beside it.
+        let embedding = dir.path().join("my-host");
+        write_program(&embedding, 0o755);
+        assert_eq!(WorkerPrograms::beside(embedding).python, None);
+    }
 
     #[test]
     fn exit_statuses_read_well() {

@@ -50,6 +50,15 @@ impl World {
     /// A supervisor embedded through the library, under [`short_intervals`] as changed by
     /// `configure`, whose workers this world finds (and proves gone).
     pub fn supervisor(&self, configure: impl FnOnce(&mut Config)) -> Cellvisor {
+        self.supervisor_running(env!("CARGO_BIN_EXE_cellvisor").into(), configure)
+    }
+
+    /// [`World::supervisor`] whose workers run `worker_exe`.
+    pub fn supervisor_running(
+        &self,
+        worker_exe: PathBuf,
+        configure: impl FnOnce(&mut Config),
+    ) -> Cellvisor {
         let mut config = short_intervals();
         configure(&mut config);
         // The marker by which the world finds every process the supervisor starts.
@@ -59,7 +68,7 @@ impl World {
         );
         Cellvisor::start(Options {
             config,
-            worker_exe: Some(env!("CARGO_BIN_EXE_cellvisor").into()),
+            worker_exe: Some(worker_exe),
             runtime_dir: Some(self.runtime_dir()),
         })
         .expect("supervisor starts")

@@ -43,6 +43,13 @@ pub fn run(language: Language, socket: &Path) -> Result<(), WorkerError> {
     match language {
         Language::JavaScript => runtime::serve(socket, js::JsEngine::new),
         Language::Lua => runtime::serve(socket, lua::LuaEngine::new),
-        Language::Python => runtime::serve(socket, python::PythonEngine::new),
+        Language::Python => run_python(socket),
     }
+}
+
+/// Runs a Python worker: what [`run`] does for Python, without naming the in-process
+/// engines, so a program that calls only this links no JavaScript or Lua (the small
+/// `cellvisor-py-worker` program keeps an idle Python session's shim light).
+pub fn run_python(socket: &Path) -> Result<(), WorkerError> {
+    runtime::serve(socket, python::PythonEngine::new)
 }

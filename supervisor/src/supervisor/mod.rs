@@ -37,7 +37,7 @@ use tokio::sync::oneshot;
 /// Where workers come from and where their files go; fixed for a supervisor's life.
 #[derive(Debug, Clone)]
 pub struct WorkerBase {
-    pub exe: PathBuf,
+    pub programs: crate::spawn::WorkerPrograms,
     pub run_dir: PathBuf,
     /// Where spilled outputs go, and their total size.
     pub artifacts: Arc<crate::artifacts::ArtifactStore>,
@@ -268,8 +268,10 @@ impl Supervisor {
                     .into(),
             );
         }
+        let (exe, exe_args) = self.base.programs.command(language);
         WorkerSpec {
-            exe: self.base.exe.clone(),
+            exe,
+            exe_args,
             language,
             run_dir: self.base.run_dir.clone(),
             cwd,

@@ -35,7 +35,7 @@ impl Rig {
     fn start(configure: impl FnOnce(&mut Config)) -> Rig {
         let dir = tempfile::tempdir().expect("tempdir");
         let base = WorkerBase {
-            exe: PathBuf::from("/nonexistent/cellvisor"),
+            programs: crate::spawn::WorkerPrograms::beside(PathBuf::from("/nonexistent/cellvisor")),
             run_dir: dir.path().to_path_buf(),
             artifacts: crate::artifacts::ArtifactStore::new(dir.path().join("artifacts"), u64::MAX),
             store_dir: dir.path().join("store"),
