@@ -1,7 +1,9 @@
 //! The part of a worker that is the same for every language.
 //!
-//! Threads: the engine runs cells on the main thread; an I/O thread reads frames from the
-//! supervisor (answering `Ping` at once and raising interrupts even while a cell spins).
+//! Threads: the engine runs cells on the main thread and, between cells, reads the
+//! supervisor's frames itself, so a quick cell costs the worker one wake-up. While a cell
+//! runs, a control thread reads them instead (answering `Ping` and raising interrupts even
+//! while a cell spins); who reads when is the [`crate::reader_token`]'s business.
 //! Everything the worker says goes through the [`Outbox`]: a cell's `Done` (and its first
 //! output) with nothing queued ahead of it is written to the socket by the thread that sends
 //! it, so a cell's result costs no wake-up of another thread; everything else joins the
@@ -17,6 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread;
+use std::time::Instant;
+
+use crate::reader_token::{InterruptAction, ReaderToken};
 
 /// Output is cut into frames of at most this many bytes.
 pub const OUTPUT_CHUNK_BYTES: usize = 64 * 1024;
@@ -57,9 +62,9 @@ pub trait Engine {
     /// Engine name and version, reported in the handshake.
     fn engine_name(&self) -> String;
 
-    /// Something the I/O thread calls (besides setting the cell's [`Interrupt`] flag) to stop
-    /// a running cell, such as sending SIGINT to a child interpreter. Must be cheap and
-    /// must not block.
+    /// Something the thread that reads an `Interrupt` calls (besides raising the cell's
+    /// [`Interrupt`] flag) to stop a running cell, such as sending SIGINT to a child
+    /// interpreter. Must be cheap and must not block (it runs under the reader token's lock).
     fn interrupt_hook(&self) -> Option<Arc<dyn Fn() + Send + Sync>> {
         None
     }
@@ -81,7 +86,7 @@ pub trait Engine {
     ) -> Result<CellOutcome, WorkerError>;
 }
 
-/// The interrupt flag of the running cell, raised by the I/O thread.
+/// The interrupt flag of the running cell, raised by whichever thread reads the `Interrupt`.
 #[derive(Clone, Default)]
 pub struct Interrupt {
     raised: Arc<AtomicBool>,
@@ -114,6 +119,9 @@ pub struct Outbox {
     tools: Arc<PendingToolCalls>,
     /// The socket, for frames with nothing queued ahead of them (`None` without a socket).
     direct: Option<DirectWrite>,
+    /// Told when a cell waits for a tool's answer, so that somebody reads it at once (`None`
+    /// without a socket).
+    reader: Option<Arc<ReaderToken>>,
 }
 
 /// Writing a frame on the sender's own thread, in order with the queue: `queued` counts the
@@ -199,6 +207,7 @@ impl Outbox {
                 tx,
                 tools,
                 direct: None,
+                reader: None,
             },
             rx,
         )
@@ -210,6 +219,9 @@ impl Outbox {
         let call_id = self.tools.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, answer) = mpsc::channel();
         self.tools.lock().insert(call_id, tx);
+        if let Some(reader) = &self.reader {
+            reader.tool_call_waits();
+        }
         self.send(FromWorker::ToolCall {
             cell_id,
             call_id,
@@ -219,8 +231,8 @@ impl Outbox {
         PendingToolCall { call_id, answer }
     }
 
-    /// Delivers a tool's answer to the call waiting for it (used by the I/O thread, and by
-    /// tests that play the host).
+    /// Delivers a tool's answer to the call waiting for it (used by whichever thread reads
+    /// frames, and by tests that play the host).
     pub fn deliver_tool_result(&self, call_id: u64, outcome: ToolOutcome) {
         self.tools.answer(call_id, outcome);
     }
@@ -381,47 +393,59 @@ where
         outbox.send(FromWorker::Notice { message });
     }
 
-    let interrupt = Interrupt::default();
-    let running = Arc::new(AtomicU64::new(NO_CELL));
-    let (cells_tx, cells_rx) = mpsc::channel::<ExecuteCell>();
-    let progress = Arc::new(CellProgress::default());
-    let io = IoThread {
-        progress: Arc::clone(&progress),
+    let token = Arc::new(ReaderToken::default());
+    outbox.reader = Some(Arc::clone(&token));
+    let frames = FrameHandler {
         outbox: outbox.clone(),
-        interrupt: interrupt.clone(),
-        hook: engine.interrupt_hook(),
-        running: Arc::clone(&running),
-        cells: cells_tx,
         socket,
+        token: Arc::clone(&token),
+        interrupt: Interrupt::default(),
+        hook: engine.interrupt_hook(),
+    };
+    let control = ControlThread {
+        frames: frames.clone(),
+        stream: Arc::clone(&stream),
     };
     thread::Builder::new()
-        .name("frame-reader".into())
-        .spawn(move || io.run(&stream))
-        .map_err(|e| cannot_start("reader", e))?;
+        .name("frame-control".into())
+        .spawn(move || control.run())
+        .map_err(|e| cannot_start("control", e))?;
 
-    // The channel closes when the reader thread ends (Shutdown or a lost supervisor).
-    while let Ok(cell) = cells_rx.recv() {
-        // An interrupt may have come for this cell while it waited in the queue; any other
-        // raised flag is stale. (The I/O thread names the cell before raising the flag.)
-        interrupt.clear();
-        if progress.interrupted.load(Ordering::SeqCst) == cell.cell_id {
-            interrupt.raise();
-        }
-        running.store(cell.cell_id, Ordering::SeqCst);
+    let interrupt = &frames.interrupt;
+    // Leaves by `Shutdown` or a lost supervisor (the process exits where that is read), or by
+    // a fatal engine error.
+    loop {
+        let read = match token.engine_frame() {
+            Some(frame) => Ok(Some(frame)),
+            None => read_frame::<_, ToWorker>(&mut &*stream),
+        };
+        let Some(cell) = frames.handle(read) else {
+            continue;
+        };
+        mark_taken(&frames.socket, cell.cell_id);
+        token.update_waking_control(|state| {
+            let (interrupted, wake) = state.cell_starts(cell.cell_id, Instant::now());
+            // An interrupt may have come for this cell before it started; any other raised
+            // flag is stale.
+            interrupt.clear();
+            if interrupted {
+                interrupt.raise();
+            }
+            ((), wake)
+        });
         let started = crate::process_tree::ticks_since_boot();
         let outcome = match enter_cwd(cell.cwd.as_deref()) {
-            Ok(()) => engine.execute(&cell, &outbox, &interrupt),
+            Ok(()) => engine.execute(&cell, &outbox, interrupt),
             Err(message) => {
                 outbox.output(cell.cell_id, OutputStream::Stderr, message.as_bytes());
                 Ok(CellOutcome::Failed { summary: message })
             }
         };
-        running.store(NO_CELL, Ordering::SeqCst);
+        token.lock().cell_ends(cell.cell_id);
         if interrupt.is_raised() {
             // What the cancelled cell started ends with it, before its Done is sent.
             crate::warden::end_cell_processes(started);
         }
-        progress.finished.store(cell.cell_id, Ordering::SeqCst);
         match outcome {
             Ok(outcome) => outbox.send(FromWorker::Done {
                 cell_id: cell.cell_id,
@@ -438,10 +462,16 @@ where
             }
         }
     }
-    Ok(())
 }
 
-const NO_CELL: u64 = 0;
+/// Tells the supervisor that this worker took `cell_id`, just before running it: a worker
+/// that dies from here on took the cell with it, while a cell not taken is run again on the
+/// replacement. Written before the cell runs, so a cell that ends the process at once
+/// (Python's `os._exit`) cannot look untaken. Nothing of an earlier cell can follow it: the
+/// supervisor sends a cell only after the previous one's `Done` arrived.
+fn mark_taken(socket: &SocketWriter, cell_id: u64) {
+    socket.write_now(&FromWorker::Started { cell_id });
+}
 
 fn enter_cwd(cwd: Option<&str>) -> Result<(), String> {
     match cwd {
@@ -489,11 +519,9 @@ fn write_loop(
     }
 }
 
-/// The socket's sending side, shared by the writer thread (everything queued in the outbox)
-/// and the reader thread, which writes a cell's `Started` itself before the engine sees the
-/// cell: so a cell that ends the process at once (Python's `os._exit`) cannot look unstarted,
-/// which would make the supervisor run it again. Nothing of an earlier cell can follow it: the
-/// supervisor sends a cell only after the previous one's `Done` arrived.
+/// The socket's sending side, shared by the writer thread (everything queued in the outbox),
+/// senders that write a frame at once (a `Done` with nothing queued ahead, a `Pong`), and
+/// [`mark_taken`].
 #[derive(Clone)]
 struct SocketWriter(Arc<std::sync::Mutex<std::io::BufWriter<StreamWriter>>>);
 
@@ -623,73 +651,104 @@ pub fn kill_own_group() {
     }
 }
 
-/// Where cells are between the I/O thread and the engine, so an interrupt that arrives
-/// before its cell has started is kept for it, and one for a finished cell is dropped.
-#[derive(Default)]
-struct CellProgress {
-    /// The last cell handed to the engine.
-    received: AtomicU64,
-    /// The last cell the engine finished.
-    finished: AtomicU64,
-    /// The last cell an interrupt was meant for.
-    interrupted: AtomicU64,
-}
-
-struct IoThread {
-    progress: Arc<CellProgress>,
+/// What the engine and control threads share to act on the supervisor's frames, whichever
+/// of them read the frame.
+#[derive(Clone)]
+struct FrameHandler {
     outbox: Outbox,
+    socket: SocketWriter,
+    token: Arc<ReaderToken>,
+    /// The running cell's interrupt flag.
     interrupt: Interrupt,
     hook: Option<Arc<dyn Fn() + Send + Sync>>,
-    running: Arc<AtomicU64>,
-    cells: mpsc::Sender<ExecuteCell>,
-    socket: SocketWriter,
 }
 
-impl IoThread {
-    fn run(self, stream: &Stream) {
-        let mut reader = stream;
+impl FrameHandler {
+    /// Acts on what was read; an `Execute` is given back for the engine to run.
+    fn handle(&self, read: Result<Option<ToWorker>, FrameError>) -> Option<ExecuteCell> {
+        match read {
+            Ok(Some(ToWorker::Execute(cell))) => return Some(cell),
+            Ok(Some(ToWorker::Ping { seq })) => self.pong(seq),
+            Ok(Some(ToWorker::ToolResult { call_id, outcome })) => {
+                self.outbox.deliver_tool_result(call_id, outcome);
+            }
+            Ok(Some(ToWorker::Interrupt { cell_id })) => self.interrupt(cell_id),
+            Ok(Some(ToWorker::Shutdown)) | Ok(None) => exit_on_shutdown(),
+            Ok(Some(ToWorker::Hello { .. })) => {
+                self.outbox.send(FromWorker::Fatal {
+                    message: "unexpected second Hello".into(),
+                });
+            }
+            Err(err) => {
+                self.outbox.send(FromWorker::Fatal {
+                    message: format!("bad frame from the supervisor: {err}"),
+                });
+                exit_on_shutdown();
+            }
+        }
+        None
+    }
+
+    /// Answers a heartbeat: at once when nobody else is writing (no order to keep with other
+    /// frames), else through the queue.
+    fn pong(&self, seq: u64) {
+        let pong = FromWorker::Pong { seq };
+        match self.socket.try_lock() {
+            Some(mut out) => {
+                send_frame(&mut *out, &pong);
+                if std::io::Write::flush(&mut *out).is_err() {
+                    exit_lost_supervisor();
+                }
+            }
+            None => self.outbox.send(pong),
+        }
+    }
+
+    /// Stops the running cell if the interrupt names it, or has the named cell start
+    /// interrupted if it was received and has not started. Decided and acted on under the
+    /// token's lock, so the flag cannot be raised for a cell that started meanwhile.
+    fn interrupt(&self, cell_id: u64) {
+        let mut state = self.token.lock();
+        if state.interrupt(cell_id) == InterruptAction::Raise {
+            self.interrupt.raise();
+            self.outbox
+                .tools
+                .cancel_all("the tool call was cancelled: the cell was interrupted");
+            if let Some(hook) = &self.hook {
+                hook();
+            }
+        }
+        drop(state);
+    }
+}
+
+/// Reads the supervisor's frames while a cell runs: sleeps until the [`ReaderToken`] says a
+/// cell has run past its grace (or waits for a tool), then reads until it hands the token
+/// back to the engine with the first frame after the cell.
+struct ControlThread {
+    frames: FrameHandler,
+    stream: Arc<Stream>,
+}
+
+impl ControlThread {
+    fn run(self) {
         loop {
-            match read_frame::<_, ToWorker>(&mut reader) {
-                Ok(Some(ToWorker::Ping { seq })) => self.outbox.send(FromWorker::Pong { seq }),
-                Ok(Some(ToWorker::Execute(cell))) => {
-                    self.socket.write_now(&FromWorker::Started {
-                        cell_id: cell.cell_id,
-                    });
-                    self.progress.received.store(cell.cell_id, Ordering::SeqCst);
-                    if self.cells.send(cell).is_err() {
-                        return;
+            self.frames.token.control_wait_for_turn();
+            loop {
+                let frame = match read_frame::<_, ToWorker>(&mut &*self.stream) {
+                    Ok(Some(frame)) => frame,
+                    // The end of the link, or a bad frame: the worker exits there.
+                    other => {
+                        self.frames.handle(other);
+                        continue;
                     }
+                };
+                let (mine, still_reading) = self.frames.token.control_read(frame);
+                if let Some(frame) = mine {
+                    self.frames.handle(Ok(Some(frame)));
                 }
-                Ok(Some(ToWorker::ToolResult { call_id, outcome })) => {
-                    self.outbox.deliver_tool_result(call_id, outcome);
-                }
-                Ok(Some(ToWorker::Interrupt { cell_id })) => {
-                    let progress = &self.progress;
-                    let current = self.running.load(Ordering::SeqCst) == cell_id
-                        || (progress.received.load(Ordering::SeqCst) == cell_id
-                            && progress.finished.load(Ordering::SeqCst) != cell_id);
-                    if cell_id != NO_CELL && current {
-                        progress.interrupted.store(cell_id, Ordering::SeqCst);
-                        self.interrupt.raise();
-                        self.outbox
-                            .tools
-                            .cancel_all("the tool call was cancelled: the cell was interrupted");
-                        if let Some(hook) = &self.hook {
-                            hook();
-                        }
-                    }
-                }
-                Ok(Some(ToWorker::Shutdown)) | Ok(None) => exit_on_shutdown(),
-                Ok(Some(ToWorker::Hello { .. })) => {
-                    self.outbox.send(FromWorker::Fatal {
-                        message: "unexpected second Hello".into(),
-                    });
-                }
-                Err(err) => {
-                    self.outbox.send(FromWorker::Fatal {
-                        message: format!("bad frame from the supervisor: {err}"),
-                    });
-                    exit_on_shutdown();
+                if !still_reading {
+                    break;
                 }
             }
         }
