@@ -247,13 +247,17 @@ fn heartbeats_are_answered_during_a_loop_of_quick_cells() {
     worker.shut_down();
 }
 
-#[test]
-fn a_tool_result_reaches_the_cell_waiting_for_it() {
-    let echo = ToolInfo {
+fn echo_tool() -> ToolInfo {
+    ToolInfo {
         name: "echo".into(),
         description: "Gives its arguments back".into(),
         input_schema_json: "{}".into(),
-    };
+    }
+}
+
+#[test]
+fn a_tool_result_reaches_the_cell_waiting_for_it() {
+    let echo = echo_tool();
     for (language, code) in [
         (
             "js",
@@ -305,5 +309,23 @@ fn heartbeats_and_interrupts_reach_a_python_cell() {
         worker.expect_done(2),
         (CellOutcome::Completed, "42\n".into())
     );
+    worker.shut_down();
+}
+
+#[test]
+fn a_js_value_goes_out_before_the_work_the_cell_left_pending() {
+    let mut worker = Worker::start("js");
+    // The value is shown while a timer is still pending: it must reach the supervisor now,
+    // not with the cell's Done (the test interrupts the cell only once it has the value).
+    worker.execute(
+        1,
+        "setTimeout(() => console.log('late'), 600000); 6 * 7",
+        Vec::new(),
+    );
+    worker.expect(|frame| {
+        matches!(frame, FromWorker::Output { cell_id: 1, data, .. } if data.as_slice() == b"42\n")
+    });
+    worker.send(&ToWorker::Interrupt { cell_id: 1 });
+    assert_eq!(worker.expect_done(1).0, CellOutcome::Interrupted);
     worker.shut_down();
 }
