@@ -89,6 +89,15 @@ pub enum ControlRead {
     },
 }
 
+/// What starting a cell calls for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CellStart {
+    /// An interrupt for the cell came before it started: it starts with its flag raised.
+    pub interrupted: bool,
+    /// The control thread was parked and must be woken to watch the cell.
+    pub wake_control: bool,
+}
+
 /// What an `Interrupt` does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InterruptAction {
@@ -151,19 +160,21 @@ impl Handoff {
         self.reader
     }
 
-    /// The engine starts `cell_id` at `now`. Returns whether the cell starts interrupted (an
-    /// interrupt for it came before it started) and whether the control thread must be woken
-    /// (it was parked; it is woken once, however many cells start before it runs).
-    pub fn cell_starts(&mut self, cell_id: u64, now: Instant) -> (bool, bool) {
+    /// The engine starts `cell_id` at `now`. A parked control thread is woken once, however
+    /// many cells start before it runs.
+    pub fn cell_starts(&mut self, cell_id: u64, now: Instant) -> CellStart {
         self.running = cell_id;
         self.received = cell_id;
         self.started_at = Some(now);
         self.cells_started += 1;
-        let wake = self.control == Control::Parked;
-        if wake {
+        let wake_control = self.control == Control::Parked;
+        if wake_control {
             self.control = Control::Woken;
         }
-        (self.interrupted == cell_id, wake)
+        CellStart {
+            interrupted: self.interrupted == cell_id,
+            wake_control,
+        }
     }
 
     /// The engine finished `cell_id` (before its `Done` is sent, so whatever the supervisor
@@ -397,10 +408,10 @@ mod tests {
     #[test]
     fn an_idle_control_thread_parks_and_a_starting_cell_wakes_it_once() {
         let (mut state, now) = parked();
-        assert_eq!(state.cell_starts(1, now), (false, true));
+        assert!(state.cell_starts(1, now).wake_control);
         state.cell_ends(1);
         // Not yet run: the next cell does not wake it again.
-        assert_eq!(state.cell_starts(2, now), (false, false));
+        assert!(!state.cell_starts(2, now).wake_control);
     }
 
     #[test]
@@ -429,8 +440,11 @@ mod tests {
             ControlStep::WaitUntil(later + GRACE)
         );
         for cell in 2..10 {
-            let (_, wake) = state.cell_starts(cell, later);
-            assert!(!wake, "a timing control thread is not woken per cell");
+            let start = state.cell_starts(cell, later);
+            assert!(
+                !start.wake_control,
+                "a timing control thread is not woken per cell"
+            );
             state.cell_ends(cell);
         }
         state.control_woke();
@@ -442,7 +456,7 @@ mod tests {
         // A grace with no cell: park, and the next cell wakes it.
         state.control_woke();
         assert_eq!(state.control_step(again + GRACE), ControlStep::Park);
-        assert_eq!(state.cell_starts(10, again + GRACE).1, true);
+        assert!(state.cell_starts(10, again + GRACE).wake_control);
     }
 
     #[test]
@@ -521,8 +535,8 @@ mod tests {
         state.control_read(execute(3));
         assert_eq!(state.interrupt(3), InterruptAction::Remember);
         state.cell_ends(2);
-        assert_eq!(state.cell_starts(3, now).0, true);
+        assert!(state.cell_starts(3, now).interrupted);
         state.cell_ends(3);
-        assert_eq!(state.cell_starts(4, now).0, false);
+        assert!(!state.cell_starts(4, now).interrupted);
     }
 }

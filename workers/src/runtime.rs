@@ -425,14 +425,14 @@ where
         };
         mark_taken(&frames.socket, cell.cell_id);
         token.update_waking_control(|state| {
-            let (interrupted, wake) = state.cell_starts(cell.cell_id, Instant::now());
+            let start = state.cell_starts(cell.cell_id, Instant::now());
             // An interrupt may have come for this cell before it started; any other raised
             // flag is stale.
             interrupt.clear();
-            if interrupted {
+            if start.interrupted {
                 interrupt.raise();
             }
-            ((), wake)
+            ((), start.wake_control)
         });
         let started = crate::process_tree::ticks_since_boot();
         let outcome = match enter_cwd(cell.cwd.as_deref()) {
