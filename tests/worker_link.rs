@@ -106,6 +106,14 @@ impl Worker {
         }
     }
 
+    /// Waits for `text` on the cell's stdout: the cell is running.
+    fn expect_printed(&mut self, cell_id: u64, text: &str) {
+        self.expect(|frame| {
+            matches!(frame, FromWorker::Output { cell_id: id, stream: OutputStream::Stdout, data }
+                if *id == cell_id && data.as_slice() == text.as_bytes())
+        });
+    }
+
     fn expect_pong(&mut self, seq: u64) {
         self.expect(|frame| *frame == FromWorker::Pong { seq });
     }
@@ -164,8 +172,8 @@ const PAST_THE_GRACE: Duration = Duration::from_millis(100);
 #[test]
 fn heartbeats_are_answered_while_a_js_cell_spins_and_an_interrupt_stops_it() {
     let mut worker = Worker::start("js");
-    worker.execute(1, "for (;;) {}", Vec::new());
-    worker.expect(|frame| *frame == FromWorker::Started { cell_id: 1 });
+    worker.execute(1, "console.log('spinning'); for (;;) {}", Vec::new());
+    worker.expect_printed(1, "spinning\n");
     std::thread::sleep(PAST_THE_GRACE);
     for seq in 1..=3 {
         worker.send(&ToWorker::Ping { seq });
@@ -295,10 +303,10 @@ fn heartbeats_and_interrupts_reach_a_python_cell() {
     let mut worker = Worker::start("py");
     worker.execute(
         1,
-        "import time\nfor _ in range(600): time.sleep(0.05)",
+        "import time\nprint('sleeping')\nfor _ in range(600): time.sleep(0.05)",
         Vec::new(),
     );
-    worker.expect(|frame| *frame == FromWorker::Started { cell_id: 1 });
+    worker.expect_printed(1, "sleeping\n");
     std::thread::sleep(PAST_THE_GRACE);
     worker.send(&ToWorker::Ping { seq: 1 });
     worker.expect_pong(1);
@@ -322,9 +330,7 @@ fn a_js_value_goes_out_before_the_work_the_cell_left_pending() {
         "setTimeout(() => console.log('late'), 600000); 6 * 7",
         Vec::new(),
     );
-    worker.expect(|frame| {
-        matches!(frame, FromWorker::Output { cell_id: 1, data, .. } if data.as_slice() == b"42\n")
-    });
+    worker.expect_printed(1, "42\n");
     worker.send(&ToWorker::Interrupt { cell_id: 1 });
     assert_eq!(worker.expect_done(1).0, CellOutcome::Interrupted);
     worker.shut_down();
