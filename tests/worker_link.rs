@@ -335,3 +335,41 @@ fn a_js_value_goes_out_before_the_work_the_cell_left_pending() {
     assert_eq!(worker.expect_done(1).0, CellOutcome::Interrupted);
     worker.shut_down();
 }
+
+/// How many times the worker's thread named `name` was switched out so far.
+fn switches_of(pid: u32, name: &str) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the worker's threads");
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        let status = std::fs::read_to_string(task.path().join("status")).expect("thread status");
+        return status
+            .lines()
+            .filter(|line| line.contains("ctxt_switches:"))
+            .filter_map(|line| line.split_whitespace().last()?.parse::<u64>().ok())
+            .sum();
+    }
+    panic!("the worker has no thread named {name}");
+}
+
+#[test]
+fn between_cells_the_control_thread_sleeps_without_waking() {
+    let mut worker = Worker::start("js");
+    for cell_id in 1..=20 {
+        worker.execute(cell_id, "1 + 1", Vec::new());
+        worker.expect_done(cell_id);
+    }
+    // Past the one more grace it may wait after the last cell.
+    std::thread::sleep(PAST_THE_GRACE);
+    let pid = worker.child.id();
+    let before = switches_of(pid, "frame-control");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        switches_of(pid, "frame-control"),
+        before,
+        "an idle worker's control thread woke up"
+    );
+    worker.shut_down();
+}
