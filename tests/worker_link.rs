@@ -373,3 +373,29 @@ fn between_cells_the_control_thread_sleeps_without_waking() {
     );
     worker.shut_down();
 }
+
+#[test]
+fn output_held_back_to_merge_still_arrives_while_the_cell_spins() {
+    let mut worker = Worker::start("js");
+    worker.execute(
+        1,
+        "for (let i = 0; i < 2000; i++) console.log(i); for (;;) {}",
+        Vec::new(),
+    );
+    let expected: String = (0..2000).map(|i| format!("{i}\n")).collect();
+    let mut printed = Vec::new();
+    // Every line arrives, in order, while the cell still spins (the test interrupts it only
+    // once it has them all).
+    while printed.len() < expected.len() {
+        if let FromWorker::Output {
+            cell_id: 1, data, ..
+        } = worker.expect(|frame| matches!(frame, FromWorker::Output { .. }))
+        {
+            printed.extend_from_slice(&data);
+        }
+    }
+    assert_eq!(String::from_utf8_lossy(&printed), expected);
+    worker.send(&ToWorker::Interrupt { cell_id: 1 });
+    assert_eq!(worker.expect_done(1).0, CellOutcome::Interrupted);
+    worker.shut_down();
+}

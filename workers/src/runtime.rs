@@ -6,9 +6,11 @@
 //! while a cell spins); who reads when is the [`crate::reader_token`]'s business.
 //! Everything the worker says goes through the [`Outbox`]: a cell's `Done` (and its first
 //! output) with nothing queued ahead of it is written to the socket by the thread that sends
-//! it, so a cell's result costs no wake-up of another thread; everything else joins the
-//! bounded queue that a writer thread drains (merging output), so a supervisor that reads
-//! slowly slows the cell down instead of growing a buffer.
+//! it, so a cell's result costs no wake-up of another thread; the output after it is held
+//! back in the socket's bounded buffer, merged, and sent by whatever frame follows or by a
+//! flusher thread within [`FLUSH_DELAY`]; everything else joins the bounded queue that a
+//! writer thread drains. Either way a supervisor that reads slowly slows the cell down
+//! instead of growing a buffer.
 
 use cellvisor_ipc::frame::{read_frame, write_frame, FrameError};
 use cellvisor_ipc::handshake::{worker_handshake, HandshakeError};
@@ -133,24 +135,39 @@ pub struct Outbox {
 struct DirectWrite {
     socket: SocketWriter,
     queued: Arc<AtomicU64>,
-    /// An output frame went out directly since the last frame of another kind: the output
-    /// that follows it queues, so the writer merges a cell's many short writes into a few
-    /// frames, while a cell's one line of output (and its `Done`) costs no thread hop.
+    /// An output frame went out directly since the cell's last `Done`: the output that
+    /// follows it is held back and merged in the socket's buffer, so a cell's many short
+    /// writes cost a few frames and about one write per [`FLUSH_DELAY`], while a cell's one
+    /// line of output (and its `Done`) goes out at once; neither costs a thread hop.
     output_streak: Arc<AtomicBool>,
 }
 
+/// How a frame may skip the queue, as far as its kind goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// Written (and flushed, unless the sender says otherwise) by the sending thread.
+    Now,
+    /// Held back in the socket's buffer to merge with the output that follows; the flusher
+    /// thread sends it within [`FLUSH_DELAY`] unless another frame takes it along first.
+    Hold,
+    /// Through the queue and the writer thread.
+    Queue,
+}
+
 impl DirectWrite {
-    /// Whether `frame` may skip the queue, as far as its kind goes.
-    fn may_skip_queue(&self, frame: &FromWorker) -> bool {
+    fn route(&self, frame: &FromWorker) -> Route {
         match frame {
-            FromWorker::Output { .. } => !self.output_streak.swap(true, Ordering::SeqCst),
+            FromWorker::Output { .. } if self.output_streak.swap(true, Ordering::SeqCst) => {
+                Route::Hold
+            }
+            FromWorker::Output { .. } => Route::Now,
             FromWorker::Done { .. } => {
                 self.output_streak.store(false, Ordering::SeqCst);
-                true
+                Route::Now
             }
             // The rest (Pong, displays, tool calls, notices) queue as before; a Fatal must,
             // since the writer tells the engine once it is on the wire.
-            _ => false,
+            _ => Route::Queue,
         }
     }
 }
@@ -265,9 +282,9 @@ impl Outbox {
     /// holding the socket now flushes it anyway when it is done, so this one need not wait.
     pub fn flush(&self) {
         if let Some(direct) = &self.direct {
-            if let Some(mut out) = direct.socket.try_lock() {
-                if !out.buffer().is_empty() && std::io::Write::flush(&mut *out).is_err() {
-                    exit_lost_supervisor();
+            if let Some(mut wire) = direct.socket.try_lock() {
+                if wire.is_dirty() {
+                    wire.flush();
                 }
             }
         }
@@ -288,8 +305,9 @@ impl Outbox {
     }
 
     /// Sends any frame: a `Done` or a cell's first output is written at once by this thread
-    /// when nothing is queued ahead of it and the socket is free; the rest is queued for the
-    /// writer thread. If the supervisor is gone
+    /// when nothing is queued ahead of it and the socket is free, and the output after it is
+    /// held back in the socket's buffer to merge; the rest is queued for the writer thread.
+    /// If the supervisor is gone
     /// the process has already ended, so a failed send has nobody to report to.
     pub fn send(&self, frame: FromWorker) {
         self.send_then(frame, true);
@@ -298,12 +316,18 @@ impl Outbox {
     /// [`Outbox::send`]; without `flush`, a frame written at once is left in the buffer.
     fn send_then(&self, frame: FromWorker, flush: bool) {
         if let Some(direct) = &self.direct {
-            if direct.may_skip_queue(&frame) {
-                if let Some(mut out) = direct.socket.try_lock() {
+            let route = direct.route(&frame);
+            if route != Route::Queue {
+                if let Some(mut wire) = direct.socket.try_lock() {
                     if direct.queued.load(Ordering::SeqCst) == 0 {
-                        send_frame(&mut *out, &frame);
-                        if flush && std::io::Write::flush(&mut *out).is_err() {
-                            exit_lost_supervisor();
+                        if route == Route::Hold {
+                            wire.hold(frame);
+                            direct.socket.arm_flusher(&mut wire);
+                        } else {
+                            wire.write(&frame);
+                            if flush {
+                                wire.flush();
+                            }
                         }
                         return;
                     }
@@ -389,6 +413,13 @@ where
             move || write_loop(&socket, rx, &queued, &fatal_sent)
         })
         .map_err(|e| cannot_start("writer", e))?;
+    thread::Builder::new()
+        .name("frame-flusher".into())
+        .spawn({
+            let socket = socket.clone();
+            move || socket.flush_held_output()
+        })
+        .map_err(|e| cannot_start("flusher", e))?;
 
     if let Some(message) = startup_failures {
         outbox.send(FromWorker::Notice { message });
@@ -495,7 +526,7 @@ fn write_loop(
     while let Ok(mut frame) = rx.recv() {
         let mut fatal = false;
         let mut taken = 1;
-        let mut out = socket.lock();
+        let mut wire = socket.lock();
         loop {
             fatal |= matches!(frame, FromWorker::Fatal { .. });
             let Ok(next) = rx.try_recv() else {
@@ -503,28 +534,90 @@ fn write_loop(
             };
             taken += 1;
             if let Some(unmerged) = merge_output(&mut frame, next) {
-                send_frame(&mut *out, &frame);
+                wire.write(&frame);
                 frame = unmerged;
             }
         }
-        send_frame(&mut *out, &frame);
-        if std::io::Write::flush(&mut *out).is_err() {
-            exit_lost_supervisor();
-        }
+        wire.write(&frame);
+        wire.flush();
         // Still holding the socket: a direct sender that sees zero comes after these.
         queued.fetch_sub(taken, Ordering::SeqCst);
-        drop(out);
+        drop(wire);
         if fatal {
             fatal_sent.mark();
         }
     }
 }
 
+/// How long output may be held back in the socket's buffer to merge with the output that
+/// follows it. A cell that prints line after line then costs the supervisor about one
+/// wake-up per this delay instead of one per line, and the worker no wake-up of its writer
+/// thread per line; a line printed before a long silence still arrives this soon.
+const FLUSH_DELAY: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// The socket's sending side, shared by the writer thread (everything queued in the outbox),
-/// senders that write a frame at once (a `Done` with nothing queued ahead, a `Pong`), and
-/// [`mark_taken`].
+/// senders that write a frame at once (a `Done` with nothing queued ahead, a `Pong`) or hold
+/// output back, the flusher thread, and [`mark_taken`].
 #[derive(Clone)]
-struct SocketWriter(Arc<std::sync::Mutex<std::io::BufWriter<StreamWriter>>>);
+struct SocketWriter {
+    wire: Arc<std::sync::Mutex<Wire>>,
+    flusher: Arc<Flusher>,
+}
+
+/// The socket's buffer, with the output frame held back to merge with what follows.
+struct Wire {
+    out: std::io::BufWriter<StreamWriter>,
+    /// Output of one cell and stream, not yet in the buffer: the next output of the same cell
+    /// and stream is appended to it (up to [`OUTPUT_CHUNK_BYTES`]); any other frame written
+    /// puts it in the buffer first, so order is kept.
+    held: Option<FromWorker>,
+    /// The flusher thread was asked to flush and has not yet.
+    flush_armed: bool,
+}
+
+impl Wire {
+    /// Puts `frame` in the buffer, after whatever was held back.
+    fn write(&mut self, frame: &FromWorker) {
+        if let Some(held) = self.held.take() {
+            send_frame(&mut self.out, &held);
+        }
+        send_frame(&mut self.out, frame);
+    }
+
+    /// Holds an output frame back, merged with the held one when they go together.
+    fn hold(&mut self, frame: FromWorker) {
+        match &mut self.held {
+            None => self.held = Some(frame),
+            Some(held) => {
+                if let Some(next) = merge_output(held, frame) {
+                    let full = std::mem::replace(held, next);
+                    send_frame(&mut self.out, &full);
+                }
+            }
+        }
+    }
+
+    /// Sends everything held back and buffered.
+    fn flush(&mut self) {
+        if let Some(held) = self.held.take() {
+            send_frame(&mut self.out, &held);
+        }
+        if std::io::Write::flush(&mut self.out).is_err() {
+            exit_lost_supervisor();
+        }
+    }
+
+    fn is_dirty(&self) -> bool {
+        self.held.is_some() || !self.out.buffer().is_empty()
+    }
+}
+
+/// Wakes the flusher thread when output is held back.
+#[derive(Default)]
+struct Flusher {
+    asked: std::sync::Mutex<bool>,
+    wake: std::sync::Condvar,
+}
 
 struct StreamWriter(Arc<Stream>);
 
@@ -540,18 +633,26 @@ impl std::io::Write for StreamWriter {
 
 impl SocketWriter {
     fn new(stream: Arc<Stream>) -> SocketWriter {
-        SocketWriter(Arc::new(std::sync::Mutex::new(
-            std::io::BufWriter::with_capacity(2 * OUTPUT_CHUNK_BYTES, StreamWriter(stream)),
-        )))
+        SocketWriter {
+            wire: Arc::new(std::sync::Mutex::new(Wire {
+                out: std::io::BufWriter::with_capacity(
+                    2 * OUTPUT_CHUNK_BYTES,
+                    StreamWriter(stream),
+                ),
+                held: None,
+                flush_armed: false,
+            })),
+            flusher: Arc::default(),
+        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::io::BufWriter<StreamWriter>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Wire> {
+        self.wire.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The socket if no other thread is writing now.
-    fn try_lock(&self) -> Option<std::sync::MutexGuard<'_, std::io::BufWriter<StreamWriter>>> {
-        match self.0.try_lock() {
+    fn try_lock(&self) -> Option<std::sync::MutexGuard<'_, Wire>> {
+        match self.wire.try_lock() {
             Ok(guard) => Some(guard),
             Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
             Err(std::sync::TryLockError::WouldBlock) => None,
@@ -560,10 +661,43 @@ impl SocketWriter {
 
     /// Writes one frame now, ahead of nothing that is still queued for an earlier cell.
     fn write_now(&self, frame: &FromWorker) {
-        let mut out = self.lock();
-        send_frame(&mut *out, frame);
-        if std::io::Write::flush(&mut *out).is_err() {
-            exit_lost_supervisor();
+        let mut wire = self.lock();
+        wire.write(frame);
+        wire.flush();
+    }
+
+    /// Has the flusher thread send what was just held back, unless it was asked already
+    /// (`wire` is the locked socket, so the flusher cannot be between its flush and
+    /// forgetting the request).
+    fn arm_flusher(&self, wire: &mut Wire) {
+        if !wire.flush_armed {
+            wire.flush_armed = true;
+            *self.flusher.asked.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            self.flusher.wake.notify_one();
+        }
+    }
+
+    /// The flusher thread: sleeps until output is held back, lets [`FLUSH_DELAY`] pass for
+    /// more to join it, then sends it all.
+    fn flush_held_output(&self) {
+        loop {
+            {
+                let mut asked = self.flusher.asked.lock().unwrap_or_else(|e| e.into_inner());
+                while !*asked {
+                    asked = self
+                        .flusher
+                        .wake
+                        .wait(asked)
+                        .unwrap_or_else(|e| e.into_inner());
+                }
+                *asked = false;
+            }
+            thread::sleep(FLUSH_DELAY);
+            let mut wire = self.lock();
+            wire.flush_armed = false;
+            if wire.is_dirty() {
+                wire.flush();
+            }
         }
     }
 }
@@ -704,11 +838,9 @@ impl FrameHandler {
     fn pong(&self, seq: u64) {
         let pong = FromWorker::Pong { seq };
         match self.socket.try_lock() {
-            Some(mut out) => {
-                send_frame(&mut *out, &pong);
-                if std::io::Write::flush(&mut *out).is_err() {
-                    exit_lost_supervisor();
-                }
+            Some(mut wire) => {
+                wire.write(&pong);
+                wire.flush();
             }
             None => self.outbox.send(pong),
         }
