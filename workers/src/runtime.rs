@@ -3,12 +3,12 @@
 //! Threads: the engine runs cells on the main thread and, between cells, reads the
 //! supervisor's frames itself, so a quick cell costs the worker one wake-up. While a cell
 //! runs, a control thread reads them instead (answering `Ping` and raising interrupts even
-//! while a cell spins); who reads when is the [`crate::reader_token`]'s business.
+//! while a cell spins); who reads when is the `reader_token` module's business.
 //! Everything the worker says goes through the [`Outbox`]: a cell's `Done` (and its first
 //! output) with nothing queued ahead of it is written to the socket by the thread that sends
 //! it, so a cell's result costs no wake-up of another thread; the output after it is held
 //! back in the socket's bounded buffer, merged, and sent by whatever frame follows or by a
-//! flusher thread within [`FLUSH_DELAY`]; everything else joins the bounded queue that a
+//! flusher thread within `FLUSH_DELAY`; everything else joins the bounded queue that a
 //! writer thread drains. Either way a supervisor that reads slowly slows the cell down
 //! instead of growing a buffer.
 
