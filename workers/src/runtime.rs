@@ -154,15 +154,15 @@ enum Route {
     Queue,
 }
 
-impl DirectWrite {
-    fn route(&self, frame: &FromWorker) -> Route {
+impl Route {
+    /// The route of `frame`, given (and updating) whether output went out since the last
+    /// `Done`.
+    fn of(frame: &FromWorker, output_streak: &AtomicBool) -> Route {
         match frame {
-            FromWorker::Output { .. } if self.output_streak.swap(true, Ordering::SeqCst) => {
-                Route::Hold
-            }
+            FromWorker::Output { .. } if output_streak.swap(true, Ordering::SeqCst) => Route::Hold,
             FromWorker::Output { .. } => Route::Now,
             FromWorker::Done { .. } => {
-                self.output_streak.store(false, Ordering::SeqCst);
+                output_streak.store(false, Ordering::SeqCst);
                 Route::Now
             }
             // The rest (Pong, displays, tool calls, notices) queue as before; a Fatal must,
@@ -316,7 +316,7 @@ impl Outbox {
     /// [`Outbox::send`]; without `flush`, a frame written at once is left in the buffer.
     fn send_then(&self, frame: FromWorker, flush: bool) {
         if let Some(direct) = &self.direct {
-            let route = direct.route(&frame);
+            let route = Route::of(&frame, &direct.output_streak);
             if route != Route::Queue {
                 if let Some(mut wire) = direct.socket.try_lock() {
                     if direct.queued.load(Ordering::SeqCst) == 0 {
@@ -565,8 +565,8 @@ struct SocketWriter {
 }
 
 /// The socket's buffer, with the output frame held back to merge with what follows.
-struct Wire {
-    out: std::io::BufWriter<StreamWriter>,
+struct Wire<W: std::io::Write = StreamWriter> {
+    out: std::io::BufWriter<W>,
     /// Output of one cell and stream, not yet in the buffer: the next output of the same cell
     /// and stream is appended to it (up to [`OUTPUT_CHUNK_BYTES`]); any other frame written
     /// puts it in the buffer first, so order is kept.
@@ -575,7 +575,15 @@ struct Wire {
     flush_armed: bool,
 }
 
-impl Wire {
+impl<W: std::io::Write> Wire<W> {
+    fn new(out: W) -> Wire<W> {
+        Wire {
+            out: std::io::BufWriter::with_capacity(2 * OUTPUT_CHUNK_BYTES, out),
+            held: None,
+            flush_armed: false,
+        }
+    }
+
     /// Puts `frame` in the buffer, after whatever was held back.
     fn write(&mut self, frame: &FromWorker) {
         if let Some(held) = self.held.take() {
@@ -634,14 +642,7 @@ impl std::io::Write for StreamWriter {
 impl SocketWriter {
     fn new(stream: Arc<Stream>) -> SocketWriter {
         SocketWriter {
-            wire: Arc::new(std::sync::Mutex::new(Wire {
-                out: std::io::BufWriter::with_capacity(
-                    2 * OUTPUT_CHUNK_BYTES,
-                    StreamWriter(stream),
-                ),
-                held: None,
-                flush_armed: false,
-            })),
+            wire: Arc::new(std::sync::Mutex::new(Wire::new(StreamWriter(stream)))),
             flusher: Arc::default(),
         }
     }
@@ -948,6 +949,65 @@ mod tests {
             stream,
             data: data.to_vec(),
         }
+    }
+
+    #[test]
+    fn a_cells_first_output_and_its_done_go_now_the_output_between_is_held() {
+        let streak = AtomicBool::new(false);
+        let routes: Vec<Route> = [
+            output(1, OutputStream::Stdout, b"a"),
+            output(1, OutputStream::Stdout, b"b"),
+            FromWorker::Pong { seq: 1 },
+            output(1, OutputStream::Stderr, b"c"),
+            FromWorker::Done {
+                cell_id: 1,
+                outcome: CellOutcome::Completed,
+            },
+            output(2, OutputStream::Stdout, b"d"),
+        ]
+        .iter()
+        .map(|frame| Route::of(frame, &streak))
+        .collect();
+        assert_eq!(
+            routes,
+            [
+                Route::Now,
+                Route::Hold,
+                Route::Queue,
+                Route::Hold,
+                Route::Now,
+                Route::Now
+            ]
+        );
+    }
+
+    fn decoded(bytes: &[u8]) -> Vec<FromWorker> {
+        let mut reader = bytes;
+        std::iter::from_fn(|| read_frame(&mut reader).expect("a frame"))
+            .collect::<Vec<FromWorker>>()
+    }
+
+    #[test]
+    fn held_output_is_merged_and_goes_out_before_any_later_frame() {
+        let mut wire = Wire::new(Vec::new());
+        wire.hold(output(1, OutputStream::Stdout, b"a\n"));
+        wire.hold(output(1, OutputStream::Stdout, b"b\n"));
+        assert!(wire.is_dirty());
+        assert!(wire.out.get_ref().is_empty(), "held, not yet in the buffer");
+        wire.write(&FromWorker::Pong { seq: 7 });
+        wire.hold(output(1, OutputStream::Stderr, b"e"));
+        wire.hold(output(1, OutputStream::Stdout, b"c\n"));
+        wire.flush();
+        assert!(!wire.is_dirty());
+        assert_eq!(
+            decoded(wire.out.get_ref()),
+            [
+                output(1, OutputStream::Stdout, b"a\nb\n"),
+                FromWorker::Pong { seq: 7 },
+                output(1, OutputStream::Stderr, b"e"),
+                output(1, OutputStream::Stdout, b"c\n"),
+            ]
+        );
     }
 
     #[test]
