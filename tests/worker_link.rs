@@ -106,12 +106,19 @@ impl Worker {
         }
     }
 
-    /// Waits for `text` on the cell's stdout: the cell is running.
+    /// Waits until the cell has printed `text` on stdout (in one frame or several): the
+    /// cell is running.
     fn expect_printed(&mut self, cell_id: u64, text: &str) {
-        self.expect(|frame| {
-            matches!(frame, FromWorker::Output { cell_id: id, stream: OutputStream::Stdout, data }
-                if *id == cell_id && data.as_slice() == text.as_bytes())
-        });
+        let mut printed = Vec::new();
+        while !String::from_utf8_lossy(&printed).contains(text) {
+            let frame = self.expect(|frame| {
+                matches!(frame, FromWorker::Output { cell_id: id, stream: OutputStream::Stdout, .. }
+                    if *id == cell_id)
+            });
+            if let FromWorker::Output { data, .. } = frame {
+                printed.extend_from_slice(&data);
+            }
+        }
     }
 
     fn expect_pong(&mut self, seq: u64) {

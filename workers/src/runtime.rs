@@ -316,7 +316,13 @@ impl Outbox {
     /// [`Outbox::send`]; without `flush`, a frame written at once is left in the buffer.
     fn send_then(&self, frame: FromWorker, flush: bool) {
         if let Some(direct) = &self.direct {
-            let route = Route::of(&frame, &direct.output_streak);
+            let route = match Route::of(&frame, &direct.output_streak) {
+                // A sender that flushes itself (the Python shim's pipe reader) hands the
+                // writing to the writer thread and goes back to draining its pipe: on two
+                // cores that overlaps, where holding would make it write in turn.
+                Route::Hold if !flush => Route::Queue,
+                route => route,
+            };
             if route != Route::Queue {
                 if let Some(mut wire) = direct.socket.try_lock() {
                     if direct.queued.load(Ordering::SeqCst) == 0 {
