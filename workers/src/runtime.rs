@@ -8,8 +8,8 @@
 //! output) with nothing queued ahead of it is written to the socket by the thread that sends
 //! it, so a cell's result costs no wake-up of another thread; the output after it is held
 //! back in the socket's bounded buffer, merged, and sent by whatever frame follows or by a
-//! flusher thread within `FLUSH_DELAY`; everything else joins the bounded queue that a
-//! writer thread drains. Either way a supervisor that reads slowly slows the cell down
+//! flusher thread within `FLUSH_DELAY` (unless its sender flushes itself); everything else
+//! joins the bounded queue that a writer thread drains. Either way a supervisor that reads slowly slows the cell down
 //! instead of growing a buffer.
 
 use cellvisor_ipc::frame::{read_frame, write_frame, FrameError};
