@@ -78,7 +78,7 @@ pub enum ToWorker {
         /// The cell to stop; an interrupt for a cell that already ended is ignored.
         cell_id: u64,
     },
-    /// Liveness probe, answered from the worker's I/O thread even while a cell runs.
+    /// Liveness probe, answered by the worker even while a cell runs.
     Ping {
         /// Echoed in the `Pong`, so a late answer is not taken for a fresh one.
         seq: u64,

@@ -1,8 +1,10 @@
 //! cellvisor's worker processes. The `cellvisor` binary re-runs itself as
 //! `cellvisor __worker <py|js|lua> --socket PATH`, and that lands in [`run`].
 //!
-//! - [`runtime`]: what every worker shares: the connection, the I/O thread that answers pings
-//!   and interrupts while a cell runs, the [`runtime::Engine`] trait and the [`runtime::Outbox`].
+//! - [`runtime`]: what every worker shares: the connection, the frames read by the engine
+//!   thread between cells and by a control thread while a cell runs (pings, interrupts), the
+//!   [`runtime::Engine`] trait and the [`runtime::Outbox`].
+//! - `reader_token`: which of those two threads reads the socket when, as plain decisions.
 //! - [`js`]: QuickJS (rquickjs) in-process.
 //! - [`lua`]: Lua 5.4 (mlua) in-process.
 //! - [`python`]: a shim that owns `python -u runner.py` and speaks NDJSON to it.
@@ -26,6 +28,7 @@ pub mod js;
 pub mod lua;
 pub mod process_tree;
 pub mod python;
+mod reader_token;
 pub mod runtime;
 pub mod sandbox;
 pub mod startup;

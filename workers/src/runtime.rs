@@ -1,23 +1,31 @@
 //! The part of a worker that is the same for every language.
 //!
-//! Threads: the engine runs cells on the main thread; an I/O thread reads frames from the
-//! supervisor (answering `Ping` at once and raising interrupts even while a cell spins).
+//! Threads: the engine runs cells on the main thread and, between cells, reads the
+//! supervisor's frames itself, so a quick cell costs the worker one wake-up. While a cell
+//! runs, a control thread reads them instead (answering `Ping` and raising interrupts even
+//! while a cell spins); who reads when is the `reader_token` module's business.
 //! Everything the worker says goes through the [`Outbox`]: a cell's `Done` (and its first
 //! output) with nothing queued ahead of it is written to the socket by the thread that sends
-//! it, so a cell's result costs no wake-up of another thread; everything else joins the
-//! bounded queue that a writer thread drains (merging output), so a supervisor that reads
-//! slowly slows the cell down instead of growing a buffer.
+//! it, so a cell's result costs no wake-up of another thread; the output after it is held
+//! back in the socket's bounded buffer, merged, and sent by whatever frame follows or by a
+//! flusher thread within `FLUSH_DELAY` (unless its sender flushes itself); everything else
+//! joins the bounded queue that a writer thread drains. Either way a supervisor that reads slowly slows the cell down
+//! instead of growing a buffer.
 
 use cellvisor_ipc::frame::{read_frame, write_frame, FrameError};
 use cellvisor_ipc::handshake::{worker_handshake, HandshakeError};
 use cellvisor_ipc::socket::{connect, Stream};
 use cellvisor_ipc::taken::TakenRecord;
 use cellvisor_ipc::{env, CellOutcome, ExecuteCell, FromWorker, Language, OutputStream, ToWorker};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread;
+use std::time::Instant;
+
+use crate::reader_token::{InterruptAction, ReaderToken};
 
 /// Output is cut into frames of at most this many bytes.
 pub const OUTPUT_CHUNK_BYTES: usize = 64 * 1024;
@@ -58,9 +66,9 @@ pub trait Engine {
     /// Engine name and version, reported in the handshake.
     fn engine_name(&self) -> String;
 
-    /// Something the I/O thread calls (besides setting the cell's [`Interrupt`] flag) to stop
-    /// a running cell, such as sending SIGINT to a child interpreter. Must be cheap and
-    /// must not block.
+    /// Something the thread that reads an `Interrupt` calls (besides raising the cell's
+    /// [`Interrupt`] flag) to stop a running cell, such as sending SIGINT to a child
+    /// interpreter. Must be cheap and must not block (it runs under the reader token's lock).
     fn interrupt_hook(&self) -> Option<Arc<dyn Fn() + Send + Sync>> {
         None
     }
@@ -82,7 +90,7 @@ pub trait Engine {
     ) -> Result<CellOutcome, WorkerError>;
 }
 
-/// The interrupt flag of the running cell, raised by the I/O thread.
+/// The interrupt flag of the running cell, raised by whichever thread reads the `Interrupt`.
 #[derive(Clone, Default)]
 pub struct Interrupt {
     raised: Arc<AtomicBool>,
@@ -115,6 +123,9 @@ pub struct Outbox {
     tools: Arc<PendingToolCalls>,
     /// The socket, for frames with nothing queued ahead of them (`None` without a socket).
     direct: Option<DirectWrite>,
+    /// Told when a cell waits for a tool's answer, so that somebody reads it at once (`None`
+    /// without a socket).
+    reader: Option<Arc<ReaderToken>>,
 }
 
 /// Writing a frame on the sender's own thread, in order with the queue: `queued` counts the
@@ -125,24 +136,39 @@ pub struct Outbox {
 struct DirectWrite {
     socket: SocketWriter,
     queued: Arc<AtomicU64>,
-    /// An output frame went out directly since the last frame of another kind: the output
-    /// that follows it queues, so the writer merges a cell's many short writes into a few
-    /// frames, while a cell's one line of output (and its `Done`) costs no thread hop.
+    /// An output frame went out directly since the cell's last `Done`: the output that
+    /// follows it is held back and merged in the socket's buffer, so a cell's many short
+    /// writes cost a few frames and about one write per [`FLUSH_DELAY`], while a cell's one
+    /// line of output (and its `Done`) goes out at once; neither costs a thread hop.
     output_streak: Arc<AtomicBool>,
 }
 
-impl DirectWrite {
-    /// Whether `frame` may skip the queue, as far as its kind goes.
-    fn may_skip_queue(&self, frame: &FromWorker) -> bool {
+/// How a frame may skip the queue, as far as its kind goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// Written (and flushed, unless the sender says otherwise) by the sending thread.
+    Now,
+    /// Held back in the socket's buffer to merge with the output that follows; the flusher
+    /// thread sends it within [`FLUSH_DELAY`] unless another frame takes it along first.
+    Hold,
+    /// Through the queue and the writer thread.
+    Queue,
+}
+
+impl Route {
+    /// The route of `frame`, given (and updating) whether output went out since the last
+    /// `Done`.
+    fn of(frame: &FromWorker, output_streak: &AtomicBool) -> Route {
         match frame {
-            FromWorker::Output { .. } => !self.output_streak.swap(true, Ordering::SeqCst),
+            FromWorker::Output { .. } if output_streak.swap(true, Ordering::SeqCst) => Route::Hold,
+            FromWorker::Output { .. } => Route::Now,
             FromWorker::Done { .. } => {
-                self.output_streak.store(false, Ordering::SeqCst);
-                true
+                output_streak.store(false, Ordering::SeqCst);
+                Route::Now
             }
             // The rest (Pong, displays, tool calls, notices) queue as before; a Fatal must,
             // since the writer tells the engine once it is on the wire.
-            _ => false,
+            _ => Route::Queue,
         }
     }
 }
@@ -200,6 +226,7 @@ impl Outbox {
                 tx,
                 tools,
                 direct: None,
+                reader: None,
             },
             rx,
         )
@@ -211,6 +238,9 @@ impl Outbox {
         let call_id = self.tools.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, answer) = mpsc::channel();
         self.tools.lock().insert(call_id, tx);
+        if let Some(reader) = &self.reader {
+            reader.tool_call_waits();
+        }
         self.send(FromWorker::ToolCall {
             cell_id,
             call_id,
@@ -220,8 +250,8 @@ impl Outbox {
         PendingToolCall { call_id, answer }
     }
 
-    /// Delivers a tool's answer to the call waiting for it (used by the I/O thread, and by
-    /// tests that play the host).
+    /// Delivers a tool's answer to the call waiting for it (used by whichever thread reads
+    /// frames, and by tests that play the host).
     pub fn deliver_tool_result(&self, call_id: u64, outcome: ToolOutcome) {
         self.tools.answer(call_id, outcome);
     }
@@ -253,9 +283,9 @@ impl Outbox {
     /// holding the socket now flushes it anyway when it is done, so this one need not wait.
     pub fn flush(&self) {
         if let Some(direct) = &self.direct {
-            if let Some(mut out) = direct.socket.try_lock() {
-                if !out.buffer().is_empty() && std::io::Write::flush(&mut *out).is_err() {
-                    exit_lost_supervisor();
+            if let Some(mut wire) = direct.socket.try_lock() {
+                if wire.is_dirty() {
+                    wire.flush();
                 }
             }
         }
@@ -276,8 +306,9 @@ impl Outbox {
     }
 
     /// Sends any frame: a `Done` or a cell's first output is written at once by this thread
-    /// when nothing is queued ahead of it and the socket is free; the rest is queued for the
-    /// writer thread. If the supervisor is gone
+    /// when nothing is queued ahead of it and the socket is free, and the output after it is
+    /// held back in the socket's buffer to merge; the rest is queued for the writer thread.
+    /// If the supervisor is gone
     /// the process has already ended, so a failed send has nobody to report to.
     pub fn send(&self, frame: FromWorker) {
         self.send_then(frame, true);
@@ -286,12 +317,24 @@ impl Outbox {
     /// [`Outbox::send`]; without `flush`, a frame written at once is left in the buffer.
     fn send_then(&self, frame: FromWorker, flush: bool) {
         if let Some(direct) = &self.direct {
-            if direct.may_skip_queue(&frame) {
-                if let Some(mut out) = direct.socket.try_lock() {
+            let route = match Route::of(&frame, &direct.output_streak) {
+                // A sender that flushes itself (the Python shim's pipe reader) hands the
+                // writing to the writer thread and goes back to draining its pipe: on two
+                // cores that overlaps, where holding would make it write in turn.
+                Route::Hold if !flush => Route::Queue,
+                route => route,
+            };
+            if route != Route::Queue {
+                if let Some(mut wire) = direct.socket.try_lock() {
                     if direct.queued.load(Ordering::SeqCst) == 0 {
-                        send_frame(&mut *out, &frame);
-                        if flush && std::io::Write::flush(&mut *out).is_err() {
-                            exit_lost_supervisor();
+                        if route == Route::Hold {
+                            wire.hold(frame);
+                            direct.socket.arm_flusher(&mut wire);
+                        } else {
+                            wire.write(&frame);
+                            if flush {
+                                wire.flush();
+                            }
                         }
                         return;
                     }
@@ -378,52 +421,71 @@ where
             move || write_loop(&socket, rx, &queued, &fatal_sent)
         })
         .map_err(|e| cannot_start("writer", e))?;
+    thread::Builder::new()
+        .name("frame-flusher".into())
+        .spawn({
+            let socket = socket.clone();
+            move || socket.flush_held_output()
+        })
+        .map_err(|e| cannot_start("flusher", e))?;
 
     if let Some(message) = startup_failures {
         outbox.send(FromWorker::Notice { message });
     }
 
-    let interrupt = Interrupt::default();
-    let running = Arc::new(AtomicU64::new(NO_CELL));
-    let (cells_tx, cells_rx) = mpsc::channel::<ExecuteCell>();
-    let progress = Arc::new(CellProgress::default());
-    let io = IoThread {
-        progress: Arc::clone(&progress),
+    let token = Arc::new(ReaderToken::default());
+    outbox.reader = Some(Arc::clone(&token));
+    let frames = FrameHandler {
+        input: Arc::new(std::sync::Mutex::new(FrameReader::new(Arc::clone(&stream)))),
         outbox: outbox.clone(),
-        interrupt: interrupt.clone(),
+        socket,
+        token: Arc::clone(&token),
+        interrupt: Interrupt::default(),
         hook: engine.interrupt_hook(),
-        running: Arc::clone(&running),
-        cells: cells_tx,
-        taken,
+    };
+    let control = ControlThread {
+        frames: frames.clone(),
     };
     thread::Builder::new()
-        .name("frame-reader".into())
-        .spawn(move || io.run(&stream))
-        .map_err(|e| cannot_start("reader", e))?;
+        .name("frame-control".into())
+        .spawn(move || control.run())
+        .map_err(|e| cannot_start("control", e))?;
 
-    // The channel closes when the reader thread ends (Shutdown or a lost supervisor).
-    while let Ok(cell) = cells_rx.recv() {
-        // An interrupt may have come for this cell while it waited in the queue; any other
-        // raised flag is stale. (The I/O thread names the cell before raising the flag.)
-        interrupt.clear();
-        if progress.interrupted.load(Ordering::SeqCst) == cell.cell_id {
-            interrupt.raise();
-        }
-        running.store(cell.cell_id, Ordering::SeqCst);
+    let interrupt = &frames.interrupt;
+    // Leaves by `Shutdown` or a lost supervisor (the process exits where that is read), or by
+    // a fatal engine error.
+    loop {
+        let read = match token.engine_frame() {
+            Some(frame) => Ok(Some(frame)),
+            None => frames.read(),
+        };
+        let Some(cell) = frames.handle(read) else {
+            continue;
+        };
+        mark_taken(&taken, cell.cell_id);
+        token.update_waking_control(|state| {
+            let start = state.cell_starts(cell.cell_id, Instant::now());
+            // An interrupt may have come for this cell before it started; any other raised
+            // flag is stale.
+            interrupt.clear();
+            if start.interrupted {
+                interrupt.raise();
+            }
+            ((), start.wake_control)
+        });
         let started = crate::process_tree::ticks_since_boot();
         let outcome = match enter_cwd(cell.cwd.as_deref()) {
-            Ok(()) => engine.execute(&cell, &outbox, &interrupt),
+            Ok(()) => engine.execute(&cell, &outbox, interrupt),
             Err(message) => {
                 outbox.output(cell.cell_id, OutputStream::Stderr, message.as_bytes());
                 Ok(CellOutcome::Failed { summary: message })
             }
         };
-        running.store(NO_CELL, Ordering::SeqCst);
+        token.lock().cell_ends(cell.cell_id);
         if interrupt.is_raised() {
             // What the cancelled cell started ends with it, before its Done is sent.
             crate::warden::end_cell_processes(started);
         }
-        progress.finished.store(cell.cell_id, Ordering::SeqCst);
         match outcome {
             Ok(outcome) => outbox.send(FromWorker::Done {
                 cell_id: cell.cell_id,
@@ -440,10 +502,15 @@ where
             }
         }
     }
-    Ok(())
 }
 
-const NO_CELL: u64 = cellvisor_ipc::taken::NO_CELL;
+/// Records that this worker took `cell_id`, just before running it: a worker that dies from
+/// here on took the cell with it, while a cell not taken is run again on the replacement.
+/// Recorded before the cell runs, so a cell that ends the process at once (Python's
+/// `os._exit`) cannot look untaken.
+fn mark_taken(taken: &Taken, cell_id: u64) {
+    taken.record(cell_id);
+}
 
 /// Where this worker records the cell it took (see [`cellvisor_ipc::taken`]); none when the
 /// supervisor gave no record file.
@@ -496,7 +563,7 @@ fn write_loop(
     while let Ok(mut frame) = rx.recv() {
         let mut fatal = false;
         let mut taken = 1;
-        let mut out = socket.lock();
+        let mut wire = socket.lock();
         loop {
             fatal |= matches!(frame, FromWorker::Fatal { .. });
             let Ok(next) = rx.try_recv() else {
@@ -504,27 +571,98 @@ fn write_loop(
             };
             taken += 1;
             if let Some(unmerged) = merge_output(&mut frame, next) {
-                send_frame(&mut *out, &frame);
+                wire.write(&frame);
                 frame = unmerged;
             }
         }
-        send_frame(&mut *out, &frame);
-        if std::io::Write::flush(&mut *out).is_err() {
-            exit_lost_supervisor();
-        }
+        wire.write(&frame);
+        wire.flush();
         // Still holding the socket: a direct sender that sees zero comes after these.
         queued.fetch_sub(taken, Ordering::SeqCst);
-        drop(out);
+        drop(wire);
         if fatal {
             fatal_sent.mark();
         }
     }
 }
 
-/// The socket's sending side, shared by the writer thread (everything queued in the outbox)
-/// and the threads that write a frame directly when nothing is queued ahead of it.
+/// How long output may be held back in the socket's buffer to merge with the output that
+/// follows it. A cell that prints line after line then costs the supervisor about one
+/// wake-up per this delay instead of one per line, and the worker no wake-up of its writer
+/// thread per line; a line printed before a long silence still arrives this soon.
+const FLUSH_DELAY: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The socket's sending side, shared by the writer thread (everything queued in the outbox),
+/// senders that write a frame at once (a `Done` with nothing queued ahead, a `Pong`) or hold
+/// output back, and the flusher thread.
 #[derive(Clone)]
-struct SocketWriter(Arc<std::sync::Mutex<std::io::BufWriter<StreamWriter>>>);
+struct SocketWriter {
+    wire: Arc<std::sync::Mutex<Wire>>,
+    flusher: Arc<Flusher>,
+}
+
+/// The socket's buffer, with the output frame held back to merge with what follows.
+struct Wire<W: std::io::Write = StreamWriter> {
+    out: std::io::BufWriter<W>,
+    /// Output of one cell and stream, not yet in the buffer: the next output of the same cell
+    /// and stream is appended to it (up to [`OUTPUT_CHUNK_BYTES`]); any other frame written
+    /// puts it in the buffer first, so order is kept.
+    held: Option<FromWorker>,
+    /// The flusher thread was asked to flush and has not yet.
+    flush_armed: bool,
+}
+
+impl<W: std::io::Write> Wire<W> {
+    fn new(out: W) -> Wire<W> {
+        Wire {
+            out: std::io::BufWriter::with_capacity(2 * OUTPUT_CHUNK_BYTES, out),
+            held: None,
+            flush_armed: false,
+        }
+    }
+
+    /// Puts `frame` in the buffer, after whatever was held back.
+    fn write(&mut self, frame: &FromWorker) {
+        if let Some(held) = self.held.take() {
+            send_frame(&mut self.out, &held);
+        }
+        send_frame(&mut self.out, frame);
+    }
+
+    /// Holds an output frame back, merged with the held one when they go together.
+    fn hold(&mut self, frame: FromWorker) {
+        match &mut self.held {
+            None => self.held = Some(frame),
+            Some(held) => {
+                if let Some(next) = merge_output(held, frame) {
+                    let full = std::mem::replace(held, next);
+                    send_frame(&mut self.out, &full);
+                }
+            }
+        }
+    }
+
+    /// Sends everything held back and buffered.
+    fn flush(&mut self) {
+        if let Some(held) = self.held.take() {
+            send_frame(&mut self.out, &held);
+        }
+        if std::io::Write::flush(&mut self.out).is_err() {
+            exit_lost_supervisor();
+        }
+    }
+
+    fn is_dirty(&self) -> bool {
+        self.held.is_some() || !self.out.buffer().is_empty()
+    }
+}
+
+/// Wakes the flusher thread when output is held back.
+#[derive(Default)]
+struct Flusher {
+    asked: std::sync::Mutex<bool>,
+    wake: std::sync::Condvar,
+}
 
 struct StreamWriter(Arc<Stream>);
 
@@ -540,21 +678,57 @@ impl std::io::Write for StreamWriter {
 
 impl SocketWriter {
     fn new(stream: Arc<Stream>) -> SocketWriter {
-        SocketWriter(Arc::new(std::sync::Mutex::new(
-            std::io::BufWriter::with_capacity(2 * OUTPUT_CHUNK_BYTES, StreamWriter(stream)),
-        )))
+        SocketWriter {
+            wire: Arc::new(std::sync::Mutex::new(Wire::new(StreamWriter(stream)))),
+            flusher: Arc::default(),
+        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::io::BufWriter<StreamWriter>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Wire> {
+        self.wire.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The socket if no other thread is writing now.
-    fn try_lock(&self) -> Option<std::sync::MutexGuard<'_, std::io::BufWriter<StreamWriter>>> {
-        match self.0.try_lock() {
+    fn try_lock(&self) -> Option<std::sync::MutexGuard<'_, Wire>> {
+        match self.wire.try_lock() {
             Ok(guard) => Some(guard),
             Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
             Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Has the flusher thread send what was just held back, unless it was asked already
+    /// (`wire` is the locked socket, so the flusher cannot be between its flush and
+    /// forgetting the request).
+    fn arm_flusher(&self, wire: &mut Wire) {
+        if !wire.flush_armed {
+            wire.flush_armed = true;
+            *self.flusher.asked.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            self.flusher.wake.notify_one();
+        }
+    }
+
+    /// The flusher thread: sleeps until output is held back, lets [`FLUSH_DELAY`] pass for
+    /// more to join it, then sends it all.
+    fn flush_held_output(&self) {
+        loop {
+            {
+                let mut asked = self.flusher.asked.lock().unwrap_or_else(|e| e.into_inner());
+                while !*asked {
+                    asked = self
+                        .flusher
+                        .wake
+                        .wait(asked)
+                        .unwrap_or_else(|e| e.into_inner());
+                }
+                *asked = false;
+            }
+            thread::sleep(FLUSH_DELAY);
+            let mut wire = self.lock();
+            wire.flush_armed = false;
+            if wire.is_dirty() {
+                wire.flush();
+            }
         }
     }
 }
@@ -643,73 +817,145 @@ pub fn kill_own_group() {
     }
 }
 
-/// Where cells are between the I/O thread and the engine, so an interrupt that arrives
-/// before its cell has started is kept for it, and one for a finished cell is dropped.
-#[derive(Default)]
-struct CellProgress {
-    /// The last cell handed to the engine.
-    received: AtomicU64,
-    /// The last cell the engine finished.
-    finished: AtomicU64,
-    /// The last cell an interrupt was meant for.
-    interrupted: AtomicU64,
-}
-
-struct IoThread {
-    progress: Arc<CellProgress>,
+/// What the engine and control threads share to act on the supervisor's frames, whichever
+/// of them read the frame.
+#[derive(Clone)]
+struct FrameHandler {
+    /// The socket's receiving side; only the holder of the reader token reads it.
+    input: Arc<std::sync::Mutex<FrameReader>>,
     outbox: Outbox,
+    socket: SocketWriter,
+    token: Arc<ReaderToken>,
+    /// The running cell's interrupt flag.
     interrupt: Interrupt,
     hook: Option<Arc<dyn Fn() + Send + Sync>>,
-    running: Arc<AtomicU64>,
-    cells: mpsc::Sender<ExecuteCell>,
-    taken: Taken,
 }
 
-impl IoThread {
-    fn run(self, stream: &Stream) {
-        let mut reader = stream;
+impl FrameHandler {
+    /// The next frame from the supervisor (the caller holds the reader token, so the lock is
+    /// never contended).
+    fn read(&self) -> Result<Option<ToWorker>, FrameError> {
+        let mut input = self.input.lock().unwrap_or_else(|e| e.into_inner());
+        read_frame(&mut input.0)
+    }
+
+    /// Acts on what was read; an `Execute` is given back for the engine to run.
+    fn handle(&self, read: Result<Option<ToWorker>, FrameError>) -> Option<ExecuteCell> {
+        match read {
+            Ok(Some(ToWorker::Execute(cell))) => return Some(cell),
+            Ok(Some(ToWorker::Ping { seq })) => self.pong(seq),
+            Ok(Some(ToWorker::ToolResult { call_id, outcome })) => {
+                self.outbox.deliver_tool_result(call_id, outcome);
+            }
+            Ok(Some(ToWorker::Interrupt { cell_id })) => self.interrupt(cell_id),
+            Ok(Some(ToWorker::Shutdown)) | Ok(None) => exit_on_shutdown(),
+            Ok(Some(ToWorker::Hello { .. })) => {
+                self.outbox.send(FromWorker::Fatal {
+                    message: "unexpected second Hello".into(),
+                });
+            }
+            Err(err) => {
+                self.outbox.send(FromWorker::Fatal {
+                    message: format!("bad frame from the supervisor: {err}"),
+                });
+                exit_on_shutdown();
+            }
+        }
+        None
+    }
+
+    /// Answers a heartbeat: at once when nobody else is writing (no order to keep with other
+    /// frames), else through the queue.
+    fn pong(&self, seq: u64) {
+        let pong = FromWorker::Pong { seq };
+        match self.socket.try_lock() {
+            Some(mut wire) => {
+                wire.write(&pong);
+                wire.flush();
+            }
+            None => self.outbox.send(pong),
+        }
+    }
+
+    /// Stops the running cell if the interrupt names it, or has the named cell start
+    /// interrupted if it was received and has not started. Decided and acted on under the
+    /// token's lock, so the flag cannot be raised for a cell that started meanwhile.
+    fn interrupt(&self, cell_id: u64) {
+        let mut state = self.token.lock();
+        if state.interrupt(cell_id) == InterruptAction::Raise {
+            self.interrupt.raise();
+            self.outbox
+                .tools
+                .cancel_all("the tool call was cancelled: the cell was interrupted");
+            if let Some(hook) = &self.hook {
+                hook();
+            }
+        }
+        drop(state);
+    }
+}
+
+/// The supervisor's frames, read through a buffer (a frame, header and payload, costs one
+/// `recv`), which passes between the engine and control threads with the reader token.
+struct FrameReader(std::io::BufReader<InputOnly>);
+
+impl FrameReader {
+    fn new(stream: Arc<Stream>) -> FrameReader {
+        FrameReader(std::io::BufReader::new(InputOnly(stream)))
+    }
+}
+
+/// The socket's receiving side, sleeping in `poll` for input before each `recv`. A thread
+/// asleep in `recv` itself on a Unix socket is also woken each time the supervisor reads
+/// what this worker wrote (the write-space wake-up shares the socket's wait queue), only to
+/// find nothing and sleep again: that cost every quick cell a second wake-up (20-30 us of
+/// CPU here), and a streaming cell one per frame the supervisor took. `poll` for `POLLIN`
+/// sleeps for input only.
+struct InputOnly(Arc<Stream>);
+
+impl std::io::Read for InputOnly {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::fd::AsFd;
+        let Stream::UdSocket(socket) = &*self.0;
+        let mut wanted = [PollFd::new(socket.as_fd(), PollFlags::POLLIN)];
         loop {
-            match read_frame::<_, ToWorker>(&mut reader) {
-                Ok(Some(ToWorker::Ping { seq })) => self.outbox.send(FromWorker::Pong { seq }),
-                Ok(Some(ToWorker::Execute(cell))) => {
-                    // Before the engine sees the cell: a cell that ends the process at once
-                    // (Python's `os._exit`) must not look untaken, or it would run again.
-                    self.taken.record(cell.cell_id);
-                    self.progress.received.store(cell.cell_id, Ordering::SeqCst);
-                    if self.cells.send(cell).is_err() {
-                        return;
+            match poll(&mut wanted, PollTimeout::NONE) {
+                // Readable, or the end of the link or an error, which `read` reports.
+                Ok(_) => break,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(errno) => return Err(errno.into()),
+            }
+        }
+        (&*self.0).read(buf)
+    }
+}
+
+/// Reads the supervisor's frames while a cell runs: sleeps until the [`ReaderToken`] says a
+/// cell has run past its grace (or waits for a tool), then reads until it hands the token
+/// back to the engine with the first frame after the cell.
+struct ControlThread {
+    frames: FrameHandler,
+}
+
+impl ControlThread {
+    fn run(self) {
+        loop {
+            self.frames.token.control_wait_for_turn();
+            loop {
+                let frame = match self.frames.read() {
+                    Ok(Some(frame)) => frame,
+                    // The end of the link, or a bad frame: the worker exits there.
+                    other => {
+                        self.frames.handle(other);
+                        continue;
                     }
+                };
+                let (mine, still_reading) = self.frames.token.control_read(frame);
+                if let Some(frame) = mine {
+                    self.frames.handle(Ok(Some(frame)));
                 }
-                Ok(Some(ToWorker::ToolResult { call_id, outcome })) => {
-                    self.outbox.deliver_tool_result(call_id, outcome);
-                }
-                Ok(Some(ToWorker::Interrupt { cell_id })) => {
-                    let progress = &self.progress;
-                    let current = self.running.load(Ordering::SeqCst) == cell_id
-                        || (progress.received.load(Ordering::SeqCst) == cell_id
-                            && progress.finished.load(Ordering::SeqCst) != cell_id);
-                    if cell_id != NO_CELL && current {
-                        progress.interrupted.store(cell_id, Ordering::SeqCst);
-                        self.interrupt.raise();
-                        self.outbox
-                            .tools
-                            .cancel_all("the tool call was cancelled: the cell was interrupted");
-                        if let Some(hook) = &self.hook {
-                            hook();
-                        }
-                    }
-                }
-                Ok(Some(ToWorker::Shutdown)) | Ok(None) => exit_on_shutdown(),
-                Ok(Some(ToWorker::Hello { .. })) => {
-                    self.outbox.send(FromWorker::Fatal {
-                        message: "unexpected second Hello".into(),
-                    });
-                }
-                Err(err) => {
-                    self.outbox.send(FromWorker::Fatal {
-                        message: format!("bad frame from the supervisor: {err}"),
-                    });
-                    exit_on_shutdown();
+                if !still_reading {
+                    break;
                 }
             }
         }
@@ -733,6 +979,65 @@ mod tests {
             stream,
             data: data.to_vec(),
         }
+    }
+
+    #[test]
+    fn a_cells_first_output_and_its_done_go_now_the_output_between_is_held() {
+        let streak = AtomicBool::new(false);
+        let routes: Vec<Route> = [
+            output(1, OutputStream::Stdout, b"a"),
+            output(1, OutputStream::Stdout, b"b"),
+            FromWorker::Pong { seq: 1 },
+            output(1, OutputStream::Stderr, b"c"),
+            FromWorker::Done {
+                cell_id: 1,
+                outcome: CellOutcome::Completed,
+            },
+            output(2, OutputStream::Stdout, b"d"),
+        ]
+        .iter()
+        .map(|frame| Route::of(frame, &streak))
+        .collect();
+        assert_eq!(
+            routes,
+            [
+                Route::Now,
+                Route::Hold,
+                Route::Queue,
+                Route::Hold,
+                Route::Now,
+                Route::Now
+            ]
+        );
+    }
+
+    fn decoded(bytes: &[u8]) -> Vec<FromWorker> {
+        let mut reader = bytes;
+        std::iter::from_fn(|| read_frame(&mut reader).expect("a frame"))
+            .collect::<Vec<FromWorker>>()
+    }
+
+    #[test]
+    fn held_output_is_merged_and_goes_out_before_any_later_frame() {
+        let mut wire = Wire::new(Vec::new());
+        wire.hold(output(1, OutputStream::Stdout, b"a\n"));
+        wire.hold(output(1, OutputStream::Stdout, b"b\n"));
+        assert!(wire.is_dirty());
+        assert!(wire.out.get_ref().is_empty(), "held, not yet in the buffer");
+        wire.write(&FromWorker::Pong { seq: 7 });
+        wire.hold(output(1, OutputStream::Stderr, b"e"));
+        wire.hold(output(1, OutputStream::Stdout, b"c\n"));
+        wire.flush();
+        assert!(!wire.is_dirty());
+        assert_eq!(
+            decoded(wire.out.get_ref()),
+            [
+                output(1, OutputStream::Stdout, b"a\nb\n"),
+                FromWorker::Pong { seq: 7 },
+                output(1, OutputStream::Stderr, b"e"),
+                output(1, OutputStream::Stdout, b"c\n"),
+            ]
+        );
     }
 
     #[test]

@@ -162,6 +162,11 @@ struct RunningCell {
     calls: RefCell<Vec<PendingCall>>,
     /// The host tools the cell may call, for `tools.tool_search`.
     tools: RefCell<Vec<cellvisor_ipc::ToolInfo>>,
+    /// The cell's value is being shown: its text is left in the socket's buffer, for the
+    /// cell's `Done` to take along (one write, one wake-up of the supervisor).
+    showing_value: Cell<bool>,
+    /// Text was left in the socket's buffer while showing the value.
+    value_unflushed: Cell<bool>,
 }
 
 struct Rejection {
@@ -223,7 +228,22 @@ impl RunningCell {
             return;
         }
         if let Some((outbox, cell_id)) = &*self.sink.borrow() {
-            outbox.output(*cell_id, stream, text.as_bytes());
+            if self.showing_value.get() {
+                outbox.output_unflushed(*cell_id, stream, text.as_bytes());
+                self.value_unflushed.set(true);
+            } else {
+                outbox.output(*cell_id, stream, text.as_bytes());
+            }
+        }
+    }
+
+    /// Sends what showing the value left in the socket's buffer: the cell has more to run
+    /// before its `Done`.
+    fn flush_value(&self) {
+        if self.value_unflushed.replace(false) {
+            if let Some((outbox, _)) = &*self.sink.borrow() {
+                outbox.flush();
+            }
         }
     }
 
@@ -389,10 +409,20 @@ impl JsEngine {
             Err(thrown) => thrown,
         };
         let settled = match settled {
-            Settled::Value(value) => match self.show_value(ctx, &hooks, value) {
-                Settled::Value(_) => self.run_until_idle(ctx),
-                other => other,
-            },
+            Settled::Value(value) => {
+                self.cell.showing_value.set(true);
+                let shown = self.show_value(ctx, &hooks, value);
+                self.cell.showing_value.set(false);
+                match shown {
+                    Settled::Value(_) => {
+                        if self.anything_pending(ctx) {
+                            self.cell.flush_value();
+                        }
+                        self.run_until_idle(ctx)
+                    }
+                    other => other,
+                }
+            }
             other => other,
         };
         let outcome = match settled {
@@ -531,6 +561,14 @@ impl JsEngine {
                 }
             }
         }
+    }
+
+    /// Whether the cell left jobs, timers or tool calls to run after its value.
+    fn anything_pending(&self, ctx: &Ctx<'_>) -> bool {
+        // SAFETY: the runtime of a live context; JS_IsJobPending only reads its job list.
+        let jobs = unsafe { qjs::JS_IsJobPending(qjs::JS_GetRuntime(ctx.as_raw().as_ptr())) };
+        jobs || self.cell.timers.borrow().next_due().is_some()
+            || !self.cell.calls.borrow().is_empty()
     }
 
     /// After the cell's value is known: runs what the cell left pending (timers, unanswered

@@ -143,7 +143,7 @@ fn stdout_of(engine: &mut JsEngine, code: &str) -> String {
     ran.stdout
 }
 
-/// Runs `code` and raises the interrupt after a moment, as the I/O thread would.
+/// Runs `code` and raises the interrupt after a moment, as the runtime would on an `Interrupt`.
 fn run_interrupted(engine: &mut JsEngine, code: &str) -> Ran {
     let interrupt = Interrupt::default();
     let flag = interrupt.flag();

@@ -183,7 +183,8 @@ impl LuaEngine {
             }
             Ok(values) => match self.render_values(&values) {
                 Ok(Some(line)) => {
-                    outbox.output(cell.cell_id, OutputStream::Stdout, &line);
+                    // The cell's `Done` follows at once and takes the line along: one write.
+                    outbox.output_unflushed(cell.cell_id, OutputStream::Stdout, &line);
                     self.display_tables(cell.cell_id, outbox, &values);
                     CellOutcome::Completed
                 }

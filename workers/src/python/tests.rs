@@ -163,7 +163,7 @@ impl Harness {
         }
     }
 
-    /// Raises the interrupt the way the runtime's I/O thread does, after `delay`.
+    /// Raises the interrupt the way the runtime does when it reads an `Interrupt`, after `delay`.
     fn interrupt_after(&self, delay: Duration) -> (Interrupt, thread::JoinHandle<()>) {
         let interrupt = Interrupt::default();
         let flag = interrupt.flag();
