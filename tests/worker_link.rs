@@ -328,6 +328,42 @@ fn heartbeats_and_interrupts_reach_a_python_cell() {
 }
 
 #[test]
+fn a_quick_python_cells_done_comes_once_and_a_late_interrupt_stops_nothing() {
+    let mut worker = Worker::start("py");
+    // The Python output thread sends a completed cell's Done (with its value) itself; the
+    // engine thread must not send a second one, and an interrupt that crosses the Done must
+    // not reach the next cell.
+    for cell_id in 1..=50 {
+        worker.execute(cell_id, &format!("x = {cell_id}\nx * 2"), Vec::new());
+        assert_eq!(
+            worker.expect_done(cell_id),
+            (CellOutcome::Completed, format!("{}\n", cell_id * 2))
+        );
+        worker.send(&ToWorker::Interrupt { cell_id });
+    }
+    worker.execute(
+        51,
+        "import time\ntime.sleep(0.2)\nprint('slept', x)",
+        Vec::new(),
+    );
+    assert_eq!(
+        worker.expect_done(51),
+        (CellOutcome::Completed, "slept 50\n".into())
+    );
+    // Every Done was the one awaited: a second Done of any cell would be among the frames
+    // passed over on the way.
+    worker.send(&ToWorker::Ping { seq: 7 });
+    worker.expect_pong(7);
+    let extra: Vec<_> = worker
+        .seen
+        .iter()
+        .filter(|frame| matches!(frame, FromWorker::Done { .. }))
+        .collect();
+    assert!(extra.is_empty(), "Done sent twice: {extra:?}");
+    worker.shut_down();
+}
+
+#[test]
 fn a_js_value_goes_out_before_the_work_the_cell_left_pending() {
     let mut worker = Worker::start("js");
     // The value is shown while a timer is still pending: it must reach the supervisor now,

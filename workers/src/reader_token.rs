@@ -132,6 +132,9 @@ pub struct Handoff {
     forwarded: VecDeque<ToWorker>,
     /// The engine waits for a forwarded frame.
     engine_waiting: bool,
+    /// The last cell whose `Done` a thread other than the engine's sent (see
+    /// [`Handoff::ends_early`]).
+    done_sent_early: u64,
 }
 
 impl Default for Handoff {
@@ -149,6 +152,7 @@ impl Default for Handoff {
             interrupted: NO_CELL,
             forwarded: VecDeque::new(),
             engine_waiting: false,
+            done_sent_early: NO_CELL,
         }
     }
 }
@@ -184,6 +188,31 @@ impl Handoff {
         self.started_at = None;
         self.finished = cell_id;
         self.tool_waiting = false;
+    }
+
+    /// Another thread of the engine learned that `cell_id` completed before `execute`
+    /// returned (the Python worker's output thread reads the runner's done marker) and would
+    /// send its `Done` now, so the supervisor does not wait for the engine thread to wake.
+    /// Allowed only for the running cell with no interrupt raised (an interrupted cell's
+    /// `Done` waits for its processes to end). The cell then counts as ended: an `Interrupt`
+    /// for it stops nothing, and frames after its `Done` find the engine between cells.
+    pub fn ends_early(&mut self, cell_id: u64) -> bool {
+        if cell_id == NO_CELL || self.running != cell_id || self.interrupted == cell_id {
+            return false;
+        }
+        self.cell_ends(cell_id);
+        self.done_sent_early = cell_id;
+        true
+    }
+
+    /// The engine finished `cell_id`; returns whether its `Done` already went out (see
+    /// [`Handoff::ends_early`]).
+    pub fn engine_ends(&mut self, cell_id: u64) -> bool {
+        if self.done_sent_early == cell_id {
+            return true;
+        }
+        self.cell_ends(cell_id);
+        false
     }
 
     /// The running cell asked a tool and waits for the answer: the control thread should
@@ -513,6 +542,26 @@ mod tests {
             EngineStep::Frame(ToWorker::Ping { seq: 8 })
         );
         assert_eq!(state.engine_step(), EngineStep::ReadSocket);
+    }
+
+    #[test]
+    fn a_done_sent_early_ends_the_cell_once_and_never_for_an_interrupted_cell() {
+        let now = Instant::now();
+        let mut state = Handoff::default();
+        // Not running: nothing to end.
+        assert!(!state.ends_early(7));
+        state.cell_starts(7, now);
+        assert!(!state.ends_early(8), "only the running cell");
+        assert!(state.ends_early(7));
+        // Ended: an interrupt for it stops nothing, and the engine does not send Done again.
+        assert_eq!(state.interrupt(7), InterruptAction::Ignore);
+        assert!(state.engine_ends(7));
+        // The next cell is the engine's to end, and an interrupted one cannot end early.
+        state.cell_starts(9, now);
+        assert_eq!(state.interrupt(9), InterruptAction::Raise);
+        assert!(!state.ends_early(9));
+        assert!(!state.engine_ends(9));
+        assert_eq!(state.interrupt(9), InterruptAction::Ignore);
     }
 
     #[test]

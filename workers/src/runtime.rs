@@ -314,6 +314,25 @@ impl Outbox {
         self.send_then(frame, true);
     }
 
+    /// Sends the `Done` of `cell_id`, which completed, from a thread of the engine that
+    /// learns of its end before `execute` returns (the Python worker's output thread, reading
+    /// the runner's done marker): the supervisor then hears without waiting for the engine
+    /// thread to wake, and the runtime does not send it again. Returns false, sending
+    /// nothing, unless `cell_id` is the running cell and no interrupt was raised for it.
+    pub fn complete_early(&self, cell_id: u64) -> bool {
+        let Some(token) = &self.reader else {
+            return false;
+        };
+        if !token.lock().ends_early(cell_id) {
+            return false;
+        }
+        self.send(FromWorker::Done {
+            cell_id,
+            outcome: CellOutcome::Completed,
+        });
+        true
+    }
+
     /// [`Outbox::send`]; without `flush`, a frame written at once is left in the buffer.
     fn send_then(&self, frame: FromWorker, flush: bool) {
         if let Some(direct) = &self.direct {
@@ -481,12 +500,13 @@ where
                 Ok(CellOutcome::Failed { summary: message })
             }
         };
-        token.lock().cell_ends(cell.cell_id);
+        let done_sent = token.lock().engine_ends(cell.cell_id);
         if interrupt.is_raised() {
             // What the cancelled cell started ends with it, before its Done is sent.
             crate::warden::end_cell_processes(started);
         }
         match outcome {
+            Ok(_) if done_sent => {}
             Ok(outcome) => outbox.send(FromWorker::Done {
                 cell_id: cell.cell_id,
                 outcome,

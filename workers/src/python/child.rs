@@ -267,11 +267,19 @@ pub fn spawn_output_thread(
                     Piece::Marker(YIELD_MARKER) => routing.yielded(),
                     Piece::Marker(cell_id) => routing.mark(|s| s.last_marker = Some(cell_id)),
                     Piece::Done(cell_id, status) => {
-                        let mut running = false;
+                        let mut running = None;
                         routing.mark(|s| {
                             s.last_marker = Some(cell_id);
-                            running = s.cell_id == cell_id;
+                            if s.cell_id == cell_id {
+                                running.clone_from(&s.outbox);
+                            }
                         });
+                        // A completed cell's Done leaves from here, with its output, without
+                        // waiting for the engine thread to wake.
+                        if let (DoneStatus::Ok, Some(outbox)) = (status, &running) {
+                            outbox.complete_early(cell_id);
+                        }
+                        let running = running.is_some();
                         let sent = events
                             .send(Event::Done {
                                 id: cell_id,
