@@ -16,6 +16,11 @@ Where time goes: under the warm loop of trivial cells, the CPU each process spen
 --profile, `perf record` of the daemon and workers (and each peer's child) under that loop:
 bench/profile-<system>.txt (the report) and .data (for `perf report -i`).
 
+The machine's own limit comes first: one byte back and forth over a Unix socket pair between
+two processes, across cores and pinned to one core (wall time and CPU per process per round
+trip). A warm cell crosses three such boundaries for Python (host, daemon, shim, interpreter)
+and two for JavaScript and Lua, so these rows bound what any cell can cost here.
+
 Everything this script starts (daemons, kernels, children) is stopped by pid in `finally`
 blocks, also on Ctrl-C.
 """
@@ -67,8 +72,11 @@ CODE = {
 }
 
 # Repetitions per figure.
-FULL = dict(cold=10, warm=2000, output=5, interrupt=10, crash=10, memory=3, conc=3, conc_cells=500, daemon=5)
-QUICK = dict(cold=3, warm=200, output=1, interrupt=3, crash=3, memory=1, conc=1, conc_cells=100, daemon=1)
+FULL = dict(cold=10, warm=2000, output=5, interrupt=10, crash=10, memory=3, conc=3, conc_cells=500, daemon=5,
+            transport=5)
+QUICK = dict(cold=3, warm=200, output=1, interrupt=3, crash=3, memory=1, conc=1, conc_cells=100, daemon=1,
+             transport=2)
+TRANSPORT_ROUND_TRIPS = 10_000
 
 
 def now():
@@ -603,6 +611,46 @@ def cold_daemon_cellvisor(n):
         finally:
             daemon.stop()
     return samples
+
+
+def transport_round_trips(one_core):
+    """The machine's own limit: one byte back and forth over a Unix socket pair between two
+    processes, TRANSPORT_ROUND_TRIPS times. Returns (wall us, CPU us of each process) per round
+    trip. With `one_core` both processes are pinned to one CPU, so each hand-off is a direct
+    switch; otherwise the kernel places them, and a sleeping process on the other core is
+    woken by an interrupt (what every hop of a real cell pays on an idle machine)."""
+    n = TRANSPORT_ROUND_TRIPS
+    ours, theirs = socket.socketpair()
+    cpu = next(iter(os.sched_getaffinity(0)))
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ours.close()
+            if one_core:
+                os.sched_setaffinity(0, {cpu})
+            fd = theirs.fileno()
+            for _ in range(n):
+                os.read(fd, 1)
+                os.write(fd, b"x")
+        finally:
+            os._exit(0)
+    theirs.close()
+    affinity = os.sched_getaffinity(0)
+    try:
+        if one_core:
+            os.sched_setaffinity(0, {cpu})
+        fd = ours.fileno()
+        c0, t0 = time.process_time(), now()
+        for _ in range(n):
+            os.write(fd, b"x")
+            os.read(fd, 1)
+        wall, mine = now() - t0, time.process_time() - c0
+    finally:
+        os.sched_setaffinity(0, affinity)
+        _, _, usage = os.wait4(pid, 0)
+        ours.close()
+    other = usage.ru_utime + usage.ru_stime
+    return wall / n * 1e6, (mine + other) / 2 / n * 1e6
 
 
 def interpreter_start(python, n):
@@ -1253,6 +1301,16 @@ def run_all(n, languages):
                         mem=memory_jupyter, conc=conc_jupyter),
     }
 
+    step("transport: Unix-socket round trips between two processes")
+    for one_core, where in ((False, "across cores"), (True, "on one core")):
+        key = "one_core" if one_core else "cores"
+        wall = row(f"transport_{key}", f"0 ref: socket round trip {where}, wall", "us")
+        cpu = row(f"transport_{key}_cpu", f"0 ref: socket round trip {where}, CPU per process", "us")
+        for _ in range(n["transport"]):
+            w, c = transport_round_trips(one_core)
+            wall.samples.setdefault("floor", []).append(w)
+            cpu.samples.setdefault("floor", []).append(c)
+
     daemon = Daemon()  # the default configuration (one prewarmed Python worker)
     try:
         for lang in languages:
@@ -1363,7 +1421,7 @@ def run_all(n, languages):
                 cc.targets = [("jupyter", "faster", 20)]
     finally:
         daemon.stop()
-    order = ["cold", "warm", "cpu", "output", "intr", "crash", "mem", "conc"]
+    order = ["transport", "cold", "warm", "cpu", "output", "intr", "crash", "mem", "conc"]
     return sorted(rows.values(), key=lambda r: (order.index(r.key.split("_")[0]), ["py", "js", "lua"].index(r.key.split("_")[1]) if r.key.split("_")[1] in ("py", "js", "lua") else 0))
 
 
