@@ -9,8 +9,13 @@
 //! it, so a cell's result costs no wake-up of another thread; the output after it is held
 //! back in the socket's bounded buffer, merged, and sent by whatever frame follows or by a
 //! flusher thread within `FLUSH_DELAY` (unless its sender flushes itself); everything else
-//! joins the bounded queue that a writer thread drains. Either way a supervisor that reads slowly slows the cell down
-//! instead of growing a buffer.
+//! joins the bounded queue that a writer thread drains. Either way a supervisor that reads
+//! slowly slows the cell down instead of growing a buffer. An engine thread that learns of a
+//! cell's end first (the Python shim's pipe reader) sends its `Done` itself
+//! ([`Outbox::complete_early`]).
+//!
+//! Whether a worker that died had taken its cell is told by a file the supervisor reads only
+//! after the death ([`cellvisor_ipc::taken`]), not by a frame per cell.
 
 use cellvisor_ipc::frame::{read_frame, write_frame, FrameError};
 use cellvisor_ipc::handshake::{worker_handshake, HandshakeError};
