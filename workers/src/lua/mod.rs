@@ -6,7 +6,7 @@
 //! does not compile, as a chunk (whose explicit top-level `return` values are shown too).
 //!
 //! Each cell runs as a coroutine so that an interrupt can stop it even inside `pcall`; see
-//! [`interrupt`]. A `coroutine.yield()` at the top level of a cell is an error
+//! `interrupt`. A `coroutine.yield()` at the top level of a cell is an error
 //! ("attempt to yield from outside a coroutine", as in the standalone interpreter): there is no
 //! resumer to receive the values, and resuming silently would hide the mistake.
 //!
@@ -21,7 +21,7 @@
 //! `yield_control`,
 //! `tools.tool_search`) are in `code_mode.lua`. Lua's own `load` stays reachable as
 //! `lua_load`; `exit()` and `os.exit(status)` end the cell, never the worker (see
-//! [`interrupt`]).
+//! `interrupt`).
 
 mod host_table;
 mod interrupt;

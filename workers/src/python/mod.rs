@@ -2,7 +2,7 @@
 //!
 //! - [`interpreter`]: which python to start (virtualenvs, the configured one, PATH, with
 //!   version-manager shims resolved to the real binary).
-//! - [`child`]: spawning it with its pipes and draining them.
+//! - `child`: spawning it with its pipes and draining them.
 //! - `runner.py` (embedded, written once to the runtime directory as the module
 //!   `cellvisor_runner`): runs the cells. Python starts `launcher.py` (written there as
 //!   `runner.py`), which imports it, so that its bytecode is cached rather than compiled at
