@@ -58,12 +58,10 @@ fn python_sessions_run_on_the_python_worker_program_beside_cellvisor() {
     world.assert_no_processes_left(SETTLE);
 }
 
-/// Runs a Python cell printing its worker's command line on a supervisor whose workers run
-/// `cellvisor`; what it printed.
-async fn python_worker_command_under(world: &World, cellvisor: &Path) -> String {
-    let cv = world.supervisor_running(cellvisor.to_path_buf(), |_| {});
-    let request = EvalRequest {
-        session: "alone".into(),
+/// A request for one Python cell in `session` that prints its worker's command line.
+fn printing_the_worker_command(session: &str) -> EvalRequest {
+    EvalRequest {
+        session: session.into(),
         cells: vec![CellSpec {
             language: Language::Python,
             code: PRINT_WORKER_COMMAND.into(),
@@ -73,7 +71,14 @@ async fn python_worker_command_under(world: &World, cellvisor: &Path) -> String 
             yield_time_ms: None,
         }],
         ..Default::default()
-    };
+    }
+}
+
+/// Runs a Python cell printing its worker's command line on a supervisor whose workers run
+/// `cellvisor`; what it printed.
+async fn python_worker_command_under(world: &World, cellvisor: &Path) -> String {
+    let cv = world.supervisor_running(cellvisor.to_path_buf(), |_| {});
+    let request = printing_the_worker_command("alone");
     let mut result = cv.eval(request, None).await.expect("request accepted");
     cv.shutdown().await;
     world.assert_no_processes_left(SETTLE);
@@ -95,6 +100,26 @@ async fn python_sessions_run_on_cellvisor_itself_where_the_python_worker_program
     // A `cellvisor` with nothing beside it, as `cargo run` may leave it.
     let cellvisor = cellvisor_in(&world, "alone");
     let output = python_worker_command_under(&world, &cellvisor).await;
+    let expected = format!("{} __worker py --socket ", cellvisor.display());
+    assert!(output.starts_with(&expected), "{output}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_workers_start_on_cellvisor_when_the_python_worker_program_went_away() {
+    let world = World::new();
+    let cellvisor = cellvisor_in(&world, "removed");
+    let program = cellvisor.with_file_name("cellvisor-py-worker");
+    let real = Path::new(env!("CARGO_BIN_EXE_cellvisor")).with_file_name("cellvisor-py-worker");
+    std::os::unix::fs::symlink(&real, &program).expect("symlink");
+    // The supervisor sees the program at its start (no prewarmed worker runs it yet) ...
+    let cv = world.supervisor_running(cellvisor.clone(), |c| c.python.prewarm = 0);
+    // ... and it is gone before the first Python worker starts (an install replacing it).
+    std::fs::remove_file(&program).expect("remove the program");
+    let request = printing_the_worker_command("removed");
+    let mut result = cv.eval(request, None).await.expect("request accepted");
+    cv.shutdown().await;
+    world.assert_no_processes_left(SETTLE);
+    let output = result.cells.remove(0).report.output;
     let expected = format!("{} __worker py --socket ", cellvisor.display());
     assert!(output.starts_with(&expected), "{output}");
 }

@@ -8,17 +8,17 @@
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, Interest, ReadBuf};
 
-/// Splits a connected socket into its two halves; it must be in non-blocking mode (as any
-/// socket taken out of the runtime is).
+/// Splits a connected socket into its two halves, which share its one descriptor (a
+/// connection costs no extra file descriptor); the socket is put in non-blocking mode.
 pub(crate) fn split(stream: UnixStream) -> io::Result<(ReadSide, WriteSide)> {
     stream.set_nonblocking(true)?;
-    let writer = stream.try_clone()?;
-    let reader = register(stream, Interest::READABLE)?;
-    Ok((ReadSide(reader), WriteSide(writer)))
+    let socket = Arc::new(register(stream, Interest::READABLE)?);
+    Ok((ReadSide(Arc::clone(&socket)), WriteSide(socket)))
 }
 
 /// Takes a connected socket out of the runtime's two-way registration and splits it.
@@ -37,7 +37,7 @@ fn register(socket: UnixStream, interest: Interest) -> io::Result<AsyncFd<UnixSt
 }
 
 /// The half that reads, registered for readability only.
-pub(crate) struct ReadSide(AsyncFd<UnixStream>);
+pub(crate) struct ReadSide(Arc<AsyncFd<UnixStream>>);
 
 impl AsyncRead for ReadSide {
     fn poll_read(
@@ -60,23 +60,25 @@ impl AsyncRead for ReadSide {
     }
 }
 
-/// The half that writes; it shuts the connection's sending side when dropped, so the peer
-/// sees the end even while the read half lives on.
-pub(crate) struct WriteSide(UnixStream);
+/// The half that writes (straight to the shared descriptor); it shuts the connection's
+/// sending side when dropped, so the peer sees the end even while the read half lives on.
+pub(crate) struct WriteSide(Arc<AsyncFd<UnixStream>>);
 
 impl WriteSide {
     /// Writes all of `bytes`, waiting for the peer to make room when its buffer is full.
     pub async fn write_all(&mut self, mut bytes: &[u8]) -> io::Result<()> {
         let mut room: Option<AsyncFd<UnixStream>> = None;
         while !bytes.is_empty() {
-            match (&self.0).write(bytes) {
+            match self.0.get_ref().write(bytes) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(written) => bytes = &bytes[written..],
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                    // Registered (on a duplicate descriptor) only while the peer is behind.
                     let waiter = match &room {
                         Some(waiter) => waiter,
-                        None => room.insert(register(self.0.try_clone()?, Interest::WRITABLE)?),
+                        None => room
+                            .insert(register(self.0.get_ref().try_clone()?, Interest::WRITABLE)?),
                     };
                     // Cleared before the next try: a wake-up in between means room, which
                     // that try then finds.
@@ -91,7 +93,7 @@ impl WriteSide {
 
 impl Drop for WriteSide {
     fn drop(&mut self) {
-        let _ = self.0.shutdown(std::net::Shutdown::Write);
+        let _ = self.0.get_ref().shutdown(std::net::Shutdown::Write);
     }
 }
 

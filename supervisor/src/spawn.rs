@@ -52,6 +52,16 @@ impl WorkerPrograms {
         WorkerPrograms { main: exe, python }
     }
 
+    /// The program to run instead when the one [`WorkerPrograms::command`] names cannot be
+    /// started: the Python-only program can go away after the supervisor looked (removed, or
+    /// replaced by an install), and `main` serves every language.
+    pub fn fallback(&self, language: Language) -> Option<PathBuf> {
+        match (language, &self.python) {
+            (Language::Python, Some(_)) => Some(self.main.clone()),
+            _ => None,
+        }
+    }
+
     /// The program a worker for `language` runs, and its arguments before the worker's own
     /// (`__worker <lang> --socket PATH`).
     pub fn command(&self, language: Language) -> (PathBuf, Vec<OsString>) {
@@ -77,6 +87,8 @@ pub struct WorkerSpec {
     /// The program to run, and its arguments before `__worker` ([`WorkerPrograms::command`]).
     pub exe: PathBuf,
     pub exe_args: Vec<OsString>,
+    /// Run (without `exe_args`) when `exe` cannot be started ([`WorkerPrograms::fallback`]).
+    pub fallback: Option<PathBuf>,
     pub language: Language,
     /// The supervisor's private runtime directory, where the socket is made.
     pub run_dir: PathBuf,
@@ -353,42 +365,29 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
     })?;
     let _remove_taken = RemoveOnDrop(taken_path.clone());
 
-    let mut command = Command::new(&spec.exe);
-    command
-        .args(&spec.exe_args)
-        .arg(WORKER_SUBCOMMAND)
-        .arg(spec.language.short_name())
-        .arg("--socket")
-        .arg(&socket_path)
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .env(cellvisor_ipc::env::TAKEN_RECORD, &taken_path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(false);
-    if let Some(cwd) = &spec.cwd {
-        command.current_dir(cwd);
-    }
-    let parent = std::process::id();
-    let rlimits = spec.rlimits.clone();
-    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe calls
-    // (prctl, getppid, setrlimit, _exit) on data prepared before the fork.
-    unsafe {
-        command.pre_exec(move || {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
-            // The supervisor may have died before prctl took effect.
-            if libc::getppid() as u32 != parent {
-                libc::_exit(1);
-            }
-            crate::limits::apply_in_child(&rlimits)
-        });
-    }
-    let mut child = command.spawn().map_err(|source| StartError::Spawn {
-        exe: spec.exe.clone(),
-        source,
-    })?;
+    let launch = |program: &Path, args: &[OsString]| {
+        worker_command(spec, program, args, &socket_path, &taken_path).spawn()
+    };
+    let mut child = match (launch(&spec.exe, &spec.exe_args), &spec.fallback) {
+        (Ok(child), _) => child,
+        (Err(source), Some(fallback)) => {
+            tracing::warn!(
+                "cannot start {}: {source}; starting {} instead",
+                spec.exe.display(),
+                fallback.display()
+            );
+            launch(fallback, &[]).map_err(|source| StartError::Spawn {
+                exe: fallback.clone(),
+                source,
+            })?
+        }
+        (Err(source), None) => {
+            return Err(StartError::Spawn {
+                exe: spec.exe.clone(),
+                source,
+            })
+        }
+    };
     let pid = child.id().unwrap_or_default();
     let stderr_tail = match child.stderr.take() {
         Some(stderr) => {
@@ -479,6 +478,51 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
         stderr_tail,
         taken,
     })
+}
+
+/// The command that starts a worker for `spec` as `program args __worker <lang> --socket
+/// PATH`: in a process group of its own, with the filtered environment, the record of taken
+/// cells, the death signal and the rlimits.
+fn worker_command(
+    spec: &WorkerSpec,
+    program: &Path,
+    args: &[OsString],
+    socket_path: &Path,
+    taken_path: &Path,
+) -> Command {
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .arg(WORKER_SUBCOMMAND)
+        .arg(spec.language.short_name())
+        .arg("--socket")
+        .arg(socket_path)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .env(cellvisor_ipc::env::TAKEN_RECORD, taken_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(false);
+    if let Some(cwd) = &spec.cwd {
+        command.current_dir(cwd);
+    }
+    let parent = std::process::id();
+    let rlimits = spec.rlimits.clone();
+    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe calls
+    // (prctl, getppid, setrlimit, _exit) on data prepared before the fork.
+    unsafe {
+        command.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
+            // The supervisor may have died before prctl took effect.
+            if libc::getppid() as u32 != parent {
+                libc::_exit(1);
+            }
+            crate::limits::apply_in_child(&rlimits)
+        });
+    }
+    command
 }
 
 /// ": <what the worker wrote to stderr>", or nothing.
@@ -586,6 +630,10 @@ mod tests {
             (cellvisor.clone(), Vec::new())
         );
         assert_eq!(both.command(Language::Lua), (cellvisor.clone(), Vec::new()));
+        // Only a Python worker has somewhere else to go when its program cannot start.
+        assert_eq!(both.fallback(Language::Python), Some(cellvisor.clone()));
+        assert_eq!(both.fallback(Language::JavaScript), None);
+        assert_eq!(alone.fallback(Language::Python), None);
 
         // A program embedding cellvisor runs its own workers, whatever lies beside it.
         let embedding = dir.path().join("my-host");

@@ -486,7 +486,15 @@ where
         let Some(cell) = frames.handle(read) else {
             continue;
         };
-        mark_taken(&taken, cell.cell_id);
+        if let Err(fatal) = mark_taken(&taken, cell.cell_id) {
+            // Not run: the worker goes, and the cell runs on the replacement (once).
+            outbox.send(FromWorker::Fatal {
+                message: fatal.to_string(),
+            });
+            fatal_sent.wait();
+            crate::warden::end_descendants(&[]);
+            return Err(fatal);
+        }
         token.update_waking_control(|state| {
             let start = state.cell_starts(cell.cell_id, Instant::now());
             // An interrupt may have come for this cell before it started; any other raised
@@ -533,8 +541,11 @@ where
 /// here on took the cell with it, while a cell not taken is run again on the replacement.
 /// Recorded before the cell runs, so a cell that ends the process at once (Python's
 /// `os._exit`) cannot look untaken.
-fn mark_taken(taken: &Taken, cell_id: u64) {
-    taken.record(cell_id);
+///
+/// A cell that cannot be recorded is not run (the error ends the worker): if it ran and then
+/// ended the worker, the record would name the cell before it, and it would run again.
+fn mark_taken(taken: &Taken, cell_id: u64) -> Result<(), WorkerError> {
+    taken.record(cell_id)
 }
 
 /// Where this worker records the cell it took (see [`cellvisor_ipc::taken`]); none when the
@@ -557,12 +568,12 @@ impl Taken {
             })
     }
 
-    fn record(&self, cell_id: u64) {
-        if let Some(record) = &self.0 {
-            if let Err(err) = record.record(cell_id) {
-                // The cell still runs; if the worker then dies, the cell may run again.
-                eprintln!("cellvisor worker: cannot record cell {cell_id} as taken: {err}");
-            }
+    fn record(&self, cell_id: u64) -> Result<(), WorkerError> {
+        match &self.0 {
+            Some(record) => record.record(cell_id).map_err(|err| {
+                WorkerError::Engine(format!("cannot record cell {cell_id} as taken: {err}"))
+            }),
+            None => Ok(()),
         }
     }
 }

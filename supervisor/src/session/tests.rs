@@ -43,6 +43,7 @@ fn start_session(fake: &Arc<FakeLauncher>, cap_mib: u64) -> (Addr<Session>, temp
         spec: WorkerSpec {
             exe: "/nonexistent/cellvisor".into(),
             exe_args: Vec::new(),
+            fallback: None,
             language: Language::Lua,
             run_dir: dir.path().to_path_buf(),
             cwd: None,

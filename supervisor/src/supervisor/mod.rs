@@ -272,6 +272,7 @@ impl Supervisor {
         WorkerSpec {
             exe,
             exe_args,
+            fallback: self.base.programs.fallback(language),
             language,
             run_dir: self.base.run_dir.clone(),
             cwd,

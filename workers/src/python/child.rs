@@ -276,10 +276,10 @@ pub fn spawn_output_thread(
                         });
                         // A completed cell's Done leaves from here, with its output, without
                         // waiting for the engine thread to wake.
-                        if let (DoneStatus::Ok, Some(outbox)) = (status, &running) {
-                            outbox.complete_early(cell_id);
-                        }
-                        let running = running.is_some();
+                        let completed = match (status, &running) {
+                            (DoneStatus::Ok, Some(outbox)) => outbox.complete_early(cell_id),
+                            _ => false,
+                        };
                         let sent = events
                             .send(Event::Done {
                                 id: cell_id,
@@ -288,9 +288,10 @@ pub fn spawn_output_thread(
                                 marker: true,
                             })
                             .is_ok();
-                        // An interrupted cell's Done waits for its processes to end: what
-                        // it printed goes out now.
-                        done_follows = sent && running && status == DoneStatus::Ok;
+                        // The Done sent here took the output along. Any other Done (an
+                        // interrupted cell's waits for its processes to end) comes later:
+                        // what the cell printed goes out now.
+                        done_follows = sent && completed;
                     }
                 });
                 if let Some(outbox) = unflushed.filter(|_| !done_follows) {
