@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import platform
+import select
 import shutil
 import signal
 import socket
@@ -316,9 +317,11 @@ class PipeSession:
         self.proc.stdin.write((json.dumps({"code": code}) + "\n").encode())
         self.proc.stdin.flush()
 
-    def wait(self, keep=True):
-        """Reads until the end-of-cell record: (status, output or byte count)."""
+    def wait(self, keep=True, timeout=None):
+        """Reads until the end-of-cell record: (status, output or byte count). TimeoutError
+        after `timeout` seconds without it (what was read so far is kept for the next wait)."""
         fd = self.proc.stdout.fileno()
+        deadline = None if timeout is None else now() + timeout
         kept, count = [], 0
         data = self.buffer
         while True:
@@ -327,13 +330,15 @@ class PipeSession:
                 end = data.find(b"\n", mark)
                 if end >= 0:
                     break
-                chunk = os.read(fd, 1 << 16)
             else:
                 count += len(data)
                 if keep:
                     kept.append(data)
                 data = b""
-                chunk = os.read(fd, 1 << 16)
+            if deadline is not None and not select.select([fd], [], [], max(0.0, deadline - now()))[0]:
+                self.buffer = data
+                raise TimeoutError("no end-of-cell record")
+            chunk = os.read(fd, 1 << 16)
             if not chunk:
                 raise ConnectionError("the child exited")
             data += chunk
@@ -850,7 +855,7 @@ def interrupt_peer(session, interrupt, lang, n):
         time.sleep(0.2)
         t0 = now()
         interrupt()
-        status, _ = session.wait(request) if request is not None else session.wait()
+        status, _ = session.wait(request) if request is not None else wait_interrupted(session, interrupt)
         t1 = now()
         _, output = session.run(code["get"])
         t2 = now()
@@ -867,6 +872,18 @@ def interrupt_pipe(make, lang, n):
         return interrupt_peer(session, lambda: os.kill(session.pid, signal.SIGINT), lang, n)
     finally:
         session.close()
+
+
+def wait_interrupted(session, interrupt, patience=2.0, tries=5):
+    """A pipe peer's answer to an interrupt, interrupting again when none comes within
+    `patience` seconds: a SIGINT can land where the child does not turn it into a cancelled
+    cell, and the bench must not hang on it."""
+    for _ in range(tries - 1):
+        try:
+            return session.wait(timeout=patience)
+        except TimeoutError:
+            interrupt()
+    return session.wait(timeout=patience)
 
 
 def interrupt_floor(n):
