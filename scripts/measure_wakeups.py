@@ -18,11 +18,12 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+from bench import Conn  # the benchmark's JSON-RPC client (this directory)
 
 CODE = {"py": "1+1", "js": "1+1", "lua": "return 1+1"}
 
@@ -46,26 +47,6 @@ def voluntary_switches(pids):
             key = f"{pid}/{name}"
             counts[key] = counts.get(key, 0) + switches
     return counts
-
-
-class Connection:
-    def __init__(self, path):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path)
-        self.lines = self.sock.makefile("rb")
-        self.next_id = 0
-
-    def call(self, method, params):
-        self.next_id += 1
-        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
-        self.sock.sendall(json.dumps(message).encode() + b"\n")
-        for line in self.lines:
-            answer = json.loads(line)
-            if answer.get("id") == self.next_id:
-                if "error" in answer:
-                    raise RuntimeError(answer["error"]["message"])
-                return answer["result"]
-        raise ConnectionError("the daemon closed the connection")
 
 
 def main():
@@ -95,7 +76,7 @@ def main():
         deadline = time.monotonic() + 20
         while True:
             try:
-                conn = Connection(path)
+                conn = Conn(path)
                 break
             except (FileNotFoundError, ConnectionRefusedError):
                 if daemon.poll() is not None or time.monotonic() > deadline:

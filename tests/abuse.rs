@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::daemon::{Client, Daemon};
+use common::daemon::Daemon;
 use common::{cells, wait_until, World};
 use serde_json::{json, Value};
 use std::os::unix::fs::MetadataExt;
@@ -13,12 +13,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const SETTLE: Duration = Duration::from_secs(5);
-
-fn eval(client: &mut Client, session: &str, cells: Value) -> Value {
-    client
-        .call("eval", json!({"session": session, "cells": cells}))
-        .unwrap_or_else(|e| panic!("eval refused: {e}"))
-}
 
 fn lua(code: &str) -> Value {
     json!({"language": "lua", "code": code})
@@ -33,7 +27,7 @@ fn a_request_of_many_cells_runs_in_linear_time_and_every_cell_counts() {
     let count = 15_000;
     let many: Vec<Value> = (0..count).map(|_| lua("n = (n or 0) + 1")).collect();
     let started = Instant::now();
-    let result = eval(&mut client, "many", Value::Array(many));
+    let result = client.eval("many", Value::Array(many));
     // A liveness bound, far above the linear run's few seconds even on a loaded machine.
     assert!(
         started.elapsed() < Duration::from_secs(120),
@@ -42,7 +36,7 @@ fn a_request_of_many_cells_runs_in_linear_time_and_every_cell_counts() {
     );
     assert_eq!(cells(&result).len(), count);
     assert!(cells(&result).iter().all(|c| c["status"] == "complete"));
-    let last = eval(&mut client, "many", json!([lua("return n")]));
+    let last = client.eval("many", json!([lua("return n")]));
     assert_eq!(last["cells"][0]["output"], format!("{count}\n"));
     daemon.stop();
 }
@@ -63,7 +57,7 @@ fn a_request_over_the_cell_cap_is_refused_with_the_key_to_raise() {
         "{refused}"
     );
     let three: Vec<Value> = (0..3).map(|_| lua("x = 1")).collect();
-    eval(&mut client, "s", Value::Array(three));
+    client.eval("s", Value::Array(three));
     daemon.stop();
 }
 
@@ -225,8 +219,7 @@ fn json_rpc_refuses_an_object_id_and_positional_params() {
 fn a_crashed_python_names_one_exit_code() {
     let daemon = Daemon::start();
     let mut client = daemon.client();
-    let result = eval(
-        &mut client,
+    let result = client.eval(
         "crash",
         json!([{"language": "py", "code": "import os; os._exit(3)"}]),
     );
@@ -244,13 +237,8 @@ fn py(code: &str) -> Value {
 fn a_python_cell_closing_its_standard_streams_breaks_only_itself() {
     let daemon = Daemon::start();
     let mut client = daemon.client();
-    eval(
-        &mut client,
-        "s",
-        json!([py("import os, sys\nos.close(1)\nos.close(2)")]),
-    );
-    let after = eval(
-        &mut client,
+    client.eval("s", json!([py("import os, sys\nos.close(1)\nos.close(2)")]));
+    let after = client.eval(
         "s",
         json!([py(
             "import sys\nprint('out again')\nprint('err again', file=sys.stderr)"
@@ -258,12 +246,8 @@ fn a_python_cell_closing_its_standard_streams_breaks_only_itself() {
     );
     assert_eq!(after["cells"][0]["status"], "complete", "{after:#}");
     assert_eq!(after["cells"][0]["output"], "out again\nerr again\n");
-    eval(
-        &mut client,
-        "s",
-        json!([py("import sys\nsys.stdout.close()")]),
-    );
-    let after = eval(&mut client, "s", json!([py("print('and again')")]));
+    client.eval("s", json!([py("import sys\nsys.stdout.close()")]));
+    let after = client.eval("s", json!([py("print('and again')")]));
     assert_eq!(after["cells"][0]["output"], "and again\n", "{after:#}");
     daemon.stop();
 }
@@ -273,20 +257,18 @@ fn python_keeps_the_sources_of_recent_cells_only() {
     let daemon = Daemon::start();
     let mut client = daemon.client();
     let trivial: Vec<Value> = (0..300).map(|i| py(&format!("v{i} = {i}"))).collect();
-    eval(&mut client, "s", Value::Array(trivial));
+    client.eval("s", Value::Array(trivial));
     // One-MB cells: four fit in the byte budget (4 MiB), not five.
     let big: Vec<Value> = (0..6)
         .map(|i| py(&format!("s{i} = 1\n#{}", "x".repeat(1 << 20))))
         .collect();
-    eval(&mut client, "s", Value::Array(big));
-    let defined = eval(
-        &mut client,
+    client.eval("s", Value::Array(big));
+    let defined = client.eval(
         "s",
         json!([py("def boom():\n    raise ValueError('here')")]),
     );
     assert_eq!(defined["cells"][0]["status"], "complete");
-    let result = eval(
-        &mut client,
+    let result = client.eval(
         "s",
         json!([
             py("import linecache\n\
@@ -311,8 +293,7 @@ fn a_stopped_python_interpreter_is_detected_by_its_shim() {
     let daemon = Daemon::start();
     let mut client = daemon.client();
     let stop_self = "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)";
-    let result = eval(
-        &mut client,
+    let result = client.eval(
         "s",
         json!([{"language": "py", "code": stop_self, "timeout": 60}]),
     );
@@ -321,7 +302,7 @@ fn a_stopped_python_interpreter_is_detected_by_its_shim() {
     assert_eq!(cell["status"], "error", "{cell:#}");
     let output = cell["output"].as_str().unwrap_or_default();
     assert!(output.contains("was stopped by a signal"), "{output}");
-    let next = eval(&mut client, "s", json!([py("print('fresh')")]));
+    let next = client.eval("s", json!([py("print('fresh')")]));
     assert_eq!(next["cells"][0]["output"], "fresh\n", "{next:#}");
     daemon.stop();
 }
@@ -362,7 +343,7 @@ fn a_client_that_never_reads_is_bounded_then_dropped() {
     assert!(dropped, "the stalled connection stayed open: {ended:?}");
     // Every other client is served meanwhile and after.
     let mut other = daemon.client();
-    eval(&mut other, "s", json!([lua("return 1")]));
+    other.eval("s", json!([lua("return 1")]));
     daemon.stop();
 }
 
@@ -381,9 +362,9 @@ for i in range(0, 100):
     os.symlink(victim, os.path.join(d, "s-py-%d-%d.txt" % (os.getppid(), i)))
 os.symlink(victim, os.path.join(d, "evil.txt"))
 "#;
-    let planted = eval(&mut client, "s", json!([py(plant)]));
+    let planted = client.eval("s", json!([py(plant)]));
     assert_eq!(planted["cells"][0]["status"], "complete", "{planted:#}");
-    let first = eval(&mut client, "s", json!([py("print('a' * 600_000)")]));
+    let first = client.eval("s", json!([py("print('a' * 600_000)")]));
     let first_path = first["cells"][0]["truncation"]["artifact_path"]
         .as_str()
         .unwrap_or_else(|| panic!("kept: {first:#}"))
@@ -396,12 +377,12 @@ os.symlink(victim, os.path.join(d, "evil.txt"))
     let meta = std::fs::symlink_metadata(&first_path).expect("artifact");
     assert!(meta.is_file(), "a plain file, not the planted link");
     assert_eq!(meta.len(), 600_001);
-    let refused = eval(&mut client, "s", json!([py("output('evil')")]));
+    let refused = client.eval("s", json!([py("output('evil')")]));
     let said = refused["cells"][0]["output"].as_str().unwrap_or_default();
     assert!(said.contains("link"), "{said}");
     assert!(!said.contains("precious"), "{said}");
     // A second big output needs room: the oldest artifact goes.
-    let second = eval(&mut client, "s", json!([py("print('b' * 600_000)")]));
+    let second = client.eval("s", json!([py("print('b' * 600_000)")]));
     let second_path = second["cells"][0]["truncation"]["artifact_path"]
         .as_str()
         .expect("kept")
@@ -412,7 +393,7 @@ os.symlink(victim, os.path.join(d, "evil.txt"))
     );
     assert!(Path::new(&second_path).exists());
     // More than the whole cap: not kept, said so, and no partial file left behind.
-    let third = eval(&mut client, "s", json!([py("print('c' * 2_000_000)")]));
+    let third = client.eval("s", json!([py("print('c' * 2_000_000)")]));
     let truncation = &third["cells"][0]["truncation"];
     assert_eq!(truncation["artifact_path"], Value::Null, "{truncation:#}");
     let why = truncation["artifact_error"].as_str().unwrap_or_default();
@@ -439,29 +420,29 @@ fn js(code: &str) -> Value {
 fn javascript_engine_edges_are_errors_a_cell_can_catch() {
     let daemon = Daemon::start_with("[js]\nmemory-limit = \"64MiB\"\n");
     let mut client = daemon.client();
-    eval(&mut client, "s", json!([js("globalThis.kept = 7")]));
+    client.eval("s", json!([js("globalThis.kept = 7")]));
     let deep = "let o = {}; let c = o; for (let i = 0; i < 100000; i++) { c.a = [{}]; c = c.a[0] }\n\
                 try { JSON.stringify(o); 'no error' } catch (e) { `${e.name}: ${e instanceof RangeError}` }";
-    let result = eval(&mut client, "s", json!([js(deep)]));
+    let result = client.eval("s", json!([js(deep)]));
     assert_eq!(
         result["cells"][0]["output"], "RangeError: true\n",
         "{result:#}"
     );
     let cyclic = "const c = {}; c.me = c; try { JSON.stringify(c) } catch (e) { e.name }";
-    let result = eval(&mut client, "s", json!([js(cyclic)]));
+    let result = client.eval("s", json!([js(cyclic)]));
     assert_eq!(result["cells"][0]["output"], "TypeError\n", "{result:#}");
     let surrogate = "console.log('a\\uD800b'); print('c\\uDC00d')";
-    let result = eval(&mut client, "s", json!([js(surrogate)]));
+    let result = client.eval("s", json!([js(surrogate)]));
     assert_eq!(result["cells"][0]["status"], "complete", "{result:#}");
     assert_eq!(result["cells"][0]["output"], "a\u{fffd}b\nc\u{fffd}d\n");
     // Small allocations to the limit: the engine has no memory left to build its error.
     let exhaust = "let m = new Map(); for (let i = 0; ; i++) m.set(i, [i])";
-    let result = eval(&mut client, "s", json!([js(exhaust)]));
+    let result = client.eval("s", json!([js(exhaust)]));
     let output = result["cells"][0]["output"].as_str().unwrap_or_default();
     assert!(output.contains("out of memory"), "{output}");
     assert!(output.contains("64 MiB"), "{output}");
     assert!(!output.contains("Uncaught null"), "{output}");
-    let after = eval(&mut client, "s", json!([js("kept")]));
+    let after = client.eval("s", json!([js("kept")]));
     assert_eq!(
         after["cells"][0]["output"], "7\n",
         "the worker survived: {after:#}"
@@ -473,7 +454,7 @@ fn javascript_engine_edges_are_errors_a_cell_can_catch() {
 fn lua_loads_text_only_and_runs_out_of_memory_as_an_error() {
     let daemon = Daemon::start_with("[limits]\naddress-space = \"512MiB\"\n");
     let mut client = daemon.client();
-    eval(&mut client, "s", json!([lua("kept = 7")]));
+    client.eval("s", json!([lua("kept = 7")]));
     let binary = "local f = string.dump(function() return 1 end)\n\
                   local mutated = f:sub(1, 20) .. string.rep('\\255', #f - 20)\n\
                   local a, why = lua_load(f)\n\
@@ -484,7 +465,7 @@ fn lua_loads_text_only_and_runs_out_of_memory_as_an_error() {
                   local ok = pcall(dofile, path)\n\
                   os.remove(path)\n\
                   print(a == nil, b == nil, c == nil, ok, why)";
-    let result = eval(&mut client, "s", json!([lua(binary)]));
+    let result = client.eval("s", json!([lua(binary)]));
     let output = result["cells"][0]["output"].as_str().unwrap_or_default();
     assert!(
         output.starts_with("true\ttrue\ttrue\tfalse\t"),
@@ -497,12 +478,12 @@ fn lua_loads_text_only_and_runs_out_of_memory_as_an_error() {
                    end)\n\
                    collectgarbage()\n\
                    print(ok, err)";
-    let result = eval(&mut client, "s", json!([lua(exhaust)]));
+    let result = client.eval("s", json!([lua(exhaust)]));
     assert_eq!(
         result["cells"][0]["output"], "false\tnot enough memory\n",
         "{result:#}"
     );
-    let after = eval(&mut client, "s", json!([lua("return kept")]));
+    let after = client.eval("s", json!([lua("return kept")]));
     assert_eq!(
         after["cells"][0]["output"], "7\n",
         "the worker survived: {after:#}"
@@ -527,11 +508,11 @@ fn the_daemon_gives_memory_back_after_a_big_request() {
     let pid = client.call("initialize", json!({})).expect("initialize")["pid"]
         .as_u64()
         .expect("pid");
-    eval(&mut client, "s", json!([lua("x = 1")]));
+    client.eval("s", json!([lua("x = 1")]));
     std::thread::sleep(Duration::from_millis(300));
     let before = rss_bytes(pid);
     let big = format!("-- {}", "x".repeat(7 << 20));
-    eval(&mut client, "s", json!([lua(&big), lua(&big)]));
+    client.eval("s", json!([lua(&big), lua(&big)]));
     let settled = wait_until(Duration::from_secs(5), || {
         let now = rss_bytes(pid);
         (now < before + (8 << 20)).then_some(now).ok_or(now)

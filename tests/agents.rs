@@ -3,22 +3,9 @@
 
 mod common;
 
-use common::daemon::{Client, Daemon};
+use common::daemon::{cell, Daemon};
 use serde_json::{json, Value};
 use std::path::Path;
-
-fn eval(client: &mut Client, session: &str, cwd: &Path, cells: Value) -> Value {
-    client
-        .call(
-            "eval",
-            json!({"session": session, "cwd": cwd, "cells": cells}),
-        )
-        .expect("eval answered")
-}
-
-fn cell(result: &Value, index: usize) -> &Value {
-    &result["cells"][index]
-}
 
 fn assert_complete(result: &Value) {
     for (i, c) in result["cells"].as_array().into_iter().flatten().enumerate() {
@@ -31,8 +18,7 @@ fn a_returned_dict_is_a_json_display() {
     let daemon = Daemon::start();
     let mut client = daemon.client();
     let work = daemon.world.work_dir();
-    let result = eval(
-        &mut client,
+    let result = client.eval_in(
         "s",
         &work,
         json!([{"language": "py", "code": "{'rows': [1, 2], 'ok': True}"}]),
@@ -101,8 +87,7 @@ env("CELLVISOR_TEST_VAR", "3")
 assert(env("CELLVISOR_TEST_VAR") == "3")
 print("lua ok")
 "#;
-    let result = eval(
-        &mut client,
+    let result = client.eval_in(
         "s",
         &work,
         json!([
@@ -137,8 +122,7 @@ print("lua ok")
     assert_eq!(read_event["lines"], 4);
 
     // A missing file is the language's own error, with a clear message.
-    let missing = eval(
-        &mut client,
+    let missing = client.eval_in(
         "s",
         &work,
         json!([{"language": "py", "code": "read('no-such-file.txt')"}]),
@@ -156,8 +140,7 @@ fn output_reads_back_a_spilled_artifact() {
     let daemon = Daemon::start_with("[output]\nmax-bytes = \"2KiB\"\n");
     let mut client = daemon.client();
     let work = daemon.world.work_dir();
-    let big = eval(
-        &mut client,
+    let big = client.eval_in(
         "s",
         &work,
         json!([{"language": "py", "code": "for i in range(2000): print(i)"}]),
@@ -173,12 +156,7 @@ fn output_reads_back_a_spilled_artifact() {
         .to_string();
     let code =
         format!("text = output({id:?})\nprint(len(text.splitlines()), text.splitlines()[-1])");
-    let back = eval(
-        &mut client,
-        "s",
-        &work,
-        json!([{"language": "py", "code": code}]),
-    );
+    let back = client.eval_in("s", &work, json!([{"language": "py", "code": code}]));
     assert_eq!(cell(&back, 0)["output"], "2000 1999\n", "{back:#}");
     daemon.stop();
 }
@@ -189,23 +167,18 @@ fn js_modules_are_imported_from_the_cwd_and_edits_are_picked_up() {
     let mut client = daemon.client();
     let work = daemon.world.work_dir();
     std::fs::write(work.join("greet.js"), "export const greeting = 'hello';\nexport default function shout(s) { return s.toUpperCase(); }\n").expect("module");
-    let first = eval(
-        &mut client,
-        "s",
+    let first = client.eval_in("s",
         &work,
         json!([{"language": "js", "code": "import shout, { greeting } from './greet.js';\nshout(greeting)"}]),
     );
     assert_eq!(cell(&first, 0)["output"], "HELLO\n", "{first:#}");
     std::fs::write(work.join("greet.js"), "export const greeting = 'changed';\nexport default function shout(s) { return s + '!'; }\n").expect("module");
-    let second = eval(
-        &mut client,
-        "s",
+    let second = client.eval_in("s",
         &work,
         json!([{"language": "js", "code": "const m = await import('./greet.js');\nm.default(m.greeting)"}]),
     );
     assert_eq!(cell(&second, 0)["output"], "changed!\n", "{second:#}");
-    let missing = eval(
-        &mut client,
+    let missing = client.eval_in(
         "s",
         &work,
         json!([{"language": "js", "code": "await import('./nope.js')"}]),
@@ -232,12 +205,7 @@ clearTimeout(cancelled);
 await new Promise(resolve => setTimeout(resolve, 40));
 order.join(",")
 "#;
-    let result = eval(
-        &mut client,
-        "s",
-        &work,
-        json!([{"language": "js", "code": code}]),
-    );
+    let result = client.eval_in("s", &work, json!([{"language": "js", "code": code}]));
     assert_eq!(cell(&result, 0)["output"], "a,b\n", "{result:#}");
     daemon.stop();
 }
@@ -247,9 +215,7 @@ fn code_mode_helpers_exit_and_the_exec_line() {
     let daemon = Daemon::start();
     let mut client = daemon.client();
     let work = daemon.world.work_dir();
-    let result = eval(
-        &mut client,
-        "s",
+    let result = client.eval_in("s",
         &work,
         json!([
             {"language": "js", "code": "text('plain');\ntext({a: 1});\nnotify('halfway');\nexit();\ntext('never')"},
@@ -296,15 +262,12 @@ fn store_survives_a_worker_kill_and_a_daemon_restart() {
     let daemon = Daemon::start();
     let mut client = daemon.client();
     let work = daemon.world.work_dir();
-    let saved = eval(
-        &mut client,
-        "keep",
+    let saved = client.eval_in("keep",
         &work,
         json!([{"language": "js", "code": "await store('plan', {step: 3, todo: ['a', 'b']}); 'saved'"}]),
     );
     assert_complete(&saved);
-    let bad = eval(
-        &mut client,
+    let bad = client.eval_in(
         "keep",
         &work,
         json!([{"language": "js", "code": "await store('f', () => 1)"}]),
@@ -317,8 +280,7 @@ fn store_survives_a_worker_kill_and_a_daemon_restart() {
         .args(["-9", &pid.to_string()])
         .status()
         .expect("kill");
-    let after_kill = eval(
-        &mut client,
+    let after_kill = client.eval_in(
         "keep",
         &work,
         json!([{"language": "js", "code": "JSON.stringify(await load('plan'))"}]),
@@ -332,8 +294,7 @@ fn store_survives_a_worker_kill_and_a_daemon_restart() {
     let world = daemon.stop_keep_world();
     let daemon = Daemon::start_in(world);
     let mut client = daemon.client();
-    let after_restart = eval(
-        &mut client,
+    let after_restart = client.eval_in(
         "keep",
         &work,
         json!([{"language": "js", "code": "(await load('plan')).step"}]),
@@ -431,12 +392,7 @@ fn a_matplotlib_plot_arrives_as_a_png() {
     let mut client = daemon.client();
     let work = daemon.world.work_dir();
     let code = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('three points')";
-    let result = eval(
-        &mut client,
-        "plot",
-        &work,
-        json!([{"language": "py", "code": code}]),
-    );
+    let result = client.eval_in("plot", &work, json!([{"language": "py", "code": code}]));
     assert_complete(&result);
     let pngs: Vec<&str> = cell(&result, 0)["displays"]
         .as_array()
@@ -464,8 +420,7 @@ fn each_request_runs_in_its_own_cwd_in_every_language() {
         std::fs::write(base.join(name).join("marker.txt"), name).expect("file");
     }
     for name in ["one", "two"] {
-        let result = eval(
-            &mut client,
+        let result = client.eval_in(
             "same",
             &base.join(name),
             json!([

@@ -4,20 +4,10 @@
 
 mod common;
 
-use common::daemon::{Client, Daemon};
+use common::daemon::{cell, Client, Daemon};
 use common::wait_until;
 use serde_json::{json, Value};
 use std::time::Duration;
-
-fn eval(client: &mut Client, session: &str, cells: Value) -> Value {
-    client
-        .call("eval", json!({"session": session, "cells": cells}))
-        .expect("eval answered")
-}
-
-fn cell(result: &Value, index: usize) -> &Value {
-    &result["cells"][index]
-}
 
 fn wait(client: &mut Client, session: &str, cell_id: &Value, yield_ms: u64) -> Value {
     client
@@ -64,8 +54,7 @@ fn yield_time_returns_running_with_the_output_so_far_and_wait_collects_the_rest(
     for (language, code) in A_SLEEP_B {
         let session = format!("yield-{language}");
         let started = std::time::Instant::now();
-        let yielded = eval(
-            &mut client,
+        let yielded = client.eval(
             &session,
             json!([{"language": language, "code": code, "yield_time_ms": 300},
                    {"language": language, "code": "print('later cell')"}]),
@@ -129,11 +118,7 @@ fn yield_control_returns_the_output_so_far_and_the_cell_goes_on() {
     ];
     for (language, code) in cases {
         let session = format!("control-{language}");
-        let yielded = eval(
-            &mut client,
-            &session,
-            json!([{"language": language, "code": code}]),
-        );
+        let yielded = client.eval(&session, json!([{"language": language, "code": code}]));
         let first = cell(&yielded, 0);
         assert_eq!(first["status"], "running", "{language}: {yielded:#}");
         assert_eq!(first["output"], "before\n", "{language}: {yielded:#}");
@@ -148,8 +133,7 @@ fn yield_control_returns_the_output_so_far_and_the_cell_goes_on() {
 fn one_observer_at_a_time_and_only_from_the_cells_own_session() {
     let daemon = Daemon::start();
     let mut client = daemon.client();
-    let yielded = eval(
-        &mut client,
+    let yielded = client.eval(
         "owner",
         json!([{"language": "py", "yield_time_ms": 200,
                 "code": "import time\nprint('go')\ntime.sleep(3)\nprint('done')"}]),
@@ -216,8 +200,7 @@ fn one_observer_at_a_time_and_only_from_the_cells_own_session() {
 fn a_wait_whose_client_left_does_not_block_the_next_one() {
     let daemon = Daemon::start();
     let mut client = daemon.client();
-    let yielded = eval(
-        &mut client,
+    let yielded = client.eval(
         "left",
         json!([{"language": "py", "yield_time_ms": 200,
                 "code": "import time\nprint('go')\ntime.sleep(30)"}]),
@@ -254,15 +237,9 @@ fn a_wait_whose_client_left_does_not_block_the_next_one() {
 fn terminate_stops_a_background_busy_loop_and_the_session_state_survives() {
     let daemon = Daemon::start();
     let mut client = daemon.client();
-    let set = eval(
-        &mut client,
-        "term",
-        json!([{"language": "py", "code": "x = 41"}]),
-    );
+    let set = client.eval("term", json!([{"language": "py", "code": "x = 41"}]));
     assert_eq!(cell(&set, 0)["status"], "complete", "{set:#}");
-    let yielded = eval(
-        &mut client,
-        "term",
+    let yielded = client.eval("term",
         json!([{"language": "py", "yield_time_ms": 300,
                 "code": "import subprocess\nsubprocess.Popen(['sleep', '977'])\nprint('spinning', flush=True)\nwhile True:\n    pass"}]),
     );
@@ -304,9 +281,7 @@ fn terminate_stops_a_background_busy_loop_and_the_session_state_survives() {
 fn a_terminated_js_cell_takes_its_pending_timers_with_it() {
     let daemon = Daemon::start();
     let mut client = daemon.client();
-    let yielded = eval(
-        &mut client,
-        "timers",
+    let yielded = client.eval("timers",
         json!([{"language": "js",
                 "code": "// @exec: {\"yield_time_ms\": 200}\nsetTimeout(() => text('stray'), 1500); setInterval(() => {}, 20); text('waiting')"}]),
     );
@@ -317,8 +292,7 @@ fn a_terminated_js_cell_takes_its_pending_timers_with_it() {
         .call("terminate", json!({"session": "timers", "cell_id": id}))
         .expect("terminate answered");
     assert_eq!(ended["status"], "cancelled", "{ended:#}");
-    let next = eval(
-        &mut client,
+    let next = client.eval(
         "timers",
         json!([{"language": "js",
                 "code": "await new Promise((resolve) => setTimeout(resolve, 2000)); 'clean'"}]),
@@ -332,9 +306,7 @@ fn a_terminated_background_cell_leaves_no_file_but_the_artifacts_it_reported() {
     let daemon = Daemon::start_with("[output]\nmax-bytes = \"1KiB\"\n");
     let mut client = daemon.client();
     // Each window spills: the one up to the yield, and the ones `wait` returns.
-    let yielded = eval(
-        &mut client,
-        "files",
+    let yielded = client.eval("files",
         json!([{"language": "py",
                 "code": "for i in range(200):\n    print('line', i)\nyield_control()\nfor i in range(5000):\n    print('more', i)\nprint('done', flush=True)\nwhile True:\n    pass"}]),
     );
@@ -462,9 +434,7 @@ fn the_cli_prints_the_cell_id_then_waits_and_terminates() {
 fn max_tokens_cuts_what_a_wait_returns_with_head_and_tail() {
     let daemon = Daemon::start();
     let mut client = daemon.client();
-    let yielded = eval(
-        &mut client,
-        "cap",
+    let yielded = client.eval("cap",
         json!([{"language": "py",
                 "code": "yield_control()\nfor i in range(100):\n    print('row', i)\nprint('end', flush=True)\nimport time\ntime.sleep(30)"}]),
     );
@@ -545,8 +515,7 @@ fn status_row(client: &mut Client, session: &str) -> Value {
 fn a_cell_id_from_before_a_daemon_restart_is_not_found_and_never_reaches_a_newer_cell() {
     let first = Daemon::start();
     let mut client = first.client();
-    let yielded = eval(
-        &mut client,
+    let yielded = client.eval(
         "restart",
         json!([{"language": "lua", "yield_time_ms": 100,
                 "code": "print('a')\nlocal t = os.clock()\nwhile os.clock() - t < 30 do end"}]),
@@ -562,11 +531,7 @@ fn a_cell_id_from_before_a_daemon_restart_is_not_found_and_never_reaches_a_newer
         .expect_err("the old id is gone");
     let message = refused["message"].as_str().unwrap_or_default();
     assert!(message.contains("has no background cell"), "{message}");
-    let fresh = eval(
-        &mut client,
-        "restart",
-        json!([{"language": "lua", "code": "1"}]),
-    );
+    let fresh = client.eval("restart", json!([{"language": "lua", "code": "1"}]));
     let new = cell(&fresh, 0)["cell_id"].as_u64().expect("a cell id");
     assert!(
         new > old,

@@ -5,29 +5,11 @@
 
 mod common;
 
-use common::daemon::{Client, Daemon};
+use common::daemon::{cell, output, Client, Daemon};
 use serde_json::{json, Value};
 
-fn eval(client: &mut Client, session: &str, cells: Value) -> Value {
-    client
-        .call("eval", json!({"session": session, "cells": cells}))
-        .expect("eval answered")
-}
-
-fn cell(result: &Value, index: usize) -> &Value {
-    &result["cells"][index]
-}
-
-fn output(result: &Value, index: usize) -> &str {
-    cell(result, index)["output"].as_str().unwrap_or_default()
-}
-
 fn one(client: &mut Client, session: &str, language: &str, code: &str) -> Value {
-    eval(
-        client,
-        session,
-        json!([{"language": language, "code": code}]),
-    )
+    client.eval(session, json!([{"language": language, "code": code}]))
 }
 
 fn status_ops(cell: &Value) -> Vec<Value> {
@@ -219,9 +201,7 @@ fn pending_timers_keep_a_js_cell_alive_and_die_with_a_cancelled_one() {
     assert_eq!(output(&cleared, 0), "cleared\n", "{cleared:#}");
     // A cell that never runs out of timers is cancelled at its timeout, and takes its pending
     // timers with it: the next cell sees no stray output.
-    let cancelled = eval(
-        &mut client,
-        "timers",
+    let cancelled = client.eval("timers",
         json!([{"language": "js", "timeout": 1,
                 "code": "setTimeout(() => text('stray'), 1500); setInterval(() => {}, 20); 'waiting'"}]),
     );

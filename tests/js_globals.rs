@@ -186,7 +186,7 @@ console.log(require('path').join('/x/y', '../z'), typeof require('os').platform(
 process.env.CELLVISOR_JS_GLOBALS = 'set';
 console.log(process.env.CELLVISOR_JS_GLOBALS, new URLSearchParams({q: 'a b'}).toString());
 "#;
-    let result = client.eval("globals", &work, json!([js(code)]));
+    let result = client.eval_in("globals", &work, json!([js(code)]));
     let output = completed_output(&result, 0);
     let cwd = std::fs::canonicalize(&work).expect("canonical work dir");
     let cwd = path_str(&cwd);
@@ -212,7 +212,7 @@ fn node_modules_import_by_name_with_and_without_the_prefix() {
             console.log(os.EOL === '\\n', execSync('printf %s abc', {encoding: 'utf8'}))"),
         js("await import('node:http')"),
     ]);
-    let result = client.eval("imports", &work, cells);
+    let result = client.eval_in("imports", &work, cells);
     assert_eq!(completed_output(&result, 0), "line two true\n");
     assert_eq!(completed_output(&result, 1), "18\n");
     assert_eq!(completed_output(&result, 2), "true abc\n");
@@ -223,7 +223,7 @@ fn node_modules_import_by_name_with_and_without_the_prefix() {
         message.contains("cannot import `node:http`") && message.contains("fs, fs/promises, path"),
         "{message}"
     );
-    let missing = client.eval("imports", &work, json!([js("require('left-pad')")]));
+    let missing = client.eval_in("imports", &work, json!([js("require('left-pad')")]));
     let missing = missing["cells"][0]["output"].as_str().unwrap_or_default();
     assert!(
         missing.contains("Cannot find module 'left-pad'") && missing.contains("import()"),
@@ -278,7 +278,7 @@ console.log(await fetch({slow:?}, {{signal: AbortSignal.timeout(100)}}).then(() 
 "#,
         slow = server.url("/slow"),
     );
-    let result = client.eval(
+    let result = client.eval_in(
         "fetch",
         &work,
         json!([js(&code), {"language": "js", "code": abandon, "timeout": 2}]),
@@ -363,7 +363,7 @@ fn a_cell_waiting_for_exec_sync_can_be_interrupted() {
         js("var kept = 41"),
         {"language": "js", "code": "require('child_process').execSync('sleep 30')", "timeout": 1},
     ]);
-    let result = client.eval("interrupt", &work, cells);
+    let result = client.eval_in("interrupt", &work, cells);
     let stopped = &result["cells"][1];
     assert_eq!(stopped["status"], "cancelled", "{result:#}");
     let output = stopped["output"].as_str().unwrap_or_default();
@@ -371,7 +371,7 @@ fn a_cell_waiting_for_exec_sync_can_be_interrupted() {
         output.contains("timed out") && !output.contains("state lost"),
         "{output}"
     );
-    let after = client.eval("interrupt", &work, json!([js("kept + 1")]));
+    let after = client.eval_in("interrupt", &work, json!([js("kept + 1")]));
     assert_eq!(completed_output(&after, 0), "42\n");
     daemon.stop();
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::daemon::{Client, Daemon};
+use common::daemon::{cell, output, Client, Daemon};
 use common::{path_str, Run, World};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -20,14 +20,6 @@ fn eval(client: &mut Client, params: Value) -> Value {
     client
         .call("eval", params)
         .unwrap_or_else(|e| panic!("eval refused: {e}"))
-}
-
-fn cell(result: &Value, index: usize) -> &Value {
-    &result["cells"][index]
-}
-
-fn output(result: &Value, index: usize) -> &str {
-    cell(result, index)["output"].as_str().unwrap_or_default()
 }
 
 /// `cellvisor --socket SOCK ARGS` run in `dir`.

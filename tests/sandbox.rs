@@ -46,7 +46,7 @@ fn setup(extra: &str) -> Setup {
     let cwd = daemon.world.work_dir().join("attacker");
     std::fs::create_dir_all(&victim_cwd).expect("victim cwd");
     std::fs::create_dir_all(&cwd).expect("attacker cwd");
-    let victim = client.eval(
+    let victim = client.eval_in(
         "victim",
         &victim_cwd,
         json!([{"language": "py", "code": "store('secret', {'token': 'VICTIM'})\nprint('v' * 5000)"}]),
@@ -137,6 +137,15 @@ fn assert_denied(outcomes: &std::collections::BTreeMap<String, String>, what: &[
     }
 }
 
+/// A non-blocking TCP listener on loopback, and its port: what a cell's connection reached
+/// shows as an accepted connection.
+fn loopback_listener() -> (TcpListener, u16) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("listener");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("addr").port();
+    (listener, port)
+}
+
 fn daemon_pid(worker: u32) -> u32 {
     cellvisor_workers::process_tree::stat(worker)
         .map(|s| s.ppid)
@@ -147,9 +156,7 @@ fn daemon_pid(worker: u32) -> u32 {
 fn python_cells_in_the_sandbox_reach_only_what_the_policy_allows() {
     let s = setup("");
     let mut client = s.daemon.client();
-    let listener = TcpListener::bind("127.0.0.1:0").expect("listener");
-    listener.set_nonblocking(true).expect("nonblocking");
-    let port = listener.local_addr().expect("addr").port();
+    let (listener, port) = loopback_listener();
     // The attacker's worker is started by this request; the daemon is the victim's parent.
     let daemon_pid = daemon_pid(s.victim_pid);
     let attack = format!(
@@ -284,7 +291,7 @@ print("x" * 3000)"#;
     assert!(output(&reread, 0).trim().parse::<usize>().unwrap_or(0) >= 3000);
 
     // The victim lived through it all, and status tells the two sessions apart.
-    let victim = client.eval(
+    let victim = client.eval_in(
         "victim",
         &s.cwd,
         json!([{"language": "py", "code": "print('alive')"}]),
@@ -313,9 +320,7 @@ print("x" * 3000)"#;
 fn javascript_and_lua_cells_in_the_sandbox_reach_only_what_the_policy_allows() {
     let s = setup("");
     let mut client = s.daemon.client();
-    let listener = TcpListener::bind("127.0.0.1:0").expect("listener");
-    listener.set_nonblocking(true).expect("nonblocking");
-    let port = listener.local_addr().expect("addr").port();
+    let (listener, port) = loopback_listener();
     let daemon_pid = daemon_pid(s.victim_pid);
     let js = format!(
         r#"const fs = require("fs");
@@ -402,7 +407,7 @@ print("tool: " .. tools.echo{{word = "hi"}}.echoed.word)"#,
     assert_eq!(lua_found["load"], "6");
     assert_eq!(lua_found["tool"], "hi");
     assert!(!s.home.join("outside.txt").exists() && !s.home.join("outside-lua.txt").exists());
-    let victim = client.eval(
+    let victim = client.eval_in(
         "victim",
         &s.cwd,
         json!([{"language": "py", "code": "print('alive')"}]),
@@ -427,7 +432,7 @@ except BrokenPipeError:
 print(sock.makefile().readline())"#,
         socket = path_str(&daemon.socket)
     );
-    let result = client.eval(
+    let result = client.eval_in(
         "plain",
         &daemon.world.work_dir(),
         json!([{"language": "py", "code": code}]),
@@ -481,7 +486,7 @@ fn a_required_sandbox_the_kernel_cannot_enforce_refuses_to_start_workers() {
         "[sandbox]\nenabled = true\nconfine-unix-connect = true\nnetwork = \"all\"\n",
     );
     let mut client = daemon.client();
-    let result = client.eval(
+    let result = client.eval_in(
         "s",
         &daemon.world.work_dir(),
         json!([{"language": "lua", "code": "print(io.open('/root/.profile') == nil)"}]),
@@ -535,8 +540,7 @@ fn a_required_sandbox_the_kernel_cannot_enforce_refuses_to_start_workers() {
 #[test]
 fn a_loopback_sandbox_has_a_network_of_its_own_and_the_namespace_cuts_udp_too() {
     let world = World::with_config("[sandbox]\nenabled = true\nnetwork = \"loopback\"\n");
-    let listener = TcpListener::bind("127.0.0.1:0").expect("listener");
-    listener.set_nonblocking(true).expect("nonblocking");
+    let (listener, tcp_port) = loopback_listener();
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
     udp.set_nonblocking(true).expect("nonblocking");
     let code = format!(
@@ -556,7 +560,7 @@ except OSError as error:
 datagram = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 datagram.sendto(b"escape", ("127.0.0.1", {udp}))
 print("udp: sent")"#,
-        tcp = listener.local_addr().expect("addr").port(),
+        tcp = tcp_port,
         udp = udp.local_addr().expect("addr").port(),
     );
     let run = world.run(&["eval", "--no-daemon", "-l", "py", &code]);
@@ -590,7 +594,7 @@ fn a_sandboxed_session_asked_from_another_directory_gets_a_new_worker_confined_t
     std::fs::create_dir_all(&first).expect("first");
     std::fs::create_dir_all(&second).expect("second");
     let write = |client: &mut Client, cwd: &Path| {
-        client.eval(
+        client.eval_in(
             "moving",
             cwd,
             json!([{"language": "lua", "code": "local f, e = io.open('here.txt', 'w'); if f then f:write('x'); f:close(); print('wrote') else print(e) end"}]),

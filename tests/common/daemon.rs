@@ -186,12 +186,28 @@ impl Client {
         }
     }
 
-    /// `eval` of `cells` in `session`, run in `cwd`; the result.
-    pub fn eval(&mut self, session: &str, cwd: &std::path::Path, cells: Value) -> Value {
+    /// `eval` of `cells` in `session`; the result (a refusal panics, with its error).
+    pub fn eval(&mut self, session: &str, cells: Value) -> Value {
+        self.call("eval", json!({"session": session, "cells": cells}))
+            .unwrap_or_else(|e| panic!("eval refused: {e}"))
+    }
+
+    /// [`Client::eval`] run in `cwd`.
+    pub fn eval_in(&mut self, session: &str, cwd: &std::path::Path, cells: Value) -> Value {
         self.call(
             "eval",
             json!({"session": session, "cwd": cwd, "cells": cells}),
         )
-        .expect("eval answered")
+        .unwrap_or_else(|e| panic!("eval refused: {e}"))
     }
+}
+
+/// Cell `index` of an eval result.
+pub fn cell(result: &Value, index: usize) -> &Value {
+    &result["cells"][index]
+}
+
+/// The output of cell `index` of an eval result.
+pub fn output(result: &Value, index: usize) -> &str {
+    cell(result, index)["output"].as_str().unwrap_or_default()
 }

@@ -486,7 +486,7 @@ where
         let Some(cell) = frames.handle(read) else {
             continue;
         };
-        if let Err(fatal) = mark_taken(&taken, cell.cell_id) {
+        if let Err(fatal) = taken.record(cell.cell_id) {
             // Not run: the worker goes, and the cell runs on the replacement (once).
             outbox.send(FromWorker::Fatal {
                 message: fatal.to_string(),
@@ -537,17 +537,6 @@ where
     }
 }
 
-/// Records that this worker took `cell_id`, just before running it: a worker that dies from
-/// here on took the cell with it, while a cell not taken is run again on the replacement.
-/// Recorded before the cell runs, so a cell that ends the process at once (Python's
-/// `os._exit`) cannot look untaken.
-///
-/// A cell that cannot be recorded is not run (the error ends the worker): if it ran and then
-/// ended the worker, the record would name the cell before it, and it would run again.
-fn mark_taken(taken: &Taken, cell_id: u64) -> Result<(), WorkerError> {
-    taken.record(cell_id)
-}
-
 /// Where this worker records the cell it took (see [`cellvisor_ipc::taken`]); none when the
 /// supervisor gave no record file.
 struct Taken(Option<TakenRecord>);
@@ -568,6 +557,12 @@ impl Taken {
             })
     }
 
+    /// Records that this worker took `cell_id`, just before running it: a worker that dies
+    /// from here on took the cell with it, while a cell not taken is run again on the
+    /// replacement. Recorded before the cell runs, so a cell that ends the process at once
+    /// (Python's `os._exit`) cannot look untaken. A cell that cannot be recorded must not
+    /// run: if it ran and then ended the worker, the record would name the cell before it,
+    /// and it would run again.
     fn record(&self, cell_id: u64) -> Result<(), WorkerError> {
         match &self.0 {
             Some(record) => record.record(cell_id).map_err(|err| {
