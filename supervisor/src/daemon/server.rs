@@ -507,6 +507,18 @@ impl HeldStart {
         self.0.as_ref().map(|(_, until)| *until)
     }
 
+    /// Resolves when the held event is due; never while none is held (and then no timer is
+    /// made at all).
+    fn due(&self) -> impl std::future::Future<Output = ()> {
+        let until = self.until();
+        async move {
+            match until {
+                Some(until) => tokio::time::sleep_until(until).await,
+                None => std::future::pending().await,
+            }
+        }
+    }
+
     /// Holds `line` if it is a `cell_started` event; otherwise returns what to send, in
     /// order: the event held before it, then `line`.
     fn hold_or_release(
@@ -652,12 +664,10 @@ async fn dispatch(
                     },
                 ))
             };
-            let far_off = tokio::time::Instant::now() + Duration::from_secs(86_400);
             let eval = daemon.cv.eval_with_tools(eval, Some(events), tool_host);
             tokio::pin!(eval);
             let mut started = HeldStart::default();
             let result = loop {
-                let linger_until = started.until();
                 tokio::select! {
                     biased;
                     Some(event) = events_rx.recv() => {
@@ -674,8 +684,7 @@ async fn dispatch(
                         }
                         forward_tool_call(connection, &request_id, call).await;
                     }
-                    () = tokio::time::sleep_until(linger_until.unwrap_or(far_off)),
-                        if linger_until.is_some() =>
+                    () = started.due() =>
                     {
                         if let Some(line) = started.release() {
                             let _ = out.send(line).await;
