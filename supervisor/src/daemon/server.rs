@@ -762,12 +762,21 @@ mod tests {
         };
         let mut held = HeldStart::default();
         assert_eq!(held.until(), None);
+        let patience = Duration::from_millis(200);
+        assert!(
+            tokio::time::timeout(patience, held.due()).await.is_err(),
+            "nothing held: never due"
+        );
         assert_eq!(
             held.hold_or_release(&started(0), b"s0".to_vec()),
             (None, None)
         );
         let until = held.until().expect("held");
         assert!(until <= tokio::time::Instant::now() + STARTED_LINGER);
+        assert!(
+            tokio::time::timeout(patience, held.due()).await.is_ok(),
+            "a held event falls due"
+        );
         // What follows goes out after it, in one batch.
         assert_eq!(
             held.hold_or_release(&output, b"o".to_vec()),
