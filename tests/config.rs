@@ -116,11 +116,12 @@ fn show_gives_every_value_with_its_source_and_parses_back() {
     );
     run.assert_code(0);
     for expected in [
-        format!("max-sessions = 2  # file {file}:2\n"),
-        format!("max-rss = \"512MiB\"  # file {file}:5\n"),
-        "idle-timeout = \"10s\"  # env CELLVISOR_SESSIONS__IDLE_TIMEOUT\n".to_string(),
-        "heartbeat-interval = \"5s\"  # default\n".to_string(),
-        "# address-space = (unset)  # default\n".to_string(),
+        format!("max-sessions = 2  # file {file}:2; applies at once\n"),
+        format!("max-rss = \"512MiB\"  # file {file}:5; applies at once\n"),
+        "idle-timeout = \"10s\"  # env CELLVISOR_SESSIONS__IDLE_TIMEOUT; applies at once\n"
+            .to_string(),
+        "heartbeat-interval = \"5s\"  # default; applies at once\n".to_string(),
+        "# address-space = (unset)  # default; applies to new workers\n".to_string(),
     ] {
         assert!(
             run.stdout.contains(&expected),
@@ -141,4 +142,32 @@ fn show_gives_every_value_with_its_source_and_parses_back() {
             .collect()
     };
     assert_eq!(values(&again.stdout), values(&run.stdout));
+}
+
+#[test]
+fn show_says_when_a_reload_applies_each_key() {
+    let world = World::with_config("[daemon]\nidle-exit = \"2m\"\n");
+    let path = world.config_path();
+    let file = path_str(&path);
+    let run = world.run(&["config", "show"]);
+    run.assert_code(0);
+    assert!(
+        run.stdout
+            .contains("when a reload (config/reload or\n# SIGHUP) applies"),
+        "{}",
+        run.stdout
+    );
+    for expected in [
+        format!("idle-exit = \"2m\"  # file {file}:2; applies at once\n"),
+        "interrupt-grace = \"5s\"  # default; applies to new cells\n".to_string(),
+        "max-pending-requests = 1024  # default; applies to new connections\n".to_string(),
+        "start-timeout = \"15s\"  # default; applies to new workers\n".to_string(),
+        "# socket = (unset)  # default; applies at restart\n".to_string(),
+    ] {
+        assert!(
+            run.stdout.contains(&expected),
+            "missing {expected}\n{}",
+            run.stdout
+        );
+    }
 }

@@ -2,11 +2,11 @@
 //! `CELLVISOR_<SECTION>__<KEY>` variables.
 //!
 //! - [`schema`]: the typed configuration and its defaults.
-//! - [`keys`]: every key's kind, range and documentation, in one table.
+//! - [`keys`]: every key's kind, range, apply time and documentation, in one table.
 //! - [`check`]: validation that reports every mistake with its key, line and column.
 //! - [`load`]: finding the file and turning it into a [`Config`].
-//! - [`show`]: the effective configuration with the origin of each value, and the changes
-//!   between two.
+//! - [`show`]: the configuration as text: the effective one with the origin and apply time of
+//!   each value, the changes between two, the docs' key table.
 
 // A dependency no code uses is build time for nothing (test builds add dev-dependencies).
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
@@ -18,6 +18,7 @@ pub mod schema;
 pub mod show;
 
 pub use check::{Effective, KeyError, Origin};
+pub use keys::AppliesWhen;
 pub use load::{
     env_overrides, load, load_effective, load_file, locate, parse_str, resolve, ConfigError,
 };

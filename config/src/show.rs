@@ -1,9 +1,10 @@
-//! `config show`: the effective configuration as TOML that parses back to the same
-//! [`Config`](crate::Config), each key commented with where its value came from; and what
-//! changed between two configurations.
+//! The configuration as text: `config show`'s effective configuration, TOML that parses back
+//! to the same [`Config`](crate::Config), each key commented with where its value came from
+//! and when a change to it applies; what changed between two configurations; and the key
+//! table of `docs/config.md`.
 
 use crate::check::Effective;
-use crate::keys::{self, Value, KEYS, SECTIONS};
+use crate::keys::{self, AppliesWhen, Kind, Value, KEYS, SECTIONS};
 use crate::Config;
 
 /// `value` as TOML source, or `None` when unset.
@@ -57,14 +58,16 @@ pub fn changes(old: &Config, new: &Config) -> Vec<String> {
 }
 
 impl Effective {
-    /// Every key with its value and origin (`# default`, `# file PATH:LINE`, `# env VAR`);
-    /// unset optional keys are shown commented out.
+    /// Every key with its value, origin (`# default`, `# file PATH:LINE`, `# env VAR`) and
+    /// when a change to it applies (`; applies at once`); unset optional keys are shown
+    /// commented out.
     pub fn show(&self) -> String {
         let mut out = String::from("# cellvisor's effective configuration\n");
         match &self.path {
             Some(path) => out.push_str(&format!("# config file: {}\n", path.display())),
             None => out.push_str("# no config file; defaults and overrides only\n"),
         }
+        out.push_str(&applies_legend());
         for section in SECTIONS {
             out.push_str(&format!("\n[{section}]\n"));
             for (index, spec) in KEYS.iter().enumerate() {
@@ -76,12 +79,62 @@ impl Effective {
                     .get(index)
                     .map(|o| o.comment())
                     .unwrap_or_else(|| "default".to_string());
+                let applies = spec.applies.label();
                 match toml_value(&(spec.get)(&self.config)) {
-                    Some(value) => out.push_str(&format!("{} = {value}  # {origin}\n", spec.key)),
-                    None => out.push_str(&format!("# {} = (unset)  # {origin}\n", spec.key)),
+                    Some(value) => out.push_str(&format!(
+                        "{} = {value}  # {origin}; applies {applies}\n",
+                        spec.key
+                    )),
+                    None => out.push_str(&format!(
+                        "# {} = (unset)  # {origin}; applies {applies}\n",
+                        spec.key
+                    )),
                 }
             }
         }
         out
     }
+}
+
+/// What `config show` says under its header about the apply times: the running daemon
+/// re-reads its file on `config/reload` and SIGHUP, and not every key takes effect then.
+fn applies_legend() -> String {
+    let labels: Vec<&str> = AppliesWhen::ALL.iter().map(|when| when.label()).collect();
+    format!(
+        "# after each key: where its value came from, and when a reload (config/reload or\n\
+         # SIGHUP) applies a change to it: {}\n",
+        labels.join(", ")
+    )
+}
+
+/// The key table of `docs/config.md`, generated so the docs cannot drift from the ranges.
+pub fn markdown_table() -> String {
+    let defaults = Config::default();
+    let mut out = String::new();
+    for section in SECTIONS {
+        out.push_str(&format!("\n### `[{section}]`\n\n"));
+        out.push_str("| key | default | allowed | applies | override variable | what it does |\n");
+        out.push_str("| --- | --- | --- | --- | --- | --- |\n");
+        for spec in keys::section_keys(section) {
+            let default = match (spec.get)(&defaults) {
+                Value::Unset => "unset".to_string(),
+                value => format!("`{}`", toml_value(&value).unwrap_or_default()),
+            };
+            let env = if spec.kind == Kind::Map {
+                "—".to_string()
+            } else {
+                format!("`{}`", spec.env_var())
+            };
+            out.push_str(&format!(
+                "| `{}` | {} | {} | {} | {} | {} |\n",
+                spec.key,
+                default,
+                spec.kind.describe().replace('|', "\\|"),
+                spec.applies.label(),
+                env,
+                spec.doc
+            ));
+        }
+    }
+    out
 }

@@ -333,15 +333,23 @@ fn show_lists_every_key_with_its_origin_and_parses_back() {
     let effective = ok(text, &[("CELLVISOR_OUTPUT__MAX_BYTES", "100000B")]);
     let shown = effective.show();
     for spec in KEYS {
-        assert!(
-            shown.contains(&format!("\n{} = ", spec.key))
-                || shown.contains(&format!("\n# {} = (unset)", spec.key)),
-            "{} missing from\n{shown}",
-            spec.name()
-        );
+        let line = shown
+            .lines()
+            .skip_while(|line| *line != format!("[{}]", spec.section))
+            .find(|line| {
+                line.starts_with(&format!("{} = ", spec.key))
+                    || line.starts_with(&format!("# {} = (unset)", spec.key))
+            });
+        let Some(line) = line else {
+            panic!("{} missing from\n{shown}", spec.name());
+        };
+        let applies = format!("; applies {}", spec.applies.label());
+        assert!(line.ends_with(&applies), "{}: {line}", spec.name());
     }
     assert!(
-        shown.contains(&format!("max-sessions = 2  # file {PATH}:3\n")),
+        shown.contains(&format!(
+            "max-sessions = 2  # file {PATH}:3; applies at once\n"
+        )),
         "{shown}"
     );
     assert!(
@@ -349,12 +357,17 @@ fn show_lists_every_key_with_its_origin_and_parses_back() {
         "{shown}"
     );
     assert!(
-        shown.contains("max-bytes = \"100000B\"  # env CELLVISOR_OUTPUT__MAX_BYTES\n"),
+        shown.contains(
+            "max-bytes = \"100000B\"  # env CELLVISOR_OUTPUT__MAX_BYTES; applies to new cells\n"
+        ),
         "{shown}"
     );
-    assert!(shown.contains("max-lines = 3000  # default\n"), "{shown}");
     assert!(
-        shown.contains("# max-rss = (unset)  # default\n"),
+        shown.contains("max-lines = 3000  # default; applies to new cells\n"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("# max-rss = (unset)  # default; applies at once\n"),
         "{shown}"
     );
     assert!(
@@ -389,7 +402,7 @@ fn docs_list_every_key_with_its_range() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/config.md");
     let docs = std::fs::read_to_string(&path).unwrap_or_default();
     let (start, end) = ("<!-- keys:start -->\n", "<!-- keys:end -->");
-    let table = keys::markdown_table();
+    let table = crate::show::markdown_table();
     let (Some(a), Some(b)) = (docs.find(start), docs.find(end)) else {
         panic!("{} lacks the {start} / {end} markers", path.display());
     };

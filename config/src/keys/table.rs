@@ -1,0 +1,301 @@
+//! The table itself: every key, one `key!` line each, with its kind, range, apply time and
+//! documentation.
+
+use super::field::{optional, Field};
+use super::kind::{GIB, KIB, MIB};
+use super::AppliesWhen::{AtOnce, NewCells, NewConnections, NewWorkers, Restart};
+use super::{KeySpec, Kind};
+use std::time::Duration;
+
+const DAY: u64 = 24 * 60 * 60;
+
+/// One [`KeySpec`] from its one-line declaration: `key!(section.field as "key-name", kind,
+/// applies, "doc")`, `applies` one of the [`AppliesWhen`](super::AppliesWhen) cases. The section is the `Config` field of the same name, whether the key is optional
+/// follows from the field's type, and the getter and setter from [`Field`].
+macro_rules! key {
+    ($section:ident . $field:ident as $key:literal, $kind:expr, $applies:ident, $doc:literal $(,)?) => {
+        KeySpec {
+            section: stringify!($section),
+            key: $key,
+            kind: $kind,
+            applies: $applies,
+            optional: optional(|c| &c.$section.$field),
+            doc: $doc,
+            get: |c| Field::to_value(&c.$section.$field),
+            set: |c, v| {
+                if let Some(value) = Field::from_value(v) {
+                    c.$section.$field = value;
+                }
+            },
+        }
+    };
+}
+
+const fn count_in(min: u64, max: u64) -> Kind {
+    Kind::Count { min, max }
+}
+
+const fn millis(min: u64, max: Duration) -> Kind {
+    Kind::Duration {
+        min: Duration::from_millis(min),
+        max,
+    }
+}
+
+const fn size_in(min: u64, max: u64) -> Kind {
+    Kind::Size { min, max }
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+const GRACE: Kind = millis(10, HOUR);
+
+/// Every key, in the order `config show` and the docs list them.
+pub static KEYS: &[KeySpec] = &[
+    // [sessions]
+    key!(sessions.max_sessions as "max-sessions", count_in(1, 256), AtOnce,
+        "Live workers per language; a new session over the cap evicts the least recently used idle one."),
+    key!(sessions.idle_timeout as "idle-timeout", millis(0, Duration::from_secs(30 * DAY)), AtOnce,
+        "A session idle this long is shut down; 0 keeps sessions forever."),
+    key!(sessions.sweep_interval as "sweep-interval", GRACE, AtOnce,
+        "How often idle sessions are looked for."),
+    key!(sessions.heartbeat_interval as "heartbeat-interval", GRACE, AtOnce,
+        "How often each worker is pinged."),
+    key!(sessions.heartbeat_timeout as "heartbeat-timeout", GRACE, AtOnce,
+        "No pong for this long and the worker is declared dead; must be longer than heartbeat-interval."),
+    key!(sessions.restart_budget as "restart-budget", count_in(0, 100), AtOnce,
+        "Unplanned worker replacements under a cell allowed before the session is failed; a successful cell refills it. A worker that dies while no cell runs on it costs nothing."),
+    key!(sessions.interrupt_grace as "interrupt-grace", GRACE, NewCells,
+        "How long an interrupted cell may take to stop before its worker is killed."),
+    key!(sessions.shutdown_grace as "shutdown-grace", GRACE, AtOnce,
+        "How long a worker may take to exit after Shutdown before it is signalled."),
+    key!(sessions.start_timeout as "start-timeout", millis(100, Duration::from_secs(600)), NewWorkers,
+        "How long a new worker may take to connect and say hello."),
+    key!(sessions.mode as "mode", Kind::Choice(&["session", "per-call"]), NewCells,
+        "`session`: workers and their state live on between requests; `per-call`: every request runs on new workers (prewarmed where available), discarded after."),
+    // [cells]
+    key!(cells.default_timeout as "default-timeout", millis(100, Duration::from_secs(DAY)), NewCells,
+        "Timeout of a cell that asks for none; must lie between min-timeout and max-timeout."),
+    key!(cells.min_timeout as "min-timeout", millis(100, Duration::from_secs(DAY)), NewCells,
+        "Shorter requested timeouts are raised to this."),
+    key!(cells.max_timeout as "max-timeout", millis(100, Duration::from_secs(DAY)), NewCells,
+        "Longer requested timeouts are cut to this."),
+    key!(cells.max_cells_per_request as "max-cells-per-request", count_in(1, 1_000_000), NewCells,
+        "Cells one request may hold; a longer request is refused before anything runs."),
+    // [output]
+    key!(output.max_bytes as "max-bytes", size_in(KIB, GIB), NewCells,
+        "Output of a cell kept in memory; the rest spills to an artifact file."),
+    key!(output.max_lines as "max-lines", count_in(10, 10_000_000), NewCells,
+        "Output lines of a cell kept in memory; the rest spills to an artifact file."),
+    key!(output.artifact_dir as "artifact-dir", Kind::Path, Restart,
+        "Where spilled outputs go; unset: `artifacts/` in the runtime directory."),
+    key!(output.artifact_max_age as "artifact-max-age", millis(0, Duration::from_secs(365 * DAY)), AtOnce,
+        "Spilled outputs older than this are deleted (the runtime directory is often in memory); 0 keeps them."),
+    key!(output.max_line_length as "max-line-length", count_in(80, 10_000_000), NewCells,
+        "Text lines longer than this (in characters) are cut in the returned output with a marker; the artifact keeps them whole."),
+    key!(output.artifact_max_total as "artifact-max-total", size_in(MIB, u64::MAX), AtOnce,
+        "Total size of the artifact directory; the oldest artifacts are deleted to stay under it, and a cell whose output cannot be kept whole says so."),
+    // [limits]
+    key!(limits.address_space as "address-space", size_in(64 * MIB, u64::MAX), NewWorkers,
+        "RLIMIT_AS of every worker; unset: no limit."),
+    key!(limits.cpu_time as "cpu-time", millis(1000, Duration::MAX), NewWorkers,
+        "RLIMIT_CPU of every worker (CPU time over its whole life); unset: no limit."),
+    key!(limits.open_files as "open-files", count_in(16, 1_048_576), NewWorkers,
+        "RLIMIT_NOFILE of every worker; unset: inherited."),
+    key!(limits.processes as "processes", count_in(1, 1_048_576), NewWorkers,
+        "RLIMIT_NPROC of every worker; it counts every process and thread of the user, not a worker's own, so one session's children can starve the others (run the daemon as a dedicated user, or in a cgroup with pids.max, to bound a session alone); unset: inherited."),
+    key!(limits.file_size as "file-size", size_in(KIB, u64::MAX), NewWorkers,
+        "RLIMIT_FSIZE of every worker: the largest file it may write; unset: no limit."),
+    key!(limits.max_rss as "max-rss", size_in(16 * MIB, u64::MAX), AtOnce,
+        "A worker whose resident memory (with its children) passes this is killed; checked every 50ms while a cell runs, every heartbeat-interval otherwise; unset: no cap."),
+    // [env]
+    key!(env.allow as "allow", Kind::Names, NewWorkers,
+        "Variables (or `PREFIX_*` patterns) passed to workers besides the built-in allowlist."),
+    key!(env.deny as "deny", Kind::Names, NewWorkers,
+        "Variables (or patterns like `*_TOKEN`) always removed, besides the built-in denylist (`*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `*PASSWD*`, `*_KEY`, `*_KEY_ID`, `*CREDENTIAL*`, `*AUTH*`, `*_DSN`, `DATABASE_URL`); the denylist wins over every allow rule, only `set` passes a value past it."),
+    key!(env.set as "set", Kind::Map, NewWorkers,
+        "Fixed values set in every worker (not overridable from the environment)."),
+    // [python]
+    key!(python.enabled as "enabled", Kind::Bool, NewCells,
+        "false: Python cells fail at once with a message naming this key."),
+    key!(python.interpreter as "interpreter", Kind::Text, NewWorkers,
+        "Interpreter path or name, tried after VIRTUAL_ENV, ./.venv and ./venv; unset: python3 on PATH."),
+    key!(python.prewarm as "prewarm", count_in(0, 16), AtOnce,
+        "Idle Python workers kept started ahead of demand."),
+    // [js]
+    key!(js.enabled as "enabled", Kind::Bool, NewCells,
+        "false: JavaScript cells fail at once with a message naming this key."),
+    key!(js.memory_limit as "memory-limit", size_in(MIB, u64::MAX), NewWorkers,
+        "QuickJS heap limit; unset: no limit. It counts the engine's own allocations: a worker's RSS is typically 2-3 times larger (allocator overhead, the engine, the worker itself), so cap processes with limits.max-rss or address-space."),
+    key!(js.stack_size as "stack-size", size_in(64 * KIB, u64::MAX), NewWorkers,
+        "QuickJS stack limit; unset: the engine's default."),
+    // [lua]
+    key!(lua.enabled as "enabled", Kind::Bool, NewCells,
+        "false: Lua cells fail at once with a message naming this key."),
+    key!(lua.memory_limit as "memory-limit", size_in(MIB, u64::MAX), NewWorkers,
+        "Lua heap limit; unset: a third of what limits.address-space leaves free (or the machine's memory), so running out is a Lua error, never an abort."),
+    key!(lua.stack_size as "stack-size", size_in(64 * KIB, u64::MAX), NewWorkers,
+        "Lua stack limit; unset: the engine's default."),
+    // [daemon]
+    key!(daemon.socket as "socket", Kind::Path, Restart,
+        "The daemon's socket; `--socket` and $CELLVISOR_SOCKET win; unset: daemon.sock in the runtime directory."),
+    key!(daemon.idle_exit as "idle-exit", millis(0, Duration::MAX), AtOnce,
+        "An auto-started daemon exits after this long with no sessions; 0 = never."),
+    key!(daemon.log as "log", Kind::Path, Restart,
+        "The auto-started daemon's log file; unset: next to its socket, with the extension `.log`."),
+    key!(daemon.max_pending_requests as "max-pending-requests", count_in(1, 1_000_000), NewConnections,
+        "Requests one connection may have unanswered; past it the daemon stops reading that connection until answers go out."),
+    key!(daemon.stalled_client_timeout as "stalled-client-timeout", millis(100, HOUR), NewConnections,
+        "A connection whose client reads none of its answers for this long, while the daemon waits to send them, is dropped (and logged)."),
+    // [startup]
+    key!(startup.user as "user", Kind::Bool, NewWorkers,
+        "Run `$XDG_CONFIG_HOME/cellvisor/startup/*.{py,js,lua}` (default `~/.config`) in every new worker, after the prelude."),
+    key!(startup.project as "project", Kind::Bool, NewWorkers,
+        "Run `<cwd>/.cellvisor/startup/*.{py,js,lua}` in every new worker, after the user's; a file here replaces the user's file of the same name."),
+    // [sandbox]
+    key!(sandbox.enabled as "enabled", Kind::Bool, NewCells,
+        "Confine every worker with Landlock after its start-up (see docs/sandbox.md); a request may turn it on, never off."),
+    key!(sandbox.required as "required", Kind::Bool, NewCells,
+        "true: a kernel that cannot enforce the whole policy refuses the request, naming the missing feature and Landlock ABI; false: workers start with what it can enforce, and a warning in the log and `status`."),
+    key!(sandbox.read as "read", Kind::Paths, NewCells,
+        "Read-only trees, besides the Python interpreter's prefix and venv; `/etc` is read without its secrets (shadow, sudoers, ssh, ssl/private). Anything else (`~/.ssh`, other sessions' files, the daemon's directory) is out of reach."),
+    key!(sandbox.write as "write", Kind::Paths, NewCells,
+        "Read-write trees: \"cwd\" (the session's directory) and any paths; the session's own temp directory ($TMPDIR), artifacts and store are always writable."),
+    key!(sandbox.network as "network", Kind::Choice(&["none", "loopback", "all"]), NewCells,
+        "none: TCP connect and bind fail in cells (Landlock ABI 4); loopback: each worker gets a network namespace of its own with only its loopback (needs user namespaces); all: no network rule."),
+    key!(sandbox.network_namespace as "network-namespace", Kind::Bool, NewCells,
+        "Also give each worker a network namespace of its own (needs user namespaces): UDP and every other protocol reach nothing outside the worker."),
+    key!(sandbox.confine_unix_connect as "confine-unix-connect", Kind::Bool, NewCells,
+        "Also confine `connect` on named Unix sockets to the write paths (Landlock ABI 9). The daemon refuses its own workers' descendants on every kernel."),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::super::{find, section_keys, AppliesWhen};
+    use super::*;
+    use crate::schema::Config;
+    use bytesize::ByteSize;
+
+    #[test]
+    fn getters_and_setters_agree() {
+        let defaults = Config::default();
+        let mut copy = Config::default();
+        copy.sessions.max_sessions = 99;
+        copy.limits.max_rss = Some(ByteSize::mib(1));
+        for spec in KEYS {
+            (spec.set)(&mut copy, (spec.get)(&defaults));
+        }
+        assert_eq!(copy, defaults);
+    }
+
+    #[test]
+    fn defaults_are_within_their_ranges() {
+        let defaults = Config::default();
+        for spec in KEYS {
+            let value = (spec.get)(&defaults);
+            assert!(
+                crate::check::in_range(&spec.kind, &value),
+                "{} default {value:?} outside {}",
+                spec.name(),
+                spec.kind.describe()
+            );
+        }
+    }
+
+    fn applies(name: &str) -> AppliesWhen {
+        let (section, key) = name.split_once('.').unwrap_or_default();
+        match find(section, key) {
+            Some((_, spec)) => spec.applies,
+            None => panic!("no key {name}"),
+        }
+    }
+
+    #[test]
+    fn every_case_is_the_apply_time_of_some_key() {
+        for when in AppliesWhen::ALL {
+            assert!(KEYS.iter().any(|spec| spec.applies == when), "{when:?}");
+        }
+    }
+
+    #[test]
+    fn what_a_worker_is_started_with_applies_to_new_workers() {
+        // rlimits are set between fork and exec, the environment (and what the engines and
+        // startup files read from it) when the worker's start is prepared.
+        for section in ["env", "startup"] {
+            for spec in section_keys(section) {
+                assert_eq!(spec.applies, NewWorkers, "{}", spec.name());
+            }
+        }
+        for spec in section_keys("limits").filter(|spec| spec.key != "max-rss") {
+            assert_eq!(spec.applies, NewWorkers, "{}", spec.name());
+        }
+        for name in [
+            "js.memory-limit",
+            "js.stack-size",
+            "lua.memory-limit",
+            "lua.stack-size",
+            "python.interpreter",
+            "sessions.start-timeout",
+        ] {
+            assert_eq!(applies(name), NewWorkers, "{name}");
+        }
+    }
+
+    #[test]
+    fn what_a_request_is_checked_against_applies_to_new_cells() {
+        // The request's limits, its sandbox plan and its language switches are read per
+        // request; a cell's output caps and deadline (with its grace) when it starts.
+        for section in ["cells", "sandbox"] {
+            for spec in section_keys(section) {
+                assert_eq!(spec.applies, NewCells, "{}", spec.name());
+            }
+        }
+        for name in [
+            "sessions.mode",
+            "sessions.interrupt-grace",
+            "output.max-bytes",
+            "output.max-lines",
+            "output.max-line-length",
+            "python.enabled",
+            "js.enabled",
+            "lua.enabled",
+        ] {
+            assert_eq!(applies(name), NewCells, "{name}");
+        }
+    }
+
+    #[test]
+    fn what_the_running_actors_and_timers_read_applies_at_once() {
+        // The Supervisor's ReloadConfig re-arms the sweep and the sampler, refills the pool
+        // and resizes the artifact store; each Session's UpdateConfig re-arms its heartbeat
+        // and sets its budget; the daemon re-reads its idle exit.
+        for name in [
+            "sessions.max-sessions",
+            "sessions.idle-timeout",
+            "sessions.sweep-interval",
+            "sessions.heartbeat-interval",
+            "sessions.heartbeat-timeout",
+            "sessions.restart-budget",
+            "sessions.shutdown-grace",
+            "output.artifact-max-age",
+            "output.artifact-max-total",
+            "limits.max-rss",
+            "python.prewarm",
+            "daemon.idle-exit",
+        ] {
+            assert_eq!(applies(name), AtOnce, "{name}");
+        }
+    }
+
+    #[test]
+    fn connection_bounds_apply_to_new_connections_and_start_up_paths_at_restart() {
+        for name in [
+            "daemon.max-pending-requests",
+            "daemon.stalled-client-timeout",
+        ] {
+            assert_eq!(applies(name), NewConnections, "{name}");
+        }
+        for name in ["daemon.socket", "daemon.log", "output.artifact-dir"] {
+            assert_eq!(applies(name), Restart, "{name}");
+        }
+    }
+}
