@@ -193,7 +193,7 @@ mod tests {
         for spec in KEYS {
             let value = (spec.get)(&defaults);
             assert!(
-                crate::check::in_range(&spec.kind, &value),
+                crate::check::values::in_range(&spec.kind, &value),
                 "{} default {value:?} outside {}",
                 spec.name(),
                 spec.kind.describe()
