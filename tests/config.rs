@@ -123,11 +123,7 @@ fn show_gives_every_value_with_its_source_and_parses_back() {
         "heartbeat-interval = \"5s\"  # default; applies at once\n".to_string(),
         "# address-space = (unset)  # default; applies to new workers\n".to_string(),
     ] {
-        assert!(
-            run.stdout.contains(&expected),
-            "missing {expected}\n{}",
-            run.stdout
-        );
+        assert_shows(&run, &expected);
     }
 
     // What show prints is a config file that checks clean and shows the same values.
@@ -164,10 +160,15 @@ fn show_says_when_a_reload_applies_each_key() {
         "start-timeout = \"15s\"  # default; applies to new workers\n".to_string(),
         "# socket = (unset)  # default; applies at restart\n".to_string(),
     ] {
-        assert!(
-            run.stdout.contains(&expected),
-            "missing {expected}\n{}",
-            run.stdout
-        );
+        assert_shows(&run, &expected);
     }
+}
+
+/// `config show` printed the line `expected` (with its newline).
+fn assert_shows(run: &Run, expected: &str) {
+    assert!(
+        run.stdout.contains(expected),
+        "missing {expected}\n{}",
+        run.stdout
+    );
 }

@@ -19,17 +19,30 @@ pub(super) trait Field: Sized {
     fn from_value(value: Value) -> Option<Self>;
 }
 
-impl Field for Duration {
-    fn to_value(&self) -> Value {
-        Value::Duration(*self)
-    }
-    fn from_value(value: Value) -> Option<Self> {
-        match value {
-            Value::Duration(d) => Some(d),
-            _ => None,
+/// Fields held as they are by one [`Value`] variant.
+macro_rules! plain_field {
+    ($($t:ty => $variant:ident),* $(,)?) => {$(
+        impl Field for $t {
+            fn to_value(&self) -> Value {
+                Value::$variant(Clone::clone(self))
+            }
+            fn from_value(value: Value) -> Option<Self> {
+                match value {
+                    Value::$variant(inner) => Some(inner),
+                    _ => None,
+                }
+            }
         }
-    }
+    )*};
 }
+plain_field!(
+    Duration => Duration,
+    bool => Bool,
+    String => Text,
+    PathBuf => Path,
+    Vec<String> => Names,
+    BTreeMap<String, String> => Map,
+);
 
 impl Field for ByteSize {
     fn to_value(&self) -> Value {
@@ -60,66 +73,6 @@ macro_rules! count_field {
     )*};
 }
 count_field!(usize, u32, u64);
-
-impl Field for bool {
-    fn to_value(&self) -> Value {
-        Value::Bool(*self)
-    }
-    fn from_value(value: Value) -> Option<Self> {
-        match value {
-            Value::Bool(b) => Some(b),
-            _ => None,
-        }
-    }
-}
-
-impl Field for String {
-    fn to_value(&self) -> Value {
-        Value::Text(self.clone())
-    }
-    fn from_value(value: Value) -> Option<Self> {
-        match value {
-            Value::Text(text) => Some(text),
-            _ => None,
-        }
-    }
-}
-
-impl Field for PathBuf {
-    fn to_value(&self) -> Value {
-        Value::Path(self.clone())
-    }
-    fn from_value(value: Value) -> Option<Self> {
-        match value {
-            Value::Path(path) => Some(path),
-            _ => None,
-        }
-    }
-}
-
-impl Field for Vec<String> {
-    fn to_value(&self) -> Value {
-        Value::Names(self.clone())
-    }
-    fn from_value(value: Value) -> Option<Self> {
-        match value {
-            Value::Names(names) => Some(names),
-            _ => None,
-        }
-    }
-}
-
-impl Field for BTreeMap<String, String> {
-    fn to_value(&self) -> Value {
-        Value::Map(self.clone())
-    }
-    fn from_value(value: Value) -> Option<Self> {
-        match value {
-            Value::Map(map) => Some(map),
-            _ => None,
-        }
-    }
-}
 
 impl Field for SessionMode {
     fn to_value(&self) -> Value {

@@ -170,7 +170,7 @@ pub static KEYS: &[KeySpec] = &[
 
 #[cfg(test)]
 mod tests {
-    use super::super::{find, section_keys, AppliesWhen};
+    use super::super::AppliesWhen;
     use super::*;
     use crate::schema::Config;
     use bytesize::ByteSize;
@@ -201,11 +201,99 @@ mod tests {
         }
     }
 
-    fn applies(name: &str) -> AppliesWhen {
-        let (section, key) = name.split_once('.').unwrap_or_default();
-        match find(section, key) {
-            Some((_, spec)) => spec.applies,
-            None => panic!("no key {name}"),
+    /// What reads each key, and so when a change to it applies. A section stands for its
+    /// keys not named on their own.
+    const READ_BY: &[(AppliesWhen, &[&str])] = &[
+        // The Supervisor's ReloadConfig re-arms the sweep and the sampler, refills the pool
+        // and resizes the artifact store; each Session's UpdateConfig re-arms its heartbeat
+        // and sets its budget, and reads the rest at each use; the daemon re-reads its idle
+        // exit.
+        (
+            AtOnce,
+            &[
+                "sessions.max-sessions",
+                "sessions.idle-timeout",
+                "sessions.sweep-interval",
+                "sessions.heartbeat-interval",
+                "sessions.heartbeat-timeout",
+                "sessions.restart-budget",
+                "sessions.shutdown-grace",
+                "output.artifact-max-age",
+                "output.artifact-max-total",
+                "limits.max-rss",
+                "python.prewarm",
+                "daemon.idle-exit",
+            ],
+        ),
+        // Per request: its limits, its sandbox plan, its language switches; when a cell
+        // starts: its output caps and its deadline (with the interrupt grace).
+        (
+            NewCells,
+            &[
+                "cells",
+                "sandbox",
+                "sessions.mode",
+                "sessions.interrupt-grace",
+                "output.max-bytes",
+                "output.max-lines",
+                "output.max-line-length",
+                "python.enabled",
+                "js.enabled",
+                "lua.enabled",
+            ],
+        ),
+        // The daemon's bounds of one connection, taken when it is accepted.
+        (
+            NewConnections,
+            &[
+                "daemon.max-pending-requests",
+                "daemon.stalled-client-timeout",
+            ],
+        ),
+        // The worker's spec: rlimits (set between fork and exec), its environment (and what
+        // the engines and startup files read from it), its start timeout.
+        (
+            NewWorkers,
+            &[
+                "limits",
+                "env",
+                "startup",
+                "js.memory-limit",
+                "js.stack-size",
+                "lua.memory-limit",
+                "lua.stack-size",
+                "python.interpreter",
+                "sessions.start-timeout",
+            ],
+        ),
+        // Read when the supervisor and the daemon start.
+        (
+            Restart,
+            &["daemon.socket", "daemon.log", "output.artifact-dir"],
+        ),
+    ];
+
+    /// The cases [`READ_BY`] gives `spec`: those naming it, else those naming its section.
+    fn read_by(spec: &KeySpec) -> Vec<AppliesWhen> {
+        let naming = |name: &str| -> Vec<AppliesWhen> {
+            READ_BY
+                .iter()
+                .filter(|(_, names)| names.contains(&name))
+                .map(|(when, _)| *when)
+                .collect()
+        };
+        let own = naming(&spec.name());
+        if own.is_empty() {
+            naming(spec.section)
+        } else {
+            own
+        }
+    }
+
+    #[test]
+    fn every_key_applies_when_the_code_reading_it_takes_it() {
+        for spec in KEYS {
+            assert_eq!(read_by(spec), [spec.applies], "{}", spec.name());
         }
     }
 
@@ -213,89 +301,6 @@ mod tests {
     fn every_case_is_the_apply_time_of_some_key() {
         for when in AppliesWhen::ALL {
             assert!(KEYS.iter().any(|spec| spec.applies == when), "{when:?}");
-        }
-    }
-
-    #[test]
-    fn what_a_worker_is_started_with_applies_to_new_workers() {
-        // rlimits are set between fork and exec, the environment (and what the engines and
-        // startup files read from it) when the worker's start is prepared.
-        for section in ["env", "startup"] {
-            for spec in section_keys(section) {
-                assert_eq!(spec.applies, NewWorkers, "{}", spec.name());
-            }
-        }
-        for spec in section_keys("limits").filter(|spec| spec.key != "max-rss") {
-            assert_eq!(spec.applies, NewWorkers, "{}", spec.name());
-        }
-        for name in [
-            "js.memory-limit",
-            "js.stack-size",
-            "lua.memory-limit",
-            "lua.stack-size",
-            "python.interpreter",
-            "sessions.start-timeout",
-        ] {
-            assert_eq!(applies(name), NewWorkers, "{name}");
-        }
-    }
-
-    #[test]
-    fn what_a_request_is_checked_against_applies_to_new_cells() {
-        // The request's limits, its sandbox plan and its language switches are read per
-        // request; a cell's output caps and deadline (with its grace) when it starts.
-        for section in ["cells", "sandbox"] {
-            for spec in section_keys(section) {
-                assert_eq!(spec.applies, NewCells, "{}", spec.name());
-            }
-        }
-        for name in [
-            "sessions.mode",
-            "sessions.interrupt-grace",
-            "output.max-bytes",
-            "output.max-lines",
-            "output.max-line-length",
-            "python.enabled",
-            "js.enabled",
-            "lua.enabled",
-        ] {
-            assert_eq!(applies(name), NewCells, "{name}");
-        }
-    }
-
-    #[test]
-    fn what_the_running_actors_and_timers_read_applies_at_once() {
-        // The Supervisor's ReloadConfig re-arms the sweep and the sampler, refills the pool
-        // and resizes the artifact store; each Session's UpdateConfig re-arms its heartbeat
-        // and sets its budget; the daemon re-reads its idle exit.
-        for name in [
-            "sessions.max-sessions",
-            "sessions.idle-timeout",
-            "sessions.sweep-interval",
-            "sessions.heartbeat-interval",
-            "sessions.heartbeat-timeout",
-            "sessions.restart-budget",
-            "sessions.shutdown-grace",
-            "output.artifact-max-age",
-            "output.artifact-max-total",
-            "limits.max-rss",
-            "python.prewarm",
-            "daemon.idle-exit",
-        ] {
-            assert_eq!(applies(name), AtOnce, "{name}");
-        }
-    }
-
-    #[test]
-    fn connection_bounds_apply_to_new_connections_and_start_up_paths_at_restart() {
-        for name in [
-            "daemon.max-pending-requests",
-            "daemon.stalled-client-timeout",
-        ] {
-            assert_eq!(applies(name), NewConnections, "{name}");
-        }
-        for name in ["daemon.socket", "daemon.log", "output.artifact-dir"] {
-            assert_eq!(applies(name), Restart, "{name}");
         }
     }
 }
