@@ -20,8 +20,8 @@ pub enum AppliesWhen {
     /// Read when a worker's start is prepared: the workers of sessions opened after the
     /// reload, and the prewarmed pool (refilled at once), get it; a live worker keeps the old
     /// value. A live session starts its replacement workers (after a crash, a reset, another
-    /// Python or sandbox) as it started its first, so close the session to be sure its worker
-    /// has the new value.
+    /// Python or sandbox) from what it was opened with, unless a Python one takes a
+    /// prewarmed worker, so close the session to be sure its worker has the new value.
     NewWorkers,
     /// Read when the daemon starts: a reload reports the change, but the running daemon
     /// keeps the old value until it is restarted.
