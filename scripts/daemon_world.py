@@ -78,8 +78,10 @@ def open_fds(pid):
 
 
 def cellvisor_exe(release):
-    """Builds cellvisor (debug unless `release`) and answers the binary's path."""
+    """Builds cellvisor's two programs (debug unless `release`), by binary name whichever crate
+    holds them, and answers the `cellvisor` binary's path."""
     root = os.path.dirname(HERE)
-    command = ["cargo", "build", "--quiet", "-p", "cellvisor"] + (["--release"] if release else [])
+    command = ["cargo", "build", "--quiet", "--bin", "cellvisor", "--bin", "cellvisor-py-worker"]
+    command += ["--release"] if release else []
     subprocess.run(command, cwd=root, check=True)
     return os.path.join(root, "target", "release" if release else "debug", "cellvisor")
