@@ -27,6 +27,7 @@ blocks, also on Ctrl-C.
 
 import argparse
 import json
+import operator
 import os
 import platform
 import select
@@ -78,6 +79,10 @@ FULL = dict(cold=10, warm=2000, output=5, interrupt=10, crash=10, memory=3, conc
 QUICK = dict(cold=3, warm=200, output=1, interrupt=3, crash=3, memory=1, conc=1, conc_cells=100, daemon=1,
              transport=2)
 TRANSPORT_ROUND_TRIPS = 10_000
+STATUS_OUTPUT = operator.itemgetter("status", "output")  # of a cell result, at C speed
+
+sys.path.insert(0, HERE)
+import cellvisor_client  # noqa: E402  (the daemon's client, this directory)
 
 
 def now():
@@ -445,125 +450,39 @@ class JupyterSession:
 # cellvisor: the daemon and its JSON-RPC socket
 
 
-class Conn:
-    """One JSON-RPC connection to the daemon."""
-
-    def __init__(self, path):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path)
-        self.lines = self.sock.makefile("rb")
-        self.next_id = 1
-
-    def send(self, method, params=None):
-        request_id = self.next_id
-        self.next_id += 1
-        message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}
-        self.sock.sendall(json.dumps(message).encode() + b"\n")
-        return request_id
-
-    def wait(self, request_id, on_event=None):
-        for line in self.lines:
-            message = json.loads(line)
-            if message.get("id") == request_id:
-                if "error" in message:
-                    raise RuntimeError(f"{message['error']['code']}: {message['error']['message']}")
-                return message["result"]
-            if on_event and message.get("method") == "eval/event":
-                on_event(message["params"])
-        raise ConnectionError("the daemon closed the connection")
-
-    def call(self, method, params=None, on_event=None):
-        return self.wait(self.send(method, params), on_event)
-
-    def send_eval(self, session, lang, code):
-        return self.send("eval", {"session": session, "cells": [{"language": lang, "code": code}]})
-
-    def eval(self, session, lang, code, on_event=None):
-        """Runs one cell: (status, output, the whole cell result)."""
-        cell = self.call("eval", {"session": session, "cells": [{"language": lang, "code": code}]}, on_event)["cells"][0]
-        return cell["status"], cell["output"], cell
-
-    def close(self):
-        self.lines.close()
-        self.sock.close()
-
-
-class Daemon:
-    """`cellvisor serve` with its own config, socket and runtime directory."""
+class Daemon(cellvisor_client.Daemon):
+    """`cellvisor serve` with its own config, socket and runtime directory, stopped by the
+    bench's cleanup if the run is cut short."""
 
     def __init__(self, prewarm=None):
         """`prewarm`: `[python] prewarm`; None keeps the default (the configuration users get)."""
-        self.dir = tempfile.mkdtemp(prefix="cellvisor-bench-")
-        runtime = os.path.join(self.dir, "run")
-        os.mkdir(runtime, 0o700)
-        self.socket = os.path.join(runtime, "daemon.sock")
-        config = os.path.join(self.dir, "config.toml")
-        with open(config, "w") as f:
-            f.write(
-                "[sessions]\nidle-timeout = \"0s\"\n\n"
-                f"[python]\ninterpreter = {json.dumps(real_python())}\n"
-                + ("" if prewarm is None else f"prewarm = {prewarm}\n")
-                + "\n"
-                "[daemon]\nidle-exit = \"0s\"\n"
-            )
-        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CELLVISOR_CONFIG", "CELLVISOR_SOCKET")}
-        env["XDG_RUNTIME_DIR"] = runtime
-        self.log = open(os.path.join(self.dir, "daemon.log"), "wb")
-        self.proc = subprocess.Popen(
-            [ARGS.binary, "--config", config, "serve", "--socket", self.socket],
-            cwd=self.dir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        config = (
+            "[sessions]\nidle-timeout = \"0s\"\n\n"
+            f"[python]\ninterpreter = {json.dumps(real_python())}\n"
+            + ("" if prewarm is None else f"prewarm = {prewarm}\n")
+            + "\n"
+            "[daemon]\nidle-exit = \"0s\"\n"
         )
+        self.cleanup = None  # a failed start stops itself, before this is known
+        super().__init__(ARGS.binary, config, prefix="cellvisor-bench-", env={"VIRTUAL_ENV": None},
+                         new_session=True)
         self.cleanup = CLEANUP.push(self.stop)
-        deadline = now() + 20
-        while True:
-            try:
-                self.conn = Conn(self.socket)
-                self.conn.call("initialize")
-                break
-            except (FileNotFoundError, ConnectionRefusedError):
-                if self.proc.poll() is not None or now() > deadline:
-                    raise RuntimeError(f"cellvisor serve did not start; see {self.log.name}")
-                time.sleep(0.002)
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def connect(self):
-        return Conn(self.socket)
 
     def workers(self, session=None, lang=None):
         """{(session, language): pid} of the live workers."""
         return {
             (s["session"], s["language"]): s["pid"]
-            for s in self.conn.call("status")
+            for s in self.client.call("status")
             if s.get("pid") and (session is None or s["session"] == session) and (lang is None or s["language"] == lang)
         }
 
     def close_session(self, session):
-        self.conn.call("close", {"session": session})
+        self.client.call("close", {"session": session})
 
     def stop(self):
         """The shutdown RPC, then SIGKILL by pid if the daemon is still there."""
         CLEANUP.discard(self.cleanup)
-        try:
-            try:
-                self.conn.call("shutdown")
-            except Exception:
-                pass
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                kill_pid(self.proc.pid)
-                self.proc.wait()
-        finally:
-            self.log.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
+        return super().stop(timeout=10)
 
 
 # ---------------------------------------------------------------------------------------
@@ -593,7 +512,7 @@ def cold_cellvisor(daemon, lang, n, label="cold"):
             if label == "prewarm":
                 time.sleep(0.3)  # the pool (re)fills, as it does between one agent and the next
             t0 = now()
-            status, output, _ = conn.eval(session, lang, CODE[lang]["trivial"])
+            status, output = STATUS_OUTPUT(conn.cell(session, lang, CODE[lang]["trivial"]))
             samples.append(ms(now() - t0))
             check(last_line(output) == "2", f"cellvisor {lang} cold: {status} {output!r}")
             daemon.close_session(session)
@@ -610,7 +529,7 @@ def cold_daemon_cellvisor(n):
         t0 = now()
         daemon = Daemon()
         try:
-            status, output, _ = daemon.conn.eval("first", "py", "1+1")
+            status, output = STATUS_OUTPUT(daemon.client.cell("first", "py", "1+1"))
             samples.append(ms(now() - t0))
             check(last_line(output) == "2", f"cellvisor daemon cold: {status} {output!r}")
         finally:
@@ -722,7 +641,7 @@ def warm_cellvisor(daemon, lang, n):
     conn = daemon.connect()
     session = f"warm-{lang}"
     try:
-        run = lambda code: conn.eval(session, lang, code)[:2]  # noqa: E731
+        run = lambda code: STATUS_OUTPUT(conn.cell(session, lang, code))  # noqa: E731
         warm_loop(run, 20)
         worker = daemon.workers(session, lang).get((session, lang))
         interpreter = children_of(worker) if worker else []
@@ -763,7 +682,7 @@ def output_host(system, lang, socket_path):
     """In the host child: runs the flood once; returns seconds and what arrived."""
     code = CODE[lang]["flood"]
     if system == "cellvisor":
-        conn = Conn(socket_path)
+        conn = cellvisor_client.Client(socket_path)
         got = {"bytes": 0, "events": 0, "last": None}
 
         def on_event(event):
@@ -773,9 +692,10 @@ def output_host(system, lang, socket_path):
                 got["last"] = now()
 
         session = f"flood-{lang}"
-        conn.eval(session, lang, CODE[lang]["trivial"])
+        conn.cell(session, lang, CODE[lang]["trivial"])
         t0 = now()
-        status, _, cell = conn.eval(session, lang, code, on_event)
+        cell = conn.cell(session, lang, code, on_event)
+        status = cell["status"]
         t1 = now()
         conn.close()
         check(status == "complete", f"cellvisor flood: {status}")
@@ -826,15 +746,15 @@ def interrupt_cellvisor(daemon, lang, n):
     session, code = f"intr-{lang}", CODE[lang]
     cancelled, recovered = [], []
     try:
-        conn.eval(session, lang, code["set"])
+        conn.cell(session, lang, code["set"])
         for _ in range(n):
-            request = conn.send_eval(session, lang, code["spin"])
+            request = conn.send_cell(session, lang, code["spin"])
             time.sleep(0.2)
             t0 = now()
             side.call("interrupt", {"session": session, "language": lang})
             cell = conn.wait(request)["cells"][0]
             t1 = now()
-            status, output, _ = conn.eval(session, lang, code["get"])
+            status, output = STATUS_OUTPUT(conn.cell(session, lang, code["get"]))
             t2 = now()
             check(cell["status"] == "cancelled", f"cellvisor interrupt: {cell['status']}")
             check(last_line(output) == "42", f"cellvisor after interrupt: {status} {output!r}")
@@ -908,14 +828,15 @@ def interrupt_jupyter(n):
 def crash_cellvisor(daemon, lang, n):
     conn, session, samples, attempts = daemon.connect(), f"crash-{lang}", [], []
     try:
-        conn.eval(session, lang, CODE[lang]["trivial"])
+        conn.cell(session, lang, CODE[lang]["trivial"])
         for _ in range(n):
             pid = daemon.workers(session, lang)[(session, lang)]
             t0 = now()
             os.kill(pid, signal.SIGKILL)
             first = None
             for attempt in range(1, 1000):
-                status, output, cell = conn.eval(session, lang, "1+1")
+                cell = conn.cell(session, lang, "1+1")
+                status, output = STATUS_OUTPUT(cell)
                 if first is None:
                     first = {"status": status, "output": output[-300:], "notice": cell.get("notice")}
                 if last_line(output) == "2":
@@ -985,7 +906,7 @@ def memory_cellvisor(daemon, lang):
     conn, sessions = daemon.connect(), [f"mem-{lang}-{i}" for i in range(4)]
     try:
         for session in sessions:
-            conn.eval(session, lang, "1+1")
+            conn.cell(session, lang, "1+1")
         time.sleep(0.5)
         workers = daemon.workers(lang=lang)
         figures = memory_of([tree(workers[(s, lang)]) for s in sessions])
@@ -1051,7 +972,7 @@ def concurrently(runs, cells):
 def conc_cellvisor(daemon, lang, cells):
     conns, sessions = [daemon.connect() for _ in range(4)], [f"conc-{lang}-{i}" for i in range(4)]
     try:
-        runs = [(lambda code, c=c, s=s: c.eval(s, lang, code)[:2]) for c, s in zip(conns, sessions)]
+        runs = [(lambda code, c=c, s=s: STATUS_OUTPUT(c.cell(s, lang, code))) for c, s in zip(conns, sessions)]
         for run in runs:
             run("1+1")
         return concurrently(runs, cells)
@@ -1290,7 +1211,7 @@ def js_works():
     except Exception:
         return False
     try:
-        return d.conn.eval("probe", "js", "1+1")[1].strip() == "2"
+        return d.client.cell("probe", "js", "1+1")["output"].strip() == "2"
     except Exception:
         return False
     finally:

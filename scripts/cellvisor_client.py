@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
-"""A cellvisor client in plain Python (standard library only).
+"""The one Python client of the cellvisor daemon (standard library only).
 
-Connects to the daemon's Unix socket, runs cells, and prints their output as it streams.
+Every script here speaks to the daemon through this module: `Client` is one connection to
+its JSON-RPC Unix socket (newline-delimited JSON-RPC 2.0, docs/protocol.md), `connect`
+waits for a daemon that is starting, and `Daemon` runs `cellvisor serve` in a private
+directory for the scripts that measure or abuse it. Run as a program, it runs cells and
+prints their output as it streams:
 
     python3 scripts/cellvisor_client.py --session demo py 'x = 41' py 'print(x + 1)' js '6 * 7'
 
@@ -11,8 +15,12 @@ Start the daemon first (`cellvisor serve`, or any `cellvisor eval`, which starts
 import argparse
 import json
 import os
+import shutil
 import socket
+import subprocess
 import sys
+import tempfile
+import time
 
 
 def default_socket():
@@ -23,96 +31,188 @@ def default_socket():
     if runtime:
         base = os.path.join(runtime, "cellvisor")
     else:
-        import tempfile
-
         base = os.path.join(tempfile.gettempdir(), f"cellvisor-{os.getuid()}")
     return os.path.join(base, "daemon.sock")
 
 
-class Client:
-    """One connection; requests are answered by id, notifications arrive in between."""
+class RpcError(RuntimeError):
+    """The daemon answered a request with a JSON-RPC error (`code`, `message`)."""
 
-    def __init__(self, path):
+    def __init__(self, code, message):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class Client:
+    """One connection. Requests are answered by their (integer) id; in between come the
+    `eval/event` notifications of running cells and the daemon's own `tool/call` requests
+    (string ids), which `tools` answers. `timeout` (seconds, None: wait for ever) bounds
+    every read and write: past it, `TimeoutError`, and the connection is done for."""
+
+    def __init__(self, path, timeout=None):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path)
-        self.lines = self.sock.makefile("r", encoding="utf-8")
+        try:
+            self.sock.settimeout(timeout)
+            self.sock.connect(path)
+        except BaseException:
+            self.sock.close()
+            raise
+        self.lines = self.sock.makefile("rb")
         self.next_id = 1
 
-    def send(self, message):
-        self.sock.sendall((json.dumps(message) + "\n").encode("utf-8"))
+    def __enter__(self):
+        return self
 
-    def call(self, method, params=None, on_event=None, tools=None):
-        """Calls `method`; `on_event` gets each `eval/event`, and `tools` (name -> function
-        of the arguments) answers the daemon's `tool/call` requests."""
+    def __exit__(self, *_):
+        self.close()
+
+    def send(self, method, params=None):
+        """Writes a request without waiting for its answer (see `wait`); returns its id."""
         request_id = self.next_id
         self.next_id += 1
-        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}})
+        message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}
+        self.sock.sendall(json.dumps(message).encode() + b"\n")
+        return request_id
+
+    def wait(self, request_id, on_event=None, tools=None):
+        """Reads until the answer to `request_id` and returns its result (raises `RpcError`
+        for an error). `on_event` gets the params of each `eval/event` read meanwhile;
+        `tools` (name -> function of the arguments) answers each `tool/call`."""
         for line in self.lines:
             message = json.loads(line)
-            if message.get("id") == request_id and "method" not in message:
+            if message.get("id") == request_id:
                 if "error" in message:
-                    raise RuntimeError(f"{message['error']['code']}: {message['error']['message']}")
+                    raise RpcError(message["error"]["code"], message["error"]["message"])
                 return message["result"]
-            if message.get("method") == "eval/event" and on_event:
-                on_event(message["params"])
-            elif message.get("method") == "tool/call":
+            if "id" in message:  # a request of the daemon's: only `tool/call` is one
                 self.answer_tool_call(message, tools or {})
+            elif on_event is not None and message.get("method") == "eval/event":
+                on_event(message["params"])
         raise ConnectionError("the daemon closed the connection")
 
+    def call(self, method, params=None, on_event=None, tools=None):
+        """A request and its result: `send` then `wait`."""
+        return self.wait(self.send(method, params), on_event, tools)
+
+    def send_cell(self, session, language, code):
+        """Starts one cell in `session` without waiting; returns the request id."""
+        return self.send("eval", {"session": session, "cells": [{"language": language, "code": code}]})
+
+    def cell(self, session, language, code, on_event=None):
+        """Runs one cell in `session` and returns its result (status, output, ...)."""
+        return self.wait(self.send_cell(session, language, code), on_event)["cells"][0]
+
     def answer_tool_call(self, request, tools):
-        params = request["params"]
-        function = tools.get(params["name"])
+        params = request.get("params") or {}
+        function = tools.get(params.get("name"))
         try:
             if function is None:
-                raise LookupError(f"this host has no tool {params['name']!r}")
-            response = {"jsonrpc": "2.0", "id": request["id"], "result": function(params["arguments"])}
+                raise LookupError(f"this host has no tool {params.get('name')!r}")
+            response = {"jsonrpc": "2.0", "id": request["id"], "result": function(params.get("arguments"))}
         except Exception as error:  # the tool's failure is the cell's to handle
-            response = {"jsonrpc": "2.0", "id": request["id"],
-                        "error": {"code": -32000, "message": str(error)}}
-        self.send(response)
+            response = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32000, "message": str(error)}}
+        self.sock.sendall(json.dumps(response).encode() + b"\n")
+
+    def close(self):
+        try:
+            self.lines.close()
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def connect(path, process=None, within=20.0, timeout=None):
+    """A `Client` of the daemon that is starting at `path`: retries every 2 ms until it
+    answers, for at most `within` seconds or until `process` (its Popen) has exited."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return Client(path, timeout)
+        except (FileNotFoundError, ConnectionRefusedError):
+            if (process is not None and process.poll() is not None) or time.monotonic() > deadline:
+                raise RuntimeError(f"no daemon answers at {path}") from None
+            time.sleep(0.002)
 
 
 class Daemon:
     """`cellvisor serve` run from `binary` with the config `config_text`, in a private
-    temporary runtime directory: for scripts that measure. `stop()` ends it by pid."""
+    temporary directory (`dir`: its config, its log `daemon.log` and its runtime directory
+    `run_dir`, which every process it starts inherits as XDG_RUNTIME_DIR), so that it never
+    meets the user's daemon. `private_dirs` gives it its own XDG_STATE_HOME and XDG_CONFIG_HOME
+    too (none of the user's session stores or startup scripts); `env`
+    adds variables (None removes one); `new_session` starts it in a process group of its
+    own. `client` is its first connection (initialized); `stop()` ends it by pid."""
 
-    def __init__(self, binary, config_text):
-        import subprocess
-        import tempfile
-        import time
-
-        self.dir = tempfile.mkdtemp(prefix="cellvisor-daemon-")
+    def __init__(self, binary, config_text="", prefix="cellvisor-daemon-", private_dirs=False,
+                 env=None, new_session=False):
+        self.dir = tempfile.mkdtemp(prefix=prefix)
+        self.run_dir = os.path.join(self.dir, "run")
+        os.mkdir(self.run_dir, 0o700)
+        self.socket = os.path.join(self.run_dir, "daemon.sock")
         config = os.path.join(self.dir, "config.toml")
         with open(config, "w") as f:
             f.write(config_text)
-        run = os.path.join(self.dir, "run")
-        os.makedirs(run, mode=0o700)
-        self.socket = os.path.join(run, "d.sock")
-        env = dict(os.environ, XDG_RUNTIME_DIR=run)
-        self.process = subprocess.Popen([binary, "serve", "--socket", self.socket, "--config", config],
-                                        env=env, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 15
-        while not os.path.exists(self.socket):
-            if time.time() > deadline or self.process.poll() is not None:
-                self.stop()
-                raise RuntimeError("the daemon did not start")
-            time.sleep(0.01)
-        self.client = Client(self.socket)
+        environment = {k: v for k, v in os.environ.items() if k not in ("CELLVISOR_SOCKET", "CELLVISOR_CONFIG")}
+        environment["XDG_RUNTIME_DIR"] = self.run_dir
+        if private_dirs:
+            environment["XDG_STATE_HOME"] = os.path.join(self.dir, "state")
+            environment["XDG_CONFIG_HOME"] = os.path.join(self.dir, "config")
+        for name, value in (env or {}).items():
+            if value is None:
+                environment.pop(name, None)
+            else:
+                environment[name] = value
+        self.log = open(os.path.join(self.dir, "daemon.log"), "wb")
+        self.process = subprocess.Popen(
+            [os.path.abspath(binary), "--config", config, "serve", "--socket", self.socket],
+            cwd=self.dir, env=environment, stdin=subprocess.DEVNULL, stdout=self.log,
+            stderr=subprocess.STDOUT, start_new_session=new_session)
+        try:
+            self.client = connect(self.socket, self.process, within=30)
+            self.client.call("initialize")
+        except BaseException:
+            self.stop()
+            raise
 
-    def stop(self):
-        import shutil
+    @property
+    def pid(self):
+        return self.process.pid
 
+    def connect(self, timeout=None):
+        """Another connection to this daemon."""
+        return Client(self.socket, timeout)
+
+    def stop(self, timeout=20):
+        """Asks the daemon to shut down and waits for it, kills it if it will not, and removes
+        its directory; answers whether it stopped by itself."""
+        clean = True
         if self.process.poll() is None:
             try:
-                self.client.call("shutdown")
-                self.process.wait(timeout=20)
-            except Exception:
+                with self.connect(timeout) as client:
+                    client.call("shutdown")
+            except (OSError, RuntimeError):
+                pass  # gone already, or going: the wait below tells
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                clean = False
                 self.process.kill()
                 self.process.wait()
+        self.remove()
+        return clean
+
+    def remove(self):
+        """Closes the connection and the log and removes the directory (again: no-op)."""
+        client = getattr(self, "client", None)
+        if client is not None:
+            client.close()
+        self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def print_event(event):
+    """Prints one `eval/event` as the CLI would: a header per cell, its output, its status."""
     kind = event["event"]
     if kind == "cell_started":
         title = event.get("title") or event["language"]
@@ -137,14 +237,15 @@ def main():
         parser.error("cells come in pairs: LANGUAGE CODE")
     cells = [{"language": lang, "code": code} for lang, code in zip(args.cells[::2], args.cells[1::2])]
 
-    client = Client(args.socket)
-    info = client.call("initialize")
-    print(f"connected to cellvisor {info['server_version']} (protocol {info['protocol_version']})", file=sys.stderr)
-    if not cells:
-        print(json.dumps(client.call("status"), indent=2))
-        return 0
-    result = client.call("eval", {"session": args.session, "cells": cells}, on_event=print_event)
-    return 1 if result["is_error"] else 0
+    with Client(args.socket) as client:
+        info = client.call("initialize")
+        print(f"connected to cellvisor {info['server_version']} (protocol {info['protocol_version']})",
+              file=sys.stderr)
+        if not cells:
+            print(json.dumps(client.call("status"), indent=2))
+            return 0
+        result = client.call("eval", {"session": args.session, "cells": cells}, on_event=print_event)
+        return 1 if result["is_error"] else 0
 
 
 if __name__ == "__main__":

@@ -173,7 +173,7 @@ def main():
             warm.call("eval", {"session": "warm-up", "cells": [{"language": language, "code": "1"}]})
         warm.call("close", {"session": "warm-up"})
         warm.close()
-        fds_before, rss_before = open_fds(world.daemon.pid), rss_bytes(world.daemon.pid)
+        fds_before, rss_before = open_fds(world.pid), rss_bytes(world.pid)
 
         deadline = time.monotonic() + args.duration
         stop = threading.Event()
@@ -197,7 +197,7 @@ def main():
             closer.call("close", {"session": "chaos-%d" % i})
         closer.close()
         time.sleep(1.0)
-        fds_after, rss_after = open_fds(world.daemon.pid), rss_bytes(world.daemon.pid)
+        fds_after, rss_after = open_fds(world.pid), rss_bytes(world.pid)
         clean = world.stop()
         time.sleep(2.0)
         orphans = world.processes()

@@ -17,13 +17,11 @@ Everything it starts is stopped by pid, and its directory removed.
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
-from bench import Conn  # the benchmark's JSON-RPC client (this directory)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cellvisor_client import Daemon  # noqa: E402
 
 CODE = {"py": "1+1", "js": "1+1", "lua": "return 1+1"}
 
@@ -58,30 +56,11 @@ def main():
     parser.add_argument("--python", default=os.path.realpath(sys.executable))
     args = parser.parse_args()
 
-    home = tempfile.mkdtemp(prefix="cellvisor-wakeups-")
-    runtime = os.path.join(home, "run")
-    os.mkdir(runtime, 0o700)
-    config = os.path.join(home, "config.toml")
-    with open(config, "w") as f:
-        f.write('[sessions]\nidle-timeout = "0s"\n[daemon]\nidle-exit = "0s"\n'
-                f"[python]\ninterpreter = {json.dumps(args.python)}\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("CELLVISOR_SOCKET", "CELLVISOR_CONFIG")}
-    env["XDG_RUNTIME_DIR"] = runtime
-    path = os.path.join(runtime, "daemon.sock")
-    log = open(os.path.join(home, "daemon.log"), "wb")
-    daemon = subprocess.Popen([os.path.abspath(args.binary), "--config", config, "serve", "--socket", path],
-                              env=env, cwd=home, stdout=log, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, start_new_session=True)
+    config = ('[sessions]\nidle-timeout = "0s"\n[daemon]\nidle-exit = "0s"\n'
+              f"[python]\ninterpreter = {json.dumps(args.python)}\n")
+    daemon = Daemon(args.binary, config, prefix="cellvisor-wakeups-", new_session=True)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                conn = Conn(path)
-                break
-            except (FileNotFoundError, ConnectionRefusedError):
-                if daemon.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"the daemon did not start; see {log.name}")
-                time.sleep(0.01)
+        conn = daemon.client
         cell = {"session": "w", "cells": [{"language": args.language, "code": CODE[args.language]}]}
         for _ in range(200):
             conn.call("eval", cell)
@@ -111,14 +90,8 @@ def main():
             if count >= 0.01:
                 pid, thread = key.split("/", 1)
                 print(f"  {names[int(pid)]:<12} {thread:<16} {count:.2f}")
-        conn.call("shutdown", {})
-        daemon.wait(10)
     finally:
-        if daemon.poll() is None:
-            os.killpg(daemon.pid, 9)
-            daemon.wait()
-        log.close()
-        shutil.rmtree(home, ignore_errors=True)
+        daemon.stop()
 
 
 if __name__ == "__main__":

@@ -70,8 +70,8 @@ def soak_language(world, conn, language, cells, report):
         done += batch
         if done % SAMPLE_EVERY == 0 or done == cells:
             worker_rss, worker_fds = tree_figures(pid)
-            sample = {"cells": done, "daemon_rss": rss_bytes(world.daemon.pid),
-                      "daemon_fds": open_fds(world.daemon.pid), "worker_rss": worker_rss,
+            sample = {"cells": done, "daemon_rss": rss_bytes(world.pid),
+                      "daemon_fds": open_fds(world.pid), "worker_rss": worker_rss,
                       "worker_fds": worker_fds}
             samples.append(sample)
             report(language, sample)
