@@ -9,9 +9,9 @@
 //! stdout is the protocol: nothing else may write to it. Logging goes to stderr and workers
 //! get `/dev/null` as their stdout.
 
-use crate::cell::{CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};
-use crate::host::{Cellvisor, Options, RequestError, StartupError, WaitOptions, MAX_WAIT_MS};
 use crate::render::{self, MediaKind, Shown, StatusTable};
+use cellvisor::cell::{CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};
+use cellvisor::{Cellvisor, Options, RequestError, StartupError, WaitOptions, MAX_WAIT_MS};
 use cellvisor_config::schema::CellsConfig;
 use cellvisor_ipc::Language;
 use rmcp::model::{
@@ -661,7 +661,7 @@ fn render_cell(cell: &CellResult, total: usize) -> (String, Vec<ContentBlock>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::{CellReport, Truncation};
+    use cellvisor::cell::{CellReport, Truncation};
 
     fn cell(index: usize, status: CellStatus, output: &str, displays: Vec<Value>) -> CellResult {
         CellResult {

@@ -9,12 +9,12 @@
 //! connection), at most [`MAX_PENDING_TOOL_CALLS`] tool calls awaiting the client, and a
 //! client that reads none of its answers for `daemon.stalled-client-timeout` is dropped.
 
-use super::protocol::{
+use cellvisor::cell::{CellEvent, EvalRequest, ToolCallRequest};
+use cellvisor::daemon::protocol::{
     self, code, method, params, Incoming, InitializeResult, Request, RpcError, SessionParams,
     TerminateParams, WaitParams,
 };
-use crate::cell::{CellEvent, EvalRequest, ToolCallRequest};
-use crate::host::{Cellvisor, Options, RequestError, WaitOptions};
+use cellvisor::{Cellvisor, Options, RequestError, WaitOptions};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
@@ -47,7 +47,7 @@ pub enum ServeError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Startup(#[from] crate::host::StartupError),
+    Startup(#[from] cellvisor::StartupError),
 }
 
 /// Frames queued per connection before request tasks wait for the client to read.
@@ -331,7 +331,7 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
     let _guard = ConnectionGuard(Arc::clone(&daemon));
     let limits = *lock(&daemon.limits);
     // Registered for reading only: a client reading its answer must not wake the daemon.
-    let halves = stream.into_std().and_then(crate::socket_halves::split);
+    let halves = stream.into_std().and_then(cellvisor::socket_halves::split);
     let (reader, mut writer) = match halves {
         Ok(halves) => halves,
         Err(err) => {
