@@ -14,8 +14,8 @@ use crate::session::observation::Refusal;
 use crate::session::{CellJob, CellReport, SessionKey, SessionStatus};
 use crate::session::{TerminateCell, WaitCell};
 use crate::supervisor::{
-    CellCommand, Control, ControlAction, ForCell, PrewarmedCount, ReloadConfig, RequestDone,
-    ShutdownAll, Status, Submit, Supervisor, WorkerBase,
+    CellCommand, Control, ControlAction, ForCell, LiveSessions, PrewarmedCount, ReloadConfig,
+    RequestDone, ShutdownAll, Status, Submit, Supervisor, WorkerBase,
 };
 use actix::prelude::*;
 use cellvisor_config::{CellsConfig, Config};
@@ -626,6 +626,16 @@ impl Cellvisor {
     pub async fn status(&self) -> Result<Vec<SessionStatus>, RequestError> {
         self.supervisor
             .send(Status)
+            .await
+            .map_err(|_| RequestError::Stopped)
+    }
+
+    /// How many sessions are live (the rows [`status`](Self::status) would list), without
+    /// sampling any worker: cheap enough for a host to ask on every tick (the daemon's idle
+    /// exit does).
+    pub async fn live_sessions(&self) -> Result<usize, RequestError> {
+        self.supervisor
+            .send(LiveSessions)
             .await
             .map_err(|_| RequestError::Stopped)
     }
