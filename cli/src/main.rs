@@ -6,7 +6,8 @@
 //! - `daemon`: `cellvisor serve`, the JSON-RPC daemon on a Unix socket: the listener and its
 //!   peer check, the daemon's life (signals, idle exit, config reload), connections, and the
 //!   dispatch of each method.
-//! - `mcp`: `cellvisor mcp`, an MCP server on stdio with an embedded supervisor.
+//! - `mcp`: `cellvisor mcp`, an MCP server on stdio with an embedded supervisor (its tools
+//!   and their schemas in `mcp::tools`).
 //! - `check`: `cellvisor check`, scored suites of cells with artifacts and a run summary.
 //! - `render`: text for text hosts (CLI and MCP): cell headers, display bundles (HTML as
 //!   Markdown), the status table, `Display` for the states.
