@@ -429,3 +429,34 @@ fn a_rust_host_starts_the_daemon_program_it_names() {
     assert_eq!(rows, json!([]), "a fresh daemon has no sessions");
     assert!(gone.is_ok(), "the daemon outlived its shutdown: {gone:?}");
 }
+
+#[test]
+fn a_reload_that_shortens_idle_exit_applies_at_once() {
+    // An hour: without the reload this daemon outlives the test.
+    let daemon = Daemon::start_with("[daemon]\nidle-exit = \"1h\"\n");
+    std::fs::write(
+        daemon.world.config_path(),
+        format!("{}[daemon]\nidle-exit = \"1s\"\n", common::SHORT_INTERVALS),
+    )
+    .expect("config");
+    let reloaded = daemon
+        .client()
+        .call("config/reload", json!({}))
+        .expect("reloaded");
+    assert!(
+        reloaded["changes"].as_array().is_some_and(|changes| changes
+            .iter()
+            .any(|c| c.as_str().is_some_and(|c| c.contains("idle-exit")))),
+        "{reloaded}"
+    );
+    // No session, no client: it exits by itself (and removes its socket) within seconds.
+    let exited = common::wait_until(Duration::from_secs(15), || {
+        if daemon.socket.exists() {
+            Err(())
+        } else {
+            Ok(())
+        }
+    });
+    assert!(exited.is_ok(), "the daemon kept the hour it started with");
+    daemon.world.assert_no_processes_left(SETTLE);
+}

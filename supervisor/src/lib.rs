@@ -8,53 +8,51 @@
 //!
 //! - [`cell`]: requests, results and progress events (the host-facing contract), from the
 //!   light `cellvisor-client` crate, with the daemon's client and protocol.
-//! - `check`: `cellvisor check`, scored suites of cells with artifacts and a run summary.
 //! - `host`: the library API, [`Cellvisor`].
 //! - `supervisor`: the `Supervisor` actor: registry, cap, eviction, sampling, prewarm pool.
 //! - `session`: the `Session` actor: one worker, its cells, heartbeats, deadlines, restarts,
 //!   and the tasks on its worker connection.
 //! - `spawn`: which program a worker runs, starting it, ending it and everything under it.
-//! - `socket_halves`: sockets registered for reading only, so a peer reading what the daemon
+//! - [`socket_halves`]: sockets registered for reading only, so a peer reading what the daemon
 //!   wrote does not wake it.
 //! - `output`: a cell's bounded output sink with artifact spill.
-//! - `allocator`: returning freed memory to the OS after big requests.
 //! - `artifacts`: the artifact directory: private files, no links followed, a total cap.
-//! - `paths`: where files that outlive workers live (artifacts, session stores).
+//! - [`paths`]: where files that outlive workers live (artifacts, session stores).
 //! - `python_choice`: which Python a request runs on (its `VIRTUAL_ENV`, its cwd's venv).
 //! - `environment`, `limits`: what a worker inherits: filtered variables, rlimits.
 //! - `sandbox`: a request's sandbox policy (the operator's, only tightened), checked against
 //!   the kernel, and the Landlock rules of each session's worker.
-//! - `secrets`: non-dumpable processes, so cells cannot read the supervisor's memory.
+//! - [`secrets`]: non-dumpable processes, so cells cannot read the supervisor's memory.
 //! - `usage`: the sampler of workers' process trees (for `status` and the RSS cap).
-//! - [`daemon`]: the JSON-RPC daemon, its protocol and its client.
+//! - [`daemon`]: what hosts use of the JSON-RPC daemon: its protocol, its client, its socket
+//!   path (the server, `cellvisor serve`, is in the `cellvisor-cli` crate, with the MCP
+//!   server, the CLI, `cellvisor check` and the text renderers).
 //! - `directive`: the `// @exec:` first line of code-mode JavaScript cells.
-//! - `mcp`: `cellvisor mcp`, an MCP server on stdio with an embedded supervisor.
-//! - `render`: text for text hosts (CLI and MCP): cell headers, display bundles (HTML as
-//!   Markdown), the status table, `Display` for the states.
 //! - [`worker_entry`]: the hidden `__worker` entry point for programs that embed cellvisor,
 //!   and the `main` of `cellvisor-py-worker` (the program Python workers run).
 
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
-mod allocator;
 mod artifacts;
 pub use cellvisor_client::cell;
-mod check;
-mod cli;
 pub mod daemon;
 mod directive;
 mod environment;
 mod host;
 mod limits;
-mod mcp;
 mod output;
-mod paths;
+/// Where session files live: `cellvisor check` names its sessions and artifacts with
+/// [`paths::file_safe`] and reads a session's store from [`paths::session_store_dir`].
+pub mod paths;
 mod python_choice;
-mod render;
 mod sandbox;
-mod secrets;
+/// Hosts that hold the user's environment (the daemon, the MCP server) make themselves
+/// non-dumpable, so cells cannot read it back through /proc.
+pub mod secrets;
 mod session;
-mod socket_halves;
+/// The daemon splits its client connections the way sessions split their workers' sockets,
+/// so a client reading its answers does not wake it.
+pub mod socket_halves;
 mod spawn;
 mod supervisor;
 #[cfg(test)]
@@ -68,5 +66,6 @@ pub use cell::{
 pub use cellvisor_client::status::{SessionState, SessionStatus};
 pub use cellvisor_config::Config;
 pub use cellvisor_ipc::Language;
-pub use cli::main as command_line;
-pub use host::{Cellvisor, Options, RequestError, StartupError, WaitOptions};
+pub use host::{
+    Cellvisor, Options, RequestError, StartupError, WaitOptions, MAX_SESSION_NAME, MAX_WAIT_MS,
+};

@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, Interest, ReadBuf};
 
 /// Splits a connected socket into its two halves, which share its one descriptor (a
 /// connection costs no extra file descriptor); the socket is put in non-blocking mode.
-pub(crate) fn split(stream: UnixStream) -> io::Result<(ReadSide, WriteSide)> {
+pub fn split(stream: UnixStream) -> io::Result<(ReadSide, WriteSide)> {
     stream.set_nonblocking(true)?;
     let socket = Arc::new(register(stream, Interest::READABLE)?);
     Ok((ReadSide(Arc::clone(&socket)), WriteSide(socket)))
@@ -37,7 +37,7 @@ fn register(socket: UnixStream, interest: Interest) -> io::Result<AsyncFd<UnixSt
 }
 
 /// The half that reads, registered for readability only.
-pub(crate) struct ReadSide(Arc<AsyncFd<UnixStream>>);
+pub struct ReadSide(Arc<AsyncFd<UnixStream>>);
 
 impl AsyncRead for ReadSide {
     fn poll_read(
@@ -62,7 +62,7 @@ impl AsyncRead for ReadSide {
 
 /// The half that writes (straight to the shared descriptor); it shuts the connection's
 /// sending side when dropped, so the peer sees the end even while the read half lives on.
-pub(crate) struct WriteSide(Arc<AsyncFd<UnixStream>>);
+pub struct WriteSide(Arc<AsyncFd<UnixStream>>);
 
 impl WriteSide {
     /// Writes all of `bytes`, waiting for the peer to make room when its buffer is full.

@@ -6,8 +6,11 @@
 //! - `prewarm`: the pool of Python workers started ahead of demand.
 //! - `sampling`: one sampler of the workers' process trees for `max-rss` and `status`.
 //! - `sweep`: idle eviction and the pruning of old spilled outputs.
+//! - `count`: how many sessions are live, from the registry alone (the daemon's idle-exit
+//!   check).
 
 pub mod capacity;
+mod count;
 pub mod messages;
 pub mod prewarm;
 mod sampling;
@@ -27,6 +30,7 @@ use actix::prelude::*;
 use capacity::{Placement, Slot};
 use cellvisor_config::Config;
 use cellvisor_ipc::Language;
+pub use count::LiveSessions;
 pub use messages::*;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;

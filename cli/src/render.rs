@@ -8,8 +8,8 @@
 //! language: the workers send `text/html` as the code gave it. The states' words are their
 //! `Display` (beside the types, in `cellvisor-client`).
 
-use crate::cell::CellResult;
-use crate::session::SessionStatus;
+use cellvisor::cell::CellResult;
+use cellvisor::SessionStatus;
 use serde_json::Value;
 use std::fmt;
 
@@ -295,7 +295,7 @@ mod tests {
 
     #[test]
     fn cells_get_a_header_only_among_several_and_a_note_when_cut() {
-        let spec = crate::cell::CellSpec {
+        let spec = cellvisor::cell::CellSpec {
             language: Language::Lua,
             code: String::new(),
             title: None,

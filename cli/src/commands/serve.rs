@@ -2,8 +2,8 @@
 //! stdio): the two long-running servers.
 
 use super::{usage_error, Globals};
-use crate::daemon::server::{serve, ServeOptions};
-use crate::Options;
+use crate::daemon::{serve, ServeOptions};
+use cellvisor::Options;
 
 pub async fn run(globals: &Globals) -> i32 {
     let config = match globals.load_config() {

@@ -72,13 +72,13 @@ impl Globals {
         cellvisor_config::locate(self.config_path.as_deref())
     }
 
-    fn load_config(&self) -> Result<crate::Config, String> {
+    fn load_config(&self) -> Result<cellvisor::Config, String> {
         cellvisor_config::load(self.config_path.as_deref()).map_err(|e| e.to_string())
     }
 
     /// The daemon socket, given the configuration.
-    fn socket(&self, config: &crate::Config) -> PathBuf {
-        crate::daemon::socket_path(self.socket.as_deref(), config.daemon.socket.as_deref())
+    fn socket(&self, config: &cellvisor::Config) -> PathBuf {
+        cellvisor::daemon::socket_path(self.socket.as_deref(), config.daemon.socket.as_deref())
     }
 
     /// A connection to the running daemon. A bad configuration is already reported (its
@@ -87,7 +87,7 @@ impl Globals {
     async fn connect_daemon(&self) -> Result<DaemonConnection, i32> {
         let config = self.load_config().map_err(usage_error)?;
         let socket = self.socket(&config);
-        let client = crate::daemon::client::Client::connect(&socket).await;
+        let client = cellvisor::daemon::client::Client::connect(&socket).await;
         Ok(DaemonConnection { socket, client })
     }
 }
@@ -95,7 +95,7 @@ impl Globals {
 /// The outcome of [`Globals::connect_daemon`]: the socket tried, and the client or why not.
 struct DaemonConnection {
     socket: PathBuf,
-    client: Result<crate::daemon::client::Client, crate::daemon::client::ClientError>,
+    client: Result<cellvisor::daemon::client::Client, cellvisor::daemon::client::ClientError>,
 }
 
 /// Runs the command line; returns the process exit code.
@@ -121,7 +121,7 @@ pub fn main() -> i32 {
     init_logging(default_log);
     // Serve, mcp and `eval --no-daemon` hold the user's environment and run a supervisor
     // whose cells must not read it back through /proc.
-    if let Err(err) = crate::secrets::make_non_dumpable() {
+    if let Err(err) = cellvisor::secrets::make_non_dumpable() {
         tracing::warn!("cannot make this process non-dumpable: {err}");
     }
     if matches!(cli.command, Command::Serve) {

@@ -4,7 +4,7 @@
 
 use super::run::CaseResult;
 use super::summary::RunSummary;
-use crate::paths::file_safe;
+use cellvisor::paths::file_safe;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 

@@ -4,7 +4,7 @@
 
 use super::metrics::MetricSpec;
 use super::scorer::Scorer;
-use crate::cell::CellSpec;
+use cellvisor::cell::CellSpec;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

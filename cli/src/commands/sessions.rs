@@ -1,10 +1,10 @@
 //! `cellvisor status | interrupt | reset | close | stop`: talking to a running daemon.
 
 use super::{usage_error, Globals};
-use crate::daemon::client::{Client, ClientError};
-use crate::daemon::protocol::method;
 use crate::render::StatusTable;
-use crate::{Language, SessionStatus};
+use cellvisor::daemon::client::{Client, ClientError};
+use cellvisor::daemon::protocol::method;
+use cellvisor::{Language, SessionStatus};
 use serde_json::json;
 
 #[derive(Debug, clap::Args)]

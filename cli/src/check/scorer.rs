@@ -2,7 +2,7 @@
 //! the captured workspace (plain data) and yields a score in 0..1 and passed/failed.
 
 use super::workspace::WorkspaceSnapshot;
-use crate::cell::{CellResult, CellStatus};
+use cellvisor::cell::{CellResult, CellStatus};
 use serde::{Deserialize, Serialize};
 
 /// One scorer as a case file declares it (`kind = "..."`). `cell` (counted from 0 among

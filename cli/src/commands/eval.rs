@@ -1,10 +1,10 @@
 //! `cellvisor eval`: run cells and print their results.
 
 use super::{usage_error, Globals};
-use crate::daemon::client::{Client, ClientError};
-use crate::daemon::protocol::code;
 use crate::render::{self, Shown};
-use crate::{
+use cellvisor::daemon::client::{Client, ClientError};
+use cellvisor::daemon::protocol::code;
+use cellvisor::{
     CellResult, CellSpec, CellStatus, Cellvisor, EvalRequest, EvalResult, Language, Options,
 };
 use std::io::{Read, Write};
@@ -107,7 +107,7 @@ enum Failure {
 
 async fn run_in_process(
     request: EvalRequest,
-    config: crate::Config,
+    config: cellvisor::Config,
 ) -> Result<EvalResult, Failure> {
     let cellvisor = Cellvisor::start(Options {
         config,
@@ -134,7 +134,7 @@ async fn run_in_process(
 async fn finish_in_process(cellvisor: &Cellvisor, session: &str, cell: &mut CellResult) {
     while cell.report.status == CellStatus::Running {
         match cellvisor
-            .wait(session, cell.cell_id, crate::WaitOptions::default())
+            .wait(session, cell.cell_id, cellvisor::WaitOptions::default())
             .await
         {
             Ok(more) => {

@@ -2,7 +2,7 @@
 //! direction, and averaged per tag.
 
 use super::scorer::{Pattern, ScoreOutcome};
-use crate::cell::CellResult;
+use cellvisor::cell::CellResult;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

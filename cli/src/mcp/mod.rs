@@ -9,26 +9,29 @@
 //! stdout is the protocol: nothing else may write to it. Logging goes to stderr and workers
 //! get `/dev/null` as their stdout.
 
-use crate::cell::{CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};
-use crate::host::{Cellvisor, Options, RequestError, StartupError, WaitOptions, MAX_WAIT_MS};
+mod tools;
+
 use crate::render::{self, MediaKind, Shown, StatusTable};
+use cellvisor::cell::{CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};
+use cellvisor::{Cellvisor, Options, RequestError, StartupError, WaitOptions};
 use cellvisor_config::schema::CellsConfig;
 use cellvisor_ipc::Language;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
     Implementation, JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
-    ServerConfig, Tool, ToolAnnotations,
+    ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer, ServiceExt};
 use rmcp::transport::{StdioReader, StdioWriter};
 use rmcp::ServerHandler;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::watch;
+use tools::tools;
 
 /// Why the MCP server could not run.
 #[derive(Debug, thiserror::Error)]
@@ -354,186 +357,6 @@ them. A long cell can return early (its `yield_time_ms`, or `yield_control()` in
 go on in the background: collect the rest with `wait`, stop it with `terminate`. Use `reset` to \
 start a language over, `sessions` to see the live workers.";
 
-const EVAL_DESCRIPTION: &str = "Run code cells in persistent Python (py), JavaScript (js) and \
-Lua (lua) runtimes. State persists per language across cells and across calls on this \
-connection (py and js never share state; resetting one language leaves the others alone). \
-Cells run in order; the first cell that fails (error or timeout) stops the call and the rest \
-are reported as skipped, while state from earlier cells stays. Output is what the code \
-prints plus the value of a trailing expression (Python and JavaScript); errors come back as \
-tracebacks. Rich output: display(value) shows dicts/lists as JSON, objects with \
-_repr_png_/_repr_markdown_ etc. as images or text (matplotlib figures are captured as PNG). \
-Each cell has a timeout (seconds); on timeout it is interrupted and reported cancelled. \
-Reading stdin is not supported. Helpers available in every language: read, write, append, \
-sort, uniq, counter, diff, tree, env, output, display (they are async in js: await them). \
-Code-mode helpers, synchronous in every language: text(value), image(dataUrl, detail?), \
-audio(dataUrl), notify(message), store(key, value) / load(key) (JSON kept per session across \
-calls, restarts and languages), exit() (ends the cell successfully), yield_control() (the call \
-returns now with the output so far; the cell goes on). A cell with `yield_time_ms` (or a first \
-line `// @exec: {\"yield_time_ms\": N}` in js) returns after that long if it is still \
-running, with its output so far and `still running ... cell N`: it keeps running in the \
-background (holding its runtime: later cells wait for it, and later cells of the same call are \
-skipped), and `wait` with that cell_id returns the rest.";
-
-const WAIT_DESCRIPTION: &str = "Watch a cell that is still running in the background (an eval \
-result said `still running in the background as cell N`): returns what it printed since the \
-last look once `yield_time_ms` passes (default 10000), or its final result as soon as it ends. \
-A finished cell's result is kept until one wait collects it. One wait per cell at a time.";
-
-const TERMINATE_DESCRIPTION: &str = "Stop a cell that is still running in the background \
-(interrupt, then kill if it does not stop) and return its final result. The runtime's state \
-from earlier cells is kept when the interrupt works.";
-
-const RESET_DESCRIPTION: &str = "Discard the state of this connection's runtimes by replacing \
-their worker processes: one language (py, js or lua) or, with no language, all of them. Use \
-it when a runtime is wedged or you want a clean slate; the next eval cell starts fresh.";
-
-const SESSIONS_DESCRIPTION: &str = "List the live worker processes of this MCP server: \
-session, language, pid, state (starting/idle/busy/failed), memory, CPU, idle time, cells run \
-and restarts.";
-
-fn schema(value: Value) -> Arc<JsonObject> {
-    match value {
-        Value::Object(map) => Arc::new(map),
-        _ => Arc::new(JsonObject::new()),
-    }
-}
-
-fn tools(cells: &CellsConfig) -> Vec<Tool> {
-    let (min, max) = timeout_range(cells);
-    let default = cells.default_timeout.as_secs_f64();
-    let languages = json!({
-        "type": "string",
-        "enum": ["py", "js", "lua"],
-        "description": "py = Python, js = JavaScript (QuickJS), lua = Lua 5.4",
-    });
-    let eval_schema = json!({
-        "type": "object",
-        "properties": {
-            "cells": {
-                "type": "array",
-                "minItems": 1,
-                "description": "Cells to run in order, at least one.",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "language": languages,
-                        "code": {"type": "string", "description": "Source code of the cell."},
-                        "title": {"type": "string", "description": "Short label shown with the cell's result."},
-                        "timeout": {
-                            "type": "number",
-                            "minimum": min,
-                            "maximum": max,
-                            "description": format!("Seconds before the cell is interrupted ({min}..{max}, default {default}; a shorter timeout is raised to {min}, a longer one cut to {max})."),
-                        },
-                        "reset": {
-                            "type": "boolean",
-                            "description": "Restart this language's runtime (losing its state) before running the cell.",
-                        },
-                        "yield_time_ms": {
-                            "type": "integer",
-                            "minimum": 0,
-                            "description": "Milliseconds to watch the cell: if it still runs then, the call returns its output so far and it goes on in the background (collect the rest with `wait`). Not a timeout.",
-                        },
-                    },
-                    "required": ["language", "code"],
-                    "additionalProperties": false,
-                },
-            },
-            "cwd": {
-                "type": "string",
-                "description": "Directory the cells run in, e.g. the project's (default: the server's own); helpers like read() resolve paths against it.",
-            },
-        },
-        "required": ["cells"],
-        "additionalProperties": false,
-    });
-    let reset_schema = json!({
-        "type": "object",
-        "properties": {
-            "language": {
-                "type": "string",
-                "enum": ["py", "js", "lua"],
-                "description": "The runtime to reset; omit to reset all of them.",
-            },
-        },
-        "additionalProperties": false,
-    });
-    let sessions_schema =
-        json!({"type": "object", "properties": {}, "additionalProperties": false});
-    let cell_id = json!({
-        "type": "integer",
-        "minimum": 1,
-        "description": "The id from the eval result that said the cell is still running.",
-    });
-    let wait_schema = json!({
-        "type": "object",
-        "properties": {
-            "cell_id": cell_id,
-            "yield_time_ms": {
-                "type": "integer",
-                "minimum": 0,
-                "maximum": MAX_WAIT_MS,
-                "description": "How long to watch before returning the output so far (default 10000).",
-            },
-            "max_tokens": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "Cap on the returned output, in tokens (head and tail are kept).",
-            },
-        },
-        "required": ["cell_id"],
-        "additionalProperties": false,
-    });
-    let terminate_schema = json!({
-        "type": "object",
-        "properties": {"cell_id": cell_id},
-        "required": ["cell_id"],
-        "additionalProperties": false,
-    });
-    vec![
-        Tool::new("eval", EVAL_DESCRIPTION, schema(eval_schema))
-            .with_title("Run code cells")
-            .with_annotations(
-                ToolAnnotations::new()
-                    .read_only(false)
-                    .destructive(true)
-                    .idempotent(false)
-                    .open_world(true),
-            ),
-        Tool::new("wait", WAIT_DESCRIPTION, schema(wait_schema))
-            .with_title("Wait for a background cell")
-            .with_annotations(ToolAnnotations::new().read_only(true).open_world(false)),
-        Tool::new("terminate", TERMINATE_DESCRIPTION, schema(terminate_schema))
-            .with_title("Stop a background cell")
-            .with_annotations(
-                ToolAnnotations::new()
-                    .read_only(false)
-                    .destructive(true)
-                    .idempotent(true)
-                    .open_world(false),
-            ),
-        Tool::new("reset", RESET_DESCRIPTION, schema(reset_schema))
-            .with_title("Reset runtimes")
-            .with_annotations(
-                ToolAnnotations::new()
-                    .read_only(false)
-                    .destructive(true)
-                    .idempotent(true)
-                    .open_world(false),
-            ),
-        Tool::new("sessions", SESSIONS_DESCRIPTION, schema(sessions_schema))
-            .with_title("List live workers")
-            .with_annotations(ToolAnnotations::new().read_only(true).open_world(false)),
-    ]
-}
-
-/// The allowed timeout range in seconds, as the config sets it.
-fn timeout_range(cells: &CellsConfig) -> (f64, f64) {
-    let min = cells.min_timeout.as_secs_f64();
-    (min, cells.max_timeout.as_secs_f64().max(min))
-}
-
-/// The `cells` (and optional `cwd`) arguments of `eval`, checked; `Err` is a message for
 /// the agent.
 fn parse_cells(
     arguments: JsonObject,
@@ -661,7 +484,8 @@ fn render_cell(cell: &CellResult, total: usize) -> (String, Vec<ContentBlock>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::{CellReport, Truncation};
+    use cellvisor::cell::{CellReport, Truncation};
+    use serde_json::json;
 
     fn cell(index: usize, status: CellStatus, output: &str, displays: Vec<Value>) -> CellResult {
         CellResult {

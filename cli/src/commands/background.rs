@@ -2,9 +2,9 @@
 //! `running`), through the daemon.
 
 use super::{usage_error, Globals};
-use crate::daemon::client::ClientError;
-use crate::daemon::protocol::method;
-use crate::{CellResult, EvalResult};
+use cellvisor::daemon::client::ClientError;
+use cellvisor::daemon::protocol::method;
+use cellvisor::{CellResult, EvalResult};
 use serde_json::json;
 
 #[derive(Debug, clap::Args)]

@@ -7,8 +7,8 @@ use super::metrics::{self, MetricValue};
 use super::scorer::{request_status, Observation, ScoreOutcome};
 use super::suite::{Case, Suite};
 use super::workspace::{self, WorkspaceSnapshot};
-use crate::cell::{CellEvent, CellResult, CellStatus, EvalRequest, EvalResult};
-use crate::host::{Cellvisor, Options, RequestError, StartupError};
+use cellvisor::cell::{CellEvent, CellResult, CellStatus, EvalRequest, EvalResult};
+use cellvisor::{Cellvisor, Options, RequestError, StartupError};
 use cellvisor_config::Config;
 use futures::StreamExt;
 use serde::Serialize;
@@ -176,9 +176,9 @@ pub fn effective_concurrency(requested: usize, config: &Config) -> usize {
 /// A session name that no other run or case uses (a session's code-mode store outlives it,
 /// keyed by its name) and that still says which case it is.
 fn session_name(run_tag: &str, index: usize, suite: &str, id: &str) -> String {
-    let slug = crate::paths::file_safe(&format!("{suite}-{id}"));
+    let slug = cellvisor::paths::file_safe(&format!("{suite}-{id}"));
     let mut name = format!("check-{run_tag}-{index}-{slug}");
-    name.truncate(crate::host::MAX_SESSION_NAME);
+    name.truncate(cellvisor::MAX_SESSION_NAME);
     name
 }
 
@@ -208,7 +208,7 @@ async fn run_case(
     match workspace::prepare(case.workspace.as_deref()) {
         Err(err) => error = Some(err.to_string()),
         Ok(dir) => {
-            let request = |cells: &[crate::cell::CellSpec]| EvalRequest {
+            let request = |cells: &[cellvisor::cell::CellSpec]| EvalRequest {
                 session: session.clone(),
                 cwd: Some(dir.path().to_path_buf()),
                 cells: cells.to_vec(),
@@ -250,7 +250,7 @@ async fn run_case(
             }
             let _ = cellvisor.close(&session, None).await;
             // The store of a session outlives it; a case's is the case's alone.
-            let store = crate::paths::session_store_dir(&session);
+            let store = cellvisor::paths::session_store_dir(&session);
             if store.exists() {
                 let _ = std::fs::remove_dir_all(store);
             }
@@ -364,6 +364,6 @@ mod tests {
         let name = session_name("ab12", 7, "py plots", &"x/".repeat(100));
         assert!(name.starts_with("check-ab12-7-py_plots-x_x_"), "{name}");
         assert_ne!(run_id(), "");
-        assert!(name.len() <= crate::host::MAX_SESSION_NAME);
+        assert!(name.len() <= cellvisor::MAX_SESSION_NAME);
     }
 }

@@ -27,7 +27,7 @@ pub use summary::summarize;
 /// Cells and results for the unit tests of the check modules.
 #[cfg(test)]
 pub(crate) mod fixtures {
-    use crate::cell::{CellResult, CellSpec, CellStatus};
+    use cellvisor::cell::{CellResult, CellSpec, CellStatus};
 
     /// A cell as a case file gives it (read from JSON, so every optional field has its
     /// default).

@@ -255,10 +255,10 @@ fn compare(sorted: &[&CaseResult], variants: Vec<String>) -> Comparison {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::cell::CellStatus;
     use crate::check::metrics::MetricValue;
     use crate::check::suite::Case;
     use crate::check::workspace::WorkspaceSnapshot;
+    use cellvisor::cell::CellStatus;
 
     /// A case result as the runner would make it, for summary and report tests.
     pub(crate) fn result(variant: &str, id: &str, repeat: u32, scores: &[bool]) -> CaseResult {

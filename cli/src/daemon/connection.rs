@@ -1,0 +1,380 @@
+//! One client's connection: a reader (this task) and a writer task fed by a bounded
+//! channel, each request in a task of its own, and the tool calls the client is asked to
+//! answer for its cells.
+
+use super::dispatch::dispatch;
+use super::{lock, Daemon, MAX_PENDING_TOOL_CALLS};
+use cellvisor::cell::ToolCallRequest;
+use cellvisor::daemon::protocol::{self, code, method, Incoming, Request, RpcError};
+use cellvisor::socket_halves::WriteSide;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// Frames queued per connection before request tasks wait for the client to read.
+const CONNECTION_BACKLOG: usize = 256;
+
+struct ConnectionGuard(Arc<Daemon>);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Tool calls this connection's client has been asked to answer, by request id.
+type PendingToolCalls = Mutex<HashMap<String, tokio::sync::oneshot::Sender<Result<Value, String>>>>;
+
+/// What request tasks share with their connection.
+pub(super) struct Connection {
+    /// Encoded lines (each ends in a newline) for the writer, in order.
+    pub(super) out: mpsc::Sender<Vec<u8>>,
+    tool_calls: PendingToolCalls,
+    next_tool_call: AtomicU64,
+}
+
+/// An eval in flight on a connection: aborted and its session interrupted if the client leaves.
+struct InFlight {
+    session: String,
+    task: JoinHandle<()>,
+}
+
+/// Serves one client until it leaves (or stalls), then stops what it left running.
+pub(super) async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
+    daemon.connections.fetch_add(1, Ordering::SeqCst);
+    let _guard = ConnectionGuard(Arc::clone(&daemon));
+    let limits = *lock(&daemon.limits);
+    // Registered for reading only: a client reading its answer must not wake the daemon.
+    let halves = stream.into_std().and_then(cellvisor::socket_halves::split);
+    let (reader, writer) = match halves {
+        Ok(halves) => halves,
+        Err(err) => {
+            tracing::warn!("cannot serve a connection: {err}");
+            return;
+        }
+    };
+    let (out, out_rx) = mpsc::channel::<Vec<u8>>(CONNECTION_BACKLOG);
+    let writer_task = spawn_writer(writer, out_rx, limits.stalled_client_timeout);
+    // Each request task holds a permit; with none left the reader waits (and so stops
+    // reading this client) until an answer has gone out.
+    let pending = Arc::new(tokio::sync::Semaphore::new(limits.max_pending_requests));
+    let in_flight: Arc<Mutex<HashMap<u64, InFlight>>> = Arc::default();
+    let connection = Arc::new(Connection {
+        out: out.clone(),
+        tool_calls: Mutex::default(),
+        next_tool_call: AtomicU64::new(1),
+    });
+    let mut next_task = 0u64;
+    let mut reader = BufReader::new(reader);
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&pending).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            // The writer gave up on this client.
+            () = out.closed() => break,
+        };
+        let read = tokio::select! {
+            read = read_line(&mut reader) => read,
+            () = out.closed() => break,
+        };
+        let line = match read {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            Err(LineError::TooLong) => {
+                let error = RpcError::new(
+                    code::INVALID_REQUEST,
+                    format!(
+                        "request line exceeds {} bytes; closing this connection",
+                        protocol::MAX_LINE_BYTES
+                    ),
+                );
+                let _ = out
+                    .send(protocol::encode_line(&protocol::response(
+                        Value::Null,
+                        Err(error),
+                    )))
+                    .await;
+                break;
+            }
+            Err(LineError::Io) => break,
+        };
+        let big = line.len() >= crate::allocator::BIG_MESSAGE_BYTES;
+        let request = match protocol::parse_line(&line) {
+            Incoming::Blank => continue,
+            Incoming::Answer(value) => {
+                answer_tool_call(&connection, value);
+                continue;
+            }
+            Incoming::Invalid { id, error } => {
+                let _ = out
+                    .send(protocol::encode_line(&protocol::response(id, Err(error))))
+                    .await;
+                continue;
+            }
+            Incoming::Request(request) => request,
+        };
+        next_task += 1;
+        let task_id = next_task;
+        // An eval or a wait ends with its client: a cell (or a watch) nobody reads is stopped.
+        let eval_session =
+            matches!(request.method.as_str(), method::EVAL | method::WAIT).then(|| {
+                request
+                    .params
+                    .as_ref()
+                    .and_then(|p| p.get("session"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("default")
+                    .to_string()
+            });
+        let task = spawn_request(
+            Arc::clone(&daemon),
+            Arc::clone(&connection),
+            request,
+            (task_id, Arc::clone(&in_flight)),
+            (permit, big),
+        );
+        if let Some(session) = eval_session {
+            if let Ok(mut registry) = in_flight.lock() {
+                if !task.is_finished() {
+                    registry.insert(task_id, InFlight { session, task });
+                }
+            }
+        }
+    }
+    // The client is gone: stop what it started.
+    let abandoned: Vec<InFlight> = match in_flight.lock() {
+        Ok(mut registry) => registry.drain().map(|(_, f)| f).collect(),
+        Err(_) => Vec::new(),
+    };
+    // Aborting an eval drops its request, and the sessions stop exactly its cells; aborting a
+    // wait frees its cell for the next wait.
+    for flight in abandoned {
+        tracing::info!(session = %flight.session, "client disconnected during eval or wait");
+        flight.task.abort();
+    }
+    // The writer ends once every sender is gone: ours, and the one the connection holds.
+    drop(connection);
+    drop(out);
+    let _ = writer_task.await;
+}
+
+/// The connection's writer: sends the queued lines (those already queued in one write) and
+/// gives up on a client that reads none of them for `stall`.
+fn spawn_writer(
+    mut writer: WriteSide,
+    mut out_rx: mpsc::Receiver<Vec<u8>>,
+    stall: Duration,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        // Lines already queued (a cell's events and its result) go out in one write.
+        let mut batch = Vec::new();
+        while let Some(line) = out_rx.recv().await {
+            batch.clear();
+            let mut next = Some(line);
+            while let Some(line) = next {
+                batch.extend_from_slice(&line);
+                next = if batch.len() < 1 << 20 {
+                    out_rx.try_recv().ok()
+                } else {
+                    None
+                };
+            }
+            match tokio::time::timeout(stall, writer.write_all(&batch)).await {
+                Ok(Ok(())) if batch.len() >= crate::allocator::BIG_MESSAGE_BYTES => {
+                    batch = Vec::new();
+                    crate::allocator::release_free_memory();
+                }
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => break,
+                Err(_) => {
+                    tracing::warn!(
+                        "dropping a connection: its client read none of its answers for {} \
+                         (daemon.stalled-client-timeout)",
+                        humantime::format_duration(stall)
+                    );
+                    break;
+                }
+            }
+        }
+    })
+}
+
+/// Runs one request in a task of its own and sends its answer; the task holds its `permit`
+/// of the connection's pending requests, and leaves the connection's registry of evals in
+/// flight when it ends. After a `big` request the daemon returns freed memory to the OS.
+fn spawn_request(
+    daemon: Arc<Daemon>,
+    connection: Arc<Connection>,
+    request: Request,
+    (task_id, registry): (u64, Arc<Mutex<HashMap<u64, InFlight>>>),
+    (permit, big): (tokio::sync::OwnedSemaphorePermit, bool),
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let _permit = permit;
+        let id = request.id.clone();
+        let result = dispatch(&daemon, request, &connection).await;
+        if let Some(id) = id {
+            let _ = connection
+                .out
+                .send(protocol::encode_line(&protocol::response(id, result)))
+                .await;
+        }
+        if big {
+            crate::allocator::release_free_memory();
+        }
+        if let Ok(mut registry) = registry.lock() {
+            registry.remove(&task_id);
+        }
+    })
+}
+
+/// A client's response to a `tool/call` request: hand it to the waiting cell.
+fn answer_tool_call(connection: &Connection, response: Value) {
+    let Some(id) = response.get("id").and_then(Value::as_str) else {
+        tracing::debug!("ignoring a response with an unknown id: {response}");
+        return;
+    };
+    let waiter = match connection.tool_calls.lock() {
+        Ok(mut calls) => calls.remove(id),
+        Err(_) => None,
+    };
+    let Some(waiter) = waiter else {
+        tracing::debug!(id, "ignoring a response to no pending tool call");
+        return;
+    };
+    let outcome = match (response.get("result"), response.get("error")) {
+        (_, Some(error)) => Err(error
+            .get("message")
+            .and_then(Value::as_str)
+            .map(String::from)
+            .unwrap_or_else(|| error.to_string())),
+        (Some(result), None) => Ok(result.clone()),
+        (None, None) => Err("the host answered the tool call with neither result nor error".into()),
+    };
+    let _ = waiter.send(outcome);
+}
+
+/// Asks the client to run a tool for a cell of request `request_id`.
+pub(super) async fn forward_tool_call(
+    connection: &Connection,
+    request_id: &Value,
+    call: ToolCallRequest,
+) {
+    let id = format!(
+        "tool-{}",
+        connection.next_tool_call.fetch_add(1, Ordering::Relaxed)
+    );
+    {
+        let mut calls = lock(&connection.tool_calls);
+        if calls.len() >= MAX_PENDING_TOOL_CALLS {
+            // Calls whose cell has ended wait for nobody.
+            calls.retain(|_, waiter| !waiter.is_closed());
+        }
+        if calls.len() >= MAX_PENDING_TOOL_CALLS {
+            let _ = call.reply.send(Err(format!(
+                "the host has {} tool calls unanswered on this connection (at most \
+                 {MAX_PENDING_TOOL_CALLS}); it must answer them before more are sent",
+                calls.len()
+            )));
+            return;
+        }
+        calls.insert(id.clone(), call.reply);
+    }
+    let request = protocol::tool_call(&id, request_id, &call.name, &call.arguments);
+    let _ = connection.out.send(protocol::encode_line(&request)).await;
+}
+
+/// Why a request line could not be read.
+enum LineError {
+    TooLong,
+    Io,
+}
+
+/// Reads one line of at most `MAX_LINE_BYTES` without ever buffering more than that.
+async fn read_line<R: AsyncBufReadExt + Unpin>(
+    reader: &mut R,
+) -> Result<Option<Vec<u8>>, LineError> {
+    let mut line = Vec::new();
+    loop {
+        let available = reader.fill_buf().await.map_err(|_| LineError::Io)?;
+        if available.is_empty() {
+            return Ok((!line.is_empty()).then_some(line));
+        }
+        let (chunk, done) = match memchr::memchr(b'\n', available) {
+            Some(pos) => (&available[..pos], Some(pos + 1)),
+            None => (available, None),
+        };
+        if line.len() + chunk.len() > protocol::MAX_LINE_BYTES {
+            return Err(LineError::TooLong);
+        }
+        line.extend_from_slice(chunk);
+        let used = done.unwrap_or(available.len());
+        reader.consume(used);
+        if done.is_some() {
+            return Ok(Some(line));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call() -> (
+        ToolCallRequest,
+        tokio::sync::oneshot::Receiver<Result<Value, String>>,
+    ) {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let request = ToolCallRequest {
+            name: "t".into(),
+            arguments: Value::Null,
+            reply,
+        };
+        (request, answer)
+    }
+
+    #[tokio::test]
+    async fn unanswered_tool_calls_are_bounded_per_connection() {
+        let (out, mut out_rx) = mpsc::channel(MAX_PENDING_TOOL_CALLS * 2);
+        let connection = Connection {
+            out,
+            tool_calls: Mutex::default(),
+            next_tool_call: AtomicU64::new(1),
+        };
+        let mut waiting = Vec::new();
+        for _ in 0..MAX_PENDING_TOOL_CALLS {
+            let (request, answer) = call();
+            forward_tool_call(&connection, &Value::from(1), request).await;
+            waiting.push(answer);
+        }
+        let (request, mut refused) = call();
+        forward_tool_call(&connection, &Value::from(1), request).await;
+        let message = refused
+            .try_recv()
+            .expect("answered at once")
+            .expect_err("refused");
+        assert!(message.contains("at most 1024"), "{message}");
+        // Calls whose cells ended make room again.
+        waiting.truncate(10);
+        let (request, mut accepted) = call();
+        forward_tool_call(&connection, &Value::from(1), request).await;
+        assert!(
+            accepted.try_recv().is_err(),
+            "sent to the host, not refused"
+        );
+        assert_eq!(lock(&connection.tool_calls).len(), 11);
+        let mut sent = 0;
+        while out_rx.try_recv().is_ok() {
+            sent += 1;
+        }
+        assert_eq!(sent, MAX_PENDING_TOOL_CALLS + 1);
+    }
+}

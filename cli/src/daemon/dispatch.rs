@@ -1,0 +1,178 @@
+//! The daemon's methods, one function each: what a request's params ask of the supervisor
+//! and what its answer is.
+
+use super::connection::{forward_tool_call, Connection};
+use super::held_start::HeldStart;
+use super::{lifecycle, Daemon};
+use cellvisor::cell::{CellEvent, EvalRequest, ToolCallRequest};
+use cellvisor::daemon::protocol::{
+    self, code, method, params, InitializeResult, Request, RpcError, SessionParams,
+    TerminateParams, WaitParams,
+};
+use cellvisor::{RequestError, WaitOptions};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+/// Answers one request (its result or its error; the caller sends it when it has an id).
+pub(super) async fn dispatch(
+    daemon: &Daemon,
+    request: Request,
+    connection: &Connection,
+) -> Result<Value, RpcError> {
+    match request.method.as_str() {
+        method::INITIALIZE => initialize(),
+        method::EVAL => eval(daemon, request, connection).await,
+        method::INTERRUPT => interrupt(daemon, request.params).await,
+        method::RESET => reset(daemon, request.params).await,
+        method::CLOSE => close(daemon, request.params).await,
+        method::STATUS => to_json(&daemon.cv.status().await.map_err(refused)?),
+        method::WAIT => wait(daemon, request.params).await,
+        method::TERMINATE => terminate(daemon, request.params).await,
+        method::SHUTDOWN => shutdown(daemon),
+        method::CONFIG_RELOAD => config_reload(daemon).await,
+        other => Err(RpcError::new(
+            code::METHOD_NOT_FOUND,
+            format!(
+                "method not found: {other}; the methods are initialize, eval, wait, terminate, \
+                 interrupt, reset, close, status, shutdown and config/reload"
+            ),
+        )),
+    }
+}
+
+/// `initialize`: the protocol and program versions, the languages, the daemon's pid.
+fn initialize() -> Result<Value, RpcError> {
+    to_json(&InitializeResult {
+        protocol_version: protocol::PROTOCOL_VERSION,
+        server_version: env!("CARGO_PKG_VERSION").to_string(),
+        languages: cellvisor_ipc::Language::ALL.to_vec(),
+        pid: std::process::id(),
+    })
+}
+
+/// `eval`: runs the cells, sending their events as `eval/event` notifications and their
+/// tool calls as `tool/call` requests while they run; answers the result.
+async fn eval(
+    daemon: &Daemon,
+    request: Request,
+    connection: &Connection,
+) -> Result<Value, RpcError> {
+    let out = &connection.out;
+    let eval: EvalRequest = params(request.params)?;
+    let request_id = request.id.unwrap_or(Value::Null);
+    let (events, mut events_rx) = mpsc::channel::<CellEvent>(64);
+    let (tool_host, mut tool_calls) = mpsc::channel::<ToolCallRequest>(8);
+    let tool_host = (!eval.tools.is_empty()).then_some(tool_host);
+    let notify = |event: &CellEvent| {
+        protocol::encode_line(&protocol::TypedNotification::new(
+            method::EVAL_EVENT,
+            protocol::EvalEvent {
+                request_id: &request_id,
+                event,
+            },
+        ))
+    };
+    let eval = daemon.cv.eval_with_tools(eval, Some(events), tool_host);
+    tokio::pin!(eval);
+    let mut started = HeldStart::default();
+    let result = loop {
+        tokio::select! {
+            biased;
+            Some(event) = events_rx.recv() => {
+                let line = notify(&event);
+                // A client that stopped reading stalls only its own cells here.
+                let (earlier, now) = started.hold_or_release(&event, line);
+                for line in earlier.into_iter().chain(now) {
+                    let _ = out.send(line).await;
+                }
+            }
+            Some(call) = tool_calls.recv() => {
+                if let Some(line) = started.release() {
+                    let _ = out.send(line).await;
+                }
+                forward_tool_call(connection, &request_id, call).await;
+            }
+            () = started.due() =>
+            {
+                if let Some(line) = started.release() {
+                    let _ = out.send(line).await;
+                }
+            }
+            result = &mut eval => break result,
+        }
+    };
+    if let Some(line) = started.release() {
+        let _ = out.send(line).await;
+    }
+    while let Ok(event) = events_rx.try_recv() {
+        let _ = out.send(notify(&event)).await;
+    }
+    to_json(&result.map_err(refused)?)
+}
+
+/// `interrupt`: stops the running cell of a session; answers how many sessions it reached.
+async fn interrupt(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
+    let p: SessionParams = params(params_in)?;
+    let count = daemon.cv.interrupt(&p.session, p.language).await;
+    sessions_reached(count)
+}
+
+/// `reset`: replaces a session's workers with fresh ones.
+async fn reset(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
+    let p: SessionParams = params(params_in)?;
+    let count = daemon.cv.reset(&p.session, p.language).await;
+    sessions_reached(count)
+}
+
+/// `close`: ends a session's workers.
+async fn close(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
+    let p: SessionParams = params(params_in)?;
+    let count = daemon.cv.close(&p.session, p.language).await;
+    sessions_reached(count)
+}
+
+/// The answer of `interrupt`, `reset` and `close`: how many sessions the command reached.
+fn sessions_reached(count: Result<usize, RequestError>) -> Result<Value, RpcError> {
+    Ok(serde_json::json!({ "sessions": count.map_err(refused)? }))
+}
+
+/// `wait`: watches a cell that went to the background.
+async fn wait(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
+    let p: WaitParams = params(params_in)?;
+    let options = WaitOptions {
+        yield_time_ms: p.yield_time_ms,
+        max_tokens: p.max_tokens,
+    };
+    let result = daemon.cv.wait(&p.session, p.cell_id, options).await;
+    to_json(&result.map_err(refused)?)
+}
+
+/// `terminate`: stops a cell that went to the background and answers its end.
+async fn terminate(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
+    let p: TerminateParams = params(params_in)?;
+    let result = daemon.cv.terminate(&p.session, p.cell_id).await;
+    to_json(&result.map_err(refused)?)
+}
+
+/// `shutdown`: stops the daemon and every worker (after this answer).
+fn shutdown(daemon: &Daemon) -> Result<Value, RpcError> {
+    let _ = daemon.shutdown.send(true);
+    Ok(serde_json::json!({ "stopping": true }))
+}
+
+/// `config/reload`: re-reads the config file and answers what changed.
+async fn config_reload(daemon: &Daemon) -> Result<Value, RpcError> {
+    let changes = lifecycle::reload(daemon).await?;
+    Ok(serde_json::json!({ "reloaded": true, "changes": changes }))
+}
+
+fn refused(err: RequestError) -> RpcError {
+    match err {
+        RequestError::Stopped => RpcError::new(code::SHUTTING_DOWN, err.to_string()),
+        other => RpcError::new(code::REQUEST_REFUSED, other.to_string()),
+    }
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<Value, RpcError> {
+    serde_json::to_value(value).map_err(|e| RpcError::new(code::INTERNAL_ERROR, e.to_string()))
+}

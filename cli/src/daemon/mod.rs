@@ -1,0 +1,158 @@
+//! `cellvisor serve`: the daemon's listener and connections.
+//!
+//! Each connection has a reader (this task) and a writer task fed by a bounded channel, and
+//! every request runs in a task of its own, so a long `eval` does not hold up `status` and a
+//! slow client slows only its own sessions (its events wait for room in its channel).
+//!
+//! What a connection costs the daemon is bounded whatever its client does: at most
+//! `daemon.max-pending-requests` requests in flight (past it the daemon stops reading that
+//! connection), at most [`MAX_PENDING_TOOL_CALLS`] tool calls awaiting the client, and a
+//! client that reads none of its answers for `daemon.stalled-client-timeout` is dropped.
+
+//!
+//! - `listener`: the socket bound in a private directory, and the peer check (other users
+//!   and the daemon's own cells are refused).
+//! - `lifecycle`: signals, the idle exit, the reload of the configuration.
+//! - `connection`: one client's connection: its reader, its writer, its requests in flight,
+//!   the tool calls it is asked to answer.
+//! - `dispatch`: the methods, one function each.
+//! - `held_start`: a quick cell's `cell_started` event, sent in one write with what follows.
+
+mod connection;
+mod dispatch;
+mod held_start;
+mod lifecycle;
+mod listener;
+
+use cellvisor::{Cellvisor, Options};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How the daemon runs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub socket: PathBuf,
+    pub supervisor: Options,
+    /// The config file to re-read on SIGHUP and `config/reload`.
+    pub config_path: Option<PathBuf>,
+}
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("a cellvisor daemon is already listening on {0}; stop it first (`cellvisor stop`)")]
+    AlreadyRunning(PathBuf),
+    #[error("cannot listen on {path}: {source}")]
+    Bind {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Startup(#[from] cellvisor::StartupError),
+}
+
+/// Tool calls one connection's client may leave unanswered; a cell's call past it fails
+/// at once with a message saying so.
+pub const MAX_PENDING_TOOL_CALLS: usize = 1024;
+
+/// The per-connection bounds from `[daemon]`; a reload applies them to new connections.
+#[derive(Debug, Clone, Copy)]
+struct ConnectionLimits {
+    max_pending_requests: usize,
+    stalled_client_timeout: Duration,
+}
+
+impl ConnectionLimits {
+    fn from_config(config: &cellvisor_config::Config) -> ConnectionLimits {
+        ConnectionLimits {
+            max_pending_requests: config.daemon.max_pending_requests.max(1),
+            stalled_client_timeout: config.daemon.stalled_client_timeout,
+        }
+    }
+}
+
+/// Shared by every connection.
+struct Daemon {
+    cv: Cellvisor,
+    config_path: Option<PathBuf>,
+    shutdown: watch::Sender<bool>,
+    connections: AtomicU64,
+    limits: Mutex<ConnectionLimits>,
+    /// `daemon.idle-exit` in force (zero: never), which a reload replaces.
+    idle_exit: watch::Sender<Duration>,
+}
+
+/// Runs the daemon until `shutdown`, SIGTERM or SIGINT (or its idle exit).
+pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
+    crate::allocator::map_big_blocks_separately();
+    let listener = listener::bind(&options.socket).await?;
+    let socket_inode = socket_inode(&options.socket);
+    let idle_exit = options.supervisor.config.daemon.idle_exit;
+    let limits = ConnectionLimits::from_config(&options.supervisor.config);
+    // On the daemon's own actix system the connections and the actors share one thread.
+    let cv = match Cellvisor::start_on_current_system(options.supervisor.clone()) {
+        Some(started) => started?,
+        None => Cellvisor::start(options.supervisor)?,
+    };
+    let (shutdown, mut shutdown_rx) = watch::channel(false);
+    let daemon = Arc::new(Daemon {
+        cv,
+        config_path: options.config_path,
+        shutdown,
+        connections: AtomicU64::new(0),
+        limits: Mutex::new(limits),
+        idle_exit: watch::Sender::new(idle_exit),
+    });
+    tracing::info!(socket = %options.socket.display(), pid = std::process::id(), "cellvisor daemon listening");
+    lifecycle::spawn_signal_handlers(&daemon);
+    lifecycle::spawn_idle_exit(&daemon);
+    let uid = nix::unistd::getuid().as_raw();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    match stream.peer_cred() {
+                        Ok(cred) if cred.uid() == uid && listener::from_own_worker(cred.pid()) => {
+                            tracing::warn!(peer_pid = cred.pid(), "refused a connection from a cell (a process under one of this daemon's workers)");
+                            listener::refuse_cell(stream);
+                        }
+                        Ok(cred) if cred.uid() == uid => {
+                            let daemon = Arc::clone(&daemon);
+                            tokio::spawn(async move { connection::handle_connection(daemon, stream).await });
+                        }
+                        Ok(cred) => tracing::warn!(peer_uid = cred.uid(), "refused a connection from another user"),
+                        Err(err) => tracing::warn!("refused a connection without credentials: {err}"),
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!("accept failed: {err}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = shutdown_rx.changed() => break,
+        }
+    }
+    tracing::info!("shutting down: stopping every worker");
+    drop(listener);
+    daemon.cv.shutdown().await;
+    // A daemon started meanwhile may have replaced our socket file; leave its one alone.
+    if socket_inode.is_some() && socket_inode == self::socket_inode(&options.socket) {
+        let _ = std::fs::remove_file(&options.socket);
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn socket_inode(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.ino())
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

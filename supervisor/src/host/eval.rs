@@ -1,0 +1,227 @@
+//! Running a request's cells: checked once, each cell to its session in order, the first
+//! failure skipping the rest.
+
+use super::policy::validate;
+use super::{Cellvisor, RequestError};
+use crate::cell::{
+    CellEvent, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult, ToolCallRequest,
+};
+use crate::session::{CellJob, CellReport, SessionKey};
+use crate::supervisor::{Control, ControlAction, RequestDone, Submit, Supervisor};
+use actix::prelude::*;
+use cellvisor_ipc::Language;
+use cellvisor_ipc::ToolInfo;
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+
+impl Cellvisor {
+    /// Runs a request's cells in order; the first failure skips the rest. `events`, if given,
+    /// receives progress as it happens (cell started, output, displays, cell done).
+    pub async fn eval(
+        &self,
+        request: EvalRequest,
+        events: Option<mpsc::Sender<CellEvent>>,
+    ) -> Result<EvalResult, RequestError> {
+        self.eval_with_tools(request, events, None).await
+    }
+
+    /// [`Cellvisor::eval`] for a request that declares tools: each call a cell makes arrives
+    /// on `tool_host`, and the host answers through the request's `reply`. A call still
+    /// unanswered when its cell ends (or times out) is cancelled.
+    pub async fn eval_with_tools(
+        &self,
+        request: EvalRequest,
+        events: Option<mpsc::Sender<CellEvent>>,
+        tool_host: Option<mpsc::Sender<ToolCallRequest>>,
+    ) -> Result<EvalResult, RequestError> {
+        let cells = match self.config.lock() {
+            Ok(config) => config.cells.clone(),
+            Err(poisoned) => poisoned.into_inner().cells.clone(),
+        };
+        validate(&request, &cells)?;
+        let tools: Arc<[ToolInfo]> = request
+            .tools
+            .iter()
+            .map(|t| ToolInfo {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                input_schema_json: t.input_schema.to_string(),
+            })
+            .collect();
+        let policy = self.request_policy();
+        let sandbox = self.sandbox_plan(&request)?.map(Arc::new);
+        let python = self.python_choice(&request).map(Arc::new);
+        let request_id = self
+            .next_request
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // A per-call request runs in a throw-away session of its own, discarded at its end
+        // (however it ends), so the named session's workers and state are not touched.
+        let throwaway = (request.fresh || policy.per_call)
+            .then(|| ThrowawaySession::new(self.supervisor.clone(), &request.session, request_id));
+        let session = throwaway
+            .as_ref()
+            .map_or(request.session.as_str(), |t| t.name.as_str());
+        let lock = self.request_lock(session);
+        let _turn = lock.lock().await;
+        // Dropped when this future is (a client that disconnected): the sessions then stop
+        // this request's cells, and only those.
+        let (_requester_alive, requester) = tokio::sync::watch::channel(());
+        let _pin = RequestPin {
+            supervisor: self.supervisor.clone(),
+            request: request_id,
+        };
+        let mut results = Vec::with_capacity(request.cells.len());
+        let mut stopped = false;
+        // A cell that went to the background holds its session: the request returns, and
+        // its later cells are skipped rather than queued behind it.
+        let mut in_background = None;
+        for (index, spec) in request.cells.iter().enumerate() {
+            let cell_id = self
+                .next_cell
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let Some(running) = in_background {
+                results.push(CellResult::skipped_behind(index, cell_id, spec, running));
+                continue;
+            }
+            if stopped {
+                results.push(CellResult::skipped(index, cell_id, spec));
+                continue;
+            }
+            if let Some(events) = &events {
+                let _ = events
+                    .send(CellEvent::CellStarted {
+                        index,
+                        language: spec.language,
+                        title: spec.title.clone(),
+                    })
+                    .await;
+            }
+            let directive = match policy.disabled(spec.language) {
+                Some(message) => Err(message),
+                None => with_directive(spec),
+            };
+            let result = match directive {
+                Err(message) => CellReport::refused(index, cell_id, spec, message),
+                Ok((job_spec, max_output_bytes)) => {
+                    let (reply, outcome) = oneshot::channel();
+                    let may_yield = throwaway.is_none();
+                    let job = CellJob {
+                        cell_id,
+                        yield_time: job_spec.yield_time_ms.map(std::time::Duration::from_millis),
+                        may_yield,
+                        index,
+                        spec: job_spec,
+                        cwd: request.cwd.clone(),
+                        events: events.clone(),
+                        tools: Arc::clone(&tools),
+                        tool_host: tool_host.clone(),
+                        max_output_bytes,
+                        python: python.clone().filter(|_| spec.language == Language::Python),
+                        sandbox: sandbox.clone(),
+                        requester: requester.clone(),
+                        reply,
+                    };
+                    let key = SessionKey {
+                        session: session.to_string(),
+                        language: spec.language,
+                    };
+                    self.supervisor
+                        .send(Submit {
+                            key: key.clone(),
+                            cwd: request.cwd.clone(),
+                            job,
+                            request: request_id,
+                        })
+                        .await
+                        .map_err(|_| RequestError::Stopped)?;
+                    let result = match outcome.await {
+                        Ok(outcome) => outcome.into_result(index, cell_id, spec),
+                        Err(_) => CellReport::refused(
+                            index,
+                            cell_id,
+                            spec,
+                            "the session ended before the cell finished".into(),
+                        ),
+                    };
+                    if result.report.status == CellStatus::Running {
+                        self.remember_background(cell_id, key);
+                        in_background = Some(cell_id);
+                    }
+                    result
+                }
+            };
+            if let Some(events) = &events {
+                let _ = events
+                    .send(CellEvent::CellDone {
+                        index,
+                        status: result.report.status,
+                    })
+                    .await;
+            }
+            stopped = result.exit_code != 0;
+            results.push(result);
+        }
+        Ok(EvalResult::from_cells(results))
+    }
+}
+
+/// The cell as its session runs it: a JavaScript `// @exec:` line turned into the cell's
+/// observation time (`yield_time_ms`, which the line overrides) and output cap (code mode).
+/// `Err` is the message for a bad line.
+pub(super) fn with_directive(spec: &CellSpec) -> Result<(CellSpec, Option<u64>), String> {
+    let mut job = spec.clone();
+    if spec.language != Language::JavaScript {
+        return Ok((job, None));
+    }
+    let Some(directive) = crate::directive::parse(&spec.code)? else {
+        return Ok((job, None));
+    };
+    if let Some(time) = directive.yield_time_ms {
+        job.yield_time_ms = Some(time);
+    }
+    Ok((job, directive.max_output_bytes()))
+}
+
+/// The session of a per-call request (`fresh: true` or `sessions.mode = "per-call"`): its
+/// workers are discarded when the request ends, however it ends.
+pub(super) struct ThrowawaySession {
+    supervisor: Addr<Supervisor>,
+    name: String,
+}
+
+impl ThrowawaySession {
+    pub(super) fn new(
+        supervisor: Addr<Supervisor>,
+        session: &str,
+        request: u64,
+    ) -> ThrowawaySession {
+        ThrowawaySession {
+            supervisor,
+            name: format!("{session}~call-{request}"),
+        }
+    }
+}
+
+impl Drop for ThrowawaySession {
+    fn drop(&mut self) {
+        self.supervisor.do_send(Control {
+            session: std::mem::take(&mut self.name),
+            language: None,
+            action: ControlAction::Discard,
+        });
+    }
+}
+
+/// Keeps a request's sessions from eviction until the request ends, however it ends.
+pub(super) struct RequestPin {
+    supervisor: Addr<Supervisor>,
+    request: u64,
+}
+
+impl Drop for RequestPin {
+    fn drop(&mut self) {
+        self.supervisor.do_send(RequestDone {
+            request: self.request,
+        });
+    }
+}

@@ -1,0 +1,505 @@
+//! The library API: a running supervisor and the calls a host makes on it.
+//!
+//! [`Cellvisor::start`] runs the actix system on a thread of its own (workers die with the
+//! thread that spawned them, so it must live as long as the supervisor) and hands back a
+//! handle whose methods can be awaited from any async runtime.
+//! [`Cellvisor::start_on_current_system`] runs the actors on the caller's own actix system
+//! instead (the daemon: connections and actors on one thread, no wake-up between threads).
+//!
+//! - `eval`: running a request's cells: the checks, the sessions it pins or throws away,
+//!   the cells in order, each to its session.
+//! - `background`: cells that went to the background, and `wait` and `terminate` on them.
+//! - `policy`: what the configuration in force says about a request (enabled languages,
+//!   per-call sessions, the sandbox, the Python), and the one check of a request.
+
+mod background;
+mod eval;
+mod policy;
+
+use policy::validate_session_name;
+
+use crate::session::{SessionKey, SessionStatus};
+use crate::supervisor::{
+    Control, ControlAction, LiveSessions, PrewarmedCount, ReloadConfig, ShutdownAll, Status,
+    Supervisor, WorkerBase,
+};
+use actix::prelude::*;
+use cellvisor_config::Config;
+use cellvisor_ipc::Language;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
+
+/// Largest cell source accepted: well inside the frame limit.
+pub const MAX_CODE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Longest session name accepted.
+pub const MAX_SESSION_NAME: usize = 128;
+
+/// Longest host tool name accepted (MCP servers name tools like `github.search_issues`).
+pub const MAX_TOOL_NAME: usize = 128;
+
+/// How long a `wait` watches a background cell unless told otherwise.
+pub const DEFAULT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Longest `yield_time_ms` a `wait` accepts (an hour).
+pub const MAX_WAIT_MS: u64 = 3_600_000;
+
+/// Background cells remembered (id -> session) for `wait` and `terminate`, at most.
+const MAX_BACKGROUND_CELLS: usize = 4096;
+
+/// The first cell id of a supervisor started at `now`: its start in milliseconds since the
+/// epoch, times 1,000. An id from before a restart is then never one of the new supervisor's
+/// cells (that would take a thousand cells a millisecond), as code mode promises ("an ID from
+/// before then is reported as not found and never reaches a newer cell"), and ids stay below
+/// 2^53, exact in every JSON reader, for some 280 years.
+fn first_cell_id(now: std::time::SystemTime) -> u64 {
+    let millis = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        });
+    millis.saturating_mul(1000).max(1)
+}
+
+/// How a host watches a background cell ([`Cellvisor::wait`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WaitOptions {
+    /// How long to watch before answering with the output so far; default [`DEFAULT_WAIT`].
+    pub yield_time_ms: Option<u64>,
+    /// Cap on the returned output, in tokens (about 4 bytes each).
+    pub max_tokens: Option<u64>,
+}
+
+/// How to start a supervisor.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The configuration to run under; a running supervisor takes a new one with `reload`.
+    pub config: Config,
+    /// The cellvisor executable that workers run as (`cellvisor __worker ...`). Default: the
+    /// current executable, which is right for the `cellvisor` binary; an embedding program
+    /// either points this at an installed `cellvisor` or calls
+    /// [`crate::worker_entry::run_worker_if_requested`] first thing in `main`. Python
+    /// workers run `cellvisor-py-worker` instead when it sits beside an executable named
+    /// `cellvisor`.
+    pub worker_exe: Option<PathBuf>,
+    /// The per-user runtime directory; default `$XDG_RUNTIME_DIR/cellvisor` (or a private
+    /// directory under the temp dir). Each supervisor makes a private directory inside it.
+    pub runtime_dir: Option<PathBuf>,
+}
+
+/// Why the supervisor could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    /// The runtime directory could not be made private (it is someone else's, or not writable).
+    #[error("cannot prepare the runtime directory {path}: {source}")]
+    RuntimeDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why it could not be prepared.
+        source: std::io::Error,
+    },
+    /// Workers run this executable; without it no worker can start.
+    #[error("cannot find the cellvisor executable: {0}")]
+    Exe(std::io::Error),
+    /// The supervisor's own thread could not be started.
+    #[error("cannot start the supervisor thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// A request the supervisor refuses as a whole, before running anything.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum RequestError {
+    /// The session name is not one a file name and a log line can hold safely.
+    #[error("invalid session name {0:?}: use 1 to 128 characters from A-Z a-z 0-9 . _ - :")]
+    SessionName(String),
+    /// A request without cells is a host's mistake, not a no-op.
+    #[error("a request needs at least one cell")]
+    NoCells,
+    /// More cells than `cells.max-cells-per-request`: one request must not hold a session forever.
+    #[error(
+        "the request has {count} cells; at most {max} cells per request \
+         (cells.max-cells-per-request): split it into several requests"
+    )]
+    TooManyCells {
+        /// Cells in the request.
+        count: usize,
+        /// The most allowed.
+        max: usize,
+    },
+    /// A cell's timeout is not a positive number of seconds.
+    #[error(
+        "cell {index}: timeout must be a positive number of seconds, got {value}; \
+         {min} to {max} seconds are kept as given, a shorter timeout is raised to {min} and a \
+         longer one cut to {max} (cells.min-timeout, cells.max-timeout); omit it for the \
+         default of {default} seconds"
+    )]
+    Timeout {
+        /// The cell's place in its request.
+        index: usize,
+        /// The timeout given.
+        value: f64,
+        /// `cells.min-timeout`, in seconds.
+        min: f64,
+        /// `cells.max-timeout`, in seconds.
+        max: f64,
+        /// `cells.default-timeout`, in seconds.
+        default: f64,
+    },
+    /// A cell's code is larger than a worker frame may carry.
+    #[error("cell {index}: code is {len} bytes; at most {max} bytes per cell", max = MAX_CODE_BYTES)]
+    CodeTooLarge {
+        /// The cell's place in its request.
+        index: usize,
+        /// The code's size in bytes.
+        len: usize,
+    },
+    /// The working directory is not a directory: the cells would run somewhere unexpected.
+    #[error("working directory {0} does not exist or is not a directory")]
+    Cwd(PathBuf),
+    /// A tool name that cells could not call as `tool.<name>`.
+    #[error("invalid tool name {0:?}: use 1 to {max} characters from A-Z a-z 0-9 _ - .", max = MAX_TOOL_NAME)]
+    ToolName(String),
+    /// Two tools with one name: a call would be ambiguous.
+    #[error("tool {0:?} is declared twice")]
+    DuplicateTool(String),
+    /// The request's sandbox fields would loosen the operator's, or cannot be enforced.
+    #[error("sandbox: {0}")]
+    Sandbox(String),
+    /// `wait` or `terminate` named a cell that is not in the background (or was collected).
+    #[error(
+        "session {session} has no background cell {cell_id} (ids come from results with status \
+         \"running\"; a finished cell's result is handed out once)"
+    )]
+    UnknownCell {
+        /// The session named.
+        session: String,
+        /// The cell id named.
+        cell_id: u64,
+    },
+    /// `wait` named a cell whose own request still waits for it.
+    #[error(
+        "cell {0} has not gone to the background: the request that started it still waits for \
+         it (use interrupt to stop it)"
+    )]
+    NotYielded(u64),
+    /// Another `wait` is already collecting this cell's output.
+    #[error(
+        "cell {0} is already being waited on: one wait at a time per cell; try again when that \
+         wait returns"
+    )]
+    AlreadyObserved(u64),
+    /// `yield_time_ms` is longer than [`MAX_WAIT_MS`].
+    #[error("yield_time_ms must be at most {max} ms (an hour), got {0}", max = MAX_WAIT_MS)]
+    WaitTime(u64),
+    /// `max_tokens` of 0 would return nothing.
+    #[error("max_tokens must be at least 1")]
+    MaxTokens,
+    /// The supervisor has shut down; no more requests are taken.
+    #[error("the supervisor has stopped")]
+    Stopped,
+}
+
+/// A running supervisor. Cheap to share (`Arc`); stop it with [`Cellvisor::shutdown`].
+pub struct Cellvisor {
+    supervisor: Addr<Supervisor>,
+    /// One lock per session name: a request's cells run together, not interleaved with
+    /// another request's cells for the same session.
+    request_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The system and thread the actors run on, when they have a thread of their own
+    /// (`None`: they run on the caller's system, which outlives them).
+    own_thread: Mutex<Option<(actix::System, std::thread::JoinHandle<()>)>>,
+    /// The configuration in force, to tell what a reload changes.
+    config: Mutex<Config>,
+    /// The environment a Python worker gets under that configuration, which a request's
+    /// choice of Python is made in: filtered once per configuration, not once per request.
+    python_env: Mutex<Arc<[(OsString, OsString)]>>,
+    next_request: std::sync::atomic::AtomicU64,
+    /// Cell ids: unique across sessions, so a session can tell its own cells.
+    next_cell: std::sync::atomic::AtomicU64,
+    /// Cells that went to the background, and their session, until collected.
+    background: Mutex<HashMap<u64, SessionKey>>,
+    run_dir: PathBuf,
+    _run_dir_guard: tempfile::TempDir,
+}
+
+impl Cellvisor {
+    /// Starts a supervisor with its own runtime directory, its actors on a thread of their
+    /// own: the handle can then be awaited from any executor.
+    pub fn start(options: Options) -> Result<Cellvisor, StartupError> {
+        let prepared = Prepared::new(options)?;
+        let (config, base) = (Arc::clone(&prepared.config), prepared.base.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("cellvisor-supervisor".into())
+            .spawn(move || {
+                let system = actix::System::new();
+                system.block_on(async move {
+                    let addr = Supervisor::new(config, base).start();
+                    let _ = tx.send((addr, actix::System::current()));
+                });
+                let _ = system.run();
+            })
+            .map_err(StartupError::Thread)?;
+        let (supervisor, system) = rx.recv().map_err(|_| {
+            StartupError::Thread(std::io::Error::other(
+                "the supervisor thread ended at start",
+            ))
+        })?;
+        Ok(prepared.into_handle(supervisor, Some((system, thread))))
+    }
+
+    /// Starts a supervisor whose actors run on the calling thread's actix system, so a
+    /// caller on that system (the daemon) reaches them without a wake-up of another thread.
+    /// The handle must then be used from that system's thread, and the thread must outlive
+    /// the supervisor (workers die with the thread that started them). `None` when the
+    /// caller runs no actix system: use [`Cellvisor::start`] there.
+    pub fn start_on_current_system(options: Options) -> Option<Result<Cellvisor, StartupError>> {
+        actix::System::try_current()?;
+        Some(Prepared::new(options).map(|prepared| {
+            let supervisor =
+                Supervisor::new(Arc::clone(&prepared.config), prepared.base.clone()).start();
+            prepared.into_handle(supervisor, None)
+        }))
+    }
+
+    /// The private directory of this supervisor (worker sockets, runner script).
+    pub fn run_dir(&self) -> &std::path::Path {
+        &self.run_dir
+    }
+
+    async fn control(
+        &self,
+        session: &str,
+        language: Option<Language>,
+        action: ControlAction,
+    ) -> Result<usize, RequestError> {
+        validate_session_name(session)?;
+        self.supervisor
+            .send(Control {
+                session: session.to_string(),
+                language,
+                action,
+            })
+            .await
+            .map_err(|_| RequestError::Stopped)
+    }
+
+    /// Interrupts the running cell of the session (all languages, or one); answers how many
+    /// cells were interrupted.
+    pub async fn interrupt(
+        &self,
+        session: &str,
+        language: Option<Language>,
+    ) -> Result<usize, RequestError> {
+        self.control(session, language, ControlAction::Interrupt)
+            .await
+    }
+
+    /// Replaces the session's workers with fresh ones; answers how many were reset.
+    pub async fn reset(
+        &self,
+        session: &str,
+        language: Option<Language>,
+    ) -> Result<usize, RequestError> {
+        self.control(session, language, ControlAction::Reset).await
+    }
+
+    /// Closes the session's workers; answers how many were closed.
+    pub async fn close(
+        &self,
+        session: &str,
+        language: Option<Language>,
+    ) -> Result<usize, RequestError> {
+        self.control(session, language, ControlAction::Close).await
+    }
+
+    /// One row per live session, with each worker tree's memory and CPU.
+    pub async fn status(&self) -> Result<Vec<SessionStatus>, RequestError> {
+        self.supervisor
+            .send(Status)
+            .await
+            .map_err(|_| RequestError::Stopped)
+    }
+
+    /// How many sessions are live (the rows [`status`](Self::status) would list), without
+    /// sampling any worker: cheap enough for a host to ask on every tick (the daemon's idle
+    /// exit does).
+    pub async fn live_sessions(&self) -> Result<usize, RequestError> {
+        self.supervisor
+            .send(LiveSessions)
+            .await
+            .map_err(|_| RequestError::Stopped)
+    }
+
+    /// How many prewarmed Python workers (`python.prewarm`) wait to be claimed.
+    pub async fn prewarmed(&self) -> Result<usize, RequestError> {
+        self.supervisor
+            .send(PrewarmedCount)
+            .await
+            .map_err(|_| RequestError::Stopped)
+    }
+
+    /// Applies a new configuration to new cells and new workers, logging each change; answers
+    /// the changes as `key: old -> new` lines.
+    pub async fn reload(&self, config: Config) -> Result<Vec<String>, RequestError> {
+        let changes = {
+            let mut current = match self.config.lock() {
+                Ok(current) => current,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            let changes = cellvisor_config::changes(&current, &config);
+            *current = config.clone();
+            changes
+        };
+        let python_env = python_worker_env(&config);
+        match self.python_env.lock() {
+            Ok(mut env) => *env = python_env,
+            Err(poisoned) => *poisoned.into_inner() = python_env,
+        }
+        for change in &changes {
+            tracing::info!("config: {change}");
+        }
+        self.supervisor
+            .send(ReloadConfig(Arc::new(config)))
+            .await
+            .map_err(|_| RequestError::Stopped)?;
+        Ok(changes)
+    }
+
+    /// Stops every worker (Shutdown, grace, SIGTERM, SIGKILL), then the supervisor thread.
+    pub async fn shutdown(&self) {
+        let _ = self.supervisor.send(ShutdownAll).await;
+        let own_thread = match self.own_thread.lock() {
+            Ok(mut thread) => thread.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some((system, thread)) = own_thread {
+            system.stop();
+            // Joined on a helper thread, so any executor can await this.
+            let (joined, wait) = oneshot::channel();
+            let helper = std::thread::Builder::new()
+                .name("cellvisor-join".into())
+                .spawn(move || {
+                    let _ = thread.join();
+                    let _ = joined.send(());
+                });
+            if helper.is_ok() {
+                let _ = wait.await;
+            }
+        }
+    }
+}
+
+/// What a supervisor needs before its actors start: its private directory, what workers
+/// are made from, the configuration.
+struct Prepared {
+    config: Arc<Config>,
+    initial_config: Config,
+    base: WorkerBase,
+    run_dir: PathBuf,
+    run_dir_guard: tempfile::TempDir,
+}
+
+impl Prepared {
+    fn new(options: Options) -> Result<Prepared, StartupError> {
+        let base_dir = options
+            .runtime_dir
+            .clone()
+            .unwrap_or_else(cellvisor_ipc::socket::default_runtime_dir);
+        cellvisor_ipc::socket::ensure_private_dir(&base_dir).map_err(|source| {
+            StartupError::RuntimeDir {
+                path: base_dir.clone(),
+                source,
+            }
+        })?;
+        let run_dir_guard = tempfile::Builder::new()
+            .prefix(&format!("sup-{}-", std::process::id()))
+            .tempdir_in(&base_dir)
+            .map_err(|source| StartupError::RuntimeDir {
+                path: base_dir.clone(),
+                source,
+            })?;
+        let run_dir = run_dir_guard.path().to_path_buf();
+        let exe = match options.worker_exe {
+            Some(exe) => exe,
+            None => std::env::current_exe().map_err(StartupError::Exe)?,
+        };
+        let artifact_dir = options
+            .config
+            .output
+            .artifact_dir
+            .clone()
+            .unwrap_or_else(|| base_dir.join("artifacts"));
+        let artifacts = crate::artifacts::ArtifactStore::new(
+            artifact_dir,
+            options.config.output.artifact_max_total.as_u64(),
+        );
+        let base = WorkerBase {
+            programs: crate::spawn::WorkerPrograms::beside(exe),
+            run_dir: run_dir.clone(),
+            artifacts,
+            store_dir: crate::paths::stores_dir(),
+        };
+        Ok(Prepared {
+            initial_config: options.config.clone(),
+            config: Arc::new(options.config),
+            base,
+            run_dir,
+            run_dir_guard,
+        })
+    }
+
+    fn into_handle(
+        self,
+        supervisor: Addr<Supervisor>,
+        own_thread: Option<(actix::System, std::thread::JoinHandle<()>)>,
+    ) -> Cellvisor {
+        Cellvisor {
+            supervisor,
+            request_locks: Mutex::new(HashMap::new()),
+            own_thread: Mutex::new(own_thread),
+            python_env: Mutex::new(python_worker_env(&self.initial_config)),
+            config: Mutex::new(self.initial_config),
+            next_request: std::sync::atomic::AtomicU64::new(1),
+            next_cell: std::sync::atomic::AtomicU64::new(first_cell_id(
+                std::time::SystemTime::now(),
+            )),
+            background: Mutex::new(HashMap::new()),
+            run_dir: self.run_dir,
+            _run_dir_guard: self.run_dir_guard,
+        }
+    }
+}
+
+/// The environment of a Python worker under `config` (the daemon's own environment, as
+/// `env` filters it, does not change while it runs).
+fn python_worker_env(config: &Config) -> Arc<[(OsString, OsString)]> {
+    crate::environment::for_worker(config, Language::Python).into()
+}
+
+/// Locks `mutex`; a panic elsewhere while holding it leaves plain data behind.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cell_ids_of_a_later_start_are_above_any_earlier_ones_and_exact_in_json() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let start = UNIX_EPOCH + Duration::from_secs(1_764_600_000);
+        let first = first_cell_id(start);
+        // A supervisor that ran 10,000 cells a second for its whole life ends below the next
+        // one's first id, however soon that one starts.
+        let lived = Duration::from_secs(3600);
+        let restarted = first_cell_id(start + lived + Duration::from_millis(1));
+        assert!(first + 10_000 * lived.as_secs() < restarted);
+        assert!(first_cell_id(UNIX_EPOCH + Duration::from_secs(200 * 365 * 86_400)) < 1 << 53);
+        assert_eq!(first_cell_id(UNIX_EPOCH), 1);
+    }
+}

@@ -1,6 +1,0 @@
-//! The `cellvisor` command.
-
-fn main() {
-    cellvisor::worker_entry::run_worker_if_requested();
-    std::process::exit(cellvisor::command_line());
-}
