@@ -23,18 +23,18 @@
 // A dependency no code uses is build time for nothing (test builds add dev-dependencies).
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
-pub mod helpers;
-pub mod js;
-pub mod lua;
+mod helpers;
+mod js;
+mod lua;
 pub mod process_tree;
 pub mod python;
 mod reader_token;
-pub mod runtime;
+mod runtime;
 pub mod sandbox;
-pub mod startup;
+mod startup;
 mod text;
-pub mod tools;
-pub mod warden;
+mod tools;
+mod warden;
 
 use cellvisor_ipc::Language;
 use std::path::Path;

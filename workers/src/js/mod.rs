@@ -335,6 +335,7 @@ impl JsEngine {
 
     /// Builds the engine with an explicit heap limit and stack limit (bytes; `None` keeps
     /// QuickJS's defaults: no heap limit, 1 MiB of stack), directories from the environment.
+    #[cfg(test)]
     pub fn with_limits(
         memory_limit: Option<usize>,
         stack_size: Option<usize>,

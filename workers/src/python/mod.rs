@@ -75,7 +75,7 @@ const EXIT_GRACE: Duration = Duration::from_secs(2);
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The python child, the pipes to it and what its threads share with us.
-pub struct PythonEngine {
+pub(crate) struct PythonEngine {
     child: Child,
     /// The runner's fd 3, shared with the threads that write tool results.
     commands: Arc<Mutex<File>>,
