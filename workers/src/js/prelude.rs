@@ -97,8 +97,7 @@ fn define_output<'js>(
     native: &Object<'js>,
     cell: &Rc<RunningCell>,
 ) -> rquickjs::Result<()> {
-    let def = |name: &str, function: Function<'js>| native.set(name, function);
-    def(
+    native.set(
         "write",
         Function::new(ctx.clone(), {
             let cell = Rc::clone(cell);
@@ -112,7 +111,7 @@ fn define_output<'js>(
             }
         })?,
     )?;
-    def(
+    native.set(
         "display",
         Function::new(ctx.clone(), {
             let cell = Rc::clone(cell);
@@ -121,7 +120,7 @@ fn define_output<'js>(
             }
         })?,
     )?;
-    def(
+    native.set(
         "yieldControl",
         Function::new(ctx.clone(), {
             let cell = Rc::clone(cell);
@@ -138,8 +137,7 @@ fn define_file_helpers<'js>(
     native: &Object<'js>,
     dirs: &Rc<HostDirs>,
 ) -> rquickjs::Result<()> {
-    let def = |name: &str, function: Function<'js>| native.set(name, function);
-    def(
+    native.set(
         "read",
         Function::new(
             ctx.clone(),
@@ -151,7 +149,7 @@ fn define_file_helpers<'js>(
             },
         )?,
     )?;
-    def(
+    native.set(
         "writeFile",
         Function::new(
             ctx.clone(),
@@ -161,7 +159,7 @@ fn define_file_helpers<'js>(
             },
         )?,
     )?;
-    def(
+    native.set(
         "tree",
         Function::new(
             ctx.clone(),
@@ -172,7 +170,7 @@ fn define_file_helpers<'js>(
             },
         )?,
     )?;
-    def(
+    native.set(
         "output",
         Function::new(ctx.clone(), {
             let dirs = Rc::clone(dirs);
@@ -183,7 +181,7 @@ fn define_file_helpers<'js>(
             }
         })?,
     )?;
-    def(
+    native.set(
         "storeWrite",
         Function::new(ctx.clone(), {
             let dirs = Rc::clone(dirs);
@@ -192,7 +190,7 @@ fn define_file_helpers<'js>(
             }
         })?,
     )?;
-    def(
+    native.set(
         "storeRead",
         Function::new(ctx.clone(), {
             let dirs = Rc::clone(dirs);
@@ -206,15 +204,14 @@ fn define_file_helpers<'js>(
 
 /// The line helpers JavaScript and Lua share: `sort`, `diff`.
 fn define_text_helpers<'js>(ctx: &Ctx<'js>, native: &Object<'js>) -> rquickjs::Result<()> {
-    let def = |name: &str, function: Function<'js>| native.set(name, function);
-    def(
+    native.set(
         "sort",
         Function::new(ctx.clone(), |text: String, reverse: bool, unique: bool| {
             let (sorted, lines) = crate::text::sort(text.as_bytes(), reverse, unique);
             List((String::from_utf8_lossy(&sorted).into_owned(), lines))
         })?,
     )?;
-    def(
+    native.set(
         "diff",
         Function::new(ctx.clone(), |a: String, b: String| {
             let (text, added, removed) = crate::text::unified_diff(a.as_bytes(), b.as_bytes());
@@ -226,8 +223,7 @@ fn define_text_helpers<'js>(ctx: &Ctx<'js>, native: &Object<'js>) -> rquickjs::R
 
 /// The process environment, for `env()` and `process.env`: `envAll`, `envGet`, `envSet`.
 fn define_environment<'js>(ctx: &Ctx<'js>, native: &Object<'js>) -> rquickjs::Result<()> {
-    let def = |name: &str, function: Function<'js>| native.set(name, function);
-    def(
+    native.set(
         "envAll",
         Function::new(ctx.clone(), |ctx: Ctx<'js>| {
             let all = Object::new(ctx)?;
@@ -240,13 +236,13 @@ fn define_environment<'js>(ctx: &Ctx<'js>, native: &Object<'js>) -> rquickjs::Re
             Ok::<_, rquickjs::Error>(all)
         })?,
     )?;
-    def(
+    native.set(
         "envGet",
         Function::new(ctx.clone(), |key: String| {
             std::env::var_os(key).map(|value| value.to_string_lossy().into_owned())
         })?,
     )?;
-    def(
+    native.set(
         "envSet",
         Function::new(
             ctx.clone(),
@@ -266,8 +262,7 @@ fn define_code_mode<'js>(
     native: &Object<'js>,
     cell: &Rc<RunningCell>,
 ) -> rquickjs::Result<()> {
-    let def = |name: &str, function: Function<'js>| native.set(name, function);
-    def(
+    native.set(
         "exit",
         Function::new(ctx.clone(), {
             let cell = Rc::clone(cell);
@@ -277,14 +272,14 @@ fn define_code_mode<'js>(
             }
         })?,
     )?;
-    def(
+    native.set(
         "stopping",
         Function::new(ctx.clone(), {
             let cell = Rc::clone(cell);
             move || cell.exiting.get()
         })?,
     )?;
-    def(
+    native.set(
         "callTool",
         Function::new(ctx.clone(), {
             let cell = Rc::clone(cell);
@@ -306,7 +301,7 @@ fn define_code_mode<'js>(
             }
         })?,
     )?;
-    def(
+    native.set(
         "searchTools",
         Function::new(ctx.clone(), {
             let cell = Rc::clone(cell);
@@ -326,8 +321,7 @@ fn define_timers<'js>(
     native: &Object<'js>,
     cell: &Rc<RunningCell>,
 ) -> rquickjs::Result<()> {
-    let def = |name: &str, function: Function<'js>| native.set(name, function);
-    def(
+    native.set(
         "setTimer",
         Function::new(ctx.clone(), {
             let cell = Rc::clone(cell);
@@ -339,7 +333,7 @@ fn define_timers<'js>(
             }
         })?,
     )?;
-    def(
+    native.set(
         "clearTimer",
         Function::new(ctx.clone(), {
             let cell = Rc::clone(cell);

@@ -284,15 +284,8 @@ impl Outbox {
 
 #[cfg(test)]
 mod tests {
+    use super::super::wire::tests::output;
     use super::*;
-
-    fn output(cell_id: u64, stream: OutputStream, data: &[u8]) -> FromWorker {
-        FromWorker::Output {
-            cell_id,
-            stream,
-            data: data.to_vec(),
-        }
-    }
 
     #[test]
     fn a_cells_first_output_and_its_done_go_now_the_output_between_is_held() {

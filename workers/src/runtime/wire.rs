@@ -273,12 +273,17 @@ fn exit_lost_supervisor() -> ! {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use cellvisor_ipc::frame::read_frame;
     use cellvisor_ipc::OutputStream;
 
-    fn output(cell_id: u64, stream: OutputStream, data: &[u8]) -> FromWorker {
+    /// An output frame, as engines send them.
+    pub(in crate::runtime) fn output(
+        cell_id: u64,
+        stream: OutputStream,
+        data: &[u8],
+    ) -> FromWorker {
         FromWorker::Output {
             cell_id,
             stream,
