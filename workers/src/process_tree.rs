@@ -60,7 +60,7 @@ fn parse_stat(pid: u32, text: &str) -> Option<ProcStat> {
 
 /// Now, in clock ticks since boot: the clock of [`ProcStat::start_ticks`]. A vDSO read, no
 /// system call.
-pub fn ticks_since_boot() -> u64 {
+pub(crate) fn ticks_since_boot() -> u64 {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -181,7 +181,7 @@ pub fn trees(roots: &[u32]) -> HashMap<u32, Vec<ProcStat>> {
 }
 
 /// Every live process under `root` (not `root` itself).
-pub fn descendants(root: u32) -> Vec<ProcStat> {
+pub(crate) fn descendants(root: u32) -> Vec<ProcStat> {
     trees(&[root])
         .remove(&root)
         .unwrap_or_default()
@@ -204,7 +204,7 @@ pub fn end_descendants(root: u32, spare: &[u32]) -> usize {
 
 /// Like [`end_descendants`], for the processes `doomed` picks (the walk still goes through
 /// those it spares).
-pub fn end_descendants_where(root: u32, doomed: impl Fn(&ProcStat) -> bool) -> usize {
+pub(crate) fn end_descendants_where(root: u32, doomed: impl Fn(&ProcStat) -> bool) -> usize {
     let mut sent = 0;
     for round in 0..MAX_ROUNDS {
         let victims: Vec<u32> = descendants(root)
@@ -232,7 +232,7 @@ pub fn end_descendants_where(root: u32, doomed: impl Fn(&ProcStat) -> bool) -> u
 
 /// Makes this process the reaper of every orphan among its descendants
 /// (`PR_SET_CHILD_SUBREAPER`), so none escapes its tree by `setsid` or a double fork.
-pub fn become_subreaper() -> std::io::Result<()> {
+pub(crate) fn become_subreaper() -> std::io::Result<()> {
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } == 0 {
         Ok(())
@@ -242,7 +242,7 @@ pub fn become_subreaper() -> std::io::Result<()> {
 }
 
 /// One child of ours that has exited and waits to be reaped, without reaping it.
-pub fn peek_zombie_child() -> Option<u32> {
+pub(crate) fn peek_zombie_child() -> Option<u32> {
     // SAFETY: waitid fills the zeroed siginfo; WNOWAIT leaves the child waitable.
     unsafe {
         let mut info: libc::siginfo_t = std::mem::zeroed();
@@ -255,7 +255,7 @@ pub fn peek_zombie_child() -> Option<u32> {
 }
 
 /// Reaps child `pid` if it has exited.
-pub fn reap(pid: u32) {
+pub(crate) fn reap(pid: u32) {
     if let Ok(raw) = i32::try_from(pid) {
         let _ = nix::sys::wait::waitpid(
             Pid::from_raw(raw),

@@ -76,7 +76,7 @@ static CONFINED: OnceLock<Result<String, String>> = OnceLock::new();
 /// Applies this worker's rules (from [`SANDBOX_VAR`]) once, with `extra_read` (what the
 /// engine needs to keep loading) added; later calls return the first outcome. `Ok(None)`:
 /// no sandbox asked for. `Ok(Some(summary))`: what the kernel enforces.
-pub fn confine_once(extra_read: &[PathBuf]) -> Result<Option<String>, String> {
+pub(crate) fn confine_once(extra_read: &[PathBuf]) -> Result<Option<String>, String> {
     let Some(rules) = rules_from_env().map_err(|e| e.to_string())? else {
         return Ok(None);
     };
@@ -104,7 +104,7 @@ fn write_access(abi: ABI, is_dir: bool) -> BitFlags<AccessFs> {
 }
 
 /// Restricts the calling thread (and all it starts from now on) to `rules`.
-pub fn confine(rules: &Rules, extra_read: &[PathBuf]) -> Result<String, SandboxError> {
+pub(crate) fn confine(rules: &Rules, extra_read: &[PathBuf]) -> Result<String, SandboxError> {
     // The newest ABI whose filesystem rights we handle: V9 adds connect on named sockets.
     let fs_abi = if rules.confine_unix_connect {
         ABI::V9

@@ -101,8 +101,18 @@ fn end_cell_processes_here(since: u64) -> usize {
 /// and the process itself.
 pub fn leave(code: i32) -> ! {
     end_descendants(&[]);
-    crate::runtime::kill_own_group();
+    kill_own_group();
     std::process::exit(code);
+}
+
+/// Kills every process in this worker's process group, this one included. Only when the
+/// worker leads its own group (as the supervisor starts it): a worker run by hand inside
+/// someone else's group must not take that group down.
+fn kill_own_group() {
+    let group = nix::unistd::getpgrp();
+    if group == nix::unistd::getpid() {
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    }
 }
 
 /// Ends every process under this worker except `spare` (whose children still end).

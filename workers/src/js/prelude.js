@@ -1,5 +1,5 @@
 // Installed once per worker. Called with the worker's native hooks (see `install_prelude` in
-// mod.rs) and returns the hooks the worker drives cells with:
+// prelude.rs) and returns the hooks the worker drives cells with:
 //   { format(value), show(value), beginCell(toolsJson), takeReturn() }
 // Every global defined here is a non-enumerable, writable property of globalThis, so cells
 // may shadow any of them.

@@ -1,7 +1,10 @@
 //! Tests of the JavaScript engine, driven through `Engine::execute`.
 use super::*;
-use cellvisor_ipc::FromWorker;
+use cellvisor_ipc::{FromWorker, OutputStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread;
+use std::time::Duration;
 
 /// What one cell produced.
 #[derive(Debug)]

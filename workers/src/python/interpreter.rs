@@ -88,7 +88,7 @@ pub fn discover(
 
 /// Discovers the interpreter for this process (its cwd and environment) and, if needed,
 /// runs a shim once, caching the answer in `runtime_dir`.
-pub fn locate(runtime_dir: &Path) -> Result<Interpreter, String> {
+pub(crate) fn locate(runtime_dir: &Path) -> Result<Interpreter, String> {
     let cwd =
         std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
     let env = |key: &str| std::env::var_os(key);

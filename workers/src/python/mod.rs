@@ -2,7 +2,8 @@
 //!
 //! - [`interpreter`]: which python to start (virtualenvs, the configured one, PATH, with
 //!   version-manager shims resolved to the real binary).
-//! - `child`: spawning it with its pipes and draining them.
+//! - `child`: spawning it with its pipes; `output_relay` and `events`: the threads that
+//!   drain them (output with the `markers` cut out, and NDJSON events with host tool calls).
 //! - `runner.py` (embedded, written once to the runtime directory as the module
 //!   `cellvisor_runner`): runs the cells. Python starts `launcher.py` (written there as
 //!   `runner.py`), which imports it, so that its bytecode is cached rather than compiled at
@@ -28,15 +29,19 @@
 //! quick cell costs python one write and the supervisor one wake-up.
 
 mod child;
+mod events;
 pub mod interpreter;
+mod markers;
+mod output_relay;
 
 use crate::helpers::fs::{write_atomically, Durability};
 use crate::runtime::{Engine, Interrupt, Outbox, WorkerContext, WorkerError};
 use cellvisor_ipc::{CellOutcome, ExecuteCell, Language, OutputStream};
-use child::{Event, SharedRouting};
+use events::Event;
 use interpreter::Interpreter;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use output_relay::SharedRouting;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -75,7 +80,7 @@ const EXIT_GRACE: Duration = Duration::from_secs(2);
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The python child, the pipes to it and what its threads share with us.
-pub struct PythonEngine {
+pub(crate) struct PythonEngine {
     child: Child,
     /// The runner's fd 3, shared with the threads that write tool results.
     commands: Arc<Mutex<File>>,
@@ -128,12 +133,16 @@ impl PythonEngine {
         };
         let prefix = format!("\x1ecellvisor-sync:{token}:").into_bytes();
         let output_events = sender.clone();
-        let threads =
-            child::spawn_output_thread(spawned.output, prefix, Arc::clone(&routing), output_events)
-                .and_then(|()| {
-                    let commands = Arc::clone(&engine.commands);
-                    child::spawn_event_thread(spawned.events, routing, sender, commands)
-                });
+        let threads = output_relay::spawn_output_thread(
+            spawned.output,
+            prefix,
+            Arc::clone(&routing),
+            output_events,
+        )
+        .and_then(|()| {
+            let commands = Arc::clone(&engine.commands);
+            events::spawn_event_thread(spawned.events, routing, sender, commands)
+        });
         if let Err(e) = threads {
             return Err(WorkerError::Engine(format!(
                 "cannot start the python pipe threads: {e}"
@@ -337,7 +346,7 @@ impl Engine for PythonEngine {
         }
         let mut command = command.to_string();
         command.push('\n');
-        let written = child::lock_commands(&self.commands).write_all(command.as_bytes());
+        let written = events::lock_commands(&self.commands).write_all(command.as_bytes());
         if written.is_err() {
             let how = self.reap();
             return Err(self.died(how));

@@ -40,36 +40,9 @@ pub(super) struct SpawnResult {
 
 /// Runs the request; `stop` says the cell was interrupted (the child is killed then).
 pub(super) fn spawn_sync(request: SpawnRequest, stop: &dyn Fn() -> bool) -> SpawnResult {
-    let mut command = Command::new(&request.program);
-    command
-        .args(&request.args)
-        .stdin(if request.input.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    if let Some(cwd) = &request.cwd {
-        command.current_dir(cwd);
-    }
-    if let Some(env) = &request.env {
-        command.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
-    }
-    let mut child = match command.spawn() {
+    let mut child = match command_for(&request).spawn() {
         Ok(child) => child,
-        Err(err) => {
-            let errno = err.raw_os_error().unwrap_or(libc::EIO);
-            return SpawnResult {
-                pid: 0,
-                status: None,
-                signal: None,
-                stdout: Vec::new(),
-                stderr: Vec::new(),
-                error: Some(format!("{:?}", nix::errno::Errno::from_raw(errno))),
-            };
-        }
+        Err(err) => return spawn_failed(&err),
     };
     let pid = child.id();
     let (done_tx, done_rx) = mpsc::channel::<()>();
@@ -103,29 +76,7 @@ pub(super) fn spawn_sync(request: SpawnRequest, stop: &dyn Fn() -> bool) -> Spaw
             let _ = stdin.write_all(&input);
         });
     }
-    let started = Instant::now();
-    let mut error = None;
-    let mut closed = 0;
-    while closed < 2 {
-        match done_rx.recv_timeout(POLL) {
-            Ok(()) => closed += 1,
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                if stop() {
-                    let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
-                    break;
-                }
-                if request
-                    .timeout
-                    .is_some_and(|limit| started.elapsed() >= limit)
-                {
-                    let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGTERM);
-                    error = Some("ETIMEDOUT".to_string());
-                    break;
-                }
-            }
-        }
-    }
+    let (mut closed, error) = wait_for_output(&done_rx, pid, request.timeout, stop);
     let status = child.wait().ok();
     // After a kill, a process that left the group may still hold a pipe: give the readers a
     // moment, then leave them rather than hang the cell.
@@ -156,6 +107,74 @@ pub(super) fn spawn_sync(request: SpawnRequest, stop: &dyn Fn() -> bool) -> Spaw
         stderr,
         error,
     }
+}
+
+/// The command `request` asks for, in its own process group (so a kill reaches what it
+/// starts), with its output piped and its input piped only when there is some.
+fn command_for(request: &SpawnRequest) -> Command {
+    let mut command = Command::new(&request.program);
+    command
+        .args(&request.args)
+        .stdin(if request.input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    if let Some(cwd) = &request.cwd {
+        command.current_dir(cwd);
+    }
+    if let Some(env) = &request.env {
+        command.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+    }
+    command
+}
+
+/// What `spawnSync` reports for a program that could not start: Node's errno name.
+fn spawn_failed(err: &std::io::Error) -> SpawnResult {
+    let errno = err.raw_os_error().unwrap_or(libc::EIO);
+    SpawnResult {
+        pid: 0,
+        status: None,
+        signal: None,
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+        error: Some(format!("{:?}", nix::errno::Errno::from_raw(errno))),
+    }
+}
+
+/// Waits until both output pipes closed (each reader says so on `done`), or the cell is
+/// stopped (the group is killed), or `timeout` passed (the group is asked to end:
+/// `ETIMEDOUT`). Returns how many pipes closed, and the error to report.
+fn wait_for_output(
+    done: &mpsc::Receiver<()>,
+    pid: u32,
+    timeout: Option<Duration>,
+    stop: &dyn Fn() -> bool,
+) -> (usize, Option<String>) {
+    let started = Instant::now();
+    let mut error = None;
+    let mut closed = 0;
+    while closed < 2 {
+        match done.recv_timeout(POLL) {
+            Ok(()) => closed += 1,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if stop() {
+                    let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+                    break;
+                }
+                if timeout.is_some_and(|limit| started.elapsed() >= limit) {
+                    let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGTERM);
+                    error = Some("ETIMEDOUT".to_string());
+                    break;
+                }
+            }
+        }
+    }
+    (closed, error)
 }
 
 #[cfg(test)]
