@@ -4,7 +4,7 @@
 
 use super::link::CellProducts;
 use super::observation::{Refusal, YieldCause};
-use super::outcome::Eviction;
+use super::outcome::{Eviction, WorkerEnd};
 use super::{CellJob, SessionKey, SessionState, SessionStatus};
 use crate::cell::CellResult;
 use crate::output::SinkResult;
@@ -188,8 +188,8 @@ pub(crate) struct CellFinished {
 #[rtype(result = "()")]
 pub(crate) struct WorkerExited {
     pub generation: u64,
-    /// How it ended: the worker's own last word (`Fatal`) or its exit status.
-    pub reason: String,
+    /// How it ended: its exit status and its own last word (`Fatal`), if any.
+    pub ended: WorkerEnd,
     pub stderr_tail: String,
     /// The cell that was running, with the output it produced before the end.
     pub partial: Option<CellProducts>,

@@ -16,6 +16,7 @@
 mod background;
 mod cells;
 pub(crate) mod link;
+pub mod loss;
 pub mod messages;
 pub mod observation;
 pub mod outcome;
@@ -501,12 +502,5 @@ impl Handler<CellFinished> for Session {
     type Result = ();
     fn handle(&mut self, msg: CellFinished, ctx: &mut Context<Self>) {
         self.on_cell_finished(msg, ctx);
-    }
-}
-
-impl Handler<WorkerExited> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: WorkerExited, ctx: &mut Context<Self>) {
-        self.on_worker_exited(msg, ctx);
     }
 }

@@ -4,13 +4,10 @@
 
 use super::link::Link;
 use super::messages::{
-    HeartbeatTick, SessionEvent, StopEscalation, StopStep, WorkerExited, WorkerNotice,
-    WorkerStarted,
+    HeartbeatTick, SessionEvent, StopEscalation, StopStep, WorkerNotice, WorkerStarted,
 };
-use super::outcome::{self, append_line, CancelCause, Consequence, KillReason, WorkerLoss};
-use super::policy::Verdict;
+use super::outcome::{self, KillReason};
 use super::{AfterStop, Session, Worker};
-use crate::cell::CellStatus;
 use crate::session::CellReport;
 use crate::supervisor::ClaimPrewarmed;
 use actix::prelude::*;
@@ -225,124 +222,6 @@ impl Session {
                 link.process.kill_tree();
             }
         }
-    }
-
-    pub(super) fn on_worker_exited(&mut self, msg: WorkerExited, ctx: &mut Context<Self>) {
-        if !self.is_current(msg.generation) {
-            return;
-        }
-        let worker = std::mem::replace(&mut self.worker, Worker::None);
-        let running = self.running.take();
-        if let Some(running) = &running {
-            for timer in &running.timers {
-                ctx.cancel_future(*timer);
-            }
-        }
-        let killed_for = match worker {
-            Worker::Stopping { .. } => {
-                // Planned: reset or close.
-                if let Some(running) = running {
-                    let mut text = msg.partial.map(|p| p.output.text).unwrap_or_default();
-                    append_line(&mut text, &CancelCause::SessionStopped.line());
-                    let mut outcome = CellReport::error(text);
-                    outcome.status = CellStatus::Cancelled;
-                    outcome.duration_ms = running.started.elapsed().as_secs_f64() * 1000.0;
-                    self.deliver_final(running, outcome);
-                }
-                self.finish_stop(ctx);
-                return;
-            }
-            Worker::Ready { killed_for, .. } => killed_for,
-            _ => None,
-        };
-
-        // A cell the dead worker never started did not cause its death: it runs on the next.
-        // It was still waiting on this worker, so the loss is charged to the budget: a worker
-        // that dies at every start (no threads, no processes left) ends as `failed`, not as
-        // an endless round of replacements.
-        // One that went to the background meanwhile has nobody to rerun it for: it is lost.
-        let (running, partial, requeued) = match (running, msg.partial) {
-            (Some(running), partial)
-                if !partial
-                    .as_ref()
-                    .is_some_and(|p| p.cell_id == running.cell_id && p.started) =>
-            {
-                match running.into_requeued() {
-                    Ok(job) => {
-                        self.queue.push_front(job);
-                        (None, None, true)
-                    }
-                    Err(running) => (Some(*running), partial, false),
-                }
-            }
-            (running, partial) => (running, partial, false),
-        };
-        let loss = match killed_for {
-            Some(reason) => WorkerLoss::Killed(reason),
-            // A crash under a cell shows the whole stderr below instead.
-            None => WorkerLoss::crashed(
-                msg.reason,
-                running
-                    .is_none()
-                    .then(|| msg.stderr_tail.lines().last())
-                    .flatten(),
-            ),
-        };
-        tracing::warn!(session = %self.key, "worker gone: {loss}");
-        let verdict = self.budget.on_loss(running.is_some() || requeued);
-        let consequence = match verdict {
-            Verdict::Restart => Consequence::Restarted,
-            Verdict::ReplaceOnDemand => Consequence::ReplacedOnDemand,
-            Verdict::Exhausted => {
-                let budget = self.budget.limit();
-                self.failed = Some(outcome::failed_reason(&self.key, &loss, budget));
-                Consequence::Failed { budget }
-            }
-        };
-        if let Some(mut running) = running {
-            let (mut text, displays, truncation) = match partial {
-                Some(partial) if partial.cell_id == running.cell_id => (
-                    partial.output.text,
-                    partial.displays,
-                    partial.output.truncation,
-                ),
-                _ => (String::new(), Vec::new(), Default::default()),
-            };
-            let killed = matches!(loss, WorkerLoss::Killed(_));
-            let cancelled = killed && running.deadline.cause().is_some();
-            if cancelled && running.deadline.timed_out() {
-                if let Some(cause) = running.deadline.cause() {
-                    append_line(&mut text, &cause.line());
-                }
-            }
-            let mut line = outcome::loss_line(&loss, consequence, cancelled);
-            if !msg.stderr_tail.is_empty() && !killed {
-                line.push_str(&format!("\nworker stderr:\n{}", msg.stderr_tail));
-            }
-            append_line(&mut text, &line);
-            let outcome = CellReport {
-                status: if cancelled {
-                    CellStatus::Cancelled
-                } else {
-                    CellStatus::Error
-                },
-                output: text,
-                duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,
-                displays,
-                status_events: Vec::new(),
-                truncation,
-                notice: running.notice.take(),
-            };
-            self.deliver_final(running, outcome);
-            self.cells_run += 1;
-        }
-        if verdict != Verdict::Exhausted {
-            self.notice = Some(outcome::replaced_notice(self.key.language, &loss));
-        }
-        if verdict == Verdict::Restart {
-            self.start_worker(ctx);
-        }
-        self.pump(ctx);
     }
 
     /// (Re)starts the heartbeat at the configured interval. The worker gets a fresh
