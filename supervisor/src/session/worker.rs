@@ -200,8 +200,28 @@ impl Handler<UpdateConfig> for Session {
 
 impl Handler<HeartbeatTick> for Session {
     type Result = ();
+    /// Kills a silent worker, pings a live one.
     fn handle(&mut self, _: HeartbeatTick, _: &mut Context<Self>) {
-        self.heartbeat();
+        let timeout = self.config.sessions.heartbeat_timeout;
+        let Worker::Ready {
+            link, last_heard, ..
+        } = &mut self.worker
+        else {
+            return;
+        };
+        // Any frame read since the previous tick is as good as a pong; and while the reader
+        // waits for a slow host it reads nothing, the worker held back on purpose, not dead.
+        if link.heard_since_last_look() || link.host_stalled() {
+            *last_heard = Instant::now();
+        }
+        if last_heard.elapsed() > timeout {
+            self.kill_worker(KillReason::MissedHeartbeats { timeout });
+            return;
+        }
+        self.heartbeat_seq += 1;
+        link.send(ToWorker::Ping {
+            seq: self.heartbeat_seq,
+        });
     }
 }
 
@@ -350,29 +370,6 @@ impl Session {
         }
         let interval = self.config.sessions.heartbeat_interval;
         self.heartbeat_timer = Some(ctx.run_interval(interval, |_, ctx| ctx.notify(HeartbeatTick)));
-    }
-
-    pub(super) fn heartbeat(&mut self) {
-        let timeout = self.config.sessions.heartbeat_timeout;
-        let Worker::Ready {
-            link, last_heard, ..
-        } = &mut self.worker
-        else {
-            return;
-        };
-        // Any frame read since the previous tick is as good as a pong; and while the reader
-        // waits for a slow host it reads nothing, the worker held back on purpose, not dead.
-        if link.heard_since_last_look() || link.host_stalled() {
-            *last_heard = Instant::now();
-        }
-        if last_heard.elapsed() > timeout {
-            self.kill_worker(KillReason::MissedHeartbeats { timeout });
-            return;
-        }
-        self.heartbeat_seq += 1;
-        link.send(ToWorker::Ping {
-            seq: self.heartbeat_seq,
-        });
     }
 }
 
