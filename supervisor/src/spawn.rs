@@ -10,6 +10,7 @@
 //! Sessions start workers through a [`Launcher`], so actor tests can put a scripted worker
 //! speaking the real frames in place of a process.
 
+use crate::session::outcome::Exit;
 use crate::socket_halves::{split_async, ReadSide, WriteSide};
 use crate::worker_entry::{PYTHON_WORKER_PROGRAM, WORKER_SUBCOMMAND};
 use cellvisor_ipc::handshake::{supervisor_handshake, HandshakeError};
@@ -21,9 +22,8 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use std::collections::VecDeque;
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -147,15 +147,15 @@ impl WorkerProcess {
     }
 
     /// Waits for the worker to end and reaps it; says how it ended.
-    pub async fn wait(&mut self) -> String {
+    pub async fn wait(&mut self) -> Exit {
         match self {
             WorkerProcess::Os { child, reaped } => {
                 // The actor and this task share one thread: no handle can signal between
                 // this flag and the reaping.
                 reaped.store(true, Ordering::SeqCst);
                 match child.wait().await {
-                    Ok(status) => describe_exit(status),
-                    Err(err) => format!("could not be reaped: {err}"),
+                    Ok(status) => Exit::from(status),
+                    Err(err) => Exit::Unreaped(err.to_string()),
                 }
             }
             #[cfg(test)]
@@ -416,7 +416,7 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
                         // Let the stderr reader collect the reason, as long as it still comes.
                         stderr_tail.settled(Duration::from_millis(20)).await;
                         return Err(StartError::ExitedEarly {
-                            status: describe_exit(status),
+                            status: Exit::from(status).to_string(),
                             stderr: said_on_stderr(&stderr_tail),
                         });
                     }
@@ -569,28 +569,6 @@ pub fn kill_group(pid: u32, signal: Signal) {
     }
 }
 
-/// How [`describe_exit`] begins for a process that exited by itself with a code.
-pub const EXITED_WITH_CODE: &str = "exited with code";
-
-/// "exited with code 3" / "killed by signal 11 (SIGSEGV)".
-pub fn describe_exit(status: ExitStatus) -> String {
-    if let Some(code) = status.code() {
-        return format!("{EXITED_WITH_CODE} {code}");
-    }
-    match status.signal() {
-        Some(signal) => describe_signal(signal),
-        None => "exited".to_string(),
-    }
-}
-
-/// "killed by signal 9 (SIGKILL)".
-pub fn describe_signal(signal: i32) -> String {
-    match Signal::try_from(signal) {
-        Ok(sig) => format!("killed by signal {signal} ({})", sig.as_str()),
-        Err(_) => format!("killed by signal {signal}"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -639,18 +617,5 @@ mod tests {
         let embedding = dir.path().join("my-host");
         write_program(&embedding, 0o755);
         assert_eq!(WorkerPrograms::beside(embedding).python, None);
-    }
-
-    #[test]
-    fn exit_statuses_read_well() {
-        assert_eq!(
-            describe_exit(ExitStatus::from_raw(3 << 8)),
-            "exited with code 3"
-        );
-        assert_eq!(
-            describe_exit(ExitStatus::from_raw(11)),
-            "killed by signal 11 (SIGSEGV)"
-        );
-        assert_eq!(describe_signal(9), "killed by signal 9 (SIGKILL)");
     }
 }

@@ -9,11 +9,11 @@
 //! - `hang`: runs until interrupted (if [`Script::honour_interrupts`]) or killed.
 
 use crate::cell::CellSpec;
+use crate::session::outcome::Exit;
 use crate::session::CellJob;
 use crate::session::CellReport;
 use crate::spawn::{
-    describe_signal, BoxFuture, Launcher, StartError, StartedWorker, StderrTail, WorkerProcess,
-    WorkerSpec,
+    BoxFuture, Launcher, StartError, StartedWorker, StderrTail, WorkerProcess, WorkerSpec,
 };
 use cellvisor_ipc::frame::{read_frame, write_frame};
 use cellvisor_ipc::handshake::{supervisor_handshake, worker_handshake};
@@ -166,7 +166,7 @@ impl Launcher for FakeLauncher {
 pub struct ScriptedControl {
     pid: u32,
     /// How it ended, once it did.
-    exit: watch::Sender<Option<String>>,
+    exit: watch::Sender<Option<Exit>>,
     /// Its end of the socket, to cut it when it is killed.
     stream: Mutex<Option<UnixStream>>,
     /// The frames it received, in order.
@@ -181,13 +181,13 @@ impl ScriptedControl {
     /// A signal from the supervisor: TERM and KILL end the fake as they would a worker.
     pub fn signal(&self, signal: Signal) {
         if matches!(signal, Signal::SIGTERM | Signal::SIGKILL) {
-            self.end(describe_signal(signal as i32));
+            self.end(Exit::Signal(signal as i32));
         }
     }
 
-    /// How it ended, if it did.
+    /// How it ended, if it did (as a host would read it).
     pub fn exit(&self) -> Option<String> {
-        self.exit.borrow().clone()
+        self.exit.borrow().as_ref().map(Exit::to_string)
     }
 
     /// The frames it received (pings left out).
@@ -201,7 +201,7 @@ impl ScriptedControl {
             .collect()
     }
 
-    fn end(&self, how: String) {
+    fn end(&self, how: Exit) {
         self.exit.send_if_modified(|exit| {
             let first = exit.is_none();
             if first {
@@ -226,7 +226,7 @@ impl ScriptedControl {
         let mut reader = &stream;
         let mut writer = &stream;
         if worker_handshake(&mut reader, &mut writer, language, "fake 1.0").is_err() {
-            self.end("exited with code 1".into());
+            self.end(Exit::Code(1));
             return;
         }
         let mut hanging: Option<u64> = None;
@@ -245,13 +245,13 @@ impl ScriptedControl {
                 // A worker that dies as each cell reaches it, before starting it (as one
                 // that cannot start its threads does).
                 ToWorker::Execute(cell) if cell.code == "die-unstarted" => {
-                    self.end("exited with code 1".into());
+                    self.end(Exit::Code(1));
                     false
                 }
                 ToWorker::Execute(cell) => {
                     let cell_id = cell.cell_id;
                     if taken.record(cell_id).is_err() {
-                        self.end("exited with code 1".into());
+                        self.end(Exit::Code(1));
                         return;
                     }
                     let done = |outcome| FromWorker::Done { cell_id, outcome };
@@ -261,7 +261,7 @@ impl ScriptedControl {
                             true
                         }
                         "crash" => {
-                            self.end(describe_signal(Signal::SIGSEGV as i32));
+                            self.end(Exit::Signal(Signal::SIGSEGV as i32));
                             false
                         }
                         "fail" => send(done(CellOutcome::Failed {
@@ -288,7 +288,7 @@ impl ScriptedControl {
                     })
                 }
                 ToWorker::Shutdown => {
-                    self.end("exited with code 0".into());
+                    self.end(Exit::Code(0));
                     false
                 }
                 _ => true,
@@ -297,7 +297,7 @@ impl ScriptedControl {
                 break;
             }
         }
-        self.end("exited with code 0".into());
+        self.end(Exit::Code(0));
     }
 }
 
@@ -311,11 +311,11 @@ impl ScriptedProcess {
         Arc::clone(&self.control)
     }
 
-    pub async fn wait(&mut self) -> String {
+    pub async fn wait(&mut self) -> Exit {
         let mut exit = self.control.exit.subscribe();
         let how = match exit.wait_for(Option::is_some).await {
-            Ok(how) => how.clone().unwrap_or_default(),
-            Err(_) => "exited".into(),
+            Ok(how) => how.clone().unwrap_or(Exit::Unknown),
+            Err(_) => Exit::Unknown,
         };
         how
     }

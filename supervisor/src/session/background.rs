@@ -11,9 +11,10 @@ use crate::output::{OutputSink, SinkLimits};
 use crate::session::CellReport;
 use actix::prelude::*;
 
-impl Session {
+impl Handler<CellYield> for Session {
+    type Result = ();
     /// The running cell yields: whoever watches gets the output so far, as `running`.
-    pub(super) fn on_yield(&mut self, msg: CellYield, ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: CellYield, ctx: &mut Context<Self>) {
         let Some(running) = self.running.as_mut().filter(|r| r.cell_id == msg.cell_id) else {
             return;
         };
@@ -48,26 +49,12 @@ impl Session {
             _ => {}
         }
     }
+}
 
-    /// The running cell's output since the last look, as a `running` outcome and result.
-    fn snapshot(&mut self) -> Option<(CellReport, CellResult)> {
-        let running = self.running.as_mut()?;
-        let observed = running.output.cut();
-        let outcome = CellReport {
-            status: CellStatus::Running,
-            output: observed.output.text,
-            duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,
-            displays: observed.displays,
-            status_events: observed.status_events,
-            truncation: observed.output.truncation,
-            notice: running.notice.take(),
-        };
-        let result = result_of(running, outcome.clone());
-        Some((outcome, result))
-    }
-
+impl Handler<WaitCell> for Session {
+    type Result = ();
     /// A `wait`: watch the running background cell, or collect a finished one's result.
-    pub(super) fn on_wait(&mut self, msg: WaitCell, ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: WaitCell, ctx: &mut Context<Self>) {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         let waiter = Waiter {
@@ -100,9 +87,12 @@ impl Session {
             }
         }
     }
+}
 
+impl Handler<WaitExpired> for Session {
+    type Result = ();
     /// A wait's time passed with the cell still running: the output since the last look.
-    pub(super) fn on_wait_expired(&mut self, msg: WaitExpired) {
+    fn handle(&mut self, msg: WaitExpired, _: &mut Context<Self>) {
         let Some(waiter) = self
             .running
             .as_mut()
@@ -115,11 +105,14 @@ impl Session {
             self.answer(waiter, result);
         }
     }
+}
 
+impl Handler<TerminateCell> for Session {
+    type Result = ();
     /// `terminate`: the host's interrupt (then grace, then kill) for a background cell; the
     /// terminator is answered with its final result. A wait in progress gets the output so
     /// far now.
-    pub(super) fn on_terminate(&mut self, msg: TerminateCell, ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: TerminateCell, ctx: &mut Context<Self>) {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         let waiter = Waiter {
@@ -145,6 +138,25 @@ impl Session {
                 let _ = waiter.reply.send(Err(refusal));
             }
         }
+    }
+}
+
+impl Session {
+    /// The running cell's output since the last look, as a `running` outcome and result.
+    fn snapshot(&mut self) -> Option<(CellReport, CellResult)> {
+        let running = self.running.as_mut()?;
+        let observed = running.output.cut();
+        let outcome = CellReport {
+            status: CellStatus::Running,
+            output: observed.output.text,
+            duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,
+            displays: observed.displays,
+            status_events: observed.status_events,
+            truncation: observed.output.truncation,
+            notice: running.notice.take(),
+        };
+        let result = result_of(running, outcome.clone());
+        Some((outcome, result))
     }
 
     /// The result of a background cell that ended unobserved, handed over once.

@@ -2,7 +2,9 @@
 //! interrupt -> grace -> kill, decided by [`Deadline`]) and its end.
 
 use super::link::ActiveCell;
-use super::messages::{CellDeadline, CellFinished, CellYield, GraceExpired, RequesterGone};
+use super::messages::{
+    CellDeadline, CellFinished, CellYield, GraceExpired, InterruptCell, RequesterGone, RunCell,
+};
 use super::observation::{Observer, YieldCause};
 use super::outcome::{append_line, CancelCause, KillReason};
 use super::policy::{Deadline, Step};
@@ -17,6 +19,114 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
+
+impl Handler<CellFinished> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: CellFinished, ctx: &mut Context<Self>) {
+        if !self.is_current(msg.generation) {
+            return;
+        }
+        let Some(mut running) = self.running.take_if(|r| r.cell_id == msg.cell_id) else {
+            return;
+        };
+        for timer in running.timers.drain(..) {
+            ctx.cancel_future(timer);
+        }
+        let mut output = msg.output;
+        let reported = match msg.outcome {
+            WorkerOutcome::Completed => {
+                self.budget.refill();
+                CellStatus::Complete
+            }
+            WorkerOutcome::Failed { .. } => CellStatus::Error,
+            WorkerOutcome::Interrupted => CellStatus::Cancelled,
+        };
+        let deadline = &running.deadline;
+        if reported == CellStatus::Cancelled || deadline.timed_out() {
+            let cause = match deadline.cause() {
+                Some(timeout @ CancelCause::Timeout(_)) => timeout,
+                _ => CancelCause::Interrupt,
+            };
+            append_line(&mut output.text, &cause.line());
+        }
+        let status = if deadline.cause().is_some() {
+            CellStatus::Cancelled
+        } else {
+            reported
+        };
+        self.cells_run += 1;
+        self.last_active = Instant::now();
+        let outcome = CellReport {
+            status,
+            output: output.text,
+            duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,
+            displays: msg.displays,
+            status_events: msg.status_events,
+            truncation: output.truncation,
+            notice: running.notice.take(),
+        };
+        self.deliver_final(running, outcome);
+        self.pump(ctx);
+    }
+}
+
+impl Handler<CellDeadline> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: CellDeadline, ctx: &mut Context<Self>) {
+        let CellDeadline { cell_id } = msg;
+        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == cell_id) else {
+            return;
+        };
+        let step = running.deadline.expired();
+        self.take_step(step, ctx);
+    }
+}
+
+impl Handler<GraceExpired> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: GraceExpired, _: &mut Context<Self>) {
+        let GraceExpired { cell_id } = msg;
+        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == cell_id) else {
+            return;
+        };
+        if running.deadline.grace_expired() == Step::Kill {
+            let grace = self.config.sessions.interrupt_grace;
+            self.kill_worker(KillReason::IgnoredInterrupt { grace });
+        }
+    }
+}
+
+impl Handler<RunCell> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: RunCell, ctx: &mut Context<Self>) {
+        self.jobs_received += 1;
+        if self.is_closing() {
+            let _ = msg.0.reply.send(CellReport::error(format!(
+                "session {} is closing",
+                self.key
+            )));
+            return;
+        }
+        self.queue.push_back(msg.0);
+        self.pump(ctx);
+    }
+}
+
+impl Handler<InterruptCell> for Session {
+    type Result = bool;
+    fn handle(&mut self, _: InterruptCell, ctx: &mut Context<Self>) -> bool {
+        self.interrupt_by_host(None, ctx)
+    }
+}
+
+impl Handler<RequesterGone> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: RequesterGone, ctx: &mut Context<Self>) {
+        if self.interrupt_by_host(Some(msg.cell_id), ctx) {
+            tracing::info!(session = %self.key, cell_id = msg.cell_id, "requester gone: interrupting its cell");
+        }
+    }
+}
 
 impl Session {
     /// Starts queued work if nothing is running.
@@ -245,24 +355,6 @@ impl Session {
         true
     }
 
-    pub(super) fn on_deadline(&mut self, cell_id: u64, ctx: &mut Context<Self>) {
-        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == cell_id) else {
-            return;
-        };
-        let step = running.deadline.expired();
-        self.take_step(step, ctx);
-    }
-
-    pub(super) fn on_grace_expired(&mut self, cell_id: u64) {
-        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == cell_id) else {
-            return;
-        };
-        if running.deadline.grace_expired() == Step::Kill {
-            let grace = self.config.sessions.interrupt_grace;
-            self.kill_worker(KillReason::IgnoredInterrupt { grace });
-        }
-    }
-
     /// Carries out what the running cell's [`Deadline`] decided.
     fn take_step(&mut self, step: Step, ctx: &mut Context<Self>) {
         let Some(running) = self.running.as_mut() else {
@@ -284,53 +376,6 @@ impl Session {
             }
             Step::None => {}
         }
-    }
-
-    pub(super) fn on_cell_finished(&mut self, msg: CellFinished, ctx: &mut Context<Self>) {
-        if !self.is_current(msg.generation) {
-            return;
-        }
-        let Some(mut running) = self.running.take_if(|r| r.cell_id == msg.cell_id) else {
-            return;
-        };
-        for timer in running.timers.drain(..) {
-            ctx.cancel_future(timer);
-        }
-        let mut output = msg.output;
-        let reported = match msg.outcome {
-            WorkerOutcome::Completed => {
-                self.budget.refill();
-                CellStatus::Complete
-            }
-            WorkerOutcome::Failed { .. } => CellStatus::Error,
-            WorkerOutcome::Interrupted => CellStatus::Cancelled,
-        };
-        let deadline = &running.deadline;
-        if reported == CellStatus::Cancelled || deadline.timed_out() {
-            let cause = match deadline.cause() {
-                Some(timeout @ CancelCause::Timeout(_)) => timeout,
-                _ => CancelCause::Interrupt,
-            };
-            append_line(&mut output.text, &cause.line());
-        }
-        let status = if deadline.cause().is_some() {
-            CellStatus::Cancelled
-        } else {
-            reported
-        };
-        self.cells_run += 1;
-        self.last_active = Instant::now();
-        let outcome = CellReport {
-            status,
-            output: output.text,
-            duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,
-            displays: msg.displays,
-            status_events: msg.status_events,
-            truncation: output.truncation,
-            notice: running.notice.take(),
-        };
-        self.deliver_final(running, outcome);
-        self.pump(ctx);
     }
 
     pub(super) fn is_current(&self, generation: u64) -> bool {

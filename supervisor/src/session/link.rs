@@ -9,6 +9,7 @@
 
 use super::messages::{CellFinished, CellYield, WorkerExited, WorkerNotice};
 use super::observation::YieldCause;
+use super::outcome::WorkerEnd;
 use super::window::CellOutput;
 use super::Session;
 use crate::cell::{CellEvent, ToolCallRequest};
@@ -296,9 +297,10 @@ impl ReaderTask {
         // Kill the group before reaping the leader, so no process a cell started survives
         // and the group id cannot have been reused.
         child.handle().signal_group(Signal::SIGKILL);
-        let exit = child.wait().await;
-        let fatal = self.fatal.take();
-        let reason = super::outcome::crash_story(fatal.as_deref(), &exit);
+        let ended = WorkerEnd {
+            exit: child.wait().await,
+            fatal: self.fatal.take(),
+        };
         // Read only now: the worker records a cell before running it, which costs no frame
         // (and no wake-up of this task) per cell. An unreadable record counts as taken, so a
         // cell is never run twice.
@@ -314,8 +316,8 @@ impl ReaderTask {
             .await;
         self.session.do_send(WorkerExited {
             generation: self.generation,
-            reason,
-            stderr_tail: stderr_beyond(&stderr_tail.text(), fatal.as_deref()),
+            stderr_tail: stderr_beyond(&stderr_tail.text(), ended.fatal.as_deref()),
+            ended,
             partial,
         });
     }

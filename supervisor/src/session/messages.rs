@@ -1,10 +1,11 @@
 //! Everything a [`Session`](super::Session) is told, in one place: by hosts (through the
 //! supervisor), by its own timers, by its worker's connection, and what it reports upward.
-//! Each message has exactly one handler, in `session/mod.rs`.
+//! Each message has exactly one handler, in the file of its policy (see `session/mod.rs`).
 
 use super::link::CellProducts;
 use super::observation::{Refusal, YieldCause};
-use super::outcome::Eviction;
+use super::outcome::{Eviction, WorkerEnd};
+use super::Wanted;
 use super::{CellJob, SessionKey, SessionState, SessionStatus};
 use crate::cell::CellResult;
 use crate::output::SinkResult;
@@ -188,8 +189,8 @@ pub(crate) struct CellFinished {
 #[rtype(result = "()")]
 pub(crate) struct WorkerExited {
     pub generation: u64,
-    /// How it ended: the worker's own last word (`Fatal`) or its exit status.
-    pub reason: String,
+    /// How it ended: its exit status and its own last word (`Fatal`), if any.
+    pub ended: WorkerEnd,
     pub stderr_tail: String,
     /// The cell that was running, with the output it produced before the end.
     pub partial: Option<CellProducts>,
@@ -218,4 +219,14 @@ pub enum SessionEvent {
         key: SessionKey,
         eviction: Option<Eviction>,
     },
+}
+
+/// The session wants a Python worker (its first, or a replacement after a crash, a reset or
+/// a change of Python): one started ahead of demand if one fits, else `None` and the session
+/// starts its own. Sent through a `Recipient`, so the session need not know who answers (the
+/// supervisor's prewarm pool).
+#[derive(Message)]
+#[rtype(result = "Option<StartedWorker>")]
+pub struct ClaimWorker {
+    pub wanted: Wanted,
 }

@@ -1,21 +1,32 @@
 //! The `Session` actor: one per (session, language). It owns that session's worker, runs its
 //! cells one at a time in arrival order, and applies the supervision policies.
 //!
-//! - [`messages`]: everything the actor is told, and what it reports ([`SessionEvent`]).
-//! - `worker`: the worker's lifecycle: start, stop, kill, loss, heartbeat, memory.
-//! - `cells`: the queue, a cell's run, its deadline and its end.
+//! Each message's handler sits in the file of its policy, beside the logic it applies; the
+//! message types are all in [`messages`]:
+//!
+//! - [`messages`]: everything the actor is told, and what it reports ([`SessionEvent`],
+//!   [`ClaimWorker`]).
+//! - `worker`: the worker's lifecycle: start, heartbeat, memory cap, reset, close, planned
+//!   stop, policy kill, reload (`WorkerStarted`, `HeartbeatTick`, `MemoryTick`,
+//!   `WorkerNotice`, `ResetSession`, `CloseSession`, `StopEscalation`, `UpdateConfig`).
+//! - [`loss`]: a worker's end (`WorkerExited`) and what it means, as a plain
+//!   [`loss::Plan`].
+//! - `cells`: the queue, a cell's run, its deadline and its end (`RunCell`,
+//!   `InterruptCell`, `RequesterGone`, `CellDeadline`, `GraceExpired`, `CellFinished`).
 //! - `background`: who watches a running cell: its yield, `wait`, `terminate`, and where its
-//!   final result goes.
+//!   final result goes (`CellYield`, `WaitCell`, `WaitExpired`, `TerminateCell`).
 //! - [`observation`]: those decisions as plain data ([`observation::Observer`]).
 //! - `window`: a running cell's output since its host last looked.
 //! - [`policy`]: the plain-data decisions ([`policy::RestartBudget`], [`policy::Deadline`]).
 //! - [`outcome`]: why things happen, typed, and the text hosts read about it.
 //! - `link`: the tasks on the worker's connection.
+//! - `QueryStatus` is answered here, from the actor's state.
 //! - [`CellReport`] (from the client crate): what a session reports for one cell.
 
 mod background;
 mod cells;
 pub(crate) mod link;
+pub mod loss;
 pub mod messages;
 pub mod observation;
 pub mod outcome;
@@ -46,6 +57,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 use window::CellOutput;
+pub use worker::Wanted;
 
 /// How many results of background cells that ended unobserved a session keeps for `wait`.
 pub const MAX_UNCOLLECTED: usize = 16;
@@ -184,7 +196,7 @@ pub(crate) struct SessionSetup {
     /// A worker started ahead of demand (`python.prewarm`), used for the first start.
     pub prestarted: Option<StartedWorker>,
     /// Where a Python session claims a prewarmed worker for a later start (a replacement).
-    pub pool: Option<Recipient<crate::supervisor::ClaimPrewarmed>>,
+    pub pool: Option<Recipient<ClaimWorker>>,
 }
 
 /// The actor. Created by the supervisor.
@@ -218,7 +230,7 @@ pub struct Session {
     heartbeat_seq: u64,
     heartbeat_timer: Option<SpawnHandle>,
     prestarted: Option<StartedWorker>,
-    pool: Option<Recipient<crate::supervisor::ClaimPrewarmed>>,
+    pool: Option<Recipient<ClaimWorker>>,
     /// Cells handed to this session so far (see [`SessionEvent::Changed`]).
     jobs_received: u64,
     /// The Python the current (or next) worker runs, once a request has said.
@@ -345,168 +357,9 @@ impl Actor for Session {
     }
 }
 
-impl Handler<RunCell> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: RunCell, ctx: &mut Context<Self>) {
-        self.jobs_received += 1;
-        if self.is_closing() {
-            let _ = msg.0.reply.send(CellReport::error(format!(
-                "session {} is closing",
-                self.key
-            )));
-            return;
-        }
-        self.queue.push_back(msg.0);
-        self.pump(ctx);
-    }
-}
-
-impl Handler<InterruptCell> for Session {
-    type Result = bool;
-    fn handle(&mut self, _: InterruptCell, ctx: &mut Context<Self>) -> bool {
-        self.interrupt_by_host(None, ctx)
-    }
-}
-
-impl Handler<RequesterGone> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: RequesterGone, ctx: &mut Context<Self>) {
-        if self.interrupt_by_host(Some(msg.cell_id), ctx) {
-            tracing::info!(session = %self.key, cell_id = msg.cell_id, "requester gone: interrupting its cell");
-        }
-    }
-}
-
-impl Handler<CellYield> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: CellYield, ctx: &mut Context<Self>) {
-        self.on_yield(msg, ctx);
-    }
-}
-
-impl Handler<WaitCell> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: WaitCell, ctx: &mut Context<Self>) {
-        self.on_wait(msg, ctx);
-    }
-}
-
-impl Handler<WaitExpired> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: WaitExpired, _: &mut Context<Self>) {
-        self.on_wait_expired(msg);
-    }
-}
-
-impl Handler<TerminateCell> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: TerminateCell, ctx: &mut Context<Self>) {
-        self.on_terminate(msg, ctx);
-    }
-}
-
-impl Handler<ResetSession> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: ResetSession, ctx: &mut Context<Self>) {
-        if let Some(reply) = msg.reply {
-            self.reset_replies.push(reply);
-        }
-        self.begin_reset(ctx, "the session was reset; earlier state is gone".into());
-    }
-}
-
-impl Handler<CloseSession> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: CloseSession, ctx: &mut Context<Self>) {
-        if let Some(reply) = msg.reply {
-            self.close_replies.push(reply);
-        }
-        if self.closing.is_none() {
-            self.closing = Some(msg.eviction);
-        }
-        self.after_stop.push(AfterStop::Close);
-        self.stop_worker(ctx);
-    }
-}
-
 impl Handler<QueryStatus> for Session {
     type Result = MessageResult<QueryStatus>;
     fn handle(&mut self, _: QueryStatus, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.status())
-    }
-}
-
-impl Handler<UpdateConfig> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: UpdateConfig, ctx: &mut Context<Self>) {
-        let old_interval = self.config.sessions.heartbeat_interval;
-        self.config = msg.0;
-        self.budget.set_limit(self.config.sessions.restart_budget);
-        if self.config.sessions.heartbeat_interval != old_interval {
-            self.arm_heartbeat(ctx);
-        }
-    }
-}
-
-impl Handler<HeartbeatTick> for Session {
-    type Result = ();
-    fn handle(&mut self, _: HeartbeatTick, _: &mut Context<Self>) {
-        self.heartbeat();
-    }
-}
-
-impl Handler<WorkerNotice> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: WorkerNotice, _: &mut Context<Self>) {
-        self.add_worker_notice(msg);
-    }
-}
-
-impl Handler<MemoryTick> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: MemoryTick, _: &mut Context<Self>) {
-        self.check_memory(msg.pid, msg.rss);
-    }
-}
-
-impl Handler<CellDeadline> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: CellDeadline, ctx: &mut Context<Self>) {
-        self.on_deadline(msg.cell_id, ctx);
-    }
-}
-
-impl Handler<GraceExpired> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: GraceExpired, _: &mut Context<Self>) {
-        self.on_grace_expired(msg.cell_id);
-    }
-}
-
-impl Handler<StopEscalation> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: StopEscalation, ctx: &mut Context<Self>) {
-        self.escalate_stop(msg, ctx);
-    }
-}
-
-impl Handler<WorkerStarted> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: WorkerStarted, ctx: &mut Context<Self>) {
-        self.on_started(msg, ctx);
-    }
-}
-
-impl Handler<CellFinished> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: CellFinished, ctx: &mut Context<Self>) {
-        self.on_cell_finished(msg, ctx);
-    }
-}
-
-impl Handler<WorkerExited> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: WorkerExited, ctx: &mut Context<Self>) {
-        self.on_worker_exited(msg, ctx);
     }
 }

@@ -1,5 +1,6 @@
 //! Why things happen to a session, as typed values, and the one place they become the text a
-//! host reads: why a worker was killed ([`KillReason`]), how it was lost ([`WorkerLoss`]),
+//! host reads: how a worker's process ended ([`Exit`], [`WorkerEnd`]), why a worker was killed
+//! ([`KillReason`]), how it was lost ([`WorkerLoss`]),
 //! why a cell was cancelled ([`CancelCause`]) and why a session was evicted ([`Eviction`]).
 
 use crate::session::SessionKey;
@@ -75,15 +76,62 @@ impl fmt::Display for WorkerLoss {
     }
 }
 
-/// How a worker that ended by itself is told: its own last word (`Fatal`) when it said one,
-/// with its exit status only when that adds something. A worker that gives up says why and
-/// then exits with a code, so the code would only repeat (or contradict) its reason; a
-/// signal is news. `exit` is [`crate::spawn::describe_exit`]'s text.
-pub fn crash_story(fatal: Option<&str>, exit: &str) -> String {
-    match fatal {
-        Some(fatal) if exit.starts_with(crate::spawn::EXITED_WITH_CODE) => fatal.to_string(),
-        Some(fatal) => format!("{fatal} ({exit})"),
-        None => exit.to_string(),
+/// How a worker's process ended, as its supervisor saw it when it reaped it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    /// It exited by itself with this code.
+    Code(i32),
+    /// A signal ended it (by its number).
+    Signal(i32),
+    /// It ended, with neither a code nor a signal to say how.
+    Unknown,
+    /// Waiting for it failed (the error's text).
+    Unreaped(String),
+}
+
+impl From<std::process::ExitStatus> for Exit {
+    fn from(status: std::process::ExitStatus) -> Exit {
+        use std::os::unix::process::ExitStatusExt;
+        match (status.code(), status.signal()) {
+            (Some(code), _) => Exit::Code(code),
+            (None, Some(signal)) => Exit::Signal(signal),
+            (None, None) => Exit::Unknown,
+        }
+    }
+}
+
+impl fmt::Display for Exit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Exit::Code(code) => write!(f, "exited with code {code}"),
+            Exit::Signal(signal) => match nix::sys::signal::Signal::try_from(*signal) {
+                Ok(sig) => write!(f, "killed by signal {signal} ({})", sig.as_str()),
+                Err(_) => write!(f, "killed by signal {signal}"),
+            },
+            Exit::Unknown => f.write_str("exited"),
+            Exit::Unreaped(err) => write!(f, "could not be reaped: {err}"),
+        }
+    }
+}
+
+/// How a worker that nobody asked to stop ended: its process's [`Exit`] and its own last
+/// word (a `Fatal` frame, or a bad frame it sent), if it said one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerEnd {
+    pub exit: Exit,
+    pub fatal: Option<String>,
+}
+
+impl fmt::Display for WorkerEnd {
+    /// Its crash story: its own last word when it said one, with its exit status only when
+    /// that adds something. A worker that gives up says why and then exits with a code, so
+    /// the code would only repeat (or contradict) its reason; a signal is news.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.fatal, &self.exit) {
+            (Some(fatal), Exit::Code(_)) => f.write_str(fatal),
+            (Some(fatal), exit) => write!(f, "{fatal} ({exit})"),
+            (None, exit) => exit.fmt(f),
+        }
     }
 }
 
@@ -294,17 +342,22 @@ mod tests {
             "worker killed: it missed heartbeats (no answer for 15s, heartbeat-timeout); \
              session restarted, state lost"
         );
+        let end = |fatal: Option<&str>, exit| WorkerEnd {
+            exit,
+            fatal: fatal.map(str::to_string),
+        };
         assert_eq!(
-            crash_story(Some("python exited with code 3"), "exited with code 1"),
+            end(Some("python exited with code 3"), Exit::Code(1)).to_string(),
             "python exited with code 3"
         );
         assert_eq!(
-            crash_story(Some("out of memory"), "killed by signal 9 (SIGKILL)"),
+            end(Some("out of memory"), Exit::Signal(9)).to_string(),
             "out of memory (killed by signal 9 (SIGKILL))"
         );
+        assert_eq!(end(None, Exit::Code(3)).to_string(), "exited with code 3");
         assert_eq!(
-            crash_story(None, "exited with code 3"),
-            "exited with code 3"
+            end(Some("gone"), Exit::Unknown).to_string(),
+            "gone (exited)"
         );
         assert!(failed_reason(&key(), &crash, 1).contains("restart-budget = 1"));
         assert_eq!(
@@ -329,5 +382,20 @@ mod tests {
             "session s/py was closed; its earlier state is gone"
         );
         assert!(no_room(&key(), 2, Duration::from_secs(1)).contains("no room for session s/py"));
+    }
+
+    #[test]
+    fn exit_statuses_read_as_before() {
+        use std::os::unix::process::ExitStatusExt;
+        use std::process::ExitStatus;
+        assert_eq!(Exit::from(ExitStatus::from_raw(3 << 8)), Exit::Code(3));
+        assert_eq!(Exit::from(ExitStatus::from_raw(11)), Exit::Signal(11));
+        assert_eq!(Exit::Code(3).to_string(), "exited with code 3");
+        assert_eq!(
+            Exit::Signal(11).to_string(),
+            "killed by signal 11 (SIGSEGV)"
+        );
+        assert_eq!(Exit::Signal(9).to_string(), "killed by signal 9 (SIGKILL)");
+        assert_eq!(Exit::Signal(99).to_string(), "killed by signal 99");
     }
 }

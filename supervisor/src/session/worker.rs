@@ -1,77 +1,92 @@
-//! A session's worker over its life: start, heartbeat, memory cap, planned stop (Shutdown
-//! frame, then SIGTERM, then SIGKILL, one `StopEscalation` each), policy kill, and what its
-//! loss means (decided by the [`RestartBudget`](super::policy::RestartBudget)).
+//! A session's worker over its life: start (a prewarmed one claimed with [`ClaimWorker`] when
+//! one fits what the session [`Wanted`]), heartbeat, memory cap, reset and close, planned stop
+//! (Shutdown frame, then SIGTERM, then SIGKILL, one `StopEscalation` each), policy kill and
+//! reload. What its loss means is decided in [`loss`](super::loss).
 
 use super::link::Link;
 use super::messages::{
-    HeartbeatTick, SessionEvent, StopEscalation, StopStep, WorkerExited, WorkerNotice,
-    WorkerStarted,
+    ClaimWorker, CloseSession, HeartbeatTick, MemoryTick, ResetSession, SessionEvent,
+    StopEscalation, StopStep, UpdateConfig, WorkerNotice, WorkerStarted,
 };
-use super::outcome::{self, append_line, CancelCause, Consequence, KillReason, WorkerLoss};
-use super::policy::Verdict;
+use super::outcome::{self, KillReason};
 use super::{AfterStop, Session, Worker};
-use crate::cell::CellStatus;
+use crate::python_choice::PythonChoice;
 use crate::session::CellReport;
-use crate::supervisor::ClaimPrewarmed;
 use actix::prelude::*;
 use cellvisor_ipc::ToWorker;
 use nix::sys::signal::Signal;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 
-impl Session {
-    pub(super) fn start_worker(&mut self, ctx: &mut Context<Self>) {
-        self.generation += 1;
-        let generation = self.generation;
-        self.worker = Worker::Starting { generation };
-        if let Some(worker) = self.prestarted.take() {
-            ctx.notify(WorkerStarted {
-                generation,
-                result: Ok(worker),
-            });
+/// What a session's worker would be started with, as far as a prewarmed one can differ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wanted {
+    /// The interpreter the request's Python choice names (`None`: none was found).
+    pub program: Option<PathBuf>,
+    /// The request's own `VIRTUAL_ENV`.
+    pub virtual_env: Option<PathBuf>,
+    /// The session's directory holds a virtual environment or startup modules of its own
+    /// (a prewarmed worker loaded neither).
+    pub project_specific: bool,
+}
+
+impl Wanted {
+    /// What a session in `cwd` whose request chose `choice` wants.
+    pub fn new(choice: Option<&PythonChoice>, cwd: Option<&Path>) -> Wanted {
+        Wanted {
+            program: choice.map(|c| c.program.clone()),
+            virtual_env: choice.and_then(|c| c.virtual_env.clone()),
+            project_specific: cwd.is_some_and(has_project_python),
+        }
+    }
+}
+
+/// Whether `dir` holds a virtual environment the Python worker would pick, or startup
+/// modules of its own.
+fn has_project_python(dir: &Path) -> bool {
+    dir.join(".venv").is_dir()
+        || dir.join("venv").is_dir()
+        || dir.join(".cellvisor").join("startup").is_dir()
+}
+
+impl Handler<StopEscalation> for Session {
+    type Result = ();
+    /// A stopping worker outlived its grace: SIGTERM (the worker ends its descendants and
+    /// exits), then SIGKILL to it and every descendant.
+    fn handle(&mut self, msg: StopEscalation, ctx: &mut Context<Self>) {
+        let Worker::Stopping {
+            generation,
+            process,
+        } = &self.worker
+        else {
+            return;
+        };
+        if *generation != msg.generation {
             return;
         }
-        // A prewarmed worker that fits (a Python session's replacement, say) saves the start;
-        // never for a sandboxed session, whose worker confines itself from its start.
-        let wanted = super::super::supervisor::prewarm::Wanted::new(
-            self.python_choice.as_deref(),
-            self.spec.cwd.as_deref(),
-        );
-        let claim = self
-            .pool
-            .as_ref()
-            .filter(|_| self.sandbox.is_none())
-            .map(|pool| pool.send(ClaimPrewarmed(wanted)));
-        let launcher = Arc::clone(&self.launcher);
-        let spec = self.spec.clone();
-        let me = ctx.address();
-        // Not tied to the actor's lifetime: if the actor is gone when the worker is up, the
-        // worker must still be stopped rather than leak.
-        actix::spawn(async move {
-            let claimed = match claim {
-                Some(claim) => claim.await.ok().flatten(),
-                None => None,
-            };
-            let result = match claimed {
-                Some(worker) => Ok(worker),
-                None => {
-                    let serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
-                    launcher.launch(spec, serial).await
-                }
-            };
-            if let Err(actix::dev::SendError::Closed(WorkerStarted {
-                result: Ok(worker), ..
-            })) = me.try_send(WorkerStarted { generation, result })
-            {
-                worker.discard().await;
+        match msg.step {
+            StopStep::Terminate => {
+                process.signal_group(Signal::SIGTERM);
+                ctx.notify_later(
+                    StopEscalation {
+                        generation: msg.generation,
+                        step: StopStep::Kill,
+                    },
+                    self.config.sessions.shutdown_grace,
+                );
             }
-        });
+            StopStep::Kill => process.kill_tree(),
+        }
     }
+}
 
-    pub(super) fn on_started(&mut self, msg: WorkerStarted, ctx: &mut Context<Self>) {
+impl Handler<WorkerStarted> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: WorkerStarted, ctx: &mut Context<Self>) {
         if !matches!(self.worker, Worker::Starting { generation } if generation == msg.generation) {
             if let Ok(worker) = msg.result {
                 actix::spawn(worker.discard());
@@ -110,6 +125,151 @@ impl Session {
         }
         self.pump(ctx);
     }
+}
+
+impl Handler<WorkerNotice> for Session {
+    type Result = ();
+    /// The worker said something for the next cell (a startup module failed): the first cell
+    /// carries it, even one already running (the notice crossed it).
+    fn handle(&mut self, msg: WorkerNotice, _: &mut Context<Self>) {
+        if !matches!(self.worker, Worker::Ready { generation, .. } if generation == msg.generation)
+        {
+            return;
+        }
+        let notice = match self.running.as_mut() {
+            Some(running) => &mut running.notice,
+            None => &mut self.notice,
+        };
+        *notice = Some(match notice.take() {
+            Some(earlier) => format!("{earlier}\n{}", msg.message),
+            None => msg.message,
+        });
+    }
+}
+
+impl Handler<MemoryTick> for Session {
+    type Result = ();
+    /// The supervisor's sampler measured worker `pid`'s tree at `rss`.
+    fn handle(&mut self, msg: MemoryTick, _: &mut Context<Self>) {
+        let MemoryTick { pid, rss } = msg;
+        let Some(cap) = self.config.limits.max_rss.map(|c| c.as_u64()) else {
+            return;
+        };
+        let current = matches!(&self.worker, Worker::Ready { link, .. } if link.pid == pid);
+        if current && rss > cap {
+            self.kill_worker(KillReason::OverMemory { rss, cap });
+        }
+    }
+}
+
+impl Handler<ResetSession> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: ResetSession, ctx: &mut Context<Self>) {
+        if let Some(reply) = msg.reply {
+            self.reset_replies.push(reply);
+        }
+        self.begin_reset(ctx, "the session was reset; earlier state is gone".into());
+    }
+}
+
+impl Handler<CloseSession> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: CloseSession, ctx: &mut Context<Self>) {
+        if let Some(reply) = msg.reply {
+            self.close_replies.push(reply);
+        }
+        if self.closing.is_none() {
+            self.closing = Some(msg.eviction);
+        }
+        self.after_stop.push(AfterStop::Close);
+        self.stop_worker(ctx);
+    }
+}
+
+impl Handler<UpdateConfig> for Session {
+    type Result = ();
+    fn handle(&mut self, msg: UpdateConfig, ctx: &mut Context<Self>) {
+        let old_interval = self.config.sessions.heartbeat_interval;
+        self.config = msg.0;
+        self.budget.set_limit(self.config.sessions.restart_budget);
+        if self.config.sessions.heartbeat_interval != old_interval {
+            self.arm_heartbeat(ctx);
+        }
+    }
+}
+
+impl Handler<HeartbeatTick> for Session {
+    type Result = ();
+    /// Kills a silent worker, pings a live one.
+    fn handle(&mut self, _: HeartbeatTick, _: &mut Context<Self>) {
+        let timeout = self.config.sessions.heartbeat_timeout;
+        let Worker::Ready {
+            link, last_heard, ..
+        } = &mut self.worker
+        else {
+            return;
+        };
+        // Any frame read since the previous tick is as good as a pong; and while the reader
+        // waits for a slow host it reads nothing, the worker held back on purpose, not dead.
+        if link.heard_since_last_look() || link.host_stalled() {
+            *last_heard = Instant::now();
+        }
+        if last_heard.elapsed() > timeout {
+            self.kill_worker(KillReason::MissedHeartbeats { timeout });
+            return;
+        }
+        self.heartbeat_seq += 1;
+        link.send(ToWorker::Ping {
+            seq: self.heartbeat_seq,
+        });
+    }
+}
+
+impl Session {
+    pub(super) fn start_worker(&mut self, ctx: &mut Context<Self>) {
+        self.generation += 1;
+        let generation = self.generation;
+        self.worker = Worker::Starting { generation };
+        if let Some(worker) = self.prestarted.take() {
+            ctx.notify(WorkerStarted {
+                generation,
+                result: Ok(worker),
+            });
+            return;
+        }
+        // A prewarmed worker that fits (a Python session's replacement, say) saves the start;
+        // never for a sandboxed session, whose worker confines itself from its start.
+        let wanted = Wanted::new(self.python_choice.as_deref(), self.spec.cwd.as_deref());
+        let claim = self
+            .pool
+            .as_ref()
+            .filter(|_| self.sandbox.is_none())
+            .map(|pool| pool.send(ClaimWorker { wanted }));
+        let launcher = Arc::clone(&self.launcher);
+        let spec = self.spec.clone();
+        let me = ctx.address();
+        // Not tied to the actor's lifetime: if the actor is gone when the worker is up, the
+        // worker must still be stopped rather than leak.
+        actix::spawn(async move {
+            let claimed = match claim {
+                Some(claim) => claim.await.ok().flatten(),
+                None => None,
+            };
+            let result = match claimed {
+                Some(worker) => Ok(worker),
+                None => {
+                    let serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
+                    launcher.launch(spec, serial).await
+                }
+            };
+            if let Err(actix::dev::SendError::Closed(WorkerStarted {
+                result: Ok(worker), ..
+            })) = me.try_send(WorkerStarted { generation, result })
+            {
+                worker.discard().await;
+            }
+        });
+    }
 
     /// Asks the worker to exit: the Shutdown frame now, SIGTERM and SIGKILL later if needed.
     pub(super) fn stop_worker(&mut self, ctx: &mut Context<Self>) {
@@ -141,34 +301,6 @@ impl Session {
             Worker::None => self.finish_stop(ctx),
         }
         self.report();
-    }
-
-    /// A stopping worker outlived its grace: SIGTERM (the worker ends its descendants and
-    /// exits), then SIGKILL to it and every descendant.
-    pub(super) fn escalate_stop(&mut self, msg: StopEscalation, ctx: &mut Context<Self>) {
-        let Worker::Stopping {
-            generation,
-            process,
-        } = &self.worker
-        else {
-            return;
-        };
-        if *generation != msg.generation {
-            return;
-        }
-        match msg.step {
-            StopStep::Terminate => {
-                process.signal_group(Signal::SIGTERM);
-                ctx.notify_later(
-                    StopEscalation {
-                        generation: msg.generation,
-                        step: StopStep::Kill,
-                    },
-                    self.config.sessions.shutdown_grace,
-                );
-            }
-            StopStep::Kill => process.kill_tree(),
-        }
     }
 
     /// The worker is gone on request: carry out what was asked.
@@ -227,124 +359,6 @@ impl Session {
         }
     }
 
-    pub(super) fn on_worker_exited(&mut self, msg: WorkerExited, ctx: &mut Context<Self>) {
-        if !self.is_current(msg.generation) {
-            return;
-        }
-        let worker = std::mem::replace(&mut self.worker, Worker::None);
-        let running = self.running.take();
-        if let Some(running) = &running {
-            for timer in &running.timers {
-                ctx.cancel_future(*timer);
-            }
-        }
-        let killed_for = match worker {
-            Worker::Stopping { .. } => {
-                // Planned: reset or close.
-                if let Some(running) = running {
-                    let mut text = msg.partial.map(|p| p.output.text).unwrap_or_default();
-                    append_line(&mut text, &CancelCause::SessionStopped.line());
-                    let mut outcome = CellReport::error(text);
-                    outcome.status = CellStatus::Cancelled;
-                    outcome.duration_ms = running.started.elapsed().as_secs_f64() * 1000.0;
-                    self.deliver_final(running, outcome);
-                }
-                self.finish_stop(ctx);
-                return;
-            }
-            Worker::Ready { killed_for, .. } => killed_for,
-            _ => None,
-        };
-
-        // A cell the dead worker never started did not cause its death: it runs on the next.
-        // It was still waiting on this worker, so the loss is charged to the budget: a worker
-        // that dies at every start (no threads, no processes left) ends as `failed`, not as
-        // an endless round of replacements.
-        // One that went to the background meanwhile has nobody to rerun it for: it is lost.
-        let (running, partial, requeued) = match (running, msg.partial) {
-            (Some(running), partial)
-                if !partial
-                    .as_ref()
-                    .is_some_and(|p| p.cell_id == running.cell_id && p.started) =>
-            {
-                match running.into_requeued() {
-                    Ok(job) => {
-                        self.queue.push_front(job);
-                        (None, None, true)
-                    }
-                    Err(running) => (Some(*running), partial, false),
-                }
-            }
-            (running, partial) => (running, partial, false),
-        };
-        let loss = match killed_for {
-            Some(reason) => WorkerLoss::Killed(reason),
-            // A crash under a cell shows the whole stderr below instead.
-            None => WorkerLoss::crashed(
-                msg.reason,
-                running
-                    .is_none()
-                    .then(|| msg.stderr_tail.lines().last())
-                    .flatten(),
-            ),
-        };
-        tracing::warn!(session = %self.key, "worker gone: {loss}");
-        let verdict = self.budget.on_loss(running.is_some() || requeued);
-        let consequence = match verdict {
-            Verdict::Restart => Consequence::Restarted,
-            Verdict::ReplaceOnDemand => Consequence::ReplacedOnDemand,
-            Verdict::Exhausted => {
-                let budget = self.budget.limit();
-                self.failed = Some(outcome::failed_reason(&self.key, &loss, budget));
-                Consequence::Failed { budget }
-            }
-        };
-        if let Some(mut running) = running {
-            let (mut text, displays, truncation) = match partial {
-                Some(partial) if partial.cell_id == running.cell_id => (
-                    partial.output.text,
-                    partial.displays,
-                    partial.output.truncation,
-                ),
-                _ => (String::new(), Vec::new(), Default::default()),
-            };
-            let killed = matches!(loss, WorkerLoss::Killed(_));
-            let cancelled = killed && running.deadline.cause().is_some();
-            if cancelled && running.deadline.timed_out() {
-                if let Some(cause) = running.deadline.cause() {
-                    append_line(&mut text, &cause.line());
-                }
-            }
-            let mut line = outcome::loss_line(&loss, consequence, cancelled);
-            if !msg.stderr_tail.is_empty() && !killed {
-                line.push_str(&format!("\nworker stderr:\n{}", msg.stderr_tail));
-            }
-            append_line(&mut text, &line);
-            let outcome = CellReport {
-                status: if cancelled {
-                    CellStatus::Cancelled
-                } else {
-                    CellStatus::Error
-                },
-                output: text,
-                duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,
-                displays,
-                status_events: Vec::new(),
-                truncation,
-                notice: running.notice.take(),
-            };
-            self.deliver_final(running, outcome);
-            self.cells_run += 1;
-        }
-        if verdict != Verdict::Exhausted {
-            self.notice = Some(outcome::replaced_notice(self.key.language, &loss));
-        }
-        if verdict == Verdict::Restart {
-            self.start_worker(ctx);
-        }
-        self.pump(ctx);
-    }
-
     /// (Re)starts the heartbeat at the configured interval. The worker gets a fresh
     /// allowance: silence measured against the old interval says nothing under the new one.
     pub(super) fn arm_heartbeat(&mut self, ctx: &mut Context<Self>) {
@@ -357,55 +371,18 @@ impl Session {
         let interval = self.config.sessions.heartbeat_interval;
         self.heartbeat_timer = Some(ctx.run_interval(interval, |_, ctx| ctx.notify(HeartbeatTick)));
     }
+}
 
-    pub(super) fn heartbeat(&mut self) {
-        let timeout = self.config.sessions.heartbeat_timeout;
-        let Worker::Ready {
-            link, last_heard, ..
-        } = &mut self.worker
-        else {
-            return;
-        };
-        // Any frame read since the previous tick is as good as a pong; and while the reader
-        // waits for a slow host it reads nothing, the worker held back on purpose, not dead.
-        if link.heard_since_last_look() || link.host_stalled() {
-            *last_heard = Instant::now();
-        }
-        if last_heard.elapsed() > timeout {
-            self.kill_worker(KillReason::MissedHeartbeats { timeout });
-            return;
-        }
-        self.heartbeat_seq += 1;
-        link.send(ToWorker::Ping {
-            seq: self.heartbeat_seq,
-        });
-    }
+#[cfg(test)]
+mod tests {
+    use super::Wanted;
 
-    /// The supervisor's sampler measured worker `pid`'s tree at `rss`.
-    pub(super) fn check_memory(&mut self, pid: u32, rss: u64) {
-        let Some(cap) = self.config.limits.max_rss.map(|c| c.as_u64()) else {
-            return;
-        };
-        let current = matches!(&self.worker, Worker::Ready { link, .. } if link.pid == pid);
-        if current && rss > cap {
-            self.kill_worker(KillReason::OverMemory { rss, cap });
-        }
-    }
-
-    /// The worker said something for the next cell (a startup module failed): the first cell
-    /// carries it, even one already running (the notice crossed it).
-    pub(super) fn add_worker_notice(&mut self, msg: WorkerNotice) {
-        if !matches!(self.worker, Worker::Ready { generation, .. } if generation == msg.generation)
-        {
-            return;
-        }
-        let notice = match self.running.as_mut() {
-            Some(running) => &mut running.notice,
-            None => &mut self.notice,
-        };
-        *notice = Some(match notice.take() {
-            Some(earlier) => format!("{earlier}\n{}", msg.message),
-            None => msg.message,
-        });
+    #[test]
+    fn a_directory_with_a_venv_or_startup_modules_is_project_specific() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(!Wanted::new(None, Some(dir.path())).project_specific);
+        std::fs::create_dir_all(dir.path().join(".cellvisor/startup")).expect("mkdir");
+        assert!(Wanted::new(None, Some(dir.path())).project_specific);
+        assert!(!Wanted::new(None, None).project_specific);
     }
 }

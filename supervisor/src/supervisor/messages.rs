@@ -1,6 +1,6 @@
 //! Everything the [`Supervisor`](super::Supervisor) is told, in one place: by hosts, by its
 //! own timers, by its prewarm pool, and by its sessions ([`SessionEvent`]). Each message has
-//! exactly one handler, in `supervisor/mod.rs`.
+//! exactly one handler, in the file of its policy (see `supervisor/mod.rs`).
 
 use crate::session::{CellJob, SessionKey, SessionStatus, TerminateCell, WaitCell};
 use crate::spawn::{StartError, StartedWorker};
@@ -118,13 +118,6 @@ pub struct PoolWorkerReady {
     /// The interpreter its discovery picks (the supervisor's directory, no request's venv).
     pub program: Option<PathBuf>,
 }
-
-/// A session wants a Python worker (its first, or a replacement after a crash, a reset or
-/// a change of Python): a prewarmed one if one fits ([`super::prewarm::fits`]), else `None`
-/// and the session starts its own.
-#[derive(Message)]
-#[rtype(result = "Option<StartedWorker>")]
-pub struct ClaimPrewarmed(pub super::prewarm::Wanted);
 
 /// Retry filling the pool after a failed start.
 #[derive(Message)]

@@ -5,9 +5,9 @@
 //! background. Only a worker started the way the session's own would be is handed out
 //! ([`fits`]); the session's own variables reach it with its first cell.
 
-use super::messages::{PoolRetry, PoolWorkerReady};
+use super::messages::{PoolRetry, PoolWorkerReady, PrewarmedCount};
 use super::Supervisor;
-use crate::python_choice::PythonChoice;
+use crate::session::{ClaimWorker, Wanted};
 use crate::spawn::StartedWorker;
 use actix::prelude::*;
 use cellvisor_ipc::Language;
@@ -39,29 +39,6 @@ impl Pooled {
     }
 }
 
-/// What a session's worker would be started with, as far as a prewarmed one can differ.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Wanted {
-    /// The interpreter the request's Python choice names (`None`: none was found).
-    pub program: Option<PathBuf>,
-    /// The request's own `VIRTUAL_ENV`.
-    pub virtual_env: Option<PathBuf>,
-    /// The session's directory holds a virtual environment or startup modules of its own
-    /// (a prewarmed worker loaded neither).
-    pub project_specific: bool,
-}
-
-impl Wanted {
-    /// What a session in `cwd` whose request chose `choice` wants.
-    pub fn new(choice: Option<&PythonChoice>, cwd: Option<&Path>) -> Wanted {
-        Wanted {
-            program: choice.map(|c| c.program.clone()),
-            virtual_env: choice.and_then(|c| c.virtual_env.clone()),
-            project_specific: cwd.is_some_and(has_project_python),
-        }
-    }
-}
-
 /// Whether a prewarmed worker running `pooled` may serve a session that wants `wanted`:
 /// the same interpreter, and nothing of the session's own (a venv the caller named, a
 /// project's venv or startup modules) that the prewarmed worker was started without.
@@ -72,12 +49,53 @@ pub fn fits(pooled: Option<&Path>, wanted: &Wanted) -> bool {
         && pooled == wanted.program.as_deref()
 }
 
-/// Whether `dir` holds a virtual environment the Python worker would pick, or startup
-/// modules of its own.
-fn has_project_python(dir: &Path) -> bool {
-    dir.join(".venv").is_dir()
-        || dir.join("venv").is_dir()
-        || dir.join(".cellvisor").join("startup").is_dir()
+impl Handler<PoolWorkerReady> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: PoolWorkerReady, ctx: &mut Context<Self>) {
+        self.pool_starting = self.pool_starting.saturating_sub(1);
+        match msg.result {
+            Ok(worker) if self.pool.len() < self.config.python.prewarm && !self.stopping => {
+                self.pool.push(Pooled {
+                    worker,
+                    program: msg.program,
+                })
+            }
+            Ok(worker) => {
+                actix::spawn(worker.discard());
+            }
+            Err(err) => {
+                tracing::warn!(
+                    "could not prewarm a Python worker: {err}; retrying in {}",
+                    humantime::format_duration(RETRY_AFTER)
+                );
+                // Counted as starting until the retry, so no refill starts another meanwhile.
+                self.pool_starting += 1;
+                ctx.notify_later(PoolRetry, RETRY_AFTER);
+            }
+        }
+    }
+}
+
+impl Handler<PoolRetry> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, _: PoolRetry, ctx: &mut Context<Self>) {
+        self.pool_starting = self.pool_starting.saturating_sub(1);
+        self.refill_pool(ctx);
+    }
+}
+
+impl Handler<ClaimWorker> for Supervisor {
+    type Result = Option<StartedWorker>;
+    fn handle(&mut self, msg: ClaimWorker, ctx: &mut Context<Self>) -> Self::Result {
+        self.claim_prewarmed(&msg.wanted, ctx)
+    }
+}
+
+impl Handler<PrewarmedCount> for Supervisor {
+    type Result = usize;
+    fn handle(&mut self, _: PrewarmedCount, _: &mut Context<Self>) -> usize {
+        self.pool.len()
+    }
 }
 
 impl Supervisor {
@@ -157,35 +175,6 @@ impl Supervisor {
             actix::spawn(pooled.into_worker().discard());
         }
     }
-
-    pub(super) fn on_pool_worker_ready(&mut self, msg: PoolWorkerReady, ctx: &mut Context<Self>) {
-        self.pool_starting = self.pool_starting.saturating_sub(1);
-        match msg.result {
-            Ok(worker) if self.pool.len() < self.config.python.prewarm && !self.stopping => {
-                self.pool.push(Pooled {
-                    worker,
-                    program: msg.program,
-                })
-            }
-            Ok(worker) => {
-                actix::spawn(worker.discard());
-            }
-            Err(err) => {
-                tracing::warn!(
-                    "could not prewarm a Python worker: {err}; retrying in {}",
-                    humantime::format_duration(RETRY_AFTER)
-                );
-                // Counted as starting until the retry, so no refill starts another meanwhile.
-                self.pool_starting += 1;
-                ctx.notify_later(PoolRetry, RETRY_AFTER);
-            }
-        }
-    }
-
-    pub(super) fn on_pool_retry(&mut self, ctx: &mut Context<Self>) {
-        self.pool_starting = self.pool_starting.saturating_sub(1);
-        self.refill_pool(ctx);
-    }
 }
 
 #[cfg(test)]
@@ -231,14 +220,5 @@ mod tests {
         assert!(!fits(Some(Path::new("/usr/bin/python3")), &nothing_found));
         assert!(!fits(None, &nothing_found));
         assert!(!fits(None, &wanted("/usr/bin/python3")));
-    }
-
-    #[test]
-    fn a_directory_with_a_venv_or_startup_modules_is_project_specific() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        assert!(!Wanted::new(None, Some(dir.path())).project_specific);
-        std::fs::create_dir_all(dir.path().join(".cellvisor/startup")).expect("mkdir");
-        assert!(Wanted::new(None, Some(dir.path())).project_specific);
-        assert!(!Wanted::new(None, None).project_specific);
     }
 }

@@ -18,6 +18,15 @@ pub const BUSY_SAMPLE_INTERVAL: Duration = Duration::from_millis(50);
 /// of a cell is measured from then on).
 const TREE_REFRESH: Duration = Duration::from_secs(1);
 
+impl Handler<SampleTick> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, _: SampleTick, ctx: &mut Context<Self>) {
+        self.sample_timer = None;
+        self.sample_memory(ctx);
+        self.arm_sampling(ctx);
+    }
+}
+
 impl Supervisor {
     /// Schedules the next sample: fast while a cell runs under a memory cap, else once per
     /// heartbeat interval.

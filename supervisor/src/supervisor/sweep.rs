@@ -7,6 +7,13 @@ use crate::session::SessionKey;
 use actix::prelude::*;
 use std::time::{Duration, Instant};
 
+impl Handler<SweepTick> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, _: SweepTick, _: &mut Context<Self>) {
+        self.sweep();
+    }
+}
+
 impl Supervisor {
     /// Deletes spilled outputs past `output.artifact-max-age`, at most once a minute.
     pub(super) fn prune_artifacts(&mut self) {

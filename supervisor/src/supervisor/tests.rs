@@ -4,10 +4,11 @@
 
 use super::*;
 use crate::cell::CellStatus;
-use crate::session::CellReport;
+use crate::session::{CellReport, SessionStatus};
 use crate::testing::FakeLauncher;
 use cellvisor_ipc::ToWorker;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
 
