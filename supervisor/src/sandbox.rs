@@ -6,11 +6,11 @@
 //! Landlock cannot give on every kernel: it refuses any connection from its own workers'
 //! process trees (see `daemon::server`).
 
+use crate::environment::WorkerEnv;
 pub use cellvisor_client::sandbox::{Feature, SandboxRequest, SandboxStatus};
 use cellvisor_config::{SandboxConfig, SandboxNetwork};
-use cellvisor_workers::sandbox::{tree_without, Rules, SANDBOX_VAR};
+use cellvisor_workers::sandbox::{tree_without, Rules};
 use serde::{Deserialize, Serialize};
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 /// How strict each network setting is: a request may only move down this list.
@@ -311,13 +311,8 @@ pub struct SessionDirs {
 
 /// The rules a session's worker applies under `plan`; `env` is the worker's environment
 /// (for `HOME` and `XDG_CONFIG_HOME`).
-pub fn rules(plan: &Plan, dirs: &SessionDirs, env: &[(OsString, OsString)]) -> Rules {
-    let lookup = |key: &str| {
-        env.iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| PathBuf::from(v))
-            .filter(|v| !v.as_os_str().is_empty())
-    };
+pub fn rules(plan: &Plan, dirs: &SessionDirs, env: &WorkerEnv) -> Rules {
+    let lookup = |key: &str| env.get(key).filter(|v| !v.is_empty()).map(PathBuf::from);
     let home = lookup("HOME");
     let resolve = |entry: &str| -> Option<PathBuf> {
         match entry {
@@ -371,26 +366,13 @@ pub fn rules(plan: &Plan, dirs: &SessionDirs, env: &[(OsString, OsString)]) -> R
 /// removes the rules and points it back at the shared artifact directory `shared_artifacts`.
 /// Creates the directories the rules name (a rule needs them to exist).
 pub fn apply_to_env(
-    env: &mut Vec<(OsString, OsString)>,
+    env: &mut WorkerEnv,
     plan: Option<&Plan>,
     dirs: &SessionDirs,
     shared_artifacts: &Path,
 ) -> std::io::Result<()> {
-    let set = |env: &mut Vec<(OsString, OsString)>, key: &str, value: Option<OsString>| {
-        env.retain(|(k, _)| k.to_str() != Some(key));
-        if let Some(value) = value {
-            env.push((key.into(), value));
-        }
-    };
     let Some(plan) = plan else {
-        set(env, SANDBOX_VAR, None);
-        set(env, "MPLCONFIGDIR", std::env::var_os("MPLCONFIGDIR"));
-        set(env, "TMPDIR", std::env::var_os("TMPDIR"));
-        set(
-            env,
-            cellvisor_ipc::env::ARTIFACT_DIR,
-            Some(shared_artifacts.into()),
-        );
+        env.unconfine(shared_artifacts);
         return Ok(());
     };
     for dir in [&dirs.tmp, &dirs.artifacts]
@@ -400,21 +382,8 @@ pub fn apply_to_env(
         cellvisor_ipc::socket::ensure_private_dir(dir)?;
     }
     let rules = rules(plan, dirs, env);
-    let json = serde_json::to_string(&rules).map_err(std::io::Error::other)?;
-    set(env, SANDBOX_VAR, Some(json.into()));
-    set(env, "TMPDIR", Some(dirs.tmp.clone().into()));
-    // Matplotlib's cache, where a confined cell may write it.
-    set(
-        env,
-        "MPLCONFIGDIR",
-        Some(dirs.tmp.join("matplotlib").into()),
-    );
-    set(
-        env,
-        "CELLVISOR_ARTIFACT_DIR",
-        Some(dirs.artifacts.clone().into()),
-    );
-    Ok(())
+    env.confine(&rules, &dirs.tmp, &dirs.artifacts)
+        .map_err(std::io::Error::other)
 }
 
 #[cfg(test)]
@@ -597,7 +566,11 @@ mod tests {
             artifacts: "/run/a/s".into(),
             store: Some("/state/s".into()),
         };
-        let env = vec![(OsString::from("HOME"), OsString::from("/home/u"))];
+        let env = WorkerEnv::from_vars(
+            [("HOME".into(), "/home/u".into())],
+            &cellvisor_config::Config::default(),
+            cellvisor_ipc::Language::Python,
+        );
         let rules = rules(&plan, &dirs, &env);
         assert_eq!(
             rules.read,

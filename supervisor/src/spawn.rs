@@ -93,8 +93,9 @@ pub struct WorkerSpec {
     /// The supervisor's private runtime directory, where the socket is made.
     pub run_dir: PathBuf,
     pub cwd: Option<PathBuf>,
-    /// The complete environment of the worker (already filtered).
-    pub env: Vec<(OsString, OsString)>,
+    /// The complete environment of the worker (already filtered); the record of taken cells
+    /// is added at spawn.
+    pub env: crate::environment::WorkerEnv,
     pub start_timeout: Duration,
     pub rlimits: Vec<crate::limits::Rlimit>,
 }
@@ -490,6 +491,8 @@ fn worker_command(
     socket_path: &Path,
     taken_path: &Path,
 ) -> Command {
+    let mut env = spec.env.clone();
+    env.set_taken_record(taken_path);
     let mut command = Command::new(program);
     command
         .args(args)
@@ -498,8 +501,7 @@ fn worker_command(
         .arg("--socket")
         .arg(socket_path)
         .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .env(cellvisor_ipc::env::TAKEN_RECORD, taken_path)
+        .envs(env.render())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
