@@ -58,14 +58,15 @@ fn the_filter_passes_allowed_variables_and_keeps_credentials_out() {
 #[test]
 fn what_cellvisor_sets_wins_over_inherited_values_and_appears_once() {
     let mut config = Config::default();
-    config.env.allow.push("CELLVISOR_*".into());
+    config.env.allow.push(names::PYTHON.into());
+    config.env.allow.push(names::SESSION.into());
     config.python.interpreter = Some("/opt/python".into());
     let mut env = WorkerEnv::from_vars(
         vars(&[
             ("VIRTUAL_ENV", "/daemon/venv"),
             ("TMPDIR", "/tmp"),
-            ("CELLVISOR_PYTHON", "/inherited/python"),
-            ("CELLVISOR_SESSION", "someone-else"),
+            (names::PYTHON, "/inherited/python"),
+            (names::SESSION, "someone-else"),
             ("PYTHONUNBUFFERED", "0"),
         ]),
         &config,
@@ -75,8 +76,8 @@ fn what_cellvisor_sets_wins_over_inherited_values_and_appears_once() {
     env.set_session("mine", Path::new("/state/mine"));
     let all = rendered(&env);
     assert_eq!(value(&all, "VIRTUAL_ENV"), ["/caller/venv"]);
-    assert_eq!(value(&all, "CELLVISOR_PYTHON"), ["/opt/python"]);
-    assert_eq!(value(&all, "CELLVISOR_SESSION"), ["mine"]);
+    assert_eq!(value(&all, names::PYTHON), ["/opt/python"]);
+    assert_eq!(value(&all, names::SESSION), ["mine"]);
     assert_eq!(value(&all, "PYTHONUNBUFFERED"), ["1"]);
     assert_eq!(
         value(&all, "TMPDIR"),
@@ -160,12 +161,12 @@ fn the_session_vars_a_first_cell_carries_are_the_sessions_name_and_store() {
 fn confining_sets_the_rules_and_own_directories_and_unconfining_restores_the_inherited() {
     let mut config = Config::default();
     config.env.allow.push("MPLCONFIGDIR".into());
-    config.env.allow.push("CELLVISOR_SANDBOX".into());
+    config.env.allow.push(names::SANDBOX.into());
     let mut env = WorkerEnv::from_vars(
         vars(&[
             ("TMPDIR", "/tmp"),
             ("MPLCONFIGDIR", "/home/u/.mpl"),
-            ("CELLVISOR_SANDBOX", "{}"),
+            (names::SANDBOX, "{}"),
         ]),
         &config,
         Language::Python,

@@ -80,8 +80,12 @@ pub fn discover(
                 wanted.to_string_lossy()
             )
         })?,
-        None => find_on_path(OsStr::new("python3"), &path_var)
-            .ok_or_else(|| "no python3 on PATH (set CELLVISOR_PYTHON to choose one)".to_string())?,
+        None => find_on_path(OsStr::new("python3"), &path_var).ok_or_else(|| {
+            format!(
+                "no python3 on PATH (set {} to choose one)",
+                cellvisor_ipc::env::PYTHON
+            )
+        })?,
     };
     Ok(resolve_shim(&candidate, cwd, env))
 }
