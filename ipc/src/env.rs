@@ -2,31 +2,47 @@
 //!
 //! They are part of the protocol as much as the frames are: the supervisor sets them when it
 //! spawns a worker and the worker reads them before its first frame, so both sides name them
-//! through these constants and read their values through the functions here (the Python
-//! prelude, which cannot import Rust, repeats the two directory names it needs).
+//! through these constants and read their values through the functions here. The supervisor
+//! writes them only through its one worker environment type (`cellvisor::environment`). The
+//! Python files, which cannot import Rust, repeat the names they need; a test of the workers
+//! crate checks that each copy matches.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-/// The directory of spilled outputs (artifacts) the worker's `artifacts` helper reads from.
+/// The directory of spilled outputs (artifacts). Set by the supervisor for every worker (the
+/// shared directory, or a sandboxed session's own); read by the workers' `artifacts` helper
+/// and the Python prelude (`ARTIFACT_DIR_VAR` in `prelude.py`).
 pub const ARTIFACT_DIR: &str = "CELLVISOR_ARTIFACT_DIR";
-/// The session the worker runs for (absent on a prewarmed worker nobody owns yet).
+/// The session the worker runs for. Set by the supervisor when a session starts its worker
+/// (absent on a prewarmed worker nobody owns yet, which gets it with its first cell); read by
+/// the cells (it names their session).
 pub const SESSION: &str = "CELLVISOR_SESSION";
-/// The session's directory for `store`/`load` (absent on a prewarmed worker).
+/// The session's directory for `store`/`load`. Set by the supervisor like [`SESSION`]; read by
+/// the workers' `store` helper and the Python prelude (`STORE_DIR_VAR` in `prelude.py`).
 pub const STORE_DIR: &str = "CELLVISOR_STORE_DIR";
-/// The heap limit of the JavaScript and Lua engines, in bytes.
+/// The heap limit of the JavaScript and Lua engines, in bytes. Set by the supervisor from
+/// `js.memory-limit` / `lua.memory-limit`; read by those workers when they build the engine.
 pub const MEMORY_LIMIT: &str = "CELLVISOR_MEMORY_LIMIT";
-/// The stack limit of the JavaScript engine, in bytes.
+/// The stack limit of the JavaScript engine, in bytes. Set by the supervisor from
+/// `js.stack-size`; read by the JavaScript worker.
 pub const STACK_SIZE: &str = "CELLVISOR_STACK_SIZE";
-/// The Python interpreter configured for Python workers.
+/// The Python interpreter configured for Python workers. Set by the supervisor from
+/// `python.interpreter`; read by interpreter discovery (in the worker, and in the supervisor
+/// when it chooses a request's Python).
 pub const PYTHON: &str = "CELLVISOR_PYTHON";
-/// Which startup-module levels to run, comma-separated (`user,project`).
+/// Which startup-module levels to run, comma-separated (`user,project`). Set by the
+/// supervisor from `[startup]`; read by the workers' startup-module loader.
 pub const STARTUP: &str = "CELLVISOR_STARTUP";
 /// The token the Python worker hands its interpreter child to prove the sync channel is its.
+/// Set by the Python worker for its child; read (and removed) by `runner.py`.
 pub const SYNC_TOKEN: &str = "CELLVISOR_SYNC_TOKEN";
-/// The Landlock rules (JSON) a sandboxed worker applies to itself before its first cell.
+/// The Landlock rules (JSON) a sandboxed worker applies to itself before its first cell. Set
+/// by the supervisor for a sandboxed session's worker; read by the workers' `sandbox` module
+/// (and `launcher.py`, which does not fork under a sandbox).
 pub const SANDBOX: &str = "CELLVISOR_SANDBOX";
-/// The file in which the worker records the cell it took (see [`crate::taken`]).
+/// The file in which the worker records the cell it took (see [`crate::taken`]). Set by the
+/// supervisor at spawn; read by the worker before its hello.
 pub const TAKEN_RECORD: &str = "CELLVISOR_TAKEN_RECORD";
 
 /// A variable whose value is not what it must be.

@@ -19,7 +19,8 @@
 //! - `artifacts`: the artifact directory: private files, no links followed, a total cap.
 //! - [`paths`]: where files that outlive workers live (artifacts, session stores).
 //! - `python_choice`: which Python a request runs on (its `VIRTUAL_ENV`, its cwd's venv).
-//! - `environment`, `limits`: what a worker inherits: filtered variables, rlimits.
+//! - `environment`: the one typed environment of a worker (filtered inherited variables under
+//!   what cellvisor sets), rendered once at spawn. `limits`: its rlimits.
 //! - `sandbox`: a request's sandbox policy (the operator's, only tightened), checked against
 //!   the kernel, and the Landlock rules of each session's worker.
 //! - [`secrets`]: non-dumpable processes, so cells cannot read the supervisor's memory.

@@ -39,10 +39,7 @@ pub fn file_safe(name: &str) -> String {
     if safe == name {
         return safe;
     }
-    // FNV-1a: stable across runs and platforms, unlike the std hasher.
-    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    });
+    let hash = cellvisor_ipc::stable_hash::fnv1a(name.as_bytes());
     format!("{safe}-{:08x}", hash as u32)
 }
 
@@ -55,5 +52,12 @@ mod tests {
         assert_eq!(file_safe("agent-1_x"), "agent-1_x");
         assert_ne!(file_safe("a.b"), file_safe("a:b"));
         assert!(file_safe("a.b").starts_with("a_b-"));
+    }
+
+    #[test]
+    fn changed_names_keep_the_directory_names_they_had() {
+        // Session stores on disk are found by these names: they must never change.
+        assert_eq!(file_safe("a.b"), "a_b-0466522c");
+        assert_eq!(file_safe("my session/1"), "my_session_1-1c9950a7");
     }
 }

@@ -3,10 +3,10 @@
 //! worker's own discovery rules, applied to the request's directory and environment). A
 //! session whose live worker runs another interpreter replaces it before the cell.
 
+use crate::environment::WorkerEnv;
 use crate::spawn::WorkerSpec;
-use cellvisor_ipc::env::PYTHON as CONFIGURED_PYTHON_VAR;
 use cellvisor_workers::python::interpreter::{self, Discovered};
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 /// The Python a request asks for.
@@ -24,7 +24,7 @@ pub struct PythonChoice {
 /// `VIRTUAL_ENV` is `virtual_env`, given the environment workers get. `None` when no Python
 /// can be found: the worker's start then says why.
 pub fn choose(
-    worker_env: &[(OsString, OsString)],
+    worker_env: &WorkerEnv,
     cwd: Option<&Path>,
     virtual_env: Option<&Path>,
 ) -> Option<PythonChoice> {
@@ -42,13 +42,9 @@ pub fn choose(
                 return Some(venv.as_os_str().to_owned());
             }
         }
-        worker_env
-            .iter()
-            .find(|(name, _)| name == key)
-            .map(|(_, value)| value.clone())
+        worker_env.get(key).map(OsStr::to_owned)
     };
-    let configured = lookup(CONFIGURED_PYTHON_VAR);
-    let program = match interpreter::discover(dir, &lookup, configured.as_deref()).ok()? {
+    let program = match interpreter::discover(dir, &lookup, worker_env.configured_python()).ok()? {
         Discovered::Found(found) => found.program,
         Discovered::UnresolvedShim(shim) => shim,
     };
@@ -65,9 +61,7 @@ pub fn apply(spec: &mut WorkerSpec, choice: &PythonChoice) {
         spec.cwd = Some(cwd.clone());
     }
     if let Some(venv) = &choice.virtual_env {
-        spec.env.retain(|(name, _)| name != "VIRTUAL_ENV");
-        spec.env
-            .push(("VIRTUAL_ENV".into(), venv.as_os_str().to_owned()));
+        spec.env.set_virtual_env(venv);
     }
 }
 

@@ -7,79 +7,36 @@
 //! Workers are child subreapers, so a cell's child that left the group is still under its
 //! worker: killing a worker outright ([`ProcessHandle::kill_tree`]) ends that tree too.
 //!
+//! - `programs`: which program a worker runs ([`WorkerPrograms`]).
+//! - `process`: the started process: waiting, signalling, ending it and its tree.
+//!
 //! Sessions start workers through a [`Launcher`], so actor tests can put a scripted worker
 //! speaking the real frames in place of a process.
 
+mod process;
+mod programs;
+
+pub use process::{ProcessHandle, WorkerProcess};
+pub use programs::WorkerPrograms;
+
 use crate::session::outcome::Exit;
 use crate::socket_halves::{split_async, ReadSide, WriteSide};
-use crate::worker_entry::{PYTHON_WORKER_PROGRAM, WORKER_SUBCOMMAND};
+use crate::worker_entry::WORKER_SUBCOMMAND;
 use cellvisor_ipc::handshake::{supervisor_handshake, HandshakeError};
 use cellvisor_ipc::socket::bind_async;
 use cellvisor_ipc::taken::TakenRecord;
 use cellvisor_ipc::Language;
 use interprocess::local_socket::traits::tokio::Listener as _;
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
+use process::kill_and_reap;
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::AsyncBufReadExt;
-use tokio::process::{Child, Command};
-
-/// The programs workers run: the cellvisor executable, and for Python workers
-/// [`PYTHON_WORKER_PROGRAM`] when it sits next to an executable named `cellvisor` (both are
-/// built and installed together; a program embedding cellvisor runs itself).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkerPrograms {
-    /// The executable that runs every language (`<exe> __worker <lang> ...`).
-    pub main: PathBuf,
-    /// The Python-only program, which keeps far fewer pages of itself resident in every idle
-    /// Python session (told the supervisor's build, it hands another build's worker to
-    /// `main`).
-    pub python: Option<PathBuf>,
-}
-
-impl WorkerPrograms {
-    /// The programs for workers of `exe`: the Python-only one is looked for beside it.
-    pub fn beside(exe: PathBuf) -> WorkerPrograms {
-        let python = (exe.file_name().and_then(|name| name.to_str()) == Some("cellvisor"))
-            .then(|| exe.with_file_name(PYTHON_WORKER_PROGRAM))
-            .filter(|program| is_executable_file(program));
-        WorkerPrograms { main: exe, python }
-    }
-
-    /// The program to run instead when the one [`WorkerPrograms::command`] names cannot be
-    /// started: the Python-only program can go away after the supervisor looked (removed, or
-    /// replaced by an install), and `main` serves every language.
-    pub fn fallback(&self, language: Language) -> Option<PathBuf> {
-        match (language, &self.python) {
-            (Language::Python, Some(_)) => Some(self.main.clone()),
-            _ => None,
-        }
-    }
-
-    /// The program a worker for `language` runs, and its arguments before the worker's own
-    /// (`__worker <lang> --socket PATH`).
-    pub fn command(&self, language: Language) -> (PathBuf, Vec<OsString>) {
-        match (language, &self.python) {
-            (Language::Python, Some(python)) => (
-                python.clone(),
-                crate::worker_entry::python_worker_args(&self.main),
-            ),
-            _ => (self.main.clone(), Vec::new()),
-        }
-    }
-}
-
-fn is_executable_file(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path)
-        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-}
+use tokio::process::Command;
 
 /// Everything needed to start one worker.
 #[derive(Debug, Clone)]
@@ -93,8 +50,9 @@ pub struct WorkerSpec {
     /// The supervisor's private runtime directory, where the socket is made.
     pub run_dir: PathBuf,
     pub cwd: Option<PathBuf>,
-    /// The complete environment of the worker (already filtered).
-    pub env: Vec<(OsString, OsString)>,
+    /// The complete environment of the worker (already filtered); the record of taken cells
+    /// is added at spawn.
+    pub env: crate::environment::WorkerEnv,
     pub start_timeout: Duration,
     pub rlimits: Vec<crate::limits::Rlimit>,
 }
@@ -118,119 +76,6 @@ impl Launcher for ProcessLauncher {
         serial: u64,
     ) -> BoxFuture<Result<StartedWorker, StartError>> {
         Box::pin(async move { start(&spec, serial).await })
-    }
-}
-
-/// The process behind a worker.
-pub enum WorkerProcess {
-    Os {
-        child: Child,
-        /// Set once the process is being reaped: its pid may then be reused, so no handle
-        /// signals it any more.
-        reaped: Arc<AtomicBool>,
-    },
-    #[cfg(test)]
-    Scripted(crate::testing::ScriptedProcess),
-}
-
-impl WorkerProcess {
-    /// Where signals for this worker go.
-    pub fn handle(&self) -> ProcessHandle {
-        match self {
-            WorkerProcess::Os { child, reaped } => ProcessHandle::Os {
-                pid: child.id().unwrap_or_default(),
-                reaped: Arc::clone(reaped),
-            },
-            #[cfg(test)]
-            WorkerProcess::Scripted(process) => ProcessHandle::Scripted(process.control()),
-        }
-    }
-
-    /// Waits for the worker to end and reaps it; says how it ended.
-    pub async fn wait(&mut self) -> Exit {
-        match self {
-            WorkerProcess::Os { child, reaped } => {
-                // The actor and this task share one thread: no handle can signal between
-                // this flag and the reaping.
-                reaped.store(true, Ordering::SeqCst);
-                match child.wait().await {
-                    Ok(status) => Exit::from(status),
-                    Err(err) => Exit::Unreaped(err.to_string()),
-                }
-            }
-            #[cfg(test)]
-            WorkerProcess::Scripted(process) => process.wait().await,
-        }
-    }
-
-    /// Whether it is still running.
-    pub fn is_running(&mut self) -> bool {
-        match self {
-            WorkerProcess::Os { child, reaped } => {
-                let running = matches!(child.try_wait(), Ok(None));
-                if !running {
-                    reaped.store(true, Ordering::SeqCst);
-                }
-                running
-            }
-            #[cfg(test)]
-            WorkerProcess::Scripted(process) => process.is_running(),
-        }
-    }
-}
-
-/// The way to signal a worker and its descendants; cheap to clone.
-#[derive(Clone)]
-pub enum ProcessHandle {
-    Os {
-        pid: u32,
-        reaped: Arc<AtomicBool>,
-    },
-    #[cfg(test)]
-    Scripted(std::sync::Arc<crate::testing::ScriptedControl>),
-}
-
-impl ProcessHandle {
-    pub fn pid(&self) -> u32 {
-        match self {
-            ProcessHandle::Os { pid, .. } => *pid,
-            #[cfg(test)]
-            ProcessHandle::Scripted(control) => control.pid(),
-        }
-    }
-
-    /// Sends `signal` to the worker's process group.
-    pub fn signal_group(&self, signal: Signal) {
-        match self {
-            ProcessHandle::Os { pid, reaped } => {
-                if !reaped.load(Ordering::SeqCst) {
-                    kill_group(*pid, signal);
-                }
-            }
-            #[cfg(test)]
-            ProcessHandle::Scripted(control) => control.signal(signal),
-        }
-    }
-
-    /// Kills the worker and every process under it, those that left its group included.
-    /// The worker is stopped first, so it stays alive (the reaper of orphans) while its
-    /// tree is walked and ended; then its group and itself are killed.
-    pub fn kill_tree(&self) {
-        match self {
-            ProcessHandle::Os { pid, reaped } => {
-                if reaped.load(Ordering::SeqCst) {
-                    return;
-                }
-                let Some(raw) = i32::try_from(*pid).ok().filter(|p| *p > 1) else {
-                    return;
-                };
-                let _ = nix::sys::signal::kill(Pid::from_raw(raw), Signal::SIGSTOP);
-                cellvisor_workers::process_tree::end_descendants(*pid, &[]);
-                kill_group(*pid, Signal::SIGKILL);
-            }
-            #[cfg(test)]
-            ProcessHandle::Scripted(control) => control.signal(Signal::SIGKILL),
-        }
     }
 }
 
@@ -490,6 +335,8 @@ fn worker_command(
     socket_path: &Path,
     taken_path: &Path,
 ) -> Command {
+    let mut env = spec.env.clone();
+    env.set_taken_record(taken_path);
     let mut command = Command::new(program);
     command
         .args(args)
@@ -498,8 +345,7 @@ fn worker_command(
         .arg("--socket")
         .arg(socket_path)
         .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .env(cellvisor_ipc::env::TAKEN_RECORD, taken_path)
+        .envs(env.render())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -549,73 +395,5 @@ impl StartedWorker {
     pub async fn discard(mut self) {
         self.child.handle().signal_group(Signal::SIGKILL);
         self.child.wait().await;
-    }
-}
-
-/// Kills the worker's whole group, then reaps the worker: in that order, so no process of
-/// the group survives and the group id cannot have been reused in between.
-async fn kill_and_reap(pid: u32, child: &mut Child) {
-    kill_group(pid, Signal::SIGKILL);
-    let _ = child.wait().await;
-}
-
-/// Sends `signal` to the worker's whole process group (its pid is the group id). A group that
-/// is already gone is not an error.
-pub fn kill_group(pid: u32, signal: Signal) {
-    if let Ok(raw) = i32::try_from(pid) {
-        if raw > 1 {
-            let _ = killpg(Pid::from_raw(raw), signal);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn write_program(path: &Path, mode: u32) {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::write(path, "").expect("write program");
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
-    }
-
-    #[test]
-    fn python_workers_run_the_python_program_only_when_it_sits_beside_cellvisor() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let cellvisor = dir.path().join("cellvisor");
-        write_program(&cellvisor, 0o755);
-        let alone = WorkerPrograms::beside(cellvisor.clone());
-        assert_eq!(alone.python, None);
-        for language in [Language::Python, Language::JavaScript, Language::Lua] {
-            assert_eq!(alone.command(language), (cellvisor.clone(), Vec::new()));
-        }
-
-        let python = dir.path().join(PYTHON_WORKER_PROGRAM);
-        write_program(&python, 0o644);
-        assert_eq!(
-            WorkerPrograms::beside(cellvisor.clone()).python,
-            None,
-            "a file that cannot be run is not used"
-        );
-        write_program(&python, 0o755);
-        let both = WorkerPrograms::beside(cellvisor.clone());
-        assert_eq!(
-            both.command(Language::Python),
-            (python, crate::worker_entry::python_worker_args(&cellvisor))
-        );
-        assert_eq!(
-            both.command(Language::JavaScript),
-            (cellvisor.clone(), Vec::new())
-        );
-        assert_eq!(both.command(Language::Lua), (cellvisor.clone(), Vec::new()));
-        // Only a Python worker has somewhere else to go when its program cannot start.
-        assert_eq!(both.fallback(Language::Python), Some(cellvisor.clone()));
-        assert_eq!(both.fallback(Language::JavaScript), None);
-        assert_eq!(alone.fallback(Language::Python), None);
-
-        // A program embedding cellvisor runs its own workers, whatever lies beside it.
-        let embedding = dir.path().join("my-host");
-        write_program(&embedding, 0o755);
-        assert_eq!(WorkerPrograms::beside(embedding).python, None);
     }
 }

@@ -27,7 +27,6 @@ use actix::prelude::*;
 use cellvisor_config::Config;
 use cellvisor_ipc::Language;
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
@@ -215,7 +214,7 @@ pub struct Cellvisor {
     config: Mutex<Config>,
     /// The environment a Python worker gets under that configuration, which a request's
     /// choice of Python is made in: filtered once per configuration, not once per request.
-    python_env: Mutex<Arc<[(OsString, OsString)]>>,
+    python_env: Mutex<Arc<crate::environment::WorkerEnv>>,
     next_request: std::sync::atomic::AtomicU64,
     /// Cell ids: unique across sessions, so a session can tell its own cells.
     next_cell: std::sync::atomic::AtomicU64,
@@ -476,8 +475,11 @@ impl Prepared {
 
 /// The environment of a Python worker under `config` (the daemon's own environment, as
 /// `env` filters it, does not change while it runs).
-fn python_worker_env(config: &Config) -> Arc<[(OsString, OsString)]> {
-    crate::environment::for_worker(config, Language::Python).into()
+fn python_worker_env(config: &Config) -> Arc<crate::environment::WorkerEnv> {
+    Arc::new(crate::environment::WorkerEnv::for_worker(
+        config,
+        Language::Python,
+    ))
 }
 
 /// Locks `mutex`; a panic elsewhere while holding it leaves plain data behind.

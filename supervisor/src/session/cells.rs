@@ -15,7 +15,6 @@ use crate::output::SinkLimits;
 use crate::session::CellReport;
 use actix::prelude::*;
 use cellvisor_ipc::{CellOutcome as WorkerOutcome, ExecuteCell, ToWorker};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -244,12 +243,7 @@ impl Session {
         crate::sandbox::SessionDirs {
             tmp: self.spec.run_dir.join("tmp").join(&name),
             artifacts: self.artifacts.dir().join(&name),
-            store: self
-                .spec
-                .env
-                .iter()
-                .find(|(k, _)| k == cellvisor_ipc::env::STORE_DIR)
-                .map(|(_, v)| PathBuf::from(v)),
+            store: self.spec.env.store_dir(),
         }
     }
 
@@ -289,7 +283,7 @@ impl Session {
             Vec::new()
         } else {
             self.session_env_sent = *generation;
-            crate::supervisor::session_vars(&self.spec.env)
+            self.spec.env.session_vars()
         };
         link.send(ToWorker::Execute(ExecuteCell {
             cell_id,

@@ -47,7 +47,7 @@ fn start_session(fake: &Arc<FakeLauncher>, cap_mib: u64) -> (Addr<Session>, temp
             language: Language::Lua,
             run_dir: dir.path().to_path_buf(),
             cwd: None,
-            env: Vec::new(),
+            env: crate::environment::WorkerEnv::default(),
             start_timeout: Duration::from_secs(5),
             rlimits: Vec::new(),
         },

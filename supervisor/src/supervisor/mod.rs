@@ -29,6 +29,7 @@ mod sweep;
 mod tests;
 pub mod waiting;
 
+use crate::environment::WorkerEnv;
 use crate::session::outcome::Eviction;
 use crate::session::{CloseSession, RunCell, Session, SessionKey, SessionSetup, SessionState};
 use crate::spawn::{Launcher, ProcessLauncher, WorkerSpec};
@@ -53,26 +54,6 @@ pub struct WorkerBase {
     pub artifacts: Arc<crate::artifacts::ArtifactStore>,
     /// Where sessions keep what JS `store()` saves; outlives workers and the daemon.
     pub store_dir: PathBuf,
-}
-
-/// The variables that name a worker's session (its name, its store directory): set when a
-/// session starts its worker, sent with the first cell to a worker started ahead of its
-/// session (which has none of them).
-const SESSION_VARS: [&str; 2] = [cellvisor_ipc::env::SESSION, cellvisor_ipc::env::STORE_DIR];
-
-/// The session's variables in a worker's environment, as a cell carries them.
-pub(crate) fn session_vars(
-    env: &[(std::ffi::OsString, std::ffi::OsString)],
-) -> Vec<(String, String)> {
-    env.iter()
-        .filter(|(name, _)| SESSION_VARS.iter().any(|var| name == var))
-        .map(|(name, value)| {
-            (
-                name.to_string_lossy().into_owned(),
-                value.to_string_lossy().into_owned(),
-            )
-        })
-        .collect()
 }
 
 struct Entry {
@@ -204,24 +185,11 @@ impl Supervisor {
         cwd: Option<PathBuf>,
         session: Option<&str>,
     ) -> WorkerSpec {
-        let mut env = crate::environment::for_worker(&self.config, language);
-        let mut set = |key: &str, value: std::ffi::OsString| {
-            env.retain(|(k, _)| k.to_str() != Some(key));
-            env.push((key.into(), value));
-        };
-        set(
-            cellvisor_ipc::env::ARTIFACT_DIR,
-            self.base.artifacts.dir().as_os_str().to_owned(),
-        );
+        let mut env = WorkerEnv::for_worker(&self.config, language);
+        env.set_artifact_dir(self.base.artifacts.dir());
         if let Some(session) = session {
-            set(SESSION_VARS[0], session.into());
-            set(
-                SESSION_VARS[1],
-                self.base
-                    .store_dir
-                    .join(crate::paths::file_safe(session))
-                    .into(),
-            );
+            let store_dir = self.base.store_dir.join(crate::paths::file_safe(session));
+            env.set_session(session, &store_dir);
         }
         let (exe, exe_args) = self.base.programs.command(language);
         WorkerSpec {

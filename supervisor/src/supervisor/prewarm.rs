@@ -7,6 +7,7 @@
 
 use super::messages::{PoolRetry, PoolWorkerReady, PrewarmedCount};
 use super::Supervisor;
+use crate::environment::StartupLevels;
 use crate::session::{ClaimWorker, Wanted};
 use crate::spawn::StartedWorker;
 use actix::prelude::*;
@@ -111,11 +112,10 @@ impl Supervisor {
             let mut spec = self.worker_spec(Language::Python, None, None);
             // Started before anyone's directory is known: a project's startup modules are
             // not its to load (a session in such a project starts its own worker).
-            let user_only = if self.config.startup.user { "user" } else { "" };
-            spec.env
-                .retain(|(name, _)| name != cellvisor_ipc::env::STARTUP);
-            spec.env
-                .push((cellvisor_ipc::env::STARTUP.into(), user_only.into()));
+            spec.env.set_startup(StartupLevels {
+                user: self.config.startup.user,
+                project: false,
+            });
             // The worker starts in the supervisor's directory with no request's venv: the
             // same discovery, run here, names its interpreter.
             let program = crate::python_choice::choose(&spec.env, None, None).map(|c| c.program);

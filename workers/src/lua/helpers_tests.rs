@@ -269,7 +269,7 @@ fn env_and_output_read_the_process_environment_and_artifacts() {
             json!({"op": "env", "key": "CV_LUA_TEST_KEY"}),
             json!({"op": "env", "key": "CV_LUA_TEST_MISSING"}),
             json!({"op": "env"}),
-            json!({"op": "env", "key": "CELLVISOR_ARTIFACT_DIR"}),
+            json!({"op": "env", "key": cellvisor_ipc::env::ARTIFACT_DIR}),
             json!({"op": "output", "ids": ["abc"], "bytes": 6}),
             json!({"op": "output", "ids": ["abc", "def"], "bytes": 12}),
         ]

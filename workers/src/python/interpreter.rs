@@ -80,8 +80,12 @@ pub fn discover(
                 wanted.to_string_lossy()
             )
         })?,
-        None => find_on_path(OsStr::new("python3"), &path_var)
-            .ok_or_else(|| "no python3 on PATH (set CELLVISOR_PYTHON to choose one)".to_string())?,
+        None => find_on_path(OsStr::new("python3"), &path_var).ok_or_else(|| {
+            format!(
+                "no python3 on PATH (set {} to choose one)",
+                cellvisor_ipc::env::PYTHON
+            )
+        })?,
     };
     Ok(resolve_shim(&candidate, cwd, env))
 }
@@ -288,6 +292,21 @@ fn ask_shim_cached(
     runtime_dir: &Path,
     env: &dyn Fn(&str) -> Option<OsString>,
 ) -> Result<PathBuf, String> {
+    let cache = runtime_dir.join(shim_cache_name(shim, cwd, env));
+    if let Ok(cached) = fs::read(&cache) {
+        let program = PathBuf::from(OsStr::from_bytes(&cached));
+        if is_executable(&program) {
+            return Ok(program);
+        }
+    }
+    let program = ask_shim(shim, cwd)?;
+    let _ = write_atomically(&cache, program.as_os_str().as_bytes(), Durability::Synced);
+    Ok(program)
+}
+
+/// The name of the file that caches what `shim` answered in `cwd` under the version
+/// variables of `env`: it names a file earlier runs wrote, so it must not change.
+fn shim_cache_name(shim: &Path, cwd: &Path, env: &dyn Fn(&str) -> Option<OsString>) -> String {
     let mut key = Vec::new();
     key.extend_from_slice(shim.as_os_str().as_bytes());
     key.push(0);
@@ -300,16 +319,7 @@ fn ask_shim_cached(
         key.push(0);
         key.extend_from_slice(env(var).unwrap_or_default().as_bytes());
     }
-    let cache = runtime_dir.join(format!("python-shim-{:016x}", fnv1a(&key)));
-    if let Ok(cached) = fs::read(&cache) {
-        let program = PathBuf::from(OsStr::from_bytes(&cached));
-        if is_executable(&program) {
-            return Ok(program);
-        }
-    }
-    let program = ask_shim(shim, cwd)?;
-    let _ = write_atomically(&cache, program.as_os_str().as_bytes(), Durability::Synced);
-    Ok(program)
+    format!("python-shim-{:016x}", fnv1a(&key))
 }
 
 fn ask_shim(shim: &Path, cwd: &Path) -> Result<PathBuf, String> {
@@ -349,12 +359,8 @@ fn ask_shim(shim: &Path, cwd: &Path) -> Result<PathBuf, String> {
     Ok(answer)
 }
 
-/// FNV-1a: a stable hash for file names (std's hasher may change between releases).
-pub fn fnv1a(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
+/// The stable hash the worker names its cache files with (the one the supervisor uses too).
+pub use cellvisor_ipc::stable_hash::fnv1a;
 
 #[cfg(test)]
 mod tests {
@@ -591,5 +597,18 @@ mod tests {
             );
         }
         assert_eq!(fs::read_to_string(&counter).unwrap(), "run\n");
+    }
+
+    #[test]
+    fn shim_cache_names_stay_what_earlier_runs_wrote() {
+        let env = lookup(&[("PYENV_VERSION", Path::new("3.12"))]);
+        assert_eq!(
+            shim_cache_name(
+                Path::new("/home/u/.pyenv/shims/python3"),
+                Path::new("/work/p"),
+                &env
+            ),
+            "python-shim-9c7e212dba69dcae"
+        );
     }
 }

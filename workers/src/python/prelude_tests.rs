@@ -252,7 +252,7 @@ fn env_and_output_read_the_process_environment_and_artifacts() {
             json!({"op": "env", "key": "CV_TEST_KEY"}),
             json!({"op": "env", "key": "CV_TEST_MISSING"}),
             json!({"op": "env"}),
-            json!({"op": "env", "key": "CELLVISOR_ARTIFACT_DIR"}),
+            json!({"op": "env", "key": cellvisor_ipc::env::ARTIFACT_DIR}),
             json!({"op": "output", "ids": ["abc"], "bytes": 6}),
             json!({"op": "output", "ids": ["abc", "def"], "bytes": 12}),
         ]
@@ -670,4 +670,23 @@ fn tools_with_dashes_and_dots_are_reachable_by_identifier_and_searchable() {
         .map(|(name, _)| name.as_str())
         .collect();
     assert_eq!(names, ["list-dir", "list-dir", "github.search_issues"]);
+}
+
+#[test]
+fn the_python_files_name_the_variables_as_ipc_does() {
+    use cellvisor_ipc::env::{ARTIFACT_DIR, SANDBOX, STORE_DIR, SYNC_TOKEN};
+    for (source, line) in [
+        (
+            PRELUDE_SOURCE,
+            format!("ARTIFACT_DIR_VAR = \"{ARTIFACT_DIR}\""),
+        ),
+        (PRELUDE_SOURCE, format!("STORE_DIR_VAR = \"{STORE_DIR}\"")),
+        (LAUNCHER_SOURCE, format!("os.environ.get(\"{SANDBOX}\")")),
+        (
+            RUNNER_SOURCE,
+            format!("os.environ.pop(\"{SYNC_TOKEN}\", \"\")"),
+        ),
+    ] {
+        assert!(source.contains(&line), "the Python side lost `{line}`");
+    }
 }

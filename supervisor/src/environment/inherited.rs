@@ -1,10 +1,8 @@
-//! The environment a worker sees: an allowlist of the supervisor's variables, minus a
-//! denylist of credential patterns (the denylist wins over every allow rule), plus fixed
-//! values. Workers are started with exactly this environment (never the supervisor's, with
-//! names removed afterwards), so no worker process ever held a denied value.
+//! What a worker inherits from the supervisor: an allowlist of its variables, minus a
+//! denylist of credential patterns (the denylist wins over every allow rule), plus the
+//! operator's `[env] set` values.
 
-use cellvisor_config::{Config, EnvConfig};
-use cellvisor_ipc::Language;
+use cellvisor_config::EnvConfig;
 use std::ffi::OsString;
 
 /// Variables passed through by default. A trailing `*` matches a prefix. `SSH_AUTH_SOCK` is
@@ -68,8 +66,9 @@ fn matches(pattern: &str, name: &str) -> bool {
     }
 }
 
-/// Filters `vars` through the allow and deny lists of `config`.
-pub fn filter(
+/// Filters `vars` through the allow and deny lists of `config`, then adds `config.set` (over
+/// a filtered value of the same name).
+pub(super) fn filter(
     vars: impl IntoIterator<Item = (OsString, OsString)>,
     config: &EnvConfig,
 ) -> Vec<(OsString, OsString)> {
@@ -97,44 +96,6 @@ pub fn filter(
         out.push((k.into(), v.into()));
     }
     out
-}
-
-/// The full environment of a `language` worker under `config`.
-pub fn for_worker(config: &Config, language: Language) -> Vec<(OsString, OsString)> {
-    let mut env = filter(std::env::vars_os(), &config.env);
-    let mut set = |k: &str, v: String| {
-        env.retain(|(name, _)| name.to_str() != Some(k));
-        env.push((k.into(), v.into()));
-    };
-    set("PYTHONUNBUFFERED", "1".into());
-    set("PYTHONIOENCODING", "utf-8".into());
-    let engine = match language {
-        Language::JavaScript => Some(&config.js),
-        Language::Lua => Some(&config.lua),
-        Language::Python => None,
-    };
-    if let Some(engine) = engine {
-        if let Some(limit) = engine.memory_limit {
-            set(cellvisor_ipc::env::MEMORY_LIMIT, limit.as_u64().to_string());
-        }
-        if let Some(stack) = engine.stack_size {
-            set(cellvisor_ipc::env::STACK_SIZE, stack.as_u64().to_string());
-        }
-    }
-    let startup_levels: Vec<&str> = [
-        ("user", config.startup.user),
-        ("project", config.startup.project),
-    ]
-    .into_iter()
-    .filter_map(|(level, on)| on.then_some(level))
-    .collect();
-    set(cellvisor_ipc::env::STARTUP, startup_levels.join(","));
-    if language == Language::Python {
-        if let Some(interpreter) = &config.python.interpreter {
-            set(cellvisor_ipc::env::PYTHON, interpreter.clone());
-        }
-    }
-    env
 }
 
 #[cfg(test)]
