@@ -365,23 +365,6 @@ fn trailing_values_with_a_rich_form_are_also_displayed() {
     );
 }
 
-/// Decodes standard base64 (test data only).
-fn base64_decode(text: &str) -> Vec<u8> {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = Vec::new();
-    let (mut bits, mut count) = (0u32, 0);
-    for byte in text.bytes().filter(|b| *b != b'=') {
-        let value = ALPHABET.iter().position(|c| *c == byte).expect("base64") as u32;
-        bits = (bits << 6) | value;
-        count += 6;
-        if count >= 8 {
-            count -= 8;
-            out.push((bits >> count) as u8);
-        }
-    }
-    out
-}
-
 /// target/test-venv with matplotlib, made by scripts/test-venv (which installs it once).
 fn matplotlib_interpreter() -> Interpreter {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/test-venv");
@@ -405,7 +388,11 @@ fn matplotlib_interpreter() -> Interpreter {
 }
 
 fn png_of(bundle: &serde_json::Value) -> Vec<u8> {
-    base64_decode(bundle["image/png"].as_str().expect("an image/png string"))
+    base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        bundle["image/png"].as_str().expect("an image/png string"),
+    )
+    .expect("standard base64")
 }
 
 #[test]
