@@ -78,14 +78,15 @@ class Client:
     def wait(self, request_id, on_event=None, tools=None):
         """Reads until the answer to `request_id` and returns its result (raises `RpcError`
         for an error). `on_event` gets the params of each `eval/event` read meanwhile;
-        `tools` (name -> function of the arguments) answers each `tool/call`."""
+        `tools` (name -> function of the arguments) answers each `tool/call`. The answer to
+        another request sent on this connection is passed over (wait for each in order)."""
         for line in self.lines:
             message = json.loads(line)
             if message.get("id") == request_id:
                 if "error" in message:
                     raise RpcError(message["error"]["code"], message["error"]["message"])
                 return message["result"]
-            if "id" in message:  # a request of the daemon's: only `tool/call` is one
+            if message.get("method") == "tool/call":  # the daemon's one request to a host
                 self.answer_tool_call(message, tools or {})
             elif on_event is not None and message.get("method") == "eval/event":
                 on_event(message["params"])

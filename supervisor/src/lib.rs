@@ -36,6 +36,7 @@
 
 mod artifacts;
 pub use cellvisor_client::cell;
+/// Hosts talk to a daemon through its client and protocol, and find its socket here.
 pub mod daemon;
 mod directive;
 mod environment;
@@ -59,6 +60,7 @@ mod supervisor;
 #[cfg(test)]
 mod testing;
 mod usage;
+/// A program that embeds cellvisor serves its own workers (`__worker`) through this.
 pub mod worker_entry;
 
 pub use cell::{

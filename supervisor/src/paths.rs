@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 /// `$XDG_STATE_HOME/cellvisor`, else `~/.local/state/cellvisor`, else the runtime directory.
-pub fn state_dir() -> PathBuf {
+fn state_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
         return PathBuf::from(dir).join("cellvisor");
     }
@@ -14,7 +14,7 @@ pub fn state_dir() -> PathBuf {
 }
 
 /// Where sessions' code-mode `store` / `load` keep their values, one directory per session.
-pub fn stores_dir() -> PathBuf {
+pub(crate) fn stores_dir() -> PathBuf {
     state_dir().join("store")
 }
 

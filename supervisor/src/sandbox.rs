@@ -4,7 +4,7 @@
 //!
 //! The worker applies the rules itself (`cellvisor_workers::sandbox`); the daemon adds what
 //! Landlock cannot give on every kernel: it refuses any connection from its own workers'
-//! process trees (see `daemon::server`).
+//! process trees (see cellvisor-cli's `daemon::listener`).
 
 mod rules;
 

@@ -7,7 +7,7 @@
 //! shim then maps a small program instead of one holding every engine. It is told the
 //! supervisor's [`BUILD_ID`] and hands the worker to `cellvisor` when it is another build's
 //! (`cargo run` relinks only `cellvisor`). Both programs start a worker through
-//! [`start_worker`], so what a worker does first (its network namespace, being non-dumpable)
+//! `start_worker`, so what a worker does first (its network namespace, being non-dumpable)
 //! is written once.
 
 use cellvisor_ipc::Language;
@@ -42,7 +42,7 @@ pub const BUILD_ID: &str = env!("CELLVISOR_BUILD_ID");
 /// The arguments that put [`PYTHON_WORKER_PROGRAM`] in charge of a Python worker, before the
 /// worker's own (`__worker py --socket PATH`): the supervisor's [`BUILD_ID`], and the program
 /// that runs the worker instead when the builds differ.
-pub fn python_worker_args(instead: &Path) -> Vec<OsString> {
+pub(crate) fn python_worker_args(instead: &Path) -> Vec<OsString> {
     vec![
         "--build".into(),
         BUILD_ID.into(),
@@ -121,7 +121,7 @@ pub fn run_python_worker() -> i32 {
 /// What every worker program does: reads `<lang> --socket PATH` (a language `only` allows),
 /// enters its network namespace when the sandbox asks, becomes non-dumpable, then `serve`s;
 /// returns the exit code. `program` names it in messages.
-pub fn start_worker(
+pub(crate) fn start_worker(
     args: &[OsString],
     program: &str,
     only: Option<Language>,

@@ -26,7 +26,7 @@ pub struct ProcStat {
     pub cpu_ticks: u64,
     /// Resident memory, in bytes: what the RSS cap is checked against.
     pub rss_bytes: u64,
-    /// When it started, in clock ticks since boot (comparable with [`ticks_since_boot`]).
+    /// When it started, in clock ticks since boot (comparable with `ticks_since_boot`).
     pub start_ticks: u64,
 }
 

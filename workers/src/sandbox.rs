@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-pub use cellvisor_ipc::env::SANDBOX as SANDBOX_VAR;
+pub(crate) use cellvisor_ipc::env::SANDBOX as SANDBOX_VAR;
 
 /// What a worker enforces; plain data from the supervisor, which only lists features the
 /// kernel has (or refused the request when the policy is `required`).
@@ -73,7 +73,7 @@ pub fn rules_from_env() -> Result<Option<Rules>, SandboxError> {
 /// The outcome of the one confinement of this process.
 static CONFINED: OnceLock<Result<String, String>> = OnceLock::new();
 
-/// Applies this worker's rules (from [`SANDBOX_VAR`]) once, with `extra_read` (what the
+/// Applies this worker's rules (from `SANDBOX_VAR`) once, with `extra_read` (what the
 /// engine needs to keep loading) added; later calls return the first outcome. `Ok(None)`:
 /// no sandbox asked for. `Ok(Some(summary))`: what the kernel enforces.
 pub(crate) fn confine_once(extra_read: &[PathBuf]) -> Result<Option<String>, String> {

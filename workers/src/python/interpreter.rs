@@ -3,7 +3,7 @@
 //! [`discover`] is pure (the caller passes the working directory, environment lookups and the
 //! configured interpreter), so every rule is unit-tested on fake layouts. Version-manager shims
 //! (pyenv, asdf, mise) are resolved to the real binary by reading the manager's files, because
-//! running a pyenv shim costs 60-80 ms per start; only when that fails does [`locate`] run the
+//! running a pyenv shim costs 60-80 ms per start; only when that fails does `locate` run the
 //! shim once and cache its answer in the runtime directory.
 
 use crate::helpers::fs::{write_atomically, Durability};
@@ -360,7 +360,7 @@ fn ask_shim(shim: &Path, cwd: &Path) -> Result<PathBuf, String> {
 }
 
 /// The stable hash the worker names its cache files with (the one the supervisor uses too).
-pub use cellvisor_ipc::stable_hash::fnv1a;
+pub(crate) use cellvisor_ipc::stable_hash::fnv1a;
 
 #[cfg(test)]
 mod tests {

@@ -17,7 +17,7 @@
 //! Host tools: the runner asks for one with a `tool_call` event; the event thread hands it
 //! to the outbox and a short-lived thread waits for the answer and writes it to the runner's
 //! command pipe, so the event reader never blocks on a host. `tools.tool_search` travels the
-//! same way but the shim answers it itself, with the ranking of [`crate::tools`].
+//! same way but the shim answers it itself, with the ranking of `crate::tools`.
 //!
 //! The child's stdout and stderr share one pipe, so prints, tracebacks and the output of
 //! `os.system` keep their exact order (all of it is relayed as `Stdout`). After each cell the

@@ -309,7 +309,7 @@ fn rich_reprs_become_mime_bundles_and_html_goes_out_as_it_is() {
         json!({"text/markdown": "# hi", "image/png": "iVBORw==", "application/json": {"a": 1},
                "text/plain": "Rich()"})
     );
-    // HTML is the text hosts' to convert (the supervisor's `render`), not the prelude's.
+    // HTML is the text hosts' to convert (cellvisor-cli's `render`), not the prelude's.
     assert_eq!(
         rich[1],
         json!({"text/html": "<p>hi <i>there</i></p>", "text/plain": "Bundle!"})
