@@ -280,15 +280,7 @@ impl Handler<WorkerExited> for Session {
 mod tests {
     use super::*;
     use crate::session::outcome::Exit;
-    use cellvisor_ipc::Language;
     use std::time::Duration;
-
-    fn key() -> SessionKey {
-        SessionKey {
-            session: "s".into(),
-            language: Language::Python,
-        }
-    }
 
     fn segfault() -> How {
         How::Ended(WorkerEnd {
@@ -312,7 +304,7 @@ mod tests {
         cell: Option<CellAtLoss>,
         budget: &mut RestartBudget,
     ) -> Plan {
-        let key = key();
+        let key = SessionKey::for_tests();
         plan(
             Lost {
                 key: &key,

@@ -69,6 +69,17 @@ pub struct SessionKey {
     pub language: Language,
 }
 
+#[cfg(test)]
+impl SessionKey {
+    /// The key unit tests use: session `s`, in Python.
+    pub(crate) fn for_tests() -> SessionKey {
+        SessionKey {
+            session: "s".into(),
+            language: Language::Python,
+        }
+    }
+}
+
 impl fmt::Display for SessionKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.session, self.language)

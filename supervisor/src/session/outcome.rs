@@ -304,13 +304,6 @@ pub fn append_line(text: &mut String, line: &str) {
 mod tests {
     use super::*;
 
-    fn key() -> SessionKey {
-        SessionKey {
-            session: "s".into(),
-            language: Language::Python,
-        }
-    }
-
     #[test]
     fn the_texts_hosts_see_are_kept() {
         assert_eq!(
@@ -359,7 +352,7 @@ mod tests {
             end(Some("gone"), Exit::Unknown).to_string(),
             "gone (exited)"
         );
-        assert!(failed_reason(&key(), &crash, 1).contains("restart-budget = 1"));
+        assert!(failed_reason(&SessionKey::for_tests(), &crash, 1).contains("restart-budget = 1"));
         assert_eq!(
             WorkerLoss::crashed("exited with code 1".into(), Some("thread spawn failed ")),
             WorkerLoss::Crashed("exited with code 1: thread spawn failed".into())
@@ -374,14 +367,21 @@ mod tests {
         );
         assert!(eagain.to_string().contains("RLIMIT_NPROC"), "{eagain}");
         assert!(start_failed(Language::Lua, "fork: os error 11").contains("limits.processes"));
-        assert!(Eviction::ForRoom { key: key(), cap: 2 }
-            .to_string()
-            .contains("max-sessions = 2"));
+        assert!(Eviction::ForRoom {
+            key: SessionKey::for_tests(),
+            cap: 2
+        }
+        .to_string()
+        .contains("max-sessions = 2"));
         assert_eq!(
-            Eviction::Closed { key: key() }.to_string(),
+            Eviction::Closed {
+                key: SessionKey::for_tests()
+            }
+            .to_string(),
             "session s/py was closed; its earlier state is gone"
         );
-        assert!(no_room(&key(), 2, Duration::from_secs(1)).contains("no room for session s/py"));
+        assert!(no_room(&SessionKey::for_tests(), 2, Duration::from_secs(1))
+            .contains("no room for session s/py"));
     }
 
     #[test]
