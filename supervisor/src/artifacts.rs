@@ -8,6 +8,7 @@
 //! go first; when there is still none, the spilling cell's partial file is deleted and its
 //! result says that the full output could not be kept.
 
+use crate::locking::lock;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -170,12 +171,6 @@ struct Artifact {
     path: PathBuf,
     size: u64,
     modified: SystemTime,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Whether `name` is one of our artifact files: `<session>-<py|js|lua>-<pid>-<cell>.txt`.

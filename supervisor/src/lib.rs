@@ -24,6 +24,7 @@
 //! - `sandbox`: a request's sandbox policy (the operator's, only tightened), checked against
 //!   the kernel, and the Landlock rules of each session's worker.
 //! - [`secrets`]: non-dumpable processes, so cells cannot read the supervisor's memory.
+//! - `locking`: one way to lock a mutex that a panic may have poisoned.
 //! - `usage`: the sampler of workers' process trees (for `status` and the RSS cap).
 //! - [`daemon`]: what hosts use of the JSON-RPC daemon: its protocol, its client, its socket
 //!   path (the server, `cellvisor serve`, is in the `cellvisor-cli` crate, with the MCP
@@ -42,6 +43,7 @@ mod directive;
 mod environment;
 mod host;
 mod limits;
+mod locking;
 mod output;
 /// Where session files live: `cellvisor check` names its sessions and artifacts with
 /// [`paths::file_safe`] and reads a session's store from [`paths::session_store_dir`].

@@ -34,10 +34,7 @@ impl Cellvisor {
         events: Option<mpsc::Sender<CellEvent>>,
         tool_host: Option<mpsc::Sender<ToolCallRequest>>,
     ) -> Result<EvalResult, RequestError> {
-        let cells = match self.config.lock() {
-            Ok(config) => config.cells.clone(),
-            Err(poisoned) => poisoned.into_inner().cells.clone(),
-        };
+        let cells = crate::locking::lock(&self.config).cells.clone();
         validate(&request, &cells)?;
         let tools: Arc<[ToolInfo]> = request
             .tools

@@ -18,6 +18,7 @@ mod policy;
 
 use policy::validate_session_name;
 
+use crate::locking::lock;
 use crate::session::{SessionKey, SessionStatus};
 use crate::supervisor::{
     Control, ControlAction, LiveSessions, PrewarmedCount, ReloadConfig, ShutdownAll, Status,
@@ -345,19 +346,13 @@ impl Cellvisor {
     /// the changes as `key: old -> new` lines.
     pub async fn reload(&self, config: Config) -> Result<Vec<String>, RequestError> {
         let changes = {
-            let mut current = match self.config.lock() {
-                Ok(current) => current,
-                Err(poisoned) => poisoned.into_inner(),
-            };
+            let mut current = lock(&self.config);
             let changes = cellvisor_config::changes(&current, &config);
             *current = config.clone();
             changes
         };
         let python_env = python_worker_env(&config);
-        match self.python_env.lock() {
-            Ok(mut env) => *env = python_env,
-            Err(poisoned) => *poisoned.into_inner() = python_env,
-        }
+        *lock(&self.python_env) = python_env;
         for change in &changes {
             tracing::info!("config: {change}");
         }
@@ -371,10 +366,7 @@ impl Cellvisor {
     /// Stops every worker (Shutdown, grace, SIGTERM, SIGKILL), then the supervisor thread.
     pub async fn shutdown(&self) {
         let _ = self.supervisor.send(ShutdownAll).await;
-        let own_thread = match self.own_thread.lock() {
-            Ok(mut thread) => thread.take(),
-            Err(poisoned) => poisoned.into_inner().take(),
-        };
+        let own_thread = lock(&self.own_thread).take();
         if let Some((system, thread)) = own_thread {
             system.stop();
             // Joined on a helper thread, so any executor can await this.
@@ -480,11 +472,6 @@ fn python_worker_env(config: &Config) -> Arc<crate::environment::WorkerEnv> {
         config,
         Language::Python,
     ))
-}
-
-/// Locks `mutex`; a panic elsewhere while holding it leaves plain data behind.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

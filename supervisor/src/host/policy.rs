@@ -3,6 +3,7 @@
 
 use super::{Cellvisor, RequestError, MAX_CODE_BYTES, MAX_SESSION_NAME, MAX_TOOL_NAME};
 use crate::cell::EvalRequest;
+use crate::locking::lock;
 use crate::python_choice::PythonChoice;
 use cellvisor_config::CellsConfig;
 use cellvisor_ipc::Language;
@@ -11,10 +12,7 @@ use std::sync::Arc;
 impl Cellvisor {
     /// What the configuration in force says about requests: read once per request.
     pub(super) fn request_policy(&self) -> RequestPolicy {
-        let config = match self.config.lock() {
-            Ok(config) => config,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let config = lock(&self.config);
         RequestPolicy {
             per_call: config.sessions.mode == cellvisor_config::SessionMode::PerCall,
             enabled: [
@@ -31,10 +29,7 @@ impl Cellvisor {
         &self,
         request: &EvalRequest,
     ) -> Result<Option<crate::sandbox::Plan>, RequestError> {
-        let operator = match self.config.lock() {
-            Ok(config) => config.sandbox.clone(),
-            Err(poisoned) => poisoned.into_inner().sandbox.clone(),
-        };
+        let operator = lock(&self.config).sandbox.clone();
         let Some(policy) = crate::sandbox::effective(&operator, request.sandbox.as_ref())
             .map_err(RequestError::Sandbox)?
         else {
@@ -55,10 +50,7 @@ impl Cellvisor {
         if !request.cells.iter().any(|c| c.language == Language::Python) {
             return None;
         }
-        let worker_env = match self.python_env.lock() {
-            Ok(env) => Arc::clone(&env),
-            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
-        };
+        let worker_env = Arc::clone(&lock(&self.python_env));
         crate::python_choice::choose(
             &worker_env,
             request.cwd.as_deref(),
@@ -67,10 +59,7 @@ impl Cellvisor {
     }
 
     pub(super) fn request_lock(&self, session: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = match self.request_locks.lock() {
-            Ok(locks) => locks,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut locks = lock(&self.request_locks);
         locks.retain(|_, lock| Arc::strong_count(lock) > 1);
         Arc::clone(locks.entry(session.to_string()).or_default())
     }

@@ -3,6 +3,7 @@
 
 use super::messages::SampleTick;
 use super::Supervisor;
+use crate::locking::lock;
 use crate::session::{MemoryTick, SessionState, SessionStatus};
 use crate::usage::ProcessSampler;
 use actix::prelude::*;
@@ -77,12 +78,6 @@ impl Supervisor {
             }
         }));
     }
-}
-
-fn lock(sampler: &Mutex<ProcessSampler>) -> std::sync::MutexGuard<'_, ProcessSampler> {
-    sampler
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Adds each worker tree's memory and CPU to `rows`, from a fresh sample taken on the
