@@ -85,6 +85,7 @@ impl Worker {
             cwd: None,
             tools,
             session_env: Vec::new(),
+            task: Default::default(),
         }));
     }
 

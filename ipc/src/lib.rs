@@ -6,6 +6,7 @@
 //! - [`handshake`]: the version check that opens every connection.
 //! - [`env`]: the environment variables a worker is spawned with.
 //! - [`taken`]: the file in which a worker records the cell it took, read after a crash.
+//! - [`state`]: saving, loading and listing a session's namespace (snapshots).
 //! - [`stable_hash`]: the hash both sides name files on disk with (FNV-1a).
 
 // A dependency no code uses is build time for nothing (test builds add dev-dependencies).
@@ -17,6 +18,7 @@ pub mod handshake;
 pub mod message;
 pub mod socket;
 pub mod stable_hash;
+pub mod state;
 pub mod taken;
 
 pub use frame::{FrameError, MAX_FRAME_BYTES};

@@ -8,7 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Bumped whenever a message changes shape; both sides refuse a peer with another version.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// A cell language, and therefore a kind of worker. Serialized by its short name
 /// (`py`, `js`, `lua`) in JSON.
@@ -110,6 +110,8 @@ pub struct ExecuteCell {
     /// worker) learns them here, so its cells see what a worker started for the session
     /// would have. Empty on later cells.
     pub session_env: Vec<(String, String)>,
+    /// What to do: run `code` (every host cell), or save, load or list the namespace.
+    pub task: crate::state::StateTask,
 }
 
 /// A host tool as a cell sees it.
@@ -197,6 +199,14 @@ pub enum FromWorker {
     Fatal {
         /// What went wrong, for the supervisor's log and the cell's result.
         message: String,
+    },
+    /// The answer to a state task (see [`StateTask`](crate::state::StateTask)), sent once,
+    /// before the task's `Done`.
+    State {
+        /// The task's cell id.
+        cell_id: u64,
+        /// What became of it.
+        report: crate::state::StateReport,
     },
     /// Something the next cell's result should tell (a startup module that failed), sent
     /// before any cell's frames.

@@ -12,6 +12,10 @@ use cellvisor_ipc::{
     CellOutcome, ExecuteCell, FromWorker, Language, OutputStream, ToWorker, ToolInfo,
     PROTOCOL_VERSION,
 };
+use cellvisor_ipc::state::{
+    LoadOrder, NameInfo, SaveOrder, SkippedName, SnapshotMeta, StateRefusal, StateReport,
+    StateTask,
+};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -23,7 +27,12 @@ const HEADER_BYTES: usize = 4;
 fn to_worker_name(message: &ToWorker) -> &'static str {
     match message {
         ToWorker::Hello { .. } => "to-worker/hello",
-        ToWorker::Execute(_) => "to-worker/execute",
+        ToWorker::Execute(ExecuteCell { task, .. }) => match task {
+            StateTask::Code => "to-worker/execute",
+            StateTask::Save(_) => "to-worker/execute-save",
+            StateTask::Load(_) => "to-worker/execute-load",
+            StateTask::Names => "to-worker/execute-names",
+        },
         ToWorker::Interrupt { .. } => "to-worker/interrupt",
         ToWorker::Ping { .. } => "to-worker/ping",
         ToWorker::ToolResult { outcome: Ok(_), .. } => "to-worker/tool-result-ok",
@@ -75,7 +84,63 @@ fn from_worker_name(message: &FromWorker) -> &'static str {
         FromWorker::Fatal { .. } => "from-worker/fatal",
         FromWorker::Notice { .. } => "from-worker/notice",
         FromWorker::Yield { .. } => "from-worker/yield",
+        FromWorker::State { report, .. } => match report {
+            StateReport::Saved { .. } => "from-worker/state-saved",
+            StateReport::Loaded { .. } => "from-worker/state-loaded",
+            StateReport::Names(_) => "from-worker/state-names",
+            StateReport::Refused(_) => "from-worker/state-refused",
+        },
     }
+}
+
+fn state_task(task: StateTask) -> ToWorker {
+    ToWorker::Execute(ExecuteCell {
+        cell_id: 8,
+        code: String::new(),
+        cwd: None,
+        tools: Vec::new(),
+        session_env: Vec::new(),
+        task,
+    })
+}
+
+fn state_examples() -> Vec<FromWorker> {
+    let skipped = vec![SkippedName {
+        name: "conn".into(),
+        why: "socket objects cannot be saved".into(),
+    }];
+    let report = |report| FromWorker::State { cell_id: 8, report };
+    vec![
+        report(StateReport::Saved {
+            bytes: 1234,
+            saved: vec!["df".into()],
+            skipped: skipped.clone(),
+        }),
+        report(StateReport::Loaded {
+            restored: vec!["df".into(), "np".into()],
+            skipped: skipped.clone(),
+            meta: SnapshotMeta {
+                language: Language::Python,
+                taken_at: "2026-12-02T07:00:00Z".into(),
+                reason: "idle eviction".into(),
+                saved: vec!["df".into(), "np".into()],
+                skipped,
+                payload_bytes: 1200,
+                engine: "Python 3.12.3".into(),
+            },
+        }),
+        report(StateReport::Names(vec![NameInfo {
+            name: "df".into(),
+            kind: "DataFrame".into(),
+            size_bytes: Some(4096),
+            saveable: true,
+            note: None,
+        }])),
+        report(StateReport::Refused(StateRefusal::TooBig {
+            bytes: 300,
+            max: 256,
+        })),
+    ]
 }
 
 fn to_worker_examples() -> Vec<ToWorker> {
@@ -93,7 +158,21 @@ fn to_worker_examples() -> Vec<ToWorker> {
                 input_schema_json: r#"{"type":"object"}"#.into(),
             }],
             session_env: vec![("CELLVISOR_SESSION".into(), "notes".into())],
+            task: Default::default(),
         }),
+        state_task(StateTask::Save(SaveOrder {
+            path: "/state/s/py/latest.snap".into(),
+            key: vec![1, 2, 3],
+            max_bytes: 1 << 28,
+            taken_at: "2026-12-02T07:00:00Z".into(),
+            reason: "idle eviction".into(),
+        })),
+        state_task(StateTask::Load(LoadOrder {
+            path: "/state/s/py/latest.snap".into(),
+            key: vec![1, 2, 3],
+            replace: true,
+        })),
+        state_task(StateTask::Names),
         ToWorker::Interrupt { cell_id: 300 },
         ToWorker::Ping { seq: u64::MAX },
         ToWorker::ToolResult {
@@ -162,6 +241,9 @@ fn from_worker_examples() -> Vec<FromWorker> {
         },
         FromWorker::Yield { cell_id: 7 },
     ]
+    .into_iter()
+    .chain(state_examples())
+    .collect()
 }
 
 fn golden_path() -> PathBuf {

@@ -13,6 +13,8 @@
 //! - `js`: QuickJS (rquickjs) in-process.
 //! - `lua`: Lua 5.4 (mlua) in-process.
 //! - [`python`]: a shim that owns `python -u runner.py` and speaks NDJSON to it.
+//! - `state`: snapshots of a session's namespace: the file every language shares (its
+//!   integrity tag, its atomic write) and the state tasks run on an engine.
 //! - `startup`: the user's and the project's startup modules, run at each worker start.
 //! - [`sandbox`]: the Landlock confinement the supervisor asks for, applied once before the
 //!   first cell (and the worker's own network namespace, entered first thing).
@@ -36,6 +38,7 @@ mod reader_token;
 mod runtime;
 pub mod sandbox;
 mod startup;
+mod state;
 mod text;
 mod tools;
 mod warden;

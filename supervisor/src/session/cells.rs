@@ -291,6 +291,7 @@ impl Session {
             cwd: job.cwd.as_ref().map(|p| p.to_string_lossy().into_owned()),
             tools: job.tools.to_vec(),
             session_env,
+            task: Default::default(),
         }));
         let mut requester = job.requester.clone();
         let requester_watch = ctx.spawn(

@@ -18,6 +18,7 @@ use crate::socket_halves::ReadSide;
 use crate::spawn::{ProcessHandle, StartedWorker, StderrTail, WorkerProcess};
 use actix::Addr;
 use cellvisor_ipc::frame::{read_frame_async, FrameError};
+use cellvisor_ipc::state::StateReport;
 use cellvisor_ipc::taken::TakenRecord;
 use cellvisor_ipc::{FromWorker, OutputStream, ToWorker};
 use nix::sys::signal::Signal;
@@ -41,6 +42,8 @@ pub(crate) struct ActiveCell {
     tool_host: Option<mpsc::Sender<ToolCallRequest>>,
     /// Dropped when the cell ends, which cancels its tool calls still waiting for the host.
     alive: watch::Sender<()>,
+    /// What a state task's worker answered (none for a host's cell).
+    state: Option<StateReport>,
 }
 
 /// What a finished (or abandoned) cell produced since it was last observed.
@@ -51,6 +54,8 @@ pub(crate) struct CellProducts {
     pub output: SinkResult,
     pub displays: Vec<serde_json::Value>,
     pub status_events: Vec<serde_json::Value>,
+    /// A state task's report.
+    pub state: Option<StateReport>,
 }
 
 impl ActiveCell {
@@ -69,6 +74,7 @@ impl ActiveCell {
             tools: Vec::new(),
             tool_host: None,
             alive: watch::channel(()).0,
+            state: None,
         }
     }
 
@@ -101,6 +107,7 @@ impl ActiveCell {
             output: observed.output,
             displays: observed.displays,
             status_events: observed.status_events,
+            state: self.state,
         }
     }
 }
@@ -385,6 +392,7 @@ impl ReaderTask {
                             output: products.output,
                             displays: products.displays,
                             status_events: products.status_events,
+                            state: products.state,
                         });
                     }
                 }
@@ -407,6 +415,11 @@ impl ReaderTask {
                 name,
                 args_json,
             } => self.call_tool(cell_id, call_id, name, &args_json),
+            FromWorker::State { cell_id, report } => {
+                if let Some(cell) = self.current.as_mut().filter(|c| c.cell_id == cell_id) {
+                    cell.state = Some(report);
+                }
+            }
             FromWorker::Fatal { message } => self.fatal = Some(message),
             FromWorker::Notice { message } => self.session.do_send(WorkerNotice {
                 generation: self.generation,

@@ -182,6 +182,8 @@ pub(crate) struct CellFinished {
     pub output: SinkResult,
     pub displays: Vec<serde_json::Value>,
     pub status_events: Vec<serde_json::Value>,
+    /// A state task's report (none for a host's cell).
+    pub state: Option<cellvisor_ipc::state::StateReport>,
 }
 
 /// The worker's connection ended and its process group is gone.

@@ -37,8 +37,10 @@ pub use serve::serve;
 
 use cellvisor_ipc::frame::FrameError;
 use cellvisor_ipc::handshake::HandshakeError;
+pub use crate::state::{LoadedState, SavedState, StateError};
+use cellvisor_ipc::state::NameInfo;
 use cellvisor_ipc::{CellOutcome, ExecuteCell, Language};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -100,6 +102,40 @@ pub trait Engine {
         outbox: &Outbox,
         interrupt: &Interrupt,
     ) -> Result<CellOutcome, WorkerError>;
+
+    /// Writes the namespace's user names (not the prelude's) into the empty file `payload`,
+    /// in the engine's own format, and says which names it kept and which it left out and
+    /// why. Stops with [`StateError::TooBig`] once the payload passes `max_bytes`. Names
+    /// that cannot be saved are skipped, never a reason to fail.
+    fn save_state(
+        &mut self,
+        payload: &Path,
+        max_bytes: u64,
+        interrupt: &Interrupt,
+    ) -> Result<SavedState, StateError> {
+        let _ = (payload, max_bytes, interrupt);
+        Err(StateError::Unsupported)
+    }
+
+    /// Reads back what [`Engine::save_state`] wrote: the first `len` bytes of `payload`
+    /// (checked against its integrity tag before this is called). With `replace`, the
+    /// namespace's current user names are removed first.
+    fn load_state(
+        &mut self,
+        payload: &Path,
+        len: u64,
+        replace: bool,
+        interrupt: &Interrupt,
+    ) -> Result<LoadedState, StateError> {
+        let _ = (payload, len, replace, interrupt);
+        Err(StateError::Unsupported)
+    }
+
+    /// The namespace's user names: type, size estimate, whether a snapshot would keep each.
+    fn list_names(&mut self, interrupt: &Interrupt) -> Result<Vec<NameInfo>, StateError> {
+        let _ = interrupt;
+        Err(StateError::Unsupported)
+    }
 }
 
 /// The interrupt flag of the running cell, raised by whichever thread reads the `Interrupt`.

@@ -5,6 +5,7 @@
 use cellvisor_ipc::frame::write_frame;
 use cellvisor_ipc::handshake::worker_handshake;
 use cellvisor_ipc::socket::{connect, Stream};
+use cellvisor_ipc::state::StateTask;
 use cellvisor_ipc::taken::TakenRecord;
 use cellvisor_ipc::{env, CellOutcome, ExecuteCell, FromWorker, OutputStream};
 use std::path::Path;
@@ -159,7 +160,10 @@ impl Link {
         });
         let started = crate::process_tree::ticks_since_boot();
         let outcome = match enter_cwd(cell.cwd.as_deref()) {
-            Ok(()) => engine.execute(cell, &self.outbox, interrupt),
+            Ok(()) => match &cell.task {
+                StateTask::Code => engine.execute(cell, &self.outbox, interrupt),
+                task => crate::state::run(engine, cell.cell_id, task, &self.outbox, interrupt),
+            },
             Err(message) => {
                 self.outbox
                     .output(cell.cell_id, OutputStream::Stderr, message.as_bytes());
