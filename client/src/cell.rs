@@ -178,6 +178,10 @@ pub struct CellReport {
     pub truncation: Truncation,
     /// Set when the session was started, restarted or evicted before this cell.
     pub notice: Option<String>,
+    /// Set when the session's namespace was restored from a snapshot before this cell: what
+    /// came back and from when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<crate::state::StateLedger>,
 }
 
 impl CellReport {
@@ -206,6 +210,7 @@ impl CellReport {
             displays: Vec::new(),
             status_events: Vec::new(),
             notice: None,
+            state: None,
         }
     }
 

@@ -5,6 +5,7 @@
 //! - [`cell`]: requests of cells, per-cell results and progress events (DESIGN.md §2).
 //! - [`sandbox`]: a request's sandbox fields, and a session's sandbox in `status`.
 //! - [`status`]: the rows of `status`.
+//! - [`state`]: state that survives a worker: the ledger, checkpoints, `names`.
 //! - [`protocol`]: the daemon's JSON-RPC wire types, method names and error codes.
 //! - [`daemon`]: the daemon's client (connect, or start one), and where its socket is.
 
@@ -14,6 +15,7 @@ pub mod cell;
 pub mod daemon;
 pub mod protocol;
 pub mod sandbox;
+pub mod state;
 pub mod status;
 
 pub use cell::{CellEvent, CellReport, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};

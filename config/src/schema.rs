@@ -30,6 +30,8 @@ pub struct Config {
     pub startup: StartupConfig,
     /// `[sandbox]`: Landlock and network confinement of workers.
     pub sandbox: SandboxConfig,
+    /// `[snapshots]`: sessions' namespaces saved when their workers stop, restored after.
+    pub snapshots: SnapshotsConfig,
 }
 
 /// Lifetimes of sessions and their workers.
@@ -353,6 +355,73 @@ impl SandboxNetwork {
             "none" => Some(SandboxNetwork::None),
             "loopback" => Some(SandboxNetwork::Loopback),
             "all" => Some(SandboxNetwork::All),
+            _ => None,
+        }
+    }
+}
+
+/// `[snapshots]`: a session's namespace is saved when its worker stops and restored on the
+/// next cell, so eviction frees the memory, not the work (docs/snapshots.md).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotsConfig {
+    /// When snapshots are written.
+    pub when: SnapshotWhen,
+    /// A namespace bigger than this (per session and language) is not saved; the eviction
+    /// notice says so.
+    pub max_size: ByteSize,
+    /// How long writing or reading one snapshot may take before the worker is stopped
+    /// without it.
+    pub timeout: Duration,
+    /// A snapshot unused this long is deleted by the sweep.
+    pub ttl: Duration,
+    /// The snapshot directory's total size; over it the oldest snapshots are deleted first.
+    pub max_total: ByteSize,
+    /// Where snapshots live; by default `$XDG_STATE_HOME/cellvisor/snapshots`.
+    pub dir: Option<PathBuf>,
+}
+
+impl Default for SnapshotsConfig {
+    fn default() -> Self {
+        SnapshotsConfig {
+            when: SnapshotWhen::OnStop,
+            max_size: ByteSize::mib(256),
+            timeout: Duration::from_secs(60),
+            ttl: Duration::from_secs(7 * 24 * 3600),
+            max_total: ByteSize::gib(8),
+            dir: None,
+        }
+    }
+}
+
+/// `snapshots.when`: which stops of a worker save its namespace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SnapshotWhen {
+    /// Never: a worker's state ends with it.
+    Never,
+    /// Before every planned stop: idle or LRU eviction, a memory recycle, a reload's
+    /// replacement, the daemon's stop.
+    #[default]
+    OnStop,
+    /// Also after every successful cell, so a crash loses only the cell that crashed.
+    EveryCell,
+}
+
+impl SnapshotWhen {
+    /// The word the config file uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SnapshotWhen::Never => "never",
+            SnapshotWhen::OnStop => "on-stop",
+            SnapshotWhen::EveryCell => "every-cell",
+        }
+    }
+
+    /// The value for a word of the config file.
+    pub fn parse(word: &str) -> Option<SnapshotWhen> {
+        match word {
+            "never" => Some(SnapshotWhen::Never),
+            "on-stop" => Some(SnapshotWhen::OnStop),
+            "every-cell" => Some(SnapshotWhen::EveryCell),
             _ => None,
         }
     }

@@ -37,6 +37,8 @@
 
 mod artifacts;
 pub use cellvisor_client::cell;
+/// State that survives a worker: the ledger, checkpoints, `names` (from the client crate).
+pub use cellvisor_client::state;
 /// Hosts talk to a daemon through its client and protocol, and find its socket here.
 pub mod daemon;
 mod directive;

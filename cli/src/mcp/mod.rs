@@ -502,6 +502,7 @@ mod tests {
                 status_events: Vec::new(),
                 truncation: Truncation::default(),
                 notice: None,
+                state: None,
             },
         }
     }

@@ -2,7 +2,7 @@
 //! of the table stand for the getter and setter of a key.
 
 use super::Value;
-use crate::schema::{Config, SandboxNetwork, SessionMode};
+use crate::schema::{Config, SandboxNetwork, SessionMode, SnapshotWhen};
 use bytesize::ByteSize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -94,6 +94,18 @@ impl Field for SandboxNetwork {
     fn from_value(value: Value) -> Option<Self> {
         match value {
             Value::Text(word) => SandboxNetwork::parse(&word),
+            _ => None,
+        }
+    }
+}
+
+impl Field for SnapshotWhen {
+    fn to_value(&self) -> Value {
+        Value::Text(self.as_str().to_string())
+    }
+    fn from_value(value: Value) -> Option<Self> {
+        match value {
+            Value::Text(word) => SnapshotWhen::parse(&word),
             _ => None,
         }
     }

@@ -166,6 +166,19 @@ pub static KEYS: &[KeySpec] = &[
         "Also give each worker a network namespace of its own (needs user namespaces): UDP and every other protocol reach nothing outside the worker."),
     key!(sandbox.confine_unix_connect as "confine-unix-connect", Kind::Bool, NewCells,
         "Also confine `connect` on named Unix sockets to the write paths (Landlock ABI 9). The daemon refuses its own workers' descendants on every kernel."),
+    // [snapshots]
+    key!(snapshots.when as "when", Kind::Choice(&["never", "on-stop", "every-cell"]), AtOnce,
+        "never: a worker's state ends with it; on-stop: its namespace is saved before every planned stop (idle or LRU eviction, memory recycle, reload, daemon stop) and restored on the next cell; every-cell: also after each successful cell, so a crash loses only the cell that crashed."),
+    key!(snapshots.max_size as "max-size", size_in(KIB, 64 * GIB), AtOnce,
+        "A namespace bigger than this (per session and language) is not saved; the eviction notice says so."),
+    key!(snapshots.timeout as "timeout", millis(100, HOUR), AtOnce,
+        "How long writing or reading one snapshot may take; past it the worker stops without it."),
+    key!(snapshots.ttl as "ttl", millis(1000, Duration::from_secs(365 * DAY)), AtOnce,
+        "A snapshot unused this long is deleted by the sweep (checkpoints too)."),
+    key!(snapshots.max_total as "max-total", size_in(MIB, 64 * 1024 * GIB), AtOnce,
+        "The snapshot directory's total size; over it the sweep deletes the oldest snapshots first."),
+    key!(snapshots.dir as "dir", Kind::Path, Restart,
+        "Where snapshots live (mode 0700); default `$XDG_STATE_HOME/cellvisor/snapshots`."),
 ];
 
 #[cfg(test)]
@@ -223,6 +236,7 @@ mod tests {
                 "limits.max-rss",
                 "python.prewarm",
                 "daemon.idle-exit",
+                "snapshots",
             ],
         ),
         // Per request: its limits, its sandbox plan, its language switches; when a cell
@@ -269,7 +283,12 @@ mod tests {
         // Read when the supervisor and the daemon start.
         (
             Restart,
-            &["daemon.socket", "daemon.log", "output.artifact-dir"],
+            &[
+                "daemon.socket",
+                "daemon.log",
+                "output.artifact-dir",
+                "snapshots.dir",
+            ],
         ),
     ];
 

@@ -130,6 +130,7 @@ fn eval_result() -> EvalResult {
                     artifact_error: None,
                 },
                 notice: None,
+                state: None,
             },
         }],
     }

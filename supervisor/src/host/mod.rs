@@ -15,6 +15,7 @@
 mod background;
 mod eval;
 mod policy;
+mod state;
 
 use policy::validate_session_name;
 
@@ -200,6 +201,35 @@ pub enum RequestError {
     /// The supervisor has shut down; no more requests are taken.
     #[error("the supervisor has stopped")]
     Stopped,
+    /// A checkpoint name a file cannot safely be named by.
+    #[error(
+        "invalid checkpoint name {0:?}: use 1 to 64 characters from A-Z a-z 0-9 . _ -, not \
+         starting with a dot"
+    )]
+    CheckpointName(String),
+    /// `restore` named a checkpoint the session does not have.
+    #[error(
+        "session {session} has no checkpoint named {name:?}{in_language}; `checkpoints` lists \
+         the ones it has",
+        in_language = language.map(|l| format!(" in {l}")).unwrap_or_default()
+    )]
+    NoSuchCheckpoint {
+        /// The session named.
+        session: String,
+        /// The language named, if one was.
+        language: Option<Language>,
+        /// The checkpoint named.
+        name: String,
+    },
+    /// A checkpoint without a language found nothing to save: no live worker and no snapshot.
+    #[error(
+        "session {0} has no state to checkpoint: it has no live worker and no snapshot; run a \
+         cell first, or name a language"
+    )]
+    NothingToCheckpoint(String),
+    /// Saving, restoring or listing a namespace did not succeed; the text says why.
+    #[error("{0}")]
+    State(String),
 }
 
 /// A running supervisor. Cheap to share (`Arc`); stop it with [`Cellvisor::shutdown`].

@@ -154,6 +154,7 @@ impl Session {
             status_events: observed.status_events,
             truncation: observed.output.truncation,
             notice: running.notice.take(),
+            state: None,
         };
         let result = result_of(running, outcome.clone());
         Some((outcome, result))

@@ -63,6 +63,7 @@ impl Handler<CellFinished> for Session {
             status_events: msg.status_events,
             truncation: output.truncation,
             notice: running.notice.take(),
+            state: None,
         };
         self.deliver_final(running, outcome);
         self.pump(ctx);

@@ -258,6 +258,7 @@ impl Handler<WorkerExited> for Session {
                     status_events: Vec::new(),
                     truncation,
                     notice: running.notice.take(),
+                    state: None,
                 };
                 self.deliver_final(running, outcome);
                 self.cells_run += 1;

@@ -1,0 +1,72 @@
+//! A session's state that survives its worker: the ledger a cell's result carries when its
+//! namespace came back from a snapshot, the named checkpoints a host takes, and the rows of
+//! `names` (what a namespace holds and whether a snapshot would keep it). See
+//! docs/snapshots.md.
+
+use crate::Language;
+use serde::{Deserialize, Serialize};
+
+pub use cellvisor_ipc::state::{NameInfo, SkippedName};
+
+/// What came back when a session's namespace was restored on a fresh worker: the first
+/// cell after an eviction, a daemon restart or a crash carries it, and so does `restore`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateLedger {
+    /// The names back in the namespace (`np (module)` for a module brought back by import).
+    pub restored: Vec<String>,
+    /// The names that did not come back, and why.
+    pub skipped: Vec<SkippedName>,
+    /// The snapshot they came from.
+    pub from: SnapshotOrigin,
+}
+
+/// Which snapshot a ledger's names came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotOrigin {
+    /// When it was taken (RFC 3339).
+    pub taken_at: String,
+    /// Why: `idle eviction`, `lru eviction`, `memory recycle`, `config reload`,
+    /// `daemon stop`, `after cell` (`every-cell`), `checkpoint`.
+    pub reason: String,
+    /// Cells that ran after it was taken, whose effects are not in it (the cell that
+    /// crashed its worker, say).
+    pub cells_since: u64,
+    /// The checkpoint's name, for a host's `restore`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
+}
+
+/// One named checkpoint (or the latest snapshot) of one language of a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointInfo {
+    /// The session.
+    pub session: String,
+    /// The language whose namespace it holds.
+    pub language: Language,
+    /// The name the host gave it.
+    pub name: String,
+    /// Its size on disk.
+    pub bytes: u64,
+    /// When it was written (RFC 3339).
+    pub taken_at: String,
+}
+
+/// A checkpoint brought back: the ledger of one language.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RestoredState {
+    /// The language restored.
+    pub language: Language,
+    /// What came back.
+    pub ledger: StateLedger,
+}
+
+/// The user names of one language of a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionNames {
+    /// The session.
+    pub session: String,
+    /// The language.
+    pub language: Language,
+    /// Its names, sorted.
+    pub names: Vec<NameInfo>,
+}
