@@ -24,8 +24,8 @@ pub use load::{
 };
 pub use schema::{
     CellsConfig, Config, DaemonConfig, EngineConfig, EnvConfig, LimitsConfig, OutputConfig,
-    PythonConfig, SandboxConfig, SandboxNetwork, SessionMode, SessionsConfig, StartupConfig,
-    DEFAULT_SANDBOX_READ,
+    PythonConfig, SandboxConfig, SandboxNetwork, SessionMode, SessionsConfig, SnapshotWhen,
+    SnapshotsConfig, StartupConfig, DEFAULT_SANDBOX_READ,
 };
 pub use show::changes;
 

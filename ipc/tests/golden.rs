@@ -8,13 +8,12 @@
 //!     CELLVISOR_BLESS=1 cargo test -p cellvisor-ipc --test golden
 
 use cellvisor_ipc::frame::{decode, encode};
+use cellvisor_ipc::state::{
+    LoadOrder, NameInfo, SaveOrder, SkippedName, SnapshotMeta, StateRefusal, StateReport, StateTask,
+};
 use cellvisor_ipc::{
     CellOutcome, ExecuteCell, FromWorker, Language, OutputStream, ToWorker, ToolInfo,
     PROTOCOL_VERSION,
-};
-use cellvisor_ipc::state::{
-    LoadOrder, NameInfo, SaveOrder, SkippedName, SnapshotMeta, StateRefusal, StateReport,
-    StateTask,
 };
 use std::fmt::Write as _;
 use std::path::PathBuf;

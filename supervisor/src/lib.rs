@@ -24,6 +24,8 @@
 //! - `sandbox`: a request's sandbox policy (the operator's, only tightened), checked against
 //!   the kernel, and the Landlock rules of each session's worker.
 //! - [`secrets`]: non-dumpable processes, so cells cannot read the supervisor's memory.
+//! - `snapshots`: state that survives a worker: the snapshot directory, its keys and its
+//!   sweep, and which stops save a snapshot.
 //! - `locking`: one way to lock a mutex that a panic may have poisoned.
 //! - `usage`: the sampler of workers' process trees (for `status` and the RSS cap).
 //! - [`daemon`]: what hosts use of the JSON-RPC daemon: its protocol, its client, its socket
@@ -56,6 +58,7 @@ mod sandbox;
 /// non-dumpable, so cells cannot read it back through /proc.
 pub mod secrets;
 mod session;
+mod snapshots;
 /// The daemon splits its client connections the way sessions split their workers' sockets,
 /// so a client reading its answers does not wake it.
 pub mod socket_halves;

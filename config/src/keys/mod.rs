@@ -20,8 +20,18 @@ use crate::schema::Config;
 
 /// The sections of the file, in the order `config show` prints them.
 pub const SECTIONS: &[&str] = &[
-    "sessions", "cells", "output", "limits", "env", "python", "js", "lua", "daemon", "startup",
-    "sandbox", "snapshots",
+    "sessions",
+    "cells",
+    "output",
+    "limits",
+    "env",
+    "python",
+    "js",
+    "lua",
+    "daemon",
+    "startup",
+    "sandbox",
+    "snapshots",
 ];
 
 /// Prefix of the environment variables that override single keys.

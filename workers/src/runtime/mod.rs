@@ -35,9 +35,9 @@ mod wire;
 pub use outbox::{Outbox, ToolOutcome};
 pub use serve::serve;
 
+pub use crate::state::{LoadedState, SavedState, StateError};
 use cellvisor_ipc::frame::FrameError;
 use cellvisor_ipc::handshake::HandshakeError;
-pub use crate::state::{LoadedState, SavedState, StateError};
 use cellvisor_ipc::state::NameInfo;
 use cellvisor_ipc::{CellOutcome, ExecuteCell, Language};
 use std::path::{Path, PathBuf};

@@ -96,7 +96,8 @@ pub(crate) fn open_verified(path: &Path, key: &[u8]) -> Result<(SnapshotMeta, u6
         return Err(tampered("its length does not match what its trailer says"));
     }
     let mut tagger = tagger(key).map_err(|e| failed(path, &e))?;
-    file.seek(SeekFrom::Start(0)).map_err(|e| failed(path, &e))?;
+    file.seek(SeekFrom::Start(0))
+        .map_err(|e| failed(path, &e))?;
     hash_exactly(&mut file, payload, &mut tagger).map_err(|e| failed(path, &e))?;
     let mut meta_json = vec![0u8; meta_len as usize];
     file.read_exact(&mut meta_json)
@@ -109,11 +110,14 @@ pub(crate) fn open_verified(path: &Path, key: &[u8]) -> Result<(SnapshotMeta, u6
             "its content does not match its tag: it was altered, or made for another session",
         ));
     }
-    let meta: SnapshotMeta = serde_json::from_slice(&meta_json).map_err(|err| StateRefusal::Failed {
-        why: format!("the snapshot's description cannot be read: {err}"),
-    })?;
+    let meta: SnapshotMeta =
+        serde_json::from_slice(&meta_json).map_err(|err| StateRefusal::Failed {
+            why: format!("the snapshot's description cannot be read: {err}"),
+        })?;
     if meta.payload_bytes != payload {
-        return Err(tampered("its payload length disagrees with its description"));
+        return Err(tampered(
+            "its payload length disagrees with its description",
+        ));
     }
     Ok((meta, payload))
 }
@@ -193,18 +197,27 @@ mod tests {
             bytes[at] ^= 0x01;
             std::fs::write(&path, &bytes).expect("write");
             assert!(
-                matches!(open_verified(&path, b"key"), Err(StateRefusal::Tampered { .. })),
+                matches!(
+                    open_verified(&path, b"key"),
+                    Err(StateRefusal::Tampered { .. })
+                ),
                 "byte {at} changed and accepted"
             );
         }
         for cut in [1, 10, whole.len() - 1] {
             std::fs::write(&path, &whole[..whole.len() - cut]).expect("write");
-            assert!(matches!(open_verified(&path, b"key"), Err(StateRefusal::Tampered { .. })));
+            assert!(matches!(
+                open_verified(&path, b"key"),
+                Err(StateRefusal::Tampered { .. })
+            ));
         }
         let mut longer = whole.clone();
         longer.insert(0, b'!');
         std::fs::write(&path, &longer).expect("write");
-        assert!(matches!(open_verified(&path, b"key"), Err(StateRefusal::Tampered { .. })));
+        assert!(matches!(
+            open_verified(&path, b"key"),
+            Err(StateRefusal::Tampered { .. })
+        ));
     }
 
     #[test]

@@ -14,8 +14,7 @@ pub(crate) mod testing;
 
 use crate::runtime::{Engine, Interrupt, Outbox, WorkerError};
 use cellvisor_ipc::state::{
-    LoadOrder, SaveOrder, SkippedName, SnapshotMeta, StateRefusal, StateReport,
-    StateTask,
+    LoadOrder, SaveOrder, SkippedName, SnapshotMeta, StateRefusal, StateReport, StateTask,
 };
 use cellvisor_ipc::{CellOutcome, FromWorker};
 use std::os::unix::fs::DirBuilderExt;
@@ -198,7 +197,8 @@ fn load<E: Engine>(
 ) -> Result<StateReport, Refused> {
     let path = Path::new(&order.path);
     let (meta, payload_bytes) = file::open_verified(path, &order.key).map_err(Refused::Refusal)?;
-    if meta.language != E::LANGUAGE || engine_kind(&meta.engine) != engine_kind(&engine.engine_name())
+    if meta.language != E::LANGUAGE
+        || engine_kind(&meta.engine) != engine_kind(&engine.engine_name())
     {
         return Err(Refused::Refusal(StateRefusal::WrongEngine {
             wrote: meta.engine,

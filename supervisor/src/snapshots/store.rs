@@ -1,0 +1,362 @@
+//! The snapshot directory: one private directory per session and language, holding its
+//! latest snapshot and its named checkpoints, and the daemon's key, from which each
+//! session's integrity key is derived.
+//!
+//! ```text
+//! <dir>/.key                         32 random bytes, 0600: the daemon's key
+//! <dir>/<session>/<lang>/latest.snap the snapshot the next cell restores
+//! <dir>/<session>/<lang>/checkpoints/<name>.snap
+//! ```
+//!
+//! A worker gets only its own session's derived key, so a cell that reads it from its
+//! worker's memory can forge nothing but its own session's snapshots.
+
+use crate::session::SessionKey;
+use crate::state::CheckpointInfo;
+use cellvisor_ipc::Language;
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+const KEY_FILE: &str = ".key";
+const KEY_BYTES: usize = 32;
+const LATEST: &str = "latest.snap";
+const CHECKPOINTS: &str = "checkpoints";
+const SUFFIX: &str = ".snap";
+/// The longest checkpoint name.
+pub const MAX_CHECKPOINT_NAME: usize = 64;
+
+/// The snapshot directory of a daemon.
+#[derive(Debug)]
+pub struct SnapshotStore {
+    root: PathBuf,
+    key: [u8; KEY_BYTES],
+}
+
+/// Why the snapshot directory cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The directory or its key file cannot be created or read.
+    #[error("snapshot directory {path}: {source}")]
+    Io {
+        /// The path that failed.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The key file is not one this code wrote.
+    #[error("snapshot key {0} is not {KEY_BYTES} bytes: remove it (existing snapshots then fail their integrity check) or restore it")]
+    BadKey(PathBuf),
+}
+
+impl SnapshotStore {
+    /// Opens (creating, mode 0700) the directory `root` and its key.
+    pub fn open(root: &Path) -> Result<SnapshotStore, StoreError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| StoreError::Io { path, source }
+        };
+        private_dir(root).map_err(io(root))?;
+        let key_path = root.join(KEY_FILE);
+        let key = match fs::read(&key_path) {
+            Ok(bytes) => bytes
+                .try_into()
+                .map_err(|_| StoreError::BadKey(key_path.clone()))?,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                new_key(&key_path).map_err(io(&key_path))?
+            }
+            Err(err) => return Err(io(&key_path)(err)),
+        };
+        Ok(SnapshotStore {
+            root: root.to_path_buf(),
+            key,
+        })
+    }
+
+    /// The directory a session's worker in `language` keeps its snapshots in (the only
+    /// state path it may write under the sandbox besides its others).
+    pub fn dir(&self, key: &SessionKey) -> PathBuf {
+        self.session_root(&key.session)
+            .join(key.language.short_name())
+    }
+
+    fn session_root(&self, session: &str) -> PathBuf {
+        self.root.join(crate::paths::file_safe(session))
+    }
+
+    /// Creates [`dir`](Self::dir) (0700, and its checkpoints directory).
+    pub fn prepare(&self, key: &SessionKey) -> std::io::Result<PathBuf> {
+        let dir = self.dir(key);
+        private_dir(&self.session_root(&key.session))?;
+        private_dir(&dir)?;
+        private_dir(&dir.join(CHECKPOINTS))?;
+        Ok(dir)
+    }
+
+    /// The snapshot the next cell of `key` restores.
+    pub fn latest(&self, key: &SessionKey) -> PathBuf {
+        self.dir(key).join(LATEST)
+    }
+
+    /// Whether `key` has a latest snapshot.
+    pub fn has_latest(&self, key: &SessionKey) -> bool {
+        self.latest(key).is_file()
+    }
+
+    /// The file of checkpoint `name` (already checked by [`check_checkpoint_name`]).
+    pub fn checkpoint(&self, key: &SessionKey, name: &str) -> PathBuf {
+        self.dir(key)
+            .join(CHECKPOINTS)
+            .join(format!("{name}{SUFFIX}"))
+    }
+
+    /// The integrity key of one session's snapshots in one language.
+    pub fn session_key(&self, key: &SessionKey) -> Vec<u8> {
+        derive(&self.key, &key.session, key.language)
+    }
+
+    /// Deletes everything of `session` (one language, or all): `close` and `reset` mean
+    /// "forget".
+    pub fn forget(&self, session: &str, language: Option<Language>) -> std::io::Result<()> {
+        let target = match language {
+            Some(language) => self.session_root(session).join(language.short_name()),
+            None => self.session_root(session),
+        };
+        match fs::remove_dir_all(&target) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err),
+            _ => Ok(()),
+        }
+    }
+
+    /// The checkpoints of `session`, in every language, sorted by language and name.
+    pub fn checkpoints(&self, session: &str) -> Vec<CheckpointInfo> {
+        let mut found = Vec::new();
+        for language in Language::ALL {
+            let key = SessionKey {
+                session: session.to_string(),
+                language,
+            };
+            let Ok(entries) = fs::read_dir(self.dir(&key).join(CHECKPOINTS)) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let file_name = entry.file_name();
+                let Some(name) = file_name.to_str().and_then(|n| n.strip_suffix(SUFFIX)) else {
+                    continue;
+                };
+                if check_checkpoint_name(name).is_err() {
+                    continue;
+                }
+                let Ok(meta) = entry.metadata() else { continue };
+                found.push(CheckpointInfo {
+                    session: session.to_string(),
+                    language,
+                    name: name.to_string(),
+                    bytes: meta.len(),
+                    taken_at: rfc3339(meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)),
+                });
+            }
+        }
+        found.sort_by(|a, b| (a.language, &a.name).cmp(&(b.language, &b.name)));
+        found
+    }
+
+    /// The languages of `session` with a checkpoint `name`.
+    pub fn languages_with_checkpoint(&self, session: &str, name: &str) -> Vec<Language> {
+        Language::ALL
+            .into_iter()
+            .filter(|&language| {
+                let key = SessionKey {
+                    session: session.to_string(),
+                    language,
+                };
+                self.checkpoint(&key, name).is_file()
+            })
+            .collect()
+    }
+
+    /// The languages of `session` with a latest snapshot.
+    pub fn languages_with_latest(&self, session: &str) -> Vec<Language> {
+        Language::ALL
+            .into_iter()
+            .filter(|&language| {
+                self.has_latest(&SessionKey {
+                    session: session.to_string(),
+                    language,
+                })
+            })
+            .collect()
+    }
+
+    /// The root, for the sweep.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+/// A checkpoint name is a file name: 1 to [`MAX_CHECKPOINT_NAME`] characters from
+/// `A-Z a-z 0-9 . _ -`, not starting with a dot (no hidden files, no `..`).
+pub fn check_checkpoint_name(name: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty()
+        || name.len() > MAX_CHECKPOINT_NAME
+        || name.starts_with('.')
+        || !name.chars().all(allowed)
+    {
+        return Err(name.to_string());
+    }
+    Ok(())
+}
+
+/// The key of one session and language: HMAC-SHA256 of both under the daemon's key.
+fn derive(master: &[u8], session: &str, language: Language) -> Vec<u8> {
+    let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(master) else {
+        // HMAC takes keys of any length; this cannot fail.
+        return master.to_vec();
+    };
+    mac.update(b"cellvisor session snapshot key\0");
+    mac.update(session.as_bytes());
+    mac.update(b"\0");
+    mac.update(language.short_name().as_bytes());
+    mac.finalize().into_bytes().to_vec()
+}
+
+fn new_key(path: &Path) -> std::io::Result<[u8; KEY_BYTES]> {
+    let mut key = [0u8; KEY_BYTES];
+    getrandom::fill(&mut key).map_err(std::io::Error::other)?;
+    // create_new: two daemons starting at once must not both write a key; the loser reads.
+    match fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(mut file) => {
+            file.write_all(&key)?;
+            file.sync_all()?;
+            Ok(key)
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+            fs::read(path)?.try_into().map_err(|_| {
+                std::io::Error::other("the key file another daemon wrote is not 32 bytes")
+            })
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// Creates `dir` if needed and makes it 0700 (it is ours: the check refuses another uid's).
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    cellvisor_ipc::socket::ensure_private_dir(dir)?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+}
+
+/// `time` as RFC 3339, to the second, in UTC.
+pub fn rfc3339(time: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(time).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn key(session: &str, language: Language) -> SessionKey {
+        SessionKey {
+            session: session.into(),
+            language,
+        }
+    }
+
+    #[test]
+    fn the_key_is_made_once_private_and_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("snapshots");
+        let first = SnapshotStore::open(&root).expect("open");
+        let again = SnapshotStore::open(&root).expect("reopen");
+        assert_eq!(first.key, again.key);
+        assert_eq!(
+            fs::metadata(root.join(KEY_FILE)).expect("key").mode() & 0o777,
+            0o600
+        );
+        assert_eq!(fs::metadata(&root).expect("root").mode() & 0o777, 0o700);
+        fs::write(root.join(KEY_FILE), b"short").expect("write");
+        assert!(matches!(
+            SnapshotStore::open(&root),
+            Err(StoreError::BadKey(_))
+        ));
+    }
+
+    #[test]
+    fn each_session_and_language_has_its_own_key_and_private_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = SnapshotStore::open(dir.path()).expect("open");
+        let a = key("a", Language::Python);
+        assert_ne!(
+            store.session_key(&a),
+            store.session_key(&key("b", Language::Python))
+        );
+        assert_ne!(
+            store.session_key(&a),
+            store.session_key(&key("a", Language::Lua))
+        );
+        assert_eq!(store.session_key(&a), store.session_key(&a.clone()));
+        let made = store.prepare(&a).expect("prepare");
+        assert_eq!(fs::metadata(&made).expect("dir").mode() & 0o777, 0o700);
+        assert_ne!(store.dir(&a), store.dir(&key("a", Language::Lua)));
+    }
+
+    #[test]
+    fn checkpoints_are_listed_and_forgotten() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = SnapshotStore::open(dir.path()).expect("open");
+        let a = key("a", Language::JavaScript);
+        store.prepare(&a).expect("prepare");
+        fs::write(store.checkpoint(&a, "before-risk"), b"12345").expect("write");
+        fs::write(store.latest(&a), b"1").expect("write");
+        let listed = store.checkpoints("a");
+        assert_eq!(listed.len(), 1);
+        assert_eq!(
+            (listed[0].name.as_str(), listed[0].bytes),
+            ("before-risk", 5)
+        );
+        assert_eq!(
+            store.languages_with_checkpoint("a", "before-risk"),
+            [Language::JavaScript]
+        );
+        assert_eq!(store.languages_with_latest("a"), [Language::JavaScript]);
+        store.forget("a", None).expect("forget");
+        assert!(store.checkpoints("a").is_empty());
+        assert!(!store.has_latest(&a));
+        store
+            .forget("never-seen", Some(Language::Lua))
+            .expect("nothing to forget");
+    }
+
+    #[test]
+    fn checkpoint_names_are_plain_file_names() {
+        for good in ["a", "before-risk", "v1.2_x", &"n".repeat(64)] {
+            assert!(check_checkpoint_name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            ".hidden",
+            "..",
+            "a/b",
+            "../x",
+            "a b",
+            &"n".repeat(65),
+            "é",
+        ] {
+            assert!(check_checkpoint_name(bad).is_err(), "{bad}");
+        }
+    }
+}
