@@ -18,6 +18,11 @@ pub(crate) fn stores_dir() -> PathBuf {
     state_dir().join("store")
 }
 
+/// Where sessions' snapshots live by default (`snapshots.dir` overrides it).
+pub(crate) fn snapshots_dir() -> PathBuf {
+    state_dir().join("snapshots")
+}
+
 /// The store directory of one session.
 pub fn session_store_dir(session: &str) -> PathBuf {
     stores_dir().join(file_safe(session))

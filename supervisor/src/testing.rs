@@ -18,6 +18,7 @@ use crate::spawn::{
 use cellvisor_ipc::frame::{read_frame, write_frame};
 use cellvisor_ipc::handshake::{supervisor_handshake, worker_handshake};
 use cellvisor_ipc::socket::AsyncStream;
+use cellvisor_ipc::state::{SkippedName, SnapshotMeta, StateRefusal, StateReport, StateTask};
 use cellvisor_ipc::taken::TakenRecord;
 use cellvisor_ipc::{CellOutcome, FromWorker, OutputStream, ToWorker};
 use nix::sys::signal::Signal;
@@ -59,6 +60,7 @@ pub fn job(
         sandbox: None,
         requester,
         reply,
+        state: None,
     };
     (job, outcome, requester_alive)
 }
@@ -67,6 +69,8 @@ pub fn job(
 pub struct Script {
     pub answer_pings: AtomicBool,
     pub honour_interrupts: AtomicBool,
+    /// Saves are refused as over the size cap.
+    pub refuse_saves: AtomicBool,
 }
 
 /// Fake pids start far above any real one, so nothing real is ever signalled by mistake.
@@ -85,6 +89,7 @@ impl FakeLauncher {
             script: Arc::new(Script {
                 answer_pings: AtomicBool::new(true),
                 honour_interrupts: AtomicBool::new(true),
+                refuse_saves: AtomicBool::new(false),
             }),
             next_pid: AtomicU32::new(FIRST_FAKE_PID),
             launched: Mutex::new(Vec::new()),
@@ -248,6 +253,15 @@ impl ScriptedControl {
                     self.end(Exit::Code(1));
                     false
                 }
+                ToWorker::Execute(cell) if cell.task != StateTask::Code => {
+                    let report = fake_state_task(&cell.task, script);
+                    let cell_id = cell.cell_id;
+                    send(FromWorker::State { cell_id, report })
+                        && send(FromWorker::Done {
+                            cell_id,
+                            outcome: CellOutcome::Completed,
+                        })
+                }
                 ToWorker::Execute(cell) => {
                     let cell_id = cell.cell_id;
                     if taken.record(cell_id).is_err() {
@@ -298,6 +312,56 @@ impl ScriptedControl {
             }
         }
         self.end(Exit::Code(0));
+    }
+}
+
+/// A fake worker's state task: a save writes its reason into the file (a load reads it back
+/// as the snapshot's reason), the namespace is always `x`, `conn` is never saveable.
+fn fake_state_task(task: &StateTask, script: &Script) -> StateReport {
+    let skipped = || {
+        vec![SkippedName {
+            name: "conn".into(),
+            why: "socket objects cannot be saved".into(),
+        }]
+    };
+    match task {
+        StateTask::Save(_) if script.refuse_saves.load(Ordering::SeqCst) => {
+            StateReport::Refused(StateRefusal::TooBig { bytes: 9, max: 8 })
+        }
+        StateTask::Save(order) => {
+            let path = std::path::Path::new(&order.path);
+            let written = path
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::write(path, &order.reason));
+            match written {
+                Ok(()) => StateReport::Saved {
+                    bytes: order.reason.len() as u64,
+                    saved: vec!["x".into()],
+                    skipped: skipped(),
+                },
+                Err(err) => StateReport::Refused(StateRefusal::Failed {
+                    why: err.to_string(),
+                }),
+            }
+        }
+        StateTask::Load(order) => match std::fs::read_to_string(&order.path) {
+            Ok(reason) => StateReport::Loaded {
+                restored: vec!["x".into()],
+                skipped: skipped(),
+                meta: SnapshotMeta {
+                    language: cellvisor_ipc::Language::Python,
+                    taken_at: "2026-12-02T07:00:00Z".into(),
+                    reason,
+                    saved: vec!["x".into()],
+                    skipped: skipped(),
+                    payload_bytes: 0,
+                    engine: "fake 1.0".into(),
+                },
+            },
+            Err(_) => StateReport::Refused(StateRefusal::Missing),
+        },
+        StateTask::Names | StateTask::Code => StateReport::Names(Vec::new()),
     }
 }
 

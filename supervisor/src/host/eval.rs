@@ -117,6 +117,7 @@ impl Cellvisor {
                         sandbox: sandbox.clone(),
                         requester: requester.clone(),
                         reply,
+                        state: None,
                     };
                     let key = SessionKey {
                         session: session.to_string(),
@@ -179,6 +180,14 @@ pub(super) fn with_directive(spec: &CellSpec) -> Result<(CellSpec, Option<u64>),
     Ok((job, directive.max_output_bytes()))
 }
 
+/// Names a throw-away session: a character no host's session name may hold.
+const THROWAWAY_MARK: char = '~';
+
+/// Whether `session` is a per-call request's throw-away session.
+pub(crate) fn is_throwaway(session: &str) -> bool {
+    session.contains(THROWAWAY_MARK)
+}
+
 /// The session of a per-call request (`fresh: true` or `sessions.mode = "per-call"`): its
 /// workers are discarded when the request ends, however it ends.
 pub(super) struct ThrowawaySession {
@@ -194,7 +203,7 @@ impl ThrowawaySession {
     ) -> ThrowawaySession {
         ThrowawaySession {
             supervisor,
-            name: format!("{session}~call-{request}"),
+            name: format!("{session}{THROWAWAY_MARK}call-{request}"),
         }
     }
 }
@@ -211,8 +220,8 @@ impl Drop for ThrowawaySession {
 
 /// Keeps a request's sessions from eviction until the request ends, however it ends.
 pub(super) struct RequestPin {
-    supervisor: Addr<Supervisor>,
-    request: u64,
+    pub(super) supervisor: Addr<Supervisor>,
+    pub(super) request: u64,
 }
 
 impl Drop for RequestPin {

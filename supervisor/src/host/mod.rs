@@ -17,6 +17,8 @@ mod eval;
 mod policy;
 mod state;
 
+pub(crate) use eval::is_throwaway;
+
 use policy::validate_session_name;
 
 use crate::locking::lock;
@@ -251,6 +253,8 @@ pub struct Cellvisor {
     next_cell: std::sync::atomic::AtomicU64,
     /// Cells that went to the background, and their session, until collected.
     background: Mutex<HashMap<u64, SessionKey>>,
+    /// The snapshot directory, for listing checkpoints (none when it could not be opened).
+    snapshots: Option<Arc<crate::snapshots::SnapshotStore>>,
     run_dir: PathBuf,
     _run_dir_guard: tempfile::TempDir,
 }
@@ -424,6 +428,23 @@ struct Prepared {
     run_dir_guard: tempfile::TempDir,
 }
 
+/// The snapshot directory of `config`; without one (it cannot be created), sessions keep
+/// no state across their workers, and the log says why.
+fn open_snapshots(config: &Config) -> Option<Arc<crate::snapshots::SnapshotStore>> {
+    let dir = config
+        .snapshots
+        .dir
+        .clone()
+        .unwrap_or_else(crate::paths::snapshots_dir);
+    match crate::snapshots::SnapshotStore::open(&dir) {
+        Ok(store) => Some(Arc::new(store)),
+        Err(err) => {
+            tracing::warn!("snapshots are off: {err}");
+            None
+        }
+    }
+}
+
 impl Prepared {
     fn new(options: Options) -> Result<Prepared, StartupError> {
         let base_dir = options
@@ -463,6 +484,7 @@ impl Prepared {
             run_dir: run_dir.clone(),
             artifacts,
             store_dir: crate::paths::stores_dir(),
+            snapshots: open_snapshots(&options.config),
         };
         Ok(Prepared {
             initial_config: options.config.clone(),
@@ -489,6 +511,7 @@ impl Prepared {
                 std::time::SystemTime::now(),
             )),
             background: Mutex::new(HashMap::new()),
+            snapshots: self.base.snapshots.clone(),
             run_dir: self.run_dir,
             _run_dir_guard: self.run_dir_guard,
         }

@@ -1,10 +1,22 @@
 //! State that survives a worker, as hosts ask for it: named checkpoints (`checkpoint`,
-//! `restore`, `checkpoints`) and the namespace's user names (`names`).
+//! `restore`, `checkpoints`) and the namespace's user names (`names`). Each is a state task
+//! sent to the session like a cell (it waits its turn behind the session's cells, and starts
+//! the session's worker, restoring its latest snapshot, if it has none live).
 
+use super::eval::RequestPin;
 use super::policy::validate_session_name;
 use super::{Cellvisor, RequestError};
+use crate::cell::CellSpec;
+use crate::session::state::{HostAsk, StateJob};
+use crate::session::{CellJob, SessionKey};
+use crate::snapshots::policy::{self, describe};
 use crate::state::{CheckpointInfo, RestoredState, SessionNames};
+use crate::supervisor::Submit;
+use cellvisor_ipc::state::StateReport;
 use cellvisor_ipc::Language;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::sync::{oneshot, watch};
 
 impl Cellvisor {
     /// Saves the namespace of `session` (in `language`, or in each language it has a live
@@ -16,8 +28,29 @@ impl Cellvisor {
         name: &str,
     ) -> Result<Vec<CheckpointInfo>, RequestError> {
         validate_session_name(session)?;
-        let _ = (language, name);
-        Err(RequestError::State("checkpoints are being built".into()))
+        check_name(name)?;
+        let languages = match language {
+            Some(language) => vec![language],
+            None => self.languages_with_state(session).await?,
+        };
+        if languages.is_empty() {
+            return Err(RequestError::NothingToCheckpoint(session.to_string()));
+        }
+        for &language in &languages {
+            match self
+                .ask(session, language, HostAsk::Checkpoint(name.to_string()))
+                .await?
+            {
+                StateReport::Saved { .. } => {}
+                other => return Err(refused(session, language, other)),
+            }
+        }
+        let store = self.snapshot_store()?;
+        Ok(store
+            .checkpoints(session)
+            .into_iter()
+            .filter(|c| c.name == name && languages.contains(&c.language))
+            .collect())
     }
 
     /// Replaces the namespace of `session` (in `language`, or in each language that has the
@@ -29,14 +62,44 @@ impl Cellvisor {
         name: &str,
     ) -> Result<Vec<RestoredState>, RequestError> {
         validate_session_name(session)?;
-        let _ = (language, name);
-        Err(RequestError::State("checkpoints are being built".into()))
+        check_name(name)?;
+        let store = self.snapshot_store()?;
+        let having = store.languages_with_checkpoint(session, name);
+        let languages: Vec<Language> = match language {
+            Some(language) => vec![language],
+            None => having.clone(),
+        };
+        if languages.is_empty() || languages.iter().any(|l| !having.contains(l)) {
+            return Err(RequestError::NoSuchCheckpoint {
+                session: session.to_string(),
+                language,
+                name: name.to_string(),
+            });
+        }
+        let mut restored = Vec::new();
+        for language in languages {
+            match self
+                .ask(session, language, HostAsk::Restore(name.to_string()))
+                .await?
+            {
+                StateReport::Loaded {
+                    restored: names,
+                    skipped,
+                    meta,
+                } => restored.push(RestoredState {
+                    language,
+                    ledger: policy::ledger(names, skipped, &meta, 0, Some(name.to_string())),
+                }),
+                other => return Err(refused(session, language, other)),
+            }
+        }
+        Ok(restored)
     }
 
     /// The checkpoints `session` has, in every language, with their sizes and times.
     pub async fn checkpoints(&self, session: &str) -> Result<Vec<CheckpointInfo>, RequestError> {
         validate_session_name(session)?;
-        Err(RequestError::State("checkpoints are being built".into()))
+        Ok(self.snapshot_store()?.checkpoints(session))
     }
 
     /// The user names of `session`'s namespace in `language`: type, size estimate and whether
@@ -48,7 +111,121 @@ impl Cellvisor {
         language: Language,
     ) -> Result<SessionNames, RequestError> {
         validate_session_name(session)?;
-        let _ = language;
-        Err(RequestError::State("names are being built".into()))
+        match self.ask(session, language, HostAsk::Names).await? {
+            StateReport::Names(mut names) => {
+                names.sort_by(|a, b| a.name.cmp(&b.name));
+                Ok(SessionNames {
+                    session: session.to_string(),
+                    language,
+                    names,
+                })
+            }
+            other => Err(refused(session, language, other)),
+        }
     }
+
+    fn snapshot_store(&self) -> Result<&crate::snapshots::SnapshotStore, RequestError> {
+        self.snapshots.as_deref().ok_or_else(|| {
+            RequestError::State(
+                "snapshots are off: the snapshot directory could not be opened (see the \
+                 daemon's log and snapshots.dir)"
+                    .into(),
+            )
+        })
+    }
+
+    /// The languages `session` has a live worker or a latest snapshot in.
+    async fn languages_with_state(&self, session: &str) -> Result<Vec<Language>, RequestError> {
+        let mut languages: Vec<Language> = self
+            .status()
+            .await?
+            .into_iter()
+            .filter(|row| row.session == session)
+            .map(|row| row.language)
+            .collect();
+        if let Some(store) = &self.snapshots {
+            languages.extend(store.languages_with_latest(session));
+        }
+        languages.sort();
+        languages.dedup();
+        Ok(languages)
+    }
+
+    /// Sends `ask` to the session as a state task, in its turn among the session's requests;
+    /// the worker's report.
+    async fn ask(
+        &self,
+        session: &str,
+        language: Language,
+        ask: HostAsk,
+    ) -> Result<StateReport, RequestError> {
+        let lock = self.request_lock(session);
+        let _turn = lock.lock().await;
+        let request = self.next_request.fetch_add(1, Ordering::Relaxed);
+        let _pin = RequestPin {
+            supervisor: self.supervisor.clone(),
+            request,
+        };
+        let (_requester_alive, requester) = watch::channel(());
+        let (reply, outcome) = oneshot::channel();
+        let (report, mut reported) = oneshot::channel();
+        let job = CellJob {
+            cell_id: self.next_cell.fetch_add(1, Ordering::Relaxed),
+            index: 0,
+            spec: CellSpec {
+                language,
+                code: String::new(),
+                title: None,
+                timeout: None,
+                reset: false,
+                yield_time_ms: None,
+            },
+            cwd: None,
+            events: None,
+            tools: Arc::new([]),
+            tool_host: None,
+            max_output_bytes: None,
+            yield_time: None,
+            may_yield: false,
+            python: None,
+            sandbox: None,
+            requester,
+            reply,
+            state: Some(StateJob::for_host(ask, report)),
+        };
+        let key = SessionKey {
+            session: session.to_string(),
+            language,
+        };
+        self.supervisor
+            .send(Submit {
+                key,
+                cwd: None,
+                job,
+                request,
+            })
+            .await
+            .map_err(|_| RequestError::Stopped)?;
+        let cell = outcome.await;
+        match reported.try_recv() {
+            Ok(report) => Ok(report),
+            Err(_) => Err(RequestError::State(match cell {
+                Ok(cell) => cell.output.trim_end().to_string(),
+                Err(_) => format!("session {session}/{language} ended before answering"),
+            })),
+        }
+    }
+}
+
+fn check_name(name: &str) -> Result<(), RequestError> {
+    crate::snapshots::check_checkpoint_name(name).map_err(RequestError::CheckpointName)
+}
+
+/// A report that is not the one asked for, as the host's error.
+fn refused(session: &str, language: Language, report: StateReport) -> RequestError {
+    let why = match report {
+        StateReport::Refused(refusal) => describe(&refusal),
+        other => format!("unexpected answer {other:?}"),
+    };
+    RequestError::State(format!("session {session}/{language}: {why}"))
 }

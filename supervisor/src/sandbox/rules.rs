@@ -65,6 +65,8 @@ pub struct SessionDirs {
     pub artifacts: PathBuf,
     /// Its own store directory.
     pub store: Option<PathBuf>,
+    /// Its own snapshot directory (this session, this language only).
+    pub snapshots: Option<PathBuf>,
 }
 
 /// The rules a session's worker applies under `plan`; `env` is the worker's environment
@@ -109,6 +111,7 @@ pub fn rules(plan: &Plan, dirs: &SessionDirs, env: &WorkerEnv) -> Rules {
     write.push(dirs.tmp.clone());
     write.push(dirs.artifacts.clone());
     write.extend(dirs.store.clone());
+    write.extend(dirs.snapshots.clone());
     Rules {
         required: plan.policy.required,
         read,
@@ -136,6 +139,7 @@ pub fn apply_to_env(
     for dir in [&dirs.tmp, &dirs.artifacts]
         .into_iter()
         .chain(dirs.store.as_ref())
+        .chain(dirs.snapshots.as_ref())
     {
         cellvisor_ipc::socket::ensure_private_dir(dir)?;
     }
@@ -178,6 +182,7 @@ mod tests {
             tmp: "/run/t".into(),
             artifacts: "/run/a/s".into(),
             store: Some("/state/s".into()),
+            snapshots: Some("/state/snapshots/s/py".into()),
         };
         let env = WorkerEnv::from_vars(
             [("HOME".into(), "/home/u".into())],
@@ -199,7 +204,8 @@ mod tests {
                 PathBuf::from("/work/project"),
                 "/run/t".into(),
                 "/run/a/s".into(),
-                "/state/s".into()
+                "/state/s".into(),
+                "/state/snapshots/s/py".into()
             ]
         );
         assert!(rules.deny_tcp && rules.scope && !rules.network_namespace);

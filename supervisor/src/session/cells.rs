@@ -14,6 +14,7 @@ use crate::cell::CellStatus;
 use crate::output::SinkLimits;
 use crate::session::CellReport;
 use actix::prelude::*;
+use cellvisor_ipc::state::StateTask;
 use cellvisor_ipc::{CellOutcome as WorkerOutcome, ExecuteCell, ToWorker};
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,6 +31,14 @@ impl Handler<CellFinished> for Session {
         };
         for timer in running.timers.drain(..) {
             ctx.cancel_future(timer);
+        }
+        if let Some(state) = running.job.state.take() {
+            let report = super::state::task_report(&msg.outcome, msg.output.text);
+            // The host's report first: its reply follows and finds it there.
+            self.state_task_done(state, msg.state, ctx);
+            self.deliver_final(running, report);
+            self.pump(ctx);
+            return;
         }
         let mut output = msg.output;
         let reported = match msg.outcome {
@@ -63,9 +72,13 @@ impl Handler<CellFinished> for Session {
             status_events: msg.status_events,
             truncation: output.truncation,
             notice: running.notice.take(),
-            state: None,
+            state: running.ledger.take(),
         };
         self.deliver_final(running, outcome);
+        self.cells_since_snapshot += 1;
+        if status == CellStatus::Complete {
+            self.save_after_cell(ctx);
+        }
         self.pump(ctx);
     }
 }
@@ -149,10 +162,13 @@ impl Session {
             };
             if front.spec.reset {
                 front.spec.reset = false;
+                self.forget_state();
                 self.begin_reset(ctx, "the session was reset before this cell".into());
                 break;
             }
-            if self.switch_python(ctx) || self.switch_sandbox(ctx) {
+            // A state task runs on the worker as it is: it must not replace it.
+            let code = front.state.is_none();
+            if code && (self.switch_python(ctx) || self.switch_sandbox(ctx)) {
                 break;
             }
             if let Some(why) = &self.failed {
@@ -164,6 +180,9 @@ impl Session {
             }
             if matches!(self.worker, Worker::None) {
                 self.start_worker(ctx);
+                break;
+            }
+            if self.restore_if_due(ctx) {
                 break;
             }
             if let Some(job) = self.queue.pop_front() {
@@ -245,10 +264,11 @@ impl Session {
             tmp: self.spec.run_dir.join("tmp").join(&name),
             artifacts: self.artifacts.dir().join(&name),
             store: self.spec.env.store_dir(),
+            snapshots: self.snapshots.as_ref().map(|store| store.dir(&self.key)),
         }
     }
 
-    fn run_cell(&mut self, ctx: &mut Context<Self>, mut job: CellJob) {
+    pub(super) fn run_cell(&mut self, ctx: &mut Context<Self>, mut job: CellJob) {
         let Worker::Ready {
             link, generation, ..
         } = &self.worker
@@ -280,7 +300,16 @@ impl Session {
             ActiveCell::new(cell_id, job.index, Arc::clone(&output), job.events.clone())
                 .with_tools(declared, job.tool_host.clone()),
         );
-        let session_env = if self.session_env_sent == *generation {
+        let own_task = job.state.is_some();
+        let task = match job.state.as_ref().map(|s| self.task_of(s)) {
+            None => StateTask::Code,
+            Some(Some(task)) => task,
+            Some(None) => {
+                self.refuse_state_job(job);
+                return;
+            }
+        };
+        let session_env = if own_task || self.session_env_sent == *generation {
             Vec::new()
         } else {
             self.session_env_sent = *generation;
@@ -292,7 +321,7 @@ impl Session {
             cwd: job.cwd.as_ref().map(|p| p.to_string_lossy().into_owned()),
             tools: job.tools.to_vec(),
             session_env,
-            task: Default::default(),
+            task,
         }));
         let mut requester = job.requester.clone();
         let requester_watch = ctx.spawn(
@@ -303,10 +332,12 @@ impl Session {
             .into_actor(self)
             .map(move |(), _, ctx| ctx.notify(RequesterGone { cell_id })),
         );
-        let deadline = Deadline::new(
-            self.config.cells.timeout_for(job.spec.timeout),
-            self.config.sessions.interrupt_grace,
-        );
+        let timeout = if own_task {
+            self.config.snapshots.timeout
+        } else {
+            self.config.cells.timeout_for(job.spec.timeout)
+        };
+        let deadline = Deadline::new(timeout, self.config.sessions.interrupt_grace);
         let mut timers = vec![
             ctx.notify_later(CellDeadline { cell_id }, deadline.timeout()),
             requester_watch,
@@ -327,7 +358,9 @@ impl Session {
             started: Instant::now(),
             deadline,
             timers,
-            notice: self.notice.take(),
+            // A state task leaves the notice and the ledger to the next host cell.
+            notice: if own_task { None } else { self.notice.take() },
+            ledger: if own_task { None } else { self.take_ledger() },
         });
         self.last_active = Instant::now();
     }

@@ -204,6 +204,24 @@ impl Handler<WorkerExited> for Session {
             } => How::Killed(reason),
             _ => How::Ended(msg.ended),
         };
+        // A state task is not a cell: it is over, and the loss is planned as if none ran.
+        let mut running = running;
+        if let Some(job) = running.as_mut().and_then(|r| r.job.state.take()) {
+            let task = running.take();
+            let why = match &how {
+                How::Planned => "it was stopped".to_string(),
+                How::Killed(reason) => reason.to_string(),
+                How::Ended(end) => end.to_string(),
+            };
+            self.state_task_lost(job, &why);
+            if let Some(task) = task {
+                self.deliver_final(task, CellReport::error(format!("the worker ended: {why}")));
+            }
+            if how != How::Planned && !self.after_stop.is_empty() {
+                self.finish_stop(ctx);
+                return;
+            }
+        }
         // What the reader collected belongs to the running cell (it is handed over first).
         let partial = msg
             .partial
@@ -262,15 +280,21 @@ impl Handler<WorkerExited> for Session {
                 };
                 self.deliver_final(running, outcome);
                 self.cells_run += 1;
+                self.cells_since_snapshot += 1;
             }
             _ => {}
         }
+        let restoring = self.restore_after_loss();
+        let kept = |notice: String| match restoring {
+            true => outcome::replaced_restoring_notice(self.key.language, &loss),
+            false => notice,
+        };
         match session {
             Aftermath::Restart { notice } => {
-                self.notice = Some(notice);
+                self.notice = Some(kept(notice));
                 self.start_worker(ctx);
             }
-            Aftermath::ReplaceOnDemand { notice } => self.notice = Some(notice),
+            Aftermath::ReplaceOnDemand { notice } => self.notice = Some(kept(notice)),
             Aftermath::Failed { reason } => self.failed = Some(reason),
         }
         self.pump(ctx);

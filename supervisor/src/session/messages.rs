@@ -44,6 +44,8 @@ pub struct ResetSession {
 #[rtype(result = "()")]
 pub struct CloseSession {
     pub eviction: Option<Eviction>,
+    /// Save the namespace first, for this reason, if the configuration wants it.
+    pub save: Option<crate::snapshots::policy::SaveReason>,
     pub reply: Option<oneshot::Sender<()>>,
 }
 
@@ -220,6 +222,8 @@ pub enum SessionEvent {
     Stopped {
         key: SessionKey,
         eviction: Option<Eviction>,
+        /// What became of the snapshot tried before the stop.
+        snapshot: super::state::SnapshotFate,
     },
 }
 

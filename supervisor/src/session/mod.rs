@@ -20,6 +20,8 @@
 //! - [`policy`]: the plain-data decisions ([`policy::RestartBudget`], [`policy::Deadline`]).
 //! - [`outcome`]: why things happen, typed, and the text hosts read about it.
 //! - `link`: the tasks on the worker's connection.
+//! - `state`: state tasks: saves before planned stops and after cells, the restore before
+//!   the next cell, a host's checkpoints and `names`.
 //! - `QueryStatus` is answered here, from the actor's state.
 //! - [`CellReport`] (from the client crate): what a session reports for one cell.
 
@@ -31,6 +33,7 @@ pub mod messages;
 pub mod observation;
 pub mod outcome;
 pub mod policy;
+pub mod state;
 #[cfg(test)]
 mod tests;
 mod window;
@@ -113,12 +116,19 @@ pub struct CellJob {
     /// running cell is then interrupted, and its queued cells are dropped.
     pub requester: watch::Receiver<()>,
     pub reply: oneshot::Sender<CellReport>,
+    /// Set for a state task (save, load or list the namespace) instead of code.
+    pub state: Option<state::StateJob>,
 }
 
 impl CellJob {
-    /// Nobody waits for this cell's result any more.
+    /// Nobody waits for this cell's result any more (the session's own state tasks are
+    /// always waited for).
     pub(crate) fn abandoned(&self) -> bool {
-        self.reply.is_closed() || self.requester.has_changed().is_err()
+        match self.state.as_ref().map(|s| &s.purpose) {
+            Some(state::StatePurpose::Host { report, .. }) => report.is_closed(),
+            Some(_) => false,
+            None => self.reply.is_closed() || self.requester.has_changed().is_err(),
+        }
     }
 }
 
@@ -167,6 +177,8 @@ struct Running {
     /// poll on every wake-up).
     timers: Vec<SpawnHandle>,
     notice: Option<String>,
+    /// What a restore just before this cell brought back.
+    ledger: Option<crate::state::StateLedger>,
 }
 
 impl Running {
@@ -208,6 +220,10 @@ pub(crate) struct SessionSetup {
     pub prestarted: Option<StartedWorker>,
     /// Where a Python session claims a prewarmed worker for a later start (a replacement).
     pub pool: Option<Recipient<ClaimWorker>>,
+    /// The snapshot directory (none when it could not be opened).
+    pub snapshots: Option<Arc<crate::snapshots::SnapshotStore>>,
+    /// The session has a latest snapshot for its first worker to restore.
+    pub restore: bool,
 }
 
 /// The actor. Created by the supervisor.
@@ -253,6 +269,19 @@ pub struct Session {
     /// The worker generation that has been sent the session's variables (with its first
     /// cell): a prewarmed worker was started without them.
     session_env_sent: u64,
+    /// The snapshot directory (none when it could not be opened).
+    snapshots: Option<Arc<crate::snapshots::SnapshotStore>>,
+    /// A restore of the latest snapshot is due before the next cell; the cells run since it
+    /// was taken.
+    restore_due: Option<u64>,
+    /// Code cells run since the last snapshot was written or restored.
+    cells_since_snapshot: u64,
+    /// What the last restore brought back, for the next host cell.
+    ledger: Option<crate::state::StateLedger>,
+    /// The session's own state tasks so far (their cell ids).
+    own_tasks: u64,
+    /// What became of the snapshot before this session's close.
+    stop_fate: state::SnapshotFate,
 }
 
 impl Session {
@@ -289,6 +318,12 @@ impl Session {
             sandbox: None,
             python_choice: None,
             session_env_sent: 0,
+            restore_due: setup.restore.then_some(0),
+            snapshots: setup.snapshots,
+            cells_since_snapshot: 0,
+            ledger: None,
+            own_tasks: 0,
+            stop_fate: state::SnapshotFate::NotTried,
         }
     }
 

@@ -212,6 +212,15 @@ pub fn replaced_notice(language: Language, loss: &WorkerLoss) -> String {
     )
 }
 
+/// What the next cell is told when a lost worker's replacement restores the last snapshot
+/// (the restore's own notice then says what came back).
+pub fn replaced_restoring_notice(language: Language, loss: &WorkerLoss) -> String {
+    format!(
+        "the previous {language} worker is gone ({loss}); a new worker was started from the \
+         session's last snapshot"
+    )
+}
+
 /// Why a worker could not start, as the waiting cell and `status` say it.
 pub fn start_failed(language: Language, error: &str) -> String {
     format!(

@@ -57,6 +57,8 @@ fn start_session(fake: &Arc<FakeLauncher>, cap_mib: u64) -> (Addr<Session>, temp
         notice: None,
         prestarted: None,
         pool: None,
+        snapshots: None,
+        restore: false,
     });
     (session.start(), dir)
 }

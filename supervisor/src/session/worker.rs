@@ -9,9 +9,11 @@ use super::messages::{
     StopEscalation, StopStep, UpdateConfig, WorkerNotice, WorkerStarted,
 };
 use super::outcome::{self, KillReason};
+use super::state::{AfterSave, SnapshotFate};
 use super::{AfterStop, Session, Worker};
 use crate::python_choice::PythonChoice;
 use crate::session::CellReport;
+use crate::snapshots::policy::SaveReason;
 use actix::prelude::*;
 use cellvisor_ipc::ToWorker;
 use nix::sys::signal::Signal;
@@ -150,13 +152,17 @@ impl Handler<WorkerNotice> for Session {
 impl Handler<MemoryTick> for Session {
     type Result = ();
     /// The supervisor's sampler measured worker `pid`'s tree at `rss`.
-    fn handle(&mut self, msg: MemoryTick, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: MemoryTick, ctx: &mut Context<Self>) {
         let MemoryTick { pid, rss } = msg;
         let Some(cap) = self.config.limits.max_rss.map(|c| c.as_u64()) else {
             return;
         };
         let current = matches!(&self.worker, Worker::Ready { link, .. } if link.pid == pid);
-        if current && rss > cap {
+        if !current || rss <= cap || self.saving_before_stop() {
+            return;
+        }
+        // An idle worker keeps its state across the recycle; a busy one is killed.
+        if !self.save_before_stop(ctx, SaveReason::MemoryRecycle, AfterSave::Recycle) {
             self.kill_worker(KillReason::OverMemory { rss, cap });
         }
     }
@@ -168,6 +174,7 @@ impl Handler<ResetSession> for Session {
         if let Some(reply) = msg.reply {
             self.reset_replies.push(reply);
         }
+        self.forget_state();
         self.begin_reset(ctx, "the session was reset; earlier state is gone".into());
     }
 }
@@ -178,11 +185,17 @@ impl Handler<CloseSession> for Session {
         if let Some(reply) = msg.reply {
             self.close_replies.push(reply);
         }
+        let saving = self.closing.is_none()
+            && msg
+                .save
+                .is_some_and(|reason| self.save_before_stop(ctx, reason, AfterSave::Close));
         if self.closing.is_none() {
             self.closing = Some(msg.eviction);
         }
         self.after_stop.push(AfterStop::Close);
-        self.stop_worker(ctx);
+        if !saving && !self.saving_before_stop() {
+            self.stop_worker(ctx);
+        }
     }
 }
 
@@ -322,6 +335,7 @@ impl Session {
             self.events.do_send(SessionEvent::Stopped {
                 key: self.key.clone(),
                 eviction: self.closing.take().flatten(),
+                snapshot: std::mem::replace(&mut self.stop_fate, SnapshotFate::NotTried),
             });
             ctx.stop();
             return;
@@ -336,11 +350,25 @@ impl Session {
     }
 
     pub(super) fn begin_reset(&mut self, ctx: &mut Context<Self>, notice: String) {
+        // The namespace the latest snapshot held is gone on purpose.
+        self.delete_latest();
+        self.ledger = None;
         self.failed = None;
         self.budget.reset(self.config.sessions.restart_budget);
         self.notice = Some(notice);
         self.after_stop.push(AfterStop::Restart);
         self.stop_worker(ctx);
+    }
+
+    /// Deletes the session's snapshots and checkpoints in this language: a reset means
+    /// "forget".
+    pub(super) fn forget_state(&mut self) {
+        self.restore_due = None;
+        if let Some(store) = &self.snapshots {
+            if let Err(err) = store.forget(&self.key.session, Some(self.key.language)) {
+                tracing::warn!(session = %self.key, "cannot delete the session's snapshots: {err}");
+            }
+        }
     }
 
     /// Kills the live worker and every process under it for a policy; its exit arrives as

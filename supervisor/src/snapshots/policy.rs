@@ -1,6 +1,8 @@
 //! Which stops of a worker save its namespace, and what the next cell is told about its
 //! state: plain data and text, decided here and carried out by the session.
 
+use crate::session::outcome::Eviction;
+use crate::session::state::SnapshotFate;
 use crate::state::{SnapshotOrigin, StateLedger};
 use cellvisor_config::SnapshotWhen;
 use cellvisor_ipc::state::{SnapshotMeta, StateRefusal};
@@ -50,6 +52,25 @@ pub fn saves(when: SnapshotWhen, reason: SaveReason) -> bool {
 /// restored only on request).
 pub fn restores_latest(when: SnapshotWhen) -> bool {
     when != SnapshotWhen::Never
+}
+
+/// The snapshot an eviction saves first, if any (a host's `close` means "forget").
+pub fn save_for(eviction: &Eviction) -> Option<SaveReason> {
+    match eviction {
+        Eviction::Idle { .. } => Some(SaveReason::IdleEviction),
+        Eviction::ForRoom { .. } => Some(SaveReason::LruEviction),
+        Eviction::Closed { .. } => None,
+    }
+}
+
+/// What the next cell of an evicted session is told: nothing from here when its snapshot was
+/// saved (its restore tells what came back), else why its state is gone.
+pub fn eviction_notice(eviction: &Eviction, fate: &SnapshotFate) -> Option<String> {
+    match fate {
+        SnapshotFate::Saved => None,
+        SnapshotFate::NotTried => Some(eviction.to_string()),
+        SnapshotFate::Refused(refusal) => Some(format!("{eviction} ({})", not_saved(refusal))),
+    }
 }
 
 /// The ledger of a snapshot brought back.

@@ -11,6 +11,7 @@ use crate::session::{
     CellReport, CloseSession, InterruptCell, QueryStatus, ResetSession, Session, SessionKey,
     SessionStatus, TerminateCell, UpdateConfig, WaitCell,
 };
+use crate::snapshots::policy::SaveReason;
 use crate::spawn::StartedWorker;
 use actix::prelude::*;
 use cellvisor_ipc::Language;
@@ -21,6 +22,15 @@ impl Handler<Control> for Supervisor {
     type Result = ResponseFuture<usize>;
     fn handle(&mut self, msg: Control, _: &mut Context<Self>) -> Self::Result {
         let targets = self.matching(&msg.session, msg.language);
+        // `close` and `reset` mean "forget": the snapshots and checkpoints go too, in the
+        // languages that have no live worker as well.
+        if matches!(msg.action, ControlAction::Close | ControlAction::Reset) {
+            if let Some(store) = &self.base.snapshots {
+                if let Err(err) = store.forget(&msg.session, msg.language) {
+                    tracing::warn!(session = %msg.session, "cannot delete the session's snapshots: {err}");
+                }
+            }
+        }
         if matches!(msg.action, ControlAction::Close | ControlAction::Discard) {
             for (key, _) in &targets {
                 if let Some(entry) = self.sessions.get_mut(key) {
@@ -44,6 +54,7 @@ impl Handler<Control> for Supervisor {
                         let (tx, rx) = oneshot::channel();
                         addr.send(CloseSession {
                             eviction,
+                            save: None,
                             reply: Some(tx),
                         })
                         .await
@@ -123,6 +134,7 @@ impl Handler<ShutdownAll> for Supervisor {
                 let (tx, rx) = oneshot::channel();
                 addr.do_send(CloseSession {
                     eviction: None,
+                    save: Some(SaveReason::DaemonStop),
                     reply: Some(tx),
                 });
                 pending.push(rx);

@@ -24,6 +24,8 @@ pub mod messages;
 mod placement;
 pub mod prewarm;
 mod sampling;
+#[cfg(test)]
+mod snapshot_tests;
 mod sweep;
 #[cfg(test)]
 mod tests;
@@ -54,6 +56,8 @@ pub struct WorkerBase {
     pub artifacts: Arc<crate::artifacts::ArtifactStore>,
     /// Where sessions keep what JS `store()` saves; outlives workers and the daemon.
     pub store_dir: PathBuf,
+    /// Where sessions' snapshots live (none when the directory cannot be used).
+    pub snapshots: Option<Arc<crate::snapshots::SnapshotStore>>,
 }
 
 struct Entry {
@@ -97,6 +101,7 @@ pub struct Supervisor {
     waiting: WaitingRoom<Language, Submit>,
     stopping: bool,
     last_prune: Option<Instant>,
+    last_snapshot_prune: Option<Instant>,
     sweep_timer: Option<SpawnHandle>,
     /// Shared with the blocking pool, where its `/proc` reads run (off the actors' thread,
     /// which in the daemon is also the connections' thread).
@@ -129,6 +134,7 @@ impl Supervisor {
             waiting: WaitingRoom::default(),
             stopping: false,
             last_prune: None,
+            last_snapshot_prune: None,
             sweep_timer: None,
             sampler: Arc::default(),
             sample_timer: None,
@@ -149,6 +155,12 @@ impl Supervisor {
         } else {
             None
         };
+        // A throw-away session (a per-call request's) keeps no state beyond its request.
+        let snapshots = self
+            .base
+            .snapshots
+            .clone()
+            .filter(|_| !crate::host::is_throwaway(&submit.key.session));
         let session = Session::new(SessionSetup {
             key: submit.key.clone(),
             config: Arc::clone(&self.config),
@@ -159,6 +171,11 @@ impl Supervisor {
             pool: (language == Language::Python).then(|| ctx.address().recipient()),
             notice: self.evicted.remove(&submit.key),
             prestarted,
+            restore: snapshots.as_ref().is_some_and(|store| {
+                crate::snapshots::policy::restores_latest(self.config.snapshots.when)
+                    && store.has_latest(&submit.key)
+            }),
+            snapshots,
         });
         let addr = session.start();
         addr.do_send(RunCell(submit.job));
@@ -213,8 +230,12 @@ impl Supervisor {
                     None => tracing::info!(session = %key, "closing session"),
                 }
                 entry.closing = true;
+                let save = eviction
+                    .as_ref()
+                    .and_then(crate::snapshots::policy::save_for);
                 entry.addr.do_send(CloseSession {
                     eviction,
+                    save,
                     reply: None,
                 });
             }
@@ -232,5 +253,6 @@ impl Actor for Supervisor {
         // only makes the pool's own processes part of an orderly stop.
         self.refill_pool(ctx);
         self.prune_artifacts();
+        self.prune_snapshots();
     }
 }

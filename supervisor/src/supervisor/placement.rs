@@ -74,16 +74,22 @@ impl Handler<SessionEvent> for Supervisor {
                     self.arm_sampling(ctx);
                 }
             }
-            SessionEvent::Stopped { key, eviction } => {
+            SessionEvent::Stopped {
+                key,
+                eviction,
+                snapshot,
+            } => {
                 self.sessions.remove(&key);
-                if let Some(eviction) = eviction {
+                let notice =
+                    eviction.and_then(|e| crate::snapshots::policy::eviction_notice(&e, &snapshot));
+                if let Some(notice) = notice {
                     if self.evicted.len() >= EVICTED_MEMORY {
                         if let Some(oldest) = self.evicted_order.pop_front() {
                             self.evicted.remove(&oldest);
                         }
                     }
                     self.evicted_order.push_back(key.clone());
-                    self.evicted.insert(key, eviction.to_string());
+                    self.evicted.insert(key, notice);
                 }
             }
         }

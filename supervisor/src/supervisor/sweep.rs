@@ -1,4 +1,5 @@
-//! The sweep: sessions idle past `idle-timeout` are evicted, old spilled outputs pruned.
+//! The sweep: sessions idle past `idle-timeout` are evicted, old spilled outputs and old
+//! snapshots pruned.
 
 use super::messages::SweepTick;
 use super::Supervisor;
@@ -39,8 +40,36 @@ impl Supervisor {
         });
     }
 
+    /// Deletes snapshots past `snapshots.ttl`, then the oldest over `snapshots.max-total`,
+    /// at most once a minute.
+    pub(super) fn prune_snapshots(&mut self) {
+        let Some(store) = self.base.snapshots.clone() else {
+            return;
+        };
+        let ttl = self.config.snapshots.ttl;
+        if self
+            .last_snapshot_prune
+            .is_some_and(|at| at.elapsed() < ttl.min(Duration::from_secs(60)))
+        {
+            return;
+        }
+        self.last_snapshot_prune = Some(Instant::now());
+        let max_total = self.config.snapshots.max_total.as_u64();
+        actix::spawn(async move {
+            let pruned = tokio::task::spawn_blocking(move || {
+                crate::snapshots::prune::prune(store.root(), ttl, max_total)
+            })
+            .await
+            .unwrap_or(0);
+            if pruned > 0 {
+                tracing::info!(pruned, "deleted old snapshots");
+            }
+        });
+    }
+
     pub(super) fn sweep(&mut self) {
         self.prune_artifacts();
+        self.prune_snapshots();
         let idle_timeout = self.config.sessions.idle_timeout;
         if idle_timeout.is_zero() {
             return;

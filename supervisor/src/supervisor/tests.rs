@@ -26,20 +26,32 @@ fn fast_config() -> Config {
 
 /// A supervisor whose workers are fakes.
 #[derive(Clone)]
-struct Rig {
-    addr: Addr<Supervisor>,
-    fake: Arc<FakeLauncher>,
+pub(super) struct Rig {
+    pub(super) addr: Addr<Supervisor>,
+    pub(super) fake: Arc<FakeLauncher>,
     _dir: Arc<tempfile::TempDir>,
 }
 
 impl Rig {
     fn start(configure: impl FnOnce(&mut Config)) -> Rig {
+        Rig::start_with(false, configure)
+    }
+
+    /// A rig whose supervisor has a snapshot directory (`with_snapshots`).
+    pub(super) fn start_with(with_snapshots: bool, configure: impl FnOnce(&mut Config)) -> Rig {
         let dir = tempfile::tempdir().expect("tempdir");
+        let snapshots = with_snapshots.then(|| {
+            Arc::new(
+                crate::snapshots::SnapshotStore::open(&dir.path().join("snapshots"))
+                    .expect("snapshot directory"),
+            )
+        });
         let base = WorkerBase {
             programs: crate::spawn::WorkerPrograms::beside(PathBuf::from("/nonexistent/cellvisor")),
             run_dir: dir.path().to_path_buf(),
             artifacts: crate::artifacts::ArtifactStore::new(dir.path().join("artifacts"), u64::MAX),
             store_dir: dir.path().join("store"),
+            snapshots,
         };
         let mut config = fast_config();
         configure(&mut config);
@@ -53,7 +65,7 @@ impl Rig {
         }
     }
 
-    async fn run(&self, session: &str, code: &str, timeout: Option<f64>) -> CellReport {
+    pub(super) async fn run(&self, session: &str, code: &str, timeout: Option<f64>) -> CellReport {
         let (job, outcome, _requester) = crate::testing::job(Language::Python, code, timeout);
         let request = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
         let key = SessionKey {
@@ -74,7 +86,7 @@ impl Rig {
         outcome
     }
 
-    async fn control(&self, session: &str, action: ControlAction) -> usize {
+    pub(super) async fn control(&self, session: &str, action: ControlAction) -> usize {
         self.addr
             .send(Control {
                 session: session.into(),
@@ -85,11 +97,11 @@ impl Rig {
             .expect("supervisor alive")
     }
 
-    async fn status(&self) -> Vec<SessionStatus> {
+    pub(super) async fn status(&self) -> Vec<SessionStatus> {
         self.addr.send(Status).await.expect("supervisor alive")
     }
 
-    async fn row(&self, session: &str) -> Option<SessionStatus> {
+    pub(super) async fn row(&self, session: &str) -> Option<SessionStatus> {
         self.status()
             .await
             .into_iter()
@@ -104,7 +116,7 @@ impl Rig {
     }
 
     /// Polls `status` until `check` holds (for at most 2 s).
-    async fn until(&self, what: &str, check: impl Fn(&[SessionStatus]) -> bool) {
+    pub(super) async fn until(&self, what: &str, check: impl Fn(&[SessionStatus]) -> bool) {
         for _ in 0..400 {
             if check(&self.status().await) {
                 return;
@@ -114,7 +126,18 @@ impl Rig {
         panic!("never happened: {what}: {:#?}", self.status().await);
     }
 
-    async fn stop(self) {
+    /// The latest snapshot of Python session `session`, if there is one.
+    pub(super) fn latest_snapshot(&self, session: &str) -> Option<String> {
+        let path = self
+            ._dir
+            .path()
+            .join("snapshots")
+            .join(session)
+            .join("py/latest.snap");
+        std::fs::read_to_string(path).ok()
+    }
+
+    pub(super) async fn stop(self) {
         self.addr.send(ShutdownAll).await.expect("supervisor alive");
         for worker in self.fake.launched() {
             assert!(

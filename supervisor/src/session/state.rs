@@ -1,0 +1,399 @@
+//! A session's state tasks: saving its namespace before a planned stop or after a cell,
+//! restoring it on a fresh worker before the next cell, and a host's checkpoints and
+//! `names`. A task runs on the worker like a cell (one at a time, under
+//! `snapshots.timeout`); what it is for ([`StatePurpose`]) decides what happens when it ends.
+//! Which stops save is [`snapshots::policy`](crate::snapshots::policy)'s decision.
+
+use super::{CellJob, Session, Worker};
+use crate::cell::{CellSpec, CellStatus};
+use crate::session::CellReport;
+use crate::snapshots::policy::{self, SaveReason};
+use crate::state::StateLedger;
+use actix::prelude::*;
+use cellvisor_ipc::state::{LoadOrder, SaveOrder, StateRefusal, StateReport, StateTask};
+use std::sync::Arc;
+use std::time::SystemTime;
+use tokio::sync::{oneshot, watch};
+
+/// Ids of the session's own state tasks: far above any the host hands out.
+const OWN_TASK_IDS: u64 = 1 << 62;
+
+/// A state task and what it is for.
+pub struct StateJob {
+    /// The task; a host's is made from its [`HostAsk`] when it runs (the session knows its
+    /// files and its key).
+    task: Option<StateTask>,
+    pub(super) purpose: StatePurpose,
+    /// Keeps the job's requester alive for the session's own tasks (nobody else waits).
+    _requester: Option<watch::Sender<()>>,
+}
+
+impl StateJob {
+    /// A host's task: its report goes back on `report`.
+    pub fn for_host(ask: HostAsk, report: oneshot::Sender<StateReport>) -> StateJob {
+        StateJob {
+            task: None,
+            purpose: StatePurpose::Host { ask, report },
+            _requester: None,
+        }
+    }
+}
+
+/// What a host asks of a session's namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostAsk {
+    /// Save it as the checkpoint of this (checked) name.
+    Checkpoint(String),
+    /// Replace it with the checkpoint of this (checked) name.
+    Restore(String),
+    /// List its user names.
+    Names,
+}
+
+/// Why a state task runs.
+pub enum StatePurpose {
+    /// A host asked (`checkpoint`, `restore`, `names`).
+    Host {
+        ask: HostAsk,
+        report: oneshot::Sender<StateReport>,
+    },
+    /// The latest snapshot, restored on a fresh worker before the next cell.
+    Restore { cells_since: u64 },
+    /// Saved before the worker stops.
+    BeforeStop(AfterSave),
+    /// Saved after a successful cell (`every-cell`).
+    AfterCell,
+}
+
+/// What a save before a stop is followed by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterSave {
+    /// The session closes (an eviction, the daemon's stop).
+    Close,
+    /// The worker is replaced and the snapshot restored on the new one (memory recycle).
+    Recycle,
+}
+
+/// What became of the snapshot a closing session tried to save (for the next cell's notice).
+#[derive(Debug, Clone, PartialEq)]
+pub enum SnapshotFate {
+    /// None was tried (`never`, a host's close, a worker that was busy or gone).
+    NotTried,
+    /// It was written: the next cell restores it.
+    Saved,
+    /// It was not written, for this reason.
+    Refused(StateRefusal),
+}
+
+impl Session {
+    /// Saves the namespace before the planned stop `then`, if the configuration wants a
+    /// snapshot for `reason` and the worker is live and idle. True: the save runs, and the
+    /// stop follows when it ends.
+    pub(super) fn save_before_stop(
+        &mut self,
+        ctx: &mut Context<Self>,
+        reason: SaveReason,
+        then: AfterSave,
+    ) -> bool {
+        let idle = self.running.is_none() && matches!(self.worker, Worker::Ready { .. });
+        if !idle || self.snapshots.is_none() || !policy::saves(self.config.snapshots.when, reason) {
+            return false;
+        }
+        let Some(task) = self.save_task(reason, None) else {
+            return false;
+        };
+        self.run_own_task(ctx, task, StatePurpose::BeforeStop(then));
+        true
+    }
+
+    /// Whether a save before a planned stop is under way (the stop follows it).
+    pub(super) fn saving_before_stop(&self) -> bool {
+        self.running.as_ref().is_some_and(|r| {
+            matches!(
+                r.job.state.as_ref().map(|s| &s.purpose),
+                Some(StatePurpose::BeforeStop(_))
+            )
+        })
+    }
+
+    /// After a successful cell under `every-cell`: saves the namespace now, before the next
+    /// cell (which waits for it); the cell's result has gone already.
+    pub(super) fn save_after_cell(&mut self, ctx: &mut Context<Self>) {
+        if self.is_closing() || !policy::saves(self.config.snapshots.when, SaveReason::AfterCell) {
+            return;
+        }
+        if let Some(task) = self.save_task(SaveReason::AfterCell, None) {
+            self.run_own_task(ctx, task, StatePurpose::AfterCell);
+        }
+    }
+
+    /// Restores the latest snapshot before the next cell, if one is due. True: it runs.
+    pub(super) fn restore_if_due(&mut self, ctx: &mut Context<Self>) -> bool {
+        if !matches!(self.worker, Worker::Ready { .. }) || self.running.is_some() {
+            return false;
+        }
+        let (Some(cells_since), Some(store)) = (self.restore_due.take(), self.snapshots.clone())
+        else {
+            return false;
+        };
+        let task = StateTask::Load(LoadOrder {
+            path: store.latest(&self.key).display().to_string(),
+            key: store.session_key(&self.key),
+            replace: false,
+        });
+        self.run_own_task(ctx, task, StatePurpose::Restore { cells_since });
+        true
+    }
+
+    /// The order to save the namespace to the checkpoint `name`, or to the latest snapshot.
+    pub(crate) fn save_task(&self, reason: SaveReason, name: Option<&str>) -> Option<StateTask> {
+        let store = self.snapshots.as_ref()?;
+        if let Err(err) = store.prepare(&self.key) {
+            // The worker says why in its report, when it cannot write there either.
+            tracing::warn!(session = %self.key, "snapshot directory: {err}");
+        }
+        let path = match name {
+            Some(name) => store.checkpoint(&self.key, name),
+            None => store.latest(&self.key),
+        };
+        Some(StateTask::Save(SaveOrder {
+            path: path.display().to_string(),
+            key: store.session_key(&self.key),
+            max_bytes: self.config.snapshots.max_size.as_u64(),
+            taken_at: crate::snapshots::rfc3339(SystemTime::now()),
+            reason: reason.as_str().to_string(),
+        }))
+    }
+
+    fn run_own_task(&mut self, ctx: &mut Context<Self>, task: StateTask, purpose: StatePurpose) {
+        self.own_tasks += 1;
+        let (requester_alive, requester) = watch::channel(());
+        let job = CellJob {
+            cell_id: OWN_TASK_IDS + self.own_tasks,
+            index: 0,
+            spec: CellSpec {
+                language: self.key.language,
+                code: String::new(),
+                title: None,
+                timeout: None,
+                reset: false,
+                yield_time_ms: None,
+            },
+            cwd: None,
+            events: None,
+            tools: Arc::new([]),
+            tool_host: None,
+            max_output_bytes: None,
+            yield_time: None,
+            may_yield: false,
+            python: None,
+            sandbox: None,
+            requester,
+            reply: oneshot::channel().0,
+            state: Some(StateJob {
+                task: Some(task),
+                purpose,
+                _requester: Some(requester_alive),
+            }),
+        };
+        self.run_cell(ctx, job);
+    }
+
+    /// A state task ended with `report` (none if the worker sent none).
+    pub(super) fn state_task_done(
+        &mut self,
+        job: StateJob,
+        report: Option<StateReport>,
+        ctx: &mut Context<Self>,
+    ) {
+        let report = report.unwrap_or_else(|| {
+            StateReport::Refused(StateRefusal::Failed {
+                why: "the worker ended the task without a report".into(),
+            })
+        });
+        match job.purpose {
+            StatePurpose::Host { report: reply, .. } => {
+                if matches!(report, StateReport::Loaded { .. }) {
+                    self.cells_since_snapshot = 0;
+                }
+                let _ = reply.send(report);
+            }
+            StatePurpose::Restore { cells_since } => self.restored(report, cells_since),
+            StatePurpose::AfterCell => match report {
+                StateReport::Saved { .. } => self.cells_since_snapshot = 0,
+                StateReport::Refused(refusal) => {
+                    tracing::warn!(session = %self.key, "snapshot after cell not written: {}", policy::describe(&refusal));
+                }
+                _ => {}
+            },
+            StatePurpose::BeforeStop(then) => {
+                let fate = match report {
+                    StateReport::Saved { .. } => SnapshotFate::Saved,
+                    StateReport::Refused(refusal) => {
+                        tracing::warn!(session = %self.key, "snapshot before stop not written: {}", policy::describe(&refusal));
+                        SnapshotFate::Refused(refusal)
+                    }
+                    _ => SnapshotFate::NotTried,
+                };
+                self.stop_after_save(ctx, then, fate);
+            }
+        }
+    }
+
+    /// The worker ended while a state task ran on it: the task is over, without a report.
+    pub(super) fn state_task_lost(&mut self, job: StateJob, loss: &str) {
+        let refusal = StateRefusal::Failed {
+            why: format!("the worker ended during the task: {loss}"),
+        };
+        match job.purpose {
+            StatePurpose::Host { report, .. } => {
+                let _ = report.send(StateReport::Refused(refusal));
+            }
+            StatePurpose::Restore { .. } => {
+                // Never again from this snapshot: it may be what ends the worker.
+                self.add_notice(policy::restore_failed_notice(&refusal));
+            }
+            StatePurpose::AfterCell => {}
+            StatePurpose::BeforeStop(AfterSave::Close) => {
+                self.stop_fate = SnapshotFate::Refused(refusal);
+            }
+            StatePurpose::BeforeStop(AfterSave::Recycle) => {}
+        }
+    }
+
+    fn restored(&mut self, report: StateReport, cells_since: u64) {
+        match report {
+            StateReport::Loaded {
+                restored,
+                skipped,
+                meta,
+            } => {
+                self.cells_since_snapshot = 0;
+                let ledger = policy::ledger(restored, skipped, &meta, cells_since, None);
+                self.add_notice(policy::restored_notice(&ledger));
+                self.ledger = Some(ledger);
+                self.touch_latest();
+            }
+            StateReport::Refused(StateRefusal::Missing) => {}
+            StateReport::Refused(refusal) => {
+                tracing::warn!(session = %self.key, "snapshot not restored: {}", policy::describe(&refusal));
+                self.add_notice(policy::restore_failed_notice(&refusal));
+                if matches!(refusal, StateRefusal::Tampered { .. }) {
+                    // Refused once is refused for good: it must not be tried at every start.
+                    self.delete_latest();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn stop_after_save(&mut self, ctx: &mut Context<Self>, then: AfterSave, fate: SnapshotFate) {
+        match then {
+            AfterSave::Close => {
+                self.stop_fate = fate;
+                self.stop_worker(ctx);
+            }
+            AfterSave::Recycle => {
+                if fate == SnapshotFate::Saved {
+                    self.restore_due = Some(0);
+                }
+                self.after_stop.push(super::AfterStop::Restart);
+                self.stop_worker(ctx);
+            }
+        }
+    }
+
+    /// The task `job` sends its worker; `None` when the session has no snapshot directory.
+    pub(super) fn task_of(&self, job: &StateJob) -> Option<StateTask> {
+        if let Some(task) = &job.task {
+            return Some(task.clone());
+        }
+        let StatePurpose::Host { ask, .. } = &job.purpose else {
+            return None;
+        };
+        match ask {
+            HostAsk::Names => Some(StateTask::Names),
+            HostAsk::Checkpoint(name) => self.save_task(SaveReason::Checkpoint, Some(name)),
+            HostAsk::Restore(name) => {
+                let store = self.snapshots.as_ref()?;
+                Some(StateTask::Load(LoadOrder {
+                    path: store.checkpoint(&self.key, name).display().to_string(),
+                    key: store.session_key(&self.key),
+                    replace: true,
+                }))
+            }
+        }
+    }
+
+    /// A host's state task that cannot run (no snapshot directory): answered at once.
+    pub(super) fn refuse_state_job(&mut self, job: CellJob) {
+        let why = "snapshots are off: the snapshot directory could not be opened (see the \
+                   daemon's log and snapshots.dir)";
+        if let Some(StatePurpose::Host { report, .. }) = job.state.map(|s| s.purpose) {
+            let _ = report.send(StateReport::Refused(StateRefusal::Failed {
+                why: why.into(),
+            }));
+        }
+        let _ = job.reply.send(CellReport::error(why.into()));
+    }
+
+    /// The ledger for the next host cell: a restore just before it.
+    pub(super) fn take_ledger(&mut self) -> Option<StateLedger> {
+        self.ledger.take()
+    }
+
+    fn add_notice(&mut self, line: String) {
+        self.notice = Some(match self.notice.take() {
+            Some(earlier) => format!("{earlier}\n{line}"),
+            None => line,
+        });
+    }
+
+    /// A restored snapshot counts as used: the sweep's `ttl` runs from now.
+    fn touch_latest(&self) {
+        if let Some(store) = &self.snapshots {
+            let latest = store.latest(&self.key);
+            if let Ok(file) = std::fs::File::options().append(true).open(&latest) {
+                let _ = file.set_modified(SystemTime::now());
+            }
+        }
+    }
+
+    /// Deletes the latest snapshot: the namespace it held is gone on purpose (a reset, another
+    /// Python or sandbox), or it was refused.
+    pub(super) fn delete_latest(&mut self) {
+        self.restore_due = None;
+        if let Some(store) = &self.snapshots {
+            let latest = store.latest(&self.key);
+            if let Err(err) = std::fs::remove_file(&latest) {
+                if err.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(session = %self.key, "cannot delete {}: {err}", latest.display());
+                }
+            }
+        }
+    }
+
+    /// After a worker was lost: the next worker restores the latest snapshot, if there is
+    /// one. True: it will.
+    pub(super) fn restore_after_loss(&mut self) -> bool {
+        let due = self.snapshots.as_ref().is_some_and(|store| {
+            policy::restores_latest(self.config.snapshots.when) && store.has_latest(&self.key)
+        });
+        if due {
+            self.restore_due = Some(self.cells_since_snapshot);
+        }
+        due
+    }
+}
+
+/// A state task's report as the host's `reply` gets it (the report itself goes on the
+/// purpose's own channel).
+pub(super) fn task_report(outcome: &cellvisor_ipc::CellOutcome, output: String) -> CellReport {
+    let mut report = CellReport::error(output);
+    report.status = match outcome {
+        cellvisor_ipc::CellOutcome::Completed => CellStatus::Complete,
+        cellvisor_ipc::CellOutcome::Failed { .. } => CellStatus::Error,
+        cellvisor_ipc::CellOutcome::Interrupted => CellStatus::Cancelled,
+    };
+    report
+}
