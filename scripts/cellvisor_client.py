@@ -156,6 +156,8 @@ class Daemon:
             f.write(config_text)
         environment = {k: v for k, v in os.environ.items() if k not in ("CELLVISOR_SOCKET", "CELLVISOR_CONFIG")}
         environment["XDG_RUNTIME_DIR"] = self.run_dir
+        # Its sessions' snapshots stay with it: a later daemon never restores this one's.
+        environment["CELLVISOR_SNAPSHOTS__DIR"] = os.path.join(self.dir, "snapshots")
         if private_dirs:
             environment["XDG_STATE_HOME"] = os.path.join(self.dir, "state")
             environment["XDG_CONFIG_HOME"] = os.path.join(self.dir, "config")

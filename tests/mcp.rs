@@ -46,6 +46,7 @@ fn the_python_sdk_client_runs_cells_through_cellvisor_mcp() {
         .arg(env!("CARGO_BIN_EXE_cellvisor"))
         .env("CELLVISOR_TEST_PLOT", "1")
         .env("XDG_RUNTIME_DIR", world.runtime_dir())
+        .env("XDG_STATE_HOME", world.dir.path().join("state"))
         .env("CELLVISOR_CONFIG", world.config_path())
         .env_remove("CELLVISOR_SOCKET")
         .env_remove("VIRTUAL_ENV")

@@ -60,6 +60,8 @@ impl World {
         configure: impl FnOnce(&mut Config),
     ) -> Cellvisor {
         let mut config = short_intervals();
+        // Snapshots stay in the world, as the daemon's do (its XDG_STATE_HOME).
+        config.snapshots.dir = Some(self.dir.path().join("state/cellvisor/snapshots"));
         configure(&mut config);
         // The marker by which the world finds every process the supervisor starts.
         config.env.set.insert(
