@@ -17,10 +17,10 @@ pub enum StateTask {
     /// Run the cell's `code`.
     #[default]
     Code,
-    /// Write the namespace to a snapshot file.
-    Save(SaveOrder),
+    /// Write the namespace to a snapshot file (boxed: every cell's frame carries a task).
+    Save(Box<SaveOrder>),
     /// Read a snapshot file back into the namespace.
-    Load(LoadOrder),
+    Load(Box<LoadOrder>),
     /// List the namespace's user names.
     Names,
 }

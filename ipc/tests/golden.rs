@@ -159,18 +159,18 @@ fn to_worker_examples() -> Vec<ToWorker> {
             session_env: vec![("CELLVISOR_SESSION".into(), "notes".into())],
             task: Default::default(),
         }),
-        state_task(StateTask::Save(SaveOrder {
+        state_task(StateTask::Save(Box::new(SaveOrder {
             path: "/state/s/py/latest.snap".into(),
             key: vec![1, 2, 3],
             max_bytes: 1 << 28,
             taken_at: "2026-12-02T07:00:00Z".into(),
             reason: "idle eviction".into(),
-        })),
-        state_task(StateTask::Load(LoadOrder {
+        }))),
+        state_task(StateTask::Load(Box::new(LoadOrder {
             path: "/state/s/py/latest.snap".into(),
             key: vec![1, 2, 3],
             replace: true,
-        })),
+        }))),
         state_task(StateTask::Names),
         ToWorker::Interrupt { cell_id: 300 },
         ToWorker::Ping { seq: u64::MAX },

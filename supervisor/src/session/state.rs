@@ -136,11 +136,11 @@ impl Session {
         else {
             return false;
         };
-        let task = StateTask::Load(LoadOrder {
+        let task = StateTask::Load(Box::new(LoadOrder {
             path: store.latest(&self.key).display().to_string(),
             key: store.session_key(&self.key),
             replace: false,
-        });
+        }));
         self.run_own_task(ctx, task, StatePurpose::Restore { cells_since });
         true
     }
@@ -156,13 +156,13 @@ impl Session {
             Some(name) => store.checkpoint(&self.key, name),
             None => store.latest(&self.key),
         };
-        Some(StateTask::Save(SaveOrder {
+        Some(StateTask::Save(Box::new(SaveOrder {
             path: path.display().to_string(),
             key: store.session_key(&self.key),
             max_bytes: self.config.snapshots.max_size.as_u64(),
             taken_at: crate::snapshots::rfc3339(SystemTime::now()),
             reason: reason.as_str().to_string(),
-        }))
+        })))
     }
 
     fn run_own_task(&mut self, ctx: &mut Context<Self>, task: StateTask, purpose: StatePurpose) {
@@ -316,11 +316,11 @@ impl Session {
             HostAsk::Checkpoint(name) => self.save_task(SaveReason::Checkpoint, Some(name)),
             HostAsk::Restore(name) => {
                 let store = self.snapshots.as_ref()?;
-                Some(StateTask::Load(LoadOrder {
+                Some(StateTask::Load(Box::new(LoadOrder {
                     path: store.checkpoint(&self.key, name).display().to_string(),
                     key: store.session_key(&self.key),
                     replace: true,
-                }))
+                })))
             }
         }
     }
@@ -342,7 +342,7 @@ impl Session {
         self.ledger.take()
     }
 
-    fn add_notice(&mut self, line: String) {
+    pub(super) fn add_notice(&mut self, line: String) {
         self.notice = Some(match self.notice.take() {
             Some(earlier) => format!("{earlier}\n{line}"),
             None => line,

@@ -26,7 +26,22 @@ impl Handler<SessionEvent> for Reports {
 }
 
 fn start_session(fake: &Arc<FakeLauncher>, cap_mib: u64) -> (Addr<Session>, tempfile::TempDir) {
+    start_session_with(fake, cap_mib, false)
+}
+
+/// A session whose snapshots go to the temporary directory (`with_snapshots`).
+fn start_session_with(
+    fake: &Arc<FakeLauncher>,
+    cap_mib: u64,
+    with_snapshots: bool,
+) -> (Addr<Session>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
+    let snapshots = with_snapshots.then(|| {
+        Arc::new(
+            crate::snapshots::SnapshotStore::open(&dir.path().join("snapshots"))
+                .expect("snapshot directory"),
+        )
+    });
     let mut config = Config::default();
     config.sessions.heartbeat_interval = Duration::from_millis(20);
     config.sessions.heartbeat_timeout = Duration::from_secs(5);
@@ -57,7 +72,7 @@ fn start_session(fake: &Arc<FakeLauncher>, cap_mib: u64) -> (Addr<Session>, temp
         notice: None,
         prestarted: None,
         pool: None,
-        snapshots: None,
+        snapshots,
         restore: false,
     });
     (session.start(), dir)
@@ -234,4 +249,33 @@ async fn a_background_cell_is_waited_on_terminated_and_its_loss_kept_for_collect
         observation::Refusal::Unknown,
         "handed out once"
     );
+}
+
+#[actix_rt::test]
+async fn an_idle_worker_over_the_cap_is_saved_replaced_and_restored() {
+    let fake = FakeLauncher::new();
+    let (session, _dir) = start_session_with(&fake, 100, true);
+    run(&session, "ok:1").await;
+    let first = pid(&session).await.expect("a worker");
+    session.do_send(MemoryTick {
+        pid: first,
+        rss: 150 << 20,
+    });
+    until_pid_changes(&session, first).await;
+    let next = run(&session, "ok:2").await;
+    let ledger = next.state.expect("restored on the new worker");
+    assert_eq!(ledger.from.reason, "memory recycle");
+    let notice = next.notice.unwrap_or_default();
+    assert!(notice.contains("its state was saved first"), "{notice}");
+    assert!(
+        notice.contains("state restored from the snapshot"),
+        "{notice}"
+    );
+    // A planned replacement: the restart budget is untouched.
+    assert_eq!(session.send(QueryStatus).await.expect("alive").restarts, 0);
+    session.do_send(CloseSession {
+        eviction: None,
+        save: None,
+        reply: None,
+    });
 }

@@ -162,7 +162,12 @@ impl Handler<MemoryTick> for Session {
             return;
         }
         // An idle worker keeps its state across the recycle; a busy one is killed.
-        if !self.save_before_stop(ctx, SaveReason::MemoryRecycle, AfterSave::Recycle) {
+        if self.save_before_stop(ctx, SaveReason::MemoryRecycle, AfterSave::Recycle) {
+            let reason = KillReason::OverMemory { rss, cap };
+            self.add_notice(format!(
+                "the worker was replaced: it {reason}; its state was saved first"
+            ));
+        } else {
             self.kill_worker(KillReason::OverMemory { rss, cap });
         }
     }

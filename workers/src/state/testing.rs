@@ -28,13 +28,13 @@ pub(crate) fn run_task<E: Engine>(engine: &mut E, task: StateTask) -> (CellOutco
 pub(crate) fn save<E: Engine>(engine: &mut E, path: &Path, max_bytes: u64) -> StateReport {
     run_task(
         engine,
-        StateTask::Save(SaveOrder {
+        StateTask::Save(Box::new(SaveOrder {
             path: path.display().to_string(),
             key: TEST_KEY.to_vec(),
             max_bytes,
             taken_at: "2026-12-02T07:00:00Z".into(),
             reason: "test".into(),
-        }),
+        })),
     )
     .1
 }
@@ -43,11 +43,11 @@ pub(crate) fn save<E: Engine>(engine: &mut E, path: &Path, max_bytes: u64) -> St
 pub(crate) fn load<E: Engine>(engine: &mut E, path: &Path, replace: bool) -> StateReport {
     run_task(
         engine,
-        StateTask::Load(LoadOrder {
+        StateTask::Load(Box::new(LoadOrder {
             path: path.display().to_string(),
             key: TEST_KEY.to_vec(),
             replace,
-        }),
+        })),
     )
     .1
 }
