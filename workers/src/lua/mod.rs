@@ -22,14 +22,23 @@
 //! `tools.tool_search`) are in `code_mode.lua`. Lua's own `load` stays reachable as
 //! `lua_load`; `exit()` and `os.exit(status)` end the cell, never the worker (see
 //! `interrupt`).
+//!
+//! Snapshots of the user's globals (values, tables, functions as bytecode with their
+//! upvalues) are in `state`.
 
 mod host_table;
 mod interrupt;
 mod json;
+mod state;
+#[cfg(test)]
+mod state_tests;
 #[cfg(test)]
 mod tests;
 
-use crate::runtime::{Engine, Interrupt, Outbox, WorkerContext, WorkerError};
+use crate::runtime::{
+    Engine, Interrupt, LoadedState, Outbox, SavedState, StateError, WorkerContext, WorkerError,
+};
+use cellvisor_ipc::state::NameInfo;
 use cellvisor_ipc::{
     env, CellOutcome, ExecuteCell, Language, OutputStream, ToolInfo, MAX_FRAME_BYTES,
 };
@@ -38,6 +47,7 @@ use mlua::{
     ChunkMode, Function, Lua, LuaOptions, MultiValue, StdLib, Table, Thread, ThreadStatus, Value,
 };
 use serde_json::{Map, Value as Json};
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -83,6 +93,8 @@ pub struct LuaEngine {
     memory_limit: Option<usize>,
     /// Numbers the chunks (`cell[3]`) so tracebacks say which cell a function came from.
     cells_run: u64,
+    /// The namespace as the worker started: what snapshots leave out.
+    baseline: state::Baseline,
 }
 
 impl LuaEngine {
@@ -137,6 +149,7 @@ impl LuaEngine {
             .call::<()>(&host)
             .map_err(startup)?;
         install_exit(&lua).map_err(startup)?;
+        let baseline = state::Baseline::capture(&lua).map_err(startup)?;
         // Without a limit, an allocation the OS refuses aborts the worker; under a limit it is
         // a Lua "not enough memory" error the cell can catch.
         lua.set_memory_limit(memory_limit.unwrap_or_else(default_heap_limit))
@@ -150,6 +163,7 @@ impl LuaEngine {
             std_handles,
             memory_limit,
             cells_run: 0,
+            baseline,
         })
     }
 
@@ -356,6 +370,30 @@ impl Engine for LuaEngine {
         self.hook.disarm();
         *lock(&self.sink) = None;
         Ok(outcome)
+    }
+
+    fn save_state(
+        &mut self,
+        payload: &Path,
+        max_bytes: u64,
+        interrupt: &Interrupt,
+    ) -> Result<SavedState, StateError> {
+        self.baseline.save(&self.lua, payload, max_bytes, interrupt)
+    }
+
+    fn load_state(
+        &mut self,
+        payload: &Path,
+        len: u64,
+        replace: bool,
+        interrupt: &Interrupt,
+    ) -> Result<LoadedState, StateError> {
+        self.baseline
+            .load(&self.lua, payload, len, replace, interrupt)
+    }
+
+    fn list_names(&mut self, interrupt: &Interrupt) -> Result<Vec<NameInfo>, StateError> {
+        self.baseline.names(&self.lua, interrupt)
     }
 }
 

@@ -13,7 +13,7 @@ struct Ran {
     displays: Vec<Json>,
 }
 
-fn engine() -> LuaEngine {
+pub(super) fn engine() -> LuaEngine {
     LuaEngine::with_memory_limit(None).expect("engine starts")
 }
 
@@ -68,7 +68,7 @@ fn run(engine: &mut LuaEngine, code: &str) -> Ran {
     run_with(engine, code, &Interrupt::default())
 }
 
-fn completed(engine: &mut LuaEngine, code: &str) -> String {
+pub(super) fn completed(engine: &mut LuaEngine, code: &str) -> String {
     let ran = run(engine, code);
     assert_eq!(ran.outcome, CellOutcome::Completed, "{code}: {ran:?}");
     ran.stdout
