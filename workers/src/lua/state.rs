@@ -33,8 +33,9 @@ use std::path::Path;
 const MAGIC: &[u8] = b"cellvisor lua state 1\n";
 
 /// Tables and functions nested deeper than this are not saved (and not read): the encoder
-/// and decoder recurse, and a worker's stack is finite.
-const MAX_DEPTH: usize = 1000;
+/// and decoder recurse through mlua, a few KiB of stack a level in a debug build, and a
+/// test thread has 2 MiB.
+const MAX_DEPTH: usize = 250;
 
 /// Globals the worker itself sets before each cell: never the user's.
 const WORKER_GLOBALS: &[&str] = &["ALL_TOOLS"];
@@ -56,6 +57,9 @@ mod tag {
     pub(super) const UPVALUE_OWN: u8 = 0;
     pub(super) const UPVALUE_SHARED: u8 = 1;
 }
+
+/// A global: its name (bytes, as Lua allows) and value.
+type NamedValue = (Vec<u8>, Value);
 
 /// What the worker's namespace held once it had started: what is not the user's.
 pub(super) struct Baseline {
@@ -192,7 +196,7 @@ impl Baseline {
     }
 
     /// The user's globals, sorted by name, and the ones under keys that are not strings.
-    fn user_globals(&self, lua: &Lua) -> mlua::Result<(Vec<(Vec<u8>, Value)>, Vec<Value>)> {
+    fn user_globals(&self, lua: &Lua) -> mlua::Result<(Vec<NamedValue>, Vec<Value>)> {
         let mut names = Vec::new();
         let mut other_keys = Vec::new();
         lua.globals().for_each(|key: Value, value: Value| {
@@ -337,6 +341,14 @@ impl Baseline {
         Ok(state)
     }
 
+    /// How a snapshot keeps `value`, where that is worth saying.
+    fn how_kept(&self, value: &Value) -> Option<String> {
+        if let Some(path) = self.builtins.path_of(value.to_pointer() as usize) {
+            return Some(format!("as a reference to the worker's own `{path}`"));
+        }
+        matches!(value, Value::Function(_)).then(|| "as bytecode, with its upvalues".to_string())
+    }
+
     /// The user's globals, each with its type, its size in a snapshot and whether one keeps it.
     pub(super) fn names(
         &self,
@@ -348,11 +360,7 @@ impl Baseline {
         for (name, value) in names {
             let mut encoder = Encoder::new(&self.builtins, &self.debug, interrupt);
             let (size_bytes, saveable, note) = match encoder.global(&name, &value) {
-                Ok(()) => {
-                    let note = matches!(value, Value::Function(_))
-                        .then(|| "as bytecode, with its upvalues".to_string());
-                    (Some(encoder.buf.len() as u64), true, note)
-                }
+                Ok(()) => (Some(encoder.buf.len() as u64), true, self.how_kept(&value)),
                 Err(EncodeError::Unsaveable { why, path }) => {
                     (None, false, Some(EncodeError::reason(&why, &path)))
                 }

@@ -349,7 +349,7 @@ fn names_say_kind_size_and_whether_kept() {
     completed(
         &mut lua,
         "count = 3; label = 'abc'; list = { 1, 2, 3 }; function f() end; \
-         co = coroutine.create(f)",
+         co = coroutine.create(f); say = print",
     );
     let names = match run_task(&mut lua, StateTask::Names) {
         (CellOutcome::Completed, StateReport::Names(names)) => names,
@@ -368,6 +368,10 @@ fn names_say_kind_size_and_whether_kept() {
     assert_eq!(
         info("f").note.as_deref(),
         Some("as bytecode, with its upvalues")
+    );
+    assert_eq!(
+        info("say").note.as_deref(),
+        Some("as a reference to the worker's own `print`")
     );
     assert!(info("list").size_bytes.is_some_and(|size| size > 3));
     assert!(info("list").saveable && info("label").saveable);
@@ -410,5 +414,33 @@ fn a_million_entries_save_and_load_quickly() {
     assert_eq!(
         completed(&mut after, "return #big, big[1000000], keyed.k1000000"),
         "1000000\t2000000\t1000000.5\n"
+    );
+}
+
+#[test]
+fn deep_nesting_is_kept_up_to_a_bound_and_skipped_past_it() {
+    let mut before = engine();
+    completed(
+        &mut before,
+        "local function chain(n) local head = {} local node = head \
+           for _ = 1, n do node.next = {} node = node.next end return head end \
+         deep = chain(240); too_deep = chain(5000)",
+    );
+    let (mut after, restored, skipped) = carry_over(&mut before);
+    assert_eq!(restored, ["deep"]);
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert_eq!(skipped[0].name, "too_deep");
+    assert!(
+        skipped[0]
+            .why
+            .starts_with("tables and functions nested this deeply cannot be saved"),
+        "{skipped:?}"
+    );
+    assert_eq!(
+        completed(
+            &mut after,
+            "local n, node = 0, deep while node.next do n = n + 1 node = node.next end return n"
+        ),
+        "240\n"
     );
 }

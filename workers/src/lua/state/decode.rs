@@ -102,7 +102,7 @@ impl<'a> Decoder<'a> {
 
     fn value(&mut self, depth: usize) -> Result<Value, DecodeError> {
         self.steps = self.steps.wrapping_add(1);
-        if self.steps % INTERRUPT_CHECK_EVERY == 0 && self.interrupt.is_raised() {
+        if self.steps.is_multiple_of(INTERRUPT_CHECK_EVERY) && self.interrupt.is_raised() {
             return Err(DecodeError::Interrupted);
         }
         if depth > MAX_DEPTH {

@@ -140,7 +140,7 @@ impl<'a> Encoder<'a> {
 
     fn value(&mut self, value: &Value, depth: usize) -> Result<(), EncodeError> {
         self.steps = self.steps.wrapping_add(1);
-        if self.steps % INTERRUPT_CHECK_EVERY == 0 && self.interrupt.is_raised() {
+        if self.steps.is_multiple_of(INTERRUPT_CHECK_EVERY) && self.interrupt.is_raised() {
             return Err(EncodeError::Interrupted);
         }
         match value {
