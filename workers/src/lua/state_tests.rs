@@ -39,6 +39,14 @@ fn raw_payload(from: &mut LuaEngine, path: &Path) -> u64 {
     std::fs::metadata(path).expect("payload written").len()
 }
 
+/// What the `names` task lists for `engine`.
+fn listed_names(engine: &mut LuaEngine) -> Vec<NameInfo> {
+    match run_task(engine, StateTask::Names) {
+        (CellOutcome::Completed, StateReport::Names(names)) => names,
+        other => panic!("expected names, got {other:?}"),
+    }
+}
+
 #[test]
 fn every_value_kind_comes_back_as_it_was() {
     let mut before = engine();
@@ -216,10 +224,7 @@ fn unsaveable_values_are_skipped_with_where_and_why() {
 fn prelude_names_are_not_the_users_unless_changed() {
     let mut lua = engine();
     completed(&mut lua, "x = 1; function tostring(v) return 'mine' end");
-    let names = match run_task(&mut lua, StateTask::Names) {
-        (CellOutcome::Completed, StateReport::Names(names)) => names,
-        other => panic!("expected names, got {other:?}"),
-    };
+    let names = listed_names(&mut lua);
     let listed: Vec<&str> = names.iter().map(|info| info.name.as_str()).collect();
     assert_eq!(listed, ["tostring", "x"]);
 }
@@ -351,10 +356,7 @@ fn names_say_kind_size_and_whether_kept() {
         "count = 3; label = 'abc'; list = { 1, 2, 3 }; function f() end; \
          co = coroutine.create(f); say = print",
     );
-    let names = match run_task(&mut lua, StateTask::Names) {
-        (CellOutcome::Completed, StateReport::Names(names)) => names,
-        other => panic!("expected names, got {other:?}"),
-    };
+    let names = listed_names(&mut lua);
     let info = |name: &str| -> &NameInfo {
         names
             .iter()
@@ -443,4 +445,65 @@ fn deep_nesting_is_kept_up_to_a_bound_and_skipped_past_it() {
         ),
         "240\n"
     );
+}
+
+#[test]
+fn an_upvalue_shared_with_a_function_inside_another_upvalue_stays_shared() {
+    let mut before = engine();
+    completed(
+        &mut before,
+        "do local holder, n = {}, 5 \
+           outer = function() return holder, n end \
+           holder.inner = function() n = n + 1 return n end end",
+    );
+    let (mut after, _, skipped) = carry_over(&mut before);
+    assert!(skipped.is_empty(), "{skipped:?}");
+    assert_eq!(
+        completed(
+            &mut after,
+            "local holder = outer() holder.inner() return select(2, outer())"
+        ),
+        "6\n"
+    );
+}
+
+#[test]
+fn globals_under_keys_that_are_not_strings_are_skipped() {
+    let mut before = engine();
+    completed(&mut before, "_G[1] = 'one'; named = 2");
+    let (_, restored, skipped) = carry_over(&mut before);
+    assert_eq!(restored, ["named"]);
+    assert_eq!(
+        skipped,
+        [SkippedName {
+            name: "_G[1]".into(),
+            why: "only globals named by strings are saved".into(),
+        }]
+    );
+}
+
+#[test]
+fn an_interrupt_stops_a_save_and_a_load() {
+    let mut lua = engine();
+    completed(&mut lua, "big = {} for i = 1, 100000 do big[i] = i end");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("payload");
+    let len = raw_payload(&mut lua, &path);
+    let interrupt = Interrupt::default();
+    interrupt
+        .flag()
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let other = dir.path().join("other");
+    std::fs::write(&other, b"").expect("empty payload file");
+    let saved = lua.save_state(&other, NO_CAP, &interrupt);
+    assert!(
+        matches!(&saved, Err(StateError::Failed(why)) if why == "interrupted"),
+        "{saved:?}"
+    );
+    let loaded = lua.load_state(&path, len, true, &interrupt);
+    assert!(
+        matches!(&loaded, Err(StateError::Failed(why)) if why == "interrupted"),
+        "{loaded:?}"
+    );
+    assert_eq!(completed(&mut lua, "#big"), "100000\n");
 }
