@@ -7,7 +7,7 @@
 //!
 //! The payload (written in Rust over mlua values, fast for big tables) is `MAGIC`, then one
 //! record per global (`GLOBAL`, the name, its value) and `END`. A value is a tag and its data:
-//! integers and floats apart (8 bytes each), strings by length (binary-safe), a table by its
+//! integers (zigzag LEB128) and floats (8 bytes) apart, strings by length (binary-safe), a table by its
 //! size hints, its entries (key, value, ..., `NIL`) and its metatable (or `NIL`), a Lua
 //! function by its `string.dump` bytecode and each upvalue (its value, or the (function id,
 //! index) it shares), a table or function met again by `REF` and its id, and a value the

@@ -54,6 +54,7 @@ fn every_value_kind_comes_back_as_it_was() {
         &mut before,
         r#"
         answer = 41
+        extremes = { math.mininteger, math.maxinteger, -1, 0, -0.0, 1e300 }
         ratio = 2.0
         huge = math.huge
         bytes = "a\0b\255\n"
@@ -77,11 +78,14 @@ fn every_value_kind_comes_back_as_it_was() {
         end
         return math.type(answer), answer + 1, math.type(ratio), ratio, huge == math.huge,
           bytes == "a\0b\255\n", #bytes, yes, no, #mixed, mixed.name, mixed[true], mixed[2.5],
-          mixed[-7], table_keys, nested.inner.deeper[1]
+          mixed[-7], table_keys, nested.inner.deeper[1],
+          extremes[1] == math.mininteger, extremes[2] == math.maxinteger, extremes[3],
+          math.type(extremes[4]), 1 / extremes[5], extremes[6]
     "#;
     assert_eq!(
         completed(&mut after, probe),
-        "integer\t42\tfloat\t2.0\ttrue\ttrue\t5\ttrue\tfalse\t3\tn\tt\tf\tneg\t1\tleaf\n"
+        "integer\t42\tfloat\t2.0\ttrue\ttrue\t5\ttrue\tfalse\t3\tn\tt\tf\tneg\t1\tleaf\t\
+         true\ttrue\t-1\tinteger\t-inf\t1e+300\n"
     );
 }
 

@@ -112,7 +112,10 @@ impl<'a> Decoder<'a> {
             tag::NIL => Value::Nil,
             tag::FALSE => Value::Boolean(false),
             tag::TRUE => Value::Boolean(true),
-            tag::INTEGER => Value::Integer(i64::from_le_bytes(self.array()?)),
+            tag::INTEGER => {
+                let zigzag = self.varint()?;
+                Value::Integer((zigzag >> 1) as i64 ^ -((zigzag & 1) as i64))
+            }
             tag::FLOAT => Value::Number(f64::from_bits(u64::from_le_bytes(self.array()?))),
             tag::STRING => {
                 let bytes = self.counted_bytes()?;

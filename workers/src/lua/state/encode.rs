@@ -149,7 +149,8 @@ impl<'a> Encoder<'a> {
             Value::Boolean(true) => self.buf.push(tag::TRUE),
             Value::Integer(integer) => {
                 self.buf.push(tag::INTEGER);
-                self.buf.extend_from_slice(&integer.to_le_bytes());
+                // Zigzag, so small negative integers are short too.
+                varint(&mut self.buf, ((integer << 1) ^ (integer >> 63)) as u64);
             }
             Value::Number(float) => {
                 self.buf.push(tag::FLOAT);
