@@ -1,21 +1,14 @@
 //! Tests of the JavaScript worker's snapshots, through the real engine and the runtime's
 //! state tasks: what is saved, what comes back into a fresh engine, what is skipped and why.
-use super::tests::{engine, run};
+use super::tests::{engine, stdout_of};
 use super::JsEngine;
 use crate::runtime::Engine;
 use crate::state::testing::{load, run_task, save};
 use cellvisor_ipc::state::{NameInfo, SkippedName, StateRefusal, StateReport, StateTask};
-use cellvisor_ipc::CellOutcome;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 const MAX: u64 = 256 << 20;
-
-fn stdout_of(js: &mut JsEngine, code: &str) -> String {
-    let ran = run(js, code);
-    assert_eq!(ran.outcome, CellOutcome::Completed, "{code}: {ran:?}");
-    ran.stdout
-}
 
 fn snapshot_path(dir: &tempfile::TempDir) -> PathBuf {
     dir.path().join("snaps").join("js.snapshot")
