@@ -20,6 +20,7 @@
 //! - `event_loop`: the cell's loop, its timers and its tool calls in flight.
 //! - `report`: thrown values, unhandled rejections and an exhausted heap, told on stderr.
 //! - `redeclare`, `modules`, `node`: the cell's rewriting, ES modules, Node-style globals.
+//! - `state`: snapshots of the user's globals (`state.js` encodes and decodes them).
 //!
 //! What cells see:
 //! - `console.*`, `print`, `display(value)`; the cell's value (trailing expression or
@@ -58,11 +59,17 @@ mod prelude;
 mod redeclare;
 mod report;
 mod running_cell;
+mod state;
+#[cfg(test)]
+mod state_tests;
 #[cfg(test)]
 mod tests;
 
 use crate::helpers::HostDirs;
-use crate::runtime::{Engine, Interrupt, Outbox, WorkerContext, WorkerError};
+use crate::runtime::{
+    Engine, Interrupt, LoadedState, Outbox, SavedState, StateError, WorkerContext, WorkerError,
+};
+use cellvisor_ipc::state::NameInfo;
 use cellvisor_ipc::{env, CellOutcome, ExecuteCell, Language};
 use modules::{CellLoader, CellResolver, SharedModuleState};
 use prelude::{install_prelude, Hooks, LiveHooks};
@@ -71,6 +78,7 @@ use rquickjs::context::EvalOptions;
 use rquickjs::convert::List;
 use rquickjs::{qjs, Context, Ctx, Promise, Runtime, Value};
 use running_cell::RunningCell;
+use std::path::Path;
 use std::rc::Rc;
 
 /// Room left between QuickJS's stack limit and the thread's real one, so QuickJS reports a
@@ -84,11 +92,16 @@ pub struct JsEngine {
     /// The prelude's hooks. Declared first: they must be dropped before the runtime, which
     /// aborts if a value outlives it.
     hooks: Hooks,
+    /// `state.js`'s functions, once a state task ran (dropped before the runtime too).
+    state_script: state::StateScript,
+    /// The globals the context had once the prelude was installed: not the user's.
+    host_names: Vec<String>,
     context: Context,
     runtime: Runtime,
     cell: Rc<RunningCell>,
     modules: SharedModuleState,
     memory_limit: Option<usize>,
+    dirs: Rc<HostDirs>,
 }
 
 /// How a cell's evaluation ended, before it is reported.
@@ -160,20 +173,32 @@ impl JsEngine {
             },
             CellLoader,
         );
-        let context =
-            Context::full(&runtime).map_err(engine_error("cannot create the QuickJS context"))?;
         let dirs = Rc::new(dirs);
-        let hooks = context
-            .with(|ctx| install_prelude(&ctx, &cell, &dirs))
-            .map_err(engine_error("cannot install the JavaScript prelude"))?;
+        let (context, hooks, host_names) = new_context(&runtime, &cell, &dirs)?;
         Ok(JsEngine {
             hooks,
+            state_script: None,
+            host_names,
             context,
             runtime,
             cell,
             modules,
             memory_limit,
+            dirs,
         })
+    }
+
+    /// Replaces the context by a new one with only the prelude's globals (what a restore
+    /// that replaces the namespace starts from: globals made by `var` cannot be deleted).
+    fn fresh_context(&mut self) -> Result<(), WorkerError> {
+        let (context, hooks, host_names) = new_context(&self.runtime, &self.cell, &self.dirs)?;
+        // The old context's values go before the old context itself.
+        self.state_script = None;
+        self.hooks = hooks;
+        self.host_names = host_names;
+        self.context = context;
+        self.runtime.run_gc();
+        Ok(())
     }
 
     fn run_cell(&self, ctx: &Ctx<'_>, cell: &ExecuteCell, source: &str) -> CellOutcome {
@@ -269,6 +294,46 @@ impl Engine for JsEngine {
         }
         Ok(outcome)
     }
+
+    fn save_state(
+        &mut self,
+        payload: &Path,
+        max_bytes: u64,
+        interrupt: &Interrupt,
+    ) -> Result<SavedState, StateError> {
+        state::save(self, payload, max_bytes, interrupt)
+    }
+
+    fn load_state(
+        &mut self,
+        payload: &Path,
+        len: u64,
+        replace: bool,
+        interrupt: &Interrupt,
+    ) -> Result<LoadedState, StateError> {
+        state::load(self, payload, len, replace, interrupt)
+    }
+
+    fn list_names(&mut self, interrupt: &Interrupt) -> Result<Vec<NameInfo>, StateError> {
+        state::list_names(self, interrupt)
+    }
+}
+
+/// A context with the prelude installed, its hooks and its global names.
+fn new_context(
+    runtime: &Runtime,
+    cell: &Rc<RunningCell>,
+    dirs: &Rc<HostDirs>,
+) -> Result<(Context, Hooks, Vec<String>), WorkerError> {
+    let context =
+        Context::full(runtime).map_err(engine_error("cannot create the QuickJS context"))?;
+    let (hooks, host_names) = context
+        .with(|ctx| {
+            let hooks = install_prelude(&ctx, cell, dirs)?;
+            Ok::<_, rquickjs::Error>((hooks, state::host_names(&ctx)?))
+        })
+        .map_err(engine_error("cannot install the JavaScript prelude"))?;
+    Ok((context, hooks, host_names))
 }
 
 /// The version of the QuickJS-ng library linked in.

@@ -141,7 +141,7 @@ pub(super) fn engine() -> JsEngine {
     JsEngine::with_limits(None, None).expect("engine starts")
 }
 
-fn stdout_of(engine: &mut JsEngine, code: &str) -> String {
+pub(super) fn stdout_of(engine: &mut JsEngine, code: &str) -> String {
     let ran = run(engine, code);
     assert_eq!(ran.outcome, CellOutcome::Completed, "{code}: {ran:?}");
     ran.stdout
