@@ -43,6 +43,8 @@ RESULT_NAME = "__cellvisor_result__"
 # this many cells and bytes (the newest cell is always kept, whatever its size).
 KEPT_CELL_SOURCES = 200
 KEPT_CELL_SOURCE_BYTES = 4 << 20
+# Commands that save, restore or list the cells' names rather than run a cell.
+STATE_TASKS = ("snapshot", "restore", "names")
 
 
 class StdinNotImplementedError(NotImplementedError):
@@ -473,6 +475,37 @@ def _execute(cell_id, source, namespace):
     return outcome
 
 
+def _state_task(task_id, command, namespace, marker_fd, token):
+    """Saves, restores or lists the cells' names (the `cellvisor_state` module, imported on
+    the first task); answers with a `state` event carrying the report, then the marker and
+    the `done` event a cell ends with. An interrupt stops it as it stops a cell."""
+    _restore_std_streams(marker_fd)
+    _state.cell_id, _state.events = task_id, 0
+    status, report = "ok", None
+    try:
+        try:
+            _state.running = True
+            if _state.early_interrupt:
+                _state.early_interrupt = False
+                raise KeyboardInterrupt
+            with _Uninterruptible():
+                module = _import_beside("cellvisor_state")
+            report = module.run(command, namespace)
+        finally:
+            _state.running = False
+            _state.claimed = False
+    except KeyboardInterrupt:
+        status = "interrupted"
+    except Exception as error:  # the state module's own failure: said, and we go on
+        report = {"failed": _summary(error)}
+    _state.early_interrupt = False
+    _state.deferred_interrupt = False
+    if report is not None:
+        _send_event({"type": "state", "id": task_id, "report": report})
+    marker = _sync(task_id, marker_fd, token)
+    _send_event({"type": "done", "id": task_id, "status": status, "marker": marker})
+
+
 def _sync(cell_id, marker_fd, token, status=None):
     """Flushes the cell's output and writes the marker the shim waits for, so the cell's
     output is all relayed before its done event. With `status` the marker is the done event
@@ -617,6 +650,9 @@ def main():
                 return
             try:
                 command = json.loads(line)
+                if command.get("type") in STATE_TASKS:
+                    _state_task(int(command["id"]), command, namespace, marker_fd, token)
+                    continue
                 if command.get("type", "execute") != "execute":
                     raise ValueError("not a cell")  # a late answer to an abandoned tool call
                 cell_id, source = int(command["id"]), str(command["code"])
