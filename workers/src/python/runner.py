@@ -454,7 +454,9 @@ def _restore_std_streams(pipe_fd):
             setattr(sys, "__%s__" % name, fresh)
 
 
-def _execute(cell_id, source, namespace):
+def _execute(cell_id, work):
+    """Runs `work()` as cell (or state task) `cell_id`, where SIGINT raises
+    KeyboardInterrupt; returns its (status, detail), ("interrupted", None) if interrupted."""
     _state.cell_id = cell_id
     outcome = ("interrupted", None)
     try:
@@ -463,7 +465,7 @@ def _execute(cell_id, source, namespace):
             if _state.early_interrupt:
                 _state.early_interrupt = False
                 raise KeyboardInterrupt
-            outcome = _run_cell(cell_id, source, namespace)
+            outcome = work()
         finally:
             _state.running = False
             _state.claimed = False
@@ -475,31 +477,24 @@ def _execute(cell_id, source, namespace):
     return outcome
 
 
-def _state_task(task_id, command, namespace, marker_fd, token):
-    """Saves, restores or lists the cells' names (the `cellvisor_state` module, imported on
-    the first task); answers with a `state` event carrying the report, then the marker and
-    the `done` event a cell ends with. An interrupt stops it as it stops a cell."""
-    _restore_std_streams(marker_fd)
-    _state.cell_id, _state.events = task_id, 0
-    status, report = "ok", None
+def _state_report(command, namespace):
+    """("ok", report) of a state task, by the `cellvisor_state` module (imported on the
+    first task); a failure of the module itself is reported, and the runner goes on."""
     try:
-        try:
-            _state.running = True
-            if _state.early_interrupt:
-                _state.early_interrupt = False
-                raise KeyboardInterrupt
-            with _Uninterruptible():
-                module = _import_beside("cellvisor_state")
-            report = module.run(command, namespace)
-        finally:
-            _state.running = False
-            _state.claimed = False
-    except KeyboardInterrupt:
-        status = "interrupted"
-    except Exception as error:  # the state module's own failure: said, and we go on
-        report = {"failed": _summary(error)}
-    _state.early_interrupt = False
-    _state.deferred_interrupt = False
+        with _Uninterruptible():
+            module = _import_beside("cellvisor_state")
+        return "ok", module.run(command, namespace)
+    except Exception as error:
+        return "ok", {"failed": _summary(error)}
+
+
+def _state_task(task_id, command, namespace, marker_fd, token):
+    """Saves, restores or lists the cells' names; answers with a `state` event carrying the
+    report, then the marker and the `done` event a cell ends with. An interrupt stops it as
+    it stops a cell."""
+    _restore_std_streams(marker_fd)
+    _state.events = 0
+    status, report = _execute(task_id, lambda: _state_report(command, namespace))
     if report is not None:
         _send_event({"type": "state", "id": task_id, "report": report})
     marker = _sync(task_id, marker_fd, token)
@@ -675,7 +670,8 @@ def main():
             _prelude.begin_cell(tools)
             _state.events = 0
             try:
-                status, summary = _execute(cell_id, source, namespace)
+                status, summary = _execute(
+                    cell_id, lambda: _run_cell(cell_id, source, namespace))
             except Exception as error:  # the runner's own reporting failed; keep serving
                 status, summary = "error", _summary(error)
             if summary is None and not _state.events and _events_intact() \
