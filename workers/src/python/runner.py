@@ -11,6 +11,10 @@ imported here; asyncio and traceback are imported when a cell first needs them. 
 cells see in builtins (read, write, tree, display, tool, ...) live in the prelude module
 beside this file, which Python loads from cached bytecode.
 
+Between cells, fd 3 may bring a state task instead (`snapshot`, `restore`, `names`): the
+`cellvisor_state` module beside this file carries it out, and its report goes out as a
+`state` event before the marker and `done` event a cell ends with.
+
 During a cell, fd 3 also carries the answers to the cell's host tool calls: the runner sends
 a `tool_call` event and reads fd 3 until the `tool_result` with the same call id arrives.
 
