@@ -36,6 +36,12 @@ pub enum Event {
         #[serde(default)]
         marker: bool,
     },
+    /// The report of the state task `id` (a snapshot, a restore, a names listing), just
+    /// before its `done`.
+    State {
+        id: u64,
+        report: serde_json::Value,
+    },
     /// The cell `id` yields (`yield_control()`) and could not mark the output pipe: the
     /// yield goes to the host from here, without its place among the output.
     Yield {

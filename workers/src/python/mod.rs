@@ -13,6 +13,8 @@
 //!   rather than part of the runner so that Python caches its bytecode.
 //! - `ipython.py` (embedded, written beside it as `cellvisor_ipython`): `!cmd`, `%magic`,
 //!   `%%magic` and `get_ipython()`, imported only by a cell that uses them.
+//! - `state.py` (embedded, written beside it as `cellvisor_state`) and `state`: snapshots of
+//!   the cells' names (save, restore, list), run by the runner as a task between cells.
 //!
 //! Host tools: the runner asks for one with a `tool_call` event; the event thread hands it
 //! to the outbox and a short-lived thread waits for the answer and writes it to the runner's
@@ -33,9 +35,13 @@ mod events;
 pub mod interpreter;
 mod markers;
 mod output_relay;
+mod state;
 
 use crate::helpers::fs::{write_atomically, Durability};
-use crate::runtime::{Engine, Interrupt, Outbox, WorkerContext, WorkerError};
+use crate::runtime::{
+    Engine, Interrupt, LoadedState, Outbox, SavedState, StateError, WorkerContext, WorkerError,
+};
+use cellvisor_ipc::state::NameInfo;
 use cellvisor_ipc::{CellOutcome, ExecuteCell, Language, OutputStream};
 use events::Event;
 use interpreter::Interpreter;
@@ -58,10 +64,13 @@ const LAUNCHER_SOURCE: &str = include_str!("launcher.py");
 const RUNNER_MODULE_FILE: &str = "cellvisor_runner.py";
 const PRELUDE_SOURCE: &str = include_str!("prelude.py");
 const IPYTHON_SOURCE: &str = include_str!("ipython.py");
+const STATE_SOURCE: &str = include_str!("state.py");
 /// The module name runner.py imports the prelude by.
 const PRELUDE_FILE: &str = "cellvisor_prelude.py";
 /// The module name the prelude imports the IPython compatibility by, on first use.
 const IPYTHON_FILE: &str = "cellvisor_ipython.py";
+/// The module name the runner imports the state module by, on the first state task.
+const STATE_FILE: &str = "cellvisor_state.py";
 
 /// How long python may take to start and say `ready`.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -93,6 +102,8 @@ pub(crate) struct PythonEngine {
     name: String,
     /// Why python can no longer run cells, once it died.
     dead: Option<String>,
+    /// State tasks sent so far, which numbers them apart from cells (see `state`).
+    state_tasks: u64,
 }
 
 impl PythonEngine {
@@ -130,6 +141,7 @@ impl PythonEngine {
             program: interpreter.program.clone(),
             name: String::new(),
             dead: None,
+            state_tasks: 0,
         };
         let prefix = format!("\x1ecellvisor-sync:{token}:").into_bytes();
         let output_events = sender.clone();
@@ -261,7 +273,13 @@ impl PythonEngine {
         }
     }
 
-    fn wait_done(&mut self, cell_id: u64) -> Result<(String, Option<String>, bool), WorkerError> {
+    /// Waits for the `done` of cell (or state task) `cell_id`, handing any other event to
+    /// `other`.
+    fn wait_done(
+        &mut self,
+        cell_id: u64,
+        mut other: impl FnMut(Event),
+    ) -> Result<(String, Option<String>, bool), WorkerError> {
         let mut stopped_since: Option<Instant> = None;
         loop {
             match self.events.recv_timeout(LIVENESS_INTERVAL) {
@@ -275,7 +293,7 @@ impl PythonEngine {
                     let how = self.reap();
                     return Err(self.died(how));
                 }
-                Ok(_) => continue,
+                Ok(event) => other(event),
                 Err(RecvTimeoutError::Timeout) => {
                     if let Some(status) = self.poll_exit() {
                         return Err(self.died(describe_exit(status)));
@@ -322,6 +340,29 @@ impl Engine for PythonEngine {
         }))
     }
 
+    fn save_state(
+        &mut self,
+        payload: &Path,
+        max_bytes: u64,
+        interrupt: &Interrupt,
+    ) -> Result<SavedState, StateError> {
+        state::save(self, payload, max_bytes, interrupt)
+    }
+
+    fn load_state(
+        &mut self,
+        payload: &Path,
+        len: u64,
+        replace: bool,
+        interrupt: &Interrupt,
+    ) -> Result<LoadedState, StateError> {
+        state::load(self, payload, len, replace, interrupt)
+    }
+
+    fn list_names(&mut self, interrupt: &Interrupt) -> Result<Vec<NameInfo>, StateError> {
+        state::names(self, interrupt)
+    }
+
     fn execute(
         &mut self,
         cell: &ExecuteCell,
@@ -356,7 +397,7 @@ impl Engine for PythonEngine {
         if interrupt.is_raised() {
             self.send_interrupt();
         }
-        let (status, summary, marker) = self.wait_done(cell.cell_id)?;
+        let (status, summary, marker) = self.wait_done(cell.cell_id, drop)?;
         if marker {
             drop(self.routing.wait_until(SYNC_TIMEOUT, |s| {
                 s.last_marker == Some(cell.cell_id) || s.closed
@@ -413,6 +454,7 @@ fn install_runner(runtime_dir: &Path) -> Result<PathBuf, String> {
     all.extend_from_slice(LAUNCHER_SOURCE.as_bytes());
     all.extend_from_slice(PRELUDE_SOURCE.as_bytes());
     all.extend_from_slice(IPYTHON_SOURCE.as_bytes());
+    all.extend_from_slice(STATE_SOURCE.as_bytes());
     let hash = interpreter::fnv1a(&all);
     let dir = runtime_dir.join(format!("python-{:012x}", hash >> 16));
     let runner = dir.join("runner.py");
@@ -422,6 +464,7 @@ fn install_runner(runtime_dir: &Path) -> Result<PathBuf, String> {
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     for (name, source) in [
         (PRELUDE_FILE, PRELUDE_SOURCE),
+        (STATE_FILE, STATE_SOURCE),
         (RUNNER_MODULE_FILE, RUNNER_SOURCE),
         ("runner.py", LAUNCHER_SOURCE),
     ] {

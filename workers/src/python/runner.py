@@ -11,6 +11,10 @@ imported here; asyncio and traceback are imported when a cell first needs them. 
 cells see in builtins (read, write, tree, display, tool, ...) live in the prelude module
 beside this file, which Python loads from cached bytecode.
 
+Between cells, fd 3 may bring a state task instead (`snapshot`, `restore`, `names`): the
+`cellvisor_state` module beside this file carries it out, and its report goes out as a
+`state` event before the marker and `done` event a cell ends with.
+
 During a cell, fd 3 also carries the answers to the cell's host tool calls: the runner sends
 a `tool_call` event and reads fd 3 until the `tool_result` with the same call id arrives.
 
@@ -43,6 +47,8 @@ RESULT_NAME = "__cellvisor_result__"
 # this many cells and bytes (the newest cell is always kept, whatever its size).
 KEPT_CELL_SOURCES = 200
 KEPT_CELL_SOURCE_BYTES = 4 << 20
+# Commands that save, restore or list the cells' names rather than run a cell.
+STATE_TASKS = ("snapshot", "restore", "names")
 
 
 class StdinNotImplementedError(NotImplementedError):
@@ -452,7 +458,9 @@ def _restore_std_streams(pipe_fd):
             setattr(sys, "__%s__" % name, fresh)
 
 
-def _execute(cell_id, source, namespace):
+def _execute(cell_id, work):
+    """Runs `work()` as cell (or state task) `cell_id`, where SIGINT raises
+    KeyboardInterrupt; returns its (status, detail), ("interrupted", None) if interrupted."""
     _state.cell_id = cell_id
     outcome = ("interrupted", None)
     try:
@@ -461,7 +469,7 @@ def _execute(cell_id, source, namespace):
             if _state.early_interrupt:
                 _state.early_interrupt = False
                 raise KeyboardInterrupt
-            outcome = _run_cell(cell_id, source, namespace)
+            outcome = work()
         finally:
             _state.running = False
             _state.claimed = False
@@ -471,6 +479,30 @@ def _execute(cell_id, source, namespace):
     _state.early_interrupt = False
     _state.deferred_interrupt = False
     return outcome
+
+
+def _state_report(command, namespace):
+    """("ok", report) of a state task, by the `cellvisor_state` module (imported on the
+    first task); a failure of the module itself is reported, and the runner goes on."""
+    try:
+        with _Uninterruptible():
+            module = _import_beside("cellvisor_state")
+        return "ok", module.run(command, namespace)
+    except Exception as error:
+        return "ok", {"failed": _summary(error)}
+
+
+def _state_task(task_id, command, namespace, marker_fd, token):
+    """Saves, restores or lists the cells' names; answers with a `state` event carrying the
+    report, then the marker and the `done` event a cell ends with. An interrupt stops it as
+    it stops a cell."""
+    _restore_std_streams(marker_fd)
+    _state.events = 0
+    status, report = _execute(task_id, lambda: _state_report(command, namespace))
+    if report is not None:
+        _send_event({"type": "state", "id": task_id, "report": report})
+    marker = _sync(task_id, marker_fd, token)
+    _send_event({"type": "done", "id": task_id, "status": status, "marker": marker})
 
 
 def _sync(cell_id, marker_fd, token, status=None):
@@ -617,6 +649,9 @@ def main():
                 return
             try:
                 command = json.loads(line)
+                if command.get("type") in STATE_TASKS:
+                    _state_task(int(command["id"]), command, namespace, marker_fd, token)
+                    continue
                 if command.get("type", "execute") != "execute":
                     raise ValueError("not a cell")  # a late answer to an abandoned tool call
                 cell_id, source = int(command["id"]), str(command["code"])
@@ -639,7 +674,8 @@ def main():
             _prelude.begin_cell(tools)
             _state.events = 0
             try:
-                status, summary = _execute(cell_id, source, namespace)
+                status, summary = _execute(
+                    cell_id, lambda: _run_cell(cell_id, source, namespace))
             except Exception as error:  # the runner's own reporting failed; keep serving
                 status, summary = "error", _summary(error)
             if summary is None and not _state.events and _events_intact() \
