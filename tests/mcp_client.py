@@ -78,7 +78,8 @@ async def main(binary):
                 init.server_info.name, init.server_info.version, init.protocol_version))
 
             tools = {tool.name: tool for tool in (await session.list_tools()).tools}
-            for name in ("eval", "wait", "terminate", "reset", "sessions"):
+            for name in ("eval", "wait", "terminate", "reset", "sessions",
+                         "checkpoint", "restore", "checkpoints", "names"):
                 check(name in tools, "tool %r missing; tools: %s" % (name, sorted(tools)))
                 check(tools[name].description, "tool %r has no description" % name)
             cells_schema = tools["eval"].input_schema["properties"]["cells"]
@@ -103,6 +104,24 @@ async def main(binary):
             check(not result.is_error and "82" in text_of(result),
                   "state persists across calls", result)
             print("py: ok")
+
+            # A checkpoint is an undo: save, break the state, restore.
+            result = await session.call_tool("checkpoint", {"name": "before", "language": "py"})
+            check(not result.is_error and "before" in text_of(result), "checkpoint", result)
+            await eval_cells(session, [{"language": "py", "code": "x = 'broken'"}])
+            result = await session.call_tool("restore", {"name": "before"})
+            check(not result.is_error and "restored" in text_of(result) and "x" in text_of(result),
+                  "restore names what came back", result)
+            result = await eval_cells(session, [{"language": "py", "code": "print(x + 1)"}])
+            check(not result.is_error and "42" in text_of(result), "the state is as checkpointed", result)
+            result = await session.call_tool("checkpoints", {})
+            check("py before" in text_of(result), "checkpoints lists it", result)
+            result = await session.call_tool("names", {"language": "py"})
+            check("x (int)" in text_of(result), "names lists x with its type", result)
+            result = await session.call_tool("restore", {"name": "never-made"})
+            check(result.is_error is True and "no checkpoint" in text_of(result),
+                  "an unknown checkpoint is an error naming it", result)
+            print("checkpoints: ok")
 
             # JavaScript.
             result = await eval_cells(session, [{"language": "js", "code": "console.log(6*7)"}])

@@ -274,12 +274,16 @@ fn every_cell_keeps_the_state_of_the_last_good_cell_through_a_sigkill() {
     let daemon = daemon("0s", "[snapshots]\nwhen = \"every-cell\"\n");
     let mut client = daemon.client();
     run(&mut client, "s", "py", "x = 1");
+    // The save after the cell runs once its result is out; the next cell waits for it.
+    daemon.wait_for_state("s", "idle");
+    assert!(snapshot_file(&daemon.world, "s", "py").exists());
     let mut killer = daemon.client();
     client.send(
         "eval",
         json!({"session": "s", "cells": [{"language": "py", "code": "x = 2\nimport time\ntime.sleep(60)"}]}),
     );
     daemon.wait_for_state("s", "busy");
+    std::thread::sleep(Duration::from_millis(300));
     let rows = killer.call("status", json!({})).expect("status");
     let pid = rows
         .as_array()
@@ -291,8 +295,13 @@ fn every_cell_keeps_the_state_of_the_last_good_cell_through_a_sigkill() {
         .status()
         .expect("kill");
     assert!(killed.success());
-    let lost = client.read().expect("the killed cell is answered");
-    assert!(lost.to_string().contains("error"), "{lost:#}");
+    let lost = loop {
+        let message = client.read().expect("the killed cell is answered");
+        if message.get("id").is_some() {
+            break message;
+        }
+    };
+    assert_eq!(lost["result"]["cells"][0]["status"], "error", "{lost:#}");
     let next = run(&mut killer, "s", "py", "print(x)");
     assert_eq!(
         next["output"], "1\n",
@@ -412,5 +421,149 @@ fn a_sandboxed_session_restores_its_own_snapshot_and_cannot_read_another_s() {
         path_str(&theirs)
     );
     assert_eq!(run(&mut client, "mine", "py", &code)["output"], "refused\n");
+    daemon.stop();
+}
+
+#[test]
+fn checkpoint_then_break_then_restore_gives_the_checkpointed_state_in_every_language() {
+    let daemon = daemon("0s", "");
+    let mut client = daemon.client();
+    let cases = [
+        (
+            "py",
+            "x = 41\ndef f(v):\n    return v + 1",
+            "x = 'broken'\ndel f",
+            "print(f(x))",
+        ),
+        (
+            "js",
+            "var x = 41; function f(v) { return v + 1 }",
+            "x = 'broken'; f = null",
+            "console.log(f(x))",
+        ),
+        (
+            "lua",
+            "x = 41\nfunction f(v) return v + 1 end",
+            "x = 'broken'\nf = nil",
+            "print(f(x))",
+        ),
+    ];
+    for (language, define, breaks, uses) in cases {
+        run(&mut client, "s", language, define);
+        let saved = client
+            .call(
+                "checkpoint",
+                json!({"session": "s", "language": language, "name": "before"}),
+            )
+            .expect("checkpoint answered");
+        assert_eq!(saved[0]["name"], "before", "{saved:#}");
+        assert!(
+            saved[0]["bytes"].as_u64().is_some_and(|b| b > 0),
+            "{saved:#}"
+        );
+        run(&mut client, "s", language, breaks);
+        let restored = client
+            .call(
+                "restore",
+                json!({"session": "s", "language": language, "name": "before"}),
+            )
+            .expect("restore answered");
+        let ledger = &restored[0]["ledger"];
+        assert_eq!(ledger["from"]["checkpoint"], "before", "{restored:#}");
+        assert!(
+            ledger["restored"].to_string().contains("\"x\""),
+            "{restored:#}"
+        );
+        assert_eq!(
+            run(&mut client, "s", language, uses)["output"],
+            "42\n",
+            "{language}"
+        );
+    }
+    let listed = client
+        .call("checkpoints", json!({"session": "s"}))
+        .expect("checkpoints");
+    assert_eq!(listed.as_array().map(Vec::len), Some(3), "{listed:#}");
+    let names = client
+        .call("names", json!({"session": "s", "language": "py"}))
+        .expect("names");
+    let x = names["names"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["name"] == "x"))
+        .unwrap_or_else(|| panic!("x listed: {names:#}"));
+    assert_eq!(
+        (x["kind"].as_str(), x["saveable"].as_bool()),
+        (Some("int"), Some(true))
+    );
+    // Bad names and unknown checkpoints are refused, saying what is allowed.
+    let bad = client
+        .call("checkpoint", json!({"session": "s", "name": "../escape"}))
+        .expect_err("a path is no checkpoint name");
+    assert!(
+        bad["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("A-Z a-z 0-9"),
+        "{bad:#}"
+    );
+    let unknown = client
+        .call("restore", json!({"session": "s", "name": "never"}))
+        .expect_err("no such checkpoint");
+    assert!(
+        unknown["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no checkpoint"),
+        "{unknown:#}"
+    );
+    // Another session has none of them.
+    let other = client
+        .call("restore", json!({"session": "other", "name": "before"}))
+        .expect_err("checkpoints are per session");
+    assert!(
+        other["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("other"),
+        "{other:#}"
+    );
+    daemon.stop();
+}
+
+#[test]
+fn the_cli_checkpoints_restores_and_lists() {
+    let daemon = daemon("0s", "");
+    let socket = path_str(&daemon.socket).to_string();
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--socket", socket.as_str()];
+        all.extend_from_slice(args);
+        daemon.world.run(&all)
+    };
+    cli(&["eval", "-s", "c", "x = 41"]).assert_code(0);
+    let saved = cli(&["checkpoint", "good", "-s", "c", "-l", "py"]);
+    saved.assert_code(0);
+    assert!(
+        saved.stdout.contains("saved checkpoint \"good\""),
+        "{}",
+        saved.stdout
+    );
+    cli(&["eval", "-s", "c", "x = 0"]).assert_code(0);
+    let restored = cli(&["restore", "good", "-s", "c"]);
+    restored.assert_code(0);
+    assert!(
+        restored.stdout.contains("restored x"),
+        "{}",
+        restored.stdout
+    );
+    assert_eq!(cli(&["eval", "-s", "c", "print(x + 1)"]).stdout, "42\n");
+    let listed = cli(&["checkpoints", "-s", "c"]);
+    assert!(listed.stdout.contains("good"), "{}", listed.stdout);
+    let names = cli(&["names", "-s", "c", "-l", "py"]);
+    assert!(
+        names.stdout.contains("x") && names.stdout.contains("int"),
+        "{}",
+        names.stdout
+    );
+    cli(&["restore", "missing", "-s", "c"]).assert_code(1);
     daemon.stop();
 }

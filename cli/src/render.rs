@@ -9,6 +9,7 @@
 //! `Display` (beside the types, in `cellvisor-client`).
 
 use cellvisor::cell::CellResult;
+use cellvisor::state::StateLedger;
 use cellvisor::SessionStatus;
 use serde_json::Value;
 use std::fmt;
@@ -23,6 +24,33 @@ pub fn cell_header(cell: &CellResult, total: usize) -> Option<String> {
             .unwrap_or_else(|| cell.language.to_string());
         format!("[{}/{total}] {label}", cell.index + 1)
     })
+}
+
+/// What a restore brought back, in one line: `restored x, df, np (module) from checkpoint
+/// "before" (taken at ...); not restored: conn (socket objects cannot be saved)`.
+pub fn ledger_line(ledger: &StateLedger) -> String {
+    let from = match &ledger.from.checkpoint {
+        Some(name) => format!("checkpoint {name:?}"),
+        None => format!("the snapshot of {}", ledger.from.reason),
+    };
+    let names = if ledger.restored.is_empty() {
+        "no names".to_string()
+    } else {
+        ledger.restored.join(", ")
+    };
+    let mut line = format!(
+        "restored {names} from {from} (taken at {})",
+        ledger.from.taken_at
+    );
+    if !ledger.skipped.is_empty() {
+        let skipped: Vec<String> = ledger
+            .skipped
+            .iter()
+            .map(|s| format!("{} ({})", s.name, s.why))
+            .collect();
+        line.push_str(&format!("; not restored: {}", skipped.join(", ")));
+    }
+    line
 }
 
 /// `(output truncated: ...)` for a cell whose output was cut, saying where the whole is.
@@ -218,6 +246,29 @@ fn state_text(row: &SessionStatus) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_ledger_line_names_what_came_back_and_what_did_not() {
+        use cellvisor::state::{SkippedName, SnapshotOrigin, StateLedger};
+        let ledger = StateLedger {
+            restored: vec!["x".into(), "np (module)".into()],
+            skipped: vec![SkippedName {
+                name: "conn".into(),
+                why: "socket objects cannot be saved".into(),
+            }],
+            from: SnapshotOrigin {
+                taken_at: "2026-12-02T07:00:00Z".into(),
+                reason: "checkpoint".into(),
+                cells_since: 0,
+                checkpoint: Some("before".into()),
+            },
+        };
+        assert_eq!(
+            super::ledger_line(&ledger),
+            "restored x, np (module) from checkpoint \"before\" (taken at \
+             2026-12-02T07:00:00Z); not restored: conn (socket objects cannot be saved)"
+        );
+    }
+
     use super::*;
     use cellvisor_ipc::Language;
     use serde_json::json;

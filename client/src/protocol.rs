@@ -32,6 +32,14 @@ pub mod method {
     pub const TERMINATE: &str = "terminate";
     /// Stops the daemon after its workers.
     pub const SHUTDOWN: &str = "shutdown";
+    /// Saves a session's namespace as a named checkpoint ([`CheckpointParams`]).
+    pub const CHECKPOINT: &str = "checkpoint";
+    /// Replaces a session's namespace with a named checkpoint ([`CheckpointParams`]).
+    pub const RESTORE: &str = "restore";
+    /// Lists a session's checkpoints ([`CheckpointsParams`]).
+    pub const CHECKPOINTS: &str = "checkpoints";
+    /// Lists the user names of a session's namespace in one language ([`NamesParams`]).
+    pub const NAMES: &str = "names";
     /// Rereads the daemon's configuration file.
     pub const CONFIG_RELOAD: &str = "config/reload";
     /// Notification sent while an `eval` runs.
@@ -254,6 +262,37 @@ pub struct SessionParams {
     /// Only this language's worker; all of the session's when absent.
     #[serde(default)]
     pub language: Option<Language>,
+}
+
+/// `checkpoint` and `restore` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointParams {
+    /// The session addressed.
+    pub session: String,
+    /// Only this language; every language with state (or with the checkpoint) when absent.
+    #[serde(default)]
+    pub language: Option<Language>,
+    /// The checkpoint's name: 1 to 64 of `A-Z a-z 0-9 . _ -`, not starting with a dot.
+    pub name: String,
+}
+
+/// `checkpoints` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointsParams {
+    /// The session addressed.
+    pub session: String,
+}
+
+/// `names` parameters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamesParams {
+    /// The session addressed.
+    pub session: String,
+    /// The language whose namespace is listed.
+    pub language: Language,
 }
 
 /// `wait` parameters.

@@ -6,6 +6,7 @@ mod config_cmd;
 mod eval;
 mod serve;
 mod sessions;
+mod state;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -52,6 +53,14 @@ enum Command {
     Reset(sessions::SessionArgs),
     /// Close a session's workers.
     Close(sessions::SessionArgs),
+    /// Save a session's namespace as a named checkpoint (an undo point).
+    Checkpoint(state::CheckpointArgs),
+    /// Replace a session's namespace with a named checkpoint.
+    Restore(state::CheckpointArgs),
+    /// List a session's checkpoints with their sizes and times.
+    Checkpoints(state::CheckpointsArgs),
+    /// List the user names of a session's namespace, and whether a snapshot keeps each.
+    Names(state::NamesArgs),
     /// Stop the daemon and every worker.
     Stop,
     /// Check the configuration or show the values in force.
@@ -150,6 +159,10 @@ pub fn main() -> i32 {
             Command::Interrupt(args) => sessions::control(args, "interrupt", &globals).await,
             Command::Reset(args) => sessions::control(args, "reset", &globals).await,
             Command::Close(args) => sessions::control(args, "close", &globals).await,
+            Command::Checkpoint(args) => state::checkpoint(args, &globals).await,
+            Command::Restore(args) => state::restore(args, &globals).await,
+            Command::Checkpoints(args) => state::checkpoints(args, &globals).await,
+            Command::Names(args) => state::names(args, &globals).await,
             Command::Stop => sessions::stop(&globals).await,
             Command::Config(args) => config_cmd::run(args, &globals),
             Command::Check(args) => check::run(args, &globals).await,

@@ -24,7 +24,7 @@ pub struct SessionArgs {
     language: Option<String>,
 }
 
-async fn connect(globals: &Globals) -> Result<Client, i32> {
+pub(super) async fn connect(globals: &Globals) -> Result<Client, i32> {
     globals.connect_daemon().await?.client.map_err(|err| {
         match &err {
             ClientError::Connect { .. } => {

@@ -6,8 +6,8 @@ use super::held_start::HeldStart;
 use super::{lifecycle, Daemon};
 use cellvisor::cell::{CellEvent, EvalRequest, ToolCallRequest};
 use cellvisor::daemon::protocol::{
-    self, code, method, params, InitializeResult, Request, RpcError, SessionParams,
-    TerminateParams, WaitParams,
+    self, code, method, params, CheckpointParams, CheckpointsParams, InitializeResult, NamesParams,
+    Request, RpcError, SessionParams, TerminateParams, WaitParams,
 };
 use cellvisor::{RequestError, WaitOptions};
 use serde_json::Value;
@@ -30,11 +30,36 @@ pub(super) async fn dispatch(
         method::TERMINATE => terminate(daemon, request.params).await,
         method::SHUTDOWN => shutdown(daemon),
         method::CONFIG_RELOAD => config_reload(daemon).await,
+        method::CHECKPOINT => {
+            let p: CheckpointParams = params(request.params)?;
+            let saved = daemon.cv.checkpoint(&p.session, p.language, &p.name).await;
+            to_json(&saved.map_err(refused)?)
+        }
+        method::RESTORE => {
+            let p: CheckpointParams = params(request.params)?;
+            let restored = daemon.cv.restore(&p.session, p.language, &p.name).await;
+            to_json(&restored.map_err(refused)?)
+        }
+        method::CHECKPOINTS => {
+            let p: CheckpointsParams = params(request.params)?;
+            to_json(&daemon.cv.checkpoints(&p.session).await.map_err(refused)?)
+        }
+        method::NAMES => {
+            let p: NamesParams = params(request.params)?;
+            to_json(
+                &daemon
+                    .cv
+                    .names(&p.session, p.language)
+                    .await
+                    .map_err(refused)?,
+            )
+        }
         other => Err(RpcError::new(
             code::METHOD_NOT_FOUND,
             format!(
                 "method not found: {other}; the methods are initialize, eval, wait, terminate, \
-                 interrupt, reset, close, status, shutdown and config/reload"
+                 interrupt, reset, close, status, checkpoint, restore, checkpoints, names, \
+                 shutdown and config/reload"
             ),
         )),
     }

@@ -2,13 +2,15 @@
 //!
 //! The server embeds its own supervisor ([`Cellvisor::start`]); one MCP connection is one
 //! session, named `mcp-<pid>`. Tools: `eval` (cells, DESIGN.md §2), `wait` and `terminate`
-//! (cells that went to the background), `reset` and `sessions`.
+//! (cells that went to the background), `reset` and `sessions`; `state_tools`: `checkpoint`,
+//! `restore`, `checkpoints` and `names`.
 //! When the client disconnects (or the process gets SIGTERM/SIGINT/SIGHUP) every worker is
 //! stopped before [`serve_stdio`] returns.
 //!
 //! stdout is the protocol: nothing else may write to it. Logging goes to stderr and workers
 //! get `/dev/null` as their stdout.
 
+mod state_tools;
 mod tools;
 
 use crate::render::{self, MediaKind, Shown, StatusTable};
@@ -336,11 +338,15 @@ impl ServerHandler for CellvisorMcp {
             "terminate" => self.terminate(arguments).await,
             "reset" => self.reset(arguments).await,
             "sessions" => self.sessions().await,
+            "checkpoint" => self.checkpoint(arguments).await,
+            "restore" => self.restore(arguments).await,
+            "checkpoints" => self.checkpoints().await,
+            "names" => self.names(arguments).await,
             other => {
                 return Err(ErrorData::invalid_params(
                     format!(
-                        "unknown tool {other:?}: the tools are eval, wait, terminate, reset and \
-                         sessions"
+                        "unknown tool {other:?}: the tools are eval, wait, terminate, reset, \
+                         sessions, checkpoint, restore, checkpoints and names"
                     ),
                     None,
                 ))

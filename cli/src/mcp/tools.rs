@@ -45,7 +45,7 @@ const SESSIONS_DESCRIPTION: &str = "List the live worker processes of this MCP s
 session, language, pid, state (starting/idle/busy/failed), memory, CPU, idle time, cells run \
 and restarts.";
 
-fn schema(value: Value) -> Arc<JsonObject> {
+pub(super) fn schema(value: Value) -> Arc<JsonObject> {
     match value {
         Value::Object(map) => Arc::new(map),
         _ => Arc::new(JsonObject::new()),
@@ -180,6 +180,9 @@ pub(super) fn tools(cells: &CellsConfig) -> Vec<Tool> {
             .with_title("List live workers")
             .with_annotations(ToolAnnotations::new().read_only(true).open_world(false)),
     ]
+    .into_iter()
+    .chain(super::state_tools::state_tools())
+    .collect()
 }
 
 /// The allowed timeout range in seconds, as the config sets it.
