@@ -273,13 +273,13 @@ fn a_snapshot_past_its_cap_is_refused_and_not_written() {
     let path = snapshot_path(&dir);
     let (outcome, report) = run_task(
         &mut py.engine,
-        StateTask::Save(cellvisor_ipc::state::SaveOrder {
+        StateTask::Save(Box::new(cellvisor_ipc::state::SaveOrder {
             path: path.display().to_string(),
             key: crate::state::testing::TEST_KEY.to_vec(),
             max_bytes: 100_000,
             taken_at: "2026-12-02T07:00:00Z".into(),
             reason: "test".into(),
-        }),
+        })),
     );
     assert!(matches!(outcome, CellOutcome::Failed { .. }), "{outcome:?}");
     match report {
