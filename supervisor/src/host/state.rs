@@ -6,7 +6,6 @@
 use super::eval::RequestPin;
 use super::policy::validate_session_name;
 use super::{Cellvisor, RequestError};
-use crate::cell::CellSpec;
 use crate::session::state::{HostAsk, StateJob};
 use crate::session::{CellJob, SessionKey};
 use crate::snapshots::policy::{self, describe};
@@ -15,7 +14,6 @@ use crate::supervisor::Submit;
 use cellvisor_ipc::state::StateReport;
 use cellvisor_ipc::Language;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use tokio::sync::{oneshot, watch};
 
 impl Cellvisor {
@@ -169,30 +167,13 @@ impl Cellvisor {
         let (_requester_alive, requester) = watch::channel(());
         let (reply, outcome) = oneshot::channel();
         let (report, mut reported) = oneshot::channel();
-        let job = CellJob {
-            cell_id: self.next_cell.fetch_add(1, Ordering::Relaxed),
-            index: 0,
-            spec: CellSpec {
-                language,
-                code: String::new(),
-                title: None,
-                timeout: None,
-                reset: false,
-                yield_time_ms: None,
-            },
-            cwd: None,
-            events: None,
-            tools: Arc::new([]),
-            tool_host: None,
-            max_output_bytes: None,
-            yield_time: None,
-            may_yield: false,
-            python: None,
-            sandbox: None,
+        let job = CellJob::for_state(
+            self.next_cell.fetch_add(1, Ordering::Relaxed),
+            language,
             requester,
             reply,
-            state: Some(StateJob::for_host(ask, report)),
-        };
+            StateJob::for_host(ask, report),
+        );
         let key = SessionKey {
             session: session.to_string(),
             language,

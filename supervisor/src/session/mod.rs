@@ -121,6 +121,41 @@ pub struct CellJob {
 }
 
 impl CellJob {
+    /// A state task for `language` as a job: no code, no tools, no output cap, never in the
+    /// background.
+    pub(crate) fn for_state(
+        cell_id: u64,
+        language: Language,
+        requester: watch::Receiver<()>,
+        reply: oneshot::Sender<CellReport>,
+        state: state::StateJob,
+    ) -> CellJob {
+        CellJob {
+            cell_id,
+            index: 0,
+            spec: CellSpec {
+                language,
+                code: String::new(),
+                title: None,
+                timeout: None,
+                reset: false,
+                yield_time_ms: None,
+            },
+            cwd: None,
+            events: None,
+            tools: Arc::new([]),
+            tool_host: None,
+            max_output_bytes: None,
+            yield_time: None,
+            may_yield: false,
+            python: None,
+            sandbox: None,
+            requester,
+            reply,
+            state: Some(state),
+        }
+    }
+
     /// Nobody waits for this cell's result any more (the session's own state tasks are
     /// always waited for).
     pub(crate) fn abandoned(&self) -> bool {

@@ -5,13 +5,12 @@
 //! Which stops save is [`snapshots::policy`](crate::snapshots::policy)'s decision.
 
 use super::{CellJob, Session, Worker};
-use crate::cell::{CellSpec, CellStatus};
+use crate::cell::CellStatus;
 use crate::session::CellReport;
 use crate::snapshots::policy::{self, SaveReason};
 use crate::state::StateLedger;
 use actix::prelude::*;
 use cellvisor_ipc::state::{LoadOrder, SaveOrder, StateRefusal, StateReport, StateTask};
-use std::sync::Arc;
 use std::time::SystemTime;
 use tokio::sync::{oneshot, watch};
 
@@ -168,34 +167,17 @@ impl Session {
     fn run_own_task(&mut self, ctx: &mut Context<Self>, task: StateTask, purpose: StatePurpose) {
         self.own_tasks += 1;
         let (requester_alive, requester) = watch::channel(());
-        let job = CellJob {
-            cell_id: OWN_TASK_IDS + self.own_tasks,
-            index: 0,
-            spec: CellSpec {
-                language: self.key.language,
-                code: String::new(),
-                title: None,
-                timeout: None,
-                reset: false,
-                yield_time_ms: None,
-            },
-            cwd: None,
-            events: None,
-            tools: Arc::new([]),
-            tool_host: None,
-            max_output_bytes: None,
-            yield_time: None,
-            may_yield: false,
-            python: None,
-            sandbox: None,
+        let job = CellJob::for_state(
+            OWN_TASK_IDS + self.own_tasks,
+            self.key.language,
             requester,
-            reply: oneshot::channel().0,
-            state: Some(StateJob {
+            oneshot::channel().0,
+            StateJob {
                 task: Some(task),
                 purpose,
                 _requester: Some(requester_alive),
-            }),
-        };
+            },
+        );
         self.run_cell(ctx, job);
     }
 
