@@ -42,6 +42,11 @@ pub mod method {
     pub const NAMES: &str = "names";
     /// Rereads the daemon's configuration file.
     pub const CONFIG_RELOAD: &str = "config/reload";
+    /// Stops taking new sessions (readiness false) and ends the idle ones; live sessions
+    /// keep being served.
+    pub const DRAIN: &str = "drain";
+    /// Takes new sessions again after a `drain`.
+    pub const UNDRAIN: &str = "undrain";
     /// Notification sent while an `eval` runs.
     pub const EVAL_EVENT: &str = "eval/event";
     /// Request from the daemon to the client: run one of the tools its `eval` declared.
@@ -64,6 +69,12 @@ pub mod code {
     pub const REQUEST_REFUSED: i64 = -32001;
     /// The daemon is shutting down.
     pub const SHUTTING_DOWN: i64 = -32002;
+    /// The daemon is draining: it takes no new session, so a router may retry elsewhere;
+    /// sessions it already holds are still served.
+    pub const DRAINING: i64 = -32003;
+    /// The connection is bound to one session (`Cellvisor-Session` on its upgrade) and the
+    /// request named another.
+    pub const WRONG_SESSION: i64 = -32004;
 }
 
 /// An incoming request (or notification, without `id`).

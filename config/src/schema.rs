@@ -271,6 +271,22 @@ pub struct DaemonConfig {
     /// A connection whose client reads none of its answers for this long, while the daemon
     /// waits to send them, is dropped.
     pub stalled_client_timeout: Duration,
+    /// Network listeners beside the Unix socket (`tcp://<ip>:<port>`); empty = none.
+    pub listen: Vec<String>,
+    /// The listeners' certificate chain (PEM); with `tls_key`, they speak TLS.
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `tls_cert` (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// CA certificates (PEM) a client's certificate must chain to (mutual TLS); unset = no
+    /// client certificate is asked for.
+    pub client_ca: Option<PathBuf>,
+    /// The bearer token every network request but `/healthz` must carry; required when
+    /// `listen` is set.
+    pub token_file: Option<PathBuf>,
+    /// Allow a listener on a non-loopback address without TLS.
+    pub insecure_plaintext: bool,
+    /// This daemon's name in results, `status` and metrics; unset = the host name.
+    pub node: Option<String>,
 }
 
 impl Default for DaemonConfig {
@@ -281,6 +297,13 @@ impl Default for DaemonConfig {
             log: None,
             max_pending_requests: 1024,
             stalled_client_timeout: Duration::from_secs(60),
+            listen: Vec::new(),
+            tls_cert: None,
+            tls_key: None,
+            client_ca: None,
+            token_file: None,
+            insecure_plaintext: false,
+            node: None,
         }
     }
 }

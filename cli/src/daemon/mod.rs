@@ -76,7 +76,7 @@ impl ConnectionLimits {
 
 /// Shared by every connection.
 struct Daemon {
-    cv: Cellvisor,
+    cv: Arc<Cellvisor>,
     config_path: Option<PathBuf>,
     shutdown: watch::Sender<bool>,
     connections: AtomicU64,
@@ -99,7 +99,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     };
     let (shutdown, mut shutdown_rx) = watch::channel(false);
     let daemon = Arc::new(Daemon {
-        cv,
+        cv: Arc::new(cv),
         config_path: options.config_path,
         shutdown,
         connections: AtomicU64::new(0),

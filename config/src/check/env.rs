@@ -123,6 +123,18 @@ fn from_env(spec: &KeySpec, text: &str) -> Result<Value, String> {
             }
             Value::Names(paths)
         }
+        Kind::Listeners => {
+            let addresses: Vec<String> = trimmed
+                .split(',')
+                .map(str::trim)
+                .filter(|a| !a.is_empty())
+                .map(str::to_string)
+                .collect();
+            for address in &addresses {
+                keys::parse_listen(address)?;
+            }
+            Value::Names(addresses)
+        }
         Kind::Map => {
             return Err("cannot be set from the environment; set it in the config file".into())
         }

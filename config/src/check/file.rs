@@ -221,6 +221,25 @@ fn from_toml(kind: Kind, item: &Item) -> Result<Value, String> {
             }
             Value::Names(paths)
         }
+        (Kind::Listeners, Some(toml_edit::Value::Array(array))) => {
+            let mut addresses = Vec::new();
+            for entry in array.iter() {
+                match entry.as_str() {
+                    Some(address) => {
+                        keys::parse_listen(address)?;
+                        addresses.push(address.to_string());
+                    }
+                    None => {
+                        return Err(format!(
+                            "not a listen address: {} (expected {})",
+                            found_value(entry),
+                            kind.describe()
+                        ))
+                    }
+                }
+            }
+            Value::Names(addresses)
+        }
         (Kind::Names, Some(toml_edit::Value::Array(array))) => {
             let mut names = Vec::new();
             let mut bad = Vec::new();

@@ -49,6 +49,8 @@ pub enum Kind {
     Paths,
     /// `true` or `false`.
     Bool,
+    /// A list of network listen addresses, each `tcp://<ip>:<port>` (see [`parse_listen`]).
+    Listeners,
     /// One of the listed words.
     Choice(&'static [&'static str]),
 }
@@ -86,6 +88,9 @@ impl Kind {
                     .to_string()
             }
             Kind::Bool => "true or false".to_string(),
+            Kind::Listeners => {
+                "a list of addresses like \"tcp://127.0.0.1:7420\" or \"tcp://[::]:7420\"".to_string()
+            }
             Kind::Choice(words) => {
                 let quoted: Vec<String> = words.iter().map(|w| format!("\"{w}\"")).collect();
                 format!("one of {}", quoted.join(", "))
@@ -161,9 +166,40 @@ pub fn is_sandbox_path(entry: &str) -> bool {
     entry == "cwd" || entry.starts_with('/') || entry.starts_with("~/")
 }
 
+/// The socket address of a `daemon.listen` entry: `tcp://<ip>:<port>`, the IP literal (v4,
+/// or v6 in brackets) or `localhost`. A name other than `localhost` is refused, so what a
+/// listener binds never depends on a resolver.
+pub fn parse_listen(entry: &str) -> Result<std::net::SocketAddr, String> {
+    let expected = "expected \"tcp://<ip>:<port>\", like \"tcp://127.0.0.1:7420\" or \"tcp://[::]:7420\"";
+    let Some(rest) = entry.strip_prefix("tcp://") else {
+        return Err(format!("not a listen address: {entry:?} ({expected})"));
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let rest = match rest.strip_prefix("localhost:") {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => rest.to_string(),
+    };
+    rest.parse()
+        .map_err(|_| format!("not a listen address: {entry:?} ({expected})"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(
+            parse_listen("tcp://127.0.0.1:7420").map(|a| a.port()),
+            Ok(7420)
+        );
+        assert!(parse_listen("tcp://[::1]:0").is_ok_and(|a| a.ip().is_loopback()));
+        assert!(parse_listen("tcp://localhost:80").is_ok_and(|a| a.ip().is_loopback()));
+        for bad in ["127.0.0.1:7420", "tcp://example.com:1", "tcp://1.2.3.4", "udp://1.2.3.4:5", "tcp://1.2.3.4:99999"] {
+            let err = parse_listen(bad).expect_err(bad);
+            assert!(err.contains("tcp://<ip>:<port>"), "{err}");
+        }
+    }
 
     #[test]
     fn sizes_are_printed_exactly() {

@@ -13,7 +13,9 @@ pub mod kind;
 mod table;
 
 pub use applies::AppliesWhen;
-pub use kind::{format_duration, format_size, is_env_name, is_sandbox_path, Kind, Value};
+pub use kind::{
+    format_duration, format_size, is_env_name, is_sandbox_path, parse_listen, Kind, Value,
+};
 pub use table::KEYS;
 
 use crate::schema::Config;
