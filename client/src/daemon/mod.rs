@@ -265,6 +265,12 @@ impl Client {
         self.call_with_events(method, params, |_| {}).await
     }
 
+    /// Returns once the daemon has closed the connection (after a `shutdown`, when it
+    /// exits), discarding what it still sends.
+    pub async fn closed(&mut self) {
+        while self.transport.recv().await.is_ok() {}
+    }
+
     /// Runs an `eval`, handing each progress event's params to `on_event`.
     pub async fn eval(
         &mut self,
