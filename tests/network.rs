@@ -237,3 +237,97 @@ fn a_websocket_client_that_never_reads_is_bounded_then_dropped() {
     assert_eq!(after["cells"][0]["output"], "1\n");
     net.daemon.stop();
 }
+
+#[test]
+fn with_a_client_ca_only_a_certificate_it_signed_gets_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let trusted = common::net::ClientIdentity::make(dir.path(), "trusted");
+    let stranger = common::net::ClientIdentity::make(dir.path(), "stranger");
+    let net = NetDaemon::start(
+        true,
+        &format!("client-ca = {:?}\n", trusted.ca_cert.display().to_string()),
+        "",
+    );
+    assert!(net.ws(Some(TOKEN), None).is_err(), "no client certificate");
+    assert!(
+        net.ws_as(Some(TOKEN), None, Some(&stranger)).is_err(),
+        "a certificate of another CA"
+    );
+    // The certificate alone is not enough: the token is still asked for.
+    let refused = net
+        .ws_as(None, None, Some(&trusted))
+        .err()
+        .expect("no token");
+    assert_eq!(refused, "HTTP 401");
+    let mut ws = net
+        .ws_as(Some(TOKEN), None, Some(&trusted))
+        .expect("mutual TLS");
+    let result = ws.call("eval", json!({"session": "m", "cells": [py("6 * 7")]}));
+    assert_eq!(result.expect("eval")["cells"][0]["output"], "42\n");
+    drop(ws);
+    net.daemon.stop();
+}
+
+#[test]
+fn a_reload_replaces_the_token_and_a_bad_token_file_keeps_the_old_one() {
+    let net = NetDaemon::start(false, "", "");
+    let token_file = net.files.path().join("token");
+    let new_token = "the-next-token-0123456789";
+    std::fs::write(&token_file, new_token).unwrap();
+    let mut unix = net.daemon.client();
+    unix.call("config/reload", json!({})).expect("reloaded");
+    assert_eq!(net.ws(Some(TOKEN), None).err().as_deref(), Some("HTTP 401"));
+    let mut ws = net.ws(Some(new_token), None).expect("the new token");
+    assert!(ws.call("status", json!({})).is_ok());
+    // A token too short to guard anything is refused, and the one in force stays.
+    std::fs::write(&token_file, "short").unwrap();
+    let refused = unix.call("config/reload", json!({})).expect_err("refused");
+    let message = refused["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("at least 16") && message.contains("unchanged"),
+        "{message}"
+    );
+    assert!(
+        net.ws(Some(new_token), None).is_ok(),
+        "the token in force still works"
+    );
+    drop(ws);
+    net.daemon.stop();
+}
+
+#[test]
+fn a_websocket_message_over_the_size_cap_is_answered_then_the_connection_closed() {
+    let net = NetDaemon::start(false, "", "");
+    let mut ws = net.ws(Some(TOKEN), None).expect("connected");
+    let big = format!(
+        "{{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"status\", \"pad\": \"{}\"}}",
+        "x".repeat(17 << 20)
+    );
+    let _ = ws.socket.send(tungstenite::Message::text(big));
+    let mut answers = Vec::new();
+    while let Some(message) = ws.read() {
+        answers.push(message);
+    }
+    assert!(
+        answers.iter().any(|a| a["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("exceeds"))),
+        "{answers:#?}"
+    );
+    // A binary frame is answered and the connection goes on.
+    let mut ws = net.ws(Some(TOKEN), None).expect("connected");
+    ws.socket
+        .send(tungstenite::Message::binary(b"{}".to_vec()))
+        .unwrap();
+    let answer = ws.read().expect("an answer");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("text frame"),
+        "{answer:#}"
+    );
+    assert!(ws.call("status", json!({})).is_ok());
+    drop(ws);
+    net.daemon.stop();
+}

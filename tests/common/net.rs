@@ -41,6 +41,39 @@ impl TestCert {
     }
 }
 
+/// A CA (its certificate as PEM at `cert`) and a client certificate it signed, for
+/// mutual TLS.
+pub struct ClientIdentity {
+    pub ca_cert: PathBuf,
+    pub cert_der: Vec<u8>,
+    pub key_der: Vec<u8>,
+}
+
+impl ClientIdentity {
+    pub fn make(dir: &Path, name: &str) -> ClientIdentity {
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = rcgen::CertifiedIssuer::self_signed(
+            ca_params,
+            rcgen::KeyPair::generate().expect("key"),
+        )
+        .expect("CA");
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).expect("params");
+        params
+            .extended_key_usages
+            .push(rcgen::ExtendedKeyUsagePurpose::ClientAuth);
+        let cert = params.signed_by(&key, &ca).expect("client certificate");
+        let ca_cert = dir.join(format!("{name}-ca.pem"));
+        std::fs::write(&ca_cert, ca.pem()).expect("ca.pem");
+        ClientIdentity {
+            ca_cert,
+            cert_der: cert.der().to_vec(),
+            key_der: key.serialize_der(),
+        }
+    }
+}
+
 /// A port nothing listens on now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -103,6 +136,16 @@ impl NetDaemon {
 
     /// A WebSocket JSON-RPC client with `token` (and a session binding).
     pub fn ws(&self, token: Option<&str>, session: Option<&str>) -> Result<WsClient, String> {
+        self.ws_as(token, session, None)
+    }
+
+    /// [`NetDaemon::ws`] presenting a client certificate.
+    pub fn ws_as(
+        &self,
+        token: Option<&str>,
+        session: Option<&str>,
+        identity: Option<&ClientIdentity>,
+    ) -> Result<WsClient, String> {
         let scheme = if self.tls.is_some() { "wss" } else { "ws" };
         let url = format!("{scheme}://127.0.0.1:{}/v1/rpc", self.port);
         let mut request = url.into_client_request().map_err(|e| e.to_string())?;
@@ -128,8 +171,16 @@ impl NetDaemon {
             ))
             .with_safe_default_protocol_versions()
             .expect("TLS versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+            .with_root_certificates(roots);
+            let config = match identity {
+                None => config.with_no_client_auth(),
+                Some(id) => config
+                    .with_client_auth_cert(
+                        vec![rustls::pki_types::CertificateDer::from(id.cert_der.clone())],
+                        rustls::pki_types::PrivateKeyDer::Pkcs8(id.key_der.clone().into()),
+                    )
+                    .expect("client certificate"),
+            };
             tungstenite::Connector::Rustls(Arc::new(config))
         });
         let connector = connector.unwrap_or(tungstenite::Connector::Plain);
