@@ -331,3 +331,37 @@ fn a_websocket_message_over_the_size_cap_is_answered_then_the_connection_closed(
     drop(ws);
     net.daemon.stop();
 }
+
+#[test]
+fn a_cell_that_reads_the_token_still_cannot_drive_its_own_daemon() {
+    let net = NetDaemon::start(false, "", "");
+    let token_file = net.files.path().join("token");
+    let code = format!(
+        r#"import socket
+token = open({token:?}).read().strip()
+s = socket.create_connection(("127.0.0.1", {port}), timeout=5)
+s.sendall(("GET /readyz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token + "\r\n\r\n").encode())
+try:
+    answer = s.recv(200)
+except OSError as e:
+    answer = repr(e).encode()
+print("answer:", answer)"#,
+        token = token_file.display().to_string(),
+        port = net.port
+    );
+    let mut unix = net.daemon.client();
+    let result = unix.eval("c", json!([py(&code)]));
+    let output = result["cells"][0]["output"].as_str().unwrap_or_default();
+    assert!(
+        !output.contains("HTTP/1.1"),
+        "the cell got an HTTP answer: {output}"
+    );
+    assert!(
+        output.contains("answer: b''") || output.contains("Error"),
+        "{output}"
+    );
+    // The test itself (not under the daemon) is served.
+    let (status, _) = http_get(&net.http_url("/healthz"), None);
+    assert_eq!(status, 200);
+    net.daemon.stop();
+}

@@ -2,12 +2,14 @@
 //! HTTP/1.1 server (hyper, axum) over TCP or TLS (rustls), every request but `/healthz`
 //! behind the bearer token of `daemon.token-file`.
 //!
+//! - `peer`: refuses connections from this daemon's own cells.
 //! - `tls`: the certificate, the key and the optional client CA (mutual TLS).
 //! - `token`: the bearer token, compared in constant time, replaced on reload.
 //! - `http`: the routes: `/healthz`, `/readyz`, `/metrics`, `/v1/rpc`, `/mcp`.
 //! - `ws`: `/v1/rpc`, the Unix socket's JSON-RPC over a WebSocket, one message per frame.
 
 mod http;
+mod peer;
 mod tls;
 mod token;
 mod ws;
@@ -174,7 +176,14 @@ async fn accept_loop(
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
+                Ok((stream, peer)) => {
+                    let own_cell = stream
+                        .local_addr()
+                        .is_ok_and(|local| peer::from_own_cell(local, peer));
+                    if own_cell {
+                        tracing::warn!(%peer, "refused a connection from a cell (a process under one of this daemon's workers)");
+                        continue;
+                    }
                     let _ = stream.set_nodelay(true);
                     tokio::spawn(serve_tcp(stream, router.clone(), tls.clone()));
                 }
