@@ -74,7 +74,12 @@ class _Unix:
         self.sock.sendall(text.encode() + b"\n")
 
     def messages(self):
-        yield from self.lines
+        # Not `yield from self.lines`: closing this generator would close the file too.
+        while True:
+            line = self.lines.readline()
+            if not line:
+                return
+            yield line
 
     def close(self):
         try:
