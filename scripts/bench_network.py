@@ -4,7 +4,10 @@ the same code but for the transport), a warm trivial cell (`1+1`) repeated, the 
 interleaved in blocks so that they share the machine's state, and each one's median wall time
 per cell (request written to answer read) with the ratio to the socket's.
 
-Usage: scripts/bench-network [--cells 2000] [--language py] [--block 100]
+The Rust client crate is measured the same way (client/examples/rpc_latency.rs, built by
+scripts/bench-network) unless --no-rust: its figures leave out the Python client's own costs.
+
+Usage: scripts/bench-network [--cells 2000] [--language py] [--block 100] [--no-rust]
 (needs the `websockets` package and `openssl` for the test certificate; scripts/bench-network
 provides the first).
 """
@@ -40,7 +43,8 @@ def self_signed(directory):
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
          "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext",
-         "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", key, "-out", cert],
+         "subjectAltName=IP:127.0.0.1,DNS:localhost", "-addext",
+         "basicConstraints=critical,CA:FALSE", "-keyout", key, "-out", cert],
         check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return cert, key
 
@@ -61,6 +65,9 @@ def main():
     parser.add_argument("--block", type=int, default=100, help="cells per transport in a row (default 100)")
     parser.add_argument("--language", default="py", choices=sorted(TRIVIAL))
     parser.add_argument("--binary", default=os.path.join(HERE, "..", "target", "release", "cellvisor"))
+    parser.add_argument("--rust-client", default=os.path.join(HERE, "..", "target", "release", "examples",
+                                                              "rpc_latency"))
+    parser.add_argument("--no-rust", action="store_true", help="measure the Python client only")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
     args = parser.parse_args()
     files = tempfile.mkdtemp(prefix="cellvisor-bench-network-")
@@ -114,6 +121,19 @@ def main():
             print(f"  {name:<24} {m * 1e6:9.1f} us")
         print(f"  wss / unix: {figures['ratio_wss_to_unix']:.3f} (+{figures['overhead_wss_us']} us per cell)")
         print(f"  ws / unix:  {figures['ratio_ws_to_unix']:.3f} (+{figures['overhead_ws_us']} us per cell)")
+        if not args.no_rust:
+            common = ["--cells", str(args.cells), "--block", str(args.block), "--language", args.language]
+            for name, daemon, url, ca in (("wss", tls, f"wss://127.0.0.1:{tls_port}", [cert]),
+                                          ("ws", plain, f"ws://127.0.0.1:{plain_port}", [])):
+                out = subprocess.run([args.rust_client, daemon.socket, url, token_file, *ca, *common],
+                                     check=False, capture_output=True, text=True)
+                if out.returncode != 0:
+                    raise RuntimeError(f"{args.rust_client} failed: {out.stderr.strip()}")
+                out = out.stdout
+                rust = json.loads(out)
+                figures[f"rust_{name}"] = rust
+                print(f"  Rust client: unix {rust['unix_us']} us, {name} {rust['ws_us']} us, "
+                      f"{name} / unix: {rust['ratio']:.3f} (+{rust['ws_us'] - rust['unix_us']:.1f} us per cell)")
         if args.json:
             print(json.dumps(figures))
         return 0
