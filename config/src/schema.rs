@@ -287,6 +287,9 @@ pub struct DaemonConfig {
     pub insecure_plaintext: bool,
     /// This daemon's name in results, `status` and metrics; unset = the host name.
     pub node: Option<String>,
+    /// While draining, a session that was busy when the drain began is stopped once it has
+    /// been idle this long (so an agent's next cell still runs there).
+    pub drain_idle: Duration,
 }
 
 impl Default for DaemonConfig {
@@ -304,6 +307,7 @@ impl Default for DaemonConfig {
             token_file: None,
             insecure_plaintext: false,
             node: None,
+            drain_idle: Duration::from_secs(10),
         }
     }
 }

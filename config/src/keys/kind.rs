@@ -170,7 +170,8 @@ pub fn is_sandbox_path(entry: &str) -> bool {
 /// or v6 in brackets) or `localhost`. A name other than `localhost` is refused, so what a
 /// listener binds never depends on a resolver.
 pub fn parse_listen(entry: &str) -> Result<std::net::SocketAddr, String> {
-    let expected = "expected \"tcp://<ip>:<port>\", like \"tcp://127.0.0.1:7420\" or \"tcp://[::]:7420\"";
+    let expected =
+        "expected \"tcp://<ip>:<port>\", like \"tcp://127.0.0.1:7420\" or \"tcp://[::]:7420\"";
     let Some(rest) = entry.strip_prefix("tcp://") else {
         return Err(format!("not a listen address: {entry:?} ({expected})"));
     };
@@ -195,7 +196,13 @@ mod tests {
         );
         assert!(parse_listen("tcp://[::1]:0").is_ok_and(|a| a.ip().is_loopback()));
         assert!(parse_listen("tcp://localhost:80").is_ok_and(|a| a.ip().is_loopback()));
-        for bad in ["127.0.0.1:7420", "tcp://example.com:1", "tcp://1.2.3.4", "udp://1.2.3.4:5", "tcp://1.2.3.4:99999"] {
+        for bad in [
+            "127.0.0.1:7420",
+            "tcp://example.com:1",
+            "tcp://1.2.3.4",
+            "udp://1.2.3.4:5",
+            "tcp://1.2.3.4:99999",
+        ] {
             let err = parse_listen(bad).expect_err(bad);
             assert!(err.contains("tcp://<ip>:<port>"), "{err}");
         }

@@ -160,6 +160,8 @@ pub static KEYS: &[KeySpec] = &[
         "Allow a listener on a non-loopback address without TLS (tokens then cross the network in the clear)."),
     key!(daemon.node as "node", Kind::Text, Restart,
         "This daemon's name in results, `status` and metrics; unset: the host name."),
+    key!(daemon.drain_idle as "drain-idle", millis(0, HOUR), AtOnce,
+        "While draining (`cellvisor drain`, SIGUSR1), a session that was busy when the drain began is stopped once it has been idle this long, so an agent's next cell still runs; idle sessions stop at once."),
     // [startup]
     key!(startup.user as "user", Kind::Bool, NewWorkers,
         "Run `$XDG_CONFIG_HOME/cellvisor/startup/*.{py,js,lua}` (default `~/.config`) in every new worker, after the prelude."),
@@ -251,6 +253,7 @@ mod tests {
                 "python.prewarm",
                 "daemon.idle-exit",
                 "daemon.token-file",
+                "daemon.drain-idle",
                 "snapshots",
             ],
         ),

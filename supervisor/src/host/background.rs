@@ -89,7 +89,12 @@ impl Cellvisor {
         if ended {
             lock(&self.background).remove(&cell_id);
         }
-        answer.map_err(|refusal| match refusal {
+        answer
+            .map(|mut result| {
+                result.node.clone_from(&self.node);
+                result
+            })
+            .map_err(|refusal| match refusal {
             Refusal::Unknown => unknown(),
             Refusal::NotYielded => RequestError::NotYielded(cell_id),
             Refusal::Observed => RequestError::AlreadyObserved(cell_id),

@@ -14,15 +14,20 @@
 //! - `sampling`: `SampleTick`: one sampler of the workers' process trees for `max-rss` and
 //!   `status`.
 //! - `sweep`: `SweepTick`: idle eviction and the pruning of old spilled outputs.
+//! - `drain`: `SetDraining`, `DrainTick`: no new sessions, idle ones stopped.
+//! - `probes`: `HealthCheck`, `ReadinessCheck` (deciding with [`capacity::readiness`]),
+//!   `HoldsSession`, `GaugesQuery` (the metrics' gauges).
 //! - `count`: `LiveSessions`: how many sessions are live, from the registry alone (the
 //!   daemon's idle-exit check).
 
 pub mod capacity;
 mod commands;
 mod count;
+mod drain;
 pub mod messages;
 mod placement;
 pub mod prewarm;
+mod probes;
 mod sampling;
 #[cfg(test)]
 mod snapshot_tests;
@@ -58,6 +63,8 @@ pub struct WorkerBase {
     pub store_dir: PathBuf,
     /// Where sessions' snapshots live (none when the directory cannot be used).
     pub snapshots: Option<Arc<crate::snapshots::SnapshotStore>>,
+    /// The supervisor's metrics, moved by the actors where things happen.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 struct Entry {
@@ -100,6 +107,8 @@ pub struct Supervisor {
     /// Requests waiting for room under the cap.
     waiting: WaitingRoom<Language, Submit>,
     stopping: bool,
+    /// Set while the node drains.
+    draining: Option<drain::Draining>,
     last_prune: Option<Instant>,
     last_snapshot_prune: Option<Instant>,
     sweep_timer: Option<SpawnHandle>,
@@ -133,6 +142,7 @@ impl Supervisor {
             evicted_order: VecDeque::new(),
             waiting: WaitingRoom::default(),
             stopping: false,
+            draining: None,
             last_prune: None,
             last_snapshot_prune: None,
             sweep_timer: None,
@@ -176,6 +186,7 @@ impl Supervisor {
                     && store.has_latest(&submit.key)
             }),
             snapshots,
+            metrics: Arc::clone(&self.base.metrics),
         });
         let addr = session.start();
         addr.do_send(RunCell(submit.job));
@@ -230,6 +241,10 @@ impl Supervisor {
                     None => tracing::info!(session = %key, "closing session"),
                 }
                 entry.closing = true;
+                if let Some(why) = &eviction {
+                    let reason = crate::metrics::EvictionReason::of(why);
+                    self.base.metrics.evicted(key.language, reason);
+                }
                 let save = eviction
                     .as_ref()
                     .and_then(crate::snapshots::policy::save_for);
