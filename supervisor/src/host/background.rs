@@ -95,10 +95,10 @@ impl Cellvisor {
                 result
             })
             .map_err(|refusal| match refusal {
-            Refusal::Unknown => unknown(),
-            Refusal::NotYielded => RequestError::NotYielded(cell_id),
-            Refusal::Observed => RequestError::AlreadyObserved(cell_id),
-        })
+                Refusal::Unknown => unknown(),
+                Refusal::NotYielded => RequestError::NotYielded(cell_id),
+                Refusal::Observed => RequestError::AlreadyObserved(cell_id),
+            })
     }
 
     /// Remembers that `cell_id` of `key` runs in the background (bounded: the oldest ids go

@@ -506,7 +506,9 @@ impl Prepared {
             artifacts,
             store_dir: crate::paths::stores_dir(),
             snapshots: open_snapshots(&options.config),
-            metrics: Arc::new(crate::metrics::Metrics::new(&node::node_name(&options.config))),
+            metrics: Arc::new(crate::metrics::Metrics::new(&node::node_name(
+                &options.config,
+            ))),
         };
         Ok(Prepared {
             initial_config: options.config.clone(),

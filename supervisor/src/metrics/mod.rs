@@ -181,8 +181,9 @@ impl Metrics {
         let sessions = Family::<StateLabels, Gauge>::default();
         let capacity = Family::<LanguageLabel, Gauge>::default();
         let cells = Family::<StatusLabels, Counter>::default();
-        let cell_duration =
-            Family::<LanguageLabel, Histogram>::new_with_constructor(duration_histogram as fn() -> Histogram);
+        let cell_duration = Family::<LanguageLabel, Histogram>::new_with_constructor(
+            duration_histogram as fn() -> Histogram,
+        );
         let worker_starts = Family::<LanguageLabel, Counter>::default();
         let worker_crashes = Family::<LanguageLabel, Counter>::default();
         let worker_kills = Family::<ReasonLabels, Counter>::default();
@@ -263,6 +264,28 @@ impl Metrics {
             "This node's name (daemon.node or the host name), as a label; always 1",
             node_info.clone(),
         );
+        // Every series a language can have exists from the start (at zero), so a dashboard's
+        // rate() sees the first increment and a scrape names every family.
+        for language in Language::ALL.map(language_label) {
+            let one = LanguageLabel { language };
+            for status in ["complete", "error", "cancelled"] {
+                cells.get_or_create(&StatusLabels { language, status });
+            }
+            cell_duration.get_or_create(&one);
+            worker_starts.get_or_create(&one);
+            worker_crashes.get_or_create(&one);
+            output_bytes.get_or_create(&one);
+            for reason in ["heartbeat", "interrupt_grace", "memory"] {
+                worker_kills.get_or_create(&ReasonLabels { language, reason });
+            }
+            for reason in ["idle", "lru", "drain", "closed"] {
+                evictions.get_or_create(&ReasonLabels { language, reason });
+            }
+            for state in STATES.map(state_label) {
+                sessions.get_or_create(&StateLabels { language, state });
+            }
+        }
+        connections.get_or_create(&TransportLabel { transport: "unix" });
         node_info
             .get_or_create(&NodeLabel {
                 node: node.to_string(),
@@ -287,7 +310,13 @@ impl Metrics {
     }
 
     /// A cell ended with `status` after `seconds`, handing `output_bytes` of output on.
-    pub fn cell_ended(&self, language: Language, status: CellStatus, seconds: f64, output_bytes: usize) {
+    pub fn cell_ended(
+        &self,
+        language: Language,
+        status: CellStatus,
+        seconds: f64,
+        output_bytes: usize,
+    ) {
         let language = language_label(language);
         self.cells
             .get_or_create(&StatusLabels {

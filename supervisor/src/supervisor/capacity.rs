@@ -112,7 +112,10 @@ mod tests {
 
     #[test]
     fn a_node_with_room_in_some_language_is_ready() {
-        assert_eq!(readiness(false, &[("py", room(2, 0, 2)), ("js", room(0, 0, 2))]), Ok(()));
+        assert_eq!(
+            readiness(false, &[("py", room(2, 0, 2)), ("js", room(0, 0, 2))]),
+            Ok(())
+        );
         assert_eq!(readiness(false, &[("py", room(2, 1, 2))]), Ok(()));
     }
 
@@ -126,7 +129,10 @@ mod tests {
     fn a_node_full_of_busy_sessions_is_not_ready_and_says_where() {
         let reason =
             readiness(false, &[("py", room(2, 0, 2)), ("lua", room(1, 0, 1))]).unwrap_err();
-        assert!(reason.contains("py 2/2") && reason.contains("lua 1/1"), "{reason}");
+        assert!(
+            reason.contains("py 2/2") && reason.contains("lua 1/1"),
+            "{reason}"
+        );
         assert!(readiness::<&str>(false, &[]).is_err());
     }
 

@@ -107,7 +107,13 @@ mod tests {
     #[test]
     fn a_drain_looks_often_enough_for_its_idle_time_but_not_too_often() {
         assert_eq!(tick_interval(Duration::ZERO), Duration::from_millis(20));
-        assert_eq!(tick_interval(Duration::from_millis(400)), Duration::from_millis(100));
-        assert_eq!(tick_interval(Duration::from_secs(60)), Duration::from_secs(1));
+        assert_eq!(
+            tick_interval(Duration::from_millis(400)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            tick_interval(Duration::from_secs(60)),
+            Duration::from_secs(1)
+        );
     }
 }

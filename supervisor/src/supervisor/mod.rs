@@ -24,6 +24,8 @@ pub mod capacity;
 mod commands;
 mod count;
 mod drain;
+#[cfg(test)]
+mod drain_tests;
 pub mod messages;
 mod placement;
 pub mod prewarm;

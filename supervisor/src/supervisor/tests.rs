@@ -34,7 +34,7 @@ pub(super) struct Rig {
 }
 
 impl Rig {
-    fn start(configure: impl FnOnce(&mut Config)) -> Rig {
+    pub(super) fn start(configure: impl FnOnce(&mut Config)) -> Rig {
         Rig::start_with(false, configure)
     }
 
