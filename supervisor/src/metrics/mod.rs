@@ -269,23 +269,23 @@ impl Metrics {
         for language in Language::ALL.map(language_label) {
             let one = LanguageLabel { language };
             for status in ["complete", "error", "cancelled"] {
-                cells.get_or_create(&StatusLabels { language, status });
+                let _ = cells.get_or_create(&StatusLabels { language, status });
             }
-            cell_duration.get_or_create(&one);
-            worker_starts.get_or_create(&one);
-            worker_crashes.get_or_create(&one);
-            output_bytes.get_or_create(&one);
+            let _ = cell_duration.get_or_create(&one);
+            let _ = worker_starts.get_or_create(&one);
+            let _ = worker_crashes.get_or_create(&one);
+            let _ = output_bytes.get_or_create(&one);
             for reason in ["heartbeat", "interrupt_grace", "memory"] {
-                worker_kills.get_or_create(&ReasonLabels { language, reason });
+                let _ = worker_kills.get_or_create(&ReasonLabels { language, reason });
             }
             for reason in ["idle", "lru", "drain", "closed"] {
-                evictions.get_or_create(&ReasonLabels { language, reason });
+                let _ = evictions.get_or_create(&ReasonLabels { language, reason });
             }
             for state in STATES.map(state_label) {
-                sessions.get_or_create(&StateLabels { language, state });
+                let _ = sessions.get_or_create(&StateLabels { language, state });
             }
         }
-        connections.get_or_create(&TransportLabel { transport: "unix" });
+        let _ = connections.get_or_create(&TransportLabel { transport: "unix" });
         node_info
             .get_or_create(&NodeLabel {
                 node: node.to_string(),
