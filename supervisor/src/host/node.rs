@@ -2,16 +2,15 @@
 //! probes, its metrics, and its drain.
 
 use super::{Cellvisor, RequestError};
-use crate::supervisor::{GaugesQuery, HealthCheck, HoldsSession, ReadinessCheck, SetDraining};
+use crate::supervisor::{
+    GaugesQuery, HealthCheck, HoldsSession, ReadinessCheck, SetDraining, WaitNoSessions,
+};
 use cellvisor_config::Config;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// How long the supervisor and its sessions have to answer a health check.
 pub const HEALTH_BOUND: Duration = Duration::from_secs(2);
-
-/// How often a drain's wait looks at the live sessions.
-const DRAIN_POLL: Duration = Duration::from_millis(20);
 
 /// Whether the process and its actors answer ([`Cellvisor::health`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +54,15 @@ pub(super) fn node_name(config: &Config) -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
+/// `future`'s output, or `None` after `bound` when the caller runs on a tokio runtime (the
+/// daemon does); on another executor the supervisor's own bound on its sessions applies.
+async fn bounded<F: std::future::Future>(bound: Duration, future: F) -> Option<F::Output> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => tokio::time::timeout(bound, future).await.ok(),
+        Err(_) => Some(future.await),
+    }
+}
+
 impl Cellvisor {
     /// This node's name, as results, `status` rows and metrics carry it.
     pub fn node(&self) -> &str {
@@ -86,11 +94,11 @@ impl Cellvisor {
         let asked = self.supervisor.send(HealthCheck {
             bound: HEALTH_BOUND,
         });
-        let reason = match tokio::time::timeout(HEALTH_BOUND + HEALTH_BOUND / 2, asked).await {
-            Ok(Ok(Ok(()))) => None,
-            Ok(Ok(Err(reason))) => Some(reason),
-            Ok(Err(_)) => Some("the supervisor has stopped".into()),
-            Err(_) => Some(format!(
+        let reason = match bounded(HEALTH_BOUND + HEALTH_BOUND / 2, asked).await {
+            Some(Ok(Ok(()))) => None,
+            Some(Ok(Err(reason))) => Some(reason),
+            Some(Err(_)) => Some("the supervisor has stopped".into()),
+            None => Some(format!(
                 "the supervisor did not answer within {} ms",
                 HEALTH_BOUND.as_millis()
             )),
@@ -105,11 +113,14 @@ impl Cellvisor {
     /// language is at `max-sessions` with no idle session to evict.
     pub async fn readiness(&self) -> Readiness {
         let asked = self.supervisor.send(ReadinessCheck);
-        let reason = match tokio::time::timeout(HEALTH_BOUND, asked).await {
-            Ok(Ok(Ok(()))) => None,
-            Ok(Ok(Err(reason))) => Some(reason),
-            Ok(Err(_)) => Some("the supervisor has stopped".into()),
-            Err(_) => Some("the supervisor did not answer".into()),
+        let reason = match bounded(HEALTH_BOUND, asked).await {
+            Some(Ok(Ok(()))) => None,
+            Some(Ok(Err(reason))) => Some(reason),
+            Some(Err(_)) => Some("the supervisor has stopped".into()),
+            None => Some(format!(
+                "the supervisor did not answer within {} ms",
+                HEALTH_BOUND.as_millis()
+            )),
         };
         Readiness {
             ready: reason.is_none(),
@@ -136,17 +147,14 @@ impl Cellvisor {
     /// Waits until no session is live or `timeout` has passed; answers where the drain
     /// stands then.
     pub async fn drain_wait(&self, timeout: Duration) -> Result<DrainState, RequestError> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let live = self.live_sessions().await?;
-            if live == 0 || tokio::time::Instant::now() >= deadline {
-                return Ok(DrainState {
-                    draining: self.is_draining(),
-                    live,
-                });
-            }
-            tokio::time::sleep(DRAIN_POLL).await;
-        }
+        self.supervisor
+            .send(WaitNoSessions { timeout })
+            .await
+            .map_err(|_| RequestError::Stopped)?;
+        Ok(DrainState {
+            draining: self.is_draining(),
+            live: self.live_sessions().await?,
+        })
     }
 
     async fn set_draining(&self, on: bool) -> Result<DrainState, RequestError> {

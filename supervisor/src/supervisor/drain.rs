@@ -3,7 +3,7 @@
 //! are stopped at once, and a session busy when the drain began once it has been idle for
 //! `daemon.drain-idle`, through the eviction path (so `[snapshots]` saves them first).
 
-use super::messages::{DrainTick, SetDraining};
+use super::messages::{DrainTick, SetDraining, WaitNoSessions};
 use super::Supervisor;
 use crate::session::outcome::Eviction;
 use crate::session::{CellReport, SessionKey};
@@ -53,7 +53,30 @@ impl Handler<DrainTick> for Supervisor {
     }
 }
 
+impl Handler<WaitNoSessions> for Supervisor {
+    type Result = ResponseFuture<()>;
+    fn handle(&mut self, msg: WaitNoSessions, _: &mut Context<Self>) -> Self::Result {
+        if self.sessions.is_empty() {
+            return Box::pin(async {});
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.no_sessions_waiters.push(tx);
+        Box::pin(async move {
+            let _ = actix::clock::timeout(msg.timeout, rx).await;
+        })
+    }
+}
+
 impl Supervisor {
+    /// Tells the drain's waiters once the last session is gone.
+    pub(super) fn tell_if_no_sessions(&mut self) {
+        if self.sessions.is_empty() {
+            for waiter in self.no_sessions_waiters.drain(..) {
+                let _ = waiter.send(());
+            }
+        }
+    }
+
     /// Whether the node is draining.
     pub(super) fn is_draining(&self) -> bool {
         self.draining.is_some()

@@ -93,6 +93,13 @@ pub struct ReloadConfig(pub Arc<Config>);
 #[rtype(result = "()")]
 pub struct SetDraining(pub bool);
 
+/// Answers once no session is live, or when `timeout` has passed (a drain's wait).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WaitNoSessions {
+    pub timeout: std::time::Duration,
+}
+
 /// Whether a live session has this name (in any language).
 #[derive(Message)]
 #[rtype(result = "bool")]

@@ -14,7 +14,8 @@
 //! - `sampling`: `SampleTick`: one sampler of the workers' process trees for `max-rss` and
 //!   `status`.
 //! - `sweep`: `SweepTick`: idle eviction and the pruning of old spilled outputs.
-//! - `drain`: `SetDraining`, `DrainTick`: no new sessions, idle ones stopped.
+//! - `drain`: `SetDraining`, `DrainTick`, `WaitNoSessions`: no new sessions, idle ones
+//!   stopped, a wait for the last to go.
 //! - `probes`: `HealthCheck`, `ReadinessCheck` (deciding with [`capacity::readiness`]),
 //!   `HoldsSession`, `GaugesQuery` (the metrics' gauges).
 //! - `count`: `LiveSessions`: how many sessions are live, from the registry alone (the
@@ -111,6 +112,8 @@ pub struct Supervisor {
     stopping: bool,
     /// Set while the node drains.
     draining: Option<drain::Draining>,
+    /// Drain waits, told when no session is left.
+    no_sessions_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
     last_prune: Option<Instant>,
     last_snapshot_prune: Option<Instant>,
     sweep_timer: Option<SpawnHandle>,
@@ -145,6 +148,7 @@ impl Supervisor {
             waiting: WaitingRoom::default(),
             stopping: false,
             draining: None,
+            no_sessions_waiters: Vec::new(),
             last_prune: None,
             last_snapshot_prune: None,
             sweep_timer: None,

@@ -87,6 +87,7 @@ impl Handler<SessionEvent> for Supervisor {
                 snapshot,
             } => {
                 self.sessions.remove(&key);
+                self.tell_if_no_sessions();
                 let notice =
                     eviction.and_then(|e| crate::snapshots::policy::eviction_notice(&e, &snapshot));
                 if let Some(notice) = notice {
