@@ -1,13 +1,15 @@
 """cellvisor's `/mcp` driven by a real MCP client: the official Python SDK's streamable HTTP
 client (`mcp.client.streamable_http`).
 
-Usage: python tests/mcp_http_client.py URL TOKEN
+Usage: python tests/mcp_http_client.py URL TOKEN [--expiry SECONDS]
 
 Opens two MCP sessions with `Authorization: Bearer TOKEN`. In the first: `eval` with state
 kept between two calls, a background cell collected with `wait`, one stopped with `terminate`.
 The second does not see the first's state and has a cellvisor session of its own; when the
 first session ends (the client's DELETE), its cellvisor session is gone from `sessions` while
-the second's stays. Exits non-zero with a clear message on the first failed check.
+the second's stays. With `--expiry`, against a server whose sessions expire after SECONDS:
+a long cell keeps its session, an idle one ends with its cellvisor session. Exits non-zero
+with a clear message on the first failed check.
 """
 
 import asyncio
@@ -156,11 +158,40 @@ async def main(url, token):
     print("all MCP HTTP checks passed")
 
 
+async def expiry(url, token, seconds):
+    """Against a server whose sessions expire after `seconds` idle: a cell running longer
+    than that keeps its session; a session left idle longer ends, and its calls fail."""
+    async with contextlib.AsyncExitStack() as stack:
+        session, _ = await open_session(stack, url, token)
+        result = await py(session, "import time\ntime.sleep(%r)\nprint('slept')" % (2 * seconds))
+        check(not result.is_error and "slept" in text_of(result),
+              "a session running a cell does not expire", result)
+        name = await own_session_name(session)
+        print("busy: ok (%s)" % name, flush=True)
+        await asyncio.sleep(4 * seconds)
+        try:
+            result = await py(session, "print('too late')")
+        except Exception as error:  # noqa: BLE001 - the SDK's error for an ended session
+            print("expired: ok (%s: %s)" % (type(error).__name__, error))
+        else:
+            check(False, "a call on an expired session fails", result)
+        async with contextlib.AsyncExitStack() as later_stack:
+            later, _ = await open_session(later_stack, url, token)
+            result = await later.call_tool("sessions", {})
+            check(name not in text_of(result),
+                  "the expired MCP session's cellvisor session is closed", result)
+    print("all MCP HTTP expiry checks passed")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: mcp_http_client.py URL TOKEN")
+    if len(sys.argv) == 5 and sys.argv[3] == "--expiry":
+        run = expiry(sys.argv[1], sys.argv[2], float(sys.argv[4]))
+    elif len(sys.argv) == 3:
+        run = main(sys.argv[1], sys.argv[2])
+    else:
+        sys.exit("usage: mcp_http_client.py URL TOKEN [--expiry SECONDS]")
     try:
-        asyncio.run(main(sys.argv[1], sys.argv[2]))
+        asyncio.run(run)
     except BaseException as error:  # noqa: BLE001 - report every failed check clearly
         failures = list(check_failures(error))
         if failures:

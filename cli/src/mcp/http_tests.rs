@@ -101,74 +101,136 @@ async fn require_token(request: Request, next: Next) -> Response {
     }
 }
 
-/// The service in an axum router on 127.0.0.1, a real supervisor with real workers, and
-/// the official Python SDK's streamable HTTP client: eval, wait, terminate, two sessions,
+/// The service in an axum router on 127.0.0.1 (behind a token check, as the daemon's
+/// listener has it), over a real supervisor with real workers.
+struct Served {
+    cv: Arc<Cellvisor>,
+    port: u16,
+    shutdown: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Served {
+    /// Sessions expire after `expiry` (`None`: the daemon's [`SESSION_EXPIRY`]).
+    async fn start(expiry: Option<Duration>) -> Served {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = cellvisor_config::Config::default();
+        config.sessions.heartbeat_interval = Duration::from_millis(200);
+        config.sessions.shutdown_grace = Duration::from_millis(500);
+        config.sessions.interrupt_grace = Duration::from_secs(1);
+        let cv = Arc::new(
+            Cellvisor::start(Options {
+                config: config.clone(),
+                worker_exe: Some(cellvisor_exe()),
+                runtime_dir: Some(dir.path().to_path_buf()),
+            })
+            .expect("supervisor starts"),
+        );
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let cells = config.cells.clone();
+        let service = match expiry {
+            None => streamable_http(Arc::clone(&cv), cells, shutdown_rx),
+            Some(expiry) => streamable_http_expiring(Arc::clone(&cv), cells, shutdown_rx, expiry),
+        };
+        let app = axum::Router::new()
+            .route_service("/mcp", service)
+            .layer(middleware::from_fn(require_token));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("local address").port();
+        let mut stop = shutdown.subscribe();
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
+        });
+        Served {
+            cv,
+            port,
+            shutdown,
+            server,
+            _dir: dir,
+        }
+    }
+
+    /// Runs tests/mcp_http_client.py against `/mcp` with `args`; its stdout.
+    async fn client(&self, args: &[&str]) -> Result<String, String> {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp_http_client.py");
+        let output = tokio::process::Command::new(test_python())
+            .arg(script)
+            .arg(format!("http://127.0.0.1:{}/mcp", self.port))
+            .arg(TOKEN)
+            .args(args)
+            .env_remove("VIRTUAL_ENV")
+            .kill_on_drop(true)
+            .output()
+            .await
+            .expect("run tests/mcp_http_client.py");
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if output.status.success() {
+            Ok(stdout)
+        } else {
+            Err(format!(
+                "mcp_http_client.py failed ({}):\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+                output.status
+            ))
+        }
+    }
+
+    /// The cellvisor sessions of MCP sessions still live.
+    async fn mcp_sessions(&self) -> Vec<String> {
+        let rows = self.cv.status().await.expect("status");
+        rows.into_iter()
+            .map(|row| row.session)
+            .filter(|session| session.starts_with("mcp-"))
+            .collect()
+    }
+
+    /// Stops the server (it must stop at the shutdown) and every worker.
+    async fn stop(self) {
+        self.shutdown.send_replace(true);
+        let served = tokio::time::timeout(Duration::from_secs(10), self.server).await;
+        self.cv.shutdown().await;
+        assert!(
+            matches!(served, Ok(Ok(Ok(())))),
+            "the server stops at the shutdown: {served:?}"
+        );
+    }
+}
+
+/// The official Python SDK's streamable HTTP client: eval, wait, terminate, two sessions,
 /// and the end of one closing its cellvisor session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_runs_cells_over_streamable_http() {
-    let python = test_python();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = cellvisor_config::Config::default();
-    config.sessions.heartbeat_interval = Duration::from_millis(200);
-    config.sessions.shutdown_grace = Duration::from_millis(500);
-    config.sessions.interrupt_grace = Duration::from_secs(1);
-    let cv = Arc::new(
-        Cellvisor::start(Options {
-            config: config.clone(),
-            worker_exe: Some(cellvisor_exe()),
-            runtime_dir: Some(dir.path().to_path_buf()),
-        })
-        .expect("supervisor starts"),
-    );
-    let (shutdown, shutdown_rx) = watch::channel(false);
-    let service = streamable_http(Arc::clone(&cv), config.cells.clone(), shutdown_rx);
-    let app = axum::Router::new()
-        .route_service("/mcp", service)
-        .layer(middleware::from_fn(require_token));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("local address").port();
-    let mut stop = shutdown.subscribe();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-            .await
-    });
-
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp_http_client.py");
-    let output = tokio::process::Command::new(&python)
-        .arg(script)
-        .arg(format!("http://127.0.0.1:{port}/mcp"))
-        .arg(TOKEN)
-        .env_remove("VIRTUAL_ENV")
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("run tests/mcp_http_client.py");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let rows = cv.status().await.expect("status");
-    shutdown.send_replace(true);
-    let served = tokio::time::timeout(Duration::from_secs(10), server).await;
-    cv.shutdown().await;
-    assert!(
-        output.status.success(),
-        "mcp_http_client.py failed ({}):\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
-        output.status
-    );
+    let served = Served::start(None).await;
+    let ran = served.client(&[]).await;
+    // Both MCP sessions ended (the client's DELETEs): no cellvisor session of theirs is left.
+    let left = served.mcp_sessions().await;
+    served.stop().await;
+    let stdout = ran.unwrap_or_else(|failure| panic!("{failure}"));
     assert!(stdout.contains("all MCP HTTP checks passed"), "{stdout}");
     println!("{stdout}");
-    // Both MCP sessions ended (the client's DELETEs): no cellvisor session of theirs is left.
+    assert!(left.is_empty(), "sessions left: {left:?}");
+}
+
+/// A session running a cell longer than the expiry keeps it; one left idle ends, and its
+/// cellvisor session with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_expires_and_a_busy_one_does_not() {
+    let served = Served::start(Some(Duration::from_millis(700))).await;
+    let ran = served.client(&["--expiry", "0.7"]).await;
+    let left = served.mcp_sessions().await;
+    served.stop().await;
+    let stdout = ran.unwrap_or_else(|failure| panic!("{failure}"));
     assert!(
-        rows.iter().all(|row| !row.session.starts_with("mcp-")),
-        "sessions left: {:?}",
-        rows.iter().map(|r| &r.session).collect::<Vec<_>>()
+        stdout.contains("all MCP HTTP expiry checks passed"),
+        "{stdout}"
     );
-    assert!(
-        matches!(served, Ok(Ok(Ok(())))),
-        "the server stops at the shutdown: {served:?}"
-    );
+    println!("{stdout}");
+    assert!(left.is_empty(), "sessions left: {left:?}");
 }
