@@ -365,3 +365,24 @@ print("answer:", answer)"#,
     assert_eq!(status, 200);
     net.daemon.stop();
 }
+
+#[test]
+fn connections_past_the_cap_are_closed_and_the_others_served() {
+    let net = NetDaemon::start(false, "max-network-connections = 2\n", "");
+    let mut first = net.ws(Some(TOKEN), None).expect("first");
+    let mut second = net.ws(Some(TOKEN), None).expect("second");
+    assert!(
+        net.ws(Some(TOKEN), None).is_err(),
+        "a third connection over the cap"
+    );
+    assert!(first.call("status", json!({})).is_ok());
+    drop(second.socket.close(None));
+    drop(second);
+    // Its slot comes back once the daemon sees it closed.
+    let third = wait_until(Duration::from_secs(10), || net.ws(Some(TOKEN), None));
+    assert!(third.is_ok(), "{:?}", third.err());
+    assert!(first.call("status", json!({})).is_ok());
+    drop(first);
+    drop(third);
+    net.daemon.stop();
+}

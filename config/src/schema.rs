@@ -287,6 +287,8 @@ pub struct DaemonConfig {
     pub insecure_plaintext: bool,
     /// This daemon's name in results, `status` and metrics; unset = the host name.
     pub node: Option<String>,
+    /// TCP connections the network listeners hold at once; past it new ones are closed.
+    pub max_network_connections: usize,
 }
 
 impl Default for DaemonConfig {
@@ -304,6 +306,7 @@ impl Default for DaemonConfig {
             token_file: None,
             insecure_plaintext: false,
             node: None,
+            max_network_connections: 1024,
         }
     }
 }

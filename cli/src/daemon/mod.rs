@@ -102,9 +102,18 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let idle_exit = options.supervisor.config.daemon.idle_exit;
     let limits = ConnectionLimits::from_config(&options.supervisor.config);
     // On the daemon's own actix system the connections and the actors share one thread.
-    let cv = match Cellvisor::start_on_current_system(options.supervisor.clone()) {
-        Some(started) => started?,
-        None => Cellvisor::start(options.supervisor)?,
+    let started = match Cellvisor::start_on_current_system(options.supervisor.clone()) {
+        Some(started) => started,
+        None => Cellvisor::start(options.supervisor),
+    };
+    let cv = match started {
+        Ok(cv) => cv,
+        Err(err) => {
+            // Nothing will listen on it: a client must see no daemon, not a dead socket.
+            drop(listener);
+            let _ = std::fs::remove_file(&options.socket);
+            return Err(err.into());
+        }
     };
     let (shutdown, mut shutdown_rx) = watch::channel(false);
     let daemon = Arc::new(Daemon {

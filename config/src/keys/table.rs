@@ -160,6 +160,8 @@ pub static KEYS: &[KeySpec] = &[
         "Allow a listener on a non-loopback address without TLS (tokens then cross the network in the clear)."),
     key!(daemon.node as "node", Kind::Text, Restart,
         "This daemon's name in results, `status` and metrics; unset: the host name."),
+    key!(daemon.max_network_connections as "max-network-connections", count_in(1, 1_000_000), Restart,
+        "TCP connections the network listeners hold at once (TLS handshakes and idle ones included); past it a new connection is closed at once, and logged."),
     // [startup]
     key!(startup.user as "user", Kind::Bool, NewWorkers,
         "Run `$XDG_CONFIG_HOME/cellvisor/startup/*.{py,js,lua}` (default `~/.config`) in every new worker, after the prelude."),
@@ -307,6 +309,7 @@ mod tests {
                 "daemon.client-ca",
                 "daemon.insecure-plaintext",
                 "daemon.node",
+                "daemon.max-network-connections",
                 "output.artifact-dir",
                 "snapshots.dir",
             ],

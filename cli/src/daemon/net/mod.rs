@@ -86,6 +86,8 @@ pub enum NetworkError {
 /// What `[daemon]` asks of the network, checked (and its files read) before anything binds.
 pub(super) struct ListenPlan {
     addresses: Vec<SocketAddr>,
+    /// `daemon.max-network-connections`, shared by every listener.
+    max_connections: usize,
     tls: Option<TlsAcceptor>,
     /// The bearer token the listeners start with.
     pub(super) token: Token,
@@ -115,6 +117,7 @@ pub(super) fn plan(config: &DaemonConfig) -> Result<Option<ListenPlan>, NetworkE
     let token_file = config.token_file.as_deref().ok_or(NetworkError::NoToken)?;
     Ok(Some(ListenPlan {
         addresses,
+        max_connections: config.max_network_connections.max(1),
         tls: tls.map(TlsAcceptor::from),
         token: Token::load(token_file)?,
     }))
@@ -146,6 +149,7 @@ pub(super) async fn start(
         listeners.push(listener);
     }
     let router = http::router(Arc::clone(daemon));
+    let slots = Arc::new(tokio::sync::Semaphore::new(plan.max_connections));
     let mut bound = Vec::new();
     for listener in listeners {
         let address = listener.local_addr().map_err(|source| NetworkError::Bind {
@@ -160,17 +164,20 @@ pub(super) async fn start(
             listener,
             router.clone(),
             plan.tls.clone(),
+            Arc::clone(&slots),
         ));
     }
     Ok(bound)
 }
 
-/// Accepts connections until the daemon shuts down, each served in a task of its own.
+/// Accepts connections until the daemon shuts down, each served in a task of its own that
+/// holds one of the `slots` (`daemon.max-network-connections`).
 async fn accept_loop(
     daemon: Arc<Daemon>,
     listener: TcpListener,
     router: axum::Router,
     tls: Option<TlsAcceptor>,
+    slots: Arc<tokio::sync::Semaphore>,
 ) {
     let mut shutdown = daemon.shutdown.subscribe();
     loop {
@@ -184,8 +191,15 @@ async fn accept_loop(
                         tracing::warn!(%peer, "refused a connection from a cell (a process under one of this daemon's workers)");
                         continue;
                     }
+                    let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                        tracing::warn!(%peer, "refused a connection: the network listeners hold daemon.max-network-connections already");
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(serve_tcp(stream, router.clone(), tls.clone()));
+                    let (router, tls) = (router.clone(), tls.clone());
+                    tokio::spawn(serve_tcp(stream, router, tls, ConnectionSlot {
+                        _permit: Arc::new(slot),
+                    }));
                 }
                 Err(err) => {
                     tracing::warn!("accept failed: {err}");
@@ -197,13 +211,25 @@ async fn accept_loop(
     }
 }
 
+/// A TCP connection's place under `daemon.max-network-connections`, held by its HTTP
+/// connection and, once it is upgraded, by its WebSocket (each request carries it).
+#[derive(Clone)]
+pub(super) struct ConnectionSlot {
+    _permit: Arc<tokio::sync::OwnedSemaphorePermit>,
+}
+
 /// One TCP connection: its TLS handshake (bounded in time), then HTTP/1.1 with upgrades.
-async fn serve_tcp(stream: TcpStream, router: axum::Router, tls: Option<TlsAcceptor>) {
+async fn serve_tcp(
+    stream: TcpStream,
+    router: axum::Router,
+    tls: Option<TlsAcceptor>,
+    slot: ConnectionSlot,
+) {
     match tls {
-        None => serve_http(stream, router).await,
+        None => serve_http(stream, router, slot).await,
         Some(acceptor) => {
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(stream)) => serve_http(stream, router).await,
+                Ok(Ok(stream)) => serve_http(stream, router, slot).await,
                 Ok(Err(err)) => tracing::debug!("TLS handshake failed: {err}"),
                 Err(_) => tracing::debug!("TLS handshake timed out"),
             }
@@ -211,11 +237,15 @@ async fn serve_tcp(stream: TcpStream, router: axum::Router, tls: Option<TlsAccep
     }
 }
 
-async fn serve_http<S>(stream: S, router: axum::Router)
+async fn serve_http<S>(stream: S, router: axum::Router, slot: ConnectionSlot)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let service = hyper_util::service::TowerToHyperService::new(router);
+    use tower::ServiceExt;
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
+        request.extensions_mut().insert(slot.clone());
+        router.clone().oneshot(request)
+    });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(HANDSHAKE_TIMEOUT)

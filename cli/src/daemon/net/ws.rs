@@ -3,10 +3,12 @@
 
 use super::super::connection::{self, MessageSource, ReadError, CONNECTION_BACKLOG};
 use super::super::{lock, Daemon};
+use super::ConnectionSlot;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use cellvisor::daemon::protocol::MAX_LINE_BYTES;
 use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
@@ -21,6 +23,7 @@ pub(super) const SESSION_HEADER: &str = "cellvisor-session";
 /// Upgrades to a WebSocket, bound to the session of its `Cellvisor-Session` header if any.
 pub(super) async fn upgrade(
     State(daemon): State<Arc<Daemon>>,
+    slot: Option<Extension<ConnectionSlot>>,
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Response {
@@ -38,7 +41,11 @@ pub(super) async fn upgrade(
     upgrade
         .max_message_size(MAX_LINE_BYTES)
         .max_frame_size(MAX_LINE_BYTES)
-        .on_upgrade(move |socket| serve(daemon, socket, bound))
+        .on_upgrade(move |socket| async move {
+            serve(daemon, socket, bound).await;
+            // The TCP connection's place is free once its WebSocket ends.
+            drop(slot);
+        })
 }
 
 async fn serve(daemon: Arc<Daemon>, socket: WebSocket, bound: Option<String>) {
