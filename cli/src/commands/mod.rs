@@ -128,7 +128,8 @@ pub fn main() -> i32 {
         socket: cli.socket,
     };
     let default_log = match cli.command {
-        Command::Serve => "info",
+        // rmcp logs every MCP session it creates at info, with the client's parameters.
+        Command::Serve => "info,rmcp=warn",
         // stderr only: stdout is the MCP protocol.
         Command::Mcp => "warn",
         _ => "error",

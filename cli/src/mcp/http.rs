@@ -12,9 +12,6 @@
 //! cellvisor session with the MCP session, and does the expiry (rmcp's own would end a
 //! session in the middle of a long cell, which sends nothing while it runs).
 
-// Mounted at `/mcp` by the network listener; until then only the tests use it.
-#![cfg_attr(not(test), expect(dead_code))]
-
 use super::tools::tools;
 use super::{server_info, CellvisorMcp};
 use cellvisor::daemon::protocol::MAX_LINE_BYTES;

@@ -203,21 +203,6 @@ impl Served {
     }
 }
 
-/// The official Python SDK's streamable HTTP client: eval, wait, terminate, two sessions,
-/// and the end of one closing its cellvisor session.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_python_sdk_runs_cells_over_streamable_http() {
-    let served = Served::start(None).await;
-    let ran = served.client(&[]).await;
-    // Both MCP sessions ended (the client's DELETEs): no cellvisor session of theirs is left.
-    let left = served.mcp_sessions().await;
-    served.stop().await;
-    let stdout = ran.unwrap_or_else(|failure| panic!("{failure}"));
-    assert!(stdout.contains("all MCP HTTP checks passed"), "{stdout}");
-    println!("{stdout}");
-    assert!(left.is_empty(), "sessions left: {left:?}");
-}
-
 /// A session running a cell longer than the expiry keeps it; one left idle ends, and its
 /// cellvisor session with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

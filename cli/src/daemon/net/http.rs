@@ -10,17 +10,24 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use cellvisor::daemon::protocol::MAX_LINE_BYTES;
+use cellvisor_config::schema::CellsConfig;
 use serde_json::json;
 use std::sync::Arc;
 
 /// The listener's routes over `daemon`.
-pub(super) fn router(daemon: Arc<Daemon>) -> Router {
+pub(super) fn router(daemon: Arc<Daemon>, cells: CellsConfig) -> Router {
+    let mcp = crate::mcp::http::streamable_http(
+        Arc::clone(&daemon.cv),
+        cells,
+        daemon.shutdown.subscribe(),
+    );
     // Routes added after the token's layer are outside it: only `/healthz`. An unknown
     // path needs the token too, so a stranger learns nothing of the endpoints.
     Router::new()
         .route("/v1/rpc", get(ws::upgrade))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route_service("/mcp", mcp)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             Arc::clone(&daemon),
