@@ -386,3 +386,111 @@ fn connections_past_the_cap_are_closed_and_the_others_served() {
     drop(third);
     net.daemon.stop();
 }
+
+#[test]
+fn metrics_parse_and_move_as_cells_run_crash_and_are_evicted() {
+    use common::net::{sample, scrape, venv_python};
+    let python = venv_python(&["prometheus_client"]);
+    let net = NetDaemon::start(false, "", "idle-timeout = \"1s\"\n");
+    let url = net.http_url("/metrics");
+    let before = scrape(&python, &url);
+    assert_eq!(sample(&before, "cellvisor_draining", &[]), 0.0);
+    assert!(sample(&before, "cellvisor_process_resident_memory_bytes", &[]) > 0.0);
+    let mut ws = net.ws(Some(TOKEN), None).expect("connected");
+    ws.call(
+        "eval",
+        json!({"session": "m", "cells": [py("x = 1"), py("1/0")]}),
+    )
+    .expect("eval");
+    ws.call("eval", json!({"session": "m", "cells": [py("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")]}))
+        .expect("eval");
+    let during = scrape(&python, &url);
+    let cells = |s: &[(String, Value, f64)], status| {
+        sample(
+            s,
+            "cellvisor_cells_total",
+            &[("language", "py"), ("status", status)],
+        )
+    };
+    assert_eq!(
+        cells(&during, "complete") - cells(&before, "complete"),
+        1.0,
+        "{during:?}"
+    );
+    assert!(
+        cells(&during, "error") - cells(&before, "error") >= 2.0,
+        "{during:?}"
+    );
+    assert!(
+        sample(
+            &during,
+            "cellvisor_worker_crashes_total",
+            &[("language", "py")]
+        ) >= 1.0
+    );
+    assert!(
+        sample(
+            &during,
+            "cellvisor_worker_starts_total",
+            &[("language", "py")]
+        ) >= 1.0
+    );
+    assert!(
+        sample(
+            &during,
+            "cellvisor_cell_duration_seconds_count",
+            &[("language", "py")]
+        ) >= 3.0
+    );
+    assert_eq!(
+        sample(
+            &during,
+            "cellvisor_connections",
+            &[("transport", "websocket")]
+        ),
+        1.0
+    );
+    // No label carries a session's name.
+    assert!(
+        during
+            .iter()
+            .all(|(_, labels, _)| !labels.to_string().contains("\"m\"")),
+        "a session id in a label"
+    );
+    // The session goes idle and is evicted after idle-timeout.
+    let evicted = wait_until(Duration::from_secs(20), || {
+        let now = scrape(&python, &url);
+        let idle = sample(&now, "cellvisor_evictions_total", &[("reason", "idle")]);
+        (idle >= 1.0).then_some(()).ok_or(idle)
+    });
+    assert!(evicted.is_ok(), "no idle eviction counted: {evicted:?}");
+    drop(ws);
+    net.daemon.stop();
+}
+
+#[test]
+fn healthz_and_readyz_answer_and_readyz_is_503_while_draining() {
+    let net = NetDaemon::start(false, "", "");
+    let (status, body) = http_get(&net.http_url("/healthz"), None);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"node\""), "{body}");
+    let (status, body) = http_get(&net.http_url("/readyz"), Some(TOKEN));
+    assert_eq!(status, 200, "{body}");
+    let mut ws = net.ws(Some(TOKEN), None).expect("connected");
+    ws.call("drain", json!({})).expect("drain");
+    let (status, body) = http_get(&net.http_url("/readyz"), Some(TOKEN));
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("drain"), "{body}");
+    // A draining node is still healthy, and refuses a new session with the typed code.
+    let (status, _) = http_get(&net.http_url("/healthz"), None);
+    assert_eq!(status, 200);
+    let refused = ws
+        .call("eval", json!({"session": "new", "cells": [py("1")]}))
+        .expect_err("refused while draining");
+    assert_eq!(refused["code"], -32003, "{refused:#}");
+    ws.call("undrain", json!({})).expect("undrain");
+    let (status, body) = http_get(&net.http_url("/readyz"), Some(TOKEN));
+    assert_eq!(status, 200, "{body}");
+    drop(ws);
+    net.daemon.stop();
+}

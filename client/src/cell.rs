@@ -229,6 +229,7 @@ impl CellReport {
             language: spec.language,
             exit_code: i32::from(self.status.failed()),
             report: self,
+            node: String::new(),
         }
     }
 }
@@ -252,6 +253,10 @@ pub struct CellResult {
     /// How the cell ran, as its session reported it.
     #[serde(flatten)]
     pub report: CellReport,
+    /// The node (daemon) that ran it: `daemon.node` or its host name (empty from a daemon
+    /// that predates nodes).
+    #[serde(default)]
+    pub node: String,
 }
 
 impl CellResult {
@@ -297,13 +302,21 @@ pub struct EvalResult {
     pub is_error: bool,
     /// One result per cell of the request, in order, skipped ones included.
     pub cells: Vec<CellResult>,
+    /// The node (daemon) that ran the request (empty from a daemon that predates nodes).
+    #[serde(default)]
+    pub node: String,
 }
 
 impl EvalResult {
     /// The result of these cells; `is_error` is computed from them so it cannot disagree.
     pub fn from_cells(cells: Vec<CellResult>) -> EvalResult {
         let is_error = cells.iter().any(|c| c.report.status.failed());
-        EvalResult { is_error, cells }
+        let node = cells.first().map(|c| c.node.clone()).unwrap_or_default();
+        EvalResult {
+            is_error,
+            cells,
+            node,
+        }
     }
 }
 

@@ -343,6 +343,39 @@ pub struct InitializeResult {
     pub languages: Vec<Language>,
     /// The daemon's process id, for logs and signals.
     pub pid: u32,
+    /// The daemon's node name (`daemon.node` or its host name; empty from an older daemon).
+    #[serde(default)]
+    pub node: String,
+    /// The daemon is draining (`drain`): it takes no new session.
+    #[serde(default)]
+    pub draining: bool,
+}
+
+/// How long a `drain` with `wait` waits unless told otherwise.
+pub const DEFAULT_DRAIN_WAIT_MS: u64 = 60_000;
+
+/// `drain` parameters.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrainParams {
+    /// Answer only once no session is live, or when `timeout_ms` has passed.
+    #[serde(default)]
+    pub wait: bool,
+    /// How long `wait` waits, at most an hour; default [`DEFAULT_DRAIN_WAIT_MS`].
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// The answer of `drain` and `undrain`: where the drain stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainResult {
+    /// The daemon is draining.
+    pub draining: bool,
+    /// Sessions still live (0 once a drain is done).
+    pub live: usize,
+    /// The daemon's node name.
+    #[serde(default)]
+    pub node: String,
 }
 
 /// Property tests of the line parser: whatever a client sends, a typed answer and no panic.

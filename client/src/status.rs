@@ -60,6 +60,9 @@ pub struct SessionStatus {
     /// The session's sandbox; `None`: not sandboxed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<crate::sandbox::SandboxStatus>,
+    /// The node (daemon) holding the session (empty from a daemon that predates nodes).
+    #[serde(default)]
+    pub node: String,
 }
 
 impl fmt::Display for SessionState {

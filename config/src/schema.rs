@@ -289,6 +289,9 @@ pub struct DaemonConfig {
     pub node: Option<String>,
     /// TCP connections the network listeners hold at once; past it new ones are closed.
     pub max_network_connections: usize,
+    /// While draining, a session that was busy when the drain began is stopped once it has
+    /// been idle this long (so an agent's next cell still runs there).
+    pub drain_idle: Duration,
 }
 
 impl Default for DaemonConfig {
@@ -307,6 +310,7 @@ impl Default for DaemonConfig {
             insecure_plaintext: false,
             node: None,
             max_network_connections: 1024,
+            drain_idle: Duration::from_secs(10),
         }
     }
 }

@@ -48,6 +48,8 @@ mod environment;
 mod host;
 mod limits;
 mod locking;
+/// OpenMetrics text of a supervisor (`Cellvisor::scrape`), and its content type.
+pub mod metrics;
 mod output;
 /// Where session files live: `cellvisor check` names its sessions and artifacts with
 /// [`paths::file_safe`] and reads a session's store from [`paths::session_store_dir`].
@@ -77,5 +79,6 @@ pub use cellvisor_client::status::{SessionState, SessionStatus};
 pub use cellvisor_config::Config;
 pub use cellvisor_ipc::Language;
 pub use host::{
-    Cellvisor, Options, RequestError, StartupError, WaitOptions, MAX_SESSION_NAME, MAX_WAIT_MS,
+    Cellvisor, DrainState, Health, Options, Readiness, RequestError, StartupError, WaitOptions,
+    HEALTH_BOUND, MAX_SESSION_NAME, MAX_WAIT_MS,
 };

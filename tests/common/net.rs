@@ -92,9 +92,10 @@ pub struct NetDaemon {
 }
 
 impl NetDaemon {
-    /// With TLS (`tls`) or plaintext on loopback, a token file, and `extra` config text
-    /// (more `[daemon]` keys go in `daemon_extra`).
-    pub fn start(tls: bool, daemon_extra: &str, extra: &str) -> NetDaemon {
+    /// With TLS (`tls`) or plaintext on loopback, a token file, more `[daemon]` keys in
+    /// `daemon_extra` and `[sessions]` keys in `sessions_extra` (which replace the short
+    /// intervals' keys of the same name).
+    pub fn start(tls: bool, daemon_extra: &str, sessions_extra: &str) -> NetDaemon {
         let port = free_port();
         let files = tempfile::tempdir().expect("tempdir");
         let dir = files.path();
@@ -111,8 +112,18 @@ impl NetDaemon {
                 )
             })
             .unwrap_or_default();
+        let replaced: Vec<&str> = sessions_extra
+            .lines()
+            .filter_map(|l| l.split('=').next())
+            .map(str::trim)
+            .collect();
+        let sessions: String = SHORT_INTERVALS
+            .lines()
+            .filter(|l| !replaced.contains(&l.split('=').next().unwrap_or("").trim()))
+            .map(|l| format!("{l}\n"))
+            .collect();
         let config = format!(
-            "{SHORT_INTERVALS}{extra}\n[daemon]\nlisten = [\"tcp://127.0.0.1:{port}\"]\n\
+            "{sessions}{sessions_extra}\n[daemon]\nlisten = [\"tcp://127.0.0.1:{port}\"]\n\
              token-file = {:?}\n{tls_keys}{daemon_extra}",
             token.display().to_string()
         );
@@ -275,4 +286,55 @@ pub fn http_get(url: &str, token: Option<&str>) -> (u16, String) {
     let status = response.status().as_u16();
     let body = response.body_mut().read_to_string().unwrap_or_default();
     (status, body)
+}
+
+/// The test venv's python (scripts/test-venv) with `packages` installed.
+pub fn venv_python(packages: &[&str]) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let output = std::process::Command::new(root.join("scripts/test-venv"))
+        .args(packages)
+        .current_dir(&root)
+        .output()
+        .expect("run scripts/test-venv");
+    assert!(
+        output.status.success(),
+        "scripts/test-venv failed ({}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    root.join("target/test-venv/bin/python")
+}
+
+/// Every sample of `GET /metrics`, parsed by the prometheus_client OpenMetrics parser
+/// (tests/metrics_scrape.py): `(name, labels, value)`.
+pub fn scrape(python: &Path, url: &str) -> Vec<(String, Value, f64)> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/metrics_scrape.py");
+    let output = std::process::Command::new(python)
+        .arg(script)
+        .args([url, TOKEN])
+        .output()
+        .expect("run metrics_scrape.py");
+    assert!(
+        output.status.success(),
+        "the metrics did not parse: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| {
+            let sample: Value = serde_json::from_str(line).expect("a JSON sample");
+            let name = sample["name"].as_str().unwrap_or_default().to_string();
+            let value = sample["value"].as_f64().unwrap_or(f64::NAN);
+            (name, sample["labels"].clone(), value)
+        })
+        .collect()
+}
+
+/// The value of the sample `name` whose labels include `labels` (0 when there is none).
+pub fn sample(samples: &[(String, Value, f64)], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|(n, l, _)| n == name && labels.iter().all(|(k, v)| l[*k] == *v))
+        .map(|(_, _, v)| v)
+        .sum()
 }

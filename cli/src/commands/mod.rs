@@ -3,6 +3,7 @@
 mod background;
 mod check;
 mod config_cmd;
+mod drain;
 mod eval;
 mod serve;
 mod sessions;
@@ -75,6 +76,11 @@ enum Command {
     Checkpoints(state::CheckpointsArgs),
     /// List the user names of a session's namespace, and whether a snapshot keeps each.
     Names(state::NamesArgs),
+    /// Stop taking new sessions and stop the idle ones (live sessions keep being served);
+    /// `--wait` returns once none is live. SIGUSR1 does the same.
+    Drain(drain::DrainArgs),
+    /// Take new sessions again after a drain (SIGUSR2 does the same).
+    Undrain,
     /// Stop the daemon and every worker.
     Stop,
     /// Check the configuration or show the values in force.
@@ -177,7 +183,8 @@ pub fn main() -> i32 {
         socket: cli.socket,
     };
     let default_log = match cli.command {
-        Command::Serve => "info",
+        // rmcp logs every MCP session it creates at info, with the client's parameters.
+        Command::Serve => "info,rmcp=warn",
         // stderr only: stdout is the MCP protocol.
         Command::Mcp => "warn",
         _ => "error",
@@ -218,6 +225,8 @@ pub fn main() -> i32 {
             Command::Restore(args) => state::restore(args, &globals).await,
             Command::Checkpoints(args) => state::checkpoints(args, &globals).await,
             Command::Names(args) => state::names(args, &globals).await,
+            Command::Drain(args) => drain::drain(args, &globals).await,
+            Command::Undrain => drain::undrain(&globals).await,
             Command::Stop => sessions::stop(&globals).await,
             Command::Config(args) => config_cmd::run(args, &globals),
             Command::Check(args) => check::run(args, &globals).await,

@@ -64,6 +64,13 @@ pub async fn status(args: StatusArgs, globals: &Globals) -> i32 {
         }
     };
     print_table(&rows);
+    // The node's own state: a draining node says so under its rows.
+    if let Ok(node) = client.call(method::INITIALIZE, json!({})).await {
+        if node["draining"].as_bool() == Some(true) {
+            let name = node["node"].as_str().unwrap_or("this node");
+            println!("node {name} is draining: no new sessions (`cellvisor undrain` ends it)");
+        }
+    }
     0
 }
 

@@ -61,7 +61,7 @@ pub(super) async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
     let (out, out_rx) = mpsc::channel::<Vec<u8>>(CONNECTION_BACKLOG);
     let writer_task = spawn_writer(writer, out_rx, limits.stalled_client_timeout);
     let lines = LineSource(BufReader::new(reader));
-    serve_messages(daemon, lines, out, None).await;
+    serve_messages(daemon, lines, out, Transport::Unix).await;
     let _ = writer_task.await;
 }
 
@@ -92,17 +92,29 @@ impl<R: AsyncBufReadExt + Unpin + Send> MessageSource for LineSource<R> {
     }
 }
 
+/// What carries a connection: its label in the metrics, and the session a WebSocket may be
+/// bound to.
+pub(super) enum Transport {
+    Unix,
+    WebSocket { bound: Option<String> },
+}
+
 /// Serves the requests from `source` until the client leaves, answering into `out` (which a
 /// writer task drains to the client), then stops what the client left running. A connection
-/// `bound` to a session refuses requests that name another.
+/// bound to a session refuses requests that name another.
 pub(super) async fn serve_messages<S: MessageSource>(
     daemon: Arc<Daemon>,
     mut source: S,
     out: mpsc::Sender<Vec<u8>>,
-    bound: Option<String>,
+    transport: Transport,
 ) {
     daemon.connections.fetch_add(1, Ordering::SeqCst);
     let _guard = ConnectionGuard(Arc::clone(&daemon));
+    let (label, bound) = match transport {
+        Transport::Unix => ("unix", None),
+        Transport::WebSocket { bound } => ("websocket", bound),
+    };
+    let _counted = daemon.cv.metrics().connection_opened(label);
     let limits = *lock(&daemon.limits);
     // Each request task holds a permit; with none left the reader waits (and so stops
     // reading this client) until an answer has gone out.

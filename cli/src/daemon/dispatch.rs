@@ -6,8 +6,8 @@ use super::held_start::HeldStart;
 use super::{lifecycle, Daemon};
 use cellvisor::cell::{CellEvent, EvalRequest, ToolCallRequest};
 use cellvisor::daemon::protocol::{
-    self, code, method, params, CheckpointParams, CheckpointsParams, InitializeResult, NamesParams,
-    Request, RpcError, SessionParams, TerminateParams, WaitParams,
+    self, code, method, params, CheckpointParams, CheckpointsParams, DrainParams, DrainResult,
+    InitializeResult, NamesParams, Request, RpcError, SessionParams, TerminateParams, WaitParams,
 };
 use cellvisor::{RequestError, WaitOptions};
 use serde_json::Value;
@@ -20,7 +20,7 @@ pub(super) async fn dispatch(
     connection: &Connection,
 ) -> Result<Value, RpcError> {
     match request.method.as_str() {
-        method::INITIALIZE => initialize(),
+        method::INITIALIZE => initialize(daemon),
         method::EVAL => eval(daemon, request, connection).await,
         method::INTERRUPT => interrupt(daemon, request.params).await,
         method::RESET => reset(daemon, request.params).await,
@@ -30,6 +30,11 @@ pub(super) async fn dispatch(
         method::TERMINATE => terminate(daemon, request.params).await,
         method::SHUTDOWN => shutdown(daemon),
         method::CONFIG_RELOAD => config_reload(daemon).await,
+        method::DRAIN => drain(daemon, request.params).await,
+        method::UNDRAIN => {
+            let state = daemon.cv.undrain().await.map_err(refused)?;
+            drain_result(daemon, state)
+        }
         method::CHECKPOINT => {
             let p: CheckpointParams = params(request.params)?;
             let saved = daemon.cv.checkpoint(&p.session, p.language, &p.name).await;
@@ -59,19 +64,53 @@ pub(super) async fn dispatch(
             format!(
                 "method not found: {other}; the methods are initialize, eval, wait, terminate, \
                  interrupt, reset, close, status, checkpoint, restore, checkpoints, names, \
-                 shutdown and config/reload"
+                 drain, undrain, shutdown and config/reload"
             ),
         )),
     }
 }
 
-/// `initialize`: the protocol and program versions, the languages, the daemon's pid.
-fn initialize() -> Result<Value, RpcError> {
+/// `initialize`: the protocol and program versions, the languages, the daemon's pid, its
+/// node and whether it drains.
+fn initialize(daemon: &Daemon) -> Result<Value, RpcError> {
     to_json(&InitializeResult {
         protocol_version: protocol::PROTOCOL_VERSION,
         server_version: env!("CARGO_PKG_VERSION").to_string(),
         languages: cellvisor_ipc::Language::ALL.to_vec(),
         pid: std::process::id(),
+        node: daemon.cv.node().to_string(),
+        draining: daemon.cv.is_draining(),
+    })
+}
+
+/// `drain`: no new sessions, idle ones stopped; with `wait`, answers once none is live or
+/// at `timeout_ms`.
+async fn drain(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
+    let p: DrainParams = params(params_in)?;
+    let timeout_ms = p.timeout_ms.unwrap_or(protocol::DEFAULT_DRAIN_WAIT_MS);
+    if timeout_ms > cellvisor::MAX_WAIT_MS {
+        return Err(RpcError::new(
+            code::INVALID_PARAMS,
+            format!(
+                "timeout_ms must be at most {} (an hour), got {timeout_ms}",
+                cellvisor::MAX_WAIT_MS
+            ),
+        ));
+    }
+    let mut state = daemon.cv.drain().await.map_err(refused)?;
+    if p.wait {
+        let timeout = std::time::Duration::from_millis(timeout_ms);
+        state = daemon.cv.drain_wait(timeout).await.map_err(refused)?;
+    }
+    drain_result(daemon, state)
+}
+
+/// The answer of `drain` and `undrain`.
+fn drain_result(daemon: &Daemon, state: cellvisor::DrainState) -> Result<Value, RpcError> {
+    to_json(&DrainResult {
+        draining: state.draining,
+        live: state.live,
+        node: daemon.cv.node().to_string(),
     })
 }
 
@@ -194,6 +233,7 @@ async fn config_reload(daemon: &Daemon) -> Result<Value, RpcError> {
 fn refused(err: RequestError) -> RpcError {
     match err {
         RequestError::Stopped => RpcError::new(code::SHUTTING_DOWN, err.to_string()),
+        RequestError::Draining(_) => RpcError::new(code::DRAINING, err.to_string()),
         other => RpcError::new(code::REQUEST_REFUSED, other.to_string()),
     }
 }

@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// SIGTERM and SIGINT stop the daemon; SIGHUP reloads its configuration.
+/// SIGTERM and SIGINT stop the daemon; SIGHUP reloads its configuration; SIGUSR1 drains it
+/// and SIGUSR2 undrains it (what `cellvisor drain` and `undrain` ask).
 pub(super) fn spawn_signal_handlers(daemon: &Arc<Daemon>) {
     use tokio::signal::unix::{signal, SignalKind};
     for kind in [SignalKind::terminate(), SignalKind::interrupt()] {
@@ -17,6 +18,30 @@ pub(super) fn spawn_signal_handlers(daemon: &Arc<Daemon>) {
                 if stream.recv().await.is_some() {
                     tracing::info!("signal received");
                     let _ = daemon.shutdown.send(true);
+                }
+            });
+        }
+    }
+    for (kind, drain) in [
+        (SignalKind::user_defined1(), true),
+        (SignalKind::user_defined2(), false),
+    ] {
+        let daemon = Arc::clone(daemon);
+        if let Ok(mut stream) = signal(kind) {
+            tokio::spawn(async move {
+                while stream.recv().await.is_some() {
+                    let done = match drain {
+                        true => daemon.cv.drain().await,
+                        false => daemon.cv.undrain().await,
+                    };
+                    match done {
+                        Ok(state) => tracing::info!(
+                            draining = state.draining,
+                            live = state.live,
+                            "drain set by signal"
+                        ),
+                        Err(err) => tracing::error!("drain not changed: {err}"),
+                    }
                 }
             });
         }

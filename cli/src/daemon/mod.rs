@@ -97,6 +97,8 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     crate::allocator::map_big_blocks_separately();
     // Refused before anything binds: a plaintext listener beyond loopback, a missing token.
     let network = net::plan(&options.supervisor.config.daemon)?;
+    // What `/mcp`'s tools describe (the timeout range of a cell).
+    let cells = options.supervisor.config.cells.clone();
     let listener = listener::bind(&options.socket).await?;
     let socket_inode = socket_inode(&options.socket);
     let idle_exit = options.supervisor.config.daemon.idle_exit;
@@ -126,7 +128,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         token: Mutex::new(network.as_ref().map(|plan| plan.token.clone())),
     });
     if let Some(plan) = network {
-        if let Err(err) = net::start(&daemon, plan).await {
+        if let Err(err) = net::start(&daemon, plan, cells).await {
             daemon.cv.shutdown().await;
             let _ = std::fs::remove_file(&options.socket);
             return Err(err.into());

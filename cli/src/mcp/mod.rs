@@ -1,4 +1,5 @@
-//! `cellvisor mcp`: an MCP server on stdio, for agent desktops (DESIGN.md §1).
+//! `cellvisor mcp`: an MCP server on stdio, for agent desktops (DESIGN.md §1); `http`: the
+//! same tools over MCP's streamable HTTP transport, served by the daemon at `/mcp`.
 //!
 //! The server embeds its own supervisor ([`Cellvisor::start`]); one MCP connection is one
 //! session, named `mcp-<pid>`. Tools: `eval` (cells, DESIGN.md §2), `wait` and `terminate`
@@ -10,6 +11,7 @@
 //! stdout is the protocol: nothing else may write to it. Logging goes to stderr and workers
 //! get `/dev/null` as their stdout.
 
+pub mod http;
 mod state_tools;
 mod tools;
 
@@ -309,9 +311,7 @@ impl CellvisorMcp {
 
 impl ServerHandler for CellvisorMcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("cellvisor", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+        server_info()
     }
 
     async fn list_tools(
@@ -354,6 +354,13 @@ impl ServerHandler for CellvisorMcp {
         };
         Ok(result.into())
     }
+}
+
+/// What the server says of itself at `initialize`, on every transport.
+fn server_info() -> ServerConfig {
+    ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        .with_server_info(Implementation::new("cellvisor", env!("CARGO_PKG_VERSION")))
+        .with_instructions(INSTRUCTIONS)
 }
 
 const INSTRUCTIONS: &str = "cellvisor runs Python, JavaScript and Lua code cells in persistent, \
@@ -500,6 +507,7 @@ mod tests {
             title: None,
             language: Language::Python,
             exit_code: i32::from(status != CellStatus::Complete),
+            node: String::new(),
             report: CellReport {
                 status,
                 output: output.to_string(),

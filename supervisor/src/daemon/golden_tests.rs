@@ -9,8 +9,8 @@
 //!     CELLVISOR_BLESS=1 cargo test -p cellvisor --lib golden
 
 use super::protocol::{
-    self, code, method, params, Incoming, InitializeResult, RpcError, SessionParams,
-    TerminateParams, WaitParams, PROTOCOL_VERSION,
+    self, code, method, params, DrainParams, DrainResult, Incoming, InitializeResult, RpcError,
+    SessionParams, TerminateParams, WaitParams, PROTOCOL_VERSION,
 };
 use crate::cell::{
     CellEvent, CellReport, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult, ToolSpec,
@@ -34,6 +34,8 @@ const CLIENT_METHODS: &[&str] = &[
     method::TERMINATE,
     method::SHUTDOWN,
     method::CONFIG_RELOAD,
+    method::DRAIN,
+    method::UNDRAIN,
 ];
 
 fn request(id: u64, method: &str, params: Value) -> Value {
@@ -132,7 +134,9 @@ fn eval_result() -> EvalResult {
                 notice: None,
                 state: None,
             },
+            node: "node-a".into(),
         }],
+        node: "node-a".into(),
     }
 }
 
@@ -159,6 +163,7 @@ fn status_result() -> Vec<SessionStatus> {
             network: "none".into(),
             warning: None,
         }),
+        node: "node-a".into(),
     }]
 }
 
@@ -168,6 +173,8 @@ fn initialize_result() -> InitializeResult {
         server_version: "0.0.0".into(),
         languages: Language::ALL.to_vec(),
         pid: 4242,
+        node: "node-a".into(),
+        draining: false,
     }
 }
 
@@ -232,6 +239,10 @@ fn examples() -> Vec<(String, Value)> {
             method::INTERRUPT | method::RESET | method::CLOSE => to_value(&session_params()),
             method::WAIT => to_value(&wait_params()),
             method::TERMINATE => to_value(&terminate_params()),
+            method::DRAIN => to_value(&DrainParams {
+                wait: true,
+                timeout_ms: Some(30_000),
+            }),
             _ => json!({}),
         };
         push(&format!("request {name}"), request(id, name, params));
@@ -248,6 +259,16 @@ fn examples() -> Vec<(String, Value)> {
         to_value(&cell_result(CellStatus::Cancelled, "b\n(terminated)\n").cells[0]),
         json!({"stopping": true}),
         json!({"reloaded": true, "changes": ["sessions.max-sessions: 4 -> 8"]}),
+        to_value(&DrainResult {
+            draining: true,
+            live: 0,
+            node: "node-a".into(),
+        }),
+        to_value(&DrainResult {
+            draining: false,
+            live: 2,
+            node: "node-a".into(),
+        }),
     ];
     for ((id, name), result) in (1u64..).zip(CLIENT_METHODS).zip(results) {
         push(
@@ -310,6 +331,14 @@ fn examples() -> Vec<(String, Value)> {
         "error shutting-down",
         error(code::SHUTTING_DOWN, "the daemon is shutting down"),
     );
+    push(
+        "error draining",
+        error(
+            code::DRAINING,
+            "node node-a is draining: it starts no new session; send the request to another \
+             node, or retry after `cellvisor undrain`",
+        ),
+    );
     out
 }
 
@@ -350,6 +379,9 @@ fn reencode(name: &str, line: &Value) -> Value {
             method::TERMINATE => {
                 to_value(&params::<TerminateParams>(request.params).expect("terminate params"))
             }
+            method::DRAIN => {
+                to_value(&params::<DrainParams>(request.params).expect("drain params"))
+            }
             _ => Value::Object(params(request.params).expect("no params")),
         };
     } else if let Some(method) = name.strip_prefix("result ") {
@@ -366,6 +398,9 @@ fn reencode(name: &str, line: &Value) -> Value {
             ),
             method::WAIT | method::TERMINATE => {
                 to_value(&serde_json::from_value::<CellResult>(result).expect("a cell result"))
+            }
+            method::DRAIN | method::UNDRAIN => {
+                to_value(&serde_json::from_value::<DrainResult>(result).expect("a drain result"))
             }
             _ => result,
         };

@@ -89,11 +89,16 @@ impl Cellvisor {
         if ended {
             lock(&self.background).remove(&cell_id);
         }
-        answer.map_err(|refusal| match refusal {
-            Refusal::Unknown => unknown(),
-            Refusal::NotYielded => RequestError::NotYielded(cell_id),
-            Refusal::Observed => RequestError::AlreadyObserved(cell_id),
-        })
+        answer
+            .map(|mut result| {
+                result.node.clone_from(&self.node);
+                result
+            })
+            .map_err(|refusal| match refusal {
+                Refusal::Unknown => unknown(),
+                Refusal::NotYielded => RequestError::NotYielded(cell_id),
+                Refusal::Observed => RequestError::AlreadyObserved(cell_id),
+            })
     }
 
     /// Remembers that `cell_id` of `key` runs in the background (bounded: the oldest ids go

@@ -58,6 +58,7 @@ impl Cellvisor {
         let session = throwaway
             .as_ref()
             .map_or(request.session.as_str(), |t| t.name.as_str());
+        self.refuse_if_draining(session).await?;
         let lock = self.request_lock(session);
         let _turn = lock.lock().await;
         // Dropped when this future is (a client that disconnected): the sessions then stop
@@ -159,7 +160,12 @@ impl Cellvisor {
             stopped = result.exit_code != 0;
             results.push(result);
         }
-        Ok(EvalResult::from_cells(results))
+        for result in &mut results {
+            result.node.clone_from(&self.node);
+        }
+        let mut result = EvalResult::from_cells(results);
+        result.node.clone_from(&self.node);
+        Ok(result)
     }
 }
 

@@ -9,15 +9,19 @@
 //! - `eval`: running a request's cells: the checks, the sessions it pins or throws away,
 //!   the cells in order, each to its session.
 //! - `background`: cells that went to the background, and `wait` and `terminate` on them.
+//! - `node`: the node's name, health, readiness, metrics and drain.
 //! - `policy`: what the configuration in force says about a request (enabled languages,
 //!   per-call sessions, the sandbox, the Python), and the one check of a request.
 //! - `startup`: why a supervisor cannot start, and the checks made before it does.
 
 mod background;
 mod eval;
+mod node;
 mod policy;
 mod startup;
 mod state;
+
+pub use node::{DrainState, Health, Readiness, HEALTH_BOUND};
 
 pub(crate) use eval::is_throwaway;
 
@@ -216,6 +220,13 @@ pub enum RequestError {
     /// Saving, restoring or listing a namespace did not succeed; the text says why.
     #[error("{0}")]
     State(String),
+    /// The node (named) is draining and does not hold the session: a router sends the
+    /// request elsewhere.
+    #[error(
+        "node {0} is draining: it starts no new session; send the request to another node, or \
+         retry after `cellvisor undrain`"
+    )]
+    Draining(String),
 }
 
 /// A running supervisor. Cheap to share (`Arc`); stop it with [`Cellvisor::shutdown`].
@@ -241,6 +252,11 @@ pub struct Cellvisor {
     snapshots: Option<Arc<crate::snapshots::SnapshotStore>>,
     run_dir: PathBuf,
     _run_dir_guard: tempfile::TempDir,
+    /// This node's name (`daemon.node` or the host name), read at start.
+    node: String,
+    metrics: Arc<crate::metrics::Metrics>,
+    /// Set by `drain`, cleared by `undrain` (the supervisor is told too).
+    draining: std::sync::atomic::AtomicBool,
 }
 
 impl Cellvisor {
@@ -336,10 +352,15 @@ impl Cellvisor {
 
     /// One row per live session, with each worker tree's memory and CPU.
     pub async fn status(&self) -> Result<Vec<SessionStatus>, RequestError> {
-        self.supervisor
+        let mut rows = self
+            .supervisor
             .send(Status)
             .await
-            .map_err(|_| RequestError::Stopped)
+            .map_err(|_| RequestError::Stopped)?;
+        for row in &mut rows {
+            row.node.clone_from(&self.node);
+        }
+        Ok(rows)
     }
 
     /// How many sessions are live (the rows [`status`](Self::status) would list), without
@@ -470,6 +491,9 @@ impl Prepared {
             artifacts,
             store_dir: crate::paths::stores_dir(),
             snapshots: open_snapshots(&options.config),
+            metrics: Arc::new(crate::metrics::Metrics::new(&node::node_name(
+                &options.config,
+            ))),
         };
         Ok(Prepared {
             initial_config: options.config.clone(),
@@ -485,6 +509,7 @@ impl Prepared {
         supervisor: Addr<Supervisor>,
         own_thread: Option<(actix::System, std::thread::JoinHandle<()>)>,
     ) -> Cellvisor {
+        let node = node::node_name(&self.initial_config);
         Cellvisor {
             supervisor,
             request_locks: Mutex::new(HashMap::new()),
@@ -499,6 +524,9 @@ impl Prepared {
             snapshots: self.base.snapshots.clone(),
             run_dir: self.run_dir,
             _run_dir_guard: self.run_dir_guard,
+            node,
+            metrics: Arc::clone(&self.base.metrics),
+            draining: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }

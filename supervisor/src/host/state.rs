@@ -157,6 +157,7 @@ impl Cellvisor {
         language: Language,
         ask: HostAsk,
     ) -> Result<StateReport, RequestError> {
+        self.refuse_if_draining(session).await?;
         let lock = self.request_lock(session);
         let _turn = lock.lock().await;
         let request = self.next_request.fetch_add(1, Ordering::Relaxed);

@@ -74,6 +74,7 @@ impl Handler<CellFinished> for Session {
             notice: running.notice.take(),
             state: running.ledger.take(),
         };
+        self.count_cell(&outcome);
         self.deliver_final(running, outcome);
         self.cells_since_snapshot += 1;
         if status == CellStatus::Complete {

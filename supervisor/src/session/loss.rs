@@ -204,6 +204,9 @@ impl Handler<WorkerExited> for Session {
             } => How::Killed(reason),
             _ => How::Ended(msg.ended),
         };
+        if matches!(how, How::Ended(_)) {
+            self.metrics.worker_crashed(self.key.language);
+        }
         // A state task is not a cell: it is over, and the loss is planned as if none ran.
         let mut running = running;
         if let Some(job) = running.as_mut().and_then(|r| r.job.state.take()) {
@@ -249,6 +252,7 @@ impl Handler<WorkerExited> for Session {
                     let mut outcome = CellReport::error(text);
                     outcome.status = CellStatus::Cancelled;
                     outcome.duration_ms = running.started.elapsed().as_secs_f64() * 1000.0;
+                    self.count_cell(&outcome);
                     self.deliver_final(running, outcome);
                 }
                 self.finish_stop(ctx);
@@ -265,7 +269,11 @@ impl Handler<WorkerExited> for Session {
             (ForCell::Requeue, Some(running)) => match running.into_requeued() {
                 Ok(job) => self.queue.push_front(job),
                 // Not planned (the plan requeues only a cell its requester waits for).
-                Err(running) => self.deliver_final(*running, CellReport::error(loss.to_string())),
+                Err(running) => {
+                    let outcome = CellReport::error(loss.to_string());
+                    self.count_cell(&outcome);
+                    self.deliver_final(*running, outcome);
+                }
             },
             (ForCell::Report { status, text }, Some(mut running)) => {
                 let outcome = CellReport {
@@ -278,6 +286,7 @@ impl Handler<WorkerExited> for Session {
                     notice: running.notice.take(),
                     state: None,
                 };
+                self.count_cell(&outcome);
                 self.deliver_final(running, outcome);
                 self.cells_run += 1;
                 self.cells_since_snapshot += 1;

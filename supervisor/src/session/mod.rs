@@ -259,6 +259,8 @@ pub(crate) struct SessionSetup {
     pub snapshots: Option<Arc<crate::snapshots::SnapshotStore>>,
     /// The session has a latest snapshot for its first worker to restore.
     pub restore: bool,
+    /// Where its cells, starts, crashes and kills are counted.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// The actor. Created by the supervisor.
@@ -317,6 +319,7 @@ pub struct Session {
     own_tasks: u64,
     /// What became of the snapshot before this session's close.
     stop_fate: state::SnapshotFate,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Session {
@@ -359,6 +362,7 @@ impl Session {
             ledger: None,
             own_tasks: 0,
             stop_fate: state::SnapshotFate::NotTried,
+            metrics: setup.metrics,
         }
     }
 
@@ -422,7 +426,18 @@ impl Session {
             cpu_percent: None,
             reason: self.failed.clone().or_else(|| self.start_error.clone()),
             sandbox: self.sandbox.as_ref().map(|plan| plan.status()),
+            node: String::new(),
         }
+    }
+
+    /// Counts a code cell's end (its status, duration and output) in the metrics.
+    fn count_cell(&self, report: &CellReport) {
+        self.metrics.cell_ended(
+            self.key.language,
+            report.status,
+            report.duration_ms / 1000.0,
+            report.output.len(),
+        );
     }
 
     fn is_closing(&self) -> bool {

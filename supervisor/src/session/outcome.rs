@@ -252,6 +252,9 @@ pub enum Eviction {
         key: SessionKey,
         idle_timeout: Duration,
     },
+    /// Its node is draining (`cellvisor drain`): it was idle, or became idle for
+    /// `daemon.drain-idle`.
+    Drained { key: SessionKey },
 }
 
 impl fmt::Display for Eviction {
@@ -271,6 +274,11 @@ impl fmt::Display for Eviction {
                 "session {key} was evicted after being idle longer than idle-timeout ({}); its \
                  earlier state is gone",
                 humantime::format_duration(*idle_timeout)
+            ),
+            Eviction::Drained { key } => write!(
+                f,
+                "session {key} was stopped because its node was draining; its earlier state is \
+                 gone"
             ),
         }
     }

@@ -74,6 +74,7 @@ fn start_session_with(
         pool: None,
         snapshots,
         restore: false,
+        metrics: Arc::new(crate::metrics::Metrics::new("test-node")),
     });
     (session.start(), dir)
 }

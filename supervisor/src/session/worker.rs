@@ -99,6 +99,7 @@ impl Handler<WorkerStarted> for Session {
             Ok(worker) => {
                 tracing::info!(session = %self.key, pid = worker.pid, engine = %worker.engine, "worker started");
                 self.start_error = None;
+                self.metrics.worker_started(self.key.language);
                 let link = Link::spawn(worker, msg.generation, ctx.address());
                 self.worker = Worker::Ready {
                     generation: msg.generation,
@@ -385,6 +386,7 @@ impl Session {
         {
             if killed_for.is_none() {
                 tracing::warn!(session = %self.key, pid = link.pid, "killing worker: {reason}");
+                self.metrics.worker_killed(self.key.language, &reason);
                 *killed_for = Some(reason);
                 link.abandon_host();
                 link.process.kill_tree();

@@ -14,6 +14,8 @@ pub enum SaveReason {
     IdleEviction,
     /// Before an eviction to make room under `max-sessions`.
     LruEviction,
+    /// Before a session is stopped by a drain of its node.
+    DrainEviction,
     /// Before an idle worker over `limits.max-rss` is replaced.
     MemoryRecycle,
     /// Before the daemon stops (`cellvisor stop`, SIGTERM, its idle exit, an upgrade).
@@ -30,6 +32,7 @@ impl SaveReason {
         match self {
             SaveReason::IdleEviction => "idle eviction",
             SaveReason::LruEviction => "lru eviction",
+            SaveReason::DrainEviction => "drain",
             SaveReason::MemoryRecycle => "memory recycle",
             SaveReason::DaemonStop => "daemon stop",
             SaveReason::AfterCell => "after cell",
@@ -59,6 +62,7 @@ pub fn save_for(eviction: &Eviction) -> Option<SaveReason> {
     match eviction {
         Eviction::Idle { .. } => Some(SaveReason::IdleEviction),
         Eviction::ForRoom { .. } => Some(SaveReason::LruEviction),
+        Eviction::Drained { .. } => Some(SaveReason::DrainEviction),
         Eviction::Closed { .. } => None,
     }
 }
@@ -187,6 +191,7 @@ mod tests {
         for reason in [
             IdleEviction,
             LruEviction,
+            DrainEviction,
             MemoryRecycle,
             DaemonStop,
             Checkpoint,

@@ -56,10 +56,85 @@ pub fn for_live<K>(closing: bool) -> Placement<K> {
     }
 }
 
+/// How full one enabled language is, for [`readiness`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Room {
+    /// Its live sessions (closing ones included).
+    pub live: usize,
+    /// Those of them that could be evicted to make room.
+    pub evictable: usize,
+    /// `max-sessions`.
+    pub cap: usize,
+}
+
+impl Room {
+    /// A new session of the language could start now, or after an eviction.
+    pub fn has_room(&self) -> bool {
+        self.live < self.cap || self.evictable > 0
+    }
+}
+
+/// Whether the node takes new sessions: not while draining, nor when every enabled language
+/// is at its cap with no idle session to evict (a node with no language enabled takes
+/// none). The error says why, for a probe's answer.
+pub fn readiness<L: std::fmt::Display>(draining: bool, rooms: &[(L, Room)]) -> Result<(), String> {
+    if draining {
+        return Err("draining: this node takes no new sessions".into());
+    }
+    if rooms.is_empty() {
+        return Err("no language is enabled".into());
+    }
+    if rooms.iter().any(|(_, room)| room.has_room()) {
+        return Ok(());
+    }
+    let full: Vec<String> = rooms
+        .iter()
+        .map(|(language, room)| format!("{language} {}/{}", room.live, room.cap))
+        .collect();
+    Err(format!(
+        "every enabled language is at max-sessions with no idle session to evict ({})",
+        full.join(", ")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    fn room(live: usize, evictable: usize, cap: usize) -> Room {
+        Room {
+            live,
+            evictable,
+            cap,
+        }
+    }
+
+    #[test]
+    fn a_node_with_room_in_some_language_is_ready() {
+        assert_eq!(
+            readiness(false, &[("py", room(2, 0, 2)), ("js", room(0, 0, 2))]),
+            Ok(())
+        );
+        assert_eq!(readiness(false, &[("py", room(2, 1, 2))]), Ok(()));
+    }
+
+    #[test]
+    fn a_draining_node_is_never_ready() {
+        let reason = readiness(true, &[("py", room(0, 0, 4))]).unwrap_err();
+        assert!(reason.contains("draining"), "{reason}");
+    }
+
+    #[test]
+    fn a_node_full_of_busy_sessions_is_not_ready_and_says_where() {
+        let reason =
+            readiness(false, &[("py", room(2, 0, 2)), ("lua", room(1, 0, 1))]).unwrap_err();
+        assert!(
+            reason.contains("py 2/2") && reason.contains("lua 1/1"),
+            "{reason}"
+        );
+        assert!(readiness::<&str>(false, &[]).is_err());
+    }
 
     fn slot(key: &'static str, evictable: bool, age_secs: u64) -> Slot<&'static str> {
         Slot {

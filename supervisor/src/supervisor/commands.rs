@@ -35,6 +35,10 @@ impl Handler<Control> for Supervisor {
             for (key, _) in &targets {
                 if let Some(entry) = self.sessions.get_mut(key) {
                     entry.closing = true;
+                    if msg.action == ControlAction::Close {
+                        let reason = crate::metrics::EvictionReason::Closed;
+                        self.base.metrics.evicted(key.language, reason);
+                    }
                 }
             }
         }

@@ -88,12 +88,52 @@ pub struct ShutdownAll;
 #[rtype(result = "()")]
 pub struct ReloadConfig(pub Arc<Config>);
 
+/// Drain (`true`: start no session the node does not hold, stop idle sessions) or undrain.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetDraining(pub bool);
+
+/// Answers once no session is live, or when `timeout` has passed (a drain's wait).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WaitNoSessions {
+    pub timeout: std::time::Duration,
+}
+
+/// Whether a live session has this name (in any language).
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct HoldsSession(pub String);
+
+/// Answers once the supervisor and each of its sessions have answered within the bound;
+/// the error names who did not.
+#[derive(Message)]
+#[rtype(result = "Result<(), String>")]
+pub struct HealthCheck {
+    pub bound: std::time::Duration,
+}
+
+/// Whether the node takes new sessions; the error says why not.
+#[derive(Message)]
+#[rtype(result = "Result<(), String>")]
+pub struct ReadinessCheck;
+
+/// The registry's state for the metrics' gauges.
+#[derive(Message)]
+#[rtype(result = "crate::metrics::RegistryGauges")]
+pub struct GaugesQuery;
+
 // --- From the supervisor's own timers -------------------------------------------------------
 
 /// Every `sweep-interval`: evict sessions idle past `idle-timeout`, prune old artifacts.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct SweepTick;
+
+/// While draining: stop the sessions idle for `daemon.drain-idle`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct DrainTick;
 
 /// A request waiting for room has waited as long as its cell's timeout.
 #[derive(Message)]

@@ -14,15 +14,23 @@
 //! - `sampling`: `SampleTick`: one sampler of the workers' process trees for `max-rss` and
 //!   `status`.
 //! - `sweep`: `SweepTick`: idle eviction and the pruning of old spilled outputs.
+//! - `drain`: `SetDraining`, `DrainTick`, `WaitNoSessions`: no new sessions, idle ones
+//!   stopped, a wait for the last to go.
+//! - `probes`: `HealthCheck`, `ReadinessCheck` (deciding with [`capacity::readiness`]),
+//!   `HoldsSession`, `GaugesQuery` (the metrics' gauges).
 //! - `count`: `LiveSessions`: how many sessions are live, from the registry alone (the
 //!   daemon's idle-exit check).
 
 pub mod capacity;
 mod commands;
 mod count;
+mod drain;
+#[cfg(test)]
+mod drain_tests;
 pub mod messages;
 mod placement;
 pub mod prewarm;
+mod probes;
 mod sampling;
 #[cfg(test)]
 mod snapshot_tests;
@@ -58,6 +66,8 @@ pub struct WorkerBase {
     pub store_dir: PathBuf,
     /// Where sessions' snapshots live (none when the directory cannot be used).
     pub snapshots: Option<Arc<crate::snapshots::SnapshotStore>>,
+    /// The supervisor's metrics, moved by the actors where things happen.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 struct Entry {
@@ -100,6 +110,10 @@ pub struct Supervisor {
     /// Requests waiting for room under the cap.
     waiting: WaitingRoom<Language, Submit>,
     stopping: bool,
+    /// Set while the node drains.
+    draining: Option<drain::Draining>,
+    /// Drain waits, told when no session is left.
+    no_sessions_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
     last_prune: Option<Instant>,
     last_snapshot_prune: Option<Instant>,
     sweep_timer: Option<SpawnHandle>,
@@ -133,6 +147,8 @@ impl Supervisor {
             evicted_order: VecDeque::new(),
             waiting: WaitingRoom::default(),
             stopping: false,
+            draining: None,
+            no_sessions_waiters: Vec::new(),
             last_prune: None,
             last_snapshot_prune: None,
             sweep_timer: None,
@@ -176,6 +192,7 @@ impl Supervisor {
                     && store.has_latest(&submit.key)
             }),
             snapshots,
+            metrics: Arc::clone(&self.base.metrics),
         });
         let addr = session.start();
         addr.do_send(RunCell(submit.job));
@@ -230,6 +247,10 @@ impl Supervisor {
                     None => tracing::info!(session = %key, "closing session"),
                 }
                 entry.closing = true;
+                if let Some(why) = &eviction {
+                    let reason = crate::metrics::EvictionReason::of(why);
+                    self.base.metrics.evicted(key.language, reason);
+                }
                 let save = eviction
                     .as_ref()
                     .and_then(crate::snapshots::policy::save_for);

@@ -22,6 +22,13 @@ impl Handler<Submit> for Supervisor {
                 .send(CellReport::error("cellvisor is shutting down".into()));
             return;
         }
+        if self.is_draining()
+            && !self.sessions.contains_key(&msg.key)
+            && !self.holds(&msg.key.session)
+        {
+            let _ = msg.job.reply.send(Self::draining_refusal(&msg.key));
+            return;
+        }
         // Earlier waiters go first.
         if !self.waiting.is_empty() {
             self.drain_waiting(ctx);
@@ -80,6 +87,7 @@ impl Handler<SessionEvent> for Supervisor {
                 snapshot,
             } => {
                 self.sessions.remove(&key);
+                self.tell_if_no_sessions();
                 let notice =
                     eviction.and_then(|e| crate::snapshots::policy::eviction_notice(&e, &snapshot));
                 if let Some(notice) = notice {
@@ -130,6 +138,13 @@ impl Supervisor {
     /// Places a submission, or gives it back when it has to wait.
     fn try_place(&mut self, submit: Submit, ctx: &mut Context<Self>) -> Option<Submit> {
         let cap = self.config.sessions.max_sessions;
+        if self.is_draining()
+            && !self.sessions.contains_key(&submit.key)
+            && !self.holds(&submit.key.session)
+        {
+            let _ = submit.job.reply.send(Self::draining_refusal(&submit.key));
+            return None;
+        }
         let placement = match self.sessions.get(&submit.key) {
             Some(entry) => capacity::for_live(entry.closing),
             None => capacity::place(&submit.key, &self.slots(submit.key.language), cap),

@@ -29,11 +29,12 @@ fn fast_config() -> Config {
 pub(super) struct Rig {
     pub(super) addr: Addr<Supervisor>,
     pub(super) fake: Arc<FakeLauncher>,
+    pub(super) metrics: Arc<crate::metrics::Metrics>,
     _dir: Arc<tempfile::TempDir>,
 }
 
 impl Rig {
-    fn start(configure: impl FnOnce(&mut Config)) -> Rig {
+    pub(super) fn start(configure: impl FnOnce(&mut Config)) -> Rig {
         Rig::start_with(false, configure)
     }
 
@@ -52,7 +53,9 @@ impl Rig {
             artifacts: crate::artifacts::ArtifactStore::new(dir.path().join("artifacts"), u64::MAX),
             store_dir: dir.path().join("store"),
             snapshots,
+            metrics: Arc::new(crate::metrics::Metrics::new("test-node")),
         };
+        let metrics = Arc::clone(&base.metrics);
         let mut config = fast_config();
         configure(&mut config);
         let fake = FakeLauncher::new();
@@ -61,6 +64,7 @@ impl Rig {
         Rig {
             addr,
             fake,
+            metrics,
             _dir: Arc::new(dir),
         }
     }

@@ -10,19 +10,24 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use cellvisor::daemon::protocol::MAX_LINE_BYTES;
+use cellvisor_config::schema::CellsConfig;
 use serde_json::json;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// How long the actors may take to answer a health probe.
-const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The listener's routes over `daemon`.
-pub(super) fn router(daemon: Arc<Daemon>) -> Router {
+pub(super) fn router(daemon: Arc<Daemon>, cells: CellsConfig) -> Router {
+    let mcp = crate::mcp::http::streamable_http(
+        Arc::clone(&daemon.cv),
+        cells,
+        daemon.shutdown.subscribe(),
+    );
     // Routes added after the token's layer are outside it: only `/healthz`. An unknown
     // path needs the token too, so a stranger learns nothing of the endpoints.
     Router::new()
         .route("/v1/rpc", get(ws::upgrade))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route_service("/mcp", mcp)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             Arc::clone(&daemon),
@@ -63,24 +68,53 @@ async fn require_token(
         .into_response()
 }
 
-/// 200 while the supervisor's actors answer, else 503 with the reason.
+/// 200 while the supervisor and its sessions answer, else 503 with the reason.
 async fn healthz(State(daemon): State<Arc<Daemon>>) -> Response {
-    match tokio::time::timeout(HEALTH_TIMEOUT, daemon.cv.status()).await {
-        Ok(Ok(_)) => (StatusCode::OK, Json(json!({ "status": "ok" }))).into_response(),
-        Ok(Err(err)) => unhealthy(err.to_string()),
-        Err(_) => unhealthy(format!(
-            "the supervisor did not answer within {}",
-            humantime::format_duration(HEALTH_TIMEOUT)
-        )),
+    let health = daemon.cv.health().await;
+    let node = daemon.cv.node();
+    match health.reason {
+        None => (
+            StatusCode::OK,
+            Json(json!({ "status": "ok", "node": node })),
+        )
+            .into_response(),
+        Some(reason) => unavailable("unhealthy", node, reason),
     }
 }
 
-fn unhealthy(reason: String) -> Response {
+/// 200 while this node takes new sessions; 503 while it drains or is full.
+async fn readyz(State(daemon): State<Arc<Daemon>>) -> Response {
+    let readiness = daemon.cv.readiness().await;
+    let node = daemon.cv.node();
+    match readiness.reason {
+        None => (
+            StatusCode::OK,
+            Json(json!({ "status": "ready", "node": node })),
+        )
+            .into_response(),
+        Some(reason) => unavailable("not ready", node, reason),
+    }
+}
+
+fn unavailable(status: &str, node: &str, reason: String) -> Response {
     (
         StatusCode::SERVICE_UNAVAILABLE,
-        Json(json!({ "status": "unhealthy", "reason": reason })),
+        Json(json!({ "status": status, "node": node, "reason": reason })),
     )
         .into_response()
+}
+
+/// Every metric as OpenMetrics text.
+async fn metrics(State(daemon): State<Arc<Daemon>>) -> Response {
+    match daemon.cv.scrape().await {
+        Ok(text) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, cellvisor::metrics::CONTENT_TYPE)],
+            text,
+        )
+            .into_response(),
+        Err(err) => unavailable("unhealthy", daemon.cv.node(), err.to_string()),
+    }
 }
 
 async fn not_found(request: Request) -> Response {

@@ -137,6 +137,7 @@ fn plaintext_refused(addresses: &[SocketAddr], tls: bool, allowed: bool) -> Opti
 pub(super) async fn start(
     daemon: &Arc<Daemon>,
     plan: ListenPlan,
+    cells: cellvisor_config::schema::CellsConfig,
 ) -> Result<Vec<SocketAddr>, NetworkError> {
     let mut listeners = Vec::new();
     for address in &plan.addresses {
@@ -148,7 +149,7 @@ pub(super) async fn start(
             })?;
         listeners.push(listener);
     }
-    let router = http::router(Arc::clone(daemon));
+    let router = http::router(Arc::clone(daemon), cells);
     let slots = Arc::new(tokio::sync::Semaphore::new(plan.max_connections));
     let mut bound = Vec::new();
     for listener in listeners {

@@ -1,7 +1,7 @@
 //! `GET /v1/rpc`: the Unix socket's JSON-RPC over a WebSocket, one message per text frame,
 //! served by the same connection code (its bounds, its tool calls, its abandoned cells).
 
-use super::super::connection::{self, MessageSource, ReadError, CONNECTION_BACKLOG};
+use super::super::connection::{self, MessageSource, ReadError, Transport, CONNECTION_BACKLOG};
 use super::super::{lock, Daemon};
 use super::ConnectionSlot;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
@@ -53,7 +53,8 @@ async fn serve(daemon: Arc<Daemon>, socket: WebSocket, bound: Option<String>) {
     let stall = lock(&daemon.limits).stalled_client_timeout;
     let (out, out_rx) = mpsc::channel::<Vec<u8>>(CONNECTION_BACKLOG);
     let writer = spawn_writer(sink, out_rx, stall);
-    connection::serve_messages(daemon, FrameSource(stream), out, bound).await;
+    let transport = Transport::WebSocket { bound };
+    connection::serve_messages(daemon, FrameSource(stream), out, transport).await;
     let _ = writer.await;
 }
 

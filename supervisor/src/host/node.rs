@@ -1,0 +1,189 @@
+//! The node as an operator's orchestrator sees it: its name, its health and readiness
+//! probes, its metrics, and its drain.
+
+use super::{Cellvisor, RequestError};
+use crate::supervisor::{
+    GaugesQuery, HealthCheck, HoldsSession, ReadinessCheck, SetDraining, WaitNoSessions,
+};
+use cellvisor_config::Config;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// How long the supervisor and its sessions have to answer a health check.
+pub const HEALTH_BOUND: Duration = Duration::from_secs(2);
+
+/// Whether the process and its actors answer ([`Cellvisor::health`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// Everything answered within [`HEALTH_BOUND`].
+    pub healthy: bool,
+    /// What did not, when something did not.
+    pub reason: Option<String>,
+}
+
+/// Whether this node takes new sessions ([`Cellvisor::readiness`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    /// New sessions are taken.
+    pub ready: bool,
+    /// Why not, when not.
+    pub reason: Option<String>,
+}
+
+/// Where a drain stands ([`Cellvisor::drain`], [`Cellvisor::drain_wait`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainState {
+    /// The node is draining.
+    pub draining: bool,
+    /// Sessions still live.
+    pub live: usize,
+}
+
+/// This node's name: `daemon.node`, else the host name, else `localhost`.
+pub(super) fn node_name(config: &Config) -> String {
+    config
+        .daemon
+        .node
+        .clone()
+        .filter(|n| !n.trim().is_empty())
+        .or_else(|| {
+            nix::unistd::gethostname()
+                .ok()
+                .and_then(|n| n.into_string().ok())
+        })
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// `future`'s output, or `None` after `bound` when the caller runs on a tokio runtime (the
+/// daemon does); on another executor the supervisor's own bound on its sessions applies.
+async fn bounded<F: std::future::Future>(bound: Duration, future: F) -> Option<F::Output> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => tokio::time::timeout(bound, future).await.ok(),
+        Err(_) => Some(future.await),
+    }
+}
+
+impl Cellvisor {
+    /// This node's name, as results, `status` rows and metrics carry it.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The metrics: a daemon counts its connections here ([`crate::metrics::Metrics::connection_opened`]).
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
+    }
+
+    /// Every metric as OpenMetrics text ([`crate::metrics::CONTENT_TYPE`]), the gauges read
+    /// from the registry now.
+    pub async fn scrape(&self) -> Result<String, RequestError> {
+        let gauges = self
+            .supervisor
+            .send(GaugesQuery)
+            .await
+            .map_err(|_| RequestError::Stopped)?;
+        self.metrics.refresh(&gauges);
+        self.metrics
+            .encode()
+            .map_err(|err| RequestError::State(format!("cannot encode the metrics: {err}")))
+    }
+
+    /// Whether the supervisor, and through it each session, answers within
+    /// [`HEALTH_BOUND`].
+    pub async fn health(&self) -> Health {
+        let asked = self.supervisor.send(HealthCheck {
+            bound: HEALTH_BOUND,
+        });
+        let reason = match bounded(HEALTH_BOUND + HEALTH_BOUND / 2, asked).await {
+            Some(Ok(Ok(()))) => None,
+            Some(Ok(Err(reason))) => Some(reason),
+            Some(Err(_)) => Some("the supervisor has stopped".into()),
+            None => Some(format!(
+                "the supervisor did not answer within {} ms",
+                HEALTH_BOUND.as_millis()
+            )),
+        };
+        Health {
+            healthy: reason.is_none(),
+            reason,
+        }
+    }
+
+    /// Whether this node takes new sessions: not while draining, nor when every enabled
+    /// language is at `max-sessions` with no idle session to evict.
+    pub async fn readiness(&self) -> Readiness {
+        let asked = self.supervisor.send(ReadinessCheck);
+        let reason = match bounded(HEALTH_BOUND, asked).await {
+            Some(Ok(Ok(()))) => None,
+            Some(Ok(Err(reason))) => Some(reason),
+            Some(Err(_)) => Some("the supervisor has stopped".into()),
+            None => Some(format!(
+                "the supervisor did not answer within {} ms",
+                HEALTH_BOUND.as_millis()
+            )),
+        };
+        Readiness {
+            ready: reason.is_none(),
+            reason,
+        }
+    }
+
+    /// Starts draining: new sessions are refused ([`RequestError::Draining`]), live ones are
+    /// served; idle ones stop now, busy ones once idle for `daemon.drain-idle`.
+    pub async fn drain(&self) -> Result<DrainState, RequestError> {
+        self.set_draining(true).await
+    }
+
+    /// Ends a drain: new sessions are taken again.
+    pub async fn undrain(&self) -> Result<DrainState, RequestError> {
+        self.set_draining(false).await
+    }
+
+    /// Whether the node is draining.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Waits until no session is live or `timeout` has passed; answers where the drain
+    /// stands then.
+    pub async fn drain_wait(&self, timeout: Duration) -> Result<DrainState, RequestError> {
+        self.supervisor
+            .send(WaitNoSessions { timeout })
+            .await
+            .map_err(|_| RequestError::Stopped)?;
+        Ok(DrainState {
+            draining: self.is_draining(),
+            live: self.live_sessions().await?,
+        })
+    }
+
+    async fn set_draining(&self, on: bool) -> Result<DrainState, RequestError> {
+        self.draining.store(on, Ordering::Relaxed);
+        self.supervisor
+            .send(SetDraining(on))
+            .await
+            .map_err(|_| RequestError::Stopped)?;
+        Ok(DrainState {
+            draining: on,
+            live: self.live_sessions().await?,
+        })
+    }
+
+    /// While draining, refuses a request for a session this node does not hold in any
+    /// language (the supervisor refuses one that slips past, too).
+    pub(super) async fn refuse_if_draining(&self, session: &str) -> Result<(), RequestError> {
+        if !self.is_draining() {
+            return Ok(());
+        }
+        let held = self
+            .supervisor
+            .send(HoldsSession(session.to_string()))
+            .await
+            .map_err(|_| RequestError::Stopped)?;
+        if held {
+            Ok(())
+        } else {
+            Err(RequestError::Draining(self.node.clone()))
+        }
+    }
+}

@@ -1,0 +1,199 @@
+"""cellvisor's `/mcp` driven by a real MCP client: the official Python SDK's streamable HTTP
+client (`mcp.client.streamable_http`).
+
+Usage: python tests/mcp_http_client.py URL TOKEN [--expiry SECONDS]
+
+Opens two MCP sessions with `Authorization: Bearer TOKEN`. In the first: `eval` with state
+kept between two calls, a background cell collected with `wait`, one stopped with `terminate`.
+The second does not see the first's state and has a cellvisor session of its own; when the
+first session ends (the client's DELETE), its cellvisor session is gone from `sessions` while
+the second's stays. With `--expiry`, against a server whose sessions expire after SECONDS:
+a long cell keeps its session, an idle one ends with its cellvisor session. Exits non-zero
+with a clear message on the first failed check.
+"""
+
+import asyncio
+import contextlib
+import sys
+import time
+
+from mcp import ClientSession
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def check(condition, message, result=None):
+    if not condition:
+        if result is not None:
+            message += "\n--- tool result ---\n" + describe(result)
+        raise CheckFailed(message)
+
+
+def check_failures(error):
+    if isinstance(error, CheckFailed):
+        yield error
+    for inner in getattr(error, "exceptions", ()):
+        yield from check_failures(inner)
+
+
+def describe(result):
+    parts = ["isError=%r" % (result.is_error,)]
+    for block in result.content:
+        parts.append("[text] " + block.text if block.type == "text" else "[%s]" % block.type)
+    return "\n".join(parts)
+
+
+def text_of(result):
+    return "\n".join(b.text for b in result.content if b.type == "text")
+
+
+async def open_session(stack, url, token):
+    """An initialized MCP session whose transport ends (DELETE) when `stack` closes."""
+    http = await stack.enter_async_context(
+        create_mcp_http_client(headers={"Authorization": "Bearer " + token}))
+    read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
+    session = await stack.enter_async_context(ClientSession(read, write))
+    init = await session.initialize()
+    check(init.server_info.name == "cellvisor", "server name: %r" % (init.server_info,))
+    return session, init
+
+
+async def py(session, code, **cell):
+    return await session.call_tool("eval", {"cells": [dict(language="py", code=code, **cell)]})
+
+
+async def own_session_name(session):
+    """This MCP session's cellvisor session, as `sessions` marks it."""
+    result = await session.call_tool("sessions", {})
+    check(not result.is_error, "sessions answers", result)
+    own = [line.split()[0] for line in text_of(result).splitlines() if "(this connection)" in line]
+    check(len(own) >= 1, "sessions marks this connection's session", result)
+    return own[0]
+
+
+async def background_cell_id(result):
+    text = text_of(result)
+    check(not result.is_error and "still running in the background as cell" in text,
+          "the cell went to the background", result)
+    return int(text.split("as cell ")[1].split(":")[0])
+
+
+async def main(url, token):
+    async with contextlib.AsyncExitStack() as second_stack:
+        second, _ = await open_session(second_stack, url, token)
+        async with contextlib.AsyncExitStack() as first_stack:
+            first, init = await open_session(first_stack, url, token)
+            print("initialized: %s %s, protocol %s" % (
+                init.server_info.name, init.server_info.version, init.protocol_version))
+            tools = {tool.name for tool in (await first.list_tools()).tools}
+            for name in ("eval", "wait", "terminate", "reset", "sessions"):
+                check(name in tools, "tool %r missing; tools: %s" % (name, sorted(tools)))
+
+            # eval: the state persists from one call to the next.
+            result = await py(first, "x = 41")
+            check(not result.is_error, "the first cell runs", result)
+            result = await py(first, "print(x + 1)")
+            check(not result.is_error and "42" in text_of(result),
+                  "state persists between calls", result)
+            print("eval: ok")
+
+            # A cell that yields goes on in the background; `wait` collects the rest.
+            result = await py(first, "import time\nprint('first', flush=True)\n"
+                                     "time.sleep(1)\nprint('second')", yield_time_ms=300)
+            check("first" in text_of(result) and "second" not in text_of(result),
+                  "the yielded cell returns its output so far", result)
+            cell_id = await background_cell_id(result)
+            rest = ""
+            for _ in range(10):
+                result = await first.call_tool("wait", {"cell_id": cell_id, "yield_time_ms": 2000})
+                check(not result.is_error, "wait answers", result)
+                rest += text_of(result)
+                if "still running" not in text_of(result):
+                    break
+            check("second" in rest and "still running" not in text_of(result),
+                  "wait returns the rest and the end", result)
+            print("wait: ok")
+
+            # terminate stops a background loop; the session's state survives it.
+            result = await py(first, "import time\nprint('spin', flush=True)\n"
+                                     "while True:\n    time.sleep(0.05)", yield_time_ms=200)
+            cell_id = await background_cell_id(result)
+            result = await first.call_tool("terminate", {"cell_id": cell_id})
+            check(result.is_error and "(cancelled)" in text_of(result),
+                  "terminate cancels the cell", result)
+            result = await py(first, "print(x)")
+            check(not result.is_error and "41" in text_of(result),
+                  "the state outlives the terminated cell", result)
+            print("terminate: ok")
+
+            # The second MCP session is another cellvisor session: none of the first's state.
+            result = await py(second, "print('x' in globals())")
+            check(not result.is_error and "False" in text_of(result),
+                  "a second MCP session does not share the first's state", result)
+            first_name = await own_session_name(first)
+            second_name = await own_session_name(second)
+            check(first_name != second_name and first_name.startswith("mcp-"),
+                  "two MCP sessions, two cellvisor sessions: %r, %r" % (first_name, second_name))
+            result = await second.call_tool("sessions", {})
+            check(first_name in text_of(result), "both sessions are live", result)
+            print("two sessions: ok (%s, %s)" % (first_name, second_name))
+        # The first session has ended (the client sent its DELETE): its cellvisor session
+        # is closed, the second's is untouched.
+        deadline = time.monotonic() + 10
+        while True:
+            result = await second.call_tool("sessions", {})
+            if first_name not in text_of(result) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+        check(first_name not in text_of(result),
+              "the ended MCP session's cellvisor session is closed", result)
+        check(second_name in text_of(result), "the other session stays", result)
+        result = await py(second, "print('still here')")
+        check(not result.is_error and "still here" in text_of(result),
+              "the other session still runs cells", result)
+        print("session end: ok")
+    print("all MCP HTTP checks passed")
+
+
+async def expiry(url, token, seconds):
+    """Against a server whose sessions expire after `seconds` idle: a cell running longer
+    than that keeps its session; a session left idle longer ends, and its calls fail."""
+    async with contextlib.AsyncExitStack() as stack:
+        session, _ = await open_session(stack, url, token)
+        result = await py(session, "import time\ntime.sleep(%r)\nprint('slept')" % (2 * seconds))
+        check(not result.is_error and "slept" in text_of(result),
+              "a session running a cell does not expire", result)
+        name = await own_session_name(session)
+        print("busy: ok (%s)" % name, flush=True)
+        await asyncio.sleep(4 * seconds)
+        try:
+            result = await py(session, "print('too late')")
+        except Exception as error:  # noqa: BLE001 - the SDK's error for an ended session
+            print("expired: ok (%s: %s)" % (type(error).__name__, error))
+        else:
+            check(False, "a call on an expired session fails", result)
+        async with contextlib.AsyncExitStack() as later_stack:
+            later, _ = await open_session(later_stack, url, token)
+            result = await later.call_tool("sessions", {})
+            check(name not in text_of(result),
+                  "the expired MCP session's cellvisor session is closed", result)
+    print("all MCP HTTP expiry checks passed")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[3] == "--expiry":
+        run = expiry(sys.argv[1], sys.argv[2], float(sys.argv[4]))
+    elif len(sys.argv) == 3:
+        run = main(sys.argv[1], sys.argv[2])
+    else:
+        sys.exit("usage: mcp_http_client.py URL TOKEN [--expiry SECONDS]")
+    try:
+        asyncio.run(run)
+    except BaseException as error:  # noqa: BLE001 - report every failed check clearly
+        failures = list(check_failures(error))
+        if failures:
+            sys.exit("CHECK FAILED: %s" % failures[0])
+        raise
