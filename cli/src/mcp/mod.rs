@@ -510,6 +510,7 @@ mod tests {
                 notice: None,
                 state: None,
             },
+            node: String::new(),
         }
     }
 
