@@ -608,3 +608,45 @@ scorers = [{ kind = "status", expect = "complete" }]
     let left = workspaces();
     assert!(left.is_empty(), "workspaces left: {left:?}");
 }
+
+#[test]
+fn seeds_with_links_or_outside_the_suite_are_refused() {
+    let world = World::new();
+    let seed = world.dir.path().join("seed");
+    std::fs::create_dir_all(&seed).unwrap();
+    std::fs::write(seed.join("data.txt"), "x").unwrap();
+    std::os::unix::fs::symlink("/tmp", seed.join("escape")).unwrap();
+    let suite = write_suite(
+        &world,
+        "links.toml",
+        "[[case]]\nid = \"linked\"\nworkspace = \"seed\"\ncells = [{ language = \"py\", code = \"print(1)\" }]\nscorers = [{ kind = \"status\", expect = \"complete\" }]\n",
+    );
+    let run = world.run(&["check", path_str(&suite)]);
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    let all = format!("{}{}", run.stdout, run.stderr);
+    assert!(all.contains("escape is a symbolic link (to /tmp)"), "{all}");
+
+    // A seed beside the suite's directory, not in it.
+    let suites = world.dir.path().join("suites");
+    std::fs::create_dir_all(&suites).unwrap();
+    let outside = world.dir.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret.txt"), "s").unwrap();
+    let suite = suites.join("outside.toml");
+    std::fs::write(
+        &suite,
+        "[[case]]\nid = \"out\"\nworkspace = \"../outside\"\ncells = [{ language = \"py\", code = \"print(open('secret.txt').read())\" }]\nscorers = [{ kind = \"output_contains\", text = \"s\" }]\n",
+    )
+    .unwrap();
+    let run = world.run(&["check", path_str(&suite)]);
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains("outside the suite's directory")
+            && run.stderr.contains("--allow-outside-seeds"),
+        "{}",
+        run.stderr
+    );
+    let run = world.run(&["check", "--allow-outside-seeds", path_str(&suite)]);
+    run.assert_code(0);
+    world.assert_no_processes_left(SETTLE);
+}

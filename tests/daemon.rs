@@ -460,3 +460,28 @@ fn a_reload_that_shortens_idle_exit_applies_at_once() {
     assert!(exited.is_ok(), "the daemon kept the hour it started with");
     daemon.world.assert_no_processes_left(SETTLE);
 }
+
+#[test]
+fn a_runtime_directory_too_long_for_worker_sockets_is_refused_at_start() {
+    let world = World::new();
+    // Short enough for the daemon's own socket, too long for a worker's under it.
+    let long = world.dir.path().join(format!("run-{}", "r".repeat(70)));
+    std::fs::create_dir_all(&long).unwrap();
+    let socket = world.dir.path().join("d.sock");
+    let run = world
+        .command()
+        .env("XDG_RUNTIME_DIR", &long)
+        .args(["serve", "--socket"])
+        .arg(&socket)
+        .output()
+        .expect("run serve");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "the daemon started: {stderr}");
+    assert!(
+        stderr.contains("too long for worker sockets") && stderr.contains("at most 107"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&long.display().to_string()), "{stderr}");
+    assert!(!socket.exists(), "no socket is left behind");
+    world.assert_no_processes_left(SETTLE);
+}

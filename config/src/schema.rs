@@ -290,6 +290,8 @@ pub struct DaemonConfig {
     /// While draining, a session that was busy when the drain began is stopped once it has
     /// been idle this long (so an agent's next cell still runs there).
     pub drain_idle: Duration,
+    /// TCP connections the network listeners hold at once; past it new ones are closed.
+    pub max_network_connections: usize,
 }
 
 impl Default for DaemonConfig {
@@ -308,6 +310,7 @@ impl Default for DaemonConfig {
             insecure_plaintext: false,
             node: None,
             drain_idle: Duration::from_secs(10),
+            max_network_connections: 1024,
         }
     }
 }

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod daemon;
+pub mod net;
 
 use cellvisor::{Cellvisor, Config, Options};
 use std::path::{Path, PathBuf};

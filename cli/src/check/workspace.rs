@@ -79,24 +79,43 @@ pub fn prepare(seed: Option<&Path>) -> Result<tempfile::TempDir, WorkspaceError>
     Ok(dir)
 }
 
-/// Copies the files, directories and symbolic links under `from` into `to`.
+/// Copies the files and directories under `from` into `to`. A symbolic link is refused,
+/// named: copied as a link it would let a cell's relative write land outside the workspace
+/// (and outside `--out`), and followed it could bring in files from anywhere.
 fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
     for entry in walkdir::WalkDir::new(from).min_depth(1) {
         let entry = entry.map_err(|e| e.to_string())?;
         let relative = entry.path().strip_prefix(from).map_err(|e| e.to_string())?;
         let target = to.join(relative);
         let kind = entry.file_type();
+        if kind.is_symlink() {
+            let points_to = std::fs::read_link(entry.path())
+                .map(|link| link.display().to_string())
+                .unwrap_or_else(|_| "?".into());
+            return Err(format!(
+                "{} is a symbolic link (to {points_to}); seeds hold files and directories \
+                 only: replace the link with a copy of what it points to",
+                relative.display()
+            ));
+        }
         let copied = if kind.is_dir() {
             std::fs::create_dir_all(&target)
-        } else if kind.is_symlink() {
-            std::fs::read_link(entry.path())
-                .and_then(|link| std::os::unix::fs::symlink(link, &target))
         } else {
             std::fs::copy(entry.path(), &target).map(drop)
         };
         copied.map_err(|e| format!("{}: {e}", relative.display()))?;
     }
     Ok(())
+}
+
+/// Whether `seed` lies outside `suite_dir` (the directory of its case file), both resolved:
+/// `cellvisor check` refuses such a seed unless `--allow-outside-seeds`, so a suite from
+/// elsewhere cannot copy any directory of the user's into its workspaces and `--out`.
+pub fn seed_outside(suite_dir: &Path, seed: &Path) -> bool {
+    match (suite_dir.canonicalize(), seed.canonicalize()) {
+        (Ok(dir), Ok(seed)) => !seed.starts_with(dir),
+        _ => true,
+    }
 }
 
 /// Every file under `root` at the relative paths `only` (files or directories; all of the
@@ -191,14 +210,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_seed_with_a_symbolic_link_is_refused_naming_it() {
+        let seed = tempfile::tempdir().unwrap();
+        std::fs::create_dir(seed.path().join("data")).unwrap();
+        std::os::unix::fs::symlink("/etc", seed.path().join("data/escape")).unwrap();
+        let err = prepare(Some(seed.path())).unwrap_err().to_string();
+        assert!(
+            err.contains("data/escape is a symbolic link (to /etc)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn seeds_outside_the_suite_directory_are_told_apart() {
+        let suite = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(suite.path().join("seeds/a")).unwrap();
+        assert!(!seed_outside(suite.path(), &suite.path().join("seeds/a")));
+        assert!(!seed_outside(
+            suite.path(),
+            &suite.path().join("seeds/../seeds/a")
+        ));
+        assert!(seed_outside(
+            &suite.path().join("seeds"),
+            &suite.path().join("seeds/../")
+        ));
+        assert!(seed_outside(suite.path(), Path::new("/etc")));
+        assert!(seed_outside(suite.path(), &suite.path().join("missing")));
+    }
+
+    #[test]
     fn a_seed_is_copied_and_the_result_captured() {
         let seed = tempfile::tempdir().unwrap();
         std::fs::create_dir(seed.path().join("data")).unwrap();
         std::fs::write(seed.path().join("data/in.csv"), "a,b\n1,2\n").unwrap();
         std::fs::write(seed.path().join("blob.bin"), [0u8, 159, 146, 150]).unwrap();
-        std::os::unix::fs::symlink("data/in.csv", seed.path().join("link")).unwrap();
         let workspace = prepare(Some(seed.path())).unwrap();
         std::fs::write(workspace.path().join("out.txt"), "done").unwrap();
+        std::os::unix::fs::symlink("data/in.csv", workspace.path().join("link")).unwrap();
         let snapshot = capture(workspace.path(), &[]);
         let paths: Vec<&str> = snapshot.files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(paths, ["blob.bin", "data/in.csv", "link", "out.txt"]);

@@ -26,6 +26,34 @@ pub struct CheckArgs {
     /// Print the run summary as JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Accept workspace seeds outside their case file's directory (absolute paths, `../`).
+    #[arg(long)]
+    allow_outside_seeds: bool,
+}
+
+/// The refusal of the first case whose workspace seed lies outside its case file's directory.
+fn outside_seed(suites: &[Suite]) -> Option<String> {
+    suites.iter().find_map(|suite| {
+        let dir = suite
+            .path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        suite.cases.iter().find_map(|case| {
+            let seed = case.workspace.as_deref()?;
+            check::workspace::seed_outside(dir, seed).then(|| {
+                format!(
+                    "{}: case {:?}: workspace seed {} is outside the suite's directory {}; \
+                     seeds are copied into every workspace and into --out, so only the \
+                     suite's own are taken (pass --allow-outside-seeds to take it anyway)",
+                    suite.path.display(),
+                    case.id,
+                    seed.display(),
+                    dir.display()
+                )
+            })
+        })
+    })
 }
 
 pub async fn run(args: CheckArgs, globals: &Globals) -> i32 {
@@ -33,6 +61,11 @@ pub async fn run(args: CheckArgs, globals: &Globals) -> i32 {
         Ok(suites) => suites,
         Err(err) => return usage_error(err),
     };
+    if !args.allow_outside_seeds {
+        if let Some(message) = outside_seed(&suites) {
+            return usage_error(message);
+        }
+    }
     let variants = match variants(&args.variants, &suites, globals) {
         Ok(variants) => variants,
         Err(message) => return usage_error(message),

@@ -9,6 +9,7 @@ use cellvisor::daemon::protocol::{self, code, method, Incoming, Request, RpcErro
 use cellvisor::socket_halves::WriteSide;
 use serde_json::Value;
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// Frames queued per connection before request tasks wait for the client to read.
-const CONNECTION_BACKLOG: usize = 256;
+pub(super) const CONNECTION_BACKLOG: usize = 256;
 
 struct ConnectionGuard(Arc<Daemon>);
 
@@ -45,11 +46,8 @@ struct InFlight {
     task: JoinHandle<()>,
 }
 
-/// Serves one client until it leaves (or stalls), then stops what it left running.
+/// Serves one Unix-socket client until it leaves (or stalls), then stops what it left running.
 pub(super) async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
-    daemon.connections.fetch_add(1, Ordering::SeqCst);
-    let _guard = ConnectionGuard(Arc::clone(&daemon));
-    let limits = *lock(&daemon.limits);
     // Registered for reading only: a client reading its answer must not wake the daemon.
     let halves = stream.into_std().and_then(cellvisor::socket_halves::split);
     let (reader, writer) = match halves {
@@ -59,8 +57,53 @@ pub(super) async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
             return;
         }
     };
+    let limits = *lock(&daemon.limits);
     let (out, out_rx) = mpsc::channel::<Vec<u8>>(CONNECTION_BACKLOG);
     let writer_task = spawn_writer(writer, out_rx, limits.stalled_client_timeout);
+    let lines = LineSource(BufReader::new(reader));
+    serve_messages(daemon, lines, out, None).await;
+    let _ = writer_task.await;
+}
+
+/// Where a connection's requests come from: the lines of a Unix socket, the text frames of
+/// a WebSocket. Each message is one JSON-RPC message.
+pub(super) trait MessageSource: Send {
+    /// The next message; `None` when the client has gone.
+    fn next_message(&mut self) -> impl Future<Output = Result<Option<Vec<u8>>, ReadError>> + Send;
+}
+
+/// Why a connection's next message could not be read.
+pub(super) enum ReadError {
+    /// Over [`protocol::MAX_LINE_BYTES`]: answered, then the connection is closed.
+    TooLong,
+    /// A message the transport carries but JSON-RPC does not (a binary frame): answered
+    /// with this error, and the connection goes on.
+    Refused(String),
+    /// The connection broke.
+    Io,
+}
+
+/// The Unix socket's messages: one per line.
+struct LineSource<R>(R);
+
+impl<R: AsyncBufReadExt + Unpin + Send> MessageSource for LineSource<R> {
+    async fn next_message(&mut self) -> Result<Option<Vec<u8>>, ReadError> {
+        read_line(&mut self.0).await
+    }
+}
+
+/// Serves the requests from `source` until the client leaves, answering into `out` (which a
+/// writer task drains to the client), then stops what the client left running. A connection
+/// `bound` to a session refuses requests that name another.
+pub(super) async fn serve_messages<S: MessageSource>(
+    daemon: Arc<Daemon>,
+    mut source: S,
+    out: mpsc::Sender<Vec<u8>>,
+    bound: Option<String>,
+) {
+    daemon.connections.fetch_add(1, Ordering::SeqCst);
+    let _guard = ConnectionGuard(Arc::clone(&daemon));
+    let limits = *lock(&daemon.limits);
     // Each request task holds a permit; with none left the reader waits (and so stops
     // reading this client) until an answer has gone out.
     let pending = Arc::new(tokio::sync::Semaphore::new(limits.max_pending_requests));
@@ -71,7 +114,6 @@ pub(super) async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
         next_tool_call: AtomicU64::new(1),
     });
     let mut next_task = 0u64;
-    let mut reader = BufReader::new(reader);
     loop {
         let permit = tokio::select! {
             permit = Arc::clone(&pending).acquire_owned() => match permit {
@@ -82,17 +124,17 @@ pub(super) async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
             () = out.closed() => break,
         };
         let read = tokio::select! {
-            read = read_line(&mut reader) => read,
+            read = source.next_message() => read,
             () = out.closed() => break,
         };
         let line = match read {
             Ok(Some(line)) => line,
             Ok(None) => break,
-            Err(LineError::TooLong) => {
+            Err(ReadError::TooLong) => {
                 let error = RpcError::new(
                     code::INVALID_REQUEST,
                     format!(
-                        "request line exceeds {} bytes; closing this connection",
+                        "request exceeds {} bytes; closing this connection",
                         protocol::MAX_LINE_BYTES
                     ),
                 );
@@ -104,7 +146,17 @@ pub(super) async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
                     .await;
                 break;
             }
-            Err(LineError::Io) => break,
+            Err(ReadError::Refused(message)) => {
+                let error = RpcError::new(code::INVALID_REQUEST, message);
+                let _ = out
+                    .send(protocol::encode_line(&protocol::response(
+                        Value::Null,
+                        Err(error),
+                    )))
+                    .await;
+                continue;
+            }
+            Err(ReadError::Io) => break,
         };
         let big = line.len() >= crate::allocator::BIG_MESSAGE_BYTES;
         let request = match protocol::parse_line(&line) {
@@ -121,19 +173,19 @@ pub(super) async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
             }
             Incoming::Request(request) => request,
         };
+        if let Some(error) = bound.as_deref().and_then(|b| other_session(b, &request)) {
+            if let Some(id) = request.id {
+                let _ = out
+                    .send(protocol::encode_line(&protocol::response(id, Err(error))))
+                    .await;
+            }
+            continue;
+        }
         next_task += 1;
         let task_id = next_task;
         // An eval or a wait ends with its client: a cell (or a watch) nobody reads is stopped.
-        let eval_session =
-            matches!(request.method.as_str(), method::EVAL | method::WAIT).then(|| {
-                request
-                    .params
-                    .as_ref()
-                    .and_then(|p| p.get("session"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("default")
-                    .to_string()
-            });
+        let eval_session = matches!(request.method.as_str(), method::EVAL | method::WAIT)
+            .then(|| session_named(&request).to_string());
         let task = spawn_request(
             Arc::clone(&daemon),
             Arc::clone(&connection),
@@ -163,7 +215,40 @@ pub(super) async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
     // The writer ends once every sender is gone: ours, and the one the connection holds.
     drop(connection);
     drop(out);
-    let _ = writer_task.await;
+}
+
+/// The session a request is for: its `session` param, `default` when it names none.
+fn session_named(request: &Request) -> &str {
+    request
+        .params
+        .as_ref()
+        .and_then(|p| p.get("session"))
+        .and_then(Value::as_str)
+        .unwrap_or("default")
+}
+
+/// On a connection bound to session `bound`: the error for a request that is for another
+/// session (methods that name none, like `status`, pass).
+fn other_session(bound: &str, request: &Request) -> Option<RpcError> {
+    let for_a_session = !matches!(
+        request.method.as_str(),
+        method::INITIALIZE
+            | method::STATUS
+            | method::SHUTDOWN
+            | method::CONFIG_RELOAD
+            | method::DRAIN
+            | method::UNDRAIN
+    );
+    let named = session_named(request);
+    (for_a_session && named != bound).then(|| {
+        RpcError::new(
+            code::WRONG_SESSION,
+            format!(
+                "this connection is bound to session {bound:?} (its Cellvisor-Session header), \
+                 and this request is for session {named:?}; open another connection for it"
+            ),
+        )
+    })
 }
 
 /// The connection's writer: sends the queued lines (those already queued in one write) and
@@ -292,19 +377,13 @@ pub(super) async fn forward_tool_call(
     let _ = connection.out.send(protocol::encode_line(&request)).await;
 }
 
-/// Why a request line could not be read.
-enum LineError {
-    TooLong,
-    Io,
-}
-
 /// Reads one line of at most `MAX_LINE_BYTES` without ever buffering more than that.
 async fn read_line<R: AsyncBufReadExt + Unpin>(
     reader: &mut R,
-) -> Result<Option<Vec<u8>>, LineError> {
+) -> Result<Option<Vec<u8>>, ReadError> {
     let mut line = Vec::new();
     loop {
-        let available = reader.fill_buf().await.map_err(|_| LineError::Io)?;
+        let available = reader.fill_buf().await.map_err(|_| ReadError::Io)?;
         if available.is_empty() {
             return Ok((!line.is_empty()).then_some(line));
         }
@@ -313,7 +392,7 @@ async fn read_line<R: AsyncBufReadExt + Unpin>(
             None => (available, None),
         };
         if line.len() + chunk.len() > protocol::MAX_LINE_BYTES {
-            return Err(LineError::TooLong);
+            return Err(ReadError::TooLong);
         }
         line.extend_from_slice(chunk);
         let used = done.unwrap_or(available.len());
@@ -339,6 +418,48 @@ mod tests {
             reply,
         };
         (request, answer)
+    }
+
+    fn request(method: &str, params: Value) -> Request {
+        match protocol::parse_line(
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+                .to_string()
+                .as_bytes(),
+        ) {
+            Incoming::Request(request) => request,
+            _ => panic!("not a request"),
+        }
+    }
+
+    #[test]
+    fn a_bound_connection_refuses_other_sessions_only() {
+        let eval = |session: Value| {
+            request(
+                method::EVAL,
+                serde_json::json!({"session": session, "cells": []}),
+            )
+        };
+        assert!(other_session("a", &eval("a".into())).is_none());
+        let refused = other_session("a", &eval("b".into())).expect("another session");
+        assert_eq!(refused.code, code::WRONG_SESSION);
+        assert!(
+            refused.message.contains("\"a\"") && refused.message.contains("\"b\""),
+            "{}",
+            refused.message
+        );
+        // A request naming no session is for `default`.
+        assert!(other_session(
+            "a",
+            &request(method::WAIT, serde_json::json!({"cell_id": 1}))
+        )
+        .is_some());
+        assert!(other_session("default", &request(method::CLOSE, serde_json::json!({}))).is_none());
+        for free in [method::STATUS, method::INITIALIZE, method::DRAIN] {
+            assert!(
+                other_session("a", &request(free, serde_json::json!({}))).is_none(),
+                "{free}"
+            );
+        }
     }
 
     #[tokio::test]

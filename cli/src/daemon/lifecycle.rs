@@ -141,6 +141,7 @@ pub(super) async fn reload(daemon: &Daemon) -> Result<Vec<String>, RpcError> {
             format!("{e}\nthe configuration in force is unchanged"),
         )
     })?;
+    reload_token(daemon, &config)?;
     *lock(&daemon.limits) = ConnectionLimits::from_config(&config);
     daemon.idle_exit.send_replace(config.daemon.idle_exit);
     daemon
@@ -148,6 +149,26 @@ pub(super) async fn reload(daemon: &Daemon) -> Result<Vec<String>, RpcError> {
         .reload(config)
         .await
         .map_err(|e| RpcError::new(code::SHUTTING_DOWN, e.to_string()))
+}
+
+/// With network listeners, re-reads `daemon.token-file`; a token that cannot be read
+/// refuses the whole reload, so the listeners are never left without one.
+fn reload_token(daemon: &Daemon, config: &cellvisor_config::Config) -> Result<(), RpcError> {
+    let mut token = lock(&daemon.token);
+    if token.is_none() {
+        return Ok(());
+    }
+    let refuse = |message: String| {
+        RpcError::new(
+            code::REQUEST_REFUSED,
+            format!("{message}\nthe configuration in force is unchanged"),
+        )
+    };
+    let path = config.daemon.token_file.as_deref().ok_or_else(|| {
+        refuse("daemon.token-file is unset, but the network listeners need a token".into())
+    })?;
+    *token = Some(super::net::Token::load(path).map_err(|e| refuse(e.to_string()))?);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -23,6 +23,9 @@ mod dispatch;
 mod held_start;
 mod lifecycle;
 mod listener;
+mod net;
+
+pub use net::NetworkError;
 
 use cellvisor::{Cellvisor, Options};
 use std::path::{Path, PathBuf};
@@ -52,6 +55,8 @@ pub enum ServeError {
     },
     #[error(transparent)]
     Startup(#[from] cellvisor::StartupError),
+    #[error(transparent)]
+    Network(#[from] NetworkError),
 }
 
 /// Tool calls one connection's client may leave unanswered; a cell's call past it fails
@@ -83,19 +88,32 @@ struct Daemon {
     limits: Mutex<ConnectionLimits>,
     /// `daemon.idle-exit` in force (zero: never), which a reload replaces.
     idle_exit: watch::Sender<Duration>,
+    /// The network listeners' bearer token (`None`: no listener), which a reload re-reads.
+    token: Mutex<Option<net::Token>>,
 }
 
 /// Runs the daemon until `shutdown`, SIGTERM or SIGINT (or its idle exit).
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     crate::allocator::map_big_blocks_separately();
+    // Refused before anything binds: a plaintext listener beyond loopback, a missing token.
+    let network = net::plan(&options.supervisor.config.daemon)?;
     let listener = listener::bind(&options.socket).await?;
     let socket_inode = socket_inode(&options.socket);
     let idle_exit = options.supervisor.config.daemon.idle_exit;
     let limits = ConnectionLimits::from_config(&options.supervisor.config);
     // On the daemon's own actix system the connections and the actors share one thread.
-    let cv = match Cellvisor::start_on_current_system(options.supervisor.clone()) {
-        Some(started) => started?,
-        None => Cellvisor::start(options.supervisor)?,
+    let started = match Cellvisor::start_on_current_system(options.supervisor.clone()) {
+        Some(started) => started,
+        None => Cellvisor::start(options.supervisor),
+    };
+    let cv = match started {
+        Ok(cv) => cv,
+        Err(err) => {
+            // Nothing will listen on it: a client must see no daemon, not a dead socket.
+            drop(listener);
+            let _ = std::fs::remove_file(&options.socket);
+            return Err(err.into());
+        }
     };
     let (shutdown, mut shutdown_rx) = watch::channel(false);
     let daemon = Arc::new(Daemon {
@@ -105,7 +123,15 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         connections: AtomicU64::new(0),
         limits: Mutex::new(limits),
         idle_exit: watch::Sender::new(idle_exit),
+        token: Mutex::new(network.as_ref().map(|plan| plan.token.clone())),
     });
+    if let Some(plan) = network {
+        if let Err(err) = net::start(&daemon, plan).await {
+            daemon.cv.shutdown().await;
+            let _ = std::fs::remove_file(&options.socket);
+            return Err(err.into());
+        }
+    }
     tracing::info!(socket = %options.socket.display(), pid = std::process::id(), "cellvisor daemon listening");
     lifecycle::spawn_signal_handlers(&daemon);
     lifecycle::spawn_idle_exit(&daemon);

@@ -162,6 +162,8 @@ pub static KEYS: &[KeySpec] = &[
         "This daemon's name in results, `status` and metrics; unset: the host name."),
     key!(daemon.drain_idle as "drain-idle", millis(0, HOUR), AtOnce,
         "While draining (`cellvisor drain`, SIGUSR1), a session that was busy when the drain began is stopped once it has been idle this long, so an agent's next cell still runs; idle sessions stop at once."),
+    key!(daemon.max_network_connections as "max-network-connections", count_in(1, 1_000_000), Restart,
+        "TCP connections the network listeners hold at once (TLS handshakes and idle ones included); past it a new connection is closed at once, and logged."),
     // [startup]
     key!(startup.user as "user", Kind::Bool, NewWorkers,
         "Run `$XDG_CONFIG_HOME/cellvisor/startup/*.{py,js,lua}` (default `~/.config`) in every new worker, after the prelude."),
@@ -310,6 +312,7 @@ mod tests {
                 "daemon.client-ca",
                 "daemon.insecure-plaintext",
                 "daemon.node",
+                "daemon.max-network-connections",
                 "output.artifact-dir",
                 "snapshots.dir",
             ],

@@ -12,11 +12,13 @@
 //! - `node`: the node's name, health, readiness, metrics and drain.
 //! - `policy`: what the configuration in force says about a request (enabled languages,
 //!   per-call sessions, the sandbox, the Python), and the one check of a request.
+//! - `startup`: why a supervisor cannot start, and the checks made before it does.
 
 mod background;
 mod eval;
 mod node;
 mod policy;
+mod startup;
 mod state;
 
 pub use node::{DrainState, Health, Readiness, HEALTH_BOUND};
@@ -24,6 +26,7 @@ pub use node::{DrainState, Health, Readiness, HEALTH_BOUND};
 pub(crate) use eval::is_throwaway;
 
 use policy::validate_session_name;
+pub use startup::StartupError;
 
 use crate::locking::lock;
 use crate::session::{SessionKey, SessionStatus};
@@ -95,25 +98,6 @@ pub struct Options {
     /// The per-user runtime directory; default `$XDG_RUNTIME_DIR/cellvisor` (or a private
     /// directory under the temp dir). Each supervisor makes a private directory inside it.
     pub runtime_dir: Option<PathBuf>,
-}
-
-/// Why the supervisor could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartupError {
-    /// The runtime directory could not be made private (it is someone else's, or not writable).
-    #[error("cannot prepare the runtime directory {path}: {source}")]
-    RuntimeDir {
-        /// The directory.
-        path: PathBuf,
-        /// Why it could not be prepared.
-        source: std::io::Error,
-    },
-    /// Workers run this executable; without it no worker can start.
-    #[error("cannot find the cellvisor executable: {0}")]
-    Exe(std::io::Error),
-    /// The supervisor's own thread could not be started.
-    #[error("cannot start the supervisor thread: {0}")]
-    Thread(std::io::Error),
 }
 
 /// A request the supervisor refuses as a whole, before running anything.
@@ -486,6 +470,7 @@ impl Prepared {
                 source,
             })?;
         let run_dir = run_dir_guard.path().to_path_buf();
+        startup::check_socket_room(&run_dir)?;
         let exe = match options.worker_exe {
             Some(exe) => exe,
             None => std::env::current_exe().map_err(StartupError::Exe)?,

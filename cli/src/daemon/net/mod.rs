@@ -1,0 +1,297 @@
+//! The daemon on the network: `[daemon] listen` listeners beside the Unix socket, each an
+//! HTTP/1.1 server (hyper, axum) over TCP or TLS (rustls), every request but `/healthz`
+//! behind the bearer token of `daemon.token-file`.
+//!
+//! - `peer`: refuses connections from this daemon's own cells.
+//! - `tls`: the certificate, the key and the optional client CA (mutual TLS).
+//! - `token`: the bearer token, compared in constant time, replaced on reload.
+//! - `http`: the routes: `/healthz`, `/readyz`, `/metrics`, `/v1/rpc`, `/mcp`.
+//! - `ws`: `/v1/rpc`, the Unix socket's JSON-RPC over a WebSocket, one message per frame.
+
+mod http;
+mod peer;
+mod tls;
+mod token;
+mod ws;
+
+pub(crate) use token::Token;
+
+use super::Daemon;
+use cellvisor_config::schema::DaemonConfig;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+
+/// How long a client may take to finish its TLS handshake, or to send a request's headers.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the network listeners cannot start; each names the key to change.
+#[derive(Debug, thiserror::Error)]
+pub enum NetworkError {
+    /// A `daemon.listen` entry that is not an address.
+    #[error("daemon.listen: {0}")]
+    Address(String),
+    /// Plaintext on an address other machines reach.
+    #[error(
+        "refusing to listen on {0} without TLS: it is not a loopback address, so tokens and \
+         cells would cross the network in the clear; set daemon.tls-cert and daemon.tls-key, or \
+         daemon.insecure-plaintext = true to allow it"
+    )]
+    Plaintext(SocketAddr),
+    /// Listeners without a token.
+    #[error(
+        "daemon.listen is set but daemon.token-file is not: every network request needs a \
+         bearer token; write one (e.g. `head -c 32 /dev/urandom | base64 > token`) and set \
+         daemon.token-file to its path"
+    )]
+    NoToken,
+    /// The token file cannot be used.
+    #[error("daemon.token-file {}: {reason}", path.display())]
+    Token {
+        /// The token file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Only one of the certificate and the key.
+    #[error("daemon.tls-cert and daemon.tls-key go together: set both, or neither for plaintext")]
+    TlsHalf,
+    /// A client CA without TLS.
+    #[error("daemon.client-ca needs TLS: set daemon.tls-cert and daemon.tls-key too")]
+    ClientCaWithoutTls,
+    /// A certificate, key or CA file that cannot be used.
+    #[error("{}: {reason}", path.display())]
+    Tls {
+        /// The PEM file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// rustls refused the configuration itself.
+    #[error("cannot set up TLS: {0}")]
+    TlsSetup(String),
+    /// The address cannot be bound.
+    #[error("cannot listen on tcp://{address}: {source}")]
+    Bind {
+        /// The address of the `daemon.listen` entry.
+        address: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// What `[daemon]` asks of the network, checked (and its files read) before anything binds.
+pub(super) struct ListenPlan {
+    addresses: Vec<SocketAddr>,
+    /// `daemon.max-network-connections`, shared by every listener.
+    max_connections: usize,
+    tls: Option<TlsAcceptor>,
+    /// The bearer token the listeners start with.
+    pub(super) token: Token,
+}
+
+/// The plan for `[daemon]`'s listeners; `None` when it sets none.
+pub(super) fn plan(config: &DaemonConfig) -> Result<Option<ListenPlan>, NetworkError> {
+    if config.listen.is_empty() {
+        return Ok(None);
+    }
+    let addresses = config
+        .listen
+        .iter()
+        .map(|entry| cellvisor_config::keys::parse_listen(entry).map_err(NetworkError::Address))
+        .collect::<Result<Vec<_>, _>>()?;
+    let tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => {
+            Some(tls::server_config(cert, key, config.client_ca.as_deref())?)
+        }
+        (None, None) if config.client_ca.is_some() => return Err(NetworkError::ClientCaWithoutTls),
+        (None, None) => None,
+        _ => return Err(NetworkError::TlsHalf),
+    };
+    if let Some(address) = plaintext_refused(&addresses, tls.is_some(), config.insecure_plaintext) {
+        return Err(NetworkError::Plaintext(address));
+    }
+    let token_file = config.token_file.as_deref().ok_or(NetworkError::NoToken)?;
+    Ok(Some(ListenPlan {
+        addresses,
+        max_connections: config.max_network_connections.max(1),
+        tls: tls.map(TlsAcceptor::from),
+        token: Token::load(token_file)?,
+    }))
+}
+
+/// The first address that would carry plaintext beyond this machine, unless TLS is on or
+/// the operator allowed it.
+fn plaintext_refused(addresses: &[SocketAddr], tls: bool, allowed: bool) -> Option<SocketAddr> {
+    if tls || allowed {
+        return None;
+    }
+    addresses.iter().copied().find(|a| !a.ip().is_loopback())
+}
+
+/// Binds every listener of `plan` and serves them until the daemon shuts down; answers the
+/// bound addresses (a port 0 becomes the one the system gave).
+pub(super) async fn start(
+    daemon: &Arc<Daemon>,
+    plan: ListenPlan,
+) -> Result<Vec<SocketAddr>, NetworkError> {
+    let mut listeners = Vec::new();
+    for address in &plan.addresses {
+        let listener = TcpListener::bind(address)
+            .await
+            .map_err(|source| NetworkError::Bind {
+                address: *address,
+                source,
+            })?;
+        listeners.push(listener);
+    }
+    let router = http::router(Arc::clone(daemon));
+    let slots = Arc::new(tokio::sync::Semaphore::new(plan.max_connections));
+    let mut bound = Vec::new();
+    for listener in listeners {
+        let address = listener.local_addr().map_err(|source| NetworkError::Bind {
+            address: plan.addresses[bound.len()],
+            source,
+        })?;
+        let scheme = if plan.tls.is_some() { "https" } else { "http" };
+        tracing::info!("listening on {scheme}://{address}");
+        bound.push(address);
+        tokio::spawn(accept_loop(
+            Arc::clone(daemon),
+            listener,
+            router.clone(),
+            plan.tls.clone(),
+            Arc::clone(&slots),
+        ));
+    }
+    Ok(bound)
+}
+
+/// Accepts connections until the daemon shuts down, each served in a task of its own that
+/// holds one of the `slots` (`daemon.max-network-connections`).
+async fn accept_loop(
+    daemon: Arc<Daemon>,
+    listener: TcpListener,
+    router: axum::Router,
+    tls: Option<TlsAcceptor>,
+    slots: Arc<tokio::sync::Semaphore>,
+) {
+    let mut shutdown = daemon.shutdown.subscribe();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let own_cell = stream
+                        .local_addr()
+                        .is_ok_and(|local| peer::from_own_cell(local, peer));
+                    if own_cell {
+                        tracing::warn!(%peer, "refused a connection from a cell (a process under one of this daemon's workers)");
+                        continue;
+                    }
+                    let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                        tracing::warn!(%peer, "refused a connection: the network listeners hold daemon.max-network-connections already");
+                        continue;
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let (router, tls) = (router.clone(), tls.clone());
+                    tokio::spawn(serve_tcp(stream, router, tls, ConnectionSlot {
+                        _permit: Arc::new(slot),
+                    }));
+                }
+                Err(err) => {
+                    tracing::warn!("accept failed: {err}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = shutdown.changed() => break,
+        }
+    }
+}
+
+/// A TCP connection's place under `daemon.max-network-connections`, held by its HTTP
+/// connection and, once it is upgraded, by its WebSocket (each request carries it).
+#[derive(Clone)]
+pub(super) struct ConnectionSlot {
+    _permit: Arc<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// One TCP connection: its TLS handshake (bounded in time), then HTTP/1.1 with upgrades.
+async fn serve_tcp(
+    stream: TcpStream,
+    router: axum::Router,
+    tls: Option<TlsAcceptor>,
+    slot: ConnectionSlot,
+) {
+    match tls {
+        None => serve_http(stream, router, slot).await,
+        Some(acceptor) => {
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => serve_http(stream, router, slot).await,
+                Ok(Err(err)) => tracing::debug!("TLS handshake failed: {err}"),
+                Err(_) => tracing::debug!("TLS handshake timed out"),
+            }
+        }
+    }
+}
+
+async fn serve_http<S>(stream: S, router: axum::Router, slot: ConnectionSlot)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use tower::ServiceExt;
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
+        request.extensions_mut().insert(slot.clone());
+        router.clone().oneshot(request)
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HANDSHAKE_TIMEOUT)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+        .with_upgrades();
+    if let Err(err) = connection.await {
+        tracing::debug!("HTTP connection ended: {err}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plaintext_is_refused_beyond_loopback_unless_tls_or_allowed() {
+        let loopback: SocketAddr = "127.0.0.1:7420".parse().unwrap();
+        let v6: SocketAddr = "[::1]:7420".parse().unwrap();
+        let any: SocketAddr = "0.0.0.0:7420".parse().unwrap();
+        assert_eq!(plaintext_refused(&[loopback, v6], false, false), None);
+        assert_eq!(plaintext_refused(&[loopback, any], false, false), Some(any));
+        assert_eq!(plaintext_refused(&[any], true, false), None);
+        assert_eq!(plaintext_refused(&[any], false, true), None);
+    }
+
+    #[test]
+    fn a_plan_names_what_is_missing() {
+        let mut config = DaemonConfig::default();
+        assert!(plan(&config).unwrap().is_none());
+        config.listen = vec!["tcp://127.0.0.1:0".into()];
+        let err = plan(&config).err().unwrap().to_string();
+        assert!(err.contains("daemon.token-file"), "{err}");
+        config.listen = vec!["tcp://0.0.0.0:0".into()];
+        let err = plan(&config).err().unwrap().to_string();
+        assert!(
+            err.contains("daemon.tls-cert") && err.contains("insecure-plaintext"),
+            "{err}"
+        );
+        config.tls_cert = Some("/nonexistent/cert.pem".into());
+        let err = plan(&config).err().unwrap().to_string();
+        assert!(err.contains("daemon.tls-key"), "{err}");
+        config.tls_key = Some("/nonexistent/key.pem".into());
+        let err = plan(&config).err().unwrap().to_string();
+        assert!(err.contains("/nonexistent/cert.pem"), "{err}");
+        config.listen = vec!["127.0.0.1:80".into()];
+        let err = plan(&config).err().unwrap().to_string();
+        assert!(err.contains("tcp://<ip>:<port>"), "{err}");
+    }
+}

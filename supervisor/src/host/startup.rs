@@ -1,0 +1,70 @@
+//! Why a supervisor cannot start, and the checks made before it does.
+
+use std::path::{Path, PathBuf};
+
+/// Why the supervisor could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    /// The runtime directory could not be made private (it is someone else's, or not writable).
+    #[error("cannot prepare the runtime directory {path}: {source}")]
+    RuntimeDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why it could not be prepared.
+        source: std::io::Error,
+    },
+    /// Worker sockets under this directory would not fit a Unix socket address, so every
+    /// worker would fail to start.
+    #[error(
+        "the runtime directory {} is too long for worker sockets: their paths would be up to \
+         {longest} bytes, and a Unix socket path holds at most {max}; point XDG_RUNTIME_DIR \
+         (or the library's `Options::runtime_dir`) at a directory at least {} bytes shorter",
+        path.display(),
+        longest - max
+    )]
+    RuntimeDirTooLong {
+        /// The directory the workers' sockets would be made in.
+        path: PathBuf,
+        /// The longest worker socket path under it.
+        longest: usize,
+        /// The most a socket path may have.
+        max: usize,
+    },
+    /// Workers run this executable; without it no worker can start.
+    #[error("cannot find the cellvisor executable: {0}")]
+    Exe(std::io::Error),
+    /// The supervisor's own thread could not be started.
+    #[error("cannot start the supervisor thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// The bytes of a Unix socket path, its terminating NUL aside (`sun_path` holds 108).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// Refuses a run directory whose longest worker socket (and its `.taken` record, one byte
+/// longer) would not fit a socket address: better at start than at every worker's.
+pub(super) fn check_socket_room(run_dir: &Path) -> Result<(), StartupError> {
+    let longest_name = format!("w{}-py-{}.taken", u32::MAX, u64::MAX);
+    let longest = run_dir.join(longest_name).as_os_str().len();
+    if longest > MAX_SOCKET_PATH {
+        return Err(StartupError::RuntimeDirTooLong {
+            path: run_dir.to_path_buf(),
+            longest,
+            max: MAX_SOCKET_PATH,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_directory_too_long_for_worker_sockets_is_refused_with_the_figures() {
+        assert!(check_socket_room(Path::new("/run/user/1000/cellvisor/sup-4242-abcdef")).is_ok());
+        let long = format!("/tmp/{}/cellvisor/sup-4242-abcdef", "d".repeat(60));
+        let err = check_socket_room(Path::new(&long)).unwrap_err().to_string();
+        assert!(err.contains(&long) && err.contains("at most 107"), "{err}");
+    }
+}
