@@ -518,6 +518,7 @@ mod tests {
                 notice: None,
                 state: None,
             },
+            node: String::new(),
         }
     }
 
