@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""The one Python client of the cellvisor daemon (standard library only).
+"""The one Python client of the cellvisor daemon (standard library only on the Unix socket).
 
 Every script here speaks to the daemon through this module: `Client` is one connection to
-its JSON-RPC Unix socket (newline-delimited JSON-RPC 2.0, docs/protocol.md), `connect`
+its JSON-RPC Unix socket (newline-delimited JSON-RPC 2.0, docs/protocol.md), or to its
+network listener's WebSocket (`url="wss://host:7420"` with a token and a CA file; one
+JSON-RPC message per text frame, docs/network.md; needs the `websockets` package), `connect`
 waits for a daemon that is starting, and `Daemon` runs `cellvisor serve` in a private
 directory for the scripts that measure or abuse it. Run as a program, it runs cells and
 prints their output as it streams:
 
     python3 scripts/cellvisor_client.py --session demo py 'x = 41' py 'print(x + 1)' js '6 * 7'
+    python3 scripts/cellvisor_client.py --url wss://127.0.0.1:7420 --token-file token \
+        --cafile cert.pem py 'print(6 * 7)'
 
 Start the daemon first (`cellvisor serve`, or any `cellvisor eval`, which starts one).
 """
@@ -44,13 +48,19 @@ class RpcError(RuntimeError):
         self.message = message
 
 
-class Client:
-    """One connection. Requests are answered by their (integer) id; in between come the
-    `eval/event` notifications of running cells and the daemon's own `tool/call` requests
-    (string ids), which `tools` answers. `timeout` (seconds, None: wait for ever) bounds
-    every read and write: past it, `TimeoutError`, and the connection is done for."""
+class ConnectError(RuntimeError):
+    """The daemon on the network could not be reached or refused the connection; the message
+    says which of the URL, the token, TLS or the host was wrong."""
 
-    def __init__(self, path, timeout=None):
+
+# The largest message taken from the daemon over the WebSocket (results can be large).
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+
+
+class _Unix:
+    """Newline-delimited JSON-RPC on the daemon's Unix socket."""
+
+    def __init__(self, path, timeout):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.sock.settimeout(timeout)
@@ -59,6 +69,124 @@ class Client:
             self.sock.close()
             raise
         self.lines = self.sock.makefile("rb")
+
+    def send(self, text):
+        self.sock.sendall(text.encode() + b"\n")
+
+    def messages(self):
+        # Not `yield from self.lines`: closing this generator would close the file too.
+        while True:
+            line = self.lines.readline()
+            if not line:
+                return
+            yield line
+
+    def close(self):
+        try:
+            self.lines.close()
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class _WebSocket:
+    """JSON-RPC on the daemon's `/v1/rpc` WebSocket, one message per text frame."""
+
+    def __init__(self, url, token, token_source, cafile, session, timeout):
+        try:
+            from websockets.exceptions import InvalidStatus, InvalidURI
+            from websockets.sync.client import connect as ws_connect
+        except ImportError:
+            raise ConnectError("a daemon URL needs the `websockets` package (pip install websockets)") from None
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme.lower() not in ("ws", "wss"):
+            raise ConnectError(f"bad daemon URL {url!r}: the scheme must be ws or wss (wss://HOST:PORT)")
+        if "/" not in rest:
+            url = url + "/v1/rpc"
+        headers = {}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        if session is not None:
+            headers["Cellvisor-Session"] = session
+        context = None
+        if scheme.lower() == "wss":
+            import ssl
+            context = ssl.create_default_context(cafile=cafile)
+        self.timeout = timeout
+        try:
+            self.ws = ws_connect(url, additional_headers=headers, ssl=context, max_size=MAX_MESSAGE_BYTES,
+                                 open_timeout=timeout if timeout is not None else 15)
+        except InvalidStatus as error:
+            status = error.response.status_code
+            if status == 401:
+                if token is None:
+                    raise ConnectError(f"the daemon at {url} requires a token (401) and no token was given "
+                                       "(token= or token_file=)") from None
+                raise ConnectError(f"the daemon at {url} refused the token from {token_source} (401): "
+                                   "it is not the daemon's token") from None
+            body = error.response.body.decode(errors="replace").strip()
+            raise ConnectError(f"the daemon at {url} refused the connection: {status} {body}") from None
+        except InvalidURI as error:
+            raise ConnectError(f"bad daemon URL {url!r}: {error}") from None
+        except ssl_errors() as error:
+            raise ConnectError(f"TLS with the daemon at {url} failed: {error} "
+                               "(trust its certificate's CA with cafile=)") from None
+        except OSError as error:
+            raise ConnectError(f"cannot reach the cellvisor daemon at {url}: {error}") from None
+
+    def send(self, text):
+        self.ws.send(text)
+
+    def messages(self):
+        from websockets.exceptions import ConnectionClosed
+        while True:
+            try:
+                message = self.ws.recv(timeout=self.timeout)
+            except ConnectionClosed:
+                return
+            if isinstance(message, str):
+                yield message
+
+    def close(self):
+        try:
+            self.ws.close()
+        except OSError:
+            pass
+
+
+def ssl_errors():
+    import ssl
+    return (ssl.SSLError, ssl.CertificateError)
+
+
+class Client:
+    """One connection: to the Unix socket at `path`, or to the WebSocket at `url`
+    (`ws://HOST:PORT` or `wss://HOST:PORT`, path `/v1/rpc` unless given) with the bearer
+    `token` (or the one in `token_file`), trusting the PEM certificates in `cafile` for
+    wss (else the system's), bound to `session` when given (the daemon then refuses any
+    other). Requests are answered by their (integer) id; in between come the `eval/event`
+    notifications of running cells and the daemon's own `tool/call` requests (string ids),
+    which `tools` answers. `timeout` (seconds, None: wait for ever) bounds every read and
+    write: past it, `TimeoutError`, and the connection is done for."""
+
+    def __init__(self, path=None, timeout=None, *, url=None, token=None, token_file=None, cafile=None,
+                 session=None):
+        if (path is None) == (url is None):
+            raise ValueError("give the daemon's socket path or its url, one of them")
+        if url is None:
+            self.transport = _Unix(path, timeout)
+        else:
+            source = "token="
+            if token is None and token_file is not None:
+                source = f"token_file {token_file}"
+                try:
+                    with open(token_file) as f:
+                        token = f.read().strip()
+                except OSError as error:
+                    raise ConnectError(f"cannot read the token file {token_file}: {error}") from None
+                if not token:
+                    raise ConnectError(f"the token file {token_file} is empty")
+            self.transport = _WebSocket(url, token, source, cafile, session, timeout)
         self.next_id = 1
 
     def __enter__(self):
@@ -72,7 +200,7 @@ class Client:
         request_id = self.next_id
         self.next_id += 1
         message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}
-        self.sock.sendall(json.dumps(message).encode() + b"\n")
+        self.transport.send(json.dumps(message))
         return request_id
 
     def wait(self, request_id, on_event=None, tools=None):
@@ -80,7 +208,7 @@ class Client:
         for an error). `on_event` gets the params of each `eval/event` read meanwhile;
         `tools` (name -> function of the arguments) answers each `tool/call`. The answer to
         another request sent on this connection is passed over (wait for each in order)."""
-        for line in self.lines:
+        for line in self.transport.messages():
             message = json.loads(line)
             if message.get("id") == request_id:
                 if "error" in message:
@@ -113,14 +241,10 @@ class Client:
             response = {"jsonrpc": "2.0", "id": request["id"], "result": function(params.get("arguments"))}
         except Exception as error:  # the tool's failure is the cell's to handle
             response = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32000, "message": str(error)}}
-        self.sock.sendall(json.dumps(response).encode() + b"\n")
+        self.transport.send(json.dumps(response))
 
     def close(self):
-        try:
-            self.lines.close()
-            self.sock.close()
-        except OSError:
-            pass
+        self.transport.close()
 
 
 def connect(path, process=None, within=20.0, timeout=None):
@@ -233,6 +357,9 @@ def print_event(event):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--socket", default=default_socket())
+    parser.add_argument("--url", help="a daemon on the network: wss://HOST:PORT or ws://HOST:PORT")
+    parser.add_argument("--token-file", help="the file holding that daemon's token")
+    parser.add_argument("--cafile", help="PEM certificates to trust for wss (default: the system's)")
     parser.add_argument("--session", default="default")
     parser.add_argument("cells", nargs="*", help="pairs of LANGUAGE CODE")
     args = parser.parse_args()
@@ -240,7 +367,11 @@ def main():
         parser.error("cells come in pairs: LANGUAGE CODE")
     cells = [{"language": lang, "code": code} for lang, code in zip(args.cells[::2], args.cells[1::2])]
 
-    with Client(args.socket) as client:
+    if args.url:
+        client = Client(url=args.url, token_file=args.token_file, cafile=args.cafile)
+    else:
+        client = Client(args.socket)
+    with client:
         info = client.call("initialize")
         print(f"connected to cellvisor {info['server_version']} (protocol {info['protocol_version']})",
               file=sys.stderr)

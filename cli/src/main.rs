@@ -2,7 +2,8 @@
 //! (which holds the supervisor, the sessions and the workers).
 //!
 //! - `commands`: argument parsing and the subcommands (`eval`, `wait`, `terminate`,
-//!   `status`, `interrupt`, `reset`, `close`, `stop`, `serve`, `mcp`, `config`, `check`).
+//!   `status`, `interrupt`, `reset`, `close`, `stop`, `serve`, `mcp`, `config`, `check`), and
+//!   which daemon they talk to (its socket, or `--connect URL` on the network).
 //! - `daemon`: `cellvisor serve`, the JSON-RPC daemon on a Unix socket: the listener and its
 //!   peer check, the daemon's life (signals, idle exit, config reload), connections, and the
 //!   dispatch of each method.

@@ -7,7 +7,8 @@
 //! - [`status`]: the rows of `status`.
 //! - [`state`]: state that survives a worker: the ledger, checkpoints, `names`.
 //! - [`protocol`]: the daemon's JSON-RPC wire types, method names and error codes.
-//! - [`daemon`]: the daemon's client (connect, or start one), and where its socket is.
+//! - [`daemon`]: the daemon's client (on its socket, starting one, or over the network), and
+//!   where its socket is.
 
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 

@@ -61,14 +61,18 @@ async fn call(
     session: &str,
     json: bool,
 ) -> i32 {
-    let connection = match globals.connect_daemon().await {
+    let connection = match globals.connect_daemon(Some(session)).await {
         Ok(connection) => connection,
         Err(code) => return code,
     };
     let mut client = match connection.client {
         Ok(client) => client,
-        Err(err) => {
+        Err(err @ ClientError::Connect { .. }) => {
             eprintln!("error: {err} (is the daemon running? background cells live in it)");
+            return 1;
+        }
+        Err(err) => {
+            eprintln!("error: {}", super::target::describe(&err));
             return 1;
         }
     };

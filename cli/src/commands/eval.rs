@@ -2,7 +2,7 @@
 
 use super::{usage_error, Globals};
 use crate::render::{self, Shown};
-use cellvisor::daemon::client::{Client, ClientError};
+use cellvisor::daemon::client::{Client, ClientError, Remote};
 use cellvisor::daemon::protocol::code;
 use cellvisor::{
     CellResult, CellSpec, CellStatus, Cellvisor, EvalRequest, EvalResult, Language, Options,
@@ -71,11 +71,26 @@ pub async fn run(args: EvalArgs, globals: &Globals) -> i32 {
         Ok(request) => request,
         Err(UsageError(message)) => return usage_error(message),
     };
+    let remote = match globals.remote(Some(&args.session)) {
+        Ok(remote) => remote,
+        Err(code) => return code,
+    };
     let config = match globals.load_config() {
         Ok(config) => config,
         Err(err) => return usage_error(err),
     };
-    let result = if args.no_daemon {
+    let result = if let Some(remote) = remote {
+        if args.no_daemon {
+            return usage_error(
+                "--no-daemon runs the cells here and --connect (or $CELLVISOR_CONNECT) on a \
+                 daemon elsewhere: give one of them",
+            );
+        }
+        match for_remote(request, args.cwd.as_deref()) {
+            Ok(request) => run_remotely(request, &remote).await,
+            Err(UsageError(message)) => return usage_error(message),
+        }
+    } else if args.no_daemon {
         run_in_process(request, config).await
     } else {
         run_through_daemon(
@@ -154,6 +169,46 @@ async fn finish_in_process(cellvisor: &Cellvisor, session: &str, cell: &mut Cell
     }
 }
 
+/// `request` for a daemon on another machine: this machine's directory and `VIRTUAL_ENV`
+/// mean nothing there, so the cells run in the workers' directory unless `--cwd` names one
+/// of the daemon's (absolute, since it is not relative to anything here).
+fn for_remote(
+    mut request: EvalRequest,
+    cwd: Option<&std::path::Path>,
+) -> Result<EvalRequest, UsageError> {
+    request.virtual_env = None;
+    request.cwd = match cwd {
+        None => None,
+        Some(dir) if dir.is_absolute() => Some(dir.to_path_buf()),
+        Some(dir) => {
+            return Err(UsageError(format!(
+                "with --connect, --cwd names a directory on the daemon's machine and must be \
+                 absolute (not {})",
+                dir.display()
+            )))
+        }
+    };
+    Ok(request)
+}
+
+/// Runs `request` on the remote daemon; nothing is started for it.
+async fn run_remotely(request: EvalRequest, remote: &Remote) -> Result<EvalResult, Failure> {
+    let mut client = Client::connect_remote(remote)
+        .await
+        .map_err(|e| Failure::Broken(super::target::describe(&e)))?;
+    run_on(&mut client, &request).await
+}
+
+/// Runs `request` on a connected daemon.
+async fn run_on(client: &mut Client, request: &EvalRequest) -> Result<EvalResult, Failure> {
+    client.eval(request, |_| {}).await.map_err(|err| match err {
+        ClientError::Rpc(error) if error.code != code::SHUTTING_DOWN => {
+            Failure::Refused(error.message)
+        }
+        other => Failure::Broken(other.to_string()),
+    })
+}
+
 async fn run_through_daemon(
     request: EvalRequest,
     socket: PathBuf,
@@ -166,15 +221,7 @@ async fn run_through_daemon(
     let mut client = Client::connect_or_start(&socket, &program, config.as_deref(), log.as_deref())
         .await
         .map_err(|e| Failure::Broken(e.to_string()))?;
-    client
-        .eval(&request, |_| {})
-        .await
-        .map_err(|err| match err {
-            ClientError::Rpc(error) if error.code != code::SHUTTING_DOWN => {
-                Failure::Refused(error.message)
-            }
-            other => Failure::Broken(other.to_string()),
-        })
+    run_on(&mut client, &request).await
 }
 
 fn build_request(args: &EvalArgs) -> Result<EvalRequest, UsageError> {

@@ -8,7 +8,9 @@ mod eval;
 mod serve;
 mod sessions;
 mod state;
+mod target;
 
+use cellvisor::daemon::client::{Client, ClientError, Remote};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -29,6 +31,18 @@ struct Cli {
     /// then daemon.sock in the runtime directory).
     #[arg(long, global = true)]
     socket: Option<PathBuf>,
+    /// A daemon on the network instead of the local one: the WebSocket URL of its listener,
+    /// wss://HOST:PORT (TLS) or ws://HOST:PORT (default: $CELLVISOR_CONNECT). Nothing is
+    /// started for it.
+    #[arg(long, global = true, value_name = "URL")]
+    connect: Option<String>,
+    /// The file holding the remote daemon's bearer token (default: $CELLVISOR_TOKEN_FILE).
+    #[arg(long, global = true, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// PEM certificates to trust for a wss:// daemon instead of the system's CA bundle, such
+    /// as its self-signed certificate (default: $CELLVISOR_TLS_CA).
+    #[arg(long, global = true, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -79,6 +93,7 @@ enum Command {
 pub struct Globals {
     config_path: Option<PathBuf>,
     socket: Option<PathBuf>,
+    network: target::RemoteFlags,
 }
 
 impl Globals {
@@ -96,21 +111,55 @@ impl Globals {
         cellvisor::daemon::socket_path(self.socket.as_deref(), config.daemon.socket.as_deref())
     }
 
-    /// A connection to the running daemon. A bad configuration is already reported (its
-    /// exit code is in `Err`); an absent daemon is left to the caller, since what it means
-    /// differs (an error for `status`, nothing to do for `stop`).
-    async fn connect_daemon(&self) -> Result<DaemonConnection, i32> {
+    /// The remote daemon `--connect` (or `$CELLVISOR_CONNECT`) names, bound to `session`
+    /// when given; `None` for the local one.
+    fn remote(&self, session: Option<&str>) -> Result<Option<Remote>, i32> {
+        self.network.remote(session).map_err(usage_error)
+    }
+
+    /// A connection to the running daemon (the remote one, bound to `session` when given, or
+    /// the local one). A bad configuration or bad flags are already reported (their exit code
+    /// is in `Err`); an absent daemon is left to the caller, since what it means differs (an
+    /// error for `status`, nothing to do for `stop`).
+    async fn connect_daemon(&self, session: Option<&str>) -> Result<DaemonConnection, i32> {
+        if let Some(remote) = self.remote(session)? {
+            let client = Client::connect_remote(&remote).await;
+            return Ok(DaemonConnection {
+                target: Target::Remote(remote.url.to_string()),
+                client,
+            });
+        }
         let config = self.load_config().map_err(usage_error)?;
         let socket = self.socket(&config);
-        let client = cellvisor::daemon::client::Client::connect(&socket).await;
-        Ok(DaemonConnection { socket, client })
+        let client = Client::connect(&socket).await;
+        Ok(DaemonConnection {
+            target: Target::Socket(socket),
+            client,
+        })
     }
 }
 
-/// The outcome of [`Globals::connect_daemon`]: the socket tried, and the client or why not.
+/// Where a command's daemon is.
+enum Target {
+    /// The local daemon's socket.
+    Socket(PathBuf),
+    /// A remote daemon's URL.
+    Remote(String),
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Socket(path) => write!(f, "{}", path.display()),
+            Target::Remote(url) => f.write_str(url),
+        }
+    }
+}
+
+/// The outcome of [`Globals::connect_daemon`]: the daemon tried, and the client or why not.
 struct DaemonConnection {
-    socket: PathBuf,
-    client: Result<cellvisor::daemon::client::Client, cellvisor::daemon::client::ClientError>,
+    target: Target,
+    client: Result<Client, ClientError>,
 }
 
 /// Runs the command line; returns the process exit code.
@@ -125,6 +174,12 @@ pub fn main() -> i32 {
     };
     let globals = Globals {
         config_path: cli.config,
+        network: target::RemoteFlags {
+            connect: cli.connect,
+            token_file: cli.token_file,
+            tls_ca: cli.tls_ca,
+            socket_given: cli.socket.is_some(),
+        },
         socket: cli.socket,
     };
     let default_log = match cli.command {

@@ -1,6 +1,6 @@
 //! `cellvisor status | interrupt | reset | close | stop`: talking to a running daemon.
 
-use super::{usage_error, Globals};
+use super::{usage_error, Globals, Target};
 use crate::render::StatusTable;
 use cellvisor::daemon::client::{Client, ClientError};
 use cellvisor::daemon::protocol::method;
@@ -24,20 +24,21 @@ pub struct SessionArgs {
     language: Option<String>,
 }
 
-pub(super) async fn connect(globals: &Globals) -> Result<Client, i32> {
-    globals.connect_daemon().await?.client.map_err(|err| {
-        match &err {
-            ClientError::Connect { .. } => {
-                eprintln!("error: {err} (is `cellvisor serve` running?)")
-            }
-            _ => eprintln!("error: {err}"),
-        }
-        1
-    })
+/// A connection to the daemon (bound to `session` when remote and given); a failure is
+/// reported, with its exit code in `Err`.
+pub(super) async fn connect(globals: &Globals, session: Option<&str>) -> Result<Client, i32> {
+    globals
+        .connect_daemon(session)
+        .await?
+        .client
+        .map_err(|err| {
+            eprintln!("error: {}", super::target::describe(&err));
+            1
+        })
 }
 
 pub async fn status(args: StatusArgs, globals: &Globals) -> i32 {
-    let mut client = match connect(globals).await {
+    let mut client = match connect(globals, None).await {
         Ok(client) => client,
         Err(code) => return code,
     };
@@ -83,7 +84,7 @@ pub async fn control(args: SessionArgs, method: &str, globals: &Globals) -> i32 
         Some(Ok(language)) => Some(language),
         Some(Err(err)) => return usage_error(err),
     };
-    let mut client = match connect(globals).await {
+    let mut client = match connect(globals, Some(&args.session)).await {
         Ok(client) => client,
         Err(code) => return code,
     };
@@ -117,26 +118,39 @@ pub async fn control(args: SessionArgs, method: &str, globals: &Globals) -> i32 
 }
 
 pub async fn stop(globals: &Globals) -> i32 {
-    let (socket, client) = match globals.connect_daemon().await {
-        Ok(connection) => (connection.socket, connection.client),
+    let (target, client) = match globals.connect_daemon(None).await {
+        Ok(connection) => (connection.target, connection.client),
         Err(code) => return code,
     };
-    let mut client = match client {
-        Ok(client) => client,
-        Err(_) => {
-            println!("no daemon is running at {}", socket.display());
+    let mut client = match (client, &target) {
+        (Ok(client), _) => client,
+        (Err(_), Target::Socket(_)) => {
+            println!("no daemon is running at {target}");
             return 0;
+        }
+        // A remote daemon that cannot be reached is not known to be stopped.
+        (Err(err), Target::Remote(_)) => {
+            eprintln!("error: {}", super::target::describe(&err));
+            return 1;
         }
     };
     if let Err(err) = client.call(method::SHUTDOWN, json!({})).await {
         eprintln!("error: {err}");
         return 1;
     }
-    // The daemon removes its socket once every worker is gone.
+    // The daemon removes its socket once every worker is gone; a remote one closes the
+    // connection when it exits.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while socket.exists() && std::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    match &target {
+        Target::Socket(socket) => {
+            while socket.exists() && std::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        Target::Remote(_) => {
+            let _ = tokio::time::timeout_at(deadline.into(), client.closed()).await;
+        }
     }
-    println!("stopped the daemon at {}", socket.display());
+    println!("stopped the daemon at {target}");
     0
 }

@@ -183,7 +183,8 @@ async fn call<T: serde::de::DeserializeOwned>(
     as_json: bool,
     text: impl FnOnce(T) -> Vec<String>,
 ) -> i32 {
-    let mut client = match super::sessions::connect(globals).await {
+    let session = params["session"].as_str().map(str::to_string);
+    let mut client = match super::sessions::connect(globals, session.as_deref()).await {
         Ok(client) => client,
         Err(code) => return code,
     };
