@@ -55,7 +55,7 @@ pub async fn undrain(globals: &Globals) -> i32 {
 
 /// Calls `method` on the daemon; prints why not and answers `None` when it fails.
 async fn call(globals: &Globals, method: &str, params: serde_json::Value) -> Option<DrainResult> {
-    let mut client = connect(globals).await.ok()?;
+    let mut client = connect(globals, None).await.ok()?;
     match client.call(method, params).await {
         Ok(value) => match serde_json::from_value::<DrainResult>(value) {
             Ok(result) => Some(result),
