@@ -507,7 +507,6 @@ mod tests {
             title: None,
             language: Language::Python,
             exit_code: i32::from(status != CellStatus::Complete),
-            node: String::new(),
             report: CellReport {
                 status,
                 output: output.to_string(),
@@ -518,6 +517,7 @@ mod tests {
                 notice: None,
                 state: None,
             },
+            node: String::new(),
         }
     }
 
