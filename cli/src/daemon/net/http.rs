@@ -25,9 +25,11 @@ pub(super) fn router(daemon: Arc<Daemon>, cells: CellsConfig) -> Router {
     // path needs the token too, so a stranger learns nothing of the endpoints.
     Router::new()
         .route("/v1/rpc", get(ws::upgrade))
+        .route_service("/mcp", mcp)
+        // The routes that drive the daemon refuse its own cells; probes and metrics only read.
+        .route_layer(middleware::from_fn(refuse_cells))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .route_service("/mcp", mcp)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             Arc::clone(&daemon),
@@ -64,6 +66,31 @@ async fn require_token(
         StatusCode::UNAUTHORIZED,
         [(header::WWW_AUTHENTICATE, "Bearer")],
         Json(json!({ "error": reason })),
+    )
+        .into_response()
+}
+
+/// 403 for a connection one of this daemon's cells opened: a cell that found the token
+/// still must not drive the daemon that runs it (the Unix socket's peer check, over TCP).
+async fn refuse_cells(request: Request, next: Next) -> Response {
+    let slot = request.extensions().get::<super::ConnectionSlot>().cloned();
+    let own_cell = match slot {
+        Some(slot) => slot.from_own_cell().await,
+        None => true,
+    };
+    if !own_cell {
+        return next.run(request).await;
+    }
+    tracing::warn!(
+        "refused {} from a cell (a process under one of this daemon's workers)",
+        request.uri().path()
+    );
+    (
+        StatusCode::FORBIDDEN,
+        Json(json!({
+            "error": "this daemon's own cells may not drive it: connections from a process \
+                      under one of its workers are refused"
+        })),
     )
         .into_response()
 }

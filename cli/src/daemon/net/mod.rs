@@ -2,7 +2,7 @@
 //! HTTP/1.1 server (hyper, axum) over TCP or TLS (rustls), every request but `/healthz`
 //! behind the bearer token of `daemon.token-file`.
 //!
-//! - `peer`: refuses connections from this daemon's own cells.
+//! - `peer`: tells connections from this daemon's own cells, which `/v1/rpc` and `/mcp` refuse.
 //! - `tls`: the certificate, the key and the optional client CA (mutual TLS).
 //! - `token`: the bearer token, compared in constant time, replaced on reload.
 //! - `http`: the routes: `/healthz`, `/readyz`, `/metrics`, `/v1/rpc`, `/mcp`.
@@ -185,22 +185,18 @@ async fn accept_loop(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let own_cell = stream
-                        .local_addr()
-                        .is_ok_and(|local| peer::from_own_cell(local, peer));
-                    if own_cell {
-                        tracing::warn!(%peer, "refused a connection from a cell (a process under one of this daemon's workers)");
-                        continue;
-                    }
                     let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
                         tracing::warn!(%peer, "refused a connection: the network listeners hold daemon.max-network-connections already");
                         continue;
                     };
                     let _ = stream.set_nodelay(true);
                     let (router, tls) = (router.clone(), tls.clone());
-                    tokio::spawn(serve_tcp(stream, router, tls, ConnectionSlot {
+                    let slot = ConnectionSlot {
                         _permit: Arc::new(slot),
-                    }));
+                        ends: stream.local_addr().ok().map(|local| (local, peer)),
+                        own_cell: Arc::default(),
+                    };
+                    tokio::spawn(serve_tcp(stream, router, tls, slot));
                 }
                 Err(err) => {
                     tracing::warn!("accept failed: {err}");
@@ -213,10 +209,34 @@ async fn accept_loop(
 }
 
 /// A TCP connection's place under `daemon.max-network-connections`, held by its HTTP
-/// connection and, once it is upgraded, by its WebSocket (each request carries it).
+/// connection and, once it is upgraded, by its WebSocket (each request carries it); and
+/// whether one of this daemon's cells opened it, looked up once, when a route that drives
+/// the daemon is first asked for.
 #[derive(Clone)]
 pub(super) struct ConnectionSlot {
     _permit: Arc<tokio::sync::OwnedSemaphorePermit>,
+    /// The connection's local and peer addresses.
+    ends: Option<(SocketAddr, SocketAddr)>,
+    own_cell: Arc<tokio::sync::OnceCell<bool>>,
+}
+
+impl ConnectionSlot {
+    /// Whether a process under this daemon's workers opened the connection. The lookup
+    /// reads `/proc` (milliseconds with many sessions), so it runs off the daemon's thread,
+    /// once per connection, and only for the routes that drive the daemon.
+    pub(super) async fn from_own_cell(&self) -> bool {
+        let Some((local, peer)) = self.ends else {
+            return true;
+        };
+        *self
+            .own_cell
+            .get_or_init(|| async move {
+                tokio::task::spawn_blocking(move || peer::from_own_cell(local, peer))
+                    .await
+                    .unwrap_or(true)
+            })
+            .await
+    }
 }
 
 /// One TCP connection: its TLS handshake (bounded in time), then HTTP/1.1 with upgrades.
