@@ -75,7 +75,7 @@ async fn require_token(
 async fn refuse_cells(request: Request, next: Next) -> Response {
     let slot = request.extensions().get::<super::ConnectionSlot>().cloned();
     let own_cell = match slot {
-        Some(slot) => slot.from_own_cell().await,
+        Some(slot) => slot.opened_by_own_cell().await,
         None => true,
     };
     if !own_cell {

@@ -224,7 +224,7 @@ impl ConnectionSlot {
     /// Whether a process under this daemon's workers opened the connection. The lookup
     /// reads `/proc` (milliseconds with many sessions), so it runs off the daemon's thread,
     /// once per connection, and only for the routes that drive the daemon.
-    pub(super) async fn from_own_cell(&self) -> bool {
+    pub(super) async fn opened_by_own_cell(&self) -> bool {
         let Some((local, peer)) = self.ends else {
             return true;
         };
