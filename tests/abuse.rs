@@ -5,7 +5,7 @@
 mod common;
 
 use common::daemon::Daemon;
-use common::{cells, wait_until, World};
+use common::{cells, rss_bytes, wait_until, World};
 use serde_json::{json, Value};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -489,16 +489,6 @@ fn lua_loads_text_only_and_runs_out_of_memory_as_an_error() {
         "the worker survived: {after:#}"
     );
     daemon.stop();
-}
-
-fn rss_bytes(pid: u64) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS");
-    kib * 1024
 }
 
 #[test]

@@ -15,22 +15,6 @@ fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// `target/test-venv/bin/python` with the `mcp` SDK installed (scripts/test-venv).
-fn test_python() -> PathBuf {
-    let root = workspace();
-    let output = Command::new(root.join("scripts/test-venv"))
-        .current_dir(&root)
-        .output()
-        .expect("run scripts/test-venv");
-    assert!(
-        output.status.success(),
-        "scripts/test-venv failed ({}):\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    root.join("target/test-venv/bin/python")
-}
-
 /// The status code of a POST of an MCP `initialize` to `/mcp` with these extra headers.
 fn post_initialize(port: u16, headers: &str) -> String {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -53,7 +37,7 @@ fn post_initialize(port: u16, headers: &str) -> String {
 
 #[test]
 fn the_python_sdk_runs_cells_over_streamable_http_on_the_daemon() {
-    let python = test_python();
+    let python = common::net::venv_python(&[]);
     let net = NetDaemon::start(false, "", "");
 
     // Behind the token: a request without it gets 401 and makes no session.

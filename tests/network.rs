@@ -4,7 +4,7 @@
 mod common;
 
 use common::net::{http_get, NetDaemon, TOKEN};
-use common::{wait_until, World};
+use common::{rss_bytes, wait_until, World};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -163,16 +163,6 @@ fn plaintext_beyond_loopback_and_listeners_without_a_token_are_refused_at_start(
     let (code, stderr) = serve_refused(&world);
     assert_ne!(code, Some(0), "{stderr}");
     assert!(stderr.contains("/nonexistent/cert.pem"), "{stderr}");
-}
-
-fn rss_bytes(pid: u64) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS");
-    kib * 1024
 }
 
 #[test]

@@ -294,3 +294,14 @@ pub fn cells(result: &serde_json::Value) -> &Vec<serde_json::Value> {
 pub fn path_str(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
 }
+
+/// The resident memory of process `pid` (VmRSS), in bytes.
+pub fn rss_bytes(pid: u64) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    kib * 1024
+}
