@@ -63,6 +63,23 @@ async fn bounded<F: std::future::Future>(bound: Duration, future: F) -> Option<F
     }
 }
 
+/// What a probe of the supervisor answered as a failure: its own reason, its having
+/// stopped, or its silence past `bound`; `None` when it passed.
+async fn probe_failure<F>(bound: Duration, asked: F) -> Option<String>
+where
+    F: std::future::Future<Output = Result<Result<(), String>, actix::MailboxError>>,
+{
+    match bounded(bound, asked).await {
+        Some(Ok(Ok(()))) => None,
+        Some(Ok(Err(reason))) => Some(reason),
+        Some(Err(_)) => Some("the supervisor has stopped".into()),
+        None => Some(format!(
+            "the supervisor did not answer within {} ms",
+            bound.as_millis()
+        )),
+    }
+}
+
 impl Cellvisor {
     /// This node's name, as results, `status` rows and metrics carry it.
     pub fn node(&self) -> &str {
@@ -94,15 +111,7 @@ impl Cellvisor {
         let asked = self.supervisor.send(HealthCheck {
             bound: HEALTH_BOUND,
         });
-        let reason = match bounded(HEALTH_BOUND + HEALTH_BOUND / 2, asked).await {
-            Some(Ok(Ok(()))) => None,
-            Some(Ok(Err(reason))) => Some(reason),
-            Some(Err(_)) => Some("the supervisor has stopped".into()),
-            None => Some(format!(
-                "the supervisor did not answer within {} ms",
-                HEALTH_BOUND.as_millis()
-            )),
-        };
+        let reason = probe_failure(HEALTH_BOUND + HEALTH_BOUND / 2, asked).await;
         Health {
             healthy: reason.is_none(),
             reason,
@@ -113,15 +122,7 @@ impl Cellvisor {
     /// language is at `max-sessions` with no idle session to evict.
     pub async fn readiness(&self) -> Readiness {
         let asked = self.supervisor.send(ReadinessCheck);
-        let reason = match bounded(HEALTH_BOUND, asked).await {
-            Some(Ok(Ok(()))) => None,
-            Some(Ok(Err(reason))) => Some(reason),
-            Some(Err(_)) => Some("the supervisor has stopped".into()),
-            None => Some(format!(
-                "the supervisor did not answer within {} ms",
-                HEALTH_BOUND.as_millis()
-            )),
-        };
+        let reason = probe_failure(HEALTH_BOUND, asked).await;
         Readiness {
             ready: reason.is_none(),
             reason,

@@ -66,7 +66,8 @@ impl MessageSource for FrameSource {
         loop {
             return match self.0.next().await {
                 None | Some(Ok(Message::Close(_))) => Ok(None),
-                Some(Ok(Message::Text(text))) => Ok(Some(text.as_str().as_bytes().to_vec())),
+                // The frame's buffer is taken over when nothing else holds it, else copied.
+                Some(Ok(Message::Text(text))) => Ok(Some(Vec::from(axum::body::Bytes::from(text)))),
                 Some(Ok(Message::Binary(_))) => Err(ReadError::Refused(
                     "binary frames are not read: send each JSON-RPC message as one text frame"
                         .into(),
