@@ -74,9 +74,9 @@ CODE = {
 }
 
 # Repetitions per figure.
-FULL = dict(cold=10, warm=2000, output=5, interrupt=10, crash=10, memory=3, conc=3, conc_cells=500, daemon=5,
+FULL = dict(cold=10, warm=2000, output=5, interrupt=10, crash=10, memory=3, conc=3, conc_cells=500, daemon=5, burst=3,
             transport=5)
-QUICK = dict(cold=3, warm=200, output=1, interrupt=3, crash=3, memory=1, conc=1, conc_cells=100, daemon=1,
+QUICK = dict(cold=3, warm=200, output=1, interrupt=3, crash=3, memory=1, conc=1, conc_cells=100, daemon=1, burst=1,
              transport=2)
 TRANSPORT_ROUND_TRIPS = 10_000
 STATUS_OUTPUT = operator.itemgetter("status", "output")  # of a cell result, at C speed
@@ -454,10 +454,14 @@ class Daemon(cellvisor_client.Daemon):
     """`cellvisor serve` with its own config, socket and runtime directory, stopped by the
     bench's cleanup if the run is cut short."""
 
-    def __init__(self, prewarm=None):
-        """`prewarm`: `[python] prewarm`; None keeps the default (the configuration users get)."""
+    def __init__(self, prewarm=None, max_sessions=None, mode=None):
+        """`prewarm`: `[python] prewarm`; `max_sessions`, `mode`: `[sessions] max-sessions`,
+        `mode`; None keeps the default (the configuration users get)."""
         config = (
-            "[sessions]\nidle-timeout = \"0s\"\n\n"
+            "[sessions]\nidle-timeout = \"0s\"\n"
+            + ("" if max_sessions is None else f"max-sessions = {max_sessions}\n")
+            + ("" if mode is None else f"mode = {json.dumps(mode)}\n")
+            + "\n"
             f"[python]\ninterpreter = {json.dumps(real_python())}\n"
             + ("" if prewarm is None else f"prewarm = {prewarm}\n")
             + "\n"
@@ -519,6 +523,87 @@ def cold_cellvisor(daemon, lang, n, label="cold"):
             time.sleep(0.1)  # the old worker goes
     finally:
         conn.close()
+    return samples
+
+
+def back_to_back_cellvisor(daemon, n):
+    """New Python sessions opened one after another with no pause (an eval harness, a host
+    giving each conversation a session): first cell `1+1`, closed after it (ms each)."""
+    conn, samples = daemon.connect(), []
+    try:
+        for i in range(n):
+            session = f"b2b-{i}"
+            t0 = now()
+            status, output = STATUS_OUTPUT(conn.cell(session, "py", "1+1"))
+            samples.append(ms(now() - t0))
+            check(last_line(output) == "2", f"cellvisor back to back: {status} {output!r}")
+            daemon.close_session(session)
+    finally:
+        conn.close()
+    return samples
+
+
+def at_once_cellvisor(daemon, n):
+    """n new Python sessions opened at the same instant, each on its own connection: the
+    time until each answered `1+1` (ms)."""
+    conns, samples, errors = [daemon.connect() for _ in range(n)], [], []
+    start = threading.Barrier(n + 1)
+
+    def open_one(conn, i):
+        try:
+            start.wait()
+            t0 = now()
+            status, output = STATUS_OUTPUT(conn.cell(f"burst-{i}", "py", "1+1"))
+            samples.append(ms(now() - t0))
+            check(last_line(output) == "2", f"cellvisor at once: {status} {output!r}")
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+
+    threads = [threading.Thread(target=open_one, args=(c, i)) for i, c in enumerate(conns)]
+    try:
+        for thread in threads:
+            thread.start()
+        start.wait()
+        for thread in threads:
+            thread.join()
+    finally:
+        for i, conn in enumerate(conns):
+            conn.close()
+            daemon.close_session(f"burst-{i}")
+    if errors:
+        raise errors[0]
+    return samples
+
+
+def per_call_overhead_cellvisor(warm_daemon, n):
+    """A `per-call` request's time (`1+1` on new workers) less the median of a warm session's
+    `1+1` measured just before it (ms each)."""
+    conn = warm_daemon.connect()
+    try:
+        conn.cell("per-call-ref", "py", "1+1")
+        warm = []
+        for _ in range(50):
+            t0 = now()
+            conn.cell("per-call-ref", "py", "1+1")
+            warm.append(ms(now() - t0))
+    finally:
+        conn.close()
+        warm_daemon.close_session("per-call-ref")
+    reference = statistics.median(warm)
+    daemon, samples = Daemon(mode="per-call"), []
+    try:
+        conn = daemon.connect()
+        try:
+            for _ in range(n):
+                time.sleep(0.1)  # the request before it is discarded, as between one call and the next
+                t0 = now()
+                status, output = STATUS_OUTPUT(conn.cell("per-call", "py", "1+1"))
+                samples.append(ms(now() - t0) - reference)
+                check(last_line(output) == "2", f"cellvisor per-call: {status} {output!r}")
+        finally:
+            conn.close()
+    finally:
+        daemon.stop()
     return samples
 
 
@@ -1274,6 +1359,24 @@ def run_all(n, languages):
                     )
                 finally:
                     unwarmed.stop()
+                step("py: 16 new sessions back to back, then 16 at once (max-sessions = 16)")
+                burst = Daemon(max_sessions=16)
+                try:
+                    b2b = [back_to_back_cellvisor(burst, 16) for _ in range(n["burst"])]
+                    med = row("cold_py_b2b", "1 16 new py sessions back to back, p50", "ms", stat="median", spread="none")
+                    tail = row("cold_py_b2b_p99", "1 16 new py sessions back to back, p99", "ms", stat="p99", spread="none")
+                    med.samples["cellvisor"] = tail.samples["cellvisor"] = [x for run in b2b for x in run]
+                    med.targets = [("cellvisor", "below", 5)]
+                    tail.targets = [("cellvisor", "below", 15)]
+                    slowest = row("cold_py_burst", "1 16 new py sessions at once, slowest answer", "ms")
+                    slowest.samples["cellvisor"] = [max(at_once_cellvisor(burst, 16)) for _ in range(n["burst"])]
+                    slowest.targets = [("cellvisor", "below", 50)]
+                finally:
+                    burst.stop()
+                step("py: per-call mode, a request's overhead over a warm cell")
+                pc = row("cold_py_percall", "1 per-call py request, overhead over a warm cell", "ms")
+                pc.samples["cellvisor"] = per_call_overhead_cellvisor(daemon, n["cold"])
+                pc.targets = [("cellvisor", "below", 5)]
                 step("py: daemon start + first cell")
                 row("cold_py_daemon", "1 daemon start + 1st py cell", "ms").samples["cellvisor"] = (
                     cold_daemon_cellvisor(n["daemon"])

@@ -94,7 +94,7 @@ class _WebSocket:
 
     def __init__(self, url, token, token_source, cafile, session, timeout):
         try:
-            from websockets.exceptions import InvalidStatus, InvalidURI
+            from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
             from websockets.sync.client import connect as ws_connect
         except ImportError:
             raise ConnectError("a daemon URL needs the `websockets` package (pip install websockets)") from None
@@ -128,6 +128,8 @@ class _WebSocket:
             raise ConnectError(f"the daemon at {url} refused the connection: {status} {body}") from None
         except InvalidURI as error:
             raise ConnectError(f"bad daemon URL {url!r}: {error}") from None
+        except InvalidHandshake as error:  # e.g. closed before answering (a router with no node up)
+            raise ConnectError(f"the WebSocket handshake with {url} failed: {error}") from None
         except ssl_errors() as error:
             raise ConnectError(f"TLS with the daemon at {url} failed: {error} "
                                "(trust its certificate's CA with cafile=)") from None
@@ -368,7 +370,9 @@ def main():
     cells = [{"language": lang, "code": code} for lang, code in zip(args.cells[::2], args.cells[1::2])]
 
     if args.url:
-        client = Client(url=args.url, token_file=args.token_file, cafile=args.cafile)
+        # Bound to its session, so that a router in front of several nodes places it by the
+        # Cellvisor-Session header (docs/fleet.md).
+        client = Client(url=args.url, token_file=args.token_file, cafile=args.cafile, session=args.session)
     else:
         client = Client(args.socket)
     with client:

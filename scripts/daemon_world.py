@@ -28,32 +28,43 @@ class World(Daemon):
 
     def processes(self):
         """Live processes of this world (zombies aside), the daemon included while it runs."""
-        marker = ("XDG_RUNTIME_DIR=" + self.run_dir).encode()
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == os.getpid():
-                continue
-            try:
-                with open("/proc/%s/stat" % entry, "rb") as f:
-                    if b") Z " in f.read():
-                        continue
-                with open("/proc/%s/cmdline" % entry, "rb") as f:
-                    ours = self.run_dir.encode() in f.read()
-                if not ours:
-                    with open("/proc/%s/environ" % entry, "rb") as f:
-                        ours = marker in f.read().split(b"\0")
-            except OSError:
-                continue
-            if ours:
-                found.append(int(entry))
-        return found
+        return processes_under(self.run_dir)
 
     def kill_leftovers(self, pids):
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_all(pids)
+
+
+def processes_under(run_dir):
+    """Live processes (zombies aside) started under the private runtime directory `run_dir`:
+    their environment's XDG_RUNTIME_DIR or their command line names it."""
+    marker = ("XDG_RUNTIME_DIR=" + run_dir).encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry, "rb") as f:
+                if b") Z " in f.read():
+                    continue
+            with open("/proc/%s/cmdline" % entry, "rb") as f:
+                ours = run_dir.encode() in f.read()
+            if not ours:
+                with open("/proc/%s/environ" % entry, "rb") as f:
+                    ours = marker in f.read().split(b"\0")
+        except OSError:
+            continue
+        if ours:
+            found.append(int(entry))
+    return found
+
+
+def kill_all(pids):
+    """SIGKILL to each of `pids` (the ones a world or a fleet started), gone or not."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def rss_bytes(pid):

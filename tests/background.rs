@@ -539,3 +539,136 @@ fn a_cell_id_from_before_a_daemon_restart_is_not_found_and_never_reaches_a_newer
     );
     second.stop();
 }
+
+/// Asserts that `wait` and `terminate` on `id` in `session` answer "not found" at once.
+fn assert_not_found(client: &mut Client, session: &str, id: &Value) {
+    for method in ["wait", "terminate"] {
+        let started = std::time::Instant::now();
+        let refused = client
+            .call(method, json!({"session": session, "cell_id": id}))
+            .expect_err("an id from before the reset is not found");
+        let message = refused["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(&format!("session {session} has no background cell {id}")),
+            "{method}: {refused:#}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{method} answered at once, not after {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+/// After a reset (issue 28, item 14) a background cell id from before it is "not found" at
+/// once: a running cell's id as soon as the reset answers (never its cancelled result), and
+/// an ended cell's uncollected result is gone with the state.
+#[test]
+fn a_cell_id_from_before_a_reset_is_not_found_at_once() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let yielded = client.eval(
+        "wiped",
+        json!([{"language": "py", "yield_time_ms": 200,
+                "code": "import time\nprint('a', flush=True)\ntime.sleep(30)"}]),
+    );
+    assert_eq!(cell(&yielded, 0)["status"], "running", "{yielded:#}");
+    let running = cell(&yielded, 0)["cell_id"].clone();
+    let reset = client
+        .call("reset", json!({"session": "wiped"}))
+        .expect("reset answered");
+    assert_eq!(reset["sessions"], 1, "{reset:#}");
+    assert_not_found(&mut client, "wiped", &running);
+
+    // A cell that ended while nobody waited keeps its result for a `wait`, until a reset.
+    let yielded = client.eval(
+        "wiped",
+        json!([{"language": "lua", "yield_time_ms": 100,
+                "code": "print('a')\nlocal t = os.clock()\nwhile os.clock() - t < 0.5 do end"}]),
+    );
+    assert_eq!(cell(&yielded, 0)["status"], "running", "{yielded:#}");
+    let ended = cell(&yielded, 0)["cell_id"].clone();
+    let idle = wait_until(Duration::from_secs(20), || {
+        let rows = client.call("status", json!({})).expect("status answered");
+        let lua = rows.as_array().and_then(|rows| {
+            rows.iter()
+                .find(|r| r["session"] == "wiped" && r["language"] == "lua")
+                .cloned()
+        });
+        lua.filter(|row| row["state"] == "idle")
+            .map(|_| ())
+            .ok_or(rows)
+    });
+    assert!(idle.is_ok(), "the lua cell ended: {idle:?}");
+    client
+        .call("reset", json!({"session": "wiped", "language": "lua"}))
+        .expect("reset answered");
+    assert_not_found(&mut client, "wiped", &ended);
+
+    // The same through a request's `reset` (and a cell's own): the reset of the cell's
+    // language forgets it.
+    let yielded = client.eval(
+        "wiped",
+        json!([{"language": "js", "yield_time_ms": 100,
+                "code": "text('a'); await new Promise((resolve) => setTimeout(resolve, 300))"}]),
+    );
+    let js = cell(&yielded, 0)["cell_id"].clone();
+    let after = client
+        .call(
+            "eval",
+            json!({"session": "wiped", "reset": true,
+                   "cells": [{"language": "js", "code": "typeof globalThis.nothing"}]}),
+        )
+        .expect("a request-level reset is accepted");
+    assert_eq!(cell(&after, 0)["status"], "complete", "{after:#}");
+    assert_not_found(&mut client, "wiped", &js);
+
+    // The session works on, on fresh workers.
+    let fresh = client.eval("wiped", json!([{"language": "py", "code": "print(6*7)"}]));
+    assert_eq!(cell(&fresh, 0)["output"], "42\n", "{fresh:#}");
+    daemon.stop();
+}
+
+/// Issue 28 item 13: past `cells.max-uncollected` results the oldest is dropped, and the
+/// next `wait` for it says so (which cap, the key to raise) instead of "no background cell".
+#[test]
+fn a_dropped_uncollected_result_is_named_by_the_next_wait() {
+    let daemon = Daemon::start_with("[cells]\nmax-uncollected = 2\n");
+    let mut client = daemon.client();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let yielded = client.eval(
+            "capped",
+            json!([{"language": "lua", "yield_time_ms": 50,
+                    "code": "print('a')\nlocal t = os.clock()\nwhile os.clock() - t < 0.3 do end\nprint('b')"}]),
+        );
+        assert_eq!(cell(&yielded, 0)["status"], "running", "{yielded:#}");
+        ids.push(cell(&yielded, 0)["cell_id"].clone());
+        let idle = wait_until(Duration::from_secs(20), || {
+            let row = status_row(&mut client, "capped");
+            (row["state"] == "idle").then_some(()).ok_or(row)
+        });
+        assert!(idle.is_ok(), "the cell ended: {idle:?}");
+    }
+    let dropped = client
+        .call("wait", json!({"session": "capped", "cell_id": ids[0]}))
+        .expect_err("the oldest result was dropped");
+    let message = dropped["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "the result of background cell {} was dropped uncollected",
+            ids[0]
+        )),
+        "{dropped:#}"
+    );
+    assert!(message.contains("at most 2 results"), "{message}");
+    assert!(message.contains("raise cells.max-uncollected"), "{message}");
+    // Said once; after that the id is unknown like any collected one.
+    assert_not_found(&mut client, "capped", &ids[0]);
+    for id in &ids[1..] {
+        let kept = wait(&mut client, "capped", id, 1000);
+        assert_eq!(kept["status"], "complete", "{kept:#}");
+        assert_eq!(kept["output"], "b\n", "{kept:#}");
+    }
+    daemon.stop();
+}

@@ -492,3 +492,62 @@ fn status_row(client: &mut Client, session: &str) -> Value {
         .cloned()
         .expect("the session has a worker")
 }
+
+/// Issue 28 item 6: a truncation notice names the spilled output as `artifact://<id>`, the
+/// reference hosts hold, and `output()` takes that reference in every language.
+#[test]
+fn output_takes_the_artifact_reference_a_truncation_notice_prints() {
+    let daemon = Daemon::start_with("[output]\nmax-bytes = \"1KiB\"\n");
+    let mut client = daemon.client();
+    let spilled = one(
+        &mut client,
+        "artifact-ref",
+        "py",
+        "for i in range(400): print(f'line {i:04d}')",
+    );
+    let truncation = &cell(&spilled, 0)["truncation"];
+    assert_eq!(truncation["truncated"], true, "{spilled:#}");
+    let path = truncation["artifact_path"].as_str().expect("artifact path");
+    let id = std::path::Path::new(path)
+        .file_stem()
+        .and_then(|stem| stem.to_str())
+        .expect("artifact id");
+    let reference = format!("artifact://{id}");
+    let notice = format!("full output in {path} ({reference}) ...]");
+    assert!(output(&spilled, 0).contains(&notice), "{spilled:#}");
+    let whole: String = (0..400).map(|i| format!("line {i:04}\n")).collect();
+    for (language, code) in [
+        ("py", format!("print(len(output('{reference}')))")),
+        ("js", format!("text((await output('{reference}')).length)")),
+        ("lua", format!("print(#output('{reference}'))")),
+    ] {
+        let read = one(&mut client, "artifact-ref", language, &code);
+        assert_eq!(
+            output(&read, 0),
+            format!("{}\n", whole.len()),
+            "{language}: {read:#}"
+        );
+        let bare = one(
+            &mut client,
+            "artifact-ref",
+            language,
+            &code.replace("artifact://", ""),
+        );
+        assert_eq!(output(&read, 0), output(&bare, 0), "{language}: {bare:#}");
+    }
+    let refused = one(
+        &mut client,
+        "artifact-ref",
+        "py",
+        "output('artifact://../x')",
+    );
+    assert_eq!(cell(&refused, 0)["status"], "error", "{refused:#}");
+    assert!(
+        output(&refused, 0).contains("output: invalid output id 'artifact://../x'")
+            || cell(&refused, 0)["error"]
+                .to_string()
+                .contains("invalid output id 'artifact://../x'"),
+        "{refused:#}"
+    );
+    daemon.stop();
+}

@@ -531,3 +531,102 @@ fn html_displays_are_printed_as_markdown() {
     assert!(bundle.get("text/markdown").is_none(), "{bundle}");
     world.assert_no_processes_left(SETTLE);
 }
+
+/// Placeholders as the anchor's `eval` tool words them (issue 28, item 2): a cell with
+/// displays but no text says `(no text output)`, one with nothing at all `(no output)`; on
+/// stderr, so stdout holds only what the cells gave.
+#[test]
+fn a_cell_without_text_says_no_text_output_or_no_output() {
+    let world = World::new();
+    let run = world.run(&["eval", "-l", "js", "display({k: 1})"]);
+    run.assert_code(0);
+    assert_eq!(run.stdout, "{\n  \"k\": 1\n}\n", "{}", run.stderr);
+    assert!(run.stderr.contains("(no text output)\n"), "{}", run.stderr);
+    assert!(!run.stderr.contains("(no output)"), "{}", run.stderr);
+
+    let run = world.run(&["eval", "-l", "py", "quiet = 1"]);
+    run.assert_code(0);
+    assert_eq!(run.stdout, "", "{}", run.stderr);
+    assert!(run.stderr.contains("(no output)\n"), "{}", run.stderr);
+    assert!(!run.stderr.contains("(no text output)"), "{}", run.stderr);
+
+    // A cell that printed something gets no placeholder.
+    let run = world.run(&["eval", "-l", "lua", "print(1)"]);
+    run.assert_code(0);
+    assert_eq!(run.stdout, "1\n");
+    assert!(!run.stderr.contains("output)"), "{}", run.stderr);
+    world.run(&["stop"]).assert_code(0);
+    world.assert_no_processes_left(SETTLE);
+}
+
+/// The gateway tool's request-level `timeout` and `reset` beside `cells` (issue 28, item 5):
+/// the timeout applies to every cell that sets none, the reset restarts before the first
+/// cell only; a bad timeout is refused saying what is allowed.
+#[test]
+fn the_daemon_takes_a_request_level_timeout_and_reset() {
+    let daemon = common::daemon::Daemon::start();
+    let mut client = daemon.client();
+    client.eval("gw", json!([{"language": "py", "code": "x = 41"}]));
+
+    let result = client
+        .call(
+            "eval",
+            json!({"session": "gw", "reset": true, "cells": [
+                {"language": "py", "code": "print('x' in globals())"},
+                {"language": "py", "code": "y = 1"},
+                {"language": "py", "code": "print('y' in globals())"},
+            ]}),
+        )
+        .expect("a request-level reset is accepted");
+    assert_eq!(common::daemon::output(&result, 0), "False\n", "{result:#}");
+    assert_eq!(common::daemon::output(&result, 2), "True\n", "{result:#}");
+    let notice = common::daemon::cell(&result, 0)["notice"].as_str();
+    assert!(
+        notice.is_some_and(|n| n.contains("reset")),
+        "the first cell says its worker was reset: {result:#}"
+    );
+    assert!(
+        common::daemon::cell(&result, 2)["notice"].is_null(),
+        "no reset before a later cell: {result:#}"
+    );
+
+    let result = client
+        .call(
+            "eval",
+            json!({"session": "gw", "timeout": 1, "cells": [
+                {"language": "py", "timeout": 10, "code": "import time; time.sleep(1.5); print('own')"},
+                {"language": "py", "code": "import time; time.sleep(5); print('never')"},
+            ]}),
+        )
+        .expect("a request-level timeout is accepted");
+    let first = common::daemon::cell(&result, 0);
+    assert_eq!(
+        first["status"], "complete",
+        "a cell's own timeout wins: {result:#}"
+    );
+    assert_eq!(common::daemon::output(&result, 0), "own\n");
+    let second = common::daemon::cell(&result, 1);
+    assert_eq!(second["status"], "cancelled", "{result:#}");
+    assert_eq!(
+        common::daemon::output(&result, 1),
+        "Command timed out after 1 seconds\n",
+        "{result:#}"
+    );
+
+    for bad in [json!(0), json!(-2.5)] {
+        let refused = client
+            .call(
+                "eval",
+                json!({"session": "gw", "timeout": bad, "cells": [{"language": "py", "code": "1"}]}),
+            )
+            .expect_err("a non-positive request timeout is refused");
+        let message = refused["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("the request's timeout must be a positive number of seconds")
+                && message.contains("applies to every cell that sets none")
+                && message.contains("1 to 600 seconds"),
+            "{refused:#}"
+        );
+    }
+    daemon.stop();
+}

@@ -199,6 +199,36 @@ async def main(binary):
             check('"k": [' in text_of(result), "application/json shown as pretty JSON", result)
             print("display: ok")
 
+            # Placeholders, as the anchor's eval tool words them: `(no text output)` for a
+            # cell with displays but no text, `(no output)` only when there is nothing at all.
+            image_only = (
+                "import base64\n"
+                "class Dot:\n"
+                "    def _repr_png_(self):\n"
+                "        return base64.b64decode(%r)\n"
+                "display(Dot())\n"
+            ) % base64.b64encode(png).decode()
+            result = await eval_cells(session, [{"language": "py", "code": image_only}])
+            check(not result.is_error and text_of(result) == "(no text output)\n",
+                  "an image-only cell says (no text output)", result)
+            check(len([b for b in result.content if b.type == "image"]) == 1,
+                  "the image-only cell keeps its image", result)
+            result = await eval_cells(session, [{"language": "py", "code": "quiet = 1"}])
+            check(not result.is_error and text_of(result) == "(no output)\n",
+                  "a cell with nothing at all says (no output)", result)
+            result = await eval_cells(session, [
+                {"language": "js", "code": "display({k: 1})"},
+                {"language": "lua", "code": "local quiet = 1"},
+            ])
+            texts = [b.text for b in result.content if b.type == "text"]
+            # (Each cell may carry the notice of the earlier `reset` between header and text.)
+            check(texts[0].startswith("[1/2] js\n") and "\n(no text output)\n{" in texts[0],
+                  "a JSON-only cell among several says (no text output)", result)
+            check(texts[1].startswith("[2/2] lua\n") and texts[1].endswith("\n(no output)\n")
+                  and "no text output" not in texts[1],
+                  "a quiet cell among several says (no output)", result)
+            print("placeholders: ok")
+
             # A matplotlib plot comes back as an image (when the interpreter has matplotlib).
             if os.environ.get("CELLVISOR_TEST_PLOT"):
                 result = await eval_cells(session, [{"language": "py", "code":

@@ -1,19 +1,24 @@
 """cellvisor's `/mcp` driven by a real MCP client: the official Python SDK's streamable HTTP
 client (`mcp.client.streamable_http`).
 
-Usage: python tests/mcp_http_client.py URL TOKEN [--expiry SECONDS]
+Usage: python tests/mcp_http_client.py URL TOKEN [--expiry SECONDS | --placement SESSIONS CALLS]
 
 Opens two MCP sessions with `Authorization: Bearer TOKEN`. In the first: `eval` with state
 kept between two calls, a background cell collected with `wait`, one stopped with `terminate`.
 The second does not see the first's state and has a cellvisor session of its own; when the
 first session ends (the client's DELETE), its cellvisor session is gone from `sessions` while
 the second's stays. With `--expiry`, against a server whose sessions expire after SECONDS:
-a long cell keeps its session, an idle one ends with its cellvisor session. Exits non-zero
-with a clear message on the first failed check.
+a long cell keeps its session, an idle one ends with its cellvisor session. With
+`--placement`, against a router in front of several nodes: SESSIONS MCP sessions open at
+once, each running CALLS `eval` calls that build on one variable (`x = 1`, then `x += 1`),
+printing one JSON line per call: the session, the call, the value read back, and where the
+cell ran (its worker's `XDG_RUNTIME_DIR`, which tells the nodes of a test fleet apart). Exits
+non-zero with a clear message on the first failed check.
 """
 
 import asyncio
 import contextlib
+import json
 import sys
 import time
 
@@ -183,13 +188,55 @@ async def expiry(url, token, seconds):
     print("all MCP HTTP expiry checks passed")
 
 
+async def placement(url, token, sessions, calls):
+    """SESSIONS MCP sessions open together, CALLS rounds of one `eval` each (a round's calls
+    run concurrently); every call reads back its session's counter and says where it ran."""
+    marker = "@where"
+    async with contextlib.AsyncExitStack() as stack:
+        opened = []
+        for index in range(sessions):
+            session, _ = await open_session(stack, url, token)
+            opened.append((index, session))
+        names = {}
+
+        async def one(index, session, call):
+            code = "x = 1" if call == 0 else "x += 1"
+            code += "\nimport os\nprint(%r, x, os.environ.get('XDG_RUNTIME_DIR'))" % marker
+            result = await py(session, code)
+            text = text_of(result)
+            lines = [l.split() for l in text.splitlines() if l.startswith(marker + " ")]
+            check(not result.is_error and len(lines) == 1 and len(lines[0]) == 3,
+                  "call %d of session %d (%s) answers" % (call, index, names.get(index)),
+                  result)
+            if call == 0:
+                # Named by `sessions` once its first cell started a worker.
+                names[index] = await own_session_name(session)
+            name = names[index]
+            value = int(lines[0][1])
+            check(value == call + 1, "session %d (%s) kept its state: x = %d after call %d"
+                  % (index, name, value, call), result)
+            return {"session": index, "name": name, "call": call, "value": value,
+                    "where": lines[0][2], "restored": "state restored" in text}
+
+        for call in range(calls):
+            rows = await asyncio.gather(*(one(i, s, call) for i, s in opened))
+            for row in rows:
+                print(json.dumps(row), flush=True)
+    # Every session ended (the client's DELETE, through the router too).
+    print("all MCP placement checks passed", flush=True)
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[3] == "--expiry":
         run = expiry(sys.argv[1], sys.argv[2], float(sys.argv[4]))
+    elif len(sys.argv) == 6 and sys.argv[3] == "--placement":
+        # A call the router sent astray could leave the client waiting: bounded.
+        run = asyncio.wait_for(
+            placement(sys.argv[1], sys.argv[2], int(sys.argv[4]), int(sys.argv[5])), 300)
     elif len(sys.argv) == 3:
         run = main(sys.argv[1], sys.argv[2])
     else:
-        sys.exit("usage: mcp_http_client.py URL TOKEN [--expiry SECONDS]")
+        sys.exit("usage: mcp_http_client.py URL TOKEN [--expiry SECONDS | --placement SESSIONS CALLS]")
     try:
         asyncio.run(run)
     except BaseException as error:  # noqa: BLE001 - report every failed check clearly

@@ -86,7 +86,9 @@ fn a_wrong_or_missing_token_gets_401_and_creates_nothing() {
     let net = NetDaemon::start(false, "", "");
     let (status, body) = http_get(&net.http_url("/healthz"), None);
     assert_eq!(status, 200, "{body}");
-    for path in ["/v1/rpc", "/readyz", "/metrics", "/nothing"] {
+    let (status, body) = http_get(&net.http_url("/readyz"), None);
+    assert_eq!(status, 200, "a probe needs no token: {body}");
+    for path in ["/v1/rpc", "/metrics", "/nothing"] {
         let (status, body) = http_get(&net.http_url(path), Some("wrong-token-0123456789"));
         assert_eq!(status, 401, "{path}: {body}");
         let (status, body) = http_get(&net.http_url(path), None);
@@ -463,7 +465,7 @@ fn healthz_and_readyz_answer_and_readyz_is_503_while_draining() {
     let (status, body) = http_get(&net.http_url("/healthz"), None);
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"node\""), "{body}");
-    let (status, body) = http_get(&net.http_url("/readyz"), Some(TOKEN));
+    let (status, body) = http_get(&net.http_url("/readyz"), None);
     assert_eq!(status, 200, "{body}");
     let mut ws = net.ws(Some(TOKEN), None).expect("connected");
     ws.call("drain", json!({})).expect("drain");

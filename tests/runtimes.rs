@@ -687,3 +687,101 @@ async fn per_call_requests_use_prewarmed_interpreters() {
     cv.shutdown().await;
     world.assert_no_processes_left(SETTLE);
 }
+
+#[test]
+fn matplotlib_magic_is_accepted_with_any_backend_without_importing_matplotlib() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    // The default interpreter may lack matplotlib: the magic is still a no-op, not an import.
+    let result = eval(
+        &mut client,
+        json!({"cells": [
+            {"language": "py", "code": "%matplotlib inline\nimport sys\nprint('imported:', 'matplotlib' in sys.modules)"},
+            {"language": "py", "code": "%matplotlib\nprint('plain')"},
+            {"language": "py", "code": "%matplotlib notebook\nprint('after notebook')"},
+            {"language": "py", "code": "%matplotlib widget\nprint('after widget')"},
+            {"language": "py", "code": "%matplotlib --list"},
+        ]}),
+    );
+    assert_eq!(result["is_error"], false, "{result:#}");
+    assert_eq!(output(&result, 0), "imported: False\n", "{result:#}");
+    assert_eq!(output(&result, 1), "plain\n", "{result:#}");
+    let notice = "cellvisor: %matplotlib notebook: interactive backends are not available here; \
+                  figures arrive as PNG displays, as with %matplotlib inline\n";
+    assert_eq!(
+        output(&result, 2),
+        format!("{notice}after notebook\n"),
+        "{result:#}"
+    );
+    assert_eq!(
+        output(&result, 3),
+        "after widget\n",
+        "the notice is printed once"
+    );
+    assert!(
+        output(&result, 4).starts_with("Available matplotlib backends: ['inline']\n"),
+        "{result:#}"
+    );
+
+    // With matplotlib (the test venv), `%matplotlib inline` then a plot gives one PNG.
+    let venv = common::test_venv(&["matplotlib"]);
+    let plotted = eval(
+        &mut client,
+        json!({"virtual_env": venv, "cells": [
+            {"language": "py", "code": "%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.plot([1, 3, 2])"},
+            {"language": "py", "code": "%matplotlib qt\nplt.plot([2, 1])\nplt.show()"},
+        ]}),
+    );
+    assert_eq!(plotted["is_error"], false, "{plotted:#}");
+    for index in 0..2 {
+        let pngs = cell(&plotted, index)["displays"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| d["image/png"].is_string())
+            .count();
+        assert_eq!(pngs, 1, "{plotted:#}");
+    }
+    assert!(
+        output(&plotted, 1).starts_with("cellvisor: %matplotlib qt: "),
+        "{plotted:#}"
+    );
+    daemon.stop();
+}
+
+#[test]
+fn each_cell_shows_its_warnings_once_per_location_as_jupyter_does() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let result = eval(
+        &mut client,
+        json!({"cells": [
+            {"language": "py", "code": "import warnings\ndef old():\n    warnings.warn('old is going away', FutureWarning)\n    return 1"},
+            {"language": "py", "code": "old()"},
+            {"language": "py", "code": "old()"},
+            {"language": "py", "code": "warnings.warn('top level', FutureWarning)"},
+            {"language": "py", "code": "warnings.warn('top level', FutureWarning)"},
+            {"language": "py", "code": "for _ in range(3):\n    old()\nprint('looped')"},
+        ]}),
+    );
+    assert_eq!(result["is_error"], false, "{result:#}");
+    for index in [1, 2, 5] {
+        assert_eq!(
+            output(&result, index)
+                .matches("FutureWarning: old is going away")
+                .count(),
+            1,
+            "cell {index}: {result:#}"
+        );
+    }
+    for index in [3, 4] {
+        assert_eq!(
+            output(&result, index)
+                .matches("FutureWarning: top level")
+                .count(),
+            1,
+            "cell {index}: {result:#}"
+        );
+    }
+    daemon.stop();
+}

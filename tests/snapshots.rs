@@ -86,20 +86,6 @@ fn skipped(result: &Value) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
-fn test_venv() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let made = Command::new(root.join("scripts/test-venv"))
-        .args(["numpy", "pandas", "cloudpickle"])
-        .output()
-        .expect("scripts/test-venv runs");
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
-    root.join("target/test-venv").canonicalize().expect("venv")
-}
-
 /// A virtual environment with nothing installed (no cloudpickle, no dill).
 fn bare_venv(world: &World) -> PathBuf {
     let venv = world.dir.path().join("bare-venv");
@@ -176,7 +162,7 @@ fn python_survives_idle_eviction(
 #[test]
 fn python_state_with_numpy_pandas_and_cloudpickle_survives_idle_eviction() {
     python_survives_idle_eviction(
-        &test_venv(),
+        &common::test_venv(&["numpy", "pandas", "cloudpickle"]),
         "import numpy as np\nimport pandas as pd\narr = np.arange(10)\ndf = pd.DataFrame({'a': [1, 2, 3]})\n",
         "print(int(arr.sum()), int(df.a.sum()), np.__name__, pd.__name__)",
         "45 6 numpy pandas\n",

@@ -8,7 +8,7 @@
 //! language: the workers send `text/html` as the code gave it. The states' words are their
 //! `Display` (beside the types, in `cellvisor-client`).
 
-use cellvisor::cell::CellResult;
+use cellvisor::cell::{CellResult, CellStatus};
 use cellvisor::state::StateLedger;
 use cellvisor::SessionStatus;
 use serde_json::Value;
@@ -58,13 +58,35 @@ pub fn truncation_note(cell: &CellResult) -> Option<String> {
     let truncation = &cell.report.truncation;
     truncation.truncated.then(|| {
         let whole = match &truncation.artifact_path {
-            Some(path) => format!("; the whole output is in {}", path.display()),
+            Some(path) => format!(
+                "; the whole output is in {} ({})",
+                path.display(),
+                cellvisor_ipc::env::artifact_reference(path)
+            ),
             None => String::new(),
         };
         format!(
             "(output truncated: {} bytes, {} lines in all{whole})",
             truncation.total_bytes, truncation.total_lines
         )
+    })
+}
+
+/// The placeholder for a completed cell that printed no text, as the anchor's `eval` tool
+/// words it: `(no text output)` when it has displays to show (images, JSON, ...), `(no
+/// output)` when it has nothing at all. `None` when it printed text, or when its status line
+/// (error, skipped, running) already says what happened.
+pub fn placeholder(cell: &CellResult) -> Option<&'static str> {
+    if cell.report.status != CellStatus::Complete || !cell.report.output.trim().is_empty() {
+        return None;
+    }
+    let shown = cell
+        .displays_beyond_output()
+        .any(|bundle| display(bundle) != Shown::Nothing);
+    Some(if shown {
+        "(no text output)"
+    } else {
+        "(no output)"
     })
 }
 
@@ -260,6 +282,7 @@ mod tests {
                 reason: "checkpoint".into(),
                 cells_since: 0,
                 checkpoint: Some("before".into()),
+                node: None,
             },
         };
         assert_eq!(

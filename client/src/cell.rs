@@ -54,6 +54,32 @@ pub struct EvalRequest {
     /// Sandbox fields for this request: they may only tighten the operator's `[sandbox]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<crate::sandbox::SandboxRequest>,
+    /// The session must exist already (live on this node, or saved in a snapshot): when it
+    /// does not, the request is refused (`SESSION_UNKNOWN`) instead of starting an empty
+    /// one, so a host never mistakes a fresh namespace for its old one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resume: bool,
+    /// Seconds, for every cell that sets no `timeout` of its own (the gateway tool's
+    /// request-level `timeout`); checked and clamped as a cell's is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<f64>,
+    /// Restart the first cell's worker before it runs, and before no other cell (the
+    /// gateway tool's request-level `reset`): the first cell's own `reset`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reset: bool,
+}
+
+impl EvalRequest {
+    /// Makes the cells what they run as: the request's `timeout` given to each cell without
+    /// one, its `reset` to the first cell only. In place: a cell's code is never copied.
+    pub fn apply_request_level(&mut self) {
+        for cell in &mut self.cells {
+            cell.timeout = cell.timeout.or(self.timeout);
+        }
+        if let Some(first) = self.cells.first_mut() {
+            first.reset |= self.reset;
+        }
+    }
 }
 
 impl Default for EvalRequest {
@@ -66,6 +92,9 @@ impl Default for EvalRequest {
             virtual_env: None,
             fresh: false,
             sandbox: None,
+            resume: false,
+            timeout: None,
+            reset: false,
         }
     }
 }
@@ -368,6 +397,29 @@ pub enum CellEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_timeout_fills_cells_without_one_and_its_reset_goes_to_the_first() {
+        let mut request: EvalRequest = serde_json::from_value(serde_json::json!({
+            "timeout": 7, "reset": true, "cells": [
+                {"language": "py", "code": "1"},
+                {"language": "js", "code": "2", "timeout": 3},
+                {"language": "lua", "code": "3"}]
+        }))
+        .expect("timeout and reset beside cells");
+        request.apply_request_level();
+        let cells = request.cells.clone();
+        let timeouts: Vec<_> = cells.iter().map(|c| c.timeout).collect();
+        assert_eq!(timeouts, [Some(7.0), Some(3.0), Some(7.0)]);
+        let resets: Vec<_> = cells.iter().map(|c| c.reset).collect();
+        assert_eq!(resets, [true, false, false]);
+        let mut plain = EvalRequest {
+            cells: cells.clone(),
+            ..EvalRequest::default()
+        };
+        plain.apply_request_level();
+        assert_eq!(plain.cells, cells, "nothing added without them");
+    }
 
     #[test]
     fn requests_parse_with_defaults_and_short_language_names() {

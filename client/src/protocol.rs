@@ -75,6 +75,11 @@ pub mod code {
     /// The connection is bound to one session (`Cellvisor-Session` on its upgrade) and the
     /// request named another.
     pub const WRONG_SESSION: i64 = -32004;
+    /// Another node of the fleet holds the session's lease: `data.node` names it, and
+    /// `data.retry_after_ms` says when its lease runs out unless that node renews it.
+    pub const LEASED_ELSEWHERE: i64 = -32005;
+    /// The request said `resume` and the session is neither live here nor saved.
+    pub const SESSION_UNKNOWN: i64 = -32006;
 }
 
 /// An incoming request (or notification, without `id`).

@@ -34,6 +34,9 @@ pub struct SnapshotOrigin {
     /// The checkpoint's name, for a host's `restore`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<String>,
+    /// The node that wrote it (`daemon.node`): in a fleet, where a moved session came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// One named checkpoint (or the latest snapshot) of one language of a session.

@@ -32,6 +32,8 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// `[snapshots]`: sessions' namespaces saved when their workers stop, restored after.
     pub snapshots: SnapshotsConfig,
+    /// `[fleet]`: leases that keep a session on one node of many sharing a snapshot directory.
+    pub fleet: FleetConfig,
 }
 
 /// Lifetimes of sessions and their workers.
@@ -109,6 +111,9 @@ pub struct CellsConfig {
     pub max_timeout: Duration,
     /// Cells one request may hold; a longer request is refused before anything runs.
     pub max_cells_per_request: usize,
+    /// Results of background cells that ended unobserved a session keeps for `wait`: bounded
+    /// so an agent that never collects cannot grow the daemon; past it the oldest is dropped.
+    pub max_uncollected: usize,
 }
 
 impl Default for CellsConfig {
@@ -118,6 +123,7 @@ impl Default for CellsConfig {
             min_timeout: Duration::from_secs(1),
             max_timeout: Duration::from_secs(600),
             max_cells_per_request: 10_000,
+            max_uncollected: 16,
         }
     }
 }
@@ -408,6 +414,9 @@ pub struct SnapshotsConfig {
     pub max_total: ByteSize,
     /// Where snapshots live; by default `$XDG_STATE_HOME/cellvisor/snapshots`.
     pub dir: Option<PathBuf>,
+    /// The master integrity key, shared by a fleet's nodes so each verifies what another
+    /// wrote; unset: `<dir>/.key`, made by this daemon.
+    pub key_file: Option<PathBuf>,
 }
 
 impl Default for SnapshotsConfig {
@@ -419,6 +428,7 @@ impl Default for SnapshotsConfig {
             ttl: Duration::from_secs(7 * 24 * 3600),
             max_total: ByteSize::gib(8),
             dir: None,
+            key_file: None,
         }
     }
 }
@@ -432,7 +442,8 @@ pub enum SnapshotWhen {
     /// replacement, the daemon's stop.
     #[default]
     OnStop,
-    /// Also after every successful cell, so a crash loses only the cell that crashed.
+    /// Also after every successful cell, so a crash loses only the cell that crashed (or
+    /// the one just answered, while its save is written).
     EveryCell,
 }
 
@@ -471,5 +482,30 @@ mod tests {
         assert_eq!(cells.timeout_for(Some(f64::NAN)), Duration::from_secs(30));
         assert_eq!(cells.timeout_for(Some(1e300)), Duration::from_secs(600));
         assert_eq!(cells.timeout_for(Some(f64::MAX)), Duration::from_secs(600));
+    }
+}
+
+/// `[fleet]`: several nodes sharing one snapshot directory (docs/fleet.md). A node takes a
+/// lease on each session it runs, so two nodes never run one session, and a dead node's
+/// sessions may be restored elsewhere once its leases expire.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetConfig {
+    /// Take a lease in `<snapshots.dir>/.leases` for each session before running it.
+    pub leases: bool,
+    /// How long a lease lasts unless renewed (renewed every third of it while the session
+    /// lives): the time a dead node's sessions wait before another node may restore them.
+    pub lease_ttl: Duration,
+    /// TCP addresses answering HAProxy's agent check (`ready`/`drain` and a weight from the
+    /// free session slots); empty: none.
+    pub agent_listen: Vec<String>,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            leases: false,
+            lease_ttl: Duration::from_secs(30),
+            agent_listen: Vec::new(),
+        }
     }
 }

@@ -14,6 +14,15 @@ use std::path::PathBuf;
 /// shared directory, or a sandboxed session's own); read by the workers' `artifacts` helper
 /// and the Python prelude (`ARTIFACT_DIR_VAR` in `prelude.py`).
 pub const ARTIFACT_DIR: &str = "CELLVISOR_ARTIFACT_DIR";
+/// The prefix of an output's reference (`artifact://<id>`), the form hosts already hold for
+/// spilled output: truncation notices print it, and `output()` takes it as well as the bare id.
+pub const ARTIFACT_SCHEME: &str = "artifact://";
+
+/// `artifact://<id>` for the spilled output at `path` (its file name without `.txt`).
+pub fn artifact_reference(path: &std::path::Path) -> String {
+    let id = path.file_stem().unwrap_or_default().to_string_lossy();
+    format!("{ARTIFACT_SCHEME}{id}")
+}
 /// The session the worker runs for. Set by the supervisor when a session starts its worker
 /// (absent on a prewarmed worker nobody owns yet, which gets it with its first cell); read by
 /// the cells (it names their session).

@@ -40,6 +40,9 @@ pub struct SaveOrder {
     /// Why (`idle eviction`, `daemon stop`, `checkpoint`, ...), kept in the file for the
     /// ledger.
     pub reason: String,
+    /// The node whose worker writes it, kept in the file: a fleet's ledger names the node a
+    /// moved session came from.
+    pub node: String,
 }
 
 /// Which snapshot to read, and how.
@@ -72,6 +75,8 @@ pub struct SnapshotMeta {
     pub taken_at: String,
     /// Why it was taken, from the [`SaveOrder`].
     pub reason: String,
+    /// The node that wrote it, from the [`SaveOrder`].
+    pub node: String,
     /// The names it holds.
     pub saved: Vec<String>,
     /// The names that were left out when it was written, and why.

@@ -122,6 +122,7 @@ fn state_examples() -> Vec<FromWorker> {
                 language: Language::Python,
                 taken_at: "2026-12-02T07:00:00Z".into(),
                 reason: "idle eviction".into(),
+                node: "node-a".into(),
                 saved: vec!["df".into(), "np".into()],
                 skipped,
                 payload_bytes: 1200,
@@ -165,6 +166,7 @@ fn to_worker_examples() -> Vec<ToWorker> {
             max_bytes: 1 << 28,
             taken_at: "2026-12-02T07:00:00Z".into(),
             reason: "idle eviction".into(),
+            node: "node-a".into(),
         }))),
         state_task(StateTask::Load(Box::new(LoadOrder {
             path: "/state/s/py/latest.snap".into(),

@@ -45,6 +45,8 @@ pub use cellvisor_client::state;
 pub mod daemon;
 mod directive;
 mod environment;
+/// Leases that keep each session on one node of a fleet sharing a snapshot directory.
+mod fleet;
 mod host;
 mod limits;
 mod locking;

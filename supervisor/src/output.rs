@@ -198,7 +198,11 @@ impl OutputSink {
         let kept = (self.head.len() + tail.len()) as u64;
         let omitted_bytes = self.total_bytes.saturating_sub(kept);
         let where_ = match (&self.artifact_error, &self.artifact_path) {
-            (None, Some(path)) => format!("full output in {}", path.display()),
+            (None, Some(path)) => format!(
+                "full output in {} ({})",
+                path.display(),
+                cellvisor_ipc::env::artifact_reference(path)
+            ),
             (Some(e), _) => format!("the full output could not be kept: {e}"),
             (None, None) => "the full output could not be kept".to_string(),
         };
@@ -391,6 +395,11 @@ mod tests {
         assert!(r.text.ends_with("line 9999\n"));
         assert!(r.text.len() < 1200, "kept {} bytes", r.text.len());
         let path = r.truncation.artifact_path.unwrap();
+        let notice = format!(
+            "full output in {} (artifact://s-py-1-1) ...]",
+            path.display()
+        );
+        assert!(r.text.contains(&notice), "{}", r.text);
         assert_eq!(std::fs::read(path).unwrap(), all);
     }
 

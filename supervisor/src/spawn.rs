@@ -122,6 +122,9 @@ pub enum StartError {
     },
     #[error("worker socket error: {0}")]
     Accept(std::io::Error),
+    /// The worker closed its connection before its handshake; the text is what it said why.
+    #[error("{0}")]
+    GaveUp(String),
 }
 
 /// The end of a worker's stderr, kept for the crash message, and whether its reader has
@@ -292,11 +295,18 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
         Ok(Ok(hello)) => hello,
         Ok(Err(error)) => {
             kill_and_reap(pid, &mut child).await;
-            // Give the stderr reader a moment to collect the reason.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            return Err(StartError::Handshake {
-                error,
-                stderr: said_on_stderr(&stderr_tail),
+            // The worker is gone: its stderr closes once the reader has the reason.
+            stderr_tail.settled(Duration::from_millis(500)).await;
+            let said = stderr_tail.text();
+            return Err(match error {
+                // It gave up before its Hello and said why: that is the error.
+                HandshakeError::Closed | HandshakeError::Frame(_) if !said.is_empty() => {
+                    StartError::GaveUp(said)
+                }
+                error => StartError::Handshake {
+                    error,
+                    stderr: said_on_stderr(&stderr_tail),
+                },
             });
         }
         Err(_) => {

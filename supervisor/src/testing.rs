@@ -353,6 +353,7 @@ fn fake_state_task(task: &StateTask, script: &Script) -> StateReport {
                     language: cellvisor_ipc::Language::Python,
                     taken_at: "2026-12-02T07:00:00Z".into(),
                     reason,
+                    node: "fake-node".into(),
                     saved: vec!["x".into()],
                     skipped: skipped(),
                     payload_bytes: 0,

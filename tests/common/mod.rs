@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod daemon;
+pub mod fleet;
 pub mod net;
 
 use cellvisor::{Cellvisor, Config, Options};
@@ -304,4 +305,24 @@ pub fn rss_bytes(pid: u64) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmRSS");
     kib * 1024
+}
+
+/// The tests' virtual environment (`target/test-venv`, made by `scripts/test-venv`) with
+/// `packages` in it.
+pub fn test_venv(packages: &[&str]) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let output = Command::new(root.join("scripts/test-venv"))
+        .args(packages)
+        .current_dir(&root)
+        .output()
+        .expect("run scripts/test-venv");
+    assert!(
+        output.status.success(),
+        "scripts/test-venv failed ({}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    root.join("target/test-venv")
+        .canonicalize()
+        .expect("the test venv")
 }

@@ -157,55 +157,65 @@ impl NetDaemon {
         session: Option<&str>,
         identity: Option<&ClientIdentity>,
     ) -> Result<WsClient, String> {
-        let scheme = if self.tls.is_some() { "wss" } else { "ws" };
-        let url = format!("{scheme}://127.0.0.1:{}/v1/rpc", self.port);
-        let mut request = url.into_client_request().map_err(|e| e.to_string())?;
-        if let Some(token) = token {
-            request.headers_mut().insert(
-                "authorization",
-                format!("Bearer {token}").parse().expect("header"),
-            );
-        }
-        if let Some(session) = session {
-            request
-                .headers_mut()
-                .insert("cellvisor-session", session.parse().expect("header"));
-        }
-        let stream = TcpStream::connect(("127.0.0.1", self.port)).map_err(|e| e.to_string())?;
-        let connector = self.tls.as_ref().map(|cert| {
-            let mut roots = rustls::RootCertStore::empty();
-            roots
-                .add(rustls::pki_types::CertificateDer::from(cert.der.clone()))
-                .expect("the test's CA");
-            let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .expect("TLS versions")
-            .with_root_certificates(roots);
-            let config = match identity {
-                None => config.with_no_client_auth(),
-                Some(id) => config
-                    .with_client_auth_cert(
-                        vec![rustls::pki_types::CertificateDer::from(id.cert_der.clone())],
-                        rustls::pki_types::PrivateKeyDer::Pkcs8(id.key_der.clone().into()),
-                    )
-                    .expect("client certificate"),
-            };
-            tungstenite::Connector::Rustls(Arc::new(config))
-        });
-        let connector = connector.unwrap_or(tungstenite::Connector::Plain);
-        let (socket, _) =
-            tungstenite::client_tls_with_config(request, stream, None, Some(connector)).map_err(
-                |e| match e {
-                    tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response)) => {
-                        format!("HTTP {}", response.status().as_u16())
-                    }
-                    other => other.to_string(),
-                },
-            )?;
-        Ok(WsClient { socket, next_id: 0 })
+        connect_ws(self.port, self.tls.as_ref(), token, session, identity)
     }
+}
+
+/// A WebSocket JSON-RPC client of whatever listens on `127.0.0.1:<port>` (a daemon, or a
+/// router in front of several), with `tls` trusted when given.
+pub fn connect_ws(
+    port: u16,
+    tls: Option<&TestCert>,
+    token: Option<&str>,
+    session: Option<&str>,
+    identity: Option<&ClientIdentity>,
+) -> Result<WsClient, String> {
+    let scheme = if tls.is_some() { "wss" } else { "ws" };
+    let url = format!("{scheme}://127.0.0.1:{}/v1/rpc", port);
+    let mut request = url.into_client_request().map_err(|e| e.to_string())?;
+    if let Some(token) = token {
+        request.headers_mut().insert(
+            "authorization",
+            format!("Bearer {token}").parse().expect("header"),
+        );
+    }
+    if let Some(session) = session {
+        request
+            .headers_mut()
+            .insert("cellvisor-session", session.parse().expect("header"));
+    }
+    let stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    let connector = tls.map(|cert| {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(rustls::pki_types::CertificateDer::from(cert.der.clone()))
+            .expect("the test's CA");
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots);
+        let config = match identity {
+            None => config.with_no_client_auth(),
+            Some(id) => config
+                .with_client_auth_cert(
+                    vec![rustls::pki_types::CertificateDer::from(id.cert_der.clone())],
+                    rustls::pki_types::PrivateKeyDer::Pkcs8(id.key_der.clone().into()),
+                )
+                .expect("client certificate"),
+        };
+        tungstenite::Connector::Rustls(Arc::new(config))
+    });
+    let connector = connector.unwrap_or(tungstenite::Connector::Plain);
+    let (socket, _) = tungstenite::client_tls_with_config(request, stream, None, Some(connector))
+        .map_err(|e| match e {
+        tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response)) => {
+            format!("HTTP {}", response.status().as_u16())
+        }
+        other => other.to_string(),
+    })?;
+    Ok(WsClient { socket, next_id: 0 })
 }
 
 /// JSON-RPC over a WebSocket, one message per text frame.
@@ -290,19 +300,7 @@ pub fn http_get(url: &str, token: Option<&str>) -> (u16, String) {
 
 /// The test venv's python (scripts/test-venv) with `packages` installed.
 pub fn venv_python(packages: &[&str]) -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let output = std::process::Command::new(root.join("scripts/test-venv"))
-        .args(packages)
-        .current_dir(&root)
-        .output()
-        .expect("run scripts/test-venv");
-    assert!(
-        output.status.success(),
-        "scripts/test-venv failed ({}):\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    root.join("target/test-venv/bin/python")
+    super::test_venv(packages).join("bin/python")
 }
 
 /// Every sample of `GET /metrics`, parsed by the prometheus_client OpenMetrics parser

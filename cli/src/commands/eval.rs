@@ -51,6 +51,10 @@ pub struct EvalArgs {
     /// Run on new workers discarded afterwards: no state from or for the session.
     #[arg(long)]
     fresh: bool,
+    /// The session must exist (live, or saved in a snapshot): refuse instead of starting
+    /// an empty one.
+    #[arg(long, conflicts_with = "fresh")]
+    resume: bool,
     /// Run the cells confined (the `[sandbox]` policy, on even where the config leaves it off).
     #[arg(long)]
     sandbox: bool,
@@ -288,6 +292,9 @@ fn build_request(args: &EvalArgs) -> Result<EvalRequest, UsageError> {
             .filter(|v| !v.is_empty())
             .map(PathBuf::from),
         fresh: args.fresh,
+        resume: args.resume,
+        timeout: None,
+        reset: false,
         sandbox: args
             .sandbox
             .then(|| cellvisor_client::sandbox::SandboxRequest {
@@ -382,7 +389,11 @@ fn print_cell(out: &mut impl Write, cell: &CellResult, total: usize) {
         }
         let _ = writeln!(out, "{header}");
     }
-    if !cell.report.status.failed() {
+    if let Some(placeholder) = render::placeholder(cell) {
+        // On stderr: stdout holds only what the cells gave, for pipes and files.
+        let _ = out.flush();
+        eprintln!("{placeholder}");
+    } else if !cell.report.status.failed() {
         let _ = out.write_all(cell.report.output.as_bytes());
     } else {
         let _ = out.flush();

@@ -230,10 +230,24 @@ async fn config_reload(daemon: &Daemon) -> Result<Value, RpcError> {
     Ok(serde_json::json!({ "reloaded": true, "changes": changes }))
 }
 
-fn refused(err: RequestError) -> RpcError {
+/// The JSON-RPC error of a refused request (a typed code where a client acts on it).
+pub(super) fn refused(err: RequestError) -> RpcError {
     match err {
         RequestError::Stopped => RpcError::new(code::SHUTTING_DOWN, err.to_string()),
         RequestError::Draining(_) => RpcError::new(code::DRAINING, err.to_string()),
+        RequestError::LeasedElsewhere {
+            ref node,
+            retry_after,
+            ..
+        } => RpcError {
+            code: code::LEASED_ELSEWHERE,
+            data: Some(serde_json::json!({
+                "node": node,
+                "retry_after_ms": u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX),
+            })),
+            message: err.to_string(),
+        },
+        RequestError::SessionUnknown(_) => RpcError::new(code::SESSION_UNKNOWN, err.to_string()),
         other => RpcError::new(code::REQUEST_REFUSED, other.to_string()),
     }
 }

@@ -96,7 +96,10 @@ struct Daemon {
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     crate::allocator::map_big_blocks_separately();
     // Refused before anything binds: a plaintext listener beyond loopback, a missing token.
-    let network = net::plan(&options.supervisor.config.daemon)?;
+    let network = net::plan(
+        &options.supervisor.config.daemon,
+        &options.supervisor.config.fleet,
+    )?;
     // What `/mcp`'s tools describe (the timeout range of a cell).
     let cells = options.supervisor.config.cells.clone();
     let listener = listener::bind(&options.socket).await?;

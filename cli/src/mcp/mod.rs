@@ -11,12 +11,13 @@
 //! stdout is the protocol: nothing else may write to it. Logging goes to stderr and workers
 //! get `/dev/null` as their stdout.
 
+mod content;
 pub mod http;
 mod state_tools;
 mod tools;
 
-use crate::render::{self, MediaKind, Shown, StatusTable};
-use cellvisor::cell::{CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};
+use crate::render::StatusTable;
+use cellvisor::cell::{CellSpec, EvalRequest, EvalResult};
 use cellvisor::{Cellvisor, Options, RequestError, StartupError, WaitOptions};
 use cellvisor_config::schema::CellsConfig;
 use cellvisor_ipc::Language;
@@ -418,119 +419,15 @@ fn tool_error(message: String) -> CallToolResult {
 /// The answer of `eval`, `wait` or `terminate`: the cells' result, or the refusal.
 fn render_answer(answer: Result<EvalResult, RequestError>) -> CallToolResult {
     match answer {
-        Ok(result) => render_result(&result),
+        Ok(result) => content::render_result(&result),
         Err(err) => tool_error(request_error_message(&err)),
     }
-}
-
-/// A request's result as MCP content: one text block per cell (header, notice, output,
-/// status, text displays), each followed by the cell's images.
-fn render_result(result: &EvalResult) -> CallToolResult {
-    let total = result.cells.len();
-    let mut content = Vec::new();
-    for cell in &result.cells {
-        let (text, images) = render_cell(cell, total);
-        content.push(ContentBlock::text(text));
-        content.extend(images);
-    }
-    if result.is_error {
-        CallToolResult::error(content)
-    } else {
-        CallToolResult::success(content)
-    }
-}
-
-fn render_cell(cell: &CellResult, total: usize) -> (String, Vec<ContentBlock>) {
-    let mut text = String::new();
-    let mut line = |line: &str| {
-        text.push_str(line);
-        if !line.is_empty() && !line.ends_with('\n') {
-            text.push('\n');
-        }
-    };
-    if let Some(header) = render::cell_header(cell, total) {
-        line(&header);
-    }
-    if let Some(notice) = &cell.report.notice {
-        line(&format!("({})", notice.trim_end()));
-    }
-    line(&cell.report.output);
-    if let Some(note) = render::truncation_note(cell) {
-        line(&note);
-    }
-    let mut media = Vec::new();
-    for bundle in cell.displays_beyond_output() {
-        match render::display(bundle) {
-            Shown::Text(shown) => line(&shown),
-            Shown::Media {
-                kind: MediaKind::Image,
-                mime,
-                base64,
-            } => media.push(ContentBlock::image(base64, mime)),
-            Shown::Media {
-                kind: MediaKind::Audio,
-                mime,
-                base64,
-            } => media.push(ContentBlock::audio(base64, mime)),
-            Shown::Nothing => {}
-        }
-    }
-    match cell.report.status {
-        CellStatus::Complete => {}
-        CellStatus::Skipped if cell.report.output.is_empty() => {
-            line("(skipped: an earlier cell failed)")
-        }
-        CellStatus::Skipped => line("(skipped)"),
-        CellStatus::Running => line(&format!(
-            "(still running in the background as cell {id}: call `wait` with cell_id {id} \
-             for the rest, or `terminate` to stop it)",
-            id = cell.cell_id
-        )),
-        failed => line(&format!("({failed})")),
-    }
-    if text.is_empty() || (total > 1 && text.lines().count() == 1 && media.is_empty()) {
-        text.push_str("(no output)\n");
-    }
-    (text, media)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cellvisor::cell::{CellReport, Truncation};
     use serde_json::json;
-
-    fn cell(index: usize, status: CellStatus, output: &str, displays: Vec<Value>) -> CellResult {
-        CellResult {
-            index,
-            cell_id: 0,
-            title: None,
-            language: Language::Python,
-            exit_code: i32::from(status != CellStatus::Complete),
-            report: CellReport {
-                status,
-                output: output.to_string(),
-                duration_ms: 1.0,
-                displays,
-                status_events: Vec::new(),
-                truncation: Truncation::default(),
-                notice: None,
-                state: None,
-            },
-            node: String::new(),
-        }
-    }
-
-    fn texts(result: &CallToolResult) -> Vec<String> {
-        result
-            .content
-            .iter()
-            .filter_map(|c| match c {
-                ContentBlock::Text(t) => Some(t.text.clone()),
-                _ => None,
-            })
-            .collect()
-    }
 
     #[test]
     fn cells_are_checked_with_messages_that_say_what_is_allowed() {
@@ -543,58 +440,5 @@ mod tests {
         let language = parse(json!({"cells": [{"language": "rb", "code": "1"}]})).unwrap_err();
         assert!(language.contains("\"py\"|\"js\"|\"lua\""), "{language}");
         assert!(parse(json!({})).is_err());
-    }
-
-    #[test]
-    fn results_render_headers_statuses_and_displays() {
-        let result = EvalResult::from_cells(vec![
-            cell(
-                0,
-                CellStatus::Complete,
-                "42\n",
-                vec![
-                    json!({"application/json": {"k": [1]}, "text/plain": "{'k': [1]}"}),
-                    json!({"image/png": "iVBO\nRw==", "text/plain": "<Png>"}),
-                    json!({"audio/wav": "UklG", "text/plain": "<audio audio/wav>"}),
-                ],
-            ),
-            cell(1, CellStatus::Error, "Traceback\n", vec![]),
-            cell(2, CellStatus::Skipped, "", vec![]),
-        ]);
-        let rendered = render_result(&result);
-        assert_eq!(rendered.is_error, Some(true));
-        let texts = texts(&rendered);
-        assert_eq!(texts.len(), 3);
-        assert!(
-            texts[0].starts_with("[1/3] py\n42\n{\n  \"k\": ["),
-            "{}",
-            texts[0]
-        );
-        assert!(texts[1].ends_with("Traceback\n(error)\n"), "{}", texts[1]);
-        assert!(texts[2].contains("(skipped"), "{}", texts[2]);
-        let image = rendered.content.iter().find_map(|c| match c {
-            ContentBlock::Image(i) => Some(i),
-            _ => None,
-        });
-        let image = image.expect("an image block");
-        assert_eq!(image.mime_type, "image/png");
-        assert_eq!(image.data, "iVBORw==");
-        let audio = rendered.content.iter().find_map(|c| match c {
-            ContentBlock::Audio(a) => Some(a),
-            _ => None,
-        });
-        let audio = audio.expect("an audio block");
-        assert_eq!(
-            (audio.mime_type.as_str(), audio.data.as_str()),
-            ("audio/wav", "UklG")
-        );
-    }
-
-    #[test]
-    fn a_single_quiet_cell_says_so() {
-        let result = EvalResult::from_cells(vec![cell(0, CellStatus::Complete, "", vec![])]);
-        let rendered = render_result(&result);
-        assert_eq!(rendered.is_error, Some(false));
-        assert_eq!(texts(&rendered), vec!["(no output)\n".to_string()]);
     }
 }

@@ -34,6 +34,7 @@ pub const SECTIONS: &[&str] = &[
     "startup",
     "sandbox",
     "snapshots",
+    "fleet",
 ];
 
 /// Prefix of the environment variables that override single keys.

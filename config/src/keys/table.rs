@@ -81,6 +81,8 @@ pub static KEYS: &[KeySpec] = &[
         "Longer requested timeouts are cut to this."),
     key!(cells.max_cells_per_request as "max-cells-per-request", count_in(1, 1_000_000), NewCells,
         "Cells one request may hold; a longer request is refused before anything runs."),
+    key!(cells.max_uncollected as "max-uncollected", count_in(1, 1024), AtOnce,
+        "Results of background cells that ended with nobody waiting that a session keeps for `wait`; past it the oldest is dropped, and a `wait` for it says so."),
     // [output]
     key!(output.max_bytes as "max-bytes", size_in(KIB, GIB), NewCells,
         "Output of a cell kept in memory; the rest spills to an artifact file."),
@@ -118,7 +120,7 @@ pub static KEYS: &[KeySpec] = &[
     key!(python.enabled as "enabled", Kind::Bool, NewCells,
         "false: Python cells fail at once with a message naming this key."),
     key!(python.interpreter as "interpreter", Kind::Text, NewWorkers,
-        "Interpreter path or name, tried after VIRTUAL_ENV, ./.venv and ./venv; unset: python3 on PATH."),
+        "Interpreter path or name, tried after VIRTUAL_ENV, ./.venv and ./venv; unset: python3 on PATH. One that cannot run the runner fails the worker's start naming its path and the cause: it does not exist, is a directory or not executable, is older than Python 3.8, or exited while starting the runner (with what it printed, an import error say)."),
     key!(python.prewarm as "prewarm", count_in(0, 16), AtOnce,
         "Idle Python workers kept started ahead of demand."),
     // [js]
@@ -186,7 +188,7 @@ pub static KEYS: &[KeySpec] = &[
         "Also confine `connect` on named Unix sockets to the write paths (Landlock ABI 9). The daemon refuses its own workers' descendants on every kernel."),
     // [snapshots]
     key!(snapshots.when as "when", Kind::Choice(&["never", "on-stop", "every-cell"]), AtOnce,
-        "never: a worker's state ends with it; on-stop: its namespace is saved before every planned stop (idle or LRU eviction, memory recycle, reload, daemon stop) and restored on the next cell; every-cell: also after each successful cell, so a crash loses only the cell that crashed."),
+        "never: a worker's state ends with it; on-stop: its namespace is saved before every planned stop (idle or LRU eviction, memory recycle, reload, daemon stop) and restored on the next cell; every-cell: also after each successful cell, so a crash loses only the cell that crashed (or the one just answered, while its save is written)."),
     key!(snapshots.max_size as "max-size", size_in(KIB, 64 * GIB), AtOnce,
         "A namespace bigger than this (per session and language) is not saved; the eviction notice says so."),
     key!(snapshots.timeout as "timeout", millis(100, HOUR), AtOnce,
@@ -197,6 +199,15 @@ pub static KEYS: &[KeySpec] = &[
         "The snapshot directory's total size; over it the sweep deletes the oldest snapshots first."),
     key!(snapshots.dir as "dir", Kind::Path, Restart,
         "Where snapshots live (mode 0700); default `$XDG_STATE_HOME/cellvisor/snapshots`."),
+    key!(snapshots.key_file as "key-file", Kind::Path, Restart,
+        "A file of at least 32 bytes, not readable by others, from which every session's snapshot integrity key is derived; a fleet's nodes share it (a Kubernetes Secret) so each verifies what another wrote. Unset: `<dir>/.key`, made by this daemon."),
+    // [fleet]
+    key!(fleet.leases as "leases", Kind::Bool, Restart,
+        "Take a lease in `<snapshots.dir>/.leases` on each session before running it, so two nodes sharing the directory never run one session (docs/fleet.md); leases name the node by `daemon.node`, which must then be stable across restarts (a StatefulSet's pod name)."),
+    key!(fleet.lease_ttl as "lease-ttl", millis(1000, HOUR), Restart,
+        "How long a lease lasts unless renewed (every third of it while its session lives): how long a dead node's sessions wait before another node may restore them."),
+    key!(fleet.agent_listen as "agent-listen", Kind::Listeners, Restart,
+        "TCP addresses, like [\"tcp://127.0.0.1:7421\"], answering HAProxy's agent check: `ready` with a weight from the free session slots, or `drain` while draining; empty: none."),
 ];
 
 #[cfg(test)]
@@ -249,6 +260,7 @@ mod tests {
                 "sessions.heartbeat-timeout",
                 "sessions.restart-budget",
                 "sessions.shutdown-grace",
+                "cells.max-uncollected",
                 "output.artifact-max-age",
                 "output.artifact-max-total",
                 "limits.max-rss",
@@ -315,6 +327,8 @@ mod tests {
                 "daemon.max-network-connections",
                 "output.artifact-dir",
                 "snapshots.dir",
+                "snapshots.key-file",
+                "fleet",
             ],
         ),
     ];

@@ -65,6 +65,9 @@ fn eval_request() -> EvalRequest {
         }],
         virtual_env: Some(PathBuf::from("/tmp/work/.venv")),
         fresh: true,
+        resume: false,
+        timeout: Some(30.0),
+        reset: true,
         sandbox: Some(SandboxRequest {
             enabled: Some(true),
             network: Some("none".into()),

@@ -84,7 +84,7 @@ impl Cellvisor {
         let answer = answer.await.unwrap_or(Err(Refusal::Unknown));
         let ended = match &answer {
             Ok(result) => result.report.status != CellStatus::Running,
-            Err(refusal) => *refusal == Refusal::Unknown,
+            Err(refusal) => matches!(refusal, Refusal::Unknown | Refusal::Dropped { .. }),
         };
         if ended {
             lock(&self.background).remove(&cell_id);
@@ -96,6 +96,11 @@ impl Cellvisor {
             })
             .map_err(|refusal| match refusal {
                 Refusal::Unknown => unknown(),
+                Refusal::Dropped { cap } => RequestError::DroppedCell {
+                    session: session.to_string(),
+                    cell_id,
+                    cap,
+                },
                 Refusal::NotYielded => RequestError::NotYielded(cell_id),
                 Refusal::Observed => RequestError::AlreadyObserved(cell_id),
             })

@@ -30,12 +30,14 @@ impl Cellvisor {
     /// unanswered when its cell ends (or times out) is cancelled.
     pub async fn eval_with_tools(
         &self,
-        request: EvalRequest,
+        mut request: EvalRequest,
         events: Option<mpsc::Sender<CellEvent>>,
         tool_host: Option<mpsc::Sender<ToolCallRequest>>,
     ) -> Result<EvalResult, RequestError> {
         let cells = crate::locking::lock(&self.config).cells.clone();
         validate(&request, &cells)?;
+        // The request's `timeout` and `reset` become the cells' own, as the gateway tool has them.
+        request.apply_request_level();
         let tools: Arc<[ToolInfo]> = request
             .tools
             .iter()
@@ -59,6 +61,8 @@ impl Cellvisor {
             .as_ref()
             .map_or(request.session.as_str(), |t| t.name.as_str());
         self.refuse_if_draining(session).await?;
+        self.admit(session, request.resume && throwaway.is_none())
+            .await?;
         let lock = self.request_lock(session);
         let _turn = lock.lock().await;
         // Dropped when this future is (a client that disconnected): the sessions then stop
@@ -124,6 +128,10 @@ impl Cellvisor {
                         session: session.to_string(),
                         language: spec.language,
                     };
+                    if spec.reset {
+                        // The reset cancels them: their ids are not found from now on.
+                        self.forget_background(session, Some(spec.language));
+                    }
                     self.supervisor
                         .send(Submit {
                             key: key.clone(),

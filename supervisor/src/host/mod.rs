@@ -15,6 +15,7 @@
 //! - `startup`: why a supervisor cannot start, and the checks made before it does.
 
 mod background;
+mod control;
 mod eval;
 mod node;
 mod policy;
@@ -25,14 +26,13 @@ pub use node::{DrainState, Health, Readiness, HEALTH_BOUND};
 
 pub(crate) use eval::is_throwaway;
 
-use policy::validate_session_name;
 pub use startup::StartupError;
 
 use crate::locking::lock;
 use crate::session::{SessionKey, SessionStatus};
+use crate::snapshots::SnapshotStore;
 use crate::supervisor::{
-    Control, ControlAction, LiveSessions, PrewarmedCount, ReloadConfig, ShutdownAll, Status,
-    Supervisor, WorkerBase,
+    LiveSessions, PrewarmedCount, ReloadConfig, ShutdownAll, Status, Supervisor, WorkerBase,
 };
 use actix::prelude::*;
 use cellvisor_config::Config;
@@ -139,6 +139,23 @@ pub enum RequestError {
         /// `cells.default-timeout`, in seconds.
         default: f64,
     },
+    /// The request's `timeout` (for the cells without one) is not a positive number of seconds.
+    #[error(
+        "the request's timeout must be a positive number of seconds, got {value}; it applies \
+         to every cell that sets none, {min} to {max} seconds are kept as given, a shorter \
+         timeout is raised to {min} and a longer one cut to {max}; omit it for the default \
+         of {default} seconds"
+    )]
+    RequestTimeout {
+        /// The timeout given.
+        value: f64,
+        /// `cells.min-timeout`, in seconds.
+        min: f64,
+        /// `cells.max-timeout`, in seconds.
+        max: f64,
+        /// `cells.default-timeout`, in seconds.
+        default: f64,
+    },
     /// A cell's code is larger than a worker frame may carry.
     #[error("cell {index}: code is {len} bytes; at most {max} bytes per cell", max = MAX_CODE_BYTES)]
     CodeTooLarge {
@@ -169,6 +186,20 @@ pub enum RequestError {
         session: String,
         /// The cell id named.
         cell_id: u64,
+    },
+    /// `wait` named a cell whose result was dropped uncollected, to keep the session's cap.
+    #[error(
+        "session {session}: the result of background cell {cell_id} was dropped uncollected: \
+         the session keeps at most {cap} results of background cells nobody waited on \
+         (cells.max-uncollected); wait for cells sooner, or raise cells.max-uncollected"
+    )]
+    DroppedCell {
+        /// The session named.
+        session: String,
+        /// The cell id named.
+        cell_id: u64,
+        /// The `cells.max-uncollected` that dropped it.
+        cap: usize,
     },
     /// `wait` named a cell whose own request still waits for it.
     #[error(
@@ -227,6 +258,30 @@ pub enum RequestError {
          retry after `cellvisor undrain`"
     )]
     Draining(String),
+    /// Another node of the fleet runs the session (it holds its lease): a router sends the
+    /// request there, or retries after `retry_after` once that node has died.
+    #[error(
+        "session {session} runs on node {node}: send the request there (its lease ends in {} \
+         unless that node renews it)",
+        humantime::format_duration(*retry_after)
+    )]
+    LeasedElsewhere {
+        /// The session.
+        session: String,
+        /// The node holding it.
+        node: String,
+        /// When its lease runs out unless renewed, to the millisecond.
+        retry_after: std::time::Duration,
+    },
+    /// `resume` was asked and the session is neither live here nor saved.
+    #[error(
+        "session {0} is unknown: it is not live on this node and has no snapshot; send the \
+         request without `resume` to start it afresh"
+    )]
+    SessionUnknown(String),
+    /// The session's lease could not be read or written.
+    #[error("{0}")]
+    Lease(String),
 }
 
 /// A running supervisor. Cheap to share (`Arc`); stop it with [`Cellvisor::shutdown`].
@@ -250,6 +305,9 @@ pub struct Cellvisor {
     background: Mutex<HashMap<u64, SessionKey>>,
     /// The snapshot directory, for listing checkpoints (none when it could not be opened).
     snapshots: Option<Arc<crate::snapshots::SnapshotStore>>,
+    /// The leases this node holds (`fleet.leases`): a request for a session held here
+    /// skips asking the supervisor.
+    leases: Option<Arc<crate::fleet::LeaseBook>>,
     run_dir: PathBuf,
     _run_dir_guard: tempfile::TempDir,
     /// This node's name (`daemon.node` or the host name), read at start.
@@ -302,52 +360,6 @@ impl Cellvisor {
     /// The private directory of this supervisor (worker sockets, runner script).
     pub fn run_dir(&self) -> &std::path::Path {
         &self.run_dir
-    }
-
-    async fn control(
-        &self,
-        session: &str,
-        language: Option<Language>,
-        action: ControlAction,
-    ) -> Result<usize, RequestError> {
-        validate_session_name(session)?;
-        self.supervisor
-            .send(Control {
-                session: session.to_string(),
-                language,
-                action,
-            })
-            .await
-            .map_err(|_| RequestError::Stopped)
-    }
-
-    /// Interrupts the running cell of the session (all languages, or one); answers how many
-    /// cells were interrupted.
-    pub async fn interrupt(
-        &self,
-        session: &str,
-        language: Option<Language>,
-    ) -> Result<usize, RequestError> {
-        self.control(session, language, ControlAction::Interrupt)
-            .await
-    }
-
-    /// Replaces the session's workers with fresh ones; answers how many were reset.
-    pub async fn reset(
-        &self,
-        session: &str,
-        language: Option<Language>,
-    ) -> Result<usize, RequestError> {
-        self.control(session, language, ControlAction::Reset).await
-    }
-
-    /// Closes the session's workers; answers how many were closed.
-    pub async fn close(
-        &self,
-        session: &str,
-        language: Option<Language>,
-    ) -> Result<usize, RequestError> {
-        self.control(session, language, ControlAction::Close).await
     }
 
     /// One row per live session, with each worker tree's memory and CPU.
@@ -434,20 +446,36 @@ struct Prepared {
 }
 
 /// The snapshot directory of `config`; without one (it cannot be created), sessions keep
-/// no state across their workers, and the log says why.
-fn open_snapshots(config: &Config) -> Option<Arc<crate::snapshots::SnapshotStore>> {
+/// no state across their workers, and the log says why. A fleet's node (a key file, or
+/// leases) cannot do without it: it refuses to start instead.
+fn open_snapshots(config: &Config) -> Result<Option<Arc<SnapshotStore>>, StartupError> {
     let dir = config
         .snapshots
         .dir
         .clone()
         .unwrap_or_else(crate::paths::snapshots_dir);
-    match crate::snapshots::SnapshotStore::open(&dir) {
-        Ok(store) => Some(Arc::new(store)),
+    let key_file = config.snapshots.key_file.as_deref();
+    match SnapshotStore::open(&dir, key_file, &node::node_name(config)) {
+        Ok(store) => Ok(Some(Arc::new(store))),
+        Err(err) if key_file.is_some() || config.fleet.leases => Err(StartupError::Snapshots(err)),
         Err(err) => {
             tracing::warn!("snapshots are off: {err}");
-            None
+            Ok(None)
         }
     }
+}
+
+/// The lease book of a fleet's node (`fleet.leases`), in the snapshot directory.
+fn open_leases(
+    config: &Config,
+    snapshots: Option<&SnapshotStore>,
+) -> Result<Option<Arc<crate::fleet::LeaseBook>>, StartupError> {
+    let Some(store) = snapshots.filter(|_| config.fleet.leases) else {
+        return Ok(None);
+    };
+    let dir = crate::fleet::LeaseDir::open(store.root(), store.node(), config.fleet.lease_ttl)
+        .map_err(StartupError::Leases)?;
+    Ok(Some(Arc::new(crate::fleet::LeaseBook::new(dir))))
 }
 
 impl Prepared {
@@ -485,12 +513,15 @@ impl Prepared {
             artifact_dir,
             options.config.output.artifact_max_total.as_u64(),
         );
+        let snapshots = open_snapshots(&options.config)?;
+        let leases = open_leases(&options.config, snapshots.as_deref())?;
         let base = WorkerBase {
             programs: crate::spawn::WorkerPrograms::beside(exe),
             run_dir: run_dir.clone(),
             artifacts,
             store_dir: crate::paths::stores_dir(),
-            snapshots: open_snapshots(&options.config),
+            snapshots,
+            leases,
             metrics: Arc::new(crate::metrics::Metrics::new(&node::node_name(
                 &options.config,
             ))),
@@ -522,6 +553,7 @@ impl Prepared {
             )),
             background: Mutex::new(HashMap::new()),
             snapshots: self.base.snapshots.clone(),
+            leases: self.base.leases.clone(),
             run_dir: self.run_dir,
             _run_dir_guard: self.run_dir_guard,
             node,

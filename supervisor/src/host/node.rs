@@ -3,7 +3,7 @@
 
 use super::{Cellvisor, RequestError};
 use crate::supervisor::{
-    GaugesQuery, HealthCheck, HoldsSession, ReadinessCheck, SetDraining, WaitNoSessions,
+    Admit, GaugesQuery, HealthCheck, HoldsSession, ReadinessCheck, SetDraining, WaitNoSessions,
 };
 use cellvisor_config::Config;
 use std::sync::atomic::Ordering;
@@ -168,6 +168,48 @@ impl Cellvisor {
             draining: on,
             live: self.live_sessions().await?,
         })
+    }
+
+    /// Whether a request for `session` would be taken here, without taking anything: not
+    /// while draining unless the session is live here, nor while another node holds its
+    /// lease. A router's connection for one session (a WebSocket upgrade naming it) is
+    /// answered by this before it is accepted, so the router can send it elsewhere.
+    pub async fn admission(&self, session: &str) -> Result<(), RequestError> {
+        self.refuse_if_draining(session).await?;
+        let Some(leases) = &self.leases else {
+            return Ok(());
+        };
+        if leases.holds(session) {
+            return Ok(());
+        }
+        match leases.holder(session) {
+            Some((node, retry_after)) if node != self.node => Err(RequestError::LeasedElsewhere {
+                session: session.to_string(),
+                node,
+                retry_after,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Takes what a request for `session` needs to run here: the session's lease, when this
+    /// node is a fleet's (unless it holds it already), and with `resume` the proof that the
+    /// session exists (live here, or saved).
+    pub(super) async fn admit(&self, session: &str, resume: bool) -> Result<(), RequestError> {
+        let leased = self
+            .leases
+            .as_ref()
+            .is_none_or(|book| super::is_throwaway(session) || book.holds(session));
+        if leased && !resume {
+            return Ok(());
+        }
+        self.supervisor
+            .send(Admit {
+                session: session.to_string(),
+                resume,
+            })
+            .await
+            .map_err(|_| RequestError::Stopped)?
     }
 
     /// While draining, refuses a request for a session this node does not hold in any

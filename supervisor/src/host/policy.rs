@@ -132,6 +132,15 @@ pub(super) fn validate(request: &EvalRequest, cells: &CellsConfig) -> Result<(),
             len: cell.code.len(),
         });
     }
+    if let Some(value) = request.timeout.filter(|v| !valid_timeout(*v)) {
+        let (min, max, default) = timeout_bounds(cells);
+        return Err(RequestError::RequestTimeout {
+            value,
+            min,
+            max,
+            default,
+        });
+    }
     for (index, cell) in request.cells.iter().enumerate() {
         if let Some(value) = cell.timeout {
             check_timeout(index, value, cells)?;
@@ -164,17 +173,28 @@ pub(super) fn validate(request: &EvalRequest, cells: &CellsConfig) -> Result<(),
 /// `cells.min-timeout` or cuts it to `cells.max-timeout` ([`CellsConfig::timeout_for`]), as
 /// docs/config.md says, so a request that runs on one host runs on every other.
 fn check_timeout(index: usize, value: f64, cells: &CellsConfig) -> Result<(), RequestError> {
-    if value.is_finite() && value > 0.0 {
+    if valid_timeout(value) {
         return Ok(());
     }
-    let min = cells.min_timeout.as_secs_f64();
+    let (min, max, default) = timeout_bounds(cells);
     Err(RequestError::Timeout {
         index,
         value,
         min,
-        max: cells.max_timeout.as_secs_f64().max(min),
-        default: cells.default_timeout.as_secs_f64(),
+        max,
+        default,
     })
+}
+
+fn valid_timeout(value: f64) -> bool {
+    value.is_finite() && value > 0.0
+}
+
+/// `(min, max, default)` timeouts in seconds, for the messages that refuse a timeout.
+fn timeout_bounds(cells: &CellsConfig) -> (f64, f64, f64) {
+    let min = cells.min_timeout.as_secs_f64();
+    let max = cells.max_timeout.as_secs_f64().max(min);
+    (min, max, cells.default_timeout.as_secs_f64())
 }
 
 #[cfg(test)]

@@ -36,6 +36,13 @@ pub enum StartupError {
     /// The supervisor's own thread could not be started.
     #[error("cannot start the supervisor thread: {0}")]
     Thread(std::io::Error),
+    /// A fleet's node needs its snapshot directory (and its key file), and they cannot be
+    /// used.
+    #[error("{0}")]
+    Snapshots(crate::snapshots::StoreError),
+    /// The fleet's lease directory cannot be made.
+    #[error("{0}")]
+    Leases(crate::fleet::LeaseError),
 }
 
 /// The bytes of a Unix socket path, its terminating NUL aside (`sun_path` holds 108).

@@ -4,7 +4,7 @@
 //! watches). The decisions are [`Observer`](super::observation::Observer)'s.
 
 use super::messages::{CellYield, TerminateCell, WaitCell, WaitExpired};
-use super::observation::{Handoff, Refusal, YieldCause};
+use super::observation::{Handoff, YieldCause};
 use super::{Running, Session, Waiter};
 use crate::cell::{CellResult, CellStatus};
 use crate::output::{OutputSink, SinkLimits};
@@ -163,9 +163,9 @@ impl Session {
     /// The result of a background cell that ended unobserved, handed over once.
     fn collect(&mut self, cell_id: u64, waiter: Waiter) {
         match self.uncollected.collect(cell_id) {
-            Some(result) => self.answer(waiter, result),
-            None => {
-                let _ = waiter.reply.send(Err(Refusal::Unknown));
+            Ok(result) => self.answer(waiter, result),
+            Err(refusal) => {
+                let _ = waiter.reply.send(Err(refusal));
             }
         }
     }
@@ -182,8 +182,9 @@ impl Session {
             }
             Handoff::Nobody => {
                 let result = result_of(&running, outcome);
-                if let Some(forgotten) = self.uncollected.keep(running.cell_id, result) {
-                    tracing::warn!(session = %self.key, cell_id = forgotten, "dropped the uncollected result of a background cell: too many kept");
+                let cap = self.config.cells.max_uncollected;
+                for dropped in self.uncollected.keep(running.cell_id, result, cap) {
+                    tracing::warn!(session = %self.key, cell_id = dropped, cap, "dropped the uncollected result of a background cell: cells.max-uncollected reached");
                 }
             }
         }

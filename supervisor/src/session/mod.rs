@@ -62,9 +62,6 @@ use tokio::sync::{mpsc, oneshot, watch};
 use window::CellOutput;
 pub use worker::Wanted;
 
-/// How many results of background cells that ended unobserved a session keeps for `wait`.
-pub const MAX_UNCOLLECTED: usize = 16;
-
 /// Which session and language a worker serves.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct SessionKey {
@@ -340,7 +337,7 @@ impl Session {
             closing: None,
             queue: VecDeque::new(),
             running: None,
-            uncollected: Uncollected::new(MAX_UNCOLLECTED),
+            uncollected: Uncollected::new(),
             next_ticket: 1,
             failed: None,
             start_error: None,

@@ -41,6 +41,8 @@ pub enum Handoff<R, W> {
 pub enum Refusal {
     /// The session has no running or uncollected background cell of that id.
     Unknown,
+    /// The cell's result was dropped uncollected: the session kept `cap` newer ones.
+    Dropped { cap: usize },
     /// The cell has not yielded: its request still waits for it.
     NotYielded,
     /// Another `wait` already waits on the cell.
@@ -49,11 +51,12 @@ pub enum Refusal {
 
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Refusal::Unknown => "no running or uncollected background cell",
-            Refusal::NotYielded => "not yielded",
-            Refusal::Observed => "already observed",
-        })
+        match self {
+            Refusal::Unknown => f.write_str("no running or uncollected background cell"),
+            Refusal::Dropped { cap } => write!(f, "dropped past {cap} uncollected results"),
+            Refusal::NotYielded => f.write_str("not yielded"),
+            Refusal::Observed => f.write_str("already observed"),
+        }
     }
 }
 
@@ -121,35 +124,82 @@ impl<R, W> Observer<R, W> {
     }
 }
 
+/// How many ids of dropped results are remembered, so a `wait` for one says why it is gone.
+const DROPPED_REMEMBERED: usize = 256;
+
 /// Results of background cells that ended while nobody waited, oldest first, until a `wait`
-/// collects them. At most `cap`: beyond that the oldest is forgotten.
+/// collects them. At most `cap` (`cells.max-uncollected`): beyond that the oldest is
+/// dropped, and its id remembered so its `wait` is told so instead of "unknown".
 #[derive(Debug)]
 pub struct Uncollected<T> {
     results: VecDeque<(u64, T)>,
-    cap: usize,
+    /// Ids of dropped results, oldest first, with the cap that dropped them.
+    dropped: VecDeque<(u64, usize)>,
+    /// Ids below this were forgotten by a reset: their results are never kept.
+    floor: u64,
+}
+
+impl<T> Default for Uncollected<T> {
+    fn default() -> Self {
+        Uncollected::new()
+    }
 }
 
 impl<T> Uncollected<T> {
-    pub fn new(cap: usize) -> Uncollected<T> {
+    pub fn new() -> Uncollected<T> {
         Uncollected {
             results: VecDeque::new(),
-            cap: cap.max(1),
+            dropped: VecDeque::new(),
+            floor: 0,
         }
     }
 
-    /// Keeps `result` of cell `id`; answers the id of a result forgotten to make room.
-    pub fn keep(&mut self, id: u64, result: T) -> Option<u64> {
-        let forgotten = (self.results.len() >= self.cap)
-            .then(|| self.results.pop_front().map(|(id, _)| id))
-            .flatten();
-        self.results.push_back((id, result));
-        forgotten
+    /// A reset: the results kept so far go, and so does that of `running` (the cell the
+    /// reset cancels) when it ends, so no id from before the reset is ever answered.
+    pub fn forget(&mut self, running: Option<u64>) {
+        self.results.clear();
+        self.dropped.clear();
+        if let Some(id) = running {
+            self.floor = self.floor.max(id.saturating_add(1));
+        }
     }
 
-    /// The result of cell `id`, removed.
-    pub fn collect(&mut self, id: u64) -> Option<T> {
-        let at = self.results.iter().position(|(kept, _)| *kept == id)?;
-        self.results.remove(at).map(|(_, result)| result)
+    /// Keeps `result` of cell `id`, at most `cap` in all (a reloaded cap applies at the next
+    /// keep); answers the ids of the results dropped to make room.
+    pub fn keep(&mut self, id: u64, result: T, cap: usize) -> Vec<u64> {
+        if id < self.floor {
+            return Vec::new();
+        }
+        let cap = cap.max(1);
+        let mut dropped = Vec::new();
+        while self.results.len() >= cap {
+            let Some((old, _)) = self.results.pop_front() else {
+                break;
+            };
+            if self.dropped.len() >= DROPPED_REMEMBERED {
+                self.dropped.pop_front();
+            }
+            self.dropped.push_back((old, cap));
+            dropped.push(old);
+        }
+        self.results.push_back((id, result));
+        dropped
+    }
+
+    /// The result of cell `id`, removed; if it was dropped, the refusal saying so (once).
+    pub fn collect(&mut self, id: u64) -> Result<T, Refusal> {
+        if let Some(at) = self.results.iter().position(|(kept, _)| *kept == id) {
+            if let Some((_, result)) = self.results.remove(at) {
+                return Ok(result);
+            }
+        }
+        match self.dropped.iter().position(|(gone, _)| *gone == id) {
+            Some(at) => {
+                let cap = self.dropped.remove(at).map_or(0, |(_, cap)| cap);
+                Err(Refusal::Dropped { cap })
+            }
+            None => Err(Refusal::Unknown),
+        }
     }
 }
 
@@ -204,13 +254,46 @@ mod tests {
 
     #[test]
     fn uncollected_results_are_bounded_and_taken_once() {
-        let mut kept = Uncollected::new(2);
-        assert_eq!(kept.keep(1, "a"), None);
-        assert_eq!(kept.keep(2, "b"), None);
-        assert_eq!(kept.keep(3, "c"), Some(1));
-        assert_eq!(kept.collect(1), None);
-        assert_eq!(kept.collect(3), Some("c"));
-        assert_eq!(kept.collect(3), None);
-        assert_eq!(kept.collect(2), Some("b"));
+        let mut kept = Uncollected::new();
+        assert_eq!(kept.keep(1, "a", 2), [0u64; 0]);
+        assert_eq!(kept.keep(2, "b", 2), [0u64; 0]);
+        assert_eq!(kept.keep(3, "c", 2), [1u64]);
+        assert_eq!(kept.collect(1), Err(Refusal::Dropped { cap: 2 }));
+        assert_eq!(kept.collect(1), Err(Refusal::Unknown), "said once");
+        assert_eq!(kept.collect(3), Ok("c"));
+        assert_eq!(kept.collect(3), Err(Refusal::Unknown));
+        assert_eq!(kept.collect(2), Ok("b"));
+    }
+
+    #[test]
+    fn a_lowered_cap_drops_down_to_it_at_the_next_keep() {
+        let mut kept = Uncollected::new();
+        for id in 1..=4 {
+            kept.keep(id, id, 8);
+        }
+        assert_eq!(kept.keep(5, 5, 2), [1u64, 2, 3]);
+        assert_eq!(kept.collect(2), Err(Refusal::Dropped { cap: 2 }));
+        assert_eq!(kept.collect(4), Ok(4));
+    }
+
+    #[test]
+    fn a_reset_forgets_kept_results_and_the_cancelled_one() {
+        let mut kept = Uncollected::new();
+        kept.keep(1, "a", 4);
+        kept.forget(Some(2));
+        assert_eq!(kept.collect(1), Err(Refusal::Unknown));
+        assert_eq!(kept.keep(2, "cancelled", 4), [0u64; 0]);
+        assert_eq!(kept.collect(2), Err(Refusal::Unknown));
+        kept.keep(3, "after", 4);
+        assert_eq!(kept.collect(3), Ok("after"));
+    }
+
+    #[test]
+    fn a_reset_forgets_dropped_ids_too() {
+        let mut kept = Uncollected::new();
+        kept.keep(1, "a", 1);
+        kept.keep(2, "b", 1);
+        kept.forget(None);
+        assert_eq!(kept.collect(1), Err(Refusal::Unknown));
     }
 }

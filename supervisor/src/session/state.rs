@@ -105,12 +105,14 @@ impl Session {
         true
     }
 
-    /// Whether a save before a planned stop is under way (the stop follows it).
+    /// Whether a save is under way that a planned stop waits for: one before the stop, or
+    /// an `every-cell` save (killing it would lose the snapshot a fleet's next node needs;
+    /// the stop follows it, bounded by `snapshots.timeout`).
     pub(super) fn saving_before_stop(&self) -> bool {
         self.running.as_ref().is_some_and(|r| {
             matches!(
                 r.job.state.as_ref().map(|s| &s.purpose),
-                Some(StatePurpose::BeforeStop(_))
+                Some(StatePurpose::BeforeStop(_) | StatePurpose::AfterCell)
             )
         })
     }
@@ -161,6 +163,7 @@ impl Session {
             max_bytes: self.config.snapshots.max_size.as_u64(),
             taken_at: crate::snapshots::rfc3339(SystemTime::now()),
             reason: reason.as_str().to_string(),
+            node: store.node().to_string(),
         })))
     }
 
@@ -201,13 +204,19 @@ impl Session {
                 let _ = reply.send(report);
             }
             StatePurpose::Restore { cells_since } => self.restored(report, cells_since),
-            StatePurpose::AfterCell => match report {
-                StateReport::Saved { .. } => self.cells_since_snapshot = 0,
-                StateReport::Refused(refusal) => {
-                    tracing::warn!(session = %self.key, "snapshot after cell not written: {}", policy::describe(&refusal));
+            StatePurpose::AfterCell => {
+                match report {
+                    StateReport::Saved { .. } => self.cells_since_snapshot = 0,
+                    StateReport::Refused(refusal) => {
+                        tracing::warn!(session = %self.key, "snapshot after cell not written: {}", policy::describe(&refusal));
+                    }
+                    _ => {}
                 }
-                _ => {}
-            },
+                // A close that came during the save waited for it.
+                if self.is_closing() {
+                    self.stop_worker(ctx);
+                }
+            }
             StatePurpose::BeforeStop(then) => {
                 let fate = match report {
                     StateReport::Saved { .. } => SnapshotFate::Saved,
@@ -252,7 +261,8 @@ impl Session {
             } => {
                 self.cells_since_snapshot = 0;
                 let ledger = policy::ledger(restored, skipped, &meta, cells_since, None);
-                self.add_notice(policy::restored_notice(&ledger));
+                let this_node = self.snapshots.as_ref().map_or("", |store| store.node());
+                self.add_notice(policy::restored_notice(&ledger, this_node));
                 self.ledger = Some(ledger);
                 self.touch_latest();
             }

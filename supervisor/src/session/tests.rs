@@ -38,7 +38,7 @@ fn start_session_with(
     let dir = tempfile::tempdir().expect("tempdir");
     let snapshots = with_snapshots.then(|| {
         Arc::new(
-            crate::snapshots::SnapshotStore::open(&dir.path().join("snapshots"))
+            crate::snapshots::SnapshotStore::open(&dir.path().join("snapshots"), None, "node-a")
                 .expect("snapshot directory"),
         )
     });

@@ -358,6 +358,9 @@ impl Session {
     pub(super) fn begin_reset(&mut self, ctx: &mut Context<Self>, notice: String) {
         // The namespace the latest snapshot held is gone on purpose.
         self.delete_latest();
+        // Background cells from before the reset are gone with their state.
+        let running = self.running.as_ref().map(|r| r.cell_id);
+        self.uncollected.forget(running);
         self.ledger = None;
         self.failed = None;
         self.budget.reset(self.config.sessions.restart_budget);

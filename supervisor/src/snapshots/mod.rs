@@ -10,4 +10,4 @@ pub mod policy;
 pub mod prune;
 pub mod store;
 
-pub use store::{check_checkpoint_name, rfc3339, SnapshotStore};
+pub use store::{check_checkpoint_name, rfc3339, SnapshotStore, StoreError};

@@ -93,6 +93,7 @@ pub fn ledger(
             reason: meta.reason.clone(),
             cells_since,
             checkpoint,
+            node: Some(meta.node.clone()).filter(|n| !n.is_empty()),
         },
     }
 }
@@ -100,15 +101,22 @@ pub fn ledger(
 /// At most this many names are spelt out in a notice (the ledger has them all).
 const NAMES_IN_NOTICE: usize = 12;
 
-/// What the first cell on a restored worker is told.
-pub fn restored_notice(ledger: &StateLedger) -> String {
+/// What the first cell on a restored worker is told; the node that took the snapshot is
+/// named when it is not `this_node` (a session that moved).
+pub fn restored_notice(ledger: &StateLedger, this_node: &str) -> String {
     let from = &ledger.from;
     let what = match &from.checkpoint {
         Some(name) => format!("checkpoint {name:?}"),
         None => "the snapshot".to_string(),
     };
+    let on_node = from
+        .node
+        .as_ref()
+        .filter(|node| node.as_str() != this_node)
+        .map(|node| format!(" on node {node}"))
+        .unwrap_or_default();
     let mut text = format!(
-        "state restored from {what} taken at {} ({}): {}",
+        "state restored from {what} taken at {}{on_node} ({}): {}",
         from.taken_at,
         from.reason,
         listed(&ledger.restored)
@@ -212,6 +220,7 @@ mod tests {
             language: cellvisor_ipc::Language::Python,
             taken_at: "2026-12-02T07:00:00Z".into(),
             reason: "idle eviction".into(),
+            node: "node-a".into(),
             saved: Vec::new(),
             skipped: Vec::new(),
             payload_bytes: 0,
@@ -229,10 +238,15 @@ mod tests {
             None,
         );
         assert_eq!(
-            restored_notice(&ledger),
+            restored_notice(&ledger, "node-a"),
             "state restored from the snapshot taken at 2026-12-02T07:00:00Z (idle eviction): \
              df, np (module); the 1 cell(s) run after it are not in it; not restored: conn \
              (socket objects cannot be saved)"
+        );
+        assert!(
+            restored_notice(&ledger, "node-b")
+                .starts_with("state restored from the snapshot taken at 2026-12-02T07:00:00Z on node node-a (idle eviction)"),
+            "a session that moved is told where its state came from"
         );
         let many: Vec<String> = (0..20).map(|i| format!("v{i}")).collect();
         assert!(listed(&many).ends_with("v11 and 8 more"));

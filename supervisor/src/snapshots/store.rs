@@ -9,7 +9,9 @@
 //! ```
 //!
 //! A worker gets only its own session's derived key, so a cell that reads it from its
-//! worker's memory can forge nothing but its own session's snapshots.
+//! worker's memory can forge nothing but its own session's snapshots. A fleet's nodes
+//! share one master key instead (`snapshots.key-file`), so each verifies what another
+//! wrote and nothing else.
 
 use crate::session::SessionKey;
 use crate::state::CheckpointInfo;
@@ -24,6 +26,8 @@ use std::time::SystemTime;
 
 const KEY_FILE: &str = ".key";
 const KEY_BYTES: usize = 32;
+/// The shortest master key a key file may hold.
+pub const MIN_KEY_FILE_BYTES: usize = KEY_BYTES;
 const LATEST: &str = "latest.snap";
 const CHECKPOINTS: &str = "checkpoints";
 const SUFFIX: &str = ".snap";
@@ -34,7 +38,9 @@ pub const MAX_CHECKPOINT_NAME: usize = 64;
 #[derive(Debug)]
 pub struct SnapshotStore {
     root: PathBuf,
-    key: [u8; KEY_BYTES],
+    key: Vec<u8>,
+    /// This node's name, written into every snapshot for the ledger.
+    node: String,
 }
 
 /// Why the snapshot directory cannot be used.
@@ -51,30 +57,54 @@ pub enum StoreError {
     /// The key file is not one this code wrote.
     #[error("snapshot key {0} is not {KEY_BYTES} bytes: remove it (existing snapshots then fail their integrity check) or restore it")]
     BadKey(PathBuf),
+    /// `snapshots.key-file` cannot serve as the fleet's key.
+    #[error("snapshots.key-file {path}: {why}")]
+    KeyFile {
+        /// The file named.
+        path: PathBuf,
+        /// What is wrong with it and what is allowed.
+        why: String,
+    },
 }
 
 impl SnapshotStore {
-    /// Opens (creating, mode 0700) the directory `root` and its key.
-    pub fn open(root: &Path) -> Result<SnapshotStore, StoreError> {
+    /// Opens (creating, mode 0700) the directory `root`; its master key is read from
+    /// `key_file` when one is given, else from (or made at) `<root>/.key`. `node` names
+    /// this daemon in the snapshots it writes.
+    pub fn open(
+        root: &Path,
+        key_file: Option<&Path>,
+        node: &str,
+    ) -> Result<SnapshotStore, StoreError> {
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| StoreError::Io { path, source }
         };
         private_dir(root).map_err(io(root))?;
-        let key_path = root.join(KEY_FILE);
-        let key = match fs::read(&key_path) {
-            Ok(bytes) => bytes
-                .try_into()
-                .map_err(|_| StoreError::BadKey(key_path.clone()))?,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                new_key(&key_path).map_err(io(&key_path))?
+        let key = match key_file {
+            Some(path) => read_key_file(path)?,
+            None => {
+                let key_path = root.join(KEY_FILE);
+                match fs::read(&key_path) {
+                    Ok(bytes) if bytes.len() == KEY_BYTES => bytes,
+                    Ok(_) => return Err(StoreError::BadKey(key_path)),
+                    Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                        new_key(&key_path).map_err(io(&key_path))?.to_vec()
+                    }
+                    Err(err) => return Err(io(&key_path)(err)),
+                }
             }
-            Err(err) => return Err(io(&key_path)(err)),
         };
         Ok(SnapshotStore {
             root: root.to_path_buf(),
             key,
+            node: node.to_string(),
         })
+    }
+
+    /// This node's name, as its snapshots record it.
+    pub fn node(&self) -> &str {
+        &self.node
     }
 
     /// The directory a session's worker in `language` keeps its snapshots in (the only
@@ -225,6 +255,35 @@ fn derive(master: &[u8], session: &str, language: Language) -> Vec<u8> {
     mac.finalize().into_bytes().to_vec()
 }
 
+/// A fleet's master key: at least [`MIN_KEY_FILE_BYTES`] bytes, readable by no one but its
+/// owner and group (a Kubernetes Secret mounted with mode 0440 or tighter).
+fn read_key_file(path: &Path) -> Result<Vec<u8>, StoreError> {
+    let refuse = |why: String| StoreError::KeyFile {
+        path: path.to_path_buf(),
+        why,
+    };
+    let meta = fs::metadata(path).map_err(|e| refuse(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(refuse("not a regular file".into()));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o007 != 0 {
+        return Err(refuse(format!(
+            "mode {mode:03o} lets other users read or change the key; make it 0400 or 0440 \
+             (chmod, or the Secret volume's defaultMode)"
+        )));
+    }
+    let key = fs::read(path).map_err(|e| refuse(e.to_string()))?;
+    if key.len() < MIN_KEY_FILE_BYTES {
+        return Err(refuse(format!(
+            "holds {} bytes; a key needs at least {MIN_KEY_FILE_BYTES} random bytes \
+             (e.g. `head -c 32 /dev/urandom`)",
+            key.len()
+        )));
+    }
+    Ok(key)
+}
+
 fn new_key(path: &Path) -> std::io::Result<[u8; KEY_BYTES]> {
     let mut key = [0u8; KEY_BYTES];
     getrandom::fill(&mut key).map_err(std::io::Error::other)?;
@@ -280,8 +339,8 @@ mod tests {
     fn the_key_is_made_once_private_and_kept() {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().join("snapshots");
-        let first = SnapshotStore::open(&root).expect("open");
-        let again = SnapshotStore::open(&root).expect("reopen");
+        let first = SnapshotStore::open(&root, None, "node-a").expect("open");
+        let again = SnapshotStore::open(&root, None, "node-a").expect("reopen");
         assert_eq!(first.key, again.key);
         assert_eq!(
             fs::metadata(root.join(KEY_FILE)).expect("key").mode() & 0o777,
@@ -290,15 +349,59 @@ mod tests {
         assert_eq!(fs::metadata(&root).expect("root").mode() & 0o777, 0o700);
         fs::write(root.join(KEY_FILE), b"short").expect("write");
         assert!(matches!(
-            SnapshotStore::open(&root),
+            SnapshotStore::open(&root, None, "node-a"),
             Err(StoreError::BadKey(_))
         ));
     }
 
     #[test]
+    fn nodes_sharing_a_key_file_verify_each_others_snapshots_and_nothing_else() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write_key = |name: &str, bytes: &[u8], mode: u32| {
+            let path = dir.path().join(name);
+            fs::write(&path, bytes).expect("write key");
+            fs::set_permissions(&path, fs::Permissions::from_mode(mode)).expect("chmod");
+            path
+        };
+        let fleet = write_key("fleet.key", &[7; 32], 0o440);
+        let other = write_key("other.key", &[8; 40], 0o400);
+        let a = SnapshotStore::open(&dir.path().join("a"), Some(&fleet), "a").expect("a");
+        let b = SnapshotStore::open(&dir.path().join("b"), Some(&fleet), "b").expect("b");
+        let c = SnapshotStore::open(&dir.path().join("c"), Some(&other), "c").expect("c");
+        let s = key("s", Language::Python);
+        assert_eq!(a.session_key(&s), b.session_key(&s));
+        assert_ne!(a.session_key(&s), c.session_key(&s));
+        assert_eq!((a.node(), b.node()), ("a", "b"));
+        assert!(
+            !dir.path().join("a").join(KEY_FILE).exists(),
+            "a key file replaces the node's own key"
+        );
+
+        let refused =
+            |path: &Path| match SnapshotStore::open(&dir.path().join("x"), Some(path), "x") {
+                Err(StoreError::KeyFile { why, .. }) => why,
+                other => panic!("{other:?}"),
+            };
+        let readable = write_key("readable.key", &[7; 32], 0o644);
+        assert!(
+            refused(&readable).contains("mode 644"),
+            "{}",
+            refused(&readable)
+        );
+        let short = write_key("short.key", b"secret\n", 0o400);
+        assert!(
+            refused(&short).contains("at least 32"),
+            "{}",
+            refused(&short)
+        );
+        assert!(refused(dir.path()).contains("not a regular file"));
+        assert!(!refused(&dir.path().join("missing.key")).is_empty());
+    }
+
+    #[test]
     fn each_session_and_language_has_its_own_key_and_private_directory() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = SnapshotStore::open(dir.path()).expect("open");
+        let store = SnapshotStore::open(dir.path(), None, "node-a").expect("open");
         let a = key("a", Language::Python);
         assert_ne!(
             store.session_key(&a),
@@ -317,7 +420,7 @@ mod tests {
     #[test]
     fn checkpoints_are_listed_and_forgotten() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = SnapshotStore::open(dir.path()).expect("open");
+        let store = SnapshotStore::open(dir.path(), None, "node-a").expect("open");
         let a = key("a", Language::JavaScript);
         store.prepare(&a).expect("prepare");
         fs::write(store.checkpoint(&a, "before-risk"), b"12345").expect("write");

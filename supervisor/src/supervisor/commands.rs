@@ -129,6 +129,7 @@ impl Handler<ShutdownAll> for Supervisor {
                 e.addr.clone()
             })
             .collect();
+        let leases = self.base.leases.clone();
         Box::pin(async move {
             for worker in pool {
                 worker.discard().await;
@@ -145,6 +146,10 @@ impl Handler<ShutdownAll> for Supervisor {
             }
             for rx in pending {
                 let _ = rx.await;
+            }
+            // Every session has saved: another node may take them now.
+            if let Some(leases) = leases {
+                leases.release_all();
             }
         })
     }
@@ -177,7 +182,7 @@ impl Handler<ReloadConfig> for Supervisor {
 
 impl Supervisor {
     /// The sessions named `session`, of `language` or of every language.
-    fn matching(
+    pub(super) fn matching(
         &self,
         session: &str,
         language: Option<Language>,

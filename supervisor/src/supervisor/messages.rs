@@ -100,6 +100,21 @@ pub struct WaitNoSessions {
     pub timeout: std::time::Duration,
 }
 
+/// Whether a request for `session` may run here: its lease is taken when the node is part
+/// of a fleet, and with `resume` the session must be live here or saved.
+#[derive(Message)]
+#[rtype(result = "Result<(), crate::host::RequestError>")]
+pub struct Admit {
+    pub session: String,
+    pub resume: bool,
+}
+
+/// Renew the leases of the sessions live here, give up the others, and stop the sessions
+/// whose leases were lost.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RenewLeases;
+
 /// Whether a live session has this name (in any language).
 #[derive(Message)]
 #[rtype(result = "bool")]

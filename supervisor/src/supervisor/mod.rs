@@ -20,6 +20,7 @@
 //!   `HoldsSession`, `GaugesQuery` (the metrics' gauges).
 //! - `count`: `LiveSessions`: how many sessions are live, from the registry alone (the
 //!   daemon's idle-exit check).
+//! - `leases`: `Admit`, `RenewLeases`: a fleet's node runs a session only under its lease.
 
 pub mod capacity;
 mod commands;
@@ -27,6 +28,9 @@ mod count;
 mod drain;
 #[cfg(test)]
 mod drain_tests;
+#[cfg(test)]
+mod lease_tests;
+mod leases;
 pub mod messages;
 mod placement;
 pub mod prewarm;
@@ -68,6 +72,8 @@ pub struct WorkerBase {
     pub snapshots: Option<Arc<crate::snapshots::SnapshotStore>>,
     /// The supervisor's metrics, moved by the actors where things happen.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The leases this node holds on its sessions (`fleet.leases`); `None`: no fleet.
+    pub leases: Option<Arc<crate::fleet::LeaseBook>>,
 }
 
 struct Entry {
@@ -275,5 +281,6 @@ impl Actor for Supervisor {
         self.refill_pool(ctx);
         self.prune_artifacts();
         self.prune_snapshots();
+        self.arm_lease_renewal(ctx);
     }
 }

@@ -29,6 +29,12 @@ impl Handler<Submit> for Supervisor {
             let _ = msg.job.reply.send(Self::draining_refusal(&msg.key));
             return;
         }
+        if !self.sessions.contains_key(&msg.key) {
+            if let Err(refusal) = self.take_lease(&msg.key.session) {
+                let _ = msg.job.reply.send(CellReport::error(refusal.to_string()));
+                return;
+            }
+        }
         // Earlier waiters go first.
         if !self.waiting.is_empty() {
             self.drain_waiting(ctx);
@@ -87,6 +93,7 @@ impl Handler<SessionEvent> for Supervisor {
                 snapshot,
             } => {
                 self.sessions.remove(&key);
+                self.release_lease_if_unused(&key.session);
                 self.tell_if_no_sessions();
                 let notice =
                     eviction.and_then(|e| crate::snapshots::policy::eviction_notice(&e, &snapshot));

@@ -43,9 +43,24 @@ impl Rig {
         let dir = tempfile::tempdir().expect("tempdir");
         let snapshots = with_snapshots.then(|| {
             Arc::new(
-                crate::snapshots::SnapshotStore::open(&dir.path().join("snapshots"))
-                    .expect("snapshot directory"),
+                crate::snapshots::SnapshotStore::open(
+                    &dir.path().join("snapshots"),
+                    None,
+                    "node-a",
+                )
+                .expect("snapshot directory"),
             )
+        });
+        let mut config = fast_config();
+        configure(&mut config);
+        let leases = config.fleet.leases.then(|| {
+            let dir = crate::fleet::LeaseDir::open(
+                &dir.path().join("snapshots"),
+                "node-a",
+                config.fleet.lease_ttl,
+            )
+            .expect("lease directory");
+            Arc::new(crate::fleet::LeaseBook::new(dir))
         });
         let base = WorkerBase {
             programs: crate::spawn::WorkerPrograms::beside(PathBuf::from("/nonexistent/cellvisor")),
@@ -54,10 +69,9 @@ impl Rig {
             store_dir: dir.path().join("store"),
             snapshots,
             metrics: Arc::new(crate::metrics::Metrics::new("test-node")),
+            leases,
         };
         let metrics = Arc::clone(&base.metrics);
-        let mut config = fast_config();
-        configure(&mut config);
         let fake = FakeLauncher::new();
         let launcher: Arc<dyn Launcher> = fake.clone();
         let addr = Supervisor::with_launcher(Arc::new(config), base, launcher).start();
@@ -139,6 +153,11 @@ impl Rig {
             .join(session)
             .join("py/latest.snap");
         std::fs::read_to_string(path).ok()
+    }
+
+    /// Where the rig's snapshots (and a fleet's leases) live.
+    pub(super) fn snapshots_dir(&self) -> PathBuf {
+        self._dir.path().join("snapshots")
     }
 
     pub(super) async fn stop(self) {

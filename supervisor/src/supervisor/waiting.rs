@@ -37,6 +37,11 @@ impl<G: PartialEq, T> WaitingRoom<G, T> {
         self.waiting.is_empty()
     }
 
+    /// Whether any waiting item is one `matches` picks.
+    pub fn any(&self, matches: impl Fn(&T) -> bool) -> bool {
+        self.waiting.iter().any(|w| matches(&w.item))
+    }
+
     /// Whether a request of `group` must wait behind earlier ones without even trying for
     /// room: a new session (`live` false) never overtakes a waiter of its language; a live
     /// session's cell just runs.

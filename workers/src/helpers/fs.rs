@@ -9,6 +9,17 @@ use std::io::{BufRead, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+/// Refuses a `scheme://` path.
+fn local_path(helper: &'static str, path: &Path) -> Result<(), HelperError> {
+    match super::uri_scheme(path.as_os_str().as_bytes()) {
+        Some(_) => Err(HelperError::Uri {
+            helper,
+            path: path.to_path_buf(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// `read(path, offset, limit, numbered)`: the lines of the file from line `offset`
 /// (1-based), at most `limit`, as they are in the file (so the whole file is its exact
 /// text), or with `numbered` each as `cat -n` shows it; and how many lines that is.
@@ -18,6 +29,7 @@ pub fn read(
     limit: Option<usize>,
     numbered: bool,
 ) -> Result<(Vec<u8>, usize), HelperError> {
+    local_path("read", path)?;
     read_lines(path, offset, limit, numbered).map_err(|err| HelperError::io("read", path, err))
 }
 
@@ -54,6 +66,7 @@ fn read_lines(
 /// `write` (or, with `append`, `append`): creates parent directories; the bytes written.
 pub fn write(path: &Path, content: &[u8], append: bool) -> Result<usize, HelperError> {
     let helper = if append { "append" } else { "write" };
+    local_path(helper, path)?;
     let written = (|| {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             fs::create_dir_all(parent)?;
@@ -107,6 +120,7 @@ pub fn tree(
     max_depth: usize,
     show_hidden: bool,
 ) -> Result<(Vec<u8>, usize), HelperError> {
+    local_path("tree", path)?;
     let meta = fs::metadata(path).map_err(|err| HelperError::io("tree", path, err))?;
     if !meta.is_dir() {
         let err = std::io::Error::from_raw_os_error(libc::ENOTDIR);
@@ -222,6 +236,44 @@ mod tests {
                 file.join("under-a-file").display()
             )
         );
+    }
+
+    #[test]
+    fn uris_are_refused_by_every_helper_and_colons_elsewhere_are_paths() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        assert_eq!(
+            write(Path::new("https://x/y"), b"z", false)
+                .unwrap_err()
+                .to_string(),
+            "write: 'https://x/y' is a URI: file helpers take local file paths only \
+             (remote and file:// URIs are not supported)"
+        );
+        assert!(!Path::new("https:").exists());
+        let file = Path::new("file:///etc/hostname");
+        let refused = read(file, 1, None, false).unwrap_err().to_string();
+        assert!(
+            refused.starts_with("read: 'file:///etc/hostname' is a URI"),
+            "{refused}"
+        );
+        let refused = write(Path::new("s3+x.y-z://b/k"), b"", true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.starts_with("append: 's3+x.y-z://b/k' is a URI"),
+            "{refused}"
+        );
+        let refused = tree(Path::new("ftp://host"), 1, false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.starts_with("tree: 'ftp://host' is a URI"),
+            "{refused}"
+        );
+        // Not a scheme: a path that only holds `://` further on, or starts with a digit.
+        let local = dir.path().join("a b://c");
+        assert_eq!(write(&local, b"z", false).expect("written"), 1);
+        assert!(local_path("read", Path::new("1x://y")).is_ok());
+        assert!(local_path("read", Path::new("./https://x")).is_ok());
     }
 
     #[test]

@@ -52,6 +52,16 @@ pub enum HelperError {
         /// What the system said.
         source: std::io::Error,
     },
+    /// A `scheme://` path: `https://x/y` would otherwise be written to `./https:/x/y` and
+    /// `file:///etc/hostname` be "not found", so no helper takes one (as the anchor's JS
+    /// helpers reject protocol URIs).
+    #[error("{helper}: '{}' is a URI: file helpers take local file paths only (remote and file:// URIs are not supported)", path.display())]
+    Uri {
+        /// The helper the cell called.
+        helper: &'static str,
+        /// The path as the cell gave it.
+        path: PathBuf,
+    },
     /// Anything else, already worded for the cell (bad ids, bad keys, missing directories).
     #[error("{0}")]
     Refused(String),
@@ -65,6 +75,17 @@ impl HelperError {
             source,
         }
     }
+}
+
+/// The scheme of `text` when it starts as a URI does (`https://x`, `file:///x`): a letter,
+/// then letters, digits, `+`, `-` or `.` (RFC 3986), then `://`.
+pub fn uri_scheme(text: &[u8]) -> Option<&[u8]> {
+    let len = text
+        .iter()
+        .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')))
+        .unwrap_or(text.len());
+    let starts_with_letter = text.first().is_some_and(u8::is_ascii_alphabetic);
+    (starts_with_letter && text[len..].starts_with(b"://")).then(|| &text[..len])
 }
 
 /// "No such file or directory" without Rust's " (os error 2)", as Python words it.

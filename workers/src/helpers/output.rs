@@ -14,7 +14,8 @@ pub fn dir_from_env() -> Option<PathBuf> {
 }
 
 /// The outputs `ids` name in `dir`, joined with newlines, and their total size in bytes
-/// (the separators not counted). An id is a file name without `.txt` and without a path.
+/// (the separators not counted). An id is a file name without `.txt` and without a path, bare
+/// or as the reference `artifact://<id>`.
 pub fn read_outputs<Id: AsRef<[u8]>>(
     dir: Option<&Path>,
     ids: &[Id],
@@ -26,8 +27,11 @@ pub fn read_outputs<Id: AsRef<[u8]>>(
     }
     let mut files = Vec::with_capacity(ids.len());
     for id in ids {
-        let id = id.as_ref();
-        let shown = String::from_utf8_lossy(id);
+        let given = id.as_ref();
+        let shown = String::from_utf8_lossy(given);
+        let id = given
+            .strip_prefix(cellvisor_ipc::env::ARTIFACT_SCHEME.as_bytes())
+            .unwrap_or(given);
         if id.is_empty()
             || id.contains(&b'/')
             || id.contains(&b'\\')
@@ -96,11 +100,23 @@ mod tests {
             read_outputs(dir, &["abc", "def"]).expect("read"),
             (b"first\n\nsecond".to_vec(), 12)
         );
+        assert_eq!(
+            read_outputs(dir, &["artifact://abc", "def"]).expect("read"),
+            (b"first\n\nsecond".to_vec(), 12)
+        );
         let refused = |ids: &[&str]| read_outputs(dir, ids).unwrap_err().to_string();
         assert_eq!(refused(&[]), "output: give at least one output id");
         assert_eq!(refused(&["zzz"]), "output: unknown output id 'zzz'");
         assert_eq!(refused(&["../abc"]), "output: invalid output id '../abc'");
         assert_eq!(refused(&["a\\b"]), "output: invalid output id 'a\\b'");
+        assert_eq!(
+            refused(&["artifact://"]),
+            "output: invalid output id 'artifact://'"
+        );
+        assert_eq!(
+            refused(&["artifact://../abc"]),
+            "output: invalid output id 'artifact://../abc'"
+        );
         assert!(refused(&["link"]).contains("outputs are plain files"));
         assert_eq!(
             read_outputs(None, &["abc"]).unwrap_err().to_string(),

@@ -269,6 +269,16 @@ fn resolve_path(base: &str, name: &str) -> Result<PathBuf, String> {
     if name.starts_with("node:") {
         return Err(node_builtin_message(name));
     }
+    // `https://...` would otherwise be looked for as a package named `https:`.
+    match crate::helpers::uri_scheme(name.as_bytes()) {
+        Some(b"file") | None => {}
+        Some(_) => {
+            return Err(format!(
+                "cannot import `{name}`: remote imports are not supported; import local files \
+                 (./x.js, /abs/x.mjs, file:///abs/x.js) or packages installed in node_modules"
+            ))
+        }
+    }
     let from_dir = importer_dir(base)?;
     let name = name.strip_prefix("file://").unwrap_or(name);
     let home_relative = in_home(name);

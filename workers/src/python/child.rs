@@ -67,7 +67,7 @@ pub fn spawn(
     }
     let child = command
         .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", interpreter.program.display()))?;
+        .map_err(|e| super::start_check::spawn_failure(&interpreter.program, &e))?;
     // The child's ends close here, so EOF on ours means the child (and anything it let
     // inherit them) is gone.
     drop((output_write, commands_read, events_write));

@@ -66,12 +66,7 @@ pub fn discover(
     let candidate = match configured.filter(|c| !c.is_empty()) {
         Some(wanted) if wanted.as_bytes().contains(&b'/') => {
             let program = cwd.join(wanted);
-            if !is_executable(&program) {
-                return Err(format!(
-                    "the configured Python interpreter {} is not an executable file",
-                    program.display()
-                ));
-            }
+            super::start_check::check_configured(&program)?;
             program
         }
         Some(wanted) => find_on_path(wanted, &path_var).ok_or_else(|| {

@@ -199,6 +199,7 @@ class Shell:
         self.display_pub = DisplayPublisher(send_bundle)
         self._hidden = None
         self._oldpwd = None
+        self._matplotlib_noticed = False
 
     @property
     def user_ns(self):
@@ -271,6 +272,24 @@ class Shell:
         _flush()
         subprocess.call([sys.executable, "-m", "pip"] + _split(line), stdin=subprocess.DEVNULL)
         print("Note: you may need to restart the kernel to use updated packages.")
+
+    def _line_matplotlib(self, line):
+        """`%matplotlib [backend]`: cellvisor's figures always arrive as image/png displays (at
+        `plt.show()` and at cell end), which is IPython's `inline`; any other backend is
+        accepted with a notice, printed once. matplotlib is not imported here."""
+        args = [arg for arg in _split(line) if not arg.startswith("-")]
+        if "-l" in line.split() or "--list" in line.split():
+            print("Available matplotlib backends: ['inline']\n"
+                  "(cellvisor sends figures as image/png displays; other backends are not supported)")
+            return
+        backend = args[0] if args else "inline"
+        if backend.lower() not in ("inline", "agg") and not self._matplotlib_noticed:
+            self._matplotlib_noticed = True
+            _flush()
+            sys.stderr.write(
+                "cellvisor: %%matplotlib %s: interactive backends are not available here; "
+                "figures arrive as PNG displays, as with %%matplotlib inline\n" % backend)
+            _flush()
 
     def _line_cd(self, line):
         args = _split(line)

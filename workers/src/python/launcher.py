@@ -10,6 +10,11 @@ would leave ~1.8 MB of freed but resident heap in this interpreter for its whole
 import os
 import sys
 
+if sys.version_info < (3, 8):
+    # Python 2 parses this file: the shim then names the version as the cause.
+    sys.stderr.write("cellvisor's runner needs Python 3.8 or later\n")
+    sys.exit(3)
+
 _here = os.path.dirname(os.path.abspath(__file__))
 _MODULES = ("cellvisor_runner", "cellvisor_prelude")
 

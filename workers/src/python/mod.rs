@@ -35,6 +35,7 @@ mod events;
 pub mod interpreter;
 mod markers;
 mod output_relay;
+mod start_check;
 mod state;
 
 use crate::helpers::fs::{write_atomically, Durability};
@@ -71,6 +72,9 @@ const PRELUDE_FILE: &str = "cellvisor_prelude.py";
 const IPYTHON_FILE: &str = "cellvisor_ipython.py";
 /// The module name the runner imports the state module by, on the first state task.
 const STATE_FILE: &str = "cellvisor_state.py";
+const EXIT_SOURCE: &str = include_str!("exit.py");
+/// The module name the runner and `exit()` import code mode's `exit()` by.
+const EXIT_FILE: &str = "cellvisor_exit.py";
 
 /// How long python may take to start and say `ready`.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -189,12 +193,7 @@ impl PythonEngine {
         let guard = self.routing.wait_until(DRAIN_TIMEOUT, |s| s.closed);
         let printed = String::from_utf8_lossy(&guard.pending);
         let printed = printed.trim_end();
-        let mut message = format!("python ({}) failed to start: {how}", self.program.display());
-        if !printed.is_empty() {
-            message.push_str(":\n");
-            message.push_str(printed);
-        }
-        WorkerError::Engine(message)
+        WorkerError::Engine(start_check::exited_early(&self.program, how, printed))
     }
 
     /// Checks, without blocking, whether python has exited (reaping it if so).
@@ -455,6 +454,7 @@ fn install_runner(runtime_dir: &Path) -> Result<PathBuf, String> {
     all.extend_from_slice(PRELUDE_SOURCE.as_bytes());
     all.extend_from_slice(IPYTHON_SOURCE.as_bytes());
     all.extend_from_slice(STATE_SOURCE.as_bytes());
+    all.extend_from_slice(EXIT_SOURCE.as_bytes());
     let hash = interpreter::fnv1a(&all);
     let dir = runtime_dir.join(format!("python-{:012x}", hash >> 16));
     let runner = dir.join("runner.py");
@@ -465,6 +465,7 @@ fn install_runner(runtime_dir: &Path) -> Result<PathBuf, String> {
     for (name, source) in [
         (PRELUDE_FILE, PRELUDE_SOURCE),
         (STATE_FILE, STATE_SOURCE),
+        (EXIT_FILE, EXIT_SOURCE),
         (RUNNER_MODULE_FILE, RUNNER_SOURCE),
         ("runner.py", LAUNCHER_SOURCE),
     ] {

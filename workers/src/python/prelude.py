@@ -40,6 +40,7 @@ def install(host):
     builtins.ToolError = ToolError
     builtins.ALL_TOOLS = []
     builtins.get_ipython = get_ipython
+    builtins.__cellvisor_exiting__ = lambda: None  # the guard, until cellvisor_exit loads
     if not any(isinstance(finder, _PostImportHook) for finder in sys.meta_path):
         sys.meta_path.insert(0, _PostImportHook())
 
@@ -70,7 +71,14 @@ def _path(helper, value):
     _text(helper, "path", value)
     if not value:
         raise ValueError("%s: path must not be empty" % helper)
+    scheme, uri, _ = value.partition("://")  # as the Rust helpers of JS and Lua refuse one
+    if uri and scheme.isascii() and scheme[:1].isalpha() and scheme.translate(_MARKS).isalnum():
+        raise ValueError("%s: '%s' is a URI: file helpers take local file paths only (remote "
+                         "and file:// URIs are not supported)" % (helper, value))
     return value
+
+
+_MARKS = str.maketrans("", "", "+-.")  # the characters of a URI scheme besides alphanumerics
 
 
 def _count(helper, name, value, minimum):
@@ -305,7 +313,7 @@ def _read_artifact(path):
 
 def output(*ids):
     """The full text of spilled outputs (the `artifact_path` of a truncated cell result), by
-    id; several ids are joined with newlines."""
+    id or `artifact://<id>`; several ids are joined with newlines."""
     import errno
 
     if not ids:
@@ -315,9 +323,14 @@ def output(*ids):
         if isinstance(spilled, int) and not isinstance(spilled, bool):
             spilled = str(spilled)
         _text("output", "id", spilled)
-        if not spilled or "/" in spilled or "\\" in spilled or ".." in spilled:
+        # `artifact://<id>` is the reference hosts hold for spilled output (ARTIFACT_SCHEME in
+        # cellvisor_ipc::env).
+        name = spilled
+        if name.startswith("artifact://"):
+            name = name[len("artifact://") :]
+        if not name or "/" in name or "\\" in name or ".." in name:
             raise ValueError("output: invalid output id %r" % spilled)
-        names.append(spilled)
+        names.append(name)
     directory = os.environ.get(ARTIFACT_DIR_VAR, "")
     texts, total = [], 0
     for name in names:
@@ -941,6 +954,5 @@ def load(key):
 
 
 def exit(code=None):
-    """Ends the cell early: successfully without a code (or with 0), as a failure with any
-    other code, like `sys.exit`. Output and stored values from before it are kept."""
-    raise SystemExit(code)
+    """Ends the cell as code mode's exit() does: see cellvisor_exit."""
+    _host.import_beside("cellvisor_exit").begin(code)

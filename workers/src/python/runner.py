@@ -249,7 +249,7 @@ def _our_files():
     """The files of cellvisor's Python side, whose frames tracebacks leave out (`<cell 0>` is
     the line that runs a startup module)."""
     files = {RUNNER_FILE, "<cell 0>"}
-    for module in (_prelude, sys.modules.get("cellvisor_ipython")):
+    for module in (_prelude, *map(sys.modules.get, ("cellvisor_ipython", "cellvisor_exit"))):
         name = getattr(module, "__file__", None)
         if name:
             files.add(name)
@@ -342,6 +342,9 @@ def _run_cell(cell_id, source, namespace):
     """
     filename = "<cell %d>" % cell_id
     _keep_source(filename, source)
+    # Like IPython: warnings' once-per-location registry starts afresh for each cell, as all
+    # cells (and the functions they define) share one namespace and their lines overlap.
+    namespace.pop("__warningregistry__", None)
     try:
         source = _prelude.without_ipython_syntax(source)
         tree = compile(source, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
@@ -356,12 +359,16 @@ def _run_cell(cell_id, source, namespace):
                 node.lineno, node.col_offset = last.lineno, last.col_offset
                 node.end_lineno, node.end_col_offset = last.end_lineno, last.end_col_offset
             tree.body[-1] = assign
+        if "try" in source or "exit__" in source:  # exit() ends the cell past handlers
+            _import_beside("cellvisor_exit").guard_handlers(tree)
         code = compile(tree, filename, "exec", flags=_ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
         try:
             _run_code(code, namespace)
             value = namespace.get(RESULT_NAME)
         finally:
             namespace.pop(RESULT_NAME, None)
+            if "cellvisor_exit" in sys.modules:  # raises exit()'s SystemExit if it was called
+                sys.modules["cellvisor_exit"].end_cell()
         if value is not None:
             _show_trailing_text(repr(value) + "\n")
             _prelude.show_trailing(value)

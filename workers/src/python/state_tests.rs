@@ -279,6 +279,7 @@ fn a_snapshot_past_its_cap_is_refused_and_not_written() {
             max_bytes: 100_000,
             taken_at: "2026-12-02T07:00:00Z".into(),
             reason: "test".into(),
+            node: "node-a".into(),
         })),
     );
     assert!(matches!(outcome, CellOutcome::Failed { .. }), "{outcome:?}");

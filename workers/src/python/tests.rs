@@ -484,7 +484,8 @@ fn failure_to_start_shows_what_python_printed() {
         .unwrap()
         .to_string();
     assert!(
-        error.contains("failed to start: python exited with code 2"),
+        error
+            .contains("failed to start cellvisor's runner: python exited with code 2; it printed:"),
         "{error}"
     );
     assert!(error.ends_with("broken install"), "{error}");

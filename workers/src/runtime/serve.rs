@@ -29,6 +29,7 @@ where
     E: Engine,
     F: FnOnce(&WorkerContext) -> Result<E, WorkerError>,
 {
+    share_one_allocator_arena();
     if let Err(err) = crate::warden::start() {
         eprintln!("cellvisor worker: cannot watch over cell processes: {err}");
     }
@@ -43,7 +44,11 @@ where
         path: socket.display().to_string(),
         source,
     })?);
-    let mut engine = make_engine(&context)?;
+    let mut engine = make_engine(&context).inspect_err(|_| {
+        // The connection stays open until the process exits, after the caller printed why:
+        // the supervisor kills a worker whose connection drops, and reads its stderr then.
+        std::mem::forget(Arc::clone(&stream));
+    })?;
     // The engine is loaded: from here on, this thread and all it starts are confined (the
     // Python shim confined itself before starting its interpreter; this is then a no-op).
     crate::sandbox::confine_once(&[]).map_err(|e| WorkerError::Engine(format!("sandbox: {e}")))?;
@@ -59,6 +64,23 @@ where
     )?;
     let link = Link::start(&stream, startup_failures, engine.interrupt_hook())?;
     Err(link.serve_cells(&mut engine, &taken))
+}
+
+/// Keeps every thread of the worker on glibc's main allocator arena.
+///
+/// By default each thread that allocates gets an arena of its own, reserving 64 MiB of
+/// address space (128 MiB while it is being aligned). Under an operator's `limits.address-space`
+/// those reservations, made after the engine sized its heap limit, are what left an engine at
+/// its own limit with no room for the runtime: the next small allocation aborted the worker
+/// (SIGABRT) instead of the cell getting its "not enough memory" error. The worker's threads
+/// other than the engine's allocate little (frames, heartbeats), so one arena costs nothing
+/// measurable and makes the address space the engine can count on predictable.
+fn share_one_allocator_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
 }
 
 /// The worker's threads and what the engine thread shares with them once the handshake is

@@ -158,6 +158,7 @@ mod tests {
             language: Language::Lua,
             taken_at: "2026-12-02T07:00:00Z".into(),
             reason: "test".into(),
+            node: "node-a".into(),
             saved: vec!["x".into()],
             skipped: Vec::new(),
             payload_bytes,

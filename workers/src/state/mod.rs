@@ -173,6 +173,7 @@ fn save<E: Engine>(
         language: E::LANGUAGE,
         taken_at: order.taken_at.clone(),
         reason: order.reason.clone(),
+        node: order.node.clone(),
         saved: saved.saved.clone(),
         skipped: saved.skipped.clone(),
         payload_bytes,

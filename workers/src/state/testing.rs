@@ -34,6 +34,7 @@ pub(crate) fn save<E: Engine>(engine: &mut E, path: &Path, max_bytes: u64) -> St
             max_bytes,
             taken_at: "2026-12-02T07:00:00Z".into(),
             reason: "test".into(),
+            node: "node-a".into(),
         })),
     )
     .1

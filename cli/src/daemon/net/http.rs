@@ -1,5 +1,6 @@
-//! The routes of a network listener. `/healthz` is open (an orchestrator's probe carries no
-//! secret); everything else needs the bearer token.
+//! The routes of a network listener. `/healthz` and `/readyz` are open (an orchestrator's
+//! probes carry no secret, and they tell only up or not); everything else needs the bearer
+//! token.
 
 use super::super::{lock, Daemon};
 use super::ws;
@@ -21,14 +22,13 @@ pub(super) fn router(daemon: Arc<Daemon>, cells: CellsConfig) -> Router {
         cells,
         daemon.shutdown.subscribe(),
     );
-    // Routes added after the token's layer are outside it: only `/healthz`. An unknown
+    // Routes added after the token's layer are outside it: the probes. An unknown
     // path needs the token too, so a stranger learns nothing of the endpoints.
     Router::new()
         .route("/v1/rpc", get(ws::upgrade))
         .route_service("/mcp", mcp)
         // The routes that drive the daemon refuse its own cells; probes and metrics only read.
         .route_layer(middleware::from_fn(refuse_cells))
-        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
@@ -36,6 +36,7 @@ pub(super) fn router(daemon: Arc<Daemon>, cells: CellsConfig) -> Router {
             require_token,
         ))
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(MAX_LINE_BYTES))
         .with_state(daemon)
 }

@@ -7,7 +7,9 @@
 //! - `token`: the bearer token, compared in constant time, replaced on reload.
 //! - `http`: the routes: `/healthz`, `/readyz`, `/metrics`, `/v1/rpc`, `/mcp`.
 //! - `ws`: `/v1/rpc`, the Unix socket's JSON-RPC over a WebSocket, one message per frame.
+//! - `agent`: HAProxy's agent check (`fleet.agent-listen`): `ready up` or `drain`.
 
+mod agent;
 mod http;
 mod peer;
 mod tls;
@@ -17,7 +19,7 @@ mod ws;
 pub(crate) use token::Token;
 
 use super::Daemon;
-use cellvisor_config::schema::DaemonConfig;
+use cellvisor_config::schema::{DaemonConfig, FleetConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,9 +33,15 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Why the network listeners cannot start; each names the key to change.
 #[derive(Debug, thiserror::Error)]
 pub enum NetworkError {
-    /// A `daemon.listen` entry that is not an address.
-    #[error("daemon.listen: {0}")]
+    /// A `daemon.listen` or `fleet.agent-listen` entry that is not an address.
+    #[error("{0}")]
     Address(String),
+    /// An agent check for a node no router can reach.
+    #[error(
+        "fleet.agent-listen is set but daemon.listen is not: HAProxy's agent check is for a node \
+         it routes to over the network; set daemon.listen too, or leave fleet.agent-listen empty"
+    )]
+    AgentWithoutListen,
     /// Plaintext on an address other machines reach.
     #[error(
         "refusing to listen on {0} without TLS: it is not a loopback address, so tokens and \
@@ -86,6 +94,8 @@ pub enum NetworkError {
 /// What `[daemon]` asks of the network, checked (and its files read) before anything binds.
 pub(super) struct ListenPlan {
     addresses: Vec<SocketAddr>,
+    /// `fleet.agent-listen`: HAProxy's agent check.
+    agent: Vec<SocketAddr>,
     /// `daemon.max-network-connections`, shared by every listener.
     max_connections: usize,
     tls: Option<TlsAcceptor>,
@@ -94,15 +104,27 @@ pub(super) struct ListenPlan {
 }
 
 /// The plan for `[daemon]`'s listeners; `None` when it sets none.
-pub(super) fn plan(config: &DaemonConfig) -> Result<Option<ListenPlan>, NetworkError> {
+pub(super) fn plan(
+    config: &DaemonConfig,
+    fleet: &FleetConfig,
+) -> Result<Option<ListenPlan>, NetworkError> {
+    let parse = |key: &'static str, entries: &[String]| {
+        entries
+            .iter()
+            .map(|entry| {
+                cellvisor_config::keys::parse_listen(entry)
+                    .map_err(|why| NetworkError::Address(format!("{key}: {why}")))
+            })
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let agent = parse("fleet.agent-listen", &fleet.agent_listen)?;
     if config.listen.is_empty() {
-        return Ok(None);
+        return match agent.is_empty() {
+            true => Ok(None),
+            false => Err(NetworkError::AgentWithoutListen),
+        };
     }
-    let addresses = config
-        .listen
-        .iter()
-        .map(|entry| cellvisor_config::keys::parse_listen(entry).map_err(NetworkError::Address))
-        .collect::<Result<Vec<_>, _>>()?;
+    let addresses = parse("daemon.listen", &config.listen)?;
     let tls = match (&config.tls_cert, &config.tls_key) {
         (Some(cert), Some(key)) => {
             Some(tls::server_config(cert, key, config.client_ca.as_deref())?)
@@ -117,6 +139,7 @@ pub(super) fn plan(config: &DaemonConfig) -> Result<Option<ListenPlan>, NetworkE
     let token_file = config.token_file.as_deref().ok_or(NetworkError::NoToken)?;
     Ok(Some(ListenPlan {
         addresses,
+        agent,
         max_connections: config.max_network_connections.max(1),
         tls: tls.map(TlsAcceptor::from),
         token: Token::load(token_file)?,
@@ -132,6 +155,16 @@ fn plaintext_refused(addresses: &[SocketAddr], tls: bool, allowed: bool) -> Opti
     addresses.iter().copied().find(|a| !a.ip().is_loopback())
 }
 
+/// A listener on `address`, or the error naming it.
+async fn bind(address: &SocketAddr) -> Result<TcpListener, NetworkError> {
+    TcpListener::bind(address)
+        .await
+        .map_err(|source| NetworkError::Bind {
+            address: *address,
+            source,
+        })
+}
+
 /// Binds every listener of `plan` and serves them until the daemon shuts down; answers the
 /// bound addresses (a port 0 becomes the one the system gave).
 pub(super) async fn start(
@@ -141,13 +174,7 @@ pub(super) async fn start(
 ) -> Result<Vec<SocketAddr>, NetworkError> {
     let mut listeners = Vec::new();
     for address in &plan.addresses {
-        let listener = TcpListener::bind(address)
-            .await
-            .map_err(|source| NetworkError::Bind {
-                address: *address,
-                source,
-            })?;
-        listeners.push(listener);
+        listeners.push(bind(address).await?);
     }
     let router = http::router(Arc::clone(daemon), cells);
     let slots = Arc::new(tokio::sync::Semaphore::new(plan.max_connections));
@@ -168,6 +195,7 @@ pub(super) async fn start(
             Arc::clone(&slots),
         ));
     }
+    agent::start(daemon, &plan.agent).await?;
     Ok(bound)
 }
 
@@ -295,7 +323,19 @@ mod tests {
     #[test]
     fn a_plan_names_what_is_missing() {
         let mut config = DaemonConfig::default();
+        let mut fleet = FleetConfig::default();
+        let plan = |config: &DaemonConfig| plan(config, &FleetConfig::default());
         assert!(plan(&config).unwrap().is_none());
+        fleet.agent_listen = vec!["tcp://127.0.0.1:0".into()];
+        let err = super::plan(&config, &fleet).err().unwrap().to_string();
+        assert!(
+            err.contains("fleet.agent-listen") && err.contains("daemon.listen"),
+            "{err}"
+        );
+        fleet.agent_listen = vec!["7421".into()];
+        config.listen = vec!["tcp://127.0.0.1:0".into()];
+        let err = super::plan(&config, &fleet).err().unwrap().to_string();
+        assert!(err.starts_with("fleet.agent-listen: "), "{err}");
         config.listen = vec!["tcp://127.0.0.1:0".into()];
         let err = plan(&config).err().unwrap().to_string();
         assert!(err.contains("daemon.token-file"), "{err}");
@@ -313,6 +353,9 @@ mod tests {
         assert!(err.contains("/nonexistent/cert.pem"), "{err}");
         config.listen = vec!["127.0.0.1:80".into()];
         let err = plan(&config).err().unwrap().to_string();
-        assert!(err.contains("tcp://<ip>:<port>"), "{err}");
+        assert!(
+            err.contains("tcp://<ip>:<port>") && err.starts_with("daemon.listen: "),
+            "{err}"
+        );
     }
 }

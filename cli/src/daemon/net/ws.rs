@@ -38,6 +38,11 @@ pub(super) async fn upgrade(
                 .into_response()
         }
     };
+    if let Some(session) = &bound {
+        if let Err(refusal) = daemon.cv.admission(session).await {
+            return elsewhere(refusal);
+        }
+    }
     upgrade
         .max_message_size(MAX_LINE_BYTES)
         .max_frame_size(MAX_LINE_BYTES)
@@ -46,6 +51,31 @@ pub(super) async fn upgrade(
             // The TCP connection's place is free once its WebSocket ends.
             drop(slot);
         })
+}
+
+/// The answer to an upgrade for a session this node will not run (it is draining, or
+/// another node holds the session's lease): 503, which a router retries on another node,
+/// with the JSON-RPC error a client would have got, `Retry-After`, and the holder's name in
+/// `Cellvisor-Node`.
+fn elsewhere(refusal: cellvisor::RequestError) -> Response {
+    let error = super::super::dispatch::refused(refusal);
+    let retry_secs = error
+        .data
+        .as_ref()
+        .and_then(|d| d["retry_after_ms"].as_u64())
+        .map_or(1, |ms| ms.div_ceil(1000).max(1));
+    let mut response = (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(axum::http::header::RETRY_AFTER, retry_secs.to_string())],
+        axum::Json(serde_json::json!({ "error": &error })),
+    )
+        .into_response();
+    if let Some(node) = error.data.as_ref().and_then(|d| d["node"].as_str()) {
+        if let Ok(value) = axum::http::HeaderValue::from_str(node) {
+            response.headers_mut().insert("cellvisor-node", value);
+        }
+    }
+    response
 }
 
 async fn serve(daemon: Arc<Daemon>, socket: WebSocket, bound: Option<String>) {

@@ -1,0 +1,250 @@
+//! The last mile of fidelity (issue 28), end to end through the daemon: a Python that cannot
+//! start says why (item 4), helper paths that are URIs are refused (item 10), and Python's
+//! `exit()` ends the cell as JavaScript's does, past `finally` (item 11).
+
+mod common;
+
+use common::daemon::{cell, output, Daemon};
+use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+/// A file at `path` holding `text`, with `mode`.
+fn file(path: &Path, text: &str, mode: u32) {
+    std::fs::write(path, text).expect("write");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+/// The error a `py` cell gets from a daemon whose configured interpreter is `interpreter`.
+fn start_error(interpreter: &Path) -> String {
+    let daemon = Daemon::start_with(&format!("[python]\ninterpreter = {interpreter:?}\n"));
+    let answer = daemon.client().call(
+        "eval",
+        json!({"cells": [{"language": "py", "code": "print(1)"}]}),
+    );
+    let text = match answer {
+        Err(error) => error["message"].as_str().unwrap_or_default().to_string(),
+        Ok(result) => format!("{}{}", output(&result, 0), cell(&result, 0)["error"]),
+    };
+    daemon.stop();
+    text
+}
+
+#[test]
+fn a_python_that_cannot_start_says_why_with_its_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = Path::new("/nonexistent/python");
+    let text = start_error(missing);
+    assert!(
+        text.contains("the configured Python interpreter /nonexistent/python does not exist"),
+        "{text}"
+    );
+    assert!(!text.contains("Connection reset"), "{text}");
+
+    let plain = dir.path().join("plain");
+    file(&plain, "#!/bin/sh\n", 0o644);
+    let text = start_error(&plain);
+    assert!(
+        text.contains(&format!(
+            "the configured Python interpreter {} is not executable (mode 644",
+            plain.display()
+        )),
+        "{text}"
+    );
+    let text = start_error(dir.path());
+    assert!(
+        text.contains(&format!(
+            "the configured Python interpreter {} is a directory, not an executable file",
+            dir.path().display()
+        )),
+        "{text}"
+    );
+
+    // A Python 2: it answers the version probe, and cannot run the runner.
+    let old = dir.path().join("python2");
+    file(
+        &old,
+        "#!/bin/sh\nif [ \"$1\" = -c ]; then printf 2.7.18; exit 0; fi\n\
+         echo 'SyntaxError: invalid syntax' >&2\nexit 1\n",
+        0o755,
+    );
+    let text = start_error(&old);
+    assert!(
+        text.contains(&format!(
+            "python ({}) is Python 2.7.18, too old: cellvisor's runner needs Python 3.8 or later",
+            old.display()
+        )),
+        "{text}"
+    );
+
+    // A recent Python whose runner cannot import: its stderr is the reason.
+    let broken = dir.path().join("python3");
+    file(
+        &broken,
+        "#!/bin/sh\nif [ \"$1\" = -c ]; then printf 3.12.1; exit 0; fi\n\
+         echo 'Traceback (most recent call last):' >&2\n\
+         echo \"ModuleNotFoundError: No module named 'encodings'\" >&2\nexit 1\n",
+        0o755,
+    );
+    let text = start_error(&broken);
+    assert!(
+        text.contains(&format!(
+            "python ({}, Python 3.12.1) failed to start cellvisor's runner: python exited with code 1; it printed:\n\
+             Traceback (most recent call last):\nModuleNotFoundError: No module named 'encodings'",
+            broken.display()
+        )),
+        "{text}"
+    );
+}
+
+/// The one cell of `eval`ing `code` in `language` in `session`.
+fn run(daemon: &Daemon, session: &str, language: &str, code: &str) -> Value {
+    daemon
+        .client()
+        .eval(session, json!([{"language": language, "code": code}]))
+}
+
+#[test]
+fn python_exit_skips_except_finally_and_exit_blocks_as_javascript_does() {
+    let daemon = Daemon::start();
+    // The anchor's rule, in JavaScript and in Python alike: nothing after exit() runs to any
+    // effect, including catch and finally blocks; values saved before it are kept.
+    let js = run(
+        &daemon,
+        "exit-js",
+        "js",
+        "globalThis.flag = 'unchanged'; store('before_exit', 7); text('shown')\n\
+         try { exit() } catch (e) { globalThis.flag = 'catch-ran' } finally { globalThis.flag = 'finally-ran' }\n\
+         globalThis.flag = 'after'",
+    );
+    let py = run(
+        &daemon,
+        "exit-py",
+        "py",
+        "flag = 'unchanged'; store('before_exit', 7); text('shown')\n\
+         try:\n    exit()\nexcept SystemExit:\n    flag = 'except-ran'\n\
+         finally:\n    flag = 'finally-ran'; print('finally')\n\
+         flag = 'after'",
+    );
+    for result in [&js, &py] {
+        assert_eq!(cell(result, 0)["status"], "complete", "{result:#}");
+        assert_eq!(output(result, 0), "shown\n", "{result:#}");
+    }
+    let js_after = run(
+        &daemon,
+        "exit-js",
+        "js",
+        "[flag, load('before_exit')].join()",
+    );
+    assert_eq!(output(&js_after, 0), "unchanged,7\n", "{js_after:#}");
+    let py_after = run(&daemon, "exit-py", "py", "print(flag, load('before_exit'))");
+    assert_eq!(output(&py_after, 0), "unchanged 7\n", "{py_after:#}");
+
+    // Deeper: a function's finally, a bare except, a cell-defined context manager, a loop.
+    let nested = run(
+        &daemon,
+        "exit-py",
+        "py",
+        "log = []\n\
+         class Guard:\n    def __enter__(self):\n        return self\n\
+         \x20   def __exit__(self, *exc):\n        log.append('__exit__'); print('exit ran')\n\
+         def leave():\n    try:\n        exit()\n    finally:\n        log.append('inner finally')\n\
+         for _ in range(3):\n    with Guard():\n        try:\n            leave()\n\
+         \x20       except BaseException:\n            log.append('caught')\n",
+    );
+    assert_eq!(cell(&nested, 0)["status"], "complete", "{nested:#}");
+    assert_eq!(output(&nested, 0), "", "{nested:#}");
+    let log = run(&daemon, "exit-py", "py", "log");
+    assert_eq!(output(&log, 0), "[]\n", "{log:#}");
+
+    // exit(3) still fails the cell, naming the code, and the next cell runs as usual
+    // (with sys.exit keeping Python's own rule: its finally runs).
+    let failed = run(
+        &daemon,
+        "exit-py",
+        "py",
+        "try:\n    exit(3)\nfinally:\n    print('no')",
+    );
+    assert_eq!(cell(&failed, 0)["status"], "error", "{failed:#}");
+    let text = output(&failed, 0);
+    assert!(
+        text.contains("SystemExit: 3") && !text.contains("no\n"),
+        "{text}"
+    );
+    assert!(!text.contains("cellvisor_exit"), "{text}");
+    let sys_exit = run(
+        &daemon,
+        "exit-py",
+        "py",
+        "import sys\ntry:\n    sys.exit(0)\nfinally:\n    print('sys.exit runs finally')",
+    );
+    assert_eq!(
+        output(&sys_exit, 0),
+        "sys.exit runs finally\n",
+        "{sys_exit:#}"
+    );
+    let next = run(
+        &daemon,
+        "exit-py",
+        "py",
+        "try:\n    1/0\nexcept ZeroDivisionError:\n    print('handled')",
+    );
+    assert_eq!(output(&next, 0), "handled\n", "{next:#}");
+    daemon.stop();
+}
+
+#[test]
+fn helper_paths_that_are_uris_are_refused_in_every_language() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let cwd = daemon.world.work_dir();
+    let refusal = "is a URI: file helpers take local file paths only \
+                   (remote and file:// URIs are not supported)";
+    for language in ["py", "js", "lua"] {
+        for (helper, call, path) in [
+            ("write", "write(\"https://x/y\", \"z\")", "https://x/y"),
+            ("append", "append(\"https://x/y\", \"z\")", "https://x/y"),
+            (
+                "read",
+                "read(\"file:///etc/hostname\")",
+                "file:///etc/hostname",
+            ),
+            ("tree", "tree(\"s3://bucket/key\")", "s3://bucket/key"),
+        ] {
+            let result = client.eval_in(
+                &format!("uri-{language}"),
+                &cwd,
+                json!([{"language": language, "code": call}]),
+            );
+            assert_eq!(cell(&result, 0)["status"], "error", "{result:#}");
+            let text = output(&result, 0);
+            assert!(
+                text.contains(&format!("{helper}: '{path}' {refusal}")),
+                "{language} {call}: {text}"
+            );
+        }
+    }
+    assert!(!cwd.join("https:").exists(), "a URI became a directory");
+    // A local path that only holds `://` further on is still a path.
+    let local = client.eval_in(
+        "uri-py",
+        &cwd,
+        json!([{"language": "py", "code": "write('notes/a://b', 'z'); read('notes/a://b')"}]),
+    );
+    assert_eq!(output(&local, 0), "'z'\n", "{local:#}");
+
+    for code in [
+        "await import('https://esm.sh/lodash-es')",
+        "import _ from 'https://esm.sh/lodash-es'; _",
+    ] {
+        let result = client.eval("uri-js", json!([{"language": "js", "code": code}]));
+        let text = output(&result, 0);
+        assert!(
+            text.contains(
+                "cannot import `https://esm.sh/lodash-es`: remote imports are not supported"
+            ) && !text.contains("package `https:`"),
+            "{code}: {text}"
+        );
+    }
+    daemon.stop();
+}
