@@ -1,6 +1,7 @@
 //! The last mile of fidelity (issue 28), end to end through the daemon: a Python that cannot
 //! start says why (item 4), helper paths that are URIs are refused (item 10), and Python's
-//! `exit()` ends the cell as JavaScript's does, past `finally` (item 11).
+//! `exit()` ends the cell as JavaScript's does, past `finally` (item 11), and Python's stderr
+//! streams as `stderr` (item 3).
 
 mod common;
 
@@ -246,5 +247,116 @@ fn helper_paths_that_are_uris_are_refused_in_every_language() {
             "{code}: {text}"
         );
     }
+    daemon.stop();
+}
+
+/// The streamed `output` events of one eval, as (stream, text) pairs in order.
+fn streamed(daemon: &Daemon, session: &str, language: &str, code: &str) -> Vec<(String, String)> {
+    let (events, response) = daemon.client().call_collect(
+        "eval",
+        json!({"session": session, "cells": [{"language": language, "code": code}]}),
+    );
+    assert!(response.get("error").is_none(), "{response:#}");
+    events
+        .iter()
+        .filter(|e| e["params"]["event"] == "output")
+        .map(|e| {
+            let text = |key: &str| e["params"][key].as_str().unwrap_or_default().to_string();
+            (text("stream"), text("text"))
+        })
+        .collect()
+}
+
+/// The text of the events on `stream`, joined.
+fn joined(events: &[(String, String)], stream: &str) -> String {
+    events
+        .iter()
+        .filter(|(s, _)| s == stream)
+        .map(|(_, text)| text.as_str())
+        .collect()
+}
+
+#[test]
+fn python_stderr_streams_as_stderr_in_order_with_its_markers() {
+    let daemon = Daemon::start();
+    // The interpreter's own writes, a child process's, and a traceback; the stdout written
+    // after the stderr still follows it.
+    let code = "import sys, subprocess\n\
+                print('out one')\n\
+                print('err one', file=sys.stderr)\n\
+                subprocess.run([sys.executable, '-c', 'import sys; sys.stderr.write(\"child err\\\\n\"); print(\"child out\")'])\n\
+                print('out two')";
+    let events = streamed(&daemon, "streams", "py", code);
+    assert_eq!(
+        joined(&events, "stdout"),
+        "out one\nchild out\nout two\n",
+        "{events:?}"
+    );
+    assert_eq!(
+        joined(&events, "stderr"),
+        "err one\nchild err\n",
+        "{events:?}"
+    );
+    let failed = streamed(&daemon, "streams", "py", "print('before')\n1/0");
+    assert_eq!(joined(&failed, "stdout"), "before\n", "{failed:?}");
+    assert!(
+        joined(&failed, "stderr").contains("ZeroDivisionError: division by zero"),
+        "{failed:?}"
+    );
+    // A cell that moved fd 2 gets it back on the error pipe in the next cell.
+    let moved = streamed(
+        &daemon,
+        "streams",
+        "py",
+        "import os; os.dup2(1, 2); _ = os.write(2, b'on stdout now\\n')",
+    );
+    assert_eq!(joined(&moved, "stdout"), "on stdout now\n", "{moved:?}");
+    let back = streamed(
+        &daemon,
+        "streams",
+        "py",
+        "import os; _ = os.write(2, b'stderr again\\n')",
+    );
+    assert_eq!(joined(&back, "stderr"), "stderr again\n", "{back:?}");
+    assert_eq!(joined(&back, "stdout"), "", "{back:?}");
+    // Stderr is never late: a cell's stderr comes before its end, cell after cell.
+    for n in 0..50 {
+        let quick = streamed(
+            &daemon,
+            "streams",
+            "py",
+            &format!("import sys; sys.stderr.write('e{n}\\n'); {n}"),
+        );
+        assert_eq!(joined(&quick, "stderr"), format!("e{n}\n"), "{quick:?}");
+    }
+    daemon.stop();
+}
+
+#[test]
+fn python_print_streams_each_line_in_one_event() {
+    let daemon = Daemon::start();
+    let events = streamed(
+        &daemon,
+        "print",
+        "py",
+        "import sys\nfor i in range(300):\n    print(i)\n    print('e', i, sep='', file=sys.stderr)",
+    );
+    let expected: String = (0..300).map(|i| format!("{i}\n")).collect();
+    assert_eq!(joined(&events, "stdout"), expected);
+    // Each print is one write: no event ends inside a line (a value without its newline).
+    assert!(
+        events.iter().all(|(_, text)| text.ends_with('\n')),
+        "{events:?}"
+    );
+    // Other files still get the built-in print, and print keeps its name and errors.
+    let result = daemon.client().eval(
+        "print",
+        json!([{"language": "py", "code": "import io\nb = io.StringIO()\nprint(1, 2, sep='-', file=b)\ntry:\n    print(1, sep=3)\nexcept TypeError as e:\n    print(e)\n(b.getvalue(), print.__name__, print.__module__)"}]),
+    );
+    assert_eq!(
+        output(&result, 0),
+        "sep must be None or a string, not int\n('1-2\\n', 'print', 'builtins')\n",
+        "{result:#}"
+    );
     daemon.stop();
 }

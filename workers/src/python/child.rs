@@ -1,5 +1,5 @@
 //! The python child process: spawning it with its pipes (commands on its fd 3, events on
-//! fd 4, stdout and stderr sharing one output pipe). The threads that drain them are in
+//! fd 4, stdout and stderr on pipes of their own). The threads that drain them are in
 //! `output_relay` and `events`.
 
 use super::interpreter::Interpreter;
@@ -17,11 +17,14 @@ pub struct Spawned {
     pub commands: File,
     /// Read end of the event pipe (the runner's fd 4).
     pub events: File,
-    /// Read end of the output pipe (the runner's fd 1 and 2).
+    /// Read end of the output pipe (the runner's fd 1, where the sync markers go too).
     pub output: File,
+    /// Read end of the error pipe (the runner's fd 2), non-blocking: the output thread drains
+    /// it before each marker it passes on.
+    pub errors: File,
 }
 
-/// Starts `python -u runner` with stdin on /dev/null, stdout and stderr on one pipe, the
+/// Starts `python -u runner` with stdin on /dev/null, stdout and stderr on a pipe each, the
 /// command pipe on fd 3 and the event pipe on fd 4.
 pub fn spawn(
     interpreter: &Interpreter,
@@ -29,6 +32,8 @@ pub fn spawn(
     sync_token: &str,
 ) -> Result<Spawned, String> {
     let (output_read, output_write) = cloexec_pipe()?;
+    let (errors_read, errors_write) = cloexec_pipe()?;
+    set_nonblocking(&errors_read)?;
     let (commands_read, commands_write) = cloexec_pipe()?;
     let (events_read, events_write) = cloexec_pipe()?;
 
@@ -55,7 +60,7 @@ pub fn spawn(
     // Our ends stay in the parent; the child's ends are dup'ed onto 1-4 in the child.
     let targets: [(RawFd, RawFd); 4] = [
         (output_write.as_raw_fd(), 1),
-        (output_write.as_raw_fd(), 2),
+        (errors_write.as_raw_fd(), 2),
         (commands_read.as_raw_fd(), 3),
         (events_write.as_raw_fd(), 4),
     ];
@@ -70,12 +75,13 @@ pub fn spawn(
         .map_err(|e| super::start_check::spawn_failure(&interpreter.program, &e))?;
     // The child's ends close here, so EOF on ours means the child (and anything it let
     // inherit them) is gone.
-    drop((output_write, commands_read, events_write));
+    drop((output_write, errors_write, commands_read, events_write));
     Ok(Spawned {
         child,
         commands: File::from(commands_write),
         events: File::from(events_read),
         output: File::from(output_read),
+        errors: File::from(errors_read),
     })
 }
 
@@ -122,4 +128,19 @@ fn cloexec_pipe() -> Result<(OwnedFd, OwnedFd), String> {
     }
     // SAFETY: both fds were just returned by pipe2 and are not owned elsewhere.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn set_nonblocking(fd: &OwnedFd) -> Result<(), String> {
+    // SAFETY: fcntl on an fd we own.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0
+        || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0
+    {
+        return Err(format!(
+            "cannot make a pipe non-blocking: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }

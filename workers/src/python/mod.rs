@@ -21,9 +21,10 @@
 //! command pipe, so the event reader never blocks on a host. `tools.tool_search` travels the
 //! same way but the shim answers it itself, with the ranking of `crate::tools`.
 //!
-//! The child's stdout and stderr share one pipe, so prints, tracebacks and the output of
-//! `os.system` keep their exact order (all of it is relayed as `Stdout`). After each cell the
-//! runner writes a sync marker to that pipe before its `done` event, and `execute` reports
+//! The child's stdout and stderr are pipes of their own, relayed as `Stdout` and `Stderr`
+//! (prints, tracebacks and the output of `os.system` alike). After each cell the runner
+//! writes a sync marker to the output pipe before its `done` event (and the output thread
+//! drains the error pipe before it passes a marker on), and `execute` reports
 //! the cell done only once the marker came through, so no output of a cell trails its `Done`.
 //! A cell that sent nothing on the event pipe and ended ok or interrupted has no `done` event:
 //! its marker carries the status, in the same write as its trailing value, and the output
@@ -151,6 +152,7 @@ impl PythonEngine {
         let output_events = sender.clone();
         let threads = output_relay::spawn_output_thread(
             spawned.output,
+            spawned.errors,
             prefix,
             Arc::clone(&routing),
             output_events,

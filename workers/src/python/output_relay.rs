@@ -1,11 +1,12 @@
-//! The output pipe's thread: the child's stdout and stderr, relayed to the outbox as they
-//! come, with the sync markers cut out (see `markers`), and the [`Routing`] it shares with
+//! The output thread: the child's stdout and stderr pipes, relayed to the outbox as they
+//! come, each labelled as its stream, with the sync markers cut out of stdout (see `markers`), and the [`Routing`] it shares with
 //! `execute`: which cell the output belongs to, and what it has seen of the markers.
 
 use super::events::Event;
 use super::markers::{DoneStatus, MarkerScanner, Piece};
 use crate::runtime::{Outbox, OUTPUT_CHUNK_BYTES};
 use cellvisor_ipc::OutputStream;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use std::fs::File;
 use std::io::Read;
 use std::sync::mpsc::Sender;
@@ -64,9 +65,10 @@ impl SharedRouting {
             .unwrap_or_else(|e| e.into_inner().0)
     }
 
-    /// Sends `data` to the cell's outbox, leaving a direct write unflushed (see
+    /// Sends `data` to the cell's outbox as `stream` (before the first cell it is kept,
+    /// whichever stream it came on), leaving a direct write unflushed (see
     /// [`Outbox::output_unflushed`]); returns the outbox to flush, if it went to one.
-    fn forward(&self, data: &[u8]) -> Option<Outbox> {
+    fn forward(&self, data: &[u8], stream: OutputStream) -> Option<Outbox> {
         if data.is_empty() {
             return None;
         }
@@ -85,7 +87,7 @@ impl SharedRouting {
         };
         // Sent without the lock: a slow supervisor blocks this send, and `execute` must still
         // be able to look at the state meanwhile.
-        outbox.output_unflushed(cell_id, OutputStream::Stdout, data);
+        outbox.output_unflushed(cell_id, stream, data);
         Some(outbox)
     }
 
@@ -106,12 +108,25 @@ impl SharedRouting {
     }
 }
 
-/// Drains the output pipe until EOF: bytes go to the outbox as they come, sync markers are
-/// cut out and announced, and a done marker goes to `execute` as the cell's `Done` event.
-/// What one read brought is flushed to the supervisor together, or, when it ends with the
-/// running cell's done marker, left for that cell's `Done` frame to take along.
+/// The most one drain of the error pipe reads: more than a pipe holds, so everything written
+/// to stderr before a marker is taken, and bounded, so a process that writes stderr without
+/// pause cannot keep the thread from the output pipe.
+const MAX_ERRORS_DRAIN_BYTES: usize = 1024 * 1024;
+
+/// Drains the output and error pipes until both reach EOF: bytes go to the outbox as they
+/// come, labelled by their stream, sync markers are cut out of the output and announced, and
+/// a done marker goes to `execute` as the cell's `Done` event. Before each read of the output
+/// is passed on, the error pipe is drained, so what the cell wrote to stderr before its marker
+/// goes out before the marker does. What one wake-up brought is flushed to the supervisor
+/// together, or, when it ends with the running cell's done marker, left for that cell's
+/// `Done` frame to take along.
+///
+/// The two streams are ordered as the pipes allow: stderr written before a marker is always
+/// ahead of it, but stdout and stderr written within the same instant may be relayed in
+/// either order (as in Jupyter, whose streams are separate too).
 pub fn spawn_output_thread(
     output: File,
+    errors: File,
     marker_prefix: Vec<u8>,
     routing: Arc<SharedRouting>,
     events: Sender<Event>,
@@ -119,68 +134,186 @@ pub fn spawn_output_thread(
     thread::Builder::new()
         .name("python-output".into())
         .spawn(move || {
-            let mut output = output;
-            let mut scanner = MarkerScanner::new(marker_prefix);
-            let mut buffer = vec![0; OUTPUT_CHUNK_BYTES];
-            loop {
-                let read = match output.read(&mut buffer) {
-                    Ok(0) => break,
-                    Ok(read) => read,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(_) => break,
-                };
-                let mut unflushed: Option<Outbox> = None;
-                let mut done_follows = false;
-                scanner.feed(&buffer[..read], &mut |piece| match piece {
-                    Piece::Bytes(data) => {
-                        if let Some(outbox) = routing.forward(data) {
-                            unflushed = Some(outbox);
-                            done_follows = false;
-                        }
-                    }
-                    Piece::Marker(YIELD_MARKER) => routing.yielded(),
-                    Piece::Marker(cell_id) => routing.mark(|s| s.last_marker = Some(cell_id)),
-                    Piece::Done(cell_id, status) => {
-                        let mut running = None;
-                        routing.mark(|s| {
-                            s.last_marker = Some(cell_id);
-                            if s.cell_id == cell_id {
-                                running.clone_from(&s.outbox);
-                            }
-                        });
-                        // A completed cell's Done leaves from here, with its output, without
-                        // waiting for the engine thread to wake.
-                        let completed = match (status, &running) {
-                            (DoneStatus::Ok, Some(outbox)) => outbox.complete_early(cell_id),
-                            _ => false,
-                        };
-                        let sent = events
-                            .send(Event::Done {
-                                id: cell_id,
-                                status: status.as_str().to_string(),
-                                summary: None,
-                                marker: true,
-                            })
-                            .is_ok();
-                        // The Done sent here took the output along. Any other Done (an
-                        // interrupted cell's waits for its processes to end) comes later:
-                        // what the cell printed goes out now.
-                        done_follows = sent && completed;
-                    }
-                });
-                if let Some(outbox) = unflushed.filter(|_| !done_follows) {
+            let mut relay = Relay {
+                routing,
+                scanner: MarkerScanner::new(marker_prefix),
+                buffer: vec![0; OUTPUT_CHUNK_BYTES],
+                error_buffer: vec![0; OUTPUT_CHUNK_BYTES],
+                errors: Some(errors),
+            };
+            relay.run(output, events);
+        })
+        .map(drop)
+}
+
+/// The output thread's state.
+struct Relay {
+    routing: Arc<SharedRouting>,
+    scanner: MarkerScanner,
+    buffer: Vec<u8>,
+    error_buffer: Vec<u8>,
+    /// The error pipe, until its EOF.
+    errors: Option<File>,
+}
+
+impl Relay {
+    fn run(&mut self, mut output: File, events: Sender<Event>) {
+        loop {
+            let (output_ready, errors_ready) = self.wait_readable(Some(&output));
+            let mut unflushed = None;
+            if errors_ready {
+                unflushed = self.drain_errors();
+            }
+            if !output_ready {
+                if let Some(outbox) = unflushed {
+                    outbox.flush();
+                }
+                continue;
+            }
+            let read = match output.read(&mut self.buffer) {
+                Ok(0) => break,
+                Ok(read) => read,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            };
+            // What went to stderr before these bytes (and before any marker among them).
+            if let Some(outbox) = self.drain_errors() {
+                unflushed = Some(outbox);
+            }
+            if let Some(outbox) = self.pass_on(read, unflushed, &events) {
+                outbox.flush();
+            }
+        }
+        drop(events);
+        let routing = &self.routing;
+        self.scanner.finish(&mut |piece| {
+            if let Piece::Bytes(data) = piece {
+                if let Some(outbox) = routing.forward(data, OutputStream::Stdout) {
                     outbox.flush();
                 }
             }
-            drop(events);
-            scanner.finish(&mut |piece| {
-                if let Piece::Bytes(data) = piece {
-                    if let Some(outbox) = routing.forward(data) {
-                        outbox.flush();
+        });
+        // Whatever still holds stderr (a cell's child, say) is heard to its end.
+        while self.errors.is_some() {
+            if self.wait_readable(None).1 {
+                if let Some(outbox) = self.drain_errors() {
+                    outbox.flush();
+                }
+            }
+        }
+        self.routing.mark(|s| s.closed = true);
+    }
+
+    /// Sleeps until the output pipe (if given) or the error pipe (while open) is readable or
+    /// closed; says which.
+    fn wait_readable(&self, output: Option<&File>) -> (bool, bool) {
+        use std::os::fd::AsFd;
+        let wanted = PollFlags::POLLIN;
+        let mut fds = Vec::with_capacity(2);
+        if let Some(output) = output {
+            fds.push(PollFd::new(output.as_fd(), wanted));
+        }
+        if let Some(errors) = &self.errors {
+            fds.push(PollFd::new(errors.as_fd(), wanted));
+        }
+        if fds.is_empty() {
+            return (false, false);
+        }
+        loop {
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => break,
+                Err(nix::errno::Errno::EINTR) => continue,
+                // Let the reads find out what is wrong.
+                Err(_) => return (output.is_some(), self.errors.is_some()),
+            }
+        }
+        let ready = |fd: &PollFd| fd.revents().is_some_and(|events| !events.is_empty());
+        match (output.is_some(), fds.as_slice()) {
+            (true, [out, err]) => (ready(out), ready(err)),
+            (true, [out]) => (ready(out), false),
+            (false, [err]) => (false, ready(err)),
+            _ => (false, false),
+        }
+    }
+
+    /// Reads what the error pipe holds now (it is non-blocking) and forwards it as stderr;
+    /// closes it at EOF. Returns the outbox to flush, if any went to one.
+    fn drain_errors(&mut self) -> Option<Outbox> {
+        let errors = self.errors.as_mut()?;
+        let mut unflushed = None;
+        let mut taken = 0;
+        while taken < MAX_ERRORS_DRAIN_BYTES {
+            match errors.read(&mut self.error_buffer) {
+                Ok(0) => {
+                    self.errors = None;
+                    break;
+                }
+                Ok(read) => {
+                    taken += read;
+                    let data = &self.error_buffer[..read];
+                    if let Some(outbox) = self.routing.forward(data, OutputStream::Stderr) {
+                        unflushed = Some(outbox);
                     }
                 }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    self.errors = None;
+                    break;
+                }
+            }
+        }
+        unflushed
+    }
+
+    /// Passes on `read` bytes of output: markers cut out and announced, the rest forwarded.
+    /// Returns the outbox to flush, unless the running cell's `Done` takes its output along.
+    fn pass_on(
+        &mut self,
+        read: usize,
+        mut unflushed: Option<Outbox>,
+        events: &Sender<Event>,
+    ) -> Option<Outbox> {
+        let routing = &self.routing;
+        let mut done_follows = false;
+        self.scanner
+            .feed(&self.buffer[..read], &mut |piece| match piece {
+                Piece::Bytes(data) => {
+                    if let Some(outbox) = routing.forward(data, OutputStream::Stdout) {
+                        unflushed = Some(outbox);
+                        done_follows = false;
+                    }
+                }
+                Piece::Marker(YIELD_MARKER) => routing.yielded(),
+                Piece::Marker(cell_id) => routing.mark(|s| s.last_marker = Some(cell_id)),
+                Piece::Done(cell_id, status) => {
+                    let mut running = None;
+                    routing.mark(|s| {
+                        s.last_marker = Some(cell_id);
+                        if s.cell_id == cell_id {
+                            running.clone_from(&s.outbox);
+                        }
+                    });
+                    // A completed cell's Done leaves from here, with its output, without
+                    // waiting for the engine thread to wake.
+                    let completed = match (status, &running) {
+                        (DoneStatus::Ok, Some(outbox)) => outbox.complete_early(cell_id),
+                        _ => false,
+                    };
+                    let sent = events
+                        .send(Event::Done {
+                            id: cell_id,
+                            status: status.as_str().to_string(),
+                            summary: None,
+                            marker: true,
+                        })
+                        .is_ok();
+                    // The Done sent here took the output along. Any other Done (an
+                    // interrupted cell's waits for its processes to end) comes later:
+                    // what the cell printed goes out now.
+                    done_follows = sent && completed;
+                }
             });
-            routing.mark(|s| s.closed = true);
-        })
-        .map(drop)
+        unflushed.filter(|_| !done_follows)
+    }
 }

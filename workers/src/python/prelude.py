@@ -40,9 +40,33 @@ def install(host):
     builtins.ToolError = ToolError
     builtins.ALL_TOOLS = []
     builtins.get_ipython = get_ipython
+    if not hasattr(print, "__wrapped__"):
+        builtins.print = _print_in_one_write(print)
     builtins.__cellvisor_exiting__ = lambda: None  # the guard, until cellvisor_exit loads
     if not any(isinstance(finder, _PostImportHook) for finder in sys.meta_path):
         sys.meta_path.insert(0, _PostImportHook())
+
+
+def _print_in_one_write(builtin_print):
+    """`print` to the standard streams in one write, so that `print(42)` streams as one
+    `"42\\n"` event and not `"42"` then `"\\n"` (the streams are unbuffered); any other file
+    gets the built-in `print` as it is."""
+
+    def print(*values, sep=None, end=None, file=None, flush=False):
+        stream = sys.stdout if file is None else file
+        if (stream is not sys.stdout and stream is not sys.stderr) or stream is None \
+                or not (sep is None or type(sep) is str) or not (end is None or type(end) is str):
+            return builtin_print(*values, sep=sep, end=end, file=file, flush=flush)
+        stream.write((" " if sep is None else sep).join(map(str, values))
+                     + ("\n" if end is None else end))
+        if flush:
+            stream.flush()
+
+    # What `functools.wraps` sets, without importing it: pickle and help() see `print`.
+    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(print, name, getattr(builtin_print, name))
+    print.__wrapped__ = builtin_print
+    return print
 
 
 def _status(op, **details):

@@ -2,7 +2,7 @@
 
 File descriptors (set up by the shim):
   0  /dev/null
-  1  stdout and 2 stderr: the same pipe, which the shim drains and relays
+  1  stdout and 2 stderr: a pipe each, which the shim drains and relays as their streams
   3  commands from the shim, one JSON object per line
   4  events to the shim, one JSON object per line
 
@@ -74,6 +74,8 @@ class _State:
     loop = None
     # Where the sync markers go (set by main).
     marker_fd = None
+    # A copy of the error pipe, to put back on fd 2 for each cell.
+    error_fd = None
     sync_token = ""
     # Numbers this runner's tool calls; results for other (abandoned) calls are dropped.
     tool_calls = 0
@@ -447,10 +449,10 @@ def _keep_source(filename, source):
         linecache.cache.pop(oldest, None)
 
 
-def _restore_std_streams(pipe_fd):
+def _restore_std_streams():
     """A cell may have closed or moved fd 1 and 2 (`os.close(1)`) or closed sys.stdout: each
-    cell starts with both on the output pipe again, so one cell cannot break the session."""
-    for fd in (1, 2):
+    cell starts with both on their pipes again, so one cell cannot break the session."""
+    for pipe_fd, fd in ((_state.marker_fd, 1), (_state.error_fd, 2)):
         try:
             os.dup2(pipe_fd, fd)
         except OSError:
@@ -503,7 +505,7 @@ def _state_task(task_id, command, namespace, marker_fd, token):
     """Saves, restores or lists the cells' names; answers with a `state` event carrying the
     report, then the marker and the `done` event a cell ends with. An interrupt stops it as
     it stops a cell."""
-    _restore_std_streams(marker_fd)
+    _restore_std_streams()
     _state.events = 0
     status, report = _execute(task_id, lambda: _state_report(command, namespace))
     if report is not None:
@@ -636,6 +638,7 @@ def main():
     os.set_inheritable(EVENT_FD, False)
     marker_fd = os.dup(1)  # not inheritable; survives cells that close or move fd 1
     _state.marker_fd, _state.sync_token = marker_fd, token
+    _state.error_fd = os.dup(2)
     _state.output_pipe = _fd_identity(marker_fd)
     _state.event_pipe = _fd_identity(EVENT_FD)
     sys.path[0] = ""  # like an interactive session: the cwd, not the runner's directory
@@ -677,7 +680,7 @@ def main():
                     os.chdir(cwd)
                 except OSError:
                     pass  # the shim entered it a moment ago; the cell runs where python is
-            _restore_std_streams(marker_fd)
+            _restore_std_streams()
             _prelude.begin_cell(tools)
             _state.events = 0
             try:
