@@ -532,6 +532,41 @@ fn html_displays_are_printed_as_markdown() {
     world.assert_no_processes_left(SETTLE);
 }
 
+/// A trailing value with a rich repr is one bundle, as in Jupyter (issue 28, item 2b): the
+/// terminal shows its richest form once, not its `text/plain` repr beside it; the result
+/// keeps the repr inside the bundle. A JSON value is still printed as text.
+#[test]
+fn a_trailing_value_with_a_rich_repr_is_shown_once() {
+    let world = World::new();
+    let code = "class H:\n    def _repr_html_(self):\n        return '<p>Some <b>bold</b></p>'\n\
+                class M:\n    def _repr_markdown_(self):\n        return '*md*'\n";
+    for (value, shown) in [("H()", "Some **bold**\n"), ("M()", "*md*\n")] {
+        let cell = format!("{code}{value}");
+        let run = world.run(&["eval", "-l", "py", &cell]);
+        run.assert_code(0);
+        assert_eq!(run.stdout, shown, "{}", run.stderr);
+        assert!(!run.stdout.contains("object at 0x"), "{}", run.stdout);
+        let run = world.run_cells(&json!([{"language": "py", "code": cell}]));
+        run.assert_code(0);
+        let result = run.json();
+        let cell = &cells(&result)[0];
+        assert_eq!(cell["output"], "", "{cell:#}");
+        let displays = cell["displays"].as_array().expect("displays");
+        assert_eq!(displays.len(), 1, "{cell:#}");
+        assert!(
+            displays[0]["text/plain"]
+                .as_str()
+                .is_some_and(|text| text.contains("object at 0x")),
+            "{cell:#}"
+        );
+    }
+    let run = world.run(&["eval", "-l", "py", "{'k': [1]}"]);
+    run.assert_code(0);
+    assert_eq!(run.stdout, "{'k': [1]}\n", "{}", run.stderr);
+    world.run(&["stop"]).assert_code(0);
+    world.assert_no_processes_left(SETTLE);
+}
+
 /// Placeholders as the anchor's `eval` tool words them (issue 28, item 2): a cell with
 /// displays but no text says `(no text output)`, one with nothing at all `(no output)`; on
 /// stderr, so stdout holds only what the cells gave.

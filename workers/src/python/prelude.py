@@ -491,15 +491,20 @@ _PLAIN_TYPES = frozenset((int, float, complex, bool, str, bytes, bytearray, rang
 
 
 def show_trailing(value):
-    """The cell's trailing value (already printed as text) also goes out as a bundle when it
-    has a rich form, so hosts that render JSON, HTML or images get it."""
+    """Sends the cell's trailing value as a bundle when it has a rich form, so hosts that
+    render JSON, HTML or images get it. Returns whether that bundle stands for the value's
+    text too: a value with a rich repr (HTML, Markdown, an image, ...) is one bundle, as in
+    Jupyter, and its `text/plain` is not printed beside it; a JSON value (a dict or list) is
+    printed as well, its bundle only adding structure."""
     if type(value) in _PLAIN_TYPES:
-        return  # the common case, without looking for `_repr_*_` methods
+        return False  # the common case, without looking for `_repr_*_` methods
     if _is_pyplot_figure(value):
-        return  # sent with the cell's other open figures; once is enough
+        return False  # sent with the cell's other open figures; once is enough
     bundle = _bundle(value, rich_only=True)
-    if bundle is not None and len(json.dumps(bundle)) <= TRAILING_BUNDLE_LIMIT:
-        _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": bundle})
+    if bundle is None or len(json.dumps(bundle)) > TRAILING_BUNDLE_LIMIT:
+        return False
+    _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": bundle})
+    return any(mime not in ("text/plain", "application/json") for mime in bundle)
 
 
 # --- IPython ---------------------------------------------------------------------------

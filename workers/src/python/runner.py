@@ -371,9 +371,8 @@ def _run_cell(cell_id, source, namespace):
             namespace.pop(RESULT_NAME, None)
             if "cellvisor_exit" in sys.modules:  # raises exit()'s SystemExit if it was called
                 sys.modules["cellvisor_exit"].end_cell()
-        if value is not None:
+        if value is not None and not _prelude.show_trailing(value):
             _show_trailing_text(repr(value) + "\n")
-            _prelude.show_trailing(value)
         _prelude.send_figures()
         return "ok", None
     except KeyboardInterrupt:
