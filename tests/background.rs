@@ -672,3 +672,37 @@ fn a_dropped_uncollected_result_is_named_by_the_next_wait() {
     }
     daemon.stop();
 }
+
+/// Issue 27 item 7: a client waiting on a background cell when the daemon stops is told that
+/// the daemon stopped, not that the session was reset or closed.
+#[test]
+fn a_wait_cut_short_by_a_daemon_stop_says_the_daemon_stopped() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let yielded = client.eval(
+        "stopping",
+        json!([{"language": "py", "yield_time_ms": 200,
+                "code": "import time\nprint('a', flush=True)\ntime.sleep(60)"}]),
+    );
+    assert_eq!(cell(&yielded, 0)["status"], "running", "{yielded:#}");
+    let id = cell(&yielded, 0)["cell_id"].clone();
+    let mut waiting = daemon.client();
+    let asked = waiting.send(
+        "wait",
+        json!({"session": "stopping", "cell_id": id, "yield_time_ms": 60_000}),
+    );
+    let watched = wait_until(Duration::from_secs(20), || {
+        let row = status_row(&mut client, "stopping");
+        (row["observed"] == true).then_some(()).ok_or(row)
+    });
+    assert!(watched.is_ok(), "the wait watches the cell: {watched:?}");
+    daemon.stop();
+    let answer = std::iter::from_fn(|| waiting.read())
+        .find(|message| message["id"] == json!(asked))
+        .expect("the wait is answered before the daemon goes");
+    let result = &answer["result"];
+    assert_eq!(result["status"], "cancelled", "{answer:#}");
+    let text = result["output"].as_str().unwrap_or_default();
+    assert!(text.contains("Interrupted: the daemon stopped"), "{text:?}");
+    assert!(!text.contains("reset or closed"), "{text:?}");
+}

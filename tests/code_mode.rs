@@ -551,3 +551,98 @@ fn output_takes_the_artifact_reference_a_truncation_notice_prints() {
     );
     daemon.stop();
 }
+
+/// Issue 27 item 7: a stored integer too big for a double (5000 digits) is refused by every
+/// language's `load`, JavaScript included (it gave `Infinity`), each naming the key.
+#[test]
+fn every_language_refuses_to_load_an_integer_beyond_a_double() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let written = one(
+        &mut client,
+        "huge",
+        "py",
+        "import os\nd = os.environ['CELLVISOR_STORE_DIR']\nos.makedirs(d, exist_ok=True)\n\
+         open(os.path.join(d, 'huge.json'), 'w').write('{\"n\": [' + '7' * 5000 + ']}')",
+    );
+    assert_eq!(cell(&written, 0)["status"], "complete", "{written:#}");
+    for (language, code) in [
+        ("js", "text(String(load('huge').n[0]))"),
+        ("py", "print(load('huge')['n'][0])"),
+        ("lua", "print(load('huge').n[1])"),
+    ] {
+        let loaded = one(&mut client, "huge", language, code);
+        let failed = cell(&loaded, 0);
+        assert_eq!(failed["status"], "error", "{language}: {loaded:#}");
+        let text = failed["output"].as_str().unwrap_or_default();
+        assert!(
+            text.contains("load: the stored value of") && text.contains("huge"),
+            "{language}: {text}"
+        );
+        assert!(!text.contains("Infinity"), "{language}: {text}");
+    }
+    daemon.stop();
+}
+
+/// Issue 27 item 7: a Lua table with integer keys that is no sequence (sparse, or with a
+/// field besides its items) comes back from `store`/`load` with integer keys, not strings;
+/// Python and JavaScript load the same JSON object with its string keys.
+#[test]
+fn a_sparse_lua_table_keeps_its_integer_keys_through_the_store() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let stored = one(
+        &mut client,
+        "sparse",
+        "lua",
+        "store('sparse', {[1] = 1, [1000000] = 2}); store('packed', table.pack(10, 20))",
+    );
+    assert_eq!(cell(&stored, 0)["status"], "complete", "{stored:#}");
+    let lua = one(
+        &mut client,
+        "sparse",
+        "lua",
+        "local t = load('sparse')\n\
+         print(t[1], t[1000000], t['1'], math.type(next(t)))\n\
+         local p = load('packed')\n\
+         print(#p, p[1], p[2], p.n, p['1'])",
+    );
+    assert_eq!(
+        output(&lua, 0),
+        "1\t2\tnil\tinteger\n2\t10\t20\t2\tnil\n",
+        "{lua:#}"
+    );
+    let py = one(
+        &mut client,
+        "sparse",
+        "py",
+        "print(sorted(load('sparse').items()))",
+    );
+    assert_eq!(output(&py, 0), "[('1', 1), ('1000000', 2)]\n", "{py:#}");
+    let js = one(
+        &mut client,
+        "sparse",
+        "js",
+        "text(load('sparse')[1000000] + ' ' + JSON.stringify(load('packed')))",
+    );
+    assert_eq!(output(&js, 0), "2 {\"1\":10,\"2\":20,\"n\":2}\n", "{js:#}");
+    daemon.stop();
+}
+
+/// Issue 27 item 7: Lua's `load(chunk)` is the store helper in a cell; calling it with code
+/// fails with a message that names `lua_load`, Lua's own `load`.
+#[test]
+fn lua_load_of_a_chunk_points_at_lua_load() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    for code in ["load('return 6 * 7')()", "load(function() return nil end)"] {
+        let result = one(&mut client, "chunk", "lua", code);
+        let failed = cell(&result, 0);
+        assert_eq!(failed["status"], "error", "{code}: {result:#}");
+        let text = failed["output"].as_str().unwrap_or_default();
+        assert!(text.contains("lua_load"), "{code}: {text}");
+    }
+    let builtin = one(&mut client, "chunk", "lua", "lua_load('return 6 * 7')()");
+    assert_eq!(output(&builtin, 0), "42\n", "{builtin:#}");
+    daemon.stop();
+}

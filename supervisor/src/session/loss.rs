@@ -9,7 +9,7 @@
 
 use super::messages::WorkerExited;
 use super::outcome::{
-    self, append_line, CancelCause, Consequence, KillReason, WorkerEnd, WorkerLoss,
+    self, append_line, CancelCause, Consequence, KillReason, StopCause, WorkerEnd, WorkerLoss,
 };
 use super::policy::{RestartBudget, Verdict};
 use super::{Session, SessionKey, Worker};
@@ -20,8 +20,8 @@ use actix::prelude::*;
 /// How the worker ended, as the session saw it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum How {
-    /// The session stopped it on purpose (reset, close): not a loss.
-    Planned,
+    /// The session stopped it on purpose (reset, close, the daemon's stop): not a loss.
+    Planned(StopCause),
     /// The session killed it for a policy.
     Killed(KillReason),
     /// It ended by itself.
@@ -99,10 +99,10 @@ pub fn plan(lost: Lost<'_>, budget: &mut RestartBudget) -> Plan {
         cell,
     } = lost;
     let end = match how {
-        How::Planned => {
+        How::Planned(why) => {
             let cancelled = cell.map(|cell| {
                 let mut text = cell.produced;
-                append_line(&mut text, &CancelCause::SessionStopped.line());
+                append_line(&mut text, &CancelCause::SessionStopped(why).line());
                 text
             });
             return Plan::Stopped { cancelled };
@@ -197,7 +197,7 @@ impl Handler<WorkerExited> for Session {
             }
         }
         let how = match worker {
-            Worker::Stopping { .. } => How::Planned,
+            Worker::Stopping { .. } => How::Planned(self.stop_cause),
             Worker::Ready {
                 killed_for: Some(reason),
                 ..
@@ -212,7 +212,7 @@ impl Handler<WorkerExited> for Session {
         if let Some(job) = running.as_mut().and_then(|r| r.job.state.take()) {
             let task = running.take();
             let why = match &how {
-                How::Planned => "it was stopped".to_string(),
+                How::Planned(_) => "it was stopped".to_string(),
                 How::Killed(reason) => reason.to_string(),
                 How::Ended(end) => end.to_string(),
             };
@@ -220,7 +220,7 @@ impl Handler<WorkerExited> for Session {
             if let Some(task) = task {
                 self.deliver_final(task, CellReport::error(format!("the worker ended: {why}")));
             }
-            if how != How::Planned && !self.after_stop.is_empty() {
+            if !matches!(how, How::Planned(_)) && !self.after_stop.is_empty() {
                 self.finish_stop(ctx);
                 return;
             }
@@ -584,14 +584,22 @@ mod tests {
     #[test]
     fn a_planned_stop_is_no_loss_and_cancels_the_running_cell() {
         let mut budget = RestartBudget::new(1);
-        let planned = lose(How::Planned, "x", Some(cell(true, "so far")), &mut budget);
-        assert_eq!(
-            planned,
-            Plan::Stopped {
-                cancelled: Some("so far\nInterrupted: the session was reset or closed\n".into())
-            }
-        );
-        let planned = lose(How::Planned, "", None, &mut budget);
+        // A daemon's stop says so (issue 27 item 7), not "reset or closed".
+        for (why, line) in [
+            (StopCause::ResetOrClosed, "the session was reset or closed"),
+            (StopCause::DaemonStopped, "the daemon stopped"),
+        ] {
+            let planned = lose(
+                How::Planned(why),
+                "x",
+                Some(cell(true, "so far")),
+                &mut budget,
+            );
+            let cancelled = Some(format!("so far\nInterrupted: {line}\n"));
+            assert_eq!(planned, Plan::Stopped { cancelled });
+        }
+        let reset = How::Planned(StopCause::ResetOrClosed);
+        let planned = lose(reset, "", None, &mut budget);
         assert_eq!(planned, Plan::Stopped { cancelled: None });
         assert_eq!(budget.restarts(), 0);
         assert_eq!(budget.on_loss(true), Verdict::Restart, "not charged");

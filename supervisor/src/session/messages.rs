@@ -45,6 +45,9 @@ pub struct ResetSession {
 pub struct CloseSession {
     pub eviction: Option<Eviction>,
     /// Save the namespace first, for this reason, if the configuration wants it.
+    /// [`SaveReason::DaemonStop`] also tells a cell cut short that the daemon stopped.
+    ///
+    /// [`SaveReason::DaemonStop`]: crate::snapshots::policy::SaveReason::DaemonStop
     pub save: Option<crate::snapshots::policy::SaveReason>,
     pub reply: Option<oneshot::Sender<()>>,
 }

@@ -50,7 +50,7 @@ use cellvisor_ipc::{Language, ToolInfo};
 use link::Link;
 pub use messages::*;
 use observation::{Observer, Uncollected};
-use outcome::{Eviction, KillReason};
+use outcome::{Eviction, KillReason, StopCause};
 use policy::{Deadline, RestartBudget};
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -275,6 +275,8 @@ pub struct Session {
     reset_replies: Vec<oneshot::Sender<()>>,
     /// Set once a close is under way: why the supervisor closed it, if it did.
     closing: Option<Option<Eviction>>,
+    /// What a cell cut short by a planned stop of the worker is told.
+    stop_cause: StopCause,
     queue: VecDeque<CellJob>,
     running: Option<Running>,
     /// Results of background cells that ended while nobody waited.
@@ -335,6 +337,7 @@ impl Session {
             close_replies: Vec::new(),
             reset_replies: Vec::new(),
             closing: None,
+            stop_cause: StopCause::default(),
             queue: VecDeque::new(),
             running: None,
             uncollected: Uncollected::new(),

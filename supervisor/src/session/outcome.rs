@@ -142,8 +142,18 @@ pub enum CancelCause {
     Timeout(Duration),
     /// The host interrupted it, or the host that asked for it went away.
     Interrupt,
-    /// Its session was reset or closed under it.
-    SessionStopped,
+    /// Its session stopped its worker under it.
+    SessionStopped(StopCause),
+}
+
+/// Why a session stopped its worker on purpose, as the running cell is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StopCause {
+    /// A host reset or closed the session, or the supervisor evicted it.
+    #[default]
+    ResetOrClosed,
+    /// The daemon (or whatever ran the supervisor) is stopping every session.
+    DaemonStopped,
 }
 
 impl CancelCause {
@@ -154,7 +164,12 @@ impl CancelCause {
                 format!("Command timed out after {} seconds", humanize_secs(after))
             }
             CancelCause::Interrupt => "Interrupted".to_string(),
-            CancelCause::SessionStopped => "Interrupted: the session was reset or closed".into(),
+            CancelCause::SessionStopped(StopCause::ResetOrClosed) => {
+                "Interrupted: the session was reset or closed".into()
+            }
+            CancelCause::SessionStopped(StopCause::DaemonStopped) => {
+                "Interrupted: the daemon stopped".into()
+            }
         }
     }
 }

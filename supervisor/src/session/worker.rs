@@ -8,7 +8,7 @@ use super::messages::{
     ClaimWorker, CloseSession, HeartbeatTick, MemoryTick, ResetSession, SessionEvent,
     StopEscalation, StopStep, UpdateConfig, WorkerNotice, WorkerStarted,
 };
-use super::outcome::{self, KillReason};
+use super::outcome::{self, KillReason, StopCause};
 use super::state::{AfterSave, SnapshotFate};
 use super::{AfterStop, Session, Worker};
 use crate::python_choice::PythonChoice;
@@ -191,6 +191,9 @@ impl Handler<CloseSession> for Session {
         if let Some(reply) = msg.reply {
             self.close_replies.push(reply);
         }
+        if msg.save == Some(SaveReason::DaemonStop) {
+            self.stop_cause = StopCause::DaemonStopped;
+        }
         let saving = self.closing.is_none()
             && msg
                 .save
@@ -327,7 +330,12 @@ impl Session {
         self.worker = Worker::None;
         let actions = std::mem::take(&mut self.after_stop);
         if actions.iter().any(|a| matches!(a, AfterStop::Close)) {
-            let why = format!("session {} was closed", self.key);
+            let why = match self.stop_cause {
+                StopCause::DaemonStopped => {
+                    format!("session {} was closed: the daemon stopped", self.key)
+                }
+                StopCause::ResetOrClosed => format!("session {} was closed", self.key),
+            };
             for job in self.queue.drain(..) {
                 let _ = job.reply.send(CellReport::error(why.clone()));
             }

@@ -401,12 +401,25 @@
     const json = native.storeRead(key);
     status("load", { key, found: json !== undefined });
     if (json === undefined) return undefined;
+    let value;
     try {
-      return JSON.parse(json);
+      // Only a number with 309 digits or a 3-digit exponent can overflow a double: the check of
+      // every number runs only when the text has one (or a string that looks like one).
+      value = /\d{309}|[eE][+-]?\d{3}/.test(json) ? JSON.parse(json, finiteNumbers) : JSON.parse(json);
     } catch (error) {
       throw new Error(`load: the stored value of "${key}" is not valid JSON (${error.message})`);
     }
+    return value;
   });
+
+  // JSON.parse reads a number beyond a double (a 5000-digit integer from Python, 1e400) as
+  // Infinity; Python and Lua refuse to load such a value, and so does this.
+  function finiteNumbers(_, value) {
+    if (typeof value === "number" && !Number.isFinite(value)) {
+      throw new RangeError("number out of range: beyond what a JavaScript number holds");
+    }
+    return value;
+  }
 
   // exit(): ends the cell successfully. The native side throws an error no catch or finally
   // block sees, so nothing after it runs; values stored before it are on disk already.

@@ -850,6 +850,38 @@ fn store_and_load_persist_json_on_disk() {
     );
 }
 
+/// Issue 27 item 7: a stored number beyond a double (a 5000-digit integer, as Python can
+/// write, or 1e400) is refused by `load`, as Python and Lua refuse it, not read as Infinity.
+#[test]
+fn load_refuses_a_number_beyond_a_double() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(&store).expect("store dir");
+    let huge = format!("{{\"n\": [1, {}]}}", "7".repeat(5000));
+    std::fs::write(store.join("huge.json"), huge).expect("write");
+    std::fs::write(store.join("exp.json"), "[-1e400]").expect("write");
+    // A long run of digits inside a string, or a small exponent, loads as it is.
+    let digits = format!("{{\"s\": \"{}\", \"x\": 1e300}}", "7".repeat(400));
+    std::fs::write(store.join("fine.json"), digits).expect("write");
+    let mut js = engine_in(dir.path());
+    for key in ["huge", "exp"] {
+        let ran = failed_with(
+            &mut js,
+            &format!("text(String(load('{key}')))"),
+            &format!("load: the stored value of \"{key}\" is not valid JSON (number out of range"),
+        );
+        assert!(!ran.stdout.contains("Infinity"), "{ran:?}");
+    }
+    assert_eq!(
+        completed(
+            &mut js,
+            "const f = load('fine'); text(f.s.length + ' ' + f.x)"
+        )
+        .stdout,
+        "400 1e+300\n"
+    );
+}
+
 #[test]
 fn exit_ends_the_cell_successfully() {
     let mut js = engine();

@@ -11,7 +11,8 @@
 local host = ...
 
 local type, error, format, tostring, pairs = type, error, string.format, tostring, pairs
-local math_type = math.type
+local math_type, tointeger = math.type, math.tointeger
+local rawget, tonumber, select = rawget, tonumber, select
 
 lua_load = load
 
@@ -101,6 +102,12 @@ local function unstorable(value, path, seen)
     if math_type(key) == "integer" then
       key_path = format("%s[%d]", path, key)
     elseif type(key) == "string" then
+      -- JSON writes the integer key 1 as "1" (and `load` reads it back as 1): one key.
+      local number = tonumber(key)
+      local integer = number ~= nil and tointeger(number) or nil
+      if integer ~= nil and tostring(integer) == key and rawget(value, integer) ~= nil then
+        return format('%s has the key %d and the key "%s" (both "%s" in JSON)', where, integer, key, key)
+      end
       key_path = path .. "." .. key
     else
       return format("%s has a %s key; JSON keys are strings or integers", where, type(key))
@@ -133,13 +140,22 @@ function store(key, value)
   host.status({ op = "store", key = key, bytes = bytes })
 end
 
+-- What a `load` that looks meant for Lua's own (a chunk, a function, more arguments) adds.
+local LUA_LOAD = "; load(key) reads the store: Lua's own load, to compile a chunk, is lua_load"
+
 -- load(key): the value stored under `key` in this session, or nil.
-function load(key)
+function load(key, ...)
   if type(key) ~= "string" then
-    error(format("load: key must be a string, not %s", type(key)), 2)
+    error(format("load: key must be a string, not %s%s", type(key), LUA_LOAD), 2)
+  end
+  if select("#", ...) > 0 then
+    error(format("load: takes one key, not %d arguments%s", select("#", ...) + 1, LUA_LOAD), 2)
   end
   local found, value = host.store_load(key)
   if found == nil then
+    if value:find("load: invalid key", 1, true) == 1 then
+      value = value .. LUA_LOAD
+    end
     error(value, 2)
   end
   host.status({ op = "load", key = key, found = found })

@@ -77,3 +77,35 @@ fn lua_load_is_the_builtin_load() {
     assert_eq!(completed(&mut lua, "lua_load('return 6 * 7')()"), "42\n");
     assert_eq!(completed(&mut lua, "load == lua_load"), "false\n");
 }
+
+/// Issue 27 item 7: `load` is the store helper; a call meant for Lua's own `load` (a chunk,
+/// a function, its extra arguments) fails with a message that names `lua_load`.
+#[test]
+fn load_of_a_chunk_names_lua_load() {
+    let mut lua = engine();
+    for code in [
+        "load('return 6 * 7')()",
+        "load(function() return nil end)",
+        "load('chunk', 'name', 't')",
+    ] {
+        let (summary, _) = failed(&mut lua, code);
+        assert!(summary.contains("Lua's own load"), "{code}: {summary}");
+        assert!(summary.contains("is lua_load"), "{code}: {summary}");
+    }
+    let (summary, _) = failed(&mut lua, "load(42)");
+    assert!(
+        summary.contains("key must be a string, not number"),
+        "{summary}"
+    );
+}
+
+/// A table with both the key 1 and the key "1" is refused by `store`: JSON would merge them.
+#[test]
+fn store_refuses_keys_json_would_merge() {
+    let mut lua = engine();
+    let (summary, _) = failed(&mut lua, "store('k', {a = {[1] = 'x', ['1'] = 'y'}})");
+    assert!(
+        summary.contains(r#"store: value.a has the key 1 and the key "1" (both "1" in JSON)"#),
+        "{summary}"
+    );
+}

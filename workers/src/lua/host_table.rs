@@ -362,7 +362,7 @@ fn store_load(lua: &Lua, key: String) -> mlua::Result<MultiValue> {
         Err(error) => return refused(lua, error),
     };
     match serde_json::from_str::<Json>(&text) {
-        Ok(json) => success([Value::Boolean(true), lua.to_value_with(&json, FROM_JSON)?]),
+        Ok(json) => success([Value::Boolean(true), json::to_lua(lua, &json)?]),
         Err(err) => failure(
             lua,
             format!("load: the stored value of \"{key}\" is not valid JSON ({err})"),

@@ -4,8 +4,12 @@
 //! silently drops the other keys of a mixed table (`{1, 2, x = 3}` would show as `[1, 2]`), and it
 //! cannot say "this is not plain data" without failing half-way. This converter only accepts what
 //! JSON can carry faithfully and otherwise answers `None`, so the caller falls back to `tostring`.
+//!
+//! JSON object keys are strings, so a table with integer keys that is no sequence
+//! (`{[1] = 1, [1000000] = 2}`, `table.pack(...)`) is written with keys like `"1"`; [`to_lua`],
+//! which `load` uses, reads a key written the way an integer is written back as that integer.
 
-use mlua::{Table, Value};
+use mlua::{Lua, Table, Value};
 use serde_json::{Map, Number, Value as Json};
 use std::collections::HashSet;
 use std::ffi::c_void;
@@ -20,7 +24,8 @@ const MAX_ENTRIES: usize = 1_000_000;
 /// The JSON form of `table` when it is plain data: keys that are all strings or integers,
 /// values that are booleans, numbers (finite), strings or plain tables, no cycles and no
 /// `__tostring` metamethod anywhere. A table whose keys are exactly `1..=n` (n > 0) becomes an
-/// array; anything else, including the empty table, an object with sorted keys.
+/// array; anything else, including the empty table, an object with sorted keys. A table with
+/// both the key 1 and the key "1" is not plain data: JSON would write both as `"1"`.
 pub(super) fn plain_table_json(table: &Table) -> Option<Json> {
     let mut converter = Converter {
         on_path: HashSet::new(),
@@ -80,10 +85,12 @@ impl Converter {
         if is_sequence(&mut entries) {
             return Some(Json::Array(entries.into_iter().map(|(_, v)| v).collect()));
         }
-        let object: Map<String, Json> = entries
-            .into_iter()
-            .map(|(key, value)| (key.into_string(), value))
-            .collect();
+        let mut object = Map::new();
+        for (key, value) in entries {
+            if object.insert(key.into_string(), value).is_some() {
+                return None;
+            }
+        }
         Some(Json::Object(object))
     }
 
@@ -126,6 +133,46 @@ fn is_sequence(entries: &mut [(Key, Json)]) -> bool {
         .iter()
         .zip(1_i64..)
         .all(|((k, _), expected)| matches!(k, Key::Integer(i) if *i == expected))
+}
+
+/// `json` as a Lua value, for `load`: `null` is `nil` (a hole in an array, a missing field),
+/// arrays are sequences without a metatable, and an object key written as an integer is
+/// written (`"1"`, `"-3"`, not `"01"` or `"+1"`) becomes that integer key, the way
+/// [`plain_table_json`] wrote it; other keys stay strings.
+pub(super) fn to_lua(lua: &Lua, json: &Json) -> mlua::Result<Value> {
+    Ok(match json {
+        Json::Null => Value::Nil,
+        Json::Bool(b) => Value::Boolean(*b),
+        Json::Number(n) => match n.as_i64() {
+            Some(i) => Value::Integer(i),
+            None => Value::Number(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Json::String(s) => Value::String(lua.create_string(s)?),
+        Json::Array(items) => {
+            let table = lua.create_table_with_capacity(items.len(), 0)?;
+            for (index, item) in (1_i64..).zip(items) {
+                table.raw_set(index, to_lua(lua, item)?)?;
+            }
+            Value::Table(table)
+        }
+        Json::Object(fields) => {
+            let table = lua.create_table_with_capacity(0, fields.len())?;
+            for (key, value) in fields {
+                let value = to_lua(lua, value)?;
+                match integer_key(key) {
+                    Some(i) => table.raw_set(i, value)?,
+                    None => table.raw_set(key.as_str(), value)?,
+                }
+            }
+            Value::Table(table)
+        }
+    })
+}
+
+/// The integer `key` is the decimal form of, if it is exactly that form.
+fn integer_key(key: &str) -> Option<i64> {
+    let integer: i64 = key.parse().ok()?;
+    (integer.to_string() == key).then_some(integer)
 }
 
 fn has_custom_tostring(table: &Table) -> bool {
@@ -191,4 +238,71 @@ fn is_identifier(key: &str) -> bool {
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
         && !KEYWORDS.contains(&key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `value` through the store's JSON text and back, as `store` then `load` do.
+    fn through_json(lua: &Lua, value: &Table) -> (String, Table) {
+        let text = plain_table_json(value).map(|json| json.to_string());
+        let text = text.unwrap_or_else(|| panic!("not plain data"));
+        let json: Json = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        match to_lua(lua, &json) {
+            Ok(Value::Table(table)) => (text, table),
+            other => panic!("{text} loaded as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn integer_keys_come_back_as_integers_and_other_keys_as_strings() -> mlua::Result<()> {
+        let lua = Lua::new();
+        let sparse: Table = lua
+            .load("return {[1] = 1, [1000000] = 2, [-3] = 'm', [0] = 'z', x = {[7] = true}}")
+            .eval()?;
+        let (text, back) = through_json(&lua, &sparse);
+        assert_eq!(
+            text,
+            r#"{"-3":"m","0":"z","1":1,"1000000":2,"x":{"7":true}}"#
+        );
+        assert_eq!(back.raw_get::<i64>(1)?, 1);
+        assert_eq!(back.raw_get::<i64>(1_000_000)?, 2);
+        assert_eq!(back.raw_get::<String>(-3)?, "m");
+        assert_eq!(back.raw_get::<String>(0)?, "z");
+        assert!(back.raw_get::<Value>("1")?.is_nil());
+        let inner: Table = back.raw_get("x")?;
+        assert!(inner.raw_get::<bool>(7)?);
+        // A sequence stays an array; a JSON object's other keys stay strings.
+        let json = serde_json::json!({"01": 1, "+2": 2, "-0": 3, "1.5": 4, "99999999999999999999": 5,
+                                      "list": [10, null, 30]});
+        let Value::Table(loaded) = to_lua(&lua, &json)? else {
+            panic!("an object loads as a table");
+        };
+        for key in ["01", "+2", "-0", "1.5", "99999999999999999999"] {
+            assert!(
+                !loaded.raw_get::<Value>(key)?.is_nil(),
+                "{key} stays a string"
+            );
+        }
+        let list: Table = loaded.raw_get("list")?;
+        assert_eq!(list.raw_get::<i64>(1)?, 10);
+        assert!(list.raw_get::<Value>(2)?.is_nil());
+        assert_eq!(list.raw_get::<i64>(3)?, 30);
+        assert!(list.metatable().is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn a_table_whose_keys_json_would_merge_is_not_plain_data() -> mlua::Result<()> {
+        let lua = Lua::new();
+        let both: Table = lua.load("return {[1] = 'a', ['1'] = 'b'}").eval()?;
+        assert_eq!(plain_table_json(&both), None);
+        let apart: Table = lua.load("return {[1] = 'a', ['01'] = 'b'}").eval()?;
+        assert_eq!(
+            plain_table_json(&apart).map(|json| json.to_string()),
+            Some(r#"{"01":"b","1":"a"}"#.to_string())
+        );
+        Ok(())
+    }
 }
