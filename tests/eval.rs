@@ -567,6 +567,54 @@ fn a_trailing_value_with_a_rich_repr_is_shown_once() {
     world.assert_no_processes_left(SETTLE);
 }
 
+/// A failed request of several cells ends naming the failed cell, on the terminal and in
+/// the result (`failed_cell`), whose `summary` totals what the cells gave (issue 28, item 1).
+#[test]
+fn a_failed_request_names_its_failed_cell_and_totals_its_outputs() {
+    let world = World::new();
+    let cells = json!([
+        {"language": "js", "code": "display({k: 1}); 1"},
+        {"language": "py", "code": "write('a.txt', 'x')\nraise ValueError('no data')", "title": "load"},
+        {"language": "lua", "code": "print('never')"}
+    ]);
+    let run = world.run_cells(&cells);
+    run.assert_code(1);
+    let result = run.json();
+    assert_eq!(
+        result["failed_cell"],
+        json!({"index": 1, "title": "load", "status": "error"})
+    );
+    assert_eq!(
+        result["summary"],
+        json!({"languages": ["js", "py", "lua"], "json_outputs": 1, "images": 0, "status_events": 1}),
+        "{result:#}"
+    );
+    let file = world.cells_file(&cells);
+    let run = world.run(&[
+        "eval",
+        "--no-daemon",
+        "--cells",
+        file.to_str().expect("utf-8"),
+    ]);
+    run.assert_code(1);
+    assert!(
+        run.stderr.trim_end().ends_with(
+            "cell 2 of 3 (\"load\") failed with an error; the cell after it was skipped"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stdout.contains("never"), "{}", run.stdout);
+    // A request that did not fail has no `failed_cell`, and a lone cell no summary line.
+    let run = world.run_cells(&json!([{"language": "lua", "code": "print(1)"}]));
+    run.assert_code(0);
+    assert!(run.json().get("failed_cell").is_none());
+    let run = world.run(&["eval", "--no-daemon", "-l", "py", "1/0"]);
+    run.assert_code(1);
+    assert!(!run.stderr.contains("cell 1 of 1"), "{}", run.stderr);
+    world.assert_no_processes_left(SETTLE);
+}
+
 /// Placeholders as the anchor's `eval` tool words them (issue 28, item 2): a cell with
 /// displays but no text says `(no text output)`, one with nothing at all `(no output)`; on
 /// stderr, so stdout holds only what the cells gave.

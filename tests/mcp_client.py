@@ -143,6 +143,10 @@ async def main(binary):
             check("ZeroDivisionError" in text, "the traceback is shown", result)
             check("(error)" in text, "the error status is shown", result)
             check("skipped" in text and "never" not in text, "the next cell is skipped", result)
+            # The call ends naming the failed cell (issue 28, item 1).
+            last = [b.text for b in result.content if b.type == "text"][-1]
+            check(last == 'cell 1 of 2 ("boom") failed with an error; the cell after it was skipped',
+                  "the last text block names the failed cell", result)
             print("failure: ok")
 
             # Bad requests are tool errors that say what is allowed.

@@ -334,18 +334,109 @@ pub struct EvalResult {
     /// The node (daemon) that ran the request (empty from a daemon that predates nodes).
     #[serde(default)]
     pub node: String,
+    /// The cell that failed or was cancelled (the later ones were skipped), so a host can
+    /// name it without scanning the cells.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_cell: Option<FailedCell>,
+    /// Totals over the cells, as an agent harness's tool details carry them.
+    #[serde(default)]
+    pub summary: EvalSummary,
 }
 
 impl EvalResult {
-    /// The result of these cells; `is_error` is computed from them so it cannot disagree.
+    /// The result of these cells; `is_error`, `failed_cell` and `summary` are computed from
+    /// them so they cannot disagree.
     pub fn from_cells(cells: Vec<CellResult>) -> EvalResult {
         let is_error = cells.iter().any(|c| c.report.status.failed());
         let node = cells.first().map(|c| c.node.clone()).unwrap_or_default();
+        let failed_cell = cells
+            .iter()
+            .find(|c| c.report.status.failed())
+            .map(|c| FailedCell {
+                index: c.index,
+                title: c.title.clone(),
+                status: c.report.status,
+            });
+        let summary = EvalSummary::of(&cells);
         EvalResult {
             is_error,
             cells,
             node,
+            failed_cell,
+            summary,
         }
+    }
+}
+
+/// The first cell of a request that failed or was cancelled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailedCell {
+    /// Its place in the request, from 0.
+    pub index: usize,
+    /// Its title, as the host sent it.
+    pub title: Option<String>,
+    /// `error` or `cancelled`.
+    pub status: CellStatus,
+}
+
+impl FailedCell {
+    /// The line a text host ends a failed request with: `cell 2 of 3 ("load") failed with an
+    /// error; the cell after it was skipped`.
+    pub fn summary_line(&self, cells: &[CellResult]) -> String {
+        let total = cells.len();
+        let title = match &self.title {
+            Some(title) => format!(" ({title:?})"),
+            None => String::new(),
+        };
+        let how = match self.status {
+            CellStatus::Cancelled => "was cancelled",
+            _ => "failed with an error",
+        };
+        let skipped = cells
+            .iter()
+            .filter(|c| c.index > self.index && c.report.status == CellStatus::Skipped)
+            .count();
+        let after = match skipped {
+            0 => String::new(),
+            1 => "; the cell after it was skipped".to_string(),
+            n => format!("; the {n} cells after it were skipped"),
+        };
+        format!("cell {} of {total}{title} {how}{after}", self.index + 1)
+    }
+}
+
+/// Totals over a request's cells.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EvalSummary {
+    /// The languages the cells ran in, in the order of first use.
+    pub languages: Vec<Language>,
+    /// Displays that carried JSON (`application/json`).
+    pub json_outputs: usize,
+    /// Displays that carried an image.
+    pub images: usize,
+    /// What the helpers reported, over all cells.
+    pub status_events: usize,
+}
+
+impl EvalSummary {
+    fn of(cells: &[CellResult]) -> EvalSummary {
+        let mut summary = EvalSummary::default();
+        for cell in cells {
+            if !summary.languages.contains(&cell.language) {
+                summary.languages.push(cell.language);
+            }
+            for bundle in &cell.report.displays {
+                let has = |wanted: &dyn Fn(&str) -> bool| {
+                    bundle
+                        .as_object()
+                        .is_some_and(|bundle| bundle.keys().any(|mime| wanted(mime)))
+                };
+                summary.json_outputs += usize::from(has(&|mime| mime == "application/json"));
+                summary.images += usize::from(has(&|mime| mime.starts_with("image/")));
+            }
+            summary.status_events += cell.report.status_events.len();
+        }
+        summary
     }
 }
 
@@ -397,6 +488,74 @@ pub enum CellEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cell(
+        index: usize,
+        language: Language,
+        status: CellStatus,
+        displays: Vec<serde_json::Value>,
+    ) -> CellResult {
+        let spec = CellSpec {
+            language,
+            code: "x".into(),
+            title: (index == 1).then(|| "load".to_string()),
+            timeout: None,
+            reset: false,
+            yield_time_ms: None,
+        };
+        let mut report = CellReport::without_run(status, String::new());
+        report.displays = displays;
+        report.status_events = vec![serde_json::json!({"op": "read"})];
+        report.into_result(index, 0, &spec)
+    }
+
+    #[test]
+    fn a_result_names_its_failed_cell_and_totals_its_outputs() {
+        use serde_json::json;
+        let png = json!({"image/png": "iVBO", "text/plain": "<Figure>"});
+        let data = json!({"application/json": {"k": 1}, "text/plain": "{'k': 1}"});
+        let result = EvalResult::from_cells(vec![
+            cell(
+                0,
+                Language::JavaScript,
+                CellStatus::Complete,
+                vec![data.clone(), png],
+            ),
+            cell(1, Language::Python, CellStatus::Error, vec![data]),
+            cell(2, Language::JavaScript, CellStatus::Skipped, vec![]),
+            cell(3, Language::Lua, CellStatus::Skipped, vec![]),
+        ]);
+        let failed = result.failed_cell.clone().expect("a failed cell");
+        assert_eq!((failed.index, failed.title.as_deref()), (1, Some("load")));
+        assert_eq!(
+            failed.summary_line(&result.cells),
+            "cell 2 of 4 (\"load\") failed with an error; the 2 cells after it were skipped"
+        );
+        assert_eq!(
+            result.summary,
+            EvalSummary {
+                languages: vec![Language::JavaScript, Language::Python, Language::Lua],
+                json_outputs: 2,
+                images: 1,
+                status_events: 4,
+            }
+        );
+        let cancelled =
+            EvalResult::from_cells(vec![cell(0, Language::Lua, CellStatus::Cancelled, vec![])]);
+        let failed = cancelled.failed_cell.clone().expect("a cancelled cell");
+        assert_eq!(
+            failed.summary_line(&cancelled.cells),
+            "cell 1 of 1 was cancelled"
+        );
+        let fine =
+            EvalResult::from_cells(vec![cell(0, Language::Lua, CellStatus::Complete, vec![])]);
+        assert_eq!(fine.failed_cell, None);
+        // Absent from the JSON of a request that did not fail; read back as absent.
+        let text = serde_json::to_value(&fine).expect("serialize");
+        assert!(text.get("failed_cell").is_none(), "{text}");
+        let back: EvalResult = serde_json::from_value(text).expect("deserialize");
+        assert_eq!(back, fine);
+    }
 
     #[test]
     fn a_request_timeout_fills_cells_without_one_and_its_reset_goes_to_the_first() {

@@ -375,6 +375,9 @@ pub(super) fn print_result(result: &EvalResult, json: bool, session: &str) {
         }
     }
     let _ = out.flush();
+    if let Some(failed) = result.failed_cell.as_ref().filter(|_| total > 1) {
+        eprintln!("{}", failed.summary_line(&result.cells));
+    }
 }
 
 fn print_cell(out: &mut impl Write, cell: &CellResult, total: usize) {

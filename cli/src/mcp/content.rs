@@ -15,6 +15,9 @@ pub(super) fn render_result(result: &EvalResult) -> CallToolResult {
         content.push(ContentBlock::text(text));
         content.extend(images);
     }
+    if let Some(failed) = result.failed_cell.as_ref().filter(|_| total > 1) {
+        content.push(ContentBlock::text(failed.summary_line(&result.cells)));
+    }
     if result.is_error {
         CallToolResult::error(content)
     } else {

@@ -101,46 +101,41 @@ fn terminate_params() -> TerminateParams {
 
 /// A one-cell result with `status` (a cell in the background is `running`).
 fn cell_result(status: CellStatus, output: &str) -> EvalResult {
-    let mut result = eval_result();
-    result.cells[0].report.status = status;
-    result.cells[0].exit_code = i32::from(status.failed());
-    result.cells[0].report.output = output.into();
-    result.cells[0].report.displays.clear();
-    result.cells[0].report.status_events.clear();
-    result.cells[0].report.truncation.total_bytes = output.len() as u64;
-    result.is_error = result.cells[0].exit_code != 0;
-    result
+    let mut cell = eval_result().cells.remove(0);
+    cell.report.status = status;
+    cell.exit_code = i32::from(status.failed());
+    cell.report.output = output.into();
+    cell.report.displays.clear();
+    cell.report.status_events.clear();
+    cell.report.truncation.total_bytes = output.len() as u64;
+    EvalResult::from_cells(vec![cell])
 }
 
 fn eval_result() -> EvalResult {
-    EvalResult {
-        is_error: false,
-        cells: vec![CellResult {
-            index: 0,
-            cell_id: 7,
-            title: Some("first".into()),
-            language: Language::Python,
-            exit_code: 0,
-            report: CellReport {
-                status: CellStatus::Complete,
-                output: "1\n".into(),
-                duration_ms: 12.5,
-                displays: vec![json!({"text/html": "<b>1</b>"})],
-                status_events: vec![json!({"kind": "progress", "done": 1})],
-                truncation: Truncation {
-                    truncated: false,
-                    total_bytes: 2,
-                    total_lines: 1,
-                    artifact_path: None,
-                    artifact_error: None,
-                },
-                notice: None,
-                state: None,
+    EvalResult::from_cells(vec![CellResult {
+        index: 0,
+        cell_id: 7,
+        title: Some("first".into()),
+        language: Language::Python,
+        exit_code: 0,
+        report: CellReport {
+            status: CellStatus::Complete,
+            output: "1\n".into(),
+            duration_ms: 12.5,
+            displays: vec![json!({"text/html": "<b>1</b>"})],
+            status_events: vec![json!({"kind": "progress", "done": 1})],
+            truncation: Truncation {
+                truncated: false,
+                total_bytes: 2,
+                total_lines: 1,
+                artifact_path: None,
+                artifact_error: None,
             },
-            node: "node-a".into(),
-        }],
+            notice: None,
+            state: None,
+        },
         node: "node-a".into(),
-    }
+    }])
 }
 
 fn status_result() -> Vec<SessionStatus> {
@@ -279,6 +274,28 @@ fn examples() -> Vec<(String, Value)> {
             protocol::response(json!(id), Ok(result)),
         );
     }
+    // A request whose second cell failed: the third was skipped, and the result names the
+    // failed cell.
+    let mut failed = eval_result().cells.remove(0);
+    failed.index = 1;
+    failed.title = Some("load".into());
+    failed.report.status = CellStatus::Error;
+    failed.exit_code = 1;
+    failed.report.output = "ValueError: no data\n".into();
+    let spec = CellSpec {
+        language: Language::Lua,
+        code: "print(rows)".into(),
+        title: None,
+        timeout: None,
+        reset: false,
+        yield_time_ms: None,
+    };
+    let skipped = CellResult::skipped(2, 9, &spec);
+    let result = EvalResult::from_cells(vec![eval_result().cells.remove(0), failed, skipped]);
+    push(
+        "result eval (a cell failed)",
+        protocol::response(json!(2), Ok(to_value(&result))),
+    );
     // Notifications while an eval runs.
     for (name, event) in events() {
         let params = to_value(&protocol::EvalEvent {
@@ -388,6 +405,7 @@ fn reencode(name: &str, line: &Value) -> Value {
             _ => Value::Object(params(request.params).expect("no params")),
         };
     } else if let Some(method) = name.strip_prefix("result ") {
+        let method = method.split(' ').next().unwrap_or(method);
         let result = line["result"].clone();
         again["result"] = match method {
             method::INITIALIZE => to_value(
