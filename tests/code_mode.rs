@@ -581,6 +581,28 @@ fn every_language_refuses_to_load_an_integer_beyond_a_double() {
         );
         assert!(!text.contains("Infinity"), "{language}: {text}");
     }
+    // A float beyond a double is refused too, not read as `inf`.
+    let written = one(
+        &mut client,
+        "huge",
+        "py",
+        "import os\nd = os.environ['CELLVISOR_STORE_DIR']\n\
+         open(os.path.join(d, 'far.json'), 'w').write('[1e400, 1.5]')",
+    );
+    assert_eq!(cell(&written, 0)["status"], "complete", "{written:#}");
+    for (language, code) in [
+        ("js", "text(String(load('far')[0]))"),
+        ("py", "print(load('far')[0])"),
+        ("lua", "print(load('far')[1])"),
+    ] {
+        let loaded = one(&mut client, "huge", language, code);
+        let text = cell(&loaded, 0)["output"].as_str().unwrap_or_default();
+        assert!(text.contains("number out of range"), "{language}: {text}");
+        assert!(
+            !text.contains("inf\n") && !text.contains("Infinity"),
+            "{language}: {text}"
+        );
+    }
     daemon.stop();
 }
 

@@ -977,9 +977,18 @@ def load(key):
     if data is None:
         return None
     try:
-        return json.loads(data)
+        return json.loads(data, parse_float=_finite_float)
     except ValueError as error:
         raise ValueError("load: the stored value of %r is not valid JSON (%s)" % (key, error)) from None
+
+
+def _finite_float(text):
+    """A stored number as a float, refused beyond a double (as JavaScript and Lua refuse it),
+    not read as `inf`."""
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError("number out of range: beyond what a Python float holds")
+    return value
 
 
 def exit(code=None):
