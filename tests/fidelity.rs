@@ -360,3 +360,75 @@ fn python_print_streams_each_line_in_one_event() {
     );
     daemon.stop();
 }
+
+/// Issue 28 item 7: through the daemon, cells see the caller's environment (as `[env]`
+/// passes it), not the daemon's; a credential of the caller stays out; a live worker gets a
+/// change applied before the cell, with a notice naming the variable (never its value).
+#[test]
+fn cells_through_the_daemon_see_the_callers_environment() {
+    let world = common::World::with_config("[env]\nallow = [\"MYAPP_*\"]\n");
+    let eval_in = |session: &str, vars: &[(&str, &str)], language: &str, code: &str| {
+        let mut command = world.command();
+        for name in ["MYAPP_MODE", "MYAPP_TOKEN", "MYAPP_ONLY_DAEMON"] {
+            command.env_remove(name);
+        }
+        command.envs(vars.iter().copied());
+        let output = command
+            .args(["eval", "--session", session, "-l", language, code])
+            .output()
+            .expect("run cellvisor eval");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        );
+        assert!(output.status.success(), "{stdout}\n{stderr}");
+        (stdout, stderr)
+    };
+    let eval =
+        |vars: &[(&str, &str)], language: &str, code: &str| eval_in("env", vars, language, code);
+    // The daemon starts (for another session) from a caller with a variable of its own.
+    eval_in("boot", &[("MYAPP_ONLY_DAEMON", "d")], "lua", "print(1)");
+    let caller = [("MYAPP_MODE", "dev"), ("MYAPP_TOKEN", "secret-value")];
+    let cells = [
+        (
+            "py",
+            "import os, subprocess\n\
+             print(os.environ.get('MYAPP_MODE'), os.environ.get('MYAPP_TOKEN'), os.environ.get('MYAPP_ONLY_DAEMON'))\n\
+             _ = subprocess.run(['sh', '-c', 'echo child $MYAPP_MODE'])",
+            "dev None None\nchild dev\n",
+        ),
+        (
+            "js",
+            "console.log(process.env.MYAPP_MODE, process.env.MYAPP_TOKEN, process.env.MYAPP_ONLY_DAEMON)",
+            "dev undefined undefined\n",
+        ),
+        (
+            "lua",
+            "print(os.getenv('MYAPP_MODE'), os.getenv('MYAPP_TOKEN'), os.getenv('MYAPP_ONLY_DAEMON'))",
+            "dev\tnil\tnil\n",
+        ),
+    ];
+    for (language, code, expected) in cells {
+        let (stdout, stderr) = eval(&caller, language, code);
+        assert_eq!(stdout, expected, "{language}: {stderr}");
+        assert!(
+            !stderr.contains("environment changed"),
+            "{language}: {stderr}"
+        );
+    }
+    // A change reaches the live workers, named in a notice; the value stays out of it.
+    for (language, code, _) in cells {
+        let (stdout, stderr) = eval(&[("MYAPP_MODE", "prod-value")], language, code);
+        assert!(stdout.starts_with("prod-value"), "{language}: {stdout}");
+        assert!(
+            stderr.contains("the caller's environment changed: MYAPP_MODE"),
+            "{language}: {stderr}"
+        );
+        assert!(!stderr.contains("prod-value"), "{language}: {stderr}");
+        // And a variable the caller no longer has is gone.
+        let (stdout, _) = eval(&[], language, code);
+        assert!(!stdout.contains("prod-value"), "{language}: {stdout}");
+    }
+    world.run(&["stop"]).assert_code(0);
+    world.assert_no_processes_left(std::time::Duration::from_secs(5));
+}

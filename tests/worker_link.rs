@@ -85,6 +85,7 @@ impl Worker {
             cwd: None,
             tools,
             session_env: Vec::new(),
+            env_changes: Vec::new(),
             task: Default::default(),
         }));
     }

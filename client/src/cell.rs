@@ -47,6 +47,12 @@ pub struct EvalRequest {
     /// `<cwd>/.venv`, `<cwd>/venv`, `python.interpreter`, `PATH`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub virtual_env: Option<PathBuf>,
+    /// The caller's environment (its variables by name): the cells see it instead of the
+    /// daemon's, as far as the operator's `[env]` rules pass it; a live worker gets the
+    /// difference applied before the cell, with a notice naming the changed variables.
+    /// `None` leaves the workers' environment as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<std::collections::BTreeMap<String, String>>,
     /// Run the cells on new workers discarded after the request (like `sessions.mode =
     /// "per-call"`); the session's own workers and state are left alone.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -90,6 +96,7 @@ impl Default for EvalRequest {
             cells: Vec::new(),
             tools: Vec::new(),
             virtual_env: None,
+            env: None,
             fresh: false,
             sandbox: None,
             resume: false,

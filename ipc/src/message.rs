@@ -8,7 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Bumped whenever a message changes shape; both sides refuse a peer with another version.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// A cell language, and therefore a kind of worker. Serialized by its short name
 /// (`py`, `js`, `lua`) in JSON.
@@ -110,6 +110,10 @@ pub struct ExecuteCell {
     /// worker) learns them here, so its cells see what a worker started for the session
     /// would have. Empty on later cells.
     pub session_env: Vec<(String, String)>,
+    /// The caller's environment, as far as it differs from what the worker's cells saw so
+    /// far: a value to set, or `None` to remove the variable, applied before the cell runs
+    /// (Python's `os.environ`, JavaScript's `process.env`, Lua's `os.getenv`).
+    pub env_changes: Vec<(String, Option<String>)>,
     /// What to do: run `code` (every host cell), or save, load or list the namespace.
     pub task: crate::state::StateTask,
 }

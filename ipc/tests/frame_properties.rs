@@ -25,6 +25,7 @@ fn sample_frames() -> Vec<Vec<u8>> {
                 input_schema_json: "{}".into(),
             }],
             session_env: vec![("CELLVISOR_SESSION".into(), "s".into())],
+            env_changes: vec![("A".into(), Some("1".into())), ("B".into(), None)],
             task: Default::default(),
         }),
         ToWorker::Interrupt { cell_id: 3 },
@@ -108,7 +109,7 @@ proptest! {
 
     #[test]
     fn every_message_survives_a_round_trip(cell_id in any::<u64>(), code in ".*", data in proptest::collection::vec(any::<u8>(), 0..256)) {
-        let execute = ToWorker::Execute(ExecuteCell { cell_id, code, cwd: None, tools: Vec::new(), session_env: Vec::new(), task: Default::default() });
+        let execute = ToWorker::Execute(ExecuteCell { cell_id, code, cwd: None, tools: Vec::new(), session_env: Vec::new(), env_changes: Vec::new(), task: Default::default() });
         let frame = encode(&execute).expect("encode");
         let back: ToWorker = read_frame(&mut Cursor::new(&frame)).expect("read").expect("a frame");
         prop_assert_eq!(back, execute);

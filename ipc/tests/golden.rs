@@ -99,6 +99,7 @@ fn state_task(task: StateTask) -> ToWorker {
         cwd: None,
         tools: Vec::new(),
         session_env: Vec::new(),
+        env_changes: Vec::new(),
         task,
     })
 }
@@ -158,6 +159,10 @@ fn to_worker_examples() -> Vec<ToWorker> {
                 input_schema_json: r#"{"type":"object"}"#.into(),
             }],
             session_env: vec![("CELLVISOR_SESSION".into(), "notes".into())],
+            env_changes: vec![
+                ("MYAPP_MODE".into(), Some("dev".into())),
+                ("LC_ALL".into(), None),
+            ],
             task: Default::default(),
         }),
         state_task(StateTask::Save(Box::new(SaveOrder {

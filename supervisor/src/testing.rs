@@ -58,6 +58,7 @@ pub fn job(
         max_output_bytes: None,
         python: None,
         sandbox: None,
+        caller_env: None,
         requester,
         reply,
         state: None,

@@ -423,6 +423,7 @@ mod tests {
             cwd: None,
             tools: Vec::new(),
             session_env: Vec::new(),
+            env_changes: Vec::new(),
             task: Default::default(),
         })
     }

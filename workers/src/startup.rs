@@ -108,6 +108,7 @@ fn run_one<E: Engine>(engine: &mut E, file: &Path) -> Option<String> {
         cwd: None,
         tools: Vec::new(),
         session_env: Vec::new(),
+        env_changes: Vec::new(),
         task: Default::default(),
     };
     let outcome = engine.execute(&cell, &outbox, &Interrupt::default());

@@ -97,6 +97,11 @@ pub async fn run(args: EvalArgs, globals: &Globals) -> i32 {
     } else if args.no_daemon {
         run_in_process(request, config).await
     } else {
+        // The daemon's workers started from its environment: the cells see this caller's.
+        let request = EvalRequest {
+            env: Some(cellvisor::caller_environment(&config.env)),
+            ..request
+        };
         run_through_daemon(
             request,
             globals.socket(&config),
@@ -291,6 +296,7 @@ fn build_request(args: &EvalArgs) -> Result<EvalRequest, UsageError> {
         virtual_env: std::env::var_os("VIRTUAL_ENV")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from),
+        env: None,
         fresh: args.fresh,
         resume: args.resume,
         timeout: None,

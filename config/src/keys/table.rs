@@ -111,7 +111,7 @@ pub static KEYS: &[KeySpec] = &[
         "A worker whose resident memory (with its children) passes this is killed; checked every 50ms while a cell runs, every heartbeat-interval otherwise; unset: no cap."),
     // [env]
     key!(env.allow as "allow", Kind::Names, NewWorkers,
-        "Variables (or `PREFIX_*` patterns) passed to workers besides the built-in allowlist."),
+        "Variables (or `PREFIX_*` patterns) passed to workers besides the built-in allowlist (`PATH`, `HOME`, `USER`, `LOGNAME`, `SHELL`, `LANG`, `LANGUAGE`, `LC_*`, `TERM`, `TZ`, `TMPDIR`, `TEMP`, `TMP`, `XDG_*`, `VIRTUAL_ENV`, `CONDA_PREFIX`, `PYTHONPATH`, `PYENV_*`, `NODE_PATH`, `LUA_PATH`, `LUA_CPATH`, `RUST_LOG`), such as the prefix a host sets for its agents (`MYAPP_*`). The same rules pass the caller's environment, which `cellvisor eval` sends with each request: cells see the caller's variables, not the daemon's, and a live worker gets a change applied before the next cell, with a notice naming the variables."),
     key!(env.deny as "deny", Kind::Names, NewWorkers,
         "Variables (or patterns like `*_TOKEN`) always removed, besides the built-in denylist (`*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `*PASSWD*`, `*_KEY`, `*_KEY_ID`, `*CREDENTIAL*`, `*AUTH*`, `*_DSN`, `DATABASE_URL`); the denylist wins over every allow rule, only `set` passes a value past it."),
     key!(env.set as "set", Kind::Map, NewWorkers,

@@ -64,6 +64,7 @@ fn eval_request() -> EvalRequest {
             input_schema: json!({"type": "object"}),
         }],
         virtual_env: Some(PathBuf::from("/tmp/work/.venv")),
+        env: Some([("MYAPP_MODE".to_string(), "dev".to_string())].into()),
         fresh: true,
         resume: false,
         timeout: Some(30.0),

@@ -10,6 +10,30 @@
 
 mod inherited;
 
+/// This process's environment as a caller sends it with a request (`EvalRequest::env`):
+/// what `rules` pass, so credentials never leave the caller; the daemon filters it again
+/// with its own rules.
+pub fn caller_environment(rules: &cellvisor_config::EnvConfig) -> BTreeMap<String, String> {
+    let vars = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+    caller_vars(&vars.collect(), rules)
+}
+
+/// The variables of a caller's environment a worker may see: `[env]`'s allow and deny rules,
+/// as for the supervisor's own, then its `set` values over them.
+pub fn caller_vars(
+    vars: &BTreeMap<String, String>,
+    rules: &cellvisor_config::EnvConfig,
+) -> BTreeMap<String, String> {
+    let vars = vars
+        .iter()
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)));
+    inherited::filter(vars, rules)
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
+}
+
 use cellvisor_config::Config;
 use cellvisor_ipc::env as names;
 use cellvisor_ipc::Language;
@@ -170,6 +194,42 @@ impl WorkerEnv {
                 Some((name.to_string(), value.to_string_lossy().into_owned()))
             })
             .collect()
+    }
+
+    /// What a worker must change so that its cells see the caller's environment `caller`
+    /// (already filtered by [`caller_vars`]): against `before`, the caller's environment its
+    /// cells saw last, or against what the worker inherited when it has seen none yet. A
+    /// value to set, or `None` to remove, by name. Names cellvisor sets itself (the session,
+    /// the sandbox's directories, `VIRTUAL_ENV`, which chose the interpreter) are never
+    /// changed.
+    pub fn caller_changes(
+        &self,
+        caller: &BTreeMap<String, String>,
+        before: Option<&BTreeMap<String, String>>,
+    ) -> Vec<(String, Option<String>)> {
+        let inherited: BTreeMap<String, String>;
+        let before = match before {
+            Some(before) => before,
+            None => {
+                inherited = (self.inherited.iter())
+                    .filter_map(|(name, value)| {
+                        Some((name.to_str()?.to_string(), value.to_str()?.to_string()))
+                    })
+                    .collect();
+                &inherited
+            }
+        };
+        let ours = |name: &str| self.own.contains_key(name) || name == VIRTUAL_ENV;
+        let set = (caller.iter())
+            .filter(|(name, value)| before.get(*name) != Some(*value))
+            .map(|(name, value)| (name.clone(), Some(value.clone())));
+        let removed = (before.keys())
+            .filter(|name| !caller.contains_key(*name))
+            .map(|name| (name.clone(), None));
+        let mut changes: Vec<(String, Option<String>)> =
+            set.chain(removed).filter(|(name, _)| !ours(name)).collect();
+        changes.sort();
+        changes
     }
 
     /// The caller's virtual environment, over any the supervisor had.

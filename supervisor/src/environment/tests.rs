@@ -200,3 +200,67 @@ fn confining_sets_the_rules_and_own_directories_and_unconfining_restores_the_inh
     assert_eq!(value(&all, "MPLCONFIGDIR"), ["/home/u/.mpl"]);
     assert_eq!(env.artifact_dir(), Some(PathBuf::from("/run/artifacts")));
 }
+
+fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_callers_environment_is_filtered_as_the_supervisors_own() {
+    let mut config = Config::default();
+    config.env.allow.push("MYAPP_*".into());
+    config.env.set.insert("FIXED".into(), "1".into());
+    let caller = map(&[
+        ("MYAPP_MODE", "dev"),
+        ("MYAPP_TOKEN", "secret"),
+        ("AWS_SECRET_ACCESS_KEY", "k"),
+        ("LC_ALL", "C"),
+        ("UNRELATED", "x"),
+        ("FIXED", "caller's"),
+    ]);
+    assert_eq!(
+        caller_vars(&caller, &config.env),
+        map(&[("FIXED", "1"), ("LC_ALL", "C"), ("MYAPP_MODE", "dev")])
+    );
+}
+
+#[test]
+fn caller_changes_are_the_difference_and_never_touch_cellvisors_own_names() {
+    let config = Config::default();
+    let mut env = WorkerEnv::from_vars(
+        vars(&[("PATH", "/bin"), ("LANG", "C"), ("VIRTUAL_ENV", "/v")]),
+        &config,
+        Language::Python,
+    );
+    env.set_session("s", Path::new("/store"));
+    let caller = map(&[
+        ("PATH", "/usr/bin"),
+        ("LC_ALL", "C.UTF-8"),
+        ("CELLVISOR_SESSION", "other"),
+        ("PYTHONUNBUFFERED", "0"),
+    ]);
+    // Against what the worker inherited: PATH changes, LC_ALL comes, LANG (which the caller
+    // lacks) goes; VIRTUAL_ENV (which chose the interpreter) stays, and cellvisor's own
+    // names are not the caller's to set.
+    assert_eq!(
+        env.caller_changes(&caller, None),
+        vec![
+            ("LANG".to_string(), None),
+            ("LC_ALL".to_string(), Some("C.UTF-8".to_string())),
+            ("PATH".to_string(), Some("/usr/bin".to_string())),
+        ]
+    );
+    // Against the last caller's: only what changed.
+    let next = map(&[("PATH", "/usr/bin"), ("TZ", "UTC")]);
+    assert_eq!(
+        env.caller_changes(&next, Some(&caller)),
+        vec![
+            ("LC_ALL".to_string(), None),
+            ("TZ".to_string(), Some("UTC".to_string())),
+        ]
+    );
+    assert!(env.caller_changes(&next, Some(&next)).is_empty());
+}

@@ -50,6 +50,10 @@ impl Cellvisor {
         let policy = self.request_policy();
         let sandbox = self.sandbox_plan(&request)?.map(Arc::new);
         let python = self.python_choice(&request).map(Arc::new);
+        let caller_env = request.env.as_ref().map(|vars| {
+            let filter = &crate::locking::lock(&self.config).env;
+            Arc::new(crate::environment::caller_vars(vars, filter))
+        });
         let request_id = self
             .next_request
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -120,6 +124,7 @@ impl Cellvisor {
                         max_output_bytes,
                         python: python.clone().filter(|_| spec.language == Language::Python),
                         sandbox: sandbox.clone(),
+                        caller_env: caller_env.clone(),
                         requester: requester.clone(),
                         reply,
                         state: None,

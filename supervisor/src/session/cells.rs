@@ -316,14 +316,42 @@ impl Session {
             self.session_env_sent = *generation;
             self.spec.env.session_vars()
         };
+        let mut env_notice = None;
+        let env_changes = match job.caller_env.as_ref().filter(|_| !own_task) {
+            None => Vec::new(),
+            Some(caller) => {
+                let before = match &self.caller_env_applied {
+                    Some((applied_to, applied)) if applied_to == generation => {
+                        Some(Arc::clone(applied))
+                    }
+                    _ => None,
+                };
+                let changes = self.spec.env.caller_changes(caller, before.as_deref());
+                self.caller_env_applied = Some((*generation, Arc::clone(caller)));
+                // A worker's first caller environment is the one it is taken to start with;
+                // a later change to a live worker is named, the values never.
+                if before.is_some() && !changes.is_empty() {
+                    let names: Vec<&str> = changes.iter().map(|(name, _)| name.as_str()).collect();
+                    env_notice = Some(format!(
+                        "the caller's environment changed: {} (applied before this cell)",
+                        names.join(", ")
+                    ));
+                }
+                changes
+            }
+        };
         link.send(ToWorker::Execute(ExecuteCell {
             cell_id,
             code: job.spec.code.clone(),
             cwd: job.cwd.as_ref().map(|p| p.to_string_lossy().into_owned()),
             tools: job.tools.to_vec(),
             session_env,
+            env_changes,
             task,
         }));
+        if let Some(notice) = env_notice {
+            self.add_notice(notice);
+        }
         let mut requester = job.requester.clone();
         let requester_watch = ctx.spawn(
             async move {

@@ -109,6 +109,9 @@ pub struct CellJob {
     pub python: Option<Arc<crate::python_choice::PythonChoice>>,
     /// The sandbox the request runs under; `None`: none.
     pub sandbox: Option<Arc<crate::sandbox::Plan>>,
+    /// The caller's environment as the operator's `[env]` rules pass it; `None`: the caller
+    /// sent none, and the worker's environment stays as it is.
+    pub caller_env: Option<Arc<std::collections::BTreeMap<String, String>>>,
     /// Closes when whoever asked for the cell is gone (a client that disconnected): its
     /// running cell is then interrupted, and its queued cells are dropped.
     pub requester: watch::Receiver<()>,
@@ -147,6 +150,7 @@ impl CellJob {
             may_yield: false,
             python: None,
             sandbox: None,
+            caller_env: None,
             requester,
             reply,
             state: Some(state),
@@ -305,6 +309,8 @@ pub struct Session {
     /// The worker generation that has been sent the session's variables (with its first
     /// cell): a prewarmed worker was started without them.
     session_env_sent: u64,
+    /// The caller's environment the worker of this generation has, once a cell brought one.
+    caller_env_applied: Option<(u64, Arc<std::collections::BTreeMap<String, String>>)>,
     /// The snapshot directory (none when it could not be opened).
     snapshots: Option<Arc<crate::snapshots::SnapshotStore>>,
     /// A restore of the latest snapshot is due before the next cell; the cells run since it
@@ -356,6 +362,7 @@ impl Session {
             sandbox: None,
             python_choice: None,
             session_env_sent: 0,
+            caller_env_applied: None,
             restore_due: setup.restore.then_some(0),
             snapshots: setup.snapshots,
             cells_since_snapshot: 0,

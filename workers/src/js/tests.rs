@@ -50,6 +50,7 @@ fn run_full(
         cwd: None,
         tools,
         session_env: Vec::new(),
+        env_changes: Vec::new(),
         task: Default::default(),
     };
     let done = Arc::new(AtomicBool::new(false));

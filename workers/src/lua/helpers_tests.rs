@@ -365,6 +365,7 @@ fn run_with_host(lua: &mut LuaEngine, code: &str, interrupt: &Interrupt) -> (Ran
         cwd: None,
         tools: tools(),
         session_env: Vec::new(),
+        env_changes: Vec::new(),
         task: Default::default(),
     };
     let outcome = lua

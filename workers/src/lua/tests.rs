@@ -25,6 +25,7 @@ fn run_with(engine: &mut LuaEngine, code: &str, interrupt: &Interrupt) -> Ran {
         cwd: None,
         tools: Vec::new(),
         session_env: Vec::new(),
+        env_changes: Vec::new(),
         task: Default::default(),
     };
     let outcome = engine

@@ -326,6 +326,9 @@ impl Engine for PythonEngine {
         self.name.clone()
     }
 
+    /// The cells run in python, not here: the changes go with the cell's command.
+    fn apply_env_changes(&mut self, _changes: &[(String, Option<String>)]) {}
+
     fn own_children(&self) -> Vec<u32> {
         vec![self.child.id()]
     }
@@ -382,9 +385,20 @@ impl Engine for PythonEngine {
             "cwd": cell.cwd,
             "tools": tools,
         });
-        if !cell.session_env.is_empty() {
-            // The interpreter's own environment: a prewarmed worker learns its session here.
-            command["env"] = cell.session_env.iter().cloned().collect();
+        if !cell.session_env.is_empty() || !cell.env_changes.is_empty() {
+            // The interpreter's own environment: a prewarmed worker learns its session here,
+            // and every worker the caller's environment where it changed.
+            let set = cell.session_env.iter().cloned().chain(
+                (cell.env_changes.iter())
+                    .filter_map(|(name, value)| Some((name.clone(), value.clone()?))),
+            );
+            command["env"] = set.collect();
+            let unset: Vec<&String> = (cell.env_changes.iter())
+                .filter_map(|(name, value)| value.is_none().then_some(name))
+                .collect();
+            if !unset.is_empty() {
+                command["unset"] = serde_json::json!(unset);
+            }
         }
         let mut command = command.to_string();
         command.push('\n');

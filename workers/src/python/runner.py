@@ -667,12 +667,16 @@ def main():
                 tools = command.get("tools") or []
                 cwd = command.get("cwd")
                 session_env = {str(k): str(v) for k, v in (command.get("env") or {}).items()}
+                unset = [str(name) for name in (command.get("unset") or ())]
             except (ValueError, KeyError, TypeError, AttributeError):
                 _state.claimed = False
                 continue
             # The session's variables (name, store directory), sent with a worker's first
-            # cell: a worker started ahead of its session learns them here.
+            # cell: a worker started ahead of its session learns them here; and the caller's
+            # environment where it changed.
             os.environ.update(session_env)
+            for name in unset:
+                os.environ.pop(name, None)
             if cwd and cwd != _state.requested_cwd:
                 _state.requested_cwd = cwd
                 try:

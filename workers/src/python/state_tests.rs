@@ -58,6 +58,7 @@ impl Py {
             cwd: None,
             tools: Vec::new(),
             session_env: Vec::new(),
+            env_changes: Vec::new(),
             task: Default::default(),
         };
         let outcome = self.engine.execute(&cell, &outbox, &Interrupt::default());

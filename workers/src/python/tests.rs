@@ -150,6 +150,7 @@ impl Harness {
             cwd: None,
             tools,
             session_env: Vec::new(),
+            env_changes: Vec::new(),
             task: Default::default(),
         };
         let outcome = self.engine.execute(&cell, &outbox, interrupt);

@@ -93,6 +93,19 @@ pub trait Engine {
         Vec::new()
     }
 
+    /// Applies the caller's environment changes before a cell (`None` removes a variable).
+    /// An engine that runs its cells in this process sees them in its own environment, which
+    /// `process.env` and `os.getenv` read; set here, on the thread that runs the cells,
+    /// before the cell starts, so nothing of the cell reads the environment meanwhile.
+    fn apply_env_changes(&mut self, changes: &[(String, Option<String>)]) {
+        for (name, value) in changes {
+            match value {
+                Some(value) => std::env::set_var(name, value),
+                None => std::env::remove_var(name),
+            }
+        }
+    }
+
     /// Runs one cell to its end, streaming output through `outbox`. Errors in user code are a
     /// `Failed` outcome (with the traceback sent as output first), never an `Err`; `Err` means
     /// the engine itself can no longer run cells and the worker exits.

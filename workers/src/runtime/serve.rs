@@ -183,7 +183,10 @@ impl Link {
         let started = crate::process_tree::ticks_since_boot();
         let outcome = match enter_cwd(cell.cwd.as_deref()) {
             Ok(()) => match &cell.task {
-                StateTask::Code => engine.execute(cell, &self.outbox, interrupt),
+                StateTask::Code => {
+                    engine.apply_env_changes(&cell.env_changes);
+                    engine.execute(cell, &self.outbox, interrupt)
+                }
                 task => crate::state::run(engine, cell.cell_id, task, &self.outbox, interrupt),
             },
             Err(message) => {
