@@ -706,3 +706,77 @@ fn a_wait_cut_short_by_a_daemon_stop_says_the_daemon_stopped() {
     assert!(text.contains("Interrupted: the daemon stopped"), "{text:?}");
     assert!(!text.contains("reset or closed"), "{text:?}");
 }
+
+/// Issue 28 item 12: a `wait` streams the cell's events while it watches, as `eval` does: a
+/// `notify` (and output) made during the wait reaches the client at once, as `eval/event`
+/// notifications carrying the wait's own id, before the cell ends; the answer still holds
+/// the output.
+#[test]
+fn a_wait_streams_the_cells_events_while_it_watches() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (armed, go) = (dir.path().join("armed"), dir.path().join("go"));
+    let code = format!(
+        "import os, time\n\
+         while not os.path.exists({armed:?}): time.sleep(0.02)\n\
+         notify('halfway')\n\
+         print('half')\n\
+         while not os.path.exists({go:?}): time.sleep(0.02)\n\
+         'done'",
+        armed = armed.display().to_string(),
+        go = go.display().to_string(),
+    );
+    let started = client.eval(
+        "streamed-wait",
+        json!([{"language": "py", "code": code, "yield_time_ms": 100}]),
+    );
+    let first = cell(&started, 0);
+    assert_eq!(first["status"], "running", "{started:#}");
+    let id = client.send(
+        "wait",
+        json!({"session": "streamed-wait", "cell_id": first["cell_id"], "yield_time_ms": 60000}),
+    );
+    std::fs::write(&armed, "").expect("arm the cell");
+    // The cell cannot end before `go` exists: what arrives now came while the wait watched.
+    let mut streamed = Vec::new();
+    while !(streamed.iter().any(|e: &Value| e["event"] == "status")
+        && streamed.iter().any(|e: &Value| e["event"] == "output"))
+    {
+        let message = client.read().expect("the connection stays open");
+        assert_ne!(
+            message["id"],
+            json!(id),
+            "answered before its events: {message:#}"
+        );
+        assert_eq!(message["method"], "eval/event", "{message:#}");
+        assert_eq!(message["params"]["request_id"], json!(id), "{message:#}");
+        streamed.push(message["params"].clone());
+    }
+    let status = streamed
+        .iter()
+        .find(|e| e["event"] == "status")
+        .expect("status");
+    assert_eq!(status["status"]["message"], "halfway", "{streamed:#?}");
+    let output = streamed
+        .iter()
+        .find(|e| e["event"] == "output")
+        .expect("output");
+    assert_eq!(output["text"], "half\n", "{streamed:#?}");
+    std::fs::write(&go, "").expect("let the cell end");
+    let answer = loop {
+        let message = client.read().expect("the answer");
+        if message["id"] == json!(id) {
+            break message["result"].clone();
+        }
+    };
+    assert_eq!(answer["status"], "complete", "{answer:#}");
+    assert!(
+        answer["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("half\n"),
+        "{answer:#}"
+    );
+    daemon.stop();
+}

@@ -26,7 +26,7 @@ pub(super) async fn dispatch(
         method::RESET => reset(daemon, request.params).await,
         method::CLOSE => close(daemon, request.params).await,
         method::STATUS => to_json(&daemon.cv.status().await.map_err(refused)?),
-        method::WAIT => wait(daemon, request.params).await,
+        method::WAIT => wait(daemon, request, connection).await,
         method::TERMINATE => terminate(daemon, request.params).await,
         method::SHUTDOWN => shutdown(daemon),
         method::CONFIG_RELOAD => config_reload(daemon).await,
@@ -201,13 +201,49 @@ fn sessions_reached(count: Result<usize, RequestError>) -> Result<Value, RpcErro
 }
 
 /// `wait`: watches a cell that went to the background.
-async fn wait(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
-    let p: WaitParams = params(params_in)?;
+/// While it watches, the cell's events stream as `eval/event` notifications carrying the
+/// wait's own request id, as an `eval`'s do.
+async fn wait(
+    daemon: &Daemon,
+    request: Request,
+    connection: &Connection,
+) -> Result<Value, RpcError> {
+    let p: WaitParams = params(request.params)?;
+    let request_id = request.id.unwrap_or(Value::Null);
     let options = WaitOptions {
         yield_time_ms: p.yield_time_ms,
         max_tokens: p.max_tokens,
     };
-    let result = daemon.cv.wait(&p.session, p.cell_id, options).await;
+    let (events, mut events_rx) = mpsc::channel::<CellEvent>(64);
+    let wait = daemon
+        .cv
+        .wait_with_events(&p.session, p.cell_id, options, Some(events));
+    tokio::pin!(wait);
+    let result = loop {
+        tokio::select! {
+            biased;
+            Some(event) = events_rx.recv() => {
+                let line = protocol::encode_line(&protocol::TypedNotification::new(
+                    method::EVAL_EVENT,
+                    protocol::EvalEvent { request_id: &request_id, event: &event },
+                ));
+                // A client that stopped reading stalls only this cell's reader.
+                let _ = connection.out.send(line).await;
+            }
+            result = &mut wait => break result,
+        }
+    };
+    // What the cell sent just before the answer goes first, as in `eval`.
+    while let Ok(event) = events_rx.try_recv() {
+        let line = protocol::encode_line(&protocol::TypedNotification::new(
+            method::EVAL_EVENT,
+            protocol::EvalEvent {
+                request_id: &request_id,
+                event: &event,
+            },
+        ));
+        let _ = connection.out.send(line).await;
+    }
     to_json(&result.map_err(refused)?)
 }
 

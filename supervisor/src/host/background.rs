@@ -22,6 +22,18 @@ impl Cellvisor {
         cell_id: u64,
         options: WaitOptions,
     ) -> Result<CellResult, RequestError> {
+        self.wait_with_events(session, cell_id, options, None).await
+    }
+
+    /// [`Cellvisor::wait`], with the cell's events (output, displays, `notify` and helper
+    /// status) sent to `events` as they come while the wait watches, as `eval` streams them.
+    pub async fn wait_with_events(
+        &self,
+        session: &str,
+        cell_id: u64,
+        options: WaitOptions,
+        events: Option<tokio::sync::mpsc::Sender<crate::cell::CellEvent>>,
+    ) -> Result<CellResult, RequestError> {
         let yield_time = match options.yield_time_ms {
             Some(ms) if ms > MAX_WAIT_MS => return Err(RequestError::WaitTime(ms)),
             Some(ms) => std::time::Duration::from_millis(ms),
@@ -38,6 +50,7 @@ impl Cellvisor {
                 cell_id,
                 yield_time,
                 max_bytes,
+                events,
                 reply,
             })
         })

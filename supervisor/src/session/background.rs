@@ -70,6 +70,7 @@ impl Handler<WaitCell> for Session {
         let _ = running.observer.take_waiter_if(|w| w.reply.is_closed());
         match running.observer.attach(waiter) {
             Ok(()) => {
+                running.output.watch(msg.events);
                 let timer = ctx.notify_later(
                     WaitExpired {
                         cell_id: msg.cell_id,
@@ -93,14 +94,14 @@ impl Handler<WaitExpired> for Session {
     type Result = ();
     /// A wait's time passed with the cell still running: the output since the last look.
     fn handle(&mut self, msg: WaitExpired, _: &mut Context<Self>) {
-        let Some(waiter) = self
-            .running
-            .as_mut()
-            .filter(|r| r.cell_id == msg.cell_id)
-            .and_then(|r| r.observer.take_waiter_if(|w| w.ticket == msg.ticket))
-        else {
+        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == msg.cell_id) else {
             return;
         };
+        let Some(waiter) = running.observer.take_waiter_if(|w| w.ticket == msg.ticket) else {
+            return;
+        };
+        // The wait answers now: the cell's events go nowhere until the next one watches.
+        running.output.watch(None);
         if let Some((_, result)) = self.snapshot() {
             self.answer(waiter, result);
         }

@@ -89,11 +89,12 @@ impl ActiveCell {
         self
     }
 
-    /// The host's event stream, unless the cell went to the background (its request has
-    /// returned and nobody reads that stream any more).
+    /// The host's event stream; once the cell went to the background (its request has
+    /// returned and nobody reads that stream any more), the stream of the `wait` watching
+    /// it, if one does.
     fn events(&mut self) -> &mut Option<mpsc::Sender<CellEvent>> {
         if self.output.in_background() {
-            self.events = None;
+            self.events = self.output.watcher();
         }
         &mut self.events
     }

@@ -65,6 +65,8 @@ pub struct WaitCell {
     pub yield_time: Duration,
     /// A tighter cap on the returned output than the configuration's (`max_tokens`).
     pub max_bytes: Option<u64>,
+    /// Where the cell's events go while this wait watches it (`None`: only the answer).
+    pub events: Option<tokio::sync::mpsc::Sender<crate::cell::CellEvent>>,
     pub reply: CellReply,
 }
 

@@ -208,6 +208,7 @@ async fn a_background_cell_is_waited_on_terminated_and_its_loss_kept_for_collect
                 cell_id,
                 yield_time: Duration::from_millis(ms),
                 max_bytes: None,
+                events: None,
                 reply,
             })
         }

@@ -7,15 +7,19 @@
 //! moment later: the reader [`holds`](CellOutput::hold) what comes after the yield until the
 //! session has cut (or let go), so the host gets the output up to the yield exactly.
 
+use crate::cell::CellEvent;
 use crate::output::{OutputSink, SinkLimits, SinkResult};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use tokio::sync::mpsc;
 
 /// The shared output of one running cell.
 pub(crate) struct CellOutput {
     window: Mutex<Window>,
     /// The request that started the cell stopped watching: its event stream is done with.
     background: AtomicBool,
+    /// The event stream of the `wait` watching the cell in the background, while it does.
+    watcher: Mutex<Option<mpsc::Sender<CellEvent>>>,
 }
 
 struct Window {
@@ -56,6 +60,7 @@ impl CellOutput {
                 held: None,
             }),
             background: AtomicBool::new(false),
+            watcher: Mutex::new(None),
         }
     }
 
@@ -146,6 +151,21 @@ impl CellOutput {
 
     pub fn in_background(&self) -> bool {
         self.background.load(Ordering::SeqCst)
+    }
+
+    /// A `wait` watches the cell in the background: its events go to `events` from now on
+    /// (`None`: the wait wants none, or answered).
+    pub fn watch(&self, events: Option<mpsc::Sender<CellEvent>>) {
+        *self.watcher.lock().unwrap_or_else(|e| e.into_inner()) = events;
+    }
+
+    /// Where a background cell's events go now, if a `wait` that reads them watches it.
+    pub fn watcher(&self) -> Option<mpsc::Sender<CellEvent>> {
+        let mut watcher = self.watcher.lock().unwrap_or_else(|e| e.into_inner());
+        if watcher.as_ref().is_some_and(mpsc::Sender::is_closed) {
+            *watcher = None;
+        }
+        watcher.clone()
     }
 }
 
