@@ -516,6 +516,59 @@ fn the_daemon_gives_memory_back_after_a_big_request() {
     daemon.stop();
 }
 
+/// Issue 27 item 6: thousands of connections at once, then gone: the daemon gives the
+/// memory they took back, as after a big request.
+#[test]
+fn the_daemon_gives_memory_back_after_a_connection_spike() {
+    use std::io::{BufRead, BufReader, Write};
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let pid = client.call("initialize", json!({})).expect("initialize")["pid"]
+        .as_u64()
+        .expect("pid");
+    std::thread::sleep(Duration::from_millis(300));
+    let before = rss_bytes(pid);
+    let line = b"{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"initialize\"}\n";
+    let mut spike = Vec::new();
+    for _ in 0..3000 {
+        let mut stream = std::os::unix::net::UnixStream::connect(&daemon.socket).expect("connect");
+        stream.write_all(line).expect("send");
+        spike.push(stream);
+    }
+    // Every connection answered: each holds its reader, writer and buffers in the daemon.
+    for stream in &spike {
+        let mut answer = String::new();
+        BufReader::new(stream)
+            .read_line(&mut answer)
+            .expect("answer");
+        assert!(answer.contains("\"result\""), "{answer}");
+    }
+    let during = rss_bytes(pid);
+    drop(spike);
+    let settled = wait_until(Duration::from_secs(10), || {
+        let now = rss_bytes(pid);
+        (now < before + (during.saturating_sub(before)) / 3)
+            .then_some(now)
+            .ok_or(now)
+    });
+    eprintln!(
+        "daemon RSS {} MiB before 3000 connections, {} MiB with them, {} MiB after",
+        before >> 20,
+        during >> 20,
+        rss_bytes(pid) >> 20
+    );
+    assert!(
+        settled.is_ok(),
+        "daemon RSS {} MiB before 3000 connections, {} MiB with them, {} MiB after",
+        before >> 20,
+        during >> 20,
+        settled.unwrap_or_else(|now| now) >> 20
+    );
+    // And it still serves.
+    assert!(client.call("initialize", json!({})).is_ok());
+    daemon.stop();
+}
+
 #[test]
 fn a_worker_that_cannot_start_for_the_process_limit_says_so_in_the_result_and_status() {
     if !Path::new("/usr/bin/setpriv").exists() || nix::unistd::getuid().as_raw() != 0 {

@@ -99,12 +99,18 @@ fn a_client_disconnecting_mid_cell_stops_the_server_and_its_workers() {
 struct RawMcp {
     child: std::process::Child,
     stdin: std::process::ChildStdin,
-    stdout: std::io::BufReader<std::process::ChildStdout>,
+    /// The server's output lines, read by a thread of their own so that a missing answer
+    /// fails the test instead of hanging it.
+    lines: std::sync::mpsc::Receiver<String>,
     next_id: u64,
 }
 
+/// How long a test waits for an answer the server owes.
+const ANSWER_WITHIN: Duration = Duration::from_secs(30);
+
 impl RawMcp {
     fn start(world: &World) -> RawMcp {
+        use std::io::BufRead;
         use std::process::Stdio;
         let mut child = world
             .command()
@@ -116,10 +122,22 @@ impl RawMcp {
             .expect("spawn cellvisor mcp");
         let stdin = child.stdin.take().expect("stdin");
         let stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.split(b'\n') {
+                let Ok(line) = line else { break };
+                if sender
+                    .send(String::from_utf8_lossy(&line).into_owned())
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
         let mut server = RawMcp {
             child,
             stdin,
-            stdout,
+            lines,
             next_id: 1,
         };
         let init = server.request(
@@ -133,30 +151,46 @@ impl RawMcp {
     }
 
     fn send(&mut self, message: serde_json::Value) {
+        self.send_raw(message.to_string().as_bytes());
+    }
+
+    /// Sends `line` as it is, and a newline.
+    fn send_raw(&mut self, line: &[u8]) {
         use std::io::Write;
-        writeln!(self.stdin, "{message}").expect("write to the server");
+        self.stdin.write_all(line).expect("write to the server");
+        self.stdin.write_all(b"\n").expect("write to the server");
         self.stdin.flush().expect("flush");
     }
 
-    /// The answer to one request (notifications in between are skipped).
+    /// The next message of the server that is not a notification of its own (a response
+    /// or an error), within [`ANSWER_WITHIN`].
+    fn next_answer(&mut self) -> serde_json::Value {
+        loop {
+            let line = match self.lines.recv_timeout(ANSWER_WITHIN) {
+                Ok(line) => line,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("the server sent no answer within {ANSWER_WITHIN:?}")
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    panic!("the server closed its output")
+                }
+            };
+            let message: serde_json::Value = serde_json::from_str(&line).expect("JSON line");
+            if message.get("method").is_none() {
+                return message;
+            }
+        }
+    }
+
+    /// The answer to one request (notifications and other answers in between are skipped).
     fn request(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
-        use std::io::BufRead;
         let id = self.next_id;
         self.next_id += 1;
         self.send(
             serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
         );
         loop {
-            let mut line = String::new();
-            let read = self
-                .stdout
-                .read_line(&mut line)
-                .expect("read from the server");
-            assert!(
-                read > 0,
-                "the server closed its output before answering {method}"
-            );
-            let message: serde_json::Value = serde_json::from_str(&line).expect("JSON line");
+            let message = self.next_answer();
             if message["id"] == id {
                 return message;
             }
@@ -234,6 +268,120 @@ fn displays_are_rendered_as_on_the_command_line() {
     assert!(text.contains("Some **bold**\n"), "{text}");
     assert!(!text.contains("<b>"), "{text}");
     assert!(text.contains("{\n  \"k\": [\n    1\n  ]\n}"), "{text}");
+    assert!(server.stop().success());
+    world.assert_no_processes_left(SETTLE);
+}
+
+/// Sends `line` to a fresh server and expects its refusal: `code`, `id` (present, `null`
+/// included) and a message containing `part`; then a cell still runs on the same server.
+fn refused_then_served(line: &[u8], code: i64, id: serde_json::Value, part: &str) {
+    let world = World::new();
+    let mut server = RawMcp::start(&world);
+    server.send_raw(line);
+    let answer = server.next_answer();
+    assert_eq!(answer.get("id"), Some(&id), "{answer}");
+    assert_eq!(answer["error"]["code"], code, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(part), "{answer}");
+    assert_still_serves(&mut server);
+    assert!(server.stop().success());
+    world.assert_no_processes_left(SETTLE);
+}
+
+fn assert_still_serves(server: &mut RawMcp) {
+    let (is_error, text) = server.eval(serde_json::json!([{"language": "lua", "code": "20 + 22"}]));
+    assert!(!is_error, "{text}");
+    assert!(text.contains("42"), "{text}");
+}
+
+/// A `tools/call` over the 16 MiB line limit is read to its end (not buffered) and refused
+/// with its id, which comes before the big part.
+#[test]
+fn a_request_over_the_line_limit_is_refused_with_its_id() {
+    let code = format!("x = '{}'", "a".repeat(20_000_000));
+    let line = serde_json::json!({"jsonrpc": "2.0", "id": 41, "method": "tools/call", "params":
+        {"name": "eval", "arguments": {"cells": [{"language": "py", "code": code}]}}})
+    .to_string();
+    let expected = format!(
+        "request too large: {} bytes, the limit is 16 MiB",
+        line.len()
+    );
+    refused_then_served(line.as_bytes(), -32600, 41.into(), &expected);
+}
+
+#[test]
+fn a_line_that_is_not_json_is_a_parse_error() {
+    refused_then_served(
+        b"print(6*7)",
+        -32700,
+        serde_json::Value::Null,
+        "parse error",
+    );
+}
+
+#[test]
+fn a_line_that_is_not_utf8_is_a_parse_error() {
+    refused_then_served(
+        b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/\xff\xfelist\"}",
+        -32700,
+        serde_json::Value::Null,
+        "not UTF-8",
+    );
+}
+
+#[test]
+fn nesting_past_the_recursion_limit_is_a_parse_error() {
+    refused_then_served(
+        &[b'['; 100_000],
+        -32700,
+        serde_json::Value::Null,
+        "recursion limit",
+    );
+}
+
+#[test]
+fn an_object_id_is_an_invalid_request_answered_to_id_null() {
+    refused_then_served(
+        br#"{"jsonrpc":"2.0","id":{"n":1},"method":"tools/list"}"#,
+        -32600,
+        serde_json::Value::Null,
+        "id must be a string",
+    );
+}
+
+#[test]
+fn a_message_without_method_is_an_invalid_request_answered_to_its_id() {
+    refused_then_served(
+        br#"{"jsonrpc":"2.0","id":"no-method","params":{}}"#,
+        -32600,
+        "no-method".into(),
+        "missing field `method`",
+    );
+}
+
+#[test]
+fn tools_call_without_a_name_is_invalid_params() {
+    refused_then_served(
+        br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"arguments":{}}}"#,
+        -32602,
+        7.into(),
+        "missing field `name`",
+    );
+}
+
+/// JSON-RPC answers no notification, not even a malformed one: the next answer is that of
+/// the next request.
+#[test]
+fn a_malformed_notification_gets_no_answer() {
+    let world = World::new();
+    let mut server = RawMcp::start(&world);
+    server.send_raw(br#"{"jsonrpc":"1.0","method":"notifications/initialized"}"#);
+    server.send_raw(br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":[]}"#);
+    server.send(serde_json::json!({"jsonrpc": "2.0", "id": "after", "method": "ping"}));
+    let answer = server.next_answer();
+    assert_eq!(answer["id"], "after", "{answer}");
+    assert!(answer.get("error").is_none(), "{answer}");
+    assert_still_serves(&mut server);
     assert!(server.stop().success());
     world.assert_no_processes_left(SETTLE);
 }

@@ -4,6 +4,7 @@
 
 use super::dispatch::dispatch;
 use super::{lock, Daemon, MAX_PENDING_TOOL_CALLS};
+use crate::mcp::lines::{BoundedLines, Line, Overlong};
 use cellvisor::cell::ToolCallRequest;
 use cellvisor::daemon::protocol::{self, code, method, Incoming, Request, RpcError};
 use cellvisor::socket_halves::WriteSide;
@@ -13,7 +14,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufRead, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -23,9 +24,37 @@ pub(super) const CONNECTION_BACKLOG: usize = 256;
 
 struct ConnectionGuard(Arc<Daemon>);
 
+impl ConnectionGuard {
+    fn open(daemon: Arc<Daemon>) -> ConnectionGuard {
+        let open = daemon.connections.fetch_add(1, Ordering::SeqCst) + 1;
+        daemon.connections_peak.fetch_max(open, Ordering::SeqCst);
+        ConnectionGuard(daemon)
+    }
+}
+
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
-        self.0.connections.fetch_sub(1, Ordering::SeqCst);
+        let daemon = &self.0;
+        let open = daemon.connections.fetch_sub(1, Ordering::SeqCst) - 1;
+        let peak = daemon.connections_peak.load(Ordering::SeqCst);
+        // Once per step of a spike's way down: the connection that takes it below the bar
+        // schedules a trim a moment later, once the closed connections' tasks and buffers
+        // have all been dropped (trimmed at once, most of them were still held), and off the
+        // thread the connections and actors share (a trim of a big heap takes milliseconds).
+        if crate::allocator::spike_passed(peak, open)
+            && daemon
+                .connections_peak
+                .compare_exchange(peak, open, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async {
+                    tokio::time::sleep(crate::allocator::SPIKE_SETTLE).await;
+                    let _ =
+                        tokio::task::spawn_blocking(crate::allocator::release_free_memory).await;
+                });
+            }
+        }
     }
 }
 
@@ -86,7 +115,7 @@ pub(super) enum ReadError {
 /// The Unix socket's messages: one per line.
 struct LineSource<R>(R);
 
-impl<R: AsyncBufReadExt + Unpin + Send> MessageSource for LineSource<R> {
+impl<R: AsyncBufRead + Unpin + Send> MessageSource for LineSource<R> {
     async fn next_message(&mut self) -> Result<Option<Vec<u8>>, ReadError> {
         read_line(&mut self.0).await
     }
@@ -108,8 +137,7 @@ pub(super) async fn serve_messages<S: MessageSource>(
     out: mpsc::Sender<Vec<u8>>,
     transport: Transport,
 ) {
-    daemon.connections.fetch_add(1, Ordering::SeqCst);
-    let _guard = ConnectionGuard(Arc::clone(&daemon));
+    let _guard = ConnectionGuard::open(Arc::clone(&daemon));
     let (label, bound) = match transport {
         Transport::Unix => ("unix", None),
         Transport::WebSocket { bound } => ("websocket", bound),
@@ -389,29 +417,15 @@ pub(super) async fn forward_tool_call(
     let _ = connection.out.send(protocol::encode_line(&request)).await;
 }
 
-/// Reads one line of at most `MAX_LINE_BYTES` without ever buffering more than that.
-async fn read_line<R: AsyncBufReadExt + Unpin>(
-    reader: &mut R,
-) -> Result<Option<Vec<u8>>, ReadError> {
-    let mut line = Vec::new();
-    loop {
-        let available = reader.fill_buf().await.map_err(|_| ReadError::Io)?;
-        if available.is_empty() {
-            return Ok((!line.is_empty()).then_some(line));
-        }
-        let (chunk, done) = match memchr::memchr(b'\n', available) {
-            Some(pos) => (&available[..pos], Some(pos + 1)),
-            None => (available, None),
-        };
-        if line.len() + chunk.len() > protocol::MAX_LINE_BYTES {
-            return Err(ReadError::TooLong);
-        }
-        line.extend_from_slice(chunk);
-        let used = done.unwrap_or(available.len());
-        reader.consume(used);
-        if done.is_some() {
-            return Ok(Some(line));
-        }
+/// Reads one line of at most `MAX_LINE_BYTES` without ever buffering more than that (the
+/// reader `cellvisor mcp` shares).
+async fn read_line<R: AsyncBufRead + Unpin>(reader: &mut R) -> Result<Option<Vec<u8>>, ReadError> {
+    let mut lines = BoundedLines::new(protocol::MAX_LINE_BYTES, Overlong::Stop);
+    match lines.next(reader).await {
+        Ok(Some(Line::Complete(line))) => Ok(Some(line)),
+        Ok(Some(Line::TooLong { .. })) => Err(ReadError::TooLong),
+        Ok(None) => Ok(None),
+        Err(_) => Err(ReadError::Io),
     }
 }
 

@@ -85,6 +85,8 @@ struct Daemon {
     config_path: Option<PathBuf>,
     shutdown: watch::Sender<bool>,
     connections: AtomicU64,
+    /// The most connections open at once since the last trim after a spike.
+    connections_peak: AtomicU64,
     limits: Mutex<ConnectionLimits>,
     /// `daemon.idle-exit` in force (zero: never), which a reload replaces.
     idle_exit: watch::Sender<Duration>,
@@ -126,6 +128,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         config_path: options.config_path,
         shutdown,
         connections: AtomicU64::new(0),
+        connections_peak: AtomicU64::new(0),
         limits: Mutex::new(limits),
         idle_exit: watch::Sender::new(idle_exit),
         token: Mutex::new(network.as_ref().map(|plan| plan.token.clone())),

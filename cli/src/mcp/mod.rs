@@ -8,11 +8,17 @@
 //! When the client disconnects (or the process gets SIGTERM/SIGINT/SIGHUP) every worker is
 //! stopped before [`serve_stdio`] returns.
 //!
+//! `framing` reads stdin (lines of at most 16 MiB, with `lines`, the reader the daemon's
+//! socket shares) and answers every line rmcp could not (bad JSON, bad requests, lines over
+//! the limit) with its JSON-RPC error, as the daemon does.
+//!
 //! stdout is the protocol: nothing else may write to it. Logging goes to stderr and workers
 //! get `/dev/null` as their stdout.
 
 mod content;
+mod framing;
 pub mod http;
+pub(crate) mod lines;
 mod state_tools;
 mod tools;
 
@@ -115,17 +121,18 @@ async fn run(server: CellvisorMcp, disconnected: watch::Sender<bool>) -> Result<
     }
 }
 
-/// stdin/stdout as the transport; `disconnected` turns true when stdin ends, so running
-/// cells can be interrupted at once instead of holding the shutdown up.
-fn stdio(disconnected: watch::Sender<bool>) -> (NotifyEof<StdioReader>, StdioWriter) {
+/// stdin/stdout as the transport, framed by [`framing`] (every request gets an answer);
+/// `disconnected` turns true when stdin ends, so running cells can be interrupted at once
+/// instead of holding the shutdown up.
+fn stdio(
+    disconnected: watch::Sender<bool>,
+) -> framing::LineTransport<NotifyEof<StdioReader>, StdioWriter> {
     let (reader, writer) = rmcp::transport::stdio_pipes();
-    (
-        NotifyEof {
-            inner: reader,
-            eof: disconnected,
-        },
-        writer,
-    )
+    let reader = NotifyEof {
+        inner: reader,
+        eof: disconnected,
+    };
+    framing::LineTransport::new(reader, writer)
 }
 
 /// A reader that reports its end of file (or a read error) on a watch channel.
