@@ -72,6 +72,15 @@ pub fn truncation_note(cell: &CellResult) -> Option<String> {
     })
 }
 
+/// `(28 processes the cell started were ended with it)` for a cancelled cell whose processes
+/// were ended (all of them gone before the session's next cell).
+pub fn processes_ended_note(cell: &CellResult) -> Option<String> {
+    cell.report.processes_ended.map(|ended| match ended {
+        1 => "(1 process the cell started was ended with it)".to_string(),
+        n => format!("({n} processes the cell started were ended with it)"),
+    })
+}
+
 /// The placeholder for a completed cell that printed no text, as the anchor's `eval` tool
 /// words it: `(no text output)` when it has displays to show (images, JSON, ...), `(no
 /// output)` when it has nothing at all. `None` when it printed text, or when its status line
@@ -295,6 +304,33 @@ mod tests {
     use super::*;
     use cellvisor_ipc::Language;
     use serde_json::json;
+
+    #[test]
+    fn a_cancelled_cell_says_how_many_of_its_processes_were_ended() {
+        let mut cell = cellvisor::cell::CellReport::error("Interrupted".into()).into_result(
+            0,
+            1,
+            &cellvisor::CellSpec {
+                language: Language::Python,
+                code: String::new(),
+                title: None,
+                timeout: None,
+                reset: false,
+                yield_time_ms: None,
+            },
+        );
+        assert_eq!(processes_ended_note(&cell), None);
+        cell.report.processes_ended = Some(28);
+        assert_eq!(
+            processes_ended_note(&cell).as_deref(),
+            Some("(28 processes the cell started were ended with it)")
+        );
+        cell.report.processes_ended = Some(1);
+        assert_eq!(
+            processes_ended_note(&cell).as_deref(),
+            Some("(1 process the cell started was ended with it)")
+        );
+    }
 
     #[test]
     fn displays_pick_media_then_json_then_markdown_then_text() {

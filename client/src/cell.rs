@@ -218,6 +218,10 @@ pub struct CellReport {
     /// came back and from when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<crate::state::StateLedger>,
+    /// Set when the cell was cancelled and processes it had started were ended with it
+    /// (every one of them is gone before the session's next cell starts): how many.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes_ended: Option<u32>,
 }
 
 impl CellReport {
@@ -247,6 +251,7 @@ impl CellReport {
             status_events: Vec::new(),
             notice: None,
             state: None,
+            processes_ended: None,
         }
     }
 

@@ -229,6 +229,7 @@ mod tests {
                 outcome: CellOutcome::Failed {
                     summary: "ZeroDivisionError: division by zero".into(),
                 },
+                processes_ended: 0,
             },
             FromWorker::Pong { seq: u64::MAX },
         ];

@@ -8,7 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Bumped whenever a message changes shape; both sides refuse a peer with another version.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// A cell language, and therefore a kind of worker. Serialized by its short name
 /// (`py`, `js`, `lua`) in JSON.
@@ -175,6 +175,9 @@ pub enum FromWorker {
         cell_id: u64,
         /// How it ended.
         outcome: CellOutcome,
+        /// How many processes the cell started were ended with it (a cancelled cell's: see
+        /// the worker's `warden`); 0 for a cell that ended by itself.
+        processes_ended: u32,
     },
     /// The cell hands control back to its host (`yield_control()`) and goes on: the host
     /// answers its request with the output sent before this frame, and collects the rest

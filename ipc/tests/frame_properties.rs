@@ -51,6 +51,7 @@ fn sample_frames() -> Vec<Vec<u8>> {
         FromWorker::Done {
             cell_id: 1,
             outcome: CellOutcome::Completed,
+            processes_ended: 0,
         },
         FromWorker::Fatal {
             message: "x".into(),

@@ -221,16 +221,19 @@ fn from_worker_examples() -> Vec<FromWorker> {
         FromWorker::Done {
             cell_id: 7,
             outcome: CellOutcome::Completed,
+            processes_ended: 0,
         },
         FromWorker::Done {
             cell_id: 8,
             outcome: CellOutcome::Failed {
                 summary: "ValueError: bad".into(),
             },
+            processes_ended: 0,
         },
         FromWorker::Done {
             cell_id: 9,
             outcome: CellOutcome::Interrupted,
+            processes_ended: 28,
         },
         FromWorker::Pong { seq: 5 },
         FromWorker::ToolCall {

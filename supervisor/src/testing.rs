@@ -77,6 +77,9 @@ pub struct Script {
 /// Fake pids start far above any real one, so nothing real is ever signalled by mistake.
 const FIRST_FAKE_PID: u32 = 3_000_000_000;
 
+/// How many processes a scripted worker says it ended with an interrupted cell.
+pub const SCRIPTED_PROCESSES_ENDED: u32 = 3;
+
 /// Starts fake workers.
 pub struct FakeLauncher {
     pub script: Arc<Script>,
@@ -261,6 +264,7 @@ impl ScriptedControl {
                         && send(FromWorker::Done {
                             cell_id,
                             outcome: CellOutcome::Completed,
+                            processes_ended: 0,
                         })
                 }
                 ToWorker::Execute(cell) => {
@@ -269,7 +273,11 @@ impl ScriptedControl {
                         self.end(Exit::Code(1));
                         return;
                     }
-                    let done = |outcome| FromWorker::Done { cell_id, outcome };
+                    let done = |outcome| FromWorker::Done {
+                        cell_id,
+                        outcome,
+                        processes_ended: 0,
+                    };
                     match cell.code.as_str() {
                         "hang" => {
                             hanging = Some(cell_id);
@@ -297,9 +305,11 @@ impl ScriptedControl {
                         && script.honour_interrupts.load(Ordering::SeqCst) =>
                 {
                     hanging = None;
+                    // As a real worker does after ending the cell's processes.
                     send(FromWorker::Done {
                         cell_id,
                         outcome: CellOutcome::Interrupted,
+                        processes_ended: SCRIPTED_PROCESSES_ENDED,
                     })
                 }
                 ToWorker::Shutdown => {

@@ -8,7 +8,10 @@
 //! Where the kernel offers `/proc/<pid>/task/<tid>/children` a tree is read from its root
 //! down; elsewhere one scan of `/proc` gives every parent link at once.
 
-use nix::sys::signal::{kill, Signal};
+mod ending;
+
+pub use ending::Ended;
+
 use nix::unistd::Pid;
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -167,21 +170,33 @@ pub fn trees(roots: &[u32]) -> HashMap<u32, Vec<ProcStat>> {
     }
     let by_parent = children_by_parent();
     for root in roots {
-        let mut members: Vec<ProcStat> = stat(*root).into_iter().collect();
-        let mut next = 0;
-        while next < members.len() && members.len() < MAX_TREE {
-            if let Some(children) = by_parent.get(&members[next].pid) {
-                members.extend(children.iter().filter(|c| c.pid != *root));
-            }
-            next += 1;
-        }
-        found.insert(*root, members);
+        found.insert(*root, tree_from(*root, &by_parent));
     }
     found
 }
 
+/// The tree under `root`, root included, from one scan of all of `/proc`: slower than the
+/// children lists, but it sees every process that lasts through the scan even while the
+/// tree changes (a children list read while it changes can skip entries).
+pub(crate) fn tree_by_scan(root: u32) -> Vec<ProcStat> {
+    tree_from(root, &children_by_parent())
+}
+
+fn tree_from(root: u32, by_parent: &HashMap<u32, Vec<ProcStat>>) -> Vec<ProcStat> {
+    let mut members: Vec<ProcStat> = stat(root).into_iter().collect();
+    let mut next = 0;
+    while next < members.len() && members.len() < MAX_TREE {
+        if let Some(children) = by_parent.get(&members[next].pid) {
+            members.extend(children.iter().filter(|c| c.pid != root));
+        }
+        next += 1;
+    }
+    members
+}
+
 /// Every live process under `root` (not `root` itself).
-pub(crate) fn descendants(root: u32) -> Vec<ProcStat> {
+#[cfg(test)]
+fn descendants(root: u32) -> Vec<ProcStat> {
     trees(&[root])
         .remove(&root)
         .unwrap_or_default()
@@ -190,44 +205,20 @@ pub(crate) fn descendants(root: u32) -> Vec<ProcStat> {
         .collect()
 }
 
-/// How many kill rounds at most: each round kills what the previous one left behind (the
-/// children a dying process forked meanwhile).
-const MAX_ROUNDS: usize = 100;
-
 /// Kills (SIGKILL) every process under `root` except those in `spare` (whose own children
-/// are still killed); answers how many kills were sent. `root` must stay alive meanwhile,
-/// so orphans land on it (a subreaper) and stay in reach: a caller ending someone else's
-/// tree stops the root first.
+/// are still killed); answers how many were killed. `root` must stay alive meanwhile, so
+/// orphans land on it (a subreaper) and stay in reach: a caller ending someone else's tree
+/// stops the root first.
 pub fn end_descendants(root: u32, spare: &[u32]) -> usize {
-    end_descendants_where(root, |p| !spare.contains(&p.pid))
+    end_descendants_where(root, |p| !spare.contains(&p.pid)).count
 }
 
 /// Like [`end_descendants`], for the processes `doomed` picks (the walk still goes through
-/// those it spares).
-pub(crate) fn end_descendants_where(root: u32, doomed: impl Fn(&ProcStat) -> bool) -> usize {
-    let mut sent = 0;
-    for round in 0..MAX_ROUNDS {
-        let victims: Vec<u32> = descendants(root)
-            .iter()
-            .filter(|p| doomed(p))
-            .map(|p| p.pid)
-            .collect();
-        if victims.is_empty() {
-            break;
-        }
-        for pid in victims {
-            if let Ok(raw) = i32::try_from(pid) {
-                if kill(Pid::from_raw(raw), Signal::SIGKILL).is_ok() {
-                    sent += 1;
-                }
-            }
-        }
-        if round > 2 {
-            // Killed processes take a moment to become zombies.
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-    }
-    sent
+/// those it spares). The tree is frozen first (SIGSTOP), so it cannot grow while it is
+/// killed, then killed and read again until none is left, within [`ending::BOUND`]; the
+/// processes killed that are the caller's children are reaped (see [`ending`]).
+pub(crate) fn end_descendants_where(root: u32, doomed: impl Fn(&ProcStat) -> bool) -> Ended {
+    ending::end_tree(root, doomed, ending::BOUND)
 }
 
 /// Makes this process the reaper of every orphan among its descendants

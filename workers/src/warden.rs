@@ -31,8 +31,8 @@ static SPARED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 /// confinement) may.
 static CELL_ENDER: OnceLock<Mutex<mpsc::Sender<EndCellRequest>>> = OnceLock::new();
 
-/// A cancelled cell's start (in clock ticks), and where to answer how many processes ended.
-type EndCellRequest = (u64, mpsc::Sender<usize>);
+/// A cancelled cell's start (in clock ticks), and where to answer what was ended.
+type EndCellRequest = (u64, mpsc::Sender<process_tree::Ended>);
 
 /// How long the warden waits between looks for adopted zombies.
 const REAP_INTERVAL: Duration = Duration::from_secs(1);
@@ -76,8 +76,11 @@ fn spared() -> Vec<u32> {
 /// `since`, in [`process_tree::ticks_since_boot`] ticks, or later), except the engine's own
 /// children: the interpreter keeps its state, and what earlier cells started keeps running.
 /// Start times count in clock ticks: what started in the cell's first tick counts as the
-/// cell's, so containment errs on the side of ending too much, not too little.
-pub fn end_cell_processes(since: u64) -> usize {
+/// cell's, so containment errs on the side of ending too much, not too little. The tree is
+/// frozen before it is killed, so a fork bomb cannot outgrow its ending, and every process
+/// is gone (a zombie at most, reaped here when it is the worker's) when this returns, unless
+/// [`process_tree`]'s bound of time ran out.
+pub fn end_cell_processes(since: u64) -> process_tree::Ended {
     let asked = CELL_ENDER.get().and_then(|ender| {
         let (answer, answered) = mpsc::channel();
         let sent = ender
@@ -90,7 +93,7 @@ pub fn end_cell_processes(since: u64) -> usize {
 }
 
 /// [`end_cell_processes`] on the calling thread.
-fn end_cell_processes_here(since: u64) -> usize {
+fn end_cell_processes_here(since: u64) -> process_tree::Ended {
     let spared = spared();
     process_tree::end_descendants_where(std::process::id(), |p| {
         p.start_ticks >= since && !spared.contains(&p.pid)

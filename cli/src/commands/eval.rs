@@ -412,6 +412,10 @@ fn print_cell(out: &mut impl Write, cell: &CellResult, total: usize) {
         let _ = out.flush();
         eprintln!("{note}");
     }
+    if let Some(note) = render::processes_ended_note(cell) {
+        let _ = out.flush();
+        eprintln!("{note}");
+    }
     for bundle in cell.displays_beyond_output() {
         match render::display(bundle) {
             Shown::Text(text) => {

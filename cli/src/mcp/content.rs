@@ -102,6 +102,7 @@ mod tests {
                 truncation: Truncation::default(),
                 notice: None,
                 state: None,
+                processes_ended: None,
             },
             node: String::new(),
         }
@@ -137,7 +138,7 @@ mod tests {
         let rendered = render_result(&result);
         assert_eq!(rendered.is_error, Some(true));
         let texts = texts(&rendered);
-        assert_eq!(texts.len(), 3);
+        assert_eq!(texts.len(), 4);
         assert!(
             texts[0].starts_with("[1/3] py\n42\n{\n  \"k\": ["),
             "{}",
@@ -145,6 +146,11 @@ mod tests {
         );
         assert!(texts[1].ends_with("Traceback\n(error)\n"), "{}", texts[1]);
         assert!(texts[2].contains("(skipped"), "{}", texts[2]);
+        // The call ends naming its failed cell (issue 28, item 1).
+        assert_eq!(
+            texts[3],
+            "cell 2 of 3 failed with an error; the cell after it was skipped"
+        );
         let image = rendered.content.iter().find_map(|c| match c {
             ContentBlock::Image(i) => Some(i),
             _ => None,

@@ -100,6 +100,16 @@ fn terminate_params() -> TerminateParams {
     }
 }
 
+/// A cell `terminate` cancelled, with the processes it had started ended with it (an
+/// optional field: older clients ignore it).
+fn terminated_cell() -> CellResult {
+    let mut cell = cell_result(CellStatus::Cancelled, "b\n(terminated)\n")
+        .cells
+        .remove(0);
+    cell.report.processes_ended = Some(2);
+    cell
+}
+
 /// A one-cell result with `status` (a cell in the background is `running`).
 fn cell_result(status: CellStatus, output: &str) -> EvalResult {
     let mut cell = eval_result().cells.remove(0);
@@ -134,6 +144,7 @@ fn eval_result() -> EvalResult {
             },
             notice: None,
             state: None,
+            processes_ended: None,
         },
         node: "node-a".into(),
     }])
@@ -255,7 +266,7 @@ fn examples() -> Vec<(String, Value)> {
         json!({"sessions": 0}),
         to_value(&status_result()),
         to_value(&cell_result(CellStatus::Running, "a\n").cells[0]),
-        to_value(&cell_result(CellStatus::Cancelled, "b\n(terminated)\n").cells[0]),
+        to_value(&terminated_cell()),
         json!({"stopping": true}),
         json!({"reloaded": true, "changes": ["sessions.max-sessions: 4 -> 8"]}),
         to_value(&DrainResult {

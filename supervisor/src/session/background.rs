@@ -156,6 +156,7 @@ impl Session {
             truncation: observed.output.truncation,
             notice: running.notice.take(),
             state: None,
+            processes_ended: None,
         };
         let result = result_of(running, outcome.clone());
         Some((outcome, result))

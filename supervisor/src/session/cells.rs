@@ -73,6 +73,7 @@ impl Handler<CellFinished> for Session {
             truncation: output.truncation,
             notice: running.notice.take(),
             state: running.ledger.take(),
+            processes_ended: (msg.processes_ended > 0).then_some(msg.processes_ended),
         };
         self.count_cell(&outcome);
         self.deliver_final(running, outcome);

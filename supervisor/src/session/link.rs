@@ -382,7 +382,11 @@ impl ReaderTask {
                     }
                 }
             }
-            FromWorker::Done { cell_id, outcome } => {
+            FromWorker::Done {
+                cell_id,
+                outcome,
+                processes_ended,
+            } => {
                 if self.current.as_ref().is_some_and(|c| c.cell_id == cell_id) {
                     if let Some(cell) = self.current.take() {
                         let products = cell.finish(true);
@@ -390,6 +394,7 @@ impl ReaderTask {
                             generation: self.generation,
                             cell_id,
                             outcome,
+                            processes_ended,
                             output: products.output,
                             displays: products.displays,
                             status_events: products.status_events,

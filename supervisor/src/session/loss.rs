@@ -285,6 +285,7 @@ impl Handler<WorkerExited> for Session {
                     truncation,
                     notice: running.notice.take(),
                     state: None,
+                    processes_ended: None,
                 };
                 self.count_cell(&outcome);
                 self.deliver_final(running, outcome);

@@ -186,6 +186,8 @@ pub(crate) struct CellFinished {
     pub generation: u64,
     pub cell_id: u64,
     pub outcome: WorkerOutcome,
+    /// How many processes the worker ended with the cell (a cancelled cell's).
+    pub processes_ended: u32,
     pub output: SinkResult,
     pub displays: Vec<serde_json::Value>,
     pub status_events: Vec<serde_json::Value>,

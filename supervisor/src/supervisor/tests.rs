@@ -315,6 +315,11 @@ async fn a_deadline_interrupts_and_after_the_grace_kills() {
     let cancelled = rig.run("s", "hang", Some(0.2)).await;
     assert_eq!(cancelled.status, CellStatus::Cancelled);
     assert_eq!(cancelled.output, "Command timed out after 0.2 seconds\n");
+    // What the worker says it ended with the cell reaches the result.
+    assert_eq!(
+        cancelled.processes_ended,
+        Some(crate::testing::SCRIPTED_PROCESSES_ENDED)
+    );
     assert_eq!(rig.pid("s").await, first);
     let seen = rig.fake.worker(first).seen();
     assert!(
@@ -326,6 +331,7 @@ async fn a_deadline_interrupts_and_after_the_grace_kills() {
     set(&rig.fake.script.honour_interrupts, false);
     let killed = rig.run("s", "hang", Some(0.2)).await;
     assert_eq!(killed.status, CellStatus::Cancelled);
+    assert_eq!(killed.processes_ended, None);
     assert_eq!(
         killed.output,
         "Command timed out after 0.2 seconds\nworker did not stop within interrupt-grace \

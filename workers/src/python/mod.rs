@@ -333,6 +333,13 @@ impl Engine for PythonEngine {
         vec![self.child.id()]
     }
 
+    fn reap_ended(&mut self, pids: &[u32]) {
+        // Ahead of any next command in the pipe: the runner reaps them before the next cell.
+        let mut command = serde_json::json!({"type": "reap", "pids": pids}).to_string();
+        command.push('\n');
+        let _ = events::lock_commands(&self.commands).write_all(command.as_bytes());
+    }
+
     fn interrupt_hook(&self) -> Option<Arc<dyn Fn() + Send + Sync>> {
         let target = Arc::clone(&self.signal_target);
         Some(Arc::new(move || {

@@ -627,6 +627,21 @@ _commands = _CommandReader()
 _prelude = None
 
 
+def _reap(pids):
+    """Reaps children of ours that the shim killed with their cancelled cell (and that no
+    one else can reap), so that none is left, even dead, for the next cell."""
+    for pid in pids:
+        try:
+            os.waitpid(int(pid), os.WNOHANG)
+        except (OSError, ValueError, TypeError):
+            pass
+    # Not a cell: an interrupt that came meanwhile was a late one for the cancelled cell,
+    # unless a command is already waiting (see `_on_sigint`).
+    _state.claimed = False
+    if not _command_pending():
+        _state.early_interrupt = False
+
+
 def main():
     global _prelude
     token = os.environ.pop("CELLVISOR_SYNC_TOKEN", "")
@@ -658,6 +673,9 @@ def main():
                 return
             try:
                 command = json.loads(line)
+                if command.get("type") == "reap":
+                    _reap(command.get("pids") or ())
+                    continue
                 if command.get("type") in STATE_TASKS:
                     _state_task(int(command["id"]), command, namespace, marker_fd, token)
                     continue

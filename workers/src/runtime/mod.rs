@@ -87,6 +87,13 @@ pub trait Engine {
         None
     }
 
+    /// The processes a cancelled cell started were ended, and these `pids`, dead, are
+    /// children of the engine's own child (a Python interpreter), which alone can reap
+    /// them: have it reap them before the next cell.
+    fn reap_ended(&mut self, pids: &[u32]) {
+        let _ = pids;
+    }
+
     /// Child processes the engine itself runs and waits for (the Python interpreter): the
     /// worker neither reaps them nor ends them with an interrupted cell's processes.
     fn own_children(&self) -> Vec<u32> {

@@ -246,6 +246,7 @@ impl Outbox {
         self.send(FromWorker::Done {
             cell_id,
             outcome: CellOutcome::Completed,
+            processes_ended: 0,
         });
         true
     }
@@ -298,6 +299,7 @@ mod tests {
             FromWorker::Done {
                 cell_id: 1,
                 outcome: CellOutcome::Completed,
+                processes_ended: 0,
             },
             output(2, OutputStream::Stdout, b"d"),
         ]

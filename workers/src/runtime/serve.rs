@@ -196,15 +196,22 @@ impl Link {
             }
         };
         let done_sent = self.token.lock().engine_ends(cell.cell_id);
-        if interrupt.is_raised() {
+        let processes_ended = if interrupt.is_raised() {
             // What the cancelled cell started ends with it, before its Done is sent.
-            crate::warden::end_cell_processes(started);
-        }
+            let ended = crate::warden::end_cell_processes(started);
+            if !ended.theirs.is_empty() {
+                engine.reap_ended(&ended.theirs);
+            }
+            ended.count
+        } else {
+            0
+        };
         let outcome = outcome?;
         if !done_sent {
             self.outbox.send(FromWorker::Done {
                 cell_id: cell.cell_id,
                 outcome,
+                processes_ended: u32::try_from(processes_ended).unwrap_or(u32::MAX),
             });
         }
         Ok(())
