@@ -432,3 +432,46 @@ fn cells_through_the_daemon_see_the_callers_environment() {
     world.run(&["stop"]).assert_code(0);
     world.assert_no_processes_left(std::time::Duration::from_secs(5));
 }
+
+/// A process a Python cell forks without an exec or exit of its own ends when its copy of the
+/// cell does: it never marks the cell done, nor runs the session's next cells.
+#[test]
+fn a_forked_copy_of_a_python_cell_ends_with_its_code() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let pid_of = |client: &mut common::daemon::Client| {
+        let result = client.eval(
+            "fork",
+            json!([{"language": "py", "code": "import os; os.getpid()"}]),
+        );
+        output(&result, 0).to_string()
+    };
+    let runner = pid_of(&mut client);
+    let forked = client.eval(
+        "fork",
+        json!([{"language": "py", "code": "import os, time\n\
+            pid = os.fork()\n\
+            if pid == 0:\n    print('child', flush=True)\n    time.sleep(0.2)\n\
+            else:\n    _, code = os.waitpid(pid, 0)\n    print('parent saw', code)"}]),
+    );
+    let text = output(&forked, 0);
+    assert_eq!(cell(&forked, 0)["status"], "complete", "{forked:#}");
+    assert!(
+        text.contains("child\n") && text.contains("parent saw 0\n"),
+        "{text}"
+    );
+    // A child whose code fails ends too, with status 1.
+    let failing = client.eval(
+        "fork",
+        json!([{"language": "py", "code": "import os\n\
+            pid = os.fork()\n\
+            if pid == 0:\n    raise ValueError('in the child')\n\
+            _, code = os.waitpid(pid, 0)\n\
+            print('exit', os.waitstatus_to_exitcode(code))"}]),
+    );
+    assert!(output(&failing, 0).contains("exit 1\n"), "{failing:#}");
+    for _ in 0..5 {
+        assert_eq!(pid_of(&mut client), runner, "a cell ran in another process");
+    }
+    daemon.stop();
+}

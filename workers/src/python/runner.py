@@ -76,6 +76,8 @@ class _State:
     marker_fd = None
     # A copy of the error pipe, to put back on fd 2 for each cell.
     error_fd = None
+    # The runner's own pid: a process a cell forked that comes back to the loop is not it.
+    pid = None
     sync_token = ""
     # Numbers this runner's tool calls; results for other (abandoned) calls are dropped.
     tool_calls = 0
@@ -666,6 +668,7 @@ def main():
     name = "PyPy" if sys.implementation.name == "pypy" else "Python"
     version = "%d.%d.%d" % sys.version_info[:3]
     _send_event({"type": "ready", "version": name + " " + version, "executable": sys.executable})
+    _state.pid = os.getpid()
     while True:
         try:
             line = commands.next_line()
@@ -709,6 +712,8 @@ def main():
                     cell_id, lambda: _run_cell(cell_id, source, namespace))
             except Exception as error:  # the runner's own reporting failed; keep serving
                 status, summary = "error", _summary(error)
+            if os.getpid() != _state.pid:
+                _end_forked_copy(status)
             if summary is None and not _state.events and _events_intact() \
                     and _sync(cell_id, marker_fd, token, status):
                 continue  # the done marker was the cell's end
@@ -718,7 +723,23 @@ def main():
                 done["summary"] = summary
             _send_event(done)
         except KeyboardInterrupt:
+            if os.getpid() != _state.pid:
+                _end_forked_copy("interrupted")
             continue
+
+
+def _end_forked_copy(status):
+    """A process the cell forked (`os.fork()` with no exec or exit of its own) came back here
+    when its copy of the cell's code ended: it is not the runner, and must neither mark the
+    cell done nor read the runner's commands. It ends as a child whose code ran out does,
+    with what it printed flushed and its trailing value dropped."""
+    _state.trailing = b""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(0 if status == "ok" else 1)
 
 
 if __name__ == "__main__":
