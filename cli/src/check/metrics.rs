@@ -78,6 +78,8 @@ impl TryFrom<RawMetricSpec> for MetricSpec {
 pub enum Measure {
     /// The cells' `duration_ms`, summed.
     DurationMs,
+    /// Wall-clock time of the whole case so far (workspace, setup, cells, capture, scorers).
+    TotalMs,
     /// Bytes of output the cells produced (`truncation.total_bytes`, so spilled output counts).
     OutputBytes,
     OutputLines,
@@ -111,6 +113,27 @@ pub struct MetricValue {
     /// 0..1; a missing value scores 0.
     pub score: f64,
     pub tags: Vec<String>,
+    /// Declared by the suite or case: it enters the case's score and its tags' scores. An
+    /// efficiency metric measured without being declared ([`EFFICIENCY`]) does neither.
+    pub declared: bool,
+}
+
+/// The efficiency metrics measured on every case, declared or not: id, measure, and the
+/// range their normalized value is taken over (lower is better). Declaring a metric with one
+/// of these ids replaces it (and makes it count in the score).
+pub const EFFICIENCY: [(&str, Measure, f64); 4] = [
+    ("cell-time", Measure::DurationMs, 10_000.0),
+    ("output-bytes", Measure::OutputBytes, 1024.0 * 1024.0),
+    ("restarts", Measure::Restarts, 1.0),
+    ("total-time", Measure::TotalMs, 30_000.0),
+];
+
+/// What metrics are measured on: the cells under test, the scorers' verdicts, and the
+/// case's wall-clock time so far.
+pub struct Measured<'a> {
+    pub cells: &'a [CellResult],
+    pub scores: &'a [ScoreOutcome],
+    pub total_ms: f64,
 }
 
 /// `raw` mapped to 0..1: clamped to the range, flipped when lower is better; 1 when the range
@@ -127,10 +150,13 @@ pub fn normalize(raw: f64, spec: &MetricSpec) -> f64 {
 }
 
 /// The raw value of the metric on the cells under test.
-pub fn measure(spec: &MetricSpec, cells: &[CellResult], scores: &[ScoreOutcome]) -> Option<f64> {
-    let sum = |f: fn(&CellResult) -> f64| Some(cells.iter().map(f).sum());
+pub fn measure(spec: &MetricSpec, seen: &Measured<'_>) -> Option<f64> {
+    let (cells, scores) = (seen.cells, seen.scores);
+    // `+ 0.0`: the sum of no values is -0.0.
+    let sum = |f: fn(&CellResult) -> f64| Some(cells.iter().map(f).sum::<f64>() + 0.0);
     match spec.measure {
         Measure::DurationMs => sum(|c| c.report.duration_ms),
+        Measure::TotalMs => Some(seen.total_ms),
         Measure::OutputBytes => sum(|c| {
             c.report
                 .truncation
@@ -151,42 +177,68 @@ pub fn measure(spec: &MetricSpec, cells: &[CellResult], scores: &[ScoreOutcome])
             Some(passed as f64 / scores.len().max(1) as f64)
         }
         Measure::OutputNumber => cells.iter().find_map(|c| {
-            let captures = spec.pattern.as_ref()?.regex().captures(&c.report.output)?;
+            let captures = spec.pattern.as_ref()?.regex()?.captures(&c.report.output)?;
             let text = captures.get(1).or_else(|| captures.get(0))?.as_str();
             text.trim().parse::<f64>().ok().filter(|v| v.is_finite())
         }),
     }
 }
 
-/// Every declared metric of a case, measured and normalized, in id order.
-pub fn evaluate(
-    specs: &BTreeMap<String, MetricSpec>,
-    cells: &[CellResult],
-    scores: &[ScoreOutcome],
-) -> Vec<MetricValue> {
-    specs
+/// Every declared metric of a case and the [`EFFICIENCY`] metrics it does not declare,
+/// measured and normalized, in id order.
+pub fn evaluate(specs: &BTreeMap<String, MetricSpec>, seen: &Measured<'_>) -> Vec<MetricValue> {
+    let value = |id: &str, spec: &MetricSpec, declared: bool| {
+        let raw = measure(spec, seen);
+        MetricValue {
+            id: id.to_string(),
+            raw,
+            score: raw.map_or(0.0, |raw| normalize(raw, spec)),
+            tags: spec.tags.clone(),
+            declared,
+        }
+    };
+    let mut values: Vec<MetricValue> = specs
         .iter()
-        .map(|(id, spec)| {
-            let raw = measure(spec, cells, scores);
-            MetricValue {
-                id: id.clone(),
-                raw,
-                score: raw.map_or(0.0, |raw| normalize(raw, spec)),
-                tags: spec.tags.clone(),
-            }
-        })
-        .collect()
+        .map(|(id, spec)| value(id, spec, true))
+        .collect();
+    for (id, measure, max) in EFFICIENCY {
+        if !specs.contains_key(id) {
+            let spec = MetricSpec {
+                measure,
+                pattern: None,
+                min: 0.0,
+                max,
+                direction: Direction::Lower,
+                tags: Vec::new(),
+                description: None,
+            };
+            values.push(value(id, &spec, false));
+        }
+    }
+    values.sort_by(|a, b| a.id.cmp(&b.id));
+    values
 }
 
-/// Mean normalized score per tag: a tag on a metric scores that metric; a tag on the case
-/// scores the case (its mean scorer score).
+/// A case's score: the mean of its scorers' scores and its declared metrics' normalized
+/// values (efficiency metrics it does not declare are left out).
+pub fn case_score(scores: &[ScoreOutcome], metrics: &[MetricValue]) -> f64 {
+    let values: Vec<f64> = scores
+        .iter()
+        .map(|s| s.score)
+        .chain(metrics.iter().filter(|m| m.declared).map(|m| m.score))
+        .collect();
+    mean(&values)
+}
+
+/// Mean normalized score per tag: a tag on a declared metric scores that metric; a tag on the
+/// case scores the case (its score).
 pub fn tag_scores(
     case_tags: &[String],
     case_score: f64,
     metrics: &[MetricValue],
 ) -> BTreeMap<String, f64> {
     let mut values: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for metric in metrics {
+    for metric in metrics.iter().filter(|m| m.declared) {
         for tag in &metric.tags {
             values.entry(tag.clone()).or_default().push(metric.score);
         }
@@ -309,7 +361,12 @@ mod tests {
             spec(r#"{measure = "output_number", pattern = "nope=(\\d+)", min = 0, max = 1, direction = "higher"}"#)
                 .unwrap(),
         );
-        let values = evaluate(&specs, &cells, &[]);
+        let seen = Measured {
+            cells: &cells,
+            scores: &[],
+            total_ms: 75.0,
+        };
+        let values = evaluate(&specs, &seen);
         let by_id: BTreeMap<&str, &MetricValue> =
             values.iter().map(|v| (v.id.as_str(), v)).collect();
         assert_eq!(by_id["time"].raw, Some(50.0));
@@ -323,7 +380,66 @@ mod tests {
         assert_eq!(tags["lua"], 0.25);
         let lines =
             spec(r#"{measure = "output_lines", min = 0, max = 9, direction = "lower"}"#).unwrap();
-        assert_eq!(measure(&lines, &cells, &[]), Some(3.0));
+        assert_eq!(measure(&lines, &seen), Some(3.0));
+    }
+
+    #[test]
+    fn efficiency_metrics_are_measured_undeclared_and_left_out_of_the_score() {
+        let mut spilled = completed("x\n", 30.0);
+        spilled.report.truncation.total_bytes = 5000;
+        let mut restarted = completed("yy\n", 20.0);
+        restarted.report.notice = Some("the previous py worker is gone".into());
+        let cells = [spilled, restarted];
+        let seen = Measured {
+            cells: &cells,
+            scores: &[],
+            total_ms: 900.0,
+        };
+        let values = evaluate(&BTreeMap::new(), &seen);
+        let ids: Vec<&str> = values.iter().map(|v| v.id.as_str()).collect();
+        assert_eq!(ids, ["cell-time", "output-bytes", "restarts", "total-time"]);
+        let raw: Vec<Option<f64>> = values.iter().map(|v| v.raw).collect();
+        assert_eq!(raw, [Some(50.0), Some(5003.0), Some(1.0), Some(900.0)]);
+        assert!(values.iter().all(|v| !v.declared && v.tags.is_empty()));
+        assert!((values[0].score - 0.995).abs() < 1e-12);
+        let none = evaluate(
+            &BTreeMap::new(),
+            &Measured {
+                cells: &[],
+                scores: &[],
+                total_ms: 1.0,
+            },
+        );
+        assert!(
+            none[0].raw.is_some_and(|v| v.is_sign_positive()),
+            "{none:?}"
+        );
+        let outcome = |score: f64| ScoreOutcome {
+            name: "s".into(),
+            passed: score >= 1.0,
+            score,
+            details: String::new(),
+        };
+        let scores = [outcome(1.0), outcome(0.5)];
+        assert_eq!(case_score(&scores, &values), 0.75, "undeclared: not scored");
+        assert!(tag_scores(&[], 0.75, &values).is_empty());
+
+        // Declared under the same id, it replaces the default and counts.
+        let mut specs = BTreeMap::new();
+        specs.insert(
+            "cell-time".to_string(),
+            spec(r#"{measure = "duration_ms", min = 0, max = 100, direction = "lower", tags = ["@efficiency"]}"#)
+                .unwrap(),
+        );
+        let values = evaluate(&specs, &seen);
+        assert_eq!(values.len(), 4);
+        assert!(values[0].declared);
+        assert_eq!(values[0].score, 0.5);
+        assert_eq!(case_score(&scores, &values), 2.0 / 3.0);
+        assert_eq!(tag_scores(&[], 0.0, &values)["@efficiency"], 0.5);
+        let total =
+            spec(r#"{measure = "total_ms", min = 0, max = 1000, direction = "lower"}"#).unwrap();
+        assert_eq!(measure(&total, &seen), Some(900.0));
     }
 
     #[test]

@@ -3,8 +3,11 @@
 //! as per-case artifacts and a summary (`docs/check.md`).
 //!
 //! - [`suite`]: case files (TOML or JSON) and their errors with positions.
-//! - [`scorer`]: the scorer kinds, graded on plain data.
-//! - [`metrics`]: declared metrics, normalization, per-tag scores, statistics.
+//! - [`scorer`]: the scorer kinds, graded on plain data; [`file_scorers`] for those that
+//!   read the workspace, [`judge`] for an external command that grades a case.
+//! - [`metrics`]: declared and efficiency metrics, normalization, case and tag scores,
+//!   statistics.
+//! - [`trajectory`]: what a case's cells did, in order, with durations.
 //! - [`workspace`]: a case's seeded temporary directory and its capture.
 //! - [`run`]: running the cases (variants, repeat, concurrency, timed events).
 //! - [`artifacts`]: the files a run leaves under `--out`.
@@ -12,12 +15,15 @@
 //! - [`report`]: the summary as a terminal table.
 
 pub mod artifacts;
+pub mod file_scorers;
+pub mod judge;
 pub mod metrics;
 pub mod report;
 pub mod run;
 pub mod scorer;
 pub mod suite;
 pub mod summary;
+pub mod trajectory;
 pub mod workspace;
 
 pub use run::{run, RunOptions, Variant};

@@ -149,10 +149,16 @@ pub fn format_table(summary: &RunSummary) -> String {
     out
 }
 
-/// `N cases: P passed, F failed (R%), mean score S, T`.
+/// `N cases: P passed, F failed (R%), mean score S, T`, with `, I did not complete` after the
+/// rate when some case did not run as written.
 pub fn closing_line(totals: &Totals) -> String {
+    let incomplete = if totals.incomplete > 0 {
+        format!(", {} did not complete", totals.incomplete)
+    } else {
+        String::new()
+    };
     format!(
-        "{} case{}: {} passed, {} failed ({}), mean score {:.2}, {}",
+        "{} case{}: {} passed, {} failed ({}){incomplete}, mean score {:.2}, {}",
         totals.count,
         if totals.count == 1 { "" } else { "s" },
         totals.passed,
@@ -253,6 +259,13 @@ mod tests {
         assert!(
             !text.contains("variant"),
             "one variant, no variant column: {text}"
+        );
+        let mut broken = result("default", "broken", 1, &[true]);
+        broken.completed = false;
+        let text = format_table(&summarize(&[broken]));
+        assert!(
+            text.contains("1 case: 1 passed, 0 failed (100.0%), 1 did not complete, mean"),
+            "{text}"
         );
     }
 

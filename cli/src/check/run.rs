@@ -3,9 +3,11 @@
 //! its time.
 
 use super::artifacts;
-use super::metrics::{self, MetricValue};
-use super::scorer::{request_status, Observation, ScoreOutcome};
+use super::judge::{self, JudgeInput};
+use super::metrics::{self, Measured, MetricValue};
+use super::scorer::{request_status, unexpected_status, Observation, ScoreOutcome, Scorer};
 use super::suite::{Case, Suite};
+use super::trajectory::{self, Trajectory};
 use super::workspace::{self, WorkspaceSnapshot};
 use cellvisor::cell::{CellEvent, CellResult, CellStatus, EvalRequest, EvalResult};
 use cellvisor::{Cellvisor, Options, RequestError, StartupError};
@@ -77,8 +79,14 @@ pub struct CaseResult {
     /// 1-based, up to `--repeat`.
     pub repeat: u32,
     pub tags: Vec<String>,
+    /// Every scorer passed (with `status.completed` among them when a cell went wrong
+    /// unexpectedly).
     pub passed: bool,
-    /// Mean of the scorers' scores, 0..1.
+    /// The case ran as written: no `error`, and its cells ended as it expects (complete, or
+    /// with the error or cancellation a `status` scorer declares). A case that did not fails
+    /// the run (exit status 1); low scores alone do not.
+    pub completed: bool,
+    /// Mean of the scorers' scores and the declared metrics' normalized values, 0..1.
     pub score: f64,
     /// How the cells under test ended (the first that did not complete).
     pub status: CellStatus,
@@ -92,6 +100,8 @@ pub struct CaseResult {
     /// workspace not prepared); the case then fails.
     pub error: Option<String>,
     pub artifact_dir: Option<PathBuf>,
+    /// What the cells did, in order, with durations.
+    pub trajectory: Trajectory,
     pub case: Case,
     pub setup: Vec<CellResult>,
     pub cells: Vec<CellResult>,
@@ -143,7 +153,13 @@ pub async fn run(
         let mut running = futures::stream::iter(jobs.enumerate())
             .map(|(index, (suite, case, n))| {
                 let session = session_name(run_tag, index, &suite.name, &case.id);
-                run_case(cellvisor_ref, &variant.name, suite, case, n, session)
+                let job = Job {
+                    variant: &variant.name,
+                    suite,
+                    case,
+                    repeat: n,
+                };
+                run_case(cellvisor_ref, job, session)
             })
             .buffer_unordered(concurrency);
         let mut failure = None;
@@ -190,14 +206,17 @@ fn run_id() -> String {
     format!("{:x}{:x}", std::process::id(), nanos)
 }
 
-async fn run_case(
-    cellvisor: &Cellvisor,
-    variant: &str,
-    suite: &Suite,
-    case: &Case,
+/// One run of one case: which, under which variant.
+#[derive(Clone, Copy)]
+struct Job<'a> {
+    variant: &'a str,
+    suite: &'a Suite,
+    case: &'a Case,
     repeat: u32,
-    session: String,
-) -> CaseResult {
+}
+
+async fn run_case(cellvisor: &Cellvisor, job: Job<'_>, session: String) -> CaseResult {
+    let case = job.case;
     let started = Instant::now();
     let started_at = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
     let mut events = Vec::new();
@@ -205,6 +224,7 @@ async fn run_case(
     let mut cells = Vec::new();
     let mut snapshot = WorkspaceSnapshot::default();
     let mut error = None;
+    let mut scores = Vec::new();
     match workspace::prepare(case.workspace.as_deref()) {
         Err(err) => error = Some(err.to_string()),
         Ok(dir) => {
@@ -255,32 +275,40 @@ async fn run_case(
                 let _ = std::fs::remove_dir_all(store);
             }
             snapshot = workspace::capture(dir.path(), &case.capture);
+            if error.is_none() {
+                // Judges run in the workspace, so it lives until they are done.
+                scores = score_case(job, &setup, &cells, &snapshot, dir.path()).await;
+            }
         }
     }
-    let scores = match &error {
-        Some(reason) => vec![ScoreOutcome {
+    if let Some(reason) = &error {
+        scores = vec![ScoreOutcome {
             name: "setup".into(),
             passed: false,
             score: 0.0,
             details: reason.clone(),
-        }],
-        None => {
-            let seen = Observation {
-                cells: &cells,
-                workspace: &snapshot,
-            };
-            case.scorers.iter().map(|s| s.score(&seen)).collect()
-        }
+        }];
+    }
+    let unexpected = error
+        .is_none()
+        .then(|| unexpected_status(&case.scorers, &cells));
+    let completed = matches!(unexpected, Some(None));
+    scores.extend(unexpected.flatten());
+    let measured = Measured {
+        cells: &cells,
+        scores: &scores,
+        total_ms: started.elapsed().as_secs_f64() * 1000.0,
     };
-    let score = metrics::mean(&scores.iter().map(|s| s.score).collect::<Vec<_>>());
-    let metric_values = metrics::evaluate(&case.metrics, &cells, &scores);
+    let metric_values = metrics::evaluate(&case.metrics, &measured);
+    let score = metrics::case_score(&scores, &metric_values);
     CaseResult {
-        variant: variant.to_string(),
-        suite: suite.name.clone(),
+        variant: job.variant.to_string(),
+        suite: job.suite.name.clone(),
         id: case.id.clone(),
-        repeat,
+        repeat: job.repeat,
         tags: case.tags.clone(),
         passed: scores.iter().all(|s| s.passed),
+        completed,
         score,
         status: if error.is_some() {
             CellStatus::Error
@@ -294,12 +322,73 @@ async fn run_case(
         metrics: metric_values,
         error,
         artifact_dir: None,
+        trajectory: trajectory::build(&events, &setup, &cells),
         case: case.clone(),
         setup,
         cells,
         workspace: snapshot,
         events,
     }
+}
+
+/// Every scorer of a case, in order: the plain ones on what was observed, then each judge
+/// with the case (and those verdicts) on its stdin, in the workspace.
+async fn score_case(
+    job: Job<'_>,
+    setup: &[CellResult],
+    cells: &[CellResult],
+    snapshot: &WorkspaceSnapshot,
+    dir: &std::path::Path,
+) -> Vec<ScoreOutcome> {
+    let seen = Observation {
+        cells,
+        workspace: snapshot,
+    };
+    let mut scores: Vec<Option<ScoreOutcome>> = job
+        .case
+        .scorers
+        .iter()
+        .map(|s| (!matches!(s, Scorer::Judge { .. })).then(|| s.score(&seen)))
+        .collect();
+    let plain: Vec<ScoreOutcome> = scores.iter().flatten().cloned().collect();
+    for (slot, scorer) in scores.iter_mut().zip(&job.case.scorers) {
+        let Scorer::Judge {
+            command,
+            rubric,
+            timeout,
+            threshold,
+            ..
+        } = scorer
+        else {
+            continue;
+        };
+        let input = JudgeInput {
+            variant: job.variant,
+            suite: &job.suite.name,
+            id: &job.case.id,
+            description: job.case.description.as_deref(),
+            tags: &job.case.tags,
+            rubric: rubric.as_deref(),
+            status: request_status(cells),
+            case_cells: &job.case.cells,
+            setup,
+            cells,
+            workspace: snapshot,
+            scores: &plain,
+        };
+        let outcome = match serde_json::to_vec(&input) {
+            Ok(input) => {
+                judge::score(scorer.name(), command, &input, dir, *timeout, *threshold).await
+            }
+            Err(err) => ScoreOutcome::binary(
+                scorer.name(),
+                false,
+                format!("judge failed: cannot write its input: {err}"),
+            ),
+        };
+        *slot = Some(outcome);
+    }
+    scores.into_iter().flatten().collect()
 }
 
 /// What a failed setup says: the failing cell's index and output.

@@ -1,6 +1,7 @@
 //! Scorers: what must hold after a case's cells ran. Each one looks at the cell results and
 //! the captured workspace (plain data) and yields a score in 0..1 and passed/failed.
 
+use super::file_scorers;
 use super::workspace::WorkspaceSnapshot;
 use cellvisor::cell::{CellResult, CellStatus};
 use serde::{Deserialize, Serialize};
@@ -53,9 +54,42 @@ pub enum Scorer {
         #[serde(default)]
         name: Option<String>,
     },
+    /// At least one of `paths` is in the workspace.
+    FileExistsOneOf {
+        paths: Vec<String>,
+        #[serde(default)]
+        name: Option<String>,
+    },
+    /// The file holds `text`, or matches `pattern` (exactly one of the two).
     FileContains {
         path: String,
-        text: String,
+        #[serde(default)]
+        text: Option<String>,
+        #[serde(default)]
+        pattern: Option<Pattern>,
+        #[serde(default)]
+        name: Option<String>,
+    },
+    /// How closely the file matches `expected`: 1 equal once trimmed, 0.75 when the trimmed
+    /// content holds it, 0.5 when the raw content does, else 0; passes at 0.75.
+    FileContentQuality {
+        path: String,
+        expected: String,
+        #[serde(default)]
+        name: Option<String>,
+    },
+    /// An external command (argv, no shell) that reads the case as JSON on stdin and prints
+    /// `{"score": 0..1, "reason": "..."}`; run in the case's workspace (`judge.rs`).
+    Judge {
+        command: Vec<String>,
+        #[serde(default)]
+        rubric: Option<String>,
+        /// Seconds; default [`super::judge::DEFAULT_TIMEOUT_SECS`].
+        #[serde(default)]
+        timeout: Option<f64>,
+        /// The score it passes at; default [`super::judge::DEFAULT_THRESHOLD`].
+        #[serde(default)]
+        threshold: Option<f64>,
         #[serde(default)]
         name: Option<String>,
     },
@@ -87,35 +121,55 @@ pub enum Scorer {
     },
 }
 
-/// A regular expression checked when the case file is read.
+/// A regular expression as a case file gives it. It is compiled when read; a bad one is
+/// kept with its error so the case that holds it can refuse it naming itself and the
+/// scorer or metric ([`Pattern::error`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct Pattern(regex::Regex);
+#[serde(from = "String", into = "String")]
+pub struct Pattern {
+    source: String,
+    compiled: Result<regex::Regex, String>,
+}
 
-impl TryFrom<String> for Pattern {
-    type Error = String;
-    fn try_from(source: String) -> Result<Pattern, String> {
-        regex::Regex::new(&source)
-            .map(Pattern)
-            .map_err(|e| format!("invalid pattern {source:?}: {e}"))
+impl From<String> for Pattern {
+    fn from(source: String) -> Pattern {
+        let compiled = regex::Regex::new(&source).map_err(|e| e.to_string());
+        Pattern { source, compiled }
     }
 }
 
 impl From<Pattern> for String {
     fn from(pattern: Pattern) -> String {
-        pattern.0.as_str().to_string()
+        pattern.source
     }
 }
 
 impl PartialEq for Pattern {
     fn eq(&self, other: &Pattern) -> bool {
-        self.0.as_str() == other.0.as_str()
+        self.source == other.source
     }
 }
 
 impl Pattern {
-    pub fn regex(&self) -> &regex::Regex {
-        &self.0
+    /// The compiled expression; `None` for a bad one (refused when its case is read).
+    pub fn regex(&self) -> Option<&regex::Regex> {
+        self.compiled.as_ref().ok()
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// Why the expression does not compile, if it does not.
+    pub fn error(&self) -> Option<String> {
+        self.compiled
+            .as_ref()
+            .err()
+            .map(|e| format!("invalid pattern {:?}: {e}", self.source))
+    }
+
+    pub fn is_match(&self, text: &str) -> bool {
+        self.regex().is_some_and(|r| r.is_match(text))
     }
 }
 
@@ -131,7 +185,7 @@ pub struct ScoreOutcome {
 }
 
 impl ScoreOutcome {
-    fn binary(name: String, passed: bool, details: String) -> ScoreOutcome {
+    pub fn binary(name: String, passed: bool, details: String) -> ScoreOutcome {
         ScoreOutcome {
             name,
             passed,
@@ -166,7 +220,7 @@ impl Observation<'_> {
 /// Longest excerpt of output quoted in a scorer's details.
 const EXCERPT_CHARS: usize = 160;
 
-fn excerpt(text: &str) -> String {
+pub fn excerpt(text: &str) -> String {
     let mut cut: String = text.chars().take(EXCERPT_CHARS).collect();
     if cut.len() < text.len() {
         cut.push('…');
@@ -176,14 +230,17 @@ fn excerpt(text: &str) -> String {
 
 impl Scorer {
     /// Every kind a case file may name.
-    pub const KINDS: [&'static str; 10] = [
+    pub const KINDS: [&'static str; 13] = [
         "status",
         "output_contains",
         "output_matches",
         "output_equals",
         "display_has",
         "file_exists",
+        "file_exists_one_of",
         "file_contains",
+        "file_content_quality",
+        "judge",
         "duration_below_ms",
         "no_restart",
         "status_event",
@@ -200,7 +257,11 @@ impl Scorer {
             | Scorer::DurationBelowMs { cell, .. }
             | Scorer::NoRestart { cell, .. }
             | Scorer::StatusEvent { cell, .. } => *cell,
-            Scorer::FileExists { .. } | Scorer::FileContains { .. } => None,
+            Scorer::FileExists { .. }
+            | Scorer::FileExistsOneOf { .. }
+            | Scorer::FileContains { .. }
+            | Scorer::FileContentQuality { .. }
+            | Scorer::Judge { .. } => None,
         }
     }
 
@@ -211,12 +272,17 @@ impl Scorer {
             Scorer::Status { expect, name, .. } => (name, format!("status:{expect}")),
             Scorer::OutputContains { text, name, .. } => (name, format!("output.contains:{text}")),
             Scorer::OutputMatches { pattern, name, .. } => {
-                (name, format!("output.matches:{}", pattern.0.as_str()))
+                (name, format!("output.matches:{}", pattern.as_str()))
             }
             Scorer::OutputEquals { name, .. } => (name, "output.equals".to_string()),
             Scorer::DisplayHas { mime, name, .. } => (name, format!("display.has:{mime}")),
             Scorer::FileExists { path, name } => (name, format!("file.exists:{path}")),
+            Scorer::FileExistsOneOf { paths, name } => {
+                (name, format!("file.existsOneOf:{}", paths.join("|")))
+            }
             Scorer::FileContains { path, name, .. } => (name, format!("file.contains:{path}")),
+            Scorer::FileContentQuality { path, name, .. } => (name, format!("file.quality:{path}")),
+            Scorer::Judge { command, name, .. } => (name, super::judge::default_name(command)),
             Scorer::DurationBelowMs { ms, name, .. } => (name, format!("duration.below:{ms}ms")),
             Scorer::NoRestart { name, .. } => (name, "no_restart".to_string()),
             Scorer::StatusEvent { op, name, .. } => (name, format!("status_event:{op}")),
@@ -251,7 +317,7 @@ impl Scorer {
             }
             Scorer::OutputMatches { pattern, cell, .. } => {
                 let output = seen.output(*cell);
-                let passed = pattern.0.is_match(&output);
+                let passed = pattern.is_match(&output);
                 ScoreOutcome::binary(name, passed, format!("output was {}", excerpt(&output)))
             }
             Scorer::OutputEquals { text, cell, .. } => {
@@ -280,28 +346,25 @@ impl Scorer {
                     format!("display types seen: [{}]", seen_types.join(", ")),
                 )
             }
-            Scorer::FileExists { path, .. } => {
-                let passed = seen.workspace.file(path).is_some();
-                let details = if passed {
-                    format!("{path} is in the workspace")
-                } else {
-                    format!("{path} is not in the workspace")
-                };
-                ScoreOutcome::binary(name, passed, details)
+            Scorer::FileExists { path, .. } => file_scorers::exists(name, seen.workspace, path),
+            Scorer::FileExistsOneOf { paths, .. } => {
+                file_scorers::exists_one_of(name, seen.workspace, paths)
             }
-            Scorer::FileContains { path, text, .. } => {
-                let (passed, details) = match seen.workspace.file(path) {
-                    None => (false, format!("{path} is not in the workspace")),
-                    Some(file) => match &file.content {
-                        None => (false, format!("{path} is binary")),
-                        Some(content) => (
-                            content.contains(text.as_str()),
-                            format!("{path} holds {}", excerpt(content)),
-                        ),
-                    },
-                };
-                ScoreOutcome::binary(name, passed, details)
+            Scorer::FileContains {
+                path,
+                text,
+                pattern,
+                ..
+            } => file_scorers::contains(name, seen.workspace, path, text, pattern),
+            Scorer::FileContentQuality { path, expected, .. } => {
+                file_scorers::quality(name, seen.workspace, path, expected)
             }
+            // A judge runs a process: `judge::score`, awaited by the runner.
+            Scorer::Judge { .. } => ScoreOutcome::binary(
+                name,
+                false,
+                "a judge is run by the case runner, not scored inline".into(),
+            ),
             Scorer::DurationBelowMs { ms, cell, .. } => {
                 let took: f64 = seen
                     .selected(*cell)
@@ -363,215 +426,104 @@ pub fn request_status(cells: &[CellResult]) -> CellStatus {
         .unwrap_or(CellStatus::Complete)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::check::fixtures::completed;
-    use crate::check::workspace::WorkspaceFile;
-    use serde_json::json;
+/// The name of the scorer a case fails on when its cells raised, timed out or were
+/// cancelled without the case declaring that status.
+pub const STATUS_COMPLETED: &str = "status.completed";
 
-    fn cell(status: CellStatus, output: &str) -> CellResult {
-        let mut cell = completed(output, 10.0);
-        cell.report.status = status;
-        cell
-    }
-
-    fn scorer(toml_line: &str) -> Scorer {
-        #[derive(Deserialize)]
-        struct One {
-            s: Scorer,
+/// A failing `status.completed` outcome when a cell under test went wrong (error or
+/// cancelled) and no `status` scorer of the case expects that status (on the request, or on
+/// that cell); `None` when the cells ended as the case expects.
+pub fn unexpected_status(scorers: &[Scorer], cells: &[CellResult]) -> Option<ScoreOutcome> {
+    let (position, failing) = cells
+        .iter()
+        .enumerate()
+        .find(|(_, c)| c.report.status.failed())?;
+    let status = failing.report.status;
+    let declared = scorers.iter().any(|s| match s {
+        Scorer::Status { expect, cell, .. } => {
+            *expect == status && cell.is_none_or(|index| index == position)
         }
-        toml::from_str::<One>(&format!("s = {toml_line}"))
-            .unwrap_or_else(|e| panic!("{toml_line}: {e}"))
-            .s
+        _ => false,
+    });
+    if declared {
+        return None;
     }
+    let first_line = failing
+        .report
+        .output
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty());
+    Some(ScoreOutcome::binary(
+        STATUS_COMPLETED.into(),
+        false,
+        format!(
+            "cell {position} ({}) ended {status}{}; a case that expects it declares \
+             {{ kind = \"status\", expect = \"{status}\" }}",
+            failing.language,
+            first_line.map_or(String::new(), |l| format!(": {}", excerpt(l.trim())))
+        ),
+    ))
+}
 
-    fn workspace() -> WorkspaceSnapshot {
-        WorkspaceSnapshot {
-            files: vec![
-                WorkspaceFile {
-                    path: "out/report.txt".into(),
-                    size: 11,
-                    binary: false,
-                    truncated: false,
-                    content: Some("total = 42\n".into()),
-                },
-                WorkspaceFile {
-                    path: "blob.bin".into(),
-                    size: 3,
-                    binary: true,
-                    truncated: false,
-                    content: None,
-                },
-            ],
+impl Scorer {
+    /// What the case file got wrong in this scorer, checked when the suite is read: a bad
+    /// regular expression, a file path outside the workspace, a judge without a command or
+    /// with a timeout or threshold out of range.
+    pub fn validate(&self) -> Result<(), String> {
+        let path_ok = |path: &str| {
+            if file_scorers::stays_inside(path) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "path {path:?} must be relative and stay in the case's workspace \
+                     (no leading /, no .. above it)"
+                ))
+            }
+        };
+        match self {
+            Scorer::OutputMatches { pattern, .. } => pattern.error().map_or(Ok(()), Err),
+            Scorer::FileExists { path, .. } | Scorer::FileContentQuality { path, .. } => {
+                path_ok(path)
+            }
+            Scorer::FileExistsOneOf { paths, .. } => {
+                if paths.is_empty() {
+                    return Err("`paths` must name at least one file".into());
+                }
+                paths.iter().try_for_each(|p| path_ok(p))
+            }
+            Scorer::FileContains {
+                path,
+                text,
+                pattern,
+                ..
+            } => {
+                path_ok(path)?;
+                match (text, pattern) {
+                    (Some(_), None) => Ok(()),
+                    (None, Some(pattern)) => pattern.error().map_or(Ok(()), Err),
+                    _ => Err("give exactly one of `text` (a substring) and `pattern` \
+                              (a regular expression)"
+                        .into()),
+                }
+            }
+            Scorer::Judge {
+                command,
+                timeout,
+                threshold,
+                ..
+            } => super::judge::validate(command, *timeout, *threshold),
+            Scorer::Status { .. }
+            | Scorer::OutputContains { .. }
+            | Scorer::OutputEquals { .. }
+            | Scorer::DisplayHas { .. }
+            | Scorer::DurationBelowMs { .. }
+            | Scorer::NoRestart { .. }
+            | Scorer::StatusEvent { .. } => Ok(()),
         }
-    }
-
-    fn run(line: &str, cells: &[CellResult]) -> ScoreOutcome {
-        let ws = workspace();
-        scorer(line).score(&Observation {
-            cells,
-            workspace: &ws,
-        })
-    }
-
-    #[test]
-    fn status_looks_at_how_the_request_ended_or_at_one_cell() {
-        let cells = [
-            cell(CellStatus::Complete, "a\n"),
-            cell(CellStatus::Error, "Traceback\n"),
-            cell(CellStatus::Skipped, ""),
-        ];
-        assert!(run(r#"{kind = "status", expect = "error"}"#, &cells).passed);
-        let wrong = run(r#"{kind = "status", expect = "complete"}"#, &cells);
-        assert!(!wrong.passed);
-        assert_eq!(wrong.score, 0.0);
-        assert_eq!(wrong.details, "expected complete, got error");
-        let first = run(
-            r#"{kind = "status", expect = "complete", cell = 0}"#,
-            &cells,
-        );
-        assert!(first.passed);
-        assert_eq!(first.name, "status:complete[0]");
-    }
-
-    #[test]
-    fn output_scorers_read_all_cells_or_one() {
-        let cells = [
-            cell(CellStatus::Complete, "hello\n"),
-            cell(CellStatus::Complete, "42\n"),
-        ];
-        assert!(run(r#"{kind = "output_contains", text = "lo\n4"}"#, &cells).passed);
-        assert!(
-            !run(
-                r#"{kind = "output_contains", text = "hello", cell = 1}"#,
-                &cells
-            )
-            .passed
-        );
-        assert!(
-            run(
-                r#"{kind = "output_matches", pattern = "^4\\d\\n$", cell = 1}"#,
-                &cells
-            )
-            .passed
-        );
-        assert!(run(r#"{kind = "output_matches", pattern = "(?m)^42$"}"#, &cells).passed);
-        assert!(run(r#"{kind = "output_equals", text = "42", cell = 1}"#, &cells).passed);
-        assert!(!run(r#"{kind = "output_equals", text = "42"}"#, &cells).passed);
-    }
-
-    #[test]
-    fn a_bad_pattern_is_refused_when_read() {
-        #[derive(Debug, Deserialize)]
-        #[allow(dead_code)]
-        struct One {
-            s: Scorer,
-        }
-        let err = toml::from_str::<One>(r#"s = {kind = "output_matches", pattern = "(" }"#)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("invalid pattern"), "{err}");
-    }
-
-    #[test]
-    fn display_has_looks_for_a_mime_type() {
-        let mut with_png = cell(CellStatus::Complete, "");
-        with_png.report.displays = vec![json!({"image/png": "AA==", "text/plain": "<Figure>"})];
-        let cells = [cell(CellStatus::Complete, ""), with_png];
-        assert!(run(r#"{kind = "display_has", mime = "image/png"}"#, &cells).passed);
-        let missing = run(
-            r#"{kind = "display_has", mime = "image/png", cell = 0}"#,
-            &cells,
-        );
-        assert!(!missing.passed);
-        assert_eq!(missing.details, "display types seen: []");
-    }
-
-    #[test]
-    fn file_scorers_read_the_workspace_snapshot() {
-        let cells = [cell(CellStatus::Complete, "")];
-        assert!(run(r#"{kind = "file_exists", path = "out/report.txt"}"#, &cells).passed);
-        assert!(
-            run(
-                r#"{kind = "file_exists", path = "./out/report.txt"}"#,
-                &cells
-            )
-            .passed
-        );
-        assert!(!run(r#"{kind = "file_exists", path = "nope.txt"}"#, &cells).passed);
-        assert!(
-            run(
-                r#"{kind = "file_contains", path = "out/report.txt", text = "= 42"}"#,
-                &cells
-            )
-            .passed
-        );
-        let binary = run(
-            r#"{kind = "file_contains", path = "blob.bin", text = "x"}"#,
-            &cells,
-        );
-        assert!(!binary.passed);
-        assert!(binary.details.contains("binary"));
-    }
-
-    #[test]
-    fn duration_below_is_graded_past_its_limit() {
-        let cells = [
-            cell(CellStatus::Complete, ""),
-            cell(CellStatus::Complete, ""),
-        ];
-        assert!(run(r#"{kind = "duration_below_ms", ms = 25}"#, &cells).passed);
-        let slow = run(r#"{kind = "duration_below_ms", ms = 10}"#, &cells);
-        assert!(!slow.passed);
-        assert!((slow.score - 0.5).abs() < 1e-9, "{slow:?}");
-    }
-
-    #[test]
-    fn no_restart_fails_on_a_notice() {
-        let mut restarted = cell(CellStatus::Complete, "");
-        restarted.report.notice = Some("the previous py worker is gone".into());
-        let cells = [cell(CellStatus::Complete, ""), restarted];
-        assert!(run(r#"{kind = "no_restart", cell = 0}"#, &cells).passed);
-        let failed = run(r#"{kind = "no_restart"}"#, &cells);
-        assert!(!failed.passed);
-        assert!(failed.details.contains("worker is gone"));
-    }
-
-    #[test]
-    fn status_event_matches_op_and_path() {
-        let mut wrote = cell(CellStatus::Complete, "");
-        wrote.report.status_events = vec![json!({"op": "write", "path": "a.txt", "bytes": 3})];
-        let cells = [wrote];
-        assert!(run(r#"{kind = "status_event", op = "write"}"#, &cells).passed);
-        assert!(
-            run(
-                r#"{kind = "status_event", op = "write", path = "a.txt"}"#,
-                &cells
-            )
-            .passed
-        );
-        assert!(
-            !run(
-                r#"{kind = "status_event", op = "write", path = "b.txt"}"#,
-                &cells
-            )
-            .passed
-        );
-        let read = run(r#"{kind = "status_event", op = "read"}"#, &cells);
-        assert_eq!(read.details, "ops seen: [write]");
-    }
-
-    #[test]
-    fn unknown_kinds_and_fields_are_refused() {
-        #[derive(Debug, Deserialize)]
-        #[allow(dead_code)]
-        struct One {
-            s: Scorer,
-        }
-        assert!(toml::from_str::<One>(r#"s = {kind = "vibes"}"#).is_err());
-        assert!(toml::from_str::<One>(r#"s = {kind = "no_restart", extra = 1}"#).is_err());
-        let named = scorer(r#"{kind = "no_restart", name = "stays up"}"#);
-        assert_eq!(named.name(), "stays up");
     }
 }
+
+#[cfg(test)]
+#[path = "scorer_tests.rs"]
+mod tests;

@@ -82,12 +82,20 @@ impl TryFrom<RawCase> for Case {
                 Scorer::KINDS.join(", ")
             ));
         }
+        for (metric, spec) in &raw.metrics {
+            if let Some(why) = spec.pattern.as_ref().and_then(|p| p.error()) {
+                return Err(format!("case {id:?}: metric {metric}: {why}"));
+            }
+        }
         if let Some(outside) = raw.capture.iter().find(|p| !is_inside(p)) {
             return Err(format!(
                 "case {id:?}: capture path {outside:?} must be relative and stay in the workspace"
             ));
         }
         for scorer in &raw.scorers {
+            if let Err(why) = scorer.validate() {
+                return Err(format!("case {id:?}: scorer {}: {why}", scorer.name()));
+            }
             if let Some(cell) = scorer.cell().filter(|&cell| cell >= raw.cells.len()) {
                 return Err(format!(
                     "case {id:?}: scorer {} names cell {cell}, but the case has {} cell(s) \
@@ -314,6 +322,11 @@ fn parse(text: &str, path: &Path, format: Format) -> Result<Suite, SuiteError> {
             "the file declares no cases: add [[case]] tables (TOML) or a \"cases\" array (JSON)",
         ));
     }
+    for (metric, spec) in &raw.metrics {
+        if let Some(why) = spec.pattern.as_ref().and_then(|p| p.error()) {
+            return Err(invalid(path, format!("metric {metric}: {why}")));
+        }
+    }
     let mut seen = std::collections::BTreeSet::new();
     let mut cases = Vec::with_capacity(raw.cases.len());
     for mut case in raw.cases {
@@ -342,6 +355,9 @@ fn parse(text: &str, path: &Path, format: Format) -> Result<Suite, SuiteError> {
             }
             case.workspace = Some(seed);
         }
+        for scorer in &mut case.scorers {
+            resolve_judge(scorer, base);
+        }
         let mut metrics = raw.metrics.clone();
         metrics.append(&mut case.metrics);
         case.metrics = metrics;
@@ -364,6 +380,23 @@ fn parse(text: &str, path: &Path, format: Format) -> Result<Suite, SuiteError> {
         variants,
         cases,
     })
+}
+
+/// A judge's program given as a relative path with a `/` (`judges/grade.py`) is taken
+/// next to the case file, as workspace seeds are (the judge runs in the case's workspace);
+/// a bare name (`python3`) is looked up on `PATH`.
+fn resolve_judge(scorer: &mut Scorer, base: &Path) {
+    if let Scorer::Judge { command, .. } = scorer {
+        if let Some(program) = command.first_mut() {
+            let path = Path::new(program.as_str());
+            if path.is_relative() && program.contains('/') {
+                let beside = base.join(path);
+                // Absolute: the judge runs in the workspace, not where `check` was started.
+                let beside = std::path::absolute(&beside).unwrap_or(beside);
+                *program = beside.to_string_lossy().into_owned();
+            }
+        }
+    }
 }
 
 /// A mistake found after parsing, at its place in the file when that is known.
@@ -434,125 +467,5 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn toml(text: &str) -> Result<Suite, SuiteError> {
-        parse(text, Path::new("/x/s.toml"), Format::Toml)
-    }
-
-    const GOOD: &str = r#"
-suite = "basics"
-[metrics.time]
-min = 0
-max = 1000
-direction = "lower"
-measure = "duration_ms"
-
-[[case]]
-id = "answer"
-tags = ["py"]
-cells = [{ language = "py", code = "print(6*7)" }]
-scorers = [{ kind = "output_equals", text = "42" }, { kind = "status", expect = "complete" }]
-"#;
-
-    #[test]
-    fn a_toml_suite_parses_with_suite_metrics_on_each_case() {
-        let suite = toml(GOOD).unwrap();
-        assert_eq!(suite.name, "basics");
-        assert_eq!(suite.cases.len(), 1);
-        assert_eq!(suite.cases[0].scorers.len(), 2);
-        assert!(suite.cases[0].metrics.contains_key("time"));
-        let with_variants = toml(&GOOD.replace(
-            "suite = \"basics\"",
-            "suite = \"basics\"\n[variants]\nwide = \"w.toml\"\nnarrow = \"n.toml\"",
-        ))
-        .unwrap();
-        let names: Vec<&str> = with_variants
-            .variants
-            .iter()
-            .map(|(n, _)| n.as_str())
-            .collect();
-        assert_eq!(names, ["wide", "narrow"], "file order is kept");
-        assert_eq!(with_variants.variants[0].1, Path::new("/x/w.toml"));
-    }
-
-    #[test]
-    fn a_json_suite_parses_and_takes_its_name_from_the_file() {
-        let text = r#"{"cases": [{"id": "a", "cells": [{"language": "lua", "code": "print(1)"}],
-                       "scorers": [{"kind": "no_restart"}]}]}"#;
-        let suite = parse(text, Path::new("/x/lua.json"), Format::Json).unwrap();
-        assert_eq!(suite.name, "lua");
-    }
-
-    #[test]
-    fn toml_mistakes_carry_line_and_column() {
-        let text = GOOD.replace("kind = \"status\"", "kind = \"stattus\"");
-        let err = toml(&text).unwrap_err().to_string();
-        assert!(err.starts_with("/x/s.toml:13:"), "{err}");
-        assert!(err.contains("stattus"), "{err}");
-        let err = toml("[[case]]\nid = \"a\"\ncells = [")
-            .unwrap_err()
-            .to_string();
-        assert!(err.starts_with("/x/s.toml:3:"), "{err}");
-    }
-
-    #[test]
-    fn json_mistakes_carry_line_and_column() {
-        let text = "{\"cases\": [\n  {\"id\": \"a\", \"cells\": [], \"scorers\": []}\n]}";
-        let err = parse(text, Path::new("/x/j.json"), Format::Json)
-            .unwrap_err()
-            .to_string();
-        // A check of the whole case is reported where the parser noticed it: the case's end.
-        assert!(err.starts_with("/x/j.json:3:1: "), "{err}");
-        assert!(err.contains("has no cells"), "{err}");
-        let twice = "{\"cases\": [\n  {\"id\": \"a\", \"cells\": [{\"language\": \"py\", \"code\": \"1\"}], \"scorers\": [{\"kind\": \"no_restart\"}]},\n  {\"id\": \"a\", \"cells\": [{\"language\": \"py\", \"code\": \"1\"}], \"scorers\": [{\"kind\": \"no_restart\"}]}\n]}";
-        let err = parse(twice, Path::new("/x/j.json"), Format::Json)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.starts_with("/x/j.json:3:4: case id \"a\" is used twice"),
-            "{err}"
-        );
-        let text = "{\"cases\": [\n  {\"id\": \"a\", \"celss\": []}\n]}";
-        let err = parse(text, Path::new("/x/j.json"), Format::Json)
-            .unwrap_err()
-            .to_string();
-        assert!(err.starts_with("/x/j.json:2:"), "{err}");
-        assert!(err.contains("unknown field `celss`"), "{err}");
-    }
-
-    #[test]
-    fn semantic_mistakes_are_named() {
-        let dup = format!("{GOOD}\n[[case]]\nid = \"answer\"\ncells = [{{ language = \"py\", code = \"1\" }}]\nscorers = [{{ kind = \"no_restart\" }}]\n");
-        let err = toml(&dup).unwrap_err().to_string();
-        assert!(
-            err.starts_with("/x/s.toml:16:1: case id \"answer\" is used twice"),
-            "{err}"
-        );
-        let out_of_range = GOOD.replace(
-            "{ kind = \"status\", expect = \"complete\" }",
-            "{ kind = \"status\", expect = \"complete\", cell = 3 }",
-        );
-        let err = toml(&out_of_range).unwrap_err().to_string();
-        assert!(err.contains("names cell 3"), "{err}");
-        let seed = GOOD.replace("tags = [\"py\"]", "workspace = \"no-such-seed\"");
-        let err = toml(&seed).unwrap_err().to_string();
-        assert!(err.starts_with("/x/s.toml:11:1: "), "{err}");
-        assert!(
-            err.contains("workspace seed /x/no-such-seed is not"),
-            "{err}"
-        );
-        assert!(toml("suite = \"x\"")
-            .unwrap_err()
-            .to_string()
-            .contains("no cases"));
-    }
-
-    #[test]
-    fn line_column_counts_characters() {
-        assert_eq!(line_column("ab\ncdé\nx", 7), (2, 4));
-        assert_eq!(line_column("ab\ncdé\nx", 8), (3, 1));
-        assert_eq!(line_column("abc", 0), (1, 1));
-    }
-}
+#[path = "suite_tests.rs"]
+mod tests;

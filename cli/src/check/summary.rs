@@ -26,6 +26,9 @@ pub struct Totals {
     pub count: usize,
     pub passed: usize,
     pub failed: usize,
+    /// Case runs that did not run as written (an `error`, or cells that raised, timed out or
+    /// were cancelled without the case declaring it): these fail the run.
+    pub incomplete: usize,
     /// passed / count, 0..1.
     pub pass_rate: f64,
     /// Mean case score.
@@ -57,6 +60,8 @@ pub struct CaseRow {
     pub id: String,
     pub repeat: u32,
     pub passed: bool,
+    /// The case ran as written ([`CaseResult::completed`]).
+    pub completed: bool,
     pub score: f64,
     pub status: String,
     pub duration_ms: f64,
@@ -162,6 +167,7 @@ fn totals<'a>(results: impl Iterator<Item = &'a CaseResult>) -> Totals {
         count,
         passed,
         failed: count - passed,
+        incomplete: results.iter().filter(|r| !r.completed).count(),
         pass_rate: if count == 0 {
             0.0
         } else {
@@ -193,6 +199,7 @@ fn row(result: &CaseResult) -> CaseRow {
         id: result.id.clone(),
         repeat: result.repeat,
         passed: result.passed,
+        completed: result.completed,
         score: result.score,
         status: result.status.to_string(),
         duration_ms: result.duration_ms,
@@ -281,6 +288,7 @@ pub(crate) mod tests {
             repeat,
             tags: vec!["py".into()],
             passed: scores.iter().all(|p| *p),
+            completed: true,
             score,
             status: CellStatus::Complete,
             duration_ms: 100.0,
@@ -290,11 +298,13 @@ pub(crate) mod tests {
                 raw: Some(10.0 * f64::from(repeat)),
                 score,
                 tags: vec!["@speed".into()],
+                declared: true,
             }],
             tag_scores: [("py".to_string(), score)].into_iter().collect(),
             scores: outcomes,
             error: None,
             artifact_dir: None,
+            trajectory: Default::default(),
             case: Case {
                 id: id.into(),
                 description: None,
@@ -321,7 +331,7 @@ pub(crate) mod tests {
             result("default", "a", 2, &[true]),
         ]);
         let t = &summary.totals;
-        assert_eq!((t.count, t.passed, t.failed), (3, 2, 1));
+        assert_eq!((t.count, t.passed, t.failed, t.incomplete), (3, 2, 1, 0));
         assert!((t.pass_rate - 2.0 / 3.0).abs() < 1e-9);
         assert!((t.score - 2.5 / 3.0).abs() < 1e-9);
         assert_eq!(t.duration_ms, 300.0);

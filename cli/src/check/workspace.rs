@@ -29,6 +29,10 @@ pub struct WorkspaceFile {
     /// `content` holds only the first [`MAX_FILE_CHARS`] characters.
     pub truncated: bool,
     pub content: Option<String>,
+    /// A symbolic link: listed, never followed (it may point out of the workspace), so it
+    /// has no content.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub symlink: bool,
 }
 
 impl WorkspaceSnapshot {
@@ -119,11 +123,13 @@ pub fn seed_outside(suite_dir: &Path, seed: &Path) -> bool {
 }
 
 /// Every file under `root` at the relative paths `only` (files or directories; all of the
-/// workspace when empty). Symbolic links are listed, not followed; paths are in order.
+/// workspace when empty). Symbolic links are listed, not followed, also when one is (or is on
+/// the way to) a path of `only`; paths are in order.
 pub fn capture(root: &Path, only: &[String]) -> WorkspaceSnapshot {
     let mut starts: Vec<PathBuf> = only
         .iter()
         .filter_map(|p| normalize(Path::new(p)))
+        .filter(|p| !through_link(root, p))
         .map(|p| root.join(p))
         .collect();
     if only.is_empty() {
@@ -133,6 +139,8 @@ pub fn capture(root: &Path, only: &[String]) -> WorkspaceSnapshot {
     let mut budget = MAX_TOTAL_BYTES;
     for start in starts {
         let entries = walkdir::WalkDir::new(&start)
+            .follow_links(false)
+            .follow_root_links(false)
             .sort_by_file_name()
             .into_iter()
             .flatten();
@@ -147,7 +155,8 @@ pub fn capture(root: &Path, only: &[String]) -> WorkspaceSnapshot {
                 continue;
             }
             let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
-            let is_file = entry.file_type().is_file();
+            let symlink = entry.path_is_symlink();
+            let is_file = entry.file_type().is_file() && !symlink;
             let head = if is_file && budget > 0 {
                 read_head(entry.path())
             } else {
@@ -178,11 +187,26 @@ pub fn capture(root: &Path, only: &[String]) -> WorkspaceSnapshot {
                 binary: is_file && head.is_some() && content.is_none(),
                 truncated,
                 content,
+                symlink,
             });
         }
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     WorkspaceSnapshot { files }
+}
+
+/// Whether a directory on the way to `relative` (below `root`) is a symbolic link: the
+/// path's last component itself is listed as a link by the walk, never followed.
+fn through_link(root: &Path, relative: &str) -> bool {
+    let mut at = root.to_path_buf();
+    let parts: Vec<&str> = relative.split('/').filter(|p| !p.is_empty()).collect();
+    for part in parts.iter().take(parts.len().saturating_sub(1)) {
+        at.push(part);
+        if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+            return true;
+        }
+    }
+    false
 }
 
 /// The first bytes of a file, enough for [`MAX_FILE_CHARS`] characters, cut back to a
@@ -259,6 +283,36 @@ mod tests {
         let only = capture(workspace.path(), &["data".into(), "out.txt".into()]);
         let paths: Vec<&str> = only.files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(paths, ["data/in.csv", "out.txt"]);
+    }
+
+    #[test]
+    fn links_out_of_the_workspace_are_listed_never_followed() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.txt"), "secret").unwrap();
+        let workspace = tempfile::tempdir().unwrap();
+        let root = workspace.path();
+        std::os::unix::fs::symlink(outside.path(), root.join("door")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret.txt"), root.join("leak.txt"))
+            .unwrap();
+        for only in [
+            vec![],
+            vec!["door".to_string()],
+            vec!["leak.txt".to_string()],
+        ] {
+            let snapshot = capture(root, &only);
+            assert!(
+                snapshot
+                    .files
+                    .iter()
+                    .all(|f| f.content.is_none() && f.symlink),
+                "{only:?}: {snapshot:?}"
+            );
+        }
+        let through = capture(root, &["door/secret.txt".to_string()]);
+        assert!(through.files.is_empty(), "{through:?}");
+        let leak = capture(root, &[]);
+        let leak = leak.file("leak.txt").expect("listed");
+        assert!(leak.symlink && !leak.binary && leak.content.is_none());
     }
 
     #[test]

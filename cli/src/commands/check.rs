@@ -29,6 +29,55 @@ pub struct CheckArgs {
     /// Accept workspace seeds outside their case file's directory (absolute paths, `../`).
     #[arg(long)]
     allow_outside_seeds: bool,
+    /// Exit with status 3 when a case scores below SCORE (0 to 1); without it, low scores
+    /// are reported and do not fail the run.
+    #[arg(long, value_name = "SCORE", value_parser = parse_fail_under)]
+    fail_under: Option<f64>,
+}
+
+/// `--fail-under`: a number from 0 to 1.
+fn parse_fail_under(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number; give a score from 0 to 1, e.g. 0.8"))?;
+    if (0.0..=1.0).contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!(
+            "{value} is not in 0..1; give a score from 0 to 1, e.g. 0.8"
+        ))
+    }
+}
+
+/// Exit status when a case did not run as written (or the run broke).
+const EXIT_INCOMPLETE: i32 = 1;
+/// Exit status when every case ran but one scored below `--fail-under`.
+const EXIT_BELOW_BAR: i32 = 3;
+
+/// The exit status of a finished run: 1 when a case did not run as written, else 3 when a
+/// case scored below `fail_under`, else 0. Prints which cases fell below the bar.
+fn verdict(summary: &check::summary::RunSummary, fail_under: Option<f64>) -> i32 {
+    if summary.totals.incomplete > 0 {
+        return EXIT_INCOMPLETE;
+    }
+    let Some(bar) = fail_under else { return 0 };
+    let below: Vec<String> = summary
+        .cases
+        .iter()
+        .filter(|c| c.score < bar)
+        .map(|c| format!("{}/{} ({:.2})", c.suite, c.id, c.score))
+        .collect();
+    if below.is_empty() {
+        return 0;
+    }
+    eprintln!(
+        "below --fail-under {bar}: {} case run{}: {}",
+        below.len(),
+        if below.len() == 1 { "" } else { "s" },
+        below.join(", ")
+    );
+    EXIT_BELOW_BAR
 }
 
 /// The refusal of the first case whose workspace seed lies outside its case file's directory.
@@ -116,7 +165,7 @@ pub async fn run(args: CheckArgs, globals: &Globals) -> i32 {
         Some(Ok(())) => false,
         Some(Err(err)) => {
             eprintln!("error: {err}");
-            return 1;
+            return EXIT_INCOMPLETE;
         }
         None => true,
     };
@@ -151,7 +200,7 @@ pub async fn run(args: CheckArgs, globals: &Globals) -> i32 {
         );
         return EXIT_INTERRUPTED;
     }
-    i32::from(summary.totals.failed > 0)
+    verdict(&summary, args.fail_under)
 }
 
 /// Exit status after Ctrl-C (128 + SIGINT, as shells report it).
@@ -227,4 +276,40 @@ fn progress_bar(total: u64) -> indicatif::ProgressBar {
     }
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::summary::tests::result;
+
+    #[test]
+    fn fail_under_takes_a_score_from_0_to_1() {
+        assert_eq!(parse_fail_under("0.8"), Ok(0.8));
+        assert_eq!(parse_fail_under("0"), Ok(0.0));
+        assert_eq!(parse_fail_under("1"), Ok(1.0));
+        for bad in ["1.5", "-0.1", "NaN", "high", ""] {
+            let err = parse_fail_under(bad).unwrap_err();
+            assert!(err.contains("give a score from 0 to 1"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_exit_status_tells_a_broken_case_from_a_low_score() {
+        let low = result("default", "low", 1, &[true, false]);
+        let fine = result("default", "fine", 1, &[true]);
+        let summary = check::summarize(&[low.clone(), fine.clone()]);
+        assert_eq!(verdict(&summary, None), 0, "low scores alone are reported");
+        assert_eq!(verdict(&summary, Some(0.5)), 0);
+        assert_eq!(verdict(&summary, Some(0.6)), EXIT_BELOW_BAR);
+        let mut broken = fine;
+        broken.completed = false;
+        let summary = check::summarize(&[low, broken]);
+        assert_eq!(verdict(&summary, None), EXIT_INCOMPLETE);
+        assert_eq!(
+            verdict(&summary, Some(0.6)),
+            EXIT_INCOMPLETE,
+            "1 wins over 3"
+        );
+    }
 }
