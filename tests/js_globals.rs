@@ -1,7 +1,7 @@
 //! JavaScript cells that use the host surface of Node and the web, end to end: `fetch`
 //! against a local HTTP server (and its proxy under the environment filter), `require` and
 //! `import` of `node:` modules, `Buffer`, `URL`, `crypto`, `TextEncoder`, `process` and
-//! `child_process`.
+//! `child_process`, `Blob`, `File`, `FormData`, `navigator` and the global `fs`.
 
 mod common;
 
@@ -374,4 +374,242 @@ fn a_cell_waiting_for_exec_sync_can_be_interrupted() {
     let after = client.eval_in("interrupt", &work, json!([js("kept + 1")]));
     assert_eq!(completed_output(&after, 0), "42\n");
     daemon.stop();
+}
+
+/// `self`, `navigator`, `Blob`, `File`, `FormData` and the global `fs` in a cell, and `fetch`
+/// sending FormData (multipart), Blob, ArrayBuffer and URLSearchParams bodies to a local server.
+#[test]
+fn blob_file_form_data_navigator_and_fs_globals_work_in_a_cell() {
+    let server = EchoServer::start("origin");
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let work = daemon.world.work_dir();
+    std::fs::write(work.join("notes.txt"), "kept notes").expect("notes");
+    let globals = r#"
+console.log(self === globalThis, navigator.userAgent.startsWith('cellvisor/'), navigator.userAgent.endsWith(' QuickJS'));
+console.log(Number.isInteger(navigator.hardwareConcurrency) && navigator.hardwareConcurrency >= 1);
+console.log(fs === require('node:fs'), fs.readFileSync('notes.txt', 'utf8'));
+const blob = new Blob(['ab', new Uint8Array([99])], {type: 'text/plain'});
+console.log(blob.size, blob.type, await blob.text(), await blob.slice(1).text());
+const file = new File([blob, 'd'], 'abcd.txt', {lastModified: 7});
+console.log(file.name, file.lastModified, file.size, file instanceof Blob);
+const fd = new FormData(); fd.append('k', 'v'); fd.append('k', 'w'); fd.set('f', file);
+console.log(fd.getAll('k').join(), fd.get('f').name, [...fd.keys()].join());
+"#;
+    let fetches = format!(
+        r#"
+const fd = new FormData();
+fd.append('title', 'hello');
+fd.append('upload', new File(['file body'], 'a.txt', {{type: 'text/plain'}}));
+const sent = await (await fetch({url:?}, {{method: 'POST', body: fd}})).json();
+const boundary = sent['content-type'].split('boundary=')[1];
+console.log(sent['content-type'].startsWith('multipart/form-data; boundary='), boundary.length > 20);
+console.log(JSON.stringify(sent.body.split(boundary).join('B')));
+const blobbed = await (await fetch({url:?}, {{method: 'POST', body: new Blob(['{{"n":1}}'], {{type: 'application/json'}})}})).json();
+console.log(blobbed['content-type'], blobbed.body);
+const buffered = await (await fetch({url:?}, {{method: 'POST', body: new TextEncoder().encode('raw').buffer}})).json();
+console.log(buffered['content-type'], buffered.body);
+const form = await (await fetch({url:?}, {{method: 'POST', body: new URLSearchParams({{a: '1'}})}})).json();
+console.log(form['content-type'], form.body);
+const got = await (await fetch({url:?})).blob();
+console.log(got instanceof Blob, got.type, JSON.parse(await got.text()).method);
+"#,
+        url = server.url("/form"),
+    );
+    let result = client.eval_in("files", &work, json!([js(globals), js(&fetches)]));
+    assert_eq!(
+        completed_output(&result, 0),
+        "true true true\ntrue\ntrue kept notes\n3 text/plain abc bc\nabcd.txt 7 4 true\nv,w abcd.txt k,k,f\n",
+        "{result:#}"
+    );
+    assert_eq!(
+        completed_output(&result, 1),
+        "true true\n\
+         \"--B\\r\\nContent-Disposition: form-data; name=\\\"title\\\"\\r\\n\\r\\nhello\\r\\n\
+         --B\\r\\nContent-Disposition: form-data; name=\\\"upload\\\"; filename=\\\"a.txt\\\"\\r\\n\
+         Content-Type: text/plain\\r\\n\\r\\nfile body\\r\\n--B--\\r\\n\"\n\
+         application/json {\"n\":1}\n\
+         null raw\n\
+         application/x-www-form-urlencoded;charset=UTF-8 a=1\n\
+         true application/json GET\n",
+        "{result:#}"
+    );
+    daemon.stop();
+    drop(server);
+}
+
+/// A WebSocket server on 127.0.0.1 that answers each text message `t` with `echo:t` and each
+/// binary one with its bytes reversed, one connection at a time, until dropped.
+struct WebSocketServer {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl WebSocketServer {
+    fn start() -> WebSocketServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let port = listener.local_addr().expect("local address").port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::spawn({
+            let stop = Arc::clone(&stop);
+            move || {
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(mut socket) = stream.map(tungstenite::accept) else {
+                        continue;
+                    };
+                    if let Ok(socket) = socket.as_mut() {
+                        while let Ok(message) = socket.read() {
+                            let answer = match message {
+                                tungstenite::Message::Text(text) => {
+                                    tungstenite::Message::text(format!("echo:{}", text.as_str()))
+                                }
+                                tungstenite::Message::Binary(bytes) => {
+                                    tungstenite::Message::binary(
+                                        bytes.iter().rev().copied().collect::<Vec<u8>>(),
+                                    )
+                                }
+                                _ => continue,
+                            };
+                            if socket.send(answer).is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        WebSocketServer {
+            port,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("ws://127.0.0.1:{}/socket", self.port)
+    }
+}
+
+impl Drop for WebSocketServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A cell that opens a WebSocket, sends text and bytes, and closes it: prints what happened.
+fn websocket_cell(url: &str) -> String {
+    format!(
+        r#"
+const ws = new WebSocket({url:?});
+ws.binaryType = 'arraybuffer';
+const log = [];
+await new Promise((resolve) => {{
+  ws.onopen = () => {{ log.push('open'); ws.send('hi'); ws.send(new Blob([new Uint8Array([1, 2, 3])])); }};
+  ws.onmessage = (event) => {{
+    log.push(typeof event.data === 'string' ? event.data : [...new Uint8Array(event.data)].join('-'));
+    if (typeof event.data !== 'string') ws.close(3001, 'bye');
+  }};
+  ws.onerror = (event) => log.push('error: ' + event.message);
+  ws.onclose = (event) => {{ log.push(`close ${{event.code}} ${{event.wasClean}}`); resolve(); }};
+}});
+console.log(log.join(' | '));
+"#
+    )
+}
+
+/// `WebSocket` reaches a local server; like `fetch`, it goes through the proxy of the
+/// worker's environment only when the environment filter passes it.
+#[test]
+fn websocket_talks_to_a_local_server_and_honours_the_environment_filter() {
+    let server = WebSocketServer::start();
+    let proxy = EchoServer::start("proxy");
+    let code = websocket_cell(&server.url());
+    let run = |config: &str| {
+        let world = World::with_config(config);
+        let cells_file = world.cells_file(&json!([js(&code)]));
+        let run = world
+            .command()
+            .env("HTTP_PROXY", proxy.url(""))
+            .env_remove("http_proxy")
+            .env_remove("NO_PROXY")
+            .env_remove("no_proxy")
+            .env_remove("HTTPS_PROXY")
+            .env_remove("https_proxy")
+            .env_remove("ALL_PROXY")
+            .env_remove("all_proxy")
+            .args([
+                "eval",
+                "--no-daemon",
+                "--json",
+                "--cells",
+                path_str(&cells_file),
+            ])
+            .output()
+            .expect("run cellvisor");
+        let run = common::Run::from(run);
+        run.assert_code(0);
+        let result = run.json();
+        world.assert_no_processes_left(std::time::Duration::from_secs(5));
+        cells(&result)[0]["output"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(run(""), "open | echo:hi | 3-2-1 | close 3001 true\n");
+    // Through the proxy (an HTTP server, not a WebSocket one), the opening handshake fails.
+    let proxied = run("[env]\nallow = [\"HTTP_PROXY\"]\n");
+    assert!(
+        proxied.starts_with(&format!(
+            "error: WebSocket connection to '{}' failed: ",
+            server.url()
+        )) && proxied.ends_with(" | close 1006 false\n"),
+        "{proxied}"
+    );
+    drop(proxy);
+    drop(server);
+}
+
+/// Under a sandbox whose network rule is `none`, a WebSocket is refused for the reason a
+/// `fetch` to the same (listening) server is.
+#[test]
+fn websocket_is_refused_like_fetch_when_the_sandbox_forbids_the_network() {
+    let server = WebSocketServer::start();
+    let world = World::with_config("[sandbox]\nenabled = true\nnetwork = \"none\"\n");
+    let code = format!(
+        r#"
+const ws = new WebSocket({url:?});
+const events = [];
+await new Promise((resolve) => {{
+  ws.onopen = () => events.push('open');
+  ws.onerror = (event) => events.push(event.message.split(' failed: ')[1]);
+  ws.onclose = (event) => {{ events.push(event.code); resolve(); }};
+}});
+const fetched = await fetch({http:?}).then(() => 'reached', (e) => e.message.replace('fetch failed: ', ''));
+console.log(events[0] === fetched, events.slice(1).join(), fetched);
+"#,
+        url = server.url(),
+        http = format!("http://127.0.0.1:{}/", server.port),
+    );
+    let cells_file = world.cells_file(&json!([js(&code)]));
+    let run = world.run(&[
+        "eval",
+        "--no-daemon",
+        "--json",
+        "--cells",
+        path_str(&cells_file),
+    ]);
+    run.assert_code(0);
+    let result = run.json();
+    world.assert_no_processes_left(std::time::Duration::from_secs(5));
+    let output = cells(&result)[0]["output"].as_str().unwrap_or_default();
+    assert!(output.starts_with("true 1006 io: "), "{result:#}");
+    drop(server);
 }

@@ -64,6 +64,8 @@ mod state;
 mod state_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod web_tests;
 
 use crate::helpers::HostDirs;
 use crate::runtime::{

@@ -1,9 +1,9 @@
 //! Node-style and web globals for cells: what agents written for Node reach for.
 //!
-//! `web.js` (web platform globals) and `node.js` (Node's) define them in JavaScript (classes,
-//! argument checks, Node's shapes) on the native functions defined here. Both are evaluated
-//! only when a cell first uses one of their globals (`lazy.js`), so a worker start does not
-//! pay for parsing them. The natives do the work in Rust on kept crates:
+//! `web.js` (web platform globals), `files.js` (`Blob`, `File`, `FormData`, `navigator`) and
+//! `node.js` (Node's) define them in JavaScript (classes, argument checks, Node's shapes) on
+//! the native functions defined here. Each is evaluated only when a cell first uses one of
+//! its globals (`lazy.js`), so a worker start does not pay for parsing them. The natives do the work in Rust on kept crates:
 //! - [`bytes`]: encodings for `Buffer`, `TextEncoder`/`TextDecoder`, `atob`/`btoa` (base64).
 //! - [`url`]: `URL`, `URLSearchParams` (the `url` crate, WHATWG rules).
 //! - [`crypto`]: `crypto.getRandomValues`/`randomUUID`/`subtle.digest`, `createHash`.
@@ -12,6 +12,8 @@
 //! - [`child`]: `node:child_process`'s `spawnSync`/`execSync`/`execFileSync`.
 //! - [`fetch`]: `fetch`'s HTTP exchange (ureq) on a thread, answered through the event loop
 //!   like a host tool call.
+//! - [`websocket`]: `WebSocket`'s connection (tungstenite) on a thread, its events answered
+//!   the same way, one at a time.
 //!
 //! Modules: `require(name)` and `import` of `node:fs`, `node:fs/promises`, `node:path`,
 //! `node:os`, `node:child_process`, `node:buffer`, `node:crypto`, `node:url`, `node:util`,
@@ -25,6 +27,7 @@ mod fetch;
 mod fs;
 mod os;
 mod url;
+mod websocket;
 
 use super::event_loop::PendingCall;
 use super::RunningCell;
@@ -42,6 +45,8 @@ use std::time::Duration;
 /// Define the globals; each evaluates to a function that takes the native functions.
 const LAZY_JS: &str = include_str!("lazy.js");
 const WEB_JS: &str = include_str!("web.js");
+const FILES_JS: &str = include_str!("files.js");
+const WEBSOCKET_JS: &str = include_str!("websocket.js");
 const NODE_JS: &str = include_str!("node.js");
 
 /// The built-in modules `node.js` provides (its `BUILTINS` table; a test checks they agree).
@@ -75,7 +80,8 @@ pub(super) fn define_natives<'js>(
     define_crypto(ctx, native)?;
     define_fs(ctx, native)?;
     define_process(ctx, native, cell)?;
-    define_fetch(ctx, native, cell)
+    define_fetch(ctx, native, cell)?;
+    websocket::define(ctx, native, cell)
 }
 
 /// Defines the globals of `web.js` and `node.js` as placeholders (`lazy.js`) that evaluate
@@ -95,6 +101,8 @@ pub(super) fn install<'js>(
             |ctx: Ctx<'js>, script: String, native: Object<'js>| {
                 let source = match script.as_str() {
                     "web" => WEB_JS,
+                    "files" => FILES_JS,
+                    "websocket" => WEBSOCKET_JS,
                     "node" => NODE_JS,
                     other => {
                         return Err(Exception::throw_type(&ctx, &format!("no script {other:?}")))
@@ -378,6 +386,13 @@ fn define_process<'js>(
     native.set("arch", std::env::consts::ARCH)?;
     native.set("pid", std::process::id())?;
     native.set("engineVersion", super::quickjs_version())?;
+    native.set("userAgent", user_agent())?;
+    native.set(
+        "cpuCount",
+        Function::new(ctx.clone(), || {
+            std::thread::available_parallelism().map_or(1, usize::from)
+        })?,
+    )?;
     native.set("ppid", nix::unistd::getppid().as_raw())?;
     native.set(
         "spawnSync",
@@ -397,6 +412,11 @@ fn define_process<'js>(
             }
         })?,
     )
+}
+
+/// `navigator.userAgent`: `cellvisor/<version> QuickJS`.
+fn user_agent() -> String {
+    format!("cellvisor/{} QuickJS", env!("CARGO_PKG_VERSION"))
 }
 
 /// `{cwd, env: [[name, value]...], input: Uint8Array, timeout: ms}` as a request.

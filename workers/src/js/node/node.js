@@ -940,4 +940,6 @@
     return error;
   }
   defineGlobal("require", requireFrom(null));
+  // As in the anchor's VM: node:fs is also a global.
+  defineGlobal("fs", fs);
 });

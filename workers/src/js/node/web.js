@@ -1,6 +1,7 @@
 // Web platform globals for cells, as browsers and Node define them: DOMException, Event and
 // EventTarget, AbortController/AbortSignal, TextEncoder/TextDecoder, atob/btoa, URL,
-// URLSearchParams, structuredClone, crypto, Headers/Request/Response and fetch.
+// URLSearchParams, structuredClone, crypto, Headers/Request/Response and fetch (Blob, File,
+// FormData and navigator are in files.js).
 // Installed once per worker after prelude.js; called with the native functions (node/mod.rs).
 // Every global is a non-enumerable, writable property of globalThis, so cells may shadow it.
 (function (native) {
@@ -626,6 +627,9 @@
     if (typeof body === "string") return [utf8(body), "text/plain;charset=UTF-8"];
     if (body instanceof URLSearchParams) return [utf8(body.toString()), "application/x-www-form-urlencoded;charset=UTF-8"];
     if (body instanceof ArrayBuffer || ArrayBuffer.isView(body)) return [toBytes(body).slice(), null];
+    // Blob and FormData (files.js, loaded once either exists).
+    const extra = native.extraBody ? native.extraBody(body) : null;
+    if (extra) return extra;
     return [utf8(String(body)), "text/plain;charset=UTF-8"];
   }
 
@@ -654,6 +658,16 @@
     }
     async json() {
       return JSON.parse(await this.text());
+    }
+    async blob() {
+      const bytes = this.#take();
+      native.loadOnce("files");
+      return native.makeBlob(bytes, this.headers.get("content-type") ?? "");
+    }
+    async formData() {
+      const bytes = this.#take();
+      native.loadOnce("files");
+      return native.parseFormData(bytes, this.headers.get("content-type"));
     }
   }
 
