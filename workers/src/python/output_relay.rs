@@ -115,15 +115,15 @@ const MAX_ERRORS_DRAIN_BYTES: usize = 1024 * 1024;
 
 /// Drains the output and error pipes until both reach EOF: bytes go to the outbox as they
 /// come, labelled by their stream, sync markers are cut out of the output and announced, and
-/// a done marker goes to `execute` as the cell's `Done` event. Before each read of the output
-/// is passed on, the error pipe is drained, so what the cell wrote to stderr before its marker
-/// goes out before the marker does. What one wake-up brought is flushed to the supervisor
-/// together, or, when it ends with the running cell's done marker, left for that cell's
-/// `Done` frame to take along.
+/// a done marker goes to `execute` as the cell's `Done` event. At each marker the error pipe
+/// is drained first, so what the cell wrote to stderr before its marker goes out before the
+/// marker does. What one wake-up brought is flushed to the supervisor together, or, when it
+/// ends with the running cell's done marker, left for that cell's `Done` frame to take along.
 ///
-/// The two streams are ordered as the pipes allow: stderr written before a marker is always
-/// ahead of it, but stdout and stderr written within the same instant may be relayed in
-/// either order (as in Jupyter, whose streams are separate too).
+/// The two streams are ordered as the pipes allow: each keeps its own order and stderr
+/// written before a marker is always ahead of it, but when both pipes hold something at one
+/// wake-up, stdout goes first (a print, then a traceback, is the common order), so stderr
+/// written an instant before stdout may follow it (Jupyter's streams are separate too).
 pub fn spawn_output_thread(
     output: File,
     errors: File,
@@ -161,26 +161,23 @@ impl Relay {
         loop {
             let (output_ready, errors_ready) = self.wait_readable(Some(&output));
             let mut unflushed = None;
+            // With both readable, stdout first: a print and then a traceback is the common
+            // order, and stderr written before a marker is still taken before the marker.
+            if output_ready {
+                let read = match output.read(&mut self.buffer) {
+                    Ok(0) => break,
+                    Ok(read) => read,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                };
+                unflushed = self.pass_on(read, &events);
+            }
             if errors_ready {
-                unflushed = self.drain_errors();
-            }
-            if !output_ready {
-                if let Some(outbox) = unflushed {
-                    outbox.flush();
+                if let Some(outbox) = self.drain_errors() {
+                    unflushed = Some(outbox);
                 }
-                continue;
             }
-            let read = match output.read(&mut self.buffer) {
-                Ok(0) => break,
-                Ok(read) => read,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            };
-            // What went to stderr before these bytes (and before any marker among them).
-            if let Some(outbox) = self.drain_errors() {
-                unflushed = Some(outbox);
-            }
-            if let Some(outbox) = self.pass_on(read, unflushed, &events) {
+            if let Some(outbox) = unflushed {
                 outbox.flush();
             }
         }
@@ -239,45 +236,26 @@ impl Relay {
     /// Reads what the error pipe holds now (it is non-blocking) and forwards it as stderr;
     /// closes it at EOF. Returns the outbox to flush, if any went to one.
     fn drain_errors(&mut self) -> Option<Outbox> {
-        let errors = self.errors.as_mut()?;
-        let mut unflushed = None;
-        let mut taken = 0;
-        while taken < MAX_ERRORS_DRAIN_BYTES {
-            match errors.read(&mut self.error_buffer) {
-                Ok(0) => {
-                    self.errors = None;
-                    break;
-                }
-                Ok(read) => {
-                    taken += read;
-                    let data = &self.error_buffer[..read];
-                    if let Some(outbox) = self.routing.forward(data, OutputStream::Stderr) {
-                        unflushed = Some(outbox);
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(_) => {
-                    self.errors = None;
-                    break;
-                }
-            }
-        }
-        unflushed
+        drain(&mut self.errors, &mut self.error_buffer, &self.routing)
     }
 
-    /// Passes on `read` bytes of output: markers cut out and announced, the rest forwarded.
-    /// Returns the outbox to flush, unless the running cell's `Done` takes its output along.
-    fn pass_on(
-        &mut self,
-        read: usize,
-        mut unflushed: Option<Outbox>,
-        events: &Sender<Event>,
-    ) -> Option<Outbox> {
+    /// Passes on `read` bytes of output: the bytes forwarded, and at each marker first what
+    /// the error pipe holds (written before the marker), then the marker announced. Returns
+    /// the outbox to flush, unless the running cell's `Done` takes its output along.
+    fn pass_on(&mut self, read: usize, events: &Sender<Event>) -> Option<Outbox> {
         let routing = &self.routing;
+        let errors = &mut self.errors;
+        let error_buffer = &mut self.error_buffer;
+        let mut unflushed = None;
         let mut done_follows = false;
-        self.scanner
-            .feed(&self.buffer[..read], &mut |piece| match piece {
+        self.scanner.feed(&self.buffer[..read], &mut |piece| {
+            if !matches!(piece, Piece::Bytes(_)) {
+                if let Some(outbox) = drain(errors, error_buffer, routing) {
+                    unflushed = Some(outbox);
+                    done_follows = false;
+                }
+            }
+            match piece {
                 Piece::Bytes(data) => {
                     if let Some(outbox) = routing.forward(data, OutputStream::Stdout) {
                         unflushed = Some(outbox);
@@ -313,7 +291,37 @@ impl Relay {
                     // what the cell printed goes out now.
                     done_follows = sent && completed;
                 }
-            });
+            }
+        });
         unflushed.filter(|_| !done_follows)
     }
+}
+
+/// Reads what the (non-blocking) error pipe holds now and forwards it as stderr; closes it
+/// at EOF. Returns the outbox to flush, if any went to one.
+fn drain(errors: &mut Option<File>, buffer: &mut [u8], routing: &SharedRouting) -> Option<Outbox> {
+    let pipe = errors.as_mut()?;
+    let mut unflushed = None;
+    let mut taken = 0;
+    while taken < MAX_ERRORS_DRAIN_BYTES {
+        match pipe.read(buffer) {
+            Ok(0) => {
+                *errors = None;
+                break;
+            }
+            Ok(read) => {
+                taken += read;
+                if let Some(outbox) = routing.forward(&buffer[..read], OutputStream::Stderr) {
+                    unflushed = Some(outbox);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(_) => {
+                *errors = None;
+                break;
+            }
+        }
+    }
+    unflushed
 }
