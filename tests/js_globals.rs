@@ -314,37 +314,7 @@ fn fetch_uses_a_proxy_only_when_the_environment_filter_passes_it() {
         "const seen = await (await fetch({:?})).json(); console.log(seen.server, seen.tunnel, seen.target)",
         origin.url("/via")
     );
-    let run = |config: &str| {
-        let world = World::with_config(config);
-        let cells_file = world.cells_file(&json!([js(&code)]));
-        let run = world
-            .command()
-            .env("HTTP_PROXY", proxy.url(""))
-            .env_remove("http_proxy")
-            .env_remove("NO_PROXY")
-            .env_remove("no_proxy")
-            .env_remove("HTTPS_PROXY")
-            .env_remove("https_proxy")
-            .env_remove("ALL_PROXY")
-            .env_remove("all_proxy")
-            .args([
-                "eval",
-                "--no-daemon",
-                "--json",
-                "--cells",
-                path_str(&cells_file),
-            ])
-            .output()
-            .expect("run cellvisor");
-        let run = common::Run::from(run);
-        run.assert_code(0);
-        let result = run.json();
-        world.assert_no_processes_left(std::time::Duration::from_secs(5));
-        cells(&result)[0]["output"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    };
+    let run = |config: &str| output_behind_proxy(config, &code, &proxy.url(""));
     assert_eq!(run(""), "origin null /via\n");
     assert_eq!(
         run("[env]\nallow = [\"HTTP_PROXY\"]\n"),
@@ -532,37 +502,7 @@ fn websocket_talks_to_a_local_server_and_honours_the_environment_filter() {
     let server = WebSocketServer::start();
     let proxy = EchoServer::start("proxy");
     let code = websocket_cell(&server.url());
-    let run = |config: &str| {
-        let world = World::with_config(config);
-        let cells_file = world.cells_file(&json!([js(&code)]));
-        let run = world
-            .command()
-            .env("HTTP_PROXY", proxy.url(""))
-            .env_remove("http_proxy")
-            .env_remove("NO_PROXY")
-            .env_remove("no_proxy")
-            .env_remove("HTTPS_PROXY")
-            .env_remove("https_proxy")
-            .env_remove("ALL_PROXY")
-            .env_remove("all_proxy")
-            .args([
-                "eval",
-                "--no-daemon",
-                "--json",
-                "--cells",
-                path_str(&cells_file),
-            ])
-            .output()
-            .expect("run cellvisor");
-        let run = common::Run::from(run);
-        run.assert_code(0);
-        let result = run.json();
-        world.assert_no_processes_left(std::time::Duration::from_secs(5));
-        cells(&result)[0]["output"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    };
+    let run = |config: &str| output_behind_proxy(config, &code, &proxy.url(""));
     assert_eq!(run(""), "open | echo:hi | 3-2-1 | close 3001 true\n");
     // Through the proxy (an HTTP server, not a WebSocket one), the opening handshake fails.
     let proxied = run("[env]\nallow = [\"HTTP_PROXY\"]\n");
@@ -612,4 +552,43 @@ console.log(events[0] === fetched, events.slice(1).join(), fetched);
     let output = cells(&result)[0]["output"].as_str().unwrap_or_default();
     assert!(output.starts_with("true 1006 io: "), "{result:#}");
     drop(server);
+}
+
+/// The output of the JavaScript cell `code` run by `cellvisor eval --no-daemon` under the
+/// config `config`, with `HTTP_PROXY` set to `proxy` (and no other proxy variable) in its
+/// environment: the filter decides whether the worker sees it.
+fn output_behind_proxy(config: &str, code: &str, proxy: &str) -> String {
+    let world = World::with_config(config);
+    let cells_file = world.cells_file(&json!([js(code)]));
+    let mut command = world.command();
+    command.env("HTTP_PROXY", proxy);
+    for name in [
+        "http_proxy",
+        "NO_PROXY",
+        "no_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        command.env_remove(name);
+    }
+    let output = command
+        .args([
+            "eval",
+            "--no-daemon",
+            "--json",
+            "--cells",
+            path_str(&cells_file),
+        ])
+        .output()
+        .expect("run cellvisor");
+    let run = common::Run::from(output);
+    run.assert_code(0);
+    let result = run.json();
+    world.assert_no_processes_left(std::time::Duration::from_secs(5));
+    cells(&result)[0]["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
