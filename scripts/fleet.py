@@ -345,9 +345,12 @@ class Fleet:
 
 
 def terminate_on_sigterm():
-    """SIGTERM (and SIGHUP) end the program as Ctrl-C does, so cleanup runs."""
+    """SIGTERM (and SIGHUP) end the program as Ctrl-C does, so cleanup runs. Ctrl-C itself
+    too when started with SIGINT ignored (a background job of a script), where Python would
+    otherwise leave it ignored and `kill -INT` could never stop the fleet."""
     def raise_interrupt(signum, _frame):
         raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, raise_interrupt)
     signal.signal(signal.SIGHUP, raise_interrupt)
 

@@ -220,13 +220,20 @@ fn the_fleet_program_serves_through_haproxy_until_ctrl_c_and_leaves_nothing() {
         .status()
         .expect("kill runs");
     assert!(sent.success());
-    let status = wait_or_kill(
-        &mut child,
-        Duration::from_secs(60),
-        "scripts/fleet after Ctrl-C",
-    );
-    assert!(status.success(), "scripts/fleet after Ctrl-C: {status}");
+    // Whatever happens, the nodes and HAProxy it named do not outlive the test.
+    let stopped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_or_kill(
+            &mut child,
+            Duration::from_secs(60),
+            "scripts/fleet after Ctrl-C",
+        )
+    }));
     let left: Vec<u32> = pids.into_iter().filter(|p| alive(*p)).collect();
+    for pid in &left {
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    }
+    let status = stopped.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    assert!(status.success(), "scripts/fleet after Ctrl-C: {status}");
     assert!(
         left.is_empty(),
         "processes left running after Ctrl-C: {left:?}"
