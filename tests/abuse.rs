@@ -5,11 +5,10 @@
 mod common;
 
 use common::daemon::Daemon;
-use common::{cells, rss_bytes, wait_until, World};
+use common::{cells, nobody, rss_bytes, wait_until, World};
 use serde_json::{json, Value};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const SETTLE: Duration = Duration::from_secs(5);
@@ -61,56 +60,29 @@ fn a_request_over_the_cell_cap_is_refused_with_the_key_to_raise() {
     daemon.stop();
 }
 
-/// An unprivileged uid for the tests where root would bypass the check under test.
-const NOBODY: u32 = 65534;
-
 /// `cellvisor ARGS` as `NOBODY` in `world`, with credentials in its environment.
 fn as_nobody(world: &World, args: &[&str]) -> common::Run {
-    let home = world.dir.path();
-    let output = Command::new("setpriv")
-        .arg(format!("--reuid={NOBODY}"))
-        .arg(format!("--regid={NOBODY}"))
-        .arg("--clear-groups")
-        .arg(env!("CARGO_BIN_EXE_cellvisor"))
-        .args(args)
-        .env("XDG_RUNTIME_DIR", world.runtime_dir())
-        .env("XDG_STATE_HOME", home.join("state"))
-        .env("CELLVISOR_CONFIG", world.config_path())
-        .env("HOME", home)
-        .env_remove("CELLVISOR_SOCKET")
+    let output = nobody::as_nobody(world, args)
         // Secrets of the user: each fits an allowed prefix or the old allowlist.
         .env("LC_API_TOKEN", "lc-secret-value")
         .env("XDG_SESSION_TOKEN", "xdg-secret-value")
         .env("SSH_AUTH_SOCK", "/tmp/agent-secret.sock")
         .env("CELLVISOR_TEST_PASSWORD", "daemon-secret-value")
-        .current_dir(world.work_dir())
-        .stdin(Stdio::null())
         .output()
         .expect("setpriv runs");
     common::Run::from(output)
 }
 
-fn chown_tree(path: &Path, uid: u32) {
-    let status = Command::new("chown")
-        .arg("-R")
-        .arg(format!("{uid}:{uid}"))
-        .arg(path)
-        .status()
-        .expect("chown");
-    assert!(status.success());
-}
-
 #[test]
 fn cells_cannot_read_the_daemons_or_a_workers_environment() {
-    if !Path::new("/usr/bin/setpriv").exists() || nix::unistd::getuid().as_raw() != 0 {
-        eprintln!("skipped: needs root and setpriv to run the daemon as an unprivileged user");
+    if !nobody::can_run_as_nobody("to run the daemon as an unprivileged user") {
         return;
     }
     // The interpreter must be reachable by the unprivileged user (pyenv lives under /root).
     let world = World::with_config(
         "[python]\ninterpreter = \"/usr/bin/python3\"\n[daemon]\nidle-exit = \"0s\"\n",
     );
-    chown_tree(world.dir.path(), NOBODY);
+    nobody::give_to_nobody(&world);
     let peek = r#"
 import json, os
 def peek(pid):
@@ -571,13 +543,12 @@ fn the_daemon_gives_memory_back_after_a_connection_spike() {
 
 #[test]
 fn a_worker_that_cannot_start_for_the_process_limit_says_so_in_the_result_and_status() {
-    if !Path::new("/usr/bin/setpriv").exists() || nix::unistd::getuid().as_raw() != 0 {
-        eprintln!("skipped: needs root and setpriv (root ignores RLIMIT_NPROC)");
+    if !nobody::can_run_as_nobody("root ignores RLIMIT_NPROC") {
         return;
     }
     // One process for the user: a worker's first thread is already one too many.
     let world = World::with_config("[limits]\nprocesses = 1\n[daemon]\nidle-exit = \"0s\"\n");
-    chown_tree(world.dir.path(), NOBODY);
+    nobody::give_to_nobody(&world);
     let run = as_nobody(&world, &["eval", "--json", "-l", "js", "1"]);
     let result = run.json();
     let output = cells(&result)[0]["output"].as_str().unwrap_or_default();

@@ -10,7 +10,7 @@ mod common;
 
 use cellvisor::{CellResult, CellSpec, CellStatus, Cellvisor, EvalRequest, Language};
 use common::daemon::Daemon;
-use common::{wait_until, World};
+use common::{nobody, wait_until, World};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -244,25 +244,9 @@ async fn a_cancelled_fork_bomb_leaves_nothing_spinning() {
 const FORK_BOMB: &str =
     "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n";
 
-/// An unprivileged uid: root ignores RLIMIT_NPROC (`[limits] processes`), which keeps the
-/// fork bomb below from taking the machine.
-const NOBODY: u32 = 65534;
-
-/// `cellvisor ARGS` as [`NOBODY`] in `world` (whose files it must own).
+/// `cellvisor ARGS` as `NOBODY` in `world`.
 fn as_nobody(world: &World, args: &[&str]) -> common::Run {
-    let output = std::process::Command::new("setpriv")
-        .arg(format!("--reuid={NOBODY}"))
-        .arg(format!("--regid={NOBODY}"))
-        .arg("--clear-groups")
-        .arg(env!("CARGO_BIN_EXE_cellvisor"))
-        .args(args)
-        .env("XDG_RUNTIME_DIR", world.runtime_dir())
-        .env("XDG_STATE_HOME", world.dir.path().join("state"))
-        .env("CELLVISOR_CONFIG", world.config_path())
-        .env("HOME", world.dir.path())
-        .env_remove("CELLVISOR_SOCKET")
-        .current_dir(world.work_dir())
-        .stdin(std::process::Stdio::null())
+    let output = nobody::as_nobody(world, args)
         .output()
         .expect("setpriv runs");
     common::Run::from(output)
@@ -318,8 +302,7 @@ fn under(root: u32, spared: u32) -> (Vec<String>, usize) {
 /// before the cell's result is sent, and the result says how many processes were ended.
 #[test]
 fn a_fork_bombs_processes_are_all_gone_when_its_cancelled_cell_answers() {
-    if !std::path::Path::new("/usr/bin/setpriv").exists() || !nix::unistd::getuid().is_root() {
-        eprintln!("skipped: needs root and setpriv (root ignores RLIMIT_NPROC)");
+    if !nobody::can_run_as_nobody("root ignores RLIMIT_NPROC") {
         return;
     }
     // The interpreter must be reachable by the unprivileged user (pyenv lives under /root).
@@ -327,13 +310,7 @@ fn a_fork_bombs_processes_are_all_gone_when_its_cancelled_cell_answers() {
         "[limits]\nprocesses = 60\n[python]\ninterpreter = \"/usr/bin/python3\"\nprewarm = 0\n\
          [daemon]\nidle-exit = \"0s\"\n",
     );
-    let owned = std::process::Command::new("chown")
-        .arg("-R")
-        .arg(format!("{NOBODY}:{NOBODY}"))
-        .arg(world.dir.path())
-        .status()
-        .expect("chown");
-    assert!(owned.success());
+    nobody::give_to_nobody(&world);
     let start = as_nobody(
         &world,
         &[

@@ -6,6 +6,7 @@
 pub mod daemon;
 pub mod fleet;
 pub mod net;
+pub mod nobody;
 
 use cellvisor::{Cellvisor, Config, Options};
 use std::path::{Path, PathBuf};
