@@ -76,8 +76,9 @@ class _State:
     marker_fd = None
     # A copy of the error pipe, to put back on fd 2 for each cell.
     error_fd = None
-    # The runner's own pid: a process a cell forked that comes back to the loop is not it.
-    pid = None
+    # Set in a process a cell forked (by `os.register_at_fork`): if it comes back to the loop,
+    # it is not the runner. A flag, not a `getpid()` after every cell.
+    forked_copy = False
     sync_token = ""
     # Numbers this runner's tool calls; results for other (abandoned) calls are dropped.
     tool_calls = 0
@@ -668,7 +669,8 @@ def main():
     name = "PyPy" if sys.implementation.name == "pypy" else "Python"
     version = "%d.%d.%d" % sys.version_info[:3]
     _send_event({"type": "ready", "version": name + " " + version, "executable": sys.executable})
-    _state.pid = os.getpid()
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_mark_forked_copy)
     while True:
         try:
             line = commands.next_line()
@@ -712,7 +714,7 @@ def main():
                     cell_id, lambda: _run_cell(cell_id, source, namespace))
             except Exception as error:  # the runner's own reporting failed; keep serving
                 status, summary = "error", _summary(error)
-            if os.getpid() != _state.pid:
+            if _state.forked_copy:
                 _end_forked_copy(status)
             if summary is None and not _state.events and _events_intact() \
                     and _sync(cell_id, marker_fd, token, status):
@@ -723,9 +725,13 @@ def main():
                 done["summary"] = summary
             _send_event(done)
         except KeyboardInterrupt:
-            if os.getpid() != _state.pid:
+            if _state.forked_copy:
                 _end_forked_copy("interrupted")
             continue
+
+
+def _mark_forked_copy():
+    _state.forked_copy = True
 
 
 def _end_forked_copy(status):
