@@ -158,14 +158,7 @@ fn sample(text: &str, series: &str) -> f64 {
 fn request(session: &str, code: &str) -> EvalRequest {
     EvalRequest {
         session: session.into(),
-        cells: vec![CellSpec {
-            language: Language::Python,
-            code: code.into(),
-            title: None,
-            timeout: None,
-            reset: false,
-            yield_time_ms: None,
-        }],
+        cells: vec![CellSpec::new(Language::Python, code)],
         ..Default::default()
     }
 }

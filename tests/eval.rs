@@ -62,14 +62,7 @@ fn python_sessions_run_on_the_python_worker_program_beside_cellvisor() {
 fn printing_the_worker_command(session: &str) -> EvalRequest {
     EvalRequest {
         session: session.into(),
-        cells: vec![CellSpec {
-            language: Language::Python,
-            code: PRINT_WORKER_COMMAND.into(),
-            title: None,
-            timeout: None,
-            reset: false,
-            yield_time_ms: None,
-        }],
+        cells: vec![CellSpec::new(Language::Python, PRINT_WORKER_COMMAND)],
         ..Default::default()
     }
 }

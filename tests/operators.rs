@@ -156,14 +156,7 @@ async fn prewarm_hands_a_new_session_an_interpreter_started_before_it() {
     let request = EvalRequest {
         session: "fresh".into(),
         cwd: None,
-        cells: vec![CellSpec {
-            language: Language::Python,
-            code: "print(1)".into(),
-            title: None,
-            timeout: None,
-            reset: false,
-            yield_time_ms: None,
-        }],
+        cells: vec![CellSpec::new(Language::Python, "print(1)")],
         tools: Vec::new(),
         ..Default::default()
     };

@@ -664,14 +664,7 @@ async fn per_call_requests_use_prewarmed_interpreters() {
         assert!(ready.is_ok(), "one prewarmed worker: {ready:?}");
         let prewarmed = world.processes_running("runner.py");
         let request = EvalRequest {
-            cells: vec![CellSpec {
-                language: Language::Python,
-                code: "import os; os.getpid()".into(),
-                title: None,
-                timeout: None,
-                reset: false,
-                yield_time_ms: None,
-            }],
+            cells: vec![CellSpec::new(Language::Python, "import os; os.getpid()")],
             ..Default::default()
         };
         let result = cv.eval(request, None).await.expect("eval");

@@ -310,14 +310,7 @@ mod tests {
         let mut cell = cellvisor::cell::CellReport::error("Interrupted".into()).into_result(
             0,
             1,
-            &cellvisor::CellSpec {
-                language: Language::Python,
-                code: String::new(),
-                title: None,
-                timeout: None,
-                reset: false,
-                yield_time_ms: None,
-            },
+            &cellvisor::CellSpec::new(Language::Python, ""),
         );
         assert_eq!(processes_ended_note(&cell), None);
         cell.report.processes_ended = Some(28);
@@ -405,14 +398,7 @@ mod tests {
 
     #[test]
     fn cells_get_a_header_only_among_several_and_a_note_when_cut() {
-        let spec = cellvisor::cell::CellSpec {
-            language: Language::Lua,
-            code: String::new(),
-            title: None,
-            timeout: None,
-            reset: false,
-            yield_time_ms: None,
-        };
+        let spec = cellvisor::cell::CellSpec::new(Language::Lua, "");
         let mut cell = CellResult::skipped(1, 0, &spec);
         assert_eq!(cell_header(&cell, 1), None);
         assert_eq!(cell_header(&cell, 3).as_deref(), Some("[2/3] lua"));

@@ -28,6 +28,21 @@ pub struct CellSpec {
     pub yield_time_ms: Option<u64>,
 }
 
+impl CellSpec {
+    /// A cell of `code` in `language`, with no title, the configured timeout, no reset and
+    /// no yield.
+    pub fn new(language: Language, code: impl Into<String>) -> CellSpec {
+        CellSpec {
+            language,
+            code: code.into(),
+            title: None,
+            timeout: None,
+            reset: false,
+            yield_time_ms: None,
+        }
+    }
+}
+
 /// A request: cells run in order in one session; the first failure skips the rest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -508,12 +523,8 @@ mod tests {
         displays: Vec<serde_json::Value>,
     ) -> CellResult {
         let spec = CellSpec {
-            language,
-            code: "x".into(),
             title: (index == 1).then(|| "load".to_string()),
-            timeout: None,
-            reset: false,
-            yield_time_ms: None,
+            ..CellSpec::new(language, "x")
         };
         let mut report = CellReport::without_run(status, String::new());
         report.displays = displays;
@@ -610,14 +621,7 @@ mod tests {
     }
 
     fn python_cell() -> CellSpec {
-        CellSpec {
-            language: Language::Python,
-            code: String::new(),
-            title: None,
-            timeout: None,
-            reset: false,
-            yield_time_ms: None,
-        }
+        CellSpec::new(Language::Python, "")
     }
 
     #[test]

@@ -294,14 +294,7 @@ fn examples() -> Vec<(String, Value)> {
     failed.report.status = CellStatus::Error;
     failed.exit_code = 1;
     failed.report.output = "ValueError: no data\n".into();
-    let spec = CellSpec {
-        language: Language::Lua,
-        code: "print(rows)".into(),
-        title: None,
-        timeout: None,
-        reset: false,
-        yield_time_ms: None,
-    };
+    let spec = CellSpec::new(Language::Lua, "print(rows)");
     let skipped = CellResult::skipped(2, 9, &spec);
     let result = EvalResult::from_cells(vec![eval_result().cells.remove(0), failed, skipped]);
     push(

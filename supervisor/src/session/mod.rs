@@ -133,14 +133,7 @@ impl CellJob {
         CellJob {
             cell_id,
             index: 0,
-            spec: CellSpec {
-                language,
-                code: String::new(),
-                title: None,
-                timeout: None,
-                reset: false,
-                yield_time_ms: None,
-            },
+            spec: CellSpec::new(language, ""),
             cwd: None,
             events: None,
             tools: Arc::new([]),
