@@ -285,11 +285,10 @@ class Shell:
         backend = args[0] if args else "inline"
         if backend.lower() not in ("inline", "agg") and not self._matplotlib_noticed:
             self._matplotlib_noticed = True
-            _flush()
-            sys.stderr.write(
-                "cellvisor: %%matplotlib %s: interactive backends are not available here; "
-                "figures arrive as PNG displays, as with %%matplotlib inline\n" % backend)
-            _flush()
+            # On stdout, as IPython's magics print their messages: in order with the cell's
+            # prints (stdout and stderr travel apart).
+            print("cellvisor: %%matplotlib %s: interactive backends are not available here; "
+                  "figures arrive as PNG displays, as with %%matplotlib inline" % backend)
 
     def _line_cd(self, line):
         args = _split(line)
