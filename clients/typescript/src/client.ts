@@ -1,0 +1,285 @@
+/**
+ * The host's handle on a daemon: `Cellvisor.connect()` reaches one (its Unix socket, starting
+ * it when asked, or its network listener), then one method per protocol method, with the
+ * conveniences a TypeScript host expects: camelCase options, tools answered by handlers,
+ * an `AbortSignal` that interrupts the running cell, typed errors.
+ */
+
+import { connectOrStart, defaultSocketPath, type StartOptions } from "./autostart.js";
+import { Call } from "./call.js";
+import { RpcConnection } from "./connection.js";
+import { ConnectionError } from "./errors.js";
+import {
+  PROTOCOL_VERSION,
+  type CellResult,
+  type CellSpec,
+  type EvalParams,
+  type EvalResult,
+  type EventsChoice,
+  type InitializeResult,
+  type JsonValue,
+  type Language,
+  type Method,
+  type Params,
+  type Results,
+  type SandboxRequest,
+  type SessionsCount,
+  type SessionStatus,
+} from "./protocol.js";
+import { connectUnix, connectWebSocket, readSetting, type Transport } from "./transport.js";
+
+/** How to reach the daemon. */
+export interface ConnectOptions extends StartOptions {
+  /** Its Unix socket (default: `$CELLVISOR_SOCKET`, else the CLI's default path). */
+  socket?: string;
+  /** Its network listener instead, `ws://` or `wss://` (default: `$CELLVISOR_CONNECT` when no `socket` is given). Needs the `ws` package. */
+  url?: string;
+  /** The listener's bearer token. */
+  token?: string;
+  /** A file whose first line is the token (default: `$CELLVISOR_TOKEN_FILE`). */
+  tokenFile?: string;
+  /** PEM certificates to trust for `wss://`, as text. */
+  ca?: string;
+  /** A PEM file to trust for `wss://` (default: `$CELLVISOR_TLS_CA`). */
+  caFile?: string;
+  /** Binds a `url` connection to one session (`Cellvisor-Session`), for a router. */
+  session?: string;
+  /** Start `cellvisor serve` on the socket when nobody listens there, as `cellvisor eval` does. */
+  autostart?: boolean;
+}
+
+/** A tool the cells may call (`await tool.add({a: 2})` in JS, `tool.add(a=2)` in Python); `handler` runs it here. */
+export interface HostTool<Args = any> {
+  name: string;
+  description?: string;
+  /** JSON Schema of the arguments (default `{"type": "object"}`). */
+  inputSchema?: JsonValue;
+  /** Its value (JSON) goes back to the cell; a throw becomes the cell's exception with its message. */
+  handler: (args: Args, call: { name: string }) => unknown;
+}
+
+/** An `eval`: the cells, and the request's settings. */
+export interface EvalOptions {
+  /** The session (default `"default"`): state persists per (session, language). */
+  session?: string;
+  cells: CellSpec[];
+  tools?: HostTool[];
+  /** Aborting interrupts the running cell; the result still comes, that cell `cancelled`. */
+  signal?: AbortSignal;
+  /** The cells' directory (default: this process's, on a socket; none over a url). `null`: none. */
+  cwd?: string | null;
+  /** The Python environment to run in (the caller's `VIRTUAL_ENV`). */
+  virtualEnv?: string;
+  /** The environment the cells should see (filtered by the daemon's `[env]` rules). */
+  env?: { [name: string]: string };
+  /** Run on new workers thrown away afterwards. */
+  fresh?: boolean;
+  sandbox?: SandboxRequest;
+  /** Resume the session from its snapshot; refused if it is neither live nor saved. */
+  resume?: boolean;
+  /** Seconds, for every cell that sets none. */
+  timeout?: number;
+  /** Restart the first cell's worker first. */
+  reset?: boolean;
+  /** Which events the daemon sends (default all): `"output"` only output and displays, `"none"` none. */
+  events?: EventsChoice;
+}
+
+/** A session, and maybe one language of it. */
+export interface SessionTarget {
+  session: string;
+  language?: Language;
+}
+
+/** A background cell. */
+export interface CellTarget {
+  session: string;
+  cellId: number;
+}
+
+/** A client of one daemon connection. */
+export class Cellvisor {
+  private constructor(
+    private readonly rpc: RpcConnection,
+    /** What the daemon said of itself (`initialize`): version, languages, pid, node. */
+    readonly server: InitializeResult,
+    /** Whether `connect` started the daemon (it then outlives this client, as the CLI's does; `shutdown()` stops it). */
+    readonly autostarted: boolean,
+    private readonly remote: boolean,
+  ) {}
+
+  /** Connects (and starts a daemon, with `autostart`), then checks the daemon speaks this client's protocol. */
+  static async connect(options: ConnectOptions = {}): Promise<Cellvisor> {
+    const url = options.url ?? (options.socket === undefined ? process.env.CELLVISOR_CONNECT || undefined : undefined);
+    let transport: Transport;
+    let started = false;
+    if (url !== undefined) {
+      if (options.autostart) throw new ConnectionError("autostart starts a daemon on a socket; a url names one that runs elsewhere");
+      const tokenFile = options.tokenFile ?? process.env.CELLVISOR_TOKEN_FILE;
+      const token = options.token ?? (tokenFile ? readSetting(tokenFile, "token").split("\n")[0]?.trim() : undefined);
+      if (!token) throw new ConnectionError(`${url} needs a token: give token or tokenFile (or $CELLVISOR_TOKEN_FILE)`);
+      const caFile = options.caFile ?? process.env.CELLVISOR_TLS_CA;
+      const ca = options.ca ?? (caFile ? readSetting(caFile, "CA certificate") : undefined);
+      transport = await connectWebSocket({
+        url,
+        token,
+        ...(ca === undefined ? {} : { ca }),
+        ...(options.session === undefined ? {} : { session: options.session }),
+      });
+    } else {
+      const socket = options.socket ?? defaultSocketPath();
+      if (options.autostart) {
+        ({ transport, started } = await connectOrStart(socket, options));
+      } else {
+        transport = await connectUnix(socket).catch((error: Error & { code?: string }) => {
+          const nobody = error.code === "ENOENT" || error.code === "ECONNREFUSED";
+          throw new ConnectionError(
+            nobody
+              ? `no daemon listens on ${socket} (${error.message}); start one with \`cellvisor serve\`, or connect with autostart: true`
+              : `cannot connect to ${socket}: ${error.message}`,
+            { cause: error },
+          );
+        });
+      }
+    }
+    const rpc = new RpcConnection(transport);
+    const server = await rpc.request("initialize", {}).result.catch((error: Error) => {
+      rpc.close();
+      throw error;
+    });
+    if (server.protocol_version !== PROTOCOL_VERSION) {
+      rpc.close();
+      throw new ConnectionError(
+        `the daemon speaks protocol ${server.protocol_version} and this client ${PROTOCOL_VERSION}: use the client of its release (${server.server_version})`,
+      );
+    }
+    return new Cellvisor(rpc, server, started, url !== undefined);
+  }
+
+  /**
+   * Runs cells. The answer is awaitable for the {@link EvalResult} and async-iterable for the
+   * request's events (`cell_started`, `output`, `display`, `status`, `cell_done`).
+   */
+  eval(options: EvalOptions): Call<EvalResult> {
+    const session = options.session ?? "default";
+    const tools = new Map<string, HostTool>();
+    for (const tool of options.tools ?? []) {
+      if (typeof tool.handler !== "function") throw new TypeError(`tool ${tool.name} has no handler function`);
+      tools.set(tool.name, tool);
+    }
+    const params: EvalParams = { session, cells: options.cells };
+    const cwd = options.cwd === undefined ? (this.remote ? null : process.cwd()) : options.cwd;
+    if (cwd !== null) params.cwd = cwd;
+    if (tools.size > 0) {
+      params.tools = [...tools.values()].map((tool) => ({
+        name: tool.name,
+        description: tool.description ?? "",
+        input_schema: tool.inputSchema ?? { type: "object" },
+      }));
+    }
+    if (options.virtualEnv !== undefined) params.virtual_env = options.virtualEnv;
+    if (options.env !== undefined) params.env = options.env;
+    if (options.fresh !== undefined) params.fresh = options.fresh;
+    if (options.sandbox !== undefined) params.sandbox = options.sandbox;
+    if (options.resume !== undefined) params.resume = options.resume;
+    if (options.timeout !== undefined) params.timeout = options.timeout;
+    if (options.reset !== undefined) params.reset = options.reset;
+    if (options.events !== undefined) params.events = options.events;
+    const signal = options.signal;
+    return new Call<EvalResult>(async (push) => {
+      signal?.throwIfAborted();
+      // Interrupt only while one of this request's cells runs: before it starts or between
+      // cells, the session may be running another request's cell.
+      let running: Language | undefined;
+      let abortWanted = false;
+      const interrupt = () => {
+        if (running === undefined) return;
+        const language = running;
+        running = undefined;
+        void this.rpc.request("interrupt", { session, language }).result.catch(() => {});
+      };
+      const onAbort = () => {
+        abortWanted = true;
+        interrupt();
+      };
+      const { result } = this.rpc.request("eval", params, {
+        onEvent: (event) => {
+          if (event.event === "cell_started") {
+            running = event.language;
+            if (abortWanted) interrupt();
+          } else if (event.event === "cell_done") {
+            running = undefined;
+          }
+          push(event);
+        },
+        onToolCall: async (name, args) => {
+          const tool = tools.get(name);
+          if (!tool) throw new Error(`no tool ${name} was declared`);
+          return ((await tool.handler(args, { name })) ?? null) as JsonValue;
+        },
+      });
+      signal?.addEventListener("abort", onAbort, { once: true });
+      try {
+        return await result;
+      } finally {
+        signal?.removeEventListener("abort", onAbort);
+      }
+    });
+  }
+
+  /**
+   * Watches a background cell for `yieldTimeMs` (default 10 s): its output since the last
+   * look (`running`), or its final result as soon as it ends. Its events stream meanwhile.
+   */
+  wait(options: CellTarget & { yieldTimeMs?: number; maxTokens?: number; events?: EventsChoice }): Call<CellResult> {
+    const params: Params["wait"] = { session: options.session, cell_id: options.cellId };
+    if (options.yieldTimeMs !== undefined) params.yield_time_ms = options.yieldTimeMs;
+    if (options.maxTokens !== undefined) params.max_tokens = options.maxTokens;
+    if (options.events !== undefined) params.events = options.events;
+    return new Call<CellResult>((push) => this.rpc.request("wait", params, { onEvent: push }).result);
+  }
+
+  /** Stops a background cell (interrupt, grace, kill) and answers its final result. */
+  terminate(options: CellTarget): Promise<CellResult> {
+    return this.request("terminate", { session: options.session, cell_id: options.cellId });
+  }
+
+  /** Interrupts the running cell of a session (of one language, or all). */
+  interrupt(target: SessionTarget): Promise<SessionsCount> {
+    return this.request("interrupt", sessionParams(target));
+  }
+
+  /** Replaces a session's workers with fresh ones: its state is gone. */
+  reset(target: SessionTarget): Promise<SessionsCount> {
+    return this.request("reset", sessionParams(target));
+  }
+
+  /** Closes a session's workers. (The connection ends with {@link Cellvisor.disconnect}.) */
+  close(target: SessionTarget): Promise<SessionsCount> {
+    return this.request("close", sessionParams(target));
+  }
+
+  /** The live sessions: pid, state, memory, CPU, cells, ... */
+  status(): Promise<SessionStatus[]> {
+    return this.request("status", {});
+  }
+
+  /** Stops the daemon and every worker. */
+  shutdown(): Promise<Results["shutdown"]> {
+    return this.request("shutdown", {});
+  }
+
+  /** Any method, as the protocol names it (`checkpoint`, `drain`, ...). */
+  request<M extends Method>(method: M, params: Params[M]): Promise<Results[M]> {
+    return this.rpc.request(method, params).result;
+  }
+
+  /** Ends the connection (an `eval` still running is interrupted by the daemon). */
+  disconnect(): void {
+    this.rpc.close();
+  }
+}
+
+function sessionParams(target: SessionTarget): Params["interrupt"] {
+  return target.language === undefined ? { session: target.session } : { session: target.session, language: target.language };
+}

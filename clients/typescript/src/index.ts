@@ -1,0 +1,42 @@
+/**
+ * cellvisor for TypeScript hosts: persistent Python, JavaScript and Lua cells run by the
+ * cellvisor daemon, reached over its Unix socket (no dependency) or its network listener.
+ */
+
+export { Cellvisor } from "./client.js";
+export type { CellTarget, ConnectOptions, EvalOptions, HostTool, SessionTarget } from "./client.js";
+export { Call } from "./call.js";
+export { defaultSocketPath, logPath } from "./autostart.js";
+export type { StartOptions } from "./autostart.js";
+export {
+  CellvisorError,
+  ConnectionError,
+  DaemonStartError,
+  DrainingError,
+  errorFromRpc,
+  InternalError,
+  InvalidParamsError,
+  InvalidRequestError,
+  LeasedElsewhereError,
+  MethodNotFoundError,
+  ParseError,
+  RequestRefusedError,
+  SessionUnknownError,
+  ShuttingDownError,
+  WrongSessionError,
+} from "./errors.js";
+export { checkEvalToolInput, EVAL_TOOL_INPUT_SCHEMA, evalTool, evalToolOutput } from "./eval_tool.js";
+export type { EvalToolCell, EvalToolContent, EvalToolInput, EvalToolOptions, EvalToolOutput } from "./eval_tool.js";
+export {
+  cellHeader,
+  display,
+  failedLine,
+  humanBytes,
+  outOfMemoryNote,
+  placeholder,
+  renderCell,
+  renderResult,
+  truncationNote,
+} from "./render.js";
+export type { Shown } from "./render.js";
+export * from "./protocol.js";

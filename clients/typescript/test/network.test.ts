@@ -1,0 +1,146 @@
+// The daemon's network listener (docs/network.md) through the `ws` package: a url and a
+// token reach the same protocol as the socket, tools and events included; a refused token
+// and a connection bound to another session are errors that say so.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { writeFileSync } from "node:fs";
+import { connect, createServer } from "node:net";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { Cellvisor, ConnectionError, WrongSessionError } from "cellvisor";
+import { SHORT_INTERVALS, sleep, TestDaemon, type World } from "./daemon.js";
+
+const TOKEN = "test-token-0123456789abcdef";
+let daemon: TestDaemon;
+let url: string;
+let tokenFile: string;
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      server.close(() => resolve(typeof address === "object" && address ? address.port : 0));
+    });
+  });
+}
+
+/** Waits until the network listener accepts connections (it binds after the socket). */
+async function listening(port: number): Promise<void> {
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    const up = await new Promise<boolean>((resolve) => {
+      const socket = connect({ port, host: "127.0.0.1" });
+      socket.once("connect", () => {
+        socket.destroy();
+        resolve(true);
+      });
+      socket.once("error", () => resolve(false));
+    });
+    if (up) return;
+    if (Date.now() > deadline) throw new Error(`nothing listens on 127.0.0.1:${port}`);
+    await sleep(20);
+  }
+}
+
+before(async () => {
+  const port = await freePort();
+  daemon = await TestDaemon.start(listenerConfig(port));
+  tokenFile = join(daemon.world.dir, "token");
+  await listening(port);
+  url = `ws://127.0.0.1:${port}`;
+});
+
+after(async () => {
+  await daemon?.stop();
+});
+
+/** A listener config for `port` with the test's token file written into the world. */
+function listenerConfig(port: number, extra = ""): (world: World) => string {
+  return (world) => {
+    const file = join(world.dir, "token");
+    writeFileSync(file, `${TOKEN}\n`);
+    return `${SHORT_INTERVALS}[daemon]\nlisten = ["tcp://127.0.0.1:${port}"]\ntoken-file = ${JSON.stringify(file)}\n${extra}`;
+  };
+}
+
+test("a url and a token file reach the daemon: events and tools as on the socket", async () => {
+  const cv = await Cellvisor.connect({ url, tokenFile });
+  try {
+    assert.equal(cv.server.pid, daemon.pid);
+    const call = cv.eval({
+      session: "remote",
+      tools: [{ name: "twice", handler: (args: { n: number }) => args.n * 2 }],
+      cells: [{ language: "py", code: "print(tool.twice(n=21))" }],
+    });
+    const kinds: string[] = [];
+    for await (const event of call) kinds.push(event.event);
+    const result = await call;
+    assert.equal(result.cells[0]?.output, "42\n");
+    assert.deepEqual(kinds, ["cell_started", "output", "cell_done"]);
+  } finally {
+    cv.disconnect();
+  }
+});
+
+test("a wrong token is refused with a ConnectionError saying so", async () => {
+  await assert.rejects(Cellvisor.connect({ url, token: "not-the-token-0000000" }), (error: unknown) => {
+    assert.ok(error instanceof ConnectionError);
+    assert.match(error.message, /refused the token \(401\)/);
+    return true;
+  });
+  await assert.rejects(Cellvisor.connect({ url: url.replace("ws:", "http:"), token: TOKEN }), /ws:\/\/ or wss:\/\//);
+});
+
+test("a connection bound to a session refuses another one with WrongSessionError (-32004)", async () => {
+  const cv = await Cellvisor.connect({ url, token: TOKEN, session: "mine" });
+  try {
+    const own = await cv.eval({ session: "mine", cells: [{ language: "lua", code: "print(1)" }] });
+    assert.equal(own.cells[0]?.output, "1\n");
+    await assert.rejects(cv.eval({ session: "theirs", cells: [{ language: "lua", code: "print(2)" }] }), (error: unknown) => {
+      assert.ok(error instanceof WrongSessionError);
+      assert.equal(error.code, -32004);
+      return true;
+    });
+  } finally {
+    cv.disconnect();
+  }
+});
+
+/** Whether openssl can make the self-signed certificate of the TLS test. */
+const openssl = spawnSync("openssl", ["version"]).status === 0;
+
+test("wss:// with the daemon's self-signed certificate trusted by caFile; untrusted, a ConnectionError", { skip: !openssl && "no openssl to make a certificate" }, async () => {
+  const port = await freePort();
+  const tls = await TestDaemon.start((world) => {
+    const cert = join(world.dir, "cert.pem");
+    const key = join(world.dir, "key.pem");
+    const made = spawnSync("openssl", [
+      "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+      "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=localhost",
+      "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+    ]);
+    assert.equal(made.status, 0, String(made.stderr));
+    return listenerConfig(port, `tls-cert = ${JSON.stringify(cert)}\ntls-key = ${JSON.stringify(key)}\n`)(world);
+  });
+  try {
+    await listening(port);
+    const secure = `wss://127.0.0.1:${port}`;
+    const caFile = join(tls.world.dir, "cert.pem");
+    const cv = await Cellvisor.connect({ url: secure, token: TOKEN, caFile });
+    try {
+      const result = await cv.eval({ session: "tls", cells: [{ language: "js", code: "text('over tls')" }] });
+      assert.equal(result.cells[0]?.output, "over tls\n");
+    } finally {
+      cv.disconnect();
+    }
+    await assert.rejects(Cellvisor.connect({ url: secure, token: TOKEN }), (error: unknown) => {
+      assert.ok(error instanceof ConnectionError);
+      assert.match(error.message, /cannot reach wss:\/\/127\.0\.0\.1:\d+\/v1\/rpc: .*certificate/);
+      return true;
+    });
+  } finally {
+    await tls.stop();
+  }
+});
