@@ -1,0 +1,340 @@
+"""The asyncio client: the sync `Client`'s shape with coroutines. One task reads the
+connection and routes what comes: answers to the requests awaiting them (several may be in
+flight on one connection, e.g. an `interrupt` while an `eval` runs), `eval/event`s to their
+request's callback or stream, `tool/call`s to their request's tools (sync or async
+functions, each call a task of its own)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import json
+import time
+from typing import Any, AsyncIterator, Deque, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
+
+from . import daemon as daemons
+from . import wire
+from .aio_transport import AsyncTransport, open_unix, open_websocket
+from .errors import ConnectionClosed, DaemonNotRunning, ProtocolError, ResponseTimeout, rpc_error
+from .websocket import read_token
+from .wire import Cell, CellResult, EvalResult, Event, EventHandler, ToolHandler, Tools
+
+_UNSET: Any = object()
+_Handlers = Tuple[Optional[EventHandler], Mapping[str, ToolHandler]]
+
+
+class AsyncClient:
+    """One connection, made by `await AsyncClient.connect(...)` (the arguments of
+    `Client.connect`). `timeout` bounds the wait for each answer unless a call gives its own
+    `response_timeout`; `session` binds a WebSocket connection and is the default session."""
+
+    def __init__(self, transport: AsyncTransport, timeout: Optional[float] = None,
+                 session: Optional[str] = None) -> None:
+        self.transport = transport
+        self.timeout = timeout
+        self.session = session
+        #: The daemon `connect(autostart=True)` started (None: one was already running).
+        self.started: Optional[daemons.Started] = None
+        self.next_id = 1
+        self._pending: Dict[int, "asyncio.Future[Dict[str, Any]]"] = {}
+        self._handlers: Dict[Any, _Handlers] = {}
+        self._tasks: Set["asyncio.Future[Any]"] = set()
+        self._broken: Optional[BaseException] = None
+        self._reader = asyncio.ensure_future(self._read_loop())
+
+    @classmethod
+    async def connect(cls, socket: Optional[str] = None, url: Optional[str] = None, token: Optional[str] = None,
+                      autostart: bool = False, *, token_file: Optional[str] = None, cafile: Optional[str] = None,
+                      session: Optional[str] = None, timeout: Optional[float] = None,
+                      program: Optional[str] = None, config: Optional[str] = None, log: Optional[str] = None,
+                      start_within: float = daemons.START_WITHIN) -> "AsyncClient":
+        """As `Client.connect`: the WebSocket at `url`, else the Unix `socket` (default:
+        `default_socket()`), starting a daemon there first with `autostart`."""
+        if url is not None:
+            token, source = read_token(token, token_file)
+            return cls(await open_websocket(url, token, source, cafile, session, timeout), timeout, session)
+        path = socket or daemons.default_socket()
+        try:
+            return cls(await open_unix(path, timeout), timeout, session)
+        except DaemonNotRunning:
+            if not autostart:
+                raise
+        started = daemons.start(path, program, config, log)
+        deadline = time.monotonic() + start_within
+        while True:
+            try:
+                client = cls(await open_unix(path, timeout), timeout, session)
+            except DaemonNotRunning:
+                daemons.check_start(started, deadline, start_within)
+                await asyncio.sleep(0.02)
+                continue
+            client.started = started
+            return client
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Closes the connection (the daemon's `close` method is `close_session`)."""
+        await self.transport.close()
+        self._reader.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        try:
+            await self._reader
+        except (asyncio.CancelledError, Exception):
+            pass
+
+    # -- requests and answers ------------------------------------------------------------
+
+    async def send(self, method: str, params: Optional[Mapping[str, Any]] = None, *,
+                   on_event: Optional[EventHandler] = None,
+                   tools: Optional[Mapping[str, ToolHandler]] = None) -> int:
+        """Writes a request; returns its id for `result`. `on_event` (a function or a
+        coroutine function) gets each `eval/event` of this request, in order; `tools`
+        answers its `tool/call`s."""
+        if self._broken is not None:
+            raise self._broken
+        request_id = self.next_id
+        self.next_id += 1
+        self._pending[request_id] = asyncio.get_running_loop().create_future()
+        if on_event is not None or tools:
+            self._handlers[request_id] = (on_event, tools or {})
+        try:
+            await self.transport.send(wire.request(request_id, method, params))
+        except BaseException:
+            self._pending.pop(request_id, None)
+            self._handlers.pop(request_id, None)
+            raise
+        return request_id
+
+    async def result(self, request_id: int, *, response_timeout: Optional[float] = _UNSET) -> Any:
+        """The answer to `request_id`: its result, or its error raised as an `RpcError` of
+        the code's class. Past the timeout, `ResponseTimeout` (the request stays pending)."""
+        future = self._pending.get(request_id)
+        if future is None:
+            raise ValueError(f"request {request_id} is not pending on this connection "
+                             "(never sent, or its answer was taken already)")
+        timeout = self.timeout if response_timeout is _UNSET else response_timeout
+        try:
+            message = await asyncio.wait_for(asyncio.shield(future), timeout)
+        except asyncio.TimeoutError:
+            raise ResponseTimeout(f"no answer to request {request_id} within {timeout} s", request_id) from None
+        self._pending.pop(request_id, None)
+        self._handlers.pop(request_id, None)
+        if "error" in message:
+            raise rpc_error(message["error"])
+        return message.get("result")
+
+    async def call(self, method: str, params: Optional[Mapping[str, Any]] = None,
+                   on_event: Optional[EventHandler] = None, tools: Optional[Mapping[str, ToolHandler]] = None, *,
+                   response_timeout: Optional[float] = _UNSET) -> Any:
+        """A request and its result: `send` then `result`."""
+        request_id = await self.send(method, params, on_event=on_event, tools=tools)
+        return await self.result(request_id, response_timeout=response_timeout)
+
+    async def _read_loop(self) -> None:
+        error: Optional[BaseException] = None
+        try:
+            while True:
+                raw = await self.transport.receive()
+                if raw is None:
+                    break
+                try:
+                    message = json.loads(raw)
+                except ValueError as bad:
+                    raise ProtocolError(f"the daemon sent a message that is not JSON: {bad}") from None
+                if not isinstance(message, dict):
+                    raise ProtocolError(f"the daemon sent a message that is not a JSON object: {message!r:.200}")
+                method = message.get("method")
+                if method is None:
+                    future = self._pending.get(message.get("id"))  # type: ignore[arg-type]
+                    if future is not None and not future.done():
+                        future.set_result(message)
+                elif method == "eval/event":
+                    params = message.get("params") or {}
+                    handlers = self._handlers.get(params.get("request_id"))
+                    if handlers is not None and handlers[0] is not None:
+                        outcome = handlers[0](params)
+                        if inspect.isawaitable(outcome):
+                            await outcome
+                elif method == "tool/call" and "id" in message:
+                    task = asyncio.ensure_future(self._answer_tool_call(message))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+        except asyncio.CancelledError:
+            error = ConnectionClosed(f"the connection to {self.transport.where} was closed by this client")
+            raise
+        except (OSError, ConnectionError) as cause:
+            error = ConnectionClosed(f"the daemon closed the connection ({self.transport.where}): {cause}")
+        except Exception as cause:  # a bad message, or a callback that raised: every waiter hears it
+            error = cause
+        finally:
+            self._broken = error or ConnectionClosed(f"the daemon closed the connection ({self.transport.where})")
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_exception(self._broken)
+                    future.exception()  # retrieved: no "never retrieved" warning when nobody waits
+
+    async def _answer_tool_call(self, message: Dict[str, Any]) -> None:
+        owner, name, arguments = wire.tool_call_target(message)
+        tools = self._handlers.get(owner, (None, {}))[1]
+        function = tools.get(name) if name is not None else None
+        try:
+            if function is None:
+                raise LookupError(wire.missing_tool(name, tools))
+            value = function(arguments)
+            if inspect.isawaitable(value):
+                value = await value
+            answer = wire.tool_result(message["id"], value)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the tool's failure is the cell's to handle
+            answer = wire.tool_error(message["id"], str(error) or type(error).__name__)
+        try:
+            await self.transport.send(answer)
+        except (OSError, ConnectionError):
+            pass  # the connection is gone; the reader reports it
+
+    # -- the daemon's methods ------------------------------------------------------------
+
+    def _session(self, session: Optional[str]) -> Optional[str]:
+        return self.session if session is None else session
+
+    async def initialize(self) -> Dict[str, Any]:
+        return await self.call("initialize")  # type: ignore[no-any-return]
+
+    async def eval(self, cells: Union[str, Cell, Sequence[Cell]], *, session: Optional[str] = None,
+                   language: Optional[str] = None, tools: Optional[Tools] = None,
+                   on_event: Optional[EventHandler] = None, response_timeout: Optional[float] = _UNSET,
+                   **options: Any) -> EvalResult:
+        """As `Client.eval`; `on_event` and the tools' functions may be coroutine functions."""
+        params, handlers = wire.eval_params(cells, session=self._session(session), language=language, tools=tools,
+                                            options=options)
+        return await self.call("eval", params, on_event, handlers, response_timeout=response_timeout)  # type: ignore
+
+    async def eval_stream(self, cells: Union[str, Cell, Sequence[Cell]], *, session: Optional[str] = None,
+                          language: Optional[str] = None, tools: Optional[Tools] = None,
+                          response_timeout: Optional[float] = _UNSET, **options: Any) -> "AsyncEvalStream":
+        """Sends an `eval`; `async for event in stream` yields its events, then
+        `stream.result` (or `await stream.finish()`) is its result."""
+        params, handlers = wire.eval_params(cells, session=self._session(session), language=language, tools=tools,
+                                            options=options)
+        stream = AsyncEvalStream(self, response_timeout)
+        stream.request_id = await self.send("eval", params, on_event=stream._push, tools=handlers)
+        return stream
+
+    async def cell(self, session: str, language: str, code: str, on_event: Optional[EventHandler] = None,
+                   **cell_options: Any) -> CellResult:
+        cell = wire.one_cell(code, language, cell_options)
+        return (await self.call("eval", {"session": session, "cells": [cell]}, on_event))["cells"][0]  # type: ignore
+
+    async def wait(self, cell_id: int, *, session: Optional[str] = None, yield_time_ms: Optional[int] = None,
+                   max_tokens: Optional[int] = None, events: Optional[str] = None,
+                   on_event: Optional[EventHandler] = None,
+                   response_timeout: Optional[float] = _UNSET) -> CellResult:
+        params = wire.drop_none({"session": self._session(session), "cell_id": cell_id,
+                                 "yield_time_ms": yield_time_ms, "max_tokens": max_tokens, "events": events})
+        return await self.call("wait", params, on_event, response_timeout=response_timeout)  # type: ignore
+
+    async def terminate(self, cell_id: int, *, session: Optional[str] = None) -> CellResult:
+        return await self.call("terminate", wire.drop_none({"session": self._session(session), "cell_id": cell_id}))  # type: ignore[no-any-return]
+
+    async def interrupt(self, session: Optional[str] = None, language: Optional[str] = None) -> Dict[str, Any]:
+        return await self.call("interrupt", wire.drop_none({"session": self._session(session), "language": language}))  # type: ignore[no-any-return]
+
+    async def reset(self, session: Optional[str] = None, language: Optional[str] = None) -> Dict[str, Any]:
+        return await self.call("reset", wire.drop_none({"session": self._session(session), "language": language}))  # type: ignore[no-any-return]
+
+    async def close_session(self, session: Optional[str] = None, language: Optional[str] = None) -> Dict[str, Any]:
+        return await self.call("close", wire.drop_none({"session": self._session(session), "language": language}))  # type: ignore[no-any-return]
+
+    async def status(self) -> List[Dict[str, Any]]:
+        return await self.call("status")  # type: ignore[no-any-return]
+
+    async def checkpoint(self, name: str, *, session: Optional[str] = None,
+                         language: Optional[str] = None) -> List[Dict[str, Any]]:
+        return await self.call("checkpoint", wire.drop_none({"session": self._session(session),  # type: ignore[no-any-return]
+                                                             "language": language, "name": name}))
+
+    async def restore(self, name: str, *, session: Optional[str] = None,
+                      language: Optional[str] = None) -> List[Dict[str, Any]]:
+        return await self.call("restore", wire.drop_none({"session": self._session(session),  # type: ignore[no-any-return]
+                                                          "language": language, "name": name}))
+
+    async def checkpoints(self, session: Optional[str] = None) -> List[Dict[str, Any]]:
+        return await self.call("checkpoints", wire.drop_none({"session": self._session(session)}))  # type: ignore
+
+    async def names(self, language: str, session: Optional[str] = None) -> Dict[str, Any]:
+        return await self.call("names", wire.drop_none({"session": self._session(session), "language": language}))  # type: ignore[no-any-return]
+
+    async def drain(self, wait: Optional[bool] = None, timeout_ms: Optional[int] = None) -> Dict[str, Any]:
+        return await self.call("drain", wire.drop_none({"wait": wait, "timeout_ms": timeout_ms}))  # type: ignore
+
+    async def undrain(self) -> Dict[str, Any]:
+        return await self.call("undrain")  # type: ignore[no-any-return]
+
+    async def shutdown(self) -> Dict[str, Any]:
+        return await self.call("shutdown")  # type: ignore[no-any-return]
+
+    async def config_reload(self) -> Dict[str, Any]:
+        return await self.call("config/reload")  # type: ignore[no-any-return]
+
+
+class AsyncEvalStream:
+    """An `eval` in flight: `async for` yields each event as it arrives; then `result`
+    holds the request's result (an error answer raises from the iteration)."""
+
+    def __init__(self, client: AsyncClient, response_timeout: Optional[float]) -> None:
+        self.client = client
+        self.request_id = 0
+        self._events: Deque[Event] = collections.deque()
+        self._wake = asyncio.Event()
+        timeout = client.timeout if response_timeout is _UNSET else response_timeout
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._done = False
+        self._result: Optional[EvalResult] = None
+
+    def _push(self, event: Event) -> None:
+        self._events.append(event)
+        self._wake.set()
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self
+
+    async def __anext__(self) -> Event:
+        while True:
+            if self._events:
+                return self._events.popleft()
+            if self._done:
+                raise StopAsyncIteration
+            future = self.client._pending.get(self.request_id)
+            if future is None or future.done():
+                self._done = True
+                self._result = await self.client.result(self.request_id, response_timeout=None)
+                continue
+            self._wake.clear()
+            waker = asyncio.ensure_future(self._wake.wait())
+            left = None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
+            watched: Set["asyncio.Future[Any]"] = {waker, future}
+            done, _ = await asyncio.wait(watched, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            waker.cancel()
+            if not done:
+                raise ResponseTimeout(f"no answer to request {self.request_id} in time", self.request_id)
+
+    async def finish(self) -> EvalResult:
+        """Reads the rest of the events (dropped) and returns the result."""
+        async for _ in self:
+            pass
+        assert self._result is not None
+        return self._result
+
+    @property
+    def result(self) -> EvalResult:
+        if not self._done or self._result is None:
+            raise RuntimeError("the eval is still running: iterate the stream (or await finish()) first")
+        return self._result

@@ -1,0 +1,163 @@
+"""What the sync and asyncio clients share, free of any I/O: the types of the protocol's
+messages, the params of each daemon method, host tools and their answers, and the splitting
+of the Unix socket's byte stream into lines (docs/protocol.md)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+#: The largest line or WebSocket message taken from the daemon (results can be large).
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+
+#: The languages the daemon runs.
+LANGUAGES = ("py", "js", "lua")
+
+#: A JSON value as the daemon sends it.
+Json = Any
+#: An `eval/event` notification's params: `{request_id, event, index, ...}`.
+Event = Dict[str, Any]
+#: A cell's result (`eval`'s cells, `wait`, `terminate`): `{cell_id, status, output, ...}`.
+CellResult = Dict[str, Any]
+#: An `eval` result: `{is_error, cells, node, failed_cell?, summary}`.
+EvalResult = Dict[str, Any]
+#: A cell of an `eval` request: `{language, code, title?, timeout?, reset?, yield_time_ms?}`.
+Cell = Dict[str, Any]
+#: What handles one `eval/event` (sync client: a function; asyncio client: may be async).
+EventHandler = Callable[[Event], Any]
+#: A host tool's function: takes the call's arguments, returns any JSON (asyncio: may be async).
+ToolHandler = Callable[[Json], Any]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A host tool an `eval` offers its cells: declared to the daemon by `name`,
+    `description` and `input_schema` (JSON Schema), run by `handler` on the host when a cell
+    calls it. What `handler` returns goes back to the cell; what it raises becomes the cell's
+    exception, with the exception's text as message."""
+
+    name: str
+    handler: ToolHandler
+    description: Optional[str] = None
+    input_schema: Optional[Dict[str, Any]] = None
+
+    def declaration(self) -> Dict[str, Any]:
+        declared: Dict[str, Any] = {"name": self.name}
+        if self.description is not None:
+            declared["description"] = self.description
+        if self.input_schema is not None:
+            declared["input_schema"] = self.input_schema
+        return declared
+
+
+#: Tools as `eval` takes them: `Tool`s, or a mapping of names to functions (declared by name).
+Tools = Union[Sequence[Tool], Mapping[str, ToolHandler]]
+
+
+def split_tools(tools: Optional[Tools]) -> Tuple[Optional[List[Dict[str, Any]]], Dict[str, ToolHandler]]:
+    """The declarations to send and the handlers to answer with."""
+    if tools is None:
+        return None, {}
+    if isinstance(tools, Mapping):
+        tools = [Tool(name, handler) for name, handler in tools.items()]
+    declared, handlers = [], {}
+    for tool in tools:
+        if not isinstance(tool, Tool):
+            raise TypeError(f"a tool must be a cellvisor.Tool (or give a mapping of names to functions), not {tool!r}")
+        if tool.name in handlers:
+            raise ValueError(f"tool {tool.name!r} is declared twice: tool names are unique in a request")
+        declared.append(tool.declaration())
+        handlers[tool.name] = tool.handler
+    return declared, handlers
+
+
+def cells_of(cells: Union[str, Cell, Sequence[Cell]], language: Optional[str]) -> List[Cell]:
+    """`eval`'s cells from what a caller wrote: one code string (then `language` says which
+    language), one cell, or a list of cells."""
+    if isinstance(cells, str):
+        if language is None:
+            raise ValueError("eval of a code string needs language= (one of py, js, lua)")
+        return [{"language": language, "code": cells}]
+    if isinstance(cells, Mapping):
+        return [dict(cells)]
+    listed = [dict(cell) for cell in cells]
+    if not listed:
+        raise ValueError("eval needs at least one cell")
+    return listed
+
+
+def drop_none(params: Dict[str, Any]) -> Dict[str, Any]:
+    """The params without the fields left unset (the daemon then applies its defaults)."""
+    return {key: value for key, value in params.items() if value is not None}
+
+
+def request(request_id: int, method: str, params: Optional[Mapping[str, Any]]) -> str:
+    """One JSON-RPC request as text."""
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}})
+
+
+def tool_call_target(message: Dict[str, Any]) -> Tuple[Any, Optional[str], Json]:
+    """(the eval's request id, the tool's name, its arguments) of a `tool/call`."""
+    params = message.get("params")
+    if not isinstance(params, dict):
+        params = {}
+    return params.get("request_id"), params.get("name"), params.get("arguments")
+
+
+def tool_result(call_id: Any, result: Json) -> str:
+    return json.dumps({"jsonrpc": "2.0", "id": call_id, "result": result})
+
+
+def tool_error(call_id: Any, message: str) -> str:
+    """The answer that fails a tool call: the cell raises with `message`."""
+    return json.dumps({"jsonrpc": "2.0", "id": call_id, "error": {"code": -32000, "message": message}})
+
+
+def missing_tool(name: Optional[str], handlers: Mapping[str, ToolHandler]) -> str:
+    offered = ", ".join(sorted(handlers)) or "none"
+    return f"this host has no tool {name!r} for this request (it offers: {offered})"
+
+
+class LineBuffer:
+    """Splits the Unix socket's bytes into lines; a partial line waits for the rest, so a read
+    that times out loses nothing."""
+
+    __slots__ = ("data", "limit")
+
+    def __init__(self, limit: int = MAX_MESSAGE_BYTES) -> None:
+        self.data = bytearray()
+        self.limit = limit
+
+    def feed(self, chunk: bytes) -> None:
+        self.data += chunk
+
+    def pop(self) -> Optional[bytes]:
+        """The next whole line (without its newline), or None until one has arrived."""
+        end = self.data.find(b"\n")
+        if end < 0:
+            if len(self.data) > self.limit:
+                from .errors import ProtocolError
+
+                raise ProtocolError(f"the daemon sent a line over {self.limit} bytes")
+            return None
+        line = bytes(self.data[:end])
+        del self.data[:end + 1]
+        return line
+
+
+def eval_params(cells: Union[str, Cell, Sequence[Cell]], *, session: Optional[str], language: Optional[str],
+                tools: Optional[Tools], options: Mapping[str, Any]) -> Tuple[Dict[str, Any], Dict[str, ToolHandler]]:
+    """`eval`'s params and the handlers of the tools it declares. `options` are the
+    request's other fields (cwd, virtual_env, env, fresh, sandbox, timeout, reset); unset
+    ones (None) are left to the daemon."""
+    declared, handlers = split_tools(tools)
+    params = drop_none({"session": session, "cells": cells_of(cells, language), "tools": declared, **options})
+    return params, handlers
+
+
+def one_cell(code: str, language: str, options: Mapping[str, Any]) -> Cell:
+    """A cell of `language` with its own fields (title, timeout, reset, yield_time_ms)."""
+    if language not in LANGUAGES:
+        raise ValueError(f"language {language!r} is not one of {', '.join(LANGUAGES)}")
+    return drop_none({"language": language, "code": code, **options})
