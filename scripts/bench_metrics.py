@@ -13,8 +13,8 @@ import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from cellvisor_client import Daemon  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "clients", "python", "src"))  # the `cellvisor` package
+from cellvisor import Daemon  # noqa: E402
 
 TOKEN = "bench-token-0123456789abcdef"
 CELLS = {"python": "x = 1", "javascript": "globalThis.x = 1", "lua": "x = 1"}

@@ -1,15 +1,14 @@
 """Per-cell overhead of the daemon's WebSocket (`/v1/rpc`, over TLS and plaintext) against its
-Unix socket: one daemon listening on both, one client per transport (scripts/cellvisor_client.py,
-the same code but for the transport), a warm trivial cell (`1+1`) repeated, the transports
-interleaved in blocks so that they share the machine's state, and each one's median wall time
+Unix socket: one daemon listening on both, one client per transport (the `cellvisor` package
+in clients/python, the same code but for the transport), a warm trivial cell (`1+1`)
+repeated, the transports interleaved in blocks so that they share the machine's state, and each one's median wall time
 per cell (request written to answer read) with the ratio to the socket's.
 
 The Rust client crate is measured the same way (client/examples/rpc_latency.rs, built by
 scripts/bench-network) unless --no-rust: its figures leave out the Python client's own costs.
 
 Usage: scripts/bench-network [--cells 2000] [--language py] [--block 100] [--no-rust]
-(needs the `websockets` package and `openssl` for the test certificate; scripts/bench-network
-provides the first).
+(needs `openssl` for the test certificate).
 """
 
 import argparse
@@ -24,8 +23,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from cellvisor_client import Client, Daemon  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "clients", "python", "src"))  # the `cellvisor` package
+from cellvisor import Client, Daemon  # noqa: E402
 
 TOKEN = "bench-token-0123456789abcdef"
 TRIVIAL = {"py": "1+1", "js": "1+1", "lua": "return 1+1"}

@@ -16,8 +16,9 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cellvisor_client import Daemon  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "clients", "python", "src"))  # the `cellvisor` package
+from cellvisor import Daemon  # noqa: E402
 
 NAMESPACES = [
     ("a", "py", "100 small Python names",
@@ -106,7 +107,7 @@ def main():
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
     venv = os.path.abspath(args.venv) if os.path.isdir(args.venv) else None
-    daemon = Daemon(args.binary, CONFIG, prefix="cellvisor-bench-snapshots-", private_dirs=True)
+    daemon = Daemon(args.binary, CONFIG, prefix="cv-bench-snap-", private_dirs=True)  # short: worker socket paths
     results = {}
     try:
         for key, language, label, define, use in NAMESPACES:

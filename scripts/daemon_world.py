@@ -12,8 +12,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from cellvisor_client import Daemon  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "clients", "python", "src"))  # the `cellvisor` package
+from cellvisor import Daemon  # noqa: E402
 
 
 class World(Daemon):

@@ -11,8 +11,9 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cellvisor_client import Daemon  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "clients", "python", "src"))  # the `cellvisor` package
+from cellvisor import Daemon  # noqa: E402
 
 binaries = {"before": sys.argv[1], "after": sys.argv[2]}
 runs = int(sys.argv[3]) if len(sys.argv) > 3 else 20

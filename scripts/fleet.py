@@ -17,8 +17,8 @@ Run as a program, it starts a fleet, prints where to reach it and waits for Ctrl
     scripts/fleet --nodes 3 [--lease-ttl 2s] [--binary target/debug/cellvisor]
     python3 scripts/cellvisor_client.py --url ws://127.0.0.1:PORT --token-file FILE py 'x = 1'
 
-Needs HAProxy (apt-get install haproxy) for the router, and the `websockets` package for its
-clients (scripts/fleet runs it in the venv made by scripts/test-venv).
+Needs HAProxy (apt-get install haproxy) for the router; its clients are the `cellvisor`
+package's (clients/python, standard library only).
 """
 
 import argparse
@@ -35,7 +35,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cellvisor_client import Client, ConnectError, Daemon, RpcError  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "clients", "python", "src"))  # the `cellvisor` package
+from cellvisor import CellvisorError, Client, ConnectError, Daemon, RpcError  # noqa: E402
 from daemon_world import kill_all, processes_under  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
@@ -45,12 +46,7 @@ SERVER_LINE = re.compile(r"^\s*server\s+node-(\d+)\s.*$", re.MULTILINE)
 # What a request through a fleet may meet while a node is gone or its lease still runs:
 # retried by the callers that wait for a fleet (a 503 from HAProxy, a refused lease, a
 # connection cut by a dying node).
-RETRYABLE = (ConnectError, RpcError, ConnectionError, OSError, TimeoutError)
-try:
-    from websockets.exceptions import WebSocketException
-    RETRYABLE += (WebSocketException,)
-except ImportError:  # the clients say so when they are used
-    pass
+RETRYABLE = (ConnectError, RpcError, CellvisorError, ConnectionError, OSError, TimeoutError)
 
 
 class FleetError(RuntimeError):

@@ -20,14 +20,15 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import cellvisor_client  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "clients", "python", "src"))  # the `cellvisor` package
+import cellvisor  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-class Daemon(cellvisor_client.Daemon):
+class Daemon(cellvisor.Daemon):
     def eval(self, session, cells):
         return self.client.call("eval", {"session": session, "cells": cells})
 

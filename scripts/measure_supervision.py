@@ -14,8 +14,9 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import cellvisor_client  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "clients", "python", "src"))  # the `cellvisor` package
+import cellvisor  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target", "release", "cellvisor")
@@ -28,7 +29,7 @@ sweep-interval = "100ms"
 """
 
 
-class Daemon(cellvisor_client.Daemon):
+class Daemon(cellvisor.Daemon):
     """`cellvisor serve` in a private runtime directory, with `extra` config."""
 
     def __init__(self, extra=""):

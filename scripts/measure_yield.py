@@ -15,8 +15,9 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import cellvisor_client  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "clients", "python", "src"))  # the `cellvisor` package
+import cellvisor  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target", "release", "cellvisor")
@@ -30,7 +31,7 @@ SLEEPERS = {
 
 
 def main():
-    daemon = cellvisor_client.Daemon(BINARY, "")
+    daemon = cellvisor.Daemon(BINARY, "")
     try:
         client = daemon.client
         for language, code in SLEEPERS.items():

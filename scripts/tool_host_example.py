@@ -14,8 +14,9 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cellvisor_client import Client, default_socket, print_event  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "clients", "python", "src"))  # the `cellvisor` package
+from cellvisor import Client, default_socket, print_event  # noqa: E402
 
 DEFAULT_CELL = """
 const sum = await tool.add({a: 2, b: 3});
