@@ -81,8 +81,8 @@ QUICK = dict(cold=3, warm=200, output=1, interrupt=3, crash=3, memory=1, conc=1,
 TRANSPORT_ROUND_TRIPS = 10_000
 STATUS_OUTPUT = operator.itemgetter("status", "output")  # of a cell result, at C speed
 
-sys.path.insert(0, HERE)
-import cellvisor_client  # noqa: E402  (the daemon's client, this directory)
+sys.path.insert(0, os.path.join(ROOT, "clients", "python", "src"))  # the `cellvisor` package
+import cellvisor  # noqa: E402  (the daemon's client, clients/python)
 
 
 def now():
@@ -450,20 +450,24 @@ class JupyterSession:
 # cellvisor: the daemon and its JSON-RPC socket
 
 
-class Daemon(cellvisor_client.Daemon):
+class Daemon(cellvisor.Daemon):
     """`cellvisor serve` with its own config, socket and runtime directory, stopped by the
     bench's cleanup if the run is cut short."""
 
-    def __init__(self, prewarm=None, max_sessions=None, mode=None):
-        """`prewarm`: `[python] prewarm`; `max_sessions`, `mode`: `[sessions] max-sessions`,
+    def __init__(self, prewarm=None, max_sessions=None, mode=None, zygote=None, preload=None,
+                 interpreter=None):
+        """`prewarm`, `zygote`, `preload`, `interpreter`: `[python]`'s keys (default
+        interpreter: the real python); `max_sessions`, `mode`: `[sessions] max-sessions`,
         `mode`; None keeps the default (the configuration users get)."""
         config = (
             "[sessions]\nidle-timeout = \"0s\"\n"
             + ("" if max_sessions is None else f"max-sessions = {max_sessions}\n")
             + ("" if mode is None else f"mode = {json.dumps(mode)}\n")
             + "\n"
-            f"[python]\ninterpreter = {json.dumps(real_python())}\n"
+            f"[python]\ninterpreter = {json.dumps(interpreter or real_python())}\n"
             + ("" if prewarm is None else f"prewarm = {prewarm}\n")
+            + ("" if zygote is None else f"zygote = {json.dumps(zygote)}\n")
+            + ("" if preload is None else f"preload = {json.dumps(preload)}\n")
             + "\n"
             "[daemon]\nidle-exit = \"0s\"\n"
         )
@@ -482,6 +486,17 @@ class Daemon(cellvisor_client.Daemon):
 
     def close_session(self, session):
         self.client.call("close", {"session": session})
+
+    def zygote_ready(self, patience=60.0):
+        """Waits until every zygote is ready (a daemon starts the one for its interpreter);
+        returns their pids."""
+        deadline = now() + patience
+        while now() < deadline:
+            rows = self.client.call("zygotes")
+            if rows and all(r["state"] == "ready" for r in rows):
+                return [r["pid"] for r in rows]
+            time.sleep(0.05)
+        return []
 
     def stop(self):
         """The shutdown RPC, then SIGKILL by pid if the daemon is still there."""
@@ -573,6 +588,86 @@ def at_once_cellvisor(daemon, n):
     if errors:
         raise errors[0]
     return samples
+
+
+def new_session_cell_cellvisor(daemon, code, n, label):
+    """n new Python sessions one after another, each running `code` as its first cell and
+    closed after it (ms each, the whole request)."""
+    conn, samples = daemon.connect(), []
+    try:
+        for i in range(n):
+            session = f"{label}-{i}"
+            t0 = now()
+            status, output = STATUS_OUTPUT(conn.cell(session, "py", code))
+            samples.append(ms(now() - t0))
+            check(status == "complete", f"cellvisor {label}: {status} {output!r}")
+            daemon.close_session(session)
+            time.sleep(0.05)  # the old worker goes
+    finally:
+        conn.close()
+    return samples
+
+
+def bare_import_ms(python, module, n):
+    """`import module` in a fresh interpreter, timed inside it (ms each)."""
+    code = f"import time; t = time.perf_counter(); import {module}; print((time.perf_counter() - t) * 1000)"
+    return [float(subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout)
+            for _ in range(n)]
+
+
+def idle_sessions_pss_mb(daemon, code, n):
+    """Total PSS (MB) of n idle Python sessions that each ran `code`, with the zygotes they
+    were forked from (PSS splits pages shared between processes among them)."""
+    conn, sessions = daemon.connect(), [f"pss-{i}" for i in range(n)]
+    try:
+        for session in sessions:
+            status, output = STATUS_OUTPUT(conn.cell(session, "py", code))
+            check(status == "complete", f"cellvisor idle sessions: {status} {output!r}")
+        time.sleep(0.5)
+        workers = daemon.workers(lang="py")
+        pids = [pid for session in sessions for pid in tree(workers[(session, "py")])]
+        pids += [r["pid"] for r in daemon.client.call("zygotes") if r.get("pid")]
+        return rss_pss_kb(pids)[1] / 1024
+    finally:
+        conn.close()
+        for session in sessions:
+            daemon.close_session(session)
+
+
+def zygote_rows(n, row):
+    """The zygote's rows: a new session's `import pandas` with pandas preloaded (against the
+    bare import in a fresh interpreter), and 16 idle sessions that imported pandas, forked
+    from a zygote that preloaded it or started plainly."""
+    code = "import pandas as pd; pd.__version__"
+    venv_python = sys.executable  # the bench venv, which has pandas
+    step("py: preload = [pandas]: a new session's first cell imports pandas")
+    bare = row("cold_py_pandas_bare", "1 ref: bare `import pandas` in a fresh interpreter (floor)", "ms")
+    bare.samples["floor"] = bare_import_ms(venv_python, "pandas", n["cold"])
+    preloaded = Daemon(max_sessions=16, preload=["pandas"], interpreter=venv_python)
+    plain = None
+    try:
+        check(preloaded.zygote_ready(), "the pandas zygote did not start")
+        r = row("cold_py_pandas", "1 new py session, 1st cell `import pandas as pd` (preload=[pandas])", "ms")
+        r.samples["cellvisor"] = new_session_cell_cellvisor(preloaded, code, n["cold"], "pandas")
+        r.samples["floor"] = bare.samples["floor"]
+        r.targets = [("cellvisor", "below", 5)]
+        step("py: 16 idle sessions that imported pandas: total PSS, zygote vs plain")
+        forked = idle_sessions_pss_mb(preloaded, code, 16)
+        preloaded.stop()
+        plain = Daemon(max_sessions=16, zygote=False, interpreter=venv_python)
+        started = idle_sessions_pss_mb(plain, code, 16)
+        row("mem_py_pandas16", "6 16 idle py sessions with pandas: total PSS (preload=[pandas])", "MB",
+            spread="none").samples["cellvisor"] = [forked]
+        row("mem_py_pandas16_plain", "6 16 idle py sessions with pandas: total PSS (zygote=false)", "MB",
+            spread="none").samples["cellvisor"] = [started]
+        share = row("mem_py_pandas16_share", "6 16 idle py sessions with pandas: zygote PSS / plain PSS", "x",
+                    spread="none")
+        share.samples["cellvisor"] = [forked / started]
+        share.targets = [("cellvisor", "below", 0.4)]
+    finally:
+        preloaded.stop()
+        if plain is not None:
+            plain.stop()
 
 
 def per_call_overhead_cellvisor(warm_daemon, n):
@@ -767,7 +862,7 @@ def output_host(system, lang, socket_path):
     """In the host child: runs the flood once; returns seconds and what arrived."""
     code = CODE[lang]["flood"]
     if system == "cellvisor":
-        conn = cellvisor_client.Client(socket_path)
+        conn = cellvisor.Client(socket_path)
         got = {"bytes": 0, "events": 0, "last": None}
 
         def on_event(event):
@@ -837,7 +932,7 @@ def interrupt_cellvisor(daemon, lang, n):
             time.sleep(0.2)
             t0 = now()
             side.call("interrupt", {"session": session, "language": lang})
-            cell = conn.wait(request)["cells"][0]
+            cell = conn.result(request)["cells"][0]
             t1 = now()
             status, output = STATUS_OUTPUT(conn.cell(session, lang, code["get"]))
             t2 = now()
@@ -1373,6 +1468,15 @@ def run_all(n, languages):
                     slowest.targets = [("cellvisor", "below", 50)]
                 finally:
                     burst.stop()
+                step("py: 16 new sessions back to back with zygote = false")
+                plain = Daemon(max_sessions=16, zygote=False)
+                try:
+                    b2b = [back_to_back_cellvisor(plain, 16) for _ in range(n["burst"])]
+                    row("cold_py_b2b_plain", "1 16 new py sessions back to back, zygote=false, p50", "ms",
+                        stat="median", spread="none").samples["cellvisor"] = [x for run in b2b for x in run]
+                finally:
+                    plain.stop()
+                zygote_rows(n, row)
                 step("py: per-call mode, a request's overhead over a warm cell")
                 pc = row("cold_py_percall", "1 per-call py request, overhead over a warm cell", "ms")
                 pc.samples["cellvisor"] = per_call_overhead_cellvisor(daemon, n["cold"])
@@ -1434,7 +1538,7 @@ def run_all(n, languages):
             for p in lpeers:
                 c.samples[p] = impl[p]["crash"](n["crash"])
             if lang == "py":
-                c.targets = [("jupyter", "faster", 10), ("cellvisor", "below", 15)]
+                c.targets = [("jupyter", "faster", 10), ("cellvisor", "below", 5)]
 
             step(f"{lang}: memory")
             figures = {"cellvisor": [memory_cellvisor(daemon, lang) for _ in range(n["memory"])]}

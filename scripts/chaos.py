@@ -5,11 +5,17 @@ SIGKILLs and SIGSTOPs random workers, by the pids `status` gives.
 A counter cell adds one to the session's counter and prints it. The printed value must be
 the previous one plus one, unless the result carries a restart notice (then it starts at 1
 again); after a cell that errored its worker's state is unknown until the next notice.
-Printed at the end: cells, kills, stops, hung requests, wrong answers, orphans after stop,
-and the daemon's fds and RSS before and after. The exit status is 1 on any hung request,
-wrong answer or orphan.
+Printed at the end: cells, kills, stops, hung requests, wrong answers, protocol errors,
+orphans after stop, and the daemon's fds and RSS before and after. The exit status is 1 on
+any hung request, wrong answer, protocol error or orphan.
 
-    scripts/chaos [--quick] [--duration SECONDS] [--sessions N] [--release]
+`--long` is the hour-long run at scale: 12 sessions sending 20 cells a request (no progress
+notifications) under a signal every 0.115 s, over 30,000 signals in the hour. `--summary
+FILE` writes the run as JSON: the counts, and the RSS and descriptors of every process (the
+daemon, each worker's tree) at each tenth of the run.
+
+    scripts/chaos [--quick | --long] [--duration SECONDS] [--sessions N] [--summary FILE]
+                  [--release]
 """
 
 import argparse
@@ -22,6 +28,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from daemon_world import World, cellvisor_exe, open_fds, rss_bytes  # noqa: E402
+from process_figures import DecileSampler, write_summary  # noqa: E402
+# daemon_world puts the client package on the path.
+from cellvisor import ProtocolError, RpcError  # noqa: E402
 
 LANGUAGES = ["py", "js", "lua"]
 COUNTER = {
@@ -52,7 +61,12 @@ class Tally:
     def __init__(self):
         self.lock = threading.Lock()
         self.cells = self.kills = self.stops = self.hung = self.wrong = self.errors = 0
+        self.protocol_errors = 0
         self.problems = []
+
+    def progress(self):
+        with self.lock:
+            return {"cells": self.cells, "signals": self.kills + self.stops}
 
     def add(self, **counts):
         with self.lock:
@@ -65,21 +79,38 @@ class Tally:
                 self.problems.append(text)
 
 
-def run_session(world, name, language, deadline, tally):
+def run_session(world, name, language, deadline, tally, per_request, quiet):
     conn = world.connect(timeout=HUNG_AFTER)
     expected = 1
     known = True  # whether `expected` is certain (false after an error until a notice)
+    params = {"session": name}
+    if quiet:
+        params["events"] = "none"
     try:
         while time.monotonic() < deadline:
-            cells = [{"language": language, "code": COUNTER[language], "timeout": 20}
-                     for _ in range(CELLS_PER_REQUEST)]
+            params["cells"] = [{"language": language, "code": COUNTER[language], "timeout": 20}
+                               for _ in range(per_request)]
             try:
-                result = conn.call("eval", {"session": name, "cells": cells})
+                result = conn.call("eval", params)
+            except (RpcError, ProtocolError) as error:
+                # The daemon answered, but not with a result: a refusal, or a line that is not
+                # the protocol. Never expected of counter cells.
+                tally.add(protocol_errors=1)
+                tally.problem("%s: protocol error: %s" % (name, error))
+                conn.close()
+                conn = world.connect(timeout=HUNG_AFTER)
+                known = False
+                continue
             except (TimeoutError, OSError) as error:
                 tally.add(hung=1)
                 tally.problem("%s: request hung or broke: %s" % (name, error))
                 conn.close()
                 conn = world.connect(timeout=HUNG_AFTER)
+                known = False
+                continue
+            if not isinstance(result, dict) or not isinstance(result.get("cells"), list):
+                tally.add(protocol_errors=1)
+                tally.problem("%s: a result without cells: %r" % (name, str(result)[:200]))
                 known = False
                 continue
             for cell in result["cells"]:
@@ -108,13 +139,21 @@ def run_session(world, name, language, deadline, tally):
         conn.close()
 
 
-def killer(world, deadline, interval, tally, stop):
+def killer(world, deadline, interval, tally, stop, paced):
+    """A kill or stop every `interval` seconds: after each one's work (`status`, the signal)
+    when not `paced`; on a fixed schedule when `paced`, so the run sends duration / interval
+    signals whatever each one costs."""
     conn = world.connect(timeout=30)
     stopped = []  # (pid, when to continue it)
     rng = random.Random(14)
+    next_at = time.monotonic() + interval
     try:
         while time.monotonic() < deadline and not stop.is_set():
-            time.sleep(interval)
+            if paced:
+                time.sleep(max(0.0, next_at - time.monotonic()))
+                next_at += interval
+            else:
+                time.sleep(interval)
             now = time.monotonic()
             for pid, at in [s for s in stopped if s[1] <= now]:
                 stopped.remove((pid, at))
@@ -124,7 +163,9 @@ def killer(world, deadline, interval, tally, stop):
                     pass
             try:
                 rows = [r for r in conn.call("status") if r.get("pid")]
-            except (OSError, RuntimeError, ConnectionError):
+            except (OSError, RuntimeError, ConnectionError, ProtocolError):
+                conn.close()
+                conn = world.connect(timeout=30)
                 continue
             if not rows:
                 continue
@@ -152,16 +193,38 @@ def killer(world, deadline, interval, tally, stop):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="60 s with 6 sessions (CI)")
-    parser.add_argument("--duration", type=float, default=600.0, help="seconds of chaos")
-    parser.add_argument("--sessions", type=int, default=12)
-    parser.add_argument("--kill-interval", type=float, default=0.1,
-                        help="seconds between two kills or stops")
+    scale = parser.add_mutually_exclusive_group()
+    scale.add_argument("--quick", action="store_true", help="60 s with 6 sessions (CI)")
+    scale.add_argument("--long", action="store_true",
+                       help="an hour, 12 sessions of 20-cell requests, a signal every 0.115 s "
+                            "(over 30,000); --duration shortens it, the rates stay")
+    parser.add_argument("--duration", type=float, help="seconds of chaos (default 600)")
+    parser.add_argument("--sessions", type=int, help="concurrent sessions (default 12)")
+    parser.add_argument("--kill-interval", type=float,
+                        help="seconds between two kills or stops (default 0.1)")
+    parser.add_argument("--cells-per-request", type=int,
+                        help="counter cells in each eval (default %d)" % CELLS_PER_REQUEST)
+    parser.add_argument("--summary", metavar="FILE",
+                        help="write the run's JSON summary to FILE (`-`: stdout)")
     parser.add_argument("--release", action="store_true", help="build and run a release binary")
     parser.add_argument("--exe", help="a cellvisor binary to use instead of building one")
     args = parser.parse_args()
+    # Each mode's defaults; an option given explicitly wins.
     if args.quick:
-        args.duration, args.sessions, args.kill_interval = 60.0, 6, 0.25
+        defaults = (60.0, 6, 0.25, CELLS_PER_REQUEST)
+    elif args.long:
+        defaults = (3600.0, 12, 0.115, 20)
+    else:
+        defaults = (600.0, 12, 0.1, CELLS_PER_REQUEST)
+    for name, value in zip(("duration", "sessions", "kill_interval", "cells_per_request"), defaults):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    for name in ("duration", "kill_interval"):
+        if getattr(args, name) <= 0:
+            parser.error("--%s must be a positive number of seconds" % name.replace("_", "-"))
+    for name in ("sessions", "cells_per_request"):
+        if getattr(args, name) < 1:
+            parser.error("--%s must be at least 1" % name.replace("_", "-"))
 
     exe = args.exe or cellvisor_exe(args.release)
     world = World(exe, CONFIG)
@@ -171,17 +234,23 @@ def main():
         warm = world.connect()
         for language in LANGUAGES:
             warm.call("eval", {"session": "warm-up", "cells": [{"language": language, "code": "1"}]})
+        quiet = args.long and events_param_known(warm)
         warm.call("close", {"session": "warm-up"})
         warm.close()
         fds_before, rss_before = open_fds(world.pid), rss_bytes(world.pid)
 
-        deadline = time.monotonic() + args.duration
+        started = time.monotonic()
+        deadline = started + args.duration
         stop = threading.Event()
         sessions = [threading.Thread(target=run_session,
-                                     args=(world, "chaos-%d" % i, LANGUAGES[i % 3], deadline, tally))
+                                     args=(world, "chaos-%d" % i, LANGUAGES[i % 3], deadline, tally,
+                                           args.cells_per_request, quiet))
                     for i in range(args.sessions)]
         kill_thread = threading.Thread(target=killer,
-                                       args=(world, deadline, args.kill_interval, tally, stop))
+                                       args=(world, deadline, args.kill_interval, tally, stop,
+                                             args.long))
+        sampler = DecileSampler(world, args.duration, tally.progress)
+        sampler.start()
         for thread in sessions + [kill_thread]:
             thread.start()
         for thread in sessions:
@@ -191,6 +260,8 @@ def main():
                 tally.problem("a session thread never finished")
         stop.set()
         kill_thread.join(30)
+        ran_for = time.monotonic() - started
+        sampler.finish()
 
         closer = world.connect()
         for i in range(args.sessions):
@@ -209,19 +280,57 @@ def main():
         world.remove()
 
     mib = lambda b: "n/a" if b is None else "%.1f MiB" % (b / (1 << 20))  # noqa: E731
-    print("chaos: %d s, %d sessions (py, js, lua), a kill or stop every %.2f s"
+    print("chaos: %d s, %d sessions (py, js, lua), a kill or stop every %g s"
           % (args.duration, args.sessions, args.kill_interval))
-    print("cells %d  kills %d  stops %d  errors %d  hung %d  wrong %d  orphans %d"
-          % (tally.cells, tally.kills, tally.stops, tally.errors, tally.hung, tally.wrong,
-             len(orphans)))
+    print("cells %d  kills %d  stops %d  errors %d  hung %d  wrong %d  protocol errors %d  "
+          "orphans %d" % (tally.cells, tally.kills, tally.stops, tally.errors, tally.hung,
+                          tally.wrong, tally.protocol_errors, len(orphans)))
     print("daemon fds %s -> %s, RSS %s -> %s, clean stop: %s"
           % (fds_before if fds_before is not None else "n/a",
              fds_after if fds_after is not None else "n/a", mib(rss_before), mib(rss_after),
              clean))
     for problem in tally.problems:
         print("  " + problem)
-    failed = tally.hung or tally.wrong or orphans or not clean or tally.cells == 0
+    failed = (tally.hung or tally.wrong or tally.protocol_errors or orphans or not clean
+              or tally.cells == 0)
+    if args.summary:
+        write_summary(args.summary, {
+            "run": "chaos",
+            "mode": "long" if args.long else "quick" if args.quick else "custom",
+            "duration_s": round(ran_for, 1),
+            "sessions": args.sessions,
+            "cells_per_request": args.cells_per_request,
+            "kill_interval_s": args.kill_interval,
+            "progress_notifications": not quiet,
+            "cells": tally.cells,
+            "cells_per_second": round(tally.cells / ran_for, 1) if ran_for > 0 else None,
+            "signals": tally.kills + tally.stops,
+            "kills": tally.kills,
+            "stops": tally.stops,
+            "errors": tally.errors,
+            "hung": tally.hung,
+            "wrong": tally.wrong,
+            "protocol_errors": tally.protocol_errors,
+            "orphans": len(orphans),
+            "clean_stop": clean,
+            "daemon": {"fds_before": fds_before, "fds_after": fds_after,
+                       "rss_before": rss_before, "rss_after": rss_after},
+            "passed": not failed,
+            "problems": tally.problems,
+            "deciles": sampler.samples,
+        })
     return 1 if failed else 0
+
+
+def events_param_known(conn):
+    """Whether this daemon takes `events: "none"` (no progress notifications, so the client
+    reads only the answers); an older one refuses the field."""
+    try:
+        conn.call("eval", {"session": "warm-up", "events": "none",
+                           "cells": [{"language": "lua", "code": "1"}]})
+        return True
+    except RpcError:
+        return False
 
 
 if __name__ == "__main__":

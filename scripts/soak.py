@@ -1,19 +1,27 @@
 #!/usr/bin/env python3
 """Soak run: many cells per language through one connection, with the daemon's and each
-worker's memory and descriptors sampled every 10,000 cells.
+worker's memory and descriptors printed every 10,000 cells and recorded at each tenth of
+the run (decile).
 
-Fails (exit status 1) when, after the warm-up (the first sample), the daemon's or a
-worker's RSS or descriptor count grows by more than 5%, or a cell fails.
+Fails (exit status 1) when, from the 10% mark to the end, the daemon's or a worker's RSS
+or descriptor count grows by more than 5%, or a cell fails. `--summary FILE` writes the
+run as JSON: per language the cells, failures, rate, the figures of every process at each
+decile and the growth from the 10% mark. Progress notifications are turned off (`events:
+"none"`) where the daemon allows it, so a million cells cost the client only the answers.
 
-    scripts/soak [--cells N] [--languages py,js,lua] [--release]
+    scripts/soak [--cells N] [--languages py,js,lua] [--summary FILE] [--release]
 """
 
 import argparse
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from daemon_world import World, cellvisor_exe, open_fds, rss_bytes  # noqa: E402
+from process_figures import tree_figures as tree_use, write_summary  # noqa: E402
+# daemon_world puts the client package on the path.
+from cellvisor import RpcError  # noqa: E402
 
 COUNTER = {
     "py": "n = globals().get('n', 0) + 1",
@@ -32,49 +40,54 @@ BATCH = 100
 ALLOWED_GROWTH = 0.05
 
 
-def tree(pid):
-    """`pid` and its descendants."""
-    found, stack = [], [pid]
-    while stack:
-        current = stack.pop()
-        found.append(current)
-        try:
-            for task in os.listdir("/proc/%d/task" % current):
-                with open("/proc/%d/task/%s/children" % (current, task)) as f:
-                    stack.extend(int(child) for child in f.read().split())
-        except OSError:
-            pass
-    return found
-
-
 def tree_figures(pid):
     """RSS (bytes) and descriptors of a worker and its children; None where unreadable."""
-    pids = tree(pid)
-    rss = [rss_bytes(p) for p in pids]
-    fds = [open_fds(p) for p in pids]
-    return (sum(r for r in rss if r is not None),
-            None if None in fds else sum(fds))
+    use = tree_use(pid)
+    return use["rss_bytes"], use["fds"]
+
+
+def events_param_known(conn, session, language):
+    """Whether this daemon takes `events: "none"` (an older one refuses the field)."""
+    try:
+        conn.call("eval", {"session": session, "events": "none",
+                           "cells": [{"language": language, "code": "1"}]})
+        return True
+    except RpcError:
+        return False
 
 
 def soak_language(world, conn, language, cells, report):
+    """Runs `cells` counter cells in one session; its samples (every 10,000 cells and at
+    each tenth of the run, each marked with its decile when it is one), failures and
+    seconds."""
     session = "soak-" + language
     conn.call("eval", {"session": session, "cells": [{"language": language, "code": "1"}]})
+    quiet = events_param_known(conn, session, language)
     pid = next(r["pid"] for r in conn.call("status")
                if r["session"] == session and r["language"] == language)
+    deciles = {cells * k // 10: k for k in range(1, 11)}
     samples, done, failures = [], 0, 0
+    started = time.monotonic()
     while done < cells:
-        batch = min(BATCH, cells - done)
-        result = conn.call("eval", {"session": session, "cells": [
-            {"language": language, "code": COUNTER[language]} for _ in range(batch)]})
+        next_mark = min([m for m in deciles if m > done] + [done + BATCH])
+        batch = min(BATCH, cells - done, next_mark - done)
+        params = {"session": session, "cells": [
+            {"language": language, "code": COUNTER[language]} for _ in range(batch)]}
+        if quiet:
+            params["events"] = "none"
+        result = conn.call("eval", params)
         failures += sum(1 for c in result["cells"] if c["status"] != "complete")
         done += batch
-        if done % SAMPLE_EVERY == 0 or done == cells:
+        if done % SAMPLE_EVERY == 0 or done in deciles:
             worker_rss, worker_fds = tree_figures(pid)
-            sample = {"cells": done, "daemon_rss": rss_bytes(world.pid),
-                      "daemon_fds": open_fds(world.pid), "worker_rss": worker_rss,
-                      "worker_fds": worker_fds}
+            sample = {"cells": done, "seconds": round(time.monotonic() - started, 1),
+                      "daemon_rss": rss_bytes(world.pid), "daemon_fds": open_fds(world.pid),
+                      "worker_pid": pid, "worker_rss": worker_rss, "worker_fds": worker_fds}
+            if done in deciles:
+                sample["decile"] = deciles[done]
             samples.append(sample)
             report(language, sample)
+    seconds = time.monotonic() - started
     final = conn.call("eval", {"session": session, "cells": [
         {"language": language, "code": READ_BACK[language]}]})
     counted = final["cells"][0]["output"].strip()
@@ -83,22 +96,29 @@ def soak_language(world, conn, language, cells, report):
               % (language, counted, cells, pid))
         failures += 1
     conn.call("close", {"session": session})
-    return samples, failures
+    return samples, failures, seconds
+
+
+FIGURES = ("daemon_rss", "daemon_fds", "worker_rss", "worker_fds")
+
+
+def growth(samples):
+    """Each figure's growth from the 10% mark (the first decile sample) to the last sample:
+    {figure: (at 10%, at the end, fraction)}."""
+    marked = [s for s in samples if s.get("decile")]
+    if len(marked) < 2:
+        return {}
+    warm, last = marked[0], samples[-1]
+    return {key: (warm[key], last[key], (last[key] - warm[key]) / warm[key])
+            for key in FIGURES
+            if warm[key] is not None and last[key] is not None and warm[key] != 0}
 
 
 def growth_problems(language, samples):
-    problems = []
-    if len(samples) < 2:
-        return problems
-    warm, last = samples[0], samples[-1]
-    for key in ("daemon_rss", "daemon_fds", "worker_rss", "worker_fds"):
-        if warm[key] is None or last[key] is None or warm[key] == 0:
-            continue
-        growth = (last[key] - warm[key]) / warm[key]
-        if growth > ALLOWED_GROWTH:
-            problems.append("%s: %s grew %.1f%% (%d -> %d) after warm-up"
-                            % (language, key, growth * 100, warm[key], last[key]))
-    return problems
+    return ["%s: %s grew %.1f%% (%d -> %d) from the 10%% mark to the end"
+            % (language, key, fraction * 100, first, last)
+            for key, (first, last, fraction) in growth(samples).items()
+            if fraction > ALLOWED_GROWTH]
 
 
 def main():
@@ -106,9 +126,17 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cells", type=int, default=100_000, help="cells per language")
     parser.add_argument("--languages", default="py,js,lua")
+    parser.add_argument("--summary", metavar="FILE",
+                        help="write the run's JSON summary to FILE (`-`: stdout)")
     parser.add_argument("--release", action="store_true", help="build and run a release binary")
     parser.add_argument("--exe", help="a cellvisor binary to use instead of building one")
     args = parser.parse_args()
+    if args.cells < 10:
+        parser.error("--cells must be at least 10 (one per tenth of the run)")
+    languages = args.languages.split(",")
+    unknown = [language for language in languages if language not in COUNTER]
+    if unknown:
+        parser.error("--languages: unknown %s; allowed: py, js, lua" % ", ".join(unknown))
     exe = args.exe or cellvisor_exe(args.release)
 
     def report(language, s):
@@ -118,13 +146,23 @@ def main():
                  mib(s["worker_rss"]), s["worker_fds"]), flush=True)
 
     world = World(exe, CONFIG)
-    problems, failures = [], 0
+    problems, failures, runs = [], 0, {}
     try:
         conn = world.connect(timeout=300)
-        for language in args.languages.split(","):
-            samples, failed = soak_language(world, conn, language, args.cells, report)
+        for language in languages:
+            samples, failed, seconds = soak_language(world, conn, language, args.cells, report)
             failures += failed
-            problems += growth_problems(language, samples)
+            found = growth_problems(language, samples)
+            problems += found
+            runs[language] = {
+                "cells": args.cells, "failures": failed, "seconds": round(seconds, 1),
+                "cells_per_second": round(args.cells / seconds, 1) if seconds > 0 else None,
+                "growth_from_10pct": {key: {"at_10pct": first, "at_end": last,
+                                            "percent": round(fraction * 100, 2)}
+                                      for key, (first, last, fraction) in growth(samples).items()},
+                "problems": found,
+                "deciles": [s for s in samples if s.get("decile")],
+            }
         conn.close()
         clean = world.stop()
         left = world.processes()
@@ -137,6 +175,12 @@ def main():
         problems.append("not a clean stop: %d processes left" % len(left))
     for problem in problems:
         print("FAIL " + problem)
+    if args.summary:
+        write_summary(args.summary, {
+            "run": "soak", "cells_per_language": args.cells, "languages": runs,
+            "allowed_growth_percent": ALLOWED_GROWTH * 100, "orphans": len(left),
+            "clean_stop": clean, "passed": not problems, "problems": problems,
+        })
     return 1 if problems else 0
 
 

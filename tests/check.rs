@@ -957,3 +957,219 @@ fn seeds_with_links_or_outside_the_suite_are_refused() {
     run.assert_code(0);
     world.assert_no_processes_left(SETTLE);
 }
+
+/// A notebook (nbformat 4) of `cells`, each `(source, outputs)`, in `language`.
+fn notebook(language: &str, cells: &[(&str, Value)]) -> String {
+    let cells: Vec<Value> = cells
+        .iter()
+        .enumerate()
+        .map(|(n, (source, outputs))| {
+            serde_json::json!({"cell_type": "code", "execution_count": n + 1, "metadata": {},
+                               "source": source, "outputs": outputs})
+        })
+        .collect();
+    serde_json::json!({"nbformat": 4, "nbformat_minor": 5, "cells": cells,
+                       "metadata": {"language_info": {"name": language}}})
+    .to_string()
+}
+
+fn stdout_output(text: &str) -> Value {
+    serde_json::json!([{"output_type": "stream", "name": "stdout", "text": text}])
+}
+
+fn notebook_row<'a>(summary: &'a Value, suite: &str) -> &'a Value {
+    summary["notebooks"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["suite"] == suite))
+        .unwrap_or_else(|| panic!("no notebook {suite} in {summary:#}"))
+}
+
+#[test]
+fn notebooks_replay_cell_by_cell_against_their_stored_outputs() {
+    let world = World::new();
+    let out = world.dir.path().join("out");
+    let tour = examples("notebooks/tour.ipynb");
+    let drifted = examples("broken/drifted.ipynb");
+    let run = world.run(&[
+        "check",
+        path_str(&tour),
+        path_str(&drifted),
+        "--out",
+        path_str(&out),
+    ]);
+    // Mismatches are low scores, not cells that could not run.
+    run.assert_code(0);
+    let line = table_line(&run.stdout, |l| l.contains("notebooks/tour.ipynb"));
+    assert!(line.contains(" 10 ") && line.contains("100.0%"), "{line}");
+    let line = table_line(&run.stdout, |l| {
+        l.contains("broken/drifted.ipynb") && l.contains('%')
+    });
+    assert!(line.contains("40.0%"), "{line}");
+    assert!(
+        run.stdout.contains(
+            "    cell 1 (In [1]): stdout differ\n      stdout:\n      - total: 5\n      + total: 4\n"
+        ),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("    cell 3 (In [3]): result differ\n"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("      - [image/png, text/plain]\n      + [text/plain]\n"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("2 notebook runs: 12 of 15 cells match (80.0%)"),
+        "{}",
+        run.stdout
+    );
+    // One row per notebook, not per cell.
+    assert!(!run.stdout.contains("tour/cell-"), "{}", run.stdout);
+
+    let summary = read_json(&out.join("summary.json"));
+    let tour_row = notebook_row(&summary, "tour");
+    assert_eq!(tour_row["code_cells"], 10);
+    assert_eq!(tour_row["matching"], 10);
+    assert_eq!(tour_row["match_rate"], 1.0);
+    let drifted_row = notebook_row(&summary, "drifted");
+    assert_eq!(drifted_row["match_rate"], 0.4);
+    let ids: Vec<&str> = drifted_row["mismatches"]
+        .as_array()
+        .map(|m| m.iter().filter_map(|m| m["id"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(ids, ["cell-001", "cell-003", "cell-005"]);
+    assert_eq!(summary["incomplete"], 0);
+    // The expected KeyError is a match, and the cell after it still sees the state.
+    let error_cell = read_json(&out.join("default/tour/cell-006/result.json"));
+    assert_eq!(error_cell["status"], "error");
+    assert_eq!(error_cell["passed"], true);
+    assert_eq!(
+        error_cell["case"]["notebook"]["expected"]["error"],
+        "KeyError"
+    );
+    let after = read_json(&out.join("default/tour/cell-007/result.json"));
+    assert_eq!(after["passed"], true, "{after:#}");
+
+    // --fail-under judges a notebook by its match rate.
+    let run = world.run(&[
+        "check",
+        path_str(&tour),
+        path_str(&drifted),
+        "--fail-under",
+        "0.5",
+    ]);
+    run.assert_code(3);
+    assert!(
+        run.stderr.contains("1 case run: notebook ") && run.stderr.contains("drifted.ipynb (0.40)"),
+        "{}",
+        run.stderr
+    );
+    let run = world.run(&[
+        "check",
+        path_str(&tour),
+        path_str(&drifted),
+        "--fail-under",
+        "0.4",
+    ]);
+    run.assert_code(0);
+    world.assert_no_processes_left(SETTLE);
+}
+
+#[test]
+fn a_directory_of_notebooks_runs_each_in_its_own_seeded_workspace() {
+    let world = World::new();
+    let dir = world.dir.path().join("notebooks");
+    let other = dir.join("other");
+    std::fs::create_dir_all(&other).expect("dirs");
+    std::fs::write(dir.join("data.txt"), "from beside the notebook\n").expect("data");
+    let reads = notebook(
+        "python",
+        &[
+            (
+                "print(open('data.txt').read(), end='')",
+                stdout_output("from beside the notebook\n"),
+            ),
+            (
+                "open('made.txt', 'w').write('x')\nimport os\nos.path.exists('made.txt')",
+                serde_json::json!([{"output_type": "execute_result", "execution_count": 2,
+                                 "metadata": {}, "data": {"text/plain": "True"}}]),
+            ),
+        ],
+    );
+    std::fs::write(dir.join("reads.ipynb"), &reads).expect("notebook");
+    // Same file name in another directory: it goes by its path.
+    let counts = notebook(
+        "python",
+        &[
+            ("n = 1", serde_json::json!([])),
+            ("n += 1\nprint(n)", stdout_output("2\n")),
+        ],
+    );
+    std::fs::write(other.join("reads.ipynb"), &counts).expect("notebook");
+    let js = notebook(
+        "javascript",
+        &[("console.log(6 * 7)", stdout_output("42\n"))],
+    );
+    std::fs::write(dir.join("script.ipynb"), &js).expect("notebook");
+
+    let run = world.run(&[
+        "check",
+        path_str(&dir),
+        path_str(&other.join("reads.ipynb")),
+        "--json",
+    ]);
+    run.assert_code(0);
+    let summary: Value = serde_json::from_str(&run.stdout).expect("json summary");
+    let rows = summary["notebooks"].as_array().expect("rows");
+    assert_eq!(rows.len(), 3, "{summary:#}");
+    for row in rows {
+        assert_eq!(row["match_rate"], 1.0, "{row:#}");
+    }
+    notebook_row(&summary, "script");
+    notebook_row(&summary, "reads");
+    notebook_row(&summary, path_str(&other.join("reads.ipynb")));
+    assert!(
+        !dir.join("made.txt").exists(),
+        "cells write in a copy, not beside the notebook"
+    );
+    world.assert_no_processes_left(SETTLE);
+}
+
+#[test]
+fn notebooks_in_other_languages_or_malformed_are_refused_with_exit_2() {
+    let world = World::new();
+    let r = write_suite(
+        &world,
+        "stats.ipynb",
+        &notebook("R", &[("1", serde_json::json!([]))]),
+    );
+    let run = world.run(&["check", path_str(&r)]);
+    run.assert_code(2);
+    assert!(
+        run.stderr.contains("kernel language is \"R\"")
+            && run.stderr.contains("python, javascript (as js) and lua"),
+        "{}",
+        run.stderr
+    );
+    let bad = write_suite(
+        &world,
+        "bad.ipynb",
+        r#"{"nbformat": 4, "cells": [{"cell_type": "code", "source": "1",
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": 7}]}]}"#,
+    );
+    let run = world.run(&["check", path_str(&bad)]);
+    run.assert_code(2);
+    assert!(
+        run.stderr
+            .contains("cell 0 (counted from 0): output 0: `text` must be a string"),
+        "{}",
+        run.stderr
+    );
+    assert!(world.processes().is_empty());
+}

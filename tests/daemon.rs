@@ -485,3 +485,114 @@ fn a_runtime_directory_too_long_for_worker_sockets_is_refused_at_start() {
     assert!(!socket.exists(), "no socket is left behind");
     world.assert_no_processes_left(SETTLE);
 }
+
+/// The event kinds of `eval/event` notifications, in order.
+fn event_kinds(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| {
+            assert_eq!(e["method"], "eval/event", "{e}");
+            e["params"]["event"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
+/// `events` on `eval`: `all` (the default) streams every event, `output` only what the cells
+/// show, `none` nothing but the answer; any other value is refused naming the three.
+#[test]
+fn an_eval_chooses_which_events_it_gets() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    // Output, a display and a helper's status event.
+    let code = "console.log('one'); display({k: 1}); await write('f.txt', 'x'); console.log('two')";
+    let run = |client: &mut Client, events: Option<&str>| {
+        let mut params = eval_params("ev", json!([{"language": "js", "code": code}]));
+        if let Some(events) = events {
+            params["events"] = json!(events);
+        }
+        let (notifications, response) = client.call_collect("eval", params);
+        assert_eq!(
+            response["result"]["cells"][0]["output"], "one\ntwo\n",
+            "{response}"
+        );
+        // Nothing of this request comes after its answer.
+        let (later, _) = client.call_collect("status", json!({}));
+        assert!(later.is_empty(), "after the answer: {later:?}");
+        event_kinds(&notifications)
+    };
+    let all = run(&mut client, Some("all"));
+    assert_eq!(all, run(&mut client, None), "`all` is the default");
+    assert_eq!(all.first().map(String::as_str), Some("cell_started"));
+    assert_eq!(all.last().map(String::as_str), Some("cell_done"));
+    for kind in ["output", "display", "status"] {
+        assert!(all.iter().any(|k| k == kind), "{kind} in {all:?}");
+    }
+    let output = run(&mut client, Some("output"));
+    assert_eq!(
+        output,
+        all.iter()
+            .filter(|k| *k == "output" || *k == "display")
+            .cloned()
+            .collect::<Vec<_>>(),
+        "only what the cell shows, in order"
+    );
+    assert!(
+        output.iter().any(|k| k == "output") && output.iter().any(|k| k == "display"),
+        "{output:?}"
+    );
+    assert_eq!(run(&mut client, Some("none")), Vec::<String>::new());
+    for bad in [
+        json!("loud"),
+        json!(""),
+        json!(1),
+        json!(null),
+        json!(["all"]),
+    ] {
+        let mut params = eval_params("ev", json!([{"language": "js", "code": "1"}]));
+        params["events"] = bad.clone();
+        let error = client.call("eval", params).expect_err("refused");
+        assert_eq!(error["code"], -32602, "{bad}: {error}");
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(r#"events must be "all", "output" or "none""#),
+            "{bad}: {message}"
+        );
+    }
+    daemon.stop();
+}
+
+/// `events` on `wait`: a background cell watched with `output` streams its output alone,
+/// with `none` nothing.
+#[test]
+fn a_wait_chooses_which_events_it_gets() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let background = |client: &mut Client| -> u64 {
+        let code = "// @exec: {\"yield_time_ms\": 200}\nconsole.log('a');\n\
+                    const t = Date.now(); while (Date.now() - t < 800) {}\nconsole.log('b');";
+        let result = client.eval("ew", json!([{"language": "js", "code": code}]));
+        assert_eq!(result["cells"][0]["status"], "running", "{result}");
+        result["cells"][0]["cell_id"].as_u64().unwrap_or_default()
+    };
+    let watch = |client: &mut Client, cell_id: u64, events: &str| {
+        let params =
+            json!({"session": "ew", "cell_id": cell_id, "yield_time_ms": 20_000, "events": events});
+        let (notifications, response) = client.call_collect("wait", params);
+        assert_eq!(response["result"]["status"], "complete", "{response}");
+        assert_eq!(response["result"]["output"], "b\n", "{response}");
+        notifications
+    };
+    let cell_id = background(&mut client);
+    let output = watch(&mut client, cell_id, "output");
+    assert_eq!(event_kinds(&output), ["output"], "{output:?}");
+    assert_eq!(output[0]["params"]["text"], "b\n");
+    let cell_id = background(&mut client);
+    assert!(watch(&mut client, cell_id, "none").is_empty());
+    let params = json!({"session": "ew", "cell_id": 1, "events": "some"});
+    let error = client.call("wait", params).expect_err("refused");
+    assert_eq!(error["code"], -32602, "{error}");
+    daemon.stop();
+}

@@ -68,6 +68,40 @@ fn the_python_sdk_client_runs_cells_through_cellvisor_mcp() {
     world.assert_no_processes_left(SETTLE);
 }
 
+/// A long cell held by the server (issue 26): progress while it runs, silent or printing, a
+/// cancel that interrupts it and keeps the session's state, and its spilled output as an MCP
+/// resource that no other session reads (tests/mcp_progress.py, two servers of one runtime
+/// directory).
+#[test]
+fn long_cells_send_progress_honour_cancels_and_expose_their_artifacts() {
+    let python = test_python();
+    let world = World::with_config(&format!(
+        "[python]\ninterpreter = {:?}\n",
+        python.display().to_string()
+    ));
+    let output = Command::new(&python)
+        .arg(workspace().join("tests/mcp_progress.py"))
+        .arg("stdio")
+        .arg(env!("CARGO_BIN_EXE_cellvisor"))
+        .env("XDG_RUNTIME_DIR", world.runtime_dir())
+        .env("XDG_STATE_HOME", world.dir.path().join("state"))
+        .env("CELLVISOR_CONFIG", world.config_path())
+        .env_remove("CELLVISOR_SOCKET")
+        .env_remove("VIRTUAL_ENV")
+        .current_dir(world.work_dir())
+        .output()
+        .expect("run tests/mcp_progress.py");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains("all MCP progress checks passed"),
+        "mcp_progress.py failed ({}):\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+        output.status
+    );
+    println!("{stdout}");
+    world.assert_no_processes_left(SETTLE);
+}
+
 /// A client that goes away in the middle of a cell: the server interrupts it, stops every
 /// worker and exits promptly.
 #[test]

@@ -653,6 +653,8 @@ async fn per_call_requests_use_prewarmed_interpreters() {
     let world = World::new();
     let cv = world.supervisor(|config| {
         config.python.prewarm = 1;
+        // The pool's own interpreters only: a zygote is a `runner.py` of no session's.
+        config.python.zygote = false;
         config.sessions.mode = cellvisor_config::SessionMode::PerCall;
     });
     let mut seen = Vec::new();

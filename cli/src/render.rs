@@ -81,6 +81,15 @@ pub fn processes_ended_note(cell: &CellResult) -> Option<String> {
     })
 }
 
+/// `(out of memory: 512 MiB limit ([limits] max-rss), 530 MiB used)` for a cell that memory
+/// ended: the typed verdict in one line, whichever limit it was.
+pub fn out_of_memory_note(cell: &CellResult) -> Option<String> {
+    cell.report
+        .out_of_memory
+        .as_ref()
+        .map(|verdict| format!("({verdict})"))
+}
+
 /// The placeholder for a completed cell that printed no text, as the anchor's `eval` tool
 /// words it: `(no text output)` when it has displays to show (images, JSON, ...), `(no
 /// output)` when it has nothing at all. `None` when it printed text, or when its status line
@@ -275,6 +284,48 @@ fn state_text(row: &SessionStatus) -> String {
     }
 }
 
+/// The `zygotes` rows under `cellvisor status`: one line per Python zygote.
+pub struct ZygoteLines<'a>(pub &'a serde_json::Value);
+
+impl fmt::Display for ZygoteLines<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for row in self.0.as_array().into_iter().flatten() {
+            let text = |key: &str| row[key].as_str().unwrap_or("").to_string();
+            write!(f, "python zygote {}", text("interpreter"))?;
+            if let Some(pid) = row["pid"].as_u64() {
+                write!(f, " (pid {pid}, {})", text("version"))?;
+            }
+            write!(
+                f,
+                ": {}, {} worker(s) forked",
+                text("state"),
+                row["forks"].as_u64().unwrap_or(0)
+            )?;
+            let preloaded: Vec<&str> = row["preloaded"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m.as_str())
+                .collect();
+            if !preloaded.is_empty() {
+                write!(f, "; preloaded {}", preloaded.join(", "))?;
+            }
+            for failed in row["failed"].as_array().into_iter().flatten() {
+                write!(
+                    f,
+                    "; could not preload {} ({})",
+                    failed["module"].as_str().unwrap_or("?"),
+                    failed["error"].as_str().unwrap_or("?")
+                )?;
+            }
+            if let Some(error) = row["error"].as_str() {
+                write!(f, "; {error}")?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}
 #[cfg(test)]
 mod tests {
     #[test]
@@ -317,6 +368,16 @@ mod tests {
         assert_eq!(
             processes_ended_note(&cell).as_deref(),
             Some("(28 processes the cell started were ended with it)")
+        );
+        assert_eq!(out_of_memory_note(&cell), None);
+        cell.report.out_of_memory = Some(cellvisor_client::usage::OutOfMemory {
+            limit: cellvisor_client::usage::MemoryLimit::LuaHeap,
+            limit_bytes: 32 << 20,
+            used_bytes: 32 << 20,
+        });
+        assert_eq!(
+            out_of_memory_note(&cell).as_deref(),
+            Some("(out of memory: 32 MiB limit ([lua] memory-limit), 32 MiB used)")
         );
         cell.report.processes_ended = Some(1);
         assert_eq!(

@@ -88,6 +88,10 @@ pub struct EvalRequest {
     /// gateway tool's request-level `reset`): the first cell's own `reset`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reset: bool,
+    /// Which `eval/event` notifications the daemon sends while the request runs (hosts
+    /// that embed the supervisor pass their own event channel instead).
+    #[serde(default, skip_serializing_if = "crate::protocol::Events::is_all")]
+    pub events: crate::protocol::Events,
 }
 
 impl EvalRequest {
@@ -117,6 +121,7 @@ impl Default for EvalRequest {
             resume: false,
             timeout: None,
             reset: false,
+            events: crate::protocol::Events::All,
         }
     }
 }
@@ -237,6 +242,12 @@ pub struct CellReport {
     /// (every one of them is gone before the session's next cell starts): how many.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processes_ended: Option<u32>,
+    /// What the cell used (absent for a cell that never reached a worker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::usage::CellUsage>,
+    /// Set when memory ended the cell: which limit, and the figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_of_memory: Option<crate::usage::OutOfMemory>,
 }
 
 impl CellReport {
@@ -267,6 +278,8 @@ impl CellReport {
             notice: None,
             state: None,
             processes_ended: None,
+            usage: None,
+            out_of_memory: None,
         }
     }
 

@@ -5,6 +5,7 @@
 //! - [`cell`]: requests of cells, per-cell results and progress events (DESIGN.md §2).
 //! - [`sandbox`]: a request's sandbox fields, and a session's sandbox in `status`.
 //! - [`status`]: the rows of `status`.
+//! - [`usage`]: a cell's resource verdict: what it used, and the limit memory ran into.
 //! - [`state`]: state that survives a worker: the ledger, checkpoints, `names`.
 //! - [`protocol`]: the daemon's JSON-RPC wire types, method names and error codes.
 //! - [`daemon`]: the daemon's client (on its socket, starting one, or over the network), and
@@ -18,6 +19,7 @@ pub mod protocol;
 pub mod sandbox;
 pub mod state;
 pub mod status;
+pub mod usage;
 
 pub use cell::{CellEvent, CellReport, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult};
 pub use cellvisor_ipc::Language;

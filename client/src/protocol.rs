@@ -25,6 +25,8 @@ pub mod method {
     pub const CLOSE: &str = "close";
     /// Lists the sessions ([`SessionStatus`](crate::status::SessionStatus) rows).
     pub const STATUS: &str = "status";
+    /// The Python zygotes: what each preloaded, how many workers it forked.
+    pub const ZYGOTES: &str = "zygotes";
     /// Watch a cell that went to the background: its output since the last look, or its
     /// final result.
     pub const WAIT: &str = "wait";
@@ -269,6 +271,56 @@ pub struct EvalEvent<'a> {
     pub event: &'a CellEvent,
 }
 
+/// Which `eval/event` notifications an `eval` or `wait` sends while it runs (its `events`
+/// param): a host that shows no progress pays for the answer line alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Events {
+    /// Every event: `cell_started`, `output`, `display`, `status` and `cell_done`.
+    #[default]
+    All,
+    /// What the cells show: `output` (stdout and stderr) and `display`; not `cell_started`,
+    /// `status` (helper reports) or `cell_done`.
+    Output,
+    /// No notifications: only the answer.
+    None,
+}
+
+impl Events {
+    /// The spellings, as an error names them.
+    pub const ALLOWED: &'static str = r#""all", "output" or "none""#;
+
+    /// Whether `event` goes out under this choice.
+    pub fn passes(self, event: &CellEvent) -> bool {
+        match self {
+            Events::All => true,
+            Events::Output => matches!(event, CellEvent::Output { .. } | CellEvent::Display { .. }),
+            Events::None => false,
+        }
+    }
+
+    /// The default (`"all"`): left out of a request that does not change it.
+    pub fn is_all(&self) -> bool {
+        *self == Events::All
+    }
+}
+
+impl<'de> Deserialize<'de> for Events {
+    /// One of the three strings; anything else is refused with a message naming them.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        match value.as_str() {
+            Some("all") => Ok(Events::All),
+            Some("output") => Ok(Events::Output),
+            Some("none") => Ok(Events::None),
+            _ => Err(serde::de::Error::custom(format!(
+                "events must be {}, not {value}",
+                Events::ALLOWED
+            ))),
+        }
+    }
+}
+
 /// `interrupt`, `reset`, `close` parameters.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -325,6 +377,9 @@ pub struct WaitParams {
     /// Cap on the returned output, in tokens.
     #[serde(default)]
     pub max_tokens: Option<u64>,
+    /// Which `eval/event` notifications the wait sends while it watches.
+    #[serde(default, skip_serializing_if = "Events::is_all")]
+    pub events: Events,
 }
 
 /// `terminate` parameters.
@@ -473,5 +528,61 @@ mod properties {
             }
             check(&line)?;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::CellStatus;
+    use serde_json::json;
+
+    #[test]
+    fn events_choose_which_kinds_go_out_and_name_the_choices_when_refused() {
+        let choice = |value: Value| serde_json::from_value::<Events>(value);
+        assert_eq!(choice(json!("all")).ok(), Some(Events::All));
+        assert_eq!(choice(json!("output")).ok(), Some(Events::Output));
+        assert_eq!(choice(json!("none")).ok(), Some(Events::None));
+        for bad in [json!("All"), json!(""), json!(0), json!(null)] {
+            let err = choice(bad.clone()).expect_err("refused").to_string();
+            assert_eq!(
+                err,
+                format!(r#"events must be "all", "output" or "none", not {bad}"#)
+            );
+        }
+        let started = CellEvent::CellStarted {
+            index: 0,
+            language: Language::Python,
+            title: None,
+        };
+        let output = CellEvent::Output {
+            index: 0,
+            stream: "stderr",
+            text: "x".into(),
+        };
+        let display = CellEvent::Display {
+            index: 0,
+            bundle: json!({"text/plain": "1"}),
+        };
+        let status = CellEvent::Status {
+            index: 0,
+            status: json!({"op": "read"}),
+        };
+        let done = CellEvent::CellDone {
+            index: 0,
+            status: CellStatus::Complete,
+        };
+        let all = [&started, &output, &display, &status, &done];
+        let passed = |events: Events| all.iter().filter(|e| events.passes(e)).count();
+        assert_eq!(passed(Events::All), 5);
+        assert!(Events::Output.passes(&output) && Events::Output.passes(&display));
+        assert_eq!(passed(Events::Output), 2);
+        assert_eq!(passed(Events::None), 0);
+        // The default is left out of a request, so older daemons still read it.
+        let request = crate::cell::EvalRequest::default();
+        assert!(serde_json::to_value(&request)
+            .unwrap()
+            .get("events")
+            .is_none());
     }
 }

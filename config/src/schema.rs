@@ -211,6 +211,10 @@ pub struct PythonConfig {
     pub interpreter: Option<String>,
     /// Idle Python workers kept started ahead of demand.
     pub prewarm: usize,
+    /// New Python workers are forked from a warm interpreter (a zygote) rather than started.
+    pub zygote: bool,
+    /// Modules a zygote imports before it forks, so each session finds them imported.
+    pub preload: Vec<String>,
 }
 
 impl Default for PythonConfig {
@@ -219,6 +223,8 @@ impl Default for PythonConfig {
             enabled: true,
             interpreter: None,
             prewarm: 1,
+            zygote: true,
+            preload: Vec::new(),
         }
     }
 }

@@ -8,7 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Bumped whenever a message changes shape; both sides refuse a peer with another version.
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// A cell language, and therefore a kind of worker. Serialized by its short name
 /// (`py`, `js`, `lua`) in JSON.
@@ -235,4 +235,27 @@ pub enum CellOutcome {
     },
     /// The cell was stopped by an `Interrupt`.
     Interrupted,
+    /// The cell raised because the engine's own heap limit was reached (QuickJS's memory
+    /// limit, Lua's): a failure like `Failed`, told apart so hosts get a typed
+    /// out-of-memory verdict with the figures instead of an error text to parse.
+    OutOfMemory {
+        /// The error's last line, as `Failed` would carry it.
+        summary: String,
+        /// The heap limit the engine ran with, in bytes.
+        limit_bytes: u64,
+        /// What the heap held when the allocation failed, in bytes.
+        used_bytes: u64,
+    },
+}
+
+impl CellOutcome {
+    /// The one-line summary of a cell that raised (`Failed` or `OutOfMemory`).
+    pub fn failure_summary(&self) -> Option<&str> {
+        match self {
+            CellOutcome::Failed { summary } | CellOutcome::OutOfMemory { summary, .. } => {
+                Some(summary)
+            }
+            CellOutcome::Completed | CellOutcome::Interrupted => None,
+        }
+    }
 }

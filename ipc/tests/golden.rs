@@ -78,6 +78,10 @@ fn from_worker_name(message: &FromWorker) -> &'static str {
             outcome: CellOutcome::Interrupted,
             ..
         } => "from-worker/done-interrupted",
+        FromWorker::Done {
+            outcome: CellOutcome::OutOfMemory { .. },
+            ..
+        } => "from-worker/done-out-of-memory",
         FromWorker::Pong { .. } => "from-worker/pong",
         FromWorker::ToolCall { .. } => "from-worker/tool-call",
         FromWorker::Fatal { .. } => "from-worker/fatal",
@@ -234,6 +238,15 @@ fn from_worker_examples() -> Vec<FromWorker> {
             cell_id: 9,
             outcome: CellOutcome::Interrupted,
             processes_ended: 28,
+        },
+        FromWorker::Done {
+            cell_id: 10,
+            outcome: CellOutcome::OutOfMemory {
+                summary: "InternalError: out of memory".into(),
+                limit_bytes: 64 << 20,
+                used_bytes: (64 << 20) - 12,
+            },
+            processes_ended: 0,
         },
         FromWorker::Pong { seq: 5 },
         FromWorker::ToolCall {

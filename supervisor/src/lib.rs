@@ -71,6 +71,8 @@ mod supervisor;
 #[cfg(test)]
 mod testing;
 mod usage;
+mod zygote;
+pub use zygote::ZygoteStatus;
 /// A program that embeds cellvisor serves its own workers (`__worker`) through this.
 pub mod worker_entry;
 

@@ -19,16 +19,15 @@ mod programs;
 pub use process::{ProcessHandle, WorkerProcess};
 pub use programs::WorkerPrograms;
 
-use crate::session::outcome::Exit;
 use crate::socket_halves::{split_async, ReadSide, WriteSide};
 use crate::worker_entry::WORKER_SUBCOMMAND;
+use crate::zygote::Zygotes;
 use cellvisor_ipc::handshake::{supervisor_handshake, HandshakeError};
 use cellvisor_ipc::socket::bind_async;
 use cellvisor_ipc::taken::TakenRecord;
 use cellvisor_ipc::Language;
 use interprocess::local_socket::traits::tokio::Listener as _;
 use nix::sys::signal::Signal;
-use process::kill_and_reap;
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -55,19 +54,34 @@ pub struct WorkerSpec {
     pub env: crate::environment::WorkerEnv,
     pub start_timeout: Duration,
     pub rlimits: Vec<crate::limits::Rlimit>,
+    /// A Python worker may be forked from a zygote (`python.zygote`).
+    pub zygote: bool,
+    /// What that zygote preloads (`python.preload`): part of which zygote serves it.
+    pub preload: Vec<String>,
 }
 
 /// Starts workers; [`ProcessLauncher`] outside tests.
 pub trait Launcher: Send + Sync + 'static {
     fn launch(&self, spec: WorkerSpec, serial: u64)
         -> BoxFuture<Result<StartedWorker, StartError>>;
+
+    /// Gets ready to start workers like `spec`'s quickly (a zygote for its Python).
+    fn warm(&self, _spec: &WorkerSpec) {}
+
+    /// What `status` shows of the launcher's zygotes.
+    fn zygotes(&self) -> Vec<crate::zygote::ZygoteStatus> {
+        Vec::new()
+    }
 }
 
 /// A boxed future that can move between threads.
 pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 
-/// Starts real worker processes ([`start`]).
-pub struct ProcessLauncher;
+/// Starts real worker processes ([`start`]), Python ones forked from a zygote where one
+/// serves them.
+pub struct ProcessLauncher {
+    pub zygotes: Option<Arc<Zygotes>>,
+}
 
 impl Launcher for ProcessLauncher {
     fn launch(
@@ -75,7 +89,21 @@ impl Launcher for ProcessLauncher {
         spec: WorkerSpec,
         serial: u64,
     ) -> BoxFuture<Result<StartedWorker, StartError>> {
-        Box::pin(async move { start(&spec, serial).await })
+        let zygotes = self.zygotes.clone();
+        Box::pin(async move { start(&spec, serial, zygotes.as_deref()).await })
+    }
+
+    fn warm(&self, spec: &WorkerSpec) {
+        if let Some(zygotes) = &self.zygotes {
+            zygotes.warm(spec);
+        }
+    }
+
+    fn zygotes(&self) -> Vec<crate::zygote::ZygoteStatus> {
+        self.zygotes
+            .as_ref()
+            .map(|z| z.status())
+            .unwrap_or_default()
     }
 }
 
@@ -190,7 +218,11 @@ impl StderrTail {
 }
 
 /// Starts a worker and waits for it to connect and say hello.
-pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, StartError> {
+pub async fn start(
+    spec: &WorkerSpec,
+    serial: u64,
+    zygotes: Option<&Zygotes>,
+) -> Result<StartedWorker, StartError> {
     let socket_path = spec.run_dir.join(format!(
         "w{}-{}-{serial}.sock",
         std::process::id(),
@@ -213,31 +245,32 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
     })?;
     let _remove_taken = RemoveOnDrop(taken_path.clone());
 
-    let launch = |program: &Path, args: &[OsString]| {
-        worker_command(spec, program, args, &socket_path, &taken_path).spawn()
+    let forked = match zygotes {
+        Some(zygotes) => fork_from_zygote(zygotes, spec, &socket_path, &taken_path).await,
+        None => None,
     };
-    let mut child = match (launch(&spec.exe, &spec.exe_args), &spec.fallback) {
-        (Ok(child), _) => child,
-        (Err(source), Some(fallback)) => {
-            tracing::warn!(
-                "cannot start {}: {source}; starting {} instead",
-                spec.exe.display(),
-                fallback.display()
-            );
-            launch(fallback, &[]).map_err(|source| StartError::Spawn {
-                exe: fallback.clone(),
-                source,
-            })?
-        }
-        (Err(source), None) => {
-            return Err(StartError::Spawn {
-                exe: spec.exe.clone(),
-                source,
-            })
+    let (mut child, stderr) = match forked {
+        Some((child, stderr)) => (
+            WorkerProcess::Forked {
+                child,
+                reaped: Arc::default(),
+            },
+            Some(Box::new(stderr) as WorkerStderr),
+        ),
+        None => {
+            let mut child = spawn_worker(spec, &socket_path, &taken_path)?;
+            let stderr = child.stderr.take().map(|s| Box::new(s) as WorkerStderr);
+            (
+                WorkerProcess::Os {
+                    child,
+                    reaped: Arc::default(),
+                },
+                stderr,
+            )
         }
     };
-    let pid = child.id().unwrap_or_default();
-    let stderr_tail = match child.stderr.take() {
+    let pid = child.handle().pid();
+    let stderr_tail = match stderr {
         Some(stderr) => {
             let stderr_tail = StderrTail::open();
             let tail = stderr_tail.clone();
@@ -260,11 +293,11 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
             tokio::select! {
                 accepted = listener.accept() => return accepted.map_err(StartError::Accept),
                 _ = tokio::time::sleep(Duration::from_millis(25)) => {
-                    if let Ok(Some(status)) = child.try_wait() {
+                    if let Some(exit) = child.try_exit() {
                         // Let the stderr reader collect the reason, as long as it still comes.
                         stderr_tail.settled(Duration::from_millis(20)).await;
                         return Err(StartError::ExitedEarly {
-                            status: Exit::from(status).to_string(),
+                            status: exit.to_string(),
                             stderr: said_on_stderr(&stderr_tail),
                         });
                     }
@@ -276,11 +309,11 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
     let stream = match connected {
         Ok(Ok(stream)) => stream,
         Ok(Err(err)) => {
-            kill_and_reap(pid, &mut child).await;
+            child.kill_and_reap().await;
             return Err(err);
         }
         Err(_) => {
-            kill_and_reap(pid, &mut child).await;
+            child.kill_and_reap().await;
             return Err(StartError::Timeout(spec.start_timeout));
         }
     };
@@ -294,7 +327,7 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
     let hello = match hello {
         Ok(Ok(hello)) => hello,
         Ok(Err(error)) => {
-            kill_and_reap(pid, &mut child).await;
+            child.kill_and_reap().await;
             // The worker is gone: its stderr closes once the reader has the reason.
             stderr_tail.settled(Duration::from_millis(500)).await;
             let said = stderr_tail.text();
@@ -310,29 +343,95 @@ pub async fn start(spec: &WorkerSpec, serial: u64) -> Result<StartedWorker, Star
             });
         }
         Err(_) => {
-            kill_and_reap(pid, &mut child).await;
+            child.kill_and_reap().await;
             return Err(StartError::Timeout(spec.start_timeout));
         }
     };
     let (reader, writer) = match split_async(reader.unsplit(writer)) {
         Ok(halves) => halves,
         Err(err) => {
-            kill_and_reap(pid, &mut child).await;
+            child.kill_and_reap().await;
             return Err(StartError::Accept(err));
         }
     };
     Ok(StartedWorker {
         pid,
         engine: hello.engine,
-        child: WorkerProcess::Os {
-            child,
-            reaped: Arc::default(),
-        },
+        child,
         reader,
         writer,
         stderr_tail,
         taken,
     })
+}
+
+/// A worker's stderr, spawned or forked.
+type WorkerStderr = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
+
+/// Spawns the worker program (or its fallback, when the program cannot be started).
+fn spawn_worker(
+    spec: &WorkerSpec,
+    socket_path: &Path,
+    taken_path: &Path,
+) -> Result<tokio::process::Child, StartError> {
+    let launch = |program: &Path, args: &[OsString]| {
+        worker_command(spec, program, args, socket_path, taken_path).spawn()
+    };
+    match (launch(&spec.exe, &spec.exe_args), &spec.fallback) {
+        (Ok(child), _) => Ok(child),
+        (Err(source), Some(fallback)) => {
+            tracing::warn!(
+                "cannot start {}: {source}; starting {} instead",
+                spec.exe.display(),
+                fallback.display()
+            );
+            launch(fallback, &[]).map_err(|source| StartError::Spawn {
+                exe: fallback.clone(),
+                source,
+            })
+        }
+        (Err(source), None) => Err(StartError::Spawn {
+            exe: spec.exe.clone(),
+            source,
+        }),
+    }
+}
+
+/// The worker forked by its zygote, and the read end of its stderr; `None` when no zygote
+/// serves it now (the caller spawns it).
+async fn fork_from_zygote(
+    zygotes: &Zygotes,
+    spec: &WorkerSpec,
+    socket_path: &Path,
+    taken_path: &Path,
+) -> Option<(crate::zygote::ForkedChild, tokio::net::unix::pipe::Receiver)> {
+    let executable = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let (program, args) = if executable(&spec.exe) {
+        (spec.exe.clone(), spec.exe_args.clone())
+    } else {
+        (spec.fallback.clone().filter(|f| executable(f))?, Vec::new())
+    };
+    let mut argv = vec![program.into_os_string()];
+    argv.extend(args);
+    argv.extend([
+        WORKER_SUBCOMMAND.into(),
+        spec.language.short_name().into(),
+        "--socket".into(),
+        socket_path.as_os_str().to_owned(),
+    ]);
+    let mut env = spec.env.clone();
+    env.set_taken_record(taken_path);
+    let worker_env: Vec<(OsString, OsString)> = env
+        .render()
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect();
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
+    let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(read).ok()?;
+    let child = zygotes.fork(spec, &argv, &worker_env, &write).await?;
+    Some((child, stderr))
 }
 
 /// The command that starts a worker for `spec` as `program args __worker <lang> --socket

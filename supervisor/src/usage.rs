@@ -7,6 +7,7 @@
 //! take a scan of `/proc` (on kernels without per-task children lists), so between
 //! discoveries the sampler rereads just the members it knows.
 
+use cellvisor_client::usage::CellUsage;
 use cellvisor_workers::process_tree::{self, ProcStat};
 use std::collections::HashMap;
 use std::time::Instant;
@@ -105,9 +106,105 @@ impl ProcessSampler {
     }
 }
 
+/// A worker tree's CPU and memory at one moment: read when a cell ends (and once when the
+/// worker starts), so a cell's CPU is the difference from the reading before it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TreeReading {
+    /// CPU time of every member, and of the children they waited for, in clock ticks.
+    pub cpu_ticks: u64,
+    /// Resident memory of the live members.
+    pub rss_bytes: u64,
+}
+
+impl TreeReading {
+    /// Reads the tree under `root` once, and the members found, for
+    /// [`TreeReading::of_members`] to reread. Where the kernel lists no children this scans
+    /// all of `/proc`. Members that ended but were not yet reaped still count their CPU: the
+    /// kernel keeps it until then, which is how a lost worker's last cell still has its CPU.
+    pub fn discover(root: u32) -> (TreeReading, Vec<u32>) {
+        let members = process_tree::trees(&[root])
+            .remove(&root)
+            .unwrap_or_default();
+        let pids = members.iter().map(|p| p.pid).collect();
+        (Self::sum(&members), pids)
+    }
+
+    /// The tree as known members make it up: one `stat` read each. A process that ended
+    /// and was reaped still counts, in its parent's children's CPU.
+    pub fn of_members(members: &[u32]) -> TreeReading {
+        let stats: Vec<ProcStat> = members
+            .iter()
+            .filter_map(|p| process_tree::stat(*p))
+            .collect();
+        Self::sum(&stats)
+    }
+
+    fn sum(members: &[ProcStat]) -> TreeReading {
+        members
+            .iter()
+            .fold(TreeReading::default(), |sum, p| TreeReading {
+                cpu_ticks: sum.cpu_ticks + p.cpu_ticks + p.children_cpu_ticks,
+                rss_bytes: sum.rss_bytes + if p.is_dead() { 0 } else { p.rss_bytes },
+            })
+    }
+
+    /// The usage of a cell that ran from `before` to this reading, whose tree's memory was
+    /// also sampled at `peak_sampled` bytes at most while it ran (0: not sampled).
+    pub fn usage_since(
+        self,
+        before: TreeReading,
+        peak_sampled: u64,
+        wall_ms: f64,
+        output_bytes: u64,
+    ) -> CellUsage {
+        let ticks = self.cpu_ticks.saturating_sub(before.cpu_ticks);
+        CellUsage {
+            cpu_ms: ticks as f64 * 1000.0 / process_tree::ticks_per_second() as f64,
+            peak_rss_bytes: self.rss_bytes.max(peak_sampled),
+            wall_ms,
+            output_bytes,
+        }
+    }
+}
+
+/// The worker's tree read before and after one cell (before: at the end of the worker's
+/// previous cell, or at its start; an idle worker uses next to nothing in between).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CellReadings {
+    pub before: TreeReading,
+    pub after: TreeReading,
+}
+
+impl CellReadings {
+    /// The cell's usage (see [`TreeReading::usage_since`]).
+    pub fn usage(self, peak_sampled: u64, wall_ms: f64, output_bytes: u64) -> CellUsage {
+        self.after
+            .usage_since(self.before, peak_sampled, wall_ms, output_bytes)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tree_reading_counts_cpu_spent_between_two_readings() {
+        let me = std::process::id();
+        let before = TreeReading::discover(me).0;
+        assert!(before.rss_bytes > 1024 * 1024);
+        let spin = Instant::now();
+        while spin.elapsed() < std::time::Duration::from_millis(120) {}
+        let after = TreeReading::discover(me).0;
+        let usage = after.usage_since(before, 0, 120.0, 3);
+        assert!(usage.cpu_ms >= 10.0, "{usage:?}");
+        assert_eq!(usage.peak_rss_bytes, after.rss_bytes);
+        assert_eq!(
+            after.usage_since(before, u64::MAX, 0.0, 0).peak_rss_bytes,
+            u64::MAX
+        );
+        // A later reading that is lower (a member left) is no negative time.
+        assert_eq!(before.usage_since(after, 0, 0.0, 0).cpu_ms, 0.0);
+    }
 
     #[test]
     fn our_own_process_has_memory_and_cpu() {

@@ -27,6 +27,9 @@ pub struct ProcStat {
     pub state: char,
     /// User plus system CPU time, in clock ticks.
     pub cpu_ticks: u64,
+    /// User plus system CPU time of its children that ended and were waited for, in clock
+    /// ticks: what a tree's CPU keeps of the processes that left it.
+    pub children_cpu_ticks: u64,
     /// Resident memory, in bytes: what the RSS cap is checked against.
     pub rss_bytes: u64,
     /// When it started, in clock ticks since boot (comparable with `ticks_since_boot`).
@@ -56,6 +59,7 @@ fn parse_stat(pid: u32, text: &str) -> Option<ProcStat> {
         state: fields.first()?.chars().next()?,
         ppid: u32::try_from(number(1)?).ok()?,
         cpu_ticks: number(11)? + number(12)?,
+        children_cpu_ticks: number(13).unwrap_or(0) + number(14).unwrap_or(0),
         start_ticks: number(19)?,
         rss_bytes: number(21)?.saturating_mul(page_size()),
     })

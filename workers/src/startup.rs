@@ -116,8 +116,12 @@ fn run_one<E: Engine>(engine: &mut E, file: &Path) -> Option<String> {
     let printed = collector.join().unwrap_or_default();
     match outcome {
         Ok(CellOutcome::Completed) => None,
-        Ok(CellOutcome::Failed { summary }) if printed.trim().is_empty() => Some(summary),
-        Ok(CellOutcome::Failed { .. }) => Some(printed),
+        Ok(CellOutcome::Failed { summary } | CellOutcome::OutOfMemory { summary, .. })
+            if printed.trim().is_empty() =>
+        {
+            Some(summary)
+        }
+        Ok(CellOutcome::Failed { .. } | CellOutcome::OutOfMemory { .. }) => Some(printed),
         Ok(CellOutcome::Interrupted) => Some("interrupted".into()),
         Err(error) => Some(error.to_string()),
     }

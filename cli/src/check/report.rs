@@ -1,6 +1,7 @@
 //! The run summary as a terminal table: one row per case run, then metrics, tags, variants
 //! side by side, the failures with their reasons, and a closing line.
 
+use super::notebook_summary::NotebookRow;
 use super::summary::{CaseRow, ComparisonCell, RunSummary, Totals};
 use std::fmt::Write;
 
@@ -8,6 +9,14 @@ use std::fmt::Write;
 pub fn format_table(summary: &RunSummary) -> String {
     let many_variants = summary.variants.len() > 1;
     let mut out = String::new();
+    // A notebook's cells are shown as one line per notebook (below), not a row each.
+    let in_notebook = |case: &CaseRow| {
+        summary
+            .notebooks
+            .iter()
+            .any(|n| n.variant == case.variant && n.suite == case.suite)
+    };
+    let cases: Vec<&CaseRow> = summary.cases.iter().filter(|c| !in_notebook(c)).collect();
     let mut rows = vec![{
         let mut header = vec!["result"];
         if many_variants {
@@ -16,7 +25,7 @@ pub fn format_table(summary: &RunSummary) -> String {
         header.extend(["case", "score", "time", "failed scorers"]);
         header.into_iter().map(String::from).collect::<Vec<_>>()
     }];
-    for case in &summary.cases {
+    for case in &cases {
         let mut row = vec![if case.passed { "pass" } else { "FAIL" }.to_string()];
         if many_variants {
             row.push(case.variant.clone());
@@ -33,7 +42,15 @@ pub fn format_table(summary: &RunSummary) -> String {
         ]);
         rows.push(row);
     }
-    table(&mut out, &rows);
+    if !cases.is_empty() {
+        table(&mut out, &rows);
+    }
+    if !summary.notebooks.is_empty() {
+        if !cases.is_empty() {
+            out.push('\n');
+        }
+        notebook_table(&mut out, &summary.notebooks, many_variants);
+    }
 
     if !summary.totals.metrics.is_empty() {
         out.push('\n');
@@ -120,7 +137,7 @@ pub fn format_table(summary: &RunSummary) -> String {
         table(&mut out, &rows);
     }
 
-    let failures: Vec<&CaseRow> = summary.cases.iter().filter(|c| !c.passed).collect();
+    let failures: Vec<&CaseRow> = cases.iter().copied().filter(|c| !c.passed).collect();
     if !failures.is_empty() {
         out.push_str("\nfailures:\n");
         for result in failures {
@@ -143,10 +160,100 @@ pub fn format_table(summary: &RunSummary) -> String {
         }
     }
 
+    notebook_mismatches(&mut out, &summary.notebooks, many_variants);
+
     out.push('\n');
+    if !summary.notebooks.is_empty() {
+        let cells: usize = summary.notebooks.iter().map(|n| n.code_cells).sum();
+        let matching: usize = summary.notebooks.iter().map(|n| n.matching).sum();
+        let rate = if cells == 0 {
+            1.0
+        } else {
+            matching as f64 / cells as f64
+        };
+        let _ = writeln!(
+            out,
+            "{} notebook run{}: {matching} of {cells} cells match ({})",
+            summary.notebooks.len(),
+            if summary.notebooks.len() == 1 {
+                ""
+            } else {
+                "s"
+            },
+            percent(rate)
+        );
+    }
     out.push_str(&closing_line(&summary.totals));
     out.push('\n');
     out
+}
+
+/// One line per notebook run: its cells, how many match, the match rate, the time.
+fn notebook_table(out: &mut String, notebooks: &[NotebookRow], many_variants: bool) {
+    let mut header = vec!["notebook"];
+    if many_variants {
+        header.push("variant");
+    }
+    header.extend(["cells", "matching", "match rate", "time"]);
+    let mut rows = vec![header.into_iter().map(String::from).collect::<Vec<_>>()];
+    let repeated = notebooks.iter().any(|n| n.repeat > 1);
+    for notebook in notebooks {
+        let mut name = notebook.path.clone();
+        if repeated {
+            let _ = write!(name, " #{}", notebook.repeat);
+        }
+        let mut row = vec![name];
+        if many_variants {
+            row.push(notebook.variant.clone());
+        }
+        let mut matching = notebook.matching.to_string();
+        if notebook.incomplete > 0 {
+            let _ = write!(matching, " ({} could not run)", notebook.incomplete);
+        }
+        row.extend([
+            notebook.code_cells.to_string(),
+            matching,
+            percent(notebook.match_rate),
+            duration(notebook.duration_ms),
+        ]);
+        rows.push(row);
+    }
+    table(out, &rows);
+}
+
+/// Every mismatching notebook cell with what differs and its short diff, indented.
+fn notebook_mismatches(out: &mut String, notebooks: &[NotebookRow], many_variants: bool) {
+    let with_mismatches: Vec<&NotebookRow> = notebooks
+        .iter()
+        .filter(|n| !n.mismatches.is_empty())
+        .collect();
+    if with_mismatches.is_empty() {
+        return;
+    }
+    out.push_str("\nmismatching cells:\n");
+    for notebook in with_mismatches {
+        let variant = if many_variants {
+            format!(" [{}]", notebook.variant)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(out, "  {}{variant} #{}", notebook.path, notebook.repeat);
+        for cell in &notebook.mismatches {
+            let count = cell
+                .execution_count
+                .map_or(String::new(), |n| format!(" (In [{n}])"));
+            let mut lines = cell.details.lines();
+            let _ = writeln!(
+                out,
+                "    cell {}{count}: {}",
+                cell.number,
+                lines.next().unwrap_or("")
+            );
+            for line in lines {
+                let _ = writeln!(out, "      {line}");
+            }
+        }
+    }
 }
 
 /// `N cases: P passed, F failed (R%), mean score S, T`, with `, I did not complete` after the

@@ -5,6 +5,7 @@
 use super::artifacts;
 use super::judge::{self, JudgeInput};
 use super::metrics::{self, Measured, MetricValue};
+use super::notebook_run;
 use super::scorer::{request_status, unexpected_status, Observation, ScoreOutcome, Scorer};
 use super::suite::{Case, Suite};
 use super::trajectory::{self, Trajectory};
@@ -122,8 +123,9 @@ impl CaseResult {
 }
 
 /// Runs every case of `suites` under every variant, `options.repeat` times, handing each
-/// result to `on_case` as it is ready (its artifacts already written). Dropping the future
-/// stops the run: the cells running are stopped and their workspaces removed.
+/// result to `on_case` as it is ready (its artifacts already written). A notebook runs as one
+/// job (its cells in one session, in order) whose cells' results come together. Dropping the
+/// future stops the run: the cells running are stopped and their workspaces removed.
 pub async fn run(
     suites: &[Suite],
     options: &RunOptions,
@@ -140,10 +142,14 @@ pub async fn run(
             variant: variant.name.clone(),
             source,
         })?;
+        // A case, or (`None`) a whole notebook, with its repeat.
         let jobs = suites.iter().flat_map(|suite| {
-            suite
-                .cases
-                .iter()
+            let cases: Vec<Option<&Case>> = match suite.notebook {
+                Some(_) => vec![None],
+                None => suite.cases.iter().map(Some).collect(),
+            };
+            cases
+                .into_iter()
                 .flat_map(move |case| (1..=repeat).map(move |n| (suite, case, n)))
         });
         let concurrency = effective_concurrency(options.concurrency, &variant.config);
@@ -151,7 +157,12 @@ pub async fn run(
         let run_tag = run_id();
         let run_tag = run_tag.as_str();
         let mut running = futures::stream::iter(jobs.enumerate())
-            .map(|(index, (suite, case, n))| {
+            .map(|(index, (suite, case, n))| async move {
+                let Some(case) = case else {
+                    let session = session_name(run_tag, index, &suite.name, "notebook");
+                    return notebook_run::run(cellvisor_ref, &variant.name, suite, n, session)
+                        .await;
+                };
                 let session = session_name(run_tag, index, &suite.name, &case.id);
                 let job = Job {
                     variant: &variant.name,
@@ -159,20 +170,22 @@ pub async fn run(
                     case,
                     repeat: n,
                 };
-                run_case(cellvisor_ref, job, session)
+                vec![run_case(cellvisor_ref, job, session).await]
             })
             .buffer_unordered(concurrency);
         let mut failure = None;
-        while let Some(mut result) = running.next().await {
-            if let Some(out) = &options.out {
-                let dir = artifacts::case_dir(out, &result, repeat);
-                result.artifact_dir = Some(dir.clone());
-                if let Err(source) = artifacts::write_case(&dir, &result) {
-                    failure = Some(RunError::Artifacts { path: dir, source });
-                    break;
+        'jobs: while let Some(results) = running.next().await {
+            for mut result in results {
+                if let Some(out) = &options.out {
+                    let dir = artifacts::case_dir(out, &result, repeat);
+                    result.artifact_dir = Some(dir.clone());
+                    if let Err(source) = artifacts::write_case(&dir, &result) {
+                        failure = Some(RunError::Artifacts { path: dir, source });
+                        break 'jobs;
+                    }
                 }
+                on_case(result);
             }
-            on_case(result);
         }
         drop(running);
         cellvisor.shutdown().await;
@@ -191,7 +204,7 @@ pub fn effective_concurrency(requested: usize, config: &Config) -> usize {
 
 /// A session name that no other run or case uses (a session's code-mode store outlives it,
 /// keyed by its name) and that still says which case it is.
-fn session_name(run_tag: &str, index: usize, suite: &str, id: &str) -> String {
+pub(super) fn session_name(run_tag: &str, index: usize, suite: &str, id: &str) -> String {
     let slug = cellvisor::paths::file_safe(&format!("{suite}-{id}"));
     let mut name = format!("check-{run_tag}-{index}-{slug}");
     name.truncate(cellvisor::MAX_SESSION_NAME);
@@ -405,7 +418,7 @@ fn setup_failure(cells: &[CellResult]) -> String {
 }
 
 /// Runs a request, stamping each event as it arrives.
-async fn eval_timed(
+pub(super) async fn eval_timed(
     cellvisor: &Cellvisor,
     request: EvalRequest,
     phase: &'static str,

@@ -3,6 +3,7 @@
 //! and column (`docs/check.md` documents the schema).
 
 use super::metrics::MetricSpec;
+use super::notebook::{self, NotebookCell, NotebookInfo};
 use super::scorer::Scorer;
 use cellvisor::cell::CellSpec;
 use serde::{Deserialize, Serialize};
@@ -19,6 +20,9 @@ pub struct Suite {
     /// the case file). The first is the baseline the comparison is taken against.
     pub variants: Vec<(String, PathBuf)>,
     pub cases: Vec<Case>,
+    /// Set for a notebook (`.ipynb`): its cases are its code cells, run in one session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notebook: Option<NotebookInfo>,
 }
 
 /// One case: a fresh workspace, setup cells, the cells under test and what must hold after.
@@ -40,6 +44,9 @@ pub struct Case {
     pub scorers: Vec<Scorer>,
     /// The suite's metrics with this case's own added (same id: the case's wins).
     pub metrics: BTreeMap<String, MetricSpec>,
+    /// Set for a notebook's code cell: where it stands and the outputs it is scored against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notebook: Option<NotebookCell>,
 }
 
 #[derive(Deserialize)]
@@ -115,6 +122,7 @@ impl TryFrom<RawCase> for Case {
             cells: raw.cells,
             scorers: raw.scorers,
             metrics: raw.metrics,
+            notebook: None,
         })
     }
 }
@@ -200,7 +208,7 @@ pub enum SuiteError {
     },
     #[error("{path}: {message}")]
     Invalid { path: PathBuf, message: String },
-    #[error("no case files (*.toml, *.json) in {0}")]
+    #[error("no case files (*.toml, *.json, *.ipynb) in {0}")]
     Empty(PathBuf),
 }
 
@@ -216,7 +224,15 @@ fn invalid(path: &Path, message: impl Into<String>) -> SuiteError {
 pub fn load_all(paths: &[PathBuf]) -> Result<Vec<Suite>, SuiteError> {
     let mut suites: Vec<Suite> = Vec::new();
     for path in paths {
-        for suite in load(path)? {
+        for mut suite in load(path)? {
+            if suite.notebook.is_some()
+                && suites
+                    .iter()
+                    .any(|s| s.name == suite.name && s.path != suite.path)
+            {
+                // Notebooks cannot be renamed: one named like another goes by its path.
+                suite.name = suite.path.display().to_string();
+            }
             if let Some(other) = suites.iter().find(|s| s.name == suite.name) {
                 return Err(invalid(
                     &suite.path,
@@ -234,8 +250,9 @@ pub fn load_all(paths: &[PathBuf]) -> Result<Vec<Suite>, SuiteError> {
     Ok(suites)
 }
 
-/// The suites at `path`: the case file itself, or every `*.toml` / `*.json` file directly in
-/// the directory (seeds and variant configs go in subdirectories), in name order.
+/// The suites at `path`: the case file or notebook itself, or every `*.toml` / `*.json` /
+/// `*.ipynb` file directly in the directory (seeds and variant configs go in
+/// subdirectories), in name order.
 pub fn load(path: &Path) -> Result<Vec<Suite>, SuiteError> {
     let files = if path.is_dir() {
         let entries = std::fs::read_dir(path).map_err(|source| SuiteError::Read {
@@ -261,12 +278,14 @@ pub fn load(path: &Path) -> Result<Vec<Suite>, SuiteError> {
 enum Format {
     Toml,
     Json,
+    Notebook,
 }
 
 fn format_of(path: &Path) -> Option<Format> {
     match path.extension().and_then(|e| e.to_str()) {
         Some("toml") => Some(Format::Toml),
         Some("json") => Some(Format::Json),
+        Some("ipynb") => Some(Format::Notebook),
         _ => None,
     }
 }
@@ -277,17 +296,32 @@ pub fn load_file(path: &Path) -> Result<Suite, SuiteError> {
         path: path.to_path_buf(),
         source,
     })?;
+    parse_str(&text, path)
+}
+
+/// Reads a case file's text (or a notebook's), in the format its name's extension says;
+/// `path` is where it is said to be (seeds and judges are taken next to it).
+pub fn parse_str(text: &str, path: &Path) -> Result<Suite, SuiteError> {
     let format = format_of(path).ok_or_else(|| {
         invalid(
             path,
-            "a case file is TOML (.toml) or JSON (.json); this name has neither extension",
+            "a case file is TOML (.toml) or JSON (.json), or a notebook (.ipynb); this name \
+             has none of these extensions",
         )
     })?;
-    parse(&text, path, format)
+    parse(text, path, format)
 }
 
 fn parse(text: &str, path: &Path, format: Format) -> Result<Suite, SuiteError> {
+    let stem = || {
+        path.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "suite".into())
+    };
     let raw: RawSuite = match format {
+        Format::Notebook => {
+            return notebook::parse(text, path, stem()).map_err(|e| invalid(path, e.to_string()))
+        }
         Format::Toml => toml::from_str(text).map_err(|err| {
             let (line, column) = err
                 .span()
@@ -297,24 +331,26 @@ fn parse(text: &str, path: &Path, format: Format) -> Result<Suite, SuiteError> {
                 path: path.to_path_buf(),
                 line,
                 column,
-                message: err.message().trim().to_string(),
+                message: case_named(
+                    err.message().trim(),
+                    toml::from_str::<toml::Value>(text)
+                        .ok()
+                        .and_then(|v| serde_json::to_value(v).ok()),
+                ),
             }
         })?,
         Format::Json => serde_json::from_str(text).map_err(|err| SuiteError::At {
             path: path.to_path_buf(),
             line: err.line(),
             column: err.column(),
-            message: json_message(&err),
+            message: case_named(&json_message(&err), serde_json::from_str(text).ok()),
         })?,
     };
     let base = path.parent().unwrap_or(Path::new("."));
     let name = match raw.suite {
         Some(name) if !name.trim().is_empty() => name.trim().to_string(),
         Some(_) => return Err(invalid(path, "`suite` must not be empty")),
-        None => path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "suite".into()),
+        None => stem(),
     };
     if raw.cases.is_empty() {
         return Err(invalid(
@@ -379,6 +415,7 @@ fn parse(text: &str, path: &Path, format: Format) -> Result<Suite, SuiteError> {
         path: path.to_path_buf(),
         variants,
         cases,
+        notebook: None,
     })
 }
 
@@ -445,6 +482,33 @@ pub fn variant_name_error(name: &str) -> String {
         "invalid variant name {name:?}: use 1 to 64 characters from A-Z a-z 0-9 . _ -, \
          not starting with ."
     )
+}
+
+/// A schema error's message naming the case it is in, when the file parses as a document
+/// (`document`, the file as JSON) and one of its cases, read alone, fails: `case "id": ...`,
+/// or `case N (counted from 0, no id): ...`. Syntax errors, and errors outside the cases,
+/// keep their message.
+fn case_named(message: &str, document: Option<serde_json::Value>) -> String {
+    let cases = document
+        .as_ref()
+        .and_then(|d| d.get("case").or_else(|| d.get("cases")));
+    let Some(cases) = cases.and_then(|c| c.as_array()) else {
+        return message.to_string();
+    };
+    for (n, case) in cases.iter().enumerate() {
+        if serde_json::from_value::<Case>(case.clone()).is_ok() {
+            continue;
+        }
+        let named = match case.get("id").and_then(|id| id.as_str()) {
+            Some(id) => format!("case {:?}", id.trim()),
+            None => format!("case {n} (counted from 0, no id)"),
+        };
+        if message.contains(&named) {
+            return message.to_string();
+        }
+        return format!("{named}: {message}");
+    }
+    message.to_string()
 }
 
 /// serde_json appends " at line L column C" to its messages; the position is reported apart.

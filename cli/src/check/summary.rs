@@ -2,6 +2,7 @@
 //! scores, and per-variant rollups with a side-by-side comparison.
 
 use super::metrics::{mean, MetricStats};
+use super::notebook_summary::{self, NotebookRow};
 use super::run::CaseResult;
 use super::scorer::ScoreOutcome;
 use serde::{Deserialize, Serialize};
@@ -18,6 +19,9 @@ pub struct RunSummary {
     pub variants: Vec<VariantSummary>,
     /// Each case's score per variant, side by side, with the difference to the first variant.
     pub comparison: Option<Comparison>,
+    /// One row per notebook run, with its match rate and mismatching cells.
+    #[serde(default)]
+    pub notebooks: Vec<NotebookRow>,
 }
 
 /// Aggregates over a set of case runs.
@@ -130,6 +134,7 @@ pub fn summarize(results: &[CaseResult]) -> RunSummary {
         cases: sorted.iter().map(|r| row(r)).collect(),
         variants,
         comparison,
+        notebooks: notebook_summary::rows(results),
     }
 }
 
@@ -315,6 +320,7 @@ pub(crate) mod tests {
                 cells: vec![cell],
                 scorers: Vec::new(),
                 metrics: BTreeMap::new(),
+                notebook: None,
             },
             setup: Vec::new(),
             cells: Vec::new(),

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
-    /// Case files (.toml or .json), or directories whose *.toml / *.json files are case files.
+    /// Case files (.toml or .json), notebooks (.ipynb, each scored against its stored
+    /// outputs), or directories whose *.toml / *.json / *.ipynb files are taken.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
     /// Write per-case artifacts and summary.json under DIR.
@@ -62,12 +63,7 @@ fn verdict(summary: &check::summary::RunSummary, fail_under: Option<f64>) -> i32
         return EXIT_INCOMPLETE;
     }
     let Some(bar) = fail_under else { return 0 };
-    let below: Vec<String> = summary
-        .cases
-        .iter()
-        .filter(|c| c.score < bar)
-        .map(|c| format!("{}/{} ({:.2})", c.suite, c.id, c.score))
-        .collect();
+    let below = check::notebook_summary::below_bar(summary, bar);
     if below.is_empty() {
         return 0;
     }

@@ -301,6 +301,8 @@ fn build_request(args: &EvalArgs) -> Result<EvalRequest, UsageError> {
         resume: args.resume,
         timeout: None,
         reset: false,
+        // The CLI shows the cells' progress as it comes.
+        events: cellvisor_client::protocol::Events::All,
         sandbox: args
             .sandbox
             .then(|| cellvisor_client::sandbox::SandboxRequest {
@@ -413,6 +415,10 @@ fn print_cell(out: &mut impl Write, cell: &CellResult, total: usize) {
         eprintln!("{note}");
     }
     if let Some(note) = render::processes_ended_note(cell) {
+        let _ = out.flush();
+        eprintln!("{note}");
+    }
+    if let Some(note) = render::out_of_memory_note(cell) {
         let _ = out.flush();
         eprintln!("{note}");
     }

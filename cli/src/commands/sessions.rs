@@ -64,6 +64,9 @@ pub async fn status(args: StatusArgs, globals: &Globals) -> i32 {
         }
     };
     print_table(&rows);
+    if let Ok(zygotes) = client.call(method::ZYGOTES, json!({})).await {
+        print!("{}", crate::render::ZygoteLines(&zygotes));
+    }
     // The node's own state: a draining node says so under its rows.
     if let Ok(node) = client.call(method::INITIALIZE, json!({})).await {
         if node["draining"].as_bool() == Some(true) {

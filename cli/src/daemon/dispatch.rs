@@ -7,7 +7,8 @@ use super::{lifecycle, Daemon};
 use cellvisor::cell::{CellEvent, EvalRequest, ToolCallRequest};
 use cellvisor::daemon::protocol::{
     self, code, method, params, CheckpointParams, CheckpointsParams, DrainParams, DrainResult,
-    InitializeResult, NamesParams, Request, RpcError, SessionParams, TerminateParams, WaitParams,
+    Events, InitializeResult, NamesParams, Request, RpcError, SessionParams, TerminateParams,
+    WaitParams,
 };
 use cellvisor::{RequestError, WaitOptions};
 use serde_json::Value;
@@ -26,6 +27,7 @@ pub(super) async fn dispatch(
         method::RESET => reset(daemon, request.params).await,
         method::CLOSE => close(daemon, request.params).await,
         method::STATUS => to_json(&daemon.cv.status().await.map_err(refused)?),
+        method::ZYGOTES => to_json(&daemon.cv.zygotes().await.map_err(refused)?),
         method::WAIT => wait(daemon, request, connection).await,
         method::TERMINATE => terminate(daemon, request.params).await,
         method::SHUTDOWN => shutdown(daemon),
@@ -63,7 +65,7 @@ pub(super) async fn dispatch(
             code::METHOD_NOT_FOUND,
             format!(
                 "method not found: {other}; the methods are initialize, eval, wait, terminate, \
-                 interrupt, reset, close, status, checkpoint, restore, checkpoints, names, \
+                 interrupt, reset, close, status, zygotes, checkpoint, restore, checkpoints, names, \
                  drain, undrain, shutdown and config/reload"
             ),
         )),
@@ -114,8 +116,9 @@ fn drain_result(daemon: &Daemon, state: cellvisor::DrainState) -> Result<Value, 
     })
 }
 
-/// `eval`: runs the cells, sending their events as `eval/event` notifications and their
-/// tool calls as `tool/call` requests while they run; answers the result.
+/// `eval`: runs the cells, sending their events as `eval/event` notifications (those its
+/// `events` param chooses) and their tool calls as `tool/call` requests while they run;
+/// answers the result.
 async fn eval(
     daemon: &Daemon,
     request: Request,
@@ -124,26 +127,17 @@ async fn eval(
     let out = &connection.out;
     let eval: EvalRequest = params(request.params)?;
     let request_id = request.id.unwrap_or(Value::Null);
-    let (events, mut events_rx) = mpsc::channel::<CellEvent>(64);
+    let (events, mut stream) = EventStream::new(eval.events);
     let (tool_host, mut tool_calls) = mpsc::channel::<ToolCallRequest>(8);
     let tool_host = (!eval.tools.is_empty()).then_some(tool_host);
-    let notify = |event: &CellEvent| {
-        protocol::encode_line(&protocol::TypedNotification::new(
-            method::EVAL_EVENT,
-            protocol::EvalEvent {
-                request_id: &request_id,
-                event,
-            },
-        ))
-    };
-    let eval = daemon.cv.eval_with_tools(eval, Some(events), tool_host);
+    let eval = daemon.cv.eval_with_tools(eval, events, tool_host);
     tokio::pin!(eval);
     let mut started = HeldStart::default();
     let result = loop {
         tokio::select! {
             biased;
-            Some(event) = events_rx.recv() => {
-                let line = notify(&event);
+            Some(event) = stream.next() => {
+                let line = notify(&request_id, &event);
                 // A client that stopped reading stalls only its own cells here.
                 let (earlier, now) = started.hold_or_release(&event, line);
                 for line in earlier.into_iter().chain(now) {
@@ -168,10 +162,68 @@ async fn eval(
     if let Some(line) = started.release() {
         let _ = out.send(line).await;
     }
-    while let Ok(event) = events_rx.try_recv() {
-        let _ = out.send(notify(&event)).await;
+    for event in stream.rest() {
+        let _ = out.send(notify(&request_id, &event)).await;
     }
     to_json(&result.map_err(refused)?)
+}
+
+/// The `eval/event` line of `event`, for the request `request_id`.
+fn notify(request_id: &Value, event: &CellEvent) -> Vec<u8> {
+    protocol::encode_line(&protocol::TypedNotification::new(
+        method::EVAL_EVENT,
+        protocol::EvalEvent { request_id, event },
+    ))
+}
+
+/// The events of one `eval` or `wait`, as its `events` param chooses them. With
+/// [`Events::None`] there is no channel at all: the supervisor is given none, so it makes and
+/// sends no event.
+struct EventStream {
+    receiver: Option<mpsc::Receiver<CellEvent>>,
+    choice: Events,
+}
+
+impl EventStream {
+    /// The sender to give the supervisor (none for [`Events::None`]) and the stream.
+    fn new(choice: Events) -> (Option<mpsc::Sender<CellEvent>>, EventStream) {
+        let (sender, receiver) = match choice {
+            Events::None => (None, None),
+            Events::All | Events::Output => {
+                let (sender, receiver) = mpsc::channel::<CellEvent>(64);
+                (Some(sender), Some(receiver))
+            }
+        };
+        (sender, EventStream { receiver, choice })
+    }
+
+    /// The next event to send; pending for ever when there is no channel, `None` once the
+    /// channel is closed.
+    async fn next(&mut self) -> Option<CellEvent> {
+        let Some(receiver) = self.receiver.as_mut() else {
+            return std::future::pending().await;
+        };
+        loop {
+            let event = receiver.recv().await?;
+            if self.choice.passes(&event) {
+                return Some(event);
+            }
+        }
+    }
+
+    /// The events already sent by the supervisor when the request ended, to go out before
+    /// its answer.
+    fn rest(&mut self) -> Vec<CellEvent> {
+        let mut rest = Vec::new();
+        if let Some(receiver) = self.receiver.as_mut() {
+            while let Ok(event) = receiver.try_recv() {
+                if self.choice.passes(&event) {
+                    rest.push(event);
+                }
+            }
+        }
+        rest
+    }
 }
 
 /// `interrupt`: stops the running cell of a session; answers how many sessions it reached.
@@ -201,8 +253,8 @@ fn sessions_reached(count: Result<usize, RequestError>) -> Result<Value, RpcErro
 }
 
 /// `wait`: watches a cell that went to the background.
-/// While it watches, the cell's events stream as `eval/event` notifications carrying the
-/// wait's own request id, as an `eval`'s do.
+/// While it watches, the cell's events (those its `events` param chooses) stream as
+/// `eval/event` notifications carrying the wait's own request id, as an `eval`'s do.
 async fn wait(
     daemon: &Daemon,
     request: Request,
@@ -214,35 +266,24 @@ async fn wait(
         yield_time_ms: p.yield_time_ms,
         max_tokens: p.max_tokens,
     };
-    let (events, mut events_rx) = mpsc::channel::<CellEvent>(64);
+    let (events, mut stream) = EventStream::new(p.events);
     let wait = daemon
         .cv
-        .wait_with_events(&p.session, p.cell_id, options, Some(events));
+        .wait_with_events(&p.session, p.cell_id, options, events);
     tokio::pin!(wait);
     let result = loop {
         tokio::select! {
             biased;
-            Some(event) = events_rx.recv() => {
-                let line = protocol::encode_line(&protocol::TypedNotification::new(
-                    method::EVAL_EVENT,
-                    protocol::EvalEvent { request_id: &request_id, event: &event },
-                ));
+            Some(event) = stream.next() => {
                 // A client that stopped reading stalls only this cell's reader.
-                let _ = connection.out.send(line).await;
+                let _ = connection.out.send(notify(&request_id, &event)).await;
             }
             result = &mut wait => break result,
         }
     };
     // What the cell sent just before the answer goes first, as in `eval`.
-    while let Ok(event) = events_rx.try_recv() {
-        let line = protocol::encode_line(&protocol::TypedNotification::new(
-            method::EVAL_EVENT,
-            protocol::EvalEvent {
-                request_id: &request_id,
-                event: &event,
-            },
-        ));
-        let _ = connection.out.send(line).await;
+    for event in stream.rest() {
+        let _ = connection.out.send(notify(&request_id, &event)).await;
     }
     to_json(&result.map_err(refused)?)
 }

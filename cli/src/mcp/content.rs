@@ -1,9 +1,10 @@
 //! The MCP text of a request's result: one text block per cell, each followed by its images
-//! and audio, in the words `cellvisor eval` uses on a terminal (`crate::render`).
+//! and audio, in the words `cellvisor eval` uses on a terminal (`crate::render`), and by a
+//! link to its whole output when that was cut (the resource `cellvisor://artifact/<id>`).
 
 use crate::render::{self, MediaKind, Shown};
 use cellvisor::cell::{CellResult, CellStatus, EvalResult};
-use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::model::{CallToolResult, ContentBlock, Resource};
 
 /// A request's result as MCP content: one text block per cell (header, notice, output,
 /// status, text displays), each followed by the cell's images.
@@ -14,6 +15,7 @@ pub(super) fn render_result(result: &EvalResult) -> CallToolResult {
         let (text, images) = render_cell(cell, total);
         content.push(ContentBlock::text(text));
         content.extend(images);
+        content.extend(artifact_link(cell));
     }
     if let Some(failed) = result.failed_cell.as_ref().filter(|_| total > 1) {
         content.push(ContentBlock::text(failed.summary_line(&result.cells)));
@@ -23,6 +25,20 @@ pub(super) fn render_result(result: &EvalResult) -> CallToolResult {
     } else {
         CallToolResult::success(content)
     }
+}
+
+/// A link to the whole output of a cell whose output was cut: small, whatever the output's
+/// size, so the result stays bounded and a client fetches the rest if it wants it.
+fn artifact_link(cell: &CellResult) -> Option<ContentBlock> {
+    let path = cell.report.truncation.artifact_path.as_ref()?;
+    let id = path.file_stem()?.to_str()?;
+    let resource = Resource::new(super::resources::Artifacts::uri(id), id)
+        .with_description(format!(
+            "The whole output of the cell ({} bytes, {} lines)",
+            cell.report.truncation.total_bytes, cell.report.truncation.total_lines
+        ))
+        .with_mime_type("text/plain");
+    Some(ContentBlock::resource_link(resource))
 }
 
 fn render_cell(cell: &CellResult, total: usize) -> (String, Vec<ContentBlock>) {
@@ -44,6 +60,9 @@ fn render_cell(cell: &CellResult, total: usize) -> (String, Vec<ContentBlock>) {
         line(placeholder);
     }
     if let Some(note) = render::truncation_note(cell) {
+        line(&note);
+    }
+    if let Some(note) = render::out_of_memory_note(cell) {
         line(&note);
     }
     let mut media = Vec::new();
@@ -103,6 +122,8 @@ mod tests {
                 notice: None,
                 state: None,
                 processes_ended: None,
+                usage: None,
+                out_of_memory: None,
             },
             node: String::new(),
         }

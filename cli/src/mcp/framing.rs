@@ -15,7 +15,7 @@ use super::lines::{BoundedLines, Line, Overlong};
 use cellvisor::daemon::protocol::{self, code, Incoming, RpcError};
 use rmcp::model::{
     CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, InitializeRequestParams,
-    JsonRpcMessage, PaginatedRequestParams, ServerJsonRpcMessage,
+    JsonRpcMessage, PaginatedRequestParams, ReadResourceRequestParams, ServerJsonRpcMessage,
 };
 use rmcp::service::RoleServer;
 use rmcp::transport::Transport;
@@ -182,9 +182,13 @@ fn custom_request(line: &[u8], id: Value, method: &str, params: Option<&Value>) 
             misfit::<CallToolRequestParams>(params, true),
             r#"{"name": string, "arguments"?: object}"#,
         ),
-        "tools/list" => (
+        "tools/list" | "resources/list" | "resources/templates/list" => (
             misfit::<PaginatedRequestParams>(params, false),
             r#"{"cursor"?: string}"#,
+        ),
+        "resources/read" => (
+            misfit::<ReadResourceRequestParams>(params, true),
+            r#"{"uri": string}"#,
         ),
         "initialize" => (
             misfit::<InitializeRequestParams>(params, true),

@@ -107,6 +107,15 @@ const CASES: &[(&[u8], Expect)] = &[
         br#"{"jsonrpc":"2.0","id":18,"method":"initialize","params":{}}"#,
         Answer(PARAMS, "18", "initialize takes"),
     ),
+    (
+        br#"{"jsonrpc":"2.0","id":20,"method":"resources/read","params":{}}"#,
+        Answer(PARAMS, "20", "missing field `uri`; resources/read takes {\"uri\": string}"),
+    ),
+    (
+        br#"{"jsonrpc":"2.0","id":21,"method":"resources/read","params":{"uri":"cellvisor://artifact/x"}}"#,
+        Pass,
+    ),
+    (br#"{"jsonrpc":"2.0","id":22,"method":"resources/list"}"#, Pass),
     // Malformed notifications and responses: logged, not answered.
     (br#"{"jsonrpc":"1.0","method":"notifications/initialized"}"#, Ignore),
     (br#"{"method":"notifications/initialized"}"#, Ignore),

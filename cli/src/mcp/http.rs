@@ -20,8 +20,9 @@ use cellvisor_config::schema::CellsConfig;
 use futures::Stream;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientJsonRpcMessage, ErrorData, GetExtensions,
-    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
-    ProtocolVersion, ServerConfig, ServerJsonRpcMessage, Tool,
+    InitializeRequestParams, InitializeResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ServerConfig, ServerJsonRpcMessage, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::{
@@ -414,6 +415,42 @@ impl ServerHandler for HttpSession {
         }
         let _busy = self.sessions.busy(&binding.id);
         server.call_tool(request, context).await
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.server()?.list_resources(request, context).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.server()?
+            .list_resource_templates(request, context)
+            .await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.server()?.read_resource(request, context).await
+    }
+}
+
+impl HttpSession {
+    /// The session's handler, once `initialize` has bound it.
+    fn server(&self) -> Result<&CellvisorMcp, ErrorData> {
+        match self.bound.get() {
+            Some((_, server)) => Ok(server),
+            None => Err(ErrorData::invalid_request(NO_SESSION, None)),
+        }
     }
 }
 

@@ -159,24 +159,32 @@ impl Served {
 
     /// Runs tests/mcp_http_client.py against `/mcp` with `args`; its stdout.
     async fn client(&self, args: &[&str]) -> Result<String, String> {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp_http_client.py");
+        let url = format!("http://127.0.0.1:{}/mcp", self.port);
+        let mut all = vec![url.as_str(), TOKEN];
+        all.extend_from_slice(args);
+        self.script("mcp_http_client.py", &all).await
+    }
+
+    /// Runs the SDK script `tests/<name>` with `args`; its stdout.
+    async fn script(&self, name: &str, args: &[&str]) -> Result<String, String> {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests")
+            .join(name);
         let output = tokio::process::Command::new(test_python())
             .arg(script)
-            .arg(format!("http://127.0.0.1:{}/mcp", self.port))
-            .arg(TOKEN)
             .args(args)
             .env_remove("VIRTUAL_ENV")
             .kill_on_drop(true)
             .output()
             .await
-            .expect("run tests/mcp_http_client.py");
+            .expect("run the SDK script");
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&output.stderr);
         if output.status.success() {
             Ok(stdout)
         } else {
             Err(format!(
-                "mcp_http_client.py failed ({}):\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+                "{name} failed ({}):\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
                 output.status
             ))
         }
@@ -218,4 +226,23 @@ async fn an_idle_session_expires_and_a_busy_one_does_not() {
     );
     println!("{stdout}");
     assert!(left.is_empty(), "sessions left: {left:?}");
+}
+
+/// Over HTTP too, a long cell sends progress on its request's stream, a cancel interrupts it
+/// and keeps the session's state, and each MCP session reads its own artifacts only
+/// (tests/mcp_progress.py).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_cells_send_progress_and_artifacts_are_resources_over_http() {
+    let served = Served::start(None).await;
+    let url = format!("http://127.0.0.1:{}/mcp", served.port);
+    let ran = served
+        .script("mcp_progress.py", &["http", &url, TOKEN])
+        .await;
+    served.stop().await;
+    let stdout = ran.unwrap_or_else(|failure| panic!("{failure}"));
+    assert!(
+        stdout.contains("all MCP progress checks passed"),
+        "{stdout}"
+    );
+    println!("{stdout}");
 }

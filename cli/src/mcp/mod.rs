@@ -4,7 +4,9 @@
 //! The server embeds its own supervisor ([`Cellvisor::start`]); one MCP connection is one
 //! session, named `mcp-<pid>`. Tools: `eval` (cells, DESIGN.md §2), `wait` and `terminate`
 //! (cells that went to the background), `reset` and `sessions`; `state_tools`: `checkpoint`,
-//! `restore`, `checkpoints` and `names`.
+//! `restore`, `checkpoints` and `names`. While a cell runs, `hold` sends its output as
+//! progress (`progress`) and interrupts it when the client cancels the call; `resources`
+//! serves the session's spilled outputs as `cellvisor://artifact/<id>` resources.
 //! When the client disconnects (or the process gets SIGTERM/SIGINT/SIGHUP) every worker is
 //! stopped before [`serve_stdio`] returns.
 //!
@@ -17,8 +19,11 @@
 
 mod content;
 mod framing;
+mod hold;
 pub mod http;
 pub(crate) mod lines;
+mod progress;
+mod resources;
 mod state_tools;
 mod tools;
 
@@ -27,10 +32,13 @@ use cellvisor::cell::{CellSpec, EvalRequest, EvalResult};
 use cellvisor::{Cellvisor, Options, RequestError, StartupError, WaitOptions};
 use cellvisor_config::schema::CellsConfig;
 use cellvisor_ipc::Language;
+use hold::{events_for, OnCancel};
+use progress::Progress;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
-    Implementation, JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
-    ServerConfig, Tool,
+    Implementation, JsonObject, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer, ServiceExt};
 use rmcp::transport::{StdioReader, StdioWriter};
@@ -171,6 +179,7 @@ pub struct CellvisorMcp {
     session: String,
     tools: Vec<Tool>,
     disconnected: watch::Receiver<bool>,
+    artifacts: resources::Artifacts,
 }
 
 impl CellvisorMcp {
@@ -182,11 +191,13 @@ impl CellvisorMcp {
         disconnected: watch::Receiver<bool>,
     ) -> CellvisorMcp {
         let tools = tools(&cells);
+        let artifacts = resources::Artifacts::new(cv.artifact_dir(), &session);
         CellvisorMcp {
             cv,
             session,
             tools,
             disconnected,
+            artifacts,
         }
     }
 
@@ -199,6 +210,8 @@ impl CellvisorMcp {
             Ok(parsed) => parsed,
             Err(message) => return tool_error(message),
         };
+        let progress = Progress::for_request(context, cells.len());
+        let (events, events_rx) = events_for(&progress);
         let request = EvalRequest {
             session: self.session.clone(),
             cwd,
@@ -206,23 +219,11 @@ impl CellvisorMcp {
             tools: Vec::new(),
             ..Default::default()
         };
-        let eval = self.cv.eval(request, None);
-        tokio::pin!(eval);
-        let result = tokio::select! {
-            result = &mut eval => result,
-            _ = context.ct.cancelled() => {
-                // The client gave up on this call: stop the running cell so the session is
-                // free for the next one, and let the request wind down.
-                tracing::info!(session = %self.session, "eval cancelled by the client");
-                let _ = self.cv.interrupt(&self.session, None).await;
-                eval.await
-            }
-            _ = until_true(self.disconnected.clone()) => {
-                tracing::info!(session = %self.session, "client disconnected during eval");
-                let _ = self.cv.interrupt(&self.session, None).await;
-                eval.await
-            }
-        };
+        let eval = self.cv.eval(request, events);
+        // A cancelled call stops its cell, so the session is free for the next one.
+        let result = self
+            .hold(eval, events_rx, progress, context, OnCancel::Interrupt)
+            .await;
         render_answer(result)
     }
 
@@ -254,8 +255,13 @@ impl CellvisorMcp {
         }
     }
 
-    /// `wait`: the output of a background cell since the last look, or its final result.
-    async fn wait(&self, arguments: JsonObject) -> CallToolResult {
+    /// `wait`: the output of a background cell since the last look, or its final result;
+    /// what the cell prints meanwhile goes out as progress.
+    async fn wait(
+        &self,
+        arguments: JsonObject,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct WaitArgs {
@@ -276,12 +282,16 @@ impl CellvisorMcp {
             yield_time_ms: args.yield_time_ms,
             max_tokens: args.max_tokens,
         };
-        render_answer(
-            self.cv
-                .wait(&self.session, args.cell_id, options)
-                .await
-                .map(|cell| EvalResult::from_cells(vec![cell])),
-        )
+        let progress = Progress::for_request(context, 1);
+        let (events, events_rx) = events_for(&progress);
+        let wait = self
+            .cv
+            .wait_with_events(&self.session, args.cell_id, options, events);
+        // A cancelled wait leaves its cell running in the background, as `wait` found it.
+        let waited = self
+            .hold(wait, events_rx, progress, context, OnCancel::Leave)
+            .await;
+        render_answer(waited.map(|cell| EvalResult::from_cells(vec![cell])))
     }
 
     /// `terminate`: stop a background cell; its final result.
@@ -342,7 +352,7 @@ impl ServerHandler for CellvisorMcp {
         let arguments = request.arguments.unwrap_or_default();
         let result = match request.name.as_ref() {
             "eval" => self.eval(arguments, &context).await,
-            "wait" => self.wait(arguments).await,
+            "wait" => self.wait(arguments, &context).await,
             "terminate" => self.terminate(arguments).await,
             "reset" => self.reset(arguments).await,
             "sessions" => self.sessions().await,
@@ -362,11 +372,43 @@ impl ServerHandler for CellvisorMcp {
         };
         Ok(result.into())
     }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(self.artifacts.list()))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(vec![
+            resources::template(),
+        ]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let contents = self.artifacts.read(&request.uri)?;
+        Ok(ReadResourceResult::new(vec![contents]).into())
+    }
 }
 
-/// What the server says of itself at `initialize`, on every transport.
+/// What the server says of itself at `initialize`, on every transport: tools, and the
+/// session's artifacts as resources.
 fn server_info() -> ServerConfig {
-    ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    let capabilities = ServerCapabilities::builder()
+        .enable_tools()
+        .enable_resources()
+        .build();
+    ServerConfig::new(capabilities)
         .with_server_info(Implementation::new("cellvisor", env!("CARGO_PKG_VERSION")))
         .with_instructions(INSTRUCTIONS)
 }
@@ -376,7 +418,9 @@ supervised worker processes. Use `eval` to run code: variables, imports and func
 per language across calls for this connection, so build on earlier cells instead of repeating \
 them. A long cell can return early (its `yield_time_ms`, or `yield_control()` in the code) and \
 go on in the background: collect the rest with `wait`, stop it with `terminate`. Use `reset` to \
-start a language over, `sessions` to see the live workers.";
+start a language over, `sessions` to see the live workers. A cell's output past the result's \
+limit is cut (head and tail kept); the whole of it is the resource \
+`cellvisor://artifact/<id>` named by the result's `artifact://<id>`.";
 
 /// the agent.
 fn parse_cells(

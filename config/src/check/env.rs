@@ -83,46 +83,20 @@ fn from_env(spec: &KeySpec, text: &str) -> Result<Value, String> {
         Kind::Choice(_) => {
             return Err(format!("expected {}, found {text:?}", spec.kind.describe()))
         }
-        Kind::Names => {
-            let names: Vec<String> = trimmed
-                .split(',')
-                .map(str::trim)
-                .filter(|n| !n.is_empty())
-                .map(str::to_string)
-                .collect();
-            let bad: Vec<&str> = names
-                .iter()
-                .map(String::as_str)
-                .filter(|n| !keys::is_env_name(n, true))
-                .collect();
-            if !bad.is_empty() {
-                return Err(format!(
-                    "not a variable name: {} (expected comma-separated names; a trailing `*` matches a prefix)",
-                    bad.join(", ")
-                ));
-            }
-            Value::Names(names)
-        }
-        Kind::Paths => {
-            let paths: Vec<String> = text
-                .split(':')
-                .map(str::trim)
-                .filter(|p| !p.is_empty())
-                .map(str::to_string)
-                .collect();
-            let bad: Vec<&str> = paths
-                .iter()
-                .map(String::as_str)
-                .filter(|p| !keys::is_sandbox_path(p))
-                .collect();
-            if !bad.is_empty() {
-                return Err(format!(
-                    "not an allowed path: {} (expected colon-separated absolute paths, \"~/...\" or \"cwd\")",
-                    bad.join(", ")
-                ));
-            }
-            Value::Names(paths)
-        }
+        Kind::Names => Value::Names(listed(
+            trimmed,
+            ',',
+            |n| keys::is_env_name(n, true),
+            |bad| {
+                format!("not a variable name: {bad} (expected comma-separated names; a trailing `*` matches a prefix)")
+            },
+        )?),
+        Kind::Modules => Value::Names(listed(trimmed, ',', keys::is_module_name, |bad| {
+            format!("not a module name: {bad} (expected comma-separated Python module names)")
+        })?),
+        Kind::Paths => Value::Names(listed(text, ':', keys::is_sandbox_path, |bad| {
+            format!("not an allowed path: {bad} (expected colon-separated absolute paths, \"~/...\" or \"cwd\")")
+        })?),
         Kind::Listeners => {
             let addresses: Vec<String> = trimmed
                 .split(',')
@@ -144,4 +118,30 @@ fn from_env(spec: &KeySpec, text: &str) -> Result<Value, String> {
     };
     check_range(&spec.kind, &value)?;
     Ok(value)
+}
+
+/// The non-empty entries of a `separator`-separated list, or the refusal naming those that
+/// `valid` rejects.
+fn listed(
+    text: &str,
+    separator: char,
+    valid: impl Fn(&str) -> bool,
+    refusal: impl Fn(&str) -> String,
+) -> Result<Vec<String>, String> {
+    let entries: Vec<String> = text
+        .split(separator)
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .map(str::to_string)
+        .collect();
+    let bad: Vec<&str> = entries
+        .iter()
+        .map(String::as_str)
+        .filter(|entry| !valid(entry))
+        .collect();
+    if bad.is_empty() {
+        Ok(entries)
+    } else {
+        Err(refusal(&bad.join(", ")))
+    }
 }

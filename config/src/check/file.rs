@@ -240,6 +240,24 @@ fn from_toml(kind: Kind, item: &Item) -> Result<Value, String> {
             }
             Value::Names(addresses)
         }
+        (Kind::Modules, Some(toml_edit::Value::Array(array))) => {
+            let mut names = Vec::new();
+            let mut bad = Vec::new();
+            for entry in array.iter() {
+                match entry.as_str() {
+                    Some(name) if keys::is_module_name(name) => names.push(name.to_string()),
+                    _ => bad.push(found_value(entry)),
+                }
+            }
+            if !bad.is_empty() {
+                return Err(format!(
+                    "not a module name: {} (expected {})",
+                    bad.join(", "),
+                    kind.describe()
+                ));
+            }
+            Value::Names(names)
+        }
         (Kind::Names, Some(toml_edit::Value::Array(array))) => {
             let mut names = Vec::new();
             let mut bad = Vec::new();

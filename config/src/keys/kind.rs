@@ -44,6 +44,8 @@ pub enum Kind {
     Names,
     /// A table of environment variable names to values.
     Map,
+    /// Python module names (`numpy`, `matplotlib.pyplot`).
+    Modules,
     /// A list of absolute paths (or `~/...`), and the word `cwd` where [`is_sandbox_path`]
     /// allows it.
     Paths,
@@ -83,6 +85,9 @@ impl Kind {
                     .to_string()
             }
             Kind::Map => "a table of NAME = \"value\"".to_string(),
+            Kind::Modules => {
+                "a list of Python module names, like [\"numpy\", \"matplotlib.pyplot\"]".to_string()
+            }
             Kind::Paths => {
                 "a list of absolute paths (or \"~/...\"), and \"cwd\" for the session's directory"
                     .to_string()
@@ -142,6 +147,19 @@ pub fn format_size(bytes: u64) -> String {
 
 /// Whether `name` is a valid environment variable name; with `pattern`, a `*` may also
 /// stand at its start and its end (`AWS_*`, `*_TOKEN`, `*SECRET*`).
+/// Whether `name` is a dotted Python module name (identifiers of letters, digits and `_`,
+/// not starting with a digit).
+pub fn is_module_name(name: &str) -> bool {
+    name.split('.').all(|part| {
+        part.chars()
+            .next()
+            .is_some_and(|c| c.is_alphabetic() || c == '_')
+            && part.chars().all(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
+/// Whether `name` is an environment variable name (with `pattern`, optionally with a `*` at
+/// its start or end).
 pub fn is_env_name(name: &str, pattern: bool) -> bool {
     let word = |text: &str| text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if pattern {

@@ -9,8 +9,8 @@
 //!     CELLVISOR_BLESS=1 cargo test -p cellvisor --lib golden
 
 use super::protocol::{
-    self, code, method, params, DrainParams, DrainResult, Incoming, InitializeResult, RpcError,
-    SessionParams, TerminateParams, WaitParams, PROTOCOL_VERSION,
+    self, code, method, params, DrainParams, DrainResult, Events, Incoming, InitializeResult,
+    RpcError, SessionParams, TerminateParams, WaitParams, PROTOCOL_VERSION,
 };
 use crate::cell::{
     CellEvent, CellReport, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult, ToolSpec,
@@ -18,6 +18,7 @@ use crate::cell::{
 };
 use crate::sandbox::{Feature, SandboxRequest, SandboxStatus};
 use crate::session::{SessionState, SessionStatus};
+use cellvisor_client::usage::{CellUsage, MemoryLimit, OutOfMemory};
 use cellvisor_ipc::Language;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -69,6 +70,7 @@ fn eval_request() -> EvalRequest {
         resume: false,
         timeout: Some(30.0),
         reset: true,
+        events: Events::Output,
         sandbox: Some(SandboxRequest {
             enabled: Some(true),
             network: Some("none".into()),
@@ -90,6 +92,7 @@ fn wait_params() -> WaitParams {
         cell_id: 7,
         yield_time_ms: Some(500),
         max_tokens: Some(100),
+        events: Events::None,
     }
 }
 
@@ -119,6 +122,11 @@ fn cell_result(status: CellStatus, output: &str) -> EvalResult {
     cell.report.displays.clear();
     cell.report.status_events.clear();
     cell.report.truncation.total_bytes = output.len() as u64;
+    // A cell still running has no usage yet; a finished one counts what it wrote.
+    cell.report.usage = cell.report.usage.filter(|_| status != CellStatus::Running);
+    if let Some(usage) = cell.report.usage.as_mut() {
+        usage.output_bytes = output.len() as u64;
+    }
     EvalResult::from_cells(vec![cell])
 }
 
@@ -145,6 +153,13 @@ fn eval_result() -> EvalResult {
             notice: None,
             state: None,
             processes_ended: None,
+            usage: Some(CellUsage {
+                cpu_ms: 10.0,
+                peak_rss_bytes: 31_457_280,
+                wall_ms: 12.5,
+                output_bytes: 2,
+            }),
+            out_of_memory: None,
         },
         node: "node-a".into(),
     }])
@@ -301,6 +316,18 @@ fn examples() -> Vec<(String, Value)> {
         "result eval (a cell failed)",
         protocol::response(json!(2), Ok(to_value(&result))),
     );
+    // A cell that memory ended: the typed verdict beside the status.
+    let mut oom = cell_result(CellStatus::Error, "InternalError: out of memory\n");
+    oom.cells[0].language = Language::JavaScript;
+    oom.cells[0].report.out_of_memory = Some(OutOfMemory {
+        limit: MemoryLimit::JsHeap,
+        limit_bytes: 64 << 20,
+        used_bytes: 67_108_000,
+    });
+    push(
+        "result eval (out of memory)",
+        protocol::response(json!(2), Ok(to_value(&oom))),
+    );
     // Notifications while an eval runs.
     for (name, event) in events() {
         let params = to_value(&protocol::EvalEvent {
@@ -337,6 +364,14 @@ fn examples() -> Vec<(String, Value)> {
     push(
         "error invalid-params",
         refusal_of(r#"{"jsonrpc":"2.0","id":9,"method":"eval","params":[1]}"#),
+    );
+    let Err(bad_events) = params::<EvalRequest>(Some(json!({"cells": [], "events": "loud"})))
+    else {
+        panic!("an events value outside the three is refused");
+    };
+    push(
+        "error invalid-params (events)",
+        protocol::response(json!(9), Err(bad_events)),
     );
     let error =
         |code: i64, message: &str| protocol::response(json!(9), Err(RpcError::new(code, message)));

@@ -163,6 +163,11 @@ impl WorkerEnv {
         self.set(names::STARTUP, on.join(","));
     }
 
+    /// Whether the worker confines itself (a sandboxed session's).
+    pub fn is_confined(&self) -> bool {
+        self.get(names::SANDBOX).is_some()
+    }
+
     /// The interpreter `python.interpreter` names, for discovery.
     pub fn configured_python(&self) -> Option<&OsStr> {
         self.get(names::PYTHON)

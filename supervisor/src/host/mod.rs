@@ -30,7 +30,6 @@ pub use startup::StartupError;
 
 use crate::locking::lock;
 use crate::session::{SessionKey, SessionStatus};
-use crate::snapshots::SnapshotStore;
 use crate::supervisor::{
     LiveSessions, PrewarmedCount, ReloadConfig, ShutdownAll, Status, Supervisor, WorkerBase,
 };
@@ -310,6 +309,8 @@ pub struct Cellvisor {
     leases: Option<Arc<crate::fleet::LeaseBook>>,
     run_dir: PathBuf,
     _run_dir_guard: tempfile::TempDir,
+    /// Where outputs too big for a result spill (`output.artifact-dir`, a restart key).
+    artifact_dir: PathBuf,
     /// This node's name (`daemon.node` or the host name), read at start.
     node: String,
     metrics: Arc<crate::metrics::Metrics>,
@@ -360,6 +361,20 @@ impl Cellvisor {
     /// The private directory of this supervisor (worker sockets, runner script).
     pub fn run_dir(&self) -> &std::path::Path {
         &self.run_dir
+    }
+
+    /// The artifact directory: hosts that serve spilled outputs (MCP resources) read them
+    /// there.
+    pub fn artifact_dir(&self) -> &std::path::Path {
+        &self.artifact_dir
+    }
+
+    /// One row per Python zygote: its interpreter, state, forks and preloads.
+    pub async fn zygotes(&self) -> Result<Vec<crate::zygote::ZygoteStatus>, RequestError> {
+        self.supervisor
+            .send(crate::supervisor::messages::ZygoteRows)
+            .await
+            .map_err(|_| RequestError::Stopped)
     }
 
     /// One row per live session, with each worker tree's memory and CPU.
@@ -445,39 +460,6 @@ struct Prepared {
     run_dir_guard: tempfile::TempDir,
 }
 
-/// The snapshot directory of `config`; without one (it cannot be created), sessions keep
-/// no state across their workers, and the log says why. A fleet's node (a key file, or
-/// leases) cannot do without it: it refuses to start instead.
-fn open_snapshots(config: &Config) -> Result<Option<Arc<SnapshotStore>>, StartupError> {
-    let dir = config
-        .snapshots
-        .dir
-        .clone()
-        .unwrap_or_else(crate::paths::snapshots_dir);
-    let key_file = config.snapshots.key_file.as_deref();
-    match SnapshotStore::open(&dir, key_file, &node::node_name(config)) {
-        Ok(store) => Ok(Some(Arc::new(store))),
-        Err(err) if key_file.is_some() || config.fleet.leases => Err(StartupError::Snapshots(err)),
-        Err(err) => {
-            tracing::warn!("snapshots are off: {err}");
-            Ok(None)
-        }
-    }
-}
-
-/// The lease book of a fleet's node (`fleet.leases`), in the snapshot directory.
-fn open_leases(
-    config: &Config,
-    snapshots: Option<&SnapshotStore>,
-) -> Result<Option<Arc<crate::fleet::LeaseBook>>, StartupError> {
-    let Some(store) = snapshots.filter(|_| config.fleet.leases) else {
-        return Ok(None);
-    };
-    let dir = crate::fleet::LeaseDir::open(store.root(), store.node(), config.fleet.lease_ttl)
-        .map_err(StartupError::Leases)?;
-    Ok(Some(Arc::new(crate::fleet::LeaseBook::new(dir))))
-}
-
 impl Prepared {
     fn new(options: Options) -> Result<Prepared, StartupError> {
         let base_dir = options
@@ -513,8 +495,8 @@ impl Prepared {
             artifact_dir,
             options.config.output.artifact_max_total.as_u64(),
         );
-        let snapshots = open_snapshots(&options.config)?;
-        let leases = open_leases(&options.config, snapshots.as_deref())?;
+        let snapshots = startup::open_snapshots(&options.config)?;
+        let leases = startup::open_leases(&options.config, snapshots.as_deref())?;
         let base = WorkerBase {
             programs: crate::spawn::WorkerPrograms::beside(exe),
             run_dir: run_dir.clone(),
@@ -556,6 +538,7 @@ impl Prepared {
             leases: self.base.leases.clone(),
             run_dir: self.run_dir,
             _run_dir_guard: self.run_dir_guard,
+            artifact_dir: self.base.artifacts.dir().to_path_buf(),
             node,
             metrics: Arc::clone(&self.base.metrics),
             draining: std::sync::atomic::AtomicBool::new(false),

@@ -1,6 +1,9 @@
 //! Why a supervisor cannot start, and the checks made before it does.
 
+use crate::snapshots::SnapshotStore;
+use cellvisor_config::Config;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Why the supervisor could not start.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +64,39 @@ pub(super) fn check_socket_room(run_dir: &Path) -> Result<(), StartupError> {
         });
     }
     Ok(())
+}
+
+/// The snapshot directory of `config`; without one (it cannot be created), sessions keep
+/// no state across their workers, and the log says why. A fleet's node (a key file, or
+/// leases) cannot do without it: it refuses to start instead.
+pub(super) fn open_snapshots(config: &Config) -> Result<Option<Arc<SnapshotStore>>, StartupError> {
+    let dir = config
+        .snapshots
+        .dir
+        .clone()
+        .unwrap_or_else(crate::paths::snapshots_dir);
+    let key_file = config.snapshots.key_file.as_deref();
+    match SnapshotStore::open(&dir, key_file, &super::node::node_name(config)) {
+        Ok(store) => Ok(Some(Arc::new(store))),
+        Err(err) if key_file.is_some() || config.fleet.leases => Err(StartupError::Snapshots(err)),
+        Err(err) => {
+            tracing::warn!("snapshots are off: {err}");
+            Ok(None)
+        }
+    }
+}
+
+/// The lease book of a fleet's node (`fleet.leases`), in the snapshot directory.
+pub(super) fn open_leases(
+    config: &Config,
+    snapshots: Option<&SnapshotStore>,
+) -> Result<Option<Arc<crate::fleet::LeaseBook>>, StartupError> {
+    let Some(store) = snapshots.filter(|_| config.fleet.leases) else {
+        return Ok(None);
+    };
+    let dir = crate::fleet::LeaseDir::open(store.root(), store.node(), config.fleet.lease_ttl)
+        .map_err(StartupError::Leases)?;
+    Ok(Some(Arc::new(crate::fleet::LeaseBook::new(dir))))
 }
 
 #[cfg(test)]

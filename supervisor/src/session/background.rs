@@ -157,6 +157,8 @@ impl Session {
             notice: running.notice.take(),
             state: None,
             processes_ended: None,
+            usage: None,
+            out_of_memory: None,
         };
         let result = result_of(running, outcome.clone());
         Some((outcome, result))

@@ -14,8 +14,9 @@ use crate::cell::CellStatus;
 use crate::output::SinkLimits;
 use crate::session::CellReport;
 use actix::prelude::*;
+use cellvisor_client::usage::{MemoryLimit, OutOfMemory};
 use cellvisor_ipc::state::StateTask;
-use cellvisor_ipc::{CellOutcome as WorkerOutcome, ExecuteCell, ToWorker};
+use cellvisor_ipc::{CellOutcome as WorkerOutcome, ExecuteCell, Language, ToWorker};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -41,13 +42,21 @@ impl Handler<CellFinished> for Session {
             return;
         }
         let mut output = msg.output;
-        let reported = match msg.outcome {
+        let (reported, out_of_memory) = match msg.outcome {
             WorkerOutcome::Completed => {
                 self.budget.refill();
-                CellStatus::Complete
+                (CellStatus::Complete, None)
             }
-            WorkerOutcome::Failed { .. } => CellStatus::Error,
-            WorkerOutcome::Interrupted => CellStatus::Cancelled,
+            WorkerOutcome::Failed { .. } => (CellStatus::Error, None),
+            WorkerOutcome::Interrupted => (CellStatus::Cancelled, None),
+            WorkerOutcome::OutOfMemory {
+                limit_bytes,
+                used_bytes,
+                ..
+            } => (
+                CellStatus::Error,
+                engine_out_of_memory(self.key.language, limit_bytes, used_bytes),
+            ),
         };
         let deadline = &running.deadline;
         if reported == CellStatus::Cancelled || deadline.timed_out() {
@@ -64,16 +73,22 @@ impl Handler<CellFinished> for Session {
         };
         self.cells_run += 1;
         self.last_active = Instant::now();
+        let duration_ms = running.started.elapsed().as_secs_f64() * 1000.0;
+        let usage =
+            msg.readings
+                .usage(running.peak_rss, duration_ms, output.truncation.total_bytes);
         let outcome = CellReport {
             status,
             output: output.text,
-            duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,
+            duration_ms,
             displays: msg.displays,
             status_events: msg.status_events,
             truncation: output.truncation,
             notice: running.notice.take(),
             state: running.ledger.take(),
             processes_ended: (msg.processes_ended > 0).then_some(msg.processes_ended),
+            usage: Some(usage),
+            out_of_memory,
         };
         self.count_cell(&outcome);
         self.deliver_final(running, outcome);
@@ -83,6 +98,25 @@ impl Handler<CellFinished> for Session {
         }
         self.pump(ctx);
     }
+}
+
+/// The verdict of a cell whose engine reached its own heap limit (the JavaScript and Lua
+/// engines have one; Python's has none to report).
+fn engine_out_of_memory(
+    language: Language,
+    limit_bytes: u64,
+    used_bytes: u64,
+) -> Option<OutOfMemory> {
+    let limit = match language {
+        Language::JavaScript => MemoryLimit::JsHeap,
+        Language::Lua => MemoryLimit::LuaHeap,
+        Language::Python => return None,
+    };
+    Some(OutOfMemory {
+        limit,
+        limit_bytes,
+        used_bytes,
+    })
 }
 
 impl Handler<CellDeadline> for Session {
@@ -391,6 +425,7 @@ impl Session {
             // A state task leaves the notice and the ledger to the next host cell.
             notice: if own_task { None } else { self.notice.take() },
             ledger: if own_task { None } else { self.take_ledger() },
+            peak_rss: 0,
         });
         self.last_active = Instant::now();
     }

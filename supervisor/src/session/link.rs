@@ -16,6 +16,7 @@ use crate::cell::{CellEvent, ToolCallRequest};
 use crate::output::SinkResult;
 use crate::socket_halves::ReadSide;
 use crate::spawn::{ProcessHandle, StartedWorker, StderrTail, WorkerProcess};
+use crate::usage::{CellReadings, TreeReading};
 use actix::Addr;
 use cellvisor_ipc::frame::{read_frame_async, FrameError};
 use cellvisor_ipc::state::StateReport;
@@ -56,6 +57,8 @@ pub(crate) struct CellProducts {
     pub status_events: Vec<serde_json::Value>,
     /// A state task's report.
     pub state: Option<StateReport>,
+    /// The worker's tree before and after the cell, for its usage.
+    pub readings: CellReadings,
 }
 
 impl ActiveCell {
@@ -100,7 +103,7 @@ impl ActiveCell {
     }
 
     /// What the cell produced; `started` says whether the worker took it.
-    fn finish(self, started: bool) -> CellProducts {
+    fn finish(self, started: bool, readings: CellReadings) -> CellProducts {
         let observed = self.output.finish();
         CellProducts {
             cell_id: self.cell_id,
@@ -109,6 +112,7 @@ impl ActiveCell {
             displays: observed.displays,
             status_events: observed.status_events,
             state: self.state,
+            readings,
         }
     }
 }
@@ -207,6 +211,10 @@ impl Link {
         let host = HostLine::new();
         let frames_read = FramesRead::default();
         let reader_task = ReaderTask {
+            pid,
+            last_reading: TreeReading::default(),
+            last_read_at: std::time::Instant::now(),
+            members: Vec::new(),
             generation,
             session,
             host: host.clone(),
@@ -256,7 +264,19 @@ impl Link {
     }
 }
 
+/// A cell's usage is read from the known members of its worker's tree when the previous
+/// reading is this recent (a cell this quick rarely leaves a process running; one that does
+/// is counted from the next longer cell on, and any it reaped counts in its parent's).
+const REDISCOVER_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
+
 struct ReaderTask {
+    /// The worker's pid: the root of the tree read for each cell's usage.
+    pid: u32,
+    /// The tree at the end of the previous cell (or the worker's start).
+    last_reading: TreeReading,
+    /// When it was read, and the members it found last time it looked for them.
+    last_read_at: std::time::Instant,
+    members: Vec<u32>,
     generation: u64,
     session: Addr<Session>,
     host: HostLine,
@@ -278,6 +298,7 @@ impl ReaderTask {
     ) {
         // One read usually brings several frames (header and payload included).
         let mut reader = tokio::io::BufReader::with_capacity(128 * 1024, reader);
+        self.last_reading = self.read_tree().await;
         loop {
             let frame = read_frame_async::<_, FromWorker>(&mut reader).await;
             // A cell is always handed over before its Execute frame is sent, so every cell
@@ -302,6 +323,11 @@ impl ReaderTask {
                 }
             }
         }
+        // The running cell's usage, while the unreaped worker still holds its CPU counters.
+        let readings = match self.current.is_some() {
+            true => self.readings_now().await,
+            false => CellReadings::default(),
+        };
         // Kill the group before reaping the leader, so no process a cell started survives
         // and the group id cannot have been reused.
         child.handle().signal_group(Signal::SIGKILL);
@@ -315,7 +341,7 @@ impl ReaderTask {
         let last_taken = taken.last().ok();
         let partial = self.current.take().map(|cell| {
             let started = last_taken.is_none_or(|id| id == cell.cell_id);
-            cell.finish(started)
+            cell.finish(started, readings)
         });
         // The worker's last words, once its stderr has closed (bounded: a descendant that
         // escaped the kill could hold the pipe open).
@@ -388,8 +414,9 @@ impl ReaderTask {
                 processes_ended,
             } => {
                 if self.current.as_ref().is_some_and(|c| c.cell_id == cell_id) {
+                    let readings = self.readings_now().await;
                     if let Some(cell) = self.current.take() {
-                        let products = cell.finish(true);
+                        let products = cell.finish(true, readings);
                         self.session.do_send(CellFinished {
                             generation: self.generation,
                             cell_id,
@@ -399,6 +426,7 @@ impl ReaderTask {
                             displays: products.displays,
                             status_events: products.status_events,
                             state: products.state,
+                            readings,
                         });
                     }
                 }
@@ -441,6 +469,29 @@ impl ReaderTask {
 }
 
 impl ReaderTask {
+    /// Reads the worker's tree. A quick cell rereads the members found last time (a `stat`
+    /// read each: the worker and its interpreter); after a longer stretch the tree is found
+    /// afresh, which on kernels without children lists scans all of `/proc`, too much for
+    /// every cell. Either way it runs here: a hop to the blocking pool and back cost the
+    /// cell's answer more than the reads.
+    async fn read_tree(&mut self) -> TreeReading {
+        let quick = self.last_read_at.elapsed() < REDISCOVER_AFTER;
+        self.last_read_at = std::time::Instant::now();
+        if quick && !self.members.is_empty() {
+            return TreeReading::of_members(&self.members);
+        }
+        let (reading, members) = TreeReading::discover(self.pid);
+        self.members = members;
+        reading
+    }
+
+    /// The tree now, and at the previous reading: the running cell's readings.
+    async fn readings_now(&mut self) -> CellReadings {
+        let after = self.read_tree().await;
+        let before = std::mem::replace(&mut self.last_reading, after);
+        CellReadings { before, after }
+    }
+
     /// Hands a cell's tool call to the host and sends the answer back to the worker when it
     /// comes, unless the cell ends first.
     fn call_tool(&mut self, cell_id: u64, call_id: u64, name: String, args_json: &str) {

@@ -230,6 +230,11 @@ impl Handler<WorkerExited> for Session {
             .partial
             .filter(|p| running.as_ref().is_some_and(|r| r.cell_id == p.cell_id));
         let taken = partial.as_ref().is_some_and(|p| p.started);
+        let readings = partial.as_ref().map(|p| p.readings).unwrap_or_default();
+        let verdict = match &how {
+            How::Killed(reason) => reason.out_of_memory(),
+            _ => None,
+        };
         let (produced, displays, truncation) = match partial {
             Some(p) => (p.output.text, p.displays, p.output.truncation),
             None => Default::default(),
@@ -276,17 +281,9 @@ impl Handler<WorkerExited> for Session {
                 }
             },
             (ForCell::Report { status, text }, Some(mut running)) => {
-                let outcome = CellReport {
-                    status,
-                    output: text,
-                    duration_ms: running.started.elapsed().as_secs_f64() * 1000.0,
-                    displays,
-                    status_events: Vec::new(),
-                    truncation,
-                    notice: running.notice.take(),
-                    state: None,
-                    processes_ended: None,
-                };
+                let mut outcome = running.report_at_loss(status, text, truncation, readings);
+                outcome.displays = displays;
+                outcome.out_of_memory = verdict;
                 self.count_cell(&outcome);
                 self.deliver_final(running, outcome);
                 self.cells_run += 1;

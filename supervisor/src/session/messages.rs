@@ -193,6 +193,8 @@ pub(crate) struct CellFinished {
     pub status_events: Vec<serde_json::Value>,
     /// A state task's report (none for a host's cell).
     pub state: Option<cellvisor_ipc::state::StateReport>,
+    /// The worker's tree before and after the cell, for its usage.
+    pub readings: crate::usage::CellReadings,
 }
 
 /// The worker's connection ended and its process group is gone.

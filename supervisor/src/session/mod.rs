@@ -208,9 +208,38 @@ struct Running {
     notice: Option<String>,
     /// What a restore just before this cell brought back.
     ledger: Option<crate::state::StateLedger>,
+    /// The largest memory the supervisor's sampler saw the worker's tree use during the
+    /// cell (0 when it does not sample: no `limits.max-rss`).
+    peak_rss: u64,
 }
 
 impl Running {
+    /// The report of this cell when its worker was lost under it: `status` and `text` as
+    /// the loss decided, its usage up to the loss.
+    fn report_at_loss(
+        &mut self,
+        status: crate::cell::CellStatus,
+        text: String,
+        truncation: crate::cell::Truncation,
+        readings: crate::usage::CellReadings,
+    ) -> CellReport {
+        let duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        let usage = readings.usage(self.peak_rss, duration_ms, truncation.total_bytes);
+        CellReport {
+            status,
+            output: text,
+            duration_ms,
+            displays: Vec::new(),
+            status_events: Vec::new(),
+            truncation,
+            notice: self.notice.take(),
+            state: None,
+            processes_ended: None,
+            usage: Some(usage),
+            out_of_memory: None,
+        }
+    }
+
     /// The job back, to run on the next worker, while its request still waits for it.
     fn into_requeued(self) -> Result<CellJob, Box<Running>> {
         match self.observer {

@@ -4,6 +4,7 @@
 //! why a cell was cancelled ([`CancelCause`]) and why a session was evicted ([`Eviction`]).
 
 use crate::session::SessionKey;
+use cellvisor_client::usage::{MemoryLimit, OutOfMemory};
 use cellvisor_ipc::Language;
 use std::fmt;
 use std::time::Duration;
@@ -38,6 +39,20 @@ impl fmt::Display for KillReason {
                 bytesize::ByteSize::b(*rss),
                 bytesize::ByteSize::b(*cap)
             ),
+        }
+    }
+}
+
+impl KillReason {
+    /// The typed verdict when the kill was for memory (`limits.max-rss`).
+    pub fn out_of_memory(&self) -> Option<OutOfMemory> {
+        match self {
+            KillReason::OverMemory { rss, cap } => Some(OutOfMemory {
+                limit: MemoryLimit::MaxRss,
+                limit_bytes: *cap,
+                used_bytes: *rss,
+            }),
+            KillReason::MissedHeartbeats { .. } | KillReason::IgnoredInterrupt { .. } => None,
         }
     }
 }
@@ -414,6 +429,22 @@ mod tests {
         );
         assert!(no_room(&SessionKey::for_tests(), 2, Duration::from_secs(1))
             .contains("no room for session s/py"));
+    }
+
+    #[test]
+    fn a_kill_for_memory_is_a_typed_verdict_with_its_figures() {
+        let kill = KillReason::OverMemory {
+            rss: 530 << 20,
+            cap: 512 << 20,
+        };
+        assert_eq!(
+            kill.out_of_memory().map(|v| v.to_string()).as_deref(),
+            Some("out of memory: 512 MiB limit ([limits] max-rss), 530 MiB used")
+        );
+        let heartbeat = KillReason::MissedHeartbeats {
+            timeout: Duration::from_secs(1),
+        };
+        assert_eq!(heartbeat.out_of_memory(), None);
     }
 
     #[test]

@@ -384,7 +384,8 @@ pub(super) fn task_report(outcome: &cellvisor_ipc::CellOutcome, output: String) 
     let mut report = CellReport::error(output);
     report.status = match outcome {
         cellvisor_ipc::CellOutcome::Completed => CellStatus::Complete,
-        cellvisor_ipc::CellOutcome::Failed { .. } => CellStatus::Error,
+        cellvisor_ipc::CellOutcome::Failed { .. }
+        | cellvisor_ipc::CellOutcome::OutOfMemory { .. } => CellStatus::Error,
         cellvisor_ipc::CellOutcome::Interrupted => CellStatus::Cancelled,
     };
     report

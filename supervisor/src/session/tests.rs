@@ -65,6 +65,8 @@ fn start_session_with(
             env: crate::environment::WorkerEnv::default(),
             start_timeout: Duration::from_secs(5),
             rlimits: Vec::new(),
+            zygote: false,
+            preload: Vec::new(),
         },
         artifacts: crate::artifacts::ArtifactStore::new(dir.path().to_path_buf(), u64::MAX),
         launcher,

@@ -159,6 +159,9 @@ impl Handler<MemoryTick> for Session {
             return;
         };
         let current = matches!(&self.worker, Worker::Ready { link, .. } if link.pid == pid);
+        if let Some(running) = self.running.as_mut().filter(|_| current) {
+            running.peak_rss = running.peak_rss.max(rss);
+        }
         if !current || rss <= cap || self.saving_before_stop() {
             return;
         }

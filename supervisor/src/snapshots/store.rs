@@ -324,6 +324,10 @@ pub fn rfc3339(time: SystemTime) -> String {
 }
 
 #[cfg(test)]
+#[path = "store_properties.rs"]
+mod properties;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;

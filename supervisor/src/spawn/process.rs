@@ -16,6 +16,11 @@ pub enum WorkerProcess {
         /// signals it any more.
         reaped: Arc<AtomicBool>,
     },
+    /// Forked by a zygote: the supervisor's child all the same, awaited through a pidfd.
+    Forked {
+        child: crate::zygote::ForkedChild,
+        reaped: Arc<AtomicBool>,
+    },
     #[cfg(test)]
     Scripted(crate::testing::ScriptedProcess),
 }
@@ -26,6 +31,10 @@ impl WorkerProcess {
         match self {
             WorkerProcess::Os { child, reaped } => ProcessHandle::Os {
                 pid: child.id().unwrap_or_default(),
+                reaped: Arc::clone(reaped),
+            },
+            WorkerProcess::Forked { child, reaped } => ProcessHandle::Os {
+                pid: child.id(),
                 reaped: Arc::clone(reaped),
             },
             #[cfg(test)]
@@ -39,6 +48,13 @@ impl WorkerProcess {
             WorkerProcess::Os { child, reaped } => {
                 // The actor and this task share one thread: no handle can signal between
                 // this flag and the reaping.
+                reaped.store(true, Ordering::SeqCst);
+                match child.wait().await {
+                    Ok(status) => Exit::from(status),
+                    Err(err) => Exit::Unreaped(err.to_string()),
+                }
+            }
+            WorkerProcess::Forked { child, reaped } => {
                 reaped.store(true, Ordering::SeqCst);
                 match child.wait().await {
                     Ok(status) => Exit::from(status),
@@ -60,9 +76,42 @@ impl WorkerProcess {
                 }
                 running
             }
+            WorkerProcess::Forked { child, reaped } => {
+                let running = matches!(child.try_wait(), Ok(None));
+                if !running {
+                    reaped.store(true, Ordering::SeqCst);
+                }
+                running
+            }
             #[cfg(test)]
             WorkerProcess::Scripted(process) => process.is_running(),
         }
+    }
+}
+
+impl WorkerProcess {
+    /// How it ended, if it has (reaping it), without waiting: for a worker still starting.
+    pub(super) fn try_exit(&mut self) -> Option<Exit> {
+        let status = match self {
+            WorkerProcess::Os { child, .. } => child.try_wait(),
+            WorkerProcess::Forked { child, .. } => child.try_wait(),
+            #[cfg(test)]
+            WorkerProcess::Scripted(_) => return None,
+        };
+        let exit = status.ok().flatten().map(Exit::from)?;
+        #[allow(irrefutable_let_patterns)] // refutable in tests, which add a scripted process
+        if let WorkerProcess::Os { reaped, .. } | WorkerProcess::Forked { reaped, .. } = self {
+            reaped.store(true, Ordering::SeqCst);
+        }
+        Some(exit)
+    }
+
+    /// Kills the worker's whole group, then reaps the worker: in that order, so no process
+    /// of the group survives and the group id cannot have been reused in between.
+    pub(super) async fn kill_and_reap(&mut self) {
+        let pid = self.handle().pid();
+        kill_group(pid, Signal::SIGKILL);
+        self.wait().await;
     }
 }
 
@@ -119,13 +168,6 @@ impl ProcessHandle {
             ProcessHandle::Scripted(control) => control.signal(Signal::SIGKILL),
         }
     }
-}
-
-/// Kills the worker's whole group, then reaps the worker: in that order, so no process of
-/// the group survives and the group id cannot have been reused in between.
-pub(super) async fn kill_and_reap(pid: u32, child: &mut Child) {
-    kill_group(pid, Signal::SIGKILL);
-    let _ = child.wait().await;
 }
 
 /// Sends `signal` to the worker's whole process group (its pid is the group id). A group that

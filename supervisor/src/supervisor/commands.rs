@@ -3,7 +3,7 @@
 //! `ReloadConfig` and `ShutdownAll`.
 
 use super::messages::{
-    CellCommand, Control, ControlAction, ForCell, ReloadConfig, ShutdownAll, Status,
+    CellCommand, Control, ControlAction, ForCell, ReloadConfig, ShutdownAll, Status, ZygoteRows,
 };
 use super::{sampling, Supervisor};
 use crate::session::outcome::Eviction;
@@ -107,6 +107,13 @@ impl Handler<Status> for Supervisor {
             }
             .into_actor(self),
         )
+    }
+}
+
+impl Handler<ZygoteRows> for Supervisor {
+    type Result = Vec<crate::zygote::ZygoteStatus>;
+    fn handle(&mut self, _: ZygoteRows, _: &mut Context<Self>) -> Self::Result {
+        self.launcher.zygotes()
     }
 }
 

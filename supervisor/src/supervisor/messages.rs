@@ -73,6 +73,11 @@ pub enum CellCommand {
 #[rtype(result = "Vec<SessionStatus>")]
 pub struct Status;
 
+/// The launcher's Python zygotes, for `status`.
+#[derive(Message)]
+#[rtype(result = "Vec<crate::zygote::ZygoteStatus>")]
+pub struct ZygoteRows;
+
 /// How many prewarmed workers wait to be claimed.
 #[derive(Message)]
 #[rtype(result = "usize")]

@@ -133,7 +133,8 @@ pub struct Supervisor {
 
 impl Supervisor {
     pub fn new(config: Arc<Config>, base: WorkerBase) -> Supervisor {
-        Supervisor::with_launcher(config, base, Arc::new(ProcessLauncher))
+        let zygotes = crate::zygote::Zygotes::new(base.run_dir.clone());
+        Supervisor::with_launcher(config, base, Arc::new(ProcessLauncher { zygotes }))
     }
 
     /// A supervisor whose workers come from `launcher`.
@@ -242,6 +243,8 @@ impl Supervisor {
             env,
             start_timeout: self.config.sessions.start_timeout,
             rlimits: crate::limits::from_config(&self.config.limits),
+            zygote: self.config.python.zygote,
+            preload: self.config.python.preload.clone(),
         }
     }
 
@@ -278,6 +281,11 @@ impl Actor for Supervisor {
         self.arm_sampling(ctx);
         // A prewarmed worker dies with the supervisor anyway (parent-death signal); this
         // only makes the pool's own processes part of an orderly stop.
+        if self.config.python.enabled && !self.config.sandbox.enabled {
+            // The zygote of the configured interpreter, so the first sessions fork.
+            self.launcher
+                .warm(&self.worker_spec(Language::Python, None, None));
+        }
         self.refill_pool(ctx);
         self.prune_artifacts();
         self.prune_snapshots();

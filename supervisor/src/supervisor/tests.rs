@@ -162,6 +162,14 @@ impl Rig {
 
     pub(super) async fn stop(self) {
         self.addr.send(ShutdownAll).await.expect("supervisor alive");
+        // A pool worker whose start finished after the shutdown began is discarded as it
+        // arrives: give it a moment rather than racing it.
+        for _ in 0..200 {
+            if self.fake.launched().iter().all(|w| w.exit().is_some()) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
         for worker in self.fake.launched() {
             assert!(
                 worker.exit().is_some(),

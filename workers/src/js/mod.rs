@@ -248,7 +248,7 @@ impl JsEngine {
             }
             // A failure stays the headline even if the jobs after it were interrupted.
             return match outcome {
-                CellOutcome::Failed { .. } => outcome,
+                CellOutcome::Failed { .. } | CellOutcome::OutOfMemory { .. } => outcome,
                 _ => CellOutcome::Interrupted,
             };
         }

@@ -36,11 +36,21 @@ impl JsEngine {
             report.push('\n');
         }
         self.cell.write(OutputStream::Stderr, &report);
-        if headline.ends_with("out of memory") {
-            self.report_out_of_memory(ctx);
+        let summary = first_line(&headline);
+        if !headline.ends_with("out of memory") {
+            return CellOutcome::Failed { summary };
         }
-        CellOutcome::Failed {
-            summary: first_line(&headline),
+        // Measured before the collection that frees what the failed allocation left.
+        let used = heap_used(ctx);
+        self.report_out_of_memory(ctx);
+        match self.memory_limit {
+            Some(limit) => CellOutcome::OutOfMemory {
+                summary,
+                limit_bytes: limit as u64,
+                used_bytes: used,
+            },
+            // No limit of ours was reached: the process itself could not allocate.
+            None => CellOutcome::Failed { summary },
         }
     }
 
@@ -79,13 +89,7 @@ impl JsEngine {
         let Some(limit) = self.memory_limit else {
             return false;
         };
-        // SAFETY: the runtime of a live context; JS_ComputeMemoryUsage only fills `usage`.
-        let used = unsafe {
-            let mut usage = std::mem::zeroed::<qjs::JSMemoryUsage>();
-            qjs::JS_ComputeMemoryUsage(qjs::JS_GetRuntime(ctx.as_raw().as_ptr()), &mut usage);
-            usage.malloc_size
-        };
-        usize::try_from(used).is_ok_and(|used| used >= limit / 2)
+        usize::try_from(heap_used(ctx)).is_ok_and(|used| used >= limit / 2)
     }
 
     /// Frees what the failed allocation left behind and tells the user what happened.
@@ -173,6 +177,17 @@ fn describe_exception<'js>(
         stack,
         is_error: true,
     }
+}
+
+/// What the runtime's heap holds now, in bytes (what its memory limit is checked against).
+fn heap_used(ctx: &Ctx<'_>) -> u64 {
+    // SAFETY: the runtime of a live context; JS_ComputeMemoryUsage only fills `usage`.
+    let used = unsafe {
+        let mut usage = std::mem::zeroed::<qjs::JSMemoryUsage>();
+        qjs::JS_ComputeMemoryUsage(qjs::JS_GetRuntime(ctx.as_raw().as_ptr()), &mut usage);
+        usage.malloc_size
+    };
+    u64::try_from(used).unwrap_or_default()
 }
 
 fn first_line(text: &str) -> String {

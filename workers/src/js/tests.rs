@@ -370,10 +370,20 @@ fn running_out_of_memory_fails_the_cell_and_not_the_engine() {
         &mut js,
         "let a = []; while (true) a.push(new Array(1e6).fill(1))",
     );
-    assert!(
-        matches!(&ran.outcome, CellOutcome::Failed { summary } if summary.contains("out of memory")),
-        "{ran:?}"
-    );
+    const LIMIT: u64 = 64 * 1024 * 1024;
+    match &ran.outcome {
+        CellOutcome::OutOfMemory {
+            summary,
+            limit_bytes,
+            used_bytes,
+        } => {
+            assert!(summary.contains("out of memory"), "{ran:?}");
+            assert_eq!(*limit_bytes, LIMIT);
+            // The heap was at its limit, give or take the allocation that failed.
+            assert!(*used_bytes > LIMIT / 2 && *used_bytes <= LIMIT, "{ran:?}");
+        }
+        other => panic!("expected out of memory, got {other:?} ({ran:?})"),
+    }
     assert!(ran.stderr.contains("out of"), "{}", ran.stderr);
     assert_eq!(stdout_of(&mut js, "1 + 1"), "2\n");
     assert_eq!(stdout_of(&mut js, "a = null; [1, 2].length"), "2\n");

@@ -91,6 +91,8 @@ pub struct LuaEngine {
     /// `io.stdout` and `io.stderr`: what `io.write(...)` returns, not worth showing as a value.
     std_handles: [Value; 2],
     memory_limit: Option<usize>,
+    /// The heap limit in force: `memory_limit`, or the worker's default without one.
+    heap_limit: usize,
     /// Numbers the chunks (`cell[3]`) so tracebacks say which cell a function came from.
     cells_run: u64,
     /// The namespace as the worker started: what snapshots leave out.
@@ -152,8 +154,8 @@ impl LuaEngine {
         let baseline = state::Baseline::capture(&lua).map_err(startup)?;
         // Without a limit, an allocation the OS refuses aborts the worker; under a limit it is
         // a Lua "not enough memory" error the cell can catch.
-        lua.set_memory_limit(memory_limit.unwrap_or_else(default_heap_limit))
-            .map_err(startup)?;
+        let heap_limit = memory_limit.unwrap_or_else(default_heap_limit);
+        lua.set_memory_limit(heap_limit).map_err(startup)?;
         Ok(LuaEngine {
             lua,
             hook,
@@ -162,6 +164,7 @@ impl LuaEngine {
             traceback,
             std_handles,
             memory_limit,
+            heap_limit,
             cells_run: 0,
             baseline,
         })
@@ -299,6 +302,14 @@ impl LuaEngine {
             OutputStream::Stderr,
             format!("{text}\n").as_bytes(),
         );
+        if is_memory_error(err) {
+            // Before the collection after the cell frees what the failed allocation left.
+            return CellOutcome::OutOfMemory {
+                summary,
+                limit_bytes: self.heap_limit as u64,
+                used_bytes: self.lua.used_memory() as u64,
+            };
+        }
         CellOutcome::Failed { summary }
     }
 
@@ -451,6 +462,15 @@ fn describe_error(err: &mlua::Error, memory_limit: Option<usize>) -> (String, St
             (text, summary)
         }
     }
+}
+
+/// Whether the heap limit ended the cell: a memory error, also when raised under a callback.
+fn is_memory_error(err: &mlua::Error) -> bool {
+    let mut root = err;
+    while let mlua::Error::CallbackError { cause, .. } = root {
+        root = cause.as_ref();
+    }
+    matches!(root, mlua::Error::MemoryError(_))
 }
 
 /// The first line of an error message, without the traceback.

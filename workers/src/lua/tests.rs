@@ -341,11 +341,23 @@ fn debug_sethook_cannot_remove_the_interrupt_hook() {
 fn running_out_of_memory_fails_the_cell_only() {
     let mut lua = LuaEngine::with_memory_limit(Some(32 * 1024 * 1024)).expect("engine starts");
     completed(&mut lua, "kept = 'yes'");
-    let (summary, ran) = failed(
+    let ran = run(
         &mut lua,
         r#"local t = {} for i=1,1e9 do t[i] = string.rep("x", 100) .. i end"#,
     );
-    assert_eq!(summary, "not enough memory");
+    const LIMIT: u64 = 32 * 1024 * 1024;
+    match &ran.outcome {
+        CellOutcome::OutOfMemory {
+            summary,
+            limit_bytes,
+            used_bytes,
+        } => {
+            assert_eq!(summary, "not enough memory");
+            assert_eq!(*limit_bytes, LIMIT);
+            assert!(*used_bytes > LIMIT / 2 && *used_bytes <= LIMIT, "{ran:?}");
+        }
+        other => panic!("expected out of memory, got {other:?} ({ran:?})"),
+    }
     assert!(ran.stderr.contains("32 MiB"), "{}", ran.stderr);
     assert_eq!(completed(&mut lua, "collectgarbage() return kept"), "yes\n");
     assert_eq!(

@@ -206,6 +206,7 @@ mod tests {
             ppid,
             state,
             cpu_ticks: 0,
+            children_cpu_ticks: 0,
             rss_bytes: 0,
             start_ticks: 0,
         }

@@ -2,17 +2,18 @@
 //! fd 4, stdout and stderr on pipes of their own). The threads that drain them are in
 //! `output_relay` and `events`.
 
+use super::forked::PythonProcess;
 use super::interpreter::Interpreter;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 /// The running child and our ends of its pipes.
-pub struct Spawned {
-    pub child: Child,
+pub(crate) struct Spawned {
+    pub child: PythonProcess,
     /// Write end of the command pipe (the runner's fd 3).
     pub commands: File,
     /// Read end of the event pipe (the runner's fd 4).
@@ -26,7 +27,7 @@ pub struct Spawned {
 
 /// Starts `python -u runner` with stdin on /dev/null, stdout and stderr on a pipe each, the
 /// command pipe on fd 3 and the event pipe on fd 4.
-pub fn spawn(
+pub(crate) fn spawn(
     interpreter: &Interpreter,
     runner: &Path,
     sync_token: &str,
@@ -38,23 +39,13 @@ pub fn spawn(
     let (events_read, events_write) = cloexec_pipe()?;
 
     let mut command = Command::new(&interpreter.program);
+    command.arg("-u").arg(runner).stdin(Stdio::null());
+    let (set, unset) = runner_env(interpreter, std::env::var_os("PATH").as_deref());
     command
-        .arg("-u")
-        .arg(runner)
-        .stdin(Stdio::null())
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONIOENCODING", "utf-8")
+        .envs(set)
         .env(cellvisor_ipc::env::SYNC_TOKEN, sync_token);
-    if let Some(venv) = &interpreter.venv {
-        let mut path = OsString::from(venv.join("bin"));
-        if let Some(rest) = std::env::var_os("PATH").filter(|p| !p.is_empty()) {
-            path.push(":");
-            path.push(rest);
-        }
-        command
-            .env("PATH", path)
-            .env("VIRTUAL_ENV", venv)
-            .env_remove("PYTHONHOME");
+    for name in unset {
+        command.env_remove(name);
     }
 
     // Our ends stay in the parent; the child's ends are dup'ed onto 1-4 in the child.
@@ -77,12 +68,38 @@ pub fn spawn(
     // inherit them) is gone.
     drop((output_write, errors_write, commands_read, events_write));
     Ok(Spawned {
-        child,
+        child: PythonProcess::Spawned(child),
         commands: File::from(commands_write),
         events: File::from(events_read),
         output: File::from(output_read),
         errors: File::from(errors_read),
     })
+}
+
+/// What the runner's environment changes from the worker's: unbuffered UTF-8 streams, and
+/// for a virtualenv its `bin` first on `PATH` (`path` is the worker's), `VIRTUAL_ENV` set and
+/// `PYTHONHOME` removed. Returns the variables to set and those to remove. A zygote's forked
+/// runners get the same.
+pub fn runner_env(
+    interpreter: &Interpreter,
+    path: Option<&OsStr>,
+) -> (Vec<(OsString, OsString)>, Vec<OsString>) {
+    let mut set = vec![
+        ("PYTHONUNBUFFERED".into(), "1".into()),
+        ("PYTHONIOENCODING".into(), "utf-8".into()),
+    ];
+    let mut unset = Vec::new();
+    if let Some(venv) = &interpreter.venv {
+        let mut joined = OsString::from(venv.join("bin"));
+        if let Some(rest) = path.filter(|p| !p.is_empty()) {
+            joined.push(":");
+            joined.push(rest);
+        }
+        set.push(("PATH".into(), joined));
+        set.push(("VIRTUAL_ENV".into(), venv.into()));
+        unset.push("PYTHONHOME".into());
+    }
+    (set, unset)
 }
 
 /// Runs in the forked child before exec. Sources are first copied above 9 so that moving one

@@ -19,10 +19,16 @@ import subprocess
 import sys
 import time
 
+from cellvisor_magics import Magics  # imported from beside this module, as it was
+
 # `x = !cmd` / `x = %magic`: an assignment target, then `!`, `!!` or `%`.
 _SPECIAL_LINE = re.compile(r"^([ \t]*)(?:([\w.\[\], \t*]+?)[ \t]*=[ \t]*)?(!!|!|%)(.*)$")
 _CELL_MAGIC = re.compile(r"^[ \t]*%%(\w+)[ \t]*(.*)$")
 _MAGIC_NAME = re.compile(r"^(\w+)[ \t]*(.*)$", re.S)
+# `obj?`, `obj.attr??`, `np.*cos*?`, `%magic?`, `x[0]?` at a line's end (IPython's HelpEnd);
+# `?obj` and `??obj` at its start.
+_HELP_END = re.compile(r"(%{0,2}(?!\d)[\w*]+(?:\.(?!\d)[\w*]+|\[-?[0-9]+\])*)(\?\??)$")
+_HELP_START = re.compile(r"^([ \t]*)(\?\??)(.*)$")
 
 
 class UsageError(Exception):
@@ -38,8 +44,8 @@ UsageError.__module__ = "builtins"
 def needs_transform(source):
     """Whether `source` has a line that starts with `!` or `%` (maybe after `x =`)."""
     for line in source.splitlines():
-        stripped = line.lstrip()
-        if stripped[:1] in ("!", "%"):
+        stripped = line.strip()
+        if stripped[:1] in ("!", "%", "?") or _help_end(line):
             return True
         if "=" in stripped and _SPECIAL_LINE.match(line) and _SPECIAL_LINE.match(line).group(2):
             return True
@@ -65,7 +71,32 @@ def transform_cell(source):
     return "\n".join(out)
 
 
+def _help_end(line):
+    """The match of `obj?` ending the line's code (not its comment), or None."""
+    quote = None
+    for index, char in enumerate(line):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char == "#":
+            line = line[:index]
+            break
+    line = line.strip()
+    return _HELP_END.search(line) if line.endswith("?") else None
+
+
 def _transform_line(line):
+    help_end = _help_end(line)
+    help_start = _HELP_START.match(line) if line.lstrip().startswith("?") else None
+    if help_end or help_start:
+        indent = line[:len(line) - len(line.lstrip())]
+        target, mark = (help_end.group(1), help_end.group(2)) if help_end else \
+            (help_start.group(3).strip(), help_start.group(2))
+        if not target:
+            return indent + "get_ipython().show_usage()"
+        magic = "pinfo2" if mark == "??" else "psearch" if "*" in target else "pinfo"
+        return indent + "get_ipython().run_line_magic(%r, %r)" % (magic, target)
     match = _SPECIAL_LINE.match(line)
     if not match:
         return line
@@ -192,7 +223,7 @@ class DisplayPublisher:
         """Nothing to clear: outputs are a stream."""
 
 
-class Shell:
+class Shell(Magics):
     """What `get_ipython()` returns: the parts of IPython's InteractiveShell agents use."""
 
     def __init__(self, send_bundle):
@@ -204,6 +235,11 @@ class Shell:
     @property
     def user_ns(self):
         return sys.modules["__main__"].__dict__
+
+    @property
+    def execution_count(self):
+        """The number of the running cell, as `In[N]` and `Out[N]` count."""
+        return sys.modules["cellvisor_notebook"].history.count
 
     # Shell commands.
     def var_expand(self, cmd, depth=0):
@@ -249,7 +285,7 @@ class Shell:
 
     # Magics.
     def run_line_magic(self, magic_name, line, _stack_depth=1):
-        method = getattr(self, "_line_" + magic_name, None)
+        method = self._magic_method("line", magic_name)
         if method is None:
             raise UsageError("Line magic function `%%%s` not found." % magic_name)
         if magic_name not in ("time", "timeit"):
@@ -257,7 +293,7 @@ class Shell:
         return method(line)
 
     def run_cell_magic(self, magic_name, line, cell):
-        method = getattr(self, "_cell_" + magic_name, None)
+        method = self._magic_method("cell", magic_name)
         if method is None:
             raise UsageError("Cell magic `%%%%%s` not found." % magic_name)
         if magic_name not in ("time", "timeit"):
@@ -269,6 +305,7 @@ class Shell:
         return self.run_line_magic(name, rest, _stack_depth=2)
 
     def _line_pip(self, line):
+        """Runs pip in this Python (`%pip install pandas`)."""
         _flush()
         subprocess.call([sys.executable, "-m", "pip"] + _split(line), stdin=subprocess.DEVNULL)
         print("Note: you may need to restart the kernel to use updated packages.")
@@ -291,6 +328,7 @@ class Shell:
                   "figures arrive as PNG displays, as with %%matplotlib inline" % backend)
 
     def _line_cd(self, line):
+        """Changes the working directory (`%cd -` goes back, `-q` is quiet), printing it."""
         args = _split(line)
         quiet = "-q" in args
         args = [arg for arg in args if arg != "-q"]
@@ -304,10 +342,14 @@ class Shell:
             print(error)
             return
         self._oldpwd = previous
+        dirs = sys.modules["cellvisor_notebook"].history.dirs  # `_dh`
+        if dirs is not None:
+            dirs.append(os.getcwd())
         if not quiet:
             print(os.getcwd())
 
     def _line_env(self, line):
+        """Lists the environment, or gets (`%env KEY`) or sets (`%env KEY=value`) a variable."""
         line = line.strip()
         if not line:
             hidden = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASS")
@@ -328,9 +370,11 @@ class Shell:
             raise UsageError("Environment does not have key: %s" % line) from None
 
     def _line_time(self, line):
+        """Times one statement or expression: CPU and wall time."""
         return self._timed(line)
 
     def _cell_time(self, line, cell):
+        """Times the cell: CPU and wall time."""
         return self._timed(cell)
 
     def _timed(self, code):
@@ -352,9 +396,11 @@ class Shell:
             print("Wall time: %s" % _format_time(wall))
 
     def _line_timeit(self, line):
+        """Times a statement over many loops (`-n LOOPS`, `-r RUNS`): mean and deviation."""
         return self._timeit(line, "")
 
     def _cell_timeit(self, line, cell):
+        """Times the cell over many loops, the first line being the setup."""
         return self._timeit(line, cell)
 
     def _timeit(self, line, cell):
@@ -390,6 +436,7 @@ class Shell:
             "{:,}".format(number), "" if number == 1 else "s"))
 
     def _line_who(self, line):
+        """Lists the names the cells defined (optionally of the types given)."""
         wanted = set(line.split())
         hidden = self._hidden_names()
         names = sorted(
@@ -408,6 +455,7 @@ class Shell:
         return self._hidden
 
     def _line_run(self, line):
+        """Runs a Python file (`-i`: in the cells' namespace), its names then in it."""
         args = _split(line)
         in_user_ns = "-i" in args[:1]
         if in_user_ns:
@@ -434,9 +482,11 @@ class Shell:
             self.user_ns.update(namespace)
 
     def _cell_bash(self, line, cell):
+        """Runs the cell with bash."""
         return self._script(["bash"] + _split(line), cell)
 
     def _cell_sh(self, line, cell):
+        """Runs the cell with sh."""
         return self._script(["sh"] + _split(line), cell)
 
     def _script(self, command, cell):
@@ -446,6 +496,7 @@ class Shell:
             raise subprocess.CalledProcessError(done.returncode, cell)
 
     def _cell_writefile(self, line, cell):
+        """Writes the cell to a file (`-a` appends)."""
         args = _split(line)
         append = bool(args) and args[0] in ("-a", "--append")
         if append:

@@ -52,6 +52,8 @@ def _compile_aside():
         pass
 
 
+# A zygote (see cellvisor_zygote) loads the runner once and forks runners from it.
+_zygote = os.environ.pop("CELLVISOR_ZYGOTE", "") == "1"
 sys.path.insert(0, _here)
 _dont_write = sys.dont_write_bytecode
 sys.dont_write_bytecode = False  # the directory is ours, even under PYTHONDONTWRITEBYTECODE
@@ -59,8 +61,13 @@ try:
     if _uncached():
         _compile_aside()
     import cellvisor_runner
+    if _zygote:
+        import cellvisor_zygote
 finally:
     sys.dont_write_bytecode = _dont_write
     del sys.path[0]
 
-cellvisor_runner.main()
+if _zygote:
+    cellvisor_zygote.main()
+else:
+    cellvisor_runner.main()

@@ -13,6 +13,10 @@
 //!   rather than part of the runner so that Python caches its bytecode.
 //! - `ipython.py` (embedded, written beside it as `cellvisor_ipython`): `!cmd`, `%magic`,
 //!   `%%magic` and `get_ipython()`, imported only by a cell that uses them.
+//! - `NOTEBOOK_MODULES` (written beside it as `cellvisor_<name>`): `notebook.py` (the
+//!   execution count, `In`/`Out` history, the first look at IPython syntax; imported with the
+//!   prelude), `pretty.py` (IPython's text of a trailing value), `magics.py` (the magics
+//!   beyond `ipython.py`'s) and `inspector.py` (`obj?` help), each imported on first use.
 //! - `state.py` (embedded, written beside it as `cellvisor_state`) and `state`: snapshots of
 //!   the cells' names (save, restore, list), run by the runner as a task between cells.
 //!
@@ -33,19 +37,26 @@
 
 mod child;
 mod events;
+pub use child::runner_env;
+mod forked;
+mod install;
 pub mod interpreter;
 mod markers;
 mod output_relay;
 mod start_check;
 mod state;
 
-use crate::helpers::fs::{write_atomically, Durability};
 use crate::runtime::{
     Engine, Interrupt, LoadedState, Outbox, SavedState, StateError, WorkerContext, WorkerError,
 };
 use cellvisor_ipc::state::NameInfo;
 use cellvisor_ipc::{CellOutcome, ExecuteCell, Language, OutputStream};
 use events::Event;
+use forked::PythonProcess;
+use install::install_ipython_module;
+pub use install::install_runner;
+#[cfg(test)]
+use install::*;
 use interpreter::Interpreter;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -54,28 +65,10 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus};
+use std::process::ExitStatus;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-const RUNNER_SOURCE: &str = include_str!("runner.py");
-const LAUNCHER_SOURCE: &str = include_str!("launcher.py");
-/// The module name the launcher (the `runner.py` python runs) imports the runner by, so
-/// that its bytecode is cached.
-const RUNNER_MODULE_FILE: &str = "cellvisor_runner.py";
-const PRELUDE_SOURCE: &str = include_str!("prelude.py");
-const IPYTHON_SOURCE: &str = include_str!("ipython.py");
-const STATE_SOURCE: &str = include_str!("state.py");
-/// The module name runner.py imports the prelude by.
-const PRELUDE_FILE: &str = "cellvisor_prelude.py";
-/// The module name the prelude imports the IPython compatibility by, on first use.
-const IPYTHON_FILE: &str = "cellvisor_ipython.py";
-/// The module name the runner imports the state module by, on the first state task.
-const STATE_FILE: &str = "cellvisor_state.py";
-const EXIT_SOURCE: &str = include_str!("exit.py");
-/// The module name the runner and `exit()` import code mode's `exit()` by.
-const EXIT_FILE: &str = "cellvisor_exit.py";
 
 /// How long python may take to start and say `ready`.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -95,7 +88,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The python child, the pipes to it and what its threads share with us.
 pub(crate) struct PythonEngine {
-    child: Child,
+    child: PythonProcess,
     /// The runner's fd 3, shared with the threads that write tool results.
     commands: Arc<Mutex<File>>,
     events: Receiver<Event>,
@@ -112,10 +105,26 @@ pub(crate) struct PythonEngine {
 }
 
 impl PythonEngine {
-    /// Finds the session's Python and starts its runner; a Python that cannot start fails
-    /// the worker, saying why.
+    /// Finds the session's Python and starts its runner, or takes the runner a zygote forked
+    /// for this worker when it runs that Python; a Python that cannot start fails the worker,
+    /// saying why.
     pub fn new(context: &WorkerContext) -> Result<Self, WorkerError> {
         let interpreter = interpreter::locate(&context.runtime_dir).map_err(WorkerError::Engine)?;
+        match forked::take() {
+            Some(Ok(forked)) => {
+                let confined = crate::sandbox::rules_from_env().is_ok_and(|r| r.is_some());
+                if forked.program == interpreter.program && !confined {
+                    return Self::adopt(&interpreter, &context.runtime_dir, forked);
+                }
+                // Not the Python this session runs on (or not confined as it must be): the
+                // runner goes, and this worker starts its own.
+                let mut process = forked.spawned.child;
+                let _ = process.kill();
+                let _ = process.wait();
+            }
+            Some(Err(why)) => eprintln!("cellvisor worker: ignoring the forked runner: {why}"),
+            None => {}
+        }
         Self::start(&interpreter, &context.runtime_dir)
     }
 
@@ -134,6 +143,27 @@ impl PythonEngine {
         // Only a cell that uses IPython syntax imports it, well after start: written while
         // python starts rather than before.
         install_ipython_module(&runner);
+        Self::attach(interpreter, spawned, &token)
+    }
+
+    /// Takes the runner a zygote forked into this process before it became the worker.
+    fn adopt(
+        interpreter: &Interpreter,
+        runtime_dir: &Path,
+        forked: forked::Forked,
+    ) -> Result<Self, WorkerError> {
+        if let Ok(runner) = install_runner(runtime_dir) {
+            install_ipython_module(&runner);
+        }
+        Self::attach(interpreter, forked.spawned, &forked.token)
+    }
+
+    /// Starts the threads that drain a running python's pipes and waits for its `ready`.
+    fn attach(
+        interpreter: &Interpreter,
+        spawned: child::Spawned,
+        token: &str,
+    ) -> Result<Self, WorkerError> {
         let pid = Pid::from_raw(spawned.child.id() as i32);
         let routing = Arc::new(SharedRouting::default());
         let (sender, events) = mpsc::channel();
@@ -465,53 +495,6 @@ fn describe_exit(status: ExitStatus) -> String {
         },
         None => format!("python ended: {status}"),
     }
-}
-
-/// Writes the runner, its launcher and the prelude into a directory of the runtime directory
-/// whose name changes with their content, so workers of different builds never run each
-/// other's files (and Python's bytecode cache there is never stale). The launcher goes last:
-/// once it is there, so are the modules it imports.
-fn install_runner(runtime_dir: &Path) -> Result<PathBuf, String> {
-    let mut all = RUNNER_SOURCE.as_bytes().to_vec();
-    all.extend_from_slice(LAUNCHER_SOURCE.as_bytes());
-    all.extend_from_slice(PRELUDE_SOURCE.as_bytes());
-    all.extend_from_slice(IPYTHON_SOURCE.as_bytes());
-    all.extend_from_slice(STATE_SOURCE.as_bytes());
-    all.extend_from_slice(EXIT_SOURCE.as_bytes());
-    let hash = interpreter::fnv1a(&all);
-    let dir = runtime_dir.join(format!("python-{:012x}", hash >> 16));
-    let runner = dir.join("runner.py");
-    if runner.is_file() {
-        return Ok(runner);
-    }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    for (name, source) in [
-        (PRELUDE_FILE, PRELUDE_SOURCE),
-        (STATE_FILE, STATE_SOURCE),
-        (EXIT_FILE, EXIT_SOURCE),
-        (RUNNER_MODULE_FILE, RUNNER_SOURCE),
-        ("runner.py", LAUNCHER_SOURCE),
-    ] {
-        let path = dir.join(name);
-        write_atomically(&path, source.as_bytes(), Durability::Synced)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    }
-    Ok(runner)
-}
-
-/// Writes the IPython module beside `runner` if it is not there yet: whole or not at all (a
-/// rename), but without waiting for the disk, since it runs while python starts and the
-/// runtime directory does not outlive a reboot anyway. A failure only shows when a cell needs
-/// the module (as an ImportError naming it).
-fn install_ipython_module(runner: &Path) {
-    let Some(dir) = runner.parent() else {
-        return;
-    };
-    let path = dir.join(IPYTHON_FILE);
-    if path.is_file() {
-        return;
-    }
-    let _ = write_atomically(&path, IPYTHON_SOURCE.as_bytes(), Durability::Unsynced);
 }
 
 /// What a confined interpreter reads besides the system trees: its runner directory, its

@@ -18,6 +18,11 @@ import json
 import os
 import sys
 
+# Every cell goes through it (history, IPython syntax, the value's text): imported with the
+# prelude (from beside it, as the prelude is), so that a prewarmed worker's first cell does not
+# wait for it (~0.3 ms) and the launcher's first run caches its bytecode with the prelude's.
+import cellvisor_notebook  # noqa: F401
+
 STATUS_MIME = "application/x-cellvisor-status"
 # A trailing value's bundle repeats what its text already says; past this size (as JSON) it
 # is not worth sending twice.
@@ -447,7 +452,7 @@ def _rich_bundle(value):
     return bundle
 
 
-def _bundle(value, rich_only=False):
+def _bundle(value, rich_only=False, text=None):
     """The MIME bundle of `value`, always with `text/plain`; with `rich_only`, None when it
     has nothing richer than its text (scalars, tuples, objects without rich reprs)."""
     if isinstance(value, (dict, list)) or (isinstance(value, tuple) and not rich_only):
@@ -459,7 +464,9 @@ def _bundle(value, rich_only=False):
     if rich_only and not any(key != "text/plain" for key in bundle):
         return None
     if "text/plain" not in bundle:
-        bundle["text/plain"] = value if isinstance(value, str) else _safe_repr(value)
+        if text is None:
+            text = value if isinstance(value, str) else _safe_repr(value)
+        bundle["text/plain"] = text
     return bundle
 
 
@@ -490,17 +497,18 @@ _PLAIN_TYPES = frozenset((int, float, complex, bool, str, bytes, bytearray, rang
                           frozenset, type(None)))
 
 
-def show_trailing(value):
+def show_trailing(value, text=None):
     """Sends the cell's trailing value as a bundle when it has a rich form, so hosts that
     render JSON, HTML or images get it. Returns whether that bundle stands for the value's
     text too: a value with a rich repr (HTML, Markdown, an image, ...) is one bundle, as in
     Jupyter, and its `text/plain` is not printed beside it; a JSON value (a dict or list) is
-    printed as well, its bundle only adding structure."""
+    printed as well, its bundle only adding structure. `text` is the value's pretty text,
+    the bundle's `text/plain` unless a repr method gives one."""
     if type(value) in _PLAIN_TYPES:
         return False  # the common case, without looking for `_repr_*_` methods
     if _is_pyplot_figure(value):
         return False  # sent with the cell's other open figures; once is enough
-    bundle = _bundle(value, rich_only=True)
+    bundle = _bundle(value, rich_only=True, text=text)
     if bundle is None or len(json.dumps(bundle)) > TRAILING_BUNDLE_LIMIT:
         return False
     _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": bundle})
@@ -508,61 +516,16 @@ def show_trailing(value):
 
 
 # --- IPython ---------------------------------------------------------------------------
+# In cellvisor_notebook, loaded with the first cell.
 
 
 def get_ipython():
-    """The IPython-like shell of this worker: `system`, `getoutput`, `run_line_magic`,
-    `run_cell_magic`, `user_ns`, `display_pub` (cellvisor_ipython, loaded on first use)."""
-    return ipython().shell(send_bundle)
-
-
-def ipython():
-    """The IPython compatibility module, imported from beside the runner on first use."""
-    return _host.import_beside("cellvisor_ipython")
-
-
-def without_ipython_syntax(source):
-    """The cell with its `!cmd`, `%magic` and `x = !cmd` lines rewritten into calls on
-    get_ipython(). A cheap first look decides whether the IPython module is needed at all."""
-    if "!" not in source and "%" not in source:
-        return source
-    for line in source.splitlines():
-        if line.lstrip()[:1] in ("!", "%") or "=!" in line or "= !" in line or "=%" in line \
-                or "= %" in line:
-            module = ipython()
-            return module.transform_cell(source) if module.needs_transform(source) else source
-    return source
-
-
-def ends_with_semicolon(source, last):
-    """Whether the cell's last statement (an expression node) is followed by `;`."""
-    lines = source.splitlines()
-    if last.end_lineno is None or last.end_lineno > len(lines):
-        return False
-    line = lines[last.end_lineno - 1].encode("utf-8")  # offsets count UTF-8 bytes
-    rest = line[last.end_col_offset:].decode("utf-8", "replace").lstrip()
-    return rest.startswith(";")
+    """The IPython-like shell of this worker (see cellvisor_notebook)."""
+    return _host.import_beside("cellvisor_notebook").get_ipython()
 
 
 def _patch_ipython_display(module):
-    """IPython's `display()` and `publish_display_data()` (when a cell imports IPython) send
-    cellvisor displays instead of printing reprs outside a kernel."""
-
-    def display_(*objs, include=None, exclude=None, metadata=None, transient=None,
-                 display_id=None, raw=False, clear=False, **kwargs):
-        """Shows objects as rich output of the running cell (cellvisor)."""
-        for obj in objs:
-            if raw:
-                send_bundle(obj)
-            else:
-                display(obj)
-
-    def publish_display_data(data, metadata=None, source=None, *, transient=None, **kwargs):
-        """Sends a MIME bundle as a display of the running cell (cellvisor)."""
-        send_bundle(data)
-
-    module.display = display_
-    module.publish_display_data = publish_display_data
+    _host.import_beside("cellvisor_notebook").patch_ipython_display(module)
 
 
 # --- matplotlib ------------------------------------------------------------------------

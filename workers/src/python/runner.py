@@ -250,11 +250,16 @@ def _hidden_frame(filename):
     return False
 
 
+# Modules of ours a cell may run through (the prelude aside), loaded when first needed.
+_OUR_MODULES = ("cellvisor_ipython", "cellvisor_exit", "cellvisor_notebook", "cellvisor_pretty",
+                "cellvisor_magics", "cellvisor_inspector")
+
+
 def _our_files():
     """The files of cellvisor's Python side, whose frames tracebacks leave out (`<cell 0>` is
     the line that runs a startup module)."""
     files = {RUNNER_FILE, "<cell 0>"}
-    for module in (_prelude, *map(sys.modules.get, ("cellvisor_ipython", "cellvisor_exit"))):
+    for module in (_prelude, *map(sys.modules.get, _OUR_MODULES)):
         name = getattr(module, "__file__", None)
         if name:
             files.add(name)
@@ -293,6 +298,9 @@ def _report_error(error):
             [frame for frame in report.stack if frame.filename not in ours]
         )
         text = "".join(report.format())
+        magics = sys.modules.get("cellvisor_magics")
+        if magics is not None:  # `%xmode Minimal`: the exception line only
+            text = magics.traceback_text(error, text)
     except Exception:
         text = _summary(error) + "\n"
     _flush_std()
@@ -351,10 +359,11 @@ def _run_cell(cell_id, source, namespace):
     # cells (and the functions they define) share one namespace and their lines overlap.
     namespace.pop("__warningregistry__", None)
     try:
-        source = _prelude.without_ipython_syntax(source)
+        notebook = _import_beside("cellvisor_notebook")  # history, IPython syntax, pretty text
+        source = notebook.begin_cell(cell_id, source, namespace)
         tree = compile(source, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
         has_value = bool(tree.body) and isinstance(tree.body[-1], _ast.Expr)
-        if has_value and _prelude.ends_with_semicolon(source, tree.body[-1]):
+        if has_value and notebook.ends_with_semicolon(source, tree.body[-1]):
             has_value = False  # IPython's rule: a trailing `;` hides the value
         if has_value:
             last = tree.body[-1]
@@ -371,11 +380,13 @@ def _run_cell(cell_id, source, namespace):
             _run_code(code, namespace)
             value = namespace.get(RESULT_NAME)
         finally:
-            namespace.pop(RESULT_NAME, None)
+            shown = namespace.pop(RESULT_NAME, None)
+            notebook.end_cell(shown is not None)  # extensions' post_execute callbacks
             if "cellvisor_exit" in sys.modules:  # raises exit()'s SystemExit if it was called
                 sys.modules["cellvisor_exit"].end_cell()
-        if value is not None and not _prelude.show_trailing(value):
-            _show_trailing_text(repr(value) + "\n")
+        text = None if value is None else notebook.trailing(cell_id, value, namespace)
+        if text is not None:
+            _show_trailing_text(text)
         _prelude.send_figures()
         return "ok", None
     except KeyboardInterrupt:
@@ -628,6 +639,7 @@ def _load_prelude():
 
 _commands = _CommandReader()
 _prelude = None
+_namespace = None
 
 
 def _reap(pids):
@@ -645,12 +657,21 @@ def _reap(pids):
         _state.early_interrupt = False
 
 
-def main():
-    global _prelude
-    token = os.environ.pop("CELLVISOR_SYNC_TOKEN", "")
+def prepare():
+    """Loads what every runner holds before its first cell: the prelude in builtins and the
+    cells' namespace. A zygote calls it once and forks runners that start from here."""
+    global _prelude, _namespace
     # Figures render off-screen (and are sent as PNG) unless the user chose a backend.
     if not os.environ.get("MPLBACKEND"):
         os.environ["MPLBACKEND"] = "Agg"
+    if _prelude is None:
+        _prelude = _load_prelude()
+        _namespace = _main_module()
+
+
+def main():
+    token = os.environ.pop("CELLVISOR_SYNC_TOKEN", "")
+    prepare()
     os.set_inheritable(COMMAND_FD, False)
     os.set_inheritable(EVENT_FD, False)
     marker_fd = os.dup(1)  # not inheritable; survives cells that close or move fd 1
@@ -663,8 +684,7 @@ def main():
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     sys.stdin = _NoStdin()
     builtins.input = _refuse_stdin
-    _prelude = _load_prelude()
-    namespace = _main_module()
+    namespace = _namespace
     commands = _commands
     name = "PyPy" if sys.implementation.name == "pypy" else "Python"
     version = "%d.%d.%d" % sys.version_info[:3]

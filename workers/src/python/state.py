@@ -70,12 +70,16 @@ def run(command, namespace):
 
 
 def user_names(namespace):
-    """The names the cells made: not dunder names, not builtins re-exported, not the runner's."""
+    """The names the cells made: not dunder names, not builtins re-exported, not the runner's
+    (nor the history's: `In`, `Out`, `_`, `_5`, `_i5`, ...)."""
     names = []
+    notebook = sys.modules.get("cellvisor_notebook")
     for name, value in list(namespace.items()):
         if not isinstance(name, str) or (name.startswith("__") and name.endswith("__")):
             continue
         if name in RUNNER_NAMES or getattr(builtins, name, _MISSING) is value:
+            continue
+        if notebook is not None and notebook.is_history_name(name):
             continue
         names.append(name)
     return names

@@ -503,3 +503,18 @@ fn numpy_arrays_and_dataframes_round_trip_quickly() {
         format!("numpy -1.5 True ({}, 3) 1.0\n", 50 * (1 << 20) / 24)
     );
 }
+
+/// The history's names (`In`, `Out`, `_`, `_N`, `_iN`, ...) are the session's, not the
+/// cells': a snapshot neither lists nor saves them.
+#[test]
+fn history_names_are_not_listed_or_saved() {
+    let mut py = Py::found();
+    py.run("x = 41");
+    assert_eq!(py.run("x + 1"), "42\n");
+    py.run("y = _ + len(In)");
+    let listed: Vec<String> = names_of(&mut py)
+        .into_iter()
+        .map(|info| info.name)
+        .collect();
+    assert_eq!(listed, ["x", "y"]);
+}

@@ -617,6 +617,9 @@ fn closing_the_event_pipe_ends_the_engine_cleanly() {
 #[path = "prelude_tests.rs"]
 mod prelude_tests;
 
+#[path = "notebook_tests.rs"]
+mod notebook_tests;
+
 #[test]
 fn ipython_syntax_is_only_recognised_where_a_statement_starts() {
     let mut py = Harness::new();

@@ -85,7 +85,14 @@ pub(crate) fn open_verified(path: &Path, key: &[u8]) -> Result<(SnapshotMeta, u6
     let (lengths, rest) = fixed.split_at(12);
     let (tag, magic) = rest.split_at(TAG_BYTES);
     if magic != MAGIC {
-        return Err(tampered("not a cellvisor snapshot, or its end was cut off"));
+        return Err(match magic.strip_prefix(&MAGIC[..6]) {
+            Some(version) if version.iter().all(u8::is_ascii_alphanumeric) => tampered(&format!(
+                "a snapshot of format {}, which this cellvisor does not read (it reads {})",
+                String::from_utf8_lossy(version),
+                String::from_utf8_lossy(&MAGIC[6..])
+            )),
+            _ => tampered("not a cellvisor snapshot, or its end was cut off"),
+        });
     }
     let payload = u64::from_le_bytes(lengths[..8].try_into().unwrap_or_default());
     let meta_len = u32::from_le_bytes(lengths[8..].try_into().unwrap_or_default());
@@ -147,6 +154,10 @@ fn failed(path: &Path, err: &std::io::Error) -> StateRefusal {
         why: format!("cannot read the snapshot {}: {err}", path.display()),
     }
 }
+
+#[cfg(test)]
+#[path = "file_properties.rs"]
+mod properties;
 
 #[cfg(test)]
 mod tests {

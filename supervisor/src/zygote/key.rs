@@ -1,0 +1,262 @@
+//! Which zygote a worker spec belongs to, what a zygote is started with, and the request
+//! that asks it for a worker.
+
+use crate::spawn::WorkerSpec;
+use cellvisor_ipc::Language;
+use cellvisor_workers::python::interpreter::{self, Discovered, Interpreter};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// What makes two workers' zygotes interchangeable.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ZygoteKey {
+    /// The interpreter the worker would start.
+    pub program: PathBuf,
+    pub venv: Option<PathBuf>,
+    /// The variables Python and the usual preloaded modules read while they load
+    /// ([`read_while_loading`]), sorted.
+    pub loaded_env: Vec<(OsString, OsString)>,
+    pub preload: Vec<String>,
+}
+
+impl ZygoteKey {
+    /// The zygote for a worker of `spec`; `None` when it must start its own interpreter: not
+    /// Python, zygotes off, sandboxed (it is confined before its interpreter starts), or an
+    /// interpreter only a version-manager shim can name.
+    pub fn of(spec: &WorkerSpec) -> Option<ZygoteKey> {
+        if spec.language != Language::Python || !spec.zygote || spec.env.is_confined() {
+            return None;
+        }
+        let cwd = match &spec.cwd {
+            Some(cwd) => cwd.clone(),
+            None => std::env::current_dir().ok()?,
+        };
+        let lookup = |name: &str| spec.env.get(name).map(OsStr::to_owned);
+        let Discovered::Found(found) =
+            interpreter::discover(&cwd, &lookup, spec.env.configured_python()).ok()?
+        else {
+            return None;
+        };
+        let mut loaded_env: Vec<(OsString, OsString)> = spec
+            .env
+            .render()
+            .filter(|(name, _)| read_while_loading(name))
+            .map(|(name, value)| (name.to_owned(), value.to_owned()))
+            .collect();
+        loaded_env.sort();
+        Some(ZygoteKey {
+            program: found.program,
+            venv: found.venv,
+            loaded_env,
+            preload: spec.preload.clone(),
+        })
+    }
+
+    fn interpreter(&self) -> Interpreter {
+        Interpreter {
+            program: self.program.clone(),
+            venv: self.venv.clone(),
+        }
+    }
+}
+
+/// Variables whose value when an interpreter or a common scientific module loads decides
+/// what it loaded: Python's own (`PYTHONPATH`, `PYTHONHASHSEED`, ...), the home directory
+/// (user site-packages), the locale, matplotlib's and the numeric libraries' threading.
+fn read_while_loading(name: &OsStr) -> bool {
+    let Some(name) = name.to_str() else {
+        return true;
+    };
+    [
+        "PYTHON",
+        "LC_",
+        "MPL",
+        "OMP_",
+        "OPENBLAS_",
+        "MKL_",
+        "NUMEXPR_",
+        "VECLIB_",
+    ]
+    .iter()
+    .any(|prefix| name.starts_with(prefix))
+        || matches!(name, "HOME" | "LANG" | "LANGUAGE")
+}
+
+/// The environment a zygote starts with: the spec's without cellvisor's own per-worker
+/// variables (a forked runner gets the whole of its own before any cell), plus what the
+/// runner's environment changes ([`cellvisor_workers::python::runner_env`]).
+pub fn zygote_env(key: &ZygoteKey, spec: &WorkerSpec) -> Vec<(OsString, OsString)> {
+    let base: Vec<(OsString, OsString)> = spec
+        .env
+        .render()
+        .filter(|(name, _)| !name.to_string_lossy().starts_with("CELLVISOR_"))
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect();
+    with_runner_changes(&key.interpreter(), base)
+}
+
+fn with_runner_changes(
+    interpreter: &Interpreter,
+    mut env: Vec<(OsString, OsString)>,
+) -> Vec<(OsString, OsString)> {
+    let path = env
+        .iter()
+        .find(|(name, _)| name == "PATH")
+        .map(|(_, value)| value.clone());
+    let (set, unset) = cellvisor_workers::python::runner_env(interpreter, path.as_deref());
+    env.retain(|(name, _)| !unset.contains(name) && !set.iter().any(|(s, _)| s == name));
+    env.extend(set);
+    env
+}
+
+/// The request for one worker: its command line and environment, its runner's environment,
+/// its directory and rlimits. `Err` when something cannot be written as JSON text (a
+/// variable or path that is not UTF-8): that worker starts the plain way.
+pub fn request(
+    key: &ZygoteKey,
+    spec: &WorkerSpec,
+    argv: &[OsString],
+    worker_env: &[(OsString, OsString)],
+) -> Result<Vec<u8>, String> {
+    let text = |value: &OsStr| {
+        value
+            .to_str()
+            .map(str::to_string)
+            .ok_or_else(|| format!("{} is not UTF-8", value.to_string_lossy()))
+    };
+    let map = |env: &[(OsString, OsString)]| -> Result<serde_json::Map<String, serde_json::Value>, String> {
+        env.iter()
+            .map(|(name, value)| Ok((text(name)?, serde_json::Value::String(text(value)?))))
+            .collect()
+    };
+    let python_env = with_runner_changes(&key.interpreter(), worker_env.to_vec());
+    let argv: Vec<String> = argv.iter().map(|a| text(a)).collect::<Result<_, _>>()?;
+    let cwd = spec
+        .cwd
+        .as_deref()
+        .map(|c| text(c.as_os_str()))
+        .transpose()?;
+    let rlimits: Vec<[i64; 3]> = spec
+        .rlimits
+        .iter()
+        .map(|limit| {
+            let value = i64::try_from(limit.value).unwrap_or(-1);
+            [i64::from(limit.resource), value, value]
+        })
+        .collect();
+    let request = serde_json::json!({
+        "supervisor": std::process::id(),
+        "argv": argv,
+        "worker_env": map(worker_env)?,
+        "python_env": map(&python_env)?,
+        "cwd": cwd,
+        "rlimits": rlimits,
+        "program": text(key.program.as_os_str())?,
+    });
+    serde_json::to_vec(&request).map_err(|e| e.to_string())
+}
+
+/// What on disk a zygote's loaded code came from: its interpreter, and its virtualenv's
+/// configuration and site-packages. A zygote whose fingerprint changed is replaced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fingerprint(Vec<Option<(u64, u64, i64, i64)>>);
+
+impl Fingerprint {
+    pub fn of(key: &ZygoteKey) -> Fingerprint {
+        let mut paths = vec![std::fs::canonicalize(&key.program).unwrap_or(key.program.clone())];
+        if let Some(venv) = &key.venv {
+            paths.push(venv.join("pyvenv.cfg"));
+            paths.extend(site_packages(venv));
+        }
+        Fingerprint(
+            paths
+                .iter()
+                .map(|path| {
+                    let meta = std::fs::metadata(path).ok()?;
+                    Some((meta.dev(), meta.ino(), meta.mtime(), meta.mtime_nsec()))
+                })
+                .collect(),
+        )
+    }
+}
+
+fn site_packages(venv: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(venv.join("lib")) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path().join("site-packages"))
+        .filter(|dir| dir.is_dir())
+        .collect();
+    found.sort();
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variables_read_while_loading_are_python_locale_and_numeric_ones() {
+        for name in [
+            "PYTHONPATH",
+            "PYTHONHASHSEED",
+            "HOME",
+            "LANG",
+            "LC_ALL",
+            "OMP_NUM_THREADS",
+            "MPLBACKEND",
+        ] {
+            assert!(read_while_loading(OsStr::new(name)), "{name}");
+        }
+        for name in ["PATH", "USER", "CELLVISOR_SESSION", "MYAPP_TOKEN", "TERM"] {
+            assert!(!read_while_loading(OsStr::new(name)), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_venv_runner_gets_its_bin_first_and_no_pythonhome() {
+        let interpreter = Interpreter {
+            program: "/v/bin/python".into(),
+            venv: Some("/v".into()),
+        };
+        let env = with_runner_changes(
+            &interpreter,
+            vec![
+                ("PATH".into(), "/usr/bin".into()),
+                ("PYTHONHOME".into(), "/x".into()),
+                ("A".into(), "1".into()),
+            ],
+        );
+        let get = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+        assert_eq!(get("PATH"), Some("/v/bin:/usr/bin".into()));
+        assert_eq!(get("VIRTUAL_ENV"), Some("/v".into()));
+        assert_eq!(get("PYTHONHOME"), None);
+        assert_eq!(get("PYTHONUNBUFFERED"), Some("1".into()));
+        assert_eq!(get("A"), Some("1".into()));
+        assert_eq!(env.iter().filter(|(n, _)| n == "PATH").count(), 1);
+    }
+
+    #[test]
+    fn a_changed_file_changes_the_fingerprint() {
+        let dir = tempfile::tempdir().unwrap();
+        let venv = dir.path().join("v");
+        std::fs::create_dir_all(venv.join("lib/python3.11/site-packages")).unwrap();
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+        std::fs::write(venv.join("bin/python"), "").unwrap();
+        let key = ZygoteKey {
+            program: venv.join("bin/python"),
+            venv: Some(venv.clone()),
+            loaded_env: Vec::new(),
+            preload: Vec::new(),
+        };
+        let before = Fingerprint::of(&key);
+        assert_eq!(before, Fingerprint::of(&key));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::create_dir(venv.join("lib/python3.11/site-packages/newpkg")).unwrap();
+        assert_ne!(before, Fingerprint::of(&key));
+    }
+}

@@ -1,0 +1,337 @@
+//! Python workers forked from a warm interpreter (`[python] zygote`, `[python] preload`).
+//!
+//! A zygote is a Python runner that loaded the prelude and the preloaded modules once, froze
+//! its heap for the collector and then forks: for each new Python worker it clones itself as
+//! a child of the supervisor, forks the runner under that clone and execs the worker program
+//! in it (see `zygote.py`). The tree is the one a spawned worker has (supervisor → worker →
+//! python), so containment, limits and accounting do not change; only the runner skips its
+//! interpreter's start and imports.
+//!
+//! One zygote per [`ZygoteKey`]: the interpreter and virtualenv a session's worker would run,
+//! the variables Python and preloaded modules read when they load, and the preload list.
+//! Sandboxed sessions, interpreters only a version-manager shim can name and environments
+//! that cannot be written as text start their own interpreter, as with `zygote = false`.
+//! A request whose zygote is not ready (starting, restarting after a death, replaced after
+//! its interpreter changed on disk) starts its worker the plain way meanwhile.
+//!
+//! - `process`: one running zygote, and the request it answers.
+//! - `forked_child`: a forked worker, awaited through a pidfd.
+//! - `key`: which zygote a worker spec belongs to, and what the request to it says.
+
+mod forked_child;
+mod key;
+mod process;
+
+pub use forked_child::ForkedChild;
+pub use key::ZygoteKey;
+pub use process::FailedPreload;
+
+use crate::spawn::WorkerSpec;
+use process::{Zygote, ZygoteStart};
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// Zygotes kept at once; starting another ends the least recently used.
+const MAX_ZYGOTES: usize = 4;
+/// How long a zygote may take to start with its preloads.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long after a zygote died or failed to start another is tried.
+const RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// What `status` shows of a zygote.
+#[derive(Debug, Clone, serde::Serialize, PartialEq)]
+pub struct ZygoteStatus {
+    /// The interpreter it runs.
+    pub interpreter: PathBuf,
+    /// The virtualenv that interpreter belongs to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub virtual_env: Option<PathBuf>,
+    /// `ready`, `starting` (or restarting) or `failed`.
+    pub state: &'static str,
+    /// Its process, once started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// `Python 3.11.7`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Workers it forked.
+    pub forks: u64,
+    /// Modules of `python.preload` it imported.
+    pub preloaded: Vec<String>,
+    /// Modules of `python.preload` it could not import, and why.
+    pub failed: Vec<FailedPreload>,
+    /// Why it could not start, when `failed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+enum Slot {
+    Starting,
+    Ready {
+        zygote: Arc<Zygote>,
+        fingerprint: key::Fingerprint,
+        used: Instant,
+        /// What it was started with, to start its successor alike.
+        env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    },
+    Failed {
+        at: Instant,
+        error: String,
+        /// Starting again would fail alike: no retry for this key.
+        lasting: bool,
+    },
+}
+
+/// Every zygote of a supervisor; shared by the worker launcher.
+pub struct Zygotes {
+    run_dir: PathBuf,
+    slots: Mutex<HashMap<ZygoteKey, Slot>>,
+    me: Weak<Zygotes>,
+}
+
+impl Zygotes {
+    /// `None` where forked workers cannot be awaited (a kernel without pidfds).
+    pub fn new(run_dir: PathBuf) -> Option<Arc<Zygotes>> {
+        if !forked_child::pidfds_supported() {
+            tracing::info!("no pidfds on this kernel: Python workers start without a zygote");
+            return None;
+        }
+        Some(Arc::new_cyclic(|me| Zygotes {
+            run_dir,
+            slots: Mutex::new(HashMap::new()),
+            me: me.clone(),
+        }))
+    }
+
+    /// Starts the zygote workers like `spec`'s would use, unless it runs or starts already.
+    pub fn warm(&self, spec: &WorkerSpec) {
+        if let Some(key) = ZygoteKey::of(spec) {
+            let _ = self.ready_zygote(&key, spec);
+        }
+    }
+
+    /// A worker for `spec` forked by its zygote, or `None` when there is no ready zygote for
+    /// it (one is then started for the next request) or the zygote failed: the caller starts
+    /// the worker the plain way.
+    pub async fn fork(
+        &self,
+        spec: &WorkerSpec,
+        argv: &[std::ffi::OsString],
+        worker_env: &[(std::ffi::OsString, std::ffi::OsString)],
+        stderr: &OwnedFd,
+    ) -> Option<ForkedChild> {
+        let key = ZygoteKey::of(spec)?;
+        let zygote = self.ready_zygote(&key, spec)?;
+        let request = match key::request(&key, spec, argv, worker_env) {
+            Ok(request) => request,
+            Err(why) => {
+                tracing::debug!("starting a Python worker without the zygote: {why}");
+                return None;
+            }
+        };
+        match zygote.fork(&request, stderr).await {
+            Ok(child) => Some(child),
+            Err(error) => {
+                tracing::warn!(
+                    "zygote {}: {error}; starting the worker without it",
+                    zygote.pid
+                );
+                None
+            }
+        }
+    }
+
+    /// What `status` shows of each zygote.
+    pub fn status(&self) -> Vec<ZygoteStatus> {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rows: Vec<ZygoteStatus> = slots
+            .iter()
+            .map(|(key, slot)| {
+                let mut row = ZygoteStatus {
+                    interpreter: key.program.clone(),
+                    virtual_env: key.venv.clone(),
+                    state: "starting",
+                    pid: None,
+                    version: None,
+                    forks: 0,
+                    preloaded: Vec::new(),
+                    failed: Vec::new(),
+                    error: None,
+                };
+                match slot {
+                    Slot::Starting => {}
+                    Slot::Ready { zygote, .. } => {
+                        row.state = if zygote.is_alive() {
+                            "ready"
+                        } else {
+                            "starting"
+                        };
+                        row.pid = Some(zygote.pid);
+                        row.version = Some(zygote.version.clone());
+                        row.forks = zygote.forks.load(std::sync::atomic::Ordering::Relaxed);
+                        row.preloaded.clone_from(&zygote.preloaded);
+                        row.failed.clone_from(&zygote.failed);
+                    }
+                    Slot::Failed { error, .. } => {
+                        row.state = "failed";
+                        row.error = Some(error.clone());
+                    }
+                }
+                row
+            })
+            .collect();
+        rows.sort_by(|a, b| a.interpreter.cmp(&b.interpreter));
+        rows
+    }
+
+    /// The ready zygote for `key`; otherwise starts one (unless one is starting, or the
+    /// last attempt failed a moment ago) and says `None`.
+    fn ready_zygote(&self, key: &ZygoteKey, spec: &WorkerSpec) -> Option<Arc<Zygote>> {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        match slots.get_mut(key) {
+            Some(Slot::Ready {
+                zygote,
+                fingerprint,
+                used,
+                ..
+            }) => {
+                if zygote.is_alive() && *fingerprint == key::Fingerprint::of(key) {
+                    *used = Instant::now();
+                    return Some(Arc::clone(zygote));
+                }
+                tracing::info!(
+                    interpreter = %key.program.display(),
+                    "replacing the Python zygote: {}",
+                    if zygote.is_alive() { "its interpreter or virtualenv changed on disk" } else { "it exited" }
+                );
+            }
+            Some(Slot::Starting) => return None,
+            Some(Slot::Failed { lasting: true, .. }) => return None,
+            Some(Slot::Failed { at, .. }) if at.elapsed() < RETRY_AFTER => return None,
+            Some(Slot::Failed { .. }) | None => {}
+        }
+        if !slots.contains_key(key) && slots.len() >= MAX_ZYGOTES {
+            evict_least_recent(&mut slots);
+        }
+        slots.insert(key.clone(), Slot::Starting);
+        drop(slots);
+        self.start(key.clone(), key::zygote_env(key, spec));
+        None
+    }
+
+    fn start(&self, key: ZygoteKey, env: Vec<(std::ffi::OsString, std::ffi::OsString)>) {
+        let runner = match cellvisor_workers::python::install_runner(&self.run_dir) {
+            Ok(runner) => runner,
+            Err(error) => {
+                self.settle(&key, Err(error.into()), env);
+                return;
+            }
+        };
+        let start = ZygoteStart {
+            program: key.program.clone(),
+            runner,
+            env: env.clone(),
+            cwd: self.run_dir.clone(),
+            preload: key.preload.clone(),
+            timeout: START_TIMEOUT,
+        };
+        let me = self.me.clone();
+        let on_exit = {
+            let me = self.me.clone();
+            let key = key.clone();
+            move |how: String| {
+                tracing::warn!(interpreter = %key.program.display(), "the Python zygote ended ({how}); starting another");
+                if let Some(zygotes) = me.upgrade() {
+                    zygotes.restart_after_exit(key);
+                }
+            }
+        };
+        tokio::spawn(async move {
+            let started = Zygote::start(start, on_exit).await;
+            if let Some(zygotes) = me.upgrade() {
+                zygotes.settle(&key, started, env);
+            }
+        });
+    }
+
+    fn settle(
+        &self,
+        key: &ZygoteKey,
+        started: Result<Zygote, process::StartFailure>,
+        env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    ) {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if !matches!(slots.get(key), Some(Slot::Starting)) {
+            return; // evicted meanwhile: the new zygote is dropped, which ends it
+        }
+        let slot = match started {
+            Ok(zygote) => {
+                for failed in &zygote.failed {
+                    tracing::warn!(
+                        "[python] preload: {} could not be imported: {}",
+                        failed.module,
+                        failed.error
+                    );
+                }
+                tracing::info!(pid = zygote.pid, interpreter = %key.program.display(), "Python zygote ready");
+                Slot::Ready {
+                    zygote: Arc::new(zygote),
+                    fingerprint: key::Fingerprint::of(key),
+                    used: Instant::now(),
+                    env,
+                }
+            }
+            Err(failure) => {
+                tracing::warn!(interpreter = %key.program.display(), "no Python zygote: {}", failure.error);
+                Slot::Failed {
+                    at: Instant::now(),
+                    error: failure.error,
+                    lasting: failure.lasting,
+                }
+            }
+        };
+        slots.insert(key.clone(), slot);
+    }
+
+    /// A zygote died: another starts after a pause (a zygote that keeps dying costs one
+    /// start per pause, and requests meanwhile start their workers plainly).
+    fn restart_after_exit(&self, key: ZygoteKey) {
+        let me = self.me.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(RETRY_AFTER / 4).await;
+            let Some(zygotes) = me.upgrade() else { return };
+            let env = {
+                let mut slots = zygotes.slots.lock().unwrap_or_else(|e| e.into_inner());
+                match slots.get(&key) {
+                    Some(Slot::Ready { zygote, env, .. }) if !zygote.is_alive() => {
+                        let env = env.clone();
+                        slots.insert(key.clone(), Slot::Starting);
+                        Some(env)
+                    }
+                    _ => None,
+                }
+            };
+            if let Some(env) = env {
+                zygotes.start(key, env);
+            }
+        });
+    }
+}
+
+fn evict_least_recent(slots: &mut HashMap<ZygoteKey, Slot>) {
+    let oldest = slots
+        .iter()
+        .filter_map(|(key, slot)| match slot {
+            Slot::Ready { used, .. } => Some((key.clone(), *used)),
+            Slot::Failed { at, .. } => Some((key.clone(), *at)),
+            Slot::Starting => None,
+        })
+        .min_by_key(|(_, at)| *at)
+        .map(|(key, _)| key);
+    if let Some(key) = oldest {
+        slots.remove(&key);
+    }
+}

@@ -1,0 +1,233 @@
+//! Notebook habits in Python cells (issue 28), end to end through the daemon: IPython's
+//! pretty printing of a trailing value, the history (`In`, `Out`, `_N`, `_iN`), help
+//! (`obj?`, `obj??`, `np.*cos*?`), automagic and the magics agents replay from notebooks.
+//!
+//! Each test says whether it runs on a Python without IPython (a bare virtualenv made here)
+//! or with it (the test venv, `scripts/test-venv IPython`).
+
+mod common;
+
+use common::daemon::{cell, output, Daemon};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+/// A virtualenv without any package (so without IPython), in `dir`.
+fn bare_venv(dir: &Path) -> PathBuf {
+    let venv = dir.join("bare");
+    let made = std::process::Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .expect("run python3 -m venv");
+    assert!(made.success(), "python3 -m venv failed");
+    venv.join("bin/python")
+}
+
+/// A daemon whose Python is `python`.
+fn daemon_on(python: &Path) -> Daemon {
+    Daemon::start_with(&format!(
+        "[python]\ninterpreter = {:?}\n",
+        python.display().to_string()
+    ))
+}
+
+/// The cells' outputs, in order, of one `eval` of `codes` in `session`.
+fn outputs(daemon: &Daemon, session: &str, codes: &[&str]) -> Vec<String> {
+    let cells: Vec<Value> = codes
+        .iter()
+        .map(|code| json!({"language": "py", "code": code}))
+        .collect();
+    let result = daemon.client().eval(session, Value::Array(cells));
+    (0..codes.len())
+        .map(|index| {
+            let error = cell(&result, index)["error"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            format!("{}{}", output(&result, index), error)
+        })
+        .collect()
+}
+
+const PRETTY_CELLS: [&str; 5] = [
+    "type(1)",
+    "{3, 1, 2}",
+    "{'alpha': 'x' * 30, 'beta': 'y' * 30, 'gamma': 1}",
+    "iter([1, 2])",
+    "def f(a, b=2): pass\nf",
+];
+
+fn assert_pretty(shown: &[String]) {
+    assert_eq!(shown[0], "int\n");
+    assert_eq!(shown[1], "{1, 2, 3}\n");
+    let (x, y) = ("x".repeat(30), "y".repeat(30));
+    assert_eq!(
+        shown[2],
+        format!("{{'alpha': '{x}',\n 'beta': '{y}',\n 'gamma': 1}}\n")
+    );
+    assert!(shown[3].starts_with("<list_iterator at 0x"), "{}", shown[3]);
+    assert_eq!(shown[4], "<function __main__.f(a, b=2)>\n");
+}
+
+/// Without IPython (a bare venv): the built-in printer prints as IPython does; `%load_ext`
+/// names the extension and what is missing.
+#[test]
+fn without_ipython_values_print_as_ipython_prints_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let daemon = daemon_on(&bare_venv(dir.path()));
+    let shown = outputs(&daemon, "bare", &PRETTY_CELLS);
+    assert_pretty(&shown);
+    let shown = outputs(
+        &daemon,
+        "bare",
+        &[
+            "import sys\n'IPython' in sys.modules",
+            "%load_ext autoreload",
+        ],
+    );
+    assert_eq!(shown[0], "False\n");
+    assert!(
+        shown[1].contains("%load_ext autoreload: IPython extensions need IPython, which "),
+        "{}",
+        shown[1]
+    );
+    daemon.stop();
+}
+
+/// With IPython (the test venv): the same texts, IPython's printer for `_repr_pretty_`, and
+/// `%load_ext` loads IPython's autoreload.
+#[test]
+fn with_ipython_values_print_the_same_and_extensions_load() {
+    let venv = common::test_venv(&["IPython"]);
+    let daemon = daemon_on(&venv.join("bin/python"));
+    let shown = outputs(&daemon, "ipy", &PRETTY_CELLS);
+    assert_pretty(&shown);
+    let shown = outputs(
+        &daemon,
+        "ipy",
+        &[
+            "import sys\n'IPython' in sys.modules",
+            "class P:\n    def _repr_pretty_(self, p, cycle):\n        p.text(type(p).__module__)\nP()",
+            "%load_ext autoreload",
+            "%autoreload 2",
+        ],
+    );
+    assert_eq!(shown[0], "False\n", "a built-in value imported IPython");
+    assert_eq!(shown[1], "IPython.lib.pretty\n");
+    assert_eq!(shown[2], "");
+    assert_eq!(shown[3], "");
+    daemon.stop();
+}
+
+/// Either case (the found python): `In`, `Out`, `_`, `_N`, `_iN` across calls, numbered by
+/// the execution count.
+#[test]
+fn history_spans_the_calls_of_a_session() {
+    let daemon = Daemon::start();
+    assert_eq!(outputs(&daemon, "h", &["x = 20", "x + 1"]), ["", "21\n"]);
+    let shown = outputs(
+        &daemon,
+        "h",
+        &["print(_, Out[2], _2, In[1], _i2, _i)", "%history -n"],
+    );
+    assert_eq!(shown[0], "21 21 21 x = 20 x + 1 x + 1\n");
+    assert_eq!(
+        shown[1],
+        "   1: x = 20\n   2: x + 1\n   3: print(_, Out[2], _2, In[1], _i2, _i)\n   4: %history -n\n"
+    );
+    daemon.stop();
+}
+
+/// Either case: `obj?`, `obj??`, `?obj` and wildcard search.
+#[test]
+fn help_shows_signature_docstring_source_and_search() {
+    let daemon = Daemon::start();
+    let shown = outputs(
+        &daemon,
+        "help",
+        &[
+            "len?",
+            "def twice(x):\n    return 2 * x",
+            "twice??",
+            "import math\nmath.*cos*?",
+            "?nothing",
+        ],
+    );
+    assert_eq!(
+        shown[0],
+        "Signature: len(obj, /)\nDocstring: Return the number of items in a container.\nType:      builtin_function_or_method\n"
+    );
+    assert!(
+        shown[2].starts_with(
+            "Signature: twice(x)\nDocstring: <no docstring>\nSource:   \ndef twice(x):\n    return 2 * x\nFile:      <cell "
+        ),
+        "{}",
+        shown[2]
+    );
+    assert!(
+        shown[2].ends_with(">\nType:      function\n"),
+        "{}",
+        shown[2]
+    );
+    assert_eq!(shown[3], "math.acos\nmath.acosh\nmath.cos\nmath.cosh\n");
+    assert_eq!(shown[4], "Object `nothing` not found.\n");
+    daemon.stop();
+}
+
+/// Either case: automagic and the magics of the notebook habits.
+#[test]
+fn automagic_and_magics_work_as_in_a_notebook() {
+    let daemon = Daemon::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cells: Vec<Value> = [
+        "mkdir data",
+        "%%file data/a.txt\nalpha\n",
+        "cat data/a.txt",
+        "ls data",
+        "cd data",
+        "pwd",
+        "%xmode Minimal",
+        "1 / 0",
+        "%pdb on",
+        "lsmagic",
+    ]
+    .iter()
+    .map(|code| json!({"language": "py", "code": code}))
+    .collect();
+    // One cell per call: the failing `1 / 0` would skip the cells after it.
+    let shown: Vec<String> = cells
+        .into_iter()
+        .map(|one| {
+            let result = daemon.client().eval_in("magic", dir.path(), json!([one]));
+            let error = cell(&result, 0)["error"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            format!("{}{error}", output(&result, 0))
+        })
+        .collect();
+    let data = dir.path().join("data");
+    assert_eq!(shown[1], "Writing data/a.txt\n");
+    assert_eq!(shown[2], "alpha\n");
+    assert_eq!(shown[3], "a.txt\n");
+    assert_eq!(shown[4], format!("{}\n", data.display()));
+    assert_eq!(shown[5], format!("'{}'\n", data.display()));
+    assert_eq!(shown[6], "Exception reporting mode: Minimal\n");
+    assert!(
+        shown[7].starts_with("ZeroDivisionError: division by zero\n"),
+        "{}",
+        shown[7]
+    );
+    assert!(!shown[7].contains("Traceback"), "{}", shown[7]);
+    assert!(
+        shown[8].contains("%pdb: interactive debugging is not supported"),
+        "{}",
+        shown[8]
+    );
+    assert!(
+        shown[9].starts_with("Available line magics:\n"),
+        "{}",
+        shown[9]
+    );
+    daemon.stop();
+}

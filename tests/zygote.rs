@@ -1,0 +1,384 @@
+//! Python workers forked from a zygote, through the daemon with real interpreters: a forked
+//! session is its own (environment, directory, limits, random stream), preloads are there or
+//! reported, its processes end with it, and the zygote comes back when it dies or its
+//! virtualenv changes.
+
+mod common;
+
+use common::daemon::{output, Client, Daemon};
+use common::wait_until;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const BASE: &str = "[python]\nprewarm = 0\n[env]\nallow = [\"ZT_*\"]\n";
+
+fn zygotes(client: &mut Client) -> Vec<Value> {
+    let rows = client.call("zygotes", json!({})).expect("zygotes answers");
+    rows.as_array().cloned().unwrap_or_default()
+}
+
+/// Waits for one ready zygote and returns its row.
+fn ready_zygote(client: &mut Client) -> Value {
+    let ready = wait_until(Duration::from_secs(30), || {
+        let rows = zygotes(client);
+        rows.iter()
+            .find(|row| row["state"] == "ready")
+            .cloned()
+            .ok_or(rows)
+    });
+    ready.unwrap_or_else(|rows| panic!("no zygote became ready: {rows:?}"))
+}
+
+fn forks(client: &mut Client) -> u64 {
+    zygotes(client)
+        .iter()
+        .filter_map(|r| r["forks"].as_u64())
+        .sum()
+}
+
+fn py(client: &mut Client, session: &str, code: &str) -> String {
+    let result = client.eval(session, json!([{"language": "py", "code": code}]));
+    assert_eq!(result["is_error"], false, "{result}");
+    output(&result, 0).trim().to_string()
+}
+
+fn pid_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+#[test]
+fn a_forked_session_has_its_own_environment_directory_limits_and_random_stream() {
+    let daemon = Daemon::start_with(&format!("{BASE}[limits]\nopen-files = 123\n"));
+    let mut client = daemon.client();
+    ready_zygote(&mut client);
+    let before = forks(&mut client);
+    let dir_a = daemon.world.work_dir().join("a");
+    let dir_b = daemon.world.work_dir().join("b");
+    std::fs::create_dir_all(&dir_a).unwrap();
+    std::fs::create_dir_all(&dir_b).unwrap();
+    let probe = "import os, random, resource\n\
+                 print(os.environ.get('ZT_NAME'), os.environ.get('ZT_ONLY_A'), os.getcwd(), \
+                 resource.getrlimit(resource.RLIMIT_NOFILE)[0], os.getppid() != 1)\n\
+                 print(random.random())";
+    let mut run = |session: &str, dir: &std::path::Path, env: Value| -> Vec<String> {
+        let result = client.call(
+            "eval",
+            json!({"session": session, "cwd": dir, "env": env,
+                   "cells": [{"language": "py", "code": probe}]}),
+        );
+        let result = result.expect("eval answers");
+        assert_eq!(result["is_error"], false, "{result}");
+        output(&result, 0).lines().map(str::to_string).collect()
+    };
+    let a = run("a", &dir_a, json!({"ZT_NAME": "alpha", "ZT_ONLY_A": "yes"}));
+    let b = run("b", &dir_b, json!({"ZT_NAME": "beta"}));
+    let canonical = |p: &std::path::Path| std::fs::canonicalize(p).unwrap().display().to_string();
+    assert_eq!(
+        a[0],
+        format!("alpha yes {} 123 True", canonical(&dir_a)),
+        "{a:?}"
+    );
+    // Not the zygote's environment, not the other session's.
+    assert_eq!(
+        b[0],
+        format!("beta None {} 123 True", canonical(&dir_b)),
+        "{b:?}"
+    );
+    assert_ne!(
+        a[1], b[1],
+        "two forked sessions drew the same random number"
+    );
+    assert!(
+        forks(&mut client) >= before + 2,
+        "the sessions were not forked"
+    );
+    drop(client);
+    daemon.stop();
+}
+
+#[test]
+fn preloaded_modules_are_imported_and_a_failing_one_is_reported() {
+    let daemon = Daemon::start_with(
+        "[python]\nprewarm = 0\npreload = [\"colorsys\", \"no_such_module_zt\", \"xml.dom.minidom\"]\n",
+    );
+    let mut client = daemon.client();
+    let row = ready_zygote(&mut client);
+    assert_eq!(
+        row["preloaded"],
+        json!(["colorsys", "xml.dom.minidom"]),
+        "{row}"
+    );
+    let failed = row["failed"].to_string();
+    assert!(
+        failed.contains("no_such_module_zt") && failed.contains("ModuleNotFoundError"),
+        "{row}"
+    );
+
+    let first = py(
+        &mut client,
+        "one",
+        "import sys\nprint('colorsys' in sys.modules, 'xml.dom.minidom' in sys.modules)",
+    );
+    assert!(
+        first.contains("no_such_module_zt could not be imported"),
+        "{first}"
+    );
+    assert!(first.ends_with("True True"), "{first}");
+    // The next session is not told again; the module is there all the same.
+    let second = py(
+        &mut client,
+        "two",
+        "import sys\nprint('colorsys' in sys.modules)",
+    );
+    assert_eq!(second, "True");
+
+    let status = daemon
+        .world
+        .run(&["--socket", common::path_str(&daemon.socket), "status"]);
+    assert!(
+        status
+            .stdout
+            .contains("could not preload no_such_module_zt"),
+        "{}",
+        status.stdout
+    );
+    drop(client);
+    daemon.stop();
+}
+
+/// Starts a `setsid` child in a forked session and returns its pid.
+fn start_detached_child(client: &mut Client, session: &str) -> u32 {
+    let pid = py(
+        client,
+        session,
+        "import subprocess\nprint(subprocess.Popen(['sleep', '300'], start_new_session=True).pid)",
+    );
+    pid.parse().expect("a pid")
+}
+
+#[test]
+fn a_forked_sessions_detached_child_ends_at_close_eviction_and_daemon_kill() {
+    let daemon = Daemon::start_with(BASE);
+    let mut client = daemon.client();
+    ready_zygote(&mut client);
+    let before = forks(&mut client);
+
+    let closed = start_detached_child(&mut client, "closed");
+    assert!(pid_alive(closed));
+    client
+        .call("close", json!({"session": "closed"}))
+        .expect("close answers");
+    let gone = wait_until(Duration::from_secs(10), || {
+        (!pid_alive(closed)).then_some(()).ok_or(())
+    });
+    assert!(gone.is_ok(), "the child outlived its closed session");
+
+    let killed = start_detached_child(&mut client, "killed");
+    assert!(
+        forks(&mut client) >= before + 2,
+        "the sessions were not forked"
+    );
+    drop(client);
+    let world = daemon.signal_and_wait("KILL");
+    let gone = wait_until(Duration::from_secs(10), || {
+        (!pid_alive(killed)).then_some(()).ok_or(())
+    });
+    assert!(gone.is_ok(), "the child outlived the daemon's SIGKILL");
+    world.assert_no_processes_left(Duration::from_secs(10));
+
+    let evicting =
+        common::SHORT_INTERVALS.replace("idle-timeout = \"0s\"", "idle-timeout = \"1s\"");
+    let daemon = Daemon::start_in(common::World::with_config(&format!("{evicting}{BASE}")));
+    let mut client = daemon.client();
+    ready_zygote(&mut client);
+    let evicted = start_detached_child(&mut client, "evicted");
+    let gone = wait_until(Duration::from_secs(15), || {
+        (!pid_alive(evicted)).then_some(()).ok_or(())
+    });
+    assert!(gone.is_ok(), "the child outlived its evicted session");
+    drop(client);
+    daemon.stop();
+}
+
+#[test]
+fn a_killed_zygote_is_restarted_and_sessions_keep_starting_meanwhile() {
+    let daemon = Daemon::start_with(BASE);
+    let mut client = daemon.client();
+    let first = ready_zygote(&mut client)["pid"].as_u64().expect("a pid");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &first.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    // Sessions start while it is gone.
+    for session in ["during-1", "during-2"] {
+        assert_eq!(py(&mut client, session, "print(6 * 7)"), "42");
+    }
+    let replaced = wait_until(Duration::from_secs(30), || {
+        let rows = zygotes(&mut client);
+        rows.iter()
+            .find(|r| r["state"] == "ready" && r["pid"].as_u64() != Some(first))
+            .cloned()
+            .ok_or(rows)
+    });
+    assert!(
+        replaced.is_ok(),
+        "the zygote was not restarted: {replaced:?}"
+    );
+    let before = forks(&mut client);
+    assert_eq!(py(&mut client, "after", "print(6 * 7)"), "42");
+    assert_eq!(
+        forks(&mut client),
+        before + 1,
+        "the new zygote did not fork"
+    );
+    drop(client);
+    daemon.stop();
+}
+
+#[test]
+fn a_virtualenv_changed_on_disk_gets_a_new_zygote() {
+    let world = common::World::new();
+    let venv = world.work_dir().join("venv-zt");
+    let made = std::process::Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .expect("python3 runs");
+    assert!(made.success(), "python3 -m venv");
+    let python = venv.join("bin").join("python");
+    let daemon = Daemon::start_with(&format!(
+        "[python]\nprewarm = 0\ninterpreter = \"{}\"\n",
+        python.display()
+    ));
+    let mut client = daemon.client();
+    let first = ready_zygote(&mut client);
+    assert_eq!(
+        py(&mut client, "before", "import sys\nprint(sys.prefix)"),
+        venv.display().to_string()
+    );
+
+    // A package installed into the venv: the zygote's site-packages changed.
+    let site = std::fs::read_dir(venv.join("lib"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path().join("site-packages"))
+        .find(|p| p.is_dir())
+        .expect("site-packages");
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(site.join("zt_new_module.py"), "VALUE = 7\n").unwrap();
+    // The request that notices the change starts plainly and the zygote is replaced.
+    assert_eq!(
+        py(
+            &mut client,
+            "during",
+            "import zt_new_module\nprint(zt_new_module.VALUE)"
+        ),
+        "7"
+    );
+    let replaced = wait_until(Duration::from_secs(30), || {
+        let rows = zygotes(&mut client);
+        rows.iter()
+            .find(|r| r["state"] == "ready" && r["pid"] != first["pid"])
+            .cloned()
+            .ok_or(rows)
+    });
+    assert!(
+        replaced.is_ok(),
+        "no new zygote after the venv changed: {replaced:?}"
+    );
+    assert_eq!(
+        py(
+            &mut client,
+            "after",
+            "import zt_new_module\nprint(zt_new_module.VALUE)"
+        ),
+        "7"
+    );
+    drop(client);
+    daemon.stop();
+    drop(world);
+}
+
+#[test]
+fn zygote_false_starts_every_worker_plainly() {
+    let daemon = Daemon::start_with("[python]\nprewarm = 0\nzygote = false\n");
+    let mut client = daemon.client();
+    assert_eq!(py(&mut client, "plain", "x = 41\nprint(x + 1)"), "42");
+    assert_eq!(py(&mut client, "plain", "print(x + 1)"), "42");
+    assert!(
+        zygotes(&mut client).is_empty(),
+        "a zygote runs under zygote = false"
+    );
+    drop(client);
+    daemon.stop();
+}
+
+#[test]
+fn a_sandboxed_session_starts_its_own_confined_interpreter() {
+    let daemon = Daemon::start_with(BASE);
+    let mut client = daemon.client();
+    ready_zygote(&mut client);
+    let before = forks(&mut client);
+    let secret = daemon.world.work_dir().join("secret.txt");
+    std::fs::write(&secret, "hidden").unwrap();
+    let inside = daemon.world.work_dir().join("inside");
+    std::fs::create_dir_all(&inside).unwrap();
+    let result = client
+        .call(
+            "eval",
+            json!({"session": "boxed", "cwd": inside, "sandbox": {"enabled": true},
+                   "cells": [{"language": "py", "code": format!("open({:?}).read()", secret.display().to_string())}]}),
+        )
+        .expect("eval answers");
+    assert_eq!(result["is_error"], true, "{result}");
+    assert!(result.to_string().contains("PermissionError"), "{result}");
+    assert_eq!(forks(&mut client), before, "a sandboxed session was forked");
+    drop(client);
+    daemon.stop();
+}
+
+#[test]
+fn a_preload_that_leaves_threads_running_is_refused_and_workers_start_plainly() {
+    let world = common::World::new();
+    let modules = world.work_dir().join("zt-mods");
+    std::fs::create_dir_all(&modules).unwrap();
+    std::fs::write(
+        modules.join("zt_threader.py"),
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n",
+    )
+    .unwrap();
+    let daemon = Daemon::start_with(&format!(
+        "[python]\nprewarm = 0\npreload = [\"zt_threader\"]\n[env.set]\nPYTHONPATH = \"{}\"\n",
+        modules.display()
+    ));
+    let mut client = daemon.client();
+    let failed = wait_until(Duration::from_secs(30), || {
+        let rows = zygotes(&mut client);
+        rows.iter()
+            .find(|row| row["state"] == "failed")
+            .cloned()
+            .ok_or(rows)
+    });
+    let failed =
+        failed.unwrap_or_else(|rows| panic!("the threaded zygote was not refused: {rows:?}"));
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("runs 2 threads"),
+        "{failed}"
+    );
+    assert_eq!(py(&mut client, "plain", "print(6 * 7)"), "42");
+    assert_eq!(forks(&mut client), 0);
+    drop(client);
+    daemon.stop();
+    drop(world);
+}
