@@ -643,11 +643,13 @@ def zygote_rows(n, row):
     step("py: preload = [pandas]: a new session's first cell imports pandas")
     bare = row("cold_py_pandas_bare", "1 ref: bare `import pandas` in a fresh interpreter (floor)", "ms")
     bare.samples["floor"] = bare_import_ms(venv_python, "pandas", n["cold"])
-    preloaded = Daemon(max_sessions=16, preload=["pandas"], interpreter=venv_python)
+    # prewarm = 0: every session is forked when it asks (a pool worker started before the
+    # zygote was ready would have no pandas).
+    preloaded = Daemon(max_sessions=16, prewarm=0, preload=["pandas"], interpreter=venv_python)
     plain = None
     try:
         check(preloaded.zygote_ready(), "the pandas zygote did not start")
-        r = row("cold_py_pandas", "1 new py session, 1st cell `import pandas as pd` (preload=[pandas])", "ms")
+        r = row("cold_py_pandas", "1 new py session, 1st cell `import pandas as pd` (preload=[pandas], prewarm=0)", "ms")
         r.samples["cellvisor"] = new_session_cell_cellvisor(preloaded, code, n["cold"], "pandas")
         r.samples["floor"] = bare.samples["floor"]
         r.targets = [("cellvisor", "below", 5)]
@@ -1457,6 +1459,8 @@ def run_all(n, languages):
                 step("py: 16 new sessions back to back, then 16 at once (max-sessions = 16)")
                 burst = Daemon(max_sessions=16)
                 try:
+                    # A daemon in its steady state: its zygote started with it.
+                    check(burst.zygote_ready(), "the zygote did not start")
                     b2b = [back_to_back_cellvisor(burst, 16) for _ in range(n["burst"])]
                     med = row("cold_py_b2b", "1 16 new py sessions back to back, p50", "ms", stat="median", spread="none")
                     tail = row("cold_py_b2b_p99", "1 16 new py sessions back to back, p99", "ms", stat="p99", spread="none")
