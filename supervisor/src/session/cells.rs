@@ -171,7 +171,14 @@ impl Handler<InterruptCell> for Session {
 impl Handler<RequesterGone> for Session {
     type Result = ();
     fn handle(&mut self, msg: RequesterGone, ctx: &mut Context<Self>) {
-        if self.interrupt_by_host(Some(msg.cell_id), ctx) {
+        // Only a cell its request still waits for: one that went to the background belongs
+        // to no request any more, and its watch may still fire once, its cancel having come
+        // in the same turn as the request's end.
+        let awaited = self
+            .running
+            .as_ref()
+            .is_some_and(|r| r.cell_id == msg.cell_id && r.observer.is_requester());
+        if awaited && self.interrupt_by_host(Some(msg.cell_id), ctx) {
             tracing::info!(session = %self.key, cell_id = msg.cell_id, "requester gone: interrupting its cell");
         }
     }
