@@ -382,3 +382,32 @@ fn a_preload_that_leaves_threads_running_is_refused_and_workers_start_plainly() 
     daemon.stop();
     drop(world);
 }
+
+#[test]
+fn a_preload_that_fails_halfway_leaves_no_half_imported_module() {
+    let world = common::World::new();
+    let modules = world.work_dir().join("zt-half");
+    std::fs::create_dir_all(modules.join("zt_half")).unwrap();
+    std::fs::write(modules.join("zt_half/part.py"), "VALUE = 1\n").unwrap();
+    std::fs::write(
+        modules.join("zt_half/__init__.py"),
+        "from . import part\nraise RuntimeError('boom halfway')\n",
+    )
+    .unwrap();
+    let daemon = Daemon::start_with(&format!(
+        "[python]\nprewarm = 0\npreload = [\"zt_half\", \"colorsys\"]\n[env.set]\nPYTHONPATH = \"{}\"\n",
+        modules.display()
+    ));
+    let mut client = daemon.client();
+    let row = ready_zygote(&mut client);
+    assert!(row["failed"].to_string().contains("boom halfway"), "{row}");
+    let seen = py(
+        &mut client,
+        "s",
+        "import sys\nprint('zt_half' in sys.modules, 'zt_half.part' in sys.modules, 'colorsys' in sys.modules)",
+    );
+    assert!(seen.ends_with("False False True"), "{seen}");
+    drop(client);
+    daemon.stop();
+    drop(world);
+}

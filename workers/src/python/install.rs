@@ -83,7 +83,7 @@ pub fn install_runner(runtime_dir: &Path) -> Result<PathBuf, String> {
 /// rename), but without waiting for the disk, since it runs while python starts and the
 /// runtime directory does not outlive a reboot anyway. A failure only shows when a cell needs
 /// the module (as an ImportError naming it).
-pub(super) fn install_ipython_module(runner: &Path) {
+pub fn install_ipython_module(runner: &Path) {
     let Some(dir) = runner.parent() else {
         return;
     };

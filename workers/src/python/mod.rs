@@ -53,10 +53,9 @@ use cellvisor_ipc::state::NameInfo;
 use cellvisor_ipc::{CellOutcome, ExecuteCell, Language, OutputStream};
 use events::Event;
 use forked::PythonProcess;
-use install::install_ipython_module;
-pub use install::install_runner;
 #[cfg(test)]
 use install::*;
+pub use install::{install_ipython_module, install_runner};
 use interpreter::Interpreter;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;

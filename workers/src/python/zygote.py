@@ -98,11 +98,15 @@ def _preload(modules):
 def _import_all(modules):
     loaded, failed = [], []
     for name in modules:
+        before = set(sys.modules)
         try:
             __import__(name)
             loaded.append(name)
         except BaseException as error:  # a module's import may raise anything
             failed.append({"module": name, "error": "%s: %s" % (type(error).__name__, error)})
+            # A half-imported package would be every session's: a session imports it afresh.
+            for partial in set(sys.modules) - before:
+                sys.modules.pop(partial, None)
     return loaded, failed
 
 
