@@ -1472,6 +1472,19 @@ def run_all(n, languages):
                     slowest.targets = [("cellvisor", "below", 50)]
                 finally:
                     burst.stop()
+                step("py: 16 new sessions at once with prewarm = 16 (a pool sized for the burst)")
+                pooled = Daemon(max_sessions=16, prewarm=16)
+                try:
+                    check(pooled.zygote_ready(), "the zygote did not start")
+                    pooled_burst = []
+                    for _ in range(n["burst"]):
+                        # The pool refills one fork at a time, a few milliseconds each.
+                        time.sleep(2.0)
+                        pooled_burst.append(max(at_once_cellvisor(pooled, 16)))
+                    row("cold_py_burst_pool", "1 16 new py sessions at once, prewarm=16, slowest answer",
+                        "ms").samples["cellvisor"] = pooled_burst
+                finally:
+                    pooled.stop()
                 step("py: 16 new sessions back to back with zygote = false")
                 plain = Daemon(max_sessions=16, zygote=False)
                 try:

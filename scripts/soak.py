@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Soak run: many cells per language through one connection, with the daemon's and each
 worker's memory and descriptors printed every 10,000 cells and recorded at each tenth of
-the run (decile).
+the run (decile). A Python worker's figures are also split into its shim's and its
+interpreter's, so each process's growth is seen on its own.
 
 Fails (exit status 1) when, from the 10% mark to the end, the daemon's or a worker's RSS
 or descriptor count grows by more than 5%, or a cell fails. `--summary FILE` writes the
@@ -80,9 +81,15 @@ def soak_language(world, conn, language, cells, report):
         done += batch
         if done % SAMPLE_EVERY == 0 or done in deciles:
             worker_rss, worker_fds = tree_figures(pid)
+            shim_rss = rss_bytes(pid)
             sample = {"cells": done, "seconds": round(time.monotonic() - started, 1),
                       "daemon_rss": rss_bytes(world.pid), "daemon_fds": open_fds(world.pid),
-                      "worker_pid": pid, "worker_rss": worker_rss, "worker_fds": worker_fds}
+                      "worker_pid": pid, "worker_rss": worker_rss, "worker_fds": worker_fds,
+                      "shim_rss": shim_rss,
+                      # The Python worker's interpreter (and anything under it): the tree
+                      # without the shim; JavaScript and Lua run in the shim itself.
+                      "interpreter_rss": None if language != "py" or None in (worker_rss, shim_rss)
+                      else worker_rss - shim_rss}
             if done in deciles:
                 sample["decile"] = deciles[done]
             samples.append(sample)
@@ -99,7 +106,7 @@ def soak_language(world, conn, language, cells, report):
     return samples, failures, seconds
 
 
-FIGURES = ("daemon_rss", "daemon_fds", "worker_rss", "worker_fds")
+FIGURES = ("daemon_rss", "daemon_fds", "worker_rss", "worker_fds", "shim_rss", "interpreter_rss")
 
 
 def growth(samples):
@@ -141,9 +148,11 @@ def main():
 
     def report(language, s):
         mib = lambda b: "n/a" if b is None else "%.1f MiB" % (b / (1 << 20))  # noqa: E731
-        print("%-3s %7d cells  daemon RSS %s fds %s  worker RSS %s fds %s"
+        interpreter = "" if s["interpreter_rss"] is None else \
+            " (shim %s, interpreter %s)" % (mib(s["shim_rss"]), mib(s["interpreter_rss"]))
+        print("%-3s %7d cells  daemon RSS %s fds %s  worker RSS %s%s fds %s"
               % (language, s["cells"], mib(s["daemon_rss"]), s["daemon_fds"],
-                 mib(s["worker_rss"]), s["worker_fds"]), flush=True)
+                 mib(s["worker_rss"]), interpreter, s["worker_fds"]), flush=True)
 
     world = World(exe, CONFIG)
     problems, failures, runs = [], 0, {}

@@ -154,8 +154,61 @@ fn daemon_pid(worker: u32) -> u32 {
 
 #[test]
 fn python_cells_in_the_sandbox_reach_only_what_the_policy_allows() {
-    let s = setup("");
+    python_cells_reach_only_what_the_policy_allows(false);
+}
+
+/// The same attempts from a sandboxed session whose runner was forked by a zygote (which
+/// confines itself with its worker's rules before it runs anything of the session).
+#[test]
+fn python_cells_of_a_forked_sandboxed_session_reach_only_what_the_policy_allows() {
+    python_cells_reach_only_what_the_policy_allows(true);
+}
+
+/// The venv `sandboxed_eval` runs Python on, when there is one.
+fn test_venv() -> Option<PathBuf> {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv");
+    venv.join("bin/python3").exists().then_some(venv)
+}
+
+/// Workers forked so far, by every zygote.
+fn forks(client: &mut Client) -> u64 {
+    let rows = client.call("zygotes", json!({})).expect("zygotes answers");
+    let rows = rows.as_array().cloned().unwrap_or_default();
+    rows.iter().filter_map(|r| r["forks"].as_u64()).sum()
+}
+
+/// Starts the zygote of `sandboxed_eval`'s Python (through an unsandboxed session on it) and
+/// waits until it is ready; says how many workers had been forked then.
+fn warm_zygote(client: &mut Client, cwd: &Path) -> u64 {
+    let mut params = json!({"session": "warm", "cwd": cwd,
+                            "cells": [{"language": "py", "code": "print(1)"}]});
+    if let Some(venv) = test_venv() {
+        params["virtual_env"] = json!(venv);
+    }
+    client.call("eval", params).expect("eval answers");
+    let venv = test_venv().map(|v| json!(v)).unwrap_or(Value::Null);
+    let ready = common::wait_until(std::time::Duration::from_secs(30), || {
+        let rows = client.call("zygotes", json!({})).expect("zygotes answers");
+        let rows = rows.as_array().cloned().unwrap_or_default();
+        let found = rows.iter().any(|row| {
+            row["state"] == "ready" && row.get("virtual_env").unwrap_or(&Value::Null) == &venv
+        });
+        found.then_some(()).ok_or(rows)
+    });
+    if let Err(rows) = ready {
+        panic!("no zygote for the sandboxed sessions' Python became ready: {rows:?}");
+    }
+    forks(client)
+}
+
+fn python_cells_reach_only_what_the_policy_allows(forked: bool) {
+    let s = setup(if forked {
+        ""
+    } else {
+        "[python]\nzygote = false\n"
+    });
     let mut client = s.daemon.client();
+    let forks_before = forked.then(|| warm_zygote(&mut client, &s.cwd));
     let (listener, port) = loopback_listener();
     // The attacker's worker is started by this request; the daemon is the victim's parent.
     let daemon_pid = daemon_pid(s.victim_pid);
@@ -231,6 +284,13 @@ print("x" * 3000)"#;
             {"language": "py", "code": allowed},
         ]),
     );
+    if let Some(before) = forks_before {
+        assert_eq!(
+            forks(&mut client),
+            before + 1,
+            "the attacker was not forked"
+        );
+    }
     let attacked = output(&result, 0);
     let found = outcomes(&attacked);
     assert_denied(

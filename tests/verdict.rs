@@ -63,6 +63,8 @@ fn ordinary_results_of_every_language_carry_a_plausible_usage() {
         assert!(number(usage, "peak_rss_bytes") > MIB as f64, "{cell:#}");
         let written = cell["output"].as_str().unwrap_or_default().len() as u64;
         assert_eq!(usage["output_bytes"].as_u64(), Some(written), "{cell:#}");
+        // None of these cells starts a process.
+        assert_eq!(usage["processes_seen"].as_u64(), Some(0), "{cell:#}");
     }
     for index in [3, 4] {
         let spent = number(usage(cell(&result, index)), "cpu_ms");

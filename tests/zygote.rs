@@ -322,7 +322,7 @@ fn zygote_false_starts_every_worker_plainly() {
 }
 
 #[test]
-fn a_sandboxed_session_starts_its_own_confined_interpreter() {
+fn a_sandboxed_session_with_a_network_namespace_starts_its_own_confined_interpreter() {
     let daemon = Daemon::start_with(BASE);
     let mut client = daemon.client();
     ready_zygote(&mut client);
@@ -334,13 +334,19 @@ fn a_sandboxed_session_starts_its_own_confined_interpreter() {
     let result = client
         .call(
             "eval",
-            json!({"session": "boxed", "cwd": inside, "sandbox": {"enabled": true},
+            json!({"session": "boxed", "cwd": inside,
+                   "sandbox": {"enabled": true, "network_namespace": true},
                    "cells": [{"language": "py", "code": format!("open({:?}).read()", secret.display().to_string())}]}),
         )
         .expect("eval answers");
     assert_eq!(result["is_error"], true, "{result}");
     assert!(result.to_string().contains("PermissionError"), "{result}");
-    assert_eq!(forks(&mut client), before, "a sandboxed session was forked");
+    // The namespace is entered before the runner starts, which a forked one cannot be.
+    assert_eq!(
+        forks(&mut client),
+        before,
+        "a sandboxed session with a network namespace was forked"
+    );
     drop(client);
     daemon.stop();
 }
@@ -410,4 +416,176 @@ fn a_preload_that_fails_halfway_leaves_no_half_imported_module() {
     drop(client);
     daemon.stop();
     drop(world);
+}
+
+/// One line per attempt, `name: allowed` or `name: denied <error>`, from a cell that tries
+/// to read `secret`, write beside it, connect to `port`, write its cwd, and has a child
+/// process (with a forged fork marker and no sandbox variable) try the read again.
+fn escape_attempts(secret: &std::path::Path, port: u16) -> String {
+    let secret = common::path_str(secret);
+    let outside = secret.rsplit_once('/').map(|(dir, _)| dir).unwrap_or("/");
+    format!(
+        r#"import os, socket, subprocess, sys
+def attempt(name, f):
+    try:
+        f()
+        print(name + ": allowed")
+    except Exception as e:
+        print(name + ": denied " + type(e).__name__)
+attempt("read", lambda: open({secret:?}).read())
+attempt("write", lambda: open({outside:?} + "/planted.txt", "w").write("x"))
+attempt("tcp", lambda: socket.create_connection(("127.0.0.1", {port}), timeout=2).close())
+attempt("write-cwd", lambda: open("mine.txt", "w").write("x"))
+forged = dict(os.environ, CELLVISOR_FORKED_PYTHON="1,10,11,12,13,14,tok," + sys.executable,
+              CELLVISOR_SANDBOX="")
+child = subprocess.run([sys.executable, "-c", "import sys; print(open(sys.argv[1]).read())", {secret:?}],
+                       env=forged, capture_output=True, text=True)
+print("child-read: " + ("allowed" if child.returncode == 0 else "denied " + child.stderr.strip().splitlines()[-1]))
+"#
+    )
+}
+
+fn no_new_privs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .is_ok_and(|status| status.lines().any(|l| l == "NoNewPrivs:\t1"))
+}
+
+fn runner_of(worker: u32) -> u32 {
+    let children = std::fs::read_to_string(format!("/proc/{worker}/task/{worker}/children"))
+        .unwrap_or_default();
+    children
+        .split_whitespace()
+        .find_map(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("worker {worker} has no runner"))
+}
+
+fn session_row(client: &mut Client, session: &str) -> Value {
+    let rows = client.call("status", json!({})).expect("status answers");
+    rows.as_array()
+        .and_then(|rows| rows.iter().find(|r| r["session"] == session).cloned())
+        .unwrap_or_else(|| panic!("no row for {session}: {rows}"))
+}
+
+#[test]
+fn a_sandboxed_forked_session_is_confined_and_the_next_unsandboxed_one_is_not() {
+    let daemon = Daemon::start_with(BASE);
+    let mut client = daemon.client();
+    ready_zygote(&mut client);
+    let outside = daemon.world.dir.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let secret = outside.join("secret.txt");
+    std::fs::write(&secret, "SECRET\n").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let code = escape_attempts(&secret, port);
+
+    let before = forks(&mut client);
+    let boxed_dir = daemon.world.work_dir().join("boxed");
+    std::fs::create_dir_all(&boxed_dir).unwrap();
+    let boxed_eval = |client: &mut Client, code: &str| -> String {
+        let result = client
+            .call(
+                "eval",
+                json!({"session": "boxed", "cwd": boxed_dir,
+                       "sandbox": {"enabled": true, "required": true, "network": "none"},
+                       "cells": [{"language": "py", "code": code}]}),
+            )
+            .expect("eval answers");
+        assert_eq!(result["is_error"], false, "{result}");
+        output(&result, 0).to_string()
+    };
+    let boxed = boxed_eval(&mut client, &code);
+    assert_eq!(
+        forks(&mut client),
+        before + 1,
+        "the sandboxed session was not forked"
+    );
+    for name in ["read", "write", "tcp", "child-read"] {
+        let line = boxed.lines().find(|l| l.starts_with(&format!("{name}: ")));
+        assert!(
+            line.is_some_and(|l| l.contains("denied")),
+            "{name} should be denied:\n{boxed}"
+        );
+    }
+    assert!(boxed.contains("write-cwd: allowed"), "{boxed}");
+    assert!(boxed.contains("PermissionError"), "{boxed}");
+    assert!(!outside.join("planted.txt").exists());
+    assert!(
+        listener.accept().is_err(),
+        "a denied connection reached the listener"
+    );
+    let row = session_row(&mut client, "boxed");
+    assert_eq!(
+        row["sandbox"]["enforced"],
+        json!(["files", "tcp", "scopes"]),
+        "{row}"
+    );
+    let boxed_worker = u32::try_from(row["pid"].as_u64().expect("a pid")).unwrap();
+    assert!(
+        no_new_privs(runner_of(boxed_worker)),
+        "the forked runner lacks no_new_privs"
+    );
+
+    // The same zygote's next session, unsandboxed, reads the file: confinement is per fork.
+    let open_dir = daemon.world.work_dir().join("open");
+    std::fs::create_dir_all(&open_dir).unwrap();
+    let result = client
+        .call(
+            "eval",
+            json!({"session": "open", "cwd": open_dir,
+                   "cells": [{"language": "py", "code": escape_attempts(&secret, port)}]}),
+        )
+        .expect("eval answers");
+    let open = output(&result, 0);
+    assert_eq!(
+        forks(&mut client),
+        before + 2,
+        "the open session was not forked"
+    );
+    for name in ["read", "write", "tcp", "child-read"] {
+        assert!(
+            open.contains(&format!("{name}: allowed")),
+            "{name}:\n{open}"
+        );
+    }
+    let row = session_row(&mut client, "open");
+    assert!(row.get("sandbox").is_none(), "{row}");
+    let worker = u32::try_from(row["pid"].as_u64().expect("a pid")).unwrap();
+    assert!(!no_new_privs(runner_of(worker)));
+
+    // Its worker (confined in a Landlock domain of its own) still interrupts its runner: the
+    // cell stops at its timeout and the same worker runs the next one.
+    let boxed_runner = runner_of(boxed_worker);
+    let result = client
+        .call(
+            "eval",
+            json!({"session": "boxed", "cwd": boxed_dir,
+                   "sandbox": {"enabled": true, "required": true, "network": "none"},
+                   "cells": [{"language": "py", "code": "import time\ntime.sleep(60)", "timeout": 1}]}),
+        )
+        .expect("eval answers");
+    let said = result["cells"][0]["output"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("timed out") && !said.contains("interrupt-grace"),
+        "{result}"
+    );
+    assert_eq!(boxed_eval(&mut client, "print(6 * 7)").trim(), "42");
+    assert_eq!(
+        session_row(&mut client, "boxed")["pid"],
+        json!(boxed_worker)
+    );
+    // Closing the session ends the runner.
+    client
+        .call("close", json!({"session": "boxed"}))
+        .expect("close answers");
+    let gone = wait_until(Duration::from_secs(10), || {
+        (!pid_alive(boxed_runner)).then_some(()).ok_or(())
+    });
+    assert!(
+        gone.is_ok(),
+        "the sandboxed session's runner outlived its close"
+    );
+    drop(client);
+    daemon.stop();
 }

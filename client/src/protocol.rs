@@ -5,6 +5,11 @@ use cellvisor_ipc::Language;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod session_params;
+pub use session_params::{
+    CheckpointParams, CheckpointsParams, NamesParams, SessionParams, TerminateParams, WaitParams,
+};
+
 /// Bumped when a method or notification changes incompatibly.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -319,77 +324,6 @@ impl<'de> Deserialize<'de> for Events {
             ))),
         }
     }
-}
-
-/// `interrupt`, `reset`, `close` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SessionParams {
-    /// The session addressed.
-    pub session: String,
-    /// Only this language's worker; all of the session's when absent.
-    #[serde(default)]
-    pub language: Option<Language>,
-}
-
-/// `checkpoint` and `restore` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CheckpointParams {
-    /// The session addressed.
-    pub session: String,
-    /// Only this language; every language with state (or with the checkpoint) when absent.
-    #[serde(default)]
-    pub language: Option<Language>,
-    /// The checkpoint's name: 1 to 64 of `A-Z a-z 0-9 . _ -`, not starting with a dot.
-    pub name: String,
-}
-
-/// `checkpoints` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CheckpointsParams {
-    /// The session addressed.
-    pub session: String,
-}
-
-/// `names` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NamesParams {
-    /// The session addressed.
-    pub session: String,
-    /// The language whose namespace is listed.
-    pub language: Language,
-}
-
-/// `wait` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WaitParams {
-    /// The session the cell runs in.
-    pub session: String,
-    /// The cell's id, from its `running` result.
-    pub cell_id: u64,
-    /// How long to watch before answering with the output so far (default 10 s).
-    #[serde(default)]
-    pub yield_time_ms: Option<u64>,
-    /// Cap on the returned output, in tokens.
-    #[serde(default)]
-    pub max_tokens: Option<u64>,
-    /// Which `eval/event` notifications the wait sends while it watches.
-    #[serde(default, skip_serializing_if = "Events::is_all")]
-    pub events: Events,
-}
-
-/// `terminate` parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TerminateParams {
-    /// The session the cell runs in.
-    pub session: String,
-    /// The cell's id, from its `running` result.
-    pub cell_id: u64,
 }
 
 /// `initialize` result.

@@ -25,6 +25,10 @@ pub enum SessionState {
 pub struct SessionStatus {
     /// The session's name.
     pub session: String,
+    /// The directory whose state this row is, under `sessions.key = "session+cwd"` (absent
+    /// under the default key, where one session's state serves every directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
     /// The language of this row's worker.
     pub language: Language,
     /// The worker's process id, while it has one.

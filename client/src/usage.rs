@@ -21,6 +21,14 @@ pub struct CellUsage {
     pub wall_ms: f64,
     /// Everything the cell wrote, in bytes (as `truncation.total_bytes`).
     pub output_bytes: u64,
+    /// How many processes of the cell its worker saw: those still there when it ended (the
+    /// exited ones not yet collected included) or ended with it when it was cancelled, plus
+    /// its orphans the worker collected while it ran. Not every process the cell started: one
+    /// that starts and is collected while the cell runs (`subprocess.run(["true"])`) leaves
+    /// no trace to count. A cell's processes are those started after it began whose parents
+    /// up to the engine are the cell's too. Absent when the worker was lost with the cell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes_seen: Option<u32>,
 }
 
 /// The limit a cell's memory ran into.
@@ -33,6 +41,10 @@ pub enum MemoryLimit {
     JsHeap,
     /// The Lua heap reached `[lua] memory-limit` (or the worker's default): the cell raised.
     LuaHeap,
+    /// The kernel's OOM killer ended the worker (or its Python interpreter): it died of a
+    /// SIGKILL the supervisor did not send while the kernel counted an OOM kill, in the
+    /// daemon's memory cgroup (or on the host, where no cgroup count can be read).
+    KernelOom,
 }
 
 impl MemoryLimit {
@@ -42,6 +54,7 @@ impl MemoryLimit {
             MemoryLimit::MaxRss => "[limits] max-rss",
             MemoryLimit::JsHeap => "[js] memory-limit",
             MemoryLimit::LuaHeap => "[lua] memory-limit",
+            MemoryLimit::KernelOom => "the memory cgroup's limit",
         }
     }
 }
@@ -51,10 +64,12 @@ impl MemoryLimit {
 pub struct OutOfMemory {
     /// Which limit was reached.
     pub limit: MemoryLimit,
-    /// The limit, in bytes.
+    /// The limit, in bytes (for `kernel_oom`, the memory cgroup's limit when the kill was
+    /// counted there and it has one; 0 when the limit is not known).
     pub limit_bytes: u64,
     /// What was in use when the limit was reached (the tree's RSS for `max_rss`, the engine's
-    /// heap for the engines' limits), in bytes.
+    /// heap for the engines' limits), in bytes; for `kernel_oom`, the most the worker's tree
+    /// was seen using during the cell (0 when it was never measured).
     pub used_bytes: u64,
 }
 
@@ -62,6 +77,25 @@ impl fmt::Display for OutOfMemory {
     /// The verdict in one line: `out of memory: 512 MiB limit ([limits] max-rss), 530 MiB
     /// used`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.limit == MemoryLimit::KernelOom {
+            f.write_str("out of memory: killed by the kernel's OOM killer")?;
+            if self.limit_bytes > 0 {
+                write!(
+                    f,
+                    " at {} ({})",
+                    human_bytes(self.limit_bytes),
+                    self.limit.setting()
+                )?;
+            }
+            if self.used_bytes > 0 {
+                write!(
+                    f,
+                    ", {} used when last measured",
+                    human_bytes(self.used_bytes)
+                )?;
+            }
+            return Ok(());
+        }
         write!(
             f,
             "out of memory: {} limit ({}), {} used",
@@ -124,6 +158,34 @@ mod tests {
                 "limit_bytes": 67108864,
                 "used_bytes": 67108764
             }))
+        );
+    }
+
+    #[test]
+    fn the_kernels_verdict_says_what_is_known() {
+        let mut kernel = OutOfMemory {
+            limit: MemoryLimit::KernelOom,
+            limit_bytes: 1 << 30,
+            used_bytes: 1_110_000_000,
+        };
+        assert_eq!(
+            kernel.to_string(),
+            "out of memory: killed by the kernel's OOM killer at 1 GiB (the memory cgroup's \
+             limit), 1 GiB used when last measured"
+        );
+        kernel.limit_bytes = 0;
+        assert_eq!(
+            kernel.to_string(),
+            "out of memory: killed by the kernel's OOM killer, 1 GiB used when last measured"
+        );
+        kernel.used_bytes = 0;
+        assert_eq!(
+            kernel.to_string(),
+            "out of memory: killed by the kernel's OOM killer"
+        );
+        assert_eq!(
+            serde_json::to_value(kernel).ok(),
+            Some(serde_json::json!({"limit": "kernel_oom", "limit_bytes": 0, "used_bytes": 0}))
         );
     }
 

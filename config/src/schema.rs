@@ -61,6 +61,29 @@ pub struct SessionsConfig {
     pub start_timeout: Duration,
     /// Whether a session keeps its workers between requests, or each request gets new ones.
     pub mode: SessionMode,
+    /// What names a session's state: its name alone, or its name and the request's directory
+    /// (so a host gives each project its own state under one session name).
+    pub key: SessionKeyBy,
+}
+
+/// `sessions.key`: what a session's state is keyed by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SessionKeyBy {
+    /// The session name alone: every directory shares the session's state.
+    #[default]
+    Session,
+    /// The pair (session name, canonical cwd): each directory has its own state.
+    SessionCwd,
+}
+
+impl SessionKeyBy {
+    /// The word the config file uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionKeyBy::Session => "session",
+            SessionKeyBy::SessionCwd => "session+cwd",
+        }
+    }
 }
 
 /// `sessions.mode`: what a request's cells run on.
@@ -96,6 +119,7 @@ impl Default for SessionsConfig {
             shutdown_grace: Duration::from_secs(2),
             start_timeout: Duration::from_secs(15),
             mode: SessionMode::Session,
+            key: SessionKeyBy::Session,
         }
     }
 }

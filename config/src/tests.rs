@@ -526,3 +526,26 @@ fn reload_changes_are_listed_key_by_key_in_table_order() {
     );
     assert!(crate::changes(&old, &old).is_empty());
 }
+
+#[test]
+fn the_session_key_is_session_by_default_and_takes_session_plus_cwd_only_by_name() {
+    assert_eq!(
+        ok("", &[]).config.sessions.key,
+        crate::SessionKeyBy::Session
+    );
+    let pair = ok("[sessions]\nkey = \"session+cwd\"\n", &[]);
+    assert_eq!(pair.config.sessions.key, crate::SessionKeyBy::SessionCwd);
+    let from_env = ok("", &[("CELLVISOR_SESSIONS__KEY", "session+cwd")]);
+    assert_eq!(
+        from_env.config.sessions.key,
+        crate::SessionKeyBy::SessionCwd
+    );
+    for bad in ["cwd", "session+dir", "Session"] {
+        let message = error(&format!("[sessions]\nkey = \"{bad}\"\n"));
+        assert!(message.contains("sessions.key"), "{message}");
+        assert!(
+            message.contains("expected one of \"session\", \"session+cwd\""),
+            "{message}"
+        );
+    }
+}

@@ -230,6 +230,7 @@ mod tests {
                     summary: "ZeroDivisionError: division by zero".into(),
                 },
                 processes_ended: 0,
+                processes_seen: 0,
             },
             FromWorker::Pong { seq: u64::MAX },
         ];

@@ -8,7 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Bumped whenever a message changes shape; both sides refuse a peer with another version.
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// A cell language, and therefore a kind of worker. Serialized by its short name
 /// (`py`, `js`, `lua`) in JSON.
@@ -178,6 +178,11 @@ pub enum FromWorker {
         /// How many processes the cell started were ended with it (a cancelled cell's: see
         /// the worker's `warden`); 0 for a cell that ended by itself.
         processes_ended: u32,
+        /// How many processes of the cell the worker saw: those under it at the cell's end
+        /// (the dead not yet reaped included) or ended with it, and its orphans the worker
+        /// reaped while it ran. A process that started and was reaped between two looks
+        /// (`subprocess.run(["true"])`) is not seen.
+        processes_seen: u32,
     },
     /// The cell hands control back to its host (`yield_control()`) and goes on: the host
     /// answers its request with the output sent before this frame, and collects the rest

@@ -52,6 +52,7 @@ fn sample_frames() -> Vec<Vec<u8>> {
             cell_id: 1,
             outcome: CellOutcome::Completed,
             processes_ended: 0,
+            processes_seen: 0,
         },
         FromWorker::Fatal {
             message: "x".into(),

@@ -226,6 +226,7 @@ fn from_worker_examples() -> Vec<FromWorker> {
             cell_id: 7,
             outcome: CellOutcome::Completed,
             processes_ended: 0,
+            processes_seen: 0,
         },
         FromWorker::Done {
             cell_id: 8,
@@ -233,11 +234,13 @@ fn from_worker_examples() -> Vec<FromWorker> {
                 summary: "ValueError: bad".into(),
             },
             processes_ended: 0,
+            processes_seen: 0,
         },
         FromWorker::Done {
             cell_id: 9,
             outcome: CellOutcome::Interrupted,
             processes_ended: 28,
+            processes_seen: 30,
         },
         FromWorker::Done {
             cell_id: 10,
@@ -247,6 +250,7 @@ fn from_worker_examples() -> Vec<FromWorker> {
                 used_bytes: (64 << 20) - 12,
             },
             processes_ended: 0,
+            processes_seen: 0,
         },
         FromWorker::Pong { seq: 5 },
         FromWorker::ToolCall {

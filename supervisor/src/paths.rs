@@ -29,8 +29,12 @@ pub fn session_store_dir(session: &str) -> PathBuf {
 }
 
 /// A session name made safe for a file name: anything but `A-Z a-z 0-9 - _` becomes `_`,
-/// and a name that changed gets a short hash so two names never share a file.
+/// and a name that changed gets a short hash so two names never share a file. A pair's key
+/// (`sessions.key = "session+cwd"`) keeps its `@<hash>`: no plain name's file name holds `@`.
 pub fn file_safe(name: &str) -> String {
+    if let Some((session, hash)) = crate::host::split_pair(name) {
+        return format!("{}@{hash}", file_safe(session));
+    }
     let safe: String = name
         .chars()
         .map(|c| {

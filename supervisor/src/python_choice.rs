@@ -8,6 +8,15 @@ use crate::spawn::WorkerSpec;
 use cellvisor_workers::python::interpreter::{self, Discovered};
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+/// How long a remembered choice is trusted while its directory's entries stay as they were:
+/// what a request's directory does not show (a new `python3` on `PATH`, a version-manager
+/// file edited elsewhere) is noticed within this.
+const REMEMBER_FOR: Duration = Duration::from_secs(1);
+/// Choices remembered at once (directory and `VIRTUAL_ENV` pairs).
+const REMEMBERED: usize = 64;
 
 /// The Python a request asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,4 +82,149 @@ pub fn change_notice(from: &Path, to: &Path) -> String {
         to.display(),
         from.display()
     )
+}
+
+/// Recent choices, so that a session's cells, sent one after another, do not search the
+/// filesystem for Python each time (the search is about 17 system calls; the check that a
+/// remembered choice still holds is one): a choice holds while its directory's modification
+/// time is unchanged (so a `.venv` made or removed there is seen at the next request) and for
+/// at most [`REMEMBER_FOR`].
+#[derive(Default)]
+pub struct ChoiceCache {
+    remembered: Mutex<Vec<Remembered>>,
+}
+
+struct Remembered {
+    asked: Asked,
+    seen: Seen,
+    choice: Option<PythonChoice>,
+}
+
+/// What a choice was made for.
+#[derive(Clone)]
+struct Asked {
+    env: Arc<WorkerEnv>,
+    cwd: Option<PathBuf>,
+    virtual_env: Option<PathBuf>,
+}
+
+impl PartialEq for Asked {
+    fn eq(&self, other: &Asked) -> bool {
+        Arc::ptr_eq(&self.env, &other.env)
+            && self.cwd == other.cwd
+            && self.virtual_env == other.virtual_env
+    }
+}
+
+/// When a choice was made, and how its directory looked then.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Seen {
+    at: Instant,
+    dir_modified: Option<SystemTime>,
+}
+
+impl Seen {
+    fn now(dir: Option<&Path>) -> Seen {
+        let dir = dir.unwrap_or(Path::new("."));
+        Seen {
+            at: Instant::now(),
+            dir_modified: std::fs::metadata(dir).and_then(|m| m.modified()).ok(),
+        }
+    }
+
+    /// Whether a choice seen as `self` still holds when its directory looks as `now` does.
+    fn still_holds(&self, now: &Seen) -> bool {
+        self.dir_modified.is_some()
+            && self.dir_modified == now.dir_modified
+            && now.at.saturating_duration_since(self.at) < REMEMBER_FOR
+    }
+}
+
+impl ChoiceCache {
+    /// [`choose`], or the same answer given a moment ago for the same question.
+    pub fn choose(
+        &self,
+        worker_env: &Arc<WorkerEnv>,
+        cwd: Option<&Path>,
+        virtual_env: Option<&Path>,
+    ) -> Option<PythonChoice> {
+        let asked = Asked {
+            env: Arc::clone(worker_env),
+            cwd: cwd.map(Path::to_path_buf),
+            virtual_env: virtual_env.map(Path::to_path_buf),
+        };
+        let seen = Seen::now(cwd);
+        let mut remembered = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hit) = remembered
+            .iter()
+            .find(|r| r.asked == asked && r.seen.still_holds(&seen))
+        {
+            return hit.choice.clone();
+        }
+        remembered.retain(|r| {
+            r.asked != asked && seen.at.saturating_duration_since(r.seen.at) < REMEMBER_FOR
+        });
+        let choice = choose(worker_env, cwd, virtual_env);
+        if remembered.len() >= REMEMBERED {
+            remembered.remove(0);
+        }
+        remembered.push(Remembered {
+            asked,
+            seen,
+            choice: choice.clone(),
+        });
+        choice
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(at: Instant, modified: Option<u64>) -> Seen {
+        Seen {
+            at,
+            dir_modified: modified.map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s)),
+        }
+    }
+
+    #[test]
+    fn a_choice_holds_while_its_directory_is_unchanged_and_for_a_second_at_most() {
+        let then = Instant::now();
+        let made = seen(then, Some(100));
+        assert!(made.still_holds(&seen(then + Duration::from_millis(10), Some(100))));
+        // An entry made or removed there (a new `.venv`) changes the directory's time.
+        assert!(!made.still_holds(&seen(then + Duration::from_millis(10), Some(101))));
+        assert!(!made.still_holds(&seen(then + REMEMBER_FOR, Some(100))));
+        // A directory whose time cannot be read is searched every time.
+        let unreadable = seen(then, None);
+        assert!(!unreadable.still_holds(&seen(then, None)));
+    }
+
+    #[test]
+    fn a_new_venv_in_the_directory_is_chosen_at_the_next_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = cellvisor_config::Config::default();
+        let env = Arc::new(WorkerEnv::for_worker(
+            &config,
+            cellvisor_ipc::Language::Python,
+        ));
+        let cache = ChoiceCache::default();
+        let before = cache.choose(&env, Some(dir.path()), None);
+        let python = dir.path().join(".venv/bin/python");
+        std::fs::create_dir_all(python.parent().unwrap()).unwrap();
+        std::fs::write(&python, "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // The directory's time changed when `.venv` appeared in it (make sure it reads so,
+        // on a file system with coarse times).
+        let later = std::time::SystemTime::now() + Duration::from_secs(5);
+        let _ = std::fs::File::open(dir.path()).and_then(|d| d.set_modified(later));
+        let after = cache.choose(&env, Some(dir.path()), None);
+        assert_eq!(after.map(|c| c.program), Some(python));
+        assert_ne!(
+            before.map(|c| c.program),
+            Some(dir.path().join(".venv/bin/python"))
+        );
+    }
 }

@@ -68,6 +68,16 @@ pub trait Launcher: Send + Sync + 'static {
     /// Gets ready to start workers like `spec`'s quickly (a zygote for its Python).
     fn warm(&self, _spec: &WorkerSpec) {}
 
+    /// Whether a worker like `spec`'s would be forked from a ready zygote now.
+    fn forks_now(&self, _spec: &WorkerSpec) -> bool {
+        false
+    }
+
+    /// Whether the zygote a worker like `spec`'s would be forked from is starting.
+    fn zygote_starting(&self, _spec: &WorkerSpec) -> bool {
+        false
+    }
+
     /// What `status` shows of the launcher's zygotes.
     fn zygotes(&self) -> Vec<crate::zygote::ZygoteStatus> {
         Vec::new()
@@ -97,6 +107,14 @@ impl Launcher for ProcessLauncher {
         if let Some(zygotes) = &self.zygotes {
             zygotes.warm(spec);
         }
+    }
+
+    fn forks_now(&self, spec: &WorkerSpec) -> bool {
+        self.zygotes.as_ref().is_some_and(|z| z.forks_now(spec))
+    }
+
+    fn zygote_starting(&self, spec: &WorkerSpec) -> bool {
+        self.zygotes.as_ref().is_some_and(|z| z.starting(spec))
     }
 
     fn zygotes(&self) -> Vec<crate::zygote::ZygoteStatus> {

@@ -265,6 +265,7 @@ impl ScriptedControl {
                             cell_id,
                             outcome: CellOutcome::Completed,
                             processes_ended: 0,
+                            processes_seen: 0,
                         })
                 }
                 ToWorker::Execute(cell) => {
@@ -277,6 +278,7 @@ impl ScriptedControl {
                         cell_id,
                         outcome,
                         processes_ended: 0,
+                        processes_seen: 0,
                     };
                     match cell.code.as_str() {
                         "hang" => {
@@ -310,6 +312,7 @@ impl ScriptedControl {
                         cell_id,
                         outcome: CellOutcome::Interrupted,
                         processes_ended: SCRIPTED_PROCESSES_ENDED,
+                        processes_seen: SCRIPTED_PROCESSES_ENDED,
                     })
                 }
                 ToWorker::Shutdown => {

@@ -163,6 +163,7 @@ impl TreeReading {
             peak_rss_bytes: self.rss_bytes.max(peak_sampled),
             wall_ms,
             output_bytes,
+            processes_seen: None,
         }
     }
 }

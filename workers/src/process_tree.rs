@@ -9,11 +9,14 @@
 //! down; elsewhere one scan of `/proc` gives every parent link at once.
 
 mod ending;
+pub(crate) mod last_pid;
+mod ownership;
 
 pub use ending::Ended;
+pub use ownership::{cell_processes, CellStart};
 
 use nix::unistd::Pid;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
 /// One process as `/proc/<pid>/stat` shows it.
@@ -214,15 +217,26 @@ fn descendants(root: u32) -> Vec<ProcStat> {
 /// orphans land on it (a subreaper) and stay in reach: a caller ending someone else's tree
 /// stops the root first.
 pub fn end_descendants(root: u32, spare: &[u32]) -> usize {
-    end_descendants_where(root, |p| !spare.contains(&p.pid)).count
+    let all_but_spared = |seen: &[ProcStat]| -> HashSet<u32> {
+        (seen.iter())
+            .map(|p| p.pid)
+            .filter(|pid| !spare.contains(pid))
+            .collect()
+    };
+    end_descendants_chosen(root, all_but_spared).count
 }
 
-/// Like [`end_descendants`], for the processes `doomed` picks (the walk still goes through
-/// those it spares). The tree is frozen first (SIGSTOP), so it cannot grow while it is
-/// killed, then killed and read again until none is left, within [`ending::BOUND`]; the
-/// processes killed that are the caller's children are reaped (see [`ending`]).
-pub(crate) fn end_descendants_where(root: u32, doomed: impl Fn(&ProcStat) -> bool) -> Ended {
-    ending::end_tree(root, doomed, ending::BOUND)
+/// Like [`end_descendants`], for the processes `choose` picks from each look at the tree
+/// (the walk still goes through those it spares; a choice can depend on the whole look, as a
+/// cell's processes do on their parents). The tree is frozen first (SIGSTOP), so it cannot
+/// grow while it is killed, then killed and read again until none is left, within
+/// [`ending::BOUND`]; the processes killed that are the caller's children are reaped (see
+/// [`ending`]).
+pub(crate) fn end_descendants_chosen(
+    root: u32,
+    choose: impl Fn(&[ProcStat]) -> HashSet<u32>,
+) -> Ended {
+    ending::end_tree(root, choose, ending::BOUND)
 }
 
 /// Makes this process the reaper of every orphan among its descendants

@@ -9,15 +9,21 @@
 //! instruction, and reads what the interpreter needs through the read rules. The warden
 //! thread, started first, stays outside: it must walk and end the worker's whole tree.
 //!
+//! A Python shim that adopted a runner forked by a zygote confines itself at the same point
+//! with the same rules ([`confine_once_sharing`]) and passes a copy of the ruleset to the
+//! runner, which waits for it and restricts itself before it runs anything of the session.
+//!
 //! A network namespace (for `network = "loopback"` or `network-namespace = true`) can only be
 //! entered while the process has a single thread: [`enter_network_namespace`] runs first
 //! thing in the worker.
 
 use landlock::{
     Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
-    RestrictionStatus, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    RestrictionStatus, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus,
+    Scope, ABI,
 };
 use serde::{Deserialize, Serialize};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -105,6 +111,48 @@ fn write_access(abi: ABI, is_dir: bool) -> BitFlags<AccessFs> {
 
 /// Restricts the calling thread (and all it starts from now on) to `rules`.
 pub(crate) fn confine(rules: &Rules, extra_read: &[PathBuf]) -> Result<String, SandboxError> {
+    drop_ptrace_capability();
+    let ruleset = build_ruleset(rules, extra_read)?;
+    summarize(rules, &ruleset.restrict_self()?)
+}
+
+/// Confines the calling thread as [`confine_once`] does, and hands `runner` a copy of the
+/// very ruleset it applied: the runner a zygote forked for this worker restricts itself
+/// with it before it runs anything of the session, so both are confined by one set of rules
+/// built in one place (this process, whose `/proc/self` the rules name). `runner` gets
+/// `None` when the kernel has no Landlock and the sandbox is not required (the plain path
+/// then runs unconfined too, with `no_new_privs`); its error fails the confinement.
+pub(crate) fn confine_once_sharing(
+    extra_read: &[PathBuf],
+    runner: impl FnOnce(Option<OwnedFd>) -> Result<(), String>,
+) -> Result<Option<String>, String> {
+    let Some(rules) = rules_from_env().map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    let mut runner = Some(runner);
+    let outcome = CONFINED.get_or_init(|| {
+        drop_ptrace_capability();
+        let ruleset = build_ruleset(&rules, extra_read).map_err(|e| e.to_string())?;
+        let copy = ruleset
+            .try_clone()
+            .map_err(|e| format!("cannot copy the Landlock ruleset for the forked runner: {e}"))?;
+        let status = ruleset.restrict_self().map_err(|e| e.to_string())?;
+        let summary = summarize(&rules, &status).map_err(|e| e.to_string())?;
+        let give = runner.take().ok_or("the runner was confined already")?;
+        give(copy.into())?;
+        Ok(summary)
+    });
+    if runner.is_some() {
+        // Confined before (by another path): the runner never got its rules.
+        return Err("this worker was confined before its forked runner could be".into());
+    }
+    outcome.clone().map(Some)
+}
+
+/// The Landlock ruleset for `rules` plus `extra_read`, created and filled but not applied:
+/// the one place rules become a ruleset. Paths are resolved in this process (`/proc/self`
+/// is its own directory).
+fn build_ruleset(rules: &Rules, extra_read: &[PathBuf]) -> Result<RulesetCreated, SandboxError> {
     // The newest ABI whose filesystem rights we handle: V9 adds connect on named sockets.
     let fs_abi = if rules.confine_unix_connect {
         ABI::V9
@@ -126,7 +174,6 @@ pub(crate) fn confine(rules: &Rules, extra_read: &[PathBuf]) -> Result<String, S
         ruleset = ruleset.scope(Scope::from_all(ABI::V6))?;
     }
     let mut created = ruleset.create()?;
-    drop_ptrace_capability();
     let reads = rules.read.iter().chain(extra_read);
     let grants = reads
         .map(|p| (p, false))
@@ -146,8 +193,7 @@ pub(crate) fn confine(rules: &Rules, extra_read: &[PathBuf]) -> Result<String, S
         };
         created = created.add_rule(PathBeneath::new(fd, access))?;
     }
-    let status = created.restrict_self()?;
-    summarize(rules, &status)
+    Ok(created)
 }
 
 /// A process with `CAP_SYS_PTRACE` (root) reads other processes' `/proc/<pid>/environ` even

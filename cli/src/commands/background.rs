@@ -6,6 +6,7 @@ use cellvisor::daemon::client::ClientError;
 use cellvisor::daemon::protocol::method;
 use cellvisor::{CellResult, EvalResult};
 use serde_json::json;
+use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct WaitArgs {
@@ -14,6 +15,10 @@ pub struct WaitArgs {
     /// The session the cell runs in.
     #[arg(short, long, default_value = "default")]
     session: String,
+    /// The directory whose state is meant under `sessions.key = "session+cwd"` (default:
+    /// this one; relative to it). Ignored under the default key.
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
     /// How long to watch before printing the output so far (default 10000).
     #[arg(long, value_name = "MS")]
     yield_time_ms: Option<u64>,
@@ -32,23 +37,35 @@ pub struct TerminateArgs {
     /// The session the cell runs in.
     #[arg(short, long, default_value = "default")]
     session: String,
+    /// The directory whose state is meant under `sessions.key = "session+cwd"` (default:
+    /// this one; relative to it). Ignored under the default key.
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
     /// Print the structured result as JSON.
     #[arg(long)]
     json: bool,
 }
 
 pub async fn wait(args: WaitArgs, globals: &Globals) -> i32 {
-    let params = json!({
+    let mut params = json!({
         "session": args.session,
         "cell_id": args.cell_id,
         "yield_time_ms": args.yield_time_ms,
         "max_tokens": args.max_tokens,
     });
+    match globals.session_cwd(&args.session, args.cwd.as_deref()) {
+        Ok(cwd) => super::sessions::with_cwd(&mut params, cwd),
+        Err(code) => return code,
+    }
     call(globals, method::WAIT, params, &args.session, args.json).await
 }
 
 pub async fn terminate(args: TerminateArgs, globals: &Globals) -> i32 {
-    let params = json!({"session": args.session, "cell_id": args.cell_id});
+    let mut params = json!({"session": args.session, "cell_id": args.cell_id});
+    match globals.session_cwd(&args.session, args.cwd.as_deref()) {
+        Ok(cwd) => super::sessions::with_cwd(&mut params, cwd),
+        Err(code) => return code,
+    }
     call(globals, method::TERMINATE, params, &args.session, args.json).await
 }
 

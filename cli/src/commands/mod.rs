@@ -117,6 +117,34 @@ impl Globals {
         self.network.remote(session).map_err(usage_error)
     }
 
+    /// The `cwd` a command naming a session sends (so under `sessions.key = "session+cwd"`
+    /// it names the pair `cellvisor eval` from the same directory ran in): this directory, or
+    /// `--cwd` resolved against it; for a remote daemon only an absolute `--cwd`, since this
+    /// machine's directories mean nothing there. A bad `--cwd` is reported (code in `Err`).
+    fn session_cwd(
+        &self,
+        session: &str,
+        given: Option<&std::path::Path>,
+    ) -> Result<Option<PathBuf>, i32> {
+        if self.remote(Some(session))?.is_some() {
+            return match given {
+                None => Ok(None),
+                Some(dir) if dir.is_absolute() => Ok(Some(dir.to_path_buf())),
+                Some(dir) => Err(usage_error(format!(
+                    "with --connect, --cwd names a directory on the daemon's machine and must \
+                     be absolute (not {})",
+                    dir.display()
+                ))),
+            };
+        }
+        let here = std::env::current_dir()
+            .map_err(|e| usage_error(format!("cannot read the current directory: {e}")))?;
+        Ok(Some(match given {
+            Some(dir) => here.join(dir),
+            None => here,
+        }))
+    }
+
     /// A connection to the running daemon (the remote one, bound to `session` when given, or
     /// the local one). A bad configuration or bad flags are already reported (their exit code
     /// is in `Err`); an absent daemon is left to the caller, since what it means differs (an

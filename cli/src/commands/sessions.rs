@@ -6,6 +6,7 @@ use cellvisor::daemon::client::{Client, ClientError};
 use cellvisor::daemon::protocol::method;
 use cellvisor::{Language, SessionStatus};
 use serde_json::json;
+use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
@@ -22,6 +23,10 @@ pub struct SessionArgs {
     /// Only this language's worker (py, js, lua); default all of the session's.
     #[arg(short, long)]
     language: Option<String>,
+    /// The directory whose state is meant under `sessions.key = "session+cwd"` (default:
+    /// this one; relative to it). Ignored under the default key.
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
 }
 
 /// A connection to the daemon (bound to `session` when remote and given); a failure is
@@ -87,17 +92,17 @@ pub async fn control(args: SessionArgs, method: &str, globals: &Globals) -> i32 
         Some(Ok(language)) => Some(language),
         Some(Err(err)) => return usage_error(err),
     };
+    let cwd = match globals.session_cwd(&args.session, args.cwd.as_deref()) {
+        Ok(cwd) => cwd,
+        Err(code) => return code,
+    };
     let mut client = match connect(globals, Some(&args.session)).await {
         Ok(client) => client,
         Err(code) => return code,
     };
-    match client
-        .call(
-            method,
-            json!({"session": args.session, "language": language}),
-        )
-        .await
-    {
+    let mut params = json!({"session": args.session, "language": language});
+    with_cwd(&mut params, cwd);
+    match client.call(method, params).await {
         Ok(result) => {
             let count = result["sessions"].as_u64().unwrap_or(0);
             let what = match method {
@@ -117,6 +122,14 @@ pub async fn control(args: SessionArgs, method: &str, globals: &Globals) -> i32 
             eprintln!("error: {err}");
             1
         }
+    }
+}
+
+/// Adds `cwd` to a method's params when there is one (a daemon from before `cwd` is not
+/// sent the field when there is nothing to send).
+pub(super) fn with_cwd(params: &mut serde_json::Value, cwd: Option<PathBuf>) {
+    if let (Some(cwd), Some(object)) = (cwd, params.as_object_mut()) {
+        object.insert("cwd".into(), json!(cwd));
     }
 }
 

@@ -6,6 +6,7 @@ use cellvisor::daemon::protocol::method;
 use cellvisor::state::{CheckpointInfo, RestoredState, SessionNames};
 use cellvisor::Language;
 use serde_json::{json, Value};
+use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct CheckpointArgs {
@@ -14,6 +15,10 @@ pub struct CheckpointArgs {
     /// The session.
     #[arg(short, long, default_value = "default")]
     session: String,
+    /// The directory whose state is meant under `sessions.key = "session+cwd"` (default:
+    /// this one; relative to it). Ignored under the default key.
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
     /// Only this language (py, js, lua); default every language with state.
     #[arg(short, long)]
     language: Option<String>,
@@ -27,6 +32,10 @@ pub struct CheckpointsArgs {
     /// The session.
     #[arg(short, long, default_value = "default")]
     session: String,
+    /// The directory whose state is meant under `sessions.key = "session+cwd"` (default:
+    /// this one; relative to it). Ignored under the default key.
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
     /// Print the answer as JSON.
     #[arg(long)]
     json: bool,
@@ -37,6 +46,10 @@ pub struct NamesArgs {
     /// The session.
     #[arg(short, long, default_value = "default")]
     session: String,
+    /// The directory whose state is meant under `sessions.key = "session+cwd"` (default:
+    /// this one; relative to it). Ignored under the default key.
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
     /// The language whose namespace is listed (py, js, lua).
     #[arg(short, long)]
     language: String,
@@ -50,7 +63,11 @@ pub async fn checkpoint(args: CheckpointArgs, globals: &Globals) -> i32 {
     let Ok(language) = parse_language(args.language.as_deref()) else {
         return super::EXIT_USAGE;
     };
-    let params = json!({"session": args.session, "language": language, "name": args.name});
+    let mut params = json!({"session": args.session, "language": language, "name": args.name});
+    match globals.session_cwd(&args.session, args.cwd.as_deref()) {
+        Ok(cwd) => super::sessions::with_cwd(&mut params, cwd),
+        Err(code) => return code,
+    }
     call(
         globals,
         method::CHECKPOINT,
@@ -75,7 +92,11 @@ pub async fn restore(args: CheckpointArgs, globals: &Globals) -> i32 {
     let Ok(language) = parse_language(args.language.as_deref()) else {
         return super::EXIT_USAGE;
     };
-    let params = json!({"session": args.session, "language": language, "name": args.name});
+    let mut params = json!({"session": args.session, "language": language, "name": args.name});
+    match globals.session_cwd(&args.session, args.cwd.as_deref()) {
+        Ok(cwd) => super::sessions::with_cwd(&mut params, cwd),
+        Err(code) => return code,
+    }
     call(
         globals,
         method::RESTORE,
@@ -92,7 +113,11 @@ pub async fn restore(args: CheckpointArgs, globals: &Globals) -> i32 {
 
 /// `checkpoints`: lists the session's checkpoints.
 pub async fn checkpoints(args: CheckpointsArgs, globals: &Globals) -> i32 {
-    let params = json!({"session": args.session});
+    let mut params = json!({"session": args.session});
+    match globals.session_cwd(&args.session, args.cwd.as_deref()) {
+        Ok(cwd) => super::sessions::with_cwd(&mut params, cwd),
+        Err(code) => return code,
+    }
     let session = args.session.clone();
     call(
         globals,
@@ -125,7 +150,11 @@ pub async fn names(args: NamesArgs, globals: &Globals) -> i32 {
         Ok(language) => language,
         Err(err) => return usage_error(err),
     };
-    let params = json!({"session": args.session, "language": language});
+    let mut params = json!({"session": args.session, "language": language});
+    match globals.session_cwd(&args.session, args.cwd.as_deref()) {
+        Ok(cwd) => super::sessions::with_cwd(&mut params, cwd),
+        Err(code) => return code,
+    }
     call(
         globals,
         method::NAMES,

@@ -10,7 +10,7 @@ use cellvisor::daemon::protocol::{
     Events, InitializeResult, NamesParams, Request, RpcError, SessionParams, TerminateParams,
     WaitParams,
 };
-use cellvisor::{RequestError, WaitOptions};
+use cellvisor::{RequestError, SessionRef, WaitOptions};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -39,24 +39,27 @@ pub(super) async fn dispatch(
         }
         method::CHECKPOINT => {
             let p: CheckpointParams = params(request.params)?;
-            let saved = daemon.cv.checkpoint(&p.session, p.language, &p.name).await;
+            let session = SessionRef::new(&p.session, p.cwd.as_deref());
+            let saved = daemon.cv.checkpoint(session, p.language, &p.name).await;
             to_json(&saved.map_err(refused)?)
         }
         method::RESTORE => {
             let p: CheckpointParams = params(request.params)?;
-            let restored = daemon.cv.restore(&p.session, p.language, &p.name).await;
+            let session = SessionRef::new(&p.session, p.cwd.as_deref());
+            let restored = daemon.cv.restore(session, p.language, &p.name).await;
             to_json(&restored.map_err(refused)?)
         }
         method::CHECKPOINTS => {
             let p: CheckpointsParams = params(request.params)?;
-            to_json(&daemon.cv.checkpoints(&p.session).await.map_err(refused)?)
+            let session = SessionRef::new(&p.session, p.cwd.as_deref());
+            to_json(&daemon.cv.checkpoints(session).await.map_err(refused)?)
         }
         method::NAMES => {
             let p: NamesParams = params(request.params)?;
             to_json(
                 &daemon
                     .cv
-                    .names(&p.session, p.language)
+                    .names(SessionRef::new(&p.session, p.cwd.as_deref()), p.language)
                     .await
                     .map_err(refused)?,
             )
@@ -229,21 +232,24 @@ impl EventStream {
 /// `interrupt`: stops the running cell of a session; answers how many sessions it reached.
 async fn interrupt(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
     let p: SessionParams = params(params_in)?;
-    let count = daemon.cv.interrupt(&p.session, p.language).await;
+    let session = SessionRef::new(&p.session, p.cwd.as_deref());
+    let count = daemon.cv.interrupt(session, p.language).await;
     sessions_reached(count)
 }
 
 /// `reset`: replaces a session's workers with fresh ones.
 async fn reset(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
     let p: SessionParams = params(params_in)?;
-    let count = daemon.cv.reset(&p.session, p.language).await;
+    let session = SessionRef::new(&p.session, p.cwd.as_deref());
+    let count = daemon.cv.reset(session, p.language).await;
     sessions_reached(count)
 }
 
 /// `close`: ends a session's workers.
 async fn close(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
     let p: SessionParams = params(params_in)?;
-    let count = daemon.cv.close(&p.session, p.language).await;
+    let session = SessionRef::new(&p.session, p.cwd.as_deref());
+    let count = daemon.cv.close(session, p.language).await;
     sessions_reached(count)
 }
 
@@ -267,9 +273,10 @@ async fn wait(
         max_tokens: p.max_tokens,
     };
     let (events, mut stream) = EventStream::new(p.events);
+    let session = SessionRef::new(&p.session, p.cwd.as_deref());
     let wait = daemon
         .cv
-        .wait_with_events(&p.session, p.cell_id, options, events);
+        .wait_with_events(session, p.cell_id, options, events);
     tokio::pin!(wait);
     let result = loop {
         tokio::select! {
@@ -291,7 +298,8 @@ async fn wait(
 /// `terminate`: stops a cell that went to the background and answers its end.
 async fn terminate(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
     let p: TerminateParams = params(params_in)?;
-    let result = daemon.cv.terminate(&p.session, p.cell_id).await;
+    let session = SessionRef::new(&p.session, p.cwd.as_deref());
+    let result = daemon.cv.terminate(session, p.cell_id).await;
     to_json(&result.map_err(refused)?)
 }
 

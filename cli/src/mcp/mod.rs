@@ -212,6 +212,14 @@ impl CellvisorMcp {
         };
         let progress = Progress::for_request(context, cells.len());
         let (events, events_rx) = events_for(&progress);
+        // Under `sessions.key = "session+cwd"` the state is the directory's: a call without
+        // `cwd` names the server's own, where its cells run anyway.
+        let cwd = match cwd {
+            None if self.cv.session_key_by() == cellvisor_config::SessionKeyBy::SessionCwd => {
+                std::env::current_dir().ok()
+            }
+            given => given,
+        };
         let request = EvalRequest {
             session: self.session.clone(),
             cwd,

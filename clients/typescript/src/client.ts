@@ -89,12 +89,16 @@ export interface EvalOptions {
 export interface SessionTarget {
   session: string;
   language?: Language;
+  /** Under `sessions.key = "session+cwd"`, the directory of the pair (default: every pair, or the only one). */
+  cwd?: string;
 }
 
 /** A background cell. */
 export interface CellTarget {
   session: string;
   cellId: number;
+  /** Under `sessions.key = "session+cwd"`, the directory of the pair the cell runs in. */
+  cwd?: string;
 }
 
 /** A client of one daemon connection. */
@@ -233,6 +237,7 @@ export class Cellvisor {
    */
   wait(options: CellTarget & { yieldTimeMs?: number; maxTokens?: number; events?: EventsChoice }): Call<CellResult> {
     const params: Params["wait"] = { session: options.session, cell_id: options.cellId };
+    if (options.cwd !== undefined) params.cwd = options.cwd;
     if (options.yieldTimeMs !== undefined) params.yield_time_ms = options.yieldTimeMs;
     if (options.maxTokens !== undefined) params.max_tokens = options.maxTokens;
     if (options.events !== undefined) params.events = options.events;
@@ -241,7 +246,9 @@ export class Cellvisor {
 
   /** Stops a background cell (interrupt, grace, kill) and answers its final result. */
   terminate(options: CellTarget): Promise<CellResult> {
-    return this.request("terminate", { session: options.session, cell_id: options.cellId });
+    const params: Params["terminate"] = { session: options.session, cell_id: options.cellId };
+    if (options.cwd !== undefined) params.cwd = options.cwd;
+    return this.request("terminate", params);
   }
 
   /** Interrupts the running cell of a session (of one language, or all). */
@@ -281,5 +288,8 @@ export class Cellvisor {
 }
 
 function sessionParams(target: SessionTarget): Params["interrupt"] {
-  return target.language === undefined ? { session: target.session } : { session: target.session, language: target.language };
+  const params: Params["interrupt"] = { session: target.session };
+  if (target.language !== undefined) params.language = target.language;
+  if (target.cwd !== undefined) params.cwd = target.cwd;
+  return params;
 }

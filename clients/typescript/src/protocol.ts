@@ -77,12 +77,16 @@ export type EventsChoice = "all" | "output" | "none";
 /** Params of the methods that name a session and maybe one language of it. */
 export interface SessionParams {
   session: string;
+  /** Under `sessions.key = "session+cwd"`, the directory of the pair addressed; ignored otherwise. */
+  cwd?: string;
   language?: Language | null;
 }
 
 /** `wait` params. */
 export interface WaitParams {
   session: string;
+  /** Under `sessions.key = "session+cwd"`, the directory of the pair addressed; ignored otherwise. */
+  cwd?: string;
   cell_id: number;
   yield_time_ms?: number | null;
   max_tokens?: number | null;
@@ -92,12 +96,16 @@ export interface WaitParams {
 /** `terminate` params. */
 export interface TerminateParams {
   session: string;
+  /** Under `sessions.key = "session+cwd"`, the directory of the pair addressed; ignored otherwise. */
+  cwd?: string;
   cell_id: number;
 }
 
 /** `checkpoint` and `restore` params. */
 export interface CheckpointParams {
   session: string;
+  /** Under `sessions.key = "session+cwd"`, the directory of the pair addressed; ignored otherwise. */
+  cwd?: string;
   language?: Language | null;
   name: string;
 }
@@ -123,8 +131,8 @@ export interface Params {
   status: NoParams;
   checkpoint: CheckpointParams;
   restore: CheckpointParams;
-  checkpoints: { session: string };
-  names: { session: string; language: Language };
+  checkpoints: { session: string; cwd?: string };
+  names: { session: string; cwd?: string; language: Language };
   shutdown: NoParams;
   "config/reload": NoParams;
   drain: DrainParams;
@@ -175,10 +183,12 @@ export interface CellUsage {
   peak_rss_bytes: number;
   wall_ms: number;
   output_bytes: number;
+  /** The cell's processes its worker saw (at its end, ended with it, or collected as orphans); absent when the worker was lost. */
+  processes_seen?: number;
 }
 
 /** The memory limit a cell ran into. */
-export type MemoryLimit = "max_rss" | "js_heap" | "lua_heap";
+export type MemoryLimit = "max_rss" | "js_heap" | "lua_heap" | "kernel_oom";
 
 /** Why memory ended a cell, with the figures. */
 export interface OutOfMemory {

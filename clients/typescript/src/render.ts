@@ -112,6 +112,7 @@ const LIMIT_SETTINGS: Record<string, string> = {
   max_rss: "[limits] max-rss",
   js_heap: "[js] memory-limit",
   lua_heap: "[lua] memory-limit",
+  kernel_oom: "the memory cgroup's limit",
 };
 
 /** `(out of memory: 512 MiB limit ([limits] max-rss), 530 MiB used)` for a cell memory ended. */
@@ -119,6 +120,11 @@ export function outOfMemoryNote(cell: CellResult): string | undefined {
   const verdict = cell.out_of_memory;
   if (verdict === undefined) return undefined;
   const setting = LIMIT_SETTINGS[verdict.limit] ?? verdict.limit;
+  if (verdict.limit === "kernel_oom") {
+    const at = verdict.limit_bytes > 0 ? ` at ${humanBytes(verdict.limit_bytes)} (${setting})` : "";
+    const used = verdict.used_bytes > 0 ? `, ${humanBytes(verdict.used_bytes)} used when last measured` : "";
+    return `(out of memory: killed by the kernel's OOM killer${at}${used})`;
+  }
   return `(out of memory: ${humanBytes(verdict.limit_bytes)} limit (${setting}), ${humanBytes(verdict.used_bytes)} used)`;
 }
 

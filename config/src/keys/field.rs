@@ -2,7 +2,7 @@
 //! of the table stand for the getter and setter of a key.
 
 use super::Value;
-use crate::schema::{Config, SandboxNetwork, SessionMode, SnapshotWhen};
+use crate::schema::{Config, SandboxNetwork, SessionKeyBy, SessionMode, SnapshotWhen};
 use bytesize::ByteSize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -82,6 +82,19 @@ impl Field for SessionMode {
         match value {
             Value::Text(word) if word == "per-call" => Some(SessionMode::PerCall),
             Value::Text(_) => Some(SessionMode::Session),
+            _ => None,
+        }
+    }
+}
+
+impl Field for SessionKeyBy {
+    fn to_value(&self) -> Value {
+        Value::Text(self.as_str().to_string())
+    }
+    fn from_value(value: Value) -> Option<Self> {
+        match value {
+            Value::Text(word) if word == "session+cwd" => Some(SessionKeyBy::SessionCwd),
+            Value::Text(_) => Some(SessionKeyBy::Session),
             _ => None,
         }
     }

@@ -72,6 +72,8 @@ pub static KEYS: &[KeySpec] = &[
         "How long a new worker may take to connect and say hello."),
     key!(sessions.mode as "mode", Kind::Choice(&["session", "per-call"]), NewCells,
         "`session`: workers and their state live on between requests; `per-call`: every request runs on new workers (prewarmed where available), discarded after."),
+    key!(sessions.key as "key", Kind::Choice(&["session", "session+cwd"]), Restart,
+        "What names a session's state: `session`, its name alone (every directory shares it); `session+cwd`, the pair of its name and the request's canonical cwd, so each project keeps its own state under one session name (methods other than eval then take an optional `cwd`; see docs/protocol.md)."),
     // [cells]
     key!(cells.default_timeout as "default-timeout", millis(100, Duration::from_secs(DAY)), NewCells,
         "Timeout of a cell that asks for none; must lie between min-timeout and max-timeout."),
@@ -334,6 +336,7 @@ mod tests {
                 "output.artifact-dir",
                 "snapshots.dir",
                 "snapshots.key-file",
+                "sessions.key",
                 "fleet",
             ],
         ),

@@ -82,6 +82,7 @@ fn eval_request() -> EvalRequest {
 fn session_params() -> SessionParams {
     SessionParams {
         session: "notes".into(),
+        cwd: Some("/home/me/project".into()),
         language: Some(Language::JavaScript),
     }
 }
@@ -89,6 +90,7 @@ fn session_params() -> SessionParams {
 fn wait_params() -> WaitParams {
     WaitParams {
         session: "notes".into(),
+        cwd: Some("/home/me/project".into()),
         cell_id: 7,
         yield_time_ms: Some(500),
         max_tokens: Some(100),
@@ -99,6 +101,7 @@ fn wait_params() -> WaitParams {
 fn terminate_params() -> TerminateParams {
     TerminateParams {
         session: "notes".into(),
+        cwd: None,
         cell_id: 7,
     }
 }
@@ -158,6 +161,7 @@ fn eval_result() -> EvalResult {
                 peak_rss_bytes: 31_457_280,
                 wall_ms: 12.5,
                 output_bytes: 2,
+                processes_seen: Some(1),
             }),
             out_of_memory: None,
         },
@@ -168,6 +172,7 @@ fn eval_result() -> EvalResult {
 fn status_result() -> Vec<SessionStatus> {
     vec![SessionStatus {
         session: "notes".into(),
+        cwd: None,
         language: Language::Lua,
         pid: Some(4242),
         engine: Some("Lua 5.4".into()),

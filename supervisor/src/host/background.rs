@@ -1,9 +1,9 @@
 //! Cells that went to the background: which session holds each, and `wait` and
 //! `terminate` on them.
 
-use super::policy::validate_session_name;
 use super::{
-    lock, Cellvisor, RequestError, WaitOptions, DEFAULT_WAIT, MAX_BACKGROUND_CELLS, MAX_WAIT_MS,
+    lock, Cellvisor, RequestError, SessionRef, WaitOptions, DEFAULT_WAIT, MAX_BACKGROUND_CELLS,
+    MAX_WAIT_MS,
 };
 use crate::cell::{CellResult, CellStatus};
 use crate::session::observation::Refusal;
@@ -16,9 +16,9 @@ impl Cellvisor {
     /// Watches a cell that went to the background: answers with what it printed since the
     /// last look once `yield_time_ms` passes (status `running`), or with its final result as
     /// soon as it ends. One wait per cell at a time; only the cell's own session may wait.
-    pub async fn wait(
+    pub async fn wait<'a>(
         &self,
-        session: &str,
+        session: impl Into<SessionRef<'a>>,
         cell_id: u64,
         options: WaitOptions,
     ) -> Result<CellResult, RequestError> {
@@ -27,9 +27,9 @@ impl Cellvisor {
 
     /// [`Cellvisor::wait`], with the cell's events (output, displays, `notify` and helper
     /// status) sent to `events` as they come while the wait watches, as `eval` streams them.
-    pub async fn wait_with_events(
+    pub async fn wait_with_events<'a>(
         &self,
-        session: &str,
+        session: impl Into<SessionRef<'a>>,
         cell_id: u64,
         options: WaitOptions,
         events: Option<tokio::sync::mpsc::Sender<crate::cell::CellEvent>>,
@@ -59,21 +59,28 @@ impl Cellvisor {
 
     /// Stops a cell that went to the background (interrupt, then the grace, then kill) and
     /// answers with its final result; the session and its state stay.
-    pub async fn terminate(&self, session: &str, cell_id: u64) -> Result<CellResult, RequestError> {
+    pub async fn terminate<'a>(
+        &self,
+        session: impl Into<SessionRef<'a>>,
+        cell_id: u64,
+    ) -> Result<CellResult, RequestError> {
         self.for_cell(session, cell_id, |reply| {
             CellCommand::Terminate(TerminateCell { cell_id, reply })
         })
         .await
     }
 
-    /// Hands a `wait` or `terminate` to the session holding `cell_id`, if it is `session`.
-    pub(super) async fn for_cell(
+    /// Hands a `wait` or `terminate` to the session holding `cell_id`, if it is `session`
+    /// (under `session+cwd`: the pair it names, or the only pair of its name).
+    pub(super) async fn for_cell<'a>(
         &self,
-        session: &str,
+        session: impl Into<SessionRef<'a>>,
         cell_id: u64,
         command: impl FnOnce(crate::session::CellReply) -> CellCommand,
     ) -> Result<CellResult, RequestError> {
-        validate_session_name(session)?;
+        let named = session.into();
+        let key_name = self.resolve_one(named).await?;
+        let session = named.name;
         let unknown = || RequestError::UnknownCell {
             session: session.to_string(),
             cell_id,
@@ -82,7 +89,7 @@ impl Cellvisor {
             let cells = lock(&self.background);
             cells
                 .get(&cell_id)
-                .filter(|k| k.session == session)
+                .filter(|k| k.session == key_name)
                 .cloned()
         }
         .ok_or_else(unknown)?;

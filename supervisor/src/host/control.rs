@@ -1,31 +1,38 @@
 //! The host's commands on a session's workers: interrupt, reset, close. A reset or close
 //! also forgets the session's background cells, so an id from before it is "not found" at
-//! once and never hands out a result of the state that is gone.
+//! once and never hands out a result of the state that is gone. Under
+//! `sessions.key = "session+cwd"` a command without `cwd` reaches every pair of the name.
 
-use super::policy::validate_session_name;
-use super::{lock, Cellvisor, RequestError};
+use super::{lock, Cellvisor, RequestError, SessionRef};
 use crate::supervisor::{Control, ControlAction};
 use cellvisor_ipc::Language;
 
 impl Cellvisor {
     async fn control(
         &self,
-        session: &str,
+        session: SessionRef<'_>,
         language: Option<Language>,
         action: ControlAction,
     ) -> Result<usize, RequestError> {
-        validate_session_name(session)?;
-        if matches!(action, ControlAction::Reset | ControlAction::Close) {
-            self.forget_background(session, language);
+        let mut reached = 0;
+        for key in self.resolve_set(session).await? {
+            if matches!(action, ControlAction::Reset | ControlAction::Close) {
+                self.forget_background(&key, language);
+            }
+            if action == ControlAction::Close && language.is_none() {
+                lock(&self.pairs).forget(&key);
+            }
+            reached += self
+                .supervisor
+                .send(Control {
+                    session: key,
+                    language,
+                    action,
+                })
+                .await
+                .map_err(|_| RequestError::Stopped)?;
         }
-        self.supervisor
-            .send(Control {
-                session: session.to_string(),
-                language,
-                action,
-            })
-            .await
-            .map_err(|_| RequestError::Stopped)
+        Ok(reached)
     }
 
     /// Forgets the background cells of `session` (in `language`, or all of its languages):
@@ -37,30 +44,32 @@ impl Cellvisor {
 
     /// Interrupts the running cell of the session (all languages, or one); answers how many
     /// cells were interrupted.
-    pub async fn interrupt(
+    pub async fn interrupt<'a>(
         &self,
-        session: &str,
+        session: impl Into<SessionRef<'a>>,
         language: Option<Language>,
     ) -> Result<usize, RequestError> {
-        self.control(session, language, ControlAction::Interrupt)
+        self.control(session.into(), language, ControlAction::Interrupt)
             .await
     }
 
     /// Replaces the session's workers with fresh ones; answers how many were reset.
-    pub async fn reset(
+    pub async fn reset<'a>(
         &self,
-        session: &str,
+        session: impl Into<SessionRef<'a>>,
         language: Option<Language>,
     ) -> Result<usize, RequestError> {
-        self.control(session, language, ControlAction::Reset).await
+        self.control(session.into(), language, ControlAction::Reset)
+            .await
     }
 
     /// Closes the session's workers; answers how many were closed.
-    pub async fn close(
+    pub async fn close<'a>(
         &self,
-        session: &str,
+        session: impl Into<SessionRef<'a>>,
         language: Option<Language>,
     ) -> Result<usize, RequestError> {
-        self.control(session, language, ControlAction::Close).await
+        self.control(session.into(), language, ControlAction::Close)
+            .await
     }
 }

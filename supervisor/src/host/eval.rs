@@ -61,9 +61,12 @@ impl Cellvisor {
         // (however it ends), so the named session's workers and state are not touched.
         let throwaway = (request.fresh || policy.per_call)
             .then(|| ThrowawaySession::new(self.supervisor.clone(), &request.session, request_id));
-        let session = throwaway
-            .as_ref()
-            .map_or(request.session.as_str(), |t| t.name.as_str());
+        // Under `sessions.key = "session+cwd"` a kept session is the pair (name, cwd).
+        let key = match &throwaway {
+            Some(throwaway) => throwaway.name.clone(),
+            None => self.eval_key(&request.session, request.cwd.as_deref())?,
+        };
+        let session = key.as_str();
         self.refuse_if_draining(session).await?;
         self.admit(session, request.resume && throwaway.is_none())
             .await?;

@@ -51,7 +51,7 @@ impl Cellvisor {
             return None;
         }
         let worker_env = Arc::clone(&lock(&self.python_env));
-        crate::python_choice::choose(
+        self.python_choices.choose(
             &worker_env,
             request.cwd.as_deref(),
             request.virtual_env.as_deref(),

@@ -4,8 +4,7 @@
 //! the session's worker, restoring its latest snapshot, if it has none live).
 
 use super::eval::RequestPin;
-use super::policy::validate_session_name;
-use super::{Cellvisor, RequestError};
+use super::{Cellvisor, RequestError, SessionRef};
 use crate::session::state::{HostAsk, StateJob};
 use crate::session::{CellJob, SessionKey};
 use crate::snapshots::policy::{self, describe};
@@ -19,20 +18,22 @@ use tokio::sync::{oneshot, watch};
 impl Cellvisor {
     /// Saves the namespace of `session` (in `language`, or in each language it has a live
     /// worker or a snapshot in) as the checkpoint `name`, replacing one of the same name.
-    pub async fn checkpoint(
+    pub async fn checkpoint<'a>(
         &self,
-        session: &str,
+        session: impl Into<SessionRef<'a>>,
         language: Option<Language>,
         name: &str,
     ) -> Result<Vec<CheckpointInfo>, RequestError> {
-        validate_session_name(session)?;
+        let named = session.into();
+        let key = self.resolve_one(named).await?;
+        let (session, shown) = (key.as_str(), named.name);
         check_name(name)?;
         let languages = match language {
             Some(language) => vec![language],
             None => self.languages_with_state(session).await?,
         };
         if languages.is_empty() {
-            return Err(RequestError::NothingToCheckpoint(session.to_string()));
+            return Err(RequestError::NothingToCheckpoint(shown.to_string()));
         }
         for &language in &languages {
             match self
@@ -40,26 +41,31 @@ impl Cellvisor {
                 .await?
             {
                 StateReport::Saved { .. } => {}
-                other => return Err(refused(session, language, other)),
+                other => return Err(refused(shown, language, other)),
             }
         }
         let store = self.snapshot_store()?;
-        Ok(store
-            .checkpoints(session)
-            .into_iter()
-            .filter(|c| c.name == name && languages.contains(&c.language))
-            .collect())
+        Ok(shown_as(
+            store
+                .checkpoints(session)
+                .into_iter()
+                .filter(|c| c.name == name && languages.contains(&c.language))
+                .collect(),
+            shown,
+        ))
     }
 
     /// Replaces the namespace of `session` (in `language`, or in each language that has the
     /// checkpoint) with what the checkpoint `name` holds; answers each language's ledger.
-    pub async fn restore(
+    pub async fn restore<'a>(
         &self,
-        session: &str,
+        session: impl Into<SessionRef<'a>>,
         language: Option<Language>,
         name: &str,
     ) -> Result<Vec<RestoredState>, RequestError> {
-        validate_session_name(session)?;
+        let named = session.into();
+        let key = self.resolve_one(named).await?;
+        let (session, shown) = (key.as_str(), named.name);
         check_name(name)?;
         let store = self.snapshot_store()?;
         let having = store.languages_with_checkpoint(session, name);
@@ -69,7 +75,7 @@ impl Cellvisor {
         };
         if languages.is_empty() || languages.iter().any(|l| !having.contains(l)) {
             return Err(RequestError::NoSuchCheckpoint {
-                session: session.to_string(),
+                session: shown.to_string(),
                 language,
                 name: name.to_string(),
             });
@@ -88,37 +94,45 @@ impl Cellvisor {
                     language,
                     ledger: policy::ledger(names, skipped, &meta, 0, Some(name.to_string())),
                 }),
-                other => return Err(refused(session, language, other)),
+                other => return Err(refused(shown, language, other)),
             }
         }
         Ok(restored)
     }
 
     /// The checkpoints `session` has, in every language, with their sizes and times.
-    pub async fn checkpoints(&self, session: &str) -> Result<Vec<CheckpointInfo>, RequestError> {
-        validate_session_name(session)?;
-        Ok(self.snapshot_store()?.checkpoints(session))
+    pub async fn checkpoints<'a>(
+        &self,
+        session: impl Into<SessionRef<'a>>,
+    ) -> Result<Vec<CheckpointInfo>, RequestError> {
+        let named = session.into();
+        let key = self.resolve_one(named).await?;
+        Ok(shown_as(
+            self.snapshot_store()?.checkpoints(&key),
+            named.name,
+        ))
     }
 
     /// The user names of `session`'s namespace in `language`: type, size estimate and whether
     /// a snapshot would keep each (starting the session's worker, and restoring its
     /// snapshot, if it has none live).
-    pub async fn names(
+    pub async fn names<'a>(
         &self,
-        session: &str,
+        session: impl Into<SessionRef<'a>>,
         language: Language,
     ) -> Result<SessionNames, RequestError> {
-        validate_session_name(session)?;
-        match self.ask(session, language, HostAsk::Names).await? {
+        let named = session.into();
+        let key = self.resolve_one(named).await?;
+        match self.ask(&key, language, HostAsk::Names).await? {
             StateReport::Names(mut names) => {
                 names.sort_by(|a, b| a.name.cmp(&b.name));
                 Ok(SessionNames {
-                    session: session.to_string(),
+                    session: named.name.to_string(),
                     language,
                     names,
                 })
             }
-            other => Err(refused(session, language, other)),
+            other => Err(refused(named.name, language, other)),
         }
     }
 
@@ -135,7 +149,7 @@ impl Cellvisor {
     /// The languages `session` has a live worker or a latest snapshot in.
     async fn languages_with_state(&self, session: &str) -> Result<Vec<Language>, RequestError> {
         let mut languages: Vec<Language> = self
-            .status()
+            .raw_status()
             .await?
             .into_iter()
             .filter(|row| row.session == session)
@@ -193,10 +207,21 @@ impl Cellvisor {
             Ok(report) => Ok(report),
             Err(_) => Err(RequestError::State(match cell {
                 Ok(cell) => cell.output.trim_end().to_string(),
-                Err(_) => format!("session {session}/{language} ended before answering"),
+                Err(_) => format!(
+                    "session {}/{language} ended before answering",
+                    Cellvisor::shown_name(session)
+                ),
             })),
         }
     }
+}
+
+/// Checkpoints as hosts know them: under the session's name, not a pair's key.
+fn shown_as(mut checkpoints: Vec<CheckpointInfo>, shown: &str) -> Vec<CheckpointInfo> {
+    for checkpoint in &mut checkpoints {
+        checkpoint.session = shown.to_string();
+    }
+    checkpoints
 }
 
 fn check_name(name: &str) -> Result<(), RequestError> {

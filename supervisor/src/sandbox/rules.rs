@@ -56,6 +56,9 @@ fn proc_without_processes(proc: &Path) -> Vec<PathBuf> {
     kept
 }
 
+/// Devices every sandboxed cell may write: writes to them go nowhere (`/dev/full` fails them).
+const DISCARDING_DEVICES: [&str; 3] = ["/dev/null", "/dev/zero", "/dev/full"];
+
 /// Where one session's sandboxed worker may write, besides the policy's write paths.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionDirs {
@@ -108,6 +111,9 @@ pub fn rules(plan: &Plan, dirs: &SessionDirs, env: &WorkerEnv) -> Rules {
         .iter()
         .filter_map(|e| resolve(e))
         .collect();
+    // The discarding devices: shells and tools redirect to them as a matter of course, and
+    // they hold nothing.
+    write.extend(DISCARDING_DEVICES.iter().map(PathBuf::from));
     write.push(dirs.tmp.clone());
     write.push(dirs.artifacts.clone());
     write.extend(dirs.store.clone());
@@ -202,6 +208,9 @@ mod tests {
             rules.write,
             [
                 PathBuf::from("/work/project"),
+                "/dev/null".into(),
+                "/dev/zero".into(),
+                "/dev/full".into(),
                 "/run/t".into(),
                 "/run/a/s".into(),
                 "/state/s".into(),

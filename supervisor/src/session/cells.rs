@@ -14,7 +14,7 @@ use crate::cell::CellStatus;
 use crate::output::SinkLimits;
 use crate::session::CellReport;
 use actix::prelude::*;
-use cellvisor_client::usage::{MemoryLimit, OutOfMemory};
+use cellvisor_client::usage::{CellUsage, MemoryLimit, OutOfMemory};
 use cellvisor_ipc::state::StateTask;
 use cellvisor_ipc::{CellOutcome as WorkerOutcome, ExecuteCell, Language, ToWorker};
 use std::sync::Arc;
@@ -74,9 +74,12 @@ impl Handler<CellFinished> for Session {
         self.cells_run += 1;
         self.last_active = Instant::now();
         let duration_ms = running.started.elapsed().as_secs_f64() * 1000.0;
-        let usage =
-            msg.readings
-                .usage(running.peak_rss, duration_ms, output.truncation.total_bytes);
+        let usage = CellUsage {
+            processes_seen: Some(msg.processes_seen),
+            ..msg
+                .readings
+                .usage(running.peak_rss, duration_ms, output.truncation.total_bytes)
+        };
         let outcome = CellReport {
             status,
             output: output.text,

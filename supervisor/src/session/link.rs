@@ -412,6 +412,7 @@ impl ReaderTask {
                 cell_id,
                 outcome,
                 processes_ended,
+                processes_seen,
             } => {
                 if self.current.as_ref().is_some_and(|c| c.cell_id == cell_id) {
                     let readings = self.readings_now().await;
@@ -422,6 +423,7 @@ impl ReaderTask {
                             cell_id,
                             outcome,
                             processes_ended,
+                            processes_seen,
                             output: products.output,
                             displays: products.displays,
                             status_events: products.status_events,

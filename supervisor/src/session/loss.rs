@@ -7,6 +7,7 @@
 //! this text; replace the worker now, on demand, or fail the session with the budget's
 //! message. The handler only carries the plan out.
 
+use super::kernel_oom;
 use super::messages::WorkerExited;
 use super::outcome::{
     self, append_line, CancelCause, Consequence, KillReason, StopCause, WorkerEnd, WorkerLoss,
@@ -196,13 +197,28 @@ impl Handler<WorkerExited> for Session {
                 ctx.cancel_future(*timer);
             }
         }
-        let how = match worker {
-            Worker::Stopping { .. } => How::Planned(self.stop_cause),
+        let (how, oom_before) = match worker {
+            Worker::Stopping { .. } => (How::Planned(self.stop_cause), None),
             Worker::Ready {
                 killed_for: Some(reason),
                 ..
-            } => How::Killed(reason),
-            _ => How::Ended(msg.ended),
+            } => (How::Killed(reason), None),
+            Worker::Ready { oom_before, .. } => (How::Ended(msg.ended), Some(oom_before)),
+            _ => (How::Ended(msg.ended), None),
+        };
+        // A SIGKILL nobody here sent: the kernel's OOM killer, if its count says so.
+        let kernel_oom = match (&how, oom_before) {
+            (How::Ended(end), Some(before)) => kernel_oom::verdict(
+                end.unsent_sigkill(),
+                &before,
+                &kernel_oom::OomCounters::read(),
+                kernel_oom::cgroup_limit(),
+            ),
+            _ => None,
+        };
+        let how = match how {
+            How::Ended(end) if kernel_oom.is_some() => How::Ended(end.by_kernel_oom()),
+            how => how,
         };
         if matches!(how, How::Ended(_)) {
             self.metrics.worker_crashed(self.key.language);
@@ -233,7 +249,12 @@ impl Handler<WorkerExited> for Session {
         let readings = partial.as_ref().map(|p| p.readings).unwrap_or_default();
         let verdict = match &how {
             How::Killed(reason) => reason.out_of_memory(),
-            _ => None,
+            _ => kernel_oom.map(|source| {
+                // The figure known: the most the tree was sampled at during the cell.
+                let sampled = running.as_ref().map_or(0, |r| r.peak_rss);
+                let read = readings.before.rss_bytes.max(readings.after.rss_bytes);
+                outcome::kernel_out_of_memory(source, sampled.max(read))
+            }),
         };
         let (produced, displays, truncation) = match partial {
             Some(p) => (p.output.text, p.displays, p.output.truncation),

@@ -188,6 +188,8 @@ pub(crate) struct CellFinished {
     pub outcome: WorkerOutcome,
     /// How many processes the worker ended with the cell (a cancelled cell's).
     pub processes_ended: u32,
+    /// How many of the cell's processes the worker saw (see `CellUsage::processes_seen`).
+    pub processes_seen: u32,
     pub output: SinkResult,
     pub displays: Vec<serde_json::Value>,
     pub status_events: Vec<serde_json::Value>,

@@ -27,6 +27,7 @@
 
 mod background;
 mod cells;
+pub mod kernel_oom;
 pub(crate) mod link;
 pub mod loss;
 pub mod messages;
@@ -178,6 +179,9 @@ enum Worker {
         last_heard: Instant,
         /// Set when we killed it on purpose for a policy (heartbeat, grace, memory).
         killed_for: Option<KillReason>,
+        /// The kernel's OOM-kill counts when it started, to tell an OOM kill from another
+        /// SIGKILL if it dies of one.
+        oom_before: kernel_oom::OomCounters,
     },
     Stopping {
         generation: u64,
@@ -427,6 +431,7 @@ impl Session {
     fn status(&self) -> SessionStatus {
         SessionStatus {
             session: self.key.session.clone(),
+            cwd: None,
             language: self.key.language,
             pid: self.pid(),
             engine: match &self.worker {

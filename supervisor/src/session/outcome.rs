@@ -137,6 +137,48 @@ pub struct WorkerEnd {
     pub fatal: Option<String>,
 }
 
+impl WorkerEnd {
+    /// Whether it (or its Python interpreter, as its last word says) died of SIGKILL: the
+    /// supervisor's own kills are [`KillReason`]s and planned stops, never a `WorkerEnd`.
+    pub fn unsent_sigkill(&self) -> bool {
+        self.exit == Exit::Signal(libc::SIGKILL)
+            || self
+                .fatal
+                .as_deref()
+                .is_some_and(|fatal| fatal.contains(INTERPRETER_SIGKILLED))
+    }
+
+    /// The same end, told as the kernel's OOM killer's.
+    pub fn by_kernel_oom(self) -> WorkerEnd {
+        let fatal = match self.fatal {
+            Some(fatal) => format!("{fatal}: the kernel's out-of-memory killer ended it"),
+            None => "the kernel's out-of-memory killer ended it".to_string(),
+        };
+        WorkerEnd {
+            exit: self.exit,
+            fatal: Some(fatal),
+        }
+    }
+}
+
+/// How the Python worker's last word says its interpreter died of SIGKILL.
+const INTERPRETER_SIGKILLED: &str = "python was killed by signal 9 (SIGKILL)";
+
+/// The verdict of a cell whose worker the kernel's OOM killer took (see
+/// [`super::kernel_oom`]): the cgroup's limit when that was the one, and `used` (the most
+/// the worker's tree was seen using; 0 when it was never measured).
+pub fn kernel_out_of_memory(source: super::kernel_oom::OomSource, used: u64) -> OutOfMemory {
+    let limit_bytes = match source {
+        super::kernel_oom::OomSource::Cgroup { limit } => limit.unwrap_or(0),
+        super::kernel_oom::OomSource::Host => 0,
+    };
+    OutOfMemory {
+        limit: MemoryLimit::KernelOom,
+        limit_bytes,
+        used_bytes: used,
+    }
+}
+
 impl fmt::Display for WorkerEnd {
     /// Its crash story: its own last word when it said one, with its exit status only when
     /// that adds something. A worker that gives up says why and then exits with a code, so
@@ -445,6 +487,54 @@ mod tests {
             timeout: Duration::from_secs(1),
         };
         assert_eq!(heartbeat.out_of_memory(), None);
+    }
+
+    #[test]
+    fn a_sigkill_nobody_here_sent_is_told_as_the_kernels_when_it_was() {
+        let worker = WorkerEnd {
+            exit: Exit::Signal(9),
+            fatal: None,
+        };
+        assert!(worker.unsent_sigkill());
+        assert_eq!(
+            worker.clone().by_kernel_oom().to_string(),
+            "the kernel's out-of-memory killer ended it (killed by signal 9 (SIGKILL))"
+        );
+        // The Python shim exits by itself after its interpreter was killed, and says so.
+        let interpreter = WorkerEnd {
+            exit: Exit::Code(1),
+            fatal: Some("python was killed by signal 9 (SIGKILL)".into()),
+        };
+        assert!(interpreter.unsent_sigkill());
+        assert_eq!(
+            interpreter.by_kernel_oom().to_string(),
+            "python was killed by signal 9 (SIGKILL): the kernel's out-of-memory killer ended it"
+        );
+        let others = [
+            WorkerEnd {
+                exit: Exit::Signal(11),
+                fatal: None,
+            },
+            WorkerEnd {
+                exit: Exit::Code(1),
+                fatal: Some("python was killed by signal 15 (SIGTERM)".into()),
+            },
+            WorkerEnd {
+                exit: Exit::Code(0),
+                fatal: None,
+            },
+        ];
+        assert!(others.iter().all(|end| !end.unsent_sigkill()), "{others:?}");
+        let source = super::super::kernel_oom::OomSource::Cgroup {
+            limit: Some(1 << 30),
+        };
+        let verdict = kernel_out_of_memory(source, 1_110_000_000);
+        assert_eq!(
+            (verdict.limit, verdict.limit_bytes, verdict.used_bytes),
+            (MemoryLimit::KernelOom, 1 << 30, 1_110_000_000)
+        );
+        let host = kernel_out_of_memory(super::super::kernel_oom::OomSource::Host, 0);
+        assert_eq!(host.limit_bytes, 0);
     }
 
     #[test]

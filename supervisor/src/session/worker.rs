@@ -106,6 +106,7 @@ impl Handler<WorkerStarted> for Session {
                     link,
                     last_heard: Instant::now(),
                     killed_for: None,
+                    oom_before: super::kernel_oom::OomCounters::read(),
                 };
                 if !self.after_stop.is_empty() {
                     self.stop_worker(ctx);

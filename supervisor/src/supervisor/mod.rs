@@ -51,7 +51,7 @@ use crate::usage::ProcessSampler;
 use actix::prelude::*;
 use cellvisor_config::Config;
 use cellvisor_ipc::Language;
-pub use count::LiveSessions;
+pub use count::{LiveSessionNames, LiveSessions};
 pub use messages::*;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;

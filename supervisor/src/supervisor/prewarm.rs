@@ -21,11 +21,15 @@ static POOL_SERIAL: AtomicU64 = AtomicU64::new(1);
 /// How long after a failed prewarm start the pool tries again.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
 
-/// How long after a claim the pool starts the claimed worker's successor: a Python start
-/// takes most of a core for tens of milliseconds, which would otherwise compete with the
-/// first cell on the claimed worker (on two cores, a crash's replacement answered in 15-19 ms
-/// instead of 8-9).
+/// How long after a claim the pool starts the claimed worker's successor when it has to
+/// start an interpreter: that takes most of a core for tens of milliseconds, which would
+/// otherwise compete with the first cell on the claimed worker (on two cores, a crash's
+/// replacement answered in 15-19 ms instead of 8-9). A successor forked from a zygote starts
+/// at once: it costs a few milliseconds, and sessions opened back to back find it ready.
 const REFILL_AFTER_CLAIM: Duration = Duration::from_millis(100);
+
+/// How often the pool looks again while the zygote it would fork from starts.
+const WHILE_THE_ZYGOTE_STARTS: Duration = Duration::from_millis(50);
 
 /// A prewarmed worker waiting to be claimed.
 pub(super) struct Pooled {
@@ -59,7 +63,9 @@ impl Handler<PoolWorkerReady> for Supervisor {
                 self.pool.push(Pooled {
                     worker,
                     program: msg.program,
-                })
+                });
+                // Forked refills go one at a time: the next one now.
+                self.refill_pool(ctx);
             }
             Ok(worker) => {
                 actix::spawn(worker.discard());
@@ -100,22 +106,33 @@ impl Handler<PrewarmedCount> for Supervisor {
 }
 
 impl Supervisor {
-    /// Starts Python workers until `python.prewarm` of them wait unclaimed.
+    /// Starts Python workers until `python.prewarm` of them wait unclaimed. Workers forked
+    /// from a zygote are started one at a time, each as the last one is ready: a burst of
+    /// claims then does not fork a burst of successors that would compete with the claimed
+    /// workers' first cells, and sessions opened back to back still find one ready.
     pub(super) fn refill_pool(&mut self, ctx: &mut Context<Self>) {
         // Sandboxed sessions never take a prewarmed worker (it has no session to confine
         // to), so under an operator's sandbox a pool would only cost memory.
         if self.stopping || self.config.sandbox.enabled {
             return;
         }
-        while self.pool.len() + self.pool_starting < self.config.python.prewarm {
+        let spec = self.pool_spec();
+        if self.launcher.zygote_starting(&spec) {
+            // A worker started now would lack what the zygote preloads (`python.preload`),
+            // and a session would claim it: the pool fills once the zygote is up (or gave
+            // up), looking again in a moment.
+            if self.pool_starting == 0 && self.pool.len() < self.config.python.prewarm {
+                self.pool_starting += 1;
+                ctx.notify_later(PoolRetry, WHILE_THE_ZYGOTE_STARTS);
+            }
+            return;
+        }
+        let one_at_a_time = self.launcher.forks_now(&spec);
+        while self.pool.len() + self.pool_starting < self.config.python.prewarm
+            && !(one_at_a_time && self.pool_starting > 0)
+        {
             self.pool_starting += 1;
-            let mut spec = self.worker_spec(Language::Python, None, None);
-            // Started before anyone's directory is known: a project's startup modules are
-            // not its to load (a session in such a project starts its own worker).
-            spec.env.set_startup(StartupLevels {
-                user: self.config.startup.user,
-                project: false,
-            });
+            let spec = self.pool_spec();
             // The worker starts in the supervisor's directory with no request's venv: the
             // same discovery, run here, names its interpreter.
             let program = crate::python_choice::choose(&spec.env, None, None).map(|c| c.program);
@@ -136,6 +153,18 @@ impl Supervisor {
                 }
             });
         }
+    }
+
+    /// How a pooled worker starts: as a session's Python worker, but before anyone's
+    /// directory is known, so a project's startup modules are not its to load (a session in
+    /// such a project starts its own worker).
+    fn pool_spec(&self) -> crate::spawn::WorkerSpec {
+        let mut spec = self.worker_spec(Language::Python, None, None);
+        spec.env.set_startup(StartupLevels {
+            user: self.config.startup.user,
+            project: false,
+        });
+        spec
     }
 
     /// A prewarmed worker for a session that wants `wanted`, if one fits; the pool refills
@@ -160,9 +189,13 @@ impl Supervisor {
             index += 1;
         }
         if claimed.is_some() {
-            // Counted as starting until then, so no other refill starts one meanwhile.
-            self.pool_starting += 1;
-            ctx.notify_later(PoolRetry, REFILL_AFTER_CLAIM);
+            if self.launcher.forks_now(&self.pool_spec()) {
+                self.refill_pool(ctx);
+            } else {
+                // Counted as starting until then, so no other refill starts one meanwhile.
+                self.pool_starting += 1;
+                ctx.notify_later(PoolRetry, REFILL_AFTER_CLAIM);
+            }
         } else {
             self.refill_pool(ctx);
         }

@@ -22,10 +22,12 @@ pub struct ZygoteKey {
 
 impl ZygoteKey {
     /// The zygote for a worker of `spec`; `None` when it must start its own interpreter: not
-    /// Python, zygotes off, sandboxed (it is confined before its interpreter starts), or an
-    /// interpreter only a version-manager shim can name.
+    /// Python, zygotes off, sandboxed with a network namespace (entered before the runner
+    /// starts, which a forked runner cannot be), or an interpreter only a version-manager
+    /// shim can name. A sandbox does not change which zygote serves a worker: the zygote is
+    /// never confined, each forked runner is (see `zygote.py`).
     pub fn of(spec: &WorkerSpec) -> Option<ZygoteKey> {
-        if spec.language != Language::Python || !spec.zygote || spec.env.is_confined() {
+        if spec.language != Language::Python || !spec.zygote || needs_own_start(spec) {
             return None;
         }
         let cwd = match &spec.cwd {
@@ -38,10 +40,11 @@ impl ZygoteKey {
         else {
             return None;
         };
+        let confined = spec.env.is_confined();
         let mut loaded_env: Vec<(OsString, OsString)> = spec
             .env
             .render()
-            .filter(|(name, _)| read_while_loading(name))
+            .filter(|(name, _)| read_while_loading(name) && !(confined && set_by_sandbox(name)))
             .map(|(name, value)| (name.to_owned(), value.to_owned()))
             .collect();
         loaded_env.sort();
@@ -59,6 +62,25 @@ impl ZygoteKey {
             venv: self.venv.clone(),
         }
     }
+}
+
+/// Whether a sandboxed `spec` must start its own interpreter: its rules ask for a network
+/// namespace, or cannot be read (the worker then says why, on the plain path).
+fn needs_own_start(spec: &WorkerSpec) -> bool {
+    let Some(rules) = spec.env.get(cellvisor_ipc::env::SANDBOX) else {
+        return false;
+    };
+    let rules = rules
+        .to_str()
+        .and_then(|text| serde_json::from_str::<cellvisor_workers::sandbox::Rules>(text).ok());
+    rules.is_none_or(|rules| rules.network_namespace)
+}
+
+/// Variables a sandbox points at the session's own directories (`TMPDIR`, and matplotlib's
+/// cache under it): not part of the key (each sandboxed session has its own), and not given
+/// to a zygote (the session's directory goes with the session).
+fn set_by_sandbox(name: &OsStr) -> bool {
+    name == "TMPDIR" || name == "MPLCONFIGDIR"
 }
 
 /// Variables whose value when an interpreter or a common scientific module loads decides
@@ -87,10 +109,12 @@ fn read_while_loading(name: &OsStr) -> bool {
 /// variables (a forked runner gets the whole of its own before any cell), plus what the
 /// runner's environment changes ([`cellvisor_workers::python::runner_env`]).
 pub fn zygote_env(key: &ZygoteKey, spec: &WorkerSpec) -> Vec<(OsString, OsString)> {
+    let confined = spec.env.is_confined();
     let base: Vec<(OsString, OsString)> = spec
         .env
         .render()
         .filter(|(name, _)| !name.to_string_lossy().starts_with("CELLVISOR_"))
+        .filter(|(name, _)| !(confined && set_by_sandbox(name)))
         .map(|(name, value)| (name.to_owned(), value.to_owned()))
         .collect();
     with_runner_changes(&key.interpreter(), base)
@@ -111,7 +135,8 @@ fn with_runner_changes(
 }
 
 /// The request for one worker: its command line and environment, its runner's environment,
-/// its directory and rlimits. `Err` when something cannot be written as JSON text (a
+/// its directory and rlimits, and whether its runner waits to be confined by the worker (a
+/// sandboxed session's). `Err` when something cannot be written as JSON text (a
 /// variable or path that is not UTF-8): that worker starts the plain way.
 pub fn request(
     key: &ZygoteKey,
@@ -153,6 +178,7 @@ pub fn request(
         "cwd": cwd,
         "rlimits": rlimits,
         "program": text(key.program.as_os_str())?,
+        "confine": spec.env.is_confined(),
     });
     serde_json::to_vec(&request).map_err(|e| e.to_string())
 }

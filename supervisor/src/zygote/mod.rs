@@ -9,8 +9,11 @@
 //!
 //! One zygote per [`ZygoteKey`]: the interpreter and virtualenv a session's worker would run,
 //! the variables Python and preloaded modules read when they load, and the preload list.
-//! Sandboxed sessions, interpreters only a version-manager shim can name and environments
-//! that cannot be written as text start their own interpreter, as with `zygote = false`.
+//! A sandboxed session's runner is forked too, from the same (unconfined) zygote: it waits
+//! for its worker's Landlock ruleset and confines itself before running anything of the
+//! session. Sandboxes with a network namespace, interpreters only a version-manager shim can
+//! name and environments that cannot be written as text start their own interpreter, as
+//! with `zygote = false`.
 //! A request whose zygote is not ready (starting, restarting after a death, replaced after
 //! its interpreter changed on disk) starts its worker the plain way meanwhile.
 //!
@@ -111,6 +114,27 @@ impl Zygotes {
         if let Some(key) = ZygoteKey::of(spec) {
             let _ = self.ready_zygote(&key, spec);
         }
+    }
+
+    /// Whether a worker like `spec`'s would be forked now (its zygote is up): the prewarm
+    /// pool then refills at once, since a fork costs a few milliseconds of CPU, not an
+    /// interpreter's start.
+    pub fn forks_now(&self, spec: &WorkerSpec) -> bool {
+        let Some(key) = ZygoteKey::of(spec) else {
+            return false;
+        };
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        matches!(slots.get(&key), Some(Slot::Ready { zygote, .. }) if zygote.is_alive())
+    }
+
+    /// Whether the zygote a worker like `spec`'s would be forked from is starting: a worker
+    /// started meanwhile would lack what it preloads.
+    pub fn starting(&self, spec: &WorkerSpec) -> bool {
+        let Some(key) = ZygoteKey::of(spec) else {
+            return false;
+        };
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        matches!(slots.get(&key), Some(Slot::Starting))
     }
 
     /// A worker for `spec` forked by its zygote, or `None` when there is no ready zygote for

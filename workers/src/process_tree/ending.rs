@@ -57,6 +57,8 @@ pub(crate) struct Ending {
     /// Killed, dead, and the child of another process (which alone can reap it), at the
     /// last look.
     theirs: Vec<u32>,
+    /// Every process to end any look found, dead or alive.
+    found: HashSet<u32>,
 }
 
 /// What an ending did.
@@ -67,6 +69,8 @@ pub struct Ended {
     /// Those of them left dead (zombies) for a parent other than the caller to reap, such
     /// as a Python interpreter whose cell forked them.
     pub theirs: Vec<u32>,
+    /// How many distinct processes to end the looks found, those already dead included.
+    pub found: usize,
 }
 
 impl Ending {
@@ -78,6 +82,7 @@ impl Ending {
             stopped: HashSet::new(),
             killed: HashSet::new(),
             theirs: Vec::new(),
+            found: HashSet::new(),
         }
     }
 
@@ -88,6 +93,7 @@ impl Ending {
         let mut live = Vec::new();
         self.theirs.clear();
         for process in seen.iter().filter(|p| p.pid != self.root && doomed(p)) {
+            self.found.insert(process.pid);
             if !process.is_dead() {
                 live.push(process.pid);
             } else if !self.killed.contains(&process.pid) {
@@ -134,6 +140,7 @@ impl Ending {
         Ended {
             count: self.killed.len(),
             theirs: self.theirs.clone(),
+            found: self.found.len(),
         }
     }
 }
@@ -141,10 +148,15 @@ impl Ending {
 /// How long an ending may take before it gives up on what it could not find or kill.
 pub(crate) const BOUND: Duration = Duration::from_secs(2);
 
-/// Ends the processes under `root` that `doomed` picks (the tree is still walked through
-/// those it spares), by [`Ending`]'s steps, within `bound`. Answers what was killed.
-/// `root` must stay alive meanwhile, so orphans land on it (a subreaper) and stay in reach.
-pub(crate) fn end_tree(root: u32, doomed: impl Fn(&ProcStat) -> bool, bound: Duration) -> Ended {
+/// Ends the processes under `root` that `choose` picks from each look (the tree is still
+/// walked through those it spares), by [`Ending`]'s steps, within `bound`. Answers what was
+/// killed. `root` must stay alive meanwhile, so orphans land on it (a subreaper) and stay in
+/// reach.
+pub(crate) fn end_tree(
+    root: u32,
+    choose: impl Fn(&[ProcStat]) -> HashSet<u32>,
+    bound: Duration,
+) -> Ended {
     let deadline = Instant::now() + bound;
     let mut ending = Ending::new(root, std::process::id());
     loop {
@@ -154,11 +166,11 @@ pub(crate) fn end_tree(root: u32, doomed: impl Fn(&ProcStat) -> bool, bound: Dur
             ending.stop_freezing();
         }
         let seen = trees(&[root]).remove(&root).unwrap_or_default();
-        let mut step = ending.step(&seen, &doomed);
+        let mut step = look(&mut ending, &seen, &choose);
         if step.clear && step.kill.is_empty() {
             // A look by children lists can miss processes while those lists change: a scan
             // of all of `/proc` confirms (and whatever it finds is handled like any look).
-            step = ending.step(&tree_by_scan(root), &doomed);
+            step = look(&mut ending, &tree_by_scan(root), &choose);
             if step.clear && step.kill.is_empty() {
                 apply(&step, &mut ending);
                 return ending.ended();
@@ -174,6 +186,16 @@ pub(crate) fn end_tree(root: u32, doomed: impl Fn(&ProcStat) -> bool, bound: Dur
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+}
+
+/// One look's step, for the processes `choose` picks from it.
+fn look(
+    ending: &mut Ending,
+    seen: &[ProcStat],
+    choose: &impl Fn(&[ProcStat]) -> HashSet<u32>,
+) -> Step {
+    let chosen = choose(seen);
+    ending.step(seen, |p| chosen.contains(&p.pid))
 }
 
 fn apply(step: &Step, ending: &mut Ending) {
@@ -326,5 +348,6 @@ mod tests {
         // 12, killed, is left for the interpreter to reap.
         let ended = ending.ended();
         assert_eq!((ended.count, ended.theirs), (1, vec![12]));
+        assert_eq!(ended.found, 2, "12 and 13 were found");
     }
 }

@@ -111,8 +111,16 @@ impl PythonEngine {
         let interpreter = interpreter::locate(&context.runtime_dir).map_err(WorkerError::Engine)?;
         match forked::take() {
             Some(Ok(forked)) => {
-                let confined = crate::sandbox::rules_from_env().is_ok_and(|r| r.is_some());
-                if forked.program == interpreter.program && !confined {
+                let rules = crate::sandbox::rules_from_env();
+                // A sandboxed worker adopts only a runner that waits for its rules; one that
+                // needs a network namespace starts its own (the namespace is entered before
+                // the runner could be forked under it).
+                let fits = match (&rules, &forked.confinement) {
+                    (Ok(None), None) => true,
+                    (Ok(Some(rules)), Some(_)) => !rules.network_namespace,
+                    _ => false,
+                };
+                if forked.program == interpreter.program && fits {
                     return Self::adopt(&interpreter, &context.runtime_dir, forked);
                 }
                 // Not the Python this session runs on (or not confined as it must be): the
@@ -145,16 +153,53 @@ impl PythonEngine {
         Self::attach(interpreter, spawned, &token)
     }
 
-    /// Takes the runner a zygote forked into this process before it became the worker.
+    /// Takes the runner a zygote forked into this process before it became the worker. Its
+    /// files (the runner, the prelude, the IPython module) are there already: the
+    /// supervisor wrote them before it started the zygote. A sandboxed worker confines
+    /// itself here, where a plain one does before it starts python, with the same rules,
+    /// and hands the runner (waiting, not yet running anything of the session) the same
+    /// ruleset; a runner that cannot confine itself is killed and the worker fails.
     fn adopt(
         interpreter: &Interpreter,
         runtime_dir: &Path,
         forked: forked::Forked,
     ) -> Result<Self, WorkerError> {
-        if let Ok(runner) = install_runner(runtime_dir) {
-            install_ipython_module(&runner);
+        let mut spawned = forked.spawned;
+        if let Some(socket) = forked.confinement {
+            // Before the confinement, so that it stays outside it (see `Signaller`).
+            let signaller = forked::Signaller::start(spawned.child.id()).map_err(|e| {
+                WorkerError::Engine(format!("cannot start the runner's signaller: {e}"))
+            });
+            match (&mut spawned.child, signaller) {
+                (
+                    PythonProcess::Adopted {
+                        signaller: slot, ..
+                    },
+                    Ok(signaller),
+                ) => {
+                    *slot = Some(signaller);
+                }
+                (_, Err(e)) => {
+                    let _ = spawned.child.kill();
+                    let _ = spawned.child.wait();
+                    return Err(e);
+                }
+                (PythonProcess::Spawned(_), Ok(_)) => {}
+            }
+            // Written before the zygote started: this only finds it.
+            let confined = install_runner(runtime_dir).and_then(|runner| {
+                let reads = interpreter_reads(interpreter, &runner);
+                crate::sandbox::confine_once_sharing(&reads, |ruleset| {
+                    forked::give_ruleset(&socket, ruleset)
+                })
+            });
+            if let Err(e) = confined {
+                let _ = spawned.child.kill();
+                let _ = spawned.child.wait();
+                return Err(WorkerError::Engine(format!("sandbox: {e}")));
+            }
         }
-        Self::attach(interpreter, forked.spawned, &forked.token)
+        Self::attach(interpreter, spawned, &forked.token)
     }
 
     /// Starts the threads that drain a running python's pipes and waits for its `ready`.
@@ -277,7 +322,7 @@ impl PythonEngine {
     fn send_interrupt(&self) {
         let target = self.signal_target.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(pid) = *target {
-            let _ = kill(pid, Signal::SIGINT);
+            interrupt(pid, self.child.signaller().as_ref());
         }
     }
 
@@ -371,11 +416,12 @@ impl Engine for PythonEngine {
 
     fn interrupt_hook(&self) -> Option<Arc<dyn Fn() + Send + Sync>> {
         let target = Arc::clone(&self.signal_target);
+        let signaller = self.child.signaller();
         Some(Arc::new(move || {
             let target = target.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(pid) = *target {
                 // The child only: the cell's own subprocesses are the supervisor's business.
-                let _ = kill(pid, Signal::SIGINT);
+                interrupt(pid, signaller.as_ref());
             }
         }))
     }
@@ -479,6 +525,15 @@ fn is_stopped(pid: u32) -> bool {
     match memchr::memrchr(b')', &stat) {
         Some(end) => stat.get(end + 2) == Some(&b'T'),
         None => false,
+    }
+}
+
+/// Sends SIGINT to python: through the signaller of a confined adopted runner, directly
+/// otherwise.
+fn interrupt(pid: Pid, signaller: Option<&forked::Signaller>) {
+    match signaller {
+        Some(signaller) => drop(signaller.send(libc::SIGINT)),
+        None => drop(kill(pid, Signal::SIGINT)),
     }
 }
 

@@ -681,7 +681,10 @@ def main():
     _state.event_pipe = _fd_identity(EVENT_FD)
     sys.path[0] = ""  # like an interactive session: the cwd, not the runner's directory
     signal.signal(signal.SIGINT, _on_sigint)
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    if not sys.platform.startswith("linux"):
+        # On Linux the shim (or the zygote) gave us a parent-death signal before we ran: a
+        # watching thread would only cost a thread start and two wakeups a second.
+        threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     sys.stdin = _NoStdin()
     builtins.input = _refuse_stdin
     namespace = _namespace

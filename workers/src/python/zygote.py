@@ -14,6 +14,12 @@ so the tree stays supervisor -> worker -> python, with the worker a subreaper ow
 everything its cells start, exactly as when the worker starts python itself. The reply is
 `{"pid": <worker pid>}` or `{"error": "..."}`.
 
+A sandboxed session's request says `"confine": true`: its runner then waits, before it runs
+anything of the session, for the worker (once exec'd) to hand it the Landlock ruleset the
+worker built for itself from the session's rules, and restricts itself with it (no new
+privileges, CAP_SYS_PTRACE dropped, `landlock_restrict_self`), exiting on any failure. The
+zygote itself stays unconfined: it only forks.
+
 What the forked runners share: the hash seed (one per zygote) and the state of the preloaded
 modules at the fork. Everything else is theirs: the environment (replaced before any cell),
 the working directory, the rlimits, the random state (reseeded after the fork).
@@ -37,6 +43,16 @@ WORKER_FDS_FROM = 10
 CLONE_PARENT = 0x00008000
 PR_SET_PDEATHSIG = 1
 SYS_CLONE = {"x86_64": 56, "amd64": 56, "aarch64": 220, "arm64": 220}
+# The same number on every architecture (the unified table of newer system calls).
+SYS_LANDLOCK_RESTRICT_SELF = 446
+PR_SET_NO_NEW_PRIVS = 38
+PR_GET_NO_NEW_PRIVS = 39
+PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_LOWER = 3
+CAP_SETPCAP = 8
+CAP_SYS_PTRACE = 19
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
 FORKED_PYTHON_VAR = "CELLVISOR_FORKED_PYTHON"
 MAX_REQUEST = 1 << 20
 
@@ -149,12 +165,97 @@ def _close_all_but(keep):
                 pass  # the listing's own descriptor
 
 
-def _become_runner(fds, environment, notice):
-    """The forked python: its pipes on 1-4, the session's environment, then the runner."""
+def _capabilities():
+    """This process's capability sets from /proc/self/status, by name (CapEff, ...)."""
+    sets = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            name, _, value = line.partition(":")
+            if name.startswith("Cap"):
+                sets[name] = int(value.strip(), 16)
+    return sets
+
+
+def _drop_ptrace():
+    """Gives up CAP_SYS_PTRACE (with which root reads any process's environ) in every set,
+    as a confined worker does; checked after."""
+    _libc.prctl(PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0)  # needs CAP_SETPCAP: checked below
+    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_LOWER, CAP_SYS_PTRACE, 0, 0)
+    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # two of (effective, permitted, inheritable)
+    if _libc.capget(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capget: " + os.strerror(ctypes.get_errno()))
+    bit = 1 << CAP_SYS_PTRACE
+    if any(data[i] & bit for i in range(3)):
+        for i in range(3):
+            data[i] &= ~bit
+        if _libc.capset(header, data) != 0:
+            raise OSError(ctypes.get_errno(), "capset: " + os.strerror(ctypes.get_errno()))
+    sets = _capabilities()
+    for name in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
+        if sets.get(name, 0) & bit:
+            raise OSError("CAP_SYS_PTRACE is still in " + name)
+    if sets.get("CapBnd", 0) & bit and sets.get("CapEff", 0) & (1 << CAP_SETPCAP):
+        raise OSError("CAP_SYS_PTRACE is still in the bounding set")
+
+
+def _confine_runner(fd):
+    """In the forked runner, before anything of the session: waits for the worker's
+    ruleset on `fd`, restricts this process with it and says `confined`; on any failure says
+    why and exits, never running unconfined."""
+    channel = socket.socket(fileno=fd)
+    try:
+        data, ancillary, _flags, _address = channel.recvmsg(64, socket.CMSG_SPACE(4 * 4))
+        received = []
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                received.extend(int.from_bytes(payload[i * 4:i * 4 + 4], sys.byteorder)
+                                for i in range(len(payload) // 4))
+        if not data:
+            os._exit(1)  # the worker went away without confining us
+        if not ((data == b"landlock" and len(received) == 1)
+                or (data == b"none" and not received)):
+            raise ValueError("unexpected confinement message %r with %d descriptors"
+                             % (data[:32], len(received)))
+        _drop_ptrace()
+        if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "no_new_privs: " + os.strerror(ctypes.get_errno()))
+        if received:
+            done = _libc.syscall(ctypes.c_long(SYS_LANDLOCK_RESTRICT_SELF),
+                                 ctypes.c_int(received[0]), ctypes.c_uint(0))
+            if done != 0:
+                errno = ctypes.get_errno()
+                raise OSError(errno, "landlock_restrict_self: " + os.strerror(errno))
+            os.close(received[0])
+        # (Its own /proc directory is out of reach now: the rules name the worker's.)
+        if _libc.prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1:
+            raise OSError("no_new_privs is not set")
+        channel.sendall(b"confined")
+        channel.close()
+    except BaseException as error:
+        try:
+            channel.sendall(("%s: %s" % (type(error).__name__, error)).encode("utf-8", "replace"))
+        except OSError:
+            pass
+        os._exit(1)
+
+
+def _become_runner(fds, environment, notice, confine):
+    """The forked python: its pipes on 1-4, confined when `confine` (its end of the
+    confinement channel) is given, the session's environment, then the runner."""
     null = os.open(os.devnull, os.O_RDONLY)
+    keep = {0, 1, 2, 3, 4}
+    if confine is not None:
+        # Out of the way of the pipes' places, and kept through the cleanup below.
+        high = fcntl.fcntl(confine, fcntl.F_DUPFD_CLOEXEC, 64)
+        os.close(confine)
+        confine = high
+        keep.add(confine)
     _place(list(zip((null,) + tuple(fds), (0, 1, 2, 3, 4))))
-    _close_all_but({0, 1, 2, 3, 4})
+    _close_all_but(keep)  # reads /proc/self/fd: before the confinement, which hides it
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if confine is not None:
+        _confine_runner(confine)
     os.environ.clear()
     os.environ.update(environment)
     _reseed()
@@ -183,20 +284,35 @@ def _become_worker(request, stderr_fd, notice):
         token = os.urandom(16).hex()
         environment = dict(request["python_env"])
         environment["CELLVISOR_SYNC_TOKEN"] = token
+        confine = None  # (worker's end, runner's end) of the confinement channel
+        if request.get("confine") is True:
+            worker_end, runner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            confine = (worker_end.detach(), runner_end.detach())
         parent = os.getpid()
         runner = os.fork()
         if runner == 0:
             try:
                 _die_with_parent(signal.SIGKILL, parent)
-                _become_runner((out_w, err_w, cmd_r, ev_w), environment, notice)
+                runner_end = None
+                if confine is not None:
+                    os.close(confine[0])
+                    runner_end = confine[1]
+                _become_runner((out_w, err_w, cmd_r, ev_w), environment, notice, runner_end)
             finally:
                 os._exit(1)
         ours = tuple(range(WORKER_FDS_FROM, WORKER_FDS_FROM + 4))
-        _place(list(zip((out_r, err_r, cmd_w, ev_r), ours)))
-        _close_all_but({0, 1, 2} | set(ours))
+        moves = list(zip((out_r, err_r, cmd_w, ev_r), ours))
+        confine_field = "-"
+        if confine is not None:
+            os.close(confine[1])
+            moves.append((confine[0], WORKER_FDS_FROM + 4))
+            confine_field = str(WORKER_FDS_FROM + 4)
+        _place(moves)
+        _close_all_but({0, 1, 2} | {target for _, target in moves})
         worker_env = dict(request["worker_env"])
         worker_env[FORKED_PYTHON_VAR] = ",".join(
-            [str(runner)] + [str(fd) for fd in ours] + [token, request["program"]])
+            [str(runner)] + [str(fd) for fd in ours]
+            + [confine_field, token, request["program"]])
         argv = request["argv"]
         os.execve(argv[0], argv, worker_env)
     except BaseException:
@@ -209,14 +325,18 @@ def _become_worker(request, stderr_fd, notice):
 
 
 def _serve(control, notice):
+    # One buffer for every request: a fresh megabyte per request would be mapped, touched
+    # and unmapped each time.
+    buffer = bytearray(MAX_REQUEST)
     while True:
         try:
-            data, ancillary, _flags, _address = control.recvmsg(
-                MAX_REQUEST, socket.CMSG_SPACE(4 * 4))
+            size, ancillary, flags, _address = control.recvmsg_into(
+                [buffer], socket.CMSG_SPACE(4 * 4))
         except InterruptedError:
             continue
-        if not data:
+        if not size:
             return  # the supervisor is gone
+        data = bytes(buffer[:size])
         fds = []
         for level, kind, payload in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -224,6 +344,9 @@ def _serve(control, notice):
                 fds.extend(int.from_bytes(payload[i * 4:i * 4 + 4], sys.byteorder)
                            for i in range(count))
         try:
+            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                raise ValueError("a request over %d bytes, or passing more than 4 descriptors"
+                                 % MAX_REQUEST)
             request = json.loads(data)
             threads = _threads()
             if threads > 1:

@@ -235,11 +235,16 @@ impl Outbox {
     /// learns of its end before `execute` returns (the Python worker's output thread, reading
     /// the runner's done marker): the supervisor then hears without waiting for the engine
     /// thread to wake, and the runtime does not send it again. Returns false, sending
-    /// nothing, unless `cell_id` is the running cell and no interrupt was raised for it.
+    /// nothing, unless `cell_id` is the running cell and no interrupt was raised for it, and
+    /// the cell left no process to count (one read of the pid counter; a cell that may have,
+    /// has its processes counted by the engine thread, which then sends its `Done`).
     pub fn complete_early(&self, cell_id: u64) -> bool {
         let Some(token) = &self.reader else {
             return false;
         };
+        if !crate::warden::cell_ended_without_processes() {
+            return false;
+        }
         if !token.lock().ends_early(cell_id) {
             return false;
         }
@@ -247,6 +252,7 @@ impl Outbox {
             cell_id,
             outcome: CellOutcome::Completed,
             processes_ended: 0,
+            processes_seen: 0,
         });
         true
     }
@@ -300,6 +306,7 @@ mod tests {
                 cell_id: 1,
                 outcome: CellOutcome::Completed,
                 processes_ended: 0,
+                processes_seen: 0,
             },
             output(2, OutputStream::Stdout, b"d"),
         ]

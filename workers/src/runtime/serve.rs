@@ -147,6 +147,8 @@ impl Link {
     /// (the process exits where that is read), or with the fatal error that stops the
     /// worker, which the supervisor has been told.
     fn serve_cells<E: Engine>(&self, engine: &mut E, taken: &Taken) -> WorkerError {
+        // What the startup modules started is no cell's.
+        crate::warden::mark_before_cells();
         loop {
             let read = match self.token.engine_frame() {
                 Some(frame) => Ok(Some(frame)),
@@ -180,7 +182,7 @@ impl Link {
             }
             ((), start.wake_control)
         });
-        let started = crate::process_tree::ticks_since_boot();
+        let started = crate::warden::cell_begins();
         let outcome = match enter_cwd(cell.cwd.as_deref()) {
             Ok(()) => match &cell.task {
                 StateTask::Code => {
@@ -196,22 +198,18 @@ impl Link {
             }
         };
         let done_sent = self.token.lock().engine_ends(cell.cell_id);
-        let processes_ended = if interrupt.is_raised() {
-            // What the cancelled cell started ends with it, before its Done is sent.
-            let ended = crate::warden::end_cell_processes(started);
-            if !ended.theirs.is_empty() {
-                engine.reap_ended(&ended.theirs);
-            }
-            ended.count
-        } else {
-            0
-        };
+        // What a cancelled cell started ends with it, before its Done is sent.
+        let processes = crate::warden::cell_ends(&started, interrupt.is_raised(), done_sent);
+        if !processes.ended.theirs.is_empty() {
+            engine.reap_ended(&processes.ended.theirs);
+        }
         let outcome = outcome?;
         if !done_sent {
             self.outbox.send(FromWorker::Done {
                 cell_id: cell.cell_id,
                 outcome,
-                processes_ended: u32::try_from(processes_ended).unwrap_or(u32::MAX),
+                processes_ended: u32::try_from(processes.ended.count).unwrap_or(u32::MAX),
+                processes_seen: u32::try_from(processes.seen).unwrap_or(u32::MAX),
             });
         }
         Ok(())

@@ -233,44 +233,44 @@ class AsyncClient:
         cell = wire.one_cell(code, language, cell_options)
         return (await self.call("eval", {"session": session, "cells": [cell]}, on_event))["cells"][0]  # type: ignore
 
-    async def wait(self, cell_id: int, *, session: Optional[str] = None, yield_time_ms: Optional[int] = None,
+    async def wait(self, cell_id: int, *, session: Optional[str] = None, cwd: Optional[str] = None, yield_time_ms: Optional[int] = None,
                    max_tokens: Optional[int] = None, events: Optional[str] = None,
                    on_event: Optional[EventHandler] = None,
                    response_timeout: Optional[float] = _UNSET) -> CellResult:
-        params = wire.drop_none({"session": self._session(session), "cell_id": cell_id,
+        params = wire.drop_none({"session": self._session(session), "cwd": cwd, "cell_id": cell_id,
                                  "yield_time_ms": yield_time_ms, "max_tokens": max_tokens, "events": events})
         return await self.call("wait", params, on_event, response_timeout=response_timeout)  # type: ignore
 
-    async def terminate(self, cell_id: int, *, session: Optional[str] = None) -> CellResult:
-        return await self.call("terminate", wire.drop_none({"session": self._session(session), "cell_id": cell_id}))  # type: ignore[no-any-return]
+    async def terminate(self, cell_id: int, *, session: Optional[str] = None, cwd: Optional[str] = None) -> CellResult:
+        return await self.call("terminate", wire.drop_none({"session": self._session(session), "cwd": cwd, "cell_id": cell_id}))  # type: ignore[no-any-return]
 
-    async def interrupt(self, session: Optional[str] = None, language: Optional[str] = None) -> Dict[str, Any]:
-        return await self.call("interrupt", wire.drop_none({"session": self._session(session), "language": language}))  # type: ignore[no-any-return]
+    async def interrupt(self, session: Optional[str] = None, language: Optional[str] = None, cwd: Optional[str] = None) -> Dict[str, Any]:
+        return await self.call("interrupt", wire.drop_none({"session": self._session(session), "cwd": cwd, "language": language}))  # type: ignore[no-any-return]
 
-    async def reset(self, session: Optional[str] = None, language: Optional[str] = None) -> Dict[str, Any]:
-        return await self.call("reset", wire.drop_none({"session": self._session(session), "language": language}))  # type: ignore[no-any-return]
+    async def reset(self, session: Optional[str] = None, language: Optional[str] = None, cwd: Optional[str] = None) -> Dict[str, Any]:
+        return await self.call("reset", wire.drop_none({"session": self._session(session), "cwd": cwd, "language": language}))  # type: ignore[no-any-return]
 
-    async def close_session(self, session: Optional[str] = None, language: Optional[str] = None) -> Dict[str, Any]:
-        return await self.call("close", wire.drop_none({"session": self._session(session), "language": language}))  # type: ignore[no-any-return]
+    async def close_session(self, session: Optional[str] = None, language: Optional[str] = None, cwd: Optional[str] = None) -> Dict[str, Any]:
+        return await self.call("close", wire.drop_none({"session": self._session(session), "cwd": cwd, "language": language}))  # type: ignore[no-any-return]
 
     async def status(self) -> List[Dict[str, Any]]:
         return await self.call("status")  # type: ignore[no-any-return]
 
     async def checkpoint(self, name: str, *, session: Optional[str] = None,
-                         language: Optional[str] = None) -> List[Dict[str, Any]]:
-        return await self.call("checkpoint", wire.drop_none({"session": self._session(session),  # type: ignore[no-any-return]
+                         language: Optional[str] = None, cwd: Optional[str] = None) -> List[Dict[str, Any]]:
+        return await self.call("checkpoint", wire.drop_none({"session": self._session(session), "cwd": cwd,  # type: ignore[no-any-return]
                                                              "language": language, "name": name}))
 
     async def restore(self, name: str, *, session: Optional[str] = None,
-                      language: Optional[str] = None) -> List[Dict[str, Any]]:
-        return await self.call("restore", wire.drop_none({"session": self._session(session),  # type: ignore[no-any-return]
+                      language: Optional[str] = None, cwd: Optional[str] = None) -> List[Dict[str, Any]]:
+        return await self.call("restore", wire.drop_none({"session": self._session(session), "cwd": cwd,  # type: ignore[no-any-return]
                                                           "language": language, "name": name}))
 
-    async def checkpoints(self, session: Optional[str] = None) -> List[Dict[str, Any]]:
-        return await self.call("checkpoints", wire.drop_none({"session": self._session(session)}))  # type: ignore
+    async def checkpoints(self, session: Optional[str] = None, cwd: Optional[str] = None) -> List[Dict[str, Any]]:
+        return await self.call("checkpoints", wire.drop_none({"session": self._session(session), "cwd": cwd}))  # type: ignore
 
-    async def names(self, language: str, session: Optional[str] = None) -> Dict[str, Any]:
-        return await self.call("names", wire.drop_none({"session": self._session(session), "language": language}))  # type: ignore[no-any-return]
+    async def names(self, language: str, session: Optional[str] = None, cwd: Optional[str] = None) -> Dict[str, Any]:
+        return await self.call("names", wire.drop_none({"session": self._session(session), "cwd": cwd, "language": language}))  # type: ignore[no-any-return]
 
     async def drain(self, wait: Optional[bool] = None, timeout_ms: Optional[int] = None) -> Dict[str, Any]:
         return await self.call("drain", wire.drop_none({"wait": wait, "timeout_ms": timeout_ms}))  # type: ignore

@@ -275,54 +275,54 @@ class Client:
         """Starts one cell without waiting; returns the request id (see `result`)."""
         return self.send("eval", {"session": session, "cells": [{"language": language, "code": code}]})
 
-    def wait(self, cell_id: int, *, session: Optional[str] = None, yield_time_ms: Optional[int] = None,
+    def wait(self, cell_id: int, *, session: Optional[str] = None, cwd: Optional[str] = None, yield_time_ms: Optional[int] = None,
              max_tokens: Optional[int] = None, events: Optional[str] = None,
              on_event: Optional[EventHandler] = None,
              response_timeout: Optional[float] = _UNSET) -> CellResult:
         """Watches a background cell: its final result, or `running` with the output since
         the last look once `yield_time_ms` (daemon default 10000) has passed."""
-        params = wire.drop_none({"session": self._session(session), "cell_id": cell_id,
+        params = wire.drop_none({"session": self._session(session), "cwd": cwd, "cell_id": cell_id,
                                  "yield_time_ms": yield_time_ms, "max_tokens": max_tokens, "events": events})
         return self.call("wait", params, on_event, response_timeout=response_timeout)  # type: ignore
 
-    def terminate(self, cell_id: int, *, session: Optional[str] = None) -> CellResult:
+    def terminate(self, cell_id: int, *, session: Optional[str] = None, cwd: Optional[str] = None) -> CellResult:
         """Stops a background cell; its final result (usually `cancelled`)."""
-        return self.call("terminate", wire.drop_none({"session": self._session(session), "cell_id": cell_id}))  # type: ignore[no-any-return]
+        return self.call("terminate", wire.drop_none({"session": self._session(session), "cwd": cwd, "cell_id": cell_id}))  # type: ignore[no-any-return]
 
-    def interrupt(self, session: Optional[str] = None, language: Optional[str] = None) -> Dict[str, Any]:
+    def interrupt(self, session: Optional[str] = None, language: Optional[str] = None, cwd: Optional[str] = None) -> Dict[str, Any]:
         """Interrupts the session's running cells (of `language` only, when given): `{sessions}`."""
-        return self.call("interrupt", wire.drop_none({"session": self._session(session), "language": language}))  # type: ignore[no-any-return]
+        return self.call("interrupt", wire.drop_none({"session": self._session(session), "cwd": cwd, "language": language}))  # type: ignore[no-any-return]
 
-    def reset(self, session: Optional[str] = None, language: Optional[str] = None) -> Dict[str, Any]:
+    def reset(self, session: Optional[str] = None, language: Optional[str] = None, cwd: Optional[str] = None) -> Dict[str, Any]:
         """Replaces the session's workers (its state is gone): `{sessions}`."""
-        return self.call("reset", wire.drop_none({"session": self._session(session), "language": language}))  # type: ignore[no-any-return]
+        return self.call("reset", wire.drop_none({"session": self._session(session), "cwd": cwd, "language": language}))  # type: ignore[no-any-return]
 
-    def close_session(self, session: Optional[str] = None, language: Optional[str] = None) -> Dict[str, Any]:
+    def close_session(self, session: Optional[str] = None, language: Optional[str] = None, cwd: Optional[str] = None) -> Dict[str, Any]:
         """The daemon's `close`: stops the session's workers: `{sessions}`."""
-        return self.call("close", wire.drop_none({"session": self._session(session), "language": language}))  # type: ignore[no-any-return]
+        return self.call("close", wire.drop_none({"session": self._session(session), "cwd": cwd, "language": language}))  # type: ignore[no-any-return]
 
     def status(self) -> List[Dict[str, Any]]:
         """One row per live session and language."""
         return self.call("status")  # type: ignore[no-any-return]
 
     def checkpoint(self, name: str, *, session: Optional[str] = None,
-                   language: Optional[str] = None) -> List[Dict[str, Any]]:
+                   language: Optional[str] = None, cwd: Optional[str] = None) -> List[Dict[str, Any]]:
         """Saves the namespace as the named checkpoint."""
-        return self.call("checkpoint", wire.drop_none({"session": self._session(session), "language": language,  # type: ignore[no-any-return]
+        return self.call("checkpoint", wire.drop_none({"session": self._session(session), "cwd": cwd, "language": language,  # type: ignore[no-any-return]
                                                        "name": name}))
 
     def restore(self, name: str, *, session: Optional[str] = None,
-                language: Optional[str] = None) -> List[Dict[str, Any]]:
+                language: Optional[str] = None, cwd: Optional[str] = None) -> List[Dict[str, Any]]:
         """Replaces the namespace by the named checkpoint's."""
-        return self.call("restore", wire.drop_none({"session": self._session(session), "language": language,  # type: ignore[no-any-return]
+        return self.call("restore", wire.drop_none({"session": self._session(session), "cwd": cwd, "language": language,  # type: ignore[no-any-return]
                                                     "name": name}))
 
-    def checkpoints(self, session: Optional[str] = None) -> List[Dict[str, Any]]:
-        return self.call("checkpoints", wire.drop_none({"session": self._session(session)}))  # type: ignore
+    def checkpoints(self, session: Optional[str] = None, cwd: Optional[str] = None) -> List[Dict[str, Any]]:
+        return self.call("checkpoints", wire.drop_none({"session": self._session(session), "cwd": cwd}))  # type: ignore
 
-    def names(self, language: str, session: Optional[str] = None) -> Dict[str, Any]:
+    def names(self, language: str, session: Optional[str] = None, cwd: Optional[str] = None) -> Dict[str, Any]:
         """The namespace's user names, and whether a snapshot keeps each."""
-        return self.call("names", wire.drop_none({"session": self._session(session), "language": language}))  # type: ignore[no-any-return]
+        return self.call("names", wire.drop_none({"session": self._session(session), "cwd": cwd, "language": language}))  # type: ignore[no-any-return]
 
     def drain(self, wait: Optional[bool] = None, timeout_ms: Optional[int] = None) -> Dict[str, Any]:
         """Takes no new session from now on (with `wait`, answers once none is live)."""
