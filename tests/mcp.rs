@@ -4,7 +4,7 @@
 mod common;
 
 use common::World;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -33,6 +33,39 @@ fn test_python() -> PathBuf {
     root.join("target/test-venv/bin/python")
 }
 
+/// Runs `tests/<script>` (an MCP client on the official SDK) with `args` against `world`'s
+/// runtime, state and config; fails the test with its output unless it exits well and says
+/// `passed`; answers its stdout.
+fn run_sdk_script(
+    python: &Path,
+    world: &World,
+    script: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    passed: &str,
+) -> String {
+    let output = Command::new(python)
+        .arg(workspace().join("tests").join(script))
+        .args(args)
+        .envs(env.iter().copied())
+        .env("XDG_RUNTIME_DIR", world.runtime_dir())
+        .env("XDG_STATE_HOME", world.dir.path().join("state"))
+        .env("CELLVISOR_CONFIG", world.config_path())
+        .env_remove("CELLVISOR_SOCKET")
+        .env_remove("VIRTUAL_ENV")
+        .current_dir(world.work_dir())
+        .output()
+        .unwrap_or_else(|e| panic!("run tests/{script}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains(passed),
+        "{script} failed ({}):\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+        output.status
+    );
+    stdout
+}
+
 #[test]
 fn the_python_sdk_client_runs_cells_through_cellvisor_mcp() {
     let python = test_python();
@@ -41,28 +74,13 @@ fn the_python_sdk_client_runs_cells_through_cellvisor_mcp() {
         "[python]\ninterpreter = {:?}\n",
         python.display().to_string()
     ));
-    let output = Command::new(&python)
-        .arg(workspace().join("tests/mcp_client.py"))
-        .arg(env!("CARGO_BIN_EXE_cellvisor"))
-        .env("CELLVISOR_TEST_PLOT", "1")
-        .env("XDG_RUNTIME_DIR", world.runtime_dir())
-        .env("XDG_STATE_HOME", world.dir.path().join("state"))
-        .env("CELLVISOR_CONFIG", world.config_path())
-        .env_remove("CELLVISOR_SOCKET")
-        .env_remove("VIRTUAL_ENV")
-        .current_dir(world.work_dir())
-        .output()
-        .expect("run tests/mcp_client.py");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "mcp_client.py failed ({}):\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
-        output.status
-    );
-    assert!(
-        stdout.contains("all MCP checks passed"),
-        "{stdout}\n{stderr}"
+    let stdout = run_sdk_script(
+        &python,
+        &world,
+        "mcp_client.py",
+        &[env!("CARGO_BIN_EXE_cellvisor")],
+        &[("CELLVISOR_TEST_PLOT", "1")],
+        "all MCP checks passed",
     );
     println!("{stdout}");
     world.assert_no_processes_left(SETTLE);
@@ -79,24 +97,13 @@ fn long_cells_send_progress_honour_cancels_and_expose_their_artifacts() {
         "[python]\ninterpreter = {:?}\n",
         python.display().to_string()
     ));
-    let output = Command::new(&python)
-        .arg(workspace().join("tests/mcp_progress.py"))
-        .arg("stdio")
-        .arg(env!("CARGO_BIN_EXE_cellvisor"))
-        .env("XDG_RUNTIME_DIR", world.runtime_dir())
-        .env("XDG_STATE_HOME", world.dir.path().join("state"))
-        .env("CELLVISOR_CONFIG", world.config_path())
-        .env_remove("CELLVISOR_SOCKET")
-        .env_remove("VIRTUAL_ENV")
-        .current_dir(world.work_dir())
-        .output()
-        .expect("run tests/mcp_progress.py");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.contains("all MCP progress checks passed"),
-        "mcp_progress.py failed ({}):\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
-        output.status
+    let stdout = run_sdk_script(
+        &python,
+        &world,
+        "mcp_progress.py",
+        &["stdio", env!("CARGO_BIN_EXE_cellvisor")],
+        &[],
+        "all MCP progress checks passed",
     );
     println!("{stdout}");
     world.assert_no_processes_left(SETTLE);

@@ -16,40 +16,7 @@ import zlib
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def check(condition, message, result=None):
-    if not condition:
-        if result is not None:
-            message += "\n--- tool result ---\n" + describe(result)
-        raise CheckFailed(message)
-
-
-def check_failures(error):
-    if isinstance(error, CheckFailed):
-        yield error
-    for inner in getattr(error, "exceptions", ()):
-        yield from check_failures(inner)
-
-
-def describe(result):
-    parts = ["isError=%r" % (result.is_error,)]
-    for block in result.content:
-        if block.type == "text":
-            parts.append("[text] " + block.text)
-        elif block.type == "image":
-            parts.append("[image %s, %d base64 chars]" % (block.mime_type, len(block.data)))
-        else:
-            parts.append("[%s]" % block.type)
-    return "\n".join(parts)
-
-
-def text_of(result):
-    return "\n".join(b.text for b in result.content if b.type == "text")
+from mcp_checks import check, check_failures, text_of
 
 
 def tiny_png():

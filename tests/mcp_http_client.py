@@ -24,35 +24,7 @@ import time
 
 from mcp import ClientSession
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def check(condition, message, result=None):
-    if not condition:
-        if result is not None:
-            message += "\n--- tool result ---\n" + describe(result)
-        raise CheckFailed(message)
-
-
-def check_failures(error):
-    if isinstance(error, CheckFailed):
-        yield error
-    for inner in getattr(error, "exceptions", ()):
-        yield from check_failures(inner)
-
-
-def describe(result):
-    parts = ["isError=%r" % (result.is_error,)]
-    for block in result.content:
-        parts.append("[text] " + block.text if block.type == "text" else "[%s]" % block.type)
-    return "\n".join(parts)
-
-
-def text_of(result):
-    return "\n".join(b.text for b in result.content if b.type == "text")
+from mcp_checks import check, check_failures, text_of
 
 
 async def open_session(stack, url, token):

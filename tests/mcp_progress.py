@@ -28,40 +28,7 @@ from mcp.shared.exceptions import MCPError
 # The MCP error for a missing resource.
 RESOURCE_NOT_FOUND = -32002
 HEARTBEAT_LABEL = "(still running after "
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def check(condition, message, result=None):
-    if not condition:
-        if result is not None:
-            message += "\n--- tool result ---\n" + describe(result)
-        raise CheckFailed(message)
-
-
-def check_failures(error):
-    if isinstance(error, CheckFailed):
-        yield error
-    for inner in getattr(error, "exceptions", ()):
-        yield from check_failures(inner)
-
-
-def describe(result):
-    parts = ["isError=%r" % (result.is_error,)]
-    for block in result.content:
-        if block.type == "text":
-            parts.append("[text] " + block.text[:2000])
-        elif block.type == "resource_link":
-            parts.append("[resource_link] " + block.uri)
-        else:
-            parts.append("[%s]" % block.type)
-    return "\n".join(parts)
-
-
-def text_of(result):
-    return "\n".join(b.text for b in result.content if b.type == "text")
+from mcp_checks import CheckFailed, check, check_failures, text_of
 
 
 class Recorder:

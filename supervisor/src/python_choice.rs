@@ -101,18 +101,19 @@ struct Remembered {
 }
 
 /// What a choice was made for.
-#[derive(Clone)]
 struct Asked {
     env: Arc<WorkerEnv>,
     cwd: Option<PathBuf>,
     virtual_env: Option<PathBuf>,
 }
 
-impl PartialEq for Asked {
-    fn eq(&self, other: &Asked) -> bool {
-        Arc::ptr_eq(&self.env, &other.env)
-            && self.cwd == other.cwd
-            && self.virtual_env == other.virtual_env
+impl Asked {
+    /// Whether this is the question `env`, `cwd`, `virtual_env` (compared in place: a
+    /// remembered answer costs no allocation).
+    fn is(&self, env: &Arc<WorkerEnv>, cwd: Option<&Path>, virtual_env: Option<&Path>) -> bool {
+        Arc::ptr_eq(&self.env, env)
+            && self.cwd.as_deref() == cwd
+            && self.virtual_env.as_deref() == virtual_env
     }
 }
 
@@ -148,22 +149,23 @@ impl ChoiceCache {
         cwd: Option<&Path>,
         virtual_env: Option<&Path>,
     ) -> Option<PythonChoice> {
+        let seen = Seen::now(cwd);
+        let mut remembered = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hit) = remembered
+            .iter()
+            .find(|r| r.asked.is(worker_env, cwd, virtual_env) && r.seen.still_holds(&seen))
+        {
+            return hit.choice.clone();
+        }
+        remembered.retain(|r| {
+            !r.asked.is(worker_env, cwd, virtual_env)
+                && seen.at.saturating_duration_since(r.seen.at) < REMEMBER_FOR
+        });
         let asked = Asked {
             env: Arc::clone(worker_env),
             cwd: cwd.map(Path::to_path_buf),
             virtual_env: virtual_env.map(Path::to_path_buf),
         };
-        let seen = Seen::now(cwd);
-        let mut remembered = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(hit) = remembered
-            .iter()
-            .find(|r| r.asked == asked && r.seen.still_holds(&seen))
-        {
-            return hit.choice.clone();
-        }
-        remembered.retain(|r| {
-            r.asked != asked && seen.at.saturating_duration_since(r.seen.at) < REMEMBER_FOR
-        });
         let choice = choose(worker_env, cwd, virtual_env);
         if remembered.len() >= REMEMBERED {
             remembered.remove(0);
