@@ -18,6 +18,7 @@
 //! - [`report`]: the summary as a terminal table.
 
 pub mod artifacts;
+pub mod case_run;
 pub mod cell_match;
 pub mod file_scorers;
 pub mod judge;

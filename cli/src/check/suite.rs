@@ -35,9 +35,21 @@ pub struct Case {
     /// A directory copied into the case's fresh working directory (resolved next to the
     /// case file when the suite is loaded).
     pub workspace: Option<PathBuf>,
+    /// Where in the workspace the seed is copied (relative; the anchor's `seedTarget`);
+    /// its root when `None`.
+    #[serde(default)]
+    pub seed_target: Option<String>,
+    /// Keep the workspace on disk after the case (the anchor's `retain`); its path is the
+    /// snapshot's `cwd`.
+    #[serde(default)]
+    pub retain: bool,
     /// Files and directories (relative) captured after the run; all of the workspace when
     /// empty. File scorers see only what is captured.
     pub capture: Vec<String>,
+    /// Wall-clock limit of the case's setup and cells, in milliseconds (the anchor's
+    /// `timeoutMs`): past it the cells are stopped and the case ends `timeout`.
+    #[serde(default)]
+    pub timeout_ms: Option<f64>,
     /// Cells run first, in the same session; a failure fails the case before it is scored.
     pub setup: Vec<CellSpec>,
     pub cells: Vec<CellSpec>,
@@ -58,9 +70,11 @@ struct RawCase {
     #[serde(default)]
     tags: Vec<String>,
     #[serde(default)]
-    workspace: Option<PathBuf>,
+    workspace: Option<WorkspaceSpecOrSeed>,
     #[serde(default)]
     capture: Vec<String>,
+    #[serde(default, alias = "timeoutMs")]
+    timeout_ms: Option<f64>,
     #[serde(default)]
     setup: Vec<CellSpec>,
     cells: Vec<CellSpec>,
@@ -94,7 +108,29 @@ impl TryFrom<RawCase> for Case {
                 return Err(format!("case {id:?}: metric {metric}: {why}"));
             }
         }
-        if let Some(outside) = raw.capture.iter().find(|p| !is_inside(p)) {
+        let workspace = raw.workspace.map(|w| w.0).unwrap_or_default();
+        if !raw.capture.is_empty() && workspace.capture.is_some() {
+            return Err(format!(
+                "case {id:?}: give `capture` once, in the case or in its `workspace` table"
+            ));
+        }
+        let capture = workspace.capture.unwrap_or(raw.capture);
+        if workspace.seed_target.is_some() && workspace.seed_dir.is_none() {
+            return Err(format!(
+                "case {id:?}: workspace `seedTarget` says where the seed goes; give the seed \
+                 as `seedDir` too"
+            ));
+        }
+        if let Some(target) = workspace.seed_target.as_deref().filter(|t| !is_inside(t)) {
+            return Err(format!(
+                "case {id:?}: workspace seedTarget {target:?} must be relative and stay in the \
+                 workspace"
+            ));
+        }
+        if let Some(ms) = raw.timeout_ms {
+            check_timeout_ms(ms).map_err(|why| format!("case {id:?}: {why}"))?;
+        }
+        if let Some(outside) = capture.iter().find(|p| !is_inside(p)) {
             return Err(format!(
                 "case {id:?}: capture path {outside:?} must be relative and stay in the workspace"
             ));
@@ -116,14 +152,73 @@ impl TryFrom<RawCase> for Case {
             id,
             description: raw.description,
             tags: raw.tags,
-            workspace: raw.workspace,
-            capture: raw.capture,
+            workspace: workspace.seed_dir,
+            seed_target: workspace.seed_target,
+            retain: workspace.retain,
+            capture,
+            timeout_ms: raw.timeout_ms,
             setup: raw.setup,
             cells: raw.cells,
             scorers: raw.scorers,
             metrics: raw.metrics,
             notebook: None,
         })
+    }
+}
+
+/// A case's `workspace`: the seed directory alone (`workspace = "seed/sales"`), or the
+/// anchor's options (`workspace = { seedDir = "seed/sales", seedTarget = "data", retain =
+/// true, capture = ["out"] }`; snake_case names are taken too).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct WorkspaceSpec {
+    #[serde(default, alias = "seed_dir")]
+    seed_dir: Option<PathBuf>,
+    #[serde(default, alias = "seed_target")]
+    seed_target: Option<String>,
+    #[serde(default)]
+    retain: bool,
+    #[serde(default)]
+    capture: Option<Vec<String>>,
+}
+
+impl<'de> Deserialize<'de> for WorkspaceSpecOrSeed {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Either;
+        impl<'de> serde::de::Visitor<'de> for Either {
+            type Value = WorkspaceSpecOrSeed;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(
+                    "a seed directory (a string) or a table of seedDir, seedTarget, retain, \
+                     capture",
+                )
+            }
+            fn visit_str<E: serde::de::Error>(self, seed: &str) -> Result<Self::Value, E> {
+                Ok(WorkspaceSpecOrSeed(WorkspaceSpec {
+                    seed_dir: Some(PathBuf::from(seed)),
+                    ..WorkspaceSpec::default()
+                }))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                WorkspaceSpec::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(WorkspaceSpecOrSeed)
+            }
+        }
+        deserializer.deserialize_any(Either)
+    }
+}
+
+/// [`WorkspaceSpec`] as a case file may write it: a string or a table.
+struct WorkspaceSpecOrSeed(WorkspaceSpec);
+
+/// A `timeout_ms` must be a number of milliseconds above 0 (at most a day).
+fn check_timeout_ms(ms: f64) -> Result<(), String> {
+    if ms.is_finite() && ms > 0.0 && ms <= 86_400_000.0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "timeout_ms must be above 0 and at most 86400000 (a day), got {ms}"
+        ))
     }
 }
 
@@ -151,6 +246,9 @@ struct RawSuite {
     variants: InOrder<PathBuf>,
     #[serde(default)]
     metrics: BTreeMap<String, MetricSpec>,
+    /// The `timeout_ms` of every case that gives none.
+    #[serde(default, alias = "timeoutMs")]
+    timeout_ms: Option<f64>,
     #[serde(default, rename = "case", alias = "cases")]
     cases: Vec<Case>,
 }
@@ -363,6 +461,9 @@ fn parse(text: &str, path: &Path, format: Format) -> Result<Suite, SuiteError> {
             return Err(invalid(path, format!("metric {metric}: {why}")));
         }
     }
+    if let Some(ms) = raw.timeout_ms {
+        check_timeout_ms(ms).map_err(|why| invalid(path, why))?;
+    }
     let mut seen = std::collections::BTreeSet::new();
     let mut cases = Vec::with_capacity(raw.cases.len());
     for mut case in raw.cases {
@@ -397,6 +498,14 @@ fn parse(text: &str, path: &Path, format: Format) -> Result<Suite, SuiteError> {
         let mut metrics = raw.metrics.clone();
         metrics.append(&mut case.metrics);
         case.metrics = metrics;
+        case.timeout_ms = case.timeout_ms.or(raw.timeout_ms);
+        if let Some(why) = judge_metric_error(&case) {
+            return Err(invalid_at(
+                path,
+                position_of(text, "id", &case.id, 0),
+                why,
+            ));
+        }
         cases.push(case);
     }
     for (name, _) in &raw.variants.0 {
@@ -416,6 +525,39 @@ fn parse(text: &str, path: &Path, format: Format) -> Result<Suite, SuiteError> {
         variants,
         cases,
         notebook: None,
+    })
+}
+
+/// What is wrong with a judge's `metric`: it must name a metric the case declares (in the
+/// suite or the case) with no `measure`, the value being the judge's. As the anchor's
+/// undeclared metric id, a mistake here is an authoring error, refused when read.
+fn judge_metric_error(case: &Case) -> Option<String> {
+    case.scorers.iter().find_map(|scorer| {
+        let Scorer::Judge {
+            metric: Some(metric),
+            ..
+        } = scorer
+        else {
+            return None;
+        };
+        let declared: Vec<&str> = case.metrics.keys().map(String::as_str).collect();
+        match case.metrics.get(metric) {
+            None => Some(format!(
+                "case {:?}: scorer {}: metric {metric:?} is not declared; declare it under \
+                 [metrics.{metric}] or [case.metrics.{metric}] with min, max and direction \
+                 (declared: [{}])",
+                case.id,
+                scorer.name(),
+                declared.join(", ")
+            )),
+            Some(spec) if spec.measure.is_some() => Some(format!(
+                "case {:?}: scorer {}: metric {metric:?} has a `measure`; a metric a judge \
+                 emits declares none",
+                case.id,
+                scorer.name()
+            )),
+            Some(_) => None,
+        }
     })
 }
 

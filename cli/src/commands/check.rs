@@ -242,7 +242,7 @@ fn variants(flags: &[String], suites: &[Suite], globals: &Globals) -> Result<Vec
     if named.is_empty() {
         let config = globals.load_config()?;
         return Ok(vec![Variant {
-            name: "default".into(),
+            name: check::run::DEFAULT_VARIANT.into(),
             config,
         }]);
     }
