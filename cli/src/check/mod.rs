@@ -30,6 +30,7 @@ pub mod notebook_summary;
 #[cfg(test)]
 mod properties;
 pub mod report;
+pub mod report_color;
 pub mod run;
 pub mod scorer;
 pub mod suite;
