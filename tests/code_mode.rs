@@ -686,7 +686,7 @@ fn tool_search_is_absent_when_no_tools_are_declared() {
         (
             "lua",
             "print(tools.tool_search == nil, pcall(function() return tools.tool_search end))",
-            "true\ttrue\n",
+            "true\ttrue\tnil\n",
         ),
     ] {
         let result = one(&mut client, "no-tools", language, code);
