@@ -141,22 +141,45 @@ fn the_example_suites_pass_and_leave_their_artifacts() {
         .as_array()
         .expect("transcript turns")
         .iter()
-        .map(|t| (t["phase"].as_str().unwrap_or(""), t["status"].as_str().unwrap_or("")))
+        .map(|t| {
+            (
+                t["phase"].as_str().unwrap_or(""),
+                t["status"].as_str().unwrap_or(""),
+            )
+        })
         .collect();
     assert_eq!(turns.last(), Some(&("cells", "complete")), "{transcript:#}");
     assert!(transcript[0]["code"].is_string() && transcript[0]["output"].is_string());
-    assert_eq!(read_json(&out.join("run-summary.json")), summary, "the anchor's run file");
+    assert_eq!(
+        read_json(&out.join("run-summary.json")),
+        summary,
+        "the anchor's run file"
+    );
     // Every summary row, passing or not, has its scores, metrics and trajectory.
     let row = case(&summary, "helpers-read-and-write");
-    assert!(row["scores"].as_array().is_some_and(|s| s.len() >= 2 && s.iter().all(|s| s["passed"] == true)), "{row:#}");
-    assert!(row["metrics"].as_array().is_some_and(|m| !m.is_empty()), "{row:#}");
+    assert!(
+        row["scores"]
+            .as_array()
+            .is_some_and(|s| s.len() >= 2 && s.iter().all(|s| s["passed"] == true)),
+        "{row:#}"
+    );
+    assert!(
+        row["metrics"].as_array().is_some_and(|m| !m.is_empty()),
+        "{row:#}"
+    );
     assert!(row["trajectory"]["steps"].is_array(), "{row:#}");
     let line = row["trajectory_line"].as_str().unwrap_or_default();
-    assert!(line.starts_with("cell:py") && line.contains(" → status:read"), "{line}");
+    assert!(
+        line.starts_with("cell:py") && line.contains(" → status:read"),
+        "{line}"
+    );
     // The anchor's aggregate: normalized statistics, direction and tags.
     let cell_time_total = &summary["metrics"][0];
     assert_eq!(cell_time_total["id"], "cell-time");
-    assert!(cell_time_total["normalized"]["p90"].is_f64(), "{cell_time_total}");
+    assert!(
+        cell_time_total["normalized"]["p90"].is_f64(),
+        "{cell_time_total}"
+    );
     assert_eq!(cell_time_total["direction"], "lower-is-better");
     assert!(cell_time_total["tags"].is_array());
     assert_eq!(result["case"]["id"], "helpers-read-and-write");
@@ -195,9 +218,21 @@ fn the_example_suites_pass_and_leave_their_artifacts() {
     for id in ["cell-time", "total-time", "output-bytes", "restarts"] {
         let m = metric(id);
         assert_eq!(m["declared"], true, "{id}");
-        assert_eq!((&m["missing"], &m["direction"]), (&Value::Bool(false), &"lower-is-better".into()), "{m}");
-        assert!(m["min"].is_number() && m["max"].is_number() && m["normalized"].is_number(), "{m}");
-        assert!(m["tags"].as_array().is_some_and(|t| t.contains(&"@efficiency".into())), "{m}");
+        assert_eq!(
+            (&m["missing"], &m["direction"]),
+            (&Value::Bool(false), &"lower-is-better".into()),
+            "{m}"
+        );
+        assert!(
+            m["min"].is_number() && m["max"].is_number() && m["normalized"].is_number(),
+            "{m}"
+        );
+        assert!(
+            m["tags"]
+                .as_array()
+                .is_some_and(|t| t.contains(&"@efficiency".into())),
+            "{m}"
+        );
     }
     assert!(metric("total-time")["description"].is_string());
     assert!(metric("output-bytes")["raw"].as_f64() > Some(0.0));
@@ -284,8 +319,8 @@ fn the_example_suites_pass_and_leave_their_artifacts() {
         "seed copied"
     );
 
-    let setup_phase = std::fs::read_to_string(out.join("lua/state-persists/events.jsonl"))
-        .expect("lua events");
+    let setup_phase =
+        std::fs::read_to_string(out.join("lua/state-persists/events.jsonl")).expect("lua events");
     assert!(setup_phase.contains("\"phase\":\"setup\""), "{setup_phase}");
     assert!(setup_phase.contains("\"phase\":\"cells\""), "{setup_phase}");
     world.assert_no_processes_left(SETTLE);
@@ -399,26 +434,52 @@ fn a_case_whose_cells_raised_or_timed_out_unexpectedly_fails_the_run() {
     // Anchor 002: "A run that did not complete resolves with `passed` set to `false`", and
     // "on expiry the run is aborted and `status` becomes 'timeout'".
     for (id, status, scorer, says) in [
-        ("goes-to-the-background", "running", "status.completed", "went to the background"),
-        ("runs-past-its-timeout", "timeout", "status.completed", "ran past its timeout_ms of 500 ms"),
-        ("metric-not-finite", "complete", "metrics", "metric ratio yielded inf: a metric's raw value must be a finite number"),
+        (
+            "goes-to-the-background",
+            "running",
+            "status.completed",
+            "went to the background",
+        ),
+        (
+            "runs-past-its-timeout",
+            "timeout",
+            "status.completed",
+            "ran past its timeout_ms of 500 ms",
+        ),
+        (
+            "metric-not-finite",
+            "complete",
+            "metrics",
+            "metric ratio yielded inf: a metric's raw value must be a finite number",
+        ),
     ] {
         let row = case(&summary, id);
         assert_eq!(
             (&row["passed"], &row["completed"], &row["status"]),
-            (&Value::Bool(false), &Value::Bool(false), &Value::from(status)),
+            (
+                &Value::Bool(false),
+                &Value::Bool(false),
+                &Value::from(status)
+            ),
             "{row:#}"
         );
         let failed: Vec<&Value> = row["failures"].as_array().into_iter().flatten().collect();
         assert!(
-            failed.iter().any(|f| f["name"] == scorer && f["details"].as_str().is_some_and(|d| d.contains(says))),
+            failed
+                .iter()
+                .any(|f| f["name"] == scorer
+                    && f["details"].as_str().is_some_and(|d| d.contains(says))),
             "{id}: {row:#}"
         );
     }
     // Not scored on its partial output: the output scorer that would pass was not run.
     let background = case(&summary, "goes-to-the-background");
     assert_eq!(strings(&background["failed_scorers"]), ["status.completed"]);
-    assert_eq!(background["scores"].as_array().map(Vec::len), Some(1), "{background:#}");
+    assert_eq!(
+        background["scores"].as_array().map(Vec::len),
+        Some(1),
+        "{background:#}"
+    );
     world.assert_no_processes_left(SETTLE);
 }
 
@@ -479,7 +540,11 @@ fn a_judge_passes_at_0_7_emits_its_metric_and_the_score_is_the_metrics_mean() {
         .as_array()
         .and_then(|s| s.iter().find(|s| s["name"] == "llm.judge"))
         .expect("the judge's verdict");
-    assert_eq!((&judge["score"], &judge["passed"]), (&0.65.into(), &Value::Bool(false)), "{judge}");
+    assert_eq!(
+        (&judge["score"], &judge["passed"]),
+        (&0.65.into(), &Value::Bool(false)),
+        "{judge}"
+    );
     let metrics = graded["metrics"].as_array().expect("metrics");
     let metric = |id: &str| {
         metrics
@@ -488,13 +553,22 @@ fn a_judge_passes_at_0_7_emits_its_metric_and_the_score_is_the_metrics_mean() {
             .unwrap_or_else(|| panic!("{id} in {graded:#}"))
     };
     let quality = metric("quality");
-    assert_eq!((&quality["raw"], &quality["normalized"]), (&0.65.into(), &0.65.into()));
+    assert_eq!(
+        (&quality["raw"], &quality["normalized"]),
+        (&0.65.into(), &0.65.into())
+    );
     assert_eq!(quality["description"], "the judge's grade");
-    assert_eq!((&quality["min"], &quality["max"]), (&0.0.into(), &1.0.into()));
+    assert_eq!(
+        (&quality["min"], &quality["max"]),
+        (&0.0.into(), &1.0.into())
+    );
     assert_eq!(quality["direction"], "higher-is-better");
     assert_eq!(quality["missing"], false);
     let second = metric("second-opinion");
-    assert_eq!((&second["missing"], &second["raw"], &second["normalized"]), (&Value::Bool(true), &0.0.into(), &0.0.into()));
+    assert_eq!(
+        (&second["missing"], &second["raw"], &second["normalized"]),
+        (&Value::Bool(true), &0.0.into(), &0.0.into())
+    );
     // The score: the declared metrics' mean alone (efficiency metrics merged in), not the
     // scorers' (all of which failed).
     let normalized: Vec<f64> = metrics
@@ -505,7 +579,10 @@ fn a_judge_passes_at_0_7_emits_its_metric_and_the_score_is_the_metrics_mean() {
     assert_eq!(normalized.len(), 6, "{graded:#}");
     let mean = normalized.iter().sum::<f64>() / normalized.len() as f64;
     let score = graded["score"].as_f64().unwrap_or(-1.0);
-    assert!((score - mean).abs() < 1e-9 && score > 0.4, "{score} vs {mean}");
+    assert!(
+        (score - mean).abs() < 1e-9 && score > 0.4,
+        "{score} vs {mean}"
+    );
     assert_eq!(graded["tag_scores"]["@quality"], 0.65);
     // Without declared metrics: the scorers' mean.
     let plain = case(&summary, "no-metrics");
@@ -515,7 +592,10 @@ fn a_judge_passes_at_0_7_emits_its_metric_and_the_score_is_the_metrics_mean() {
         .as_array()
         .and_then(|m| m.iter().find(|m| m["id"] == "second-opinion"))
         .expect("aggregate");
-    assert_eq!((&aggregate["count"], &aggregate["missing"]), (&0.into(), &1.into()));
+    assert_eq!(
+        (&aggregate["count"], &aggregate["missing"]),
+        (&0.into(), &1.into())
+    );
     world.assert_no_processes_left(SETTLE);
 }
 
@@ -539,12 +619,7 @@ fn a_judge_reads_the_case_in_its_workspace_and_leaves_no_process() {
         path_str(&world.dir.path().join("out")),
     ]);
     run.assert_code(0);
-    let result = read_json(
-        &world
-            .dir
-            .path()
-            .join("out/judged/judged/result.json"),
-    );
+    let result = read_json(&world.dir.path().join("out/judged/judged/result.json"));
     let first = &result["scores"][0];
     assert_eq!(first["name"], "llm.judge", "the anchor's default name");
     assert_eq!(first["passed"], true);
@@ -835,7 +910,10 @@ fn declared_variants_run_side_by_side() {
     // The score is the declared metrics' mean (kept-bytes, 1800 bytes over 0..4096, lower
     // is better: 0.56; scorers_passed: 1 under wide, 0.5 under narrow; the efficiency
     // metrics near 1): the failed scorer costs narrow 0.5 / 6.
-    assert!(row.contains("pass 0.9") && row.contains("FAIL 0.8"), "{row}");
+    assert!(
+        row.contains("pass 0.9") && row.contains("FAIL 0.8"),
+        "{row}"
+    );
     let difference: f64 = row
         .rsplit(' ')
         .next()
@@ -1357,10 +1435,16 @@ scorers = [{ kind = "output_equals", text = "seeded" }]
     let kept = read_json(&out.join("workspace/kept/workspace.json"));
     let cwd = PathBuf::from(kept["cwd"].as_str().expect("cwd"));
     assert!(cwd.join("data/in/input.txt").is_file(), "{kept:#}");
-    assert!(cwd.join("made.txt").is_file(), "retained with what the cell wrote");
+    assert!(
+        cwd.join("made.txt").is_file(),
+        "retained with what the cell wrote"
+    );
     let removed = read_json(&out.join("workspace/removed/workspace.json"));
     let gone = PathBuf::from(removed["cwd"].as_str().expect("cwd"));
-    assert!(!gone.as_os_str().is_empty() && !gone.exists(), "{removed:#}");
+    assert!(
+        !gone.as_os_str().is_empty() && !gone.exists(),
+        "{removed:#}"
+    );
     std::fs::remove_dir_all(&cwd).expect("remove the retained workspace");
     world.assert_no_processes_left(SETTLE);
 }
@@ -1417,19 +1501,37 @@ scorers = [{ kind = "output_equals", text = "1" }]
 "#,
     );
     // The progress bar (stderr, on the same terminal) has escapes of its own: look for colours.
-    let coloured = |text: &str| ["\u{1b}[32m", "\u{1b}[31m", "\u{1b}[1m"].iter().any(|c| text.contains(c));
+    let coloured = |text: &str| {
+        ["\u{1b}[32m", "\u{1b}[31m", "\u{1b}[1m"]
+            .iter()
+            .any(|c| text.contains(c))
+    };
     let tty = run_on_a_terminal(&world, &["check", path_str(&suite)], &[]);
     assert!(tty.contains("\u{1b}[32mpass\u{1b}[0m"), "{tty:?}");
     assert!(tty.contains("FAIL\u{1b}[0m"), "{tty:?}");
     let no_color = run_on_a_terminal(&world, &["check", path_str(&suite)], &[("NO_COLOR", "1")]);
-    assert!(no_color.contains("colours/red") && !coloured(&no_color), "{no_color:?}");
-    let never = run_on_a_terminal(&world, &["check", path_str(&suite), "--color", "never"], &[]);
-    assert!(never.contains("colours/red") && !coloured(&never), "{never:?}");
+    assert!(
+        no_color.contains("colours/red") && !coloured(&no_color),
+        "{no_color:?}"
+    );
+    let never = run_on_a_terminal(
+        &world,
+        &["check", path_str(&suite), "--color", "never"],
+        &[],
+    );
+    assert!(
+        never.contains("colours/red") && !coloured(&never),
+        "{never:?}"
+    );
     let piped = world.run(&["check", path_str(&suite)]);
     piped.assert_code(0);
     assert!(!coloured(&piped.stdout), "{}", piped.stdout);
     let forced = world.run(&["check", path_str(&suite), "--color", "always"]);
-    assert!(forced.stdout.contains("\u{1b}[32mpass"), "{}", forced.stdout);
+    assert!(
+        forced.stdout.contains("\u{1b}[32mpass"),
+        "{}",
+        forced.stdout
+    );
     let bad = world.run(&["check", path_str(&suite), "--color", "sometimes"]);
     bad.assert_code(2);
     world.assert_no_processes_left(SETTLE);

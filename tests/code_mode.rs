@@ -696,9 +696,18 @@ fn tool_search_is_absent_when_no_tools_are_declared() {
     // With a tool declared, it is there (and ranks it).
     let tools = json!([{"name": "list-dir", "description": "Lists a directory"}]);
     for (language, code) in [
-        ("js", "text((await tools.tool_search({query: 'list'})).tools[0].name)"),
-        ("py", "print(tools.tool_search(query='list')['tools'][0]['name'])"),
-        ("lua", "print(tools.tool_search{query = 'list'}.tools[1].name)"),
+        (
+            "js",
+            "text((await tools.tool_search({query: 'list'})).tools[0].name)",
+        ),
+        (
+            "py",
+            "print(tools.tool_search(query='list')['tools'][0]['name'])",
+        ),
+        (
+            "lua",
+            "print(tools.tool_search{query = 'list'}.tools[1].name)",
+        ),
     ] {
         let result = eval_with_echo_tools(
             &mut client,

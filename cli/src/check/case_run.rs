@@ -108,8 +108,11 @@ pub(super) async fn run_case(cellvisor: &Cellvisor, job: Job<'_>, session: Strin
     match workspace::prepare(case.workspace.as_deref(), case.seed_target.as_deref()) {
         Err(err) => phases.failure = Some(Failure::setup(err.to_string())),
         Ok(dir) => {
-            let limit = case.timeout_ms.map(|ms| Duration::from_secs_f64(ms / 1000.0));
-            let requests = run_requests(cellvisor, case, &session, dir.path(), started, &mut phases);
+            let limit = case
+                .timeout_ms
+                .map(|ms| Duration::from_secs_f64(ms / 1000.0));
+            let requests =
+                run_requests(cellvisor, case, &session, dir.path(), started, &mut phases);
             let timed_out = match limit {
                 // Dropping the requests stops their cells; the close below ends the session.
                 Some(limit) => tokio::time::timeout(limit, requests).await.is_err(),
@@ -179,7 +182,11 @@ pub(super) async fn run_case(cellvisor: &Cellvisor, job: Job<'_>, session: Strin
         Err(not_finite) => {
             // An authoring error, as the anchor's EvalMetricError: the case fails, named.
             let reason = not_finite.to_string();
-            scores.push(ScoreOutcome::binary("metrics".into(), false, reason.clone()));
+            scores.push(ScoreOutcome::binary(
+                "metrics".into(),
+                false,
+                reason.clone(),
+            ));
             error.get_or_insert(reason);
             completed = false;
             Vec::new()

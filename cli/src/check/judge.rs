@@ -381,7 +381,9 @@ mod tests {
             (vec!["/no/such/judge".into()], "cannot start /no/such/judge"),
         ];
         for (command, reason) in cases {
-            let outcome = score("j".into(), &command, b"{}", dir.path(), None, None).await.0;
+            let outcome = score("j".into(), &command, b"{}", dir.path(), None, None)
+                .await
+                .0;
             assert_eq!((outcome.score, outcome.passed), (0.0, false));
             assert!(outcome.details.contains(reason), "{command:?}: {outcome:?}");
         }
@@ -394,7 +396,9 @@ mod tests {
         // The judge starts a grandchild that would outlive it, then hangs.
         let script = format!("sleep 300 & echo $! > {}; sleep 300", pids.display());
         let started = std::time::Instant::now();
-        let outcome = score("j".into(), &sh(&script), b"", dir.path(), Some(0.5), None).await.0;
+        let outcome = score("j".into(), &sh(&script), b"", dir.path(), Some(0.5), None)
+            .await
+            .0;
         assert!(started.elapsed() < Duration::from_secs(10));
         assert!(
             outcome.details.contains("timed out after 500ms"),
@@ -417,7 +421,9 @@ mod tests {
         // The background sleep holds stdout open; the judge's end kills it.
         let script = "sleep 300 & echo '{\"score\": 1, \"reason\": \"ok\"}'";
         let started = std::time::Instant::now();
-        let outcome = score("j".into(), &sh(script), b"", dir.path(), Some(30.0), None).await.0;
+        let outcome = score("j".into(), &sh(script), b"", dir.path(), Some(30.0), None)
+            .await
+            .0;
         assert!(outcome.passed, "{outcome:?}");
         assert!(
             started.elapsed() < Duration::from_secs(10),

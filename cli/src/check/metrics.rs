@@ -322,7 +322,10 @@ pub fn tag_scores(
     let mut values: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for metric in metrics.iter().filter(|m| m.declared) {
         for tag in &metric.tags {
-            values.entry(tag.clone()).or_default().push(metric.normalized);
+            values
+                .entry(tag.clone())
+                .or_default()
+                .push(metric.normalized);
         }
     }
     for tag in case_tags {
@@ -424,7 +427,11 @@ mod tests {
         assert!(spec(r#"{measure = "displays", min = 0, max = 1, direction = "up"}"#).is_err());
     }
 
-    fn seen<'a>(cells: &'a [CellResult], total_ms: f64, emitted: &'a BTreeMap<String, f64>) -> Measured<'a> {
+    fn seen<'a>(
+        cells: &'a [CellResult],
+        total_ms: f64,
+        emitted: &'a BTreeMap<String, f64>,
+    ) -> Measured<'a> {
         Measured {
             cells,
             scores: &[],
@@ -463,14 +470,20 @@ mod tests {
         assert_eq!(by_id["rows"].direction, Direction::Higher);
         assert_eq!((by_id["rows"].min, by_id["rows"].max), (0.0, 24.0));
         assert!(by_id["missing"].missing && !by_id["rows"].missing);
-        assert_eq!((by_id["missing"].raw, by_id["missing"].normalized), (0.0, 0.0));
+        assert_eq!(
+            (by_id["missing"].raw, by_id["missing"].normalized),
+            (0.0, 0.0)
+        );
         let tags = tag_scores(&["lua".to_string()], 0.25, &values);
         assert_eq!(tags["@speed"], 0.5);
         assert_eq!(tags["@data"], 0.5);
         assert_eq!(tags["lua"], 0.25);
         let lines =
             spec(r#"{measure = "output_lines", min = 0, max = 9, direction = "lower"}"#).unwrap();
-        assert_eq!(measure("lines", &lines, &seen(&cells, 75.0, &emitted)), Some(3.0));
+        assert_eq!(
+            measure("lines", &lines, &seen(&cells, 75.0, &emitted)),
+            Some(3.0)
+        );
         let json = serde_json::to_value(by_id["rows"]).unwrap();
         assert_eq!(json["direction"], "higher-is-better");
     }
@@ -498,7 +511,10 @@ mod tests {
         let cells = [completed("v=0.5\n", 1.0)];
         let emitted: BTreeMap<String, f64> = [("graded".to_string(), 0.8)].into();
         let values = evaluate(&specs, &seen(&cells, 1.0, &emitted)).unwrap();
-        assert_eq!(values.iter().find(|v| v.id == "graded").map(|v| v.raw), Some(0.8));
+        assert_eq!(
+            values.iter().find(|v| v.id == "graded").map(|v| v.raw),
+            Some(0.8)
+        );
     }
 
     #[test]
@@ -543,7 +559,11 @@ mod tests {
         assert_eq!(values[0].normalized, 0.5);
         let expected = mean(&values.iter().map(|v| v.normalized).collect::<Vec<_>>());
         assert_eq!(case_score(&scores, &values), expected);
-        assert_eq!(case_score(&[outcome(0.0)], &values), expected, "scorers left out");
+        assert_eq!(
+            case_score(&[outcome(0.0)], &values),
+            expected,
+            "scorers left out"
+        );
         let total =
             spec(r#"{measure = "total_ms", min = 0, max = 1000, direction = "lower"}"#).unwrap();
         assert_eq!(measure("t", &total, &seen), Some(900.0));

@@ -4,9 +4,9 @@
 //! rest, as a notebook's stored outputs were made cell by cell), and each becomes a case
 //! result scored by [`super::cell_match`].
 
+use super::case_run::CaseStatus;
 use super::cell_match::{self, Actual};
 use super::metrics::{self, Measured};
-use super::case_run::CaseStatus;
 use super::run::{eval_timed, CaseResult, TimedEvent};
 use super::scorer::ScoreOutcome;
 use super::suite::{Case, Suite};

@@ -33,7 +33,13 @@ const SECTION: Style = AnsiColor::Red.on_default().bold();
 
 /// The first words of the tables' header lines.
 const HEADERS: [&str; 7] = [
-    "result ", "metric ", "tag ", "variant ", "case ", "notebook ", "diff ",
+    "result ",
+    "metric ",
+    "tag ",
+    "variant ",
+    "case ",
+    "notebook ",
+    "diff ",
 ];
 
 fn paint(style: Style, text: &str) -> String {
@@ -100,8 +106,15 @@ mod tests {
     fn pass_and_fail_are_coloured_and_columns_keep_their_text() {
         let table = "result  case  score\npass    s/a   1.00\nFAIL    s/b   0.00\n\nfailures:\n  s/b #1\n\n2 cases: 1 passed\n";
         let coloured = colorize(table);
-        assert!(coloured.contains("\u{1b}[32mpass\u{1b}[0m    s/a"), "{coloured:?}");
-        assert!(coloured.contains("\u{1b}[1m\u{1b}[31mFAIL\u{1b}[0m") || coloured.contains("FAIL\u{1b}[0m"), "{coloured:?}");
+        assert!(
+            coloured.contains("\u{1b}[32mpass\u{1b}[0m    s/a"),
+            "{coloured:?}"
+        );
+        assert!(
+            coloured.contains("\u{1b}[1m\u{1b}[31mFAIL\u{1b}[0m")
+                || coloured.contains("FAIL\u{1b}[0m"),
+            "{coloured:?}"
+        );
         let plain: String = strip(&coloured);
         assert_eq!(plain, table);
         let row = colorize("s/a  pass 1.00  FAIL 0.50  -0.50");

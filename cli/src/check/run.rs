@@ -141,8 +141,8 @@ pub async fn run(
 ) -> Result<(), RunError> {
     let repeat = options.repeat.max(1);
     // The anchor's `<root>/<suite>/<id>`; with variants, each namespaces its cases.
-    let namespaced = options.variants.len() > 1
-        || options.variants.iter().any(|v| v.name != DEFAULT_VARIANT);
+    let namespaced =
+        options.variants.len() > 1 || options.variants.iter().any(|v| v.name != DEFAULT_VARIANT);
     for variant in &options.variants {
         let cellvisor = Cellvisor::start(Options {
             config: variant.config.clone(),

@@ -203,7 +203,10 @@ fn workspace_options_and_timeouts_are_checked_when_read() {
     let err = with("workspace = { seedTarget = \"data\" }").unwrap_err();
     assert!(err.contains("give the seed as `seedDir` too"), "{err}");
     let err = with("workspace = { seed_dir = \"s\", seed_target = \"../up\" }").unwrap_err();
-    assert!(err.contains("seedTarget \"../up\" must be relative"), "{err}");
+    assert!(
+        err.contains("seedTarget \"../up\" must be relative"),
+        "{err}"
+    );
     let err = with("workspace = { seedDir = \"s\", keep = true }").unwrap_err();
     assert!(err.contains("unknown field `keep`"), "{err}");
     let err = with("workspace = { capture = [\"a\"] }\ncapture = [\"b\"]").unwrap_err();

@@ -88,9 +88,7 @@ pub fn prepare(
             _ => dir.path().to_path_buf(),
         };
         std::fs::create_dir_all(&to)
-            .and_then(|()| {
-                copy_tree(seed, &to).map_err(std::io::Error::other)
-            })
+            .and_then(|()| copy_tree(seed, &to).map_err(std::io::Error::other))
             .map_err(|err| WorkspaceError::Seed {
                 seed: seed.to_path_buf(),
                 message: err.to_string(),
