@@ -419,7 +419,8 @@ fn a_case_whose_cells_raised_or_timed_out_unexpectedly_fails_the_run() {
         run.stdout
     );
     assert!(
-        run.stdout.contains("6 failed (0.0%), 6 did not complete"),
+        run.stdout.contains("6 failed (0.0%), 6 did not complete")
+            && run.stdout.contains("\n    trajectory: cell:py error "),
         "{}",
         run.stdout
     );
