@@ -1537,3 +1537,43 @@ scorers = [{ kind = "output_equals", text = "1" }]
     bad.assert_code(2);
     world.assert_no_processes_left(SETTLE);
 }
+
+/// Anchor 002's `artifactPath`: `<root>/<suite>/<id>` with unsafe characters replaced. A name
+/// that had to change also keeps cellvisor's hashed directory (two names never share it).
+#[test]
+fn an_unsafe_name_is_written_at_the_anchors_path_and_its_hashed_one() {
+    let world = World::new();
+    let suite = write_suite(
+        &world,
+        "names.toml",
+        r#"
+suite = "my suite"
+[[case]]
+id = "py plots"
+cells = [{ language = "lua", code = "print(1)" }]
+scorers = [{ kind = "output_equals", text = "1" }]
+"#,
+    );
+    let out = world.dir.path().join("out");
+    world
+        .run(&["check", path_str(&suite), "--out", path_str(&out)])
+        .assert_code(0);
+    let anchor = out.join("my_suite/py_plots");
+    for file in [
+        "result.json",
+        "events.jsonl",
+        "transcript.json",
+        "workspace.json",
+    ] {
+        assert!(anchor.join(file).is_file(), "{file} at the anchor's path");
+    }
+    let result = read_json(&anchor.join("result.json"));
+    let hashed = PathBuf::from(result["artifact_dir"].as_str().expect("artifact_dir"));
+    assert_ne!(hashed, anchor);
+    assert!(hashed.join("result.json").is_file(), "{hashed:?}");
+    assert!(
+        hashed.starts_with(&out) && path_str(&hashed).contains("py_plots-"),
+        "{hashed:?}"
+    );
+    world.assert_no_processes_left(SETTLE);
+}

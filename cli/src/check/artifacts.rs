@@ -61,6 +61,34 @@ pub fn case_dir(out: &Path, result: &CaseResult, repeats: u32, namespaced: bool)
     dir
 }
 
+/// The anchor's directory for the same case run: its names with unsafe characters replaced
+/// and no hash. It differs from [`case_dir`] only for a name that had to change; the run
+/// writes the case there too (a later case whose name changes the same way replaces it, as
+/// in the anchor; the hashed directory keeps each).
+pub fn anchor_dir(out: &Path, result: &CaseResult, repeats: u32, namespaced: bool) -> PathBuf {
+    let segment = |name: &str| -> String {
+        name.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    let mut dir = out.to_path_buf();
+    if namespaced {
+        dir.push(segment(&result.variant));
+    }
+    dir.push(segment(&result.suite));
+    dir.push(segment(&result.id));
+    if repeats > 1 {
+        dir.push(format!("repeat-{}", result.repeat));
+    }
+    dir
+}
+
 /// One entry of `transcript.json`: a cell as it was sent (its `code`) and as it ended (its
 /// result, as `cellvisor eval --json` gives it), in run order.
 #[derive(Serialize)]

@@ -195,6 +195,16 @@ pub async fn run(
                         failure = Some(RunError::Artifacts { path: dir, source });
                         break 'jobs;
                     }
+                    let anchor = artifacts::anchor_dir(out, &result, repeat, namespaced);
+                    if anchor != dir {
+                        if let Err(source) = artifacts::write_case(&anchor, &result) {
+                            failure = Some(RunError::Artifacts {
+                                path: anchor,
+                                source,
+                            });
+                            break 'jobs;
+                        }
+                    }
                 }
                 on_case(result);
             }
