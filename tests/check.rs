@@ -273,6 +273,14 @@ fn the_example_suites_pass_and_leave_their_artifacts() {
         .and_then(|s| s.iter().find(|s| s["name"] == "llm.judge"))
         .expect("the judge's verdict");
     assert_eq!(judge["details"], "found 2 of 2 phrases");
+    let judged = files["metrics"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["id"] == "judged"))
+        .expect("the judge's metric");
+    assert_eq!(
+        (&judged["raw"], &judged["missing"]),
+        (&1.0.into(), &Value::Bool(false))
+    );
     let quality = files["scores"]
         .as_array()
         .and_then(|s| s.iter().find(|s| s["name"] == "notes hold the total"))
