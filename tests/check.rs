@@ -100,7 +100,7 @@ fn the_example_suites_pass_and_leave_their_artifacts() {
         "code-mode",
         "files",
     ] {
-        // A case's score holds its declared metrics (cell-time among them) with its scorers.
+        // A case that declares metrics scores their mean (cell-time among them).
         let score = summary["tag_scores"][language].as_f64().unwrap_or_default();
         assert!(score > 0.8 && score <= 1.0, "{language}: {score}");
     }
@@ -123,9 +123,65 @@ fn the_example_suites_pass_and_leave_their_artifacts() {
         assert!(cell_time[stat].is_f64(), "{stat}: {cell_time}");
     }
 
-    let dir = out.join("default/python/helpers-read-and-write");
+    // The anchor's layout: <root>/<suite>/<id>, with its EvalArtifacts files.
+    let dir = out.join("python/helpers-read-and-write");
     let result = read_json(&dir.join("result.json"));
     assert_eq!(result["passed"], true);
+    for (key, file) in [
+        ("result", "result.json"),
+        ("events", "events.jsonl"),
+        ("transcript", "transcript.json"),
+        ("workspace", "workspace.json"),
+    ] {
+        assert_eq!(result["artifacts"][key], path_str(&dir.join(file)), "{key}");
+        assert!(dir.join(file).is_file(), "{file}");
+    }
+    let transcript = read_json(&dir.join("transcript.json"));
+    let turns: Vec<(&str, &str)> = transcript
+        .as_array()
+        .expect("transcript turns")
+        .iter()
+        .map(|t| {
+            (
+                t["phase"].as_str().unwrap_or(""),
+                t["status"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(turns.last(), Some(&("cells", "complete")), "{transcript:#}");
+    assert!(transcript[0]["code"].is_string() && transcript[0]["output"].is_string());
+    assert_eq!(
+        read_json(&out.join("run-summary.json")),
+        summary,
+        "the anchor's run file"
+    );
+    // Every summary row, passing or not, has its scores, metrics and trajectory.
+    let row = case(&summary, "helpers-read-and-write");
+    assert!(
+        row["scores"]
+            .as_array()
+            .is_some_and(|s| s.len() >= 2 && s.iter().all(|s| s["passed"] == true)),
+        "{row:#}"
+    );
+    assert!(
+        row["metrics"].as_array().is_some_and(|m| !m.is_empty()),
+        "{row:#}"
+    );
+    assert!(row["trajectory"]["steps"].is_array(), "{row:#}");
+    let line = row["trajectory_line"].as_str().unwrap_or_default();
+    assert!(
+        line.starts_with("cell:py") && line.contains(" → status:read"),
+        "{line}"
+    );
+    // The anchor's aggregate: normalized statistics, direction and tags.
+    let cell_time_total = &summary["metrics"][0];
+    assert_eq!(cell_time_total["id"], "cell-time");
+    assert!(
+        cell_time_total["normalized"]["p90"].is_f64(),
+        "{cell_time_total}"
+    );
+    assert_eq!(cell_time_total["direction"], "lower-is-better");
+    assert!(cell_time_total["tags"].is_array());
     assert_eq!(result["case"]["id"], "helpers-read-and-write");
     assert_eq!(result["cells"][0]["status"], "complete");
     let names = strings(&Value::Array(
@@ -156,10 +212,29 @@ fn the_example_suites_pass_and_leave_their_artifacts() {
             .cloned()
             .unwrap_or_else(|| panic!("metric {id} in {result:#}"))
     };
-    assert_eq!(metric("cell-time")["declared"], true);
-    for id in ["total-time", "output-bytes", "restarts"] {
-        assert_eq!(metric(id)["declared"], false, "{id}");
+    // The suite declares metrics, so the efficiency metrics join its set (anchor 002:
+    // "auto-merged with EFFICIENCY_METRICS") and count in the score; each record carries
+    // the anchor's EvalMetric fields.
+    for id in ["cell-time", "total-time", "output-bytes", "restarts"] {
+        let m = metric(id);
+        assert_eq!(m["declared"], true, "{id}");
+        assert_eq!(
+            (&m["missing"], &m["direction"]),
+            (&Value::Bool(false), &"lower-is-better".into()),
+            "{m}"
+        );
+        assert!(
+            m["min"].is_number() && m["max"].is_number() && m["normalized"].is_number(),
+            "{m}"
+        );
+        assert!(
+            m["tags"]
+                .as_array()
+                .is_some_and(|t| t.contains(&"@efficiency".into())),
+            "{m}"
+        );
     }
+    assert!(metric("total-time")["description"].is_string());
     assert!(metric("output-bytes")["raw"].as_f64() > Some(0.0));
     assert_eq!(metric("restarts")["raw"], 0.0);
     assert!(metric("total-time")["raw"].as_f64() >= result["cells"][0]["duration_ms"].as_f64());
@@ -191,13 +266,21 @@ fn the_example_suites_pass_and_leave_their_artifacts() {
     assert!(result["trajectory"]["total_blocks"].as_u64() >= Some(5));
 
     // The files suite: the new file scorers and a judge, all passing.
-    let files = read_json(&out.join("default/files/report-files/result.json"));
+    let files = read_json(&out.join("files/report-files/result.json"));
     assert_eq!(files["passed"], true, "{files:#}");
     let judge = files["scores"]
         .as_array()
-        .and_then(|s| s.iter().find(|s| s["name"] == "judge:keyword_judge.py"))
+        .and_then(|s| s.iter().find(|s| s["name"] == "llm.judge"))
         .expect("the judge's verdict");
     assert_eq!(judge["details"], "found 2 of 2 phrases");
+    let judged = files["metrics"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["id"] == "judged"))
+        .expect("the judge's metric");
+    assert_eq!(
+        (&judged["raw"], &judged["missing"]),
+        (&1.0.into(), &Value::Bool(false))
+    );
     let quality = files["scores"]
         .as_array()
         .and_then(|s| s.iter().find(|s| s["name"] == "notes hold the total"))
@@ -244,8 +327,8 @@ fn the_example_suites_pass_and_leave_their_artifacts() {
         "seed copied"
     );
 
-    let setup_phase = std::fs::read_to_string(out.join("default/lua/state-persists/events.jsonl"))
-        .expect("lua events");
+    let setup_phase =
+        std::fs::read_to_string(out.join("lua/state-persists/events.jsonl")).expect("lua events");
     assert!(setup_phase.contains("\"phase\":\"setup\""), "{setup_phase}");
     assert!(setup_phase.contains("\"phase\":\"cells\""), "{setup_phase}");
     world.assert_no_processes_left(SETTLE);
@@ -266,9 +349,9 @@ fn low_scores_are_reported_and_fail_the_run_only_under_fail_under() {
         "file.existsOneOf:report.md|REPORT.md: none of report.md, REPORT.md is in the workspace",
         "file.contains:notes.txt: notes.txt holds \"x\"",
         "file.contains:hostname.txt: hostname.txt is a symbolic link; links are not followed",
-        "judge:sh: judge failed: printed no {\"score\": 0..1, \"reason\": \"...\"} object: \"looks good to me\"",
-        "judge:sh: judge failed: exited with exit status: 2: \"no API key set\"",
-        "judge:sleep: judge failed: timed out after 1s; its process group was killed",
+        "llm.judge: judge failed: printed no {\"score\": 0..1, \"reason\": \"...\"} object: \"looks good to me\"",
+        "llm.judge: judge failed: exited with exit status: 2: \"no API key set\"",
+        "llm.judge: judge failed: timed out after 1s; its process group was killed",
     ] {
         assert!(run.stdout.contains(reason), "{reason}: {}", run.stdout);
     }
@@ -276,10 +359,16 @@ fn low_scores_are_reported_and_fail_the_run_only_under_fail_under() {
         l.contains("broken/quality-only-with-whitespace")
     });
     assert!(quality.contains(" 0.50 "), "{quality}");
-    // Every scorer passes, but the declared metric (0.3 s over a 0..100 ms range) scores 0.
+    // Every scorer passes, but the declared metric (0.3 s over a 0..100 ms range) scores 0,
+    // and the score is the metrics' mean alone (the efficiency metrics merged in).
     let slow = table_line(&run.stdout, |l| l.contains("broken/slow-by-its-metric"));
+    let slow_score: f64 = slow
+        .split_whitespace()
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0);
     assert!(
-        slow.starts_with("pass") && slow.contains(" 0.50 "),
+        slow.starts_with("pass") && slow_score < 0.8 && slow_score > 0.5,
         "{slow}"
     );
 
@@ -338,7 +427,8 @@ fn a_case_whose_cells_raised_or_timed_out_unexpectedly_fails_the_run() {
         run.stdout
     );
     assert!(
-        run.stdout.contains("3 failed (0.0%), 3 did not complete"),
+        run.stdout.contains("6 failed (0.0%), 6 did not complete")
+            && run.stdout.contains("\n    trajectory: cell:py error "),
         "{}",
         run.stdout
     );
@@ -349,6 +439,55 @@ fn a_case_whose_cells_raised_or_timed_out_unexpectedly_fails_the_run() {
     assert_eq!(
         (&raised["passed"], &raised["completed"]),
         (&Value::Bool(false), &Value::Bool(false))
+    );
+    // Anchor 002: "A run that did not complete resolves with `passed` set to `false`", and
+    // "on expiry the run is aborted and `status` becomes 'timeout'".
+    for (id, status, scorer, says) in [
+        (
+            "goes-to-the-background",
+            "running",
+            "status.completed",
+            "went to the background",
+        ),
+        (
+            "runs-past-its-timeout",
+            "timeout",
+            "status.completed",
+            "ran past its timeout_ms of 500 ms",
+        ),
+        (
+            "metric-not-finite",
+            "complete",
+            "metrics",
+            "metric ratio yielded inf: a metric's raw value must be a finite number",
+        ),
+    ] {
+        let row = case(&summary, id);
+        assert_eq!(
+            (&row["passed"], &row["completed"], &row["status"]),
+            (
+                &Value::Bool(false),
+                &Value::Bool(false),
+                &Value::from(status)
+            ),
+            "{row:#}"
+        );
+        let failed: Vec<&Value> = row["failures"].as_array().into_iter().flatten().collect();
+        assert!(
+            failed
+                .iter()
+                .any(|f| f["name"] == scorer
+                    && f["details"].as_str().is_some_and(|d| d.contains(says))),
+            "{id}: {row:#}"
+        );
+    }
+    // Not scored on its partial output: the output scorer that would pass was not run.
+    let background = case(&summary, "goes-to-the-background");
+    assert_eq!(strings(&background["failed_scorers"]), ["status.completed"]);
+    assert_eq!(
+        background["scores"].as_array().map(Vec::len),
+        Some(1),
+        "{background:#}"
     );
     world.assert_no_processes_left(SETTLE);
 }
@@ -370,6 +509,105 @@ print(json.dumps({"score": 0.7, "reason": " | ".join([case["id"], case["rubric"]
 ]
 "#;
 
+/// A judge that grades 0.65 (passing at the old 0.5, failing at the anchor's 0.7) and emits
+/// its grade into a declared metric; one that breaks leaves its metric missing.
+const JUDGED_METRICS: &str = r#"
+[[case]]
+id = "graded"
+cells = [{ language = "py", code = "print('made it')" }]
+scorers = [
+  { kind = "output_contains", text = "nowhere to be seen" },
+  { kind = "judge", metric = "quality", command = ["sh", "-c", "cat >/dev/null; echo '{\"score\": 0.65}'"] },
+  { kind = "judge", name = "broken", metric = "second-opinion", command = ["sh", "-c", "exit 3"] },
+]
+[case.metrics.quality]
+min = 0
+max = 1
+direction = "higher"
+description = "the judge's grade"
+tags = ["@quality"]
+[case.metrics.second-opinion]
+min = 0
+max = 1
+direction = "higher"
+
+[[case]]
+id = "no-metrics"
+cells = [{ language = "lua", code = "print(1)" }]
+scorers = [{ kind = "output_contains", text = "1" }, { kind = "output_contains", text = "2" }]
+"#;
+
+#[test]
+fn a_judge_passes_at_0_7_emits_its_metric_and_the_score_is_the_metrics_mean() {
+    let world = World::new();
+    let suite = write_suite(&world, "judged-metrics.toml", JUDGED_METRICS);
+    let run = world.run(&["check", path_str(&suite), "--json"]);
+    run.assert_code(0);
+    let summary = run.json();
+    let graded = case(&summary, "graded");
+    let judge = graded["scores"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == "llm.judge"))
+        .expect("the judge's verdict");
+    assert_eq!(
+        (&judge["score"], &judge["passed"]),
+        (&0.65.into(), &Value::Bool(false)),
+        "{judge}"
+    );
+    let metrics = graded["metrics"].as_array().expect("metrics");
+    let metric = |id: &str| {
+        metrics
+            .iter()
+            .find(|m| m["id"] == id)
+            .unwrap_or_else(|| panic!("{id} in {graded:#}"))
+    };
+    let quality = metric("quality");
+    assert_eq!(
+        (&quality["raw"], &quality["normalized"]),
+        (&0.65.into(), &0.65.into())
+    );
+    assert_eq!(quality["description"], "the judge's grade");
+    assert_eq!(
+        (&quality["min"], &quality["max"]),
+        (&0.0.into(), &1.0.into())
+    );
+    assert_eq!(quality["direction"], "higher-is-better");
+    assert_eq!(quality["missing"], false);
+    let second = metric("second-opinion");
+    assert_eq!(
+        (&second["missing"], &second["raw"], &second["normalized"]),
+        (&Value::Bool(true), &0.0.into(), &0.0.into())
+    );
+    // The score: the declared metrics' mean alone (efficiency metrics merged in), not the
+    // scorers' (all of which failed).
+    let normalized: Vec<f64> = metrics
+        .iter()
+        .filter(|m| m["declared"] == true)
+        .filter_map(|m| m["normalized"].as_f64())
+        .collect();
+    assert_eq!(normalized.len(), 6, "{graded:#}");
+    let mean = normalized.iter().sum::<f64>() / normalized.len() as f64;
+    let score = graded["score"].as_f64().unwrap_or(-1.0);
+    assert!(
+        (score - mean).abs() < 1e-9 && score > 0.4,
+        "{score} vs {mean}"
+    );
+    assert_eq!(graded["tag_scores"]["@quality"], 0.65);
+    // Without declared metrics: the scorers' mean.
+    let plain = case(&summary, "no-metrics");
+    assert_eq!(plain["score"], 0.5, "{plain:#}");
+    // The summary's aggregate counts the missing run apart.
+    let aggregate = summary["metrics"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["id"] == "second-opinion"))
+        .expect("aggregate");
+    assert_eq!(
+        (&aggregate["count"], &aggregate["missing"]),
+        (&0.into(), &1.into())
+    );
+    world.assert_no_processes_left(SETTLE);
+}
+
 #[test]
 fn a_judge_reads_the_case_in_its_workspace_and_leaves_no_process() {
     let world = World::new();
@@ -390,14 +628,9 @@ fn a_judge_reads_the_case_in_its_workspace_and_leaves_no_process() {
         path_str(&world.dir.path().join("out")),
     ]);
     run.assert_code(0);
-    let result = read_json(
-        &world
-            .dir
-            .path()
-            .join("out/default/judged/judged/result.json"),
-    );
+    let result = read_json(&world.dir.path().join("out/judged/judged/result.json"));
     let first = &result["scores"][0];
-    assert_eq!(first["name"], "judge:python3");
+    assert_eq!(first["name"], "llm.judge", "the anchor's default name");
     assert_eq!(first["passed"], true);
     assert_eq!(first["score"], 0.7);
     assert_eq!(
@@ -495,7 +728,7 @@ scorers = [
         "{}",
         run.stdout
     );
-    let workspace = std::fs::read_to_string(out.join("default/links/links-out/workspace.json"))
+    let workspace = std::fs::read_to_string(out.join("links/links-out/workspace.json"))
         .expect("workspace.json");
     assert!(!workspace.contains("top secret"), "{workspace}");
     world.assert_no_processes_left(SETTLE);
@@ -585,7 +818,7 @@ fn every_scorer_kind_passes_and_fails_as_written() {
     assert_eq!(
         strings(&fail["failed_scorers"]),
         [
-            "status:error",
+            "status.error",
             "output.contains:answer",
             "output.matches:^\\d+$",
             "output.equals",
@@ -683,13 +916,19 @@ fn declared_variants_run_side_by_side() {
     let row = table_line(&run.stdout, |l| {
         l.starts_with("output-cap/line-100-visible")
     });
-    // The declared kept-bytes metric (1800 bytes over 0..4096, lower is better: 0.56) is
-    // part of each score.
+    // The score is the declared metrics' mean (kept-bytes, 1800 bytes over 0..4096, lower
+    // is better: 0.56; scorers_passed: 1 under wide, 0.5 under narrow; the efficiency
+    // metrics near 1): the failed scorer costs narrow 0.5 / 6.
     assert!(
-        row.contains("pass 0.85") && row.contains("FAIL 0.52"),
+        row.contains("pass 0.9") && row.contains("FAIL 0.8"),
         "{row}"
     );
-    assert!(row.ends_with("-0.33"), "{row}");
+    let difference: f64 = row
+        .rsplit(' ')
+        .next()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0.0);
+    assert!((-0.1..=-0.07).contains(&difference), "{row}");
 
     let summary = read_json(&out.join("summary.json"));
     let variants = summary["variants"].as_array().expect("variants");
@@ -873,7 +1112,7 @@ scorers = [{ kind = "status", expect = "complete" }]
     let pid = child.id().to_string();
     // The slow case is running once its Python worker is up.
     let started = common::wait_until(Duration::from_secs(30), || {
-        let quick_done = out.join("default/slow/a-quick/result.json").exists();
+        let quick_done = out.join("slow/a-quick/result.json").exists();
         let python_up = world.processes().len() >= 3;
         (quick_done && python_up).then_some(()).ok_or(())
     });
@@ -1046,14 +1285,14 @@ fn notebooks_replay_cell_by_cell_against_their_stored_outputs() {
     assert_eq!(ids, ["cell-001", "cell-003", "cell-005"]);
     assert_eq!(summary["incomplete"], 0);
     // The expected KeyError is a match, and the cell after it still sees the state.
-    let error_cell = read_json(&out.join("default/tour/cell-006/result.json"));
+    let error_cell = read_json(&out.join("tour/cell-006/result.json"));
     assert_eq!(error_cell["status"], "error");
     assert_eq!(error_cell["passed"], true);
     assert_eq!(
         error_cell["case"]["notebook"]["expected"]["error"],
         "KeyError"
     );
-    let after = read_json(&out.join("default/tour/cell-007/result.json"));
+    let after = read_json(&out.join("tour/cell-007/result.json"));
     assert_eq!(after["passed"], true, "{after:#}");
 
     // --fail-under judges a notebook by its match rate.
@@ -1172,4 +1411,177 @@ fn notebooks_in_other_languages_or_malformed_are_refused_with_exit_2() {
         run.stderr
     );
     assert!(world.processes().is_empty());
+}
+
+/// Anchor 002's workspace options: `seedTarget` (where in the workspace the seed goes) and
+/// `retain` (the workspace is kept on disk; its path is the snapshot's `cwd`).
+#[test]
+fn workspace_seed_target_and_retain() {
+    let world = World::new();
+    let seed = world.dir.path().join("seed");
+    std::fs::create_dir_all(&seed).expect("seed dir");
+    std::fs::write(seed.join("input.txt"), "seeded\n").expect("seed file");
+    let suite = write_suite(
+        &world,
+        "workspace.toml",
+        r#"
+[[case]]
+id = "kept"
+workspace = { seedDir = "seed", seedTarget = "data/in", retain = true }
+cells = [{ language = "py", code = "print(open('data/in/input.txt').read().strip())\nwrite('made.txt', 'x')" }]
+scorers = [{ kind = "output_equals", text = "seeded" }, { kind = "file_exists", path = "data/in/input.txt" }]
+
+[[case]]
+id = "removed"
+workspace = { seed_dir = "seed" }
+cells = [{ language = "py", code = "print(open('input.txt').read().strip())" }]
+scorers = [{ kind = "output_equals", text = "seeded" }]
+"#,
+    );
+    let out = world.dir.path().join("out");
+    let run = world.run(&["check", path_str(&suite), "--out", path_str(&out)]);
+    run.assert_code(0);
+    let kept = read_json(&out.join("workspace/kept/workspace.json"));
+    let cwd = PathBuf::from(kept["cwd"].as_str().expect("cwd"));
+    assert!(cwd.join("data/in/input.txt").is_file(), "{kept:#}");
+    assert!(
+        cwd.join("made.txt").is_file(),
+        "retained with what the cell wrote"
+    );
+    let removed = read_json(&out.join("workspace/removed/workspace.json"));
+    let gone = PathBuf::from(removed["cwd"].as_str().expect("cwd"));
+    assert!(
+        !gone.as_os_str().is_empty() && !gone.exists(),
+        "{removed:#}"
+    );
+    std::fs::remove_dir_all(&cwd).expect("remove the retained workspace");
+    world.assert_no_processes_left(SETTLE);
+}
+
+/// Runs `cellvisor ARGS` with a terminal as its stdout (a pseudo-terminal, through python3's
+/// `pty`), and `extra_env`; returns what it printed.
+fn run_on_a_terminal(world: &World, args: &[&str], extra_env: &[(&str, &str)]) -> String {
+    let template = world.command();
+    let mut command = std::process::Command::new("python3");
+    command.arg("-c").arg(
+        "import os, pty, sys\n\
+         pid, fd = pty.fork()\n\
+         if pid == 0:\n    os.execv(sys.argv[1], sys.argv[1:])\n\
+         out = b''\n\
+         while True:\n    try:\n        data = os.read(fd, 65536)\n    except OSError:\n        break\n    if not data:\n        break\n    out += data\n\
+         os.waitpid(pid, 0)\n\
+         sys.stdout.buffer.write(out)\n",
+    );
+    command.arg(template.get_program()).args(args);
+    for (key, value) in template.get_envs() {
+        match value {
+            Some(value) => command.env(key, value),
+            None => command.env_remove(key),
+        };
+    }
+    if let Some(dir) = template.get_current_dir() {
+        command.current_dir(dir);
+    }
+    command.env_remove("NO_COLOR").env("TERM", "xterm");
+    for (key, value) in extra_env {
+        command.env(key, value);
+    }
+    let output = command.output().expect("python3 runs the pty");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The anchor's reporter is "TTY-aware auto color": colours on a terminal, none in a pipe or
+/// under NO_COLOR; `--color always|never` decide.
+#[test]
+fn the_report_has_colours_on_a_terminal_only() {
+    let world = World::new();
+    let suite = write_suite(
+        &world,
+        "colours.toml",
+        r#"
+[[case]]
+id = "green"
+cells = [{ language = "lua", code = "print(1)" }]
+scorers = [{ kind = "output_equals", text = "1" }]
+[[case]]
+id = "red"
+cells = [{ language = "lua", code = "print(2)" }]
+scorers = [{ kind = "output_equals", text = "1" }]
+"#,
+    );
+    // The progress bar (stderr, on the same terminal) has escapes of its own: look for colours.
+    let coloured = |text: &str| {
+        ["\u{1b}[32m", "\u{1b}[31m", "\u{1b}[1m"]
+            .iter()
+            .any(|c| text.contains(c))
+    };
+    let tty = run_on_a_terminal(&world, &["check", path_str(&suite)], &[]);
+    assert!(tty.contains("\u{1b}[32mpass\u{1b}[0m"), "{tty:?}");
+    assert!(tty.contains("FAIL\u{1b}[0m"), "{tty:?}");
+    let no_color = run_on_a_terminal(&world, &["check", path_str(&suite)], &[("NO_COLOR", "1")]);
+    assert!(
+        no_color.contains("colours/red") && !coloured(&no_color),
+        "{no_color:?}"
+    );
+    let never = run_on_a_terminal(
+        &world,
+        &["check", path_str(&suite), "--color", "never"],
+        &[],
+    );
+    assert!(
+        never.contains("colours/red") && !coloured(&never),
+        "{never:?}"
+    );
+    let piped = world.run(&["check", path_str(&suite)]);
+    piped.assert_code(0);
+    assert!(!coloured(&piped.stdout), "{}", piped.stdout);
+    let forced = world.run(&["check", path_str(&suite), "--color", "always"]);
+    assert!(
+        forced.stdout.contains("\u{1b}[32mpass"),
+        "{}",
+        forced.stdout
+    );
+    let bad = world.run(&["check", path_str(&suite), "--color", "sometimes"]);
+    bad.assert_code(2);
+    world.assert_no_processes_left(SETTLE);
+}
+
+/// Anchor 002's `artifactPath`: `<root>/<suite>/<id>` with unsafe characters replaced. A name
+/// that had to change also keeps cellvisor's hashed directory (two names never share it).
+#[test]
+fn an_unsafe_name_is_written_at_the_anchors_path_and_its_hashed_one() {
+    let world = World::new();
+    let suite = write_suite(
+        &world,
+        "names.toml",
+        r#"
+suite = "my suite"
+[[case]]
+id = "py plots"
+cells = [{ language = "lua", code = "print(1)" }]
+scorers = [{ kind = "output_equals", text = "1" }]
+"#,
+    );
+    let out = world.dir.path().join("out");
+    world
+        .run(&["check", path_str(&suite), "--out", path_str(&out)])
+        .assert_code(0);
+    let anchor = out.join("my_suite/py_plots");
+    for file in [
+        "result.json",
+        "events.jsonl",
+        "transcript.json",
+        "workspace.json",
+    ] {
+        assert!(anchor.join(file).is_file(), "{file} at the anchor's path");
+    }
+    let result = read_json(&anchor.join("result.json"));
+    let hashed = PathBuf::from(result["artifact_dir"].as_str().expect("artifact_dir"));
+    assert_ne!(hashed, anchor);
+    assert!(hashed.join("result.json").is_file(), "{hashed:?}");
+    assert!(
+        hashed.starts_with(&out) && path_str(&hashed).contains("py_plots-"),
+        "{hashed:?}"
+    );
+    world.assert_no_processes_left(SETTLE);
 }

@@ -668,3 +668,129 @@ fn lua_load_of_a_chunk_points_at_lua_load() {
     assert_eq!(output(&builtin, 0), "42\n", "{builtin:#}");
     daemon.stop();
 }
+
+/// Anchor 001: `tools.tool_search` "exists only when the writer's view has deferred tools".
+/// Without declared tools it is absent in every language (JavaScript used to give a function
+/// that threw; Lua raised on the lookup).
+#[test]
+fn tool_search_is_absent_when_no_tools_are_declared() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    for (language, code, expected) in [
+        (
+            "js",
+            "text(typeof tools.tool_search); text('tool_search' in tools); text(typeof tools.tool_search?.call)",
+            "undefined\nfalse\nundefined\n",
+        ),
+        ("py", "print(hasattr(tools, 'tool_search'))", "False\n"),
+        (
+            "lua",
+            "print(tools.tool_search == nil, pcall(function() return tools.tool_search end))",
+            "true\ttrue\tnil\n",
+        ),
+    ] {
+        let result = one(&mut client, "no-tools", language, code);
+        assert_eq!(cell(&result, 0)["status"], "complete", "{result:#}");
+        assert_eq!(output(&result, 0), expected, "{language}: {result:#}");
+    }
+    // With a tool declared, it is there (and ranks it).
+    let tools = json!([{"name": "list-dir", "description": "Lists a directory"}]);
+    for (language, code) in [
+        (
+            "js",
+            "text((await tools.tool_search({query: 'list'})).tools[0].name)",
+        ),
+        (
+            "py",
+            "print(tools.tool_search(query='list')['tools'][0]['name'])",
+        ),
+        (
+            "lua",
+            "print(tools.tool_search{query = 'list'}.tools[1].name)",
+        ),
+    ] {
+        let result = eval_with_echo_tools(
+            &mut client,
+            json!({"session": "no-tools", "tools": tools,
+                   "cells": [{"language": language, "code": code}]}),
+        );
+        assert_eq!(output(&result, 0), "list-dir\n", "{language}: {result:#}");
+    }
+    daemon.stop();
+}
+
+/// Anchor 001: a progress note sent while nobody watches the cell waits for the next look,
+/// "and they are dropped if the cell ends first". A note the next `wait` sees while the cell
+/// still runs is handed to it.
+#[test]
+fn a_notify_nobody_saw_is_dropped_when_the_cell_ends_first() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let marker = daemon.world.dir.path().join("notified");
+    std::fs::create_dir_all(&marker).expect("marker dir");
+    for (language, code) in [
+        (
+            "py",
+            "import time\nprint('a', flush=True)\ntime.sleep(0.6)\nnotify('unseen')\n\
+             time.sleep(0.3)\nprint('b')",
+        ),
+        (
+            "js",
+            "text('a'); await new Promise((r) => setTimeout(r, 600)); notify('unseen');\n\
+             await new Promise((r) => setTimeout(r, 300)); text('b')",
+        ),
+    ] {
+        let session = format!("notes-{language}");
+        let yielded = client.eval(
+            &session,
+            json!([{"language": language, "yield_time_ms": 200, "code": code}]),
+        );
+        assert_eq!(cell(&yielded, 0)["status"], "running", "{yielded:#}");
+        let id = cell(&yielded, 0)["cell_id"].clone();
+        // Nobody watches until the cell has ended.
+        daemon.wait_for_state(&session, "idle");
+        let last = client
+            .call("wait", json!({"session": session, "cell_id": id}))
+            .expect("the ended cell's result is kept");
+        assert_eq!(last["status"], "complete", "{language}: {last:#}");
+        assert_eq!(last["output"], "b\n", "{language}: {last:#}");
+        let notes: Vec<Value> = status_ops(&last)
+            .into_iter()
+            .filter(|event| event["op"] == "notify")
+            .collect();
+        assert!(notes.is_empty(), "{language}: dropped, not kept: {last:#}");
+    }
+
+    // Sent unwatched, then a wait looks while the cell still runs: the wait gets it.
+    let flag = marker.join("late");
+    let yielded = client.eval(
+        "notes",
+        json!([{"language": "py", "yield_time_ms": 200, "code": format!(
+            "import os, time\ntime.sleep(0.4)\nnotify('for the next look')\n\
+             open({flag:?}, 'w').close()\nwhile os.path.exists({flag:?}): time.sleep(0.05)\nprint('done')"
+        )}]),
+    );
+    let id = cell(&yielded, 0)["cell_id"].clone();
+    let sent = common::wait_until(std::time::Duration::from_secs(30), || {
+        flag.exists().then_some(()).ok_or(())
+    });
+    assert!(sent.is_ok(), "the note was sent");
+    let look = client
+        .call(
+            "wait",
+            json!({"session": "notes", "cell_id": id, "yield_time_ms": 100}),
+        )
+        .expect("wait answered");
+    std::fs::remove_file(&flag).expect("let the cell end");
+    let messages: Vec<Value> = status_ops(&look)
+        .into_iter()
+        .filter(|event| event["op"] == "notify")
+        .map(|event| event["message"].clone())
+        .collect();
+    assert_eq!(messages, [json!("for the next look")], "{look:#}");
+    let end = client
+        .call("wait", json!({"session": "notes", "cell_id": id}))
+        .expect("wait answered");
+    assert_eq!(end["status"], "complete", "{end:#}");
+    daemon.stop();
+}

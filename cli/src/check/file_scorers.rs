@@ -146,6 +146,7 @@ mod tests {
 
     fn workspace() -> WorkspaceSnapshot {
         WorkspaceSnapshot {
+            cwd: String::new(),
             files: vec![
                 file("answer.txt", Some("  42\n"), false),
                 file("blob.bin", None, false),

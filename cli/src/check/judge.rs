@@ -4,7 +4,7 @@
 //! The command (argv, no shell) runs in the case's workspace, in a process group of its own,
 //! with the case as JSON on stdin ([`JudgeInput`]). It prints one JSON object on stdout:
 //! `{"score": 0.8, "reason": "..."}` with `score` in 0..1. It passes at `threshold` (default
-//! 0.5). A judge that cannot start, exits non-zero, outlives its timeout (default 60 s) or
+//! 0.7). A judge that cannot start, exits non-zero, outlives its timeout (default 60 s) or
 //! prints anything else scores 0 with the reason. When it ends (or is stopped), its whole
 //! process group is killed and it is reaped: nothing it started outlives the scorer.
 
@@ -18,8 +18,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 pub const DEFAULT_TIMEOUT_SECS: f64 = 60.0;
 /// Longest `timeout` a scorer may set, in seconds.
 pub const MAX_TIMEOUT_SECS: f64 = 3600.0;
-/// The score a judge passes at when its scorer sets no `threshold`.
-pub const DEFAULT_THRESHOLD: f64 = 0.5;
+/// The score a judge passes at when its scorer sets no `threshold` (the anchor's 0.7).
+pub const DEFAULT_THRESHOLD: f64 = 0.7;
+/// The name of a judge scorer that gives none (the anchor's).
+pub const DEFAULT_NAME: &str = "llm.judge";
 /// Stdout kept from a judge; the rest is read and dropped.
 const MAX_STDOUT: usize = 64 * 1024;
 /// Stderr kept (its end) to explain a failing judge.
@@ -75,19 +77,6 @@ pub struct Verdict {
     pub reason: Option<String>,
 }
 
-/// The name of a judge scorer that gives none: `judge:<program file name>`.
-pub fn default_name(command: &[String]) -> String {
-    let program = command
-        .first()
-        .map(|p| {
-            Path::new(p)
-                .file_name()
-                .map_or(p.clone(), |n| n.to_string_lossy().into())
-        })
-        .unwrap_or_default();
-    format!("judge:{program}")
-}
-
 /// Checks a judge scorer's fields when its case file is read.
 pub fn validate(
     command: &[String],
@@ -130,7 +119,8 @@ pub fn parse_output(stdout: &str) -> Result<Verdict, JudgeError> {
     Ok(Verdict { score, reason })
 }
 
-/// Runs the judge and grades the case: never fails, a broken judge scores 0 with why.
+/// Runs the judge and grades the case: never fails, a broken judge scores 0 with why. With
+/// the outcome, the grade the judge gave (`None` when it gave none), for its `metric`.
 pub async fn score(
     name: String,
     command: &[String],
@@ -138,20 +128,26 @@ pub async fn score(
     cwd: &Path,
     timeout: Option<f64>,
     threshold: Option<f64>,
-) -> ScoreOutcome {
+) -> (ScoreOutcome, Option<f64>) {
     let limit = Duration::from_secs_f64(timeout.unwrap_or(DEFAULT_TIMEOUT_SECS));
     let threshold = threshold.unwrap_or(DEFAULT_THRESHOLD);
     match run(command, input, cwd, limit).await {
-        Ok(verdict) => ScoreOutcome {
-            name,
-            passed: verdict.score >= threshold,
-            score: verdict.score,
-            details: match verdict.reason {
-                Some(reason) if !reason.trim().is_empty() => reason,
-                _ => format!("scored {} with no reason", verdict.score),
+        Ok(verdict) => (
+            ScoreOutcome {
+                name,
+                passed: verdict.score >= threshold,
+                score: verdict.score,
+                details: match verdict.reason {
+                    Some(reason) if !reason.trim().is_empty() => reason,
+                    _ => format!("scored {} with no reason", verdict.score),
+                },
             },
-        },
-        Err(err) => ScoreOutcome::binary(name, false, format!("judge failed: {err}")),
+            Some(verdict.score),
+        ),
+        Err(err) => (
+            ScoreOutcome::binary(name, false, format!("judge failed: {err}")),
+            None,
+        ),
     }
 }
 
@@ -334,10 +330,8 @@ mod tests {
         assert!(validate(&cmd, None, Some(1.1))
             .unwrap_err()
             .contains("threshold"));
-        assert_eq!(
-            default_name(&["/usr/bin/my-judge".into(), "-x".into()]),
-            "judge:my-judge"
-        );
+        assert_eq!(DEFAULT_NAME, "llm.judge");
+        assert_eq!(DEFAULT_THRESHOLD, 0.7);
     }
 
     fn sh(script: &str) -> Vec<String> {
@@ -358,6 +352,8 @@ mod tests {
             None,
         )
         .await;
+        assert_eq!(outcome.1, Some(0.9), "the grade, for the judge's metric");
+        let outcome = outcome.0;
         assert_eq!((outcome.score, outcome.passed), (0.9, true), "{outcome:?}");
         assert_eq!(outcome.details, "saw 42");
         let strict = score(
@@ -368,7 +364,8 @@ mod tests {
             None,
             Some(0.95),
         )
-        .await;
+        .await
+        .0;
         assert!(!strict.passed);
     }
 
@@ -384,7 +381,9 @@ mod tests {
             (vec!["/no/such/judge".into()], "cannot start /no/such/judge"),
         ];
         for (command, reason) in cases {
-            let outcome = score("j".into(), &command, b"{}", dir.path(), None, None).await;
+            let outcome = score("j".into(), &command, b"{}", dir.path(), None, None)
+                .await
+                .0;
             assert_eq!((outcome.score, outcome.passed), (0.0, false));
             assert!(outcome.details.contains(reason), "{command:?}: {outcome:?}");
         }
@@ -397,7 +396,9 @@ mod tests {
         // The judge starts a grandchild that would outlive it, then hangs.
         let script = format!("sleep 300 & echo $! > {}; sleep 300", pids.display());
         let started = std::time::Instant::now();
-        let outcome = score("j".into(), &sh(&script), b"", dir.path(), Some(0.5), None).await;
+        let outcome = score("j".into(), &sh(&script), b"", dir.path(), Some(0.5), None)
+            .await
+            .0;
         assert!(started.elapsed() < Duration::from_secs(10));
         assert!(
             outcome.details.contains("timed out after 500ms"),
@@ -420,7 +421,9 @@ mod tests {
         // The background sleep holds stdout open; the judge's end kills it.
         let script = "sleep 300 & echo '{\"score\": 1, \"reason\": \"ok\"}'";
         let started = std::time::Instant::now();
-        let outcome = score("j".into(), &sh(script), b"", dir.path(), Some(30.0), None).await;
+        let outcome = score("j".into(), &sh(script), b"", dir.path(), Some(30.0), None)
+            .await
+            .0;
         assert!(outcome.passed, "{outcome:?}");
         assert!(
             started.elapsed() < Duration::from_secs(10),

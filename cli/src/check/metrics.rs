@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "RawMetricSpec")]
 pub struct MetricSpec {
-    pub measure: Measure,
+    /// What cellvisor measures; `None` for a metric a scorer emits (a judge's `metric`),
+    /// recorded as missing when nothing emits it.
+    pub measure: Option<Measure>,
     /// For [`Measure::OutputNumber`] (and only for it): where the number is in the output.
     pub pattern: Option<Pattern>,
     /// Raw values below are clamped.
@@ -25,7 +27,8 @@ pub struct MetricSpec {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawMetricSpec {
-    measure: Measure,
+    #[serde(default)]
+    measure: Option<Measure>,
     #[serde(default)]
     pattern: Option<Pattern>,
     min: f64,
@@ -48,14 +51,14 @@ impl TryFrom<RawMetricSpec> for MetricSpec {
             ));
         }
         match (raw.measure, &raw.pattern) {
-            (Measure::OutputNumber, None) => {
+            (Some(Measure::OutputNumber), None) => {
                 return Err(
                     "measure \"output_number\" needs a `pattern` whose first group \
                             (or whole match) is the number"
                         .into(),
                 )
             }
-            (Measure::OutputNumber, Some(_)) | (_, None) => {}
+            (Some(Measure::OutputNumber), Some(_)) | (_, None) => {}
             (_, Some(_)) => {
                 return Err("`pattern` belongs to measure \"output_number\" only".into())
             }
@@ -95,45 +98,92 @@ pub enum Measure {
     OutputNumber,
 }
 
-/// Whether a larger raw value is better or worse.
+/// Whether a larger raw value is better or worse: written `higher-is-better` /
+/// `lower-is-better` (the anchor's names); a case file may say `higher` / `lower`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Direction {
-    #[serde(rename = "higher", alias = "higher-is-better")]
+    #[serde(rename = "higher-is-better", alias = "higher")]
     Higher,
-    #[serde(rename = "lower", alias = "lower-is-better")]
+    #[serde(rename = "lower-is-better", alias = "lower")]
     Lower,
 }
 
-/// One metric of one case.
+/// One metric of one case (the anchor's `EvalMetric`, with `declared`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MetricValue {
     pub id: String,
-    /// `None` when the case did not yield the value (no match of an `output_number` pattern).
-    pub raw: Option<f64>,
-    /// 0..1; a missing value scores 0.
-    pub score: f64,
+    /// The value the case yielded; `0` when it is [`missing`](MetricValue::missing).
+    pub raw: f64,
+    /// 0..1; `0` when missing.
+    pub normalized: f64,
+    /// The spec's range and direction.
+    pub min: f64,
+    pub max: f64,
+    pub direction: Direction,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
     pub tags: Vec<String>,
-    /// Declared by the suite or case: it enters the case's score and its tags' scores. An
-    /// efficiency metric measured without being declared ([`EFFICIENCY`]) does neither.
+    /// Declared but not yielded (no match of an `output_number` pattern, a judge that failed
+    /// before it graded): recorded with `raw` and `normalized` 0.
+    pub missing: bool,
+    /// Declared by the suite or case (or an efficiency metric of a case that declares
+    /// metrics): it enters the case's score and its tags' scores. An efficiency metric of a
+    /// case that declares none is measured for the summary only.
     pub declared: bool,
 }
 
-/// The efficiency metrics measured on every case, declared or not: id, measure, and the
-/// range their normalized value is taken over (lower is better). Declaring a metric with one
-/// of these ids replaces it (and makes it count in the score).
-pub const EFFICIENCY: [(&str, Measure, f64); 4] = [
-    ("cell-time", Measure::DurationMs, 10_000.0),
-    ("output-bytes", Measure::OutputBytes, 1024.0 * 1024.0),
-    ("restarts", Measure::Restarts, 1.0),
-    ("total-time", Measure::TotalMs, 30_000.0),
+/// The efficiency metrics measured on every case: id, measure, the range their normalized
+/// value is taken over (lower is better), and a description. Declaring a metric with one of
+/// these ids replaces it.
+pub const EFFICIENCY: [(&str, Measure, f64, &str); 4] = [
+    (
+        "cell-time",
+        Measure::DurationMs,
+        10_000.0,
+        "the cells' own run time, summed, in milliseconds",
+    ),
+    (
+        "output-bytes",
+        Measure::OutputBytes,
+        1024.0 * 1024.0,
+        "bytes of output the cells produced",
+    ),
+    (
+        "restarts",
+        Measure::Restarts,
+        1.0,
+        "cells that found their worker restarted or evicted",
+    ),
+    (
+        "total-time",
+        Measure::TotalMs,
+        30_000.0,
+        "wall-clock time of the whole case in milliseconds",
+    ),
 ];
 
-/// What metrics are measured on: the cells under test, the scorers' verdicts, and the
-/// case's wall-clock time so far.
+/// The tag every efficiency metric carries.
+pub const EFFICIENCY_TAG: &str = "@efficiency";
+
+/// A metric value that is not a finite number: an authoring error that fails the case,
+/// never a low score.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "metric {id} yielded {value}: a metric's raw value must be a finite number \
+     (an authoring error, not a low score)"
+)]
+pub struct NotFinite {
+    pub id: String,
+    pub value: f64,
+}
+
+/// What metrics are measured on: the cells under test, the scorers' verdicts, the case's
+/// wall-clock time so far, and the values scorers emitted (a judge's `metric`), by id.
 pub struct Measured<'a> {
     pub cells: &'a [CellResult],
     pub scores: &'a [ScoreOutcome],
     pub total_ms: f64,
+    pub emitted: &'a BTreeMap<String, f64>,
 }
 
 /// `raw` mapped to 0..1: clamped to the range, flipped when lower is better; 1 when the range
@@ -149,12 +199,17 @@ pub fn normalize(raw: f64, spec: &MetricSpec) -> f64 {
     }
 }
 
-/// The raw value of the metric on the cells under test.
-pub fn measure(spec: &MetricSpec, seen: &Measured<'_>) -> Option<f64> {
+/// The raw value of the metric on the cells under test (`None`: not yielded). A value that
+/// is not finite (`inf`, `nan` printed for an `output_number`) is returned as it is, for
+/// [`evaluate`] to refuse.
+pub fn measure(id: &str, spec: &MetricSpec, seen: &Measured<'_>) -> Option<f64> {
     let (cells, scores) = (seen.cells, seen.scores);
     // `+ 0.0`: the sum of no values is -0.0.
     let sum = |f: fn(&CellResult) -> f64| Some(cells.iter().map(f).sum::<f64>() + 0.0);
-    match spec.measure {
+    let Some(measure) = spec.measure else {
+        return seen.emitted.get(id).copied();
+    };
+    match measure {
         Measure::DurationMs => sum(|c| c.report.duration_ms),
         Measure::TotalMs => Some(seen.total_ms),
         Measure::OutputBytes => sum(|c| {
@@ -179,55 +234,82 @@ pub fn measure(spec: &MetricSpec, seen: &Measured<'_>) -> Option<f64> {
         Measure::OutputNumber => cells.iter().find_map(|c| {
             let captures = spec.pattern.as_ref()?.regex()?.captures(&c.report.output)?;
             let text = captures.get(1).or_else(|| captures.get(0))?.as_str();
-            text.trim().parse::<f64>().ok().filter(|v| v.is_finite())
+            text.trim().parse::<f64>().ok()
         }),
     }
 }
 
+/// The spec of an [`EFFICIENCY`] metric.
+pub fn efficiency_spec(measure: Measure, max: f64, description: &str) -> MetricSpec {
+    MetricSpec {
+        measure: Some(measure),
+        pattern: None,
+        min: 0.0,
+        max,
+        direction: Direction::Lower,
+        tags: vec![EFFICIENCY_TAG.to_string()],
+        description: Some(description.to_string()),
+    }
+}
+
 /// Every declared metric of a case and the [`EFFICIENCY`] metrics it does not declare,
-/// measured and normalized, in id order.
-pub fn evaluate(specs: &BTreeMap<String, MetricSpec>, seen: &Measured<'_>) -> Vec<MetricValue> {
-    let value = |id: &str, spec: &MetricSpec, declared: bool| {
-        let raw = measure(spec, seen);
-        MetricValue {
-            id: id.to_string(),
-            raw,
-            score: raw.map_or(0.0, |raw| normalize(raw, spec)),
-            tags: spec.tags.clone(),
-            declared,
+/// measured and normalized, in id order. As in the anchor, a case that declares metrics has
+/// the efficiency metrics merged into its set (they count in its score); a case that declares
+/// none still has them measured, `declared: false`, for the summary. A value that is not a
+/// finite number is an authoring error ([`NotFinite`]).
+pub fn evaluate(
+    specs: &BTreeMap<String, MetricSpec>,
+    seen: &Measured<'_>,
+) -> Result<Vec<MetricValue>, NotFinite> {
+    let value = |id: &str, spec: &MetricSpec, raw: Option<f64>, declared: bool| {
+        if let Some(value) = raw.filter(|v| !v.is_finite()) {
+            return Err(NotFinite {
+                id: id.to_string(),
+                value,
+            });
         }
+        Ok(MetricValue {
+            id: id.to_string(),
+            raw: raw.unwrap_or(0.0),
+            normalized: raw.map_or(0.0, |raw| normalize(raw, spec)),
+            min: spec.min,
+            max: spec.max,
+            direction: spec.direction,
+            description: spec.description.clone(),
+            tags: spec.tags.clone(),
+            missing: raw.is_none(),
+            declared,
+        })
     };
-    let mut values: Vec<MetricValue> = specs
-        .iter()
-        .map(|(id, spec)| value(id, spec, true))
-        .collect();
-    for (id, measure, max) in EFFICIENCY {
+    let mut values = Vec::new();
+    for (id, spec) in specs {
+        values.push(value(id, spec, measure(id, spec, seen), true)?);
+    }
+    let declares = !specs.is_empty();
+    for (id, measure_kind, max, description) in EFFICIENCY {
         if !specs.contains_key(id) {
-            let spec = MetricSpec {
-                measure,
-                pattern: None,
-                min: 0.0,
-                max,
-                direction: Direction::Lower,
-                tags: Vec::new(),
-                description: None,
-            };
-            values.push(value(id, &spec, false));
+            let spec = efficiency_spec(measure_kind, max, description);
+            values.push(value(id, &spec, measure(id, &spec, seen), declares)?);
         }
     }
     values.sort_by(|a, b| a.id.cmp(&b.id));
-    values
+    Ok(values)
 }
 
-/// A case's score: the mean of its scorers' scores and its declared metrics' normalized
-/// values (efficiency metrics it does not declare are left out).
+/// A case's score, as the anchor defines it: the mean normalized value of its metrics when it
+/// declares metrics (the efficiency metrics merged in), otherwise the mean of its scorers'
+/// scores.
 pub fn case_score(scores: &[ScoreOutcome], metrics: &[MetricValue]) -> f64 {
-    let values: Vec<f64> = scores
+    let declared: Vec<f64> = metrics
         .iter()
-        .map(|s| s.score)
-        .chain(metrics.iter().filter(|m| m.declared).map(|m| m.score))
+        .filter(|m| m.declared)
+        .map(|m| m.normalized)
         .collect();
-    mean(&values)
+    if declared.is_empty() {
+        mean(&scores.iter().map(|s| s.score).collect::<Vec<_>>())
+    } else {
+        mean(&declared)
+    }
 }
 
 /// Mean normalized score per tag: a tag on a declared metric scores that metric; a tag on the
@@ -240,7 +322,10 @@ pub fn tag_scores(
     let mut values: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for metric in metrics.iter().filter(|m| m.declared) {
         for tag in &metric.tags {
-            values.entry(tag.clone()).or_default().push(metric.score);
+            values
+                .entry(tag.clone())
+                .or_default()
+                .push(metric.normalized);
         }
     }
     for tag in case_tags {
@@ -342,6 +427,19 @@ mod tests {
         assert!(spec(r#"{measure = "displays", min = 0, max = 1, direction = "up"}"#).is_err());
     }
 
+    fn seen<'a>(
+        cells: &'a [CellResult],
+        total_ms: f64,
+        emitted: &'a BTreeMap<String, f64>,
+    ) -> Measured<'a> {
+        Measured {
+            cells,
+            scores: &[],
+            total_ms,
+            emitted,
+        }
+    }
+
     #[test]
     fn measures_read_the_cells_and_a_missing_number_scores_zero() {
         let cells = [completed("rows=12\n", 30.0), completed("x\ny\n", 20.0)];
@@ -353,7 +451,7 @@ mod tests {
         );
         specs.insert(
             "rows".to_string(),
-            spec(r#"{measure = "output_number", pattern = "rows=(\\d+)", min = 0, max = 24, direction = "higher", tags = ["@speed", "@data"]}"#)
+            spec(r#"{measure = "output_number", pattern = "rows=(\\d+)", min = 0, max = 24, direction = "higher", tags = ["@speed", "@data"], description = "rows read"}"#)
                 .unwrap(),
         );
         specs.insert(
@@ -361,59 +459,82 @@ mod tests {
             spec(r#"{measure = "output_number", pattern = "nope=(\\d+)", min = 0, max = 1, direction = "higher"}"#)
                 .unwrap(),
         );
-        let seen = Measured {
-            cells: &cells,
-            scores: &[],
-            total_ms: 75.0,
-        };
-        let values = evaluate(&specs, &seen);
+        let emitted = BTreeMap::new();
+        let values = evaluate(&specs, &seen(&cells, 75.0, &emitted)).unwrap();
         let by_id: BTreeMap<&str, &MetricValue> =
             values.iter().map(|v| (v.id.as_str(), v)).collect();
-        assert_eq!(by_id["time"].raw, Some(50.0));
-        assert_eq!(by_id["time"].score, 0.5);
-        assert_eq!(by_id["rows"].raw, Some(12.0));
-        assert_eq!(by_id["missing"].raw, None);
-        assert_eq!(by_id["missing"].score, 0.0);
+        assert_eq!(by_id["time"].raw, 50.0);
+        assert_eq!(by_id["time"].normalized, 0.5);
+        assert_eq!(by_id["rows"].raw, 12.0);
+        assert_eq!(by_id["rows"].description.as_deref(), Some("rows read"));
+        assert_eq!(by_id["rows"].direction, Direction::Higher);
+        assert_eq!((by_id["rows"].min, by_id["rows"].max), (0.0, 24.0));
+        assert!(by_id["missing"].missing && !by_id["rows"].missing);
+        assert_eq!(
+            (by_id["missing"].raw, by_id["missing"].normalized),
+            (0.0, 0.0)
+        );
         let tags = tag_scores(&["lua".to_string()], 0.25, &values);
         assert_eq!(tags["@speed"], 0.5);
         assert_eq!(tags["@data"], 0.5);
         assert_eq!(tags["lua"], 0.25);
         let lines =
             spec(r#"{measure = "output_lines", min = 0, max = 9, direction = "lower"}"#).unwrap();
-        assert_eq!(measure(&lines, &seen), Some(3.0));
+        assert_eq!(
+            measure("lines", &lines, &seen(&cells, 75.0, &emitted)),
+            Some(3.0)
+        );
+        let json = serde_json::to_value(by_id["rows"]).unwrap();
+        assert_eq!(json["direction"], "higher-is-better");
     }
 
     #[test]
-    fn efficiency_metrics_are_measured_undeclared_and_left_out_of_the_score() {
+    fn a_value_that_is_not_finite_is_an_authoring_error() {
+        let mut specs = BTreeMap::new();
+        specs.insert(
+            "v".to_string(),
+            spec(r#"{measure = "output_number", pattern = "v=(\\S+)", min = 0, max = 1, direction = "higher"}"#)
+                .unwrap(),
+        );
+        let emitted = BTreeMap::new();
+        for printed in ["v=inf\n", "v=NaN\n", "v=1e400\n"] {
+            let cells = [completed(printed, 1.0)];
+            let err = evaluate(&specs, &seen(&cells, 1.0, &emitted)).unwrap_err();
+            assert_eq!(err.id, "v", "{printed}");
+            assert!(err.to_string().contains("must be a finite number"), "{err}");
+        }
+        // Emitted by a judge: the same rule.
+        specs.insert(
+            "graded".to_string(),
+            spec(r#"{min = 0, max = 1, direction = "higher"}"#).unwrap(),
+        );
+        let cells = [completed("v=0.5\n", 1.0)];
+        let emitted: BTreeMap<String, f64> = [("graded".to_string(), 0.8)].into();
+        let values = evaluate(&specs, &seen(&cells, 1.0, &emitted)).unwrap();
+        assert_eq!(
+            values.iter().find(|v| v.id == "graded").map(|v| v.raw),
+            Some(0.8)
+        );
+    }
+
+    #[test]
+    fn the_score_is_the_metrics_mean_alone_when_metrics_are_declared() {
         let mut spilled = completed("x\n", 30.0);
         spilled.report.truncation.total_bytes = 5000;
         let mut restarted = completed("yy\n", 20.0);
         restarted.report.notice = Some("the previous py worker is gone".into());
         let cells = [spilled, restarted];
-        let seen = Measured {
-            cells: &cells,
-            scores: &[],
-            total_ms: 900.0,
-        };
-        let values = evaluate(&BTreeMap::new(), &seen);
+        let emitted = BTreeMap::new();
+        let seen = seen(&cells, 900.0, &emitted);
+        let values = evaluate(&BTreeMap::new(), &seen).unwrap();
         let ids: Vec<&str> = values.iter().map(|v| v.id.as_str()).collect();
         assert_eq!(ids, ["cell-time", "output-bytes", "restarts", "total-time"]);
-        let raw: Vec<Option<f64>> = values.iter().map(|v| v.raw).collect();
-        assert_eq!(raw, [Some(50.0), Some(5003.0), Some(1.0), Some(900.0)]);
-        assert!(values.iter().all(|v| !v.declared && v.tags.is_empty()));
-        assert!((values[0].score - 0.995).abs() < 1e-12);
-        let none = evaluate(
-            &BTreeMap::new(),
-            &Measured {
-                cells: &[],
-                scores: &[],
-                total_ms: 1.0,
-            },
-        );
-        assert!(
-            none[0].raw.is_some_and(|v| v.is_sign_positive()),
-            "{none:?}"
-        );
+        let raw: Vec<f64> = values.iter().map(|v| v.raw).collect();
+        assert_eq!(raw, [50.0, 5003.0, 1.0, 900.0]);
+        assert!(values
+            .iter()
+            .all(|v| !v.declared && v.tags == [EFFICIENCY_TAG] && v.description.is_some()));
+        assert!((values[0].normalized - 0.995).abs() < 1e-12);
         let outcome = |score: f64| ScoreOutcome {
             name: "s".into(),
             passed: score >= 1.0,
@@ -421,25 +542,31 @@ mod tests {
             details: String::new(),
         };
         let scores = [outcome(1.0), outcome(0.5)];
-        assert_eq!(case_score(&scores, &values), 0.75, "undeclared: not scored");
+        // No metric declared: the scorers' mean.
+        assert_eq!(case_score(&scores, &values), 0.75);
         assert!(tag_scores(&[], 0.75, &values).is_empty());
 
-        // Declared under the same id, it replaces the default and counts.
+        // Declared: the metrics' mean alone, the efficiency metrics merged in.
         let mut specs = BTreeMap::new();
         specs.insert(
             "cell-time".to_string(),
             spec(r#"{measure = "duration_ms", min = 0, max = 100, direction = "lower", tags = ["@efficiency"]}"#)
                 .unwrap(),
         );
-        let values = evaluate(&specs, &seen);
+        let values = evaluate(&specs, &seen).unwrap();
         assert_eq!(values.len(), 4);
-        assert!(values[0].declared);
-        assert_eq!(values[0].score, 0.5);
-        assert_eq!(case_score(&scores, &values), 2.0 / 3.0);
-        assert_eq!(tag_scores(&[], 0.0, &values)["@efficiency"], 0.5);
+        assert!(values.iter().all(|v| v.declared));
+        assert_eq!(values[0].normalized, 0.5);
+        let expected = mean(&values.iter().map(|v| v.normalized).collect::<Vec<_>>());
+        assert_eq!(case_score(&scores, &values), expected);
+        assert_eq!(
+            case_score(&[outcome(0.0)], &values),
+            expected,
+            "scorers left out"
+        );
         let total =
             spec(r#"{measure = "total_ms", min = 0, max = 1000, direction = "lower"}"#).unwrap();
-        assert_eq!(measure(&total, &seen), Some(900.0));
+        assert_eq!(measure("t", &total, &seen), Some(900.0));
     }
 
     #[test]

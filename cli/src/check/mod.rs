@@ -2,8 +2,9 @@
 //! embedded supervisor per variant; scorers and metrics grade each case; the run is written
 //! as per-case artifacts and a summary (`docs/check.md`).
 //!
-//! - [`suite`]: case files (TOML or JSON) and their errors with positions; [`notebook`]
-//!   reads an `.ipynb` file as a suite of its code cells.
+//! - [`suite`]: case files (TOML or JSON) and their errors with positions, [`case_fields`]
+//!   for a case's workspace options, timeout and judge metrics; [`notebook`] reads an
+//!   `.ipynb` file as a suite of its code cells.
 //! - [`scorer`]: the scorer kinds, graded on plain data; [`file_scorers`] for those that
 //!   read the workspace, [`judge`] for an external command that grades a case.
 //! - [`metrics`]: declared and efficiency metrics, normalization, case and tag scores,
@@ -11,13 +12,16 @@
 //! - [`trajectory`]: what a case's cells did, in order, with durations.
 //! - [`workspace`]: a case's seeded temporary directory and its capture.
 //! - [`run`]: running the cases (variants, repeat, concurrency, timed events);
+//!   [`case_run`] one case under its wall-clock limit, scored only when it completed;
 //!   [`notebook_run`] replays a notebook's cells in one session.
 //! - [`cell_match`]: a replayed notebook cell against its stored outputs, [`normalise`]d.
 //! - [`artifacts`]: the files a run leaves under `--out`.
 //! - [`summary`]: the run summary (`summary.json`, `--json`).
-//! - [`report`]: the summary as a terminal table.
+//! - [`report`]: the summary as a terminal table, [`report_color`] its colours.
 
 pub mod artifacts;
+pub mod case_fields;
+pub mod case_run;
 pub mod cell_match;
 pub mod file_scorers;
 pub mod judge;
@@ -29,6 +33,7 @@ pub mod notebook_summary;
 #[cfg(test)]
 mod properties;
 pub mod report;
+pub mod report_color;
 pub mod run;
 pub mod scorer;
 pub mod suite;

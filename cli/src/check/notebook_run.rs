@@ -4,6 +4,7 @@
 //! rest, as a notebook's stored outputs were made cell by cell), and each becomes a case
 //! result scored by [`super::cell_match`].
 
+use super::case_run::CaseStatus;
 use super::cell_match::{self, Actual};
 use super::metrics::{self, Measured};
 use super::run::{eval_timed, CaseResult, TimedEvent};
@@ -125,7 +126,9 @@ fn result_of(
     let status = outcome
         .cells
         .first()
-        .map_or(CellStatus::Error, |c| c.report.status);
+        .map_or(CellStatus::Error, |c| c.report.status)
+        .into();
+    let trajectory = trajectory::build(&outcome.events, &[], &outcome.cells);
     CaseResult {
         variant: variant.to_string(),
         suite: suite.name.clone(),
@@ -143,7 +146,9 @@ fn result_of(
         tag_scores: Default::default(),
         error: None,
         artifact_dir: None,
-        trajectory: trajectory::build(&outcome.events, &[], &outcome.cells),
+        artifacts: None,
+        trajectory_line: trajectory::line(&trajectory),
+        trajectory,
         case: case.clone(),
         setup: Vec::new(),
         cells: outcome.cells,
@@ -174,7 +179,7 @@ fn score(result: &mut CaseResult, case: &Case, actual: &Actual) {
 fn could_not_run(mut result: CaseResult, cell: CellResult, reason: &str) -> CaseResult {
     result.error = Some(reason.to_string());
     result.completed = false;
-    result.status = CellStatus::Error;
+    result.status = CaseStatus::Error;
     result.scores = vec![ScoreOutcome::binary(
         "setup".into(),
         false,
@@ -193,8 +198,10 @@ fn finish(result: &mut CaseResult) {
         cells: &result.cells,
         scores: &result.scores,
         total_ms: result.duration_ms,
+        emitted: &Default::default(),
     };
-    result.metrics = metrics::evaluate(&result.case.metrics, &measured);
+    // A notebook declares no metrics: only the efficiency ones, always finite.
+    result.metrics = metrics::evaluate(&result.case.metrics, &measured).unwrap_or_default();
     result.score = metrics::case_score(&result.scores, &result.metrics);
     result.passed = result.scores.iter().all(|s| s.passed);
     result.tag_scores = metrics::tag_scores(&result.case.tags, result.score, &result.metrics);

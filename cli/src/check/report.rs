@@ -154,6 +154,9 @@ pub fn format_table(summary: &RunSummary) -> String {
             for score in &result.failures {
                 let _ = writeln!(out, "    {}: {}", score.name, score.details);
             }
+            if !result.trajectory_line.is_empty() {
+                let _ = writeln!(out, "    trajectory: {}", result.trajectory_line);
+            }
             if let Some(dir) = &result.artifact_dir {
                 let _ = writeln!(out, "    artifacts: {dir}");
             }

@@ -2,15 +2,15 @@
 //! and fresh workspace, up to `concurrency` cases at a time; every streamed event kept with
 //! its time.
 
-use super::artifacts;
-use super::judge::{self, JudgeInput};
-use super::metrics::{self, Measured, MetricValue};
+use super::artifacts::{self, Artifacts};
+use super::case_run::{run_case, CaseStatus, Job};
+use super::metrics::MetricValue;
 use super::notebook_run;
-use super::scorer::{request_status, unexpected_status, Observation, ScoreOutcome, Scorer};
+use super::scorer::ScoreOutcome;
 use super::suite::{Case, Suite};
-use super::trajectory::{self, Trajectory};
-use super::workspace::{self, WorkspaceSnapshot};
-use cellvisor::cell::{CellEvent, CellResult, CellStatus, EvalRequest, EvalResult};
+use super::trajectory::Trajectory;
+use super::workspace::WorkspaceSnapshot;
+use cellvisor::cell::{CellEvent, CellResult, EvalRequest, EvalResult};
 use cellvisor::{Cellvisor, Options, RequestError, StartupError};
 use cellvisor_config::Config;
 use futures::StreamExt;
@@ -19,6 +19,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime};
 use tokio::sync::mpsc;
+
+/// The name of the one variant a run without declared variants has.
+pub const DEFAULT_VARIANT: &str = "default";
 
 /// A configuration to run the suites under, on a supervisor of its own.
 #[derive(Debug, Clone)]
@@ -87,10 +90,11 @@ pub struct CaseResult {
     /// with the error or cancellation a `status` scorer declares). A case that did not fails
     /// the run (exit status 1); low scores alone do not.
     pub completed: bool,
-    /// Mean of the scorers' scores and the declared metrics' normalized values, 0..1.
+    /// 0..1: the mean normalized value of the metrics when the case declares metrics,
+    /// otherwise the mean of its scorers' scores (the anchor's rule).
     pub score: f64,
-    /// How the cells under test ended (the first that did not complete).
-    pub status: CellStatus,
+    /// How the cells under test ended (the first that did not complete), or `timeout`.
+    pub status: CaseStatus,
     /// Wall-clock time of the whole case: workspace, setup, cells, capture.
     pub duration_ms: f64,
     pub started_at: String,
@@ -101,8 +105,12 @@ pub struct CaseResult {
     /// workspace not prepared); the case then fails.
     pub error: Option<String>,
     pub artifact_dir: Option<PathBuf>,
+    /// The files written for the case, when `--out` is given.
+    pub artifacts: Option<Artifacts>,
     /// What the cells did, in order, with durations.
     pub trajectory: Trajectory,
+    /// The trajectory in one line.
+    pub trajectory_line: String,
     pub case: Case,
     pub setup: Vec<CellResult>,
     pub cells: Vec<CellResult>,
@@ -132,6 +140,9 @@ pub async fn run(
     mut on_case: impl FnMut(CaseResult),
 ) -> Result<(), RunError> {
     let repeat = options.repeat.max(1);
+    // The anchor's `<root>/<suite>/<id>`; with variants, each namespaces its cases.
+    let namespaced =
+        options.variants.len() > 1 || options.variants.iter().any(|v| v.name != DEFAULT_VARIANT);
     for variant in &options.variants {
         let cellvisor = Cellvisor::start(Options {
             config: variant.config.clone(),
@@ -177,11 +188,22 @@ pub async fn run(
         'jobs: while let Some(results) = running.next().await {
             for mut result in results {
                 if let Some(out) = &options.out {
-                    let dir = artifacts::case_dir(out, &result, repeat);
+                    let dir = artifacts::case_dir(out, &result, repeat, namespaced);
                     result.artifact_dir = Some(dir.clone());
+                    result.artifacts = Some(Artifacts::in_dir(&dir, &result));
                     if let Err(source) = artifacts::write_case(&dir, &result) {
                         failure = Some(RunError::Artifacts { path: dir, source });
                         break 'jobs;
+                    }
+                    let anchor = artifacts::anchor_dir(out, &result, repeat, namespaced);
+                    if anchor != dir {
+                        if let Err(source) = artifacts::write_case(&anchor, &result) {
+                            failure = Some(RunError::Artifacts {
+                                path: anchor,
+                                source,
+                            });
+                            break 'jobs;
+                        }
                     }
                 }
                 on_case(result);
@@ -217,204 +239,6 @@ fn run_id() -> String {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos() ^ (d.as_secs() as u32));
     format!("{:x}{:x}", std::process::id(), nanos)
-}
-
-/// One run of one case: which, under which variant.
-#[derive(Clone, Copy)]
-struct Job<'a> {
-    variant: &'a str,
-    suite: &'a Suite,
-    case: &'a Case,
-    repeat: u32,
-}
-
-async fn run_case(cellvisor: &Cellvisor, job: Job<'_>, session: String) -> CaseResult {
-    let case = job.case;
-    let started = Instant::now();
-    let started_at = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
-    let mut events = Vec::new();
-    let mut setup = Vec::new();
-    let mut cells = Vec::new();
-    let mut snapshot = WorkspaceSnapshot::default();
-    let mut error = None;
-    let mut scores = Vec::new();
-    match workspace::prepare(case.workspace.as_deref()) {
-        Err(err) => error = Some(err.to_string()),
-        Ok(dir) => {
-            let request = |cells: &[cellvisor::cell::CellSpec]| EvalRequest {
-                session: session.clone(),
-                cwd: Some(dir.path().to_path_buf()),
-                cells: cells.to_vec(),
-                tools: Vec::new(),
-                ..Default::default()
-            };
-            if !case.setup.is_empty() {
-                match eval_timed(
-                    cellvisor,
-                    request(&case.setup),
-                    "setup",
-                    started,
-                    &mut events,
-                )
-                .await
-                {
-                    Ok(result) => {
-                        if result.is_error {
-                            error = Some(setup_failure(&result.cells));
-                        }
-                        setup = result.cells;
-                    }
-                    Err(err) => error = Some(format!("setup refused: {err}")),
-                }
-            }
-            if error.is_none() {
-                match eval_timed(
-                    cellvisor,
-                    request(&case.cells),
-                    "cells",
-                    started,
-                    &mut events,
-                )
-                .await
-                {
-                    Ok(result) => cells = result.cells,
-                    Err(err) => error = Some(format!("cells refused: {err}")),
-                }
-            }
-            let _ = cellvisor.close(&session, None).await;
-            // The store of a session outlives it; a case's is the case's alone.
-            let store = cellvisor::paths::session_store_dir(&session);
-            if store.exists() {
-                let _ = std::fs::remove_dir_all(store);
-            }
-            snapshot = workspace::capture(dir.path(), &case.capture);
-            if error.is_none() {
-                // Judges run in the workspace, so it lives until they are done.
-                scores = score_case(job, &setup, &cells, &snapshot, dir.path()).await;
-            }
-        }
-    }
-    if let Some(reason) = &error {
-        scores = vec![ScoreOutcome {
-            name: "setup".into(),
-            passed: false,
-            score: 0.0,
-            details: reason.clone(),
-        }];
-    }
-    let unexpected = error
-        .is_none()
-        .then(|| unexpected_status(&case.scorers, &cells));
-    let completed = matches!(unexpected, Some(None));
-    scores.extend(unexpected.flatten());
-    let measured = Measured {
-        cells: &cells,
-        scores: &scores,
-        total_ms: started.elapsed().as_secs_f64() * 1000.0,
-    };
-    let metric_values = metrics::evaluate(&case.metrics, &measured);
-    let score = metrics::case_score(&scores, &metric_values);
-    CaseResult {
-        variant: job.variant.to_string(),
-        suite: job.suite.name.clone(),
-        id: case.id.clone(),
-        repeat: job.repeat,
-        tags: case.tags.clone(),
-        passed: scores.iter().all(|s| s.passed),
-        completed,
-        score,
-        status: if error.is_some() {
-            CellStatus::Error
-        } else {
-            request_status(&cells)
-        },
-        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-        started_at,
-        tag_scores: metrics::tag_scores(&case.tags, score, &metric_values),
-        scores,
-        metrics: metric_values,
-        error,
-        artifact_dir: None,
-        trajectory: trajectory::build(&events, &setup, &cells),
-        case: case.clone(),
-        setup,
-        cells,
-        workspace: snapshot,
-        events,
-    }
-}
-
-/// Every scorer of a case, in order: the plain ones on what was observed, then each judge
-/// with the case (and those verdicts) on its stdin, in the workspace.
-async fn score_case(
-    job: Job<'_>,
-    setup: &[CellResult],
-    cells: &[CellResult],
-    snapshot: &WorkspaceSnapshot,
-    dir: &std::path::Path,
-) -> Vec<ScoreOutcome> {
-    let seen = Observation {
-        cells,
-        workspace: snapshot,
-    };
-    let mut scores: Vec<Option<ScoreOutcome>> = job
-        .case
-        .scorers
-        .iter()
-        .map(|s| (!matches!(s, Scorer::Judge { .. })).then(|| s.score(&seen)))
-        .collect();
-    let plain: Vec<ScoreOutcome> = scores.iter().flatten().cloned().collect();
-    for (slot, scorer) in scores.iter_mut().zip(&job.case.scorers) {
-        let Scorer::Judge {
-            command,
-            rubric,
-            timeout,
-            threshold,
-            ..
-        } = scorer
-        else {
-            continue;
-        };
-        let input = JudgeInput {
-            variant: job.variant,
-            suite: &job.suite.name,
-            id: &job.case.id,
-            description: job.case.description.as_deref(),
-            tags: &job.case.tags,
-            rubric: rubric.as_deref(),
-            status: request_status(cells),
-            case_cells: &job.case.cells,
-            setup,
-            cells,
-            workspace: snapshot,
-            scores: &plain,
-        };
-        let outcome = match serde_json::to_vec(&input) {
-            Ok(input) => {
-                judge::score(scorer.name(), command, &input, dir, *timeout, *threshold).await
-            }
-            Err(err) => ScoreOutcome::binary(
-                scorer.name(),
-                false,
-                format!("judge failed: cannot write its input: {err}"),
-            ),
-        };
-        *slot = Some(outcome);
-    }
-    scores.into_iter().flatten().collect()
-}
-
-/// What a failed setup says: the failing cell's index and output.
-fn setup_failure(cells: &[CellResult]) -> String {
-    match cells.iter().find(|c| c.report.status.failed()) {
-        Some(cell) => format!(
-            "setup cell {} ended {}: {}",
-            cell.index,
-            cell.report.status,
-            cell.report.output.trim_end()
-        ),
-        None => "setup failed".into(),
-    }
 }
 
 /// Runs a request, stamping each event as it arrives.

@@ -90,6 +90,9 @@ pub enum Scorer {
         /// The score it passes at; default [`super::judge::DEFAULT_THRESHOLD`].
         #[serde(default)]
         threshold: Option<f64>,
+        /// A declared metric (one without a `measure`) that receives the judge's 0..1 score.
+        #[serde(default)]
+        metric: Option<String>,
         #[serde(default)]
         name: Option<String>,
     },
@@ -269,7 +272,7 @@ impl Scorer {
     /// (`output.contains:42`, `file.exists:out.txt`), with `[N]` for a scorer narrowed to cell N.
     pub fn name(&self) -> String {
         let (given, default) = match self {
-            Scorer::Status { expect, name, .. } => (name, format!("status:{expect}")),
+            Scorer::Status { expect, name, .. } => (name, status_name(*expect)),
             Scorer::OutputContains { text, name, .. } => (name, format!("output.contains:{text}")),
             Scorer::OutputMatches { pattern, name, .. } => {
                 (name, format!("output.matches:{}", pattern.as_str()))
@@ -282,7 +285,7 @@ impl Scorer {
             }
             Scorer::FileContains { path, name, .. } => (name, format!("file.contains:{path}")),
             Scorer::FileContentQuality { path, name, .. } => (name, format!("file.quality:{path}")),
-            Scorer::Judge { command, name, .. } => (name, super::judge::default_name(command)),
+            Scorer::Judge { name, .. } => (name, super::judge::DEFAULT_NAME.to_string()),
             Scorer::DurationBelowMs { ms, name, .. } => (name, format!("duration.below:{ms}ms")),
             Scorer::NoRestart { name, .. } => (name, "no_restart".to_string()),
             Scorer::StatusEvent { op, name, .. } => (name, format!("status_event:{op}")),
@@ -413,6 +416,15 @@ impl Scorer {
                 ScoreOutcome::binary(name, passed, format!("ops seen: [{}]", ops.join(", ")))
             }
         }
+    }
+}
+
+/// A `status` scorer's default name: the anchor's `status.completed` for `complete`,
+/// `status.<expect>` for the others.
+fn status_name(expect: CellStatus) -> String {
+    match expect {
+        CellStatus::Complete => STATUS_COMPLETED.to_string(),
+        other => format!("status.{other}"),
     }
 }
 

@@ -23,6 +23,7 @@ fn scorer(toml_line: &str) -> Scorer {
 
 fn workspace() -> WorkspaceSnapshot {
     WorkspaceSnapshot {
+        cwd: String::new(),
         files: vec![
             WorkspaceFile {
                 path: "out/report.txt".into(),
@@ -69,7 +70,7 @@ fn status_looks_at_how_the_request_ended_or_at_one_cell() {
         &cells,
     );
     assert!(first.passed);
-    assert_eq!(first.name, "status:complete[0]");
+    assert_eq!(first.name, "status.completed[0]");
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! JSON. Every mistake is reported with the file and, where the format knows it, the line
 //! and column (`docs/check.md` documents the schema).
 
+use super::case_fields::{check_timeout_ms, is_inside, judge_metric_error, WorkspaceSpecOrSeed};
 use super::metrics::MetricSpec;
 use super::notebook::{self, NotebookCell, NotebookInfo};
 use super::scorer::Scorer;
@@ -35,9 +36,21 @@ pub struct Case {
     /// A directory copied into the case's fresh working directory (resolved next to the
     /// case file when the suite is loaded).
     pub workspace: Option<PathBuf>,
+    /// Where in the workspace the seed is copied (relative; the anchor's `seedTarget`);
+    /// its root when `None`.
+    #[serde(default)]
+    pub seed_target: Option<String>,
+    /// Keep the workspace on disk after the case (the anchor's `retain`); its path is the
+    /// snapshot's `cwd`.
+    #[serde(default)]
+    pub retain: bool,
     /// Files and directories (relative) captured after the run; all of the workspace when
     /// empty. File scorers see only what is captured.
     pub capture: Vec<String>,
+    /// Wall-clock limit of the case's setup and cells, in milliseconds (the anchor's
+    /// `timeoutMs`): past it the cells are stopped and the case ends `timeout`.
+    #[serde(default)]
+    pub timeout_ms: Option<f64>,
     /// Cells run first, in the same session; a failure fails the case before it is scored.
     pub setup: Vec<CellSpec>,
     pub cells: Vec<CellSpec>,
@@ -58,9 +71,11 @@ struct RawCase {
     #[serde(default)]
     tags: Vec<String>,
     #[serde(default)]
-    workspace: Option<PathBuf>,
+    workspace: Option<WorkspaceSpecOrSeed>,
     #[serde(default)]
     capture: Vec<String>,
+    #[serde(default, alias = "timeoutMs")]
+    timeout_ms: Option<f64>,
     #[serde(default)]
     setup: Vec<CellSpec>,
     cells: Vec<CellSpec>,
@@ -94,7 +109,29 @@ impl TryFrom<RawCase> for Case {
                 return Err(format!("case {id:?}: metric {metric}: {why}"));
             }
         }
-        if let Some(outside) = raw.capture.iter().find(|p| !is_inside(p)) {
+        let workspace = raw.workspace.map(|w| w.0).unwrap_or_default();
+        if !raw.capture.is_empty() && workspace.capture.is_some() {
+            return Err(format!(
+                "case {id:?}: give `capture` once, in the case or in its `workspace` table"
+            ));
+        }
+        let capture = workspace.capture.unwrap_or(raw.capture);
+        if workspace.seed_target.is_some() && workspace.seed_dir.is_none() {
+            return Err(format!(
+                "case {id:?}: workspace `seedTarget` says where the seed goes; give the seed \
+                 as `seedDir` too"
+            ));
+        }
+        if let Some(target) = workspace.seed_target.as_deref().filter(|t| !is_inside(t)) {
+            return Err(format!(
+                "case {id:?}: workspace seedTarget {target:?} must be relative and stay in the \
+                 workspace"
+            ));
+        }
+        if let Some(ms) = raw.timeout_ms {
+            check_timeout_ms(ms).map_err(|why| format!("case {id:?}: {why}"))?;
+        }
+        if let Some(outside) = capture.iter().find(|p| !is_inside(p)) {
             return Err(format!(
                 "case {id:?}: capture path {outside:?} must be relative and stay in the workspace"
             ));
@@ -116,8 +153,11 @@ impl TryFrom<RawCase> for Case {
             id,
             description: raw.description,
             tags: raw.tags,
-            workspace: raw.workspace,
-            capture: raw.capture,
+            workspace: workspace.seed_dir,
+            seed_target: workspace.seed_target,
+            retain: workspace.retain,
+            capture,
+            timeout_ms: raw.timeout_ms,
             setup: raw.setup,
             cells: raw.cells,
             scorers: raw.scorers,
@@ -125,20 +165,6 @@ impl TryFrom<RawCase> for Case {
             notebook: None,
         })
     }
-}
-
-/// Whether `path` is relative and does not climb out of the directory it is taken from.
-fn is_inside(path: &str) -> bool {
-    let mut depth = 0usize;
-    for component in Path::new(path).components() {
-        match component {
-            std::path::Component::Normal(_) => depth += 1,
-            std::path::Component::CurDir => {}
-            std::path::Component::ParentDir if depth > 0 => depth -= 1,
-            _ => return false,
-        }
-    }
-    true
 }
 
 /// The top level of a case file.
@@ -151,6 +177,9 @@ struct RawSuite {
     variants: InOrder<PathBuf>,
     #[serde(default)]
     metrics: BTreeMap<String, MetricSpec>,
+    /// The `timeout_ms` of every case that gives none.
+    #[serde(default, alias = "timeoutMs")]
+    timeout_ms: Option<f64>,
     #[serde(default, rename = "case", alias = "cases")]
     cases: Vec<Case>,
 }
@@ -363,6 +392,9 @@ fn parse(text: &str, path: &Path, format: Format) -> Result<Suite, SuiteError> {
             return Err(invalid(path, format!("metric {metric}: {why}")));
         }
     }
+    if let Some(ms) = raw.timeout_ms {
+        check_timeout_ms(ms).map_err(|why| invalid(path, why))?;
+    }
     let mut seen = std::collections::BTreeSet::new();
     let mut cases = Vec::with_capacity(raw.cases.len());
     for mut case in raw.cases {
@@ -397,6 +429,10 @@ fn parse(text: &str, path: &Path, format: Format) -> Result<Suite, SuiteError> {
         let mut metrics = raw.metrics.clone();
         metrics.append(&mut case.metrics);
         case.metrics = metrics;
+        case.timeout_ms = case.timeout_ms.or(raw.timeout_ms);
+        if let Some(why) = judge_metric_error(&case) {
+            return Err(invalid_at(path, position_of(text, "id", &case.id, 0), why));
+        }
         cases.push(case);
     }
     for (name, _) in &raw.variants.0 {

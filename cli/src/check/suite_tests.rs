@@ -141,7 +141,24 @@ fn bad_scorers_are_refused_naming_the_case_and_the_scorer() {
         "{ kind = \"judge\", command = [\"j\"], timeout = -1 }",
     );
     let err = toml(&judge).unwrap_err().to_string();
-    assert!(err.contains("scorer judge:j: judge timeout"), "{err}");
+    assert!(err.contains("scorer llm.judge: judge timeout"), "{err}");
+    // A judge's metric must be declared, without a measure of its own.
+    let undeclared = GOOD.replace(
+        "{ kind = \"status\", expect = \"complete\" }",
+        "{ kind = \"judge\", command = [\"j\"], metric = \"quality\" }",
+    );
+    let err = toml(&undeclared).unwrap_err().to_string();
+    assert!(
+        err.contains("scorer llm.judge: metric \"quality\" is not declared")
+            && err.contains("(declared: [time])"),
+        "{err}"
+    );
+    let measured = GOOD.replace(
+        "{ kind = \"status\", expect = \"complete\" }",
+        "{ kind = \"judge\", command = [\"j\"], metric = \"time\" }",
+    );
+    let err = toml(&measured).unwrap_err().to_string();
+    assert!(err.contains("metric \"time\" has a `measure`"), "{err}");
     let metric = GOOD.replace(
         "measure = \"duration_ms\"",
         "measure = \"output_number\"\npattern = \"(\"",
@@ -175,4 +192,35 @@ fn line_column_counts_characters() {
     assert_eq!(line_column("ab\ncdé\nx", 7), (2, 4));
     assert_eq!(line_column("ab\ncdé\nx", 8), (3, 1));
     assert_eq!(line_column("abc", 0), (1, 1));
+}
+
+#[test]
+fn workspace_options_and_timeouts_are_checked_when_read() {
+    let with = |case_lines: &str| {
+        toml(&GOOD.replace("tags = [\"py\"]", &format!("tags = [\"py\"]\n{case_lines}")))
+            .map_err(|e| e.to_string())
+    };
+    let err = with("workspace = { seedTarget = \"data\" }").unwrap_err();
+    assert!(err.contains("give the seed as `seedDir` too"), "{err}");
+    let err = with("workspace = { seed_dir = \"s\", seed_target = \"../up\" }").unwrap_err();
+    assert!(
+        err.contains("seedTarget \"../up\" must be relative"),
+        "{err}"
+    );
+    let err = with("workspace = { seedDir = \"s\", keep = true }").unwrap_err();
+    assert!(err.contains("unknown field `keep`"), "{err}");
+    let err = with("workspace = { capture = [\"a\"] }\ncapture = [\"b\"]").unwrap_err();
+    assert!(err.contains("give `capture` once"), "{err}");
+    let err = with("timeout_ms = 0").unwrap_err();
+    assert!(err.contains("timeout_ms must be above 0"), "{err}");
+    let case = with("workspace = { retain = true, capture = [\"out\"] }\ntimeoutMs = 1500")
+        .unwrap()
+        .cases
+        .remove(0);
+    assert!(case.retain);
+    assert_eq!(case.capture, ["out"]);
+    assert_eq!(case.timeout_ms, Some(1500.0));
+    // A suite's timeout_ms is the default of its cases.
+    let suite = toml(&format!("timeout_ms = 2000\n{GOOD}")).unwrap();
+    assert_eq!(suite.cases[0].timeout_ms, Some(2000.0));
 }

@@ -1,10 +1,11 @@
 //! The run summary: counts, pass rate, scores, durations, per-metric statistics, per-tag
 //! scores, and per-variant rollups with a side-by-side comparison.
 
-use super::metrics::{mean, MetricStats};
+use super::metrics::{mean, Direction, MetricStats, MetricValue};
 use super::notebook_summary::{self, NotebookRow};
 use super::run::CaseResult;
 use super::scorer::ScoreOutcome;
+use super::trajectory::Trajectory;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -44,15 +45,22 @@ pub struct Totals {
     pub tag_scores: BTreeMap<String, f64>,
 }
 
-/// One metric across case runs: statistics of the raw values, and the mean normalized score.
+/// One metric across case runs (the anchor's `EvalRunMetricAggregate`, with counts):
+/// statistics of the raw values and of the normalized scores over the runs that yielded it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MetricAggregate {
     pub id: String,
+    pub direction: Direction,
+    /// The metric's tags (from its spec).
+    pub tags: Vec<String>,
     /// Case runs that yielded a value.
     pub count: usize,
     /// Case runs that declared the metric but yielded no value (they score 0).
     pub missing: usize,
+    /// `None` when no run yielded it.
     pub raw: Option<MetricStats>,
+    pub normalized: Option<MetricStats>,
+    /// Mean normalized value over every run that has the metric, missing ones as 0.
     pub score: f64,
 }
 
@@ -72,8 +80,16 @@ pub struct CaseRow {
     pub failed_scorers: Vec<String>,
     /// The scorers that failed, with why.
     pub failures: Vec<ScoreOutcome>,
+    /// Every scorer's result, passed or not.
+    pub scores: Vec<ScoreOutcome>,
+    /// The case's metrics, normalized.
+    pub metrics: Vec<MetricValue>,
     pub error: Option<String>,
     pub tag_scores: BTreeMap<String, f64>,
+    /// What the cells did, in order.
+    pub trajectory: Trajectory,
+    /// The trajectory in one line.
+    pub trajectory_line: String,
     pub artifact_dir: Option<String>,
 }
 
@@ -153,16 +169,22 @@ fn totals<'a>(results: impl Iterator<Item = &'a CaseResult>) -> Totals {
     let results: Vec<&CaseResult> = results.collect();
     let count = results.len();
     let passed = results.iter().filter(|r| r.passed).count();
-    let mut raw: BTreeMap<&str, (Vec<f64>, Vec<f64>, usize)> = BTreeMap::new();
+    let mut raw: BTreeMap<&str, MetricRuns> = BTreeMap::new();
     let mut tags: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for result in &results {
         for metric in &result.metrics {
-            let entry = raw.entry(&metric.id).or_default();
-            match metric.raw {
-                Some(value) => entry.0.push(value),
-                None => entry.2 += 1,
+            let entry = raw.entry(&metric.id).or_insert_with(|| MetricRuns {
+                direction: metric.direction,
+                tags: metric.tags.clone(),
+                ..MetricRuns::default()
+            });
+            if metric.missing {
+                entry.missing += 1;
+            } else {
+                entry.raw.push(metric.raw);
+                entry.normalized.push(metric.normalized);
             }
-            entry.1.push(metric.score);
+            entry.scores.push(metric.normalized);
         }
         for (tag, score) in &result.tag_scores {
             tags.entry(tag).or_default().push(*score);
@@ -182,18 +204,45 @@ fn totals<'a>(results: impl Iterator<Item = &'a CaseResult>) -> Totals {
         duration_ms: results.iter().map(|r| r.duration_ms).sum(),
         metrics: raw
             .into_iter()
-            .map(|(id, (values, scores, missing))| MetricAggregate {
+            .map(|(id, runs)| MetricAggregate {
                 id: id.to_string(),
-                count: values.len(),
-                missing,
-                raw: MetricStats::of(&values),
-                score: mean(&scores),
+                direction: runs.direction,
+                tags: runs.tags,
+                count: runs.raw.len(),
+                missing: runs.missing,
+                raw: MetricStats::of(&runs.raw),
+                normalized: MetricStats::of(&runs.normalized),
+                score: mean(&runs.scores),
             })
             .collect(),
         tag_scores: tags
             .into_iter()
             .map(|(tag, scores)| (tag.to_string(), mean(&scores)))
             .collect(),
+    }
+}
+
+/// One metric's values across the runs that have it.
+struct MetricRuns {
+    direction: Direction,
+    tags: Vec<String>,
+    raw: Vec<f64>,
+    normalized: Vec<f64>,
+    /// Every run's normalized value, missing ones as 0.
+    scores: Vec<f64>,
+    missing: usize,
+}
+
+impl Default for MetricRuns {
+    fn default() -> MetricRuns {
+        MetricRuns {
+            direction: Direction::Lower,
+            tags: Vec::new(),
+            raw: Vec::new(),
+            normalized: Vec::new(),
+            scores: Vec::new(),
+            missing: 0,
+        }
     }
 }
 
@@ -215,8 +264,12 @@ fn row(result: &CaseResult) -> CaseRow {
             .filter(|s| !s.passed)
             .cloned()
             .collect(),
+        scores: result.scores.clone(),
+        metrics: result.metrics.clone(),
         error: result.error.clone(),
         tag_scores: result.tag_scores.clone(),
+        trajectory: result.trajectory.clone(),
+        trajectory_line: result.trajectory_line.clone(),
         artifact_dir: result
             .artifact_dir
             .as_ref()
@@ -267,7 +320,6 @@ fn compare(sorted: &[&CaseResult], variants: Vec<String>) -> Comparison {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::check::metrics::MetricValue;
     use crate::check::suite::Case;
     use crate::check::workspace::WorkspaceSnapshot;
     use cellvisor::cell::CellStatus;
@@ -295,27 +347,37 @@ pub(crate) mod tests {
             passed: scores.iter().all(|p| *p),
             completed: true,
             score,
-            status: CellStatus::Complete,
+            status: CellStatus::Complete.into(),
             duration_ms: 100.0,
             started_at: String::new(),
             metrics: vec![MetricValue {
                 id: "time".into(),
-                raw: Some(10.0 * f64::from(repeat)),
-                score,
+                raw: 10.0 * f64::from(repeat),
+                normalized: score,
+                min: 0.0,
+                max: 100.0,
+                direction: Direction::Lower,
+                description: None,
                 tags: vec!["@speed".into()],
+                missing: false,
                 declared: true,
             }],
             tag_scores: [("py".to_string(), score)].into_iter().collect(),
             scores: outcomes,
             error: None,
             artifact_dir: None,
+            artifacts: None,
             trajectory: Default::default(),
+            trajectory_line: String::new(),
             case: Case {
                 id: id.into(),
                 description: None,
                 tags: vec!["py".into()],
                 workspace: None,
+                seed_target: None,
+                retain: false,
                 capture: Vec::new(),
+                timeout_ms: None,
                 setup: Vec::new(),
                 cells: vec![cell],
                 scorers: Vec::new(),
@@ -345,6 +407,15 @@ pub(crate) mod tests {
         assert_eq!(time.count, 3);
         let raw = time.raw.as_ref().unwrap();
         assert_eq!((raw.min, raw.p50, raw.max), (10.0, 10.0, 20.0));
+        // Normalized statistics, direction and tags, as the anchor's aggregate has them.
+        let normalized = time.normalized.as_ref().unwrap();
+        assert_eq!((normalized.min, normalized.max), (0.5, 1.0));
+        assert_eq!(time.direction, Direction::Lower);
+        assert_eq!(time.tags, ["@speed"]);
+        // Every row has its scorers, metrics and trajectory, passing or not.
+        assert_eq!(summary.cases[0].scores.len(), 1);
+        assert!(summary.cases[0].scores[0].passed);
+        assert_eq!(summary.cases[0].metrics[0].id, "time");
         assert!((t.tag_scores["py"] - 2.5 / 3.0).abs() < 1e-9);
         let order: Vec<(&str, u32)> = summary
             .cases

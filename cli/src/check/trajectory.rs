@@ -132,6 +132,50 @@ pub fn build(events: &[TimedEvent], setup: &[CellResult], cells: &[CellResult]) 
     }
 }
 
+/// The trajectory in one line, no colour: each step as `kind:name` (`cell:py`,
+/// `output:stdout`, `status:write`, `display`), `×N` when it groups N events, a cell's own
+/// time and how it ended when not `complete`, setup steps marked `setup/`, joined by ` → `.
+pub fn line(trajectory: &Trajectory) -> String {
+    let steps: Vec<String> = trajectory
+        .steps
+        .iter()
+        .map(|step| {
+            let kind = match step.kind {
+                StepKind::Cell => "cell",
+                StepKind::Output => "output",
+                StepKind::Display => "display",
+                StepKind::Status => "status",
+            };
+            let mut text = if step.phase == "setup" {
+                format!("setup/{kind}")
+            } else {
+                kind.to_string()
+            };
+            if let Some(name) = &step.name {
+                text.push(':');
+                text.push_str(name);
+            }
+            if step.count > 1 {
+                text.push_str(&format!(" ×{}", step.count));
+            }
+            if step.kind == StepKind::Cell {
+                if let Some(status) = step.status.filter(|s| *s != CellStatus::Complete) {
+                    text.push_str(&format!(" {status}"));
+                }
+                if let Some(ms) = step.duration_ms {
+                    text.push_str(&format!(" {ms:.0}ms"));
+                }
+            }
+            text
+        })
+        .collect();
+    if steps.is_empty() {
+        "(no steps)".to_string()
+    } else {
+        steps.join(" → ")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,6 +305,12 @@ mod tests {
         assert_eq!(trajectory.steps[1].status, Some(CellStatus::Error));
         assert_eq!(trajectory.steps[1].at_ms, 10.0);
         assert_eq!(trajectory.total_blocks, 8);
+        assert_eq!(
+            line(&trajectory),
+            "setup/cell:py 2ms → cell:lua error 14ms → output:stdout ×2 → status:write ×2 → \
+             status:read → display"
+        );
+        assert_eq!(line(&Trajectory::default()), "(no steps)");
         assert_eq!(build(&[], &[], &[]), Trajectory::default());
     }
 }

@@ -14,6 +14,10 @@ pub const MAX_TOTAL_BYTES: usize = 16 * 1024 * 1024;
 /// Files captured from a workspace after a case.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkspaceSnapshot {
+    /// The working directory the cells ran in (removed after the case unless it is
+    /// retained).
+    #[serde(default)]
+    pub cwd: String,
     pub files: Vec<WorkspaceFile>,
 }
 
@@ -68,17 +72,27 @@ pub enum WorkspaceError {
     Seed { seed: PathBuf, message: String },
 }
 
-/// A fresh temporary directory with `seed` (if any) copied in; removed when dropped.
-pub fn prepare(seed: Option<&Path>) -> Result<tempfile::TempDir, WorkspaceError> {
+/// A fresh temporary directory with `seed` (if any) copied in, at `target` (relative, checked
+/// when the case was read) or its root; removed when dropped.
+pub fn prepare(
+    seed: Option<&Path>,
+    target: Option<&str>,
+) -> Result<tempfile::TempDir, WorkspaceError> {
     let dir = tempfile::Builder::new()
         .prefix("cellvisor-check-")
         .tempdir()
         .map_err(WorkspaceError::Create)?;
     if let Some(seed) = seed {
-        copy_tree(seed, dir.path()).map_err(|message| WorkspaceError::Seed {
-            seed: seed.to_path_buf(),
-            message,
-        })?;
+        let to = match target.and_then(|t| normalize(Path::new(t))) {
+            Some(target) if !target.is_empty() => dir.path().join(target),
+            _ => dir.path().to_path_buf(),
+        };
+        std::fs::create_dir_all(&to)
+            .and_then(|()| copy_tree(seed, &to).map_err(std::io::Error::other))
+            .map_err(|err| WorkspaceError::Seed {
+                seed: seed.to_path_buf(),
+                message: err.to_string(),
+            })?;
     }
     Ok(dir)
 }
@@ -192,7 +206,10 @@ pub fn capture(root: &Path, only: &[String]) -> WorkspaceSnapshot {
         }
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
-    WorkspaceSnapshot { files }
+    WorkspaceSnapshot {
+        cwd: root.display().to_string(),
+        files,
+    }
 }
 
 /// Whether a directory on the way to `relative` (below `root`) is a symbolic link: the
@@ -238,7 +255,7 @@ mod tests {
         let seed = tempfile::tempdir().unwrap();
         std::fs::create_dir(seed.path().join("data")).unwrap();
         std::os::unix::fs::symlink("/etc", seed.path().join("data/escape")).unwrap();
-        let err = prepare(Some(seed.path())).unwrap_err().to_string();
+        let err = prepare(Some(seed.path()), None).unwrap_err().to_string();
         assert!(
             err.contains("data/escape is a symbolic link (to /etc)"),
             "{err}"
@@ -268,7 +285,7 @@ mod tests {
         std::fs::create_dir(seed.path().join("data")).unwrap();
         std::fs::write(seed.path().join("data/in.csv"), "a,b\n1,2\n").unwrap();
         std::fs::write(seed.path().join("blob.bin"), [0u8, 159, 146, 150]).unwrap();
-        let workspace = prepare(Some(seed.path())).unwrap();
+        let workspace = prepare(Some(seed.path()), None).unwrap();
         std::fs::write(workspace.path().join("out.txt"), "done").unwrap();
         std::os::unix::fs::symlink("data/in.csv", workspace.path().join("link")).unwrap();
         let snapshot = capture(workspace.path(), &[]);

@@ -1,6 +1,7 @@
 //! `cellvisor check`: run suites of scored cells and print (or write) the run summary.
 
 use super::{usage_error, Globals};
+use crate::check::report_color::{self, ColorChoice};
 use crate::check::{self, report, suite, RunOptions, Suite, Variant};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -34,6 +35,9 @@ pub struct CheckArgs {
     /// are reported and do not fail the run.
     #[arg(long, value_name = "SCORE", value_parser = parse_fail_under)]
     fail_under: Option<f64>,
+    /// Colour the table: `auto` (on a terminal, unless NO_COLOR is set), `always`, `never`.
+    #[arg(long, value_name = "WHEN", value_enum, default_value_t = ColorChoice::Auto)]
+    color: ColorChoice,
 }
 
 /// `--fail-under`: a number from 0 to 1.
@@ -169,8 +173,8 @@ pub async fn run(args: CheckArgs, globals: &Globals) -> i32 {
     if let Some(out) = &args.out {
         if let Err(err) = check::artifacts::write_summary(out, &summary) {
             eprintln!(
-                "error: cannot write {}: {err}",
-                out.join("summary.json").display()
+                "error: cannot write the summary into {}: {err}",
+                out.display()
             );
             return 1;
         }
@@ -184,7 +188,17 @@ pub async fn run(args: CheckArgs, globals: &Globals) -> i32 {
             }
         }
     } else {
-        print!("{}", report::format_table(&summary));
+        let table = report::format_table(&summary);
+        let colored = args.color.enabled(
+            std::io::stdout().is_terminal(),
+            std::env::var("NO_COLOR").ok().as_deref(),
+            std::env::var("TERM").ok().as_deref(),
+        );
+        if colored {
+            print!("{}", report_color::colorize(&table));
+        } else {
+            print!("{table}");
+        }
         if let Some(out) = &args.out {
             println!("artifacts: {}", out.display());
         }
@@ -242,7 +256,7 @@ fn variants(flags: &[String], suites: &[Suite], globals: &Globals) -> Result<Vec
     if named.is_empty() {
         let config = globals.load_config()?;
         return Ok(vec![Variant {
-            name: "default".into(),
+            name: check::run::DEFAULT_VARIANT.into(),
             config,
         }]);
     }

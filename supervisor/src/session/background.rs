@@ -185,6 +185,10 @@ impl Session {
                 self.answer(waiter, result);
             }
             Handoff::Nobody => {
+                // A progress note waits for the next look while the cell runs; the cell ended
+                // first, so its notes are dropped (they were news, not results).
+                let mut outcome = outcome;
+                outcome.status_events.retain(|event| !is_notify(event));
                 let result = result_of(&running, outcome);
                 let cap = self.config.cells.max_uncollected;
                 for dropped in self.uncollected.keep(running.cell_id, result, cap) {
@@ -233,6 +237,11 @@ impl Session {
             self.artifacts.discard(&spare);
         }
     }
+}
+
+/// Whether a status event is a `notify(...)` progress note.
+fn is_notify(event: &serde_json::Value) -> bool {
+    event.get("op").and_then(serde_json::Value::as_str) == Some("notify")
 }
 
 /// `outcome` as the result a `wait` returns: the cell's index, title, language and id.

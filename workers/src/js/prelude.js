@@ -501,6 +501,8 @@
   const toolbox = new Proxy(declared, {
     get(target, name) {
       if (typeof name !== "string" || name === "then") return undefined;
+      // `tool_search` exists only when the request declares tools (as in Python and Lua).
+      if (name === "tool_search") return target[name];
       return target[name] ?? ((args) => callTool(name, args));
     },
     set() {

@@ -185,8 +185,12 @@ end
 
 local tools_index = getmetatable(tools).__index
 getmetatable(tools).__index = function(self, name)
-  if name == "tool_search" and host.resolve_tool(name) == nil and #host.tool_names() > 0 then
-    return tool_search
+  if name == "tool_search" and host.resolve_tool(name) == nil then
+    -- It exists only when the cell has tools: nil (not an error) without them.
+    if #host.tool_names() > 0 then
+      return tool_search
+    end
+    return nil
   end
   return tools_index(self, name)
 end
