@@ -41,11 +41,10 @@ def bundled_program() -> Optional[str]:
     """The `cellvisor` program the wheel installed beside this interpreter (the scripts
     directory of this environment, or of the user's site for `pip install --user`), when
     there is one: the daemon of this client's own release."""
-    schemes = [sysconfig.get_default_scheme()] if hasattr(sysconfig, "get_default_scheme") else []
-    schemes.append(f"{os.name}_user")
-    for scheme in schemes:
+    places = [lambda: sysconfig.get_path("scripts"), lambda: sysconfig.get_path("scripts", f"{os.name}_user")]
+    for place in places:
         try:
-            scripts = sysconfig.get_path("scripts", scheme)
+            scripts = place()
         except KeyError:
             continue
         candidate = os.path.join(scripts, "cellvisor")
