@@ -87,6 +87,9 @@ pub mod code {
     pub const LEASED_ELSEWHERE: i64 = -32005;
     /// The request said `resume` and the session is neither live here nor saved.
     pub const SESSION_UNKNOWN: i64 = -32006;
+    /// The client speaks another protocol version than the daemon (a daemon left running
+    /// across an upgrade): `data` names both ([`VersionMismatch`](crate::protocol::VersionMismatch)).
+    pub const PROTOCOL_MISMATCH: i64 = -32007;
 }
 
 /// An incoming request (or notification, without `id`).
@@ -323,6 +326,51 @@ impl<'de> Deserialize<'de> for Events {
                 Events::ALLOWED
             ))),
         }
+    }
+}
+
+/// `initialize` parameters: a client may say which protocol it speaks, and the daemon then
+/// refuses a mismatch with [`code::PROTOCOL_MISMATCH`] rather than misreading its requests.
+/// Unknown fields are let through, so that later clients can say more to this daemon.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct InitializeParams {
+    /// The client's [`PROTOCOL_VERSION`]; absent: not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<u32>,
+    /// The client's program version, for the message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_version: Option<String>,
+}
+
+/// A client and a daemon of different protocol versions: both versions, and the message
+/// that tells the user what to do. The `data` of a [`code::PROTOCOL_MISMATCH`] error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionMismatch {
+    /// The daemon's protocol version.
+    pub daemon_protocol: u32,
+    /// The daemon's program version.
+    pub daemon_version: String,
+    /// The client's protocol version.
+    pub client_protocol: u32,
+    /// The client's program version (empty when it did not say).
+    #[serde(default)]
+    pub client_version: String,
+}
+
+impl std::fmt::Display for VersionMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let client = if self.client_version.is_empty() {
+            String::new()
+        } else {
+            format!(" (cellvisor {})", self.client_version)
+        };
+        write!(
+            f,
+            "the daemon speaks protocol {} (cellvisor {}) and this client protocol {}{client}: \
+             a daemon left running across an upgrade; restart it with `cellvisor stop` (the next \
+             `cellvisor eval` starts the new one), or use the client of the daemon's release",
+            self.daemon_protocol, self.daemon_version, self.client_protocol
+        )
     }
 }
 

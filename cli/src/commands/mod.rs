@@ -17,10 +17,22 @@ use std::path::PathBuf;
 /// Exit status for bad input (flags, files, languages).
 pub const EXIT_USAGE: i32 = 2;
 
+/// What `cellvisor --version` prints after the name: the program's version and the two
+/// protocols it speaks (the daemon's JSON-RPC, the workers' ipc), so that a client and a
+/// daemon, or a daemon and its workers, can be told apart after an upgrade.
+static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{} (protocol {}, worker ipc {})",
+        env!("CARGO_PKG_VERSION"),
+        cellvisor::daemon::protocol::PROTOCOL_VERSION,
+        cellvisor_ipc::PROTOCOL_VERSION
+    )
+});
+
 #[derive(Debug, Parser)]
 #[command(
     name = "cellvisor",
-    version,
+    version = VERSION.as_str(),
     about = "Persistent Python, JavaScript and Lua cells in supervised worker processes"
 )]
 struct Cli {

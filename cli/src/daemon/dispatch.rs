@@ -7,8 +7,8 @@ use super::{lifecycle, Daemon};
 use cellvisor::cell::{CellEvent, EvalRequest, ToolCallRequest};
 use cellvisor::daemon::protocol::{
     self, code, method, params, CheckpointParams, CheckpointsParams, DrainParams, DrainResult,
-    Events, InitializeResult, NamesParams, Request, RpcError, SessionParams, TerminateParams,
-    WaitParams,
+    Events, InitializeParams, InitializeResult, NamesParams, Request, RpcError, SessionParams,
+    TerminateParams, WaitParams,
 };
 use cellvisor::{RequestError, SessionRef, WaitOptions};
 use serde_json::Value;
@@ -21,7 +21,7 @@ pub(super) async fn dispatch(
     connection: &Connection,
 ) -> Result<Value, RpcError> {
     match request.method.as_str() {
-        method::INITIALIZE => initialize(daemon),
+        method::INITIALIZE => initialize(daemon, request.params),
         method::EVAL => eval(daemon, request, connection).await,
         method::INTERRUPT => interrupt(daemon, request.params).await,
         method::RESET => reset(daemon, request.params).await,
@@ -76,8 +76,17 @@ pub(super) async fn dispatch(
 }
 
 /// `initialize`: the protocol and program versions, the languages, the daemon's pid, its
-/// node and whether it drains.
-fn initialize(daemon: &Daemon) -> Result<Value, RpcError> {
+/// node and whether it drains; a client that names another protocol version is refused
+/// with both versions and what to do.
+fn initialize(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
+    let p: InitializeParams = params(params_in)?;
+    if let Some(mismatch) = protocol_mismatch(&p) {
+        return Err(RpcError {
+            code: code::PROTOCOL_MISMATCH,
+            message: mismatch.to_string(),
+            data: serde_json::to_value(&mismatch).ok(),
+        });
+    }
     to_json(&InitializeResult {
         protocol_version: protocol::PROTOCOL_VERSION,
         server_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -85,6 +94,17 @@ fn initialize(daemon: &Daemon) -> Result<Value, RpcError> {
         pid: std::process::id(),
         node: daemon.cv.node().to_string(),
         draining: daemon.cv.is_draining(),
+    })
+}
+
+/// The mismatch between the client's protocol version (when it says one) and ours.
+fn protocol_mismatch(p: &InitializeParams) -> Option<protocol::VersionMismatch> {
+    let theirs = p.protocol_version?;
+    (theirs != protocol::PROTOCOL_VERSION).then(|| protocol::VersionMismatch {
+        daemon_protocol: protocol::PROTOCOL_VERSION,
+        daemon_version: env!("CARGO_PKG_VERSION").to_string(),
+        client_protocol: theirs,
+        client_version: p.client_version.clone().unwrap_or_default(),
     })
 }
 

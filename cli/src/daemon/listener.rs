@@ -3,6 +3,7 @@
 
 use super::ServeError;
 use cellvisor::daemon::protocol::code;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
@@ -51,6 +52,68 @@ pub(super) fn refuse_cell(stream: UnixStream) {
         let _ =
             tokio::time::timeout(Duration::from_secs(1), stream.write_all(line.as_bytes())).await;
     });
+}
+
+/// The first file descriptor a service manager passes (`sd_listen_fds(3)`).
+const LISTEN_FDS_START: RawFd = 3;
+
+/// The listening socket a service manager passed by socket activation (`LISTEN_PID` is this
+/// process, `LISTEN_FDS` at least 1: the first one, fd 3, is taken), else `None`. The
+/// variables are cleared and the descriptor closed on exec, so workers inherit neither.
+pub(super) fn activated() -> Result<Option<UnixListener>, ServeError> {
+    let pid = std::env::var("LISTEN_PID").ok();
+    let fds = std::env::var("LISTEN_FDS").ok();
+    if pid.is_none() && fds.is_none() {
+        return Ok(None);
+    }
+    for name in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
+        std::env::remove_var(name);
+    }
+    if pid.and_then(|p| p.parse::<u32>().ok()) != Some(std::process::id()) {
+        // Meant for another process (an ancestor's, leaked into our environment).
+        return Ok(None);
+    }
+    let count = fds
+        .as_deref()
+        .and_then(|n| n.parse::<u32>().ok())
+        .ok_or_else(|| {
+            ServeError::Activation(format!(
+                "LISTEN_FDS must be a number of descriptors, not {:?}",
+                fds.unwrap_or_default()
+            ))
+        })?;
+    if count == 0 {
+        return Ok(None);
+    }
+    // SAFETY: the service manager passed fd 3 to this process for it to own; nothing else
+    // in the process owns it (it was open at exec, so no descriptor we opened since is fd 3).
+    let fd = unsafe { OwnedFd::from_raw_fd(LISTEN_FDS_START) };
+    let refuse = |what: String| {
+        ServeError::Activation(format!(
+            "the descriptor passed (fd {LISTEN_FDS_START}) {what}; the socket unit must say \
+             ListenStream=/path/of/the/socket"
+        ))
+    };
+    let listening = nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::AcceptConn)
+        .map_err(|e| refuse(format!("is not a socket ({e})")))?;
+    let kind = nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::SockType)
+        .map_err(|e| refuse(format!("is not a socket ({e})")))?;
+    let unix = nix::sys::socket::getsockname::<nix::sys::socket::UnixAddr>(fd.as_raw_fd()).is_ok();
+    if !listening || kind != nix::sys::socket::SockType::Stream || !unix {
+        return Err(refuse("is not a listening Unix stream socket".to_string()));
+    }
+    nix::fcntl::fcntl(
+        fd.as_raw_fd(),
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    )
+    .map_err(|e| refuse(format!("cannot be closed on exec ({e})")))?;
+    let listener = std::os::unix::net::UnixListener::from(fd);
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| refuse(format!("cannot be made non-blocking ({e})")))?;
+    UnixListener::from_std(listener)
+        .map(Some)
+        .map_err(|e| refuse(format!("cannot be listened on ({e})")))
 }
 
 /// Binds the socket in a private directory, replacing a stale socket file but never a live one.

@@ -53,6 +53,9 @@ pub enum ServeError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// Socket activation passed something the daemon cannot listen on.
+    #[error("socket activation: {0}")]
+    Activation(String),
     #[error(transparent)]
     Startup(#[from] cellvisor::StartupError),
     #[error(transparent)]
@@ -104,8 +107,17 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     )?;
     // What `/mcp`'s tools describe (the timeout range of a cell).
     let cells = options.supervisor.config.cells.clone();
-    let listener = listener::bind(&options.socket).await?;
-    let socket_inode = socket_inode(&options.socket);
+    // A socket passed by the service manager (socket activation) is its to remove, not ours.
+    let (listener, activated) = match listener::activated()? {
+        Some(listener) => (listener, true),
+        None => (listener::bind(&options.socket).await?, false),
+    };
+    let socket_inode = socket_inode(&options.socket).filter(|_| !activated);
+    let remove_socket = || {
+        if !activated {
+            let _ = std::fs::remove_file(&options.socket);
+        }
+    };
     let idle_exit = options.supervisor.config.daemon.idle_exit;
     let limits = ConnectionLimits::from_config(&options.supervisor.config);
     // On the daemon's own actix system the connections and the actors share one thread.
@@ -118,7 +130,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         Err(err) => {
             // Nothing will listen on it: a client must see no daemon, not a dead socket.
             drop(listener);
-            let _ = std::fs::remove_file(&options.socket);
+            remove_socket();
             return Err(err.into());
         }
     };
@@ -136,11 +148,11 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     if let Some(plan) = network {
         if let Err(err) = net::start(&daemon, plan, cells).await {
             daemon.cv.shutdown().await;
-            let _ = std::fs::remove_file(&options.socket);
+            remove_socket();
             return Err(err.into());
         }
     }
-    tracing::info!(socket = %options.socket.display(), pid = std::process::id(), "cellvisor daemon listening");
+    tracing::info!(socket = %options.socket.display(), pid = std::process::id(), activated, "cellvisor daemon listening");
     lifecycle::spawn_signal_handlers(&daemon);
     lifecycle::spawn_idle_exit(&daemon);
     let uid = nix::unistd::getuid().as_raw();

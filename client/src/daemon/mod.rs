@@ -7,7 +7,10 @@
 //! - `tls`: the certificates a `wss://` connection trusts.
 //! - `transport`: messages as lines on the socket or text frames on the WebSocket.
 //! - `start`: starting a daemon on first use.
+//! - `handshake`: telling a daemon of another protocol version (one left running across an
+//!   upgrade) by name, rather than by the field or method it refused.
 
+mod handshake;
 pub mod remote;
 mod start;
 mod tls;
@@ -132,6 +135,10 @@ pub enum ClientError {
     /// The daemon refused the call; its error says what was wrong and what is allowed.
     #[error("{}", .0.message)]
     Rpc(RpcError),
+    /// The daemon speaks another protocol version than this client: both versions, and
+    /// what to do (restart the daemon).
+    #[error("{0}")]
+    VersionMismatch(crate::protocol::VersionMismatch),
     /// The daemon answered something this client does not understand (a version mismatch).
     #[error("unexpected answer from the daemon: {0}")]
     Protocol(String),
@@ -211,8 +218,26 @@ impl Client {
 
     /// Calls `method` and waits for its result: notifications meanwhile go to `on_event`
     /// (the whole message), `tool/call` requests to `on_tool`, whose `Ok` is the tool's
-    /// result and `Err` its failure (the cell's exception).
+    /// result and `Err` its failure (the cell's exception). A refusal of the call's method or
+    /// params by a daemon of another protocol version is [`ClientError::VersionMismatch`].
     pub async fn call_with_tools(
+        &mut self,
+        method: &str,
+        params: Value,
+        on_event: impl FnMut(&Value),
+        on_tool: impl FnMut(&ToolCall) -> Result<Value, String>,
+    ) -> Result<Value, ClientError> {
+        let answer = self.exchange(method, params, on_event, on_tool).await;
+        match answer {
+            Err(ClientError::Rpc(refusal)) if handshake::may_be_version_skew(method, &refusal) => {
+                Err(self.explain_refusal(refusal).await)
+            }
+            other => other,
+        }
+    }
+
+    /// One request and its answer, as [`Client::call_with_tools`] describes.
+    async fn exchange(
         &mut self,
         method: &str,
         params: Value,

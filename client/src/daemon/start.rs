@@ -15,7 +15,8 @@ impl Client {
     /// serve --socket path [--config config]`, its output to `log` (default: next to the
     /// socket, see [`log_path`]). `program` is the cellvisor executable, named by the caller
     /// because the running program is not always cellvisor: a Rust host linking this crate
-    /// would otherwise start itself (the CLI passes its own executable).
+    /// would otherwise start itself (the CLI passes its own executable). The daemon found or
+    /// started must speak this client's protocol ([`Client::check_version`]).
     pub async fn connect_or_start(
         path: &Path,
         program: &Path,
@@ -23,7 +24,7 @@ impl Client {
         log: Option<&Path>,
     ) -> Result<Client, ClientError> {
         match Client::connect(path).await {
-            Ok(client) => return Ok(client),
+            Ok(client) => return checked(client).await,
             Err(ClientError::Connect { source, .. })
                 if matches!(
                     source.kind(),
@@ -36,7 +37,7 @@ impl Client {
         let deadline = Instant::now() + DAEMON_START_TIMEOUT;
         loop {
             match Client::connect(path).await {
-                Ok(client) => return Ok(client),
+                Ok(client) => return checked(client).await,
                 Err(err) if Instant::now() >= deadline => {
                     return Err(ClientError::Start(format!(
                         "it did not start listening within {}s ({err}); see {}",
@@ -48,6 +49,12 @@ impl Client {
             }
         }
     }
+}
+
+/// `client`, once its daemon is known to speak this client's protocol.
+async fn checked(mut client: Client) -> Result<Client, ClientError> {
+    client.check_version().await?;
+    Ok(client)
 }
 
 /// The daemon's log file: next to its socket.

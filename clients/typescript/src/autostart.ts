@@ -9,6 +9,7 @@ import { spawn } from "node:child_process";
 import { chmodSync, closeSync, mkdirSync, openSync, readFileSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
+import { bundledProgram } from "./bundled.js";
 import { DaemonStartError } from "./errors.js";
 import { connectUnix, type Transport } from "./transport.js";
 
@@ -38,7 +39,10 @@ export function logPath(socket: string): string {
 
 /** What to start, and how. */
 export interface StartOptions {
-  /** The cellvisor executable (default: `$CELLVISOR_BIN`, else `cellvisor` on `PATH`). */
+  /**
+   * The cellvisor executable (default: `$CELLVISOR_BIN`, else the one of the installed
+   * platform package `@cellvisor/<platform>-<arch>`, else `cellvisor` on `PATH`).
+   */
   program?: string;
   /** A config file for the daemon (`--config`); without it the daemon finds its own. */
   config?: string;
@@ -89,7 +93,7 @@ export async function connectOrStart(
   } catch (error) {
     if (!nobodyListens(error)) throw error;
   }
-  const program = options.program ?? process.env.CELLVISOR_BIN ?? "cellvisor";
+  const program = options.program ?? process.env.CELLVISOR_BIN ?? bundledProgram() ?? "cellvisor";
   const log = options.log ?? logPath(socket);
   ensurePrivateDir(dirname(socket));
   const logFd = openSync(log, "a", 0o600);

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sysconfig
 import tempfile
 import threading
 import time
@@ -36,12 +37,29 @@ def default_socket() -> str:
     return os.path.join(base, "daemon.sock")
 
 
+def bundled_program() -> Optional[str]:
+    """The `cellvisor` program the wheel installed beside this interpreter (the scripts
+    directory of this environment, or of the user's site for `pip install --user`), when
+    there is one: the daemon of this client's own release."""
+    places = [lambda: sysconfig.get_path("scripts"), lambda: sysconfig.get_path("scripts", f"{os.name}_user")]
+    for place in places:
+        try:
+            scripts = place()
+        except KeyError:
+            continue
+        candidate = os.path.join(scripts, "cellvisor")
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
 def find_program(program: Optional[str]) -> str:
-    """The cellvisor executable to start: `program`, else $CELLVISOR_BIN, else on PATH."""
-    chosen = program or os.environ.get("CELLVISOR_BIN") or shutil.which("cellvisor")
+    """The cellvisor executable to start: `program`, else $CELLVISOR_BIN, else the one the
+    wheel installed beside this interpreter, else on PATH."""
+    chosen = program or os.environ.get("CELLVISOR_BIN") or bundled_program() or shutil.which("cellvisor")
     if not chosen:
         raise StartError("cannot start a daemon: no cellvisor executable (give program=, set CELLVISOR_BIN, "
-                         "or put cellvisor on PATH)")
+                         "install the wheel that carries it, or put cellvisor on PATH)")
     return chosen
 
 
