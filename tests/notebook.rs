@@ -25,8 +25,13 @@ fn bare_venv(dir: &Path) -> PathBuf {
 
 /// A daemon whose Python is `python`.
 fn daemon_on(python: &Path) -> Daemon {
+    daemon_on_with(python, "")
+}
+
+/// A daemon whose Python is `python`, with more `[python]` keys.
+fn daemon_on_with(python: &Path, keys: &str) -> Daemon {
     Daemon::start_with(&format!(
-        "[python]\ninterpreter = {:?}\n",
+        "[python]\ninterpreter = {:?}\n{keys}",
         python.display().to_string()
     ))
 }
@@ -94,12 +99,12 @@ fn without_ipython_values_print_as_ipython_prints_them() {
     daemon.stop();
 }
 
-/// With IPython (the test venv): the same texts, IPython's printer for `_repr_pretty_`, and
-/// `%load_ext` loads IPython's autoreload.
+/// With IPython (the test venv) and the built-in shell: the same texts, IPython's printer
+/// for `_repr_pretty_`, and `%load_ext` loads IPython's autoreload.
 #[test]
 fn with_ipython_values_print_the_same_and_extensions_load() {
     let venv = common::test_venv(&["IPython"]);
-    let daemon = daemon_on(&venv.join("bin/python"));
+    let daemon = daemon_on_with(&venv.join("bin/python"), "shell = \"builtin\"\n");
     let shown = outputs(&daemon, "ipy", &PRETTY_CELLS);
     assert_pretty(&shown);
     let shown = outputs(
