@@ -69,8 +69,12 @@ class CellDisplayHook(DisplayHook):
         value, self._value = self._value, None
         prelude = _prelude()
         text = format_dict.get("text/plain")
-        bundle = {str(mime): data for mime, data in format_dict.items()
-                  if prelude._json_or_none(data) is not None}
+        bundle = {}
+        for mime, data in format_dict.items():
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                data = prelude._base64(data)  # a PNG formatter's bytes (SymPy's, say)
+            if prelude._json_or_none(data) is not None:
+                bundle[str(mime)] = data
         if isinstance(value, (dict, list)):
             as_json = prelude._json_or_none(value)
             if as_json is not None:
@@ -81,7 +85,7 @@ class CellDisplayHook(DisplayHook):
             import json
 
             if len(json.dumps(bundle)) <= TRAILING_BUNDLE_LIMIT:
-                prelude.send_bundle(bundle)
+                self.shell.display_pub.publish(bundle)  # `%%capture` catches it too
                 sent = True
         if text is not None and not (rich and sent):
             self.shell.cellvisor_host.show_trailing_text(text + "\n")
