@@ -3,7 +3,8 @@
 `print`) in one session with `shell = "builtin"` and with `shell = "ipython"`, and prints the
 round trip's median wall time per cell and the CPU the Python runner spent per cell (from the
 kernel's scheduler statistics, every thread), side by side. Also the first cell of a new
-session, forked from the zygote (which made IPython's shell before it forked).
+session, forked from the zygote (which made IPython's shell before it forked), or with
+`--no-zygote` started plainly (which then imports IPython itself).
 
     python3 scripts/measure_shell.py --binary target/release/cellvisor \\
         --python target/test-venv/bin/python [--cells 2000] [--sessions 10]
@@ -43,17 +44,17 @@ def runner_of(worker):
     return None
 
 
-def measure(binary, python, shell, cells, sessions):
+def measure(binary, python, shell, cells, sessions, zygote):
     config = (
         "[sessions]\nidle-timeout = \"0s\"\nmax-sessions = 4\n"
-        "[python]\ninterpreter = %s\nshell = \"%s\"\nprewarm = 0\n"
-        "[daemon]\nidle-exit = \"0s\"\n" % (json.dumps(python), shell)
+        "[python]\ninterpreter = %s\nshell = \"%s\"\nprewarm = 0\nzygote = %s\n"
+        "[daemon]\nidle-exit = \"0s\"\n" % (json.dumps(python), shell, json.dumps(zygote))
     )
     world = World(binary, config)
     try:
         conn = world.connect()
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        while zygote and time.monotonic() < deadline:
             rows = conn.call("zygotes")
             if rows and all(r["state"] == "ready" for r in rows):
                 break
@@ -97,12 +98,15 @@ def main():
     parser.add_argument("--python", required=True, help="an interpreter with IPython")
     parser.add_argument("--cells", type=int, default=2000)
     parser.add_argument("--sessions", type=int, default=10)
+    parser.add_argument("--no-zygote", action="store_true",
+                        help="zygote = false: every session starts its own interpreter")
     args = parser.parse_args()
     print("%-10s %12s %12s %12s %12s %12s  %s" % (
         "shell", "1st cell ms", "1+1 wall ms", "1+1 cpu ms", "print wall", "print cpu",
         "engine"))
     for shell in ("builtin", "ipython"):
-        m = measure(args.binary, os.path.abspath(args.python), shell, args.cells, args.sessions)
+        m = measure(args.binary, os.path.abspath(args.python), shell, args.cells, args.sessions,
+                    not args.no_zygote)
         print("%-10s %12.2f %12.3f %12.3f %12.3f %12.3f  %s" % (
             shell, m["first_cell_ms"], m["value_wall_ms"], m["value_runner_cpu_ms"],
             m["print_wall_ms"], m["print_runner_cpu_ms"], m["engine"]))

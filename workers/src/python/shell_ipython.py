@@ -298,7 +298,13 @@ def make(module, host):
     config = Config()
     config.HistoryManager.enabled = False  # no database, no saving thread
     config.InteractiveShell.xmode = "Context"
-    shell = CellShell.instance(config=config, user_module=module)
+    import warnings
+
+    with warnings.catch_warnings():
+        # An unwritable ~/.ipython (a sandboxed session's) makes IPython warn and use a
+        # temporary directory, which is all it can do: not the first cell's business.
+        warnings.simplefilter("ignore")
+        shell = CellShell.instance(config=config, user_module=module)
     shell.cellvisor_host = host
     for colors in ("nocolor", "NoColor"):
         try:
