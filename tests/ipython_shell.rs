@@ -106,8 +106,7 @@ fn cells_run_in_ipython_s_own_shell_where_the_interpreter_has_it() {
     assert!(displays(&result, 4).is_empty(), "{result:#}");
     assert_eq!(shown(&result, 5), "('hidden\\n', 1)\n");
     assert!(
-        shown(&result, 6)
-            .contains("Kernel requested stdin; interactive input is not supported."),
+        shown(&result, 6).contains("Kernel requested stdin; interactive input is not supported."),
         "{}",
         shown(&result, 6)
     );
@@ -183,17 +182,27 @@ fn ipython_s_notebook_features_come_out_as_in_jupyter() {
     assert_eq!(shown(&result, 3), "'hi from bash\\n'\n");
     let first_display = |index: usize, mime: &str| displays(&result, index)[0][mime].clone();
     assert_eq!(first_display(4, "text/html"), "<b>bold</b>\n");
-    assert_eq!(first_display(5, "application/javascript"), "console.log(1)\n");
+    assert_eq!(
+        first_display(5, "application/javascript"),
+        "console.log(1)\n"
+    );
     assert_eq!(first_display(6, "text/latex"), "$x^2$\n");
     assert_eq!(shown(&result, 7), "0\n1\n2\n");
     let progress: Vec<Value> = displays(&result, 7)
         .iter()
         .map(|bundle| bundle["text/plain"].clone())
         .collect();
-    assert_eq!(progress, [json!("'first'"), json!("'second'"), json!("'third'")]);
+    assert_eq!(
+        progress,
+        [json!("'first'"), json!("'second'"), json!("'third'")]
+    );
     assert_eq!(shown(&result, 8), "helper ran as __main__\n");
     assert_eq!(shown(&result, 9), "42\n");
-    assert!(shown(&result, 10).contains("answer = 42"), "{}", shown(&result, 10));
+    assert!(
+        shown(&result, 10).contains("answer = 42"),
+        "{}",
+        shown(&result, 10)
+    );
     assert_eq!(shown(&result, 11), "10\n");
     assert_eq!(shown(&result, 12), "8\n");
     assert_eq!(shown(&result, 13), "('TimeitResult', 1)\n");
@@ -236,7 +245,10 @@ fn pylab_and_sympy_printing_reach_the_display_bundles() {
     );
     assert_eq!(shown(&result, 2), "(True, True)\n");
     let squared = &displays(&result, 3)[0];
-    assert_eq!(squared["text/latex"], "$\\displaystyle x^{2}$", "{result:#}");
+    assert_eq!(
+        squared["text/latex"], "$\\displaystyle x^{2}$",
+        "{result:#}"
+    );
     assert_eq!(output(&result, 3), "", "a rich value is one bundle");
     let cubed = &displays(&result, 4)[0];
     assert!(cubed["image/png"].is_string(), "{result:#}");
@@ -252,7 +264,12 @@ fn the_builtin_emulation_runs_where_ipython_is_missing_or_not_wanted() {
     let bare = bare_venv(dir.path());
     let daemon = daemon_on(&bare, "shell = \"ipython\"\n");
     let mut client = daemon.client();
-    let result = run(&mut client, "bare", dir.path(), &["%pwd", "!echo $((6 * 7))"]);
+    let result = run(
+        &mut client,
+        "bare",
+        dir.path(),
+        &["%pwd", "!echo $((6 * 7))"],
+    );
     let notice = cell(&result, 0)["notice"].as_str().unwrap_or_default();
     assert!(
         notice.contains("built-in IPython emulation") && notice.contains("cannot import IPython"),

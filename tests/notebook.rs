@@ -284,7 +284,12 @@ fn both_shells_keep_docstrings_out_and_extension_namespaces_as_ipython_does() {
         assert_eq!(shown(4), "(3, False, 20, 10, 12)\n", "{shell}");
         assert_eq!(shown(7), "42\n", "{shell}: {result:#}");
         assert_eq!(shown(8), "bash\n", "{shell}");
-        for (index, magic) in [(9, "%qtconsole"), (10, "%connect_info"), (11, "%gui"), (12, "%autosave")] {
+        for (index, magic) in [
+            (9, "%qtconsole"),
+            (10, "%connect_info"),
+            (11, "%gui"),
+            (12, "%autosave"),
+        ] {
             assert!(
                 shown(index).starts_with(&format!("cellvisor: {magic} does nothing here: ")),
                 "{shell}: {}",
@@ -318,10 +323,15 @@ fn displays_keep_their_place_among_the_output_printed_around_them() {
         let seen: String = events
             .iter()
             .map(|event| match event["params"]["event"].as_str() {
-                Some("output") => event["params"]["text"].as_str().unwrap_or_default().to_string(),
+                Some("output") => event["params"]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
                 Some("display") => format!(
                     "[{}]",
-                    event["params"]["bundle"]["text/plain"].as_str().unwrap_or_default()
+                    event["params"]["bundle"]["text/plain"]
+                        .as_str()
+                        .unwrap_or_default()
                 ),
                 _ => String::new(),
             })
@@ -330,6 +340,9 @@ fn displays_keep_their_place_among_the_output_printed_around_them() {
             reordered.push((round, seen));
         }
     }
-    assert!(reordered.is_empty(), "expected {expected:?}, got {reordered:#?}");
+    assert!(
+        reordered.is_empty(),
+        "expected {expected:?}, got {reordered:#?}"
+    );
     daemon.stop();
 }
