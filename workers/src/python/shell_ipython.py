@@ -315,8 +315,13 @@ def make(module, host):
     shell.set_hook("show_in_pager", _show_in_pager)
     shell.ast_transformers.append(_ExitGuards())
     _register_cellvisor_magics(shell)
-    # Code mode's exit() (IPython's `exit` and `quit` would only ask a terminal to close).
+    # IPython puts its own `display` in builtins: cellvisor's (JSON for dicts and lists, as
+    # the anchors' display does, IPython's for the rest) stays.
     prelude = _prelude()
+    import builtins
+
+    builtins.display = prelude.display
+    # Code mode's exit() (IPython's `exit` and `quit` would only ask a terminal to close).
     shell.user_ns["exit"] = shell.user_ns["quit"] = prelude.exit
     shell.user_ns_hidden["exit"] = shell.user_ns_hidden["quit"] = prelude.exit
     return shell
