@@ -309,7 +309,7 @@ fn displays_keep_their_place_among_the_output_printed_around_them() {
     let mut client = daemon.client();
     let code = "for i in range(8):\n    print('p%d' % i)\n    display('d%d' % i)\nprint('end')";
     let expected: String = (0..8)
-        .map(|i| format!("p{i}\n['d{i}']"))
+        .map(|i| format!("p{i}\n[d{i}]"))
         .chain(["end\n".to_string()])
         .collect();
     let mut reordered = Vec::new();

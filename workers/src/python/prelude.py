@@ -488,14 +488,15 @@ def send_bundle(bundle):
 def display(*values, **options):
     """Shows values as rich output of the running cell (MIME bundles). Where the cells run
     in IPython's shell, a value that is not a dict, list, tuple or figure is shown by
-    IPython's `display` (its formatters, `_ipython_display_`, `display_id=`)."""
+    IPython's `display` (its formatters, `_ipython_display_`, `display_id=`); a string is
+    shown as its text in both."""
     shell = _ipython_shell()
     handle = None
     for value in values:
         figure = _figure_class()
-        ours = isinstance(value, (dict, list, tuple)) or (
+        ours = isinstance(value, (dict, list, tuple, str)) or (
             figure is not None and isinstance(value, figure))
-        if shell is not None and not ours:
+        if shell is not None and (options or not ours):  # `display_id=` is IPython's
             from IPython.display import display as ipython_display
 
             handle = ipython_display(value, **options)
