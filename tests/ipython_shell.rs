@@ -60,6 +60,24 @@ fn displays(result: &Value, index: usize) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// Waits until the daemon's zygote is ready, so the next new session is forked from it.
+fn wait_for_zygote(client: &mut Client) {
+    let ready = common::wait_until(std::time::Duration::from_secs(60), || {
+        let rows = client.call("zygotes", json!({})).expect("zygotes answers");
+        let ready = rows
+            .as_array()
+            .is_some_and(|rows| rows.iter().any(|row| row["state"] == "ready"));
+        if ready {
+            Ok(())
+        } else {
+            Err(rows)
+        }
+    });
+    if let Err(rows) = ready {
+        panic!("no zygote became ready: {rows}");
+    }
+}
+
 fn engine(client: &mut Client, session: &str) -> String {
     let rows = client.call("status", json!({})).expect("status");
     rows.as_array()
@@ -79,8 +97,10 @@ fn engine(client: &mut Client, session: &str) -> String {
 #[test]
 fn cells_run_in_ipython_s_own_shell_where_the_interpreter_has_it() {
     let python = ipython_venv(&[]);
-    let daemon = daemon_on(&python, "");
+    // No prewarmed worker (one started before the zygote was ready would not be forked).
+    let daemon = daemon_on(&python, "prewarm = 0\n");
     let mut client = daemon.client();
+    wait_for_zygote(&mut client);
     let dir = tempfile::tempdir().expect("tempdir");
     let result = run(
         &mut client,
@@ -93,6 +113,7 @@ fn cells_run_in_ipython_s_own_shell_where_the_interpreter_has_it() {
             "x = 1\nfrom __future__ import annotations\nx + 1",
             "%%capture captured\nprint('hidden')\ndisplay('shown later')",
             "(captured.stdout, len(captured.outputs))",
+            "get_ipython().cellvisor_made_in != os.getpid()",
             "input('name? ')",
         ],
     );
@@ -105,12 +126,14 @@ fn cells_run_in_ipython_s_own_shell_where_the_interpreter_has_it() {
     assert_eq!(shown(&result, 4), "", "%%capture let output through");
     assert!(displays(&result, 4).is_empty(), "{result:#}");
     assert_eq!(shown(&result, 5), "('hidden\\n', 1)\n");
+    // The zygote made the shell before it forked this session's runner.
+    assert_eq!(shown(&result, 6), "True\n");
     assert!(
-        shown(&result, 6).contains("Kernel requested stdin; interactive input is not supported."),
+        shown(&result, 7).contains("Kernel requested stdin; interactive input is not supported."),
         "{}",
-        shown(&result, 6)
+        shown(&result, 7)
     );
-    assert_eq!(cell(&result, 6)["status"], "error");
+    assert_eq!(cell(&result, 7)["status"], "error");
     assert!(
         engine(&mut client, "real").contains("IPython"),
         "{}",

@@ -376,3 +376,29 @@ fn drain(errors: &mut Option<File>, buffer: &mut [u8], routing: &SharedRouting) 
     }
     unflushed
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_display_is_parked_for_its_marker_unless_the_marker_was_passed() {
+        let routing = SharedRouting::default();
+        assert_eq!(routing.park_display(1, 7, "a".into()), None);
+        assert_eq!(
+            routing.lock().parked_displays.get(&1),
+            Some(&(7, "a".to_string()))
+        );
+        routing.display_at_marker(1); // no outbox yet: taken all the same
+        assert!(routing.lock().parked_displays.is_empty());
+        assert_eq!(routing.lock().displays_passed, 1);
+        // The output thread gave up on display 2 (its event never came in time).
+        routing.events_closed();
+        routing.display_at_marker(2);
+        assert_eq!(
+            routing.park_display(2, 7, "late".into()),
+            Some((7, "late".to_string()))
+        );
+        assert_eq!(routing.park_display(3, 7, "next".into()), None);
+    }
+}

@@ -18,6 +18,7 @@ What cellvisor changes of IPython's shell, each for a reason:
 - the frontend magics and the debugger magics say why they do nothing here.
 """
 
+import os
 import sys
 
 import IPython
@@ -306,6 +307,7 @@ def make(module, host):
         warnings.simplefilter("ignore")
         shell = CellShell.instance(config=config, user_module=module)
     shell.cellvisor_host = host
+    shell.cellvisor_made_in = os.getpid()  # a zygote's, in the sessions forked from it
     for colors in ("nocolor", "NoColor"):
         try:
             shell.colors = colors
