@@ -13,7 +13,7 @@ the bundles), stdout and stderr stay on the worker's pipes, stdin is refused wit
 anchor's text, SIGINT interrupts, tracebacks are printed as the built-in runner prints them,
 the namespace is the shell's `user_ns` (the `__main__` module the snapshots save), and
 code mode's `exit()` ends a cell. A zygote makes the shell before it forks, so a forked
-session pays nothing for IPython's import (about 0.8 s).
+session pays nothing for IPython's import and set-up (0.2 to 0.8 s).
 """
 
 import os
