@@ -241,7 +241,8 @@ fn automagic_and_magics_work_as_in_a_notebook() {
 /// shells: a docstring line ending in `?` is no help request (norvig's `TwelveBalls`), `Out`
 /// shown in a cell is not stored in itself (so `__`, `___` still name the values before it),
 /// an extension's magic finds `shell.user_global_ns` (what `%lprun`, `%mprun` use), `!cmd`
-/// runs under bash, and a frontend's magics say why they do nothing here.
+/// runs under bash, a frontend's magics say why they do nothing here, and `from IPython import
+/// get_ipython` gives the session's shell (the emulation's too), so `!cmd` goes on working.
 #[test]
 fn both_shells_keep_docstrings_out_and_extension_namespaces_as_ipython_does() {
     let venv = common::test_venv(&["IPython"]);
@@ -265,6 +266,8 @@ fn both_shells_keep_docstrings_out_and_extension_namespaces_as_ipython_does() {
         "%connect_info",
         "%gui qt",
         "%autosave 60",
+        "from IPython import get_ipython",
+        "!echo still a shell",
     ];
     for shell in ["builtin", "ipython"] {
         let daemon = daemon_on_with(&venv.join("bin/python"), &format!("shell = {shell:?}\n"));
@@ -284,6 +287,8 @@ fn both_shells_keep_docstrings_out_and_extension_namespaces_as_ipython_does() {
         assert_eq!(shown(4), "(3, False, 20, 10, 12)\n", "{shell}");
         assert_eq!(shown(7), "42\n", "{shell}: {result:#}");
         assert_eq!(shown(8), "bash\n", "{shell}");
+        // After `from IPython import get_ipython`, `!cmd` still finds a shell.
+        assert_eq!(shown(14), "still a shell\n", "{shell}: {result:#}");
         for (index, magic) in [
             (9, "%qtconsole"),
             (10, "%connect_info"),
