@@ -797,7 +797,7 @@ def main():
             _restore_std_streams()
             _prelude.begin_cell(tools)
             _state.events = 0
-            if notice and cell_id:  # the first cell says which shell the session runs
+            if notice and cell_id:  # the first cell says why its shell is not the one asked
                 _send_event({"type": "notice", "message": notice})
                 notice = None
             try:

@@ -58,21 +58,17 @@ def describe():
 
 
 def notice():
-    """The first cell's notice: which shell the session runs, and why."""
+    """The first cell's notice when the session does not run the shell the operator asked
+    for (`ipython` without IPython, or an IPython whose shell could not start), else None:
+    `status` says which shell every session runs (a notice on every session would read as
+    a restart to hosts that treat any notice as one)."""
     choice = wanted()
-    if _shell is not None:
-        import IPython
-
-        return ("Python cells run in IPython %s's InteractiveShell ([python] shell = %r)"
-                % (IPython.__version__, choice))
-    if choice == "builtin":
-        return ("Python cells run in cellvisor's built-in IPython emulation "
-                "([python] shell = 'builtin')")
+    if _shell is not None or choice == "builtin":
+        return None
     if _failure is not None:
         return ("Python cells run in cellvisor's built-in IPython emulation: %s "
                 "([python] shell = %r)" % (_failure, choice))
-    return ("Python cells run in cellvisor's built-in IPython emulation (this interpreter "
-            "cannot import IPython; [python] shell = %r)" % choice)
+    return None
 
 
 def hidden_names():
