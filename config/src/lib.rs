@@ -24,8 +24,9 @@ pub use load::{
 };
 pub use schema::{
     CellsConfig, Config, DaemonConfig, EngineConfig, EnvConfig, FleetConfig, LimitsConfig,
-    OutputConfig, PythonConfig, SandboxConfig, SandboxNetwork, SessionKeyBy, SessionMode,
-    SessionsConfig, SnapshotWhen, SnapshotsConfig, StartupConfig, DEFAULT_SANDBOX_READ,
+    OutputConfig, PythonConfig, PythonShell, SandboxConfig, SandboxNetwork, SessionKeyBy,
+    SessionMode, SessionsConfig, SnapshotWhen, SnapshotsConfig, StartupConfig,
+    DEFAULT_SANDBOX_READ,
 };
 pub use show::changes;
 

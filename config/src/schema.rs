@@ -239,6 +239,33 @@ pub struct PythonConfig {
     pub zygote: bool,
     /// Modules a zygote imports before it forks, so each session finds them imported.
     pub preload: Vec<String>,
+    /// Which shell runs the cells: IPython's own where the interpreter has it, or the
+    /// built-in emulation.
+    pub shell: PythonShell,
+}
+
+/// `python.shell`: what runs a Python session's cells.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PythonShell {
+    /// IPython's InteractiveShell when the interpreter can import IPython, else the built-in
+    /// emulation.
+    #[default]
+    Auto,
+    /// IPython's InteractiveShell; without IPython, the emulation, with a notice saying why.
+    Ipython,
+    /// cellvisor's built-in emulation of IPython's notebook habits, always.
+    Builtin,
+}
+
+impl PythonShell {
+    /// The word the config file uses (and the worker reads).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PythonShell::Auto => "auto",
+            PythonShell::Ipython => "ipython",
+            PythonShell::Builtin => "builtin",
+        }
+    }
 }
 
 impl Default for PythonConfig {
@@ -249,6 +276,7 @@ impl Default for PythonConfig {
             prewarm: 1,
             zygote: true,
             preload: Vec::new(),
+            shell: PythonShell::Auto,
         }
     }
 }

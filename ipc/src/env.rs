@@ -36,6 +36,11 @@ pub const MEMORY_LIMIT: &str = "CELLVISOR_MEMORY_LIMIT";
 /// The stack limit of the JavaScript engine, in bytes. Set by the supervisor from
 /// `js.stack-size`; read by the JavaScript worker.
 pub const STACK_SIZE: &str = "CELLVISOR_STACK_SIZE";
+/// `python.shell` (`auto`, `ipython` or `builtin`): what runs a Python worker's cells. Set by
+/// the supervisor; read by the runner, and by a zygote, which makes IPython's shell before
+/// it forks.
+pub const PYTHON_SHELL: &str = "CELLVISOR_PYTHON_SHELL";
+
 /// The Python interpreter configured for Python workers. Set by the supervisor from
 /// `python.interpreter`; read by interpreter discovery (in the worker, and in the supervisor
 /// when it chooses a request's Python).

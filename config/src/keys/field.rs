@@ -2,7 +2,7 @@
 //! of the table stand for the getter and setter of a key.
 
 use super::Value;
-use crate::schema::{Config, SandboxNetwork, SessionKeyBy, SessionMode, SnapshotWhen};
+use crate::schema::{Config, PythonShell, SandboxNetwork, SessionKeyBy, SessionMode, SnapshotWhen};
 use bytesize::ByteSize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -73,6 +73,20 @@ macro_rules! count_field {
     )*};
 }
 count_field!(usize, u32, u64);
+
+impl Field for PythonShell {
+    fn to_value(&self) -> Value {
+        Value::Text(self.as_str().to_string())
+    }
+    fn from_value(value: Value) -> Option<Self> {
+        match value {
+            Value::Text(word) if word == "ipython" => Some(PythonShell::Ipython),
+            Value::Text(word) if word == "builtin" => Some(PythonShell::Builtin),
+            Value::Text(_) => Some(PythonShell::Auto),
+            _ => None,
+        }
+    }
+}
 
 impl Field for SessionMode {
     fn to_value(&self) -> Value {

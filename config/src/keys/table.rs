@@ -129,6 +129,8 @@ pub static KEYS: &[KeySpec] = &[
         "true: new Python workers are forked from a warm interpreter started once per interpreter (a zygote, which has loaded the runner and `preload`), in about a millisecond instead of a full interpreter start; false: every worker starts its own interpreter. Sandboxed sessions always start their own."),
     key!(python.preload as "preload", Kind::Modules, NewWorkers,
         "Modules the zygote imports before it forks, so every new session finds them imported (`import pandas` then costs nothing); one that fails to import is named in the daemon's log, in `cellvisor status` and in the first session's output, and the zygote goes on without it. Forked sessions share the preloaded modules' state at the fork and the hash seed."),
+    key!(python.shell as "shell", Kind::Choice(&["auto", "ipython", "builtin"]), NewWorkers,
+        "What runs Python cells. `auto`: IPython's own InteractiveShell (what a Jupyter kernel runs, with cellvisor's display, output, stdin refusal, interrupts, snapshots and helpers around it) when the session's interpreter can import IPython, else cellvisor's built-in emulation of IPython's notebook habits; `ipython`: IPython's shell, and without IPython the emulation with a notice saying why; `builtin`: the emulation always (a trivial cell costs the interpreter about a third of the CPU it takes in IPython's shell, 0.3 against 0.9 ms; see docs/cells.md). The zygote imports IPython before it forks, so a forked session does not pay for it; a session says which shell it runs in `status` (its engine), and its first cell's notice says why when it is not the one asked for."),
     // [js]
     key!(js.enabled as "enabled", Kind::Bool, NewCells,
         "false: JavaScript cells fail at once with a message naming this key."),
@@ -317,6 +319,7 @@ mod tests {
                 "python.interpreter",
                 "python.zygote",
                 "python.preload",
+                "python.shell",
                 "sessions.start-timeout",
             ],
         ),

@@ -110,6 +110,7 @@ impl WorkerEnv {
             if let Some(interpreter) = &config.python.interpreter {
                 env.set(names::PYTHON, interpreter);
             }
+            env.set(names::PYTHON_SHELL, config.python.shell.as_str());
         }
         env
     }

@@ -103,6 +103,8 @@ fn read_while_loading(name: &OsStr) -> bool {
     .iter()
     .any(|prefix| name.starts_with(prefix))
         || matches!(name, "HOME" | "LANG" | "LANGUAGE")
+        // Whether the zygote makes IPython's shell before it forks.
+        || name == cellvisor_ipc::env::PYTHON_SHELL
 }
 
 /// The environment a zygote starts with: the spec's without cellvisor's own per-worker
@@ -113,7 +115,10 @@ pub fn zygote_env(key: &ZygoteKey, spec: &WorkerSpec) -> Vec<(OsString, OsString
     let base: Vec<(OsString, OsString)> = spec
         .env
         .render()
-        .filter(|(name, _)| !name.to_string_lossy().starts_with("CELLVISOR_"))
+        .filter(|(name, _)| {
+            !name.to_string_lossy().starts_with("CELLVISOR_")
+                || name.to_str() == Some(cellvisor_ipc::env::PYTHON_SHELL)
+        })
         .filter(|(name, _)| !(confined && set_by_sandbox(name)))
         .map(|(name, value)| (name.to_owned(), value.to_owned()))
         .collect();

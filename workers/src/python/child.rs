@@ -44,6 +44,12 @@ pub(crate) fn spawn(
     command
         .envs(set)
         .env(cellvisor_ipc::env::SYNC_TOKEN, sync_token);
+    // The engine's unit tests drive the built-in emulation (a worker always gets the
+    // setting from the supervisor); IPython's shell is tested end to end.
+    #[cfg(test)]
+    if std::env::var_os(cellvisor_ipc::env::PYTHON_SHELL).is_none() {
+        command.env(cellvisor_ipc::env::PYTHON_SHELL, "builtin");
+    }
     for name in unset {
         command.env_remove(name);
     }

@@ -27,6 +27,10 @@ pub enum Event {
     Display {
         id: u64,
         bundle: serde_json::Value,
+        /// The display's number when the runner also marked its place in the output (see
+        /// `SharedRouting::park_display`).
+        #[serde(default)]
+        seq: Option<u64>,
     },
     Done {
         id: u64,
@@ -41,6 +45,11 @@ pub enum Event {
     State {
         id: u64,
         report: serde_json::Value,
+    },
+    /// Something the host should hear with the running cell (which shell the session runs,
+    /// said with its first cell): the cell's `notice`.
+    Notice {
+        message: String,
     },
     /// The cell `id` yields (`yield_control()`) and could not mark the output pipe: the
     /// yield goes to the host from here, without its place among the output.
@@ -87,6 +96,7 @@ pub fn spawn_event_thread(
                 line.clear();
                 match reader.read_until(b'\n', &mut line) {
                     Ok(0) | Err(_) => {
+                        routing.events_closed();
                         let _ = sender.send(Event::Closed);
                         return;
                     }
@@ -97,10 +107,22 @@ pub fn spawn_event_thread(
                     continue;
                 };
                 match event {
-                    Event::Display { id, bundle } => {
+                    Event::Display { id, bundle, seq } => {
+                        let bundle = sendable_bundle(&bundle);
+                        // A display with a place in the output goes out from there.
+                        let now = match seq {
+                            Some(seq) => routing.park_display(seq, id, bundle),
+                            None => Some((id, bundle)),
+                        };
+                        let outbox = routing.lock().outbox.clone();
+                        if let (Some((id, bundle)), Some(outbox)) = (now, outbox) {
+                            outbox.display(id, bundle);
+                        }
+                    }
+                    Event::Notice { message } => {
                         let outbox = routing.lock().outbox.clone();
                         if let Some(outbox) = outbox {
-                            outbox.display(id, sendable_bundle(&bundle));
+                            outbox.send(cellvisor_ipc::FromWorker::Notice { message });
                         }
                     }
                     Event::Yield { id } => {

@@ -29,12 +29,18 @@ pub(super) const ZYGOTE_FILE: &str = "cellvisor_zygote.py";
 pub(super) const EXIT_FILE: &str = "cellvisor_exit.py";
 /// The notebook layer (module file name, source): the execution count and history (with the
 /// prelude), IPython's pretty printing, the magics beyond `ipython.py`'s and `obj?` help (on
-/// first use). Written with the runner, since the prelude imports the first.
-pub(super) const NOTEBOOK_MODULES: [(&str, &str); 4] = [
+/// first use), and which shell runs the cells (IPython's own, `shell.py`). Written with the
+/// runner, since the prelude imports the first.
+pub(super) const NOTEBOOK_MODULES: [(&str, &str); 6] = [
     ("cellvisor_notebook.py", include_str!("notebook.py")),
     ("cellvisor_pretty.py", include_str!("pretty.py")),
     ("cellvisor_magics.py", include_str!("magics.py")),
     ("cellvisor_inspector.py", include_str!("inspector.py")),
+    ("cellvisor_shell.py", include_str!("shell.py")),
+    (
+        "cellvisor_shell_ipython.py",
+        include_str!("shell_ipython.py"),
+    ),
 ];
 
 /// Writes the runner, its launcher and the prelude into a directory of the runtime directory

@@ -72,16 +72,28 @@ def transform_cell(source):
 
 
 def _help_end(line):
-    """The match of `obj?` ending the line's code (not its comment), or None."""
+    """The match of `obj?` ending the line's code (not its comment), or None. As IPython
+    decides by Python's tokens, a `?` inside a string is not help: a docstring whose first
+    line ends in `?` (`\"\"\"Which ball is odd?`) stays a docstring."""
     quote = None
-    for index, char in enumerate(line):
+    index = 0
+    while index < len(line):
+        char = line[index]
         if quote:
-            quote = None if char == quote else quote
+            if char == "\\":
+                index += 1
+            elif line.startswith(quote, index):
+                index += len(quote) - 1
+                quote = None
         elif char in "\"'":
-            quote = char
+            quote = char * 3 if line.startswith(char * 3, index) else char
+            index += len(quote) - 1
         elif char == "#":
             line = line[:index]
             break
+        index += 1
+    if quote:
+        return None  # the line ends inside a string
     line = line.strip()
     return _HELP_END.search(line) if line.endswith("?") else None
 
@@ -237,6 +249,12 @@ class Shell(Magics):
         return sys.modules["__main__"].__dict__
 
     @property
+    def user_global_ns(self):
+        """The cells' globals (what `%lprun` and `%mprun` run their statement in): the same
+        namespace as `user_ns`, as in IPython."""
+        return sys.modules["__main__"].__dict__
+
+    @property
     def execution_count(self):
         """The number of the running cell, as `In[N]` and `Out[N]` count."""
         return sys.modules["cellvisor_notebook"].history.count
@@ -259,7 +277,8 @@ class Shell(Magics):
         """Runs `cmd` in a shell, its output into the cell's; `_exit_code` holds its status."""
         cmd = self.var_expand(cmd, depth=1)
         _flush()
-        code = subprocess.call(cmd, shell=True, stdin=subprocess.DEVNULL)
+        code = subprocess.call(cmd, shell=True, stdin=subprocess.DEVNULL,
+                               executable=_command_shell())
         self.user_ns["_exit_code"] = code
 
     system_piped = system_raw = system
@@ -268,7 +287,8 @@ class Shell(Magics):
         """The output of `cmd` (stdout and stderr) as an SList of lines."""
         cmd = self.var_expand(cmd, depth=depth + 1)
         done = subprocess.run(cmd, shell=True, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              executable=_command_shell())
         self.user_ns["_exit_code"] = done.returncode
         text = done.stdout.decode("utf-8", "replace")
         return SList(text.splitlines()) if split else text
@@ -511,6 +531,14 @@ class Shell(Magics):
             print(("Overwriting %s" if exists else "Writing %s") % filename)
         with open(filename, "a" if append else "w", encoding="utf-8") as file:
             file.write(cell)
+
+
+def _command_shell():
+    """What `!cmd` runs under: bash, as IPython's `system` does on Linux, or /bin/sh where
+    there is no bash."""
+    import shutil
+
+    return shutil.which("bash") or "/bin/sh"
 
 
 def _split(line):

@@ -24,6 +24,29 @@ NO_DEBUGGER = ("cellvisor: %s: interactive debugging is not supported here (cell
                "without a terminal); the traceback shows where the error happened")
 
 
+# The magics of a notebook's frontend, which have nothing to act on here: each says why.
+FRONTEND_MAGICS = {
+    "qtconsole": "there is no Qt console to open: cells run in a cellvisor worker, which "
+                 "hosts reach through the cellvisor daemon",
+    "connect_info": "there is no kernel connection file: cells run in a cellvisor worker, "
+                    "which hosts reach through the cellvisor daemon",
+    "gui": "no GUI event loop runs here (cells have no display): matplotlib figures arrive "
+           "as PNG displays",
+    "autosave": "there is no notebook file to save: the host keeps the cells and outputs",
+}
+
+
+def frontend_magic(name):
+    """The magic `%name` of FRONTEND_MAGICS: prints why it does nothing."""
+
+    def magic(line=""):
+        print("cellvisor: %%%s does nothing here: %s" % (name, FRONTEND_MAGICS[name]))
+
+    magic.__name__ = name
+    magic.__doc__ = "Does nothing here: %s." % FRONTEND_MAGICS[name]
+    return magic
+
+
 def _usage_error(message):
     return sys.modules["cellvisor_ipython"].UsageError(message)
 
@@ -99,6 +122,19 @@ class Magics:
         names = {name[len(prefix):] for name in dir(self) if name.startswith(prefix)}
         names.update((self._registered or {}).get(kind, ()))
         return sorted(names)
+
+    # A frontend's magics: nothing to act on here.
+    def _line_qtconsole(self, line):
+        return frontend_magic("qtconsole")(line)
+
+    def _line_connect_info(self, line):
+        return frontend_magic("connect_info")(line)
+
+    def _line_gui(self, line):
+        return frontend_magic("gui")(line)
+
+    def _line_autosave(self, line):
+        return frontend_magic("autosave")(line)
 
     # Shell aliases and directories.
     def _alias(self, name, rest):

@@ -9,6 +9,9 @@ pub enum Piece<'a> {
     Bytes(&'a [u8]),
     Marker(u64),
     Done(u64, DoneStatus),
+    /// `<prefix><n>:display\x1e`: display `n` (its bundle comes on fd 4) goes here, after
+    /// exactly the output before it.
+    Display(u64),
 }
 
 /// How a cell whose end came as a done marker ended (a failed cell's summary takes fd 4).
@@ -121,6 +124,16 @@ impl MarkerScanner {
                             sink(Piece::Bytes(&data[position..start]));
                             return start;
                         }
+                        Some(&MARKER_END) if &word[..letters] == b"display" => {
+                            if let Some(seq) = parse_id(&rest[..digits]) {
+                                sink(Piece::Bytes(&data[position..start]));
+                                sink(Piece::Display(seq));
+                                position = digits_start + digits + 1 + letters + 1;
+                                continue;
+                            }
+                            sink(Piece::Bytes(&data[position..=start]));
+                            position = start + 1;
+                        }
                         Some(&MARKER_END) => {
                             let done =
                                 parse_id(&rest[..digits]).zip(DoneStatus::parse(&word[..letters]));
@@ -180,6 +193,7 @@ mod tests {
             Piece::Bytes(data) => bytes.extend_from_slice(data),
             Piece::Marker(id) => markers.push(id),
             Piece::Done(id, status) => dones.push((id, status)),
+            Piece::Display(seq) => panic!("unexpected display marker {seq}"),
         };
         for part in input.chunks(chunk) {
             scanner.feed(part, &mut sink);
@@ -192,6 +206,29 @@ mod tests {
         let (bytes, markers, dones) = scan_all(input, chunk);
         assert!(dones.is_empty(), "{dones:?}");
         (bytes, markers)
+    }
+
+    #[test]
+    fn display_markers_are_cut_out_at_every_split() {
+        let input = b"a\x1eP:7:display\x1eb";
+        for chunk in 1..=input.len() {
+            let mut scanner = MarkerScanner::new(b"\x1eP:".to_vec());
+            let (mut bytes, mut displays) = (Vec::new(), Vec::new());
+            for piece in input.chunks(chunk) {
+                scanner.feed(piece, &mut |p| match p {
+                    Piece::Bytes(b) => bytes.extend_from_slice(b),
+                    Piece::Display(seq) => displays.push((seq, bytes.len())),
+                    other => panic!("unexpected {other:?}"),
+                });
+            }
+            scanner.finish(&mut |p| {
+                if let Piece::Bytes(b) = p {
+                    bytes.extend_from_slice(b)
+                }
+            });
+            assert_eq!(bytes, b"ab", "chunk {chunk}");
+            assert_eq!(displays, [(7, 1)], "chunk {chunk}");
+        }
     }
 
     #[test]

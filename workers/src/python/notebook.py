@@ -119,7 +119,11 @@ class History:
             namespace.pop("_i%d" % number, None)  # as Out's culled `_N`
 
     def record(self, value, namespace):
-        """Cell `count` showed `value`: Out, `_`, `__`, `___` and `_<count>` hold it."""
+        """Cell `count` showed `value`: Out, `_`, `__`, `___` and `_<count>` hold it. As in
+        IPython, showing `Out` itself records nothing (Out would hold itself, and `_`,
+        `__`, `___` would move on to it)."""
+        if value is self.outputs:
+            return
         if len(self.outputs) >= CACHE_SIZE:
             self._cull(namespace)
         # As IPython: `_` and friends stay as a cell set them, and builtins' `_` wins.
@@ -242,8 +246,12 @@ def _plain_text(value, width=79):
 
 
 def get_ipython():
-    """The IPython-like shell of this worker: `system`, `getoutput`, `run_line_magic`,
-    `run_cell_magic`, `user_ns`, `display_pub` (cellvisor_ipython, loaded on first use)."""
+    """The shell of this worker: IPython's own where the cells run in it (cellvisor_shell),
+    else the IPython-like one (`system`, `getoutput`, `run_line_magic`, `run_cell_magic`,
+    `user_ns`, `user_global_ns`, `display_pub`; cellvisor_ipython, loaded on first use)."""
+    shells = sys.modules.get("cellvisor_shell")
+    if shells is not None and shells.active() is not None:
+        return shells.active()
     return ipython().shell(_prelude().send_bundle)
 
 
@@ -298,7 +306,12 @@ def ends_with_semicolon(source, last):
 
 def patch_ipython_display(module):
     """IPython's `display()` and `publish_display_data()` (when a cell imports IPython) send
-    cellvisor displays instead of printing reprs outside a kernel."""
+    cellvisor displays instead of printing reprs outside a kernel. Not where the cells run
+    in IPython's own shell: its display publisher is cellvisor's already."""
+    shells = sys.modules.get("cellvisor_shell")
+    if shells is not None and shells.wanted() != "builtin" and \
+            (shells.active() is not None or shells.making()):
+        return
     prelude = _prelude()
 
     def display_(*objs, include=None, exclude=None, metadata=None, transient=None,

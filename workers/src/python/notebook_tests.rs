@@ -303,7 +303,7 @@ fn lsmagic_magic_xmode_prun_and_debugging() {
     let mut py = Harness::new();
     let listed = py.run("%lsmagic").text();
     assert!(
-        listed.starts_with("Available line magics:\n%automagic  %cat  %cd  "),
+        listed.starts_with("Available line magics:\n%automagic  %autosave  %cat  %cd  "),
         "{listed}"
     );
     for name in [

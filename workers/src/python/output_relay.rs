@@ -17,6 +17,11 @@ use std::thread;
 /// output thread sends the yield where it finds it, after exactly the output before it.
 const YIELD_MARKER: u64 = 0;
 
+/// How long the output thread waits, at a display's marker, for the display's event (written
+/// right after the marker): past it the output goes on, and the display follows when it
+/// comes (only a runner stuck between the two writes takes that long).
+const DISPLAY_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Output produced before the first cell (site warnings, say) kept for that cell, at most.
 const MAX_PENDING_BYTES: usize = 64 * 1024;
 
@@ -36,6 +41,14 @@ pub struct Routing {
     pub closed: bool,
     /// The host tools of the running cell, for `tools.tool_search` (answered here).
     pub tools: Vec<cellvisor_ipc::ToolInfo>,
+    /// Displays read from fd 4 whose place in the output (their marker) the output thread
+    /// has not reached yet: sequence number -> (cell id, bundle as JSON text).
+    pub parked_displays: std::collections::HashMap<u64, (u64, String)>,
+    /// The sequence number of the last display marker the output thread passed: a display
+    /// that arrives after its marker was passed goes out at once.
+    pub displays_passed: u64,
+    /// The event pipe reached EOF: no parked display will come any more.
+    pub events_closed: bool,
 }
 
 /// [`Routing`] plus the condvar that announces markers and EOF.
@@ -89,6 +102,40 @@ impl SharedRouting {
         // be able to look at the state meanwhile.
         outbox.output_unflushed(cell_id, stream, data);
         Some(outbox)
+    }
+
+    /// The event thread read display `seq`: parked for the output thread, which sends it at
+    /// its marker, after exactly the output before it; handed back when the output thread
+    /// already passed that marker (it waited [`DISPLAY_WAIT`] in vain), to be sent at once.
+    pub fn park_display(&self, seq: u64, cell_id: u64, bundle: String) -> Option<(u64, String)> {
+        let mut state = self.lock();
+        if seq <= state.displays_passed {
+            return Some((cell_id, bundle));
+        }
+        state.parked_displays.insert(seq, (cell_id, bundle));
+        drop(state);
+        self.changed.notify_all();
+        None
+    }
+
+    /// The event pipe is closed: nothing parked is coming any more.
+    pub fn events_closed(&self) {
+        self.mark(|s| s.events_closed = true);
+    }
+
+    /// The output thread reached display `seq`'s marker: the display (the runner writes its
+    /// event right after the marker, so it is at most a wake-up away), sent in its place.
+    fn display_at_marker(&self, seq: u64) {
+        let mut state = self.wait_until(DISPLAY_WAIT, |s| {
+            s.parked_displays.contains_key(&seq) || s.events_closed
+        });
+        state.displays_passed = state.displays_passed.max(seq);
+        let parked = state.parked_displays.remove(&seq);
+        let outbox = state.outbox.clone();
+        drop(state);
+        if let (Some((cell_id, bundle)), Some(outbox)) = (parked, outbox) {
+            outbox.display(cell_id, bundle);
+        }
     }
 
     /// A `yield_control()` marker: the yield goes out in its place among the cell's output.
@@ -262,6 +309,10 @@ impl Relay {
                         done_follows = false;
                     }
                 }
+                Piece::Display(seq) => {
+                    routing.display_at_marker(seq);
+                    done_follows = false;
+                }
                 Piece::Marker(YIELD_MARKER) => routing.yielded(),
                 Piece::Marker(cell_id) => routing.mark(|s| s.last_marker = Some(cell_id)),
                 Piece::Done(cell_id, status) => {
@@ -324,4 +375,30 @@ fn drain(errors: &mut Option<File>, buffer: &mut [u8], routing: &SharedRouting) 
         }
     }
     unflushed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_display_is_parked_for_its_marker_unless_the_marker_was_passed() {
+        let routing = SharedRouting::default();
+        assert_eq!(routing.park_display(1, 7, "a".into()), None);
+        assert_eq!(
+            routing.lock().parked_displays.get(&1),
+            Some(&(7, "a".to_string()))
+        );
+        routing.display_at_marker(1); // no outbox yet: taken all the same
+        assert!(routing.lock().parked_displays.is_empty());
+        assert_eq!(routing.lock().displays_passed, 1);
+        // The output thread gave up on display 2 (its event never came in time).
+        routing.events_closed();
+        routing.display_at_marker(2);
+        assert_eq!(
+            routing.park_display(2, 7, "late".into()),
+            Some((7, "late".to_string()))
+        );
+        assert_eq!(routing.park_display(3, 7, "next".into()), None);
+    }
 }

@@ -485,11 +485,34 @@ def send_bundle(bundle):
     _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": clean})
 
 
-def display(*values, **_ignored):
-    """Shows values as rich output of the running cell (MIME bundles)."""
+def display(*values, **options):
+    """Shows values as rich output of the running cell (MIME bundles). Where the cells run
+    in IPython's shell, a value that is not a dict, list, tuple or figure is shown by
+    IPython's `display` (its formatters, `_ipython_display_`, `display_id=`); a string is
+    shown as its text in both."""
+    shell = _ipython_shell()
+    handle = None
     for value in values:
+        figure = _figure_class()
+        ours = isinstance(value, (dict, list, tuple, str)) or (
+            figure is not None and isinstance(value, figure))
+        if shell is not None and (options or not ours):  # `display_id=` is IPython's
+            from IPython.display import display as ipython_display
+
+            handle = ipython_display(value, **options)
+            continue
+        if shell is not None:
+            shell.display_pub.publish(_bundle(value))  # caught by %%capture too
+            continue
         _host.flush()
         _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": _bundle(value)})
+    return handle
+
+
+def _ipython_shell():
+    """IPython's shell where the cells run in it (cellvisor_shell), else None."""
+    shells = sys.modules.get("cellvisor_shell")
+    return shells.active() if shells is not None else None
 
 
 # Exact built-in types whose values have no form richer than their text.
@@ -576,9 +599,24 @@ def _patch_pyplot(pyplot):
     pyplot.show = show
 
 
+def _patch_getipython(module):
+    """`from IPython import get_ipython` gives this worker's shell (the emulation's, where
+    IPython's own does not run the cells), not None: IPython's code then finds a shell."""
+    original = module.get_ipython
+
+    def get_ipython_():
+        """The worker's shell (cellvisor)."""
+        shell = original()
+        return shell if shell is not None else get_ipython()
+
+    get_ipython_.__wrapped__ = original
+    module.get_ipython = get_ipython_
+
+
 _POST_IMPORT_PATCHES = {
     "matplotlib.pyplot": _patch_pyplot,
     "IPython.core.display_functions": _patch_ipython_display,
+    "IPython.core.getipython": _patch_getipython,
 }
 
 

@@ -96,6 +96,8 @@ class _State:
     # (st_dev, st_ino) of the event pipe: a cell that closed or replaced fd 4 gets its done
     # event written there, which ends the runner as any other event would.
     event_pipe = None
+    # Displays given a place in the output so far (see `_send_event`).
+    displays = 0
 
 
 _state = _State()
@@ -124,13 +126,26 @@ class _Uninterruptible:
 
 
 def _send_event(event):
-    """Writes one event line to the shim, in one piece."""
+    """Writes one event line to the shim, in one piece. A display also gets its place in the
+    output: a marker on the output pipe, written just before the event under the same lock,
+    after which the shim's output thread sends it, so the output printed before and after
+    it (read by another thread than the events) stays around it."""
     _emit_trailing()  # output the cell printed before the event stays before it
     # Lone surrogates would make invalid JSON for the shim: they become "?".
-    line = json.dumps(event, ensure_ascii=False) + "\n"
-    data = memoryview(line.encode("utf-8", "replace"))
+    line = json.dumps(event, ensure_ascii=False)
+    placed = event.get("type") == "display" and _state.marker_fd is not None
     with _Uninterruptible(), _event_lock:
         _state.events += 1
+        if placed:
+            seq = _state.displays + 1
+            marker = "\x1ecellvisor-sync:%s:%d:display\x1e" % (_state.sync_token, seq)
+            try:
+                _write_all(_state.marker_fd, marker.encode())
+                _state.displays = seq
+                line = line[:-1] + ', "seq": %d}' % seq
+            except OSError:
+                pass  # no output pipe: the display goes on its own
+        data = memoryview((line + "\n").encode("utf-8", "replace"))
         try:
             while data:
                 written = os.write(EVENT_FD, data)
@@ -244,6 +259,9 @@ def _flush_std():
 def _hidden_frame(filename):
     if filename == RUNNER_FILE:
         return True
+    shell = sys.modules.get("cellvisor_shell_ipython")
+    if shell is not None and shell.own_frame(filename):
+        return True  # IPython's shell running the cell
     asyncio = sys.modules.get("asyncio")
     if asyncio is not None:
         return filename.startswith(os.path.dirname(asyncio.__file__) + os.sep)
@@ -252,7 +270,8 @@ def _hidden_frame(filename):
 
 # Modules of ours a cell may run through (the prelude aside), loaded when first needed.
 _OUR_MODULES = ("cellvisor_ipython", "cellvisor_exit", "cellvisor_notebook", "cellvisor_pretty",
-                "cellvisor_magics", "cellvisor_inspector")
+                "cellvisor_magics", "cellvisor_inspector", "cellvisor_shell",
+                "cellvisor_shell_ipython")
 
 
 def _our_files():
@@ -282,8 +301,9 @@ def _summary(error):
     return name + ": " + message if message else name
 
 
-def _report_error(error):
-    """Prints the traceback without the runner's own frames; returns the summary."""
+def _report_error(error, minimal=False):
+    """Prints the traceback without the runner's own frames (only the exception line when
+    `minimal`, IPython's `%xmode Minimal`); returns the summary."""
     import traceback
 
     tb = error.__traceback__
@@ -299,7 +319,9 @@ def _report_error(error):
         )
         text = "".join(report.format())
         magics = sys.modules.get("cellvisor_magics")
-        if magics is not None:  # `%xmode Minimal`: the exception line only
+        if minimal:
+            text = "".join(report.format_exception_only())
+        elif magics is not None:  # `%xmode Minimal`: the exception line only
             text = magics.traceback_text(error, text)
     except Exception:
         text = _summary(error) + "\n"
@@ -346,6 +368,35 @@ def _run_coroutine(coroutine):
         raise
 
 
+def _run_shell_cell(cell_id, source, namespace):
+    """Runs one cell in IPython's shell (see cellvisor_shell); returns (status, summary)."""
+    namespace.pop("__warningregistry__", None)
+    shell = sys.modules["cellvisor_shell_ipython"]
+    try:
+        try:
+            result = shell.run(source, store_history=cell_id != 0)
+        finally:
+            if "cellvisor_exit" in sys.modules:  # raises exit()'s SystemExit if it was called
+                sys.modules["cellvisor_exit"].end_cell()
+        stop = sys.modules["cellvisor_shell"].active().cellvisor_stop
+        if stop is not None:
+            raise stop
+        error = result.error_before_exec or result.error_in_exec
+        _prelude.send_figures()
+        return ("ok", None) if error is None else ("error", _summary(error))
+    except KeyboardInterrupt:
+        _state.running = False
+        _flush_std()
+        return "interrupted", None
+    except SystemExit as error:
+        if error.code is None or error.code == 0:
+            _prelude.send_figures()
+            return "ok", None
+        return _failed(error)
+    except BaseException as error:
+        return _failed(error)
+
+
 def _run_cell(cell_id, source, namespace):
     """Runs one cell; returns (status, summary).
 
@@ -353,6 +404,8 @@ def _run_cell(cell_id, source, namespace):
     cell one coroutine on the persistent loop; a trailing expression is rewritten into an
     assignment to a hidden name, whose value is then shown like IPython's Out.
     """
+    if _shell is not None:
+        return _run_shell_cell(cell_id, source, namespace)
     filename = "<cell %d>" % cell_id
     _keep_source(filename, source)
     # Like IPython: warnings' once-per-location registry starts afresh for each cell, as all
@@ -625,6 +678,10 @@ class _Host:
     yield_control = staticmethod(_yield_control)
     import_beside = staticmethod(_import_beside)
 
+    report_error = staticmethod(_report_error)
+    show_trailing_text = staticmethod(_show_trailing_text)
+    keep_source = staticmethod(_keep_source)
+
     @staticmethod
     def cell_id():
         return _state.cell_id
@@ -640,6 +697,7 @@ def _load_prelude():
 _commands = _CommandReader()
 _prelude = None
 _namespace = None
+_shell = None  # IPython's InteractiveShell, where the cells run in it (see cellvisor_shell)
 
 
 def _reap(pids):
@@ -660,13 +718,17 @@ def _reap(pids):
 def prepare():
     """Loads what every runner holds before its first cell: the prelude in builtins and the
     cells' namespace. A zygote calls it once and forks runners that start from here."""
-    global _prelude, _namespace
+    global _prelude, _namespace, _shell
     # Figures render off-screen (and are sent as PNG) unless the user chose a backend.
     if not os.environ.get("MPLBACKEND"):
         os.environ["MPLBACKEND"] = "Agg"
     if _prelude is None:
         _prelude = _load_prelude()
         _namespace = _main_module()
+        shells = _import_beside("cellvisor_shell")
+        if shells.wanted() != "builtin":
+            with _Uninterruptible():
+                _shell = shells.prepare(sys.modules["__main__"], _Host)
 
 
 def main():
@@ -691,7 +753,10 @@ def main():
     commands = _commands
     name = "PyPy" if sys.implementation.name == "pypy" else "Python"
     version = "%d.%d.%d" % sys.version_info[:3]
-    _send_event({"type": "ready", "version": name + " " + version, "executable": sys.executable})
+    shell = sys.modules["cellvisor_shell"].describe()
+    _send_event({"type": "ready", "version": "%s %s (%s)" % (name, version, shell),
+                 "executable": sys.executable})
+    notice = sys.modules["cellvisor_shell"].notice()
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_mark_forked_copy)
     while True:
@@ -732,6 +797,9 @@ def main():
             _restore_std_streams()
             _prelude.begin_cell(tools)
             _state.events = 0
+            if notice and cell_id:  # the first cell says why its shell is not the one asked
+                _send_event({"type": "notice", "message": notice})
+                notice = None
             try:
                 status, summary = _execute(
                     cell_id, lambda: _run_cell(cell_id, source, namespace))

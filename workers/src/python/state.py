@@ -74,11 +74,15 @@ def user_names(namespace):
     (nor the history's: `In`, `Out`, `_`, `_5`, `_i5`, ...)."""
     names = []
     notebook = sys.modules.get("cellvisor_notebook")
+    shells = sys.modules.get("cellvisor_shell")
+    hidden = shells.hidden_names() if shells is not None else {}
     for name, value in list(namespace.items()):
         if not isinstance(name, str) or (name.startswith("__") and name.endswith("__")):
             continue
         if name in RUNNER_NAMES or getattr(builtins, name, _MISSING) is value:
             continue
+        if hidden.get(name, _MISSING) is value:
+            continue  # IPython's shell put it there (`get_ipython`, `exit`, `_dh`, ...)
         if notebook is not None and notebook.is_history_name(name):
             continue
         names.append(name)

@@ -1,0 +1,344 @@
+"""The InteractiveShell cellvisor runs cells in when the interpreter has IPython (see
+`cellvisor_shell`). Importing this module imports IPython: a zygote does it once, before
+it forks.
+
+What cellvisor changes of IPython's shell, each for a reason:
+- the display publisher sends every display as a cellvisor MIME bundle (IPython's prints
+  `text/plain`), `update=True` included (the update arrives as a new display: outputs are
+  a stream), and `clear_output` clears nothing for the same reason;
+- the display hook shows a trailing value as the built-in runner does: its text printed
+  (held to go out with the cell's end), and a bundle when it has a richer form, as one
+  bundle in its richest form;
+- tracebacks are printed as Python prints them, on stderr, without IPython's colours and
+  without the shell's own frames (`%xmode Minimal` still prints the exception line only);
+- `SystemExit` and `KeyboardInterrupt` leave the cell to the runner (code mode's `exit()`,
+  interrupts) instead of being printed;
+- no history database, no output history kept beyond `Out` (a session that prints
+  gigabytes keeps none of it), no pager (help is printed), `ls` without `--color`;
+- the frontend magics and the debugger magics say why they do nothing here.
+"""
+
+import os
+import sys
+
+import IPython
+from IPython.core.compilerop import CachingCompiler
+from IPython.core.displayhook import DisplayHook
+from IPython.core.displaypub import DisplayPublisher
+from IPython.core.error import TryNext, UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+# A trailing value's bundle repeats its text; past this size (as JSON) it is not sent twice.
+TRAILING_BUNDLE_LIMIT = 1 << 20
+_IPYTHON_DIR = IPython.__file__.rsplit("/", 1)[0]
+
+
+def _prelude():
+    return sys.modules["cellvisor_prelude"]
+
+
+class CellPublisher(DisplayPublisher):
+    """Sends displays as cellvisor bundles of the running cell."""
+
+    def publish(self, data, metadata=None, source=None, *, transient=None, update=False,
+                **kwargs):
+        if not isinstance(data, dict):
+            raise TypeError("publish: data must be a dict of MIME type to data")
+        self._is_publishing = True
+        try:
+            _prelude().send_bundle(dict(data))
+        finally:
+            self._is_publishing = False
+
+    def clear_output(self, wait=False):
+        """Outputs are a stream here: what was sent stays, and the next display follows."""
+
+
+class CellDisplayHook(DisplayHook):
+    """Shows a cell's trailing value as cellvisor does (see the module's docstring)."""
+
+    _value = None
+
+    def write_output_prompt(self):
+        """No `Out[N]:` prompt: hosts number cells themselves."""
+
+    def compute_format_data(self, result):
+        self._value = result
+        return super().compute_format_data(result)
+
+    def write_format_data(self, format_dict, md_dict=None):
+        value, self._value = self._value, None
+        prelude = _prelude()
+        text = format_dict.get("text/plain")
+        bundle = {}
+        for mime, data in format_dict.items():
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                data = prelude._base64(data)  # a PNG formatter's bytes (SymPy's, say)
+            if prelude._json_or_none(data) is not None:
+                bundle[str(mime)] = data
+        if isinstance(value, (dict, list)):
+            as_json = prelude._json_or_none(value)
+            if as_json is not None:
+                bundle["application/json"] = as_json
+        rich = any(mime not in ("text/plain", "application/json") for mime in bundle)
+        sent = False
+        if len(bundle) > 1 and not prelude._is_pyplot_figure(value):
+            import json
+
+            if len(json.dumps(bundle)) <= TRAILING_BUNDLE_LIMIT:
+                self.shell.display_pub.publish(bundle)  # `%%capture` catches it too
+                sent = True
+        if text is not None and not (rich and sent):
+            self.shell.cellvisor_host.show_trailing_text(text + "\n")
+
+    def log_output(self, format_dict):
+        """Only the text, for `%history -o`: no bundle kept for the session's life."""
+        text = format_dict.get("text/plain")
+        if text is not None:
+            self.shell.history_manager.output_hist_reprs[self.prompt_count] = text
+
+    def update_user_ns(self, result):
+        if result is self.shell.user_ns.get("_oh"):
+            return  # as IPython: `Out` is not stored in itself
+        super().update_user_ns(result)
+
+
+class CellCompiler(CachingCompiler):
+    """Names each cell's code `<cell N>` (N the runner's cell id), as the built-in runner
+    does, and keeps a bounded number of cell sources in linecache."""
+
+    def cache(self, transformed_code, number=0, raw_code=None):
+        host = sys.modules["cellvisor_shell"]._host
+        name = "<cell %d>" % host.cell_id()
+        host.keep_source(name, transformed_code)
+        return name
+
+
+class _ExitGuards:
+    """An AST transformer that guards the cell's handlers for code mode's `exit()`."""
+
+    def visit(self, node):
+        sys.modules["cellvisor_shell"]._host.import_beside("cellvisor_exit").guard_handlers(node)
+        return node
+
+
+class CellShell(InteractiveShell):
+    """IPython's InteractiveShell with cellvisor's display, errors and exits."""
+
+    displayhook_class = CellDisplayHook
+    display_pub_class = CellPublisher
+    compiler_class = CellCompiler
+    cellvisor_host = None
+    # Set by run_code: the SystemExit or KeyboardInterrupt that ended the cell.
+    cellvisor_stop = None
+
+    def _tee(self, channel):
+        import contextlib
+
+        return contextlib.nullcontext()  # no output history kept (see the module)
+
+    def init_virtualenv(self):
+        """The worker already runs the session's interpreter."""
+
+    def system(self, cmd):
+        """`!cmd`: runs under bash (/bin/sh where there is none) with its output straight
+        into the cell's (IPython's pseudo-terminal would end lines with CR LF); `_exit_code`
+        holds its status."""
+        import subprocess
+
+        cmd = self.var_expand(cmd, depth=1)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        shell = _beside_ipython_module()._command_shell()
+        code = subprocess.call(cmd, shell=True, executable=shell, stdin=subprocess.DEVNULL)
+        self.user_ns["_exit_code"] = -(code - 128) if code > 128 else code
+        if getattr(self, "system_raise_on_error", False) and code != 0:
+            raise subprocess.CalledProcessError(code, cmd)
+
+    system_piped = system
+
+    def set_next_input(self, s, replace=False):
+        """`%load`: a notebook would put the code in the next cell; here it is printed, so
+        the host sees what to run."""
+        print(s)
+
+    async def run_code(self, code_obj, result=None, *, async_=False):
+        __tracebackhide__ = "__ipython_bottom__"  # noqa: F841 - IPython's marker
+        old_excepthook, sys.excepthook = sys.excepthook, self.excepthook
+        try:
+            try:
+                if async_:
+                    await eval(code_obj, self.user_global_ns, self.user_ns)
+                else:
+                    exec(code_obj, self.user_global_ns, self.user_ns)
+            finally:
+                sys.excepthook = old_excepthook
+        except (SystemExit, KeyboardInterrupt) as stop:
+            self.cellvisor_stop = stop
+            if result is not None:
+                result.error_in_exec = stop
+            return True
+        except self.custom_exceptions:
+            etype, value, tb = sys.exc_info()
+            if result is not None:
+                result.error_in_exec = value
+            self.CustomTB(etype, value, tb)
+            return True
+        except BaseException:
+            if result is not None:
+                result.error_in_exec = sys.exc_info()[1]
+            self.showtraceback(running_compiled_code=True)
+            return True
+        return False
+
+    runcode = run_code
+
+    def showtraceback(self, exc_tuple=None, filename=None, tb_offset=None,
+                      exception_only=False, running_compiled_code=False):
+        try:
+            etype, value, tb = self._get_exc_info(exc_tuple)
+        except ValueError:
+            print("No traceback available to show.", file=sys.stderr)
+            return
+        if issubclass(etype, KeyboardInterrupt):
+            self.cellvisor_stop = value
+            return
+        if etype is UsageError:
+            self.show_usage_error(value)
+            return
+        if filename and issubclass(etype, SyntaxError):
+            try:
+                value.filename = filename
+            except AttributeError:
+                pass
+        value.__traceback__ = tb
+        mode = getattr(self.InteractiveTB, "mode", "")
+        self.cellvisor_host.report_error(value, minimal=mode == "Minimal")
+
+    def showsyntaxerror(self, filename=None, running_compiled_code=False):
+        self.showtraceback(filename=filename)
+
+    def showindentationerror(self):
+        self.showtraceback()
+
+    def enable_gui(self, gui=None):
+        """No GUI event loop runs here: figures arrive as PNG displays."""
+
+    def enable_matplotlib(self, gui=None):
+        """`%pylab` (and anything asking for matplotlib): figures render off-screen and
+        arrive as PNG displays, at `plt.show()` and at the cell's end, whatever the backend
+        asked for."""
+        import matplotlib.pyplot  # noqa: F401 - the backend is Agg (MPLBACKEND)
+
+        if gui not in (None, "inline", "agg", "auto"):
+            _beside_ipython_module().shell(_prelude().send_bundle) \
+                ._line_matplotlib(str(gui))
+        return gui, "agg"
+
+
+def _beside_ipython_module():
+    return sys.modules["cellvisor_shell"]._beside("cellvisor_ipython")
+
+
+def _show_in_pager(self, data, start=0, screen_lines=0, pager_cmd=None):
+    """Help goes into the cell's output (there is no terminal to page in)."""
+    if isinstance(data, dict):
+        data = data.get("text/plain", "")
+    print(data)
+
+
+def _no_debugger(name):
+    def magic(line="", cell=None):
+        print(sys.modules["cellvisor_shell"]._beside("cellvisor_magics").NO_DEBUGGER % name)
+        code = cell if cell is not None else line
+        if name != "%pdb" and code and code.strip():  # `%debug STATEMENT` runs it
+            shell = sys.modules["cellvisor_shell"]._shell
+            exec(compile(code, "<debug>", "exec"), shell.user_global_ns, shell.user_ns)
+
+    magic.__doc__ = "Interactive debugging is not supported here (cells have no terminal)."
+    return magic
+
+
+def _register_cellvisor_magics(shell):
+    """The magics whose IPython form needs what a worker has not (a terminal, a GUI, a
+    frontend, a debugger's stdin): each says so instead, or does what it can."""
+    frontend = sys.modules["cellvisor_shell"]._beside("cellvisor_magics").frontend_magic
+    for name in ("qtconsole", "connect_info", "gui", "autosave"):
+        shell.register_magic_function(frontend(name), "line", name)
+    for name, kind in (("pdb", "line"), ("debug", "line"), ("debug", "cell")):
+        shell.register_magic_function(_no_debugger("%" * (1 if kind == "line" else 2) + name),
+                                      kind, name)
+    emulation = _beside_ipython_module().shell(_prelude().send_bundle)
+    shell.register_magic_function(emulation._line_matplotlib, "line", "matplotlib")
+    for name, command in sys.modules["cellvisor_shell"].ALIASES:
+        shell.alias_manager.define_alias(name, command)
+
+
+def _keep_cell_files(oinspect):
+    """`obj?` names a cell's function's file `<cell N>`, as the built-in help does, not a
+    made-up path under the working directory."""
+    original = oinspect.find_file
+
+    def find_file(obj):
+        code = getattr(getattr(obj, "__wrapped__", obj), "__code__", None)
+        name = getattr(code, "co_filename", "")
+        if name.startswith("<cell "):
+            return name
+        return original(obj)
+
+    oinspect.find_file = find_file
+
+
+def make(module, host):
+    """The shell over `module` (the cells' `__main__`), made once."""
+    from IPython.core import oinspect
+    from traitlets.config import Config
+
+    _keep_cell_files(oinspect)
+
+    config = Config()
+    config.HistoryManager.enabled = False  # no database, no saving thread
+    config.InteractiveShell.xmode = "Context"
+    import warnings
+
+    with warnings.catch_warnings():
+        # An unwritable ~/.ipython (a sandboxed session's) makes IPython warn and use a
+        # temporary directory, which is all it can do: not the first cell's business.
+        warnings.simplefilter("ignore")
+        shell = CellShell.instance(config=config, user_module=module)
+    shell.cellvisor_host = host
+    shell.cellvisor_made_in = os.getpid()  # a zygote's, in the sessions forked from it
+    for colors in ("nocolor", "NoColor"):
+        try:
+            shell.colors = colors
+            break
+        except Exception:
+            continue
+    shell.set_hook("show_in_pager", _show_in_pager)
+    shell.ast_transformers.append(_ExitGuards())
+    _register_cellvisor_magics(shell)
+    # IPython puts its own `display` in builtins: cellvisor's (JSON for dicts and lists, as
+    # the anchors' display does, IPython's for the rest) stays.
+    prelude = _prelude()
+    import builtins
+
+    builtins.display = prelude.display
+    # Code mode's exit() (IPython's `exit` and `quit` would only ask a terminal to close).
+    shell.user_ns["exit"] = shell.user_ns["quit"] = prelude.exit
+    shell.user_ns_hidden["exit"] = shell.user_ns_hidden["quit"] = prelude.exit
+    return shell
+
+
+def run(source, store_history=True):
+    """Runs one cell in the shell; returns the ExecutionResult."""
+    shell = sys.modules["cellvisor_shell"]._shell
+    shell.cellvisor_stop = None
+    return shell.run_cell(source, store_history=store_history)
+
+
+def own_frame(filename):
+    """Whether a traceback frame of this file is the shell's own machinery."""
+    return filename.startswith(_IPYTHON_DIR + "/core/") or filename == __file__
+
+
+__all__ = ["make", "run", "own_frame", "TryNext"]
