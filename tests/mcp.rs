@@ -151,10 +151,14 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(30);
 
 impl RawMcp {
     fn start(world: &World) -> RawMcp {
+        RawMcp::start_command(world.command())
+    }
+
+    /// A server started by `command` (a world's, with its own environment).
+    fn start_command(mut command: std::process::Command) -> RawMcp {
         use std::io::BufRead;
         use std::process::Stdio;
-        let mut child = world
-            .command()
+        let mut child = command
             .arg("mcp")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -296,18 +300,34 @@ fn timeouts_follow_the_one_rule_through_mcp() {
     world.assert_no_processes_left(SETTLE);
 }
 
-/// The MCP server shows a display the way the command line does (one text renderer): HTML
-/// as Markdown, JSON pretty-printed.
+/// The MCP server shows a display the way the command line does (one text renderer): the
+/// anchors' ranking (Markdown, then plain text, then HTML as Markdown: `plain-form` where the
+/// bundle also has `html-form`), a pandas frame's HTML table with its index kept, JSON
+/// pretty-printed.
 #[test]
 fn displays_are_rendered_as_on_the_command_line() {
     let world = World::new();
-    let mut server = RawMcp::start(&world);
+    let venv = common::test_venv(&["pandas", "IPython"]);
+    let mut command = world.command();
+    command.env("VIRTUAL_ENV", &venv);
+    let mut server = RawMcp::start_command(command);
     let (is_error, text) = server.eval(serde_json::json!([{"language": "py", "code":
-        "class Page:\n    def _repr_html_(self):\n        return '<p>Some <b>bold</b></p>'\n\
-         display(Page())\ndisplay({'k': [1]})"}]));
+        "from IPython.display import publish_display_data\n\
+         import pandas as pd\n\
+         publish_display_data({'text/plain': 'plain-form', 'text/html': '<i>html-form</i>'})\n\
+         publish_display_data({'text/html': '<p>Some <b>bold</b></p>'})\n\
+         df = pd.DataFrame({'a': [1, 2]}, index=pd.Index(['r1', 'r2'], name='key'))\n\
+         publish_display_data({'text/html': df.to_html()})\n\
+         display({'k': [1]})"}]));
     assert!(!is_error, "{text}");
+    assert!(text.contains("plain-form\n"), "{text}");
+    assert!(!text.contains("html-form"), "{text}");
     assert!(text.contains("Some **bold**\n"), "{text}");
     assert!(!text.contains("<b>"), "{text}");
+    assert!(
+        text.contains("| key | a   |\n|-----|-----|\n| r1  | 1   |\n| r2  | 2   |"),
+        "{text}"
+    );
     assert!(text.contains("{\n  \"k\": [\n    1\n  ]\n}"), "{text}");
     assert!(server.stop().success());
     world.assert_no_processes_left(SETTLE);

@@ -313,3 +313,70 @@ fn engine_memory_limits_fail_the_cell_and_the_session_goes_on() {
     assert_eq!(last["output"], "2\n", "{result:#}");
     world.assert_no_processes_left(SETTLE);
 }
+
+/// Issue 42 item 7: a cell's deadline is visible in the daemon's log at its default level:
+/// the timeout firing, the interrupt sent, and the grace running out (before the kill).
+#[test]
+fn a_cells_timeout_interrupt_and_grace_are_logged_by_the_daemon() {
+    let world = World::with_config(SHORT_INTERVALS);
+    let socket = world.runtime_dir().join("cellvisor").join("logged.sock");
+    let log = world.dir.path().join("daemon.log");
+    let mut daemon = world
+        .command()
+        .env_remove("CELLVISOR_LOG")
+        .args(["serve", "--socket"])
+        .arg(&socket)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("spawn serve");
+    wait_until(Duration::from_secs(15), || {
+        std::os::unix::net::UnixStream::connect(&socket).map(|_| ())
+    })
+    .expect("the daemon listens");
+    let mut client = common::daemon::Client::connect(&socket);
+    let result = client.eval(
+        "deadline",
+        json!([{"language": "py", "timeout": 1,
+                "code": "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass"}]),
+    );
+    assert_eq!(result["cells"][0]["status"], "cancelled", "{result:#}");
+    let lines = wait_until(Duration::from_secs(30), || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let wanted = [
+            "cell timeout fired",
+            "cell interrupt sent",
+            "cell interrupt grace ran out",
+        ];
+        let found: Vec<String> = wanted
+            .iter()
+            .filter_map(|w| text.lines().find(|l| l.contains(w)).map(str::to_string))
+            .collect();
+        if found.len() == wanted.len() {
+            Ok(found)
+        } else {
+            Err(text)
+        }
+    })
+    .unwrap_or_else(|text| panic!("the deadline's lines are not all in the log:\n{text}"));
+    assert!(
+        lines[0].contains("INFO") && lines[0].contains("session=deadline"),
+        "{lines:?}"
+    );
+    assert!(lines[0].contains("timeout_ms=1000"), "{lines:?}");
+    assert!(
+        lines[1].contains("INFO") && lines[1].contains("grace_ms=1000"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[2].contains("WARN") && lines[2].contains("grace_ms=1000"),
+        "{lines:?}"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM the daemon");
+    let _ = daemon.wait();
+    world.assert_no_processes_left(SETTLE);
+}

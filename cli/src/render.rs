@@ -14,6 +14,8 @@ use cellvisor::SessionStatus;
 use serde_json::Value;
 use std::fmt;
 
+mod table;
+
 /// `[2/3] title` (or the language when the cell has no title) above each cell of a request
 /// with several cells; `None` for a lone cell.
 pub fn cell_header(cell: &CellResult, total: usize) -> Option<String> {
@@ -134,8 +136,8 @@ pub enum Shown<'a> {
 const IMAGES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
 
 /// The best form of a display bundle for a text host: an image, then audio, then JSON
-/// (pretty-printed), Markdown, HTML as Markdown, plain text, SVG or LaTeX source; failing
-/// all that, a note naming the MIME types it had.
+/// (pretty-printed); then, as the anchors rank text forms, Markdown, plain text, HTML as
+/// Markdown; then SVG or LaTeX source; failing all that, a note naming the MIME types it had.
 pub fn display(bundle: &Value) -> Shown<'_> {
     let Some(bundle) = bundle.as_object() else {
         return Shown::Text(bundle.to_string());
@@ -168,10 +170,13 @@ pub fn display(bundle: &Value) -> Shown<'_> {
     if let Some(markdown) = text("text/markdown") {
         return Shown::Text(markdown.to_string());
     }
+    if let Some(plain) = text("text/plain") {
+        return Shown::Text(plain.to_string());
+    }
     if let Some(markdown) = text("text/html").and_then(html_to_markdown) {
         return Shown::Text(markdown);
     }
-    for mime in ["text/plain", "image/svg+xml", "text/html", "text/latex"] {
+    for mime in ["image/svg+xml", "text/html", "text/latex"] {
         if let Some(value) = text(mime) {
             return Shown::Text(value.to_string());
         }
@@ -193,6 +198,7 @@ pub fn display(bundle: &Value) -> Shown<'_> {
 pub fn html_to_markdown(html: &str) -> Option<String> {
     let converter = htmd::HtmlToMarkdown::builder()
         .skip_tags(vec!["script", "style", "head", "template", "noscript"])
+        .add_handler(vec!["table"], table::table_handler)
         .build();
     let markdown = converter.convert(html).ok()?;
     let markdown = markdown.trim();
@@ -417,6 +423,10 @@ mod tests {
         );
         assert_eq!(
             display(&json!({"text/html": "<p>hi <i>there</i></p>", "text/plain": "p"})),
+            Shown::Text("p".into())
+        );
+        assert_eq!(
+            display(&json!({"text/html": "<p>hi <i>there</i></p>"})),
             Shown::Text("hi *there*".into())
         );
         assert_eq!(
@@ -445,7 +455,7 @@ mod tests {
             "Some **bold** and [link](http://x)",
             "one",
             "two",
-            "| k | v |",
+            "| k   | v   |",
             "code\n  indented",
         ] {
             assert!(markdown.contains(part), "{part:?} in {markdown}");

@@ -47,7 +47,7 @@ function htmlToText(html: string): string | undefined {
 
 /**
  * The best form of a bundle for a text host: an image, then audio, then JSON (pretty), Markdown,
- * HTML as text, plain text, SVG or LaTeX source; else a note naming its MIME types.
+ * plain text, HTML as text, SVG or LaTeX source; else a note naming its MIME types.
  */
 export function display(bundle: DisplayBundle): Shown {
   const media = IMAGES.find((mime) => typeof bundle[mime] === "string");
@@ -61,12 +61,15 @@ export function display(bundle: DisplayBundle): Shown {
     const value: JsonValue | undefined = bundle[mime];
     return typeof value === "string" ? value : undefined;
   };
+  // The anchors' ranking of text forms: Markdown, then plain text, then HTML converted.
   const markdown = text("text/markdown");
   if (markdown !== undefined) return { kind: "text", text: markdown };
+  const plain = text("text/plain");
+  if (plain !== undefined) return { kind: "text", text: plain };
   const html = text("text/html");
   const fromHtml = html === undefined ? undefined : htmlToText(html);
   if (fromHtml !== undefined) return { kind: "text", text: fromHtml };
-  for (const mime of ["text/plain", "image/svg+xml", "text/html", "text/latex"]) {
+  for (const mime of ["image/svg+xml", "text/html", "text/latex"]) {
     const value = text(mime);
     if (value !== undefined) return { kind: "text", text: value };
   }
