@@ -380,3 +380,44 @@ fn a_cells_timeout_interrupt_and_grace_are_logged_by_the_daemon() {
     let _ = daemon.wait();
     world.assert_no_processes_left(SETTLE);
 }
+
+/// Issue 42 item 4: the daemon, not the CLI, applies the operator's `[env]` rules to the
+/// caller's variables. The daemon's config allows `MYAPP_*`; the CLI's config says nothing of
+/// it, and the cell still sees the caller's `MYAPP_TOKEN_URL` (a place, not a credential),
+/// while a credential the built-in denylist names stays with the caller.
+#[test]
+fn the_daemons_env_rules_apply_to_the_callers_variables() {
+    let daemon = common::daemon::Daemon::start_with("[env]\nallow = [\"MYAPP_*\"]\n");
+    let cli_config = daemon.world.dir.path().join("cli-config.toml");
+    std::fs::write(&cli_config, "").expect("the CLI's config");
+    let run = daemon
+        .world
+        .command()
+        .env("CELLVISOR_CONFIG", &cli_config)
+        .env("MYAPP_TOKEN_URL", "https://auth.example/token")
+        .env("MYAPP_MODE", "fast")
+        .env("MYAPP_TOKEN", "t-do-not-leak")
+        .env("UNLISTED_VARIABLE", "x")
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args([
+            "eval",
+            "-l",
+            "py",
+            "import os\nfor k in ['MYAPP_TOKEN_URL', 'MYAPP_MODE', 'MYAPP_TOKEN', 'UNLISTED_VARIABLE']:\n    print(k, os.environ.get(k))",
+        ])
+        .output()
+        .expect("run cellvisor");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(
+        stdout,
+        "MYAPP_TOKEN_URL https://auth.example/token\nMYAPP_MODE fast\nMYAPP_TOKEN None\n\
+         UNLISTED_VARIABLE None\n"
+    );
+    daemon.stop();
+}
