@@ -110,6 +110,15 @@ pub fn placeholder(cell: &CellResult) -> Option<&'static str> {
     })
 }
 
+/// How long a cell ran, for a person: `12 ms` under a second, else `1.5 s`.
+pub fn duration_text(ms: f64) -> String {
+    if ms < 1000.0 {
+        format!("{:.0} ms", ms.max(0.0))
+    } else {
+        format!("{:.1} s", ms / 1000.0)
+    }
+}
+
 /// Whether a media display is a picture or a sound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MediaKind {
