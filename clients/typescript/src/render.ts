@@ -77,6 +77,11 @@ export function display(bundle: DisplayBundle): Shown {
   return kinds.length === 0 ? { kind: "nothing" } : { kind: "text", text: `[display: ${kinds.join(", ")}]` };
 }
 
+/** How long a cell ran, for a person: `12 ms` under a second, else `1.5 s` (as the CLI and MCP say it). */
+export function durationText(ms: number): string {
+  return ms < 1000 ? `${Math.max(0, ms).toFixed(0)} ms` : `${(ms / 1000).toFixed(1)} s`;
+}
+
 /** `(no text output)` for a quiet complete cell with displays to show, `(no output)` with nothing; else undefined. */
 export function placeholder(cell: CellResult): string | undefined {
   if (cell.status !== "complete" || cell.output.trim() !== "") return undefined;
@@ -163,19 +168,22 @@ export function renderCell(cell: CellResult, total: number): { text: string; med
     if (shown.kind === "text") line(shown.text);
     else if (shown.kind !== "nothing") media.push(shown);
   }
+  // Every cell ends with its status and how long it ran, as the anchor's result view shows them.
+  const took = durationText(cell.duration_ms);
   switch (cell.status) {
     case "complete":
+      line(`(complete in ${took})`);
       break;
     case "skipped":
       line(cell.output === "" ? "(skipped: an earlier cell failed)" : "(skipped)");
       break;
     case "running":
       line(
-        `(still running in the background as cell ${cell.cell_id}: call \`wait\` with cell_id ${cell.cell_id} for the rest, or \`terminate\` to stop it)`,
+        `(still running in the background after ${took} as cell ${cell.cell_id}: call \`wait\` with cell_id ${cell.cell_id} for the rest, or \`terminate\` to stop it)`,
       );
       break;
     default:
-      line(`(${cell.status})`);
+      line(`(${cell.status} after ${took})`);
   }
   return { text, media };
 }
