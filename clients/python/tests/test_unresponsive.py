@@ -65,3 +65,24 @@ def test_a_stopped_daemon_gives_unresponsive_and_a_long_cell_is_not_cut(daemon):
             os.kill(pid, signal.SIGCONT)
         with Client.connect(socket=daemon.socket, health_timeout=30) as client:
             assert client.eval("print('back')", language="lua", session="long")["cells"][0]["output"] == "back\n"
+
+
+def test_the_async_client_gives_unresponsive_too(tmp_path):
+    import asyncio
+
+    from cellvisor import AsyncClient
+
+    path = str(tmp_path / "silent-async.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+    held = []
+    threading.Thread(target=lambda: held.append(listener.accept()[0]), daemon=True).start()
+    try:
+        with pytest.raises(Unresponsive) as raised:
+            asyncio.run(AsyncClient.connect(socket=path, health_timeout=1))
+        assert "did not answer `initialize` within 1 s" in str(raised.value)
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
