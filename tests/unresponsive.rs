@@ -71,7 +71,7 @@ fn a_silent_listener_makes_every_command_give_up_and_is_left_alone() {
         let (code, _, stderr, _) = run_on(&world, &socket, args);
         assert_ne!(code, 0, "{args:?}: {stderr}");
         assert!(
-            stderr.contains(&format!("did not answer `initialize` within 2 s"))
+            stderr.contains("did not answer `initialize` within 2 s")
                 || stderr.contains("did not answer within 2 s"),
             "{args:?}: {stderr}"
         );

@@ -179,7 +179,11 @@ pub fn display(bundle: &Value) -> Shown<'_> {
     if let Some(markdown) = text("text/markdown") {
         return Shown::Text(markdown.to_string());
     }
-    if let Some(plain) = text("text/plain") {
+    // A plain form that is only an object's default repr (`<__main__.Page at 0x7f...>`) says
+    // nothing the HTML would not: there the HTML is shown (a documented difference from the
+    // anchors, which would show the address).
+    let html_form = text("text/html").filter(|_| text("text/plain").is_some_and(is_default_repr));
+    if let Some(plain) = text("text/plain").filter(|_| html_form.is_none()) {
         return Shown::Text(plain.to_string());
     }
     if let Some(markdown) = text("text/html").and_then(html_to_markdown) {
@@ -200,6 +204,15 @@ pub fn display(bundle: &Value) -> Shown<'_> {
     } else {
         Shown::Text(format!("[display: {}]", kinds.join(", ")))
     }
+}
+
+/// Whether `plain` is only an object's default repr: one line `<... at 0x...>`.
+fn is_default_repr(plain: &str) -> bool {
+    let plain = plain.trim();
+    plain.starts_with('<')
+        && plain.ends_with('>')
+        && plain.contains(" at 0x")
+        && !plain.contains('\n')
 }
 
 /// HTML as Markdown for text-only hosts (headings, emphasis, links, lists, tables, code),
@@ -437,6 +450,10 @@ mod tests {
         assert_eq!(
             display(&json!({"text/html": "<p>hi <i>there</i></p>"})),
             Shown::Text("hi *there*".into())
+        );
+        assert_eq!(
+            display(&json!({"text/html": "<b>h</b>", "text/plain": "<__main__.Page at 0x7f00>"})),
+            Shown::Text("**h**".into())
         );
         assert_eq!(
             display(&json!({"text/plain": "p"})),

@@ -64,8 +64,10 @@ export function display(bundle: DisplayBundle): Shown {
   // The anchors' ranking of text forms: Markdown, then plain text, then HTML converted.
   const markdown = text("text/markdown");
   if (markdown !== undefined) return { kind: "text", text: markdown };
+  // A plain form that is only an object's default repr (`<__main__.Page at 0x7f...>`) gives way to the HTML.
   const plain = text("text/plain");
-  if (plain !== undefined) return { kind: "text", text: plain };
+  const defaultRepr = plain !== undefined && /^<[^\n]* at 0x[^\n]*>$/.test(plain.trim()) && text("text/html") !== undefined;
+  if (plain !== undefined && !defaultRepr) return { kind: "text", text: plain };
   const html = text("text/html");
   const fromHtml = html === undefined ? undefined : htmlToText(html);
   if (fromHtml !== undefined) return { kind: "text", text: fromHtml };

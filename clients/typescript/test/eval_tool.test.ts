@@ -214,4 +214,9 @@ test("text forms rank as the anchors rank them: Markdown, then plain text, then 
     text: "*md-form*",
   });
   assert.deepEqual(display({ "text/html": "<p>html-form</p>" }), { kind: "text", text: "html-form" });
+  // A default repr says nothing the HTML would not.
+  assert.deepEqual(display({ "text/plain": "<__main__.Page at 0x7f00>", "text/html": "<p>html-form</p>" }), {
+    kind: "text",
+    text: "html-form",
+  });
 });
