@@ -596,3 +596,43 @@ fn a_wait_chooses_which_events_it_gets() {
     assert_eq!(error["code"], -32602, "{error}");
     daemon.stop();
 }
+
+/// Issue 42 item 6: a cell's call of a host tool is a status event (`{"op": "tool", "name"}`),
+/// live and in the cell's `status_events`, as the anchor reports its tools' calls.
+#[test]
+fn host_tool_calls_are_status_events() {
+    let daemon = Daemon::start();
+    let mut client = daemon.client();
+    let id = client.send(
+        "eval",
+        json!({"session": "tool-status", "events": "all",
+               "tools": [{"name": "lookup", "description": "Looks a word up"}],
+               "cells": [{"language": "js", "code": "text(JSON.stringify(await tools.lookup({word: 'x'})))"}]}),
+    );
+    let mut live = Vec::new();
+    let result = loop {
+        let message = client.read().expect("connection open");
+        if message["method"] == "tool/call" {
+            let answer = json!({"jsonrpc": "2.0", "id": message["id"], "result": {"found": true}});
+            client.send_line(&answer.to_string());
+        } else if message["id"] == json!(id) {
+            break message["result"].clone();
+        } else {
+            live.push(message.clone());
+        }
+    };
+    let cell = &result["cells"][0];
+    assert_eq!(cell["status"], "complete", "{result:#}");
+    assert_eq!(cell["output"], "{\"found\":true}\n", "{result:#}");
+    assert_eq!(
+        cell["status_events"],
+        json!([{"op": "tool", "name": "lookup"}]),
+        "{result:#}"
+    );
+    assert!(
+        live.iter()
+            .any(|m| m.to_string().contains("\"op\":\"tool\"")),
+        "the status event streamed live: {live:#?}"
+    );
+    daemon.stop();
+}

@@ -151,10 +151,14 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(30);
 
 impl RawMcp {
     fn start(world: &World) -> RawMcp {
+        RawMcp::start_command(world.command())
+    }
+
+    /// A server started by `command` (a world's, with its own environment).
+    fn start_command(mut command: std::process::Command) -> RawMcp {
         use std::io::BufRead;
         use std::process::Stdio;
-        let mut child = world
-            .command()
+        let mut child = command
             .arg("mcp")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -296,18 +300,34 @@ fn timeouts_follow_the_one_rule_through_mcp() {
     world.assert_no_processes_left(SETTLE);
 }
 
-/// The MCP server shows a display the way the command line does (one text renderer): HTML
-/// as Markdown, JSON pretty-printed.
+/// The MCP server shows a display the way the command line does (one text renderer): the
+/// anchors' ranking (Markdown, then plain text, then HTML as Markdown: `plain-form` where the
+/// bundle also has `html-form`), a pandas frame's HTML table with its index kept, JSON
+/// pretty-printed.
 #[test]
 fn displays_are_rendered_as_on_the_command_line() {
     let world = World::new();
-    let mut server = RawMcp::start(&world);
+    let venv = common::test_venv(&["pandas", "IPython"]);
+    let mut command = world.command();
+    command.env("VIRTUAL_ENV", &venv);
+    let mut server = RawMcp::start_command(command);
     let (is_error, text) = server.eval(serde_json::json!([{"language": "py", "code":
-        "class Page:\n    def _repr_html_(self):\n        return '<p>Some <b>bold</b></p>'\n\
-         display(Page())\ndisplay({'k': [1]})"}]));
+        "from IPython.display import publish_display_data\n\
+         import pandas as pd\n\
+         publish_display_data({'text/plain': 'plain-form', 'text/html': '<i>html-form</i>'})\n\
+         publish_display_data({'text/html': '<p>Some <b>bold</b></p>'})\n\
+         df = pd.DataFrame({'a': [1, 2]}, index=pd.Index(['r1', 'r2'], name='key'))\n\
+         publish_display_data({'text/html': df.to_html()})\n\
+         display({'k': [1]})"}]));
     assert!(!is_error, "{text}");
+    assert!(text.contains("plain-form\n"), "{text}");
+    assert!(!text.contains("html-form"), "{text}");
     assert!(text.contains("Some **bold**\n"), "{text}");
     assert!(!text.contains("<b>"), "{text}");
+    assert!(
+        text.contains("| key | a   |\n|-----|-----|\n| r1  | 1   |\n| r2  | 2   |"),
+        "{text}"
+    );
     assert!(text.contains("{\n  \"k\": [\n    1\n  ]\n}"), "{text}");
     assert!(server.stop().success());
     world.assert_no_processes_left(SETTLE);
@@ -423,6 +443,105 @@ fn a_malformed_notification_gets_no_answer() {
     assert_eq!(answer["id"], "after", "{answer}");
     assert!(answer.get("error").is_none(), "{answer}");
     assert_still_serves(&mut server);
+    assert!(server.stop().success());
+    world.assert_no_processes_left(SETTLE);
+}
+
+/// The eval tool's `language` enum and the reset tool's, and the eval description's words.
+fn eval_languages(world: &World) -> (Vec<String>, Vec<String>, String) {
+    let mut command = world.command();
+    command.env_remove("VIRTUAL_ENV");
+    let mut server = RawMcp::start_command(command);
+    let listed = server.request("tools/list", serde_json::json!({}));
+    assert!(server.stop().success());
+    let tools = listed["result"]["tools"].as_array().expect("tools").clone();
+    let tool = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} tool in {listed}"))
+    };
+    let eval = tool("eval");
+    let codes = |value: &serde_json::Value| -> Vec<String> {
+        value
+            .as_array()
+            .expect("an enum")
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect()
+    };
+    let eval_enum = codes(
+        &eval["inputSchema"]["properties"]["cells"]["items"]["properties"]["language"]["enum"],
+    );
+    let reset_enum = codes(&tool("reset")["inputSchema"]["properties"]["language"]["enum"]);
+    let description = eval["description"].as_str().unwrap_or_default().to_string();
+    (eval_enum, reset_enum, description)
+}
+
+/// Issue 42 item 6: the eval tool names only the usable languages, as the anchor's tool
+/// omits an unavailable backend: Python disabled, or its interpreter unusable, is left out
+/// of the description and of the enums.
+#[test]
+fn the_tools_name_only_usable_languages() {
+    let world = World::new();
+    let (eval, reset, description) = eval_languages(&world);
+    assert_eq!(eval, ["py", "js", "lua"]);
+    assert_eq!(reset, ["py", "js", "lua"]);
+    assert!(description.contains("Python (py)") && description.contains("matplotlib"));
+    for config in [
+        "[python]\nenabled = false\n",
+        "[python]\ninterpreter = \"/nonexistent/python3\"\n",
+    ] {
+        let world = World::with_config(config);
+        let (eval, reset, description) = eval_languages(&world);
+        assert_eq!(eval, ["js", "lua"], "{config}");
+        assert_eq!(reset, ["js", "lua"], "{config}");
+        assert!(
+            description.starts_with(
+                "Run code cells in persistent JavaScript (js) and Lua (lua) runtimes."
+            ) && !description.contains("Python")
+                && !description.contains("matplotlib"),
+            "{config}: {description}"
+        );
+    }
+    let world = World::with_config("[python]\nenabled = false\n[lua]\nenabled = false\n");
+    let (eval, _, description) = eval_languages(&world);
+    assert_eq!(eval, ["js"]);
+    assert!(description.starts_with("Run code cells in persistent JavaScript (js) runtime."));
+}
+
+/// Issue 42 item 6: the text view gives every cell its status and duration, as the anchor's
+/// result view does (each cell with its status, duration and output).
+#[test]
+fn every_cell_has_its_status_and_duration_in_the_text_view() {
+    let world = World::new();
+    let mut server = RawMcp::start(&world);
+    let (is_error, text) = server.eval(serde_json::json!([
+        {"language": "lua", "code": "print('one')"},
+        {"language": "js", "code": "await new Promise((done) => setTimeout(done, 1200)); 'two'"},
+        {"language": "lua", "code": "error('three')"},
+        {"language": "lua", "code": "print('never')"},
+    ]));
+    assert!(is_error, "{text}");
+    let ends: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with('(') && l.ends_with(')'))
+        .collect();
+    assert_eq!(ends.len(), 4, "{text}");
+    assert!(
+        ends[0].starts_with("(complete in ") && ends[0].ends_with(" ms)"),
+        "{text}"
+    );
+    // Over a second, in seconds with a tenth.
+    let seconds: f64 = ends[1]
+        .trim_start_matches("(complete in ")
+        .trim_end_matches(" s)")
+        .parse()
+        .unwrap_or_else(|_| panic!("seconds in {:?}", ends[1]));
+    assert!(seconds >= 1.2, "{text}");
+    assert!(ends[2].starts_with("(error after "), "{text}");
+    assert_eq!(ends[3], "(skipped: an earlier cell failed)", "{text}");
     assert!(server.stop().success());
     world.assert_no_processes_left(SETTLE);
 }

@@ -53,7 +53,7 @@ async def own_session_name(session):
 
 async def background_cell_id(result):
     text = text_of(result)
-    check(not result.is_error and "still running in the background as cell" in text,
+    check(not result.is_error and "still running in the background after " in text,
           "the cell went to the background", result)
     return int(text.split("as cell ")[1].split(":")[0])
 
@@ -99,7 +99,7 @@ async def main(url, token):
                                      "while True:\n    time.sleep(0.05)", yield_time_ms=200)
             cell_id = await background_cell_id(result)
             result = await first.call_tool("terminate", {"cell_id": cell_id})
-            check(result.is_error and "(cancelled)" in text_of(result),
+            check(result.is_error and "(cancelled after " in text_of(result),
                   "terminate cancels the cell", result)
             result = await py(first, "print(x)")
             check(not result.is_error and "41" in text_of(result),

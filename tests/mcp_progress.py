@@ -47,8 +47,10 @@ class Recorder:
         return [m for _, _, m in self.seen if m is not None]
 
     def output(self):
-        """The output the messages carried, heartbeats left out."""
-        return "".join(m for m in self.messages() if not m.startswith(HEARTBEAT_LABEL))
+        """The output so far: each output message carries the tail of the call's output (up
+        to 100 KB, as the anchor's live updates do), so the last one holds it."""
+        outputs = [m for m in self.messages() if not m.startswith(HEARTBEAT_LABEL)]
+        return outputs[-1] if outputs else ""
 
     async def until(self, predicate, within):
         deadline = time.monotonic() + within
@@ -115,6 +117,14 @@ async def printed_lines_stream_as_progress(session):
           "at most 4 output messages a second: %d in %.2f s" % (len(output_messages), took))
     print("printing cell: streamed; flood of %d lines in %d messages over %.2f s"
           % (1000, len(output_messages), took))
+    # A message keeps a 100 KB tail: 30,000 bytes printed at once arrive whole.
+    recorder = Recorder()
+    code = "import time\nprint('x' * 30000, flush=True)\ntime.sleep(1)\nprint('done')"
+    result = await py(session, code, recorder)
+    check(not result.is_error, "the wide cell", result)
+    check(any(m.count("x") == 30000 for m in recorder.messages()),
+          "a progress message carries the 30,000 bytes whole: %r"
+          % [len(m) for m in recorder.messages()])
 
 
 async def a_cancel_interrupts_the_cell_and_keeps_the_state(session):

@@ -313,3 +313,111 @@ fn engine_memory_limits_fail_the_cell_and_the_session_goes_on() {
     assert_eq!(last["output"], "2\n", "{result:#}");
     world.assert_no_processes_left(SETTLE);
 }
+
+/// Issue 42 item 7: a cell's deadline is visible in the daemon's log at its default level:
+/// the timeout firing, the interrupt sent, and the grace running out (before the kill).
+#[test]
+fn a_cells_timeout_interrupt_and_grace_are_logged_by_the_daemon() {
+    let world = World::with_config(SHORT_INTERVALS);
+    let socket = world.runtime_dir().join("cellvisor").join("logged.sock");
+    let log = world.dir.path().join("daemon.log");
+    let mut daemon = world
+        .command()
+        .env_remove("CELLVISOR_LOG")
+        .args(["serve", "--socket"])
+        .arg(&socket)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("spawn serve");
+    wait_until(Duration::from_secs(15), || {
+        std::os::unix::net::UnixStream::connect(&socket).map(|_| ())
+    })
+    .expect("the daemon listens");
+    let mut client = common::daemon::Client::connect(&socket);
+    let result = client.eval(
+        "deadline",
+        json!([{"language": "py", "timeout": 1,
+                "code": "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass"}]),
+    );
+    assert_eq!(result["cells"][0]["status"], "cancelled", "{result:#}");
+    let lines = wait_until(Duration::from_secs(30), || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let wanted = [
+            "cell timeout fired",
+            "cell interrupt sent",
+            "cell interrupt grace ran out",
+        ];
+        let found: Vec<String> = wanted
+            .iter()
+            .filter_map(|w| text.lines().find(|l| l.contains(w)).map(str::to_string))
+            .collect();
+        if found.len() == wanted.len() {
+            Ok(found)
+        } else {
+            Err(text)
+        }
+    })
+    .unwrap_or_else(|text| panic!("the deadline's lines are not all in the log:\n{text}"));
+    assert!(
+        lines[0].contains("INFO") && lines[0].contains("session=deadline"),
+        "{lines:?}"
+    );
+    assert!(lines[0].contains("timeout_ms=1000"), "{lines:?}");
+    assert!(
+        lines[1].contains("INFO") && lines[1].contains("grace_ms=1000"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[2].contains("WARN") && lines[2].contains("grace_ms=1000"),
+        "{lines:?}"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM the daemon");
+    let _ = daemon.wait();
+    world.assert_no_processes_left(SETTLE);
+}
+
+/// Issue 42 item 4: the daemon, not the CLI, applies the operator's `[env]` rules to the
+/// caller's variables. The daemon's config allows `MYAPP_*`; the CLI's config says nothing of
+/// it, and the cell still sees the caller's `MYAPP_TOKEN_URL` (a place, not a credential),
+/// while a credential the built-in denylist names stays with the caller.
+#[test]
+fn the_daemons_env_rules_apply_to_the_callers_variables() {
+    let daemon = common::daemon::Daemon::start_with("[env]\nallow = [\"MYAPP_*\"]\n");
+    let cli_config = daemon.world.dir.path().join("cli-config.toml");
+    std::fs::write(&cli_config, "").expect("the CLI's config");
+    let run = daemon
+        .world
+        .command()
+        .env("CELLVISOR_CONFIG", &cli_config)
+        .env("MYAPP_TOKEN_URL", "https://auth.example/token")
+        .env("MYAPP_MODE", "fast")
+        .env("MYAPP_TOKEN", "t-do-not-leak")
+        .env("UNLISTED_VARIABLE", "x")
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .args([
+            "eval",
+            "-l",
+            "py",
+            "import os\nfor k in ['MYAPP_TOKEN_URL', 'MYAPP_MODE', 'MYAPP_TOKEN', 'UNLISTED_VARIABLE']:\n    print(k, os.environ.get(k))",
+        ])
+        .output()
+        .expect("run cellvisor");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(
+        stdout,
+        "MYAPP_TOKEN_URL https://auth.example/token\nMYAPP_MODE fast\nMYAPP_TOKEN None\n\
+         UNLISTED_VARIABLE None\n"
+    );
+    daemon.stop();
+}

@@ -14,6 +14,8 @@ use cellvisor::SessionStatus;
 use serde_json::Value;
 use std::fmt;
 
+mod table;
+
 /// `[2/3] title` (or the language when the cell has no title) above each cell of a request
 /// with several cells; `None` for a lone cell.
 pub fn cell_header(cell: &CellResult, total: usize) -> Option<String> {
@@ -108,6 +110,15 @@ pub fn placeholder(cell: &CellResult) -> Option<&'static str> {
     })
 }
 
+/// How long a cell ran, for a person: `12 ms` under a second, else `1.5 s`.
+pub fn duration_text(ms: f64) -> String {
+    if ms < 1000.0 {
+        format!("{:.0} ms", ms.max(0.0))
+    } else {
+        format!("{:.1} s", ms / 1000.0)
+    }
+}
+
 /// Whether a media display is a picture or a sound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MediaKind {
@@ -134,8 +145,8 @@ pub enum Shown<'a> {
 const IMAGES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
 
 /// The best form of a display bundle for a text host: an image, then audio, then JSON
-/// (pretty-printed), Markdown, HTML as Markdown, plain text, SVG or LaTeX source; failing
-/// all that, a note naming the MIME types it had.
+/// (pretty-printed); then, as the anchors rank text forms, Markdown, plain text, HTML as
+/// Markdown; then SVG or LaTeX source; failing all that, a note naming the MIME types it had.
 pub fn display(bundle: &Value) -> Shown<'_> {
     let Some(bundle) = bundle.as_object() else {
         return Shown::Text(bundle.to_string());
@@ -168,10 +179,17 @@ pub fn display(bundle: &Value) -> Shown<'_> {
     if let Some(markdown) = text("text/markdown") {
         return Shown::Text(markdown.to_string());
     }
+    // A plain form that is only an object's default repr (`<__main__.Page at 0x7f...>`) says
+    // nothing the HTML would not: there the HTML is shown (a documented difference from the
+    // anchors, which would show the address).
+    let html_form = text("text/html").filter(|_| text("text/plain").is_some_and(is_default_repr));
+    if let Some(plain) = text("text/plain").filter(|_| html_form.is_none()) {
+        return Shown::Text(plain.to_string());
+    }
     if let Some(markdown) = text("text/html").and_then(html_to_markdown) {
         return Shown::Text(markdown);
     }
-    for mime in ["text/plain", "image/svg+xml", "text/html", "text/latex"] {
+    for mime in ["image/svg+xml", "text/html", "text/latex"] {
         if let Some(value) = text(mime) {
             return Shown::Text(value.to_string());
         }
@@ -188,11 +206,21 @@ pub fn display(bundle: &Value) -> Shown<'_> {
     }
 }
 
+/// Whether `plain` is only an object's default repr: one line `<... at 0x...>`.
+fn is_default_repr(plain: &str) -> bool {
+    let plain = plain.trim();
+    plain.starts_with('<')
+        && plain.ends_with('>')
+        && plain.contains(" at 0x")
+        && !plain.contains('\n')
+}
+
 /// HTML as Markdown for text-only hosts (headings, emphasis, links, lists, tables, code),
 /// scripts and styles dropped; `None` when it cannot be converted or nothing is left.
 pub fn html_to_markdown(html: &str) -> Option<String> {
     let converter = htmd::HtmlToMarkdown::builder()
         .skip_tags(vec!["script", "style", "head", "template", "noscript"])
+        .add_handler(vec!["table"], table::table_handler)
         .build();
     let markdown = converter.convert(html).ok()?;
     let markdown = markdown.trim();
@@ -417,7 +445,15 @@ mod tests {
         );
         assert_eq!(
             display(&json!({"text/html": "<p>hi <i>there</i></p>", "text/plain": "p"})),
+            Shown::Text("p".into())
+        );
+        assert_eq!(
+            display(&json!({"text/html": "<p>hi <i>there</i></p>"})),
             Shown::Text("hi *there*".into())
+        );
+        assert_eq!(
+            display(&json!({"text/html": "<b>h</b>", "text/plain": "<__main__.Page at 0x7f00>"})),
+            Shown::Text("**h**".into())
         );
         assert_eq!(
             display(&json!({"text/plain": "p"})),
@@ -445,7 +481,7 @@ mod tests {
             "Some **bold** and [link](http://x)",
             "one",
             "two",
-            "| k | v |",
+            "| k   | v   |",
             "code\n  indented",
         ] {
             assert!(markdown.contains(part), "{part:?} in {markdown}");

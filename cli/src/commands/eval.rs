@@ -97,7 +97,8 @@ pub async fn run(args: EvalArgs, globals: &Globals) -> i32 {
     } else if args.no_daemon {
         run_in_process(request, config).await
     } else {
-        // The daemon's workers started from its environment: the cells see this caller's.
+        // The daemon's workers started from its environment: the cells see this caller's,
+        // as the daemon's `[env]` rules pass it (the caller only keeps credentials back).
         let request = EvalRequest {
             env: Some(cellvisor::caller_environment(&config.env)),
             ..request

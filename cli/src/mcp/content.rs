@@ -82,18 +82,21 @@ fn render_cell(cell: &CellResult, total: usize) -> (String, Vec<ContentBlock>) {
             Shown::Nothing => {}
         }
     }
+    // Every cell ends with its status and how long it ran, as the anchor's result view
+    // shows each cell's status and duration.
+    let took = render::duration_text(cell.report.duration_ms);
     match cell.report.status {
-        CellStatus::Complete => {}
+        CellStatus::Complete => line(&format!("(complete in {took})")),
         CellStatus::Skipped if cell.report.output.is_empty() => {
             line("(skipped: an earlier cell failed)")
         }
         CellStatus::Skipped => line("(skipped)"),
         CellStatus::Running => line(&format!(
-            "(still running in the background as cell {id}: call `wait` with cell_id {id} \
-             for the rest, or `terminate` to stop it)",
+            "(still running in the background after {took} as cell {id}: call `wait` with \
+             cell_id {id} for the rest, or `terminate` to stop it)",
             id = cell.cell_id
         )),
-        failed => line(&format!("({failed})")),
+        failed => line(&format!("({failed} after {took})")),
     }
     (text, media)
 }
@@ -165,7 +168,12 @@ mod tests {
             "{}",
             texts[0]
         );
-        assert!(texts[1].ends_with("Traceback\n(error)\n"), "{}", texts[1]);
+        assert!(texts[0].ends_with("(complete in 1 ms)\n"), "{}", texts[0]);
+        assert!(
+            texts[1].ends_with("Traceback\n(error after 1 ms)\n"),
+            "{}",
+            texts[1]
+        );
         assert!(texts[2].contains("(skipped"), "{}", texts[2]);
         // The call ends naming its failed cell (issue 28, item 1).
         assert_eq!(
@@ -195,7 +203,10 @@ mod tests {
         let result = EvalResult::from_cells(vec![cell(0, CellStatus::Complete, "", vec![])]);
         let rendered = render_result(&result);
         assert_eq!(rendered.is_error, Some(false));
-        assert_eq!(texts(&rendered), vec!["(no output)\n".to_string()]);
+        assert_eq!(
+            texts(&rendered),
+            vec!["(no output)\n(complete in 1 ms)\n".to_string()]
+        );
     }
 
     #[test]
@@ -203,7 +214,10 @@ mod tests {
         let png = json!({"image/png": "iVBORw==", "text/plain": "<Png>"});
         let result = EvalResult::from_cells(vec![cell(0, CellStatus::Complete, "", vec![png])]);
         let rendered = render_result(&result);
-        assert_eq!(texts(&rendered), vec!["(no text output)\n".to_string()]);
+        assert_eq!(
+            texts(&rendered),
+            vec!["(no text output)\n(complete in 1 ms)\n".to_string()]
+        );
         assert_eq!(rendered.content.len(), 2, "the image follows the text");
         let status = json!({"application/x-cellvisor-status": {"op": "read"}});
         let result = EvalResult::from_cells(vec![
@@ -212,9 +226,9 @@ mod tests {
         ]);
         let texts = texts(&render_result(&result));
         assert_eq!(
-            texts[0], "[1/2] py\n(no output)\n",
+            texts[0], "[1/2] py\n(no output)\n(complete in 1 ms)\n",
             "status data is not output"
         );
-        assert_eq!(texts[1], "[2/2] py\n1\n");
+        assert_eq!(texts[1], "[2/2] py\n1\n(complete in 1 ms)\n");
     }
 }

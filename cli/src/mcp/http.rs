@@ -12,7 +12,6 @@
 //! cellvisor session with the MCP session, and does the expiry (rmcp's own would end a
 //! session in the middle of a long cell, which sends nothing while it runs).
 
-use super::tools::tools;
 use super::{server_info, CellvisorMcp};
 use cellvisor::daemon::protocol::MAX_LINE_BYTES;
 use cellvisor::Cellvisor;
@@ -105,7 +104,7 @@ fn streamable_http_expiring(
         }
         cancel.cancel();
     });
-    let tools = Arc::new(tools(&cells));
+    let tools = Arc::new(super::offered_tools(&cv, &cells));
     let factory_sessions = Arc::clone(&sessions);
     StreamableHttpService::new(
         move || {

@@ -21,6 +21,7 @@ mod content;
 mod framing;
 mod hold;
 pub mod http;
+mod languages;
 pub(crate) mod lines;
 mod progress;
 mod resources;
@@ -190,7 +191,7 @@ impl CellvisorMcp {
         cells: CellsConfig,
         disconnected: watch::Receiver<bool>,
     ) -> CellvisorMcp {
-        let tools = tools(&cells);
+        let tools = offered_tools(&cv, &cells);
         let artifacts = resources::Artifacts::new(cv.artifact_dir(), &session);
         CellvisorMcp {
             cv,
@@ -411,6 +412,16 @@ impl ServerHandler for CellvisorMcp {
 
 /// What the server says of itself at `initialize`, on every transport: tools, and the
 /// session's artifacts as resources.
+/// The tools under `cells` for the languages usable under `cv`'s configuration (each left
+/// out is logged with why).
+pub(super) fn offered_tools(cv: &Cellvisor, cells: &CellsConfig) -> Vec<Tool> {
+    let (offered, left_out) = languages::usable(&cv.config_now());
+    for why in left_out {
+        tracing::info!("{why}");
+    }
+    tools(cells, &offered)
+}
+
 fn server_info() -> ServerConfig {
     let capabilities = ServerCapabilities::builder()
         .enable_tools()

@@ -22,9 +22,10 @@ pub(super) const OUTPUT_EVERY: Duration = Duration::from_millis(250);
 /// clients (tens of seconds at the least).
 pub(super) const HEARTBEAT: Duration = Duration::from_secs(2);
 
-/// A progress message keeps at most this much of the output it coalesces (its end: the
-/// most recent output), so one message stays small however fast the cell prints.
-pub(super) const MAX_MESSAGE_BYTES: usize = 8 * 1024;
+/// A progress message carries the tail of the call's output so far, at most this much (the
+/// anchor's streaming tail buffer: twice its 50 KB output window, 100 KB), so a client that
+/// shows the latest message shows the recent output whole, however fast the cell prints.
+pub(super) const MAX_MESSAGE_BYTES: usize = 2 * 50 * 1024;
 
 /// A notification not written within this long (a client that stopped reading) ends the
 /// progress of its request, so that it cannot hold the cell up.
@@ -176,20 +177,24 @@ fn with_newline(mut text: String) -> String {
     text
 }
 
-/// Output waiting for the next notification: its last [`MAX_MESSAGE_BYTES`] at most, and
-/// how much was left out before them.
+/// The call's output so far as the next notification carries it: its last
+/// [`MAX_MESSAGE_BYTES`] at most, how much was left out before them, and whether anything
+/// came since the last notification.
 #[derive(Debug, Default)]
 struct Pending {
     text: String,
     skipped: usize,
+    fresh: bool,
 }
 
 impl Pending {
+    /// Whether nothing came since the last notification.
     fn is_empty(&self) -> bool {
-        self.text.is_empty() && self.skipped == 0
+        !self.fresh
     }
 
     fn push(&mut self, text: &str) {
+        self.fresh |= !text.is_empty();
         self.text.push_str(text);
         if self.text.len() > MAX_MESSAGE_BYTES {
             let mut cut = self.text.len() - MAX_MESSAGE_BYTES;
@@ -201,17 +206,19 @@ impl Pending {
         }
     }
 
-    /// The message, if anything is waiting; empties it.
+    /// The message (the tail so far), if anything came since the last one.
     fn take(&mut self) -> Option<String> {
-        if self.is_empty() {
+        if !std::mem::take(&mut self.fresh) {
             return None;
         }
-        let text = std::mem::take(&mut self.text);
-        let skipped = std::mem::take(&mut self.skipped);
-        Some(if skipped > 0 {
-            format!("[... {skipped} bytes of output not shown ...]\n{text}")
+        let text = &self.text;
+        Some(if self.skipped > 0 {
+            format!(
+                "[... {} bytes of output not shown ...]\n{text}",
+                self.skipped
+            )
         } else {
-            text
+            text.clone()
         })
     }
 }
@@ -230,18 +237,22 @@ mod tests {
         pending.push("two\n");
         assert_eq!(pending.take().as_deref(), Some("one\ntwo\n"));
         assert!(pending.is_empty());
+        assert_eq!(pending.take(), None, "nothing new, no message");
+        // Each message carries the tail so far, as the anchor's live updates do.
+        pending.push("three\n");
+        assert_eq!(pending.take().as_deref(), Some("one\ntwo\nthree\n"));
     }
 
     #[test]
     fn a_flood_keeps_its_end_and_says_how_much_was_left_out() {
         let mut pending = Pending::default();
         let line = "é".repeat(100) + "\n";
-        for _ in 0..100 {
+        for _ in 0..1000 {
             pending.push(&line);
         }
         let message = pending.take().unwrap_or_default();
         let (note, kept) = message.split_once('\n').unwrap_or_default();
-        let skipped = 100 * line.len() - MAX_MESSAGE_BYTES.min(100 * line.len());
+        let skipped = 1000 * line.len() - MAX_MESSAGE_BYTES.min(1000 * line.len());
         // The cut never splits a character: a byte or two more may go.
         assert!(
             note.starts_with("[... ") && note.ends_with(" bytes of output not shown ...]"),

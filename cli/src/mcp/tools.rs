@@ -2,20 +2,20 @@
 //! and their input schemas (built from the configuration in force: the timeout range, the
 //! longest wait).
 
+use super::languages::Offered;
 use cellvisor::MAX_WAIT_MS;
 use cellvisor_config::schema::CellsConfig;
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-const EVAL_DESCRIPTION: &str = "Run code cells in persistent Python (py), JavaScript (js) and \
-Lua (lua) runtimes. State persists per language across cells and across calls on this \
-connection (py and js never share state; resetting one language leaves the others alone). \
+/// The eval tool's description after its first sentence (which names the offered
+/// languages) and before the Python-only sentence.
+const EVAL_DESCRIPTION: &str = "State persists per language across cells and across calls on \
+this connection (languages never share state; resetting one language leaves the others alone). \
 Cells run in order; the first cell that fails (error or timeout) stops the call and the rest \
 are reported as skipped, while state from earlier cells stays. Output is what the code \
-prints plus the value of a trailing expression (Python and JavaScript); errors come back as \
-tracebacks. Rich output: display(value) shows dicts/lists as JSON, objects with \
-_repr_png_/_repr_markdown_ etc. as images or text (matplotlib figures are captured as PNG). \
+prints plus the value of a trailing expression; errors come back as tracebacks. Rich output: display(value) shows dicts/lists as JSON. \
 Each cell has a timeout (seconds); on timeout it is interrupted and reported cancelled. \
 Reading stdin is not supported. Helpers available in every language: read, write, append, \
 sort, uniq, counter, diff, tree, env, output, display (they are async in js: await them). \
@@ -29,7 +29,7 @@ background (holding its runtime: later cells wait for it, and later cells of the
 skipped), and `wait` with that cell_id returns the rest.";
 
 const WAIT_DESCRIPTION: &str = "Watch a cell that is still running in the background (an eval \
-result said `still running in the background as cell N`): returns what it printed since the \
+result said `still running in the background after ... as cell N`): returns what it printed since the \
 last look once `yield_time_ms` passes (default 10000), or its final result as soon as it ends. \
 A finished cell's result is kept until one wait collects it. One wait per cell at a time.";
 
@@ -38,7 +38,7 @@ const TERMINATE_DESCRIPTION: &str = "Stop a cell that is still running in the ba
 from earlier cells is kept when the interrupt works.";
 
 const RESET_DESCRIPTION: &str = "Discard the state of this connection's runtimes by replacing \
-their worker processes: one language (py, js or lua) or, with no language, all of them. Use \
+their worker processes: one language or, with no language, all of them. Use \
 it when a runtime is wedged or you want a clean slate; the next eval cell starts fresh.";
 
 const SESSIONS_DESCRIPTION: &str = "List the live worker processes of this MCP server: \
@@ -52,14 +52,47 @@ pub(super) fn schema(value: Value) -> Arc<JsonObject> {
     }
 }
 
-/// The tools `cellvisor mcp` offers under `cells`.
-pub(super) fn tools(cells: &CellsConfig) -> Vec<Tool> {
+/// Said only when Python is offered, as the anchor omits a missing backend's instructions.
+const PYTHON_DESCRIPTION: &str = " In Python, objects with _repr_png_/_repr_markdown_ etc. \
+show as images or text, and matplotlib figures are captured as PNG.";
+
+/// The eval tool's description for the `offered` languages.
+fn eval_description(offered: &[Offered]) -> String {
+    let named: Vec<String> = offered
+        .iter()
+        .map(|l| format!("{} ({})", l.name, l.code))
+        .collect();
+    let list = match named.as_slice() {
+        [] => "no".to_string(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    };
+    let runtimes = if offered.len() == 1 {
+        "runtime"
+    } else {
+        "runtimes"
+    };
+    let python = if offered.iter().any(|l| l.code == "py") {
+        PYTHON_DESCRIPTION
+    } else {
+        ""
+    };
+    format!("Run code cells in persistent {list} {runtimes}. {EVAL_DESCRIPTION}{python}")
+}
+
+/// The tools `cellvisor mcp` offers under `cells`, for the `offered` languages.
+pub(super) fn tools(cells: &CellsConfig, offered: &[Offered]) -> Vec<Tool> {
     let (min, max) = timeout_range(cells);
     let default = cells.default_timeout.as_secs_f64();
+    let codes: Vec<&str> = offered.iter().map(|l| l.code).collect();
+    let names: Vec<String> = offered
+        .iter()
+        .map(|l| format!("{} = {}", l.code, l.name))
+        .collect();
     let languages = json!({
         "type": "string",
-        "enum": ["py", "js", "lua"],
-        "description": "py = Python, js = JavaScript (QuickJS), lua = Lua 5.4",
+        "enum": codes,
+        "description": names.join(", "),
     });
     let eval_schema = json!({
         "type": "object",
@@ -107,7 +140,7 @@ pub(super) fn tools(cells: &CellsConfig) -> Vec<Tool> {
         "properties": {
             "language": {
                 "type": "string",
-                "enum": ["py", "js", "lua"],
+                "enum": codes,
                 "description": "The runtime to reset; omit to reset all of them.",
             },
         },
@@ -146,7 +179,7 @@ pub(super) fn tools(cells: &CellsConfig) -> Vec<Tool> {
         "additionalProperties": false,
     });
     vec![
-        Tool::new("eval", EVAL_DESCRIPTION, schema(eval_schema))
+        Tool::new("eval", eval_description(offered), schema(eval_schema))
             .with_title("Run code cells")
             .with_annotations(
                 ToolAnnotations::new()

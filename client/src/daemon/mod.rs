@@ -11,6 +11,7 @@
 //!   upgrade) by name, rather than by the field or method it refused.
 
 mod handshake;
+pub mod health;
 pub mod remote;
 mod start;
 mod tls;
@@ -21,6 +22,7 @@ use crate::protocol::{method, RpcError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 use tokio::io::BufReader;
 use tokio::net::UnixStream;
 use transport::Transport;
@@ -123,6 +125,22 @@ pub enum ClientError {
         /// What failed.
         reason: String,
     },
+    /// Something accepted the connection but did not answer the health handshake in time
+    /// (a hung or stopped daemon, or another program on the socket).
+    #[error(
+        "the cellvisor daemon at {path} accepted the connection but did not answer \
+         `initialize` within {} s: {}",
+        waited.as_secs_f64(),
+        health::advice(path, *pid)
+    )]
+    Unresponsive {
+        /// The socket (or URL) tried.
+        path: PathBuf,
+        /// How long the client waited for the answer.
+        waited: std::time::Duration,
+        /// The process that listens on the socket, when the kernel says.
+        pid: Option<u32>,
+    },
     /// A daemon could not be started, or did not start listening in time.
     #[error("cannot start a cellvisor daemon: {0}")]
     Start(String),
@@ -187,26 +205,78 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to a daemon already listening at `path`.
+    /// Connects to a daemon already listening at `path`, which must answer `initialize`
+    /// within [`health::health_timeout`] (else [`ClientError::Unresponsive`]).
     pub async fn connect(path: &Path) -> Result<Client, ClientError> {
-        let stream = UnixStream::connect(path)
-            .await
-            .map_err(|source| ClientError::Connect {
+        Client::connect_within(path, health::health_timeout()?).await
+    }
+
+    /// [`Client::connect`] with the handshake's bound given.
+    pub async fn connect_within(path: &Path, within: Duration) -> Result<Client, ClientError> {
+        let connect = UnixStream::connect(path);
+        let stream = match tokio::time::timeout(within, connect).await {
+            Ok(connected) => connected.map_err(|source| ClientError::Connect {
                 path: path.to_path_buf(),
                 source,
-            })?;
+            })?,
+            Err(_) => {
+                return Err(ClientError::Unresponsive {
+                    path: path.to_path_buf(),
+                    waited: within,
+                    pid: None,
+                })
+            }
+        };
+        let pid = stream
+            .peer_cred()
+            .ok()
+            .and_then(|cred| cred.pid())
+            .and_then(|pid| u32::try_from(pid).ok());
         let (reader, writer) = stream.into_split();
-        Ok(Client::over(Transport::Unix {
+        let mut client = Client::over(Transport::Unix {
             reader: BufReader::new(reader),
             writer,
-        }))
+        });
+        client
+            .handshake(within, || ClientError::Unresponsive {
+                path: path.to_path_buf(),
+                waited: within,
+                pid,
+            })
+            .await?;
+        Ok(client)
     }
 
     /// Connects to a daemon's network listener (its `/v1/rpc` WebSocket); nothing is ever
-    /// started for a remote daemon.
+    /// started for a remote daemon. The connection and the daemon's first answer must come
+    /// within [`health::health_timeout`].
     pub async fn connect_remote(remote: &Remote) -> Result<Client, ClientError> {
-        let stream = remote.connect().await?;
-        Ok(Client::over(Transport::WebSocket(Box::new(stream))))
+        let within = health::health_timeout()?;
+        let unresponsive = || ClientError::Unresponsive {
+            path: PathBuf::from(remote.url.to_string()),
+            waited: within,
+            pid: None,
+        };
+        let stream = tokio::time::timeout(within, remote.connect())
+            .await
+            .map_err(|_| unresponsive())??;
+        let mut client = Client::over(Transport::WebSocket(Box::new(stream)));
+        client.handshake(within, unresponsive).await?;
+        Ok(client)
+    }
+
+    /// The health handshake: `initialize` answered (a refusal counts: the daemon is alive
+    /// and its next answer says why) within `within`, else `unresponsive()`.
+    async fn handshake(
+        &mut self,
+        within: Duration,
+        unresponsive: impl FnOnce() -> ClientError,
+    ) -> Result<(), ClientError> {
+        match tokio::time::timeout(within, self.call(method::INITIALIZE, json!({}))).await {
+            Ok(Ok(_)) | Ok(Err(ClientError::Rpc(_))) => Ok(()),
+            Ok(Err(err)) => Err(err),
+            Err(_) => Err(unresponsive()),
+        }
     }
 
     fn over(transport: Transport) -> Client {

@@ -23,20 +23,47 @@ impl Client {
         config: Option<&Path>,
         log: Option<&Path>,
     ) -> Result<Client, ClientError> {
-        match Client::connect(path).await {
+        let within = super::health::health_timeout()?;
+        match Client::connect_within(path, within).await {
             Ok(client) => return checked(client).await,
             Err(ClientError::Connect { source, .. })
                 if matches!(
                     source.kind(),
                     std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
                 ) => {}
+            // A daemon that failed its health check is replaced, and only one proven to be
+            // this socket's cellvisor daemon: anything else is left alone, and said.
+            Err(ClientError::Unresponsive {
+                pid: Some(pid),
+                waited,
+                ..
+            }) => match super::health::prove_stale(pid, path) {
+                Ok(()) => {
+                    super::health::replace_stale(pid, path).await?;
+                    eprintln!(
+                        "cellvisor: the daemon at {} (process {pid}) did not answer within {} s; \
+                         stopped it and started a new one",
+                        path.display(),
+                        waited.as_secs_f64()
+                    );
+                }
+                Err(why) => {
+                    return Err(ClientError::Start(format!(
+                        "the process listening at {} (process {pid}) did not answer within {} s, \
+                         and it was left alone: {why}. Stop it or remove the socket, or name \
+                         another with --socket",
+                        path.display(),
+                        waited.as_secs_f64()
+                    )))
+                }
+            },
             Err(other) => return Err(other),
         }
         let log = log.map_or_else(|| log_path(path), Path::to_path_buf);
         start_daemon(program, path, config, &log)?;
         let deadline = Instant::now() + DAEMON_START_TIMEOUT;
         loop {
-            match Client::connect(path).await {
+            match Client::connect_within(path, within).await {
                 Ok(client) => return checked(client).await,
                 Err(err) if Instant::now() >= deadline => {
                     return Err(ClientError::Start(format!(

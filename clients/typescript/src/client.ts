@@ -8,7 +8,7 @@
 import { connectOrStart, defaultSocketPath, type StartOptions } from "./autostart.js";
 import { Call } from "./call.js";
 import { RpcConnection } from "./connection.js";
-import { ConnectionError } from "./errors.js";
+import { ConnectionError, UnresponsiveError } from "./errors.js";
 import {
   PROTOCOL_VERSION,
   type CellResult,
@@ -46,6 +46,27 @@ export interface ConnectOptions extends StartOptions {
   session?: string;
   /** Start `cellvisor serve` on the socket when nobody listens there, as `cellvisor eval` does. */
   autostart?: boolean;
+  /**
+   * Seconds the daemon has to answer `initialize` on the new connection (default:
+   * `$CELLVISOR_HEALTH_TIMEOUT`, else 10); past it, {@link UnresponsiveError}. Only the first
+   * answer is bounded: a cell may run as long as its own timeout.
+   */
+  healthTimeout?: number;
+}
+
+/** The health handshake's bound when neither the option nor `$CELLVISOR_HEALTH_TIMEOUT` says. */
+export const DEFAULT_HEALTH_TIMEOUT = 10;
+
+/** The health bound in seconds: the option, else `$CELLVISOR_HEALTH_TIMEOUT`, else the default. */
+export function healthTimeout(given?: number): number {
+  const env = process.env.CELLVISOR_HEALTH_TIMEOUT;
+  const chosen = given ?? (env ? Number(env) : DEFAULT_HEALTH_TIMEOUT);
+  if (!Number.isFinite(chosen) || chosen <= 0 || chosen > 3600) {
+    throw new RangeError(
+      `the health timeout must be a number of seconds from 0 to 3600, got ${String(given ?? env)} (healthTimeout or CELLVISOR_HEALTH_TIMEOUT, default ${DEFAULT_HEALTH_TIMEOUT})`,
+    );
+  }
+  return chosen;
 }
 
 /** A tool the cells may call (`await tool.add({a: 2})` in JS, `tool.add(a=2)` in Python); `handler` runs it here. */
@@ -114,6 +135,7 @@ export class Cellvisor {
 
   /** Connects (and starts a daemon, with `autostart`), then checks the daemon speaks this client's protocol. */
   static async connect(options: ConnectOptions = {}): Promise<Cellvisor> {
+    const within = healthTimeout(options.healthTimeout);
     const url = options.url ?? (options.socket === undefined ? process.env.CELLVISOR_CONNECT || undefined : undefined);
     let transport: Transport;
     let started = false;
@@ -147,10 +169,28 @@ export class Cellvisor {
       }
     }
     const rpc = new RpcConnection(transport);
-    const server = await rpc.request("initialize", {}).result.catch((error: Error) => {
-      rpc.close();
-      throw error;
+    const where = url ?? options.socket ?? defaultSocketPath();
+    let timer: NodeJS.Timeout | undefined;
+    const silent = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(
+            new UnresponsiveError(
+              `the cellvisor daemon at ${where} accepted the connection but did not answer \`initialize\` within ${within} s: ` +
+                "the process holding it may be stopped or hung. `cellvisor eval` replaces it when it can prove it is that " +
+                "socket's cellvisor daemon; otherwise stop that process (or remove the socket if nothing should listen " +
+                "there), or use another socket; CELLVISOR_HEALTH_TIMEOUT sets the wait in seconds",
+            ),
+          ),
+        within * 1000,
+      );
     });
+    const server = await Promise.race([rpc.request("initialize", {}).result, silent])
+      .catch((error: Error) => {
+        rpc.close();
+        throw error;
+      })
+      .finally(() => clearTimeout(timer));
     if (server.protocol_version !== PROTOCOL_VERSION) {
       rpc.close();
       throw new ConnectionError(

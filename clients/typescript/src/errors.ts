@@ -77,5 +77,8 @@ export class ConnectionError extends Error {
   }
 }
 
+/** Something accepted the connection but did not answer `initialize` within the health bound (a hung or stopped daemon, or another program on the socket). */
+export class UnresponsiveError extends ConnectionError {}
+
 /** `autostart` could not start a daemon, or it did not listen in time (the message names its log). */
 export class DaemonStartError extends ConnectionError {}

@@ -3,7 +3,7 @@
  * cellvisor daemon, reached over its Unix socket (no dependency) or its network listener.
  */
 
-export { Cellvisor } from "./client.js";
+export { Cellvisor, DEFAULT_HEALTH_TIMEOUT, healthTimeout } from "./client.js";
 export type { CellTarget, ConnectOptions, EvalOptions, HostTool, SessionTarget } from "./client.js";
 export { Call } from "./call.js";
 export { defaultSocketPath, logPath } from "./autostart.js";
@@ -23,6 +23,7 @@ export {
   RequestRefusedError,
   SessionUnknownError,
   ShuttingDownError,
+  UnresponsiveError,
   WrongSessionError,
 } from "./errors.js";
 export { checkEvalToolInput, EVAL_TOOL_INPUT_SCHEMA, evalTool, evalToolOutput } from "./eval_tool.js";

@@ -47,7 +47,7 @@ function htmlToText(html: string): string | undefined {
 
 /**
  * The best form of a bundle for a text host: an image, then audio, then JSON (pretty), Markdown,
- * HTML as text, plain text, SVG or LaTeX source; else a note naming its MIME types.
+ * plain text, HTML as text, SVG or LaTeX source; else a note naming its MIME types.
  */
 export function display(bundle: DisplayBundle): Shown {
   const media = IMAGES.find((mime) => typeof bundle[mime] === "string");
@@ -61,17 +61,27 @@ export function display(bundle: DisplayBundle): Shown {
     const value: JsonValue | undefined = bundle[mime];
     return typeof value === "string" ? value : undefined;
   };
+  // The anchors' ranking of text forms: Markdown, then plain text, then HTML converted.
   const markdown = text("text/markdown");
   if (markdown !== undefined) return { kind: "text", text: markdown };
+  // A plain form that is only an object's default repr (`<__main__.Page at 0x7f...>`) gives way to the HTML.
+  const plain = text("text/plain");
+  const defaultRepr = plain !== undefined && /^<[^\n]* at 0x[^\n]*>$/.test(plain.trim()) && text("text/html") !== undefined;
+  if (plain !== undefined && !defaultRepr) return { kind: "text", text: plain };
   const html = text("text/html");
   const fromHtml = html === undefined ? undefined : htmlToText(html);
   if (fromHtml !== undefined) return { kind: "text", text: fromHtml };
-  for (const mime of ["text/plain", "image/svg+xml", "text/html", "text/latex"]) {
+  for (const mime of ["image/svg+xml", "text/html", "text/latex"]) {
     const value = text(mime);
     if (value !== undefined) return { kind: "text", text: value };
   }
   const kinds = Object.keys(bundle).filter((mime) => !mime.startsWith("application/x-cellvisor"));
   return kinds.length === 0 ? { kind: "nothing" } : { kind: "text", text: `[display: ${kinds.join(", ")}]` };
+}
+
+/** How long a cell ran, for a person: `12 ms` under a second, else `1.5 s` (as the CLI and MCP say it). */
+export function durationText(ms: number): string {
+  return ms < 1000 ? `${Math.max(0, ms).toFixed(0)} ms` : `${(ms / 1000).toFixed(1)} s`;
 }
 
 /** `(no text output)` for a quiet complete cell with displays to show, `(no output)` with nothing; else undefined. */
@@ -160,19 +170,22 @@ export function renderCell(cell: CellResult, total: number): { text: string; med
     if (shown.kind === "text") line(shown.text);
     else if (shown.kind !== "nothing") media.push(shown);
   }
+  // Every cell ends with its status and how long it ran, as the anchor's result view shows them.
+  const took = durationText(cell.duration_ms);
   switch (cell.status) {
     case "complete":
+      line(`(complete in ${took})`);
       break;
     case "skipped":
       line(cell.output === "" ? "(skipped: an earlier cell failed)" : "(skipped)");
       break;
     case "running":
       line(
-        `(still running in the background as cell ${cell.cell_id}: call \`wait\` with cell_id ${cell.cell_id} for the rest, or \`terminate\` to stop it)`,
+        `(still running in the background after ${took} as cell ${cell.cell_id}: call \`wait\` with cell_id ${cell.cell_id} for the rest, or \`terminate\` to stop it)`,
       );
       break;
     default:
-      line(`(${cell.status})`);
+      line(`(${cell.status} after ${took})`);
   }
   return { text, media };
 }

@@ -7,6 +7,7 @@ import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { after, before, test } from "node:test";
 import {
+  display,
   Cellvisor,
   checkEvalToolInput,
   evalTool,
@@ -39,23 +40,30 @@ const INPUT: EvalToolInput = {
   ],
 };
 
+/** `text` with every cell's duration as `T`: two runs of the same cells take their own time. */
+function sameDurations(text: string): string {
+  return text.replace(/\((complete in|error after|cancelled after) [0-9.]+ m?s\)/g, "($1 T)");
+}
+
 test("a multi-cell call with an error renders as the anchor's tool does", async () => {
   const output = await evalTool(cv, INPUT, { session: "tool" });
   assert.equal(output.isError, true);
   const failing = output.details.cells[2]?.cell_id;
   assert.equal(
-    output.text,
+    sameDurations(output.text),
     [
       "[1/4] setup",
       "(no output)",
+      "(complete in T)",
       "[2/4] answer",
       "42",
+      "(complete in T)",
       "[3/4] load",
       "Traceback (most recent call last):",
       `  File "<cell ${failing}>", line 1, in <module>`,
       "    raise ValueError('no data')",
       "ValueError: no data",
-      "(error)",
+      "(error after T)",
       "[4/4] js",
       "(skipped: an earlier cell failed)",
       'cell 3 of 4 ("load") failed with an error; the cell after it was skipped',
@@ -68,7 +76,7 @@ test("a multi-cell call with an error renders as the anchor's tool does", async 
 
 test("a lone quiet cell says (no output); a picture is (no text output) and an image block", async () => {
   const quiet = await evalTool(cv, { cells: [{ language: "lua", code: "local y = 1" }] }, { session: "tool2" });
-  assert.equal(quiet.text, "(no output)");
+  assert.equal(sameDurations(quiet.text), "(no output)\n(complete in T)");
   assert.equal(quiet.isError, false);
   const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
   const picture = await evalTool(
@@ -76,7 +84,7 @@ test("a lone quiet cell says (no output); a picture is (no text output) and an i
     { cells: [{ language: "js", code: `image("data:image/png;base64,${png}")`, title: "dot" }] },
     { session: "tool2" },
   );
-  assert.equal(picture.text, "(no text output)");
+  assert.equal(sameDurations(picture.text), "(no text output)\n(complete in T)");
   assert.deepEqual(picture.content[1], { type: "image", data: png, mimeType: "image/png" });
   assert.equal(picture.details.images, 1);
 });
@@ -114,7 +122,7 @@ test("a background cell says how to collect it", () => {
   assert.equal(
     evalToolOutput(result).text,
     "(the session was reset)\na\n(output truncated: 90000 bytes, 4 lines in all; the whole output is in /run/a/s-py-1-1.txt (artifact://s-py-1-1))\n" +
-      "(still running in the background as cell 12: call `wait` with cell_id 12 for the rest, or `terminate` to stop it)",
+      "(still running in the background after 300 ms as cell 12: call `wait` with cell_id 12 for the rest, or `terminate` to stop it)",
   );
 });
 
@@ -144,7 +152,7 @@ test("a cell memory ended names the limit and the figures", () => {
   };
   assert.equal(
     evalToolOutput(result).text,
-    "not enough memory\n(out of memory: 32 MiB limit ([lua] memory-limit), 32 MiB used)\n(error)",
+    "not enough memory\n(out of memory: 32 MiB limit ([lua] memory-limit), 32 MiB used)\n(error after 5 ms)",
   );
   assert.equal(humanBytes(1023), "1023 bytes");
   assert.equal(humanBytes(1536 << 20), "1.5 GiB");
@@ -195,6 +203,20 @@ async function mcpText(input: EvalToolInput): Promise<string> {
 test("the same cells through cellvisor mcp give the same text", async () => {
   const ours = await evalTool(cv, INPUT, { session: "parity" });
   const theirs = await mcpText(INPUT);
-  const sameIds = (text: string) => text.replace(/<cell \d+>/g, "<cell N>");
+  const sameIds = (text: string) => sameDurations(text.replace(/<cell \d+>/g, "<cell N>"));
   assert.equal(sameIds(ours.text), sameIds(theirs));
+});
+
+test("text forms rank as the anchors rank them: Markdown, then plain text, then HTML", () => {
+  assert.deepEqual(display({ "text/plain": "plain-form", "text/html": "<i>html-form</i>" }), { kind: "text", text: "plain-form" });
+  assert.deepEqual(display({ "text/markdown": "*md-form*", "text/plain": "plain-form", "text/html": "<i>html-form</i>" }), {
+    kind: "text",
+    text: "*md-form*",
+  });
+  assert.deepEqual(display({ "text/html": "<p>html-form</p>" }), { kind: "text", text: "html-form" });
+  // A default repr says nothing the HTML would not.
+  assert.deepEqual(display({ "text/plain": "<__main__.Page at 0x7f00>", "text/html": "<p>html-form</p>" }), {
+    kind: "text",
+    text: "html-form",
+  });
 });

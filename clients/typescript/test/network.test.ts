@@ -78,7 +78,8 @@ test("a url and a token file reach the daemon: events and tools as on the socket
     for await (const event of call) kinds.push(event.event);
     const result = await call;
     assert.equal(result.cells[0]?.output, "42\n");
-    assert.deepEqual(kinds, ["cell_started", "output", "cell_done"]);
+    // The tool's call is a status event (issue 42), then its output.
+    assert.deepEqual(kinds, ["cell_started", "status", "output", "cell_done"]);
   } finally {
     cv.disconnect();
   }

@@ -66,6 +66,35 @@ fn matches(pattern: &str, name: &str) -> bool {
     }
 }
 
+/// Name endings that say a variable holds a place (an endpoint's address), not a secret:
+/// the built-in "contains" patterns (`*TOKEN*`, `*AUTH*`, ...) do not take such a name
+/// (`MYAPP_TOKEN_URL`, `OAUTH_ENDPOINT`) unless its value carries a password.
+const PLACE_SUFFIXES: &[&str] = &["_URL", "_URI", "_ENDPOINT"];
+
+/// Whether a URL-like `value` carries a password in its user info (`scheme://user:pw@host`).
+fn carries_password(value: &str) -> bool {
+    value.split_once("://").is_some_and(|(_, rest)| {
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        authority
+            .rsplit_once('@')
+            .is_some_and(|(user_info, _)| user_info.contains(':'))
+    })
+}
+
+/// Whether `name` (holding `value`) is a credential by the built-in denylist or one of
+/// `deny`'s patterns (matched ignoring case). The built-in patterns that match anywhere in a
+/// name spare a name ending in a place suffix ([`PLACE_SUFFIXES`]) whose value has no
+/// password; the operator's `deny` patterns apply as written.
+pub(super) fn denied(name: &str, value: &str, deny: &[String]) -> bool {
+    let name = name.to_ascii_uppercase();
+    let place = PLACE_SUFFIXES.iter().any(|s| name.ends_with(s)) && !carries_password(value);
+    let built_in = DEFAULT_DENY.iter().any(|p| {
+        let anywhere = p.starts_with('*') && p.ends_with('*');
+        matches(p, &name) && !(anywhere && place)
+    });
+    built_in || deny.iter().any(|p| matches(&p.to_ascii_uppercase(), &name))
+}
+
 /// Filters `vars` through the allow and deny lists of `config`, then adds `config.set` (over
 /// a filtered value of the same name).
 pub(super) fn filter(
@@ -79,17 +108,12 @@ pub(super) fn filter(
             .chain(config.allow.iter().map(String::as_str))
             .any(|p| matches(p, name))
     };
-    let denied = |name: &str| {
-        let name = name.to_ascii_uppercase();
-        DEFAULT_DENY
-            .iter()
-            .copied()
-            .chain(config.deny.iter().map(String::as_str))
-            .any(|p| matches(&p.to_ascii_uppercase(), &name))
-    };
     let mut out: Vec<(OsString, OsString)> = vars
         .into_iter()
-        .filter(|(k, _)| k.to_str().is_some_and(|k| allowed(k) && !denied(k)))
+        .filter(|(k, v)| {
+            k.to_str()
+                .is_some_and(|k| allowed(k) && !denied(k, &v.to_string_lossy(), &config.deny))
+        })
         .collect();
     for (k, v) in &config.set {
         out.retain(|(name, _)| name.to_str() != Some(k.as_str()));
@@ -164,6 +188,29 @@ mod tests {
         let out = filter(vars(&all), &config);
         let names: Vec<_> = out.iter().map(|(k, _)| k.to_str().unwrap()).collect();
         assert_eq!(names, ["LC_ALL", "MY_KEYBOARD", "PATH"]);
+    }
+
+    #[test]
+    fn a_place_named_like_a_credential_passes_unless_it_carries_a_password() {
+        let config = EnvConfig {
+            allow: vec!["MYAPP_*".into()],
+            ..EnvConfig::default()
+        };
+        let out = filter(
+            vars(&[
+                ("MYAPP_TOKEN_URL", "https://auth.example/token"),
+                ("MYAPP_AUTH_ENDPOINT", "https://auth.example"),
+                ("MYAPP_SECRET_URL", "https://u:pw@auth.example/x"),
+                ("MYAPP_TOKEN", "t"),
+            ]),
+            &config,
+        );
+        let names: Vec<_> = out.iter().map(|(k, _)| k.to_str().unwrap()).collect();
+        assert_eq!(names, ["MYAPP_TOKEN_URL", "MYAPP_AUTH_ENDPOINT"]);
+        assert!(denied("DATABASE_URL", "postgres://h/db", &[]));
+        assert!(denied("MYAPP_TOKEN_URL", "x", &["MYAPP_*".into()]));
+        assert!(carries_password("redis://:pw@h:6379"));
+        assert!(!carries_password("https://h/a@b"));
     }
 
     #[test]

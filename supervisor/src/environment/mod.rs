@@ -11,12 +11,14 @@
 mod inherited;
 
 /// This process's environment as a caller sends it with a request (`EvalRequest::env`):
-/// what `rules` pass, so credentials never leave the caller; the daemon filters it again
-/// with its own rules.
+/// every variable except the credentials the built-in denylist (or the caller's own
+/// `[env] deny`) names, which never leave the caller. The allow rules and `set` values are
+/// the daemon's to apply (its operator's `[env]`, [`caller_vars`]), not the caller's.
 pub fn caller_environment(rules: &cellvisor_config::EnvConfig) -> BTreeMap<String, String> {
-    let vars = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
-    caller_vars(&vars.collect(), rules)
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, v)| !inherited::denied(k, v, &rules.deny))
+        .collect()
 }
 
 /// The variables of a caller's environment a worker may see: `[env]`'s allow and deny rules,

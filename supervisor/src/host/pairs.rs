@@ -147,6 +147,12 @@ impl Pairs {
 }
 
 impl Cellvisor {
+    /// A copy of the configuration in force (the latest reload's), for a host that shapes
+    /// what it offers by it (the MCP tools name only the enabled languages).
+    pub fn config_now(&self) -> cellvisor_config::Config {
+        lock(&self.config).clone()
+    }
+
     /// `sessions.key` in force: what names a session's state (read at start; a host that
     /// fills in a default `cwd`, like the MCP server, asks it).
     pub fn session_key_by(&self) -> SessionKeyBy {

@@ -96,7 +96,7 @@ impl Handler<CellFinished> for Session {
         self.count_cell(&outcome);
         self.deliver_final(running, outcome);
         self.cells_since_snapshot += 1;
-        if status == CellStatus::Complete {
+        if !self.replace_if_out_of_descriptors(ctx) && status == CellStatus::Complete {
             self.save_after_cell(ctx);
         }
         self.pump(ctx);
@@ -130,6 +130,16 @@ impl Handler<CellDeadline> for Session {
             return;
         };
         let step = running.deadline.expired();
+        let elapsed = running.started.elapsed();
+        // Operators tell a long cell from a stuck one by these lines (info: the policy doing
+        // its job; warn: a cell that ignored its interrupt).
+        tracing::info!(
+            session = %self.key,
+            cell_id,
+            elapsed_ms = elapsed.as_millis() as u64,
+            timeout_ms = running.deadline.timeout().as_millis() as u64,
+            "cell timeout fired: the cell ran past its timeout"
+        );
         self.take_step(step, ctx);
     }
 }
@@ -143,6 +153,12 @@ impl Handler<GraceExpired> for Session {
         };
         if running.deadline.grace_expired() == Step::Kill {
             let grace = self.config.sessions.interrupt_grace;
+            tracing::warn!(
+                session = %self.key,
+                cell_id,
+                grace_ms = grace.as_millis() as u64,
+                "cell interrupt grace ran out: the cell did not stop after its interrupt; killing its worker"
+            );
             self.kill_worker(KillReason::IgnoredInterrupt { grace });
         }
     }
@@ -470,6 +486,12 @@ impl Session {
                 if let Worker::Ready { link, .. } = &self.worker {
                     link.send(ToWorker::Interrupt { cell_id });
                 }
+                tracing::info!(
+                    session = %self.key,
+                    cell_id,
+                    grace_ms = grace.as_millis() as u64,
+                    "cell interrupt sent: the worker has the interrupt grace to stop the cell"
+                );
                 running
                     .timers
                     .push(ctx.notify_later(GraceExpired { cell_id }, grace));

@@ -7,6 +7,8 @@
 //! `Yield`) and the worker's exit become messages to the [`Session`] actor. The writer task owns
 //! the send half.
 
+mod tool_calls;
+
 use super::messages::{CellFinished, CellYield, WorkerExited, WorkerNotice};
 use super::observation::YieldCause;
 use super::outcome::WorkerEnd;
@@ -25,7 +27,7 @@ use cellvisor_ipc::{FromWorker, OutputStream, ToWorker};
 use nix::sys::signal::Signal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
 /// The MIME type of status events: what a prelude helper did ("read 120 lines of x").
 pub const STATUS_MIME: &str = "application/x-cellvisor-status";
@@ -450,7 +452,10 @@ impl ReaderTask {
                 call_id,
                 name,
                 args_json,
-            } => self.call_tool(cell_id, call_id, name, &args_json),
+            } => {
+                self.tool_status(cell_id, &name).await;
+                self.call_tool(cell_id, call_id, name, &args_json);
+            }
             FromWorker::State { cell_id, report } => {
                 if let Some(cell) = self.current.as_mut().filter(|c| c.cell_id == cell_id) {
                     cell.state = Some(report);
@@ -492,68 +497,6 @@ impl ReaderTask {
         let after = self.read_tree().await;
         let before = std::mem::replace(&mut self.last_reading, after);
         CellReadings { before, after }
-    }
-
-    /// Hands a cell's tool call to the host and sends the answer back to the worker when it
-    /// comes, unless the cell ends first.
-    fn call_tool(&mut self, cell_id: u64, call_id: u64, name: String, args_json: &str) {
-        let answer =
-            move |outcome: Result<String, String>| ToWorker::ToolResult { call_id, outcome };
-        let Some(cell) = self.current.as_ref().filter(|c| c.cell_id == cell_id) else {
-            let _ = self
-                .to_worker
-                .send(answer(Err("the cell has ended".into())));
-            return;
-        };
-        let host = match &cell.tool_host {
-            Some(host) if cell.tools.contains(&name) => host.clone(),
-            _ => {
-                let offered = if cell.tools.is_empty() {
-                    "the request declares no tools".to_string()
-                } else {
-                    format!("the request declares: {}", cell.tools.join(", "))
-                };
-                let _ = self
-                    .to_worker
-                    .send(answer(Err(format!("unknown tool `{name}`; {offered}"))));
-                return;
-            }
-        };
-        let arguments: serde_json::Value = match serde_json::from_str(args_json) {
-            Ok(arguments) => arguments,
-            Err(err) => {
-                let _ = self
-                    .to_worker
-                    .send(answer(Err(format!("tool arguments are not JSON: {err}"))));
-                return;
-            }
-        };
-        let mut alive = cell.alive.subscribe();
-        let to_worker = self.to_worker.clone();
-        actix::spawn(async move {
-            let (reply, result) = oneshot::channel();
-            let call = ToolCallRequest {
-                name,
-                arguments,
-                reply,
-            };
-            if host.send(call).await.is_err() {
-                let _ = to_worker.send(answer(Err("the host is gone".into())));
-                return;
-            }
-            tokio::select! {
-                result = result => {
-                    let outcome = match result {
-                        Ok(Ok(value)) => Ok(value.to_string()),
-                        Ok(Err(message)) => Err(message),
-                        Err(_) => Err("the host dropped the tool call".into()),
-                    };
-                    let _ = to_worker.send(answer(outcome));
-                }
-                // The cell ended (done, interrupted, or its worker died): nobody waits.
-                _ = alive.changed() => {}
-            }
-        });
     }
 }
 

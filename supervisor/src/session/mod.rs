@@ -27,6 +27,7 @@
 
 mod background;
 mod cells;
+mod descriptors;
 pub mod kernel_oom;
 pub(crate) mod link;
 pub mod loss;

@@ -19,7 +19,7 @@ from .client import Client, EvalStream
 from .daemon import Daemon, Started, default_socket
 from .errors import (CellvisorError, ConnectError, ConnectionClosed, DaemonNotRunning, Draining, InvalidParams,
                      InvalidRequest, MethodNotFound, ParseError, ProtocolError, Refused, ResponseTimeout, RpcError,
-                     ShuttingDown, StartError, WrongSession)
+                     ShuttingDown, StartError, Unresponsive, WrongSession)
 from .wire import LANGUAGES, Tool
 
 __version__ = "0.1.0"
@@ -28,7 +28,7 @@ __all__ = [
     "AsyncClient", "AsyncEvalStream", "CellvisorError", "Client", "ConnectError", "ConnectionClosed", "Daemon",
     "DaemonNotRunning", "Draining", "EvalStream", "InvalidParams", "InvalidRequest", "LANGUAGES", "MethodNotFound",
     "ParseError", "ProtocolError", "Refused", "ResponseTimeout", "RpcError", "ShuttingDown", "StartError", "Started",
-    "Tool", "WrongSession", "default_socket", "print_event",
+    "Tool", "Unresponsive", "WrongSession", "default_socket", "print_event",
 ]
 
 from .cli import print_event  # noqa: E402

@@ -16,7 +16,8 @@ from typing import Any, AsyncIterator, Deque, Dict, List, Mapping, Optional, Seq
 from . import daemon as daemons
 from . import wire
 from .aio_transport import AsyncTransport, open_unix, open_websocket
-from .errors import ConnectionClosed, DaemonNotRunning, ProtocolError, ResponseTimeout, rpc_error
+from .errors import (ConnectionClosed, DaemonNotRunning, ProtocolError, ResponseTimeout, RpcError, Unresponsive,
+                     rpc_error)
 from .websocket import read_token
 from .wire import Cell, CellResult, EvalResult, Event, EventHandler, ToolHandler, Tools
 
@@ -48,15 +49,19 @@ class AsyncClient:
                       autostart: bool = False, *, token_file: Optional[str] = None, cafile: Optional[str] = None,
                       session: Optional[str] = None, timeout: Optional[float] = None,
                       program: Optional[str] = None, config: Optional[str] = None, log: Optional[str] = None,
-                      start_within: float = daemons.START_WITHIN) -> "AsyncClient":
+                      start_within: float = daemons.START_WITHIN,
+                      health_timeout: Optional[float] = None) -> "AsyncClient":
         """As `Client.connect`: the WebSocket at `url`, else the Unix `socket` (default:
-        `default_socket()`), starting a daemon there first with `autostart`."""
+        `default_socket()`), starting a daemon there first with `autostart`; the daemon must
+        answer `initialize` within `health_timeout` (else `Unresponsive`)."""
+        within = daemons.health_timeout(health_timeout)
         if url is not None:
             token, source = read_token(token, token_file)
-            return cls(await open_websocket(url, token, source, cafile, session, timeout), timeout, session)
+            client = cls(await open_websocket(url, token, source, cafile, session, timeout), timeout, session)
+            return await client._healthy(within, url)
         path = socket or daemons.default_socket()
         try:
-            return cls(await open_unix(path, timeout), timeout, session)
+            return await cls(await open_unix(path, timeout), timeout, session)._healthy(within, path)
         except DaemonNotRunning:
             if not autostart:
                 raise
@@ -70,7 +75,19 @@ class AsyncClient:
                 await asyncio.sleep(0.02)
                 continue
             client.started = started
-            return client
+            return await client._healthy(within, path)
+
+    async def _healthy(self, within: float, where: str) -> "AsyncClient":
+        """This client once the daemon answered `initialize` within `within` seconds (a
+        refusal counts); else closed, and `Unresponsive`."""
+        try:
+            await self.call("initialize", response_timeout=within)
+        except ResponseTimeout:
+            await self.close()
+            raise Unresponsive(daemons.unresponsive_message(where, within)) from None
+        except RpcError:
+            pass
+        return self
 
     async def __aenter__(self) -> "AsyncClient":
         return self

@@ -16,7 +16,8 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional
 
 from . import daemon as daemons
 from . import wire
-from .errors import ConnectionClosed, DaemonNotRunning, ProtocolError, ResponseTimeout, rpc_error
+from .errors import (ConnectionClosed, DaemonNotRunning, ProtocolError, ResponseTimeout, RpcError, Unresponsive,
+                     rpc_error)
 from .transport import UnixTransport, WebSocketTransport
 from .websocket import read_token
 from .wire import Cell, CellResult, EvalResult, Event, EventHandler, ToolHandler, Tools
@@ -65,17 +66,22 @@ class Client:
                 autostart: bool = False, *, token_file: Optional[str] = None, cafile: Optional[str] = None,
                 session: Optional[str] = None, timeout: Optional[float] = None, program: Optional[str] = None,
                 config: Optional[str] = None, log: Optional[str] = None,
-                start_within: float = daemons.START_WITHIN) -> "Client":
+                start_within: float = daemons.START_WITHIN, health_timeout: Optional[float] = None) -> "Client":
         """A connection to the daemon at `url`, else on `socket` (default: as cellvisor
         computes it, `default_socket()`). With `autostart`, a socket nobody listens on gets a
         daemon first, started as the CLI does: `program serve --socket SOCKET [--config
         config]` in a session of its own, its output appended to `log` (default: the socket's
-        name with `.log`); `program` defaults to $CELLVISOR_BIN, then `cellvisor` on PATH."""
+        name with `.log`); `program` defaults to $CELLVISOR_BIN, then `cellvisor` on PATH.
+        The daemon must answer `initialize` within `health_timeout` seconds (default
+        $CELLVISOR_HEALTH_TIMEOUT, else 10), else `Unresponsive`: a silent daemon never hangs
+        the caller, while a cell may still run for as long as its own timeout."""
+        within = daemons.health_timeout(health_timeout)
         if url is not None:
-            return cls(url=url, token=token, token_file=token_file, cafile=cafile, session=session, timeout=timeout)
+            return cls(url=url, token=token, token_file=token_file, cafile=cafile, session=session,
+                       timeout=timeout)._healthy(within)
         path = socket or daemons.default_socket()
         try:
-            return cls(path, timeout, session=session)
+            return cls(path, timeout, session=session)._healthy(within)
         except DaemonNotRunning:
             if not autostart:
                 raise
@@ -89,7 +95,19 @@ class Client:
                 time.sleep(0.02)
                 continue
             client.started = started
-            return client
+            return client._healthy(within)
+
+    def _healthy(self, within: float) -> "Client":
+        """This client once the daemon answered `initialize` within `within` seconds (a
+        refusal counts: the daemon is alive); else closed, and `Unresponsive`."""
+        try:
+            self.call("initialize", response_timeout=within)
+        except ResponseTimeout:
+            self.close()
+            raise Unresponsive(daemons.unresponsive_message(self.transport.where, within)) from None
+        except RpcError:
+            pass
+        return self
 
     def __enter__(self) -> "Client":
         return self

@@ -22,6 +22,37 @@ if TYPE_CHECKING:  # pragma: no cover
 #: How long a freshly started daemon may take to listen (the CLI's bound).
 START_WITHIN = 15.0
 
+#: How long a daemon has to answer `initialize` on a new connection when
+#: $CELLVISOR_HEALTH_TIMEOUT does not say (the CLI's bound).
+HEALTH_WITHIN = 10.0
+
+
+def health_timeout(given: Optional[float] = None) -> float:
+    """The health handshake's bound: `given`, else $CELLVISOR_HEALTH_TIMEOUT (seconds),
+    else `HEALTH_WITHIN`."""
+    if given is not None:
+        chosen = given
+    else:
+        text = os.environ.get("CELLVISOR_HEALTH_TIMEOUT")
+        if not text:
+            return HEALTH_WITHIN
+        try:
+            chosen = float(text)
+        except ValueError:
+            chosen = -1.0
+    if not 0 < chosen <= 3600:
+        raise ValueError(f"the health timeout must be a number of seconds from 0 to 3600, got {given if given is not None else text!r} "
+                         f"(CELLVISOR_HEALTH_TIMEOUT, default {HEALTH_WITHIN:g})")
+    return chosen
+
+
+def unresponsive_message(where: str, within: float) -> str:
+    """What an unresponsive daemon's error says: what was tried, and what to do."""
+    return (f"the cellvisor daemon at {where} accepted the connection but did not answer `initialize` within "
+            f"{within:g} s: the process holding it may be stopped or hung. `cellvisor eval` replaces it when it can "
+            f"prove it is that socket's cellvisor daemon; otherwise stop that process (or remove the socket if nothing "
+            f"should listen there), or use another socket; CELLVISOR_HEALTH_TIMEOUT sets the wait in seconds")
+
 
 def default_socket() -> str:
     """The daemon's socket: $CELLVISOR_SOCKET, else `$XDG_RUNTIME_DIR/cellvisor/daemon.sock`,

@@ -120,6 +120,12 @@ class ResponseTimeout(CellvisorError, TimeoutError):
         self.request_id = request_id
 
 
+class Unresponsive(ConnectError):
+    """Something accepted the connection but did not answer `initialize` within the health
+    bound (`health_timeout`, $CELLVISOR_HEALTH_TIMEOUT, default 10 s): a hung or stopped
+    daemon, or another program on the socket. The message says what to do."""
+
+
 class DaemonNotRunning(ConnectError):
     """No daemon listens on the socket (it does not exist, or refuses): start one, or connect
     with `autostart=True`."""
