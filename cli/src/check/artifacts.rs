@@ -4,13 +4,13 @@
 
 use super::run::CaseResult;
 use super::summary::RunSummary;
-use cellvisor::paths::file_safe;
+use cellvisor::names::encode_component as file_safe;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The directory of one case run: `<out>/<variant>/<suite>/<id>/`, with `repeat-<n>/`
-/// below it when cases are repeated. A name with characters unsafe in a file name has them
-/// replaced and a short hash appended, so two names never share a directory.
+/// below it when cases are repeated. A name's characters unsafe in a file name are escaped
+/// (`%XX`, injectively), so two names never share a directory.
 pub fn case_dir(out: &Path, result: &CaseResult, repeats: u32) -> PathBuf {
     let mut dir = out
         .join(file_safe(&result.variant))

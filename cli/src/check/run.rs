@@ -205,7 +205,16 @@ pub fn effective_concurrency(requested: usize, config: &Config) -> usize {
 /// A session name that no other run or case uses (a session's code-mode store outlives it,
 /// keyed by its name) and that still says which case it is.
 pub(super) fn session_name(run_tag: &str, index: usize, suite: &str, id: &str) -> String {
-    let slug = cellvisor::paths::file_safe(&format!("{suite}-{id}"));
+    let slug: String = format!("{suite}-{id}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
     let mut name = format!("check-{run_tag}-{index}-{slug}");
     name.truncate(cellvisor::MAX_SESSION_NAME);
     name
@@ -283,8 +292,9 @@ async fn run_case(cellvisor: &Cellvisor, job: Job<'_>, session: String) -> CaseR
             }
             let _ = cellvisor.close(&session, None).await;
             // The store of a session outlives it; a case's is the case's alone.
-            let store = cellvisor::paths::session_store_dir(&session);
-            if store.exists() {
+            let store = cellvisor::SessionName::parse(&session)
+                .map(|name| cellvisor::paths::session_store_dir(&name));
+            if let Some(store) = store.ok().filter(|store| store.exists()) {
                 let _ = std::fs::remove_dir_all(store);
             }
             snapshot = workspace::capture(dir.path(), &case.capture);

@@ -305,7 +305,7 @@ impl Session {
 
     /// The session's own directories a sandboxed worker may write.
     fn sandbox_dirs(&self) -> crate::sandbox::SessionDirs {
-        let name = crate::paths::file_safe(&self.key.session);
+        let name = self.key.session.dir_name();
         crate::sandbox::SessionDirs {
             tmp: self.spec.run_dir.join("tmp").join(&name),
             artifacts: self.artifacts.dir().join(&name),
@@ -333,7 +333,7 @@ impl Session {
             max_lines: self.config.output.max_lines,
             max_line_length: self.config.output.max_line_length,
             artifact_name: artifact_name(
-                &crate::paths::file_safe(&self.key.session),
+                &self.key.session.dir_name(),
                 self.key.language,
                 link.pid,
                 cell_id,

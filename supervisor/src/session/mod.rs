@@ -66,7 +66,7 @@ pub use worker::Wanted;
 /// Which session and language a worker serves.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct SessionKey {
-    pub session: String,
+    pub session: crate::names::SessionName,
     pub language: Language,
 }
 
@@ -75,7 +75,7 @@ impl SessionKey {
     /// The key unit tests use: session `s`, in Python.
     pub(crate) fn for_tests() -> SessionKey {
         SessionKey {
-            session: "s".into(),
+            session: crate::names::SessionName::parse("s").expect("a valid name"),
             language: Language::Python,
         }
     }
@@ -430,7 +430,7 @@ impl Session {
 
     fn status(&self) -> SessionStatus {
         SessionStatus {
-            session: self.key.session.clone(),
+            session: self.key.session.to_string(),
             cwd: None,
             language: self.key.language,
             pid: self.pid(),
