@@ -315,6 +315,7 @@ impl Prepared {
                 source,
             }
         })?;
+        startup::remove_stale_run_dirs(&base_dir);
         let run_dir_guard = tempfile::Builder::new()
             .prefix(&format!("sup-{}-", std::process::id()))
             .tempdir_in(&base_dir)

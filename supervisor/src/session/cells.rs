@@ -303,11 +303,37 @@ impl Session {
         true
     }
 
+    /// This session's temporary directory in its language (a sandboxed worker's `TMPDIR`):
+    /// removed when the session forgets (close, reset, eviction without a snapshot).
+    pub(super) fn tmp_dir(&self) -> std::path::PathBuf {
+        self.spec
+            .run_dir
+            .join("tmp")
+            .join(self.key.session.dir_name())
+            .join(self.key.language.short_name())
+    }
+
+    /// Removes [`tmp_dir`](Self::tmp_dir) and what it holds (links inside are removed, never
+    /// followed), then its session's directory when no other language's is left in it.
+    pub(super) fn remove_tmp_dir(&self) {
+        let dir = self.tmp_dir();
+        match std::fs::remove_dir_all(&dir) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(session = %self.key, "cannot remove the session's temporary directory {}: {err}", dir.display());
+            }
+            _ => {}
+        }
+        if let Some(parent) = dir.parent() {
+            // Fails while another language's directory is in it: that one removes it.
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+
     /// The session's own directories a sandboxed worker may write.
     fn sandbox_dirs(&self) -> crate::sandbox::SessionDirs {
         let name = self.key.session.dir_name();
         crate::sandbox::SessionDirs {
-            tmp: self.spec.run_dir.join("tmp").join(&name),
+            tmp: self.tmp_dir(),
             artifacts: self.artifacts.dir().join(&name),
             store: self.spec.env.store_dir(),
             snapshots: self.snapshots.as_ref().map(|store| store.dir(&self.key)),

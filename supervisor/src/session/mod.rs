@@ -166,6 +166,17 @@ impl CellJob {
 enum AfterStop {
     Restart,
     Close,
+    /// The session forgets (a reset): its temporary files go with its state.
+    ForgetTmp,
+}
+
+/// Whether a stop that carries out `actions`, its namespace's snapshot having met `fate`,
+/// removes the session's temporary directory: a reset and a close do, unless a snapshot was
+/// saved to restore the session from (an eviction that keeps the session).
+fn stop_forgets_tmp(actions: &[AfterStop], fate: &state::SnapshotFate) -> bool {
+    let reset = actions.iter().any(|a| matches!(a, AfterStop::ForgetTmp));
+    let closed = actions.iter().any(|a| matches!(a, AfterStop::Close));
+    reset || (closed && *fate != state::SnapshotFate::Saved)
 }
 
 enum Worker {

@@ -315,7 +315,7 @@ fn private_dir(dir: &Path) -> std::io::Result<()> {
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
-    cellvisor_ipc::socket::ensure_private_dir(dir)?;
+    cellvisor_ipc::socket::ensure_private_dir_nofollow(dir)?;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
 }
 
