@@ -325,6 +325,14 @@ pub struct DaemonConfig {
     pub node: Option<String>,
     /// TCP connections the network listeners hold at once; past it new ones are closed.
     pub max_network_connections: usize,
+    /// Connections that have not yet presented the token, at once (apart from the others).
+    pub max_unauthenticated_connections: usize,
+    /// Unauthenticated connections from one IP address, at once.
+    pub max_connections_per_address: usize,
+    /// How long a new connection has to present its headers and token.
+    pub unauthenticated_timeout: Duration,
+    /// The most a request's headers may take (hyper's read buffer).
+    pub max_header_bytes: ByteSize,
     /// While draining, a session that was busy when the drain began is stopped once it has
     /// been idle this long (so an agent's next cell still runs there).
     pub drain_idle: Duration,
@@ -346,6 +354,10 @@ impl Default for DaemonConfig {
             insecure_plaintext: false,
             node: None,
             max_network_connections: 1024,
+            max_unauthenticated_connections: 256,
+            max_connections_per_address: 64,
+            unauthenticated_timeout: Duration::from_secs(5),
+            max_header_bytes: ByteSize::kib(16),
             drain_idle: Duration::from_secs(10),
         }
     }
