@@ -323,7 +323,8 @@ pub struct DaemonConfig {
     pub insecure_plaintext: bool,
     /// This daemon's name in results, `status` and metrics; unset = the host name.
     pub node: Option<String>,
-    /// TCP connections the network listeners hold at once; past it new ones are closed.
+    /// Authenticated network connections held at once; past it a request with the token gets
+    /// 503.
     pub max_network_connections: usize,
     /// Connections that have not yet presented the token, at once (apart from the others).
     pub max_unauthenticated_connections: usize,

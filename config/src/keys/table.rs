@@ -169,7 +169,7 @@ pub static KEYS: &[KeySpec] = &[
     key!(daemon.node as "node", Kind::Text, Restart,
         "This daemon's name in results, `status` and metrics; unset: the host name."),
     key!(daemon.max_network_connections as "max-network-connections", count_in(1, 1_000_000), Restart,
-        "TCP connections the network listeners hold at once (TLS handshakes and idle ones included); past it a new connection is closed at once, and logged."),
+        "Authenticated network connections (ones that presented the token, idle keep-alives and WebSockets included) held at once; past it a request with the token is answered 503. Connections without the token count under `max-unauthenticated-connections`."),
     key!(daemon.max_unauthenticated_connections as "max-unauthenticated-connections", count_in(1, 1_000_000), Restart,
         "Network connections that have not yet presented the token, at once, apart from `max-network-connections` (which only authenticated ones hold); past it a new connection is closed at once."),
     key!(daemon.max_connections_per_address as "max-connections-per-address", count_in(1, 1_000_000), Restart,
