@@ -437,6 +437,6 @@ mod tests {
         assert_eq!(shown_state(true, Some('Z')), "starting");
         assert_eq!(shown_state(true, None), "starting");
         assert_eq!(shown_state(false, Some('S')), "starting");
-        assert_eq!(process_state(std::process::id()), Some('R'));
+        assert!(process_state(std::process::id()).is_some_and(|s| s.is_ascii_uppercase()));
     }
 }
