@@ -219,3 +219,45 @@ fn what_a_killed_daemon_left_is_removed_at_the_next_start() {
     drop(client);
     daemon.stop();
 }
+
+#[test]
+fn a_session_over_its_temporary_quota_gets_a_clear_error_and_others_start_fine() {
+    let daemon = Daemon::start_in(World::with_config(&format!(
+        "{SHORT_INTERVALS}[sandbox]\nenabled = true\ntmp-max = \"1MiB\"\n"
+    )));
+    let mut client = daemon.client();
+    let cwd = cwd_of(&daemon, "filler");
+    let filled = py(
+        &mut client,
+        "filler",
+        &cwd,
+        "import os, tempfile\nfor i in range(3):\n    open(os.path.join(tempfile.gettempdir(), f'f{i}'), 'wb').write(b'x' * 1_000_000)\nprint('wrote')",
+    );
+    assert_eq!(filled["status"], "error", "{filled:#}");
+    let text = filled["output"].as_str().unwrap_or_default();
+    assert!(text.contains("sandbox.tmp-max"), "{filled:#}");
+    // Its files are gone, and the session goes on.
+    let listed = py(
+        &mut client,
+        "filler",
+        &cwd,
+        "import os, tempfile\nprint(sorted(os.listdir(tempfile.gettempdir())))",
+    );
+    assert_eq!(listed["output"], "[]\n", "{listed:#}");
+    // Other sessions start in every language.
+    let other = cwd_of(&daemon, "other");
+    let result = client.eval_in(
+        "other",
+        &other,
+        json!([
+            {"language": "js", "code": "console.log(6 * 7)"},
+            {"language": "lua", "code": "print(6 * 7)"},
+            {"language": "py", "code": "print(6 * 7)"},
+        ]),
+    );
+    for i in 0..3 {
+        assert_eq!(output(&result, i), "42\n", "{result:#}");
+    }
+    drop(client);
+    daemon.stop();
+}

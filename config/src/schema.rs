@@ -384,6 +384,8 @@ pub struct SandboxConfig {
     pub network_namespace: bool,
     /// Also confine `connect` on named Unix sockets to the write paths (Landlock ABI 9).
     pub confine_unix_connect: bool,
+    /// The most a sandboxed session's temporary directory may hold after a cell (per language).
+    pub tmp_max: ByteSize,
 }
 
 impl Default for SandboxConfig {
@@ -396,6 +398,7 @@ impl Default for SandboxConfig {
             network: SandboxNetwork::None,
             network_namespace: false,
             confine_unix_connect: false,
+            tmp_max: ByteSize::gib(1),
         }
     }
 }

@@ -200,6 +200,8 @@ pub static KEYS: &[KeySpec] = &[
         "Also give each worker a network namespace of its own (needs user namespaces): UDP and every other protocol reach nothing outside the worker."),
     key!(sandbox.confine_unix_connect as "confine-unix-connect", Kind::Bool, NewCells,
         "Also confine `connect` on named Unix sockets to the write paths (Landlock ABI 9). The daemon refuses its own workers' descendants on every kernel."),
+    key!(sandbox.tmp_max as "tmp-max", size_in(MIB, u64::MAX), NewCells,
+        "The most a sandboxed session's temporary directory (`$TMPDIR`, one per language) may hold after a cell; past it the cell ends as an error saying so and the directory's files are removed, so one session cannot keep the runtime file system full for the others."),
     // [snapshots]
     key!(snapshots.when as "when", Kind::Choice(&["never", "on-stop", "every-cell"]), AtOnce,
         "never: a worker's state ends with it; on-stop: its namespace is saved before every planned stop (idle or LRU eviction, memory recycle, reload, daemon stop) and restored on the next cell; every-cell: also after each successful cell, so a crash loses only the cell that crashed (or the one just answered, while its save is written)."),
