@@ -37,6 +37,7 @@ pub mod policy;
 pub mod state;
 #[cfg(test)]
 mod tests;
+mod tmp;
 mod window;
 mod worker;
 

@@ -308,7 +308,7 @@ fn a_reset_and_a_close_forget_the_temporary_files_and_a_saved_eviction_keeps_the
 
 #[test]
 fn a_temporary_tree_is_measured_without_following_links_and_the_count_stops_past_the_cap() {
-    use super::cells::tree_bytes;
+    use super::tmp::tree_bytes;
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().join("tmp");
     std::fs::create_dir_all(root.join("a/b")).expect("mkdir");
