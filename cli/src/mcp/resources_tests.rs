@@ -107,7 +107,6 @@ fn no_id_reads_outside_the_session_or_the_directory() {
         "mcp-7/../secret",
         "/etc/passwd",
         &dir.path().join("secret").display().to_string(),
-        "mcp-7-py-100-5.txt",
         "mcp-7-py-100-5\0",
         "",
         "..",
@@ -115,6 +114,9 @@ fn no_id_reads_outside_the_session_or_the_directory() {
         let message = refused(&format!("cellvisor://artifact/{bad}"));
         assert!(message.contains("not an artifact id"), "{bad}: {message}");
     }
+    // Dots are in ids (a session name's path component may hold them), but no file name
+    // reaches past its own id.
+    assert!(refused("cellvisor://artifact/mcp-7-py-100-5.txt").contains("this session"));
     // A link planted under an artifact's name is not followed.
     assert!(refused("cellvisor://artifact/mcp-7-py-100-6").contains("no artifact"));
     // Unknown, and not an artifact URI at all.
