@@ -589,3 +589,72 @@ fn a_sandboxed_forked_session_is_confined_and_the_next_unsandboxed_one_is_not() 
     drop(client);
     daemon.stop();
 }
+
+/// A cell that finds its zygote (the oldest process running its own interpreter's command
+/// line: the zygote forked it without exec) and stops it; prints the pid it stopped.
+const STOP_THE_ZYGOTE: &str = "\
+import os, signal
+me = open('/proc/self/cmdline', 'rb').read()
+def started(p):
+    return int(open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[19])
+found = []
+for p in os.listdir('/proc'):
+    if p.isdigit() and int(p) != os.getpid():
+        try:
+            if open(f'/proc/{p}/cmdline', 'rb').read() == me:
+                found.append((started(p), int(p)))
+        except OSError:
+            pass
+zygote = min(found)[1]
+os.kill(zygote, signal.SIGSTOP)
+print(zygote)";
+
+#[test]
+fn a_zygote_a_cell_stopped_is_shown_stopped_then_replaced_and_sessions_keep_starting() {
+    let daemon = Daemon::start_with(BASE);
+    let mut client = daemon.client();
+    let first = ready_zygote(&mut client)["pid"].as_u64().expect("a pid");
+    assert_eq!(
+        py(&mut client, "attacker", STOP_THE_ZYGOTE),
+        first.to_string()
+    );
+    let stopped = wait_until(Duration::from_secs(30), || {
+        let rows = zygotes(&mut client);
+        rows.iter()
+            .find(|r| r["pid"].as_u64() == Some(first) && r["state"] == "stopped")
+            .cloned()
+            .ok_or(rows)
+    });
+    assert!(stopped.is_ok(), "status did not say stopped: {stopped:?}");
+    // New sessions start: the first fork request waits for the zygote's answer (bounded),
+    // gets none, and the worker starts plainly while a new zygote starts.
+    for session in ["after-1", "after-2"] {
+        assert_eq!(py(&mut client, session, "print(6 * 7)"), "42");
+    }
+    let replaced = wait_until(Duration::from_secs(60), || {
+        let rows = zygotes(&mut client);
+        rows.iter()
+            .find(|r| r["state"] == "ready" && r["pid"].as_u64() != Some(first))
+            .cloned()
+            .ok_or(rows)
+    });
+    assert!(
+        replaced.is_ok(),
+        "the zygote was not replaced: {replaced:?}"
+    );
+    let gone = wait_until(Duration::from_secs(30), || {
+        (!pid_alive(u32::try_from(first).unwrap_or(u32::MAX)))
+            .then_some(())
+            .ok_or(())
+    });
+    assert!(gone.is_ok(), "the stopped zygote was left running");
+    let before = forks(&mut client);
+    assert_eq!(py(&mut client, "after-3", "print(6 * 7)"), "42");
+    assert_eq!(
+        forks(&mut client),
+        before + 1,
+        "the new zygote did not fork"
+    );
+    drop(client);
+    daemon.stop();
+}

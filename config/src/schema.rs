@@ -351,8 +351,17 @@ pub struct DaemonConfig {
     pub insecure_plaintext: bool,
     /// This daemon's name in results, `status` and metrics; unset = the host name.
     pub node: Option<String>,
-    /// TCP connections the network listeners hold at once; past it new ones are closed.
+    /// Authenticated network connections held at once; past it a request with the token gets
+    /// 503.
     pub max_network_connections: usize,
+    /// Connections that have not yet presented the token, at once (apart from the others).
+    pub max_unauthenticated_connections: usize,
+    /// Unauthenticated connections from one IP address, at once.
+    pub max_connections_per_address: usize,
+    /// How long a new connection has to present its headers and token.
+    pub unauthenticated_timeout: Duration,
+    /// The most a request's headers may take (hyper's read buffer).
+    pub max_header_bytes: ByteSize,
     /// While draining, a session that was busy when the drain began is stopped once it has
     /// been idle this long (so an agent's next cell still runs there).
     pub drain_idle: Duration,
@@ -374,6 +383,10 @@ impl Default for DaemonConfig {
             insecure_plaintext: false,
             node: None,
             max_network_connections: 1024,
+            max_unauthenticated_connections: 256,
+            max_connections_per_address: 64,
+            unauthenticated_timeout: Duration::from_secs(5),
+            max_header_bytes: ByteSize::kib(16),
             drain_idle: Duration::from_secs(10),
         }
     }
@@ -399,6 +412,8 @@ pub struct SandboxConfig {
     pub network_namespace: bool,
     /// Also confine `connect` on named Unix sockets to the write paths (Landlock ABI 9).
     pub confine_unix_connect: bool,
+    /// The most a sandboxed session's temporary directory may hold after a cell (per language).
+    pub tmp_max: ByteSize,
 }
 
 impl Default for SandboxConfig {
@@ -411,6 +426,7 @@ impl Default for SandboxConfig {
             network: SandboxNetwork::None,
             network_namespace: false,
             confine_unix_connect: false,
+            tmp_max: ByteSize::gib(1),
         }
     }
 }

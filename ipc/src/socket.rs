@@ -61,6 +61,24 @@ pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// [`ensure_private_dir`] for a directory of one session (its temp, artifact, store or
+/// snapshot directory): the directory itself must not be a symbolic link, so a link planted
+/// where a session's directory goes never sends its files elsewhere.
+pub fn ensure_private_dir_nofollow(dir: &Path) -> io::Result<()> {
+    ensure_private_dir(dir)?;
+    let meta = fs::symlink_metadata(dir)?;
+    if meta.file_type().is_symlink() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is a symbolic link, not a session directory; refusing to use it",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Listens on `path` (which must not exist yet), for the supervisor side.
 pub fn bind_async(path: &Path) -> io::Result<AsyncListener> {
     let name = path.to_fs_name::<GenericFilePath>()?;

@@ -52,9 +52,11 @@ mod limits;
 mod locking;
 /// OpenMetrics text of a supervisor (`Cellvisor::scrape`), and its content type.
 pub mod metrics;
+/// Session names and the one mapping from a name to a path component.
+pub mod names;
 mod output;
-/// Where session files live: `cellvisor check` names its sessions and artifacts with
-/// [`paths::file_safe`] and reads a session's store from [`paths::session_store_dir`].
+/// Where session files live: `cellvisor check` reads a session's store from
+/// [`paths::session_store_dir`].
 pub mod paths;
 mod python_choice;
 mod sandbox;
@@ -87,3 +89,4 @@ pub use host::{
     Cellvisor, DrainState, Health, Options, Readiness, RequestError, SessionRef, StartupError,
     WaitOptions, HEALTH_BOUND, MAX_SESSION_NAME, MAX_WAIT_MS,
 };
+pub use names::{SessionName, SessionNameError};

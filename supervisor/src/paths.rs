@@ -24,49 +24,6 @@ pub(crate) fn snapshots_dir() -> PathBuf {
 }
 
 /// The store directory of one session.
-pub fn session_store_dir(session: &str) -> PathBuf {
-    stores_dir().join(file_safe(session))
-}
-
-/// A session name made safe for a file name: anything but `A-Z a-z 0-9 - _` becomes `_`,
-/// and a name that changed gets a short hash so two names never share a file. A pair's key
-/// (`sessions.key = "session+cwd"`) keeps its `@<hash>`: no plain name's file name holds `@`.
-pub fn file_safe(name: &str) -> String {
-    if let Some((session, hash)) = crate::host::split_pair(name) {
-        return format!("{}@{hash}", file_safe(session));
-    }
-    let safe: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if safe == name {
-        return safe;
-    }
-    let hash = cellvisor_ipc::stable_hash::fnv1a(name.as_bytes());
-    format!("{safe}-{:08x}", hash as u32)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::file_safe;
-
-    #[test]
-    fn names_stay_readable_and_distinct() {
-        assert_eq!(file_safe("agent-1_x"), "agent-1_x");
-        assert_ne!(file_safe("a.b"), file_safe("a:b"));
-        assert!(file_safe("a.b").starts_with("a_b-"));
-    }
-
-    #[test]
-    fn changed_names_keep_the_directory_names_they_had() {
-        // Session stores on disk are found by these names: they must never change.
-        assert_eq!(file_safe("a.b"), "a_b-0466522c");
-        assert_eq!(file_safe("my session/1"), "my_session_1-1c9950a7");
-    }
+pub fn session_store_dir(session: &crate::names::SessionName) -> PathBuf {
+    stores_dir().join(session.dir_name())
 }

@@ -6,7 +6,7 @@
 
 use super::run::CaseResult;
 use super::summary::RunSummary;
-use cellvisor::paths::file_safe;
+use cellvisor::names::encode_component as file_safe;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -46,8 +46,8 @@ impl Artifacts {
 
 /// The directory of one case run: the anchor's `<out>/<suite>/<id>/`, under
 /// `<out>/<variant>/` when `namespaced` (the run has variants), with `repeat-<n>/` below it
-/// when cases are repeated. A name with characters unsafe in a path segment has them replaced
-/// (as the anchor does) and a short hash appended, so two names never share a directory.
+/// when cases are repeated. A name's characters unsafe in a path segment are escaped (`%XX`,
+/// injectively, as session directories are), so two names never share a directory.
 pub fn case_dir(out: &Path, result: &CaseResult, repeats: u32, namespaced: bool) -> PathBuf {
     let mut dir = out.to_path_buf();
     if namespaced {
@@ -62,9 +62,9 @@ pub fn case_dir(out: &Path, result: &CaseResult, repeats: u32, namespaced: bool)
 }
 
 /// The anchor's directory for the same case run: its names with unsafe characters replaced
-/// and no hash. It differs from [`case_dir`] only for a name that had to change; the run
+/// by `_`. It differs from [`case_dir`] only for a name that had to change; the run
 /// writes the case there too (a later case whose name changes the same way replaces it, as
-/// in the anchor; the hashed directory keeps each).
+/// in the anchor; the escaped directory keeps each).
 pub fn anchor_dir(out: &Path, result: &CaseResult, repeats: u32, namespaced: bool) -> PathBuf {
     let segment = |name: &str| -> String {
         name.chars()

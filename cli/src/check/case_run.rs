@@ -136,8 +136,9 @@ pub(super) async fn run_case(cellvisor: &Cellvisor, job: Job<'_>, session: Strin
             }
             let _ = cellvisor.close(&session, None).await;
             // The store of a session outlives it; a case's is the case's alone.
-            let store = cellvisor::paths::session_store_dir(&session);
-            if store.exists() {
+            let store = cellvisor::SessionName::parse(&session)
+                .map(|name| cellvisor::paths::session_store_dir(&name));
+            if let Some(store) = store.ok().filter(|store| store.exists()) {
                 let _ = std::fs::remove_dir_all(store);
             }
             snapshot = workspace::capture(dir.path(), &case.capture);

@@ -89,8 +89,9 @@ pub async fn run(
         results.push(result);
     }
     let _ = cellvisor.close(&session, None).await;
-    let store = cellvisor::paths::session_store_dir(&session);
-    if store.exists() {
+    let store = cellvisor::SessionName::parse(&session)
+        .map(|name| cellvisor::paths::session_store_dir(&name));
+    if let Some(store) = store.ok().filter(|store| store.exists()) {
         let _ = std::fs::remove_dir_all(store);
     }
     results

@@ -227,7 +227,16 @@ pub fn effective_concurrency(requested: usize, config: &Config) -> usize {
 /// A session name that no other run or case uses (a session's code-mode store outlives it,
 /// keyed by its name) and that still says which case it is.
 pub(super) fn session_name(run_tag: &str, index: usize, suite: &str, id: &str) -> String {
-    let slug = cellvisor::paths::file_safe(&format!("{suite}-{id}"));
+    let slug: String = format!("{suite}-{id}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
     let mut name = format!("check-{run_tag}-{index}-{slug}");
     name.truncate(cellvisor::MAX_SESSION_NAME);
     name

@@ -3,12 +3,12 @@
 //! truncation notice, and a resource link beside it).
 //!
 //! An artifact is a file `<id>.txt` in the supervisor's artifact directory (or in a
-//! sandboxed session's own directory inside it), whose id starts with the session's file-safe
-//! name. A connection sees its own session's artifacts only. Ids are checked before any path
-//! is made of them (letters, digits, `-` and `_`: no `/`, no `.`), a file is opened without
-//! following links and must be a regular file, so no id reaches outside the directory.
+//! sandboxed session's own directory inside it), whose id starts with the session's path
+//! component (`SessionName::dir_name`). A connection sees its own session's artifacts only.
+//! Ids are checked before any path is made of them (letters, digits, `- _ : @ %`, and `.`
+//! past the first byte: no `/`, never `.` or `..`), a file is opened without following links
+//! and must be a regular file, so no id reaches outside the directory.
 
-use cellvisor::paths::file_safe;
 use rmcp::model::{ErrorData, Resource, ResourceContents, ResourceTemplate};
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
@@ -43,7 +43,7 @@ impl Artifacts {
     pub(super) fn new(dir: &Path, session: &str) -> Artifacts {
         Artifacts {
             dir: dir.to_path_buf(),
-            owner: file_safe(session),
+            owner: cellvisor::names::encode_component(session),
         }
     }
 
@@ -117,7 +117,7 @@ impl Artifacts {
             ErrorData::resource_not_found(
                 format!(
                     "{why}: artifact resources are {URI_PREFIX}<id>, the id being the one in a \
-                     result's `artifact://<id>` (letters, digits, - and _)"
+                     result's `artifact://<id>` (letters, digits, - _ : @ % and inner dots)"
                 ),
                 Some(serde_json::json!({ "uri": uri })),
             )
@@ -185,13 +185,15 @@ pub(super) fn template() -> ResourceTemplate {
         .with_mime_type("text/plain")
 }
 
-/// An id as the supervisor makes them: letters, digits, `-` and `_`, at most 255 bytes.
+/// An id as the supervisor makes them: letters, digits, `- _ : @ %`, and `.` past the first
+/// byte, at most 255 bytes.
 fn valid_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 255
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && !id.starts_with('.')
+        && id.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b':' | b'@' | b'%' | b'.')
+        })
 }
 
 /// What follows the session's name in an artifact's id: `<language>-<pid>-<cell>` (a cell's

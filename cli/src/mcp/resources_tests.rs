@@ -107,7 +107,6 @@ fn no_id_reads_outside_the_session_or_the_directory() {
         "mcp-7/../secret",
         "/etc/passwd",
         &dir.path().join("secret").display().to_string(),
-        "mcp-7-py-100-5.txt",
         "mcp-7-py-100-5\0",
         "",
         "..",
@@ -115,6 +114,9 @@ fn no_id_reads_outside_the_session_or_the_directory() {
         let message = refused(&format!("cellvisor://artifact/{bad}"));
         assert!(message.contains("not an artifact id"), "{bad}: {message}");
     }
+    // Dots are in ids (a session name's path component may hold them), but no file name
+    // reaches past its own id.
+    assert!(refused("cellvisor://artifact/mcp-7-py-100-5.txt").contains("this session"));
     // A link planted under an artifact's name is not followed.
     assert!(refused("cellvisor://artifact/mcp-7-py-100-6").contains("no artifact"));
     // Unknown, and not an artifact URI at all.
@@ -126,10 +128,20 @@ fn no_id_reads_outside_the_session_or_the_directory() {
 #[test]
 fn a_session_with_an_unsafe_name_finds_its_artifacts_by_its_file_safe_name() {
     let dir = tempfile::tempdir().unwrap();
-    let owner = file_safe("my session");
+    let owner = cellvisor::names::encode_component("my session");
     std::fs::write(dir.path().join(format!("{owner}-py-1-2.txt")), "x").unwrap();
     let artifacts = Artifacts::new(dir.path(), "my session");
     let listed = artifacts.list();
     assert_eq!(listed.len(), 1);
     assert!(artifacts.read(&listed[0].uri).is_ok());
+}
+
+#[test]
+fn two_names_that_once_shared_a_file_name_see_only_their_own_artifacts() {
+    let dir = tempfile::tempdir().unwrap();
+    let dotted = cellvisor::names::encode_component("team.alpha");
+    std::fs::write(dir.path().join(format!("{dotted}-py-1-2.txt")), "x").unwrap();
+    let lookalike = Artifacts::new(dir.path(), "team_alpha-0466522c");
+    assert!(lookalike.list().is_empty());
+    assert_eq!(Artifacts::new(dir.path(), "team.alpha").list().len(), 1);
 }

@@ -106,8 +106,10 @@ impl LeaseDir {
     }
 
     fn path(&self, session: &str) -> PathBuf {
-        self.dir
-            .join(format!("{}{SUFFIX}", crate::paths::file_safe(session)))
+        self.dir.join(format!(
+            "{}{SUFFIX}",
+            crate::names::encode_component(session)
+        ))
     }
 
     /// Takes the lease on `session`: made when there is none, taken over when it expired

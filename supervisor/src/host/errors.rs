@@ -9,8 +9,8 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum RequestError {
     /// The session name is not one a file name and a log line can hold safely.
-    #[error("invalid session name {0:?}: use 1 to 128 characters from A-Z a-z 0-9 . _ - :")]
-    SessionName(String),
+    #[error("{0}")]
+    SessionName(#[from] crate::names::SessionNameError),
     /// A request without cells is a host's mistake, not a no-op.
     #[error("a request needs at least one cell")]
     NoCells,

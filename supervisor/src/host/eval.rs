@@ -6,6 +6,7 @@ use super::{Cellvisor, RequestError};
 use crate::cell::{
     CellEvent, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult, ToolCallRequest,
 };
+use crate::names::SessionName;
 use crate::session::{CellJob, CellReport, SessionKey};
 use crate::supervisor::{Control, ControlAction, RequestDone, Submit, Supervisor};
 use actix::prelude::*;
@@ -59,14 +60,15 @@ impl Cellvisor {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // A per-call request runs in a throw-away session of its own, discarded at its end
         // (however it ends), so the named session's workers and state are not touched.
+        let named = SessionName::parse(&request.session)?;
         let throwaway = (request.fresh || policy.per_call)
-            .then(|| ThrowawaySession::new(self.supervisor.clone(), &request.session, request_id));
+            .then(|| ThrowawaySession::new(self.supervisor.clone(), &named, request_id));
         // Under `sessions.key = "session+cwd"` a kept session is the pair (name, cwd).
         let key = match &throwaway {
             Some(throwaway) => throwaway.name.clone(),
             None => self.eval_key(&request.session, request.cwd.as_deref())?,
         };
-        let session = key.as_str();
+        let session = &key;
         self.refuse_if_draining(session).await?;
         self.admit(session, request.resume && throwaway.is_none())
             .await?;
@@ -133,7 +135,7 @@ impl Cellvisor {
                         state: None,
                     };
                     let key = SessionKey {
-                        session: session.to_string(),
+                        session: session.clone(),
                         language: spec.language,
                     };
                     if spec.reset {
@@ -202,30 +204,22 @@ pub(super) fn with_directive(spec: &CellSpec) -> Result<(CellSpec, Option<u64>),
     Ok((job, directive.max_output_bytes()))
 }
 
-/// Names a throw-away session: a character no host's session name may hold.
-const THROWAWAY_MARK: char = '~';
-
-/// Whether `session` is a per-call request's throw-away session.
-pub(crate) fn is_throwaway(session: &str) -> bool {
-    session.contains(THROWAWAY_MARK)
-}
-
 /// The session of a per-call request (`fresh: true` or `sessions.mode = "per-call"`): its
 /// workers are discarded when the request ends, however it ends.
 pub(super) struct ThrowawaySession {
     supervisor: Addr<Supervisor>,
-    name: String,
+    name: SessionName,
 }
 
 impl ThrowawaySession {
     pub(super) fn new(
         supervisor: Addr<Supervisor>,
-        session: &str,
+        session: &SessionName,
         request: u64,
     ) -> ThrowawaySession {
         ThrowawaySession {
             supervisor,
-            name: format!("{session}{THROWAWAY_MARK}call-{request}"),
+            name: SessionName::throwaway(session, request),
         }
     }
 }
@@ -233,7 +227,7 @@ impl ThrowawaySession {
 impl Drop for ThrowawaySession {
     fn drop(&mut self) {
         self.supervisor.do_send(Control {
-            session: std::mem::take(&mut self.name),
+            session: self.name.clone(),
             language: None,
             action: ControlAction::Discard,
         });

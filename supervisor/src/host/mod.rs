@@ -30,8 +30,6 @@ mod state;
 pub use errors::RequestError;
 pub use node::{DrainState, Health, Readiness, HEALTH_BOUND};
 
-pub(crate) use eval::is_throwaway;
-pub(crate) use pairs::split_pair;
 pub use pairs::SessionRef;
 
 pub use startup::StartupError;
@@ -52,8 +50,7 @@ use tokio::sync::oneshot;
 /// Largest cell source accepted: well inside the frame limit.
 pub const MAX_CODE_BYTES: usize = 8 * 1024 * 1024;
 
-/// Longest session name accepted.
-pub const MAX_SESSION_NAME: usize = 128;
+pub use crate::names::MAX_SESSION_NAME;
 
 /// Longest host tool name accepted (MCP servers name tools like `github.search_issues`).
 pub const MAX_TOOL_NAME: usize = 128;
@@ -318,6 +315,7 @@ impl Prepared {
                 source,
             }
         })?;
+        startup::remove_stale_run_dirs(&base_dir);
         let run_dir_guard = tempfile::Builder::new()
             .prefix(&format!("sup-{}-", std::process::id()))
             .tempdir_in(&base_dir)

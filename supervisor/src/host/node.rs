@@ -195,17 +195,21 @@ impl Cellvisor {
     /// Takes what a request for `session` needs to run here: the session's lease, when this
     /// node is a fleet's (unless it holds it already), and with `resume` the proof that the
     /// session exists (live here, or saved).
-    pub(super) async fn admit(&self, session: &str, resume: bool) -> Result<(), RequestError> {
+    pub(super) async fn admit(
+        &self,
+        session: &crate::names::SessionName,
+        resume: bool,
+    ) -> Result<(), RequestError> {
         let leased = self
             .leases
             .as_ref()
-            .is_none_or(|book| super::is_throwaway(session) || book.holds(session));
+            .is_none_or(|book| session.is_throwaway() || book.holds(session));
         if leased && !resume {
             return Ok(());
         }
         self.supervisor
             .send(Admit {
-                session: session.to_string(),
+                session: session.clone(),
                 resume,
             })
             .await

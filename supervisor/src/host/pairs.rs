@@ -11,42 +11,19 @@
 //! one (the others), refused with the list of cwds when there are several.
 
 use super::{lock, Cellvisor, RequestError};
+use crate::names::{split_pair, SessionName};
 use crate::session::SessionStatus;
 use crate::supervisor::LiveSessionNames;
 use cellvisor_config::SessionKeyBy;
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-
-/// Separates a pair key's session name from its directory hash.
-const PAIR_MARK: char = '@';
-
-/// Hex digits of the directory's hash in a pair key (64 bits).
-const HASH_HEX: usize = 16;
 
 /// Pairs remembered for `status` and for naming a pair without `cwd`, at most.
 const MAX_PAIRS: usize = 4096;
 
 /// The internal key of the pair (`name`, `canonical_cwd`): `name@<16 hex of SHA-256(cwd)>`.
-pub(crate) fn pair_key(name: &str, canonical_cwd: &Path) -> String {
-    use std::os::unix::ffi::OsStrExt;
-    let digest = Sha256::digest(canonical_cwd.as_os_str().as_bytes());
-    let hex: String = digest
-        .iter()
-        .take(HASH_HEX / 2)
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
-    format!("{name}{PAIR_MARK}{hex}")
-}
-
-/// The session name and directory hash of a pair key; `None` for any other session name.
-pub(crate) fn split_pair(key: &str) -> Option<(&str, &str)> {
-    let (name, hash) = key.rsplit_once(PAIR_MARK)?;
-    let is_hash = hash.len() == HASH_HEX
-        && hash
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    (is_hash && !name.is_empty()).then_some((name, hash))
+pub(crate) fn pair_key(name: &SessionName, canonical_cwd: &Path) -> SessionName {
+    SessionName::pair(name, canonical_cwd)
 }
 
 /// The directory that keys a pair: `cwd` with `..` and symbolic links resolved, so two
@@ -167,14 +144,19 @@ impl Cellvisor {
 
     /// The key a request's kept session runs under: the name, or under `session+cwd` the
     /// pair of the name and the request's cwd (which it must then carry).
-    pub(super) fn eval_key(&self, name: &str, cwd: Option<&Path>) -> Result<String, RequestError> {
+    pub(super) fn eval_key(
+        &self,
+        name: &str,
+        cwd: Option<&Path>,
+    ) -> Result<SessionName, RequestError> {
+        let name = SessionName::parse(name)?;
         if !self.keyed_by_cwd() {
-            return Ok(name.to_string());
+            return Ok(name);
         }
         let cwd = cwd.ok_or_else(|| RequestError::CwdRequired(name.to_string()))?;
         let canonical = canonical_cwd(cwd)?;
-        let key = pair_key(name, &canonical);
-        lock(&self.pairs).remember(&key, name, &canonical);
+        let key = pair_key(&name, &canonical);
+        lock(&self.pairs).remember(&key, &name, &canonical);
         Ok(key)
     }
 
@@ -183,20 +165,20 @@ impl Cellvisor {
     pub(super) async fn resolve_set(
         &self,
         session: SessionRef<'_>,
-    ) -> Result<Vec<String>, RequestError> {
-        super::policy::validate_session_name(session.name)?;
+    ) -> Result<Vec<SessionName>, RequestError> {
+        let name = super::policy::validate_session_name(session.name)?;
         if !self.keyed_by_cwd() {
-            return Ok(vec![session.name.to_string()]);
+            return Ok(vec![name]);
         }
         if let Some(cwd) = session.cwd {
-            return Ok(vec![pair_key(session.name, &canonical_cwd(cwd)?)]);
+            return Ok(vec![pair_key(&name, &canonical_cwd(cwd)?)]);
         }
-        let mut keys: Vec<String> = self
+        let mut keys: Vec<SessionName> = self
             .live_pairs_of(session.name)
             .await?
             .into_iter()
             .chain(lock(&self.pairs).of(session.name))
-            .map(|(key, _)| key)
+            .filter_map(|(key, _)| SessionName::parse_key(&key).ok())
             .collect();
         keys.sort();
         keys.dedup();
@@ -209,13 +191,13 @@ impl Cellvisor {
     pub(super) async fn resolve_one(
         &self,
         session: SessionRef<'_>,
-    ) -> Result<String, RequestError> {
-        super::policy::validate_session_name(session.name)?;
+    ) -> Result<SessionName, RequestError> {
+        let name = super::policy::validate_session_name(session.name)?;
         if !self.keyed_by_cwd() {
-            return Ok(session.name.to_string());
+            return Ok(name);
         }
         if let Some(cwd) = session.cwd {
-            return Ok(pair_key(session.name, &canonical_cwd(cwd)?));
+            return Ok(pair_key(&name, &canonical_cwd(cwd)?));
         }
         let mut pairs = self.live_pairs_of(session.name).await?;
         if pairs.is_empty() {
@@ -223,7 +205,7 @@ impl Cellvisor {
         }
         match pairs.len() {
             0 => Err(RequestError::NoPair(session.name.to_string())),
-            1 => Ok(pairs.remove(0).0),
+            1 => Ok(SessionName::parse_key(&pairs.remove(0).0)?),
             _ => Err(RequestError::AmbiguousSession {
                 session: session.name.to_string(),
                 cwds: pairs.into_iter().map(|(_, cwd)| cwd).collect(),
@@ -275,20 +257,21 @@ mod tests {
 
     #[test]
     fn a_pair_key_is_the_name_and_a_stable_hash_of_the_directory() {
-        let key = pair_key("notes", Path::new("/home/a/project"));
-        assert_eq!(key, pair_key("notes", Path::new("/home/a/project")));
+        let name = |n: &str| SessionName::parse(n).expect("a name");
+        let key = pair_key(&name("notes"), Path::new("/home/a/project"));
+        assert_eq!(key, pair_key(&name("notes"), Path::new("/home/a/project")));
         // Stable across runs and nodes (snapshots and leases are found by it): the first 16
         // hex digits of SHA-256("/home/a/project").
         assert_eq!(key, "notes@12e16c2f90d46feb");
         assert_eq!(split_pair(&key), Some(("notes", "12e16c2f90d46feb")));
-        assert_eq!(key.len(), "notes@".len() + HASH_HEX);
-        assert_ne!(key, pair_key("notes", Path::new("/home/a/project2")));
-        assert_ne!(key, pair_key("notes2", Path::new("/home/a/project")));
+        assert_eq!(key.len(), "notes@".len() + 16);
+        assert_ne!(key, pair_key(&name("notes"), Path::new("/home/a/project2")));
+        assert_ne!(key, pair_key(&name("notes2"), Path::new("/home/a/project")));
     }
 
     #[test]
     fn no_plain_session_name_is_a_pair_key_or_looks_like_one() {
-        let key = pair_key("s", Path::new("/tmp"));
+        let key = pair_key(&SessionName::parse("s").expect("name"), Path::new("/tmp"));
         assert!(super::super::policy::validate_session_name(&key).is_err());
         for plain in ["s", "a.b:c", "x-0123456789abcdef", "mcp-42"] {
             assert!(super::super::policy::validate_session_name(plain).is_ok());
@@ -301,13 +284,14 @@ mod tests {
 
     #[test]
     fn pairs_file_names_never_meet_each_other_or_a_plain_name() {
-        let a = crate::paths::file_safe(&pair_key("a.b", Path::new("/one")));
-        let b = crate::paths::file_safe(&pair_key("a.b", Path::new("/two")));
+        let name = |n: &str| SessionName::parse(n).expect("a name");
+        let a = pair_key(&name("a.b"), Path::new("/one")).dir_name();
+        let b = pair_key(&name("a.b"), Path::new("/two")).dir_name();
         assert_ne!(a, b);
         assert!(a.contains('@') && b.contains('@'));
         // A plain name's file name never holds `@`.
         for plain in ["a.b", "a_b-0466522c", "a", "x:y"] {
-            assert!(!crate::paths::file_safe(plain).contains('@'));
+            assert!(!name(plain).dir_name().contains('@'));
         }
     }
 

@@ -1,9 +1,10 @@
 //! What the configuration in force says about a request, and the one check of a request
 //! every host shares.
 
-use super::{Cellvisor, RequestError, MAX_CODE_BYTES, MAX_SESSION_NAME, MAX_TOOL_NAME};
+use super::{Cellvisor, RequestError, MAX_CODE_BYTES, MAX_TOOL_NAME};
 use crate::cell::EvalRequest;
 use crate::locking::lock;
+use crate::names::SessionName;
 use crate::python_choice::PythonChoice;
 use cellvisor_config::CellsConfig;
 use cellvisor_ipc::Language;
@@ -94,17 +95,8 @@ impl RequestPolicy {
     }
 }
 
-pub(super) fn validate_session_name(name: &str) -> Result<(), RequestError> {
-    let ok = !name.is_empty()
-        && name.len() <= MAX_SESSION_NAME
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'));
-    if ok {
-        Ok(())
-    } else {
-        Err(RequestError::SessionName(name.to_string()))
-    }
+pub(super) fn validate_session_name(name: &str) -> Result<SessionName, RequestError> {
+    Ok(SessionName::parse(name)?)
 }
 
 /// The one check of a request, for every host (library, CLI, daemon, MCP): what it refuses

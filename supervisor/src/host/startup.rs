@@ -66,6 +66,59 @@ pub(super) fn check_socket_room(run_dir: &Path) -> Result<(), StartupError> {
     Ok(())
 }
 
+/// The daemon's pid in a run directory's name, `sup-<pid>-<random>`; `None` for any other
+/// name.
+pub(super) fn run_dir_pid(name: &str) -> Option<i32> {
+    let rest = name.strip_prefix("sup-")?;
+    let (pid, random) = rest.split_once('-')?;
+    if random.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok().filter(|pid| *pid > 0)
+}
+
+/// Removes what killed supervisors left in `base`: every `sup-<pid>-*` run directory whose
+/// pid is no live process (its sockets, records and sessions' temporary files). A live
+/// supervisor's directory, and anything not named so, is left alone; a link is removed,
+/// never followed. Returns how many were removed.
+pub(super) fn remove_stale_run_dirs(base: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(run_dir_pid) else {
+            continue;
+        };
+        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+            .map_or_else(|err| err != nix::errno::Errno::ESRCH, |()| true);
+        if alive || pid == std::process::id() as i32 {
+            continue;
+        }
+        let path = entry.path();
+        let gone = match entry.file_type() {
+            Ok(kind) if kind.is_dir() => std::fs::remove_dir_all(&path),
+            Ok(_) => std::fs::remove_file(&path),
+            Err(err) => Err(err),
+        };
+        match gone {
+            Ok(()) => removed += 1,
+            Err(err) => tracing::warn!(
+                "cannot remove {}, left by a supervisor that is gone: {err}",
+                path.display()
+            ),
+        }
+    }
+    if removed > 0 {
+        tracing::info!(
+            removed,
+            "removed run directories left by supervisors that are gone"
+        );
+    }
+    removed
+}
+
 /// The snapshot directory of `config`; without one (it cannot be created), sessions keep
 /// no state across their workers, and the log says why. A fleet's node (a key file, or
 /// leases) cannot do without it: it refuses to start instead.
@@ -102,6 +155,32 @@ pub(super) fn open_leases(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_run_directories_of_dead_supervisors_are_removed() {
+        assert_eq!(run_dir_pid("sup-4242-abcdef"), Some(4242));
+        for other in [
+            "sup-",
+            "sup-4242",
+            "sup-4242-",
+            "sup-x1-ab",
+            "sup-0-ab",
+            "artifacts",
+            "tmp",
+        ] {
+            assert_eq!(run_dir_pid(other), None, "{other}");
+        }
+        let base = tempfile::tempdir().expect("tempdir");
+        // A pid far above any pid_max: no process has it.
+        let dead = base.path().join("sup-2147483000-dead");
+        let live = base.path().join(format!("sup-{}-live", std::process::id()));
+        let other = base.path().join("artifacts");
+        for dir in [&dead, &live, &other] {
+            std::fs::create_dir_all(dir.join("tmp/s/py")).expect("mkdir");
+        }
+        assert_eq!(remove_stale_run_dirs(base.path()), 1);
+        assert!(!dead.exists() && live.exists() && other.exists());
+    }
 
     #[test]
     fn a_run_directory_too_long_for_worker_sockets_is_refused_with_the_figures() {

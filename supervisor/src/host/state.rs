@@ -5,6 +5,7 @@
 
 use super::eval::RequestPin;
 use super::{Cellvisor, RequestError, SessionRef};
+use crate::names::SessionName;
 use crate::session::state::{HostAsk, StateJob};
 use crate::session::{CellJob, SessionKey};
 use crate::snapshots::policy::{self, describe};
@@ -26,7 +27,7 @@ impl Cellvisor {
     ) -> Result<Vec<CheckpointInfo>, RequestError> {
         let named = session.into();
         let key = self.resolve_one(named).await?;
-        let (session, shown) = (key.as_str(), named.name);
+        let (session, shown) = (&key, named.name);
         check_name(name)?;
         let languages = match language {
             Some(language) => vec![language],
@@ -65,7 +66,7 @@ impl Cellvisor {
     ) -> Result<Vec<RestoredState>, RequestError> {
         let named = session.into();
         let key = self.resolve_one(named).await?;
-        let (session, shown) = (key.as_str(), named.name);
+        let (session, shown) = (&key, named.name);
         check_name(name)?;
         let store = self.snapshot_store()?;
         let having = store.languages_with_checkpoint(session, name);
@@ -147,12 +148,15 @@ impl Cellvisor {
     }
 
     /// The languages `session` has a live worker or a latest snapshot in.
-    async fn languages_with_state(&self, session: &str) -> Result<Vec<Language>, RequestError> {
+    async fn languages_with_state(
+        &self,
+        session: &SessionName,
+    ) -> Result<Vec<Language>, RequestError> {
         let mut languages: Vec<Language> = self
             .raw_status()
             .await?
             .into_iter()
-            .filter(|row| row.session == session)
+            .filter(|row| row.session == session.as_str())
             .map(|row| row.language)
             .collect();
         if let Some(store) = &self.snapshots {
@@ -167,7 +171,7 @@ impl Cellvisor {
     /// the worker's report.
     async fn ask(
         &self,
-        session: &str,
+        session: &SessionName,
         language: Language,
         ask: HostAsk,
     ) -> Result<StateReport, RequestError> {
@@ -190,7 +194,7 @@ impl Cellvisor {
             StateJob::for_host(ask, report),
         );
         let key = SessionKey {
-            session: session.to_string(),
+            session: session.clone(),
             language,
         };
         self.supervisor

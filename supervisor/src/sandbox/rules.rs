@@ -147,7 +147,7 @@ pub fn apply_to_env(
         .chain(dirs.store.as_ref())
         .chain(dirs.snapshots.as_ref())
     {
-        cellvisor_ipc::socket::ensure_private_dir(dir)?;
+        cellvisor_ipc::socket::ensure_private_dir_nofollow(dir)?;
     }
     let rules = rules(plan, dirs, env);
     env.confine(&rules, &dirs.tmp, &dirs.artifacts)

@@ -219,7 +219,7 @@ impl Session {
             max_line_length: self.config.output.max_line_length,
             artifact_name: format!(
                 "{}-{}-wait-{}-{}.txt",
-                crate::paths::file_safe(&self.key.session),
+                self.key.session.dir_name(),
                 self.key.language,
                 result.cell_id,
                 self.next_ticket

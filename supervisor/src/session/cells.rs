@@ -66,11 +66,15 @@ impl Handler<CellFinished> for Session {
             };
             append_line(&mut output.text, &cause.line());
         }
-        let status = if deadline.cause().is_some() {
+        let mut status = if deadline.cause().is_some() {
             CellStatus::Cancelled
         } else {
             reported
         };
+        if let Some(line) = self.enforce_tmp_quota() {
+            append_line(&mut output.text, &line);
+            status = CellStatus::Error;
+        }
         self.cells_run += 1;
         self.last_active = Instant::now();
         let duration_ms = running.started.elapsed().as_secs_f64() * 1000.0;
@@ -321,9 +325,9 @@ impl Session {
 
     /// The session's own directories a sandboxed worker may write.
     fn sandbox_dirs(&self) -> crate::sandbox::SessionDirs {
-        let name = crate::paths::file_safe(&self.key.session);
+        let name = self.key.session.dir_name();
         crate::sandbox::SessionDirs {
-            tmp: self.spec.run_dir.join("tmp").join(&name),
+            tmp: self.tmp_dir(),
             artifacts: self.artifacts.dir().join(&name),
             store: self.spec.env.store_dir(),
             snapshots: self.snapshots.as_ref().map(|store| store.dir(&self.key)),
@@ -349,7 +353,7 @@ impl Session {
             max_lines: self.config.output.max_lines,
             max_line_length: self.config.output.max_line_length,
             artifact_name: artifact_name(
-                &crate::paths::file_safe(&self.key.session),
+                &self.key.session.dir_name(),
                 self.key.language,
                 link.pid,
                 cell_id,

@@ -38,6 +38,7 @@ pub mod policy;
 pub mod state;
 #[cfg(test)]
 mod tests;
+mod tmp;
 mod window;
 mod worker;
 
@@ -67,7 +68,7 @@ pub use worker::Wanted;
 /// Which session and language a worker serves.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct SessionKey {
-    pub session: String,
+    pub session: crate::names::SessionName,
     pub language: Language,
 }
 
@@ -76,7 +77,7 @@ impl SessionKey {
     /// The key unit tests use: session `s`, in Python.
     pub(crate) fn for_tests() -> SessionKey {
         SessionKey {
-            session: "s".into(),
+            session: crate::names::SessionName::parse("s").expect("a valid name"),
             language: Language::Python,
         }
     }
@@ -167,6 +168,17 @@ impl CellJob {
 enum AfterStop {
     Restart,
     Close,
+    /// The session forgets (a reset): its temporary files go with its state.
+    ForgetTmp,
+}
+
+/// Whether a stop that carries out `actions`, its namespace's snapshot having met `fate`,
+/// removes the session's temporary directory: a reset and a close do, unless a snapshot was
+/// saved to restore the session from (an eviction that keeps the session).
+fn stop_forgets_tmp(actions: &[AfterStop], fate: &state::SnapshotFate) -> bool {
+    let reset = actions.iter().any(|a| matches!(a, AfterStop::ForgetTmp));
+    let closed = actions.iter().any(|a| matches!(a, AfterStop::Close));
+    reset || (closed && *fate != state::SnapshotFate::Saved)
 }
 
 enum Worker {
@@ -431,7 +443,7 @@ impl Session {
 
     fn status(&self) -> SessionStatus {
         SessionStatus {
-            session: self.key.session.clone(),
+            session: self.key.session.to_string(),
             cwd: None,
             language: self.key.language,
             pid: self.pid(),

@@ -283,3 +283,41 @@ async fn an_idle_worker_over_the_cap_is_saved_replaced_and_restored() {
         reply: None,
     });
 }
+
+#[test]
+fn a_reset_and_a_close_forget_the_temporary_files_and_a_saved_eviction_keeps_them() {
+    use super::state::SnapshotFate;
+    use super::{stop_forgets_tmp, AfterStop};
+    let reset = [AfterStop::Restart, AfterStop::ForgetTmp];
+    assert!(stop_forgets_tmp(&reset, &SnapshotFate::NotTried));
+    assert!(stop_forgets_tmp(
+        &[AfterStop::Close],
+        &SnapshotFate::NotTried
+    ));
+    assert!(!stop_forgets_tmp(&[AfterStop::Close], &SnapshotFate::Saved));
+    // A recycle restarts from its snapshot: the session goes on, its files with it.
+    assert!(!stop_forgets_tmp(
+        &[AfterStop::Restart],
+        &SnapshotFate::Saved
+    ));
+    assert!(!stop_forgets_tmp(
+        &[AfterStop::Restart],
+        &SnapshotFate::NotTried
+    ));
+}
+
+#[test]
+fn a_temporary_tree_is_measured_without_following_links_and_the_count_stops_past_the_cap() {
+    use super::tmp::tree_bytes;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("tmp");
+    std::fs::create_dir_all(root.join("a/b")).expect("mkdir");
+    std::fs::write(root.join("one"), vec![0u8; 1000]).expect("write");
+    std::fs::write(root.join("a/b/two"), vec![0u8; 500]).expect("write");
+    let outside = dir.path().join("outside");
+    std::fs::write(&outside, vec![0u8; 100_000]).expect("write");
+    std::os::unix::fs::symlink(&outside, root.join("link")).expect("symlink");
+    assert_eq!(tree_bytes(&root, u64::MAX), Some(1500));
+    assert!(tree_bytes(&root, 100).is_some_and(|n| n > 100));
+    assert_eq!(tree_bytes(&dir.path().join("missing"), 10), None);
+}

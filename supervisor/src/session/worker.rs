@@ -333,6 +333,9 @@ impl Session {
     pub(super) fn finish_stop(&mut self, ctx: &mut Context<Self>) {
         self.worker = Worker::None;
         let actions = std::mem::take(&mut self.after_stop);
+        if super::stop_forgets_tmp(&actions, &self.stop_fate) {
+            self.remove_tmp_dir();
+        }
         if actions.iter().any(|a| matches!(a, AfterStop::Close)) {
             let why = match self.stop_cause {
                 StopCause::DaemonStopped => {
@@ -378,6 +381,7 @@ impl Session {
         self.budget.reset(self.config.sessions.restart_budget);
         self.notice = Some(notice);
         self.after_stop.push(AfterStop::Restart);
+        self.after_stop.push(AfterStop::ForgetTmp);
         self.stop_worker(ctx);
     }
 

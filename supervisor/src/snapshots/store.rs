@@ -13,6 +13,7 @@
 //! share one master key instead (`snapshots.key-file`), so each verifies what another
 //! wrote and nothing else.
 
+use crate::names::SessionName;
 use crate::session::SessionKey;
 use crate::state::CheckpointInfo;
 use cellvisor_ipc::Language;
@@ -114,8 +115,8 @@ impl SnapshotStore {
             .join(key.language.short_name())
     }
 
-    fn session_root(&self, session: &str) -> PathBuf {
-        self.root.join(crate::paths::file_safe(session))
+    fn session_root(&self, session: &SessionName) -> PathBuf {
+        self.root.join(session.dir_name())
     }
 
     /// Creates [`dir`](Self::dir) (0700, and its checkpoints directory).
@@ -151,7 +152,7 @@ impl SnapshotStore {
 
     /// Deletes everything of `session` (one language, or all): `close` and `reset` mean
     /// "forget".
-    pub fn forget(&self, session: &str, language: Option<Language>) -> std::io::Result<()> {
+    pub fn forget(&self, session: &SessionName, language: Option<Language>) -> std::io::Result<()> {
         let target = match language {
             Some(language) => self.session_root(session).join(language.short_name()),
             None => self.session_root(session),
@@ -163,11 +164,11 @@ impl SnapshotStore {
     }
 
     /// The checkpoints of `session`, in every language, sorted by language and name.
-    pub fn checkpoints(&self, session: &str) -> Vec<CheckpointInfo> {
+    pub fn checkpoints(&self, session: &SessionName) -> Vec<CheckpointInfo> {
         let mut found = Vec::new();
         for language in Language::ALL {
             let key = SessionKey {
-                session: session.to_string(),
+                session: session.clone(),
                 language,
             };
             let Ok(entries) = fs::read_dir(self.dir(&key).join(CHECKPOINTS)) else {
@@ -196,12 +197,12 @@ impl SnapshotStore {
     }
 
     /// The languages of `session` with a checkpoint `name`.
-    pub fn languages_with_checkpoint(&self, session: &str, name: &str) -> Vec<Language> {
+    pub fn languages_with_checkpoint(&self, session: &SessionName, name: &str) -> Vec<Language> {
         Language::ALL
             .into_iter()
             .filter(|&language| {
                 let key = SessionKey {
-                    session: session.to_string(),
+                    session: session.clone(),
                     language,
                 };
                 self.checkpoint(&key, name).is_file()
@@ -210,12 +211,12 @@ impl SnapshotStore {
     }
 
     /// The languages of `session` with a latest snapshot.
-    pub fn languages_with_latest(&self, session: &str) -> Vec<Language> {
+    pub fn languages_with_latest(&self, session: &SessionName) -> Vec<Language> {
         Language::ALL
             .into_iter()
             .filter(|&language| {
                 self.has_latest(&SessionKey {
-                    session: session.to_string(),
+                    session: session.clone(),
                     language,
                 })
             })
@@ -314,7 +315,7 @@ fn private_dir(dir: &Path) -> std::io::Result<()> {
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
-    cellvisor_ipc::socket::ensure_private_dir(dir)?;
+    cellvisor_ipc::socket::ensure_private_dir_nofollow(dir)?;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
 }
 
@@ -429,22 +430,25 @@ mod tests {
         store.prepare(&a).expect("prepare");
         fs::write(store.checkpoint(&a, "before-risk"), b"12345").expect("write");
         fs::write(store.latest(&a), b"1").expect("write");
-        let listed = store.checkpoints("a");
+        let listed = store.checkpoints(&"a".into());
         assert_eq!(listed.len(), 1);
         assert_eq!(
             (listed[0].name.as_str(), listed[0].bytes),
             ("before-risk", 5)
         );
         assert_eq!(
-            store.languages_with_checkpoint("a", "before-risk"),
+            store.languages_with_checkpoint(&"a".into(), "before-risk"),
             [Language::JavaScript]
         );
-        assert_eq!(store.languages_with_latest("a"), [Language::JavaScript]);
-        store.forget("a", None).expect("forget");
-        assert!(store.checkpoints("a").is_empty());
+        assert_eq!(
+            store.languages_with_latest(&"a".into()),
+            [Language::JavaScript]
+        );
+        store.forget(&"a".into(), None).expect("forget");
+        assert!(store.checkpoints(&"a".into()).is_empty());
         assert!(!store.has_latest(&a));
         store
-            .forget("never-seen", Some(Language::Lua))
+            .forget(&"never-seen".into(), Some(Language::Lua))
             .expect("nothing to forget");
     }
 

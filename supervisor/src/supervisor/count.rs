@@ -25,7 +25,11 @@ pub struct LiveSessionNames;
 impl Handler<LiveSessionNames> for Supervisor {
     type Result = Vec<String>;
     fn handle(&mut self, _: LiveSessionNames, _: &mut Context<Self>) -> Vec<String> {
-        let mut names: Vec<String> = self.sessions.keys().map(|k| k.session.clone()).collect();
+        let mut names: Vec<String> = self
+            .sessions
+            .keys()
+            .map(|k| k.session.to_string())
+            .collect();
         names.sort();
         names.dedup();
         names

@@ -6,6 +6,7 @@ use super::messages::{Admit, RenewLeases};
 use super::Supervisor;
 use crate::fleet::LeaseError;
 use crate::host::RequestError;
+use crate::names::SessionName;
 use crate::session::CloseSession;
 use actix::prelude::*;
 
@@ -18,7 +19,7 @@ impl Handler<Admit> for Supervisor {
         self.take_lease(&msg.session)?;
         if msg.resume && !self.has_saved_state(&msg.session) {
             self.release_lease_if_unused(&msg.session);
-            return Err(RequestError::SessionUnknown(msg.session));
+            return Err(RequestError::SessionUnknown(msg.session.to_string()));
         }
         Ok(())
     }
@@ -50,11 +51,11 @@ impl Supervisor {
 
     /// Takes `session`'s lease, unless this node is no fleet's or the session is a
     /// throw-away one (a per-call request's, never saved, never moved).
-    pub(super) fn take_lease(&self, session: &str) -> Result<(), RequestError> {
+    pub(super) fn take_lease(&self, session: &SessionName) -> Result<(), RequestError> {
         let Some(leases) = &self.base.leases else {
             return Ok(());
         };
-        if crate::host::is_throwaway(session) {
+        if session.is_throwaway() {
             return Ok(());
         }
         leases.acquire(session).map_err(|err| match err {
@@ -87,7 +88,7 @@ impl Supervisor {
     }
 
     /// Whether `session` has a snapshot in any language (what `resume` may start from).
-    fn has_saved_state(&self, session: &str) -> bool {
+    fn has_saved_state(&self, session: &SessionName) -> bool {
         self.base
             .snapshots
             .as_ref()

@@ -48,7 +48,7 @@ pub enum ControlAction {
 #[derive(Message)]
 #[rtype(result = "usize")]
 pub struct Control {
-    pub session: String,
+    pub session: crate::names::SessionName,
     pub language: Option<Language>,
     pub action: ControlAction,
 }
@@ -110,7 +110,7 @@ pub struct WaitNoSessions {
 #[derive(Message)]
 #[rtype(result = "Result<(), crate::host::RequestError>")]
 pub struct Admit {
-    pub session: String,
+    pub session: crate::names::SessionName,
     pub resume: bool,
 }
 

@@ -183,7 +183,7 @@ impl Supervisor {
             .base
             .snapshots
             .clone()
-            .filter(|_| !crate::host::is_throwaway(&submit.key.session));
+            .filter(|_| !submit.key.session.is_throwaway());
         let session = Session::new(SessionSetup {
             key: submit.key.clone(),
             config: Arc::clone(&self.config),
@@ -224,12 +224,12 @@ impl Supervisor {
         &self,
         language: Language,
         cwd: Option<PathBuf>,
-        session: Option<&str>,
+        session: Option<&crate::names::SessionName>,
     ) -> WorkerSpec {
         let mut env = WorkerEnv::for_worker(&self.config, language);
         env.set_artifact_dir(self.base.artifacts.dir());
         if let Some(session) = session {
-            let store_dir = self.base.store_dir.join(crate::paths::file_safe(session));
+            let store_dir = self.base.store_dir.join(session.dir_name());
             env.set_session(session, &store_dir);
         }
         let (exe, exe_args) = self.base.programs.command(language);

@@ -30,7 +30,7 @@ pub use key::ZygoteKey;
 pub use process::FailedPreload;
 
 use crate::spawn::WorkerSpec;
-use process::{Zygote, ZygoteStart};
+use process::{ForkError, Zygote, ZygoteStart};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -52,7 +52,8 @@ pub struct ZygoteStatus {
     /// The virtualenv that interpreter belongs to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub virtual_env: Option<PathBuf>,
-    /// `ready`, `starting` (or restarting) or `failed`.
+    /// `ready`, `starting` (or restarting), `stopped` (a signal stopped it: it is replaced at
+    /// the next fork request) or `failed`.
     pub state: &'static str,
     /// Its process, once started.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -163,9 +164,31 @@ impl Zygotes {
                     "zygote {}: {error}; starting the worker without it",
                     zygote.pid
                 );
+                if after_fork_failure(&error) == AfterForkFailure::Replace {
+                    self.replace_unresponsive(&key, zygote.pid, &error);
+                }
                 None
             }
         }
+    }
+
+    /// The one place an unresponsive zygote is handled: when `key`'s slot still holds the
+    /// zygote `pid`, it is dropped (its watcher kills it, stopped or not) and a successor
+    /// starts at once; requests meanwhile start their workers plainly.
+    fn replace_unresponsive(&self, key: &ZygoteKey, pid: u32, why: &ForkError) {
+        let env = {
+            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            match slots.get(key) {
+                Some(Slot::Ready { zygote, env, .. }) if zygote.pid == pid => {
+                    let env = env.clone();
+                    slots.insert(key.clone(), Slot::Starting);
+                    env
+                }
+                _ => return, // replaced already
+            }
+        };
+        tracing::warn!(pid, interpreter = %key.program.display(), "replacing the Python zygote: {why}");
+        self.start(key.clone(), env);
     }
 
     /// What `status` shows of each zygote.
@@ -188,11 +211,7 @@ impl Zygotes {
                 match slot {
                     Slot::Starting => {}
                     Slot::Ready { zygote, .. } => {
-                        row.state = if zygote.is_alive() {
-                            "ready"
-                        } else {
-                            "starting"
-                        };
+                        row.state = shown_state(zygote.is_alive(), process_state(zygote.pid));
                         row.pid = Some(zygote.pid);
                         row.version = Some(zygote.version.clone());
                         row.forks = zygote.forks.load(std::sync::atomic::Ordering::Relaxed);
@@ -349,6 +368,39 @@ impl Zygotes {
     }
 }
 
+/// What becomes of a zygote after a fork request failed: plain data, unit-tested.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterForkFailure {
+    /// It answered: keep it.
+    Keep,
+    /// It did not answer in time, or broke its protocol: replace it.
+    Replace,
+}
+
+fn after_fork_failure(error: &ForkError) -> AfterForkFailure {
+    match error {
+        ForkError::Unresponsive(_) => AfterForkFailure::Replace,
+        ForkError::Refused(_) => AfterForkFailure::Keep,
+    }
+}
+
+/// The state letter of process `pid` (`R`, `S`, `T` for stopped, ...), from `/proc`.
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.trim_start().chars().next()
+}
+
+/// What `status` says of a started zygote: `ready` only when it can answer; `stopped` when
+/// something stopped it (it is replaced at the next fork request), `starting` once it died
+/// (its successor is on the way).
+fn shown_state(alive: bool, process_state: Option<char>) -> &'static str {
+    match (alive, process_state) {
+        (false, _) | (_, None | Some('Z' | 'X')) => "starting",
+        (true, Some('T' | 't')) => "stopped",
+        (true, Some(_)) => "ready",
+    }
+}
+
 fn evict_least_recent(slots: &mut HashMap<ZygoteKey, Slot>) {
     let oldest = slots
         .iter()
@@ -361,5 +413,30 @@ fn evict_least_recent(slots: &mut HashMap<ZygoteKey, Slot>) {
         .map(|(key, _)| key);
     if let Some(key) = oldest {
         slots.remove(&key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zygote_that_does_not_answer_is_replaced_and_one_that_refuses_is_kept() {
+        let late = ForkError::Unresponsive("did not answer".into());
+        assert_eq!(after_fork_failure(&late), AfterForkFailure::Replace);
+        let refused = ForkError::Refused("could not fork: EAGAIN".into());
+        assert_eq!(after_fork_failure(&refused), AfterForkFailure::Keep);
+    }
+
+    #[test]
+    fn status_says_stopped_for_a_stopped_zygote_and_ready_only_for_a_running_one() {
+        assert_eq!(shown_state(true, Some('S')), "ready");
+        assert_eq!(shown_state(true, Some('R')), "ready");
+        assert_eq!(shown_state(true, Some('T')), "stopped");
+        assert_eq!(shown_state(true, Some('t')), "stopped");
+        assert_eq!(shown_state(true, Some('Z')), "starting");
+        assert_eq!(shown_state(true, None), "starting");
+        assert_eq!(shown_state(false, Some('S')), "starting");
+        assert!(process_state(std::process::id()).is_some_and(|s| s.is_ascii_uppercase()));
     }
 }

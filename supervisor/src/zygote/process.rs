@@ -244,7 +244,7 @@ impl Zygote {
 
     /// Asks for a worker: `request` is the JSON the zygote reads, `stderr` the write end of
     /// the pipe the worker's stderr goes to.
-    pub async fn fork(&self, request: &[u8], stderr: &OwnedFd) -> Result<ForkedChild, String> {
+    pub async fn fork(&self, request: &[u8], stderr: &OwnedFd) -> Result<ForkedChild, ForkError> {
         let channel = self.channel.lock().await;
         let exchange = async {
             send(&channel, request, stderr).await?;
@@ -252,19 +252,35 @@ impl Zygote {
         };
         let reply = match tokio::time::timeout(FORK_TIMEOUT, exchange).await {
             Ok(Ok(reply)) if !reply.is_empty() => reply,
-            Ok(Ok(_)) => return Err("the zygote closed its socket".into()),
-            Ok(Err(e)) => return Err(format!("zygote socket: {e}")),
-            Err(_) => return Err("the zygote did not answer in time".into()),
+            Ok(Ok(_)) => {
+                return Err(ForkError::Unresponsive(
+                    "the zygote closed its socket".into(),
+                ))
+            }
+            Ok(Err(e)) => return Err(ForkError::Unresponsive(format!("zygote socket: {e}"))),
+            Err(_) => {
+                return Err(ForkError::Unresponsive(format!(
+                    "the zygote did not answer a fork request within {} s (stopped or hung)",
+                    FORK_TIMEOUT.as_secs()
+                )))
+            }
         };
-        let reply: Reply = serde_json::from_slice(&reply)
-            .map_err(|e| format!("the zygote's reply is not valid: {e}"))?;
+        let reply: Reply = serde_json::from_slice(&reply).map_err(|e| {
+            ForkError::Unresponsive(format!("the zygote's reply is not valid: {e}"))
+        })?;
         match (reply.pid, reply.error) {
             (Some(pid), _) if pid > 1 => {
                 self.forks.fetch_add(1, Ordering::Relaxed);
-                ForkedChild::new(pid).map_err(|e| format!("cannot watch forked worker {pid}: {e}"))
+                ForkedChild::new(pid).map_err(|e| {
+                    ForkError::Refused(format!("cannot watch forked worker {pid}: {e}"))
+                })
             }
-            (_, Some(error)) => Err(format!("the zygote could not fork: {error}")),
-            _ => Err("the zygote's reply has neither a pid nor an error".into()),
+            (_, Some(error)) => Err(ForkError::Refused(format!(
+                "the zygote could not fork: {error}"
+            ))),
+            _ => Err(ForkError::Unresponsive(
+                "the zygote's reply has neither a pid nor an error".into(),
+            )),
         }
     }
 }
@@ -288,6 +304,18 @@ async fn send(channel: &AsyncFd<OwnedFd>, bytes: &[u8], fd: &OwnedFd) -> std::io
             Err(_would_block) => continue,
         }
     }
+}
+
+/// Why a fork request got no worker.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ForkError {
+    /// The zygote did not answer in time, closed its socket or answered garbage: it is
+    /// stopped, hung or broken, and is replaced.
+    #[error("{0}")]
+    Unresponsive(String),
+    /// The zygote answered, but no worker came of it (a failed fork): it stays.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// One packet; empty when the zygote closed its end.

@@ -55,6 +55,17 @@ async fn require_token(
         .as_ref()
         .is_some_and(|token| token.admits(presented));
     if admitted {
+        let slot = request.extensions().get::<super::ConnectionSlot>().cloned();
+        if slot.is_some_and(|slot| !slot.authenticate()) {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(
+                    json!({ "error": "the network listeners hold daemon.max-network-connections \
+                                       authenticated connections already; retry later" }),
+                ),
+            )
+                .into_response();
+        }
         return next.run(request).await;
     }
     let reason = if presented.is_some() {

@@ -8,27 +8,26 @@
 //! - `http`: the routes: `/healthz`, `/readyz`, `/metrics`, `/v1/rpc`, `/mcp`.
 //! - `ws`: `/v1/rpc`, the Unix socket's JSON-RPC over a WebSocket, one message per frame.
 //! - `agent`: HAProxy's agent check (`fleet.agent-listen`): `ready up` or `drain`.
+//! - `strangers`: the places of connections that have not presented the token yet.
 
 mod agent;
 mod http;
 mod peer;
+mod strangers;
 mod tls;
 mod token;
 mod ws;
 
 pub(crate) use token::Token;
 
-use super::Daemon;
+use super::{lock, Daemon};
 use cellvisor_config::schema::{DaemonConfig, FleetConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
-
-/// How long a client may take to finish its TLS handshake, or to send a request's headers.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the network listeners cannot start; each names the key to change.
 #[derive(Debug, thiserror::Error)]
@@ -98,9 +97,22 @@ pub(super) struct ListenPlan {
     agent: Vec<SocketAddr>,
     /// `daemon.max-network-connections`, shared by every listener.
     max_connections: usize,
+    /// What strangers may hold (`daemon.max-unauthenticated-connections`, ...).
+    limits: StrangerLimits,
     tls: Option<TlsAcceptor>,
     /// The bearer token the listeners start with.
     pub(super) token: Token,
+}
+
+/// The limits on connections that have not presented the token yet.
+#[derive(Debug, Clone, Copy)]
+struct StrangerLimits {
+    cap: usize,
+    per_address: usize,
+    /// The time to present the token (and the longest wait for a request's headers).
+    timeout: Duration,
+    /// hyper's read buffer: the longest request head.
+    max_header_bytes: usize,
 }
 
 /// The plan for `[daemon]`'s listeners; `None` when it sets none.
@@ -141,6 +153,15 @@ pub(super) fn plan(
         addresses,
         agent,
         max_connections: config.max_network_connections.max(1),
+        limits: StrangerLimits {
+            cap: config.max_unauthenticated_connections.max(1),
+            per_address: config.max_connections_per_address.max(1),
+            timeout: config.unauthenticated_timeout,
+            // hyper's minimum is 8 KiB.
+            max_header_bytes: usize::try_from(config.max_header_bytes.as_u64())
+                .unwrap_or(usize::MAX)
+                .max(8192),
+        },
         tls: tls.map(TlsAcceptor::from),
         token: Token::load(token_file)?,
     }))
@@ -178,6 +199,7 @@ pub(super) async fn start(
     }
     let router = http::router(Arc::clone(daemon), cells);
     let slots = Arc::new(tokio::sync::Semaphore::new(plan.max_connections));
+    let strangers = strangers::Strangers::new(plan.limits.cap, plan.limits.per_address);
     let mut bound = Vec::new();
     for listener in listeners {
         let address = listener.local_addr().map_err(|source| NetworkError::Bind {
@@ -192,39 +214,54 @@ pub(super) async fn start(
             listener,
             router.clone(),
             plan.tls.clone(),
-            Arc::clone(&slots),
+            Gate {
+                slots: Arc::clone(&slots),
+                strangers: Arc::clone(&strangers),
+                limits: plan.limits,
+            },
         ));
     }
     agent::start(daemon, &plan.agent).await?;
     Ok(bound)
 }
 
+/// Where a listener's connections are placed: the authenticated ones' `slots`
+/// (`daemon.max-network-connections`) and the strangers' places.
+#[derive(Clone)]
+struct Gate {
+    slots: Arc<tokio::sync::Semaphore>,
+    strangers: Arc<strangers::Strangers>,
+    limits: StrangerLimits,
+}
+
 /// Accepts connections until the daemon shuts down, each served in a task of its own that
-/// holds one of the `slots` (`daemon.max-network-connections`).
+/// holds a stranger's place until it presents the token, then one of the `slots`.
 async fn accept_loop(
     daemon: Arc<Daemon>,
     listener: TcpListener,
     router: axum::Router,
     tls: Option<TlsAcceptor>,
-    slots: Arc<tokio::sync::Semaphore>,
+    gate: Gate,
 ) {
     let mut shutdown = daemon.shutdown.subscribe();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-                        tracing::warn!(%peer, "refused a connection: the network listeners hold daemon.max-network-connections already");
+                    let Some(stranger) = gate.strangers.admit(peer.ip()) else {
+                        tracing::debug!(%peer, "refused a connection: its address holds daemon.max-connections-per-address unauthenticated connections already");
                         continue;
                     };
                     let _ = stream.set_nodelay(true);
                     let (router, tls) = (router.clone(), tls.clone());
+                    let pushed_out = stranger.pushed_out();
                     let slot = ConnectionSlot {
-                        _permit: Arc::new(slot),
+                        place: Arc::new(Mutex::new(Place::Stranger(stranger))),
+                        slots: Arc::clone(&gate.slots),
                         ends: stream.local_addr().ok().map(|local| (local, peer)),
                         own_cell: Arc::default(),
                     };
-                    tokio::spawn(serve_tcp(stream, router, tls, slot));
+                    tokio::spawn(serve_tcp(stream, router, tls, slot, gate.limits, pushed_out));
                 }
                 Err(err) => {
                     tracing::warn!("accept failed: {err}");
@@ -242,13 +279,41 @@ async fn accept_loop(
 /// the daemon is first asked for.
 #[derive(Clone)]
 pub(super) struct ConnectionSlot {
-    _permit: Arc<tokio::sync::OwnedSemaphorePermit>,
+    place: Arc<Mutex<Place>>,
+    slots: Arc<tokio::sync::Semaphore>,
     /// The connection's local and peer addresses.
     ends: Option<(SocketAddr, SocketAddr)>,
     own_cell: Arc<tokio::sync::OnceCell<bool>>,
 }
 
+/// What a connection holds: a stranger's place until it presents the token, then one of the
+/// authenticated ones'. Each is held for what its drop gives back.
+enum Place {
+    Stranger(#[allow(dead_code)] strangers::Stranger),
+    Authenticated(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit),
+}
+
 impl ConnectionSlot {
+    /// Moves the connection, which just presented the token, to the authenticated ones;
+    /// `false` when `daemon.max-network-connections` are held already.
+    pub(super) fn authenticate(&self) -> bool {
+        let mut place = lock(&self.place);
+        if matches!(*place, Place::Authenticated(_)) {
+            return true;
+        }
+        match Arc::clone(&self.slots).try_acquire_owned() {
+            Ok(permit) => {
+                *place = Place::Authenticated(permit);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn is_authenticated(&self) -> bool {
+        matches!(*lock(&self.place), Place::Authenticated(_))
+    }
+
     /// Whether a process under this daemon's workers opened the connection. The lookup
     /// reads `/proc` (milliseconds with many sessions), so it runs off the daemon's thread,
     /// once per connection, and only for the routes that drive the daemon.
@@ -267,27 +332,48 @@ impl ConnectionSlot {
     }
 }
 
-/// One TCP connection: its TLS handshake (bounded in time), then HTTP/1.1 with upgrades.
+/// One TCP connection: its TLS handshake, then HTTP/1.1 with upgrades. Until it presents
+/// the token it has `limits.timeout` in all, and is closed when a newer stranger takes its
+/// place.
 async fn serve_tcp(
     stream: TcpStream,
     router: axum::Router,
     tls: Option<TlsAcceptor>,
     slot: ConnectionSlot,
+    limits: StrangerLimits,
+    pushed_out: Arc<tokio::sync::Notify>,
 ) {
-    match tls {
-        None => serve_http(stream, router, slot).await,
-        Some(acceptor) => {
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(stream)) => serve_http(stream, router, slot).await,
-                Ok(Err(err)) => tracing::debug!("TLS handshake failed: {err}"),
-                Err(_) => tracing::debug!("TLS handshake timed out"),
-            }
+    let watched = slot.clone();
+    let serve = async move {
+        match tls {
+            None => serve_http(stream, router, slot, limits).await,
+            Some(acceptor) => match acceptor.accept(stream).await {
+                Ok(stream) => serve_http(stream, router, slot, limits).await,
+                Err(err) => tracing::debug!("TLS handshake failed: {err}"),
+            },
         }
+    };
+    tokio::pin!(serve);
+    let unauthenticated_for = tokio::time::sleep(limits.timeout);
+    tokio::pin!(unauthenticated_for);
+    let why = tokio::select! {
+        () = &mut serve => return,
+        () = &mut unauthenticated_for => "it sent no token within daemon.unauthenticated-timeout",
+        () = pushed_out.notified() => "a newer unauthenticated connection took its place",
+    };
+    if watched.is_authenticated() {
+        serve.await;
+    } else {
+        tracing::debug!("closed an unauthenticated connection: {why}");
     }
 }
 
-async fn serve_http<S>(stream: S, router: axum::Router, slot: ConnectionSlot)
-where
+async fn serve_http<S>(
+    stream: S,
+    router: axum::Router,
+    slot: ConnectionSlot,
+    limits: StrangerLimits,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     use tower::ServiceExt;
@@ -297,7 +383,8 @@ where
     });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HANDSHAKE_TIMEOUT)
+        .header_read_timeout(limits.timeout)
+        .max_buf_size(limits.max_header_bytes)
         .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
         .with_upgrades();
     if let Err(err) = connection.await {
