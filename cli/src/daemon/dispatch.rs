@@ -85,6 +85,7 @@ fn initialize(daemon: &Daemon) -> Result<Value, RpcError> {
         pid: std::process::id(),
         node: daemon.cv.node().to_string(),
         draining: daemon.cv.is_draining(),
+        isolation: serde_json::to_value(daemon.cv.isolation()).ok(),
     })
 }
 

@@ -430,6 +430,7 @@ impl Session {
 
     fn status(&self) -> SessionStatus {
         SessionStatus {
+            uid: self.spec.uid,
             session: self.key.session.clone(),
             cwd: None,
             language: self.key.language,
