@@ -396,3 +396,35 @@ fn a_daemon_that_cannot_change_uids_says_so_and_runs_cells_as_itself() {
     assert!(said.contains("CAP_SETUID and CAP_SETGID"), "{said}");
     world.assert_no_processes_left(Duration::from_secs(10));
 }
+
+#[test]
+fn the_process_limit_counts_one_session_only() {
+    if !root_only("changing uids") {
+        return;
+    }
+    let daemon = start("61760-61769", free_port(), "[limits]\nprocesses = 40\n");
+    let mut client = daemon.client();
+    // Session a starts processes until the kernel refuses one: its uid's limit.
+    let fill = r#"import subprocess
+started = []
+try:
+    for _ in range(200):
+        started.append(subprocess.Popen(["sleep", "600"]))
+    print("never refused", len(started))
+except OSError as error:
+    print("refused after", len(started), type(error).__name__)"#;
+    let filled = run(&mut client, "a", "py", fill);
+    assert!(filled.starts_with("refused after"), "{filled}");
+    // Session b, with a's processes still running, starts its own as usual.
+    let other = run(
+        &mut client,
+        "b",
+        "py",
+        "import subprocess\nprint([subprocess.run(['true']).returncode for _ in range(10)])",
+    );
+    assert_eq!(other.trim(), "[0, 0, 0, 0, 0, 0, 0, 0, 0, 0]", "{other}");
+    client
+        .call("close", json!({"session": "a"}))
+        .expect("close a");
+    daemon.stop();
+}

@@ -553,7 +553,11 @@ fn the_session_key_is_session_by_default_and_takes_session_plus_cwd_only_by_name
 #[test]
 fn isolation_takes_a_level_and_a_uid_range() {
     use crate::schema::{IsolationLevel, UidRange};
-    let config = ok("[isolation]\nlevel = \"uid\"\nuids = \"61000-61999\"\n", &[]).config;
+    let config = ok(
+        "[isolation]\nlevel = \"uid\"\nuids = \"61000-61999\"\n",
+        &[],
+    )
+    .config;
     assert_eq!(config.isolation.level, IsolationLevel::Uid);
     assert_eq!(
         config.isolation.uids,
@@ -574,7 +578,10 @@ fn a_bad_uid_range_or_uid_without_one_says_what_is_allowed() {
         let message = error(&format!("[isolation]\nuids = \"{bad}\"\n"));
         assert!(message.contains("isolation.uids"), "{bad}: {message}");
         assert!(message.contains("61000-61999"), "{bad}: {message}");
-        assert!(message.contains("1000 <= FIRST <= LAST <= 65533"), "{bad}: {message}");
+        assert!(
+            message.contains("1000 <= FIRST <= LAST <= 65533"),
+            "{bad}: {message}"
+        );
     }
     let message = error("[isolation]\nlevel = \"uid\"\n");
     assert!(message.contains("needs isolation.uids"), "{message}");
