@@ -70,6 +70,22 @@ pub fn traversable(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Takes every permission of group and others from the regular files directly in `dir`.
+pub fn private_files(dir: &Path) -> io::Result<()> {
+    for entry in std::fs::read_dir(dir)?.flatten() {
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+            continue;
+        };
+        if meta.is_file() && meta.mode() & 0o077 != 0 {
+            std::fs::set_permissions(
+                entry.path(),
+                std::fs::Permissions::from_mode(meta.mode() & 0o700),
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// The owner of `dir` when it is a real directory (not a link) owned by another uid than
 /// this process's: a session directory made for a leased uid.
 pub fn foreign_owner(dir: &Path) -> Option<(u32, u32)> {
@@ -124,8 +140,17 @@ mod tests {
         let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
         assert_eq!(mode(&session), 0o700);
         assert_eq!(mode(&dir.path().join("a")), 0o711);
+        let log = dir.path().join("daemon.log");
+        std::fs::write(&log, "x").unwrap();
+        std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o644)).unwrap();
         traversable(dir.path()).unwrap();
+        private_files(dir.path()).unwrap();
         assert_eq!(mode(dir.path()), 0o711);
+        assert_eq!(
+            mode(&log),
+            0o600,
+            "a file in a traversable directory is private"
+        );
         assert_eq!(foreign_owner(&session), None, "our own directory");
     }
 }

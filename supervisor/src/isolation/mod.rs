@@ -116,6 +116,10 @@ pub fn open_for_sessions(dirs: &[&Path]) -> Result<(), String> {
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         dirs::reachable_by_others(dir)?;
         dirs::traversable(dir).map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
+        // A name in a traversable directory can be opened by anyone who guesses it: the
+        // daemon's files there (its log beside its socket, ...) become its own alone.
+        dirs::private_files(dir)
+            .map_err(|e| format!("cannot make the files of {} private: {e}", dir.display()))?;
     }
     Ok(())
 }
