@@ -391,6 +391,10 @@ pub struct InitializeResult {
     /// The daemon is draining (`drain`): it takes no new session.
     #[serde(default)]
     pub draining: bool,
+    /// Who cells run as (`[isolation]`): `{"level": "uid" | "none", "uids": "61000-61999",
+    /// "reason": ...}`; absent from a daemon that predates isolation levels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<serde_json::Value>,
 }
 
 /// How long a `drain` with `wait` waits unless told otherwise.

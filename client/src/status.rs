@@ -67,6 +67,10 @@ pub struct SessionStatus {
     /// The node (daemon) holding the session (empty from a daemon that predates nodes).
     #[serde(default)]
     pub node: String,
+    /// The uid its workers run as, at the `uid` isolation level (`[isolation]`); absent
+    /// when they run as the daemon's user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
 }
 
 impl fmt::Display for SessionState {

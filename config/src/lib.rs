@@ -23,10 +23,10 @@ pub use load::{
     env_overrides, load, load_effective, load_file, locate, parse_str, resolve, ConfigError,
 };
 pub use schema::{
-    CellsConfig, Config, DaemonConfig, EngineConfig, EnvConfig, FleetConfig, LimitsConfig,
-    OutputConfig, PythonConfig, PythonShell, SandboxConfig, SandboxNetwork, SessionKeyBy,
-    SessionMode, SessionsConfig, SnapshotWhen, SnapshotsConfig, StartupConfig,
-    DEFAULT_SANDBOX_READ,
+    CellsConfig, Config, DaemonConfig, EngineConfig, EnvConfig, FleetConfig, IsolationConfig,
+    IsolationLevel, LimitsConfig, OutputConfig, PythonConfig, PythonShell, SandboxConfig,
+    SandboxNetwork, SessionKeyBy, SessionMode, SessionsConfig, SnapshotWhen, SnapshotsConfig,
+    StartupConfig, UidRange, DEFAULT_SANDBOX_READ,
 };
 pub use show::changes;
 

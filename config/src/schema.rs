@@ -34,6 +34,8 @@ pub struct Config {
     pub snapshots: SnapshotsConfig,
     /// `[fleet]`: leases that keep a session on one node of many sharing a snapshot directory.
     pub fleet: FleetConfig,
+    /// `[isolation]`: who a cell is: a uid leased per session, or the daemon's own.
+    pub isolation: IsolationConfig,
 }
 
 /// Lifetimes of sessions and their workers.
@@ -581,5 +583,105 @@ impl Default for FleetConfig {
             lease_ttl: Duration::from_secs(30),
             agent_listen: Vec::new(),
         }
+    }
+}
+
+/// `[isolation]`: the identity each session's workers run as (docs/hardening.md).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IsolationConfig {
+    /// Which level is asked for; `auto` takes the strongest this daemon can enforce.
+    pub level: IsolationLevel,
+    /// The uids (and gids of the same numbers) leased to sessions, one per live session; no
+    /// account of the machine may use them. Unset: `auto` never picks the uid level.
+    pub uids: Option<UidRange>,
+}
+
+/// `isolation.level`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum IsolationLevel {
+    /// `uid` where the daemon may change uids and `isolation.uids` is set; `none` otherwise.
+    #[default]
+    Auto,
+    /// Every worker runs as its session's leased uid; a daemon that cannot change uids
+    /// refuses to start.
+    Uid,
+    /// Workers run as the daemon's user (the sandbox and the peer checks still apply).
+    None,
+}
+
+impl IsolationLevel {
+    /// The word the config file uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IsolationLevel::Auto => "auto",
+            IsolationLevel::Uid => "uid",
+            IsolationLevel::None => "none",
+        }
+    }
+
+    /// The value for a word of the config file.
+    pub fn parse(word: &str) -> Option<IsolationLevel> {
+        match word {
+            "auto" => Some(IsolationLevel::Auto),
+            "uid" => Some(IsolationLevel::Uid),
+            "none" => Some(IsolationLevel::None),
+            _ => None,
+        }
+    }
+}
+
+/// A range of uids, `first..=last`, written `"61000-61999"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UidRange {
+    /// The lowest uid of the range.
+    pub first: u32,
+    /// The highest uid of the range (included).
+    pub last: u32,
+}
+
+impl UidRange {
+    /// The lowest uid a range may start at: below it lie the system's own accounts.
+    pub const MIN: u32 = 1000;
+    /// The highest uid a range may reach: above it lie `nobody` (65534) and the uids the
+    /// kernel reserves ((uid_t) -1).
+    pub const MAX: u32 = 65533;
+
+    /// Reads `"FIRST-LAST"`; the error says what was wrong and what is allowed.
+    pub fn parse(text: &str) -> Result<UidRange, String> {
+        let expected = format!(
+            "expected \"FIRST-LAST\" with {} <= FIRST <= LAST <= {}, like \"61000-61999\"",
+            UidRange::MIN,
+            UidRange::MAX
+        );
+        let (first, last) = text
+            .trim()
+            .split_once('-')
+            .and_then(|(a, b)| Some((a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?)))
+            .ok_or_else(|| format!("cannot read {text:?} as a uid range ({expected})"))?;
+        if first < UidRange::MIN || last > UidRange::MAX || first > last {
+            return Err(format!("{text:?} is not an allowed uid range ({expected})"));
+        }
+        Ok(UidRange { first, last })
+    }
+
+    /// How many uids it holds.
+    pub fn len(&self) -> u32 {
+        self.last - self.first + 1
+    }
+
+    /// Never: a range holds at least one uid.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Whether `uid` lies in it.
+    pub fn contains(&self, uid: u32) -> bool {
+        (self.first..=self.last).contains(&uid)
+    }
+}
+
+impl std::fmt::Display for UidRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.first, self.last)
     }
 }

@@ -549,3 +549,42 @@ fn the_session_key_is_session_by_default_and_takes_session_plus_cwd_only_by_name
         );
     }
 }
+
+#[test]
+fn isolation_takes_a_level_and_a_uid_range() {
+    use crate::schema::{IsolationLevel, UidRange};
+    let config = ok(
+        "[isolation]\nlevel = \"uid\"\nuids = \"61000-61999\"\n",
+        &[],
+    )
+    .config;
+    assert_eq!(config.isolation.level, IsolationLevel::Uid);
+    assert_eq!(
+        config.isolation.uids,
+        Some(UidRange {
+            first: 61000,
+            last: 61999
+        })
+    );
+    let from_env = ok("", &[("CELLVISOR_ISOLATION__UIDS", "5000-5009")]).config;
+    assert_eq!(from_env.isolation.uids.map(|r| r.len()), Some(10));
+    assert_eq!(Config::default().isolation.level, IsolationLevel::Auto);
+    assert_eq!(Config::default().isolation.uids, None);
+}
+
+#[test]
+fn a_bad_uid_range_or_uid_without_one_says_what_is_allowed() {
+    for bad in ["100-200", "61999-61000", "61000", "a-b", "61000-70000"] {
+        let message = error(&format!("[isolation]\nuids = \"{bad}\"\n"));
+        assert!(message.contains("isolation.uids"), "{bad}: {message}");
+        assert!(message.contains("61000-61999"), "{bad}: {message}");
+        assert!(
+            message.contains("1000 <= FIRST <= LAST <= 65533"),
+            "{bad}: {message}"
+        );
+    }
+    let message = error("[isolation]\nlevel = \"uid\"\n");
+    assert!(message.contains("needs isolation.uids"), "{message}");
+    let message = error("[isolation]\nlevel = \"landlock\"\n");
+    assert!(message.contains("\"auto\", \"uid\", \"none\""), "{message}");
+}

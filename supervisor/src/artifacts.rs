@@ -66,7 +66,15 @@ impl ArtifactStore {
     /// reused pid, or a link a cell planted) is removed, not followed.
     pub fn create(&self, name: &str) -> io::Result<(PathBuf, File)> {
         let path = self.dir.join(name);
-        cellvisor_ipc::socket::ensure_private_dir(path.parent().unwrap_or(&self.dir))?;
+        let parent = path.parent().unwrap_or(&self.dir);
+        // A session with a uid of its own (`isolation.level = "uid"`) owns its directory:
+        // its artifacts are given to it, so its cells read them back.
+        let owner = (parent != self.dir)
+            .then(|| crate::isolation::dirs::foreign_owner(parent))
+            .flatten();
+        if owner.is_none() {
+            cellvisor_ipc::socket::ensure_private_dir(parent)?;
+        }
         let open = || {
             OpenOptions::new()
                 .write(true)
@@ -82,6 +90,9 @@ impl ArtifactStore {
             }
             other => other?,
         };
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
+        }
         lock(&self.live).insert(path.clone(), 0);
         Ok((path, file))
     }

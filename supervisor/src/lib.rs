@@ -48,6 +48,7 @@ mod environment;
 /// Leases that keep each session on one node of a fleet sharing a snapshot directory.
 mod fleet;
 mod host;
+pub mod isolation;
 mod limits;
 mod locking;
 /// OpenMetrics text of a supervisor (`Cellvisor::scrape`), and its content type.

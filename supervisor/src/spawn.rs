@@ -58,6 +58,9 @@ pub struct WorkerSpec {
     pub zygote: bool,
     /// What that zygote preloads (`python.preload`): part of which zygote serves it.
     pub preload: Vec<String>,
+    /// The uid (and gid of the same number) the worker runs as: its session's lease at the
+    /// `uid` isolation level; `None`: the daemon's own.
+    pub uid: Option<u32>,
 }
 
 /// Starts workers; [`ProcessLauncher`] outside tests.
@@ -262,6 +265,15 @@ pub async fn start(
         source,
     })?;
     let _remove_taken = RemoveOnDrop(taken_path.clone());
+    if let Some(uid) = spec.uid {
+        // The worker connects and opens its record as its session's uid, and only it may.
+        for path in [&socket_path, &taken_path] {
+            give_to(path, uid).map_err(|source| StartError::Socket {
+                path: path.clone(),
+                source,
+            })?;
+        }
+    }
 
     let forked = match zygotes {
         Some(zygotes) => fork_from_zygote(zygotes, spec, &socket_path, &taken_path).await,
@@ -481,6 +493,12 @@ fn worker_command(
     if let Some(cwd) = &spec.cwd {
         command.current_dir(cwd);
     }
+    if let Some(uid) = spec.uid {
+        // Set before the directory is entered and before `pre_exec`, with the supplementary
+        // groups dropped: the parent-death signal set there survives (a change of uid
+        // clears it), and the worker enters its directory as its session's uid.
+        command.uid(uid).gid(uid);
+    }
     let parent = std::process::id();
     let rlimits = spec.rlimits.clone();
     // SAFETY: the closure runs between fork and exec and only makes async-signal-safe calls
@@ -506,6 +524,14 @@ fn said_on_stderr(tail: &StderrTail) -> String {
     } else {
         format!(": {said}")
     }
+}
+
+/// Gives the file at `path` (not following a link) to `uid:uid`, readable and writable by it
+/// alone.
+fn give_to(path: &Path, uid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
 }
 
 struct RemoveOnDrop(PathBuf);

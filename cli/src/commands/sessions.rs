@@ -72,8 +72,14 @@ pub async fn status(args: StatusArgs, globals: &Globals) -> i32 {
     if let Ok(zygotes) = client.call(method::ZYGOTES, json!({})).await {
         print!("{}", crate::render::ZygoteLines(&zygotes));
     }
-    // The node's own state: a draining node says so under its rows.
+    // The node's own state: a draining node says so under its rows, and who cells run as.
     if let Ok(node) = client.call(method::INITIALIZE, json!({})).await {
+        if let Some(level) = node["isolation"]["level"].as_str() {
+            match node["isolation"]["uids"].as_str() {
+                Some(uids) => println!("isolation: {level} (sessions run as uids {uids})"),
+                None => println!("isolation: {level} (cells run as the daemon's user)"),
+            }
+        }
         if node["draining"].as_bool() == Some(true) {
             let name = node["node"].as_str().unwrap_or("this node");
             println!("node {name} is draining: no new sessions (`cellvisor undrain` ends it)");

@@ -94,6 +94,7 @@ fn initialize(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcErr
         pid: std::process::id(),
         node: daemon.cv.node().to_string(),
         draining: daemon.cv.is_draining(),
+        isolation: serde_json::to_value(daemon.cv.isolation()).ok(),
     })
 }
 

@@ -156,6 +156,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     lifecycle::spawn_signal_handlers(&daemon);
     lifecycle::spawn_idle_exit(&daemon);
     let uid = nix::unistd::getuid().as_raw();
+    let session_uids = daemon.cv.isolation().range();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -168,6 +169,10 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
                         Ok(cred) if cred.uid() == uid => {
                             let daemon = Arc::clone(&daemon);
                             tokio::spawn(async move { connection::handle_connection(daemon, stream).await });
+                        }
+                        Ok(cred) if session_uids.is_some_and(|r| r.contains(cred.uid())) => {
+                            tracing::warn!(peer_uid = cred.uid(), "refused a connection from a cell (a session's uid)");
+                            listener::refuse_cell(stream);
                         }
                         Ok(cred) => tracing::warn!(peer_uid = cred.uid(), "refused a connection from another user"),
                         Err(err) => tracing::warn!("refused a connection without credentials: {err}"),

@@ -80,6 +80,10 @@ fn from_env(spec: &KeySpec, text: &str) -> Result<Value, String> {
             _ => return Err(format!("expected {}, found {text:?}", spec.kind.describe())),
         },
         Kind::Choice(words) if words.contains(&trimmed) => Value::Text(trimmed.to_string()),
+        Kind::UidRange => {
+            crate::schema::UidRange::parse(trimmed)?;
+            Value::Text(trimmed.to_string())
+        }
         Kind::Choice(_) => {
             return Err(format!("expected {}, found {text:?}", spec.kind.describe()))
         }

@@ -198,6 +198,10 @@ fn from_toml(kind: Kind, item: &Item) -> Result<Value, String> {
             Value::Text(s.value().clone())
         }
         (Kind::Bool, Some(toml_edit::Value::Boolean(b))) => Value::Bool(*b.value()),
+        (Kind::UidRange, Some(toml_edit::Value::String(s))) => {
+            crate::schema::UidRange::parse(s.value())?;
+            Value::Text(s.value().trim().to_string())
+        }
         (Kind::Choice(words), Some(toml_edit::Value::String(s)))
             if words.contains(&s.value().as_str()) =>
         {

@@ -2,7 +2,10 @@
 //! of the table stand for the getter and setter of a key.
 
 use super::Value;
-use crate::schema::{Config, PythonShell, SandboxNetwork, SessionKeyBy, SessionMode, SnapshotWhen};
+use crate::schema::{
+    Config, IsolationLevel, PythonShell, SandboxNetwork, SessionKeyBy, SessionMode, SnapshotWhen,
+    UidRange,
+};
 use bytesize::ByteSize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -133,6 +136,30 @@ impl Field for SnapshotWhen {
     fn from_value(value: Value) -> Option<Self> {
         match value {
             Value::Text(word) => SnapshotWhen::parse(&word),
+            _ => None,
+        }
+    }
+}
+
+impl Field for IsolationLevel {
+    fn to_value(&self) -> Value {
+        Value::Text(self.as_str().to_string())
+    }
+    fn from_value(value: Value) -> Option<Self> {
+        match value {
+            Value::Text(word) => IsolationLevel::parse(&word),
+            _ => None,
+        }
+    }
+}
+
+impl Field for UidRange {
+    fn to_value(&self) -> Value {
+        Value::Text(self.to_string())
+    }
+    fn from_value(value: Value) -> Option<Self> {
+        match value {
+            Value::Text(text) => UidRange::parse(&text).ok(),
             _ => None,
         }
     }

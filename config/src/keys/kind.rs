@@ -55,6 +55,8 @@ pub enum Kind {
     Listeners,
     /// One of the listed words.
     Choice(&'static [&'static str]),
+    /// A range of uids, `"FIRST-LAST"` (see `UidRange::parse`).
+    UidRange,
 }
 
 impl Kind {
@@ -96,6 +98,11 @@ impl Kind {
             Kind::Listeners => {
                 "a list of addresses like \"tcp://127.0.0.1:7420\" or \"tcp://[::]:7420\"".to_string()
             }
+            Kind::UidRange => format!(
+                "a uid range \"FIRST-LAST\" within {}-{}, like \"61000-61999\"",
+                crate::schema::UidRange::MIN,
+                crate::schema::UidRange::MAX
+            ),
             Kind::Choice(words) => {
                 let quoted: Vec<String> = words.iter().map(|w| format!("\"{w}\"")).collect();
                 format!("one of {}", quoted.join(", "))

@@ -36,6 +36,7 @@ pub const SECTIONS: &[&str] = &[
     "sandbox",
     "snapshots",
     "fleet",
+    "isolation",
 ];
 
 /// Prefix of the environment variables that override single keys.

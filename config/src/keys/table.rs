@@ -226,6 +226,11 @@ pub static KEYS: &[KeySpec] = &[
         "How long a lease lasts unless renewed (every third of it while its session lives): how long a dead node's sessions wait before another node may restore them."),
     key!(fleet.agent_listen as "agent-listen", Kind::Listeners, Restart,
         "TCP addresses, like [\"tcp://127.0.0.1:7421\"], answering HAProxy's agent check: `ready` with a weight from the free session slots, or `drain` while draining; empty: none."),
+    // [isolation]
+    key!(isolation.level as "level", Kind::Choice(&["auto", "uid", "none"]), Restart,
+        "Who a cell is (docs/hardening.md). uid: every worker of a session runs as a uid and gid leased from `uids` for the session's life, its directories 0700 and its own, the daemon's files and other sessions out of reach (needs root or CAP_SETUID and CAP_SETGID; the daemon refuses to start without them); none: workers run as the daemon's user; auto: uid where the daemon may change uids and `uids` is set, none otherwise. `status` and the start-up log say which is in force."),
+    key!(isolation.uids as "uids", Kind::UidRange, Restart,
+        "The uids (with gids of the same numbers) leased to sessions, one per live session, like \"61000-61999\": a range no account of the machine uses. A uid is leased again only once every process of its last session is gone; with every uid leased a new session is refused, naming this key. Unset: `auto` stays at none."),
 ];
 
 #[cfg(test)]
@@ -355,6 +360,7 @@ mod tests {
                 "snapshots.key-file",
                 "sessions.key",
                 "fleet",
+                "isolation",
             ],
         ),
     ];

@@ -194,11 +194,13 @@ fn status_result() -> Vec<SessionStatus> {
             warning: None,
         }),
         node: "node-a".into(),
+        uid: None,
     }]
 }
 
 fn initialize_result() -> InitializeResult {
     InitializeResult {
+        isolation: None,
         protocol_version: PROTOCOL_VERSION,
         server_version: "0.0.0".into(),
         languages: Language::ALL.to_vec(),

@@ -261,6 +261,13 @@ impl WorkerEnv {
         Ok(())
     }
 
+    /// Points the worker's temporary files at its session's own directory `tmp` (the `uid`
+    /// isolation level: the daemon's temporary directory is not the session's to write).
+    pub fn set_session_tmp(&mut self, tmp: &Path) {
+        self.set(TMPDIR, tmp);
+        self.set(MPLCONFIGDIR, tmp.join("matplotlib"));
+    }
+
     /// Undoes [`WorkerEnv::confine`]: no rules, the inherited temporary directories, and the
     /// shared artifact directory `shared_artifacts`.
     pub fn unconfine(&mut self, shared_artifacts: &Path) {

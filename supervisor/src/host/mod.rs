@@ -132,6 +132,7 @@ pub struct Cellvisor {
     leases: Option<Arc<crate::fleet::LeaseBook>>,
     run_dir: PathBuf,
     _run_dir_guard: tempfile::TempDir,
+    isolation: crate::isolation::IsolationStatus,
     /// Where outputs too big for a result spill (`output.artifact-dir`, a restart key).
     artifact_dir: PathBuf,
     /// This node's name (`daemon.node` or the host name), read at start.
@@ -183,6 +184,11 @@ impl Cellvisor {
                 Supervisor::new(Arc::clone(&prepared.config), prepared.base.clone()).start();
             prepared.into_handle(supervisor, None)
         }))
+    }
+
+    /// The isolation level in force (`[isolation]`): who cells run as.
+    pub fn isolation(&self) -> &crate::isolation::IsolationStatus {
+        &self.isolation
     }
 
     /// The private directory of this supervisor (worker sockets, runner script).
@@ -341,13 +347,24 @@ impl Prepared {
         );
         let snapshots = startup::open_snapshots(&options.config)?;
         let leases = startup::open_leases(&options.config, snapshots.as_deref())?;
+        let stores = crate::paths::stores_dir();
+        let tmp = run_dir.join("tmp");
+        // cellvisor's own state directory (the stores' parent) first: it leads to the rest.
+        let mut shared: Vec<&std::path::Path> = stores.parent().into_iter().collect();
+        shared.extend([base_dir.as_path(), &run_dir, &tmp, artifacts.dir(), &stores]);
+        if let Some(store) = &snapshots {
+            shared.push(store.root());
+        }
+        let isolation = startup::prepare_isolation(&options.config, &shared, &run_dir)?;
+        tracing::info!("{}", isolation.line());
         let base = WorkerBase {
             programs: crate::spawn::WorkerPrograms::beside(exe),
             run_dir: run_dir.clone(),
             artifacts,
-            store_dir: crate::paths::stores_dir(),
+            store_dir: stores,
             snapshots,
             leases,
+            isolation,
             metrics: Arc::new(crate::metrics::Metrics::new(&node::node_name(
                 &options.config,
             ))),
@@ -384,6 +401,7 @@ impl Prepared {
             leases: self.base.leases.clone(),
             run_dir: self.run_dir,
             _run_dir_guard: self.run_dir_guard,
+            isolation: self.base.isolation.clone(),
             artifact_dir: self.base.artifacts.dir().to_path_buf(),
             node,
             metrics: Arc::clone(&self.base.metrics),

@@ -46,6 +46,44 @@ pub enum StartupError {
     /// The fleet's lease directory cannot be made.
     #[error("{0}")]
     Leases(crate::fleet::LeaseError),
+    /// The isolation level asked for cannot be had, or its directories cannot be prepared.
+    #[error("{0}")]
+    Isolation(String),
+}
+
+/// Decides the isolation level (`[isolation]`) and, at the `uid` level, gets the daemon's
+/// directories ready for sessions with uids of their own: opened to traversal only, the
+/// Python runner readable, and any process left in the range by a daemon that was killed
+/// ended.
+pub(super) fn prepare_isolation(
+    config: &cellvisor_config::Config,
+    dirs: &[&Path],
+    run_dir: &Path,
+) -> Result<crate::isolation::IsolationStatus, StartupError> {
+    let status = crate::isolation::resolve(&config.isolation, crate::isolation::can_change_uids())
+        .map_err(StartupError::Isolation)?;
+    let Some(range) = status.range() else {
+        return Ok(status);
+    };
+    crate::isolation::open_for_sessions(dirs).map_err(StartupError::Isolation)?;
+    let runner =
+        cellvisor_workers::python::install_runner(run_dir).map_err(StartupError::Isolation)?;
+    cellvisor_workers::python::install_ipython_module(&runner);
+    if let Some(dir) = runner.parent() {
+        crate::isolation::share_runner(dir).map_err(|e| {
+            StartupError::Isolation(format!(
+                "cannot share the Python runner {}: {e}",
+                dir.display()
+            ))
+        })?;
+    }
+    let swept = crate::isolation::sweep_range(range);
+    if swept > 0 {
+        tracing::warn!(
+            "isolation: ended the processes of {swept} uids of {range} left by an earlier daemon"
+        );
+    }
+    Ok(status)
 }
 
 /// The bytes of a Unix socket path, its terminating NUL aside (`sun_path` holds 108).

@@ -147,7 +147,10 @@ pub fn apply_to_env(
         .chain(dirs.store.as_ref())
         .chain(dirs.snapshots.as_ref())
     {
-        cellvisor_ipc::socket::ensure_private_dir_nofollow(dir)?;
+        // A session with a uid of its own was given its directories when it started.
+        if crate::isolation::dirs::foreign_owner(dir).is_none() {
+            cellvisor_ipc::socket::ensure_private_dir_nofollow(dir)?;
+        }
     }
     let rules = rules(plan, dirs, env);
     env.confine(&rules, &dirs.tmp, &dirs.artifacts)

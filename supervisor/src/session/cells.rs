@@ -357,7 +357,8 @@ impl Session {
                 self.key.language,
                 link.pid,
                 cell_id,
-                self.sandbox.is_some(),
+                // A session with its own uid reads its artifacts back from its own directory.
+                self.sandbox.is_some() || self.spec.uid.is_some(),
             ),
             artifacts: Arc::clone(&self.artifacts),
         }));

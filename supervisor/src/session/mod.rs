@@ -443,6 +443,7 @@ impl Session {
 
     fn status(&self) -> SessionStatus {
         SessionStatus {
+            uid: self.spec.uid,
             session: self.key.session.to_string(),
             cwd: None,
             language: self.key.language,

@@ -67,6 +67,7 @@ fn start_session_with(
             rlimits: Vec::new(),
             zygote: false,
             preload: Vec::new(),
+            uid: None,
         },
         artifacts: crate::artifacts::ArtifactStore::new(dir.path().to_path_buf(), u64::MAX),
         launcher,

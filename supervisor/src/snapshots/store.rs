@@ -122,6 +122,11 @@ impl SnapshotStore {
     /// Creates [`dir`](Self::dir) (0700, and its checkpoints directory).
     pub fn prepare(&self, key: &SessionKey) -> std::io::Result<PathBuf> {
         let dir = self.dir(key);
+        if crate::isolation::dirs::foreign_owner(&dir).is_some() {
+            // The session's own uid owns it (`isolation.level = "uid"`): made and given to
+            // it when the session started.
+            return Ok(dir);
+        }
         private_dir(&self.session_root(&key.session))?;
         private_dir(&dir)?;
         private_dir(&dir.join(CHECKPOINTS))?;

@@ -41,6 +41,7 @@ mod snapshot_tests;
 mod sweep;
 #[cfg(test)]
 mod tests;
+mod uids;
 pub mod waiting;
 
 use crate::environment::WorkerEnv;
@@ -74,6 +75,8 @@ pub struct WorkerBase {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The leases this node holds on its sessions (`fleet.leases`); `None`: no fleet.
     pub leases: Option<Arc<crate::fleet::LeaseBook>>,
+    /// The isolation level in force (`[isolation]`), decided at start.
+    pub isolation: crate::isolation::IsolationStatus,
 }
 
 struct Entry {
@@ -129,6 +132,8 @@ pub struct Supervisor {
     sample_timer: Option<SpawnHandle>,
     sampling_fast: bool,
     last_discovery: Option<Instant>,
+    /// The sessions' uids, at the `uid` isolation level.
+    uids: Option<crate::isolation::leases::UidLeases>,
 }
 
 impl Supervisor {
@@ -143,7 +148,12 @@ impl Supervisor {
         base: WorkerBase,
         launcher: Arc<dyn Launcher>,
     ) -> Supervisor {
+        let uids = base
+            .isolation
+            .range()
+            .map(crate::isolation::leases::UidLeases::new);
         Supervisor {
+            uids,
             config,
             launcher,
             pool: Vec::new(),
@@ -168,10 +178,24 @@ impl Supervisor {
 
     fn start_session(&mut self, submit: Submit, ctx: &mut Context<Self>) {
         let language = submit.key.language;
-        let spec = self.worker_spec(language, submit.cwd.clone(), Some(&submit.key.session));
+        let mut spec = self.worker_spec(language, submit.cwd.clone(), Some(&submit.key.session));
+        if let Err(why) = self.give_uid(&submit.key, &mut spec) {
+            tracing::warn!(session = %submit.key, "{why}");
+            let _ = submit
+                .job
+                .reply
+                .send(crate::session::CellReport::error(format!(
+                    "isolation: {why}"
+                )));
+            self.release_uid_if_unused(&submit.key.session, ctx);
+            return;
+        }
         // A sandboxed session confines its worker from its first moment: a prewarmed worker
         // started unconfined never serves it.
-        let prestarted = if language == Language::Python && submit.job.sandbox.is_none() {
+        let prestarted = if language == Language::Python
+            && submit.job.sandbox.is_none()
+            && self.uids.is_none()
+        {
             let wanted =
                 crate::session::Wanted::new(submit.job.python.as_deref(), submit.cwd.as_deref());
             self.claim_prewarmed(&wanted, ctx)
@@ -245,6 +269,7 @@ impl Supervisor {
             rlimits: crate::limits::from_config(&self.config.limits),
             zygote: self.config.python.zygote,
             preload: self.config.python.preload.clone(),
+            uid: None,
         }
     }
 

@@ -94,6 +94,7 @@ impl Handler<SessionEvent> for Supervisor {
             } => {
                 self.sessions.remove(&key);
                 self.release_lease_if_unused(&key.session);
+                self.release_uid_if_unused(&key.session, ctx);
                 self.tell_if_no_sessions();
                 let notice =
                     eviction.and_then(|e| crate::snapshots::policy::eviction_notice(&e, &snapshot));

@@ -113,7 +113,8 @@ impl Supervisor {
     pub(super) fn refill_pool(&mut self, ctx: &mut Context<Self>) {
         // Sandboxed sessions never take a prewarmed worker (it has no session to confine
         // to), so under an operator's sandbox a pool would only cost memory.
-        if self.stopping || self.config.sandbox.enabled {
+        // Nor do sessions with uids of their own: a pooled worker runs as no session's uid.
+        if self.stopping || self.config.sandbox.enabled || self.uids.is_some() {
             return;
         }
         let spec = self.pool_spec();

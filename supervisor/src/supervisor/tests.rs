@@ -70,6 +70,11 @@ impl Rig {
             snapshots,
             metrics: Arc::new(crate::metrics::Metrics::new("test-node")),
             leases,
+            isolation: crate::isolation::IsolationStatus {
+                level: "none",
+                uids: None,
+                reason: "test".into(),
+            },
         };
         let metrics = Arc::clone(&base.metrics);
         let fake = FakeLauncher::new();

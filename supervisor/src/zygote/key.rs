@@ -40,7 +40,7 @@ impl ZygoteKey {
         else {
             return None;
         };
-        let confined = spec.env.is_confined();
+        let confined = own_dirs(spec);
         let mut loaded_env: Vec<(OsString, OsString)> = spec
             .env
             .render()
@@ -76,7 +76,13 @@ fn needs_own_start(spec: &WorkerSpec) -> bool {
     rules.is_none_or(|rules| rules.network_namespace)
 }
 
-/// Variables a sandbox points at the session's own directories (`TMPDIR`, and matplotlib's
+/// Whether `spec`'s temporary directories are its session's own: sandboxed, or running as
+/// its session's uid.
+fn own_dirs(spec: &WorkerSpec) -> bool {
+    spec.env.is_confined() || spec.uid.is_some()
+}
+
+/// Variables a sandbox (or a session's own uid) points at the session's own directories (`TMPDIR`, and matplotlib's
 /// cache under it): not part of the key (each sandboxed session has its own), and not given
 /// to a zygote (the session's directory goes with the session).
 fn set_by_sandbox(name: &OsStr) -> bool {
@@ -111,7 +117,7 @@ fn read_while_loading(name: &OsStr) -> bool {
 /// variables (a forked runner gets the whole of its own before any cell), plus what the
 /// runner's environment changes ([`cellvisor_workers::python::runner_env`]).
 pub fn zygote_env(key: &ZygoteKey, spec: &WorkerSpec) -> Vec<(OsString, OsString)> {
-    let confined = spec.env.is_confined();
+    let confined = own_dirs(spec);
     let base: Vec<(OsString, OsString)> = spec
         .env
         .render()
@@ -184,6 +190,7 @@ pub fn request(
         "rlimits": rlimits,
         "program": text(key.program.as_os_str())?,
         "confine": spec.env.is_confined(),
+        "uid": spec.uid,
     });
     serde_json::to_vec(&request).map_err(|e| e.to_string())
 }

@@ -14,6 +14,10 @@ so the tree stays supervisor -> worker -> python, with the worker a subreaper ow
 everything its cells start, exactly as when the worker starts python itself. The reply is
 `{"pid": <worker pid>}` or `{"error": "..."}`.
 
+A request with `"uid": N` (the `uid` isolation level) makes the clone drop its supplementary
+groups and become uid and gid N (real, effective and saved) before it enters the session's
+directory or forks the runner, so nothing of the session ever runs as the zygote's user.
+
 A sandboxed session's request says `"confine": true`: its runner then waits, before it runs
 anything of the session, for the worker (once exec'd) to hand it the Landlock ruleset the
 worker built for itself from the session's rules, and restricts itself with it (no new
@@ -269,11 +273,23 @@ def _become_worker(request, stderr_fd, notice):
     """In the clone: becomes the worker the supervisor asked for, with its runner forked
     under it. Never returns."""
     try:
-        _die_with_parent(signal.SIGTERM, int(request["supervisor"]))
         os.setpgid(0, 0)
         for resource, soft, hard in request.get("rlimits") or ():
             import resource as _resource
             _resource.setrlimit(int(resource), (int(soft), int(hard)))
+        uid = request.get("uid")
+        if uid is not None:
+            # The session's own uid and gid, no supplementary groups, before anything of the
+            # session (its directory, its runner) and for good (real, effective and saved).
+            uid = int(uid)
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid) \
+                    or os.getgroups():
+                raise OSError("could not become uid %d" % uid)
+        # After the change of uid, which clears the parent-death signal.
+        _die_with_parent(signal.SIGTERM, int(request["supervisor"]))
         if request.get("cwd"):
             os.chdir(request["cwd"])
         null = os.open(os.devnull, os.O_RDWR)

@@ -258,6 +258,7 @@ async fn accept_loop(
                     let slot = ConnectionSlot {
                         place: Arc::new(Mutex::new(Place::Stranger(stranger))),
                         slots: Arc::clone(&gate.slots),
+                        session_uids: daemon.cv.isolation().range(),
                         ends: stream.local_addr().ok().map(|local| (local, peer)),
                         own_cell: Arc::default(),
                     };
@@ -284,6 +285,9 @@ pub(super) struct ConnectionSlot {
     /// The connection's local and peer addresses.
     ends: Option<(SocketAddr, SocketAddr)>,
     own_cell: Arc<tokio::sync::OnceCell<bool>>,
+    /// The uids leased to sessions (`isolation.level = "uid"`): a connection opened by one
+    /// is a cell's, wherever its process sits.
+    session_uids: Option<cellvisor_config::UidRange>,
 }
 
 /// What a connection holds: a stranger's place until it presents the token, then one of the
@@ -321,10 +325,11 @@ impl ConnectionSlot {
         let Some((local, peer)) = self.ends else {
             return true;
         };
+        let session_uids = self.session_uids;
         *self
             .own_cell
             .get_or_init(|| async move {
-                tokio::task::spawn_blocking(move || peer::from_own_cell(local, peer))
+                tokio::task::spawn_blocking(move || peer::from_own_cell(local, peer, session_uids))
                     .await
                     .unwrap_or(true)
             })

@@ -4,13 +4,22 @@
 //!
 //! A peer on this machine has its end of the connection in the kernel's socket table
 //! (`/proc/net/tcp`, `/proc/net/tcp6`); its inode, found among the file descriptors of the
-//! processes under this daemon, names the cell. A peer on another machine is in no table.
+//! processes under this daemon, names the cell. Where sessions run as uids of their own
+//! (`isolation.level = "uid"`) the table's owner of the socket settles it first: a session
+//! uid is never a client. A peer on another machine is in no table.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-/// Whether the connection from `peer` to `local` was opened by a process under this daemon.
-pub(super) fn from_own_cell(local: SocketAddr, peer: SocketAddr) -> bool {
-    let Some(inode) = ["/proc/net/tcp", "/proc/net/tcp6"]
+/// Whether the connection from `peer` to `local` was opened by a process under this daemon,
+/// or by a uid leased to its sessions (`session_uids`): where sessions run as uids of their
+/// own, the table's owner of the socket names a cell even when its process cannot be seen
+/// (a non-dumpable one hides its descriptors).
+pub(super) fn from_own_cell(
+    local: SocketAddr,
+    peer: SocketAddr,
+    session_uids: Option<cellvisor_config::UidRange>,
+) -> bool {
+    let Some((inode, owner)) = ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
         .find_map(|table| {
             let text = std::fs::read_to_string(table).ok()?;
@@ -19,6 +28,9 @@ pub(super) fn from_own_cell(local: SocketAddr, peer: SocketAddr) -> bool {
     else {
         return false;
     };
+    if session_uids.is_some_and(|range| range.contains(owner)) {
+        return true;
+    }
     let daemon = std::process::id();
     let target = format!("socket:[{inode}]");
     let trees = cellvisor_workers::process_tree::trees(&[daemon]);
@@ -39,14 +51,15 @@ fn holds(pid: u32, target: &str) -> bool {
         .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|link| link.as_os_str() == target))
 }
 
-/// The inode of the socket whose local end is `local` and remote end is `remote`, in a
-/// `/proc/net/tcp{,6}` table.
-fn socket_inode(table: &str, local: SocketAddr, remote: SocketAddr) -> Option<u64> {
+/// The inode and owning uid of the socket whose local end is `local` and remote end is
+/// `remote`, in a `/proc/net/tcp{,6}` table.
+fn socket_inode(table: &str, local: SocketAddr, remote: SocketAddr) -> Option<(u64, u32)> {
     table.lines().skip(1).find_map(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
         let (l, r) = (address(fields.get(1)?)?, address(fields.get(2)?)?);
+        let uid = fields.get(7)?.parse().ok()?;
         let inode = fields.get(9)?.parse().ok()?;
-        (same(l, local) && same(r, remote) && inode != 0).then_some(inode)
+        (same(l, local) && same(r, remote) && inode != 0).then_some((inode, uid))
     })
 }
 
@@ -88,7 +101,7 @@ mod tests {
     fn a_loopback_connection_is_found_by_both_ends() {
         let server: SocketAddr = "127.0.0.1:7420".parse().unwrap();
         let client: SocketAddr = "127.0.0.1:41652".parse().unwrap();
-        assert_eq!(socket_inode(TABLE, client, server), Some(4242));
+        assert_eq!(socket_inode(TABLE, client, server), Some((4242, 1000)));
         // The other direction, or another port, is no connection of that client.
         assert_eq!(socket_inode(TABLE, server, client), None);
         let other: SocketAddr = "127.0.0.1:41653".parse().unwrap();
@@ -111,6 +124,17 @@ mod tests {
         let (_accepted, peer) = listener.accept().unwrap();
         assert_eq!(peer, client.local_addr().unwrap());
         // Found in the table, but held by this process, not one under it.
-        assert!(!from_own_cell(listener.local_addr().unwrap(), peer));
+        assert!(!from_own_cell(listener.local_addr().unwrap(), peer, None));
+        // A socket owned by a uid leased to sessions is a cell's, wherever its process is.
+        let me = nix::unistd::getuid().as_raw();
+        let ours = cellvisor_config::UidRange {
+            first: me,
+            last: me,
+        };
+        assert!(from_own_cell(
+            listener.local_addr().unwrap(),
+            peer,
+            Some(ours)
+        ));
     }
 }

@@ -1,0 +1,97 @@
+//! The `uid` isolation level in the supervisor: a session's uid leased when its first worker
+//! is planned, its directories given to that uid, and the uid taken back once the session's
+//! last language stopped and every process that ran as it is gone (`UidReclaimed`).
+
+use super::Supervisor;
+use crate::isolation::{dirs, procs};
+use crate::session::SessionKey;
+use crate::spawn::WorkerSpec;
+use actix::prelude::*;
+use std::time::Duration;
+
+/// Every process of a released uid is gone: it may be leased again.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct UidReclaimed {
+    pub uid: u32,
+}
+
+/// How long ending a closed session's processes may take before the uid is held back.
+const END_PATIENCE: Duration = Duration::from_secs(10);
+
+impl Handler<UidReclaimed> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, msg: UidReclaimed, _: &mut Context<Self>) {
+        if let Some(leases) = &mut self.uids {
+            leases.reclaimed(msg.uid);
+        }
+    }
+}
+
+impl Supervisor {
+    /// At the `uid` level, leases `key`'s session its uid and gives it its directories; the
+    /// spec's worker then runs as that uid. `Err` says why the session cannot start.
+    pub(super) fn give_uid(
+        &mut self,
+        key: &SessionKey,
+        spec: &mut WorkerSpec,
+    ) -> Result<(), String> {
+        let Some(leases) = &mut self.uids else {
+            return Ok(());
+        };
+        let uid = leases.lease(&key.session).map_err(|e| e.to_string())?;
+        let name = crate::paths::file_safe(&key.session);
+        let tmp = self.base.run_dir.join("tmp").join(&name);
+        let artifacts = self.base.artifacts.dir().join(&name);
+        let mut own = vec![tmp.clone(), artifacts];
+        own.extend(spec.env.store_dir());
+        let snapshots = self.base.snapshots.as_ref().map(|store| store.dir(key));
+        if let Some(dir) = &snapshots {
+            let _ = std::fs::create_dir_all(dir.join("checkpoints"));
+            if let Some(root) = dir.parent() {
+                dirs::traversable(root)
+                    .map_err(|e| format!("cannot open {}: {e}", root.display()))?;
+            }
+            own.push(dir.clone());
+        }
+        for dir in &own {
+            dirs::own(dir, uid).map_err(|e| {
+                format!(
+                    "cannot give the session's directory {} to uid {uid}: {e}",
+                    dir.display()
+                )
+            })?;
+        }
+        spec.env.set_session_tmp(&tmp);
+        spec.uid = Some(uid);
+        Ok(())
+    }
+
+    /// After `session`'s last language stopped: its uid's processes are ended (whatever
+    /// they did: setsid, double forks) off the actors' thread, and the uid is reclaimed once
+    /// none is left.
+    pub(super) fn release_uid_if_unused(&mut self, session: &str, ctx: &mut Context<Self>) {
+        if self.sessions.keys().any(|key| key.session == session) {
+            return;
+        }
+        let Some(uid) = self
+            .uids
+            .as_mut()
+            .and_then(|leases| leases.release(session))
+        else {
+            return;
+        };
+        let me = ctx.address();
+        tokio::task::spawn_blocking(move || {
+            if procs::end_all(uid, END_PATIENCE) {
+                me.do_send(UidReclaimed { uid });
+            } else {
+                tracing::warn!(
+                    uid,
+                    "processes of uid {uid} outlived their session's close: the uid is not \
+                     leased again while they run"
+                );
+            }
+        });
+    }
+}
