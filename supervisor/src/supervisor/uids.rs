@@ -40,8 +40,15 @@ impl Supervisor {
             return Ok(());
         };
         let uid = leases.lease(&key.session).map_err(|e| e.to_string())?;
-        let name = crate::paths::file_safe(&key.session);
-        let tmp = self.base.run_dir.join("tmp").join(&name);
+        let name = key.session.dir_name();
+        // The session's temporary directory in this language, where the session's own
+        // `tmp_dir` finds it to remove it when the session forgets.
+        let tmp = self
+            .base
+            .run_dir
+            .join("tmp")
+            .join(&name)
+            .join(key.language.short_name());
         let artifacts = self.base.artifacts.dir().join(&name);
         let mut own = vec![tmp.clone(), artifacts];
         own.extend(spec.env.store_dir());
