@@ -87,6 +87,12 @@ pub mod code {
     pub const LEASED_ELSEWHERE: i64 = -32005;
     /// The request said `resume` and the session is neither live here nor saved.
     pub const SESSION_UNKNOWN: i64 = -32006;
+    /// The caller's tenant lacks the right the method needs: `data.right` names it
+    /// (`cells` or `operate`), `data.tenant` the tenant.
+    pub const FORBIDDEN: i64 = -32007;
+    /// The caller's tenant is at one of its quotas: `data.quota` names it, `data.tenant`
+    /// the tenant, `data.limit` its value.
+    pub const QUOTA_EXCEEDED: i64 = -32008;
 }
 
 /// An incoming request (or notification, without `id`).

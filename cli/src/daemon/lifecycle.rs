@@ -151,23 +151,25 @@ pub(super) async fn reload(daemon: &Daemon) -> Result<Vec<String>, RpcError> {
         .map_err(|e| RpcError::new(code::SHUTTING_DOWN, e.to_string()))
 }
 
-/// With network listeners, re-reads `daemon.token-file`; a token that cannot be read
-/// refuses the whole reload, so the listeners are never left without one.
+/// With network listeners, re-reads `daemon.tenants-file` or `daemon.token-file`; one that
+/// cannot be read refuses the whole reload, so the listeners are never left without
+/// credentials. Connections whose credential no longer names their tenant then close.
 fn reload_token(daemon: &Daemon, config: &cellvisor_config::Config) -> Result<(), RpcError> {
-    let mut token = lock(&daemon.token);
-    if token.is_none() {
+    let mut tenants = lock(&daemon.tenants);
+    if tenants.is_none() {
         return Ok(());
     }
-    let refuse = |message: String| {
+    let loaded = super::net::credentials(&config.daemon).map_err(|e| {
         RpcError::new(
             code::REQUEST_REFUSED,
-            format!("{message}\nthe configuration in force is unchanged"),
+            format!("{e}\nthe configuration in force is unchanged"),
         )
-    };
-    let path = config.daemon.token_file.as_deref().ok_or_else(|| {
-        refuse("daemon.token-file is unset, but the network listeners need a token".into())
     })?;
-    *token = Some(super::net::Token::load(path).map_err(|e| refuse(e.to_string()))?);
+    *tenants = Some(loaded);
+    drop(tenants);
+    daemon
+        .credentials
+        .send_modify(|generation| *generation += 1);
     Ok(())
 }
 

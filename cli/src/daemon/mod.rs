@@ -24,6 +24,7 @@ mod held_start;
 mod lifecycle;
 mod listener;
 mod net;
+mod tenancy;
 
 pub use net::NetworkError;
 
@@ -90,8 +91,11 @@ struct Daemon {
     limits: Mutex<ConnectionLimits>,
     /// `daemon.idle-exit` in force (zero: never), which a reload replaces.
     idle_exit: watch::Sender<Duration>,
-    /// The network listeners' bearer token (`None`: no listener), which a reload re-reads.
-    token: Mutex<Option<net::Token>>,
+    /// The network listeners' credentials (`None`: no listener), which a reload re-reads.
+    tenants: Mutex<Option<net::Tenants>>,
+    /// Bumped whenever `tenants` is replaced: connections then check their credential still
+    /// names their tenant, and close if it does not.
+    credentials: watch::Sender<u64>,
 }
 
 /// Runs the daemon until `shutdown`, SIGTERM or SIGINT (or its idle exit).
@@ -131,9 +135,11 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         connections_peak: AtomicU64::new(0),
         limits: Mutex::new(limits),
         idle_exit: watch::Sender::new(idle_exit),
-        token: Mutex::new(network.as_ref().map(|plan| plan.token.clone())),
+        tenants: Mutex::new(None),
+        credentials: watch::Sender::new(0),
     });
-    if let Some(plan) = network {
+    if let Some(mut plan) = network {
+        *lock(&daemon.tenants) = Some(std::mem::replace(&mut plan.tenants, net::Tenants::empty()));
         if let Err(err) = net::start(&daemon, plan, cells).await {
             daemon.cv.shutdown().await;
             let _ = std::fs::remove_file(&options.socket);

@@ -95,6 +95,21 @@ impl RequestPolicy {
 }
 
 pub(super) fn validate_session_name(name: &str) -> Result<(), RequestError> {
+    // A network tenant's session is `<tenant>/<name>` (the daemon refuses `/` in the names
+    // clients send, so this form is its alone).
+    let plain = match name.split_once('/') {
+        Some((tenant, rest))
+            if !tenant.is_empty()
+                && tenant.len() <= 32
+                && tenant.chars().all(|c| {
+                    c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_')
+                }) =>
+        {
+            rest
+        }
+        _ => name,
+    };
+    let name = plain;
     let ok = !name.is_empty()
         && name.len() <= MAX_SESSION_NAME
         && name

@@ -41,7 +41,8 @@ pub(super) fn router(daemon: Arc<Daemon>, cells: CellsConfig) -> Router {
         .with_state(daemon)
 }
 
-/// 401 unless the request carries the token (`Authorization: Bearer <token>`).
+/// 401 unless the request carries a known token (`Authorization: Bearer <token>`); the
+/// request then carries its [`Principal`](super::Principal), the token's tenant.
 async fn require_token(
     State(daemon): State<Arc<Daemon>>,
     request: Request,
@@ -51,10 +52,12 @@ async fn require_token(
         .headers()
         .get(header::AUTHORIZATION)
         .map(|value| value.as_bytes());
-    let admitted = lock(&daemon.token)
+    let admitted = lock(&daemon.tenants)
         .as_ref()
-        .is_some_and(|token| token.admits(presented));
-    if admitted {
+        .and_then(|tenants| tenants.admit(presented));
+    if let Some(principal) = admitted {
+        let mut request = request;
+        request.extensions_mut().insert(principal);
         return next.run(request).await;
     }
     let reason = if presented.is_some() {

@@ -12,10 +12,12 @@
 mod agent;
 mod http;
 mod peer;
+mod tenants;
 mod tls;
 mod token;
 mod ws;
 
+pub(crate) use tenants::{Principal, Right, Tenant, Tenants, SEPARATOR};
 pub(crate) use token::Token;
 
 use super::Daemon;
@@ -51,8 +53,8 @@ pub enum NetworkError {
     Plaintext(SocketAddr),
     /// Listeners without a token.
     #[error(
-        "daemon.listen is set but daemon.token-file is not: every network request needs a \
-         bearer token; write one (e.g. `head -c 32 /dev/urandom | base64 > token`) and set \
+        "daemon.listen is set but neither daemon.token-file nor daemon.tenants-file is: every \
+         network request needs a bearer token; write one (e.g. `head -c 32 /dev/urandom | base64 > token`) and set \
          daemon.token-file to its path"
     )]
     NoToken,
@@ -60,6 +62,14 @@ pub enum NetworkError {
     #[error("daemon.token-file {}: {reason}", path.display())]
     Token {
         /// The token file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The tenants file cannot be used.
+    #[error("daemon.tenants-file {}: {reason}", path.display())]
+    Tenants {
+        /// The tenants file.
         path: PathBuf,
         /// What is wrong with it.
         reason: String,
@@ -99,8 +109,8 @@ pub(super) struct ListenPlan {
     /// `daemon.max-network-connections`, shared by every listener.
     max_connections: usize,
     tls: Option<TlsAcceptor>,
-    /// The bearer token the listeners start with.
-    pub(super) token: Token,
+    /// The credentials the listeners start with.
+    pub(super) tenants: Tenants,
 }
 
 /// The plan for `[daemon]`'s listeners; `None` when it sets none.
@@ -136,14 +146,24 @@ pub(super) fn plan(
     if let Some(address) = plaintext_refused(&addresses, tls.is_some(), config.insecure_plaintext) {
         return Err(NetworkError::Plaintext(address));
     }
-    let token_file = config.token_file.as_deref().ok_or(NetworkError::NoToken)?;
+    let tenants = credentials(config)?;
     Ok(Some(ListenPlan {
         addresses,
         agent,
         max_connections: config.max_network_connections.max(1),
         tls: tls.map(TlsAcceptor::from),
-        token: Token::load(token_file)?,
+        tenants,
     }))
+}
+
+/// The credentials `[daemon]` names: `tenants-file`'s tenants, else `token-file`'s token as
+/// the default tenant.
+pub(super) fn credentials(config: &DaemonConfig) -> Result<Tenants, NetworkError> {
+    if let Some(path) = config.tenants_file.as_deref() {
+        return Tenants::load(path);
+    }
+    let token_file = config.token_file.as_deref().ok_or(NetworkError::NoToken)?;
+    Ok(Tenants::single(&Token::load(token_file)?))
 }
 
 /// The first address that would carry plaintext beyond this machine, unless TLS is on or
