@@ -1,0 +1,143 @@
+//! Tenants over the network listener: each token's tenant sees and names only its own
+//! sessions, holds only its rights, is bounded by its quotas, and loses its connections
+//! when its token is rotated.
+
+mod common;
+
+use common::net::NetDaemon;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const ALPHA: &str = "alpha-token-0123456789abcdef";
+const BETA: &str = "beta-token-0123456789abcdef";
+
+fn py(code: &str) -> Value {
+    json!({"language": "python", "code": code})
+}
+
+fn output(result: &Value) -> String {
+    result["cells"][0]["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A daemon whose tenants file gives `alpha` (cells, one live session at most) and `beta`
+/// (cells) their tokens.
+fn start() -> (NetDaemon, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("alpha.token"), ALPHA).unwrap();
+    std::fs::write(dir.path().join("beta.token"), BETA).unwrap();
+    let tenants = dir.path().join("tenants.toml");
+    std::fs::write(
+        &tenants,
+        "[[tenants]]\nname = \"alpha\"\ntoken-file = \"alpha.token\"\nmax-sessions = 1\n\
+         [[tenants]]\nname = \"beta\"\ntoken-files = [\"beta.token\"]\nrights = [\"cells\"]\n",
+    )
+    .unwrap();
+    let extra = format!("tenants-file = {:?}\n", tenants.display().to_string());
+    (NetDaemon::start(false, &extra, ""), dir)
+}
+
+#[test]
+fn a_tenant_names_lists_and_closes_only_its_own_sessions() {
+    let (net, _dir) = start();
+    let mut alpha = net.ws(Some(ALPHA), None).expect("alpha connects");
+    let mut beta = net.ws(Some(BETA), None).expect("beta connects");
+    alpha
+        .call("eval", json!({"session": "s1", "cells": [py("x = 'alpha'")]}))
+        .expect("alpha's s1");
+    alpha
+        .call("checkpoint", json!({"session": "s1", "language": "python", "name": "c1"}))
+        .expect("alpha's checkpoint");
+    // Beta's `s1` is another session: alpha's variable is not in it.
+    let seen = beta
+        .call(
+            "eval",
+            json!({"session": "s1", "cells": [py("print(globals().get('x', 'none'))")]}),
+        )
+        .expect("beta's s1");
+    assert_eq!(output(&seen), "none\n", "{seen}");
+    // Beta's status lists its own s1 only, under the name it sent.
+    let rows = beta.call("status", json!({})).expect("status");
+    let names: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["session"].as_str())
+        .collect();
+    assert!(!names.is_empty() && names.iter().all(|n| *n == "s1"), "{rows}");
+    // The operator (the Unix socket) sees both, apart.
+    let all = net.daemon.client().call("status", json!({})).expect("status");
+    let all = all.to_string();
+    assert!(all.contains("\"alpha/s1\"") && all.contains("\"beta/s1\""), "{all}");
+    // Beta cannot name alpha's session, list or restore its checkpoints, or wait on it.
+    for (method, params) in [
+        ("close", json!({"session": "alpha/s1"})),
+        ("eval", json!({"session": "alpha/s1", "cells": [py("print(x)")]})),
+        ("wait", json!({"session": "alpha/s1", "cell_id": 1})),
+    ] {
+        let refused = beta.call(method, params).expect_err(method);
+        assert!(
+            refused["message"].as_str().unwrap_or_default().contains("invalid session name"),
+            "{method}: {refused}"
+        );
+    }
+    let listed = beta
+        .call("checkpoints", json!({"session": "s1"}))
+        .expect("beta's checkpoints");
+    assert_eq!(listed, json!([]), "alpha's checkpoint is not beta's");
+    assert!(beta
+        .call("restore", json!({"session": "s1", "language": "python", "name": "c1"}))
+        .is_err());
+    assert!(beta.call("wait", json!({"session": "s1", "cell_id": 1})).is_err());
+    // Beta's close reaches its own s1 only: alpha's keeps its state.
+    beta.call("close", json!({"session": "s1"})).expect("close");
+    let kept = alpha
+        .call("eval", json!({"session": "s1", "cells": [py("print(x)")]}))
+        .expect("alpha's s1 again");
+    assert_eq!(output(&kept), "alpha\n");
+    let shown = alpha
+        .call("checkpoints", json!({"session": "s1"}))
+        .expect("alpha's checkpoints");
+    assert_eq!(shown[0]["session"], "s1", "{shown}");
+    // Alpha's quota of one live session refuses a second, naming the quota and the tenant.
+    let over = alpha
+        .call("eval", json!({"session": "s2", "cells": [py("1")]}))
+        .expect_err("over the quota");
+    assert_eq!(over["code"], -32008, "{over}");
+    let message = over["message"].as_str().unwrap_or_default();
+    assert!(message.contains("max-sessions") && message.contains("alpha"), "{message}");
+    // Cells-only tokens may not operate the node.
+    for method in ["drain", "shutdown", "config/reload"] {
+        let refused = beta.call(method, json!({})).expect_err(method);
+        assert_eq!(refused["code"], -32007, "{refused}");
+        assert_eq!(refused["data"]["right"], "operate", "{refused}");
+    }
+    net.daemon.stop();
+}
+
+#[test]
+fn a_rotated_token_closes_its_open_websocket() {
+    let (net, dir) = start();
+    let mut beta = net.ws(Some(BETA), None).expect("beta connects");
+    let mut alpha = net.ws(Some(ALPHA), None).expect("alpha connects");
+    beta.call("status", json!({})).expect("beta works");
+    std::fs::write(dir.path().join("beta.token"), "beta-rotated-0123456789abcdef").unwrap();
+    net.daemon
+        .client()
+        .call("config/reload", json!({}))
+        .expect("reloaded");
+    // Beta's open connection is closed by the daemon (not by a read timeout).
+    let limit = Duration::from_secs(60);
+    if let tungstenite::stream::MaybeTlsStream::Plain(stream) = beta.socket.get_ref() {
+        stream.set_read_timeout(Some(limit)).unwrap();
+    }
+    let began = Instant::now();
+    assert!(beta.read().is_none(), "the rotated token's connection still answers");
+    assert!(began.elapsed() < limit, "the connection was never closed");
+    assert_eq!(net.ws(Some(BETA), None).err().as_deref(), Some("HTTP 401"));
+    // Alpha's token is unchanged: its connection goes on.
+    alpha.call("status", json!({})).expect("alpha still works");
+    net.daemon.stop();
+}
