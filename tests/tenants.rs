@@ -45,10 +45,16 @@ fn a_tenant_names_lists_and_closes_only_its_own_sessions() {
     let mut alpha = net.ws(Some(ALPHA), None).expect("alpha connects");
     let mut beta = net.ws(Some(BETA), None).expect("beta connects");
     alpha
-        .call("eval", json!({"session": "s1", "cells": [py("x = 'alpha'")]}))
+        .call(
+            "eval",
+            json!({"session": "s1", "cells": [py("x = 'alpha'")]}),
+        )
         .expect("alpha's s1");
     alpha
-        .call("checkpoint", json!({"session": "s1", "language": "python", "name": "c1"}))
+        .call(
+            "checkpoint",
+            json!({"session": "s1", "language": "python", "name": "c1"}),
+        )
         .expect("alpha's checkpoint");
     // Beta's `s1` is another session: alpha's variable is not in it.
     let seen = beta
@@ -66,20 +72,36 @@ fn a_tenant_names_lists_and_closes_only_its_own_sessions() {
         .iter()
         .filter_map(|r| r["session"].as_str())
         .collect();
-    assert!(!names.is_empty() && names.iter().all(|n| *n == "s1"), "{rows}");
+    assert!(
+        !names.is_empty() && names.iter().all(|n| *n == "s1"),
+        "{rows}"
+    );
     // The operator (the Unix socket) sees both, apart.
-    let all = net.daemon.client().call("status", json!({})).expect("status");
+    let all = net
+        .daemon
+        .client()
+        .call("status", json!({}))
+        .expect("status");
     let all = all.to_string();
-    assert!(all.contains("\"alpha/s1\"") && all.contains("\"beta/s1\""), "{all}");
+    assert!(
+        all.contains("\"alpha/s1\"") && all.contains("\"beta/s1\""),
+        "{all}"
+    );
     // Beta cannot name alpha's session, list or restore its checkpoints, or wait on it.
     for (method, params) in [
         ("close", json!({"session": "alpha/s1"})),
-        ("eval", json!({"session": "alpha/s1", "cells": [py("print(x)")]})),
+        (
+            "eval",
+            json!({"session": "alpha/s1", "cells": [py("print(x)")]}),
+        ),
         ("wait", json!({"session": "alpha/s1", "cell_id": 1})),
     ] {
         let refused = beta.call(method, params).expect_err(method);
         assert!(
-            refused["message"].as_str().unwrap_or_default().contains("invalid session name"),
+            refused["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("invalid session name"),
             "{method}: {refused}"
         );
     }
@@ -88,9 +110,14 @@ fn a_tenant_names_lists_and_closes_only_its_own_sessions() {
         .expect("beta's checkpoints");
     assert_eq!(listed, json!([]), "alpha's checkpoint is not beta's");
     assert!(beta
-        .call("restore", json!({"session": "s1", "language": "python", "name": "c1"}))
+        .call(
+            "restore",
+            json!({"session": "s1", "language": "python", "name": "c1"})
+        )
         .is_err());
-    assert!(beta.call("wait", json!({"session": "s1", "cell_id": 1})).is_err());
+    assert!(beta
+        .call("wait", json!({"session": "s1", "cell_id": 1}))
+        .is_err());
     // Beta's close reaches its own s1 only: alpha's keeps its state.
     beta.call("close", json!({"session": "s1"})).expect("close");
     let kept = alpha
@@ -107,7 +134,10 @@ fn a_tenant_names_lists_and_closes_only_its_own_sessions() {
         .expect_err("over the quota");
     assert_eq!(over["code"], -32008, "{over}");
     let message = over["message"].as_str().unwrap_or_default();
-    assert!(message.contains("max-sessions") && message.contains("alpha"), "{message}");
+    assert!(
+        message.contains("max-sessions") && message.contains("alpha"),
+        "{message}"
+    );
     // Cells-only tokens may not operate the node.
     for method in ["drain", "shutdown", "config/reload"] {
         let refused = beta.call(method, json!({})).expect_err(method);
@@ -123,7 +153,11 @@ fn a_rotated_token_closes_its_open_websocket() {
     let mut beta = net.ws(Some(BETA), None).expect("beta connects");
     let mut alpha = net.ws(Some(ALPHA), None).expect("alpha connects");
     beta.call("status", json!({})).expect("beta works");
-    std::fs::write(dir.path().join("beta.token"), "beta-rotated-0123456789abcdef").unwrap();
+    std::fs::write(
+        dir.path().join("beta.token"),
+        "beta-rotated-0123456789abcdef",
+    )
+    .unwrap();
     net.daemon
         .client()
         .call("config/reload", json!({}))
@@ -134,7 +168,10 @@ fn a_rotated_token_closes_its_open_websocket() {
         stream.set_read_timeout(Some(limit)).unwrap();
     }
     let began = Instant::now();
-    assert!(beta.read().is_none(), "the rotated token's connection still answers");
+    assert!(
+        beta.read().is_none(),
+        "the rotated token's connection still answers"
+    );
     assert!(began.elapsed() < limit, "the connection was never closed");
     assert_eq!(net.ws(Some(BETA), None).err().as_deref(), Some("HTTP 401"));
     // Alpha's token is unchanged: its connection goes on.

@@ -4,6 +4,7 @@
 use super::NetworkError;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
+#[cfg(test)]
 use subtle::ConstantTimeEq;
 
 /// Tokens shorter than this are refused: a guessable token guards nothing.
