@@ -32,6 +32,7 @@ fn start() -> (NetDaemon, tempfile::TempDir) {
     std::fs::write(
         &tenants,
         "[[tenants]]\nname = \"alpha\"\ntoken-file = \"alpha.token\"\nmax-sessions = 1\n\
+         max-mcp-sessions = 1\n\
          [[tenants]]\nname = \"beta\"\ntoken-files = [\"beta.token\"]\nrights = [\"cells\"]\n",
     )
     .unwrap();
@@ -176,5 +177,78 @@ fn a_rotated_token_closes_its_open_websocket() {
     assert_eq!(net.ws(Some(BETA), None).err().as_deref(), Some("HTTP 401"));
     // Alpha's token is unchanged: its connection goes on.
     alpha.call("status", json!({})).expect("alpha still works");
+    net.daemon.stop();
+}
+
+/// A POST to `/mcp` with `token` (and an MCP session id): its status, its
+/// `Mcp-Session-Id` header and its body.
+fn post_mcp(
+    net: &NetDaemon,
+    token: &str,
+    session: Option<&str>,
+    body: Value,
+) -> (u16, String, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut request = agent
+        .post(&net.http_url("/mcp"))
+        .header("authorization", &format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session);
+    }
+    let mut response = request.send(body.to_string()).expect("an HTTP answer");
+    let status = response.status().as_u16();
+    let id = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let text = response.body_mut().read_to_string().unwrap_or_default();
+    (status, id, text)
+}
+
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}})
+}
+
+#[test]
+fn an_mcp_session_belongs_to_the_tenant_that_opened_it() {
+    let (net, _dir) = start();
+    let (status, id, body) = post_mcp(&net, ALPHA, None, initialize());
+    assert_eq!(status, 200, "{body}");
+    assert!(!id.is_empty(), "an MCP session id: {body}");
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    // Beta presenting alpha's session id is refused, as if there were no such session.
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let (status, _, body) = post_mcp(&net, BETA, Some(&id), list.clone());
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        body.contains("belongs to the tenant and token that opened it"),
+        "{body}"
+    );
+    // Alpha's own client goes on.
+    let (status, _, body) = post_mcp(&net, ALPHA, Some(&id), initialized);
+    assert!(status == 202 || status == 200, "{status} {body}");
+    let (status, _, body) = post_mcp(&net, ALPHA, Some(&id), list);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"tools\""), "{body}");
+    // Alpha's quota of one MCP session refuses a second, naming it.
+    let (status, _, body) = post_mcp(&net, ALPHA, None, initialize());
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        body.contains("max-mcp-sessions") && body.contains("alpha"),
+        "{body}"
+    );
+    // Beta opens its own.
+    let (status, other, body) = post_mcp(&net, BETA, None, initialize());
+    assert_eq!(status, 200, "{body}");
+    assert_ne!(other, id);
     net.daemon.stop();
 }

@@ -27,6 +27,7 @@ mod net;
 mod tenancy;
 
 pub use net::NetworkError;
+pub(crate) use net::Principal;
 
 use cellvisor::{Cellvisor, Options};
 use std::path::{Path, PathBuf};

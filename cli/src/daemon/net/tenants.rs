@@ -119,7 +119,7 @@ impl Principal {
 }
 
 /// The credentials the network listeners admit, each mapped to its tenant.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Tenants {
     entries: Vec<([u8; 32], Arc<Tenant>)>,
 }
