@@ -149,7 +149,7 @@ fn a_tenant_names_lists_and_closes_only_its_own_sessions() {
 }
 
 #[test]
-fn a_rotated_token_closes_its_open_websocket() {
+fn a_rotated_or_changed_token_closes_its_open_websocket() {
     let (net, dir) = start();
     let mut beta = net.ws(Some(BETA), None).expect("beta connects");
     let mut alpha = net.ws(Some(ALPHA), None).expect("alpha connects");
@@ -177,6 +177,25 @@ fn a_rotated_token_closes_its_open_websocket() {
     assert_eq!(net.ws(Some(BETA), None).err().as_deref(), Some("HTTP 401"));
     // Alpha's token is unchanged: its connection goes on.
     alpha.call("status", json!({})).expect("alpha still works");
+    // A token file changed on disk, without a reload, closes its connections too.
+    std::fs::write(
+        dir.path().join("alpha.token"),
+        "alpha-rotated-0123456789abcdef",
+    )
+    .unwrap();
+    if let tungstenite::stream::MaybeTlsStream::Plain(stream) = alpha.socket.get_ref() {
+        stream.set_read_timeout(Some(limit)).unwrap();
+    }
+    let began = Instant::now();
+    assert!(
+        alpha.read().is_none(),
+        "the changed token's connection still answers"
+    );
+    assert!(began.elapsed() < limit, "the connection was never closed");
+    let mut renewed = net
+        .ws(Some("alpha-rotated-0123456789abcdef"), None)
+        .expect("the new token is admitted");
+    renewed.call("status", json!({})).expect("status");
     net.daemon.stop();
 }
 

@@ -167,10 +167,56 @@ fn reload_token(daemon: &Daemon, config: &cellvisor_config::Config) -> Result<()
     })?;
     *tenants = Some(loaded);
     drop(tenants);
+    *lock(&daemon.credential_keys) = config.daemon.clone();
     daemon
         .credentials
         .send_modify(|generation| *generation += 1);
     Ok(())
+}
+
+/// How often the token and tenants files are looked at for a change.
+const CREDENTIALS_POLL: Duration = Duration::from_secs(2);
+
+/// With network listeners, re-reads the token (or tenants) files every
+/// [`CREDENTIALS_POLL`]: a token changed on disk replaces the one in force without a reload,
+/// and the connections of a token that is gone close. Files that cannot be read keep the
+/// credentials in force (and say so once).
+pub(super) fn spawn_credentials_watch(daemon: &Arc<Daemon>) {
+    if lock(&daemon.tenants).is_none() {
+        return;
+    }
+    let daemon = Arc::clone(daemon);
+    tokio::spawn(async move {
+        let mut shutdown = daemon.shutdown.subscribe();
+        let mut warned = false;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(CREDENTIALS_POLL) => {}
+                _ = shutdown.changed() => return,
+            }
+            let keys = lock(&daemon.credential_keys).clone();
+            let loaded = tokio::task::spawn_blocking(move || super::net::credentials(&keys)).await;
+            match loaded {
+                Ok(Ok(loaded)) => {
+                    warned = false;
+                    let mut tenants = lock(&daemon.tenants);
+                    if tenants.as_ref() != Some(&loaded) {
+                        tracing::info!("the network credentials changed on disk: replaced");
+                        *tenants = Some(loaded);
+                        drop(tenants);
+                        daemon
+                            .credentials
+                            .send_modify(|generation| *generation += 1);
+                    }
+                }
+                Ok(Err(err)) if !warned => {
+                    warned = true;
+                    tracing::warn!("{err}; the credentials in force are kept");
+                }
+                _ => {}
+            }
+        }
+    });
 }
 
 #[cfg(test)]

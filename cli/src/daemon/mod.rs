@@ -97,6 +97,8 @@ struct Daemon {
     /// Bumped whenever `tenants` is replaced: connections then check their credential still
     /// names their tenant, and close if it does not.
     credentials: watch::Sender<u64>,
+    /// The `[daemon]` keys the credentials were read from (`token-file`, `tenants-file`).
+    credential_keys: Mutex<cellvisor_config::schema::DaemonConfig>,
 }
 
 /// Runs the daemon until `shutdown`, SIGTERM or SIGINT (or its idle exit).
@@ -112,6 +114,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let listener = listener::bind(&options.socket).await?;
     let socket_inode = socket_inode(&options.socket);
     let idle_exit = options.supervisor.config.daemon.idle_exit;
+    let daemon_keys = options.supervisor.config.daemon.clone();
     let limits = ConnectionLimits::from_config(&options.supervisor.config);
     // On the daemon's own actix system the connections and the actors share one thread.
     let started = match Cellvisor::start_on_current_system(options.supervisor.clone()) {
@@ -138,6 +141,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         idle_exit: watch::Sender::new(idle_exit),
         tenants: Mutex::new(None),
         credentials: watch::Sender::new(0),
+        credential_keys: Mutex::new(daemon_keys),
     });
     if let Some(mut plan) = network {
         *lock(&daemon.tenants) = Some(std::mem::replace(&mut plan.tenants, net::Tenants::empty()));
@@ -150,6 +154,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     tracing::info!(socket = %options.socket.display(), pid = std::process::id(), "cellvisor daemon listening");
     lifecycle::spawn_signal_handlers(&daemon);
     lifecycle::spawn_idle_exit(&daemon);
+    lifecycle::spawn_credentials_watch(&daemon);
     let uid = nix::unistd::getuid().as_raw();
     loop {
         tokio::select! {

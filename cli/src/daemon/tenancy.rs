@@ -218,3 +218,69 @@ pub(crate) fn exceeded(tenant: &Tenant, quota: &str, limit: u64, why: String) ->
         data: Some(json!({ "quota": quota, "tenant": tenant.name, "limit": limit })),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::net::Tenant;
+
+    fn beta() -> Tenant {
+        Tenant::for_tests("beta", &[Right::Cells])
+    }
+
+    #[test]
+    fn a_session_name_resolves_inside_the_tenant() {
+        let mut params = Some(json!({"session": "s1", "cells": []}));
+        enter(&beta(), method::EVAL, &mut params).unwrap();
+        assert_eq!(params.as_ref().unwrap()["session"], "beta/s1");
+        // No session named is `default`, inside the tenant too.
+        let mut params = None;
+        enter(&beta(), method::CLOSE, &mut params).unwrap();
+        assert_eq!(params.unwrap()["session"], "beta/default");
+        // The operator's names are the names sent.
+        let mut params = Some(json!({"session": "s1"}));
+        enter(&Tenant::operator(), method::CLOSE, &mut params).unwrap();
+        assert_eq!(params.unwrap()["session"], "s1");
+        // A name holding the separator is nobody's to send.
+        for tenant in [beta(), Tenant::operator()] {
+            let mut params = Some(json!({"session": "alpha/s1"}));
+            let err = enter(&tenant, method::WAIT, &mut params).unwrap_err();
+            assert_eq!(err.code, code::INVALID_PARAMS);
+        }
+    }
+
+    #[test]
+    fn rights_are_named_in_the_refusal() {
+        for operate in [
+            method::DRAIN,
+            method::SHUTDOWN,
+            method::CONFIG_RELOAD,
+            method::ZYGOTES,
+        ] {
+            let err = enter(&beta(), operate, &mut None).unwrap_err();
+            assert_eq!(err.code, code::FORBIDDEN);
+            assert_eq!(err.data.unwrap()["right"], "operate");
+        }
+        let ops = Tenant::for_tests("ops", &[Right::Operate]);
+        let err = enter(&ops, method::EVAL, &mut None).unwrap_err();
+        assert_eq!(err.data.unwrap()["right"], "cells");
+        assert!(enter(&ops, method::DRAIN, &mut None).is_ok());
+    }
+
+    #[test]
+    fn answers_and_status_show_only_the_tenants_own_names() {
+        let rows = json!([{"session": "beta/s1"}, {"session": "alpha/s1"}, {"session": "s1"}]);
+        let seen = leave(&beta(), status(&beta(), rows.clone())).unwrap();
+        assert_eq!(seen, json!([{"session": "s1"}]));
+        assert_eq!(status(&Tenant::operator(), rows.clone()).unwrap(), rows);
+        let err = leave(
+            &beta(),
+            Err(RpcError::new(
+                code::REQUEST_REFUSED,
+                "session beta/s1 is busy",
+            )),
+        )
+        .unwrap_err();
+        assert_eq!(err.message, "session s1 is busy");
+    }
+}

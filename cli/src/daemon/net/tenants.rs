@@ -73,6 +73,17 @@ impl Tenant {
         }
     }
 
+    /// A tenant of the tenants file, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests(name: &str, rights: &[Right]) -> Tenant {
+        Tenant {
+            name: name.into(),
+            default: false,
+            rights: rights.to_vec(),
+            quotas: Quotas::default(),
+        }
+    }
+
     /// Whether the tenant holds `right`.
     pub(crate) fn may(&self, right: Right) -> bool {
         self.rights.contains(&right)
