@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 const ALPHA: &str = "alpha-token-0123456789abcdef";
 const BETA: &str = "beta-token-0123456789abcdef";
+const GAMMA: &str = "gamma-token-0123456789abcdef";
 
 fn py(code: &str) -> Value {
     json!({"language": "python", "code": code})
@@ -28,12 +29,15 @@ fn start() -> (NetDaemon, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("alpha.token"), ALPHA).unwrap();
     std::fs::write(dir.path().join("beta.token"), BETA).unwrap();
+    std::fs::write(dir.path().join("gamma.token"), GAMMA).unwrap();
     let tenants = dir.path().join("tenants.toml");
     std::fs::write(
         &tenants,
         "[[tenants]]\nname = \"alpha\"\ntoken-file = \"alpha.token\"\nmax-sessions = 1\n\
          max-mcp-sessions = 1\n\
-         [[tenants]]\nname = \"beta\"\ntoken-files = [\"beta.token\"]\nrights = [\"cells\"]\n",
+         [[tenants]]\nname = \"beta\"\ntoken-files = [\"beta.token\"]\nrights = [\"cells\"]\n\
+         [[tenants]]\nname = \"gamma\"\ntoken-file = \"gamma.token\"\n\
+         max-session-memory = \"100MiB\"\n",
     )
     .unwrap();
     let extra = format!("tenants-file = {:?}\n", tenants.display().to_string());
@@ -269,5 +273,28 @@ fn an_mcp_session_belongs_to_the_tenant_that_opened_it() {
     let (status, other, body) = post_mcp(&net, BETA, None, initialize());
     assert_eq!(status, 200, "{body}");
     assert_ne!(other, id);
+    net.daemon.stop();
+}
+
+#[test]
+fn a_tenants_session_memory_cap_recycles_its_worker_with_the_cap_named() {
+    let (net, _dir) = start();
+    let mut gamma = net.ws(Some(GAMMA), None).expect("gamma connects");
+    let hog = "import time\nhog = bytearray(300 * 1024 * 1024)\n\
+               for i in range(len(hog) // 4096): hog[i * 4096] = 1\ntime.sleep(20)";
+    let result = gamma
+        .call(
+            "eval",
+            json!({"session": "s1", "cells": [{"language": "python", "code": hog, "timeout": 30}]}),
+        )
+        .expect("an answer");
+    let cell = &result["cells"][0];
+    assert_eq!(cell["status"], "error", "{result:#}");
+    let text = cell["output"].as_str().unwrap_or_default();
+    assert!(text.contains("max-rss"), "{text}");
+    assert!(
+        text.contains("100 MiB") || text.contains("100.0 MiB"),
+        "names the cap: {text}"
+    );
     net.daemon.stop();
 }

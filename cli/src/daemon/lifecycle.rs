@@ -142,6 +142,7 @@ pub(super) async fn reload(daemon: &Daemon) -> Result<Vec<String>, RpcError> {
         )
     })?;
     reload_token(daemon, &config)?;
+    apply_memory_caps(daemon).await;
     *lock(&daemon.limits) = ConnectionLimits::from_config(&config);
     daemon.idle_exit.send_replace(config.daemon.idle_exit);
     daemon
@@ -174,6 +175,33 @@ fn reload_token(daemon: &Daemon, config: &cellvisor_config::Config) -> Result<()
     Ok(())
 }
 
+/// Puts `loaded` in force if it differs from the credentials in force (and tells the
+/// connections to look at theirs); answers whether it did.
+fn replace_credentials(daemon: &Daemon, loaded: super::net::Tenants) -> bool {
+    let mut tenants = lock(&daemon.tenants);
+    if tenants.as_ref() == Some(&loaded) {
+        return false;
+    }
+    tracing::info!("the network credentials changed on disk: replaced");
+    *tenants = Some(loaded);
+    drop(tenants);
+    daemon
+        .credentials
+        .send_modify(|generation| *generation += 1);
+    true
+}
+
+/// Gives the supervisor the tenants' `max-session-memory` caps.
+pub(super) async fn apply_memory_caps(daemon: &Daemon) {
+    let caps = lock(&daemon.tenants)
+        .as_ref()
+        .map(super::net::Tenants::memory_caps)
+        .unwrap_or_default();
+    if let Err(err) = daemon.cv.set_memory_caps(caps).await {
+        tracing::warn!("cannot apply the tenants' memory caps: {err}");
+    }
+}
+
 /// How often the token and tenants files are looked at for a change.
 const CREDENTIALS_POLL: Duration = Duration::from_secs(2);
 
@@ -199,14 +227,8 @@ pub(super) fn spawn_credentials_watch(daemon: &Arc<Daemon>) {
             match loaded {
                 Ok(Ok(loaded)) => {
                     warned = false;
-                    let mut tenants = lock(&daemon.tenants);
-                    if tenants.as_ref() != Some(&loaded) {
-                        tracing::info!("the network credentials changed on disk: replaced");
-                        *tenants = Some(loaded);
-                        drop(tenants);
-                        daemon
-                            .credentials
-                            .send_modify(|generation| *generation += 1);
+                    if replace_credentials(&daemon, loaded) {
+                        apply_memory_caps(&daemon).await;
                     }
                 }
                 Ok(Err(err)) if !warned => {

@@ -154,6 +154,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     tracing::info!(socket = %options.socket.display(), pid = std::process::id(), "cellvisor daemon listening");
     lifecycle::spawn_signal_handlers(&daemon);
     lifecycle::spawn_idle_exit(&daemon);
+    lifecycle::apply_memory_caps(&daemon).await;
     lifecycle::spawn_credentials_watch(&daemon);
     let uid = nix::unistd::getuid().as_raw();
     loop {

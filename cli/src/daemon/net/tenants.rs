@@ -40,6 +40,9 @@ impl Right {
 pub(crate) struct Quotas {
     /// Live sessions at once.
     pub(crate) max_sessions: Option<usize>,
+    /// The resident memory of one session's worker tree (`limits.max-rss` for its
+    /// sessions, at most the node's), in bytes.
+    pub(crate) max_session_memory: Option<u64>,
     /// The resident memory of all its sessions' workers, in bytes.
     pub(crate) max_memory: Option<u64>,
     /// MCP sessions over HTTP at once.
@@ -153,6 +156,7 @@ struct Entry {
     #[serde(default = "cells_only")]
     rights: Vec<String>,
     max_sessions: Option<usize>,
+    max_session_memory: Option<String>,
     max_memory: Option<String>,
     max_mcp_sessions: Option<usize>,
 }
@@ -250,6 +254,20 @@ impl Tenants {
         })
     }
 
+    /// The memory cap of each tenant's sessions, by their name's prefix.
+    pub(crate) fn memory_caps(&self) -> Vec<(String, u64)> {
+        let mut caps: Vec<(String, u64)> = Vec::new();
+        for (_, tenant) in &self.entries {
+            if let Some(cap) = tenant.quotas.max_session_memory {
+                let prefix = tenant.prefix();
+                if !tenant.default && !caps.iter().any(|(p, _)| *p == prefix) {
+                    caps.push((prefix, cap));
+                }
+            }
+        }
+        caps
+    }
+
     /// Whether `principal`'s credential still names the same tenant, with the same rights
     /// and quotas (after a reload, or a token file's change).
     pub(crate) fn still_admits(&self, principal: &Principal) -> bool {
@@ -291,26 +309,28 @@ fn tenant_of(entry: &Entry) -> Result<Tenant, String> {
             }
         });
     }
-    let max_memory = match &entry.max_memory {
-        None => None,
-        Some(text) => Some(
-            text.parse::<bytesize::ByteSize>()
-                .map_err(|e| {
-                    format!(
-                        "tenant {:?}: max-memory {text:?} is not a size ({e}); write it like \
-                         \"4GiB\"",
-                        entry.name
-                    )
-                })?
-                .as_u64(),
-        ),
+    let size = |key: &str, value: &Option<String>| -> Result<Option<u64>, String> {
+        let Some(text) = value else {
+            return Ok(None);
+        };
+        text.parse::<bytesize::ByteSize>()
+            .map(|size| Some(size.as_u64()))
+            .map_err(|e| {
+                format!(
+                    "tenant {:?}: {key} {text:?} is not a size ({e}); write it like \"4GiB\"",
+                    entry.name
+                )
+            })
     };
+    let max_memory = size("max-memory", &entry.max_memory)?;
+    let max_session_memory = size("max-session-memory", &entry.max_session_memory)?;
     Ok(Tenant {
         name: entry.name.clone(),
         default: false,
         rights,
         quotas: Quotas {
             max_sessions: entry.max_sessions,
+            max_session_memory,
             max_memory,
             max_mcp_sessions: entry.max_mcp_sessions,
         },
