@@ -27,9 +27,9 @@ fn output(result: &Value) -> String {
 /// (cells) their tokens.
 fn start() -> (NetDaemon, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("alpha.token"), ALPHA).unwrap();
-    std::fs::write(dir.path().join("beta.token"), BETA).unwrap();
-    std::fs::write(dir.path().join("gamma.token"), GAMMA).unwrap();
+    std::fs::write(dir.path().join("alpha.token"), ALPHA).expect("a test file");
+    std::fs::write(dir.path().join("beta.token"), BETA).expect("a test file");
+    std::fs::write(dir.path().join("gamma.token"), GAMMA).expect("a test file");
     let tenants = dir.path().join("tenants.toml");
     std::fs::write(
         &tenants,
@@ -39,7 +39,7 @@ fn start() -> (NetDaemon, tempfile::TempDir) {
          [[tenants]]\nname = \"gamma\"\ntoken-file = \"gamma.token\"\n\
          max-session-memory = \"100MiB\"\n",
     )
-    .unwrap();
+    .expect("a test file");
     let extra = format!("tenants-file = {:?}\n", tenants.display().to_string());
     (NetDaemon::start(false, &extra, ""), dir)
 }
