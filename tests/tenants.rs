@@ -143,7 +143,10 @@ fn a_tenant_names_lists_and_closes_only_its_own_sessions() {
         message.contains("max-sessions") && message.contains("alpha"),
         "{message}"
     );
-    // Cells-only tokens may not operate the node.
+    // Cells-only tokens may not operate the node, nor read its metrics.
+    let (status, body) = common::net::http_get(&net.http_url("/metrics"), Some(BETA));
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("operate"), "{body}");
     for method in ["drain", "shutdown", "config/reload"] {
         let refused = beta.call(method, json!({})).expect_err(method);
         assert_eq!(refused["code"], -32007, "{refused}");

@@ -22,7 +22,8 @@ pub(super) async fn dispatch(
 ) -> Result<Value, RpcError> {
     let tenant = &connection.principal.tenant;
     tenancy::enter(tenant, &request.method, &mut request.params)?;
-    if request.method == method::EVAL {
+    // What may start a session counts against the tenant's quotas.
+    if matches!(request.method.as_str(), method::EVAL | method::RESTORE) {
         tenancy::within_quotas(daemon, tenant, &request.params).await?;
     }
     let result = method_of(daemon, request, connection).await;

@@ -202,7 +202,26 @@ fn unavailable(status: &str, node: &str, reason: String) -> Response {
 }
 
 /// Every metric as OpenMetrics text.
-async fn metrics(State(daemon): State<Arc<Daemon>>) -> Response {
+/// They describe the whole node (every tenant's sessions), so they need the `operate` right.
+async fn metrics(
+    State(daemon): State<Arc<Daemon>>,
+    principal: Option<axum::Extension<super::Principal>>,
+) -> Response {
+    if let Some(axum::Extension(principal)) = principal {
+        if !principal.tenant.may(super::Right::Operate) {
+            return (
+                StatusCode::FORBIDDEN,
+                Json(json!({
+                    "error": format!(
+                        "tenant {:?} may not read /metrics: it needs the `operate` right (see \
+                         daemon.tenants-file)",
+                        principal.tenant.name
+                    )
+                })),
+            )
+                .into_response();
+        }
+    }
     match daemon.cv.scrape().await {
         Ok(text) => (
             StatusCode::OK,
