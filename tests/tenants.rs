@@ -5,6 +5,7 @@
 mod common;
 
 use common::net::NetDaemon;
+use common::{wait_until, World};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -300,4 +301,69 @@ fn a_tenants_session_memory_cap_recycles_its_worker_with_the_cap_named() {
         "names the cap: {text}"
     );
     net.daemon.stop();
+}
+
+/// `cellvisor serve` on `world`, which must refuse to start: its exit code and stderr.
+fn serve_refused(world: &World) -> (Option<i32>, String) {
+    let mut child = world
+        .command()
+        .args(["serve", "--socket"])
+        .arg(world.runtime_dir().join("refused.sock"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    let exited = wait_until(Duration::from_secs(15), || match child.try_wait() {
+        Ok(Some(status)) => Ok(status),
+        _ => Err(()),
+    });
+    if exited.is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the daemon started with a refused tenants file");
+    }
+    let mut stderr = String::new();
+    use std::io::Read;
+    if let Some(mut pipe) = child.stderr.take() {
+        let _ = pipe.read_to_string(&mut stderr);
+    }
+    (exited.ok().and_then(|s| s.code()), stderr)
+}
+
+#[test]
+fn a_bad_tenants_file_is_refused_at_start_naming_the_mistake() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.token"), ALPHA).unwrap();
+    std::fs::write(dir.path().join("b.token"), BETA).unwrap();
+    let tenants = dir.path().join("tenants.toml");
+    let port = common::net::free_port();
+    for (text, expected) in [
+        (
+            "[[tenants]]\nname = \"a\"\ntoken-file = \"a.token\"\nrights = [\"admin\"]\n",
+            &["unknown right \"admin\"", "cells and operate"][..],
+        ),
+        (
+            "[[tenants]]\nname = \"a\"\ntoken-file = \"a.token\"\n\
+             [[tenants]]\nname = \"a\"\ntoken-file = \"b.token\"\n",
+            &["\"a\" is used twice"][..],
+        ),
+        (
+            "[[tenants]]\nname = \"a\"\ntoken-file = \"a.token\"\n\
+             [[tenants]]\nname = \"b\"\ntoken-file = \"a.token\"\n",
+            &["also a token of tenant \"a\""][..],
+        ),
+    ] {
+        std::fs::write(&tenants, text).unwrap();
+        let world = World::with_config(&format!(
+            "[daemon]\nlisten = [\"tcp://127.0.0.1:{port}\"]\ntenants-file = {:?}\n",
+            tenants.display().to_string()
+        ));
+        let (code, stderr) = serve_refused(&world);
+        assert_ne!(code, Some(0), "{stderr}");
+        assert!(stderr.contains("daemon.tenants-file"), "{stderr}");
+        for part in expected {
+            assert!(stderr.contains(part), "{part}: {stderr}");
+        }
+        world.assert_no_processes_left(Duration::from_secs(5));
+    }
 }
