@@ -90,6 +90,12 @@ pub mod code {
     /// The client speaks another protocol version than the daemon (a daemon left running
     /// across an upgrade): `data` names both ([`VersionMismatch`](crate::protocol::VersionMismatch)).
     pub const PROTOCOL_MISMATCH: i64 = -32007;
+    /// The caller's tenant lacks the right the method needs: `data.right` names it
+    /// (`cells` or `operate`), `data.tenant` the tenant.
+    pub const FORBIDDEN: i64 = -32009;
+    /// The caller's tenant is at one of its quotas: `data.quota` names it, `data.tenant`
+    /// the tenant, `data.limit` its value.
+    pub const QUOTA_EXCEEDED: i64 = -32008;
 }
 
 /// An incoming request (or notification, without `id`).

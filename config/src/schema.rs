@@ -349,6 +349,10 @@ pub struct DaemonConfig {
     /// The bearer token every network request but `/healthz` must carry; required when
     /// `listen` is set.
     pub token_file: Option<PathBuf>,
+    /// A TOML file of tenants (`[[tenants]]`: name, token files, rights, quotas) that
+    /// replaces `token_file` with one credential per tenant; unset = `token_file`'s one
+    /// tenant with every right.
+    pub tenants_file: Option<PathBuf>,
     /// Allow a listener on a non-loopback address without TLS.
     pub insecure_plaintext: bool,
     /// This daemon's name in results, `status` and metrics; unset = the host name.
@@ -382,6 +386,7 @@ impl Default for DaemonConfig {
             tls_key: None,
             client_ca: None,
             token_file: None,
+            tenants_file: None,
             insecure_plaintext: false,
             node: None,
             max_network_connections: 1024,

@@ -148,7 +148,32 @@ impl PartialEq<&str> for SessionName {
 }
 
 /// Whether `name` is a plain session name.
+/// Separates a network tenant's name from its session's (`<tenant>/<name>`): the daemon
+/// refuses `/` in the names clients send, so only the daemon's tenancy makes this form.
+const TENANT_MARK: char = '/';
+
+/// The longest tenant name, in bytes.
+pub const MAX_TENANT_NAME: usize = 32;
+
+/// A session name, within a tenant's namespace or not: `[<tenant>/]<name>`, the tenant of
+/// `a-z 0-9 - _`, the name of `A-Z a-z 0-9 . _ - :`.
 fn is_plain_name(name: &str) -> bool {
+    match name.split_once(TENANT_MARK) {
+        Some((tenant, rest)) => is_tenant_name(tenant) && is_bare_name(rest),
+        None => is_bare_name(name),
+    }
+}
+
+/// A tenant's name as its sessions carry it.
+pub fn is_tenant_name(tenant: &str) -> bool {
+    !tenant.is_empty()
+        && tenant.len() <= MAX_TENANT_NAME
+        && tenant
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_'))
+}
+
+fn is_bare_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_SESSION_NAME
         && name
@@ -214,7 +239,11 @@ mod tests {
     }
 
     fn name_strategy() -> impl Strategy<Value = String> {
-        "[A-Za-z0-9._:-]{1,40}"
+        // Plain names and names within a tenant (`<tenant>/<name>`).
+        prop_oneof![
+            "[A-Za-z0-9._:-]{1,40}",
+            "[a-z0-9_-]{1,8}/[A-Za-z0-9._:-]{1,30}"
+        ]
     }
 
     proptest! {

@@ -3,6 +3,7 @@
 //! answer for its cells.
 
 use super::dispatch::dispatch;
+use super::net::Principal;
 use super::{lock, Daemon, MAX_PENDING_TOOL_CALLS};
 use crate::mcp::lines::{BoundedLines, Line, Overlong};
 use cellvisor::cell::ToolCallRequest;
@@ -67,6 +68,8 @@ pub(super) struct Connection {
     pub(super) out: mpsc::Sender<Vec<u8>>,
     tool_calls: PendingToolCalls,
     next_tool_call: AtomicU64,
+    /// Who the client is: its tenant names its sessions and bounds what it may do.
+    pub(super) principal: Principal,
 }
 
 /// An eval in flight on a connection: aborted and its session interrupted if the client leaves.
@@ -125,7 +128,10 @@ impl<R: AsyncBufRead + Unpin + Send> MessageSource for LineSource<R> {
 /// bound to.
 pub(super) enum Transport {
     Unix,
-    WebSocket { bound: Option<String> },
+    WebSocket {
+        bound: Option<String>,
+        principal: Principal,
+    },
 }
 
 /// Serves the requests from `source` until the client leaves, answering into `out` (which a
@@ -138,10 +144,12 @@ pub(super) async fn serve_messages<S: MessageSource>(
     transport: Transport,
 ) {
     let _guard = ConnectionGuard::open(Arc::clone(&daemon));
-    let (label, bound) = match transport {
-        Transport::Unix => ("unix", None),
-        Transport::WebSocket { bound } => ("websocket", bound),
+    let (label, bound, principal) = match transport {
+        Transport::Unix => ("unix", None, Principal::operator()),
+        Transport::WebSocket { bound, principal } => ("websocket", bound, principal),
     };
+    let revoked = revoked(Arc::clone(&daemon), principal.clone(), label == "unix");
+    tokio::pin!(revoked);
     let _counted = daemon.cv.metrics().connection_opened(label);
     let limits = *lock(&daemon.limits);
     // Each request task holds a permit; with none left the reader waits (and so stops
@@ -152,6 +160,7 @@ pub(super) async fn serve_messages<S: MessageSource>(
         out: out.clone(),
         tool_calls: Mutex::default(),
         next_tool_call: AtomicU64::new(1),
+        principal,
     });
     let mut next_task = 0u64;
     loop {
@@ -166,6 +175,10 @@ pub(super) async fn serve_messages<S: MessageSource>(
         let read = tokio::select! {
             read = source.next_message() => read,
             () = out.closed() => break,
+            () = &mut revoked => {
+                tracing::info!("closing a connection: its token no longer names its tenant");
+                break;
+            }
         };
         let line = match read {
             Ok(Some(line)) => line,
@@ -255,6 +268,26 @@ pub(super) async fn serve_messages<S: MessageSource>(
     // The writer ends once every sender is gone: ours, and the one the connection holds.
     drop(connection);
     drop(out);
+}
+
+/// Resolves once the connection's credential no longer names its tenant (a reload removed
+/// or rotated its token, or changed its tenant); never for the Unix socket.
+async fn revoked(daemon: Arc<Daemon>, principal: Principal, local: bool) {
+    if local {
+        return std::future::pending().await;
+    }
+    let mut generation = daemon.credentials.subscribe();
+    loop {
+        if generation.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        let admitted = lock(&daemon.tenants)
+            .as_ref()
+            .is_some_and(|tenants| tenants.still_admits(&principal));
+        if !admitted {
+            return;
+        }
+    }
 }
 
 /// The session a request is for: its `session` param, `default` when it names none.
@@ -495,6 +528,7 @@ mod tests {
             out,
             tool_calls: Mutex::default(),
             next_tool_call: AtomicU64::new(1),
+            principal: Principal::operator(),
         };
         let mut waiting = Vec::new();
         for _ in 0..MAX_PENDING_TOOL_CALLS {

@@ -3,7 +3,7 @@
 
 use super::connection::{forward_tool_call, Connection};
 use super::held_start::HeldStart;
-use super::{lifecycle, Daemon};
+use super::{lifecycle, tenancy, Daemon};
 use cellvisor::cell::{CellEvent, EvalRequest, ToolCallRequest};
 use cellvisor::daemon::protocol::{
     self, code, method, params, CheckpointParams, CheckpointsParams, DrainParams, DrainResult,
@@ -17,6 +17,22 @@ use tokio::sync::mpsc;
 /// Answers one request (its result or its error; the caller sends it when it has an id).
 pub(super) async fn dispatch(
     daemon: &Daemon,
+    mut request: Request,
+    connection: &Connection,
+) -> Result<Value, RpcError> {
+    let tenant = &connection.principal.tenant;
+    tenancy::enter(tenant, &request.method, &mut request.params)?;
+    // What may start a session counts against the tenant's quotas.
+    if matches!(request.method.as_str(), method::EVAL | method::RESTORE) {
+        tenancy::within_quotas(daemon, tenant, &request.params).await?;
+    }
+    let result = method_of(daemon, request, connection).await;
+    tenancy::leave(tenant, result)
+}
+
+/// Answers one request whose session is the internal one.
+async fn method_of(
+    daemon: &Daemon,
     request: Request,
     connection: &Connection,
 ) -> Result<Value, RpcError> {
@@ -26,7 +42,10 @@ pub(super) async fn dispatch(
         method::INTERRUPT => interrupt(daemon, request.params).await,
         method::RESET => reset(daemon, request.params).await,
         method::CLOSE => close(daemon, request.params).await,
-        method::STATUS => to_json(&daemon.cv.status().await.map_err(refused)?),
+        method::STATUS => tenancy::status(
+            &connection.principal.tenant,
+            to_json(&daemon.cv.status().await.map_err(refused)?)?,
+        ),
         method::ZYGOTES => to_json(&daemon.cv.zygotes().await.map_err(refused)?),
         method::WAIT => wait(daemon, request, connection).await,
         method::TERMINATE => terminate(daemon, request.params).await,

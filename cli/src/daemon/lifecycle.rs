@@ -142,6 +142,7 @@ pub(super) async fn reload(daemon: &Daemon) -> Result<Vec<String>, RpcError> {
         )
     })?;
     reload_token(daemon, &config)?;
+    apply_memory_caps(daemon).await;
     *lock(&daemon.limits) = ConnectionLimits::from_config(&config);
     daemon.idle_exit.send_replace(config.daemon.idle_exit);
     daemon
@@ -151,24 +152,93 @@ pub(super) async fn reload(daemon: &Daemon) -> Result<Vec<String>, RpcError> {
         .map_err(|e| RpcError::new(code::SHUTTING_DOWN, e.to_string()))
 }
 
-/// With network listeners, re-reads `daemon.token-file`; a token that cannot be read
-/// refuses the whole reload, so the listeners are never left without one.
+/// With network listeners, re-reads `daemon.tenants-file` or `daemon.token-file`; one that
+/// cannot be read refuses the whole reload, so the listeners are never left without
+/// credentials. Connections whose credential no longer names their tenant then close.
 fn reload_token(daemon: &Daemon, config: &cellvisor_config::Config) -> Result<(), RpcError> {
-    let mut token = lock(&daemon.token);
-    if token.is_none() {
+    let mut tenants = lock(&daemon.tenants);
+    if tenants.is_none() {
         return Ok(());
     }
-    let refuse = |message: String| {
+    let loaded = super::net::credentials(&config.daemon).map_err(|e| {
         RpcError::new(
             code::REQUEST_REFUSED,
-            format!("{message}\nthe configuration in force is unchanged"),
+            format!("{e}\nthe configuration in force is unchanged"),
         )
-    };
-    let path = config.daemon.token_file.as_deref().ok_or_else(|| {
-        refuse("daemon.token-file is unset, but the network listeners need a token".into())
     })?;
-    *token = Some(super::net::Token::load(path).map_err(|e| refuse(e.to_string()))?);
+    *tenants = Some(loaded);
+    drop(tenants);
+    *lock(&daemon.credential_keys) = config.daemon.clone();
+    daemon
+        .credentials
+        .send_modify(|generation| *generation += 1);
     Ok(())
+}
+
+/// Puts `loaded` in force if it differs from the credentials in force (and tells the
+/// connections to look at theirs); answers whether it did.
+fn replace_credentials(daemon: &Daemon, loaded: super::net::Tenants) -> bool {
+    let mut tenants = lock(&daemon.tenants);
+    if tenants.as_ref() == Some(&loaded) {
+        return false;
+    }
+    tracing::info!("the network credentials changed on disk: replaced");
+    *tenants = Some(loaded);
+    drop(tenants);
+    daemon
+        .credentials
+        .send_modify(|generation| *generation += 1);
+    true
+}
+
+/// Gives the supervisor the tenants' `max-session-memory` caps.
+pub(super) async fn apply_memory_caps(daemon: &Daemon) {
+    let caps = lock(&daemon.tenants)
+        .as_ref()
+        .map(super::net::Tenants::memory_caps)
+        .unwrap_or_default();
+    if let Err(err) = daemon.cv.set_memory_caps(caps).await {
+        tracing::warn!("cannot apply the tenants' memory caps: {err}");
+    }
+}
+
+/// How often the token and tenants files are looked at for a change.
+const CREDENTIALS_POLL: Duration = Duration::from_secs(2);
+
+/// With network listeners, re-reads the token (or tenants) files every
+/// [`CREDENTIALS_POLL`]: a token changed on disk replaces the one in force without a reload,
+/// and the connections of a token that is gone close. Files that cannot be read keep the
+/// credentials in force (and say so once).
+pub(super) fn spawn_credentials_watch(daemon: &Arc<Daemon>) {
+    if lock(&daemon.tenants).is_none() {
+        return;
+    }
+    let daemon = Arc::clone(daemon);
+    tokio::spawn(async move {
+        let mut shutdown = daemon.shutdown.subscribe();
+        let mut warned = false;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(CREDENTIALS_POLL) => {}
+                _ = shutdown.changed() => return,
+            }
+            let keys = lock(&daemon.credential_keys).clone();
+            let loaded = tokio::task::spawn_blocking(move || super::net::credentials(&keys)).await;
+            match loaded {
+                Ok(Ok(loaded)) => {
+                    warned = false;
+                    if replace_credentials(&daemon, loaded) {
+                        apply_memory_caps(&daemon).await;
+                    }
+                }
+                Ok(Err(err)) if !warned => {
+                    warned = true;
+                    tracing::warn!("{err}; the credentials in force are kept");
+                }
+                _ => {}
+            }
+        }
+    });
 }
 
 #[cfg(test)]

@@ -24,8 +24,10 @@ mod held_start;
 mod lifecycle;
 mod listener;
 mod net;
+mod tenancy;
 
 pub use net::NetworkError;
+pub(crate) use net::Principal;
 
 use cellvisor::{Cellvisor, Options};
 use std::path::{Path, PathBuf};
@@ -93,8 +95,13 @@ struct Daemon {
     limits: Mutex<ConnectionLimits>,
     /// `daemon.idle-exit` in force (zero: never), which a reload replaces.
     idle_exit: watch::Sender<Duration>,
-    /// The network listeners' bearer token (`None`: no listener), which a reload re-reads.
-    token: Mutex<Option<net::Token>>,
+    /// The network listeners' credentials (`None`: no listener), which a reload re-reads.
+    tenants: Mutex<Option<net::Tenants>>,
+    /// Bumped whenever `tenants` is replaced: connections then check their credential still
+    /// names their tenant, and close if it does not.
+    credentials: watch::Sender<u64>,
+    /// The `[daemon]` keys the credentials were read from (`token-file`, `tenants-file`).
+    credential_keys: Mutex<cellvisor_config::schema::DaemonConfig>,
 }
 
 /// Runs the daemon until `shutdown`, SIGTERM or SIGINT (or its idle exit).
@@ -119,6 +126,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         }
     };
     let idle_exit = options.supervisor.config.daemon.idle_exit;
+    let daemon_keys = options.supervisor.config.daemon.clone();
     let limits = ConnectionLimits::from_config(&options.supervisor.config);
     // On the daemon's own actix system the connections and the actors share one thread.
     let started = match Cellvisor::start_on_current_system(options.supervisor.clone()) {
@@ -143,9 +151,12 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         connections_peak: AtomicU64::new(0),
         limits: Mutex::new(limits),
         idle_exit: watch::Sender::new(idle_exit),
-        token: Mutex::new(network.as_ref().map(|plan| plan.token.clone())),
+        tenants: Mutex::new(None),
+        credentials: watch::Sender::new(0),
+        credential_keys: Mutex::new(daemon_keys),
     });
-    if let Some(plan) = network {
+    if let Some(mut plan) = network {
+        *lock(&daemon.tenants) = Some(std::mem::replace(&mut plan.tenants, net::Tenants::empty()));
         if let Err(err) = net::start(&daemon, plan, cells).await {
             daemon.cv.shutdown().await;
             remove_socket();
@@ -155,6 +166,8 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     tracing::info!(socket = %options.socket.display(), pid = std::process::id(), activated, "cellvisor daemon listening");
     lifecycle::spawn_signal_handlers(&daemon);
     lifecycle::spawn_idle_exit(&daemon);
+    lifecycle::apply_memory_caps(&daemon).await;
+    lifecycle::spawn_credentials_watch(&daemon);
     let uid = nix::unistd::getuid().as_raw();
     let session_uids = daemon.cv.isolation().range();
     loop {

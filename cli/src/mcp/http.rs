@@ -13,6 +13,7 @@
 //! session in the middle of a long cell, which sends nothing while it runs).
 
 use super::{server_info, CellvisorMcp};
+use crate::daemon::Principal;
 use cellvisor::daemon::protocol::MAX_LINE_BYTES;
 use cellvisor::Cellvisor;
 use cellvisor_config::schema::CellsConfig;
@@ -63,11 +64,21 @@ const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// daemon by whatever host name they reach it with.
 ///
 /// Must be called within the daemon's tokio runtime (it spawns the expiry task).
+#[cfg(test)]
 pub fn streamable_http(
     cv: Arc<Cellvisor>,
     cells: CellsConfig,
     shutdown: watch::Receiver<bool>,
 ) -> McpHttpService {
+    streamable_http_expiring(cv, cells, shutdown, SESSION_EXPIRY).0
+}
+
+/// [`streamable_http`] with its sessions, which the listener asks whose each one is.
+pub(crate) fn streamable_http_owned(
+    cv: Arc<Cellvisor>,
+    cells: CellsConfig,
+    shutdown: watch::Receiver<bool>,
+) -> (McpHttpService, Arc<Sessions>) {
     streamable_http_expiring(cv, cells, shutdown, SESSION_EXPIRY)
 }
 
@@ -77,7 +88,7 @@ fn streamable_http_expiring(
     cells: CellsConfig,
     mut shutdown: watch::Receiver<bool>,
     expiry: Duration,
-) -> McpHttpService {
+) -> (McpHttpService, Arc<Sessions>) {
     let mut local = LocalSessionManager::default();
     // The expiry is ours (`Sessions::expired`): a session running a cell never expires.
     local.session_config.keep_alive = None;
@@ -106,7 +117,8 @@ fn streamable_http_expiring(
     });
     let tools = Arc::new(super::offered_tools(&cv, &cells));
     let factory_sessions = Arc::clone(&sessions);
-    StreamableHttpService::new(
+    let owned = Arc::clone(&sessions);
+    let service = StreamableHttpService::new(
         move || {
             Ok(HttpSession {
                 cv: Arc::clone(&cv),
@@ -118,7 +130,8 @@ fn streamable_http_expiring(
         },
         sessions,
         config,
-    )
+    );
+    (service, owned)
 }
 
 /// Ends the sessions that expire, until the service is gone.
@@ -162,6 +175,8 @@ struct Binding {
 /// A live MCP session, as the manager keeps it.
 struct Live {
     name: String,
+    /// The tenant and token that opened it (none outside a network listener).
+    owner: Option<Principal>,
     ended: watch::Sender<bool>,
     activity: Activity,
 }
@@ -188,6 +203,36 @@ pub struct Sessions {
 }
 
 impl Sessions {
+    /// Whether MCP session `id` belongs to another tenant or token than `caller`'s.
+    pub(crate) fn owned_by_other(&self, id: &str, caller: &Principal) -> bool {
+        lock(&self.live).get(id).is_some_and(|live| {
+            live.owner.as_ref().is_some_and(|owner| {
+                owner.credential != caller.credential || owner.tenant.name != caller.tenant.name
+            })
+        })
+    }
+
+    /// The live MCP sessions of tenant `tenant`.
+    pub(crate) fn count(&self, tenant: &str) -> usize {
+        lock(&self.live)
+            .values()
+            .filter(|live| live.owner.as_ref().is_some_and(|o| o.tenant.name == tenant))
+            .count()
+    }
+
+    /// Ends the MCP sessions whose token no longer names their tenant (`admitted` says).
+    pub(crate) async fn close_revoked(&self, admitted: impl Fn(&Principal) -> bool) {
+        let revoked: Vec<SessionId> = lock(&self.live)
+            .iter()
+            .filter(|(_, live)| live.owner.as_ref().is_some_and(|o| !admitted(o)))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in revoked {
+            tracing::info!(session = %session_name(&id), "MCP session ended: its token was rotated or removed");
+            let _ = self.close_session(&id).await;
+        }
+    }
+
     fn touch(&self, id: &SessionId) {
         if let Some(live) = lock(&self.live).get_mut(id) {
             live.activity.last = Instant::now();
@@ -248,7 +293,17 @@ impl SessionManager for Sessions {
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
         if let ClientJsonRpcMessage::Request(request) = &mut message {
             let (ended, ended_rx) = watch::channel(false);
-            let name = session_name(id);
+            // The listener put the caller's principal in the HTTP request's extensions.
+            let owner = request
+                .request
+                .extensions()
+                .get::<axum::http::request::Parts>()
+                .and_then(|parts| parts.extensions.get::<Principal>())
+                .cloned();
+            let name = match &owner {
+                Some(owner) => owner.tenant.internal(&session_name(id)),
+                None => session_name(id),
+            };
             tracing::info!(session = %name, "MCP session over HTTP");
             let activity = Activity {
                 last: Instant::now(),
@@ -258,6 +313,7 @@ impl SessionManager for Sessions {
                 id.clone(),
                 Live {
                     name: name.clone(),
+                    owner,
                     ended,
                     activity,
                 },

@@ -131,7 +131,7 @@ impl Served {
         let cells = config.cells.clone();
         let service = match expiry {
             None => streamable_http(Arc::clone(&cv), cells, shutdown_rx),
-            Some(expiry) => streamable_http_expiring(Arc::clone(&cv), cells, shutdown_rx, expiry),
+            Some(expiry) => streamable_http_expiring(Arc::clone(&cv), cells, shutdown_rx, expiry).0,
         };
         let app = axum::Router::new()
             .route_service("/mcp", service)

@@ -37,7 +37,8 @@ pub use startup::StartupError;
 use crate::locking::lock;
 use crate::session::{SessionKey, SessionStatus};
 use crate::supervisor::{
-    LiveSessions, PrewarmedCount, ReloadConfig, ShutdownAll, Status, Supervisor, WorkerBase,
+    LiveSessions, PrewarmedCount, ReloadConfig, SetMemoryCaps, ShutdownAll, Status, Supervisor,
+    WorkerBase,
 };
 use actix::prelude::*;
 use cellvisor_config::Config;
@@ -276,6 +277,16 @@ impl Cellvisor {
             .await
             .map_err(|_| RequestError::Stopped)?;
         Ok(changes)
+    }
+
+    /// Caps the memory of the sessions whose name starts with each prefix (a network
+    /// tenant's `max-session-memory`): each runs under the smaller of its cap and
+    /// `limits.max-rss`. Replaces the caps set before; live sessions take them at once.
+    pub async fn set_memory_caps(&self, caps: Vec<(String, u64)>) -> Result<(), RequestError> {
+        self.supervisor
+            .send(SetMemoryCaps(caps))
+            .await
+            .map_err(|_| RequestError::Stopped)
     }
 
     /// Stops every worker (Shutdown, grace, SIGTERM, SIGKILL), then the supervisor thread.

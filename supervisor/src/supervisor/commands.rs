@@ -3,7 +3,8 @@
 //! `ReloadConfig` and `ShutdownAll`.
 
 use super::messages::{
-    CellCommand, Control, ControlAction, ForCell, ReloadConfig, ShutdownAll, Status, ZygoteRows,
+    CellCommand, Control, ControlAction, ForCell, ReloadConfig, SetMemoryCaps, ShutdownAll, Status,
+    ZygoteRows,
 };
 use super::{sampling, Supervisor};
 use crate::session::outcome::Eviction;
@@ -162,6 +163,20 @@ impl Handler<ShutdownAll> for Supervisor {
     }
 }
 
+impl Handler<SetMemoryCaps> for Supervisor {
+    type Result = ();
+    /// New caps apply at once to the live sessions they name, and to new ones.
+    fn handle(&mut self, msg: SetMemoryCaps, ctx: &mut Context<Self>) {
+        self.memory_caps = msg.0;
+        for (key, entry) in &self.sessions {
+            entry
+                .addr
+                .do_send(UpdateConfig(self.config_for(&key.session)));
+        }
+        self.arm_sampling(ctx);
+    }
+}
+
 impl Handler<ReloadConfig> for Supervisor {
     type Result = ();
     fn handle(&mut self, msg: ReloadConfig, ctx: &mut Context<Self>) {
@@ -169,8 +184,10 @@ impl Handler<ReloadConfig> for Supervisor {
         self.base
             .artifacts
             .set_max_total(self.config.output.artifact_max_total.as_u64());
-        for entry in self.sessions.values() {
-            entry.addr.do_send(UpdateConfig(Arc::clone(&self.config)));
+        for (key, entry) in &self.sessions {
+            entry
+                .addr
+                .do_send(UpdateConfig(self.config_for(&key.session)));
         }
         if self.config.sessions.sweep_interval != old.sessions.sweep_interval {
             self.arm_sweep(ctx);

@@ -73,6 +73,13 @@ pub enum CellCommand {
 #[rtype(result = "Vec<SessionStatus>")]
 pub struct Status;
 
+/// Memory caps of the sessions whose name starts with a prefix (a network tenant's
+/// `max-session-memory`, prefix `<tenant>/`): each such session runs under the smaller of
+/// its cap and `limits.max-rss`. Replaces the caps set before.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetMemoryCaps(pub Vec<(String, u64)>);
+
 /// The launcher's Python zygotes, for `status`.
 #[derive(Message)]
 #[rtype(result = "Vec<crate::zygote::ZygoteStatus>")]

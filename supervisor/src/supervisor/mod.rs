@@ -134,6 +134,8 @@ pub struct Supervisor {
     last_discovery: Option<Instant>,
     /// The sessions' uids, at the `uid` isolation level.
     uids: Option<crate::isolation::leases::UidLeases>,
+    /// Memory caps by session-name prefix ([`SetMemoryCaps`](messages::SetMemoryCaps)).
+    memory_caps: Vec<(String, u64)>,
 }
 
 impl Supervisor {
@@ -173,7 +175,30 @@ impl Supervisor {
             sample_timer: None,
             sampling_fast: false,
             last_discovery: None,
+            memory_caps: Vec::new(),
         }
+    }
+
+    /// The configuration session `session` runs under: the node's, with `limits.max-rss`
+    /// lowered to its prefix's memory cap, if one applies.
+    pub(super) fn config_for(&self, session: &str) -> Arc<Config> {
+        let cap = self
+            .memory_caps
+            .iter()
+            .find(|(prefix, _)| session.starts_with(prefix.as_str()))
+            .map(|(_, cap)| *cap);
+        let Some(cap) = cap else {
+            return Arc::clone(&self.config);
+        };
+        let node = self.config.limits.max_rss.map(|b| b.as_u64());
+        let mut config = (*self.config).clone();
+        config.limits.max_rss = Some(bytesize::ByteSize::b(node.map_or(cap, |n| n.min(cap))));
+        Arc::new(config)
+    }
+
+    /// Whether any session runs under a memory cap, so the workers must be sampled.
+    pub(super) fn caps_memory(&self) -> bool {
+        self.config.limits.max_rss.is_some() || !self.memory_caps.is_empty()
     }
 
     fn start_session(&mut self, submit: Submit, ctx: &mut Context<Self>) {
@@ -210,7 +235,7 @@ impl Supervisor {
             .filter(|_| !submit.key.session.is_throwaway());
         let session = Session::new(SessionSetup {
             key: submit.key.clone(),
-            config: Arc::clone(&self.config),
+            config: self.config_for(&submit.key.session),
             spec,
             artifacts: Arc::clone(&self.base.artifacts),
             launcher: Arc::clone(&self.launcher),

@@ -36,7 +36,7 @@ impl Supervisor {
             ctx.cancel_future(timer);
         }
         let heartbeat = self.config.sessions.heartbeat_interval;
-        self.sampling_fast = self.config.limits.max_rss.is_some()
+        self.sampling_fast = self.caps_memory()
             && self
                 .sessions
                 .values()
@@ -52,7 +52,7 @@ impl Supervisor {
     /// Measures every worker's tree once (on the blocking pool) and tells each session its
     /// figure.
     pub(super) fn sample_memory(&mut self, ctx: &mut Context<Self>) {
-        if self.config.limits.max_rss.is_none() {
+        if !self.caps_memory() {
             return;
         }
         let roots: Vec<u32> = self.sessions.values().filter_map(|e| e.pid).collect();

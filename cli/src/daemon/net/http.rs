@@ -4,6 +4,7 @@
 
 use super::super::{lock, Daemon};
 use super::ws;
+use crate::mcp::http::Sessions as McpSessions;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
@@ -17,16 +18,18 @@ use std::sync::Arc;
 
 /// The listener's routes over `daemon`.
 pub(super) fn router(daemon: Arc<Daemon>, cells: CellsConfig) -> Router {
-    let mcp = crate::mcp::http::streamable_http(
+    let (mcp, owners) = crate::mcp::http::streamable_http_owned(
         Arc::clone(&daemon.cv),
         cells,
         daemon.shutdown.subscribe(),
     );
+    tokio::spawn(close_revoked_mcp(Arc::clone(&daemon), Arc::clone(&owners)));
     // Routes added after the token's layer are outside it: the probes. An unknown
     // path needs the token too, so a stranger learns nothing of the endpoints.
     Router::new()
-        .route("/v1/rpc", get(ws::upgrade))
         .route_service("/mcp", mcp)
+        .route_layer(middleware::from_fn_with_state(owners, mcp_owner))
+        .route("/v1/rpc", get(ws::upgrade))
         // The routes that drive the daemon refuse its own cells; probes and metrics only read.
         .route_layer(middleware::from_fn(refuse_cells))
         .route("/metrics", get(metrics))
@@ -41,7 +44,8 @@ pub(super) fn router(daemon: Arc<Daemon>, cells: CellsConfig) -> Router {
         .with_state(daemon)
 }
 
-/// 401 unless the request carries the token (`Authorization: Bearer <token>`).
+/// 401 unless the request carries a known token (`Authorization: Bearer <token>`); the
+/// request then carries its [`Principal`](super::Principal), the token's tenant.
 async fn require_token(
     State(daemon): State<Arc<Daemon>>,
     request: Request,
@@ -51,10 +55,10 @@ async fn require_token(
         .headers()
         .get(header::AUTHORIZATION)
         .map(|value| value.as_bytes());
-    let admitted = lock(&daemon.token)
+    let admitted = lock(&daemon.tenants)
         .as_ref()
-        .is_some_and(|token| token.admits(presented));
-    if admitted {
+        .and_then(|tenants| tenants.admit(presented));
+    if let Some(principal) = admitted {
         let slot = request.extensions().get::<super::ConnectionSlot>().cloned();
         if slot.is_some_and(|slot| !slot.authenticate()) {
             return (
@@ -66,6 +70,8 @@ async fn require_token(
             )
                 .into_response();
         }
+        let mut request = request;
+        request.extensions_mut().insert(principal);
         return next.run(request).await;
     }
     let reason = if presented.is_some() {
@@ -80,6 +86,69 @@ async fn require_token(
         Json(json!({ "error": reason })),
     )
         .into_response()
+}
+
+/// Refuses another tenant's or token's `Mcp-Session-Id` (as unknown, so it learns nothing of
+/// it), and a new MCP session past the tenant's `max-mcp-sessions`.
+async fn mcp_owner(
+    State(owners): State<Arc<McpSessions>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(principal) = request.extensions().get::<super::Principal>().cloned() else {
+        return next.run(request).await;
+    };
+    let id = request
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok());
+    match id {
+        Some(id) if owners.owned_by_other(id, &principal) => {
+            tracing::warn!(tenant = %principal.tenant.name, "refused another client's MCP session id");
+            return (
+                StatusCode::NOT_FOUND,
+                Json(json!({
+                    "error": format!(
+                        "no MCP session {id} for this client: an MCP session belongs to the \
+                         tenant and token that opened it; initialize your own"
+                    )
+                })),
+            )
+                .into_response();
+        }
+        None if request.method() == axum::http::Method::POST => {
+            let tenant = &principal.tenant;
+            if let Some(max) = tenant.quotas.max_mcp_sessions {
+                let open = owners.count(&tenant.name);
+                if open >= max {
+                    let error = super::super::tenancy::exceeded(
+                        tenant,
+                        "max-mcp-sessions",
+                        max as u64,
+                        format!("it has {open} MCP sessions open; end one (DELETE /mcp) first"),
+                    );
+                    return (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        Json(json!({"jsonrpc": "2.0", "id": null, "error": error})),
+                    )
+                        .into_response();
+                }
+            }
+        }
+        _ => {}
+    }
+    next.run(request).await
+}
+
+/// Ends the MCP sessions of a token that a reload rotated or removed.
+async fn close_revoked_mcp(daemon: Arc<Daemon>, owners: Arc<McpSessions>) {
+    let mut generation = daemon.credentials.subscribe();
+    while generation.changed().await.is_ok() {
+        let tenants = lock(&daemon.tenants).clone();
+        owners
+            .close_revoked(|principal| tenants.as_ref().is_some_and(|t| t.still_admits(principal)))
+            .await;
+    }
 }
 
 /// 403 for a connection one of this daemon's cells opened: a cell that found the token
@@ -144,7 +213,26 @@ fn unavailable(status: &str, node: &str, reason: String) -> Response {
 }
 
 /// Every metric as OpenMetrics text.
-async fn metrics(State(daemon): State<Arc<Daemon>>) -> Response {
+/// They describe the whole node (every tenant's sessions), so they need the `operate` right.
+async fn metrics(
+    State(daemon): State<Arc<Daemon>>,
+    principal: Option<axum::Extension<super::Principal>>,
+) -> Response {
+    if let Some(axum::Extension(principal)) = principal {
+        if !principal.tenant.may(super::Right::Operate) {
+            return (
+                StatusCode::FORBIDDEN,
+                Json(json!({
+                    "error": format!(
+                        "tenant {:?} may not read /metrics: it needs the `operate` right (see \
+                         daemon.tenants-file)",
+                        principal.tenant.name
+                    )
+                })),
+            )
+                .into_response();
+        }
+    }
     match daemon.cv.scrape().await {
         Ok(text) => (
             StatusCode::OK,

@@ -14,10 +14,12 @@ mod agent;
 mod http;
 mod peer;
 mod strangers;
+mod tenants;
 mod tls;
 mod token;
 mod ws;
 
+pub(crate) use tenants::{Principal, Right, Tenant, Tenants, SEPARATOR};
 pub(crate) use token::Token;
 
 use super::{lock, Daemon};
@@ -50,8 +52,8 @@ pub enum NetworkError {
     Plaintext(SocketAddr),
     /// Listeners without a token.
     #[error(
-        "daemon.listen is set but daemon.token-file is not: every network request needs a \
-         bearer token; write one (e.g. `head -c 32 /dev/urandom | base64 > token`) and set \
+        "daemon.listen is set but neither daemon.token-file nor daemon.tenants-file is: every \
+         network request needs a bearer token; write one (e.g. `head -c 32 /dev/urandom | base64 > token`) and set \
          daemon.token-file to its path"
     )]
     NoToken,
@@ -59,6 +61,14 @@ pub enum NetworkError {
     #[error("daemon.token-file {}: {reason}", path.display())]
     Token {
         /// The token file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The tenants file cannot be used.
+    #[error("daemon.tenants-file {}: {reason}", path.display())]
+    Tenants {
+        /// The tenants file.
         path: PathBuf,
         /// What is wrong with it.
         reason: String,
@@ -100,8 +110,8 @@ pub(super) struct ListenPlan {
     /// What strangers may hold (`daemon.max-unauthenticated-connections`, ...).
     limits: StrangerLimits,
     tls: Option<TlsAcceptor>,
-    /// The bearer token the listeners start with.
-    pub(super) token: Token,
+    /// The credentials the listeners start with.
+    pub(super) tenants: Tenants,
 }
 
 /// The limits on connections that have not presented the token yet.
@@ -148,7 +158,7 @@ pub(super) fn plan(
     if let Some(address) = plaintext_refused(&addresses, tls.is_some(), config.insecure_plaintext) {
         return Err(NetworkError::Plaintext(address));
     }
-    let token_file = config.token_file.as_deref().ok_or(NetworkError::NoToken)?;
+    let tenants = credentials(config)?;
     Ok(Some(ListenPlan {
         addresses,
         agent,
@@ -163,8 +173,18 @@ pub(super) fn plan(
                 .max(8192),
         },
         tls: tls.map(TlsAcceptor::from),
-        token: Token::load(token_file)?,
+        tenants,
     }))
+}
+
+/// The credentials `[daemon]` names: `tenants-file`'s tenants, else `token-file`'s token as
+/// the default tenant.
+pub(super) fn credentials(config: &DaemonConfig) -> Result<Tenants, NetworkError> {
+    if let Some(path) = config.tenants_file.as_deref() {
+        return Tenants::load(path);
+    }
+    let token_file = config.token_file.as_deref().ok_or(NetworkError::NoToken)?;
+    Ok(Tenants::single(&Token::load(token_file)?))
 }
 
 /// The first address that would carry plaintext beyond this machine, unless TLS is on or

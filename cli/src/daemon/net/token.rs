@@ -4,6 +4,7 @@
 use super::NetworkError;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
+#[cfg(test)]
 use subtle::ConstantTimeEq;
 
 /// Tokens shorter than this are refused: a guessable token guards nothing.
@@ -46,7 +47,13 @@ impl Token {
         })
     }
 
+    /// The token's digest: what names a credential without holding it.
+    pub(crate) fn digest(&self) -> [u8; 32] {
+        self.digest
+    }
+
     /// Whether an `Authorization` header's value is `Bearer <this token>`.
+    #[cfg(test)]
     pub(crate) fn admits(&self, authorization: Option<&[u8]>) -> bool {
         let Some(presented) = authorization.and_then(|h| bearer(h)) else {
             return false;
@@ -57,7 +64,7 @@ impl Token {
 }
 
 /// The credentials of a `Bearer` authorization (the scheme is case-insensitive).
-fn bearer(header: &[u8]) -> Option<&[u8]> {
+pub(super) fn bearer(header: &[u8]) -> Option<&[u8]> {
     let (scheme, rest) = header.split_at_checked(7)?;
     scheme
         .eq_ignore_ascii_case(b"bearer ")

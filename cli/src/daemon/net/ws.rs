@@ -24,6 +24,7 @@ pub(super) const SESSION_HEADER: &str = "cellvisor-session";
 pub(super) async fn upgrade(
     State(daemon): State<Arc<Daemon>>,
     slot: Option<Extension<ConnectionSlot>>,
+    Extension(principal): Extension<super::Principal>,
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Response {
@@ -39,7 +40,8 @@ pub(super) async fn upgrade(
         }
     };
     if let Some(session) = &bound {
-        if let Err(refusal) = daemon.cv.admission(session).await {
+        let internal = principal.tenant.internal(session);
+        if let Err(refusal) = daemon.cv.admission(&internal).await {
             return elsewhere(refusal);
         }
     }
@@ -47,7 +49,7 @@ pub(super) async fn upgrade(
         .max_message_size(MAX_LINE_BYTES)
         .max_frame_size(MAX_LINE_BYTES)
         .on_upgrade(move |socket| async move {
-            serve(daemon, socket, bound).await;
+            serve(daemon, socket, bound, principal).await;
             // The TCP connection's place is free once its WebSocket ends.
             drop(slot);
         })
@@ -78,12 +80,17 @@ fn elsewhere(refusal: cellvisor::RequestError) -> Response {
     response
 }
 
-async fn serve(daemon: Arc<Daemon>, socket: WebSocket, bound: Option<String>) {
+async fn serve(
+    daemon: Arc<Daemon>,
+    socket: WebSocket,
+    bound: Option<String>,
+    principal: super::Principal,
+) {
     let (sink, stream) = socket.split();
     let stall = lock(&daemon.limits).stalled_client_timeout;
     let (out, out_rx) = mpsc::channel::<Vec<u8>>(CONNECTION_BACKLOG);
     let writer = spawn_writer(sink, out_rx, stall);
-    let transport = Transport::WebSocket { bound };
+    let transport = Transport::WebSocket { bound, principal };
     connection::serve_messages(daemon, FrameSource(stream), out, transport).await;
     let _ = writer.await;
 }

@@ -1,0 +1,286 @@
+//! The tenant step at the dispatch boundary: the right a method needs, a session name
+//! resolved inside the caller's tenant (and its answer shown under the client's name), the
+//! caller's view of `status`, and the tenant's quotas of sessions and memory.
+
+use super::net::{Right, Tenant, SEPARATOR};
+use super::Daemon;
+use cellvisor::daemon::protocol::{code, method, RpcError};
+use serde_json::{json, Value};
+use std::collections::HashSet;
+
+/// The methods that name a session (by their `session` param, `default` when absent).
+const SESSION_METHODS: &[&str] = &[
+    method::EVAL,
+    method::WAIT,
+    method::TERMINATE,
+    method::INTERRUPT,
+    method::RESET,
+    method::CLOSE,
+    method::CHECKPOINT,
+    method::RESTORE,
+    method::CHECKPOINTS,
+    method::NAMES,
+];
+
+/// The right `method` needs (`status` asks either: see [`status`]).
+fn right_of(method: &str) -> Option<Right> {
+    match method {
+        method::INITIALIZE | method::STATUS => None,
+        method::ZYGOTES
+        | method::SHUTDOWN
+        | method::CONFIG_RELOAD
+        | method::DRAIN
+        | method::UNDRAIN => Some(Right::Operate),
+        _ => Some(Right::Cells),
+    }
+}
+
+/// The typed error of a call the tenant has not the right for.
+fn forbidden(tenant: &Tenant, right: Right, method: &str) -> RpcError {
+    RpcError {
+        code: code::FORBIDDEN,
+        message: format!(
+            "tenant {:?} may not call {method}: it needs the `{}` right (see daemon.tenants-file)",
+            tenant.name,
+            right.as_str()
+        ),
+        data: Some(json!({ "right": right.as_str(), "tenant": tenant.name })),
+    }
+}
+
+/// Refuses a method the tenant has not the right for; resolves its session name inside the
+/// tenant. A name holding the tenant separator is refused for every caller, so no client
+/// name is another tenant's session.
+pub(super) fn enter(
+    tenant: &Tenant,
+    method: &str,
+    params: &mut Option<Value>,
+) -> Result<(), RpcError> {
+    if let Some(right) = right_of(method) {
+        if !tenant.may(right) {
+            return Err(forbidden(tenant, right, method));
+        }
+    }
+    if !SESSION_METHODS.contains(&method) {
+        return Ok(());
+    }
+    let Some(object) = params.get_or_insert_with(|| json!({})).as_object_mut() else {
+        return Ok(());
+    };
+    let name = match object.get("session") {
+        Some(Value::String(name)) => name.clone(),
+        None | Some(Value::Null) => "default".to_string(),
+        Some(_) => return Ok(()),
+    };
+    if name.contains(SEPARATOR) {
+        return Err(RpcError::new(
+            code::INVALID_PARAMS,
+            format!(
+                "invalid session name {name:?}: use 1 to 128 characters from A-Z a-z 0-9 . _ - :"
+            ),
+        ));
+    }
+    if !tenant.default {
+        object.insert("session".into(), Value::String(tenant.internal(&name)));
+    }
+    Ok(())
+}
+
+/// An answer as the tenant sees it: its sessions under the names it sent.
+pub(super) fn leave(tenant: &Tenant, result: Result<Value, RpcError>) -> Result<Value, RpcError> {
+    if tenant.default {
+        return result;
+    }
+    let prefix = tenant.prefix();
+    match result {
+        Ok(mut value) => {
+            strip(&prefix, &mut value);
+            Ok(value)
+        }
+        Err(mut error) => {
+            error.message = error.message.replace(&prefix, "");
+            Err(error)
+        }
+    }
+}
+
+/// Removes `prefix` from every `session` field.
+fn strip(prefix: &str, value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (key, field) in map.iter_mut() {
+                match field {
+                    Value::String(name) if key == "session" => {
+                        if let Some(own) = name.strip_prefix(prefix) {
+                            *name = own.to_string();
+                        }
+                    }
+                    other => strip(prefix, other),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|item| strip(prefix, item)),
+        _ => {}
+    }
+}
+
+/// `status` as the tenant may see it: everything with `operate`, its own sessions with
+/// `cells` (under their client names), nothing without either.
+pub(super) fn status(tenant: &Tenant, rows: Value) -> Result<Value, RpcError> {
+    if tenant.may(Right::Operate) {
+        return Ok(rows);
+    }
+    if !tenant.may(Right::Cells) {
+        return Err(forbidden(tenant, Right::Cells, method::STATUS));
+    }
+    let Value::Array(rows) = rows else {
+        return Ok(rows);
+    };
+    let own: Vec<Value> = rows
+        .into_iter()
+        .filter(|row| {
+            row["session"]
+                .as_str()
+                .is_some_and(|name| tenant.own(name).is_some())
+        })
+        .collect();
+    // `leave` then shows them under the client's names.
+    Ok(Value::Array(own))
+}
+
+/// Refuses an `eval` that would take the tenant past its live sessions or its memory.
+pub(super) async fn within_quotas(
+    daemon: &Daemon,
+    tenant: &Tenant,
+    params: &Option<Value>,
+) -> Result<(), RpcError> {
+    let quotas = &tenant.quotas;
+    if quotas.max_sessions.is_none() && quotas.max_memory.is_none() {
+        return Ok(());
+    }
+    let session = params
+        .as_ref()
+        .and_then(|p| p["session"].as_str())
+        .unwrap_or_default();
+    let rows = daemon.cv.status().await.map_err(super::dispatch::refused)?;
+    let mut live = HashSet::new();
+    let mut memory = 0u64;
+    for row in serde_json::to_value(&rows)
+        .ok()
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+    {
+        let Some(name) = row["session"].as_str() else {
+            continue;
+        };
+        if tenant.own(name).is_some() {
+            live.insert(name.to_string());
+            memory += row["rss_bytes"].as_u64().unwrap_or(0);
+        }
+    }
+    if let Some(max) = quotas.max_sessions {
+        if !live.contains(session) && live.len() >= max {
+            return Err(exceeded(
+                tenant,
+                "max-sessions",
+                max as u64,
+                format!(
+                    "it has {} live sessions; close one (`close`) first",
+                    live.len()
+                ),
+            ));
+        }
+    }
+    if let Some(max) = quotas.max_memory {
+        if memory >= max {
+            return Err(exceeded(
+                tenant,
+                "max-memory",
+                max,
+                format!(
+                    "its sessions' workers hold {} bytes; close or reset one first",
+                    memory
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The typed error of an exceeded quota, naming it and the tenant.
+pub(crate) fn exceeded(tenant: &Tenant, quota: &str, limit: u64, why: String) -> RpcError {
+    RpcError {
+        code: code::QUOTA_EXCEEDED,
+        message: format!(
+            "tenant {:?} is at its quota {quota} = {limit}: {why}",
+            tenant.name
+        ),
+        data: Some(json!({ "quota": quota, "tenant": tenant.name, "limit": limit })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::net::Tenant;
+
+    fn beta() -> Tenant {
+        Tenant::for_tests("beta", &[Right::Cells])
+    }
+
+    #[test]
+    fn a_session_name_resolves_inside_the_tenant() {
+        let mut params = Some(json!({"session": "s1", "cells": []}));
+        enter(&beta(), method::EVAL, &mut params).unwrap();
+        assert_eq!(params.as_ref().unwrap()["session"], "beta/s1");
+        // No session named is `default`, inside the tenant too.
+        let mut params = None;
+        enter(&beta(), method::CLOSE, &mut params).unwrap();
+        assert_eq!(params.unwrap()["session"], "beta/default");
+        // The operator's names are the names sent.
+        let mut params = Some(json!({"session": "s1"}));
+        enter(&Tenant::operator(), method::CLOSE, &mut params).unwrap();
+        assert_eq!(params.unwrap()["session"], "s1");
+        // A name holding the separator is nobody's to send.
+        for tenant in [beta(), Tenant::operator()] {
+            let mut params = Some(json!({"session": "alpha/s1"}));
+            let err = enter(&tenant, method::WAIT, &mut params).unwrap_err();
+            assert_eq!(err.code, code::INVALID_PARAMS);
+        }
+    }
+
+    #[test]
+    fn rights_are_named_in_the_refusal() {
+        for operate in [
+            method::DRAIN,
+            method::SHUTDOWN,
+            method::CONFIG_RELOAD,
+            method::ZYGOTES,
+        ] {
+            let err = enter(&beta(), operate, &mut None).unwrap_err();
+            assert_eq!(err.code, code::FORBIDDEN);
+            assert_eq!(err.data.unwrap()["right"], "operate");
+        }
+        let ops = Tenant::for_tests("ops", &[Right::Operate]);
+        let err = enter(&ops, method::EVAL, &mut None).unwrap_err();
+        assert_eq!(err.data.unwrap()["right"], "cells");
+        assert!(enter(&ops, method::DRAIN, &mut None).is_ok());
+    }
+
+    #[test]
+    fn answers_and_status_show_only_the_tenants_own_names() {
+        let rows = json!([{"session": "beta/s1"}, {"session": "alpha/s1"}, {"session": "s1"}]);
+        let seen = leave(&beta(), status(&beta(), rows.clone())).unwrap();
+        assert_eq!(seen, json!([{"session": "s1"}]));
+        assert_eq!(status(&Tenant::operator(), rows.clone()).unwrap(), rows);
+        let err = leave(
+            &beta(),
+            Err(RpcError::new(
+                code::REQUEST_REFUSED,
+                "session beta/s1 is busy",
+            )),
+        )
+        .unwrap_err();
+        assert_eq!(err.message, "session s1 is busy");
+    }
+}
