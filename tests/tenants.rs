@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 const ALPHA: &str = "alpha-token-0123456789abcdef";
 const BETA: &str = "beta-token-0123456789abcdef";
 const GAMMA: &str = "gamma-token-0123456789abcdef";
+const DELTA: &str = "delta-token-0123456789abcdef";
 
 fn py(code: &str) -> Value {
     json!({"language": "python", "code": code})
@@ -31,6 +32,7 @@ fn start() -> (NetDaemon, tempfile::TempDir) {
     std::fs::write(dir.path().join("alpha.token"), ALPHA).expect("a test file");
     std::fs::write(dir.path().join("beta.token"), BETA).expect("a test file");
     std::fs::write(dir.path().join("gamma.token"), GAMMA).expect("a test file");
+    std::fs::write(dir.path().join("delta.token"), DELTA).expect("a test file");
     let tenants = dir.path().join("tenants.toml");
     std::fs::write(
         &tenants,
@@ -38,7 +40,8 @@ fn start() -> (NetDaemon, tempfile::TempDir) {
          max-mcp-sessions = 1\n\
          [[tenants]]\nname = \"beta\"\ntoken-files = [\"beta.token\"]\nrights = [\"cells\"]\n\
          [[tenants]]\nname = \"gamma\"\ntoken-file = \"gamma.token\"\n\
-         max-session-memory = \"100MiB\"\n",
+         max-session-memory = \"100MiB\"\n\
+         [[tenants]]\nname = \"delta\"\ntoken-file = \"delta.token\"\nrights = [\"operate\"]\n",
     )
     .expect("a test file");
     let extra = format!("tenants-file = {:?}\n", tenants.display().to_string());
@@ -277,6 +280,31 @@ fn an_mcp_session_belongs_to_the_tenant_that_opened_it() {
     let (status, other, body) = post_mcp(&net, BETA, None, initialize());
     assert_eq!(status, 200, "{body}");
     assert_ne!(other, id);
+    net.daemon.stop();
+}
+
+#[test]
+fn mcp_needs_the_cells_right_and_counts_against_the_session_quota() {
+    let (net, _dir) = start();
+    // An operate-only token (a monitoring one) runs no cells, through MCP either.
+    let (status, _, body) = post_mcp(&net, DELTA, None, initialize());
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains("`cells` right") && body.contains("delta"),
+        "{body}"
+    );
+    // Alpha's one live session fills its max-sessions: a new MCP session would be a second.
+    let mut alpha = net.ws(Some(ALPHA), None).expect("alpha connects");
+    let result = alpha
+        .call("eval", json!({"session": "s1", "cells": [py("x = 1")]}))
+        .expect("an answer");
+    assert_eq!(result["cells"][0]["status"], "complete", "{result:#}");
+    let (status, _, body) = post_mcp(&net, ALPHA, None, initialize());
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        body.contains("max-sessions") && body.contains("alpha"),
+        "{body}"
+    );
     net.daemon.stop();
 }
 

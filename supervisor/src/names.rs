@@ -147,7 +147,6 @@ impl PartialEq<&str> for SessionName {
     }
 }
 
-/// Whether `name` is a plain session name.
 /// Separates a network tenant's name from its session's (`<tenant>/<name>`): the daemon
 /// refuses `/` in the names clients send, so only the daemon's tenancy makes this form.
 const TENANT_MARK: char = '/';
@@ -305,10 +304,15 @@ mod tests {
     #[test]
     fn names_are_checked_in_one_place() {
         assert!(SessionName::parse("agent-1:task.2_x").is_ok());
+        // A tenant's session (`<tenant>/<name>`), which only the daemon's tenancy makes.
+        assert!(SessionName::parse("team-a/s1.x").is_ok());
         for bad in [
             "",
             "a b",
-            "a/b",
+            "A/b",
+            "/b",
+            "a/",
+            "a/b/c",
             "a@b",
             "é",
             &"x".repeat(MAX_SESSION_NAME + 1),

@@ -48,6 +48,16 @@ fn forbidden(tenant: &Tenant, right: Right, method: &str) -> RpcError {
     }
 }
 
+/// Refuses `what` (a transport whose calls run cells, such as MCP) to a tenant without the
+/// `cells` right.
+pub(super) fn may_run_cells(tenant: &Tenant, what: &str) -> Result<(), RpcError> {
+    if tenant.may(Right::Cells) {
+        Ok(())
+    } else {
+        Err(forbidden(tenant, Right::Cells, what))
+    }
+}
+
 /// Refuses a method the tenant has not the right for; resolves its session name inside the
 /// tenant. A name holding the tenant separator is refused for every caller, so no client
 /// name is another tenant's session.
@@ -149,7 +159,7 @@ pub(super) fn status(tenant: &Tenant, rows: Value) -> Result<Value, RpcError> {
 }
 
 /// Refuses an `eval` that would take the tenant past its live sessions or its memory.
-pub(super) async fn within_quotas(
+pub(crate) async fn within_quotas(
     daemon: &Daemon,
     tenant: &Tenant,
     params: &Option<Value>,

@@ -30,9 +30,38 @@ type RawRow = Vec<(String, bool, usize, usize)>;
 pub fn table_handler(handlers: &dyn Handlers, element: Element) -> Option<HandlerResult> {
     let mut rows: Vec<(RawRow, bool)> = Vec::new();
     collect_rows(handlers, element.node, false, &mut rows);
+    if expanded_slots(&rows) > MAX_TABLE_SLOTS {
+        // Spans that would expand a small document into a huge grid: each row's cells as
+        // written, never laid out in the daemon's memory.
+        let lines: Vec<String> = rows
+            .iter()
+            .map(|(row, _)| {
+                let cells: Vec<&str> = row.iter().map(|(text, ..)| text.as_str()).collect();
+                cells.join(" | ")
+            })
+            .filter(|line| !line.is_empty())
+            .collect();
+        return Some(format!("\n\n{}\n\n", lines.join("\n")).into());
+    }
     let grid = lay_out(&rows);
     let markdown = to_markdown(&grid)?;
     Some(format!("\n\n{markdown}\n\n").into())
+}
+
+/// The most slots a table's grid may have once its spans are expanded: far beyond any table
+/// a person reads in a text view, far below what a cell's `colspan`/`rowspan` could ask for.
+const MAX_TABLE_SLOTS: usize = 200_000;
+
+/// How many slots [`lay_out`] would fill for `rows`.
+fn expanded_slots(rows: &[(RawRow, bool)]) -> usize {
+    rows.iter()
+        .enumerate()
+        .flat_map(|(r, (row, _))| {
+            let below = rows.len() - r;
+            row.iter()
+                .map(move |(_, _, rowspan, colspan)| (*rowspan).min(below).saturating_mul(*colspan))
+        })
+        .fold(0usize, usize::saturating_add)
 }
 
 fn tag(node: &Rc<Node>) -> Option<String> {
@@ -208,6 +237,19 @@ fn to_markdown(grid: &[(Vec<Option<Slot>>, bool)]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use crate::render::html_to_markdown;
+
+    #[test]
+    fn spans_that_would_expand_into_a_huge_grid_are_not_laid_out() {
+        // 40 KB of HTML asking for 10^9 slots: converted without the grid, quickly.
+        let mut html = String::from("<table><tr>");
+        html.push_str(&"<td colspan=1000 rowspan=1000>x</td>".repeat(1000));
+        html.push_str("</tr>");
+        html.push_str(&"<tr></tr>".repeat(999));
+        html.push_str("</table>");
+        let markdown = html_to_markdown(&html).unwrap_or_default();
+        assert!(markdown.len() < 1 << 20, "{} bytes", markdown.len());
+        assert!(markdown.contains('x'), "{markdown}");
+    }
 
     #[test]
     fn a_body_rows_header_cell_stays_in_its_column() {

@@ -2,7 +2,12 @@
 //! reached through the daemon's directories, which are opened to traversal only (0711:
 //! nothing in them can be listed, and each entry keeps its own mode).
 
+use nix::errno::Errno;
+use nix::fcntl::{openat, AtFlags, OFlag};
+use nix::sys::stat::{fchmod, Mode};
+use nix::unistd::{fchown, fchownat, Gid, Uid};
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
@@ -20,37 +25,97 @@ pub fn own(dir: &Path, uid: u32) -> io::Result<()> {
         Err(err) if err.kind() != io::ErrorKind::AlreadyExists => return Err(err),
         _ => {}
     }
-    give(dir, uid)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+    give_tree(dir, uid, Some(Mode::from_bits_truncate(0o700)))
 }
 
-/// Gives `path` and everything under it to `uid`, without following links.
-fn give(path: &Path, uid: u32) -> io::Result<()> {
-    let meta = std::fs::symlink_metadata(path)?;
-    if meta.file_type().is_symlink() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "{} is a link; a session's directory must not be one",
-                path.display()
-            ),
-        ));
+/// Gives `dir` and everything under it back to the daemon's own user (a released uid's
+/// directories, before the uid is leased to another session).
+pub fn reclaim(dir: &Path) -> io::Result<()> {
+    match give_tree(dir, nix::unistd::geteuid().as_raw(), None) {
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
     }
-    if meta.uid() != uid || meta.gid() != uid {
-        std::os::unix::fs::lchown(path, Some(uid), Some(uid))?;
+}
+
+/// Gives the directory `dir` and everything under it to `uid` (and sets `dir`'s `mode`).
+/// The walk goes by descriptors, each directory opened with `O_NOFOLLOW` relative to its
+/// parent's descriptor and each entry changed with `AT_SYMLINK_NOFOLLOW`, so a process of the
+/// uid that swaps an entry for a link while the walk runs gets the link changed, never what
+/// it points at.
+fn give_tree(dir: &Path, uid: u32, mode: Option<Mode>) -> io::Result<()> {
+    let fd = openat(None, dir, dir_flags(), Mode::empty()).map_err(refused_link(dir))?;
+    // SAFETY: `openat` returned a new descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    fchown(
+        fd.as_raw_fd(),
+        Some(Uid::from_raw(uid)),
+        Some(Gid::from_raw(uid)),
+    )?;
+    if let Some(mode) = mode {
+        fchmod(fd.as_raw_fd(), mode)?;
     }
-    if meta.is_dir() {
-        for entry in std::fs::read_dir(path)?.flatten() {
-            let child = entry.path();
-            let is_link = entry.file_type().is_ok_and(|t| t.is_symlink());
-            if is_link {
-                std::os::unix::fs::lchown(&child, Some(uid), Some(uid))?;
-            } else {
-                give(&child, uid)?;
+    give_children(&fd, uid, 0)
+}
+
+/// How deep [`give_tree`] goes: a session's directories are shallow; a deeper tree is a
+/// cell's doing, and its depth must not exhaust the daemon's stack or descriptors.
+const MAX_DEPTH: usize = 64;
+
+fn give_children(dir: &OwnedFd, uid: u32, depth: usize) -> io::Result<()> {
+    if depth > MAX_DEPTH {
+        return Err(io::Error::other(format!(
+            "a session's directory is deeper than {MAX_DEPTH} levels"
+        )));
+    }
+    let (owner, group) = (Some(Uid::from_raw(uid)), Some(Gid::from_raw(uid)));
+    // The entries of exactly the directory `dir` is open on (its descriptor's link in /proc
+    // names that directory, whatever happened to its path since).
+    for entry in std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
+        let name = entry?.file_name();
+        let raw = dir.as_raw_fd();
+        match openat(Some(raw), name.as_os_str(), dir_flags(), Mode::empty()) {
+            Ok(child) => {
+                // SAFETY: `openat` returned a new descriptor that nothing else owns.
+                let child = unsafe { OwnedFd::from_raw_fd(child) };
+                fchown(child.as_raw_fd(), owner, group)?;
+                give_children(&child, uid, depth + 1)?;
             }
+            // Not a directory, or a link: the entry itself changes hands.
+            Err(Errno::ENOTDIR | Errno::ELOOP) => {
+                match fchownat(
+                    Some(raw),
+                    name.as_os_str(),
+                    owner,
+                    group,
+                    AtFlags::AT_SYMLINK_NOFOLLOW,
+                ) {
+                    Err(Errno::ENOENT) => {}
+                    other => other?,
+                }
+            }
+            Err(Errno::ENOENT) => {}
+            Err(err) => return Err(err.into()),
         }
     }
     Ok(())
+}
+
+fn dir_flags() -> OFlag {
+    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+}
+
+/// The error of a session directory that is a link (or not a directory).
+fn refused_link(dir: &Path) -> impl FnOnce(Errno) -> io::Error + '_ {
+    move |errno| match errno {
+        Errno::ELOOP | Errno::ENOTDIR => io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is a link or not a directory; a session's directory must be a directory",
+                dir.display()
+            ),
+        ),
+        other => other.into(),
+    }
 }
 
 /// Opens the daemon's own directory `dir` to traversal (0711) so a session's uid reaches its

@@ -134,6 +134,9 @@ pub struct Supervisor {
     last_discovery: Option<Instant>,
     /// The sessions' uids, at the `uid` isolation level.
     uids: Option<crate::isolation::leases::UidLeases>,
+    /// The directories given to each leased session's uid: given back to the daemon before
+    /// the uid is leased again, so the next session of that uid finds none of them its own.
+    uid_dirs: HashMap<String, Vec<std::path::PathBuf>>,
     /// Memory caps by session-name prefix ([`SetMemoryCaps`](messages::SetMemoryCaps)).
     memory_caps: Vec<(String, u64)>,
 }
@@ -156,6 +159,7 @@ impl Supervisor {
             .map(crate::isolation::leases::UidLeases::new);
         Supervisor {
             uids,
+            uid_dirs: HashMap::new(),
             config,
             launcher,
             pool: Vec::new(),

@@ -69,6 +69,12 @@ impl Supervisor {
                 )
             })?;
         }
+        let given = self.uid_dirs.entry(key.session.to_string()).or_default();
+        for dir in own {
+            if !given.contains(&dir) {
+                given.push(dir);
+            }
+        }
         spec.env.set_session_tmp(&tmp);
         spec.uid = Some(uid);
         Ok(())
@@ -88,9 +94,18 @@ impl Supervisor {
         else {
             return;
         };
+        let given = self.uid_dirs.remove(session).unwrap_or_default();
         let me = ctx.address();
         tokio::task::spawn_blocking(move || {
             if procs::end_all(uid, END_PATIENCE) {
+                // Nothing of the uid runs any more: its directories go back to the daemon
+                // (walked by descriptors), so the uid's next session finds none of them.
+                for dir in &given {
+                    if let Err(err) = dirs::reclaim(dir) {
+                        tracing::warn!(uid, "cannot take back {} from uid {uid}: {err}; the uid is not leased again", dir.display());
+                        return;
+                    }
+                }
                 me.do_send(UidReclaimed { uid });
             } else {
                 tracing::warn!(

@@ -48,6 +48,14 @@ impl ZygoteKey {
             .map(|(name, value)| (name.to_owned(), value.to_owned()))
             .collect();
         loaded_env.sort();
+        let daemons = |name: &OsStr| std::env::var_os(name);
+        if spec.uid.is_some() && !loads_only_the_daemons(found.venv.is_some(), &loaded_env, daemons)
+        {
+            // The zygote runs as the daemon's user: at the uid level it may load nothing a
+            // caller chose (a cell can write a `sitecustomize.py` or a `.venv/bin/python` in
+            // its own directories, and a caller can point PYTHONPATH or cwd at them).
+            return None;
+        }
         Some(ZygoteKey {
             program: found.program,
             venv: found.venv,
@@ -74,6 +82,23 @@ fn needs_own_start(spec: &WorkerSpec) -> bool {
         .to_str()
         .and_then(|text| serde_json::from_str::<cellvisor_workers::sandbox::Rules>(text).ok());
     rules.is_none_or(|rules| rules.network_namespace)
+}
+
+/// Whether a zygote for an interpreter (`from_venv`: found in the caller's virtual
+/// environment or cwd) with `loaded_env` would load only what the daemon's operator chose:
+/// the configured or PATH's interpreter, and every variable read while loading exactly as the
+/// daemon itself has it (`daemons`). Anything else a worker of a session uid starts plainly,
+/// as that uid, before any of it is read.
+fn loads_only_the_daemons(
+    from_venv: bool,
+    loaded_env: &[(OsString, OsString)],
+    daemons: impl Fn(&OsStr) -> Option<OsString>,
+) -> bool {
+    !from_venv
+        && loaded_env.iter().all(|(name, value)| {
+            name.to_str() == Some(cellvisor_ipc::env::PYTHON_SHELL)
+                || daemons(name).as_deref() == Some(value.as_os_str())
+        })
 }
 
 /// Whether `spec`'s temporary directories are its session's own: sandboxed, or running as
@@ -235,6 +260,32 @@ fn site_packages(venv: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn at_the_uid_level_a_zygote_loads_only_what_the_daemon_has() {
+        let daemons = |name: &OsStr| match name.to_str() {
+            Some("HOME") => Some(OsString::from("/root")),
+            Some("LANG") => Some(OsString::from("C.UTF-8")),
+            _ => None,
+        };
+        let env = |pairs: &[(&str, &str)]| -> Vec<(OsString, OsString)> {
+            pairs
+                .iter()
+                .map(|(n, v)| (OsString::from(n), OsString::from(v)))
+                .collect()
+        };
+        let same = env(&[("HOME", "/root"), ("LANG", "C.UTF-8")]);
+        assert!(loads_only_the_daemons(false, &same, daemons));
+        assert!(loads_only_the_daemons(false, &[], daemons));
+        let shell = env(&[(cellvisor_ipc::env::PYTHON_SHELL, "ipython")]);
+        assert!(loads_only_the_daemons(false, &shell, daemons));
+        // A caller's virtual environment, PYTHONPATH or home directory: never in a zygote.
+        assert!(!loads_only_the_daemons(true, &same, daemons));
+        let path = env(&[("HOME", "/root"), ("PYTHONPATH", "/tmp/s/x")]);
+        assert!(!loads_only_the_daemons(false, &path, daemons));
+        let home = env(&[("HOME", "/tmp/s")]);
+        assert!(!loads_only_the_daemons(false, &home, daemons));
+    }
 
     #[test]
     fn variables_read_while_loading_are_python_locale_and_numeric_ones() {

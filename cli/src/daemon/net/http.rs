@@ -28,7 +28,10 @@ pub(super) fn router(daemon: Arc<Daemon>, cells: CellsConfig) -> Router {
     // path needs the token too, so a stranger learns nothing of the endpoints.
     Router::new()
         .route_service("/mcp", mcp)
-        .route_layer(middleware::from_fn_with_state(owners, mcp_owner))
+        .route_layer(middleware::from_fn_with_state(
+            (Arc::clone(&daemon), owners),
+            mcp_owner,
+        ))
         .route("/v1/rpc", get(ws::upgrade))
         // The routes that drive the daemon refuse its own cells; probes and metrics only read.
         .route_layer(middleware::from_fn(refuse_cells))
@@ -88,16 +91,25 @@ async fn require_token(
         .into_response()
 }
 
-/// Refuses another tenant's or token's `Mcp-Session-Id` (as unknown, so it learns nothing of
-/// it), and a new MCP session past the tenant's `max-mcp-sessions`.
+/// Refuses MCP to a tenant without the `cells` right (its tools run cells), another tenant's
+/// or token's `Mcp-Session-Id` (as unknown, so it learns nothing of it), and a new MCP
+/// session past the tenant's `max-mcp-sessions` or, since each MCP session is a session of
+/// cells, past its `max-sessions` and `max-memory`.
 async fn mcp_owner(
-    State(owners): State<Arc<McpSessions>>,
+    State((daemon, owners)): State<(Arc<Daemon>, Arc<McpSessions>)>,
     request: Request,
     next: Next,
 ) -> Response {
     let Some(principal) = request.extensions().get::<super::Principal>().cloned() else {
         return next.run(request).await;
     };
+    if let Err(error) = super::super::tenancy::may_run_cells(&principal.tenant, "mcp") {
+        return (
+            StatusCode::FORBIDDEN,
+            Json(json!({"jsonrpc": "2.0", "id": null, "error": error})),
+        )
+            .into_response();
+    }
     let id = request
         .headers()
         .get("mcp-session-id")
@@ -118,6 +130,16 @@ async fn mcp_owner(
         }
         None if request.method() == axum::http::Method::POST => {
             let tenant = &principal.tenant;
+            let new_session = Some(json!({"session": ""}));
+            if let Err(error) =
+                super::super::tenancy::within_quotas(&daemon, tenant, &new_session).await
+            {
+                return (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    Json(json!({"jsonrpc": "2.0", "id": null, "error": error})),
+                )
+                    .into_response();
+            }
             if let Some(max) = tenant.quotas.max_mcp_sessions {
                 let open = owners.count(&tenant.name);
                 if open >= max {
