@@ -166,6 +166,13 @@ impl WorkerEnv {
         self.set(names::STARTUP, on.join(","));
     }
 
+    /// Whether cellvisor itself sets `name` (over anything inherited): a value of the
+    /// operator's, never a caller's.
+    pub fn sets(&self, name: &OsStr) -> bool {
+        name.to_str()
+            .is_some_and(|name| self.own.get(name).is_some_and(Option::is_some))
+    }
+
     /// Whether the worker confines itself (a sandboxed session's).
     pub fn is_confined(&self) -> bool {
         self.get(names::SANDBOX).is_some()

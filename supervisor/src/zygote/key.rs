@@ -48,8 +48,13 @@ impl ZygoteKey {
             .map(|(name, value)| (name.to_owned(), value.to_owned()))
             .collect();
         loaded_env.sort();
-        let daemons = |name: &OsStr| std::env::var_os(name);
-        if spec.uid.is_some() && !loads_only_the_daemons(found.venv.is_some(), &loaded_env, daemons)
+        // What cellvisor sets itself, and what the daemon's own environment holds, are the
+        // operator's; anything else came with a request.
+        let operators = |name: &OsStr, value: &OsStr| {
+            spec.env.sets(name) || std::env::var_os(name).as_deref() == Some(value)
+        };
+        if spec.uid.is_some()
+            && !loads_only_the_daemons(found.venv.is_some(), &loaded_env, operators)
         {
             // The zygote runs as the daemon's user: at the uid level it may load nothing a
             // caller chose (a cell can write a `sitecustomize.py` or a `.venv/bin/python` in
@@ -86,18 +91,17 @@ fn needs_own_start(spec: &WorkerSpec) -> bool {
 
 /// Whether a zygote for an interpreter (`from_venv`: found in the caller's virtual
 /// environment or cwd) with `loaded_env` would load only what the daemon's operator chose:
-/// the configured or PATH's interpreter, and every variable read while loading exactly as the
-/// daemon itself has it (`daemons`). Anything else a worker of a session uid starts plainly,
-/// as that uid, before any of it is read.
+/// the configured or PATH's interpreter, and every variable read while loading one the
+/// operator chose (`operators`: cellvisor's own, or as the daemon itself has it). Anything
+/// else a worker of a session uid starts plainly, as that uid, before any of it is read.
 fn loads_only_the_daemons(
     from_venv: bool,
     loaded_env: &[(OsString, OsString)],
-    daemons: impl Fn(&OsStr) -> Option<OsString>,
+    operators: impl Fn(&OsStr, &OsStr) -> bool,
 ) -> bool {
     !from_venv
         && loaded_env.iter().all(|(name, value)| {
-            name.to_str() == Some(cellvisor_ipc::env::PYTHON_SHELL)
-                || daemons(name).as_deref() == Some(value.as_os_str())
+            name.to_str() == Some(cellvisor_ipc::env::PYTHON_SHELL) || operators(name, value)
         })
 }
 
@@ -263,10 +267,10 @@ mod tests {
 
     #[test]
     fn at_the_uid_level_a_zygote_loads_only_what_the_daemon_has() {
-        let daemons = |name: &OsStr| match name.to_str() {
-            Some("HOME") => Some(OsString::from("/root")),
-            Some("LANG") => Some(OsString::from("C.UTF-8")),
-            _ => None,
+        let daemons = |name: &OsStr, value: &OsStr| match name.to_str() {
+            Some("HOME") => value == "/root",
+            Some("LANG") => value == "C.UTF-8",
+            _ => false,
         };
         let env = |pairs: &[(&str, &str)]| -> Vec<(OsString, OsString)> {
             pairs
