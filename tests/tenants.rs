@@ -147,6 +147,27 @@ fn a_tenant_names_lists_and_closes_only_its_own_sessions() {
         message.contains("max-sessions") && message.contains("alpha"),
         "{message}"
     );
+    // The operator acts on a tenant's session by the name `status` shows.
+    let kept = beta
+        .call("eval", json!({"session": "s1", "cells": [py("y = 1")]}))
+        .expect("beta's s1 again");
+    assert_eq!(kept["cells"][0]["status"], "complete", "{kept}");
+    let mut operator = net.daemon.client();
+    operator
+        .call("interrupt", json!({"session": "beta/s1"}))
+        .expect("the operator interrupts beta's session");
+    operator
+        .call("close", json!({"session": "beta/s1"}))
+        .expect("the operator closes beta's session");
+    let after = output(
+        &beta
+            .call(
+                "eval",
+                json!({"session": "s1", "cells": [py("print('y' in globals())")]}),
+            )
+            .expect("an answer"),
+    );
+    assert_eq!(after.trim(), "False", "beta's s1 was closed: {after}");
     // Cells-only tokens may not operate the node, nor read its metrics.
     let (status, body) = common::net::http_get(&net.http_url("/metrics"), Some(BETA));
     assert_eq!(status, 403, "{body}");

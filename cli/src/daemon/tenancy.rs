@@ -59,8 +59,8 @@ pub(super) fn may_run_cells(tenant: &Tenant, what: &str) -> Result<(), RpcError>
 }
 
 /// Refuses a method the tenant has not the right for; resolves its session name inside the
-/// tenant. A name holding the tenant separator is refused for every caller, so no client
-/// name is another tenant's session.
+/// tenant. A name holding the tenant separator is refused for every tenant, so no tenant's
+/// name is another tenant's session; only the operator names them so.
 pub(super) fn enter(
     tenant: &Tenant,
     method: &str,
@@ -82,7 +82,14 @@ pub(super) fn enter(
         None | Some(Value::Null) => "default".to_string(),
         Some(_) => return Ok(()),
     };
-    if name.contains(SEPARATOR) {
+    // The operator (the default tenant: the Unix socket, or the one token) may name a
+    // tenant's session as `status` shows it (`<tenant>/<name>`); no tenant may.
+    let operator_names_a_tenants = tenant.default
+        && name
+            .split_once(SEPARATOR)
+            .is_some_and(|(owner, _)| cellvisor::names::is_tenant_name(owner))
+        && cellvisor::SessionName::parse(&name).is_ok();
+    if name.contains(SEPARATOR) && !operator_names_a_tenants {
         return Err(RpcError::new(
             code::INVALID_PARAMS,
             format!(
@@ -251,11 +258,18 @@ mod tests {
         let mut params = Some(json!({"session": "s1"}));
         enter(&Tenant::operator(), method::CLOSE, &mut params).unwrap();
         assert_eq!(params.unwrap()["session"], "s1");
-        // A name holding the separator is nobody's to send.
-        for tenant in [beta(), Tenant::operator()] {
-            let mut params = Some(json!({"session": "alpha/s1"}));
-            let err = enter(&tenant, method::WAIT, &mut params).unwrap_err();
-            assert_eq!(err.code, code::INVALID_PARAMS);
+        // A name holding the separator is no tenant's to send...
+        let mut params = Some(json!({"session": "alpha/s1"}));
+        let err = enter(&beta(), method::WAIT, &mut params).unwrap_err();
+        assert_eq!(err.code, code::INVALID_PARAMS);
+        // ...but the operator names a tenant's session as `status` shows it, and only so.
+        let mut params = Some(json!({"session": "alpha/s1"}));
+        enter(&Tenant::operator(), method::CLOSE, &mut params).unwrap();
+        assert_eq!(params.unwrap()["session"], "alpha/s1");
+        for bad in ["Alpha/s1", "/s1", "alpha/", "a/b/c", "alpha/s 1"] {
+            let mut params = Some(json!({"session": bad}));
+            let err = enter(&Tenant::operator(), method::WAIT, &mut params).unwrap_err();
+            assert_eq!(err.code, code::INVALID_PARAMS, "{bad}");
         }
     }
 
