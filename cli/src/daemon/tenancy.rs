@@ -82,9 +82,11 @@ pub(super) fn enter(
         None | Some(Value::Null) => "default".to_string(),
         Some(_) => return Ok(()),
     };
-    // The operator (the default tenant: the Unix socket, or the one token) may name a
-    // tenant's session as `status` shows it (`<tenant>/<name>`); no tenant may.
+    // The operator (the default tenant: the Unix socket, or the one token) may act on a
+    // tenant's session by the name `status` shows (`<tenant>/<name>`), never open one in a
+    // tenant's namespace (`eval`, `restore`); no tenant may name one at all.
     let operator_names_a_tenants = tenant.default
+        && !matches!(method, method::EVAL | method::RESTORE)
         && name
             .split_once(SEPARATOR)
             .is_some_and(|(owner, _)| cellvisor::names::is_tenant_name(owner))
@@ -266,6 +268,13 @@ mod tests {
         let mut params = Some(json!({"session": "alpha/s1"}));
         enter(&Tenant::operator(), method::CLOSE, &mut params).unwrap();
         assert_eq!(params.unwrap()["session"], "alpha/s1");
+        let mut params = Some(json!({"session": "alpha/s1", "cells": []}));
+        let err = enter(&Tenant::operator(), method::EVAL, &mut params).unwrap_err();
+        assert_eq!(
+            err.code,
+            code::INVALID_PARAMS,
+            "the operator opens no tenant's session"
+        );
         for bad in ["Alpha/s1", "/s1", "alpha/", "a/b/c", "alpha/s 1"] {
             let mut params = Some(json!({"session": bad}));
             let err = enter(&Tenant::operator(), method::WAIT, &mut params).unwrap_err();
