@@ -384,18 +384,22 @@ def _run_shell_cell(cell_id, source, namespace):
         error = result.error_before_exec or result.error_in_exec
         _prelude.send_figures()
         return ("ok", None) if error is None else ("error", _summary(error))
-    except KeyboardInterrupt:
+    except BaseException as error:  # exit(1) and the like end the cell, not us
+        return _ended_by(error)
+
+
+
+def _ended_by(error):
+    """How a cell that raised `error` ended, in either shell: an interrupt, `exit()` or
+    `sys.exit(0)` (early and successful, its output and figures kept), or a failure."""
+    if isinstance(error, KeyboardInterrupt):
         _state.running = False
         _flush_std()
         return "interrupted", None
-    except SystemExit as error:
-        if error.code is None or error.code == 0:
-            _prelude.send_figures()
-            return "ok", None
-        return _failed(error)
-    except BaseException as error:
-        return _failed(error)
-
+    if isinstance(error, SystemExit) and (error.code is None or error.code == 0):
+        _prelude.send_figures()
+        return "ok", None
+    return _failed(error)
 
 def _run_cell(cell_id, source, namespace):
     """Runs one cell; returns (status, summary).
@@ -442,18 +446,8 @@ def _run_cell(cell_id, source, namespace):
             _show_trailing_text(text)
         _prelude.send_figures()
         return "ok", None
-    except KeyboardInterrupt:
-        _state.running = False
-        _flush_std()
-        return "interrupted", None
-    except SystemExit as error:
-        if error.code is None or error.code == 0:
-            # exit() or sys.exit(0): the cell ends early and successfully, its output kept.
-            _prelude.send_figures()
-            return "ok", None
-        return _failed(error)
     except BaseException as error:  # exit(1) and the like end the cell, not us
-        return _failed(error)
+        return _ended_by(error)
 
 
 def _show_trailing_text(text):
