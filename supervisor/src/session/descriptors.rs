@@ -65,9 +65,16 @@ impl Session {
         let Worker::Ready { link, .. } = &self.worker else {
             return false;
         };
-        // The worker, and its interpreter when that is a child process (Python's).
-        let seen = std::iter::once(link.pid)
-            .chain(children(link.pid))
+        // Where the cell's descriptors live: Python's interpreter (the shim's child; the shim
+        // itself opens none for a cell), or the JavaScript and Lua engines' own process. One
+        // process's `/proc` per cell, not a walk of the worker's threads for every language.
+        let pids = if self.key.language == cellvisor_ipc::Language::Python {
+            children(link.pid)
+        } else {
+            vec![link.pid]
+        };
+        let seen = pids
+            .into_iter()
             .filter_map(Descriptors::of)
             .find(|d| d.exhausted());
         let Some(seen) = seen else {
