@@ -43,6 +43,12 @@ export class WrongSessionError extends CellvisorError {}
 export class LeasedElsewhereError extends CellvisorError {}
 /** -32006: `resume` of a session that is neither live nor saved. */
 export class SessionUnknownError extends CellvisorError {}
+/** -32007: the daemon speaks another protocol version than this client (`data` names both). */
+export class ProtocolMismatchError extends CellvisorError {}
+/** -32008: the caller's tenant is at one of its quotas (`data.quota`, `data.tenant`, `data.limit`). */
+export class QuotaExceededError extends CellvisorError {}
+/** -32009: the caller's tenant lacks the right the method needs (`data.right`, `data.tenant`). */
+export class ForbiddenError extends CellvisorError {}
 
 /** The class of each documented code. */
 const CLASSES: ReadonlyMap<number, new (message: string, code: number, data?: JsonValue) => CellvisorError> =
@@ -58,6 +64,9 @@ const CLASSES: ReadonlyMap<number, new (message: string, code: number, data?: Js
     [ErrorCodes.WRONG_SESSION, WrongSessionError],
     [ErrorCodes.LEASED_ELSEWHERE, LeasedElsewhereError],
     [ErrorCodes.SESSION_UNKNOWN, SessionUnknownError],
+    [ErrorCodes.PROTOCOL_MISMATCH, ProtocolMismatchError],
+    [ErrorCodes.QUOTA_EXCEEDED, QuotaExceededError],
+    [ErrorCodes.FORBIDDEN, ForbiddenError],
   ]);
 
 /** The typed error for an error object the daemon answered with (a code it does not document: the base class). */

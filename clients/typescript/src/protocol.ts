@@ -356,6 +356,9 @@ export const ErrorCodes = {
   WRONG_SESSION: -32004,
   LEASED_ELSEWHERE: -32005,
   SESSION_UNKNOWN: -32006,
+  PROTOCOL_MISMATCH: -32007,
+  QUOTA_EXCEEDED: -32008,
+  FORBIDDEN: -32009,
 } as const;
 
 /** A code of {@link ErrorCodes}. */

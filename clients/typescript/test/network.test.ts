@@ -7,7 +7,7 @@ import { writeFileSync } from "node:fs";
 import { connect, createServer } from "node:net";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { Cellvisor, ConnectionError, WrongSessionError } from "cellvisor";
+import { Cellvisor, ConnectionError, ForbiddenError, QuotaExceededError, WrongSessionError } from "cellvisor";
 import { SHORT_INTERVALS, sleep, TestDaemon, type World } from "./daemon.js";
 
 const TOKEN = "test-token-0123456789abcdef";
@@ -106,6 +106,40 @@ test("a connection bound to a session refuses another one with WrongSessionError
     });
   } finally {
     cv.disconnect();
+  }
+});
+
+test("a tenant's refusals are typed: ForbiddenError without a right, QuotaExceededError at a quota", async () => {
+  const port = await freePort();
+  const ALPHA = "alpha-token-0123456789abcdef";
+  const tenants = await TestDaemon.start((world) => {
+    writeFileSync(join(world.dir, "alpha.token"), `${ALPHA}\n`);
+    const file = join(world.dir, "tenants.toml");
+    writeFileSync(file, '[[tenants]]\nname = "alpha"\ntoken-file = "alpha.token"\nrights = ["cells"]\nmax-sessions = 1\n');
+    return `${SHORT_INTERVALS}[daemon]\nlisten = ["tcp://127.0.0.1:${port}"]\ntenants-file = ${JSON.stringify(file)}\n`;
+  });
+  try {
+    await listening(port);
+    const cv = await Cellvisor.connect({ url: `ws://127.0.0.1:${port}`, token: ALPHA });
+    try {
+      await assert.rejects(cv.request("drain", {}), (error: unknown) => {
+        assert.ok(error instanceof ForbiddenError);
+        assert.equal(error.code, -32009);
+        assert.deepEqual(error.data, { right: "operate", tenant: "alpha" });
+        return true;
+      });
+      const first = await cv.eval({ session: "first", cells: [{ language: "lua", code: "print(1)" }] });
+      assert.equal(first.cells[0]?.output, "1\n");
+      await assert.rejects(cv.eval({ session: "second", cells: [{ language: "lua", code: "print(2)" }] }), (error: unknown) => {
+        assert.ok(error instanceof QuotaExceededError);
+        assert.equal(error.code, -32008);
+        return true;
+      });
+    } finally {
+      cv.disconnect();
+    }
+  } finally {
+    await tenants.stop();
   }
 });
 

@@ -17,8 +17,9 @@ errors raised as typed exceptions carrying the JSON-RPC code::
 from .aio import AsyncClient, AsyncEvalStream
 from .client import Client, EvalStream
 from .daemon import Daemon, Started, default_socket
-from .errors import (CellvisorError, ConnectError, ConnectionClosed, DaemonNotRunning, Draining, InvalidParams,
-                     InvalidRequest, MethodNotFound, ParseError, ProtocolError, Refused, ResponseTimeout, RpcError,
+from .errors import (CellvisorError, ConnectError, ConnectionClosed, DaemonNotRunning, Draining, Forbidden,
+                     InternalError, InvalidParams, InvalidRequest, LeasedElsewhere, MethodNotFound, ParseError,
+                     ProtocolError, ProtocolMismatch, QuotaExceeded, Refused, ResponseTimeout, RpcError, SessionUnknown,
                      ShuttingDown, StartError, Unresponsive, WrongSession)
 from .wire import LANGUAGES, Tool
 
@@ -26,8 +27,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient", "AsyncEvalStream", "CellvisorError", "Client", "ConnectError", "ConnectionClosed", "Daemon",
-    "DaemonNotRunning", "Draining", "EvalStream", "InvalidParams", "InvalidRequest", "LANGUAGES", "MethodNotFound",
-    "ParseError", "ProtocolError", "Refused", "ResponseTimeout", "RpcError", "ShuttingDown", "StartError", "Started",
+    "DaemonNotRunning", "Draining", "EvalStream", "Forbidden", "InternalError", "InvalidParams", "InvalidRequest",
+    "LANGUAGES", "LeasedElsewhere", "MethodNotFound", "ParseError", "ProtocolError", "ProtocolMismatch", "QuotaExceeded",
+    "Refused", "ResponseTimeout", "RpcError", "SessionUnknown", "ShuttingDown", "StartError", "Started",
     "Tool", "Unresponsive", "WrongSession", "default_socket", "print_event",
 ]
 

@@ -210,6 +210,18 @@ class Daemon:
         try:
             self.client = wait_for(self.socket, self.process, within=30)
             self.client.call("initialize")
+        except CellvisorError as error:
+            # A daemon that bound its socket and then refused to start (a bad config, a runtime
+            # directory too long): its log says why, and the directory goes with `stop`.
+            log = os.path.join(self.dir, "daemon.log")
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+            why = tail(log)
+            self.stop()
+            raise StartError(f"the daemon ({binary}) did not start: {error}; its log ended: {why or '(empty)'}") \
+                from error
         except BaseException:
             self.stop()
             raise

@@ -50,6 +50,12 @@ class InvalidParams(RpcError):
     CODE = -32602
 
 
+class InternalError(RpcError):
+    """-32603: the daemon failed on its side."""
+
+    CODE = -32603
+
+
 class Refused(RpcError):
     """-32001: the request was refused (bad session name, missing cwd, empty cells, ...)."""
 
@@ -74,10 +80,44 @@ class WrongSession(RpcError):
     CODE = -32004
 
 
+class LeasedElsewhere(RpcError):
+    """-32005: another node of the fleet holds the session's lease: `data["node"]` names it and
+    `data["retry_after_ms"]` says when its lease runs out unless that node renews it."""
+
+    CODE = -32005
+
+
+class SessionUnknown(RpcError):
+    """-32006: `resume` of a session that is neither live on the node nor saved."""
+
+    CODE = -32006
+
+
+class ProtocolMismatch(RpcError):
+    """-32007: the daemon speaks another protocol version than this client (a daemon left
+    running across an upgrade); `data` names both versions."""
+
+    CODE = -32007
+
+
+class QuotaExceeded(RpcError):
+    """-32008: the caller's tenant is at one of its quotas: `data["quota"]` names it,
+    `data["tenant"]` the tenant and `data["limit"]` its value."""
+
+    CODE = -32008
+
+
+class Forbidden(RpcError):
+    """-32009: the caller's tenant lacks the right the method needs: `data["right"]` names it
+    (`cells` or `operate`), `data["tenant"]` the tenant."""
+
+    CODE = -32009
+
+
 _BY_CODE: Dict[int, Type[RpcError]] = {
     cls.CODE: cls
-    for cls in (ParseError, InvalidRequest, MethodNotFound, InvalidParams, Refused, ShuttingDown, Draining,
-                WrongSession)
+    for cls in (ParseError, InvalidRequest, MethodNotFound, InvalidParams, InternalError, Refused, ShuttingDown,
+                Draining, WrongSession, LeasedElsewhere, SessionUnknown, ProtocolMismatch, QuotaExceeded, Forbidden)
     if cls.CODE is not None
 }
 
