@@ -289,7 +289,10 @@ async fn reset(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcEr
 async fn close(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
     let p: SessionParams = params(params_in)?;
     let session = SessionRef::new(&p.session, p.cwd.as_deref());
-    let count = daemon.cv.close(session, p.language).await;
+    let options = cellvisor::CloseOptions {
+        keep_workspace: p.keep_workspace,
+    };
+    let count = daemon.cv.close_with(session, p.language, options).await;
     sessions_reached(count)
 }
 

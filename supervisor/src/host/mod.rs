@@ -28,6 +28,7 @@ mod startup;
 mod state;
 mod workspace;
 
+pub use control::CloseOptions;
 pub use errors::RequestError;
 pub use node::{DrainState, Health, Readiness, HEALTH_BOUND};
 

@@ -11,6 +11,9 @@
 //! tenant's `<tenant>/<name>`, each component from [`crate::names::encode_component`], so two
 //! sessions never share a directory and no name reaches outside its tenant's.
 
+pub mod files;
+pub mod usage;
+
 use crate::names::{encode_component, SessionName};
 use cellvisor_config::WorkspacesConfig;
 use std::io;
