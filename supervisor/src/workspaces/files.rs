@@ -56,7 +56,9 @@ pub enum FileError {
         allowed: &'static str,
     },
     /// A directory that is not empty, removed without `recursive`.
-    #[error("{0:?} is a directory that is not empty; pass recursive to remove it and everything in it")]
+    #[error(
+        "{0:?} is a directory that is not empty; pass recursive to remove it and everything in it"
+    )]
     NotEmpty(String),
     /// The write would take the workspace (or its tenant) past a quota.
     #[error("{0}")]
@@ -176,6 +178,34 @@ impl Root {
     fn open_beneath(&self, path: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, FileError> {
         rustix::fs::openat2(&self.fd, path, flags | OFlags::CLOEXEC, mode, resolve())
             .map_err(|errno| errno_error(path, errno))
+    }
+
+    /// The size of the regular file `path`, `None` when nothing is there (a link or
+    /// anything else there is refused as [`Root::open_write`] would refuse it).
+    pub fn existing_size(&self, path: &str) -> Result<Option<u64>, FileError> {
+        let path = check_path(path, false)?;
+        let fd = match self.open_beneath(path, OFlags::PATH | OFlags::NOFOLLOW, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(FileError::NotFound(_)) => return Ok(None),
+            Err(err) => return Err(err),
+        };
+        let stat = rustix::fs::fstat(&fd).map_err(|e| io_error(path, e))?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(FileError::Kind {
+                path: path.to_string(),
+                kind: kind_of(stat.st_mode),
+                allowed: "only regular files are written",
+            });
+        }
+        Ok(Some(u64::try_from(stat.st_size).unwrap_or(0)))
+    }
+
+    /// The directory `path` (`""` for the workspace itself), checked to lie beneath the
+    /// workspace and to be a directory: a network client's `cwd`.
+    pub fn directory(&self, path: &str) -> Result<(), FileError> {
+        let path = check_path(path, true)?;
+        self.open_beneath(path, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
+            .map(drop)
     }
 
     /// The regular file `path`, open for reading (a fifo is never waited on: it is opened
@@ -315,11 +345,7 @@ impl Root {
             Some((parent, name)) => (parent, name),
             None => (".", path),
         };
-        let dir = self.open_beneath(
-            parent,
-            OFlags::RDONLY | OFlags::DIRECTORY,
-            Mode::empty(),
-        )?;
+        let dir = self.open_beneath(parent, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())?;
         let stat = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
             .map_err(|errno| errno_error(path, errno))?;
         if FileType::from_raw_mode(stat.st_mode) != FileType::Directory {
@@ -402,8 +428,7 @@ fn list_dir(
         } else {
             format!("{prefix}/{name}")
         };
-        let Ok(stat) = rustix::fs::statat(dir, item.file_name(), AtFlags::SYMLINK_NOFOLLOW)
-        else {
+        let Ok(stat) = rustix::fs::statat(dir, item.file_name(), AtFlags::SYMLINK_NOFOLLOW) else {
             continue;
         };
         out.push(entry(&path, &stat));
@@ -499,7 +524,15 @@ mod tests {
 
     #[test]
     fn paths_are_checked_by_the_sandbox_rules() {
-        for bad in ["/etc/passwd", "../x", "a/../../x", "a//b", "a/./b", "", "a\0b"] {
+        for bad in [
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            "a//b",
+            "a/./b",
+            "",
+            "a\0b",
+        ] {
             let err = check_path(bad, false).unwrap_err();
             assert!(err.to_string().contains("invalid workspace path"), "{bad}");
         }
@@ -524,10 +557,16 @@ mod tests {
         assert_eq!(paths, ["d", "d/e", "d/e/f.txt"]);
         assert!(!cut);
         assert_eq!(root.list("", true, 2).unwrap().1, true, "cut short");
-        assert!(matches!(root.delete("d", false), Err(FileError::NotEmpty(_))));
+        assert!(matches!(
+            root.delete("d", false),
+            Err(FileError::NotEmpty(_))
+        ));
         let removed = root.delete("d", true).unwrap();
         assert_eq!(removed, Usage { bytes: 5, files: 3 });
-        assert!(matches!(root.open_read("d/e/f.txt"), Err(FileError::NotFound(_))));
+        assert!(matches!(
+            root.open_read("d/e/f.txt"),
+            Err(FileError::NotFound(_))
+        ));
     }
 
     #[test]
@@ -540,10 +579,7 @@ mod tests {
         std::os::unix::fs::symlink("../", dir.path().join("up")).unwrap();
         for path in ["out/secret", "abs", "up/x"] {
             let err = root.open_read(path).unwrap_err();
-            assert!(
-                matches!(err, FileError::Escapes(_)),
-                "{path}: {err}"
-            );
+            assert!(matches!(err, FileError::Escapes(_)), "{path}: {err}");
         }
         assert!(matches!(
             root.open_write("out/new", true),

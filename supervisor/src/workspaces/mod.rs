@@ -33,6 +33,11 @@ pub fn root(config: &WorkspacesConfig) -> PathBuf {
         .unwrap_or_else(crate::paths::workspaces_dir)
 }
 
+/// The directory of every workspace of tenant `tenant` (what its tenant quotas bound).
+pub fn tenant_dir(root: &Path, tenant: &str) -> PathBuf {
+    root.join(TENANTS).join(encode_component(tenant))
+}
+
 /// One session's workspace: a directory only it works in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workspace {
@@ -44,10 +49,7 @@ impl Workspace {
     /// works in its named session's: pass the name, not the throw-away key).
     pub fn of(root: &Path, session: &SessionName) -> Workspace {
         let dir = match session.as_str().split_once('/') {
-            Some((tenant, name)) => root
-                .join(TENANTS)
-                .join(encode_component(tenant))
-                .join(encode_component(name)),
+            Some((tenant, name)) => tenant_dir(root, tenant).join(encode_component(name)),
             None => root.join(LOCAL).join(session.dir_name()),
         };
         Workspace { dir }

@@ -68,8 +68,14 @@ impl Quota {
     /// Whether a workspace holding `now` may hold `now - freed + added`.
     pub fn admits(&self, now: Usage, freed: Usage, added: Usage) -> Result<(), Exceeded> {
         let after = Usage {
-            bytes: now.bytes.saturating_sub(freed.bytes).saturating_add(added.bytes),
-            files: now.files.saturating_sub(freed.files).saturating_add(added.files),
+            bytes: now
+                .bytes
+                .saturating_sub(freed.bytes)
+                .saturating_add(added.bytes),
+            files: now
+                .files
+                .saturating_sub(freed.files)
+                .saturating_add(added.files),
         };
         self.holds(after)
     }
@@ -77,16 +83,8 @@ impl Quota {
     /// Whether `usage` is within the quota.
     pub fn holds(&self, usage: Usage) -> Result<(), Exceeded> {
         let (bytes_name, files_name, what) = match self.scope {
-            Scope::Workspace => (
-                "workspaces.max-bytes",
-                "workspaces.max-files",
-                "workspace",
-            ),
-            Scope::Tenant => (
-                "workspace-bytes",
-                "workspace-files",
-                "tenant's workspaces",
-            ),
+            Scope::Workspace => ("workspaces.max-bytes", "workspaces.max-files", "workspace"),
+            Scope::Tenant => ("workspace-bytes", "workspace-files", "tenant's workspaces"),
         };
         if let Some(limit) = self.max_bytes.filter(|limit| usage.bytes > *limit) {
             return Err(Exceeded {
@@ -176,16 +174,53 @@ mod tests {
             max_bytes: Some(100),
             max_files: Some(3),
         };
-        let now = Usage { bytes: 60, files: 2 };
-        assert!(quota.admits(now, Usage::default(), Usage { bytes: 40, files: 1 }).is_ok());
+        let now = Usage {
+            bytes: 60,
+            files: 2,
+        };
+        assert!(quota
+            .admits(
+                now,
+                Usage::default(),
+                Usage {
+                    bytes: 40,
+                    files: 1
+                }
+            )
+            .is_ok());
         let err = quota
-            .admits(now, Usage::default(), Usage { bytes: 41, files: 1 })
+            .admits(
+                now,
+                Usage::default(),
+                Usage {
+                    bytes: 41,
+                    files: 1,
+                },
+            )
             .unwrap_err();
-        assert_eq!((err.quota, err.limit, err.would), ("workspaces.max-bytes", 100, 101));
-        assert!(err.to_string().contains("workspaces.max-bytes = 100"), "{err}");
+        assert_eq!(
+            (err.quota, err.limit, err.would),
+            ("workspaces.max-bytes", 100, 101)
+        );
+        assert!(
+            err.to_string().contains("workspaces.max-bytes = 100"),
+            "{err}"
+        );
         // Replacing a file frees what it held.
-        let freed = Usage { bytes: 50, files: 1 };
-        assert!(quota.admits(now, freed, Usage { bytes: 90, files: 1 }).is_ok());
+        let freed = Usage {
+            bytes: 50,
+            files: 1,
+        };
+        assert!(quota
+            .admits(
+                now,
+                freed,
+                Usage {
+                    bytes: 90,
+                    files: 1
+                }
+            )
+            .is_ok());
         let tenant = Quota {
             scope: Scope::Tenant,
             max_bytes: None,
@@ -194,7 +229,12 @@ mod tests {
         let err = tenant.holds(Usage { bytes: 0, files: 2 }).unwrap_err();
         assert_eq!(err.quota, "workspace-files");
         assert!(!Quota::default().is_set());
-        assert!(Quota::default().holds(Usage { bytes: u64::MAX, files: u64::MAX }).is_ok());
+        assert!(Quota::default()
+            .holds(Usage {
+                bytes: u64::MAX,
+                files: u64::MAX
+            })
+            .is_ok());
     }
 
     #[test]
@@ -205,7 +245,13 @@ mod tests {
         std::fs::write(dir.path().join("b"), [0u8; 5]).unwrap();
         std::os::unix::fs::symlink("/usr", dir.path().join("l")).unwrap();
         let usage = measure_path(dir.path()).unwrap();
-        assert_eq!(usage, Usage { bytes: 15, files: 4 });
+        assert_eq!(
+            usage,
+            Usage {
+                bytes: 15,
+                files: 4
+            }
+        );
         assert_eq!(
             measure_path(&dir.path().join("missing")).unwrap(),
             Usage::default()
