@@ -40,6 +40,45 @@ impl Cellvisor {
 }
 
 impl Cellvisor {
+    /// After a cell that ran in a workspace: when the workspace is over
+    /// `workspaces.max-bytes` or `max-files`, the cell's result becomes an error saying so
+    /// (the files stay, for the host to take out or remove). Measured off the actors'
+    /// thread, by descriptors.
+    pub(super) async fn check_workspace_after_cell(
+        &self,
+        cwd: Option<&Path>,
+        result: &mut crate::cell::CellResult,
+    ) {
+        let quota = self.workspace_quota();
+        let Some(workspace) = cwd
+            .filter(|_| quota.is_set())
+            .and_then(|cwd| Workspace::containing(&self.workspaces, cwd))
+        else {
+            return;
+        };
+        let measured = tokio::task::spawn_blocking(move || {
+            crate::workspaces::usage::measure_path(workspace.dir())
+        })
+        .await;
+        let Ok(Ok(usage)) = measured else {
+            return;
+        };
+        if let Err(exceeded) = quota.holds(usage) {
+            let output = &mut result.report.output;
+            if !output.is_empty() && !output.ends_with('\n') {
+                output.push('\n');
+            }
+            output.push_str(&format!(
+                "[cellvisor] after this cell the session's workspace is over its quota: \
+                 {exceeded}\n"
+            ));
+            if result.report.status != crate::cell::CellStatus::Running {
+                result.report.status = crate::cell::CellStatus::Error;
+                result.exit_code = 1;
+            }
+        }
+    }
+
     /// The node's quota on each workspace (`workspaces.max-bytes`, `max-files`), as in force.
     pub fn workspace_quota(&self) -> crate::workspaces::usage::Quota {
         let config = crate::locking::lock(&self.config);
