@@ -32,7 +32,9 @@ impl Http {
         if let Some(cert) = tls {
             let root = ureq::tls::Certificate::from_der(&cert.der).to_owned();
             let tls = ureq::tls::TlsConfig::builder()
-                .root_certs(ureq::tls::RootCerts::Specific(std::sync::Arc::new(vec![root])))
+                .root_certs(ureq::tls::RootCerts::Specific(std::sync::Arc::new(vec![
+                    root,
+                ])))
                 .build();
             config = config.tls_config(tls);
         }
@@ -55,7 +57,10 @@ impl Http {
             .expect("an HTTP answer");
         let status = response.status().as_u16();
         let text = response.body_mut().read_to_string().unwrap_or_default();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     fn get(&self, session: &str, path: &str) -> (u16, Vec<u8>) {
@@ -87,7 +92,10 @@ impl Http {
 }
 
 fn output(result: &Value) -> String {
-    result["cells"][0]["output"].as_str().unwrap_or_default().to_string()
+    result["cells"][0]["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 #[test]
@@ -98,7 +106,10 @@ fn files_go_in_and_out_over_http_and_json_rpc_and_cells_work_in_their_workspace(
 
     // A session without cwd works in a workspace of its own under the state directory.
     let here = ws
-        .call("eval", json!({"session": "a", "cells": [py("import os; print(os.getcwd())")]}))
+        .call(
+            "eval",
+            json!({"session": "a", "cells": [py("import os; print(os.getcwd())")]}),
+        )
         .expect("eval");
     let workspace = std::path::PathBuf::from(output(&here).trim());
     assert!(
@@ -110,7 +121,10 @@ fn files_go_in_and_out_over_http_and_json_rpc_and_cells_work_in_their_workspace(
     let (status, put) = http.put("a", "in/data.csv", b"x,y\n1,2\n");
     assert_eq!(status, 200, "{put}");
     let wrote = ws
-        .call("files/write", json!({"session": "a", "path": "rpc.txt", "data": "from rpc"}))
+        .call(
+            "files/write",
+            json!({"session": "a", "path": "rpc.txt", "data": "from rpc"}),
+        )
         .expect("files/write");
     assert_eq!(wrote["written"], 8, "{wrote}");
     let read = ws
@@ -132,7 +146,11 @@ fn files_go_in_and_out_over_http_and_json_rpc_and_cells_work_in_their_workspace(
     let expected: Vec<u8> = (0..=255u8).cycle().take(256 * 300).collect();
     let (status, got) = http.get("a", "out.bin");
     assert_eq!(status, 200);
-    assert!(got == expected, "the download is byte-exact ({} bytes)", got.len());
+    assert!(
+        got == expected,
+        "the download is byte-exact ({} bytes)",
+        got.len()
+    );
     let part = ws
         .call(
             "files/read",
@@ -140,7 +158,10 @@ fn files_go_in_and_out_over_http_and_json_rpc_and_cells_work_in_their_workspace(
         )
         .expect("files/read");
     assert_eq!(part["encoding"], "base64", "{part}");
-    assert_eq!((part["length"].as_u64(), part["size"].as_u64()), (Some(10), Some(76800)));
+    assert_eq!(
+        (part["length"].as_u64(), part["size"].as_u64()),
+        (Some(10), Some(76800))
+    );
     use base64::Engine;
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(part["data"].as_str().unwrap_or_default())
@@ -157,7 +178,11 @@ fn files_go_in_and_out_over_http_and_json_rpc_and_cells_work_in_their_workspace(
         .iter()
         .filter_map(|e| e["path"].as_str())
         .collect();
-    assert_eq!(paths, ["in", "in/data.csv", "out.bin", "rpc.txt"], "{listed}");
+    assert_eq!(
+        paths,
+        ["in", "in/data.csv", "out.bin", "rpc.txt"],
+        "{listed}"
+    );
     let (status, body) = http.get("a", "in");
     assert_eq!(status, 200);
     let listing: Value = serde_json::from_slice(&body).expect("a JSON listing");
@@ -169,13 +194,22 @@ fn files_go_in_and_out_over_http_and_json_rpc_and_cells_work_in_their_workspace(
         .expect_err("..");
     assert_eq!(refused["code"], -32602, "{refused}");
     assert!(
-        refused["message"].as_str().unwrap_or_default().contains("without `..`"),
+        refused["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("without `..`"),
         "{refused}"
     );
     let refused = ws
-        .call("files/write", json!({"session": "a", "path": "/etc/x", "data": ""}))
+        .call(
+            "files/write",
+            json!({"session": "a", "path": "/etc/x", "data": ""}),
+        )
         .expect_err("absolute");
-    assert!(refused["message"].as_str().unwrap_or_default().contains("it is absolute"));
+    assert!(refused["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("it is absolute"));
     ws.call(
         "eval",
         json!({"session": "a", "cells": [py("import os; os.symlink('/etc', 'etc'); os.symlink('../b', 'sibling')")]}),
@@ -186,7 +220,10 @@ fn files_go_in_and_out_over_http_and_json_rpc_and_cells_work_in_their_workspace(
             .call("files/read", json!({"session": "a", "path": link}))
             .expect_err("a link out");
         assert!(
-            refused["message"].as_str().unwrap_or_default().contains("leads out of the session's workspace"),
+            refused["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("leads out of the session's workspace"),
             "{link}: {refused}"
         );
         let (status, _) = http.put("a", link, b"x");
@@ -202,10 +239,16 @@ fn files_go_in_and_out_over_http_and_json_rpc_and_cells_work_in_their_workspace(
             json!({"session": "a", "cwd": "in", "cells": [py("import os; print(os.getcwd())")]}),
         )
         .expect("cwd inside");
-    assert_eq!(output(&inside).trim(), workspace.join("in").display().to_string());
+    assert_eq!(
+        output(&inside).trim(),
+        workspace.join("in").display().to_string()
+    );
     for outside in ["/tmp", "..", "../b", "etc"] {
         let refused = ws
-            .call("eval", json!({"session": "a", "cwd": outside, "cells": [py("1")]}))
+            .call(
+                "eval",
+                json!({"session": "a", "cwd": outside, "cells": [py("1")]}),
+            )
             .expect_err("cwd outside");
         let message = refused["message"].as_str().unwrap_or_default();
         assert!(
@@ -219,7 +262,10 @@ fn files_go_in_and_out_over_http_and_json_rpc_and_cells_work_in_their_workspace(
     let gone = ws
         .call("files/read", json!({"session": "a", "path": "rpc.txt"}))
         .expect_err("deleted");
-    assert!(gone["message"].as_str().unwrap_or_default().contains("does not exist"));
+    assert!(gone["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("does not exist"));
     ws.call("close", json!({"session": "a", "keep_workspace": true}))
         .expect("close, keeping");
     assert!(workspace.join("out.bin").is_file(), "kept");
@@ -247,29 +293,49 @@ fn quotas_are_refused_with_the_quota_named() {
         )
         .expect_err("over max-bytes");
     assert_eq!(refused["code"], -32008, "{refused}");
-    assert_eq!(refused["data"]["quota"], "workspaces.max-bytes", "{refused}");
+    assert_eq!(
+        refused["data"]["quota"], "workspaces.max-bytes",
+        "{refused}"
+    );
     assert!(
-        refused["message"].as_str().unwrap_or_default().contains("workspaces.max-bytes = 65536"),
+        refused["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("workspaces.max-bytes = 65536"),
         "{refused}"
     );
     // Streamed past the quota over HTTP: refused, and nothing of it kept.
     let (status, body) = http.put("q", "big", &vec![7u8; 100 * 1024]);
     assert_eq!(status, 413, "{body}");
     assert!(body.to_string().contains("workspaces.max-bytes"), "{body}");
-    let listed = ws.call("files/list", json!({"session": "q"})).expect("list");
+    let listed = ws
+        .call("files/list", json!({"session": "q"}))
+        .expect("list");
     assert_eq!(listed["entries"], json!([]), "nothing kept: {listed}");
     // Files: four fit, the fifth is refused by name.
     for n in 0..4 {
-        ws.call("files/write", json!({"session": "q", "path": format!("f{n}"), "data": "x"}))
-            .expect("within max-files");
+        ws.call(
+            "files/write",
+            json!({"session": "q", "path": format!("f{n}"), "data": "x"}),
+        )
+        .expect("within max-files");
     }
     let refused = ws
-        .call("files/write", json!({"session": "q", "path": "f4", "data": "x"}))
+        .call(
+            "files/write",
+            json!({"session": "q", "path": "f4", "data": "x"}),
+        )
         .expect_err("over max-files");
-    assert_eq!(refused["data"]["quota"], "workspaces.max-files", "{refused}");
+    assert_eq!(
+        refused["data"]["quota"], "workspaces.max-files",
+        "{refused}"
+    );
     // Replacing a file is no new file.
-    ws.call("files/write", json!({"session": "q", "path": "f0", "data": "y"}))
-        .expect("a replaced file fits");
+    ws.call(
+        "files/write",
+        json!({"session": "q", "path": "f0", "data": "y"}),
+    )
+    .expect("a replaced file fits");
     // A cell that leaves its workspace over a quota ends as an error naming it.
     let cell = ws
         .call(
@@ -352,8 +418,12 @@ fn a_100_mb_file_streams_both_ways_while_the_daemons_memory_stays_flat() {
     assert_eq!(total, SIZE);
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     let _ = sampler.join();
-    let grew = peak.load(std::sync::atomic::Ordering::SeqCst).saturating_sub(before);
-    eprintln!("daemon RSS before {before} B, peak growth {grew} B over a 100 MB upload and download");
+    let grew = peak
+        .load(std::sync::atomic::Ordering::SeqCst)
+        .saturating_sub(before);
+    eprintln!(
+        "daemon RSS before {before} B, peak growth {grew} B over a 100 MB upload and download"
+    );
     assert!(
         grew < 10 << 20,
         "the daemon's RSS grew {grew} bytes streaming 100 MB both ways"
@@ -388,7 +458,12 @@ fn a_workspace_outlives_eviction_and_restarts_and_close_removes_it() {
     )));
     let mut client = daemon.client();
     // The Unix socket's caller without cwd (a library host) works in the workspace too.
-    let wrote = client.eval("keep", json!([py("open('notes.txt', 'w').write('kept'); import os; print(os.getcwd())")]));
+    let wrote = client.eval(
+        "keep",
+        json!([py(
+            "open('notes.txt', 'w').write('kept'); import os; print(os.getcwd())"
+        )]),
+    );
     let workspace = std::path::PathBuf::from(output(&wrote).trim());
     assert!(workspace.ends_with("workspaces/local/keep"), "{wrote:#}");
     let evicted = wait_until(Duration::from_secs(30), || {
@@ -396,7 +471,11 @@ fn a_workspace_outlives_eviction_and_restarts_and_close_removes_it() {
         let live = rows
             .as_array()
             .is_some_and(|rows| rows.iter().any(|r| r["session"] == "keep"));
-        if live { Err(rows) } else { Ok(()) }
+        if live {
+            Err(rows)
+        } else {
+            Ok(())
+        }
     });
     assert!(evicted.is_ok(), "the idle session was evicted: {evicted:?}");
     let read = client.eval("keep", json!([py("print(open('notes.txt').read())")]));
@@ -405,10 +484,15 @@ fn a_workspace_outlives_eviction_and_restarts_and_close_removes_it() {
     let daemon = Daemon::start_in(world);
     let mut client = daemon.client();
     let read = client
-        .call("files/read", json!({"session": "keep", "path": "notes.txt"}))
+        .call(
+            "files/read",
+            json!({"session": "keep", "path": "notes.txt"}),
+        )
         .expect("files/read after a restart");
     assert_eq!(read["data"], "kept", "{read}");
-    client.call("close", json!({"session": "keep"})).expect("close");
+    client
+        .call("close", json!({"session": "keep"}))
+        .expect("close");
     assert!(!workspace.exists(), "close removed the workspace");
     daemon.stop();
 }
@@ -448,7 +532,10 @@ fn two_sessions_workspaces_are_apart_at_the_uid_level() {
         .call("files/read", json!({"session": "b", "path": "link"}))
         .expect_err("b's link to a's file");
     assert!(
-        refused["message"].as_str().unwrap_or_default().contains("leads out"),
+        refused["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("leads out"),
         "{refused}"
     );
     // A file uploaded into b is b's: its cells may change it.
