@@ -579,3 +579,92 @@ fn uid_daemon(port: u16) -> Daemon {
     assert!(up.is_ok(), "the listener never listened: {up:?}");
     daemon
 }
+
+#[test]
+fn the_rust_client_uploads_lists_and_downloads_over_wss() {
+    use cellvisor_client::daemon::{Client, Remote, Token};
+    let net = NetDaemon::start(true, "", "");
+    let mut remote = Remote::new(&format!("wss://127.0.0.1:{}", net.port)).expect("a URL");
+    remote.token = Some(Token::new(TOKEN, "the test"));
+    remote.ca_file = net.tls.as_ref().map(|cert| cert.cert.clone());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let mut client = Client::connect_remote(&remote).await.expect("connected");
+        // Past one part each way (8 MiB).
+        let data: Vec<u8> = (0..9u32 << 20)
+            .map(|i| (i.wrapping_mul(31) >> 3) as u8)
+            .collect();
+        client
+            .upload("rs", "d/data.bin", &data)
+            .await
+            .expect("upload");
+        let listed = client.list("rs", "", true).await.expect("list");
+        let paths: Vec<&str> = listed.entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["d", "d/data.bin"]);
+        assert_eq!(listed.entries[1].size, data.len() as u64);
+        let back = client.download("rs", "d/data.bin").await.expect("download");
+        assert!(back == data, "byte-exact ({} bytes back)", back.len());
+        let refused = client.download("rs", "d/../../x").await.expect_err("`..`");
+        assert!(refused.to_string().contains("without `..`"), "{refused}");
+    });
+    net.daemon.stop();
+}
+
+/// The figure docs/workspaces.md quotes: a file up and down over TLS through the listener
+/// against a plain copy of it on the same disk (the floor), in one run. A measurement, not
+/// a check: `cargo test --test workspaces -- --ignored --nocapture measure`.
+#[test]
+#[ignore]
+fn measure_upload_and_download_over_tls_against_cp() {
+    const SIZE: u64 = 256 << 20;
+    let net = NetDaemon::start(true, "", "");
+    let http = Http::new(&net);
+    let scratch = tempfile::tempdir_in(net.daemon.world.dir.path()).expect("scratch");
+    let source = scratch.path().join("source.bin");
+    std::io::copy(
+        &mut Pattern { at: 0, size: SIZE },
+        &mut std::fs::File::create(&source).expect("source"),
+    )
+    .expect("the source file");
+    let started = std::time::Instant::now();
+    std::fs::copy(&source, scratch.path().join("copy.bin")).expect("cp");
+    let cp = started.elapsed();
+    let started = std::time::Instant::now();
+    let mut file = std::fs::File::open(&source).expect("source");
+    let mut response = http
+        .agent
+        .put(&http.url("m", "data.bin"))
+        .header("authorization", &format!("Bearer {TOKEN}"))
+        .header("content-length", &SIZE.to_string())
+        .send(ureq::SendBody::from_reader(&mut file))
+        .expect("an HTTP answer");
+    assert_eq!(response.status().as_u16(), 200);
+    let _ = response.body_mut().read_to_string();
+    let up = started.elapsed();
+    let started = std::time::Instant::now();
+    let mut response = http
+        .agent
+        .get(&http.url("m", "data.bin"))
+        .header("authorization", &format!("Bearer {TOKEN}"))
+        .call()
+        .expect("an HTTP answer");
+    let mut sink = std::fs::File::create(scratch.path().join("down.bin")).expect("sink");
+    let got = std::io::copy(&mut response.body_mut().as_reader(), &mut sink).expect("download");
+    let down = started.elapsed();
+    assert_eq!(got, SIZE);
+    let rate = |d: Duration| SIZE as f64 / (1 << 20) as f64 / d.as_secs_f64();
+    eprintln!(
+        "{} MiB: cp {:.0} MiB/s; upload over TLS {:.0} MiB/s ({:.2}x cp's time); download over TLS \
+         {:.0} MiB/s ({:.2}x cp's time)",
+        SIZE >> 20,
+        rate(cp),
+        rate(up),
+        up.as_secs_f64() / cp.as_secs_f64(),
+        rate(down),
+        down.as_secs_f64() / cp.as_secs_f64()
+    );
+    net.daemon.stop();
+}
