@@ -20,6 +20,7 @@ fn py(code: &str) -> Value {
 struct Http {
     agent: ureq::Agent,
     base: String,
+    token: String,
 }
 
 impl Http {
@@ -41,6 +42,7 @@ impl Http {
         Http {
             agent: config.build().into(),
             base,
+            token: TOKEN.to_string(),
         }
     }
 
@@ -52,7 +54,7 @@ impl Http {
         let mut response = self
             .agent
             .put(&self.url(session, path))
-            .header("authorization", &format!("Bearer {TOKEN}"))
+            .header("authorization", &format!("Bearer {}", self.token))
             .send(body)
             .expect("an HTTP answer");
         let status = response.status().as_u16();
@@ -67,7 +69,7 @@ impl Http {
         let mut response = self
             .agent
             .get(&self.url(session, path))
-            .header("authorization", &format!("Bearer {TOKEN}"))
+            .header("authorization", &format!("Bearer {}", self.token))
             .call()
             .expect("an HTTP answer");
         let status = response.status().as_u16();
@@ -83,7 +85,7 @@ impl Http {
     fn delete(&self, session: &str, path: &str) -> u16 {
         self.agent
             .delete(&self.url(session, path))
-            .header("authorization", &format!("Bearer {TOKEN}"))
+            .header("authorization", &format!("Bearer {}", self.token))
             .call()
             .expect("an HTTP answer")
             .status()
@@ -666,5 +668,79 @@ fn measure_upload_and_download_over_tls_against_cp() {
         rate(down),
         down.as_secs_f64() / cp.as_secs_f64()
     );
+    net.daemon.stop();
+}
+
+#[test]
+fn tenants_have_workspaces_of_their_own_and_a_quota_over_all_of_them() {
+    const ALPHA: &str = "alpha-token-0123456789abcdef";
+    const BETA: &str = "beta-token-0123456789abcdef";
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("alpha.token"), ALPHA).expect("a test file");
+    std::fs::write(dir.path().join("beta.token"), BETA).expect("a test file");
+    let tenants = dir.path().join("tenants.toml");
+    std::fs::write(
+        &tenants,
+        "[[tenants]]\nname = \"alpha\"\ntoken-file = \"alpha.token\"\nworkspace-bytes = \"48KiB\"\n\
+         [[tenants]]\nname = \"beta\"\ntoken-file = \"beta.token\"\n",
+    )
+    .expect("a test file");
+    let net = NetDaemon::start(
+        false,
+        &format!("tenants-file = {:?}\n", tenants.display().to_string()),
+        "",
+    );
+    let mut alpha_http = Http::new(&net);
+    alpha_http.token = ALPHA.to_string();
+    let mut beta_http = Http::new(&net);
+    beta_http.token = BETA.to_string();
+    let mut alpha = net.ws(Some(ALPHA), None).expect("alpha connects");
+    let mut beta = net.ws(Some(BETA), None).expect("beta connects");
+
+    assert_eq!(alpha_http.put("s", "f.txt", b"alpha's").0, 200);
+    let cwd = alpha
+        .call("eval", json!({"session": "s", "cells": [py("import os; print(os.getcwd()); print(open('f.txt').read())")]}))
+        .expect("eval");
+    assert!(
+        output(&cwd).contains("workspaces/tenants/alpha/s\nalpha's"),
+        "{cwd:#}"
+    );
+    // Beta's `s` is another session with another workspace; alpha's is no name of beta's.
+    assert_eq!(beta_http.get("s", "f.txt").0, 404);
+    let listed = beta
+        .call("files/list", json!({"session": "s"}))
+        .expect("list");
+    assert_eq!(listed["entries"], json!([]), "{listed}");
+    let (status, body) = beta_http.get("alpha%2Fs", "f.txt");
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
+    let refused = beta
+        .call("files/read", json!({"session": "alpha/s", "path": "f.txt"}))
+        .expect_err("another tenant's session");
+    assert_eq!(refused["code"], -32602, "{refused}");
+
+    // The tenant's quota bounds its workspaces together.
+    use base64::Engine;
+    let part = base64::engine::general_purpose::STANDARD.encode(vec![1u8; 30 * 1024]);
+    alpha
+        .call(
+            "files/write",
+            json!({"session": "s2", "path": "p", "data": part, "encoding": "base64"}),
+        )
+        .expect("30 KiB fit");
+    let refused = alpha
+        .call(
+            "files/write",
+            json!({"session": "s3", "path": "p", "data": part, "encoding": "base64"}),
+        )
+        .expect_err("60 KiB do not");
+    assert_eq!(refused["code"], -32008, "{refused}");
+    assert_eq!(refused["data"]["quota"], "workspace-bytes", "{refused}");
+    // Beta has no such quota.
+    beta.call(
+        "files/write",
+        json!({"session": "s3", "path": "p", "data": part, "encoding": "base64"}),
+    )
+    .expect("beta is unbounded");
+    drop((alpha, beta));
     net.daemon.stop();
 }
