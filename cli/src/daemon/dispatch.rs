@@ -181,6 +181,7 @@ async fn eval(
             let inside = daemon
                 .cv
                 .workspace_cwd(&name, &cwd)
+                .await
                 .map_err(|e| RpcError::new(code::INVALID_PARAMS, e.to_string()))?;
             eval.cwd = Some(inside);
         }

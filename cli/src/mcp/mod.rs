@@ -235,13 +235,14 @@ impl CellvisorMcp {
         let cwd = match (cwd, &self.workspace) {
             (None, None) => std::env::current_dir().ok(),
             (Some(cwd), Some(_)) => {
-                let inside = cellvisor::SessionName::parse(&self.session)
-                    .map_err(|e| e.to_string())
-                    .and_then(|name| {
-                        self.cv
-                            .workspace_cwd(&name, &cwd)
-                            .map_err(|e| e.to_string())
-                    });
+                let inside = match cellvisor::SessionName::parse(&self.session) {
+                    Ok(name) => self
+                        .cv
+                        .workspace_cwd(&name, &cwd)
+                        .await
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
                 match inside {
                     Ok(inside) => Some(inside),
                     Err(message) => return tool_error(message),

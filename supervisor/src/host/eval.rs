@@ -51,7 +51,7 @@ impl Cellvisor {
         let policy = self.request_policy();
         // A session served without a caller directory works in its workspace (a per-call
         // request in its named session's).
-        self.enter_workspace(&mut request)?;
+        self.enter_workspace(&mut request).await?;
         let sandbox = self.sandbox_plan(&request)?.map(Arc::new);
         let python = self.python_choice(&request).map(Arc::new);
         let caller_env = request.env.as_ref().map(|vars| {

@@ -22,19 +22,27 @@ impl Cellvisor {
     /// Gives a request without `cwd` its session's workspace as its directory (made if
     /// missing). Under `sessions.key = "session+cwd"` a request's directory is its state's
     /// key, so it must name one and is left as it is.
-    pub(super) fn enter_workspace(&self, request: &mut EvalRequest) -> Result<(), RequestError> {
+    pub(super) async fn enter_workspace(
+        &self,
+        request: &mut EvalRequest,
+    ) -> Result<(), RequestError> {
         if request.cwd.is_some() || self.keyed_by_cwd() {
             return Ok(());
         }
         let name = SessionName::parse(&request.session)?;
         let workspace = self.workspace(&name);
-        workspace.create().map_err(|e| {
+        let dir = workspace.dir().to_path_buf();
+        // Off the actors' thread, as every file operation of the host.
+        let made = tokio::task::spawn_blocking(move || workspace.create())
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+        made.map_err(|e| {
             RequestError::Workspace(format!(
                 "cannot make session {name}'s workspace {}: {e}",
-                workspace.dir().display()
+                dir.display()
             ))
         })?;
-        request.cwd = Some(workspace.dir().to_path_buf());
+        request.cwd = Some(dir);
         Ok(())
     }
 }
@@ -92,37 +100,49 @@ impl Cellvisor {
     /// The directory a network client's `cwd` names: `cwd` relative to `session`'s
     /// workspace, a directory beneath it (never through a link out of it). The workspace is
     /// made if missing. A client on the network names no path outside its workspace.
-    pub fn workspace_cwd(
+    pub async fn workspace_cwd(
         &self,
         session: &SessionName,
         cwd: &Path,
     ) -> Result<std::path::PathBuf, RequestError> {
-        let rule = |why: String| {
-            RequestError::Workspace(format!(
-                "cwd {:?} is refused: {why}; a network client's cwd names a directory inside \
-                 its session's workspace, relative to it (like \"data\"), never a path outside it",
-                cwd.display().to_string()
-            ))
-        };
-        let text = cwd.to_str().ok_or_else(|| rule("it is not UTF-8".into()))?;
-        if cwd.is_absolute() {
-            return Err(rule("it is absolute".into()));
-        }
         let workspace = self.workspace(session);
-        workspace.create().map_err(|e| {
-            RequestError::Workspace(format!(
-                "cannot make session {session}'s workspace {}: {e}",
-                workspace.dir().display()
-            ))
-        })?;
-        let root = crate::workspaces::files::Root::open(workspace.dir())
-            .map_err(|e| rule(e.to_string()))?;
-        root.directory(text).map_err(|e| rule(e.to_string()))?;
-        let relative =
-            crate::workspaces::files::check_path(text, true).map_err(|e| rule(e.to_string()))?;
-        Ok(match relative {
-            "." => workspace.dir().to_path_buf(),
-            inner => workspace.dir().join(inner),
-        })
+        let (session, cwd) = (session.clone(), cwd.to_path_buf());
+        tokio::task::spawn_blocking(move || confine_cwd(&workspace, &session, &cwd))
+            .await
+            .unwrap_or_else(|e| Err(RequestError::Workspace(e.to_string())))
     }
+}
+
+/// [`Cellvisor::workspace_cwd`], blocking: the directory `cwd` names inside `workspace`.
+fn confine_cwd(
+    workspace: &Workspace,
+    session: &SessionName,
+    cwd: &Path,
+) -> Result<std::path::PathBuf, RequestError> {
+    let rule = |why: String| {
+        RequestError::Workspace(format!(
+            "cwd {:?} is refused: {why}; a network client's cwd names a directory inside \
+             its session's workspace, relative to it (like \"data\"), never a path outside it",
+            cwd.display().to_string()
+        ))
+    };
+    let text = cwd.to_str().ok_or_else(|| rule("it is not UTF-8".into()))?;
+    if cwd.is_absolute() {
+        return Err(rule("it is absolute".into()));
+    }
+    workspace.create().map_err(|e| {
+        RequestError::Workspace(format!(
+            "cannot make session {session}'s workspace {}: {e}",
+            workspace.dir().display()
+        ))
+    })?;
+    let root =
+        crate::workspaces::files::Root::open(workspace.dir()).map_err(|e| rule(e.to_string()))?;
+    root.directory(text).map_err(|e| rule(e.to_string()))?;
+    let relative =
+        crate::workspaces::files::check_path(text, true).map_err(|e| rule(e.to_string()))?;
+    Ok(match relative {
+        "." => workspace.dir().to_path_buf(),
+        inner => workspace.dir().join(inner),
+    })
 }
