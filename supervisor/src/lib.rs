@@ -78,6 +78,8 @@ mod zygote;
 pub use zygote::ZygoteStatus;
 /// A program that embeds cellvisor serves its own workers (`__worker`) through this.
 pub mod worker_entry;
+/// Each session's directory of files: where it is ([`workspaces::Workspace::of`]).
+pub mod workspaces;
 
 pub use cell::{
     CellEvent, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult, ToolCallRequest, ToolSpec,
@@ -87,7 +89,7 @@ pub use cellvisor_config::Config;
 pub use cellvisor_ipc::Language;
 pub use environment::caller_environment;
 pub use host::{
-    Cellvisor, DrainState, Health, Options, Readiness, RequestError, SessionRef, StartupError,
-    WaitOptions, HEALTH_BOUND, MAX_SESSION_NAME, MAX_WAIT_MS,
+    Cellvisor, CloseOptions, DrainState, Health, Options, Readiness, RequestError, SessionRef,
+    StartupError, WaitOptions, HEALTH_BOUND, MAX_SESSION_NAME, MAX_WAIT_MS,
 };
 pub use names::{SessionName, SessionNameError};
