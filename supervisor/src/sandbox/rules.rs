@@ -139,7 +139,10 @@ pub fn apply_to_env(
     shared_artifacts: &Path,
 ) -> std::io::Result<()> {
     let Some(plan) = plan else {
-        env.unconfine(shared_artifacts);
+        if crate::isolation::dirs::foreign_owner(&dirs.tmp).is_none() {
+            cellvisor_ipc::socket::ensure_private_dir_nofollow(&dirs.tmp)?;
+        }
+        env.unconfine(shared_artifacts, &dirs.tmp);
         return Ok(());
     };
     for dir in [&dirs.tmp, &dirs.artifacts]
