@@ -173,7 +173,9 @@ async fn eval(
     let (events, mut stream) = EventStream::new(eval.events);
     let (tool_host, mut tool_calls) = mpsc::channel::<ToolCallRequest>(8);
     let tool_host = (!eval.tools.is_empty()).then_some(tool_host);
-    let eval = daemon.cv.eval_with_tools(eval, events, tool_host);
+    let eval = daemon
+        .cv
+        .eval_from(connection.origin, eval, events, tool_host);
     tokio::pin!(eval);
     let mut started = HeldStart::default();
     let result = loop {

@@ -181,6 +181,8 @@ pub struct CellvisorMcp {
     tools: Vec<Tool>,
     disconnected: watch::Receiver<bool>,
     artifacts: resources::Artifacts,
+    /// Where its client is: MCP over HTTP is served on the network.
+    origin: cellvisor::Origin,
 }
 
 impl CellvisorMcp {
@@ -199,7 +201,15 @@ impl CellvisorMcp {
             tools,
             disconnected,
             artifacts,
+            origin: cellvisor::Origin::Local,
         }
+    }
+
+    /// This handler serves a client on the network (MCP over HTTP): the `landlock` level of
+    /// `auto` confines its cells.
+    pub fn on_network(mut self) -> CellvisorMcp {
+        self.origin = cellvisor::Origin::Network;
+        self
     }
 
     async fn eval(
@@ -228,7 +238,7 @@ impl CellvisorMcp {
             tools: Vec::new(),
             ..Default::default()
         };
-        let eval = self.cv.eval(request, events);
+        let eval = self.cv.eval_from(self.origin, request, events, None);
         // A cancelled call stops its cell, so the session is free for the next one.
         let result = self
             .hold(eval, events_rx, progress, context, OnCancel::Interrupt)

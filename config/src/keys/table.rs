@@ -229,10 +229,10 @@ pub static KEYS: &[KeySpec] = &[
     key!(fleet.agent_listen as "agent-listen", Kind::Listeners, Restart,
         "TCP addresses, like [\"tcp://127.0.0.1:7421\"], answering HAProxy's agent check: `ready` with a weight from the free session slots, or `drain` while draining; empty: none."),
     // [isolation]
-    key!(isolation.level as "level", Kind::Choice(&["auto", "uid", "none"]), Restart,
-        "Who a cell is (docs/hardening.md). uid: every worker of a session runs as a uid and gid leased from `uids` for the session's life, its directories 0700 and its own, the daemon's files and other sessions out of reach (needs root or CAP_SETUID and CAP_SETGID; the daemon refuses to start without them); none: workers run as the daemon's user; auto: uid where the daemon may change uids and `uids` is set, none otherwise. `status` and the start-up log say which is in force."),
+    key!(isolation.level as "level", Kind::Choice(&["auto", "uid", "landlock", "none"]), Restart,
+        "Who a cell is and what it reaches (docs/hardening.md). uid: every worker of a session runs as a uid and gid leased from `uids` for the session's life, its directories 0700 and its own, the daemon's files and other sessions out of reach (needs root or CAP_SETUID and CAP_SETGID; the daemon refuses to start without them); landlock: workers run as the daemon's user, every session's confined by Landlock away from the daemon's state, runtime and artifact directories, its token, tenants and TLS key files, the snapshot key and other sessions' files, free to read the rest and to write its cwd and its own temporary directory (a kernel without Landlock falls back to none, saying why); none: workers run as the daemon's user; auto: uid where the daemon may change uids and `uids` is set, otherwise landlock for sessions served on the network (WebSocket, HTTP, MCP over HTTP) and none for local ones. `status`, `initialize` and the start-up log say which is in force."),
     key!(isolation.uids as "uids", Kind::UidRange, Restart,
-        "The uids (with gids of the same numbers) leased to sessions, one per live session, like \"61000-61999\": a range no account of the machine uses. A uid is leased again only once every process of its last session is gone; with every uid leased a new session is refused, naming this key. Unset: `auto` stays at none."),
+        "The uids (with gids of the same numbers) leased to sessions, one per live session, like \"61000-61999\": a range no account of the machine uses. A uid is leased again only once every process of its last session is gone; with every uid leased a new session is refused, naming this key. Unset: `auto` never takes uid."),
 ];
 
 #[cfg(test)]

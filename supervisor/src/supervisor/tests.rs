@@ -73,6 +73,7 @@ impl Rig {
             isolation: crate::isolation::IsolationStatus {
                 level: "none",
                 uids: None,
+                landlock: None,
                 reason: "test".into(),
             },
         };
