@@ -22,10 +22,14 @@ pub(super) async fn dispatch(
 ) -> Result<Value, RpcError> {
     let tenant = &connection.principal.tenant;
     tenancy::enter(tenant, &request.method, &mut request.params)?;
-    // What may start a session counts against the tenant's quotas.
-    if matches!(request.method.as_str(), method::EVAL | method::RESTORE) {
-        tenancy::within_quotas(daemon, tenant, &request.params).await?;
-    }
+    // What may start a session counts against the tenant's quotas, from its check until
+    // it is answered.
+    let _reservation = if matches!(request.method.as_str(), method::EVAL | method::RESTORE) {
+        let ask = tenancy::asked_session(&request.params);
+        Some(tenancy::within_quotas(daemon, tenant, ask, || 0).await?)
+    } else {
+        None
+    };
     let result = method_of(daemon, request, connection).await;
     tenancy::leave(tenant, result)
 }

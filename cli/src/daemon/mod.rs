@@ -18,6 +18,7 @@
 //! - `dispatch`: the methods, one function each.
 //! - `held_start`: a quick cell's `cell_started` event, sent in one write with what follows.
 
+mod admission;
 mod connection;
 mod dispatch;
 mod held_start;
@@ -104,6 +105,8 @@ struct Daemon {
     credential_keys: Mutex<cellvisor_config::schema::DaemonConfig>,
     /// The daemon's Unix socket, hidden from cells with its other files.
     socket: PathBuf,
+    /// The tenants' quotas as requests reserve them.
+    admissions: admission::Admissions,
 }
 
 impl Daemon {
@@ -176,6 +179,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         credentials: watch::Sender::new(0),
         credential_keys: Mutex::new(daemon_keys),
         socket: options.socket.clone(),
+        admissions: admission::Admissions::default(),
     });
     if let Some(mut plan) = network {
         *lock(&daemon.tenants) = Some(std::mem::replace(&mut plan.tenants, net::Tenants::empty()));
