@@ -16,6 +16,9 @@ const DELTA: &str = "delta-token-0123456789abcdef";
 const EPSILON: &str = "epsilon-token-0123456789abcdef";
 /// `epsilon`'s `max-sessions`.
 const EPSILON_CAP: usize = 3;
+const ZETA: &str = "zeta-token-0123456789abcdef";
+/// `zeta`'s `max-mcp-sessions`.
+const ZETA_CAP: usize = 2;
 
 fn py(code: &str) -> Value {
     json!({"language": "python", "code": code})
@@ -37,6 +40,7 @@ fn start() -> (NetDaemon, tempfile::TempDir) {
     std::fs::write(dir.path().join("gamma.token"), GAMMA).expect("a test file");
     std::fs::write(dir.path().join("delta.token"), DELTA).expect("a test file");
     std::fs::write(dir.path().join("epsilon.token"), EPSILON).expect("a test file");
+    std::fs::write(dir.path().join("zeta.token"), ZETA).expect("a test file");
     let tenants = dir.path().join("tenants.toml");
     std::fs::write(
         &tenants,
@@ -46,7 +50,8 @@ fn start() -> (NetDaemon, tempfile::TempDir) {
          [[tenants]]\nname = \"gamma\"\ntoken-file = \"gamma.token\"\n\
          max-session-memory = \"100MiB\"\n\
          [[tenants]]\nname = \"delta\"\ntoken-file = \"delta.token\"\nrights = [\"operate\"]\n\
-         [[tenants]]\nname = \"epsilon\"\ntoken-file = \"epsilon.token\"\nmax-sessions = 3\n",
+         [[tenants]]\nname = \"epsilon\"\ntoken-file = \"epsilon.token\"\nmax-sessions = 3\n\
+         [[tenants]]\nname = \"zeta\"\ntoken-file = \"zeta.token\"\nmax-mcp-sessions = 2\n",
     )
     .expect("a test file");
     let extra = format!("tenants-file = {:?}\n", tenants.display().to_string());
@@ -225,6 +230,8 @@ fn concurrent_opens_at_the_session_cap_admit_exactly_the_cap() {
     }
     let rows = clients[0].call("status", json!({})).expect("status");
     assert_eq!(rows.as_array().map(Vec::len), Some(EPSILON_CAP), "{rows:#}");
+    drop(clients);
+    net.daemon.stop();
 }
 
 #[test]
@@ -314,6 +321,46 @@ fn initialize() -> Value {
     json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "raw", "version": "0"}}})
+}
+
+/// MCP sessions opened together at a tenant's `max-mcp-sessions`: exactly the cap are
+/// opened, every other is answered `429` with the quota named (-32008).
+#[test]
+fn concurrent_mcp_opens_at_the_cap_open_exactly_the_cap() {
+    let (net, _dir) = start();
+    const ATTEMPTS: usize = 6;
+    let start = std::sync::Barrier::new(ATTEMPTS);
+    let answers: Vec<(u16, String, String)> = std::thread::scope(|scope| {
+        let running: Vec<_> = (0..ATTEMPTS)
+            .map(|_| {
+                let (start, net) = (&start, &net);
+                scope.spawn(move || {
+                    start.wait();
+                    post_mcp(net, ZETA, None, initialize())
+                })
+            })
+            .collect();
+        running
+            .into_iter()
+            .map(|t| t.join().expect("a client thread"))
+            .collect()
+    });
+    let opened: Vec<&String> = answers
+        .iter()
+        .filter(|(status, id, _)| *status == 200 && !id.is_empty())
+        .map(|(_, id, _)| id)
+        .collect();
+    assert_eq!(opened.len(), ZETA_CAP, "{answers:#?}");
+    for (status, _, body) in answers.iter().filter(|(status, _, _)| *status != 200) {
+        assert_eq!(*status, 429, "{body}");
+        let error: Value = serde_json::from_str(body).expect("a JSON-RPC error");
+        assert_eq!(error["error"]["code"], -32008, "{body}");
+        assert_eq!(
+            error["error"]["data"]["quota"], "max-mcp-sessions",
+            "{body}"
+        );
+    }
+    net.daemon.stop();
 }
 
 #[test]

@@ -182,6 +182,8 @@ pub struct Plan {
     /// directories, token and key files): carved out of every read and write rule, whatever
     /// the policy lists, so no cell reads them at any level.
     pub hidden: Vec<PathBuf>,
+    /// The `landlock` isolation level's policy, not the operator's or a request's sandbox.
+    pub by_level: bool,
 }
 
 /// The policy of the `landlock` isolation level: the whole file system readable but for the
@@ -250,6 +252,7 @@ pub fn plan(policy: SandboxConfig, kernel: KernelSupport, cwd: PathBuf) -> Resul
         missing,
         cwd,
         hidden: Vec::new(),
+        by_level: false,
     })
 }
 

@@ -37,14 +37,23 @@ impl Hidden {
                 continue;
             }
             all.push(path.clone());
-            if let Ok(real) = std::fs::canonicalize(path) {
-                all.push(real);
-            }
+            all.extend(resolved(path));
         }
         all.sort();
         all.dedup();
         all
     }
+}
+
+/// What `path` resolves to; for a path not made yet (an artifact directory before its first
+/// spill), its resolved parent joined with its name, so the set does not change when it is
+/// made (a changed set would replace a confined session's worker).
+fn resolved(path: &Path) -> Option<PathBuf> {
+    if let Ok(real) = std::fs::canonicalize(path) {
+        return Some(real);
+    }
+    let parent = std::fs::canonicalize(path.parent()?).ok()?;
+    Some(parent.join(path.file_name()?))
 }
 
 impl Cellvisor {
@@ -72,10 +81,10 @@ impl Cellvisor {
         let operator = lock(&self.config).sandbox.clone();
         let asked = crate::sandbox::effective(&operator, request.sandbox.as_ref())
             .map_err(RequestError::Sandbox)?;
-        let policy = match asked {
-            Some(policy) => policy,
+        let (policy, by_level) = match asked {
+            Some(policy) => (policy, false),
             None if self.isolation.confines(origin == Origin::Network) => {
-                crate::sandbox::isolation_policy(&operator)
+                (crate::sandbox::isolation_policy(&operator), true)
             }
             None => return Ok(None),
         };
@@ -97,6 +106,7 @@ impl Cellvisor {
         let mut plan = crate::sandbox::plan(policy, crate::sandbox::KernelSupport::detect(), cwd)
             .map_err(RequestError::Sandbox)?;
         plan.hidden = hidden;
+        plan.by_level = by_level;
         Ok(Some(plan))
     }
 }

@@ -63,6 +63,7 @@ impl Cellvisor {
             .collect();
         let policy = self.request_policy();
         let sandbox = self.sandbox_plan(&request, origin)?.map(Arc::new);
+        let keeps_level_confinement = sandbox.is_none() && self.isolation.landlock.is_some();
         let python = self.python_choice(&request).map(Arc::new);
         let caller_env = request.env.as_ref().map(|vars| {
             let filter = &crate::locking::lock(&self.config).env;
@@ -142,6 +143,7 @@ impl Cellvisor {
                         max_output_bytes,
                         python: python.clone().filter(|_| spec.language == Language::Python),
                         sandbox: sandbox.clone(),
+                        keeps_level_confinement,
                         caller_env: caller_env.clone(),
                         requester: requester.clone(),
                         reply,
