@@ -4,6 +4,7 @@ two daemons of the same build and configuration but `[isolation]`, both without 
 pool (the `uid` level uses none), measured alternately.
 
     sudo python3 scripts/measure_isolation.py [--exe target/release/cellvisor] [--sessions 20] [--cells 300]
+    python3 scripts/measure_isolation.py --levels none,landlock   # the fallback, no root needed
 
 - new session: a new session's first trivial cell, request to result (Python forked from the
   zygote, JavaScript, Lua), then the session is closed (at `uid`: its processes ended and its
@@ -116,31 +117,34 @@ def main():
     parser.add_argument("--exe", default=os.path.join(ROOT, "target", "debug", "cellvisor"))
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--cells", type=int, default=300)
+    parser.add_argument("--levels", default="none,uid",
+                        help="the two levels to compare (landlock: every session confined)")
     args = parser.parse_args()
-    if os.geteuid() != 0:
+    levels = tuple(args.levels.split(","))
+    if "uid" in levels and os.geteuid() != 0:
         sys.exit("needs root: the uid level changes uids")
     daemons = {}
     try:
-        daemons["none"] = start(args.exe, "none", "61900-61999")
-        daemons["uid"] = start(args.exe, "uid", "61900-61999")
+        for level in levels:
+            daemons[level] = start(args.exe, level, "61900-61999")
         rows = []
         for language in ("py", "js", "lua"):
-            samples = {"none": [], "uid": []}
+            samples = {level: [] for level in levels}
             for index in range(args.sessions):
-                for level in ("none", "uid"):  # alternately, so load falls on both
+                for level in levels:  # alternately, so load falls on both
                     samples[level].append(new_session_ms(daemons[level][1], level, language, index))
-            for level in ("none", "uid"):
+            for level in levels:
                 rows.append(("new session", language, level, statistics.median(samples[level]),
                              min(samples[level]), max(samples[level]), "ms"))
         for language in ("py", "js", "lua"):
-            for level in ("none", "uid"):
+            for level in levels:
                 runs = [per_cell_us(daemons[level][1], "%s%d" % (level, r), language, args.cells)
                         for r in range(3)]
                 rows.append(("per cell", language, level, statistics.median(runs), min(runs),
                              max(runs), "us"))
-        print("%-12s %-4s %-5s %10s %10s %10s" % ("what", "lang", "level", "median", "min", "max"))
+        print("%-12s %-4s %-8s %10s %10s %10s" % ("what", "lang", "level", "median", "min", "max"))
         for what, language, level, median, low, high, unit in rows:
-            print("%-12s %-4s %-5s %8.2f%s %8.2f%s %8.2f%s" % (what, language, level, median, unit,
+            print("%-12s %-4s %-8s %8.2f%s %8.2f%s %8.2f%s" % (what, language, level, median, unit,
                                                           low, unit, high, unit))
     finally:
         for proc, _rpc, base in daemons.values():

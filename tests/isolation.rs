@@ -170,6 +170,66 @@ fn a_sessions_temporary_files_are_gone_after_close_and_reset() {
     daemon.stop();
 }
 
+/// At level `none`, without the sandbox, a session's temporary files are its own too: a
+/// prewarmed Python worker (the pool serves unsandboxed sessions) and a JavaScript worker
+/// both write to the session's directory in the run directory, which `close`, `reset` and
+/// an eviction without a snapshot remove; the daemon's inherited `TMPDIR` is not used.
+#[test]
+fn an_unsandboxed_session_at_level_none_has_its_own_temporary_directory_removed_on_forget() {
+    let world = World::with_config(&format!(
+        "{SHORT_INTERVALS}max-sessions = 1\n[isolation]\nlevel = \"none\"\n\
+         [python]\nprewarm = 1\n[snapshots]\nwhen = \"never\"\n"
+    ));
+    let daemon = Daemon::start_in(world);
+    let mut client = daemon.client();
+    let cwd = cwd_of(&daemon, "plain");
+    let inherited = std::env::temp_dir();
+    for method in ["close", "reset", "evict"] {
+        let dir = write_tmp(&mut client, "plain", &cwd);
+        assert!(dir.join("mine").is_file());
+        let shown = path_str(&dir);
+        assert!(
+            shown.contains("/sup-") && shown.ends_with("/tmp/plain/py"),
+            "the session's own directory in the run directory: {shown}"
+        );
+        assert_ne!(dir, inherited);
+        // What the cell's programs see too (`TMPDIR`), and JavaScript's workers.
+        let env = py(
+            &mut client,
+            "plain",
+            &cwd,
+            "import os, subprocess\nprint(subprocess.run(['sh', '-c', 'echo $TMPDIR'], capture_output=True, text=True).stdout.strip())",
+        );
+        assert_eq!(
+            env["output"].as_str().unwrap_or_default().trim(),
+            shown,
+            "{env:#}"
+        );
+        let js = client.eval_in(
+            "plain",
+            &cwd,
+            json!([{"language": "js", "code": "text(process.env.TMPDIR)"}]),
+        );
+        let js_tmp = output(&js, 0).trim().to_string();
+        assert!(js_tmp.ends_with("/tmp/plain/js"), "{js:#}");
+        if method == "evict" {
+            // Another session takes the only place: `plain` is evicted, with no snapshot.
+            let other = cwd_of(&daemon, "other");
+            py(&mut client, "other", &other, "print(1)");
+        } else {
+            client
+                .call(method, json!({"session": "plain"}))
+                .unwrap_or_else(|e| panic!("{method}: {e}"));
+        }
+        let gone = wait_until(Duration::from_secs(30), || {
+            (!dir.join("mine").exists()).then_some(()).ok_or(())
+        });
+        assert!(gone.is_ok(), "the temporary file outlived {method}");
+    }
+    drop(client);
+    daemon.stop();
+}
+
 #[test]
 fn what_a_killed_daemon_left_is_removed_at_the_next_start() {
     let daemon = daemon();

@@ -13,6 +13,12 @@ const ALPHA: &str = "alpha-token-0123456789abcdef";
 const BETA: &str = "beta-token-0123456789abcdef";
 const GAMMA: &str = "gamma-token-0123456789abcdef";
 const DELTA: &str = "delta-token-0123456789abcdef";
+const EPSILON: &str = "epsilon-token-0123456789abcdef";
+/// `epsilon`'s `max-sessions`.
+const EPSILON_CAP: usize = 3;
+const ZETA: &str = "zeta-token-0123456789abcdef";
+/// `zeta`'s `max-mcp-sessions`.
+const ZETA_CAP: usize = 2;
 
 fn py(code: &str) -> Value {
     json!({"language": "python", "code": code})
@@ -33,6 +39,8 @@ fn start() -> (NetDaemon, tempfile::TempDir) {
     std::fs::write(dir.path().join("beta.token"), BETA).expect("a test file");
     std::fs::write(dir.path().join("gamma.token"), GAMMA).expect("a test file");
     std::fs::write(dir.path().join("delta.token"), DELTA).expect("a test file");
+    std::fs::write(dir.path().join("epsilon.token"), EPSILON).expect("a test file");
+    std::fs::write(dir.path().join("zeta.token"), ZETA).expect("a test file");
     let tenants = dir.path().join("tenants.toml");
     std::fs::write(
         &tenants,
@@ -41,7 +49,9 @@ fn start() -> (NetDaemon, tempfile::TempDir) {
          [[tenants]]\nname = \"beta\"\ntoken-files = [\"beta.token\"]\nrights = [\"cells\"]\n\
          [[tenants]]\nname = \"gamma\"\ntoken-file = \"gamma.token\"\n\
          max-session-memory = \"100MiB\"\n\
-         [[tenants]]\nname = \"delta\"\ntoken-file = \"delta.token\"\nrights = [\"operate\"]\n",
+         [[tenants]]\nname = \"delta\"\ntoken-file = \"delta.token\"\nrights = [\"operate\"]\n\
+         [[tenants]]\nname = \"epsilon\"\ntoken-file = \"epsilon.token\"\nmax-sessions = 3\n\
+         [[tenants]]\nname = \"zeta\"\ntoken-file = \"zeta.token\"\nmax-mcp-sessions = 2\n",
     )
     .expect("a test file");
     let extra = format!("tenants-file = {:?}\n", tenants.display().to_string());
@@ -180,6 +190,50 @@ fn a_tenant_names_lists_and_closes_only_its_own_sessions() {
     net.daemon.stop();
 }
 
+/// Opens fired together at a tenant's `max-sessions`, each on its own connection: exactly
+/// the cap get a session, every other is refused with the quota named (-32008), however
+/// they interleave (the check and the reservation are one step per tenant).
+#[test]
+fn concurrent_opens_at_the_session_cap_admit_exactly_the_cap() {
+    let (net, _dir) = start();
+    const ATTEMPTS: usize = 8;
+    let mut clients: Vec<_> = (0..ATTEMPTS)
+        .map(|_| net.ws(Some(EPSILON), None).expect("epsilon connects"))
+        .collect();
+    let start = std::sync::Barrier::new(ATTEMPTS);
+    let answers: Vec<Result<Value, Value>> = std::thread::scope(|scope| {
+        let running: Vec<_> = clients
+            .iter_mut()
+            .enumerate()
+            .map(|(i, client)| {
+                let start = &start;
+                scope.spawn(move || {
+                    start.wait();
+                    client.call(
+                        "eval",
+                        json!({"session": format!("s{i}"), "cells": [{"language": "js", "code": "1"}]}),
+                    )
+                })
+            })
+            .collect();
+        running
+            .into_iter()
+            .map(|t| t.join().expect("a client thread"))
+            .collect()
+    });
+    let admitted = answers.iter().filter(|a| a.is_ok()).count();
+    assert_eq!(admitted, EPSILON_CAP, "{answers:#?}");
+    for refused in answers.iter().filter_map(|a| a.as_ref().err()) {
+        assert_eq!(refused["code"], -32008, "{refused}");
+        assert_eq!(refused["data"]["quota"], "max-sessions", "{refused}");
+        assert_eq!(refused["data"]["tenant"], "epsilon", "{refused}");
+    }
+    let rows = clients[0].call("status", json!({})).expect("status");
+    assert_eq!(rows.as_array().map(Vec::len), Some(EPSILON_CAP), "{rows:#}");
+    drop(clients);
+    net.daemon.stop();
+}
+
 #[test]
 fn a_rotated_or_changed_token_closes_its_open_websocket() {
     let (net, dir) = start();
@@ -267,6 +321,46 @@ fn initialize() -> Value {
     json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "raw", "version": "0"}}})
+}
+
+/// MCP sessions opened together at a tenant's `max-mcp-sessions`: exactly the cap are
+/// opened, every other is answered `429` with the quota named (-32008).
+#[test]
+fn concurrent_mcp_opens_at_the_cap_open_exactly_the_cap() {
+    let (net, _dir) = start();
+    const ATTEMPTS: usize = 6;
+    let start = std::sync::Barrier::new(ATTEMPTS);
+    let answers: Vec<(u16, String, String)> = std::thread::scope(|scope| {
+        let running: Vec<_> = (0..ATTEMPTS)
+            .map(|_| {
+                let (start, net) = (&start, &net);
+                scope.spawn(move || {
+                    start.wait();
+                    post_mcp(net, ZETA, None, initialize())
+                })
+            })
+            .collect();
+        running
+            .into_iter()
+            .map(|t| t.join().expect("a client thread"))
+            .collect()
+    });
+    let opened: Vec<&String> = answers
+        .iter()
+        .filter(|(status, id, _)| *status == 200 && !id.is_empty())
+        .map(|(_, id, _)| id)
+        .collect();
+    assert_eq!(opened.len(), ZETA_CAP, "{answers:#?}");
+    for (status, _, body) in answers.iter().filter(|(status, _, _)| *status != 200) {
+        assert_eq!(*status, 429, "{body}");
+        let error: Value = serde_json::from_str(body).expect("a JSON-RPC error");
+        assert_eq!(error["error"]["code"], -32008, "{body}");
+        assert_eq!(
+            error["error"]["data"]["quota"], "max-mcp-sessions",
+            "{body}"
+        );
+    }
+    net.daemon.stop();
 }
 
 #[test]

@@ -375,10 +375,12 @@ fn a_daemon_that_cannot_change_uids_says_so_and_runs_cells_as_itself() {
         .output()
         .expect("status");
     let text = String::from_utf8_lossy(&status.stdout);
+    // Without uids, `auto` confines the sessions served on the network with Landlock.
     assert!(
-        text.contains("isolation: none (cells run as the daemon's user)"),
+        text.contains("isolation: landlock (network sessions confined by Landlock"),
         "{text}"
     );
+    assert!(text.contains("CAP_SETUID"), "{text}");
     // `uid` asked for outright is refused at start, saying what is needed.
     std::fs::write(
         world.config_path(),

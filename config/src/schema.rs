@@ -608,12 +608,16 @@ pub struct IsolationConfig {
 /// `isolation.level`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum IsolationLevel {
-    /// `uid` where the daemon may change uids and `isolation.uids` is set; `none` otherwise.
+    /// `uid` where the daemon may change uids and `isolation.uids` is set; otherwise
+    /// `landlock` for sessions served on the network and `none` for local ones.
     #[default]
     Auto,
     /// Every worker runs as its session's leased uid; a daemon that cannot change uids
     /// refuses to start.
     Uid,
+    /// Workers run as the daemon's user, every session confined by Landlock away from the
+    /// daemon's directories and secret files (`none` where the kernel has no Landlock).
+    Landlock,
     /// Workers run as the daemon's user (the sandbox and the peer checks still apply).
     None,
 }
@@ -624,6 +628,7 @@ impl IsolationLevel {
         match self {
             IsolationLevel::Auto => "auto",
             IsolationLevel::Uid => "uid",
+            IsolationLevel::Landlock => "landlock",
             IsolationLevel::None => "none",
         }
     }
@@ -633,6 +638,7 @@ impl IsolationLevel {
         match word {
             "auto" => Some(IsolationLevel::Auto),
             "uid" => Some(IsolationLevel::Uid),
+            "landlock" => Some(IsolationLevel::Landlock),
             "none" => Some(IsolationLevel::None),
             _ => None,
         }

@@ -570,6 +570,8 @@ fn isolation_takes_a_level_and_a_uid_range() {
     assert_eq!(from_env.isolation.uids.map(|r| r.len()), Some(10));
     assert_eq!(Config::default().isolation.level, IsolationLevel::Auto);
     assert_eq!(Config::default().isolation.uids, None);
+    let landlock = ok("[isolation]\nlevel = \"landlock\"\n", &[]).config;
+    assert_eq!(landlock.isolation.level, IsolationLevel::Landlock);
 }
 
 #[test]
@@ -585,6 +587,9 @@ fn a_bad_uid_range_or_uid_without_one_says_what_is_allowed() {
     }
     let message = error("[isolation]\nlevel = \"uid\"\n");
     assert!(message.contains("needs isolation.uids"), "{message}");
-    let message = error("[isolation]\nlevel = \"landlock\"\n");
-    assert!(message.contains("\"auto\", \"uid\", \"none\""), "{message}");
+    let message = error("[isolation]\nlevel = \"namespace\"\n");
+    assert!(
+        message.contains("\"auto\", \"uid\", \"landlock\", \"none\""),
+        "{message}"
+    );
 }

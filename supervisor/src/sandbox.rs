@@ -178,6 +178,35 @@ pub struct Plan {
     pub missing: Vec<Feature>,
     /// The directory `cwd` in the policy stands for.
     pub cwd: PathBuf,
+    /// The daemon's own directories and secret files (state, runtime and artifact
+    /// directories, token and key files): carved out of every read and write rule, whatever
+    /// the policy lists, so no cell reads them at any level.
+    pub hidden: Vec<PathBuf>,
+    /// The `landlock` isolation level's policy, not the operator's or a request's sandbox.
+    pub by_level: bool,
+}
+
+/// The policy of the `landlock` isolation level: the whole file system readable but for the
+/// daemon's own files ([`Plan::hidden`], carved out when the rules are built), the cwd and
+/// the session's own directories writable, the network as it is, signals and abstract
+/// sockets scoped to the worker. Not `required`: a kernel short of some feature confines
+/// what it can, with a warning.
+pub fn isolation_policy(operator: &SandboxConfig) -> SandboxConfig {
+    SandboxConfig {
+        enabled: true,
+        required: false,
+        read: vec!["/".into()],
+        write: vec!["cwd".into()],
+        network: SandboxNetwork::All,
+        network_namespace: false,
+        confine_unix_connect: false,
+        tmp_max: operator.tmp_max,
+    }
+}
+
+/// The first of `hidden` that `path` lies in (or is), if any.
+pub fn inside_hidden<'a>(path: &Path, hidden: &'a [PathBuf]) -> Option<&'a PathBuf> {
+    hidden.iter().find(|h| path.starts_with(h))
 }
 
 /// What `policy` asks for.
@@ -222,6 +251,8 @@ pub fn plan(policy: SandboxConfig, kernel: KernelSupport, cwd: PathBuf) -> Resul
         enforced,
         missing,
         cwd,
+        hidden: Vec::new(),
+        by_level: false,
     })
 }
 

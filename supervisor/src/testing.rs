@@ -58,6 +58,7 @@ pub fn job(
         max_output_bytes: None,
         python: None,
         sandbox: None,
+        keeps_level_confinement: false,
         caller_env: None,
         requester,
         reply,

@@ -39,6 +39,11 @@ pub struct Rules {
     pub read: Vec<PathBuf>,
     /// Read-write trees or files (missing ones are skipped).
     pub write: Vec<PathBuf>,
+    /// The daemon's own directories and secret files: carved out of every read and write
+    /// tree that holds them (their siblings granted instead, down the path to each), here in
+    /// the worker, when the rules are applied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden: Vec<PathBuf>,
     /// Deny TCP connect and bind (Landlock ABI 4).
     pub deny_tcp: bool,
     /// Scope signals and abstract Unix sockets to the worker's domain (Landlock ABI 6).
@@ -175,10 +180,20 @@ fn build_ruleset(rules: &Rules, extra_read: &[PathBuf]) -> Result<RulesetCreated
     }
     let mut created = ruleset.create()?;
     let reads = rules.read.iter().chain(extra_read);
-    let grants = reads
+    let grants: Vec<(PathBuf, bool)> = reads
         .map(|p| (p, false))
-        .chain(rules.write.iter().map(|p| (p, true)));
-    for (path, write) in grants {
+        .chain(rules.write.iter().map(|p| (p, true)))
+        .flat_map(|(path, write)| {
+            let kept = if rules.hidden.is_empty() {
+                vec![path.clone()]
+            } else {
+                tree_without(path, &rules.hidden)
+            };
+            kept.into_iter().map(move |p| (p, write))
+        })
+        .collect();
+    for (path, write) in &grants {
+        let (path, write) = (path, *write);
         // A missing path grants nothing; rules name every usual system directory.
         let Ok(meta) = std::fs::metadata(path) else {
             continue;
@@ -292,14 +307,33 @@ pub fn tree_without(root: &Path, denied: &[PathBuf]) -> Vec<PathBuf> {
     let mut names: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
     names.sort();
     for path in names {
-        let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
-        if is_dir {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
             kept.extend(tree_without(&path, denied));
-        } else if !denied.contains(&path) {
+        } else if denied.contains(&path) {
+            continue;
+        } else if meta.file_type().is_symlink() && leads_to_denied(&path, denied) {
+            // A rule follows the link: one to a denied path, or to a directory holding
+            // one, would grant it whole. Its target stays readable by its own path.
+            continue;
+        } else {
             kept.push(path);
         }
     }
     kept
+}
+
+/// Whether the link `path` resolves to a denied path, into one, or to a directory that
+/// holds one. A link that cannot be resolved grants nothing and is kept.
+fn leads_to_denied(path: &Path, denied: &[PathBuf]) -> bool {
+    let Ok(target) = std::fs::canonicalize(path) else {
+        return false;
+    };
+    denied
+        .iter()
+        .any(|d| d.starts_with(&target) || target.starts_with(d))
 }
 
 #[cfg(test)]
@@ -332,11 +366,39 @@ mod tests {
     }
 
     #[test]
+    fn a_link_to_a_hidden_path_or_above_one_is_left_out_and_the_rest_kept() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let base = root.path().canonicalize().expect("canonical");
+        let state = base.join("home/u/.local/state/cellvisor");
+        std::fs::create_dir_all(&state).expect("state");
+        std::fs::create_dir_all(base.join("home/u/project")).expect("project");
+        std::fs::write(state.join(".key"), "k").expect("key");
+        let link = |to: &Path, name: &str| {
+            std::os::unix::fs::symlink(to, base.join(name)).expect("link");
+        };
+        link(&base.join("home"), "var-home");
+        link(&state.join(".key"), "key-link");
+        link(&base.join("home/u/project"), "project-link");
+        link(&base.join("missing"), "dangling");
+        let kept = tree_without(&base, std::slice::from_ref(&state));
+        for left_out in ["var-home", "key-link"] {
+            assert!(!kept.contains(&base.join(left_out)), "{left_out}: {kept:?}");
+        }
+        for kept_one in ["project-link", "dangling", "home/u/project"] {
+            assert!(kept.contains(&base.join(kept_one)), "{kept_one}: {kept:?}");
+        }
+        assert!(!kept
+            .iter()
+            .any(|k| k.starts_with(&state) || state.starts_with(k)));
+    }
+
+    #[test]
     fn rules_round_trip_through_the_environment_format() {
         let rules = Rules {
             required: true,
             read: vec!["/usr".into()],
             write: vec!["/tmp/x".into()],
+            hidden: vec!["/tmp/x/state".into()],
             deny_tcp: true,
             scope: true,
             confine_unix_connect: false,

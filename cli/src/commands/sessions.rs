@@ -74,11 +74,8 @@ pub async fn status(args: StatusArgs, globals: &Globals) -> i32 {
     }
     // The node's own state: a draining node says so under its rows, and who cells run as.
     if let Ok(node) = client.call(method::INITIALIZE, json!({})).await {
-        if let Some(level) = node["isolation"]["level"].as_str() {
-            match node["isolation"]["uids"].as_str() {
-                Some(uids) => println!("isolation: {level} (sessions run as uids {uids})"),
-                None => println!("isolation: {level} (cells run as the daemon's user)"),
-            }
+        if let Some(line) = isolation_line(&node["isolation"]) {
+            println!("{line}");
         }
         if node["draining"].as_bool() == Some(true) {
             let name = node["node"].as_str().unwrap_or("this node");
@@ -86,6 +83,26 @@ pub async fn status(args: StatusArgs, globals: &Globals) -> i32 {
         }
     }
     0
+}
+
+/// The line `status` prints for the node's isolation (`initialize`'s `isolation`): the
+/// level, who cells run as, and why.
+fn isolation_line(isolation: &serde_json::Value) -> Option<String> {
+    let level = isolation["level"].as_str()?;
+    let what = match (isolation["uids"].as_str(), isolation["landlock"].as_str()) {
+        (Some(uids), _) => format!("sessions run as uids {uids}"),
+        (None, Some("network")) => "network sessions confined by Landlock away from the \
+                                    daemon's files; local cells run as the daemon's user"
+            .to_string(),
+        (None, Some(_)) => {
+            "every session confined by Landlock away from the daemon's files".to_string()
+        }
+        (None, None) => "cells run as the daemon's user".to_string(),
+    };
+    Some(match isolation["reason"].as_str() {
+        Some(reason) => format!("isolation: {level} ({what}): {reason}"),
+        None => format!("isolation: {level} ({what})"),
+    })
 }
 
 fn print_table(rows: &[SessionStatus]) {

@@ -70,9 +70,8 @@ pub(super) struct Connection {
     next_tool_call: AtomicU64,
     /// Who the client is: its tenant names its sessions and bounds what it may do.
     pub(super) principal: Principal,
-    /// A client on the network: its `cwd` names a directory inside its session's workspace,
-    /// never a path of this node (the Unix socket's caller keeps its own directory).
-    pub(super) remote: bool,
+    /// Whether it came over the network (the `landlock` level of `auto` confines its cells).
+    pub(super) origin: cellvisor::Origin,
 }
 
 /// An eval in flight on a connection: aborted and its session interrupted if the client leaves.
@@ -164,7 +163,11 @@ pub(super) async fn serve_messages<S: MessageSource>(
         tool_calls: Mutex::default(),
         next_tool_call: AtomicU64::new(1),
         principal,
-        remote: label != "unix",
+        origin: if label == "unix" {
+            cellvisor::Origin::Local
+        } else {
+            cellvisor::Origin::Network
+        },
     });
     let mut next_task = 0u64;
     loop {
@@ -533,7 +536,7 @@ mod tests {
             tool_calls: Mutex::default(),
             next_tool_call: AtomicU64::new(1),
             principal: Principal::operator(),
-            remote: false,
+            origin: cellvisor::Origin::Local,
         };
         let mut waiting = Vec::new();
         for _ in 0..MAX_PENDING_TOOL_CALLS {

@@ -22,10 +22,14 @@ pub(super) async fn dispatch(
 ) -> Result<Value, RpcError> {
     let tenant = &connection.principal.tenant;
     tenancy::enter(tenant, &request.method, &mut request.params)?;
-    // What may start a session counts against the tenant's quotas.
-    if matches!(request.method.as_str(), method::EVAL | method::RESTORE) {
-        tenancy::within_quotas(daemon, tenant, &request.params).await?;
-    }
+    // What may start a session counts against the tenant's quotas, from its check until
+    // it is answered.
+    let _reservation = if matches!(request.method.as_str(), method::EVAL | method::RESTORE) {
+        let ask = tenancy::asked_session(&request.params);
+        Some(tenancy::within_quotas(daemon, tenant, ask, || 0).await?)
+    } else {
+        None
+    };
     let result = method_of(daemon, request, connection).await;
     tenancy::leave(tenant, result)
 }
@@ -174,7 +178,7 @@ async fn eval(
 ) -> Result<Value, RpcError> {
     let out = &connection.out;
     let mut eval: EvalRequest = params(request.params)?;
-    if connection.remote {
+    if connection.origin == cellvisor::Origin::Network {
         if let Some(cwd) = eval.cwd.take() {
             let name = cellvisor::SessionName::parse(&eval.session)
                 .map_err(|e| RpcError::new(code::INVALID_PARAMS, e.to_string()))?;
@@ -190,7 +194,9 @@ async fn eval(
     let (events, mut stream) = EventStream::new(eval.events);
     let (tool_host, mut tool_calls) = mpsc::channel::<ToolCallRequest>(8);
     let tool_host = (!eval.tools.is_empty()).then_some(tool_host);
-    let eval = daemon.cv.eval_with_tools(eval, events, tool_host);
+    let eval = daemon
+        .cv
+        .eval_from(connection.origin, eval, events, tool_host);
     tokio::pin!(eval);
     let mut started = HeldStart::default();
     let result = loop {

@@ -169,6 +169,7 @@ fn reload_token(daemon: &Daemon, config: &cellvisor_config::Config) -> Result<()
     *tenants = Some(loaded);
     drop(tenants);
     *lock(&daemon.credential_keys) = config.daemon.clone();
+    daemon.hide_secrets();
     daemon
         .credentials
         .send_modify(|generation| *generation += 1);
@@ -185,6 +186,7 @@ fn replace_credentials(daemon: &Daemon, loaded: super::net::Tenants) -> bool {
     tracing::info!("the network credentials changed on disk: replaced");
     *tenants = Some(loaded);
     drop(tenants);
+    daemon.hide_secrets();
     daemon
         .credentials
         .send_modify(|generation| *generation += 1);

@@ -18,6 +18,7 @@
 //! - `dispatch`: the methods, one function each.
 //! - `held_start`: a quick cell's `cell_started` event, sent in one write with what follows.
 
+mod admission;
 mod connection;
 mod dispatch;
 mod files;
@@ -103,6 +104,29 @@ struct Daemon {
     credentials: watch::Sender<u64>,
     /// The `[daemon]` keys the credentials were read from (`token-file`, `tenants-file`).
     credential_keys: Mutex<cellvisor_config::schema::DaemonConfig>,
+    /// The daemon's Unix socket, hidden from cells with its other files.
+    socket: PathBuf,
+    /// The tenants' quotas as requests reserve them.
+    admissions: admission::Admissions,
+}
+
+impl Daemon {
+    /// Names the daemon's secret files to the supervisor, which carves them out of every
+    /// confined cell's rules: the token and tenants files and every token file a tenants
+    /// file names, the TLS key, the socket and the log. Called at start and whenever the
+    /// credentials are read again.
+    fn hide_secrets(&self) {
+        let keys = lock(&self.credential_keys).clone();
+        let mut paths: Vec<PathBuf> = [keys.token_file, keys.tenants_file, keys.tls_key, keys.log]
+            .into_iter()
+            .flatten()
+            .collect();
+        paths.push(self.socket.clone());
+        if let Some(tenants) = lock(&self.tenants).as_ref() {
+            paths.extend(tenants.token_files().iter().cloned());
+        }
+        self.cv.hide_from_cells(paths);
+    }
 }
 
 /// Runs the daemon until `shutdown`, SIGTERM or SIGINT (or its idle exit).
@@ -155,6 +179,8 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         tenants: Mutex::new(None),
         credentials: watch::Sender::new(0),
         credential_keys: Mutex::new(daemon_keys),
+        socket: options.socket.clone(),
+        admissions: admission::Admissions::default(),
     });
     if let Some(mut plan) = network {
         *lock(&daemon.tenants) = Some(std::mem::replace(&mut plan.tenants, net::Tenants::empty()));
@@ -164,6 +190,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             return Err(err.into());
         }
     }
+    daemon.hide_secrets();
     tracing::info!(socket = %options.socket.display(), pid = std::process::id(), activated, "cellvisor daemon listening");
     lifecycle::spawn_signal_handlers(&daemon);
     lifecycle::spawn_idle_exit(&daemon);

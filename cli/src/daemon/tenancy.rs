@@ -2,11 +2,11 @@
 //! resolved inside the caller's tenant (and its answer shown under the client's name), the
 //! caller's view of `status`, and the tenant's quotas of sessions and memory.
 
+use super::admission::{Ask, Reservation, Usage};
 use super::net::{Right, Tenant, SEPARATOR};
 use super::Daemon;
 use cellvisor::daemon::protocol::{code, method, RpcError};
 use serde_json::{json, Value};
-use std::collections::HashSet;
 
 /// The methods that name a session (by their `session` param, `default` when absent).
 const SESSION_METHODS: &[&str] = &[
@@ -171,23 +171,31 @@ pub(super) fn status(tenant: &Tenant, rows: Value) -> Result<Value, RpcError> {
     Ok(Value::Array(own))
 }
 
-/// Refuses an `eval` that would take the tenant past its live sessions or its memory.
+/// Refuses a request that would take the tenant past its live sessions, its memory or (for
+/// `Ask::McpSession`) its MCP sessions, or reserves its place until the returned
+/// reservation is dropped: checked and taken in one step per tenant (see `admission`), so
+/// concurrent requests cannot overrun a quota together. `mcp_open` counts the tenant's
+/// open MCP sessions, read in its turn.
 pub(crate) async fn within_quotas(
     daemon: &Daemon,
     tenant: &Tenant,
-    params: &Option<Value>,
-) -> Result<(), RpcError> {
-    let quotas = &tenant.quotas;
-    if quotas.max_sessions.is_none() && quotas.max_memory.is_none() {
-        return Ok(());
-    }
-    let session = params
-        .as_ref()
-        .and_then(|p| p["session"].as_str())
-        .unwrap_or_default();
+    ask: Ask,
+    mcp_open: impl FnOnce() -> usize,
+) -> Result<Reservation, RpcError> {
+    daemon
+        .admissions
+        .admit(tenant, ask, || async {
+            let mut usage = usage(daemon, tenant).await?;
+            usage.mcp_open = mcp_open();
+            Ok(usage)
+        })
+        .await
+}
+
+/// The tenant's live sessions and their memory, from `status`.
+async fn usage(daemon: &Daemon, tenant: &Tenant) -> Result<Usage, RpcError> {
     let rows = daemon.cv.status().await.map_err(super::dispatch::refused)?;
-    let mut live = HashSet::new();
-    let mut memory = 0u64;
+    let mut usage = Usage::default();
     for row in serde_json::to_value(&rows)
         .ok()
         .and_then(|v| v.as_array().cloned())
@@ -197,37 +205,20 @@ pub(crate) async fn within_quotas(
             continue;
         };
         if tenant.own(name).is_some() {
-            live.insert(name.to_string());
-            memory += row["rss_bytes"].as_u64().unwrap_or(0);
+            usage.live.insert(name.to_string());
+            usage.memory += row["rss_bytes"].as_u64().unwrap_or(0);
         }
     }
-    if let Some(max) = quotas.max_sessions {
-        if !live.contains(session) && live.len() >= max {
-            return Err(exceeded(
-                tenant,
-                "max-sessions",
-                max as u64,
-                format!(
-                    "it has {} live sessions; close one (`close`) first",
-                    live.len()
-                ),
-            ));
-        }
-    }
-    if let Some(max) = quotas.max_memory {
-        if memory >= max {
-            return Err(exceeded(
-                tenant,
-                "max-memory",
-                max,
-                format!(
-                    "its sessions' workers hold {} bytes; close or reset one first",
-                    memory
-                ),
-            ));
-        }
-    }
-    Ok(())
+    Ok(usage)
+}
+
+/// The session a request names (internal, after [`enter`]): what it asks the quotas for.
+pub(super) fn asked_session(params: &Option<Value>) -> Ask {
+    let name = params
+        .as_ref()
+        .and_then(|p| p["session"].as_str())
+        .unwrap_or("default");
+    Ask::Session(name.to_string())
 }
 
 /// The typed error of an exceeded quota, naming it and the tenant.

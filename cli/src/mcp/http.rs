@@ -432,7 +432,8 @@ impl ServerHandler for HttpSession {
             self.cells.clone(),
             binding.ended.clone(),
         )
-        .in_workspace();
+        .in_workspace()
+        .on_network();
         if self.bound.set((binding, server)).is_err() {
             return Err(ErrorData::invalid_request(
                 "this MCP session is already initialized",

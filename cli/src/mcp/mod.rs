@@ -185,6 +185,8 @@ pub struct CellvisorMcp {
     /// The session's workspace, on a transport whose sessions work in one (HTTP): its
     /// files are resources, and a `cwd` names a directory inside it.
     workspace: Option<workspace_files::WorkspaceFiles>,
+    /// Where its client is: MCP over HTTP is served on the network.
+    origin: cellvisor::Origin,
 }
 
 impl CellvisorMcp {
@@ -204,6 +206,7 @@ impl CellvisorMcp {
             disconnected,
             artifacts,
             workspace: None,
+            origin: cellvisor::Origin::Local,
         }
     }
 
@@ -214,6 +217,13 @@ impl CellvisorMcp {
             .ok()
             .map(|name| workspace_files::WorkspaceFiles::new(self.cv.workspace(&name)));
         self.workspace = workspace;
+        self
+    }
+
+    /// This handler serves a client on the network (MCP over HTTP): the `landlock` level of
+    /// `auto` confines its cells.
+    pub fn on_network(mut self) -> CellvisorMcp {
+        self.origin = cellvisor::Origin::Network;
         self
     }
 
@@ -257,7 +267,7 @@ impl CellvisorMcp {
             tools: Vec::new(),
             ..Default::default()
         };
-        let eval = self.cv.eval(request, events);
+        let eval = self.cv.eval_from(self.origin, request, events, None);
         // A cancelled call stops its cell, so the session is free for the next one.
         let result = self
             .hold(eval, events_rx, progress, context, OnCancel::Interrupt)

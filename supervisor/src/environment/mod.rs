@@ -200,9 +200,10 @@ impl WorkerEnv {
         self.get_path(names::STORE_DIR)
     }
 
-    /// The session's variables as a cell carries them to a worker started without them.
+    /// The session's variables as a cell carries them to a worker started without them
+    /// (a prewarmed worker learns its session's own temporary directory so).
     pub fn session_vars(&self) -> Vec<(String, String)> {
-        [names::SESSION, names::STORE_DIR]
+        [names::SESSION, names::STORE_DIR, TMPDIR, MPLCONFIGDIR]
             .into_iter()
             .filter_map(|name| {
                 let value = self.get(name)?;
@@ -268,20 +269,26 @@ impl WorkerEnv {
         Ok(())
     }
 
-    /// Points the worker's temporary files at its session's own directory `tmp` (the `uid`
-    /// isolation level: the daemon's temporary directory is not the session's to write).
+    /// Points the worker's temporary files at its session's own directory `tmp`, removed
+    /// when the session forgets (at every level; at the `uid` level the daemon's temporary
+    /// directory is not the session's to write anyway).
     pub fn set_session_tmp(&mut self, tmp: &Path) {
         self.set(TMPDIR, tmp);
         self.set(MPLCONFIGDIR, tmp.join("matplotlib"));
     }
 
-    /// Undoes [`WorkerEnv::confine`]: no rules, the inherited temporary directories, and the
-    /// shared artifact directory `shared_artifacts`.
-    pub fn unconfine(&mut self, shared_artifacts: &Path) {
+    /// Undoes [`WorkerEnv::confine`]: no rules, and the shared artifact directory
+    /// `shared_artifacts`; the temporary files stay in the session's own `tmp`.
+    pub fn unconfine(&mut self, shared_artifacts: &Path, tmp: &Path) {
         self.own.insert(names::SANDBOX, None);
-        self.own.remove(TMPDIR);
-        self.own.remove(MPLCONFIGDIR);
+        self.set_session_tmp(tmp);
         self.set_artifact_dir(shared_artifacts);
+    }
+
+    /// Whether the worker's temporary directories are its session's own (set by cellvisor,
+    /// not inherited): then they are no part of what a zygote is started with.
+    pub fn has_session_tmp(&self) -> bool {
+        self.sets(std::ffi::OsStr::new(TMPDIR))
     }
 
     /// The file the worker records the cell it took in.

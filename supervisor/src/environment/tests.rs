@@ -158,7 +158,7 @@ fn the_session_vars_a_first_cell_carries_are_the_sessions_name_and_store() {
 }
 
 #[test]
-fn confining_sets_the_rules_and_own_directories_and_unconfining_restores_the_inherited() {
+fn confining_sets_the_rules_and_own_directories_and_unconfining_keeps_the_sessions_tmp() {
     let mut config = Config::default();
     config.env.allow.push("MPLCONFIGDIR".into());
     config.env.allow.push(names::SANDBOX.into());
@@ -171,7 +171,7 @@ fn confining_sets_the_rules_and_own_directories_and_unconfining_restores_the_inh
         &config,
         Language::Python,
     );
-    env.unconfine(Path::new("/run/artifacts"));
+    env.unconfine(Path::new("/run/artifacts"), Path::new("/run/t/s"));
     assert_eq!(
         env.sandbox_rules(),
         None,
@@ -192,12 +192,14 @@ fn confining_sets_the_rules_and_own_directories_and_unconfining_restores_the_inh
     assert_eq!(value(&all, "MPLCONFIGDIR"), ["/run/t/s/matplotlib"]);
     assert_eq!(env.artifact_dir(), Some(PathBuf::from("/run/artifacts/s")));
 
-    env.unconfine(Path::new("/run/artifacts"));
+    env.unconfine(Path::new("/run/artifacts"), Path::new("/run/t/s"));
     let all = rendered(&env);
     assert_eq!(env.sandbox_rules(), None);
     assert!(value(&all, names::SANDBOX).is_empty());
-    assert_eq!(value(&all, "TMPDIR"), ["/tmp"]);
-    assert_eq!(value(&all, "MPLCONFIGDIR"), ["/home/u/.mpl"]);
+    // The inherited temporary directory is no session's: it is never cleaned.
+    assert_eq!(value(&all, "TMPDIR"), ["/run/t/s"]);
+    assert_eq!(value(&all, "MPLCONFIGDIR"), ["/run/t/s/matplotlib"]);
+    assert!(env.has_session_tmp());
     assert_eq!(env.artifact_dir(), Some(PathBuf::from("/run/artifacts")));
 }
 

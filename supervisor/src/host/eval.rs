@@ -2,7 +2,7 @@
 //! failure skipping the rest.
 
 use super::policy::validate;
-use super::{Cellvisor, RequestError};
+use super::{Cellvisor, Origin, RequestError};
 use crate::cell::{
     CellEvent, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult, ToolCallRequest,
 };
@@ -31,6 +31,19 @@ impl Cellvisor {
     /// unanswered when its cell ends (or times out) is cancelled.
     pub async fn eval_with_tools(
         &self,
+        request: EvalRequest,
+        events: Option<mpsc::Sender<CellEvent>>,
+        tool_host: Option<mpsc::Sender<ToolCallRequest>>,
+    ) -> Result<EvalResult, RequestError> {
+        self.eval_from(Origin::Local, request, events, tool_host)
+            .await
+    }
+
+    /// [`Cellvisor::eval_with_tools`] for a request that came from `origin`: a host serving
+    /// requests from the network says so, and the `landlock` isolation level confines them.
+    pub async fn eval_from(
+        &self,
+        origin: Origin,
         mut request: EvalRequest,
         events: Option<mpsc::Sender<CellEvent>>,
         tool_host: Option<mpsc::Sender<ToolCallRequest>>,
@@ -52,7 +65,8 @@ impl Cellvisor {
         // A session served without a caller directory works in its workspace (a per-call
         // request in its named session's).
         self.enter_workspace(&mut request).await?;
-        let sandbox = self.sandbox_plan(&request)?.map(Arc::new);
+        let sandbox = self.sandbox_plan(&request, origin)?.map(Arc::new);
+        let keeps_level_confinement = sandbox.is_none() && self.isolation.landlock.is_some();
         let python = self.python_choice(&request).map(Arc::new);
         let caller_env = request.env.as_ref().map(|vars| {
             let filter = &crate::locking::lock(&self.config).env;
@@ -132,6 +146,7 @@ impl Cellvisor {
                         max_output_bytes,
                         python: python.clone().filter(|_| spec.language == Language::Python),
                         sandbox: sandbox.clone(),
+                        keeps_level_confinement,
                         caller_env: caller_env.clone(),
                         requester: requester.clone(),
                         reply,

@@ -16,8 +16,11 @@
 //! - `pairs`: `sessions.key = "session+cwd"`: a session's state keyed by (name, cwd), and
 //!   which pairs a method without `cwd` names.
 //! - `errors`: why a request is refused as a whole.
+//! - `confinement`: the sandbox a request runs under (the operator's, or the `landlock`
+//!   isolation level's), and the daemon's files carved out of every one.
 
 mod background;
+mod confinement;
 mod control;
 mod errors;
 mod eval;
@@ -29,6 +32,7 @@ mod state;
 mod workspace;
 
 pub use control::CloseOptions;
+pub use confinement::Origin;
 pub use errors::RequestError;
 pub use node::{DrainState, Health, Readiness, HEALTH_BOUND};
 
@@ -136,6 +140,8 @@ pub struct Cellvisor {
     run_dir: PathBuf,
     _run_dir_guard: tempfile::TempDir,
     isolation: crate::isolation::IsolationStatus,
+    /// The daemon's files no cell reads ([`Cellvisor::hide_from_cells`]).
+    hidden: Mutex<confinement::Hidden>,
     /// Where outputs too big for a result spill (`output.artifact-dir`, a restart key).
     artifact_dir: PathBuf,
     /// This node's name (`daemon.node` or the host name), read at start.
@@ -322,6 +328,8 @@ struct Prepared {
     base: WorkerBase,
     run_dir: PathBuf,
     run_dir_guard: tempfile::TempDir,
+    /// The supervisor's own directories and key file, which no cell reads.
+    hidden: Vec<PathBuf>,
 }
 
 impl Prepared {
@@ -372,6 +380,8 @@ impl Prepared {
         if let Some(store) = &snapshots {
             shared.push(store.root());
         }
+        let mut hidden: Vec<PathBuf> = shared.iter().map(|p| p.to_path_buf()).collect();
+        hidden.extend(options.config.snapshots.key_file.clone());
         let isolation = startup::prepare_isolation(&options.config, &shared, &run_dir)?;
         tracing::info!("{}", isolation.line());
         let base = WorkerBase {
@@ -393,6 +403,7 @@ impl Prepared {
             base,
             run_dir,
             run_dir_guard,
+            hidden,
         })
     }
 
@@ -420,6 +431,10 @@ impl Prepared {
             run_dir: self.run_dir,
             _run_dir_guard: self.run_dir_guard,
             isolation: self.base.isolation.clone(),
+            hidden: Mutex::new(confinement::Hidden {
+                own: self.hidden,
+                host: Vec::new(),
+            }),
             artifact_dir: self.base.artifacts.dir().to_path_buf(),
             workspaces: self.base.workspaces.clone(),
             node,

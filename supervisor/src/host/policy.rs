@@ -24,28 +24,6 @@ impl Cellvisor {
         }
     }
 
-    /// The sandbox this request's cells run under: the operator's policy tightened by the
-    /// request, checked against the kernel (a required one it cannot enforce is refused).
-    pub(super) fn sandbox_plan(
-        &self,
-        request: &EvalRequest,
-    ) -> Result<Option<crate::sandbox::Plan>, RequestError> {
-        let operator = lock(&self.config).sandbox.clone();
-        let Some(policy) = crate::sandbox::effective(&operator, request.sandbox.as_ref())
-            .map_err(RequestError::Sandbox)?
-        else {
-            return Ok(None);
-        };
-        let cwd = match &request.cwd {
-            Some(cwd) => cwd.clone(),
-            None => std::env::current_dir()
-                .map_err(|e| RequestError::Sandbox(format!("no working directory: {e}")))?,
-        };
-        crate::sandbox::plan(policy, crate::sandbox::KernelSupport::detect(), cwd)
-            .map(Some)
-            .map_err(RequestError::Sandbox)
-    }
-
     /// The Python this request's cells run on, when it has Python cells.
     pub(super) fn python_choice(&self, request: &EvalRequest) -> Option<PythonChoice> {
         if !request.cells.iter().any(|c| c.language == Language::Python) {

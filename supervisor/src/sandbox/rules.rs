@@ -86,18 +86,25 @@ pub fn rules(plan: &Plan, dirs: &SessionDirs, env: &WorkerEnv) -> Rules {
             },
         }
     };
-    let etc_secrets: Vec<PathBuf> = ETC_SECRETS
+    // An entry inside the daemon's own directories grants nothing: only the session's own
+    // directories there (added below) are the cell's.
+    let outside_hidden = |path: &PathBuf| super::inside_hidden(path, &plan.hidden).is_none();
+    let proc = Path::new("/proc");
+    let mut denied: Vec<PathBuf> = ETC_SECRETS
         .iter()
         .map(|s| Path::new("/etc").join(s))
         .collect();
+    // `/proc` is read as its system files and the worker's own directory, never whole.
+    denied.push(proc.to_path_buf());
     let mut read = Vec::new();
     for entry in &plan.policy.read {
-        let Some(path) = resolve(entry) else { continue };
-        if path == Path::new("/proc") {
-            read.extend(proc_without_processes(&path));
-        } else {
-            read.extend(tree_without(&path, &etc_secrets));
+        let Some(path) = resolve(entry).filter(outside_hidden) else {
+            continue;
+        };
+        if proc.starts_with(&path) {
+            read.extend(proc_without_processes(proc));
         }
+        read.extend(tree_without(&path, &denied));
     }
     // The user's startup modules (the project's are under cwd).
     let config_home =
@@ -110,6 +117,7 @@ pub fn rules(plan: &Plan, dirs: &SessionDirs, env: &WorkerEnv) -> Rules {
         .write
         .iter()
         .filter_map(|e| resolve(e))
+        .filter(outside_hidden)
         .collect();
     // The discarding devices: shells and tools redirect to them as a matter of course, and
     // they hold nothing.
@@ -122,6 +130,7 @@ pub fn rules(plan: &Plan, dirs: &SessionDirs, env: &WorkerEnv) -> Rules {
         required: plan.policy.required,
         read,
         write,
+        hidden: plan.hidden.clone(),
         deny_tcp: plan.enforced.contains(&Feature::Tcp),
         scope: plan.enforced.contains(&Feature::Scopes),
         confine_unix_connect: plan.enforced.contains(&Feature::UnixConnect),
@@ -139,7 +148,10 @@ pub fn apply_to_env(
     shared_artifacts: &Path,
 ) -> std::io::Result<()> {
     let Some(plan) = plan else {
-        env.unconfine(shared_artifacts);
+        if crate::isolation::dirs::foreign_owner(&dirs.tmp).is_none() {
+            cellvisor_ipc::socket::ensure_private_dir_nofollow(&dirs.tmp)?;
+        }
+        env.unconfine(shared_artifacts, &dirs.tmp);
         return Ok(());
     };
     for dir in [&dirs.tmp, &dirs.artifacts]

@@ -284,8 +284,12 @@ impl Session {
     /// next worker starts under it, and a live worker under another one is replaced first
     /// (true: wait for that). A worker that cannot be set up fails the cell with why.
     fn switch_sandbox(&mut self, ctx: &mut Context<Self>) -> bool {
-        let wanted = self.queue.front().and_then(|job| job.sandbox.clone());
-        if wanted == self.sandbox {
+        let front = self.queue.front();
+        let wanted = front.and_then(|job| job.sandbox.clone());
+        let keeps = front.is_some_and(|job| job.keeps_level_confinement);
+        if wanted == self.sandbox
+            || keeps_as_it_is(keeps, wanted.as_deref(), self.sandbox.as_deref())
+        {
             return false;
         }
         let dirs = self.sandbox_dirs();
@@ -533,5 +537,49 @@ fn artifact_name(
         format!("{session}/{file}")
     } else {
         file
+    }
+}
+
+/// Whether a request that wants no sandbox (`wanted`) runs in the worker as it is: when it
+/// keeps the level's confinement (a local request at `auto`'s `landlock` for network
+/// sessions) and the worker is confined by the level (`current`), rather than losing the
+/// session's state to an unconfined worker.
+fn keeps_as_it_is(
+    keeps: bool,
+    wanted: Option<&crate::sandbox::Plan>,
+    current: Option<&crate::sandbox::Plan>,
+) -> bool {
+    keeps && wanted.is_none() && current.is_some_and(|plan| plan.by_level)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keeps_as_it_is;
+    use crate::sandbox::{isolation_policy, plan, KernelSupport, Plan};
+
+    fn confined(by_level: bool) -> Plan {
+        let kernel = KernelSupport {
+            landlock_abi: 7,
+            user_namespaces: true,
+        };
+        let policy = isolation_policy(&cellvisor_config::SandboxConfig::default());
+        let mut plan = plan(policy, kernel, "/w".into()).expect("plan");
+        plan.by_level = by_level;
+        plan
+    }
+
+    #[test]
+    fn a_local_request_runs_in_a_worker_the_level_confined_and_nowhere_else() {
+        let level = confined(true);
+        let operator = confined(false);
+        // A local request at `auto` keeps a worker a network client's request confined.
+        assert!(keeps_as_it_is(true, None, Some(&level)));
+        // Not an unconfined worker (nothing to keep), not the operator's or a request's
+        // sandbox (leaving it is asked for), not for a request that names its own.
+        assert!(!keeps_as_it_is(true, None, None));
+        assert!(!keeps_as_it_is(true, None, Some(&operator)));
+        assert!(!keeps_as_it_is(true, Some(&operator), Some(&level)));
+        // A request of no such level (`none`, `uid`) leaves the sandbox as it always did.
+        assert!(!keeps_as_it_is(false, None, Some(&level)));
     }
 }

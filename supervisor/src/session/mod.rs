@@ -112,6 +112,10 @@ pub struct CellJob {
     pub python: Option<Arc<crate::python_choice::PythonChoice>>,
     /// The sandbox the request runs under; `None`: none.
     pub sandbox: Option<Arc<crate::sandbox::Plan>>,
+    /// A request the `landlock` level leaves unconfined (a local one, at `auto`): it runs in
+    /// the session's worker as it is, confined by the level or not, rather than replacing a
+    /// confined one (which a network client's request made so) and losing its state.
+    pub keeps_level_confinement: bool,
     /// The caller's environment as the operator's `[env]` rules pass it; `None`: the caller
     /// sent none, and the worker's environment stays as it is.
     pub caller_env: Option<Arc<std::collections::BTreeMap<String, String>>>,
@@ -146,6 +150,7 @@ impl CellJob {
             may_yield: false,
             python: None,
             sandbox: None,
+            keeps_level_confinement: false,
             caller_env: None,
             requester,
             reply,

@@ -14,6 +14,19 @@ impl Session {
             .join(self.key.language.short_name())
     }
 
+    /// Makes [`tmp_dir`](Self::tmp_dir) again for a new worker (a reset or close removed it):
+    /// a `TMPDIR` that does not exist sends Python's `tempfile` back to `/tmp`. At the `uid`
+    /// level the directory is the uid's, given when the session starts.
+    pub(super) fn make_tmp_dir(&self) {
+        if self.spec.uid.is_some() || !self.spec.env.has_session_tmp() {
+            return;
+        }
+        let dir = self.tmp_dir();
+        if let Err(err) = cellvisor_ipc::socket::ensure_private_dir_nofollow(&dir) {
+            tracing::warn!(session = %self.key, "cannot make the session's temporary directory {}: {err}", dir.display());
+        }
+    }
+
     /// Removes [`tmp_dir`](Self::tmp_dir) and what it holds (links inside are removed, never
     /// followed), then its session's directory when no other language's is left in it.
     pub(super) fn remove_tmp_dir(&self) {

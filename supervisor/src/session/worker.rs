@@ -256,6 +256,7 @@ impl Session {
         self.generation += 1;
         let generation = self.generation;
         self.worker = Worker::Starting { generation };
+        self.make_tmp_dir();
         if let Some(worker) = self.prestarted.take() {
             ctx.notify(WorkerStarted {
                 generation,

@@ -74,6 +74,7 @@ impl Rig {
             isolation: crate::isolation::IsolationStatus {
                 level: "none",
                 uids: None,
+                landlock: None,
                 reason: "test".into(),
             },
         };

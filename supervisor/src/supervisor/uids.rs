@@ -30,25 +30,28 @@ impl Handler<UidReclaimed> for Supervisor {
 
 impl Supervisor {
     /// At the `uid` level, leases `key`'s session its uid and gives it its directories; the
-    /// spec's worker then runs as that uid. `Err` says why the session cannot start.
+    /// spec's worker then runs as that uid. At the other levels the session gets its own
+    /// temporary directory (the inherited one is nobody's to clean). `Err` says why the
+    /// session cannot start.
     pub(super) fn give_uid(
         &mut self,
         key: &SessionKey,
         spec: &mut WorkerSpec,
     ) -> Result<(), String> {
         let Some(leases) = &mut self.uids else {
+            let tmp = self.session_tmp(key);
+            cellvisor_ipc::socket::ensure_private_dir_nofollow(&tmp).map_err(|e| {
+                format!(
+                    "cannot make the session's temporary directory {}: {e}",
+                    tmp.display()
+                )
+            })?;
+            spec.env.set_session_tmp(&tmp);
             return Ok(());
         };
         let uid = leases.lease(&key.session).map_err(|e| e.to_string())?;
         let name = key.session.dir_name();
-        // The session's temporary directory in this language, where the session's own
-        // `tmp_dir` finds it to remove it when the session forgets.
-        let tmp = self
-            .base
-            .run_dir
-            .join("tmp")
-            .join(&name)
-            .join(key.language.short_name());
+        let tmp = self.session_tmp(key);
         let artifacts = self.base.artifacts.dir().join(&name);
         let mut own = vec![tmp.clone(), artifacts];
         own.extend(spec.env.store_dir());
@@ -85,6 +88,16 @@ impl Supervisor {
         spec.env.set_session_tmp(&tmp);
         spec.uid = Some(uid);
         Ok(())
+    }
+
+    /// The session's temporary directory in this language, where the session's own
+    /// `tmp_dir` finds it to remove it when the session forgets.
+    fn session_tmp(&self, key: &SessionKey) -> std::path::PathBuf {
+        self.base
+            .run_dir
+            .join("tmp")
+            .join(key.session.dir_name())
+            .join(key.language.short_name())
     }
 
     /// After `session`'s last language stopped: its uid's processes are ended (whatever

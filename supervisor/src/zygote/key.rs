@@ -105,10 +105,10 @@ fn loads_only_the_daemons(
         })
 }
 
-/// Whether `spec`'s temporary directories are its session's own: sandboxed, or running as
-/// its session's uid.
+/// Whether `spec`'s temporary directories are its session's own: sandboxed, running as its
+/// session's uid, or given its session's temporary directory (every session's, at `none`).
 fn own_dirs(spec: &WorkerSpec) -> bool {
-    spec.env.is_confined() || spec.uid.is_some()
+    spec.env.is_confined() || spec.uid.is_some() || spec.env.has_session_tmp()
 }
 
 /// Variables a sandbox (or a session's own uid) points at the session's own directories (`TMPDIR`, and matplotlib's

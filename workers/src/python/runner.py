@@ -780,6 +780,10 @@ def main():
             # cell: a worker started ahead of its session learns them here; and the caller's
             # environment where it changed.
             os.environ.update(session_env)
+            if "TMPDIR" in session_env and "tempfile" in sys.modules:
+                # A prewarmed worker's first cell: its session's own temporary directory
+                # wins over the one tempfile may have cached at start.
+                sys.modules["tempfile"].tempdir = None
             for name in unset:
                 os.environ.pop(name, None)
             if cwd and cwd != _state.requested_cwd:

@@ -139,32 +139,22 @@ async fn mcp_owner(
         }
         None if request.method() == axum::http::Method::POST => {
             let tenant = &principal.tenant;
-            let new_session = Some(json!({"session": ""}));
-            if let Err(error) =
-                super::super::tenancy::within_quotas(&daemon, tenant, &new_session).await
-            {
-                return (
+            // Held while the MCP session is opened: concurrent opens count each other.
+            let admitted = super::super::tenancy::within_quotas(
+                &daemon,
+                tenant,
+                super::super::admission::Ask::McpSession,
+                || owners.count(&tenant.name),
+            )
+            .await;
+            return match admitted {
+                Ok(_reservation) => next.run(request).await,
+                Err(error) => (
                     StatusCode::TOO_MANY_REQUESTS,
                     Json(json!({"jsonrpc": "2.0", "id": null, "error": error})),
                 )
-                    .into_response();
-            }
-            if let Some(max) = tenant.quotas.max_mcp_sessions {
-                let open = owners.count(&tenant.name);
-                if open >= max {
-                    let error = super::super::tenancy::exceeded(
-                        tenant,
-                        "max-mcp-sessions",
-                        max as u64,
-                        format!("it has {open} MCP sessions open; end one (DELETE /mcp) first"),
-                    );
-                    return (
-                        StatusCode::TOO_MANY_REQUESTS,
-                        Json(json!({"jsonrpc": "2.0", "id": null, "error": error})),
-                    )
-                        .into_response();
-                }
-            }
+                    .into_response(),
+            };
         }
         _ => {}
     }

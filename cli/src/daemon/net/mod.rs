@@ -21,7 +21,7 @@ mod tls;
 mod token;
 mod ws;
 
-pub(crate) use tenants::{Principal, Right, Tenant, Tenants, SEPARATOR};
+pub(crate) use tenants::{Principal, Quotas, Right, Tenant, Tenants, SEPARATOR};
 pub(crate) use token::Token;
 
 use super::{lock, Daemon};

@@ -140,6 +140,8 @@ impl Principal {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Tenants {
     entries: Vec<([u8; 32], Arc<Tenant>)>,
+    /// The token files of a tenants file, as read: no cell may read them.
+    files: Vec<PathBuf>,
 }
 
 /// The tenants file, as written.
@@ -176,6 +178,7 @@ impl Tenants {
     pub(crate) fn empty() -> Tenants {
         Tenants {
             entries: Vec::new(),
+            files: Vec::new(),
         }
     }
 
@@ -183,6 +186,7 @@ impl Tenants {
     pub(crate) fn single(token: &Token) -> Tenants {
         Tenants {
             entries: vec![(token.digest(), Arc::new(Tenant::operator()))],
+            files: Vec::new(),
         }
     }
 
@@ -208,6 +212,7 @@ impl Tenants {
         }
         let mut names = HashSet::new();
         let mut digests: Vec<([u8; 32], Arc<Tenant>)> = Vec::new();
+        let mut read = Vec::new();
         for entry in entries {
             check_name(&entry.name)?;
             if !names.insert(entry.name.clone()) {
@@ -238,9 +243,18 @@ impl Tenants {
                     ));
                 }
                 digests.push((token.digest(), Arc::clone(&tenant)));
+                read.push(base.join(&file));
             }
         }
-        Ok(Tenants { entries: digests })
+        Ok(Tenants {
+            entries: digests,
+            files: read,
+        })
+    }
+
+    /// The token files a tenants file named (none for `daemon.token-file`'s one tenant).
+    pub(crate) fn token_files(&self) -> &[PathBuf] {
+        &self.files
     }
 
     /// The principal of an `Authorization` header's bearer token, if it is one of ours.
