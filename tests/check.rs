@@ -922,9 +922,7 @@ fn declared_variants_run_side_by_side() {
     // its own recorded metrics, and the difference against what the failed scorer costs
     // (0.5 / 6) plus what the two runs' times differ by, whatever the machine's speed.
     let recorded = |variant: &str| {
-        read_json(&out.join(format!(
-            "{variant}/output-cap/line-100-visible/result.json"
-        )))
+        read_json(&out.join(format!("{variant}/output-cap/line-100-visible/result.json")))
     };
     let normalized = |result: &Value, id: &str| {
         result["metrics"]
@@ -935,7 +933,10 @@ fn declared_variants_run_side_by_side() {
     };
     let score_of = |result: &Value| {
         let metrics = result["metrics"].as_array().expect("metrics");
-        let sum: f64 = metrics.iter().filter_map(|m| m["normalized"].as_f64()).sum();
+        let sum: f64 = metrics
+            .iter()
+            .filter_map(|m| m["normalized"].as_f64())
+            .sum();
         sum / metrics.len() as f64
     };
     let (wide, narrow) = (recorded("wide"), recorded("narrow"));
@@ -945,14 +946,18 @@ fn declared_variants_run_side_by_side() {
         let shown = format!("{label} {:.2}", score_of(result));
         assert!(row.contains(&shown), "{shown} in {row}");
     }
-    let timing = |result: &Value| normalized(result, "cell-time") + normalized(result, "total-time");
+    let timing =
+        |result: &Value| normalized(result, "cell-time") + normalized(result, "total-time");
     let expected = (-0.5 + timing(&narrow) - timing(&wide)) / 6.0;
     let difference: f64 = row
         .rsplit(' ')
         .next()
         .and_then(|d| d.parse().ok())
         .unwrap_or(0.0);
-    assert!((difference - expected).abs() <= 0.011, "{row}: expected {expected:.3}");
+    assert!(
+        (difference - expected).abs() <= 0.011,
+        "{row}: expected {expected:.3}"
+    );
 
     let summary = read_json(&out.join("summary.json"));
     let variants = summary["variants"].as_array().expect("variants");

@@ -90,7 +90,6 @@ pub use cellvisor_ipc::Language;
 pub use environment::caller_environment;
 pub use host::{
     Cellvisor, CloseOptions, DrainState, Health, Options, Origin, Readiness, RequestError,
-    SessionRef,
-    StartupError, WaitOptions, HEALTH_BOUND, MAX_SESSION_NAME, MAX_WAIT_MS,
+    SessionRef, StartupError, WaitOptions, HEALTH_BOUND, MAX_SESSION_NAME, MAX_WAIT_MS,
 };
 pub use names::{SessionName, SessionNameError};

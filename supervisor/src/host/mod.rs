@@ -31,8 +31,8 @@ mod startup;
 mod state;
 mod workspace;
 
-pub use control::CloseOptions;
 pub use confinement::Origin;
+pub use control::CloseOptions;
 pub use errors::RequestError;
 pub use node::{DrainState, Health, Readiness, HEALTH_BOUND};
 
