@@ -32,6 +32,8 @@ pub const MIN_KEY_FILE_BYTES: usize = KEY_BYTES;
 const LATEST: &str = "latest.snap";
 const CHECKPOINTS: &str = "checkpoints";
 const SUFFIX: &str = ".snap";
+/// The directory of a session's recorded workspaces (no language's short name).
+const WORKSPACE: &str = "workspace";
 /// The longest checkpoint name.
 pub const MAX_CHECKPOINT_NAME: usize = 64;
 
@@ -155,6 +157,16 @@ impl SnapshotStore {
         derive(&self.key, &key.session, key.language)
     }
 
+    /// The recorded workspaces of `session` (`<dir>/<session>/workspace`), authenticated
+    /// with a key derived for its workspace alone.
+    pub fn trees(&self, session: &SessionName) -> super::tree::session::SessionTrees {
+        super::tree::session::SessionTrees::new(
+            self.session_root(session).join(WORKSPACE),
+            derive_for(&self.key, session, WORKSPACE),
+            &self.node,
+        )
+    }
+
     /// Deletes everything of `session` (one language, or all): `close` and `reset` mean
     /// "forget".
     pub fn forget(&self, session: &SessionName, language: Option<Language>) -> std::io::Result<()> {
@@ -250,6 +262,11 @@ pub fn check_checkpoint_name(name: &str) -> Result<(), String> {
 
 /// The key of one session and language: HMAC-SHA256 of both under the daemon's key.
 fn derive(master: &[u8], session: &str, language: Language) -> Vec<u8> {
+    derive_for(master, session, language.short_name())
+}
+
+/// The key of one session's `what` (a language's short name, or its workspace).
+fn derive_for(master: &[u8], session: &str, what: &str) -> Vec<u8> {
     let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(master) else {
         // HMAC takes keys of any length; this cannot fail.
         return master.to_vec();
@@ -257,7 +274,7 @@ fn derive(master: &[u8], session: &str, language: Language) -> Vec<u8> {
     mac.update(b"cellvisor session snapshot key\0");
     mac.update(session.as_bytes());
     mac.update(b"\0");
-    mac.update(language.short_name().as_bytes());
+    mac.update(what.as_bytes());
     mac.finalize().into_bytes().to_vec()
 }
 
