@@ -16,6 +16,7 @@ pub mod keys;
 pub mod load;
 pub mod schema;
 pub mod show;
+pub mod workspaces;
 
 pub use check::{Effective, KeyError, Origin};
 pub use keys::AppliesWhen;
@@ -26,7 +27,7 @@ pub use schema::{
     CellsConfig, Config, DaemonConfig, EngineConfig, EnvConfig, FleetConfig, IsolationConfig,
     IsolationLevel, LimitsConfig, OutputConfig, PythonConfig, PythonShell, SandboxConfig,
     SandboxNetwork, SessionKeyBy, SessionMode, SessionsConfig, SnapshotWhen, SnapshotsConfig,
-    StartupConfig, UidRange, DEFAULT_SANDBOX_READ,
+    StartupConfig, UidRange, WorkspacesConfig, DEFAULT_SANDBOX_READ,
 };
 pub use show::changes;
 

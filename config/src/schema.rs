@@ -5,6 +5,8 @@ use bytesize::ByteSize;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use crate::workspaces::WorkspacesConfig;
+
 /// Everything an operator can tune.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Config {
@@ -36,6 +38,8 @@ pub struct Config {
     pub fleet: FleetConfig,
     /// `[isolation]`: who a cell is: a uid leased per session, or the daemon's own.
     pub isolation: IsolationConfig,
+    /// `[workspaces]`: each session's own directory of files, and its quotas.
+    pub workspaces: WorkspacesConfig,
 }
 
 /// Lifetimes of sessions and their workers.

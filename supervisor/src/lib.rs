@@ -78,6 +78,8 @@ mod zygote;
 pub use zygote::ZygoteStatus;
 /// A program that embeds cellvisor serves its own workers (`__worker`) through this.
 pub mod worker_entry;
+/// Each session's directory of files: where it is ([`workspaces::Workspace::of`]).
+pub mod workspaces;
 
 pub use cell::{
     CellEvent, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult, ToolCallRequest, ToolSpec,

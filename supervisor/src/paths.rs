@@ -27,3 +27,8 @@ pub(crate) fn snapshots_dir() -> PathBuf {
 pub fn session_store_dir(session: &crate::names::SessionName) -> PathBuf {
     stores_dir().join(session.dir_name())
 }
+
+/// Where sessions' workspaces live by default (`workspaces.root` overrides it).
+pub(crate) fn workspaces_dir() -> PathBuf {
+    state_dir().join("workspaces")
+}

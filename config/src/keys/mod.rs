@@ -37,6 +37,7 @@ pub const SECTIONS: &[&str] = &[
     "snapshots",
     "fleet",
     "isolation",
+    "workspaces",
 ];
 
 /// Prefix of the environment variables that override single keys.

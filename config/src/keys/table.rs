@@ -233,6 +233,13 @@ pub static KEYS: &[KeySpec] = &[
         "Who a cell is (docs/hardening.md). uid: every worker of a session runs as a uid and gid leased from `uids` for the session's life, its directories 0700 and its own, the daemon's files and other sessions out of reach (needs root or CAP_SETUID and CAP_SETGID; the daemon refuses to start without them); none: workers run as the daemon's user; auto: uid where the daemon may change uids and `uids` is set, none otherwise. `status` and the start-up log say which is in force."),
     key!(isolation.uids as "uids", Kind::UidRange, Restart,
         "The uids (with gids of the same numbers) leased to sessions, one per live session, like \"61000-61999\": a range no account of the machine uses. A uid is leased again only once every process of its last session is gone; with every uid leased a new session is refused, naming this key. Unset: `auto` stays at none."),
+    // [workspaces]
+    key!(workspaces.root as "root", Kind::Path, Restart,
+        "Where sessions' workspaces live, one directory per session (`<root>/local/<session>`, `<root>/tenants/<tenant>/<session>`): the working directory of every session served without a caller directory (network clients, MCP over HTTP, library calls without `cwd`). Default `$XDG_STATE_HOME/cellvisor/workspaces`; in a fleet, the shared volume."),
+    key!(workspaces.max_bytes as "max-bytes", size_in(KIB, u64::MAX), AtOnce,
+        "The most one workspace may hold; a write through the API past it is refused (code -32008), and a cell that leaves it over ends as an error saying so. Unset: no bound."),
+    key!(workspaces.max_files as "max-files", count_in(1, u64::MAX), AtOnce,
+        "The most files and directories one workspace may hold, checked as max-bytes is. Unset: no bound."),
 ];
 
 #[cfg(test)]
@@ -295,6 +302,7 @@ mod tests {
                 "daemon.tenants-file",
                 "daemon.drain-idle",
                 "snapshots",
+                "workspaces",
             ],
         ),
         // Per request: its limits, its sandbox plan, its language switches; when a cell
@@ -364,6 +372,7 @@ mod tests {
                 "sessions.key",
                 "fleet",
                 "isolation",
+                "workspaces.root",
             ],
         ),
     ];

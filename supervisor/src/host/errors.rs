@@ -213,4 +213,7 @@ pub enum RequestError {
     /// The session's lease could not be read or written.
     #[error("{0}")]
     Lease(String),
+    /// The session's workspace could not be made or used; the text says which and why.
+    #[error("{0}")]
+    Workspace(String),
 }

@@ -49,6 +49,9 @@ impl Cellvisor {
             })
             .collect();
         let policy = self.request_policy();
+        // A session served without a caller directory works in its workspace (a per-call
+        // request in its named session's).
+        self.enter_workspace(&mut request)?;
         let sandbox = self.sandbox_plan(&request)?.map(Arc::new);
         let python = self.python_choice(&request).map(Arc::new);
         let caller_env = request.env.as_ref().map(|vars| {

@@ -26,6 +26,7 @@ mod pairs;
 mod policy;
 mod startup;
 mod state;
+mod workspace;
 
 pub use errors::RequestError;
 pub use node::{DrainState, Health, Readiness, HEALTH_BOUND};
@@ -138,6 +139,8 @@ pub struct Cellvisor {
     artifact_dir: PathBuf,
     /// This node's name (`daemon.node` or the host name), read at start.
     node: String,
+    /// The root of sessions' workspaces (`workspaces.root`, a restart key).
+    workspaces: PathBuf,
     metrics: Arc<crate::metrics::Metrics>,
     /// Set by `drain`, cleared by `undrain` (the supervisor is told too).
     draining: std::sync::atomic::AtomicBool,
@@ -359,10 +362,12 @@ impl Prepared {
         let snapshots = startup::open_snapshots(&options.config)?;
         let leases = startup::open_leases(&options.config, snapshots.as_deref())?;
         let stores = crate::paths::stores_dir();
+        let workspaces = crate::workspaces::root(&options.config.workspaces);
         let tmp = run_dir.join("tmp");
         // cellvisor's own state directory (the stores' parent) first: it leads to the rest.
         let mut shared: Vec<&std::path::Path> = stores.parent().into_iter().collect();
         shared.extend([base_dir.as_path(), &run_dir, &tmp, artifacts.dir(), &stores]);
+        shared.push(&workspaces);
         if let Some(store) = &snapshots {
             shared.push(store.root());
         }
@@ -376,6 +381,7 @@ impl Prepared {
             snapshots,
             leases,
             isolation,
+            workspaces,
             metrics: Arc::new(crate::metrics::Metrics::new(&node::node_name(
                 &options.config,
             ))),
@@ -414,6 +420,7 @@ impl Prepared {
             _run_dir_guard: self.run_dir_guard,
             isolation: self.base.isolation.clone(),
             artifact_dir: self.base.artifacts.dir().to_path_buf(),
+            workspaces: self.base.workspaces.clone(),
             node,
             metrics: Arc::clone(&self.base.metrics),
             draining: std::sync::atomic::AtomicBool::new(false),

@@ -77,6 +77,9 @@ pub struct WorkerBase {
     pub leases: Option<Arc<crate::fleet::LeaseBook>>,
     /// The isolation level in force (`[isolation]`), decided at start.
     pub isolation: crate::isolation::IsolationStatus,
+    /// The root of sessions' workspaces (`workspaces.root`): at the uid level a session's
+    /// workspace is given to its uid with its other directories.
+    pub workspaces: PathBuf,
 }
 
 struct Entry {

@@ -52,6 +52,13 @@ impl Supervisor {
         let artifacts = self.base.artifacts.dir().join(&name);
         let mut own = vec![tmp.clone(), artifacts];
         own.extend(spec.env.store_dir());
+        // The workspace the session works in (its own, or the one a per-call request on its
+        // name borrows): the uid's, whatever subdirectory it runs in.
+        let workspace = spec
+            .cwd
+            .as_deref()
+            .and_then(|cwd| crate::workspaces::Workspace::containing(&self.base.workspaces, cwd));
+        own.extend(workspace.map(|w| w.dir().to_path_buf()));
         let snapshots = self.base.snapshots.as_ref().map(|store| store.dir(key));
         if let Some(dir) = &snapshots {
             let _ = std::fs::create_dir_all(dir.join("checkpoints"));
