@@ -51,6 +51,7 @@ impl Cellvisor {
         let policy = self.request_policy();
         // A session served without a caller directory works in its workspace (a per-call
         // request in its named session's).
+        let files_back = self.bring_back_workspace(&request).await?;
         self.enter_workspace(&mut request)?;
         let sandbox = self.sandbox_plan(&request)?.map(Arc::new);
         let python = self.python_choice(&request).map(Arc::new);
@@ -186,6 +187,9 @@ impl Cellvisor {
         }
         let mut result = EvalResult::from_cells(results);
         result.node.clone_from(&self.node);
+        if let Some(restored) = files_back {
+            super::state_files::tell_files(&mut result, restored);
+        }
         Ok(result)
     }
 }

@@ -206,6 +206,7 @@ impl SnapshotStore {
                     name: name.to_string(),
                     bytes: meta.len(),
                     taken_at: rfc3339(meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)),
+                    workspace: None,
                 });
             }
         }

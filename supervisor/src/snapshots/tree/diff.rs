@@ -3,25 +3,8 @@
 
 use super::walk::{Found, Seen, SeenKind};
 use super::{display, Entry, Hash, Kind, Manifest, RelPath};
-use serde::Serialize;
 
-/// The files a restore changed, for the ledger (directories are not listed; links are).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct FileChanges {
-    /// Files that were there with other content (or mode, or kind), put back as recorded.
-    pub restored: Vec<String>,
-    /// Files that were gone (deleted since), written back.
-    pub added: Vec<String>,
-    /// Files that were not in the recording (made since), deleted.
-    pub removed: Vec<String>,
-}
-
-impl FileChanges {
-    /// Whether the restore changed nothing.
-    pub fn is_empty(&self) -> bool {
-        self.restored.is_empty() && self.added.is_empty() && self.removed.is_empty()
-    }
-}
+pub use crate::state::FileChanges;
 
 /// One step of a restore.
 #[derive(Debug, Clone, PartialEq)]

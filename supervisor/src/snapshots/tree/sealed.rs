@@ -22,6 +22,8 @@ pub struct Body {
     pub label: String,
     /// When it was taken (RFC 3339).
     pub taken_at: String,
+    /// Why (the ledger's `from.reason`: `idle eviction`, `checkpoint`, ...).
+    pub reason: String,
     /// The node that took it.
     pub node: String,
     /// The tree.
@@ -100,6 +102,7 @@ mod tests {
         Body {
             label: label.into(),
             taken_at: "2026-12-07T05:00:00Z".into(),
+            reason: "checkpoint".into(),
             node: "a".into(),
             manifest: Manifest::default(),
         }

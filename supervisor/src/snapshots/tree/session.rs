@@ -62,6 +62,8 @@ pub struct Restored {
     pub changes: FileChanges,
     /// When the manifest was taken.
     pub taken_at: String,
+    /// Why it was taken.
+    pub reason: String,
     /// The node that took it.
     pub node: String,
 }
@@ -147,13 +149,19 @@ impl SessionTrees {
     }
 
     /// Records the workspace at `root` as `label`, replacing an earlier one of that label.
-    pub fn record(&self, root: &Path, label: Label<'_>) -> Result<Recorded, TreeError> {
+    pub fn record(
+        &self,
+        root: &Path,
+        label: Label<'_>,
+        reason: &str,
+    ) -> Result<Recorded, TreeError> {
         let _lock = self.lock()?;
         let previous = self.newest();
         let recorded = record(root, previous.as_ref(), &self.blobs())?;
         let body = Body {
             label: label.text(),
             taken_at: crate::snapshots::rfc3339(SystemTime::now()),
+            reason: reason.to_string(),
             node: self.node.clone(),
             manifest: recorded.manifest,
         };
@@ -198,6 +206,7 @@ impl SessionTrees {
         Ok(Restored {
             changes,
             taken_at: body.taken_at,
+            reason: body.reason,
             node: body.node,
         })
     }
@@ -253,10 +262,14 @@ mod tests {
         fs::write(root.join("big"), vec![7u8; 100_000]).expect("write");
         fs::write(root.join("small"), b"v1").expect("write");
         let trees = trees(dir.path(), 1);
-        let first = trees.record(&root, Label::Checkpoint("one")).expect("one");
+        let first = trees
+            .record(&root, Label::Checkpoint("one"), "checkpoint")
+            .expect("one");
         assert_eq!(first.new_bytes, 100_002);
         fs::write(root.join("small"), b"v2").expect("change");
-        let second = trees.record(&root, Label::Checkpoint("two")).expect("two");
+        let second = trees
+            .record(&root, Label::Checkpoint("two"), "checkpoint")
+            .expect("two");
         assert_eq!(
             (second.hashed_files, second.new_bytes),
             (1, 2),
@@ -285,9 +298,13 @@ mod tests {
         fs::create_dir_all(&root).expect("mkdir");
         fs::write(root.join("f"), b"x").expect("write");
         let trees = trees(dir.path(), 1);
-        trees.record(&root, Label::Checkpoint("a")).expect("a");
+        trees
+            .record(&root, Label::Checkpoint("a"), "checkpoint")
+            .expect("a");
         fs::write(root.join("f"), b"y").expect("write");
-        trees.record(&root, Label::Checkpoint("b")).expect("b");
+        trees
+            .record(&root, Label::Checkpoint("b"), "checkpoint")
+            .expect("b");
         fs::copy(
             trees.path(Label::Checkpoint("a")),
             trees.path(Label::Checkpoint("b")),

@@ -1,0 +1,158 @@
+//! A session's workspace in its checkpoints and snapshots, as hosts see it: a checkpoint
+//! records the files, `restore` brings them back (the ledger lists what changed), and a
+//! session whose workspace is missing on this node (it moved, or the node lost its disk)
+//! finds its files from the latest recording. Only a daemon-made workspace travels; a
+//! caller's own directory (the local CLI's cwd) is never recorded nor written.
+
+use super::{Cellvisor, RequestError};
+use crate::cell::{EvalRequest, EvalResult};
+use crate::names::SessionName;
+use crate::snapshots::tree::session::{Label, Restored};
+use crate::snapshots::tree::TreeError;
+use crate::state::{FileChanges, FilesRecorded, SnapshotOrigin, StateLedger};
+use std::path::PathBuf;
+
+impl Cellvisor {
+    /// The daemon-made workspace of `session` on this node, if it has one.
+    fn existing_workspace(&self, session: &SessionName) -> Option<PathBuf> {
+        let dir = self.workspace(session).dir().to_path_buf();
+        dir.symlink_metadata()
+            .is_ok_and(|m| m.is_dir())
+            .then_some(dir)
+    }
+
+    /// Records the workspace of `session` as checkpoint `name` (none recorded when the
+    /// session has no workspace of the daemon's).
+    pub(super) async fn checkpoint_files(
+        &self,
+        session: &SessionName,
+        shown: &str,
+        name: &str,
+    ) -> Result<Option<FilesRecorded>, RequestError> {
+        let (Some(store), Some(dir)) = (self.snapshots.clone(), self.existing_workspace(session))
+        else {
+            return Ok(None);
+        };
+        let lock = self.request_lock(session);
+        let _turn = lock.lock().await;
+        let trees = store.trees(session);
+        let name = name.to_string();
+        let recorded = tokio::task::spawn_blocking(move || {
+            trees.record(&dir, Label::Checkpoint(&name), "checkpoint")
+        })
+        .await
+        .map_err(|err| RequestError::Workspace(format!("session {shown}: {err}")))?
+        .map_err(|err| refused(shown, err))?;
+        Ok(Some(FilesRecorded {
+            files: recorded.files,
+            bytes: recorded.bytes,
+            new_bytes: recorded.new_bytes,
+        }))
+    }
+
+    /// Restores the workspace of `session` from checkpoint `name`, if it recorded one
+    /// (making the workspace when it is missing on this node).
+    pub(super) async fn restore_files(
+        &self,
+        session: &SessionName,
+        shown: &str,
+        name: &str,
+    ) -> Result<Option<FileChanges>, RequestError> {
+        let Some(store) = self.snapshots.clone() else {
+            return Ok(None);
+        };
+        let trees = store.trees(session);
+        if !trees.has(Label::Checkpoint(name)) {
+            return Ok(None);
+        }
+        let lock = self.request_lock(session);
+        let _turn = lock.lock().await;
+        let dir = self.made_workspace(session, shown)?;
+        let name = name.to_string();
+        let restored =
+            tokio::task::spawn_blocking(move || trees.restore(&dir, Label::Checkpoint(&name)))
+                .await
+                .map_err(|err| RequestError::Workspace(format!("session {shown}: {err}")))?
+                .map_err(|err| refused(shown, err))?;
+        Ok(Some(restored.changes))
+    }
+
+    fn made_workspace(&self, session: &SessionName, shown: &str) -> Result<PathBuf, RequestError> {
+        let workspace = self.workspace(session);
+        workspace.create().map_err(|e| {
+            RequestError::Workspace(format!(
+                "cannot make session {shown}'s workspace {}: {e}",
+                workspace.dir().display()
+            ))
+        })?;
+        Ok(workspace.dir().to_path_buf())
+    }
+
+    /// Before a request without a caller directory: a session whose workspace is missing
+    /// on this node but which has a latest recording gets its files back. A recording that
+    /// fails its check is refused once, said, and deleted (the session starts without it).
+    pub(super) async fn bring_back_workspace(
+        &self,
+        request: &EvalRequest,
+    ) -> Result<Option<Restored>, RequestError> {
+        if request.cwd.is_some() || self.keyed_by_cwd() {
+            return Ok(None);
+        }
+        let Some(store) = self.snapshots.clone() else {
+            return Ok(None);
+        };
+        let session = SessionName::parse(&request.session)?;
+        if self.workspace(&session).dir().symlink_metadata().is_ok() {
+            return Ok(None);
+        }
+        let trees = store.trees(&session);
+        if !trees.has(Label::Latest) {
+            return Ok(None);
+        }
+        let lock = self.request_lock(&session);
+        let _turn = lock.lock().await;
+        let dir = self.made_workspace(&session, &request.session)?;
+        let done = tokio::task::spawn_blocking(move || {
+            let done = trees.restore(&dir, Label::Latest);
+            if matches!(
+                done,
+                Err(TreeError::Manifest { .. } | TreeError::Tampered { .. })
+            ) {
+                // Refused once is refused for good, as a namespace's snapshot is.
+                let _ = trees.forget(Label::Latest);
+            }
+            done
+        })
+        .await
+        .map_err(|err| RequestError::Workspace(format!("session {}: {err}", request.session)))?;
+        match done {
+            Ok(restored) => Ok(Some(restored)),
+            Err(err) => Err(refused(&request.session, err)),
+        }
+    }
+}
+
+/// Tells the first cell of `result` that the workspace came back: its ledger gains the
+/// files (a ledger of its own when the namespace had nothing to restore).
+pub(super) fn tell_files(result: &mut EvalResult, restored: Restored) {
+    let Some(first) = result.cells.first_mut() else {
+        return;
+    };
+    let ledger = first.report.state.get_or_insert_with(|| StateLedger {
+        restored: Vec::new(),
+        skipped: Vec::new(),
+        from: SnapshotOrigin {
+            taken_at: restored.taken_at.clone(),
+            reason: restored.reason.clone(),
+            cells_since: 0,
+            checkpoint: None,
+            node: Some(restored.node.clone()).filter(|n| !n.is_empty()),
+        },
+        files: None,
+    });
+    ledger.files = Some(restored.changes);
+}
+
+fn refused(shown: &str, err: TreeError) -> RequestError {
+    RequestError::Workspace(format!("session {shown}: {err}"))
+}
