@@ -51,6 +51,9 @@ pub struct FilesRecorded {
     pub bytes: u64,
     /// Bytes of content no earlier recording had: what this checkpoint cost on disk.
     pub new_bytes: u64,
+    /// Files left out (fifos, sockets, devices), and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedName>,
 }
 
 /// Which snapshot a ledger's names came from.

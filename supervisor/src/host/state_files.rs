@@ -9,7 +9,7 @@ use crate::cell::{EvalRequest, EvalResult};
 use crate::names::SessionName;
 use crate::snapshots::tree::session::{Label, Restored};
 use crate::snapshots::tree::TreeError;
-use crate::state::{FileChanges, FilesRecorded, SnapshotOrigin, StateLedger};
+use crate::state::{FileChanges, FilesRecorded, SkippedName, SnapshotOrigin, StateLedger};
 use std::path::PathBuf;
 
 impl Cellvisor {
@@ -47,6 +47,14 @@ impl Cellvisor {
             files: recorded.files,
             bytes: recorded.bytes,
             new_bytes: recorded.new_bytes,
+            skipped: recorded
+                .skipped
+                .into_iter()
+                .map(|s| SkippedName {
+                    name: s.path,
+                    why: s.why,
+                })
+                .collect(),
         }))
     }
 

@@ -167,6 +167,22 @@ impl SnapshotStore {
         )
     }
 
+    /// The recorded workspaces of every session that has some (for the sweep).
+    pub fn all_trees(&self) -> Vec<super::tree::session::SessionTrees> {
+        let Ok(entries) = fs::read_dir(&self.root) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|e| e.path().join(WORKSPACE).is_dir())
+            .filter_map(|e| {
+                let name = decode_component(&e.file_name().to_string_lossy())?;
+                SessionName::parse_key(&name).ok()
+            })
+            .map(|session| self.trees(&session))
+            .collect()
+    }
+
     /// Deletes everything of `session` (one language, or all): `close` and `reset` mean
     /// "forget".
     pub fn forget(&self, session: &SessionName, language: Option<Language>) -> std::io::Result<()> {
@@ -277,6 +293,29 @@ fn derive_for(master: &[u8], session: &str, what: &str) -> Vec<u8> {
     mac.update(b"\0");
     mac.update(what.as_bytes());
     mac.finalize().into_bytes().to_vec()
+}
+
+/// The text [`crate::names::encode_component`] made `component` from (`None` for a name
+/// no encoding makes).
+fn decode_component(component: &str) -> Option<String> {
+    if component == "%" {
+        return Some(String::new());
+    }
+    let bytes = component.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = component.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    let text = String::from_utf8(out).ok()?;
+    (crate::names::encode_component(&text) == component).then_some(text)
 }
 
 /// A fleet's master key: at least [`MIN_KEY_FILE_BYTES`] bytes, readable by no one but its
@@ -473,6 +512,18 @@ mod tests {
         store
             .forget(&"never-seen".into(), Some(Language::Lua))
             .expect("nothing to forget");
+    }
+
+    #[test]
+    fn a_session_directory_name_decodes_to_its_session() {
+        for name in ["a", "team.alpha", "t/x y", "%", "", "é:@"] {
+            assert_eq!(
+                decode_component(&crate::names::encode_component(name)).as_deref(),
+                Some(name)
+            );
+        }
+        assert_eq!(decode_component("%2"), None);
+        assert_eq!(decode_component("%61"), None, "not what encoding makes");
     }
 
     #[test]

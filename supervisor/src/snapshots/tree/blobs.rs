@@ -219,11 +219,13 @@ impl Blobs {
     }
 
     /// The bytes all blobs hold.
+    #[cfg(test)]
     pub fn bytes(&self) -> u64 {
         walkdir_bytes(&self.dir)
     }
 }
 
+#[cfg(test)]
 fn walkdir_bytes(dir: &Path) -> u64 {
     let Ok(entries) = fs::read_dir(dir) else {
         return 0;

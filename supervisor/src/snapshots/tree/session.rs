@@ -22,7 +22,7 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 const LATEST: &str = "latest";
 const SUFFIX: &str = ".tree";
@@ -203,6 +203,11 @@ impl SessionTrees {
         let _lock = self.lock()?;
         let body = self.read(label)?;
         let changes = restore(root, &body.manifest, &self.blobs())?;
+        // A restore is a use: the sweep's ttl counts from it.
+        let _ = fs::File::options()
+            .write(true)
+            .open(self.path(label))
+            .and_then(|f| f.set_modified(SystemTime::now()));
         Ok(Restored {
             changes,
             taken_at: body.taken_at,
@@ -241,8 +246,37 @@ impl SessionTrees {
     }
 
     /// The bytes the blobs hold.
+    #[cfg(test)]
     pub fn blob_bytes(&self) -> u64 {
         self.blobs().bytes()
+    }
+
+    /// The sweep's part: deletes the manifests unused for `ttl` (counted from their last
+    /// write or restore), then the blobs no manifest names any more; how many manifests went.
+    pub fn expire(&self, ttl: Duration, now: SystemTime) -> usize {
+        let Ok(_lock) = self.lock() else {
+            return 0;
+        };
+        let expired: Vec<PathBuf> = self
+            .manifests()
+            .into_iter()
+            .map(|(path, _)| path)
+            .filter(|path| {
+                path.metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|used| now.duration_since(used).unwrap_or_default() > ttl)
+            })
+            .collect();
+        let gone = expired
+            .iter()
+            .filter(|path| fs::remove_file(path).is_ok())
+            .count();
+        if gone > 0 {
+            if let Err(err) = self.collect_locked() {
+                tracing::warn!("workspace blobs not collected: {err}");
+            }
+        }
+        gone
     }
 }
 
