@@ -5,7 +5,13 @@ use cellvisor_ipc::Language;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod files;
 mod session_params;
+pub use files::{
+    Encoding, FileEntry, FilesDeleteParams, FilesDeleteResult, FilesListParams, FilesListResult,
+    FilesReadParams, FilesReadResult, FilesWriteParams, FilesWriteResult, MAX_CHUNK_BYTES,
+    MAX_LIST_ENTRIES,
+};
 pub use session_params::{
     CheckpointParams, CheckpointsParams, NamesParams, SessionParams, TerminateParams, WaitParams,
 };
@@ -58,6 +64,14 @@ pub mod method {
     pub const EVAL_EVENT: &str = "eval/event";
     /// Request from the daemon to the client: run one of the tools its `eval` declared.
     pub const TOOL_CALL: &str = "tool/call";
+    /// Lists a session's workspace (docs/workspaces.md).
+    pub const FILES_LIST: &str = "files/list";
+    /// Reads a file of a session's workspace, by offset and length.
+    pub const FILES_READ: &str = "files/read";
+    /// Writes a file into a session's workspace, whole or at an offset.
+    pub const FILES_WRITE: &str = "files/write";
+    /// Removes a file or directory of a session's workspace.
+    pub const FILES_DELETE: &str = "files/delete";
 }
 
 /// Standard and cellvisor error codes.

@@ -89,7 +89,7 @@ pub use cellvisor_config::Config;
 pub use cellvisor_ipc::Language;
 pub use environment::caller_environment;
 pub use host::{
-    Cellvisor, DrainState, Health, Options, Readiness, RequestError, SessionRef, StartupError,
-    WaitOptions, HEALTH_BOUND, MAX_SESSION_NAME, MAX_WAIT_MS,
+    Cellvisor, CloseOptions, DrainState, Health, Options, Readiness, RequestError, SessionRef,
+    StartupError, WaitOptions, HEALTH_BOUND, MAX_SESSION_NAME, MAX_WAIT_MS,
 };
 pub use names::{SessionName, SessionNameError};

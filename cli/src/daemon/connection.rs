@@ -70,6 +70,9 @@ pub(super) struct Connection {
     next_tool_call: AtomicU64,
     /// Who the client is: its tenant names its sessions and bounds what it may do.
     pub(super) principal: Principal,
+    /// A client on the network: its `cwd` names a directory inside its session's workspace,
+    /// never a path of this node (the Unix socket's caller keeps its own directory).
+    pub(super) remote: bool,
 }
 
 /// An eval in flight on a connection: aborted and its session interrupted if the client leaves.
@@ -161,6 +164,7 @@ pub(super) async fn serve_messages<S: MessageSource>(
         tool_calls: Mutex::default(),
         next_tool_call: AtomicU64::new(1),
         principal,
+        remote: label != "unix",
     });
     let mut next_task = 0u64;
     loop {

@@ -73,6 +73,10 @@ async fn method_of(
             let session = SessionRef::new(&p.session, p.cwd.as_deref());
             to_json(&daemon.cv.checkpoints(session).await.map_err(refused)?)
         }
+        method::FILES_LIST | method::FILES_READ | method::FILES_WRITE | method::FILES_DELETE => {
+            let tenant = &connection.principal.tenant;
+            super::files::method(daemon, tenant, &request.method, request.params).await
+        }
         method::NAMES => {
             let p: NamesParams = params(request.params)?;
             to_json(
@@ -88,7 +92,8 @@ async fn method_of(
             format!(
                 "method not found: {other}; the methods are initialize, eval, wait, terminate, \
                  interrupt, reset, close, status, zygotes, checkpoint, restore, checkpoints, names, \
-                 drain, undrain, shutdown and config/reload"
+                 files/list, files/read, files/write, files/delete, drain, undrain, shutdown \
+                 and config/reload"
             ),
         )),
     }
@@ -168,7 +173,18 @@ async fn eval(
     connection: &Connection,
 ) -> Result<Value, RpcError> {
     let out = &connection.out;
-    let eval: EvalRequest = params(request.params)?;
+    let mut eval: EvalRequest = params(request.params)?;
+    if connection.remote {
+        if let Some(cwd) = eval.cwd.take() {
+            let name = cellvisor::SessionName::parse(&eval.session)
+                .map_err(|e| RpcError::new(code::INVALID_PARAMS, e.to_string()))?;
+            let inside = daemon
+                .cv
+                .workspace_cwd(&name, &cwd)
+                .map_err(|e| RpcError::new(code::INVALID_PARAMS, e.to_string()))?;
+            eval.cwd = Some(inside);
+        }
+    }
     let request_id = request.id.unwrap_or(Value::Null);
     let (events, mut stream) = EventStream::new(eval.events);
     let (tool_host, mut tool_calls) = mpsc::channel::<ToolCallRequest>(8);
@@ -289,7 +305,10 @@ async fn reset(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcEr
 async fn close(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
     let p: SessionParams = params(params_in)?;
     let session = SessionRef::new(&p.session, p.cwd.as_deref());
-    let count = daemon.cv.close(session, p.language).await;
+    let options = cellvisor::CloseOptions {
+        keep_workspace: p.keep_workspace,
+    };
+    let count = daemon.cv.close_with(session, p.language, options).await;
     sessions_reached(count)
 }
 

@@ -20,6 +20,7 @@
 
 mod connection;
 mod dispatch;
+mod files;
 mod held_start;
 mod lifecycle;
 mod listener;

@@ -20,6 +20,10 @@ const SESSION_METHODS: &[&str] = &[
     method::RESTORE,
     method::CHECKPOINTS,
     method::NAMES,
+    method::FILES_LIST,
+    method::FILES_READ,
+    method::FILES_WRITE,
+    method::FILES_DELETE,
 ];
 
 /// The right `method` needs (`status` asks either: see [`status`]).

@@ -431,7 +431,8 @@ impl ServerHandler for HttpSession {
             binding.name.clone(),
             self.cells.clone(),
             binding.ended.clone(),
-        );
+        )
+        .in_workspace();
         if self.bound.set((binding, server)).is_err() {
             return Err(ErrorData::invalid_request(
                 "this MCP session is already initialized",

@@ -27,6 +27,7 @@ mod progress;
 mod resources;
 mod state_tools;
 mod tools;
+mod workspace_files;
 
 use crate::render::StatusTable;
 use cellvisor::cell::{CellSpec, EvalRequest, EvalResult};
@@ -181,6 +182,9 @@ pub struct CellvisorMcp {
     tools: Vec<Tool>,
     disconnected: watch::Receiver<bool>,
     artifacts: resources::Artifacts,
+    /// The session's workspace, on a transport whose sessions work in one (HTTP): its
+    /// files are resources, and a `cwd` names a directory inside it.
+    workspace: Option<workspace_files::WorkspaceFiles>,
 }
 
 impl CellvisorMcp {
@@ -199,7 +203,18 @@ impl CellvisorMcp {
             tools,
             disconnected,
             artifacts,
+            workspace: None,
         }
+    }
+
+    /// This handler's session works in its workspace (MCP over HTTP: a remote client): its
+    /// files are resources, and its `cwd` names a directory inside it.
+    pub fn in_workspace(mut self) -> CellvisorMcp {
+        let workspace = cellvisor::SessionName::parse(&self.session)
+            .ok()
+            .map(|name| workspace_files::WorkspaceFiles::new(self.cv.workspace(&name)));
+        self.workspace = workspace;
+        self
     }
 
     async fn eval(
@@ -215,11 +230,24 @@ impl CellvisorMcp {
         let (events, events_rx) = events_for(&progress);
         // Under `sessions.key = "session+cwd"` the state is the directory's: a call without
         // `cwd` names the server's own, where its cells run anyway.
-        let cwd = match cwd {
-            None if self.cv.session_key_by() == cellvisor_config::SessionKeyBy::SessionCwd => {
-                std::env::current_dir().ok()
+        // A local server's cells run in its own directory, as they always did; a remote
+        // client's in its workspace, or in the directory inside it that its `cwd` names.
+        let cwd = match (cwd, &self.workspace) {
+            (None, None) => std::env::current_dir().ok(),
+            (Some(cwd), Some(_)) => {
+                let inside = cellvisor::SessionName::parse(&self.session)
+                    .map_err(|e| e.to_string())
+                    .and_then(|name| {
+                        self.cv
+                            .workspace_cwd(&name, &cwd)
+                            .map_err(|e| e.to_string())
+                    });
+                match inside {
+                    Ok(inside) => Some(inside),
+                    Err(message) => return tool_error(message),
+                }
             }
-            given => given,
+            (given, _) => given,
         };
         let request = EvalRequest {
             session: self.session.clone(),
@@ -387,7 +415,11 @@ impl ServerHandler for CellvisorMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        Ok(ListResourcesResult::with_all_items(self.artifacts.list()))
+        let mut listed = self.artifacts.list();
+        if let Some(workspace) = &self.workspace {
+            listed.extend(workspace.list().await);
+        }
+        Ok(ListResourcesResult::with_all_items(listed))
     }
 
     async fn list_resource_templates(
@@ -395,9 +427,11 @@ impl ServerHandler for CellvisorMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        Ok(ListResourceTemplatesResult::with_all_items(vec![
-            resources::template(),
-        ]))
+        let mut templates = vec![resources::template()];
+        if self.workspace.is_some() {
+            templates.push(workspace_files::template());
+        }
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
     }
 
     async fn read_resource(
@@ -405,7 +439,12 @@ impl ServerHandler for CellvisorMcp {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let contents = self.artifacts.read(&request.uri)?;
+        let contents = match &self.workspace {
+            Some(workspace) if workspace_files::WorkspaceFiles::names(&request.uri) => {
+                workspace.read(&request.uri).await?
+            }
+            _ => self.artifacts.read(&request.uri)?,
+        };
         Ok(ReadResourceResult::new(vec![contents]).into())
     }
 }

@@ -245,7 +245,7 @@ fn read_regular(path: &Path) -> Result<Vec<u8>, ReadError> {
 }
 
 /// An artifact's contents: UTF-8 text as text, anything else as a base64 blob.
-fn contents(uri: &str, bytes: Vec<u8>) -> ResourceContents {
+pub(super) fn contents(uri: &str, bytes: Vec<u8>) -> ResourceContents {
     match String::from_utf8(bytes) {
         Ok(text) => ResourceContents::text(text, uri).with_mime_type("text/plain; charset=utf-8"),
         Err(not_text) => {

@@ -19,6 +19,10 @@ pub struct SessionParams {
     /// Only this language's worker; all of the session's when absent.
     #[serde(default)]
     pub language: Option<Language>,
+    /// `close` only: keep the session's workspace (its files) instead of removing it with
+    /// the session (docs/workspaces.md).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_workspace: bool,
 }
 
 /// `checkpoint` and `restore` parameters.

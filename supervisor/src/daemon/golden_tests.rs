@@ -84,6 +84,7 @@ fn session_params() -> SessionParams {
         session: "notes".into(),
         cwd: Some("/home/me/project".into()),
         language: Some(Language::JavaScript),
+        keep_workspace: false,
     }
 }
 

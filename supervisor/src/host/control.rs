@@ -63,13 +63,47 @@ impl Cellvisor {
             .await
     }
 
-    /// Closes the session's workers; answers how many were closed.
+    /// Closes the session's workers; answers how many were closed. Closing the whole
+    /// session (no language) also removes its workspace: see [`Cellvisor::close_with`].
     pub async fn close<'a>(
         &self,
         session: impl Into<SessionRef<'a>>,
         language: Option<Language>,
     ) -> Result<usize, RequestError> {
-        self.control(session.into(), language, ControlAction::Close)
+        self.close_with(session, language, CloseOptions::default())
             .await
     }
+
+    /// [`Cellvisor::close`] with options: closing the whole session removes its workspace
+    /// (its directory of files) unless `keep_workspace` says to keep it for a later session
+    /// of the same name. Closing one language keeps it.
+    pub async fn close_with<'a>(
+        &self,
+        session: impl Into<SessionRef<'a>>,
+        language: Option<Language>,
+        options: CloseOptions,
+    ) -> Result<usize, RequestError> {
+        let session = session.into();
+        let closed = self
+            .control(session, language, ControlAction::Close)
+            .await?;
+        if language.is_none() && !options.keep_workspace && !self.keyed_by_cwd() {
+            let workspace = self.workspace(&super::policy::validate_session_name(session.name)?);
+            let removed = tokio::task::spawn_blocking(move || workspace.remove()).await;
+            if let Ok(Err(err)) = removed {
+                return Err(RequestError::Workspace(format!(
+                    "session {} closed, but its workspace could not be removed: {err}",
+                    session.name
+                )));
+            }
+        }
+        Ok(closed)
+    }
+}
+
+/// How [`Cellvisor::close_with`] closes a session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CloseOptions {
+    /// Keep the session's workspace (its files) for a later session of the same name.
+    pub keep_workspace: bool,
 }

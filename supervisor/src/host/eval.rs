@@ -168,6 +168,9 @@ impl Cellvisor {
                         self.remember_background(cell_id, key);
                         in_background = Some(cell_id);
                     }
+                    let mut result = result;
+                    self.check_workspace_after_cell(request.cwd.as_deref(), &mut result)
+                        .await;
                     result
                 }
             };

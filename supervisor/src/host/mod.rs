@@ -29,6 +29,7 @@ mod state;
 mod state_files;
 mod workspace;
 
+pub use control::CloseOptions;
 pub use errors::RequestError;
 pub use node::{DrainState, Health, Readiness, HEALTH_BOUND};
 

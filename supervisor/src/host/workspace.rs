@@ -38,3 +38,91 @@ impl Cellvisor {
         Ok(())
     }
 }
+
+impl Cellvisor {
+    /// After a cell that ran in a workspace: when the workspace is over
+    /// `workspaces.max-bytes` or `max-files`, the cell's result becomes an error saying so
+    /// (the files stay, for the host to take out or remove). Measured off the actors'
+    /// thread, by descriptors.
+    pub(super) async fn check_workspace_after_cell(
+        &self,
+        cwd: Option<&Path>,
+        result: &mut crate::cell::CellResult,
+    ) {
+        let quota = self.workspace_quota();
+        let Some(workspace) = cwd
+            .filter(|_| quota.is_set())
+            .and_then(|cwd| Workspace::containing(&self.workspaces, cwd))
+        else {
+            return;
+        };
+        let measured = tokio::task::spawn_blocking(move || {
+            crate::workspaces::usage::measure_path(workspace.dir())
+        })
+        .await;
+        let Ok(Ok(usage)) = measured else {
+            return;
+        };
+        if let Err(exceeded) = quota.holds(usage) {
+            let output = &mut result.report.output;
+            if !output.is_empty() && !output.ends_with('\n') {
+                output.push('\n');
+            }
+            output.push_str(&format!(
+                "[cellvisor] after this cell the session's workspace is over its quota: \
+                 {exceeded}\n"
+            ));
+            if result.report.status != crate::cell::CellStatus::Running {
+                result.report.status = crate::cell::CellStatus::Error;
+                result.exit_code = 1;
+            }
+        }
+    }
+
+    /// The node's quota on each workspace (`workspaces.max-bytes`, `max-files`), as in force.
+    pub fn workspace_quota(&self) -> crate::workspaces::usage::Quota {
+        let config = crate::locking::lock(&self.config);
+        crate::workspaces::usage::Quota {
+            scope: crate::workspaces::usage::Scope::Workspace,
+            max_bytes: config.workspaces.max_bytes.map(|b| b.as_u64()),
+            max_files: config.workspaces.max_files,
+        }
+    }
+
+    /// The directory a network client's `cwd` names: `cwd` relative to `session`'s
+    /// workspace, a directory beneath it (never through a link out of it). The workspace is
+    /// made if missing. A client on the network names no path outside its workspace.
+    pub fn workspace_cwd(
+        &self,
+        session: &SessionName,
+        cwd: &Path,
+    ) -> Result<std::path::PathBuf, RequestError> {
+        let rule = |why: String| {
+            RequestError::Workspace(format!(
+                "cwd {:?} is refused: {why}; a network client's cwd names a directory inside \
+                 its session's workspace, relative to it (like \"data\"), never a path outside it",
+                cwd.display().to_string()
+            ))
+        };
+        let text = cwd.to_str().ok_or_else(|| rule("it is not UTF-8".into()))?;
+        if cwd.is_absolute() {
+            return Err(rule("it is absolute".into()));
+        }
+        let workspace = self.workspace(session);
+        workspace.create().map_err(|e| {
+            RequestError::Workspace(format!(
+                "cannot make session {session}'s workspace {}: {e}",
+                workspace.dir().display()
+            ))
+        })?;
+        let root = crate::workspaces::files::Root::open(workspace.dir())
+            .map_err(|e| rule(e.to_string()))?;
+        root.directory(text).map_err(|e| rule(e.to_string()))?;
+        let relative =
+            crate::workspaces::files::check_path(text, true).map_err(|e| rule(e.to_string()))?;
+        Ok(match relative {
+            "." => workspace.dir().to_path_buf(),
+            inner => workspace.dir().join(inner),
+        })
+    }
+}

@@ -11,6 +11,9 @@
 //! tenant's `<tenant>/<name>`, each component from [`crate::names::encode_component`], so two
 //! sessions never share a directory and no name reaches outside its tenant's.
 
+pub mod files;
+pub mod usage;
+
 use crate::names::{encode_component, SessionName};
 use cellvisor_config::WorkspacesConfig;
 use std::io;
@@ -30,6 +33,11 @@ pub fn root(config: &WorkspacesConfig) -> PathBuf {
         .unwrap_or_else(crate::paths::workspaces_dir)
 }
 
+/// The directory of every workspace of tenant `tenant` (what its tenant quotas bound).
+pub fn tenant_dir(root: &Path, tenant: &str) -> PathBuf {
+    root.join(TENANTS).join(encode_component(tenant))
+}
+
 /// One session's workspace: a directory only it works in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workspace {
@@ -41,10 +49,7 @@ impl Workspace {
     /// works in its named session's: pass the name, not the throw-away key).
     pub fn of(root: &Path, session: &SessionName) -> Workspace {
         let dir = match session.as_str().split_once('/') {
-            Some((tenant, name)) => root
-                .join(TENANTS)
-                .join(encode_component(tenant))
-                .join(encode_component(name)),
+            Some((tenant, name)) => tenant_dir(root, tenant).join(encode_component(name)),
             None => root.join(LOCAL).join(session.dir_name()),
         };
         Workspace { dir }

@@ -3,7 +3,7 @@
 //! token.
 
 use super::super::{lock, Daemon};
-use super::ws;
+use super::{files_http, ws};
 use crate::mcp::http::Sessions as McpSessions;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
@@ -33,6 +33,15 @@ pub(super) fn router(daemon: Arc<Daemon>, cells: CellsConfig) -> Router {
             mcp_owner,
         ))
         .route("/v1/rpc", get(ws::upgrade))
+        .route("/v1/sessions/{id}/files", get(files_http::list_root))
+        .route(
+            "/v1/sessions/{id}/files/{*path}",
+            get(files_http::get)
+                .put(files_http::put)
+                .delete(files_http::delete)
+                // Streamed to the file as it arrives, bounded by the workspace's quotas.
+                .layer(DefaultBodyLimit::disable()),
+        )
         // The routes that drive the daemon refuse its own cells; probes and metrics only read.
         .route_layer(middleware::from_fn(refuse_cells))
         .route("/metrics", get(metrics))
@@ -272,7 +281,8 @@ async fn not_found(request: Request) -> Response {
         Json(json!({
             "error": format!(
                 "no such endpoint: {} {}; the endpoints are GET /healthz, GET /readyz, \
-                 GET /metrics, GET /v1/rpc (WebSocket) and POST /mcp",
+                 GET /metrics, GET /v1/rpc (WebSocket), POST /mcp and GET, PUT, DELETE \
+                 /v1/sessions/<id>/files/<path>",
                 request.method(),
                 request.uri().path()
             )

@@ -6,11 +6,13 @@
 //! - `tls`: the certificate, the key and the optional client CA (mutual TLS).
 //! - `token`: the bearer token, compared in constant time, replaced on reload.
 //! - `http`: the routes: `/healthz`, `/readyz`, `/metrics`, `/v1/rpc`, `/mcp`.
+//! - `files_http`: `/v1/sessions/<id>/files/<path>`: workspace files, streamed.
 //! - `ws`: `/v1/rpc`, the Unix socket's JSON-RPC over a WebSocket, one message per frame.
 //! - `agent`: HAProxy's agent check (`fleet.agent-listen`): `ready up` or `drain`.
 //! - `strangers`: the places of connections that have not presented the token yet.
 
 mod agent;
+mod files_http;
 mod http;
 mod peer;
 mod strangers;

@@ -47,6 +47,10 @@ pub(crate) struct Quotas {
     pub(crate) max_memory: Option<u64>,
     /// MCP sessions over HTTP at once.
     pub(crate) max_mcp_sessions: Option<usize>,
+    /// The bytes of all its sessions' workspaces together.
+    pub(crate) workspace_bytes: Option<u64>,
+    /// The files (and directories) of all its sessions' workspaces together.
+    pub(crate) workspace_files: Option<u64>,
 }
 
 /// One tenant: its name, rights and quotas.
@@ -159,6 +163,8 @@ struct Entry {
     max_session_memory: Option<String>,
     max_memory: Option<String>,
     max_mcp_sessions: Option<usize>,
+    workspace_bytes: Option<String>,
+    workspace_files: Option<u64>,
 }
 
 fn cells_only() -> Vec<String> {
@@ -324,6 +330,7 @@ fn tenant_of(entry: &Entry) -> Result<Tenant, String> {
     };
     let max_memory = size("max-memory", &entry.max_memory)?;
     let max_session_memory = size("max-session-memory", &entry.max_session_memory)?;
+    let workspace_bytes = size("workspace-bytes", &entry.workspace_bytes)?;
     Ok(Tenant {
         name: entry.name.clone(),
         default: false,
@@ -333,6 +340,8 @@ fn tenant_of(entry: &Entry) -> Result<Tenant, String> {
             max_session_memory,
             max_memory,
             max_mcp_sessions: entry.max_mcp_sessions,
+            workspace_bytes,
+            workspace_files: entry.workspace_files,
         },
     })
 }
