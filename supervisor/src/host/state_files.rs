@@ -96,30 +96,35 @@ impl Cellvisor {
         Ok(workspace.dir().to_path_buf())
     }
 
-    /// Before a request without a caller directory: a session whose workspace is missing
-    /// on this node but which has a latest recording gets its files back. A recording that
-    /// fails its check is refused once, said, and deleted (the session starts without it).
-    pub(super) async fn bring_back_workspace(
-        &self,
-        request: &EvalRequest,
-    ) -> Result<Option<Restored>, RequestError> {
+    /// Before a request without a caller directory makes its workspace: the session's
+    /// workspace is missing on this node but it has a latest recording, so its files are
+    /// brought back once the session is admitted here ([`Cellvisor::bring_back`]).
+    pub(super) fn files_to_bring_back(&self, request: &EvalRequest) -> Option<PendingFiles> {
         if request.cwd.is_some() || self.keyed_by_cwd() {
-            return Ok(None);
+            return None;
         }
-        let Some(store) = self.snapshots.clone() else {
-            return Ok(None);
-        };
-        let session = SessionName::parse(&request.session)?;
-        if self.workspace(&session).dir().symlink_metadata().is_ok() {
-            return Ok(None);
+        let store = self.snapshots.as_ref()?;
+        let session = SessionName::parse(&request.session).ok()?;
+        let dir = self.workspace(&session).dir().to_path_buf();
+        if dir.symlink_metadata().is_ok() || !store.trees(&session).has(Label::Latest) {
+            return None;
         }
-        let trees = store.trees(&session);
-        if !trees.has(Label::Latest) {
-            return Ok(None);
-        }
-        let lock = self.request_lock(&session);
-        let _turn = lock.lock().await;
-        let dir = self.made_workspace(&session, &request.session)?;
+        Some(PendingFiles {
+            session,
+            shown: request.session.clone(),
+            dir,
+        })
+    }
+
+    /// Restores the latest recording into the workspace `pending` names (the request holds
+    /// the session's turn). A recording that fails its check is refused once, said, and
+    /// deleted (the session goes on without it).
+    pub(super) async fn bring_back(&self, pending: PendingFiles) -> Result<Restored, RequestError> {
+        let store = self.snapshots.clone().ok_or_else(|| {
+            RequestError::Workspace(format!("session {}: snapshots are off", pending.shown))
+        })?;
+        let trees = store.trees(&pending.session);
+        let dir = self.made_workspace(&pending.session, &pending.shown)?;
         let done = tokio::task::spawn_blocking(move || {
             let done = trees.restore(&dir, Label::Latest);
             if matches!(
@@ -132,11 +137,23 @@ impl Cellvisor {
             done
         })
         .await
-        .map_err(|err| RequestError::Workspace(format!("session {}: {err}", request.session)))?;
-        match done {
-            Ok(restored) => Ok(Some(restored)),
-            Err(err) => Err(refused(&request.session, err)),
-        }
+        .map_err(|err| RequestError::Workspace(format!("session {}: {err}", pending.shown)))?;
+        done.map_err(|err| refused(&pending.shown, err))
+    }
+}
+
+/// A workspace to bring back from the session's latest recording, once admitted.
+pub(super) struct PendingFiles {
+    session: SessionName,
+    shown: String,
+    dir: PathBuf,
+}
+
+impl PendingFiles {
+    /// The request was not admitted here: the workspace it made (still empty) goes, so
+    /// the request that is admitted finds it missing and brings the files back.
+    pub(super) fn undo(&self) {
+        let _ = std::fs::remove_dir(&self.dir);
     }
 }
 

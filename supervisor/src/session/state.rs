@@ -212,10 +212,13 @@ impl Session {
                     }
                     _ => {}
                 }
-                // A close that came during the save waited for it.
-                if self.is_closing() {
-                    self.stop_worker(ctx);
-                }
+                // The workspace too, so a node's crash loses only what the last cell did;
+                // a close that came during the save waited for both.
+                self.save_files_then(ctx, SaveReason::AfterCell, |s, ctx| {
+                    if s.is_closing() {
+                        s.stop_worker(ctx);
+                    }
+                });
             }
             StatePurpose::BeforeStop(then, reason) => {
                 let fate = match report {

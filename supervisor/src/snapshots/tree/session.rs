@@ -218,6 +218,7 @@ impl SessionTrees {
 
     /// Deletes the blobs no manifest names. Nothing is deleted while a manifest fails its
     /// check (its blobs cannot be told apart then).
+    #[cfg(test)]
     pub fn collect(&self) -> Result<Collected, TreeError> {
         let _lock = self.lock()?;
         self.collect_locked()
