@@ -1,8 +1,8 @@
 //! Files travel with the state, end to end through the daemon and real workers: a session's
 //! checkpoint records its workspace and `restore` brings the files back (the ledger lists
 //! them); after an eviction and after a daemon restart on a node that lost the workspace
-//! the files are back; a tampered blob or a swapped manifest is refused; a caller's own
-//! directory is never recorded.
+//! the files are back; a tampered blob or a swapped manifest is refused (a tampered latest
+//! recording once, then deleted); a caller's own directory is never recorded.
 
 mod common;
 
@@ -233,5 +233,21 @@ fn a_tampered_blob_or_a_swapped_manifest_is_refused_and_nothing_is_restored() {
         .expect("restore two");
     let two = py(&mut client, "w", "print(open('f.txt').read(), x)");
     assert_eq!(two["output"], "two 2\n", "{two:#}");
+
+    // The latest recording altered while the daemon was down, on a node without the
+    // workspace: refused once, said, deleted; the session goes on with an empty workspace.
+    let world = daemon.stop_keep_world();
+    let latest = trees(&world, "w").join("latest.tree");
+    let mut bytes = std::fs::read(&latest).expect("latest recorded at the stop");
+    bytes[0] ^= 1;
+    std::fs::write(&latest, bytes).expect("tamper");
+    std::fs::remove_dir_all(workspace(&world, "w")).expect("lose the workspace");
+    let daemon = Daemon::start_in(world);
+    let mut client = daemon.client();
+    let after = py(&mut client, "w", "import os\nprint(os.listdir('.'), x)");
+    assert_eq!(after["output"], "[] 2\n", "{after:#}");
+    let notice = after["notice"].as_str().unwrap_or_default();
+    assert!(notice.contains("integrity check failed"), "{after:#}");
+    assert!(!latest.exists(), "refused once, deleted");
     daemon.stop();
 }

@@ -117,9 +117,12 @@ impl Cellvisor {
     }
 
     /// Restores the latest recording into the workspace `pending` names (the request holds
-    /// the session's turn). A recording that fails its check is refused once, said, and
-    /// deleted (the session goes on without it).
-    pub(super) async fn bring_back(&self, pending: PendingFiles) -> Result<Restored, RequestError> {
+    /// the session's turn). A recording that fails its check is refused once, deleted, and
+    /// said to the first cell, as a namespace's snapshot is: the session goes on without it.
+    pub(super) async fn bring_back(
+        &self,
+        pending: PendingFiles,
+    ) -> Result<FilesBack, RequestError> {
         let store = self.snapshots.clone().ok_or_else(|| {
             RequestError::Workspace(format!("session {}: snapshots are off", pending.shown))
         })?;
@@ -131,15 +134,31 @@ impl Cellvisor {
                 done,
                 Err(TreeError::Manifest { .. } | TreeError::Tampered { .. })
             ) {
-                // Refused once is refused for good, as a namespace's snapshot is.
                 let _ = trees.forget(Label::Latest);
             }
             done
         })
         .await
         .map_err(|err| RequestError::Workspace(format!("session {}: {err}", pending.shown)))?;
-        done.map_err(|err| refused(&pending.shown, err))
+        match done {
+            Ok(restored) => Ok(FilesBack::Restored(restored)),
+            Err(err @ (TreeError::Manifest { .. } | TreeError::Tampered { .. })) => {
+                tracing::warn!(session = %pending.shown, "{err}");
+                Ok(FilesBack::Refused(format!(
+                    "{err}; it was deleted, and the session goes on with an empty workspace"
+                )))
+            }
+            Err(err) => Err(refused(&pending.shown, err)),
+        }
     }
+}
+
+/// What became of a workspace brought back from the latest recording.
+pub(super) enum FilesBack {
+    /// Its files came back.
+    Restored(Restored),
+    /// The recording was refused; the first cell is told why.
+    Refused(String),
 }
 
 /// A workspace to bring back from the session's latest recording, once admitted.
@@ -157,11 +176,22 @@ impl PendingFiles {
     }
 }
 
-/// Tells the first cell of `result` that the workspace came back: its ledger gains the
-/// files (a ledger of its own when the namespace had nothing to restore).
-pub(super) fn tell_files(result: &mut EvalResult, restored: Restored) {
+/// Tells the first cell of `result` what became of its workspace: its ledger gains the
+/// files (a ledger of its own when the namespace had nothing to restore), or its notice says
+/// why the recording was refused.
+pub(super) fn tell_files(result: &mut EvalResult, back: FilesBack) {
     let Some(first) = result.cells.first_mut() else {
         return;
+    };
+    let restored = match back {
+        FilesBack::Restored(restored) => restored,
+        FilesBack::Refused(why) => {
+            first.report.notice = Some(match first.report.notice.take() {
+                Some(notice) => format!("{notice}\n{why}"),
+                None => why,
+            });
+            return;
+        }
     };
     let ledger = first.report.state.get_or_insert_with(|| StateLedger {
         restored: Vec::new(),
