@@ -251,3 +251,35 @@ fn a_tampered_blob_or_a_swapped_manifest_is_refused_and_nothing_is_restored() {
     assert!(!latest.exists(), "refused once, deleted");
     daemon.stop();
 }
+
+#[test]
+fn a_drain_saves_the_workspace_with_the_session() {
+    let config = format!("{SHORT_INTERVALS}[daemon]\ndrain-idle = \"500ms\"\n");
+    let daemon = Daemon::start_in(World::with_config(&config));
+    let mut client = daemon.client();
+    py(&mut client, "w", WRITE);
+    let socket = daemon.socket.to_string_lossy().into_owned();
+    daemon
+        .world
+        .run(&["--socket", &socket, "drain", "--wait", "--timeout", "60s"])
+        .assert_code(0);
+    assert!(
+        trees(&daemon.world, "w").join("latest.tree").is_file(),
+        "the drain recorded the workspace"
+    );
+    // The node's disk is lost before the session comes back (here, after an undrain).
+    std::fs::remove_dir_all(workspace(&daemon.world, "w")).expect("lose the workspace");
+    daemon
+        .world
+        .run(&["--socket", &socket, "undrain"])
+        .assert_code(0);
+    let back = py(&mut client, "w", CHECK);
+    assert_eq!(back["output"], CHECKED, "{back:#}");
+    assert_eq!(back["state"]["from"]["reason"], "drain", "{back:#}");
+    assert_eq!(
+        back["state"]["files"]["added"],
+        json!(["data/table.csv", "notes.txt"]),
+        "{back:#}"
+    );
+    daemon.stop();
+}
