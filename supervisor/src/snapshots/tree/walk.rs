@@ -88,10 +88,10 @@ pub fn open_root(path: &Path) -> Result<OwnedFd, TreeError> {
 pub fn stamp(stat: &Stat) -> Stamp {
     let nanos = |n: i64| u64::try_from(n).unwrap_or(0);
     Stamp {
-        ino: u64::from(stat.st_ino),
+        ino: stat.st_ino,
         size: u64::try_from(stat.st_size).unwrap_or(0),
-        mtime: (i64::from(stat.st_mtime), nanos(stat.st_mtime_nsec as i64)),
-        ctime: (i64::from(stat.st_ctime), nanos(stat.st_ctime_nsec as i64)),
+        mtime: (stat.st_mtime, nanos(stat.st_mtime_nsec as i64)),
+        ctime: (stat.st_ctime, nanos(stat.st_ctime_nsec as i64)),
     }
 }
 
