@@ -21,7 +21,7 @@ impl Session {
     }
 
     /// Records the workspace as the session's latest tree (off the actor's thread, the
-    /// session waiting for it), then goes on with `then`. A failure is logged: the stop
+    /// session waiting for it, at most `snapshots.timeout`), then goes on with `then`. A failure is logged: the stop
     /// goes on, and the workspace stays where it is on this node.
     pub(super) fn save_files_then(
         &mut self,
@@ -37,17 +37,24 @@ impl Session {
         let session = self.key.to_string();
         let work =
             tokio::task::spawn_blocking(move || trees.record(&dir, Label::Latest, reason.as_str()));
+        // Bounded as a namespace's save is: past it the stop goes on (the recording, which
+        // cannot be cancelled, finishes or fails on its own).
+        let work = tokio::time::timeout(self.config.snapshots.timeout, work);
         ctx.wait(
             actix::fut::wrap_future(work).map(move |done, act: &mut Session, ctx| {
                 match done {
-                    Ok(Ok(recorded)) => tracing::debug!(
+                    Ok(Ok(Ok(recorded))) => tracing::debug!(
                         session,
                         files = recorded.files,
                         new_bytes = recorded.new_bytes,
+                        skipped = recorded.skipped.len(),
                         "workspace saved with the session"
                     ),
+                    Ok(Ok(Err(err))) => tracing::warn!(session, "workspace not saved: {err}"),
                     Ok(Err(err)) => tracing::warn!(session, "workspace not saved: {err}"),
-                    Err(err) => tracing::warn!(session, "workspace not saved: {err}"),
+                    Err(_) => {
+                        tracing::warn!(session, "workspace not saved within snapshots.timeout")
+                    }
                 }
                 then(act, ctx);
             }),
