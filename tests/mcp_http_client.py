@@ -117,6 +117,25 @@ async def main(url, token):
             result = await second.call_tool("sessions", {})
             check(first_name in text_of(result), "both sessions are live", result)
             print("two sessions: ok (%s, %s)" % (first_name, second_name))
+
+            # The session works in a workspace of its own; its files are resources, and a
+            # `cwd` outside it is refused with the rule named.
+            result = await py(first, "import os\nos.makedirs('out', exist_ok=True)\n"
+                                     "open('out/report.txt', 'w').write('made by a cell')\nprint(os.getcwd())")
+            check(not result.is_error and "/workspaces/local/" in text_of(result), "a workspace", result)
+            listed = await first.list_resources()
+            uris = [str(r.uri) for r in listed.resources]
+            check("cellvisor://workspace/out/report.txt" in uris, "the file is a resource: %s" % uris)
+            read = await first.read_resource("cellvisor://workspace/out/report.txt")
+            check(read.contents[0].text == "made by a cell", "the resource's text", read)
+            result = await first.call_tool("eval", {"cwd": "/tmp", "cells": [{"language": "py", "code": "1"}]})
+            check(result.is_error and "never a path outside it" in text_of(result), "cwd outside refused", result)
+            result = await first.call_tool("eval", {"cwd": "out", "cells": [{"language": "py", "code": "print(open('report.txt').read())"}]})
+            check(not result.is_error and "made by a cell" in text_of(result), "cwd inside", result)
+            listed = await second.list_resources()
+            check(not any("report.txt" in str(r.uri) for r in listed.resources),
+                  "another MCP session's workspace is not this one's", listed)
+            print("workspace: ok")
         # The first session has ended (the client sent its DELETE): its cellvisor session
         # is closed, the second's is untouched.
         deadline = time.monotonic() + 10

@@ -533,6 +533,7 @@ mod tests {
             tool_calls: Mutex::default(),
             next_tool_call: AtomicU64::new(1),
             principal: Principal::operator(),
+            remote: false,
         };
         let mut waiting = Vec::new();
         for _ in 0..MAX_PENDING_TOOL_CALLS {

@@ -10,6 +10,7 @@
 //! - `handshake`: telling a daemon of another protocol version (one left running across an
 //!   upgrade) by name, rather than by the field or method it refused.
 
+mod files;
 mod handshake;
 pub mod health;
 pub mod remote;

@@ -10,12 +10,14 @@ import { Call } from "./call.js";
 import { RpcConnection } from "./connection.js";
 import { ConnectionError, UnresponsiveError } from "./errors.js";
 import {
+  FILE_CHUNK_BYTES,
   PROTOCOL_VERSION,
   type CellResult,
   type CellSpec,
   type EvalParams,
   type EvalResult,
   type EventsChoice,
+  type FileEntry,
   type InitializeResult,
   type JsonValue,
   type Language,
@@ -112,6 +114,8 @@ export interface SessionTarget {
   language?: Language;
   /** Under `sessions.key = "session+cwd"`, the directory of the pair (default: every pair, or the only one). */
   cwd?: string;
+  /** `close` only: keep the session's workspace (its files) instead of removing it. */
+  keepWorkspace?: boolean;
 }
 
 /** A background cell. */
@@ -306,6 +310,42 @@ export class Cellvisor {
     return this.request("close", sessionParams(target));
   }
 
+  /**
+   * Puts `data` into the session's workspace at `path` (relative to it), replacing a file
+   * there; its missing directories are made. A large file goes in parts.
+   */
+  async upload(session: string, path: string, data: Uint8Array | string): Promise<void> {
+    const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data);
+    let offset = 0;
+    do {
+      const part = bytes.subarray(offset, offset + FILE_CHUNK_BYTES);
+      const params: Params["files/write"] = { session, path, data: part.toString("base64"), encoding: "base64" };
+      if (offset > 0) params.offset = offset;
+      await this.request("files/write", params);
+      offset += part.length;
+    } while (offset < bytes.length);
+  }
+
+  /** The bytes of the file `path` in the session's workspace. */
+  async download(session: string, path: string): Promise<Uint8Array> {
+    const parts: Buffer[] = [];
+    let offset = 0;
+    for (;;) {
+      const part = await this.request("files/read", { session, path, offset, encoding: "base64" });
+      const bytes = Buffer.from(part.data, "base64");
+      parts.push(bytes);
+      offset += bytes.length;
+      if (part.eof || bytes.length === 0) return new Uint8Array(Buffer.concat(parts));
+    }
+  }
+
+  /** The entries of a directory of the session's workspace (the workspace itself by default). */
+  async list(session: string, options: { path?: string; recursive?: boolean } = {}): Promise<FileEntry[]> {
+    const params: Params["files/list"] = { session, path: options.path ?? "" };
+    if (options.recursive !== undefined) params.recursive = options.recursive;
+    return (await this.request("files/list", params)).entries;
+  }
+
   /** The live sessions: pid, state, memory, CPU, cells, ... */
   status(): Promise<SessionStatus[]> {
     return this.request("status", {});
@@ -331,5 +371,6 @@ function sessionParams(target: SessionTarget): Params["interrupt"] {
   const params: Params["interrupt"] = { session: target.session };
   if (target.language !== undefined) params.language = target.language;
   if (target.cwd !== undefined) params.cwd = target.cwd;
+  if (target.keepWorkspace !== undefined) params.keep_workspace = target.keepWorkspace;
   return params;
 }

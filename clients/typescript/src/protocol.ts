@@ -80,7 +80,69 @@ export interface SessionParams {
   /** Under `sessions.key = "session+cwd"`, the directory of the pair addressed; ignored otherwise. */
   cwd?: string;
   language?: Language | null;
+  /** `close` only: keep the session's workspace (its files) instead of removing it. */
+  keep_workspace?: boolean;
 }
+
+/** How a file's bytes travel in JSON. */
+export type FileEncoding = "text" | "base64";
+
+/** One entry of a `files/list` answer. */
+export interface FileEntry {
+  /** The path relative to the session's workspace. */
+  path: string;
+  /** `file`, `dir`, `link` or `other`. */
+  kind: string;
+  size: number;
+  /** Last modification, in seconds since the epoch. */
+  modified: number;
+}
+
+/** `files/list` params. */
+export interface FilesListParams {
+  session?: string;
+  path?: string;
+  recursive?: boolean;
+  limit?: number;
+}
+
+/** `files/read` params. */
+export interface FilesReadParams {
+  session?: string;
+  path: string;
+  offset?: number;
+  length?: number;
+  encoding?: FileEncoding;
+}
+
+/** `files/read` result. */
+export interface FilesReadResult {
+  data: string;
+  encoding: FileEncoding;
+  offset: number;
+  length: number;
+  size: number;
+  eof: boolean;
+}
+
+/** `files/write` params: without `offset` the file is replaced. */
+export interface FilesWriteParams {
+  session?: string;
+  path: string;
+  data: string;
+  encoding?: FileEncoding;
+  offset?: number;
+}
+
+/** `files/delete` params. */
+export interface FilesDeleteParams {
+  session?: string;
+  path: string;
+  recursive?: boolean;
+}
+
+/** The most bytes one `files/write` carries and one `files/read` returns. */
+export const FILE_CHUNK_BYTES = 8 * 1024 * 1024;
 
 /** `wait` params. */
 export interface WaitParams {
@@ -137,6 +199,10 @@ export interface Params {
   "config/reload": NoParams;
   drain: DrainParams;
   undrain: NoParams;
+  "files/list": FilesListParams;
+  "files/read": FilesReadParams;
+  "files/write": FilesWriteParams;
+  "files/delete": FilesDeleteParams;
 }
 
 /** A method the daemon answers. */
@@ -329,6 +395,10 @@ export interface Results {
   "config/reload": { reloaded: boolean; changes: string[] };
   drain: DrainResult;
   undrain: DrainResult;
+  "files/list": { entries: FileEntry[]; truncated: boolean };
+  "files/read": FilesReadResult;
+  "files/write": { path: string; written: number; size: number };
+  "files/delete": { path: string; bytes: number; files: number };
 }
 
 /** An `eval/event` notification's event, without its `request_id`. */

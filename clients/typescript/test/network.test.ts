@@ -85,6 +85,31 @@ test("a url and a token file reach the daemon: events and tools as on the socket
   }
 });
 
+test("upload, list and download a session's workspace files over the network", async () => {
+  const cv = await Cellvisor.connect({ url, tokenFile });
+  try {
+    // 9 MB: two files/write parts and two files/read parts.
+    const data = new Uint8Array(9 * 1024 * 1024).map((_, i) => (i * 31) & 0xff);
+    await cv.upload("ts-files", "in/data.bin", data);
+    const seen = await cv.eval({
+      session: "ts-files",
+      cells: [{ language: "py", code: "import os\nprint(os.path.getsize('in/data.bin'))\n_ = open('out.txt', 'w').write('from a cell')" }],
+    });
+    assert.equal(seen.cells[0]?.output, `${data.length}\n`);
+    const entries = await cv.list("ts-files", { recursive: true });
+    assert.deepEqual(entries.map((e) => e.path), ["in", "in/data.bin", "out.txt"]);
+    assert.equal(Buffer.from(await cv.download("ts-files", "out.txt")).toString(), "from a cell");
+    assert.ok(Buffer.from(await cv.download("ts-files", "in/data.bin")).equals(Buffer.from(data)));
+    await assert.rejects(cv.download("ts-files", "/etc/hostname"), /it is absolute/);
+    await cv.close({ session: "ts-files", keepWorkspace: true });
+    assert.equal((await cv.list("ts-files")).length, 2, "kept");
+    await cv.close({ session: "ts-files" });
+    assert.deepEqual(await cv.list("ts-files"), [], "removed");
+  } finally {
+    cv.disconnect();
+  }
+});
+
 test("a wrong token is refused with a ConnectionError saying so", async () => {
   await assert.rejects(Cellvisor.connect({ url, token: "not-the-token-0000000" }), (error: unknown) => {
     assert.ok(error instanceof ConnectionError);

@@ -556,7 +556,7 @@ mod tests {
         let paths: Vec<_> = entries.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(paths, ["d", "d/e", "d/e/f.txt"]);
         assert!(!cut);
-        assert_eq!(root.list("", true, 2).unwrap().1, true, "cut short");
+        assert!(root.list("", true, 2).unwrap().1, "cut short");
         assert!(matches!(
             root.delete("d", false),
             Err(FileError::NotEmpty(_))

@@ -35,15 +35,15 @@ fn target(
     principal: &Principal,
     id: &str,
     what: &str,
-) -> Result<Target, Response> {
+) -> Result<Target, RpcError> {
     let mut params = Some(json!({ "session": id }));
-    tenancy::enter(&principal.tenant, what, &mut params).map_err(rpc_response)?;
+    tenancy::enter(&principal.tenant, what, &mut params)?;
     let session = params
         .as_ref()
         .and_then(|p| p["session"].as_str())
         .unwrap_or(id)
         .to_string();
-    Target::of(&daemon.cv, &principal.tenant, &session).map_err(rpc_response)
+    Target::of(&daemon.cv, &principal.tenant, &session)
 }
 
 fn rpc_response(error: RpcError) -> Response {
@@ -86,7 +86,7 @@ pub(super) async fn list_root(
 ) -> Response {
     match target(&daemon, &principal, &id, method::FILES_LIST) {
         Ok(target) => listing(target, String::new(), query.recursive).await,
-        Err(response) => response,
+        Err(error) => rpc_response(error),
     }
 }
 
@@ -113,7 +113,7 @@ pub(super) async fn get(
 ) -> Response {
     let target = match target(&daemon, &principal, &id, method::FILES_READ) {
         Ok(target) => target,
-        Err(response) => return response,
+        Err(error) => return rpc_response(error),
     };
     let opening = target.clone();
     let wanted = path.clone();
@@ -160,7 +160,7 @@ pub(super) async fn put(
 ) -> Response {
     let target = match target(&daemon, &principal, &id, method::FILES_WRITE) {
         Ok(target) => target,
-        Err(response) => return response,
+        Err(error) => return rpc_response(error),
     };
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -257,7 +257,7 @@ pub(super) async fn delete(
 ) -> Response {
     let target = match target(&daemon, &principal, &id, method::FILES_DELETE) {
         Ok(target) => target,
-        Err(response) => return response,
+        Err(error) => return rpc_response(error),
     };
     let removing = path.clone();
     let removed = blocking(move || target.open()?.delete(&removing, query.recursive)).await;

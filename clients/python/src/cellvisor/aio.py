@@ -14,6 +14,7 @@ import time
 from typing import Any, AsyncIterator, Deque, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from . import daemon as daemons
+from . import files
 from . import wire
 from .aio_transport import AsyncTransport, open_unix, open_websocket
 from .errors import (ConnectionClosed, DaemonNotRunning, ProtocolError, ResponseTimeout, RpcError, Unresponsive,
@@ -267,8 +268,31 @@ class AsyncClient:
     async def reset(self, session: Optional[str] = None, language: Optional[str] = None, cwd: Optional[str] = None) -> Dict[str, Any]:
         return await self.call("reset", wire.drop_none({"session": self._session(session), "cwd": cwd, "language": language}))  # type: ignore[no-any-return]
 
-    async def close_session(self, session: Optional[str] = None, language: Optional[str] = None, cwd: Optional[str] = None) -> Dict[str, Any]:
-        return await self.call("close", wire.drop_none({"session": self._session(session), "cwd": cwd, "language": language}))  # type: ignore[no-any-return]
+    async def close_session(self, session: Optional[str] = None, language: Optional[str] = None, cwd: Optional[str] = None,
+                            keep_workspace: Optional[bool] = None) -> Dict[str, Any]:
+        return await self.call("close", wire.drop_none({"session": self._session(session), "cwd": cwd, "language": language,  # type: ignore[no-any-return]
+                                                        "keep_workspace": keep_workspace}))
+
+    async def upload(self, path: str, data: bytes, *, session: Optional[str] = None) -> None:
+        """Puts `data` into the session's workspace at `path`, replacing a file there."""
+        for params in files.write_params(self._session(session), path, data):
+            await self.call("files/write", params)
+
+    async def download(self, path: str, *, session: Optional[str] = None) -> bytes:
+        """The bytes of the file `path` in the session's workspace."""
+        out = bytearray()
+        while True:
+            part = await self.call("files/read", files.read_params(self._session(session), path, len(out)))
+            chunk = files.part_bytes(part)
+            out += chunk
+            if part.get("eof") or not chunk:
+                return bytes(out)
+
+    async def list(self, path: str = "", *, session: Optional[str] = None, recursive: bool = False) -> List[Dict[str, Any]]:
+        """The entries of a directory of the session's workspace (the workspace by default)."""
+        result = await self.call("files/list", wire.drop_none({"session": self._session(session), "path": path,
+                                                               "recursive": recursive}))
+        return list(result["entries"])
 
     async def status(self) -> List[Dict[str, Any]]:
         return await self.call("status")  # type: ignore[no-any-return]

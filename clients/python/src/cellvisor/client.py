@@ -15,6 +15,7 @@ import time
 from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from . import daemon as daemons
+from . import files
 from . import wire
 from .errors import (ConnectionClosed, DaemonNotRunning, ProtocolError, ResponseTimeout, RpcError, Unresponsive,
                      rpc_error)
@@ -315,9 +316,35 @@ class Client:
         """Replaces the session's workers (its state is gone): `{sessions}`."""
         return self.call("reset", wire.drop_none({"session": self._session(session), "cwd": cwd, "language": language}))  # type: ignore[no-any-return]
 
-    def close_session(self, session: Optional[str] = None, language: Optional[str] = None, cwd: Optional[str] = None) -> Dict[str, Any]:
-        """The daemon's `close`: stops the session's workers: `{sessions}`."""
-        return self.call("close", wire.drop_none({"session": self._session(session), "cwd": cwd, "language": language}))  # type: ignore[no-any-return]
+    def close_session(self, session: Optional[str] = None, language: Optional[str] = None, cwd: Optional[str] = None,
+                      keep_workspace: Optional[bool] = None) -> Dict[str, Any]:
+        """The daemon's `close`: stops the session's workers and removes its workspace unless
+        `keep_workspace`: `{sessions}`."""
+        return self.call("close", wire.drop_none({"session": self._session(session), "cwd": cwd, "language": language,  # type: ignore[no-any-return]
+                                                  "keep_workspace": keep_workspace}))
+
+    def upload(self, path: str, data: bytes, *, session: Optional[str] = None) -> None:
+        """Puts `data` into the session's workspace at `path` (relative to it), replacing a
+        file there; its missing directories are made."""
+        for params in files.write_params(self._session(session), path, data):
+            self.call("files/write", params)
+
+    def download(self, path: str, *, session: Optional[str] = None) -> bytes:
+        """The bytes of the file `path` in the session's workspace."""
+        out = bytearray()
+        while True:
+            part = self.call("files/read", files.read_params(self._session(session), path, len(out)))
+            chunk = files.part_bytes(part)
+            out += chunk
+            if part.get("eof") or not chunk:
+                return bytes(out)
+
+    def list(self, path: str = "", *, session: Optional[str] = None, recursive: bool = False) -> List[Dict[str, Any]]:
+        """The entries (`{path, kind, size, modified}`) of a directory of the session's
+        workspace (the workspace itself by default)."""
+        result = self.call("files/list", wire.drop_none({"session": self._session(session), "path": path,
+                                                         "recursive": recursive}))
+        return list(result["entries"])
 
     def status(self) -> List[Dict[str, Any]]:
         """One row per live session and language."""
