@@ -1,8 +1,8 @@
 //! End-to-end: nodes of a fleet sharing one snapshot directory and key file, through the
 //! real binary and real workers. A session runs on one node at a time under its lease,
 //! another node refuses it naming the holder, it moves when its node stops (or dies and its
-//! lease expires) with its state restored and the ledger naming the old node, and `resume`
-//! never starts an empty namespace.
+//! lease expires) with its state and its workspace's files restored and the ledger naming
+//! the old node, and `resume` never starts an empty namespace.
 
 mod common;
 
@@ -117,13 +117,17 @@ fn a_dead_nodes_session_is_restored_elsewhere_once_its_lease_expires() {
     let b = shared.node("node-b", "1s");
     eval(
         &a,
-        json!({"session": "s", "cells": py("import os; total = 40 + 2")}),
+        json!({"session": "s", "cells": py("import os; total = 40 + 2\nopen('data.csv', 'w').write('a,b')")}),
     )
     .expect("on a");
-    // The save after the cell follows its answer: node-a dies once it is on disk.
+    // The save after the cell follows its answer, the workspace's after the namespace's:
+    // node-a dies once both are on disk. Its workspace is on its own disk only.
     let latest = shared.snapshots().join("s").join("py").join("latest.snap");
+    let files = shared.snapshots().join("s/workspace/latest.tree");
     wait_until(Duration::from_secs(10), || {
-        latest.is_file().then_some(()).ok_or(())
+        (latest.is_file() && files.is_file())
+            .then_some(())
+            .ok_or(())
     })
     .expect("saved after the cell");
     let _world = a.signal_and_wait("KILL");
@@ -131,7 +135,10 @@ fn a_dead_nodes_session_is_restored_elsewhere_once_its_lease_expires() {
     // Refused with node-a's name until its lease runs out, then restored here.
     let mut refusals = 0;
     let moved = wait_until(Duration::from_secs(20), || {
-        match eval(&b, json!({"session": "s", "cells": py("total")})) {
+        match eval(
+            &b,
+            json!({"session": "s", "cells": py("print(total, open('data.csv').read())")}),
+        ) {
             Ok(result) => Ok(result),
             Err(err) => {
                 assert_eq!(err["code"], json!(LEASED_ELSEWHERE), "{err}");
@@ -148,10 +155,15 @@ fn a_dead_nodes_session_is_restored_elsewhere_once_its_lease_expires() {
         .unwrap_or_default();
     assert_eq!(
         output(&moved, 0).trim(),
-        "42",
+        "42 a,b",
         "after {refusals} refusals: {moved:#}; files: {listing:?}"
     );
     assert_eq!(moved["cells"][0]["state"]["from"]["node"], "node-a");
+    assert_eq!(
+        moved["cells"][0]["state"]["files"]["added"],
+        json!(["data.csv"]),
+        "{moved:#}"
+    );
     assert_eq!(moved["cells"][0]["state"]["from"]["cells_since"], 0);
     assert!(refusals <= 200);
     b.stop();

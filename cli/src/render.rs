@@ -52,7 +52,28 @@ pub fn ledger_line(ledger: &StateLedger) -> String {
             .collect();
         line.push_str(&format!("; not restored: {}", skipped.join(", ")));
     }
+    if let Some(files) = &ledger.files {
+        line.push_str(&files_phrase(files));
+    }
     line
+}
+
+/// `; files: restored a, b; added c; removed d` (or `; files unchanged`).
+fn files_phrase(files: &cellvisor::state::FileChanges) -> String {
+    if files.is_empty() {
+        return "; files unchanged".to_string();
+    }
+    let mut parts = Vec::new();
+    for (verb, paths) in [
+        ("restored", &files.restored),
+        ("added", &files.added),
+        ("removed", &files.removed),
+    ] {
+        if !paths.is_empty() {
+            parts.push(format!("{verb} {}", paths.join(", ")));
+        }
+    }
+    format!("; files: {}", parts.join("; "))
 }
 
 /// `(output truncated: ...)` for a cell whose output was cut, saying where the whole is.
@@ -372,11 +393,25 @@ mod tests {
                 checkpoint: Some("before".into()),
                 node: None,
             },
+            files: None,
         };
         assert_eq!(
             super::ledger_line(&ledger),
             "restored x, np (module) from checkpoint \"before\" (taken at \
              2026-12-02T07:00:00Z); not restored: conn (socket objects cannot be saved)"
+        );
+        let with_files = StateLedger {
+            files: Some(cellvisor::state::FileChanges {
+                restored: vec!["data.csv".into()],
+                added: vec!["b.txt".into()],
+                removed: vec![],
+            }),
+            ..ledger
+        };
+        assert!(
+            super::ledger_line(&with_files).ends_with("; files: restored data.csv; added b.txt"),
+            "{}",
+            super::ledger_line(&with_files)
         );
     }
 

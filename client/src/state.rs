@@ -18,6 +18,42 @@ pub struct StateLedger {
     pub skipped: Vec<SkippedName>,
     /// The snapshot they came from.
     pub from: SnapshotOrigin,
+    /// The files of the session's workspace the restore changed, when the snapshot recorded
+    /// its workspace (a daemon-made one: a caller's own directory is never recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<FileChanges>,
+}
+
+/// The files of a session's workspace a restore changed (directories are not listed).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileChanges {
+    /// Files that were there with other content (or mode, or kind), put back as recorded.
+    pub restored: Vec<String>,
+    /// Files that were gone (deleted since), written back.
+    pub added: Vec<String>,
+    /// Files that were not in the recording (made since), deleted.
+    pub removed: Vec<String>,
+}
+
+impl FileChanges {
+    /// Whether the restore changed no file.
+    pub fn is_empty(&self) -> bool {
+        self.restored.is_empty() && self.added.is_empty() && self.removed.is_empty()
+    }
+}
+
+/// What a checkpoint recorded of the session's workspace.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilesRecorded {
+    /// Regular files in the workspace.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Bytes of content no earlier recording had: what this checkpoint cost on disk.
+    pub new_bytes: u64,
+    /// Files left out (fifos, sockets, devices), and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedName>,
 }
 
 /// Which snapshot a ledger's names came from.
@@ -52,6 +88,10 @@ pub struct CheckpointInfo {
     pub bytes: u64,
     /// When it was written (RFC 3339).
     pub taken_at: String,
+    /// What it recorded of the session's workspace (in `checkpoint`'s answer, when the
+    /// session works in a daemon-made workspace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<FilesRecorded>,
 }
 
 /// A checkpoint brought back: the ledger of one language.

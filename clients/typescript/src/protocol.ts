@@ -241,6 +241,8 @@ export interface StateLedger {
     checkpoint?: string;
     node?: string;
   };
+  /** The workspace's files the restore changed (a daemon-made workspace only). */
+  files?: { restored: string[]; added: string[]; removed: string[] };
 }
 
 /** What a cell used, measured on its worker's process tree. */
@@ -355,6 +357,13 @@ export interface CheckpointInfo {
   name: string;
   bytes: number;
   taken_at: string;
+  /** What `checkpoint` recorded of the session's workspace (a daemon-made one only). */
+  workspace?: {
+    files: number;
+    bytes: number;
+    new_bytes: number;
+    skipped?: { name: string; why: string }[];
+  };
 }
 
 /** `drain` and `undrain` result. */

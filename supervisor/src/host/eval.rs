@@ -64,6 +64,7 @@ impl Cellvisor {
         let policy = self.request_policy();
         // A session served without a caller directory works in its workspace (a per-call
         // request in its named session's).
+        let files_pending = self.files_to_bring_back(&request);
         self.enter_workspace(&mut request).await?;
         let sandbox = self.sandbox_plan(&request, origin)?.map(Arc::new);
         let keeps_level_confinement = sandbox.is_none() && self.isolation.landlock.is_some();
@@ -86,11 +87,24 @@ impl Cellvisor {
             None => self.eval_key(&request.session, request.cwd.as_deref())?,
         };
         let session = &key;
-        self.refuse_if_draining(session).await?;
-        self.admit(session, request.resume && throwaway.is_none())
-            .await?;
+        let admitted = match self.refuse_if_draining(session).await {
+            Ok(()) => {
+                self.admit(session, request.resume && throwaway.is_none())
+                    .await
+            }
+            Err(err) => Err(err),
+        };
+        if let (Err(_), Some(pending)) = (&admitted, &files_pending) {
+            pending.undo();
+        }
+        admitted?;
         let lock = self.request_lock(session);
         let _turn = lock.lock().await;
+        // A workspace missing on this node comes back from the session's latest recording.
+        let files_back = match files_pending {
+            Some(pending) => Some(self.bring_back(pending).await?),
+            None => None,
+        };
         // Dropped when this future is (a client that disconnected): the sessions then stop
         // this request's cells, and only those.
         let (_requester_alive, requester) = tokio::sync::watch::channel(());
@@ -204,6 +218,9 @@ impl Cellvisor {
         }
         let mut result = EvalResult::from_cells(results);
         result.node.clone_from(&self.node);
+        if let Some(restored) = files_back {
+            super::state_files::tell_files(&mut result, restored);
+        }
         Ok(result)
     }
 }

@@ -29,6 +29,7 @@ mod pairs;
 mod policy;
 mod startup;
 mod state;
+mod state_files;
 mod workspace;
 
 pub use confinement::Origin;

@@ -9,7 +9,7 @@ use crate::names::SessionName;
 use crate::session::state::{HostAsk, StateJob};
 use crate::session::{CellJob, SessionKey};
 use crate::snapshots::policy::{self, describe};
-use crate::state::{CheckpointInfo, RestoredState, SessionNames};
+use crate::state::{CheckpointInfo, RestoredState, SessionNames, StateLedger};
 use crate::supervisor::Submit;
 use cellvisor_ipc::state::StateReport;
 use cellvisor_ipc::Language;
@@ -36,6 +36,8 @@ impl Cellvisor {
         if languages.is_empty() {
             return Err(RequestError::NothingToCheckpoint(shown.to_string()));
         }
+        // The files first: a workspace that cannot be recorded leaves no half checkpoint.
+        let files = self.checkpoint_files(session, shown, name).await?;
         for &language in &languages {
             match self
                 .ask(session, language, HostAsk::Checkpoint(name.to_string()))
@@ -51,6 +53,10 @@ impl Cellvisor {
                 .checkpoints(session)
                 .into_iter()
                 .filter(|c| c.name == name && languages.contains(&c.language))
+                .map(|c| CheckpointInfo {
+                    workspace: files.clone(),
+                    ..c
+                })
                 .collect(),
             shown,
         ))
@@ -81,6 +87,8 @@ impl Cellvisor {
                 name: name.to_string(),
             });
         }
+        // The files first: a recording refused (altered, forged) restores nothing.
+        let files = self.restore_files(session, shown, name).await?;
         let mut restored = Vec::new();
         for language in languages {
             match self
@@ -93,7 +101,10 @@ impl Cellvisor {
                     meta,
                 } => restored.push(RestoredState {
                     language,
-                    ledger: policy::ledger(names, skipped, &meta, 0, Some(name.to_string())),
+                    ledger: StateLedger {
+                        files: files.clone(),
+                        ..policy::ledger(names, skipped, &meta, 0, Some(name.to_string()))
+                    },
                 }),
                 other => return Err(refused(shown, language, other)),
             }

@@ -28,6 +28,7 @@
 mod background;
 mod cells;
 mod descriptors;
+mod files;
 pub mod kernel_oom;
 pub(crate) mod link;
 pub mod loss;

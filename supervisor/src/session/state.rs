@@ -59,7 +59,7 @@ pub enum StatePurpose {
     /// The latest snapshot, restored on a fresh worker before the next cell.
     Restore { cells_since: u64 },
     /// Saved before the worker stops.
-    BeforeStop(AfterSave),
+    BeforeStop(AfterSave, SaveReason),
     /// Saved after a successful cell (`every-cell`).
     AfterCell,
 }
@@ -101,7 +101,7 @@ impl Session {
         let Some(task) = self.save_task(reason, None) else {
             return false;
         };
-        self.run_own_task(ctx, task, StatePurpose::BeforeStop(then));
+        self.run_own_task(ctx, task, StatePurpose::BeforeStop(then, reason));
         true
     }
 
@@ -112,7 +112,7 @@ impl Session {
         self.running.as_ref().is_some_and(|r| {
             matches!(
                 r.job.state.as_ref().map(|s| &s.purpose),
-                Some(StatePurpose::BeforeStop(_) | StatePurpose::AfterCell)
+                Some(StatePurpose::BeforeStop(..) | StatePurpose::AfterCell)
             )
         })
     }
@@ -212,12 +212,15 @@ impl Session {
                     }
                     _ => {}
                 }
-                // A close that came during the save waited for it.
-                if self.is_closing() {
-                    self.stop_worker(ctx);
-                }
+                // The workspace too, so a node's crash loses only what the last cell did;
+                // a close that came during the save waited for both.
+                self.save_files_then(ctx, SaveReason::AfterCell, |s, ctx| {
+                    if s.is_closing() {
+                        s.stop_worker(ctx);
+                    }
+                });
             }
-            StatePurpose::BeforeStop(then) => {
+            StatePurpose::BeforeStop(then, reason) => {
                 let fate = match report {
                     StateReport::Saved { .. } => SnapshotFate::Saved,
                     StateReport::Refused(refusal) => {
@@ -226,7 +229,13 @@ impl Session {
                     }
                     _ => SnapshotFate::NotTried,
                 };
-                self.stop_after_save(ctx, then, fate);
+                match then {
+                    // The workspace goes with a session that closes for a planned stop.
+                    AfterSave::Close => self.save_files_then(ctx, reason, move |s, ctx| {
+                        s.stop_after_save(ctx, then, fate)
+                    }),
+                    AfterSave::Recycle => self.stop_after_save(ctx, then, fate),
+                }
             }
         }
     }
@@ -245,10 +254,10 @@ impl Session {
                 self.add_notice(policy::restore_failed_notice(&refusal));
             }
             StatePurpose::AfterCell => {}
-            StatePurpose::BeforeStop(AfterSave::Close) => {
+            StatePurpose::BeforeStop(AfterSave::Close, _) => {
                 self.stop_fate = SnapshotFate::Refused(refusal);
             }
-            StatePurpose::BeforeStop(AfterSave::Recycle) => {}
+            StatePurpose::BeforeStop(AfterSave::Recycle, _) => {}
         }
     }
 

@@ -95,6 +95,7 @@ pub fn ledger(
             checkpoint,
             node: Some(meta.node.clone()).filter(|n| !n.is_empty()),
         },
+        files: None,
     }
 }
 

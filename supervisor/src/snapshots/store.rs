@@ -32,6 +32,8 @@ pub const MIN_KEY_FILE_BYTES: usize = KEY_BYTES;
 const LATEST: &str = "latest.snap";
 const CHECKPOINTS: &str = "checkpoints";
 const SUFFIX: &str = ".snap";
+/// The directory of a session's recorded workspaces (no language's short name).
+const WORKSPACE: &str = "workspace";
 /// The longest checkpoint name.
 pub const MAX_CHECKPOINT_NAME: usize = 64;
 
@@ -155,6 +157,32 @@ impl SnapshotStore {
         derive(&self.key, &key.session, key.language)
     }
 
+    /// The recorded workspaces of `session` (`<dir>/<session>/workspace`), authenticated
+    /// with a key derived for its workspace alone.
+    pub fn trees(&self, session: &SessionName) -> super::tree::session::SessionTrees {
+        super::tree::session::SessionTrees::new(
+            self.session_root(session).join(WORKSPACE),
+            derive_for(&self.key, session, WORKSPACE),
+            &self.node,
+        )
+    }
+
+    /// The recorded workspaces of every session that has some (for the sweep).
+    pub fn all_trees(&self) -> Vec<super::tree::session::SessionTrees> {
+        let Ok(entries) = fs::read_dir(&self.root) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|e| e.path().join(WORKSPACE).is_dir())
+            .filter_map(|e| {
+                let name = decode_component(&e.file_name().to_string_lossy())?;
+                SessionName::parse_key(&name).ok()
+            })
+            .map(|session| self.trees(&session))
+            .collect()
+    }
+
     /// Deletes everything of `session` (one language, or all): `close` and `reset` mean
     /// "forget".
     pub fn forget(&self, session: &SessionName, language: Option<Language>) -> std::io::Result<()> {
@@ -194,6 +222,7 @@ impl SnapshotStore {
                     name: name.to_string(),
                     bytes: meta.len(),
                     taken_at: rfc3339(meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)),
+                    workspace: None,
                 });
             }
         }
@@ -250,6 +279,11 @@ pub fn check_checkpoint_name(name: &str) -> Result<(), String> {
 
 /// The key of one session and language: HMAC-SHA256 of both under the daemon's key.
 fn derive(master: &[u8], session: &str, language: Language) -> Vec<u8> {
+    derive_for(master, session, language.short_name())
+}
+
+/// The key of one session's `what` (a language's short name, or its workspace).
+fn derive_for(master: &[u8], session: &str, what: &str) -> Vec<u8> {
     let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(master) else {
         // HMAC takes keys of any length; this cannot fail.
         return master.to_vec();
@@ -257,8 +291,31 @@ fn derive(master: &[u8], session: &str, language: Language) -> Vec<u8> {
     mac.update(b"cellvisor session snapshot key\0");
     mac.update(session.as_bytes());
     mac.update(b"\0");
-    mac.update(language.short_name().as_bytes());
+    mac.update(what.as_bytes());
     mac.finalize().into_bytes().to_vec()
+}
+
+/// The text [`crate::names::encode_component`] made `component` from (`None` for a name
+/// no encoding makes).
+fn decode_component(component: &str) -> Option<String> {
+    if component == "%" {
+        return Some(String::new());
+    }
+    let bytes = component.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = component.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    let text = String::from_utf8(out).ok()?;
+    (crate::names::encode_component(&text) == component).then_some(text)
 }
 
 /// A fleet's master key: at least [`MIN_KEY_FILE_BYTES`] bytes, readable by no one but its
@@ -455,6 +512,18 @@ mod tests {
         store
             .forget(&"never-seen".into(), Some(Language::Lua))
             .expect("nothing to forget");
+    }
+
+    #[test]
+    fn a_session_directory_name_decodes_to_its_session() {
+        for name in ["a", "team.alpha", "t/x y", "%", "", "é:@"] {
+            assert_eq!(
+                decode_component(&crate::names::encode_component(name)).as_deref(),
+                Some(name)
+            );
+        }
+        assert_eq!(decode_component("%2"), None);
+        assert_eq!(decode_component("%61"), None, "not what encoding makes");
     }
 
     #[test]

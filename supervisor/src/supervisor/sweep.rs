@@ -57,7 +57,9 @@ impl Supervisor {
         let max_total = self.config.snapshots.max_total.as_u64();
         actix::spawn(async move {
             let pruned = tokio::task::spawn_blocking(move || {
-                crate::snapshots::prune::prune(store.root(), ttl, max_total)
+                let now = std::time::SystemTime::now();
+                let trees: usize = store.all_trees().iter().map(|t| t.expire(ttl, now)).sum();
+                crate::snapshots::prune::prune(store.root(), ttl, max_total) + trees
             })
             .await
             .unwrap_or(0);

@@ -1,0 +1,361 @@
+//! One session's recorded workspaces, beside its snapshots:
+//!
+//! ```text
+//! <dir>/<session>/workspace/latest.tree              what a session that moved finds
+//! <dir>/<session>/workspace/checkpoints/<name>.tree  with the checkpoint of that name
+//! <dir>/<session>/workspace/blobs/<2 hex>/<62 hex>   file contents, shared by all of them
+//! <dir>/<session>/workspace/.lock                    one recording, restore or collection at a time
+//! ```
+//!
+//! A recording reuses the hashes of the newest manifest, and after each one the blobs no
+//! manifest names are deleted (under the lock, so no recording in progress loses one).
+
+use super::apply::restore;
+use super::blobs::{Blobs, Collected};
+use super::diff::FileChanges;
+use super::sealed::{open, seal, Body};
+use super::walk::{record, Recorded};
+use super::{Hash, Kind, Manifest, TreeError};
+use rustix::fs::{flock, FlockOperation};
+use std::collections::HashSet;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+const LATEST: &str = "latest";
+const SUFFIX: &str = ".tree";
+const CHECKPOINTS: &str = "checkpoints";
+
+/// Which manifest: the latest (saved with the session's snapshots) or a named checkpoint
+/// (its name already checked by `check_checkpoint_name`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Label<'a> {
+    /// Saved at the session's planned stops.
+    Latest,
+    /// A host's named checkpoint.
+    Checkpoint(&'a str),
+}
+
+impl Label<'_> {
+    fn text(&self) -> String {
+        match self {
+            Label::Latest => LATEST.to_string(),
+            Label::Checkpoint(name) => format!("checkpoint:{name}"),
+        }
+    }
+}
+
+/// One session's recorded workspaces.
+#[derive(Debug)]
+pub struct SessionTrees {
+    dir: PathBuf,
+    key: Vec<u8>,
+    node: String,
+}
+
+/// A manifest read back.
+#[derive(Debug, Clone)]
+pub struct Restored {
+    /// What the restore changed.
+    pub changes: FileChanges,
+    /// When the manifest was taken.
+    pub taken_at: String,
+    /// Why it was taken.
+    pub reason: String,
+    /// The node that took it.
+    pub node: String,
+}
+
+fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> TreeError {
+    let path = path.to_path_buf();
+    move |source| TreeError::Io { what, path, source }
+}
+
+impl SessionTrees {
+    /// The trees under `dir`, authenticated with `key`; `node` is written into each.
+    pub fn new(dir: PathBuf, key: Vec<u8>, node: &str) -> SessionTrees {
+        SessionTrees {
+            dir,
+            key,
+            node: node.to_string(),
+        }
+    }
+
+    fn blobs(&self) -> Blobs {
+        Blobs::new(self.dir.join("blobs"))
+    }
+
+    /// The file of a manifest.
+    pub fn path(&self, label: Label<'_>) -> PathBuf {
+        match label {
+            Label::Latest => self.dir.join(format!("{LATEST}{SUFFIX}")),
+            Label::Checkpoint(name) => self.dir.join(CHECKPOINTS).join(format!("{name}{SUFFIX}")),
+        }
+    }
+
+    /// Whether that manifest exists.
+    pub fn has(&self, label: Label<'_>) -> bool {
+        self.path(label)
+            .symlink_metadata()
+            .is_ok_and(|m| m.is_file())
+    }
+
+    fn lock(&self) -> Result<fs::File, TreeError> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(self.dir.join(CHECKPOINTS))
+            .map_err(io("create", &self.dir))?;
+        let path = self.dir.join(".lock");
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(io("open", &path))?;
+        flock(&file, FlockOperation::LockExclusive).map_err(|errno| TreeError::Io {
+            what: "lock",
+            path: path.clone(),
+            source: errno.into(),
+        })?;
+        Ok(file)
+    }
+
+    fn read(&self, label: Label<'_>) -> Result<Body, TreeError> {
+        let path = self.path(label);
+        let bytes = fs::read(&path).map_err(io("read", &path))?;
+        open(&self.key, &label.text(), &bytes, &path)
+    }
+
+    /// Every manifest file (latest and checkpoints), with its label.
+    fn manifests(&self) -> Vec<(PathBuf, String)> {
+        let mut found = Vec::new();
+        if self.has(Label::Latest) {
+            found.push((self.path(Label::Latest), Label::Latest.text()));
+        }
+        if let Ok(entries) = fs::read_dir(self.dir.join(CHECKPOINTS)) {
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if let Some(name) = name.strip_suffix(SUFFIX) {
+                    found.push((entry.path(), Label::Checkpoint(name).text()));
+                }
+            }
+        }
+        found
+    }
+
+    /// Records the workspace at `root` as `label`, replacing an earlier one of that label.
+    pub fn record(
+        &self,
+        root: &Path,
+        label: Label<'_>,
+        reason: &str,
+    ) -> Result<Recorded, TreeError> {
+        let _lock = self.lock()?;
+        let previous = self.newest();
+        let recorded = record(root, previous.as_ref(), &self.blobs())?;
+        let body = Body {
+            label: label.text(),
+            taken_at: crate::snapshots::rfc3339(SystemTime::now()),
+            reason: reason.to_string(),
+            node: self.node.clone(),
+            manifest: recorded.manifest,
+        };
+        let bytes = seal(&self.key, &body)?;
+        let path = self.path(label);
+        let mut temp = tempfile::Builder::new()
+            .prefix(".tree-")
+            .suffix(".tmp")
+            .tempfile_in(&self.dir)
+            .map_err(io("create", &self.dir))?;
+        temp.write_all(&bytes).map_err(io("write", &path))?;
+        temp.persist(&path)
+            .map_err(|err| io("write", &path)(err.error))?;
+        let _ = self.collect_locked();
+        Ok(Recorded {
+            manifest: body.manifest,
+            ..recorded
+        })
+    }
+
+    /// The newest manifest that opens, whose stamps spare re-reading unchanged files.
+    fn newest(&self) -> Option<Manifest> {
+        let mut files = self.manifests();
+        files.sort_by_key(|(path, _)| {
+            path.metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH)
+        });
+        files.into_iter().rev().find_map(|(path, label)| {
+            let bytes = fs::read(&path).ok()?;
+            open(&self.key, &label, &bytes, &path)
+                .ok()
+                .map(|b| b.manifest)
+        })
+    }
+
+    /// Restores manifest `label` into the workspace at `root`.
+    pub fn restore(&self, root: &Path, label: Label<'_>) -> Result<Restored, TreeError> {
+        let _lock = self.lock()?;
+        let body = self.read(label)?;
+        let changes = restore(root, &body.manifest, &self.blobs())?;
+        // A restore is a use: the sweep's ttl counts from it.
+        let _ = fs::File::options()
+            .write(true)
+            .open(self.path(label))
+            .and_then(|f| f.set_modified(SystemTime::now()));
+        Ok(Restored {
+            changes,
+            taken_at: body.taken_at,
+            reason: body.reason,
+            node: body.node,
+        })
+    }
+
+    /// Deletes the blobs no manifest names. Nothing is deleted while a manifest fails its
+    /// check (its blobs cannot be told apart then).
+    #[cfg(test)]
+    pub fn collect(&self) -> Result<Collected, TreeError> {
+        let _lock = self.lock()?;
+        self.collect_locked()
+    }
+
+    fn collect_locked(&self) -> Result<Collected, TreeError> {
+        let mut live: HashSet<Hash> = HashSet::new();
+        for (path, label) in self.manifests() {
+            let bytes = fs::read(&path).map_err(io("read", &path))?;
+            let body = open(&self.key, &label, &bytes, &path)?;
+            live.extend(body.manifest.entries.values().filter_map(|e| match e.kind {
+                Kind::File { hash, .. } => Some(hash),
+                _ => None,
+            }));
+        }
+        Ok(self.blobs().collect(&live))
+    }
+
+    /// Deletes manifest `label` (its blobs go at the next collection).
+    pub fn forget(&self, label: Label<'_>) -> Result<(), TreeError> {
+        let path = self.path(label);
+        match fs::remove_file(&path) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(io("remove", &path)(err)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The bytes the blobs hold.
+    #[cfg(test)]
+    pub fn blob_bytes(&self) -> u64 {
+        self.blobs().bytes()
+    }
+
+    /// The sweep's part: deletes the manifests unused for `ttl` (counted from their last
+    /// write or restore), then the blobs no manifest names any more; how many manifests went.
+    pub fn expire(&self, ttl: Duration, now: SystemTime) -> usize {
+        let Ok(_lock) = self.lock() else {
+            return 0;
+        };
+        let expired: Vec<PathBuf> = self
+            .manifests()
+            .into_iter()
+            .map(|(path, _)| path)
+            .filter(|path| {
+                path.metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|used| now.duration_since(used).unwrap_or_default() > ttl)
+            })
+            .collect();
+        let gone = expired
+            .iter()
+            .filter(|path| fs::remove_file(path).is_ok())
+            .count();
+        if gone > 0 {
+            if let Err(err) = self.collect_locked() {
+                tracing::warn!("workspace blobs not collected: {err}");
+            }
+        }
+        gone
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trees(dir: &Path, key: u8) -> SessionTrees {
+        SessionTrees::new(dir.join("store"), vec![key; 32], "node-a")
+    }
+
+    #[test]
+    fn checkpoints_share_unchanged_files_and_collection_keeps_what_they_name() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("ws");
+        fs::create_dir_all(&root).expect("mkdir");
+        fs::write(root.join("big"), vec![7u8; 100_000]).expect("write");
+        fs::write(root.join("small"), b"v1").expect("write");
+        let trees = trees(dir.path(), 1);
+        let first = trees
+            .record(&root, Label::Checkpoint("one"), "checkpoint")
+            .expect("one");
+        assert_eq!(first.new_bytes, 100_002);
+        fs::write(root.join("small"), b"v2").expect("change");
+        let second = trees
+            .record(&root, Label::Checkpoint("two"), "checkpoint")
+            .expect("two");
+        assert_eq!(
+            (second.hashed_files, second.new_bytes),
+            (1, 2),
+            "only the change is stored"
+        );
+        assert_eq!(trees.blob_bytes(), 100_004);
+        // Restoring "one" after "two" brings v1 back; forgetting "one" frees only v1.
+        let restored = trees
+            .restore(&root, Label::Checkpoint("one"))
+            .expect("restore");
+        assert_eq!(restored.changes.restored, ["small"]);
+        assert_eq!(fs::read(root.join("small")).expect("small"), b"v1");
+        trees.forget(Label::Checkpoint("one")).expect("forget");
+        assert_eq!(trees.collect().expect("collect").bytes, 2);
+        assert_eq!(trees.blob_bytes(), 100_002);
+        trees
+            .restore(&root, Label::Checkpoint("two"))
+            .expect("two is whole");
+        assert_eq!(fs::read(root.join("small")).expect("small"), b"v2");
+    }
+
+    #[test]
+    fn a_swapped_or_foreign_manifest_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("ws");
+        fs::create_dir_all(&root).expect("mkdir");
+        fs::write(root.join("f"), b"x").expect("write");
+        let trees = trees(dir.path(), 1);
+        trees
+            .record(&root, Label::Checkpoint("a"), "checkpoint")
+            .expect("a");
+        fs::write(root.join("f"), b"y").expect("write");
+        trees
+            .record(&root, Label::Checkpoint("b"), "checkpoint")
+            .expect("b");
+        fs::copy(
+            trees.path(Label::Checkpoint("a")),
+            trees.path(Label::Checkpoint("b")),
+        )
+        .expect("swap");
+        let err = trees
+            .restore(&root, Label::Checkpoint("b"))
+            .expect_err("swapped");
+        assert!(err.to_string().contains("integrity check failed"), "{err}");
+        let other = SessionTrees::new(dir.path().join("store"), vec![2; 32], "node-a");
+        let err = other
+            .restore(&root, Label::Checkpoint("a"))
+            .expect_err("foreign key");
+        assert!(err.to_string().contains("integrity check failed"), "{err}");
+        // While a manifest fails its check, collection deletes nothing.
+        assert!(trees.collect().is_err());
+        assert_eq!(fs::read(root.join("f")).expect("f"), b"y");
+    }
+}
