@@ -266,6 +266,7 @@ impl ScriptedControl {
                             outcome: CellOutcome::Completed,
                             processes_ended: 0,
                             processes_seen: 0,
+                            usage: Default::default(),
                         })
                 }
                 ToWorker::Execute(cell) => {
@@ -279,6 +280,7 @@ impl ScriptedControl {
                         outcome,
                         processes_ended: 0,
                         processes_seen: 0,
+                        usage: Default::default(),
                     };
                     match cell.code.as_str() {
                         "hang" => {
@@ -313,6 +315,7 @@ impl ScriptedControl {
                         outcome: CellOutcome::Interrupted,
                         processes_ended: SCRIPTED_PROCESSES_ENDED,
                         processes_seen: SCRIPTED_PROCESSES_ENDED,
+                        usage: Default::default(),
                     })
                 }
                 ToWorker::Shutdown => {

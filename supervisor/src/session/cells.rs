@@ -100,7 +100,9 @@ impl Handler<CellFinished> for Session {
         self.count_cell(&outcome);
         self.deliver_final(running, outcome);
         self.cells_since_snapshot += 1;
-        if !self.replace_if_out_of_descriptors(ctx) && status == CellStatus::Complete {
+        if !self.replace_if_out_of_descriptors(msg.descriptors, ctx)
+            && status == CellStatus::Complete
+        {
             self.save_after_cell(ctx);
         }
         self.pump(ctx);
