@@ -420,6 +420,10 @@ impl Session {
         if let Some(notice) = env_notice {
             self.add_notice(notice);
         }
+        // The heartbeat runs while cells do (it stops itself once the session is idle).
+        if self.heartbeat_timer.is_none() {
+            self.arm_heartbeat(ctx);
+        }
         let mut requester = job.requester.clone();
         let requester_watch = ctx.spawn(
             async move {
