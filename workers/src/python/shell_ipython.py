@@ -23,11 +23,13 @@ import re
 import sys
 
 import IPython
+from IPython.core.autocall import IPyAutocall
 from IPython.core.compilerop import CachingCompiler
 from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
 from IPython.core.error import TryNext, UsageError
 from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.macro import Macro
 
 # A trailing value's bundle repeats its text; past this size (as JSON) it is not sent twice.
 TRAILING_BUNDLE_LIMIT = 1 << 20
@@ -172,9 +174,6 @@ class CellShell(InteractiveShell):
         name = word.group(1)
         if self.automagic and self.find_magic(name):
             return False
-        from IPython.core.autocall import IPyAutocall
-        from IPython.core.macro import Macro
-
         return not (isinstance(self.user_ns.get(name), IPyAutocall)
                     or isinstance(self.user_ns.get(name.split(".", 1)[0]), Macro))
 
