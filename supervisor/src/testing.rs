@@ -199,6 +199,18 @@ impl ScriptedControl {
         self.exit.borrow().as_ref().map(Exit::to_string)
     }
 
+    /// How many pings it received.
+    pub fn pings(&self) -> usize {
+        self.seen
+            .lock()
+            .map(|s| {
+                s.iter()
+                    .filter(|f| matches!(f, ToWorker::Ping { .. }))
+                    .count()
+            })
+            .unwrap_or_default()
+    }
+
     /// The frames it received (pings left out).
     pub fn seen(&self) -> Vec<ToWorker> {
         self.seen
