@@ -75,9 +75,12 @@ CODE = {
 
 # Repetitions per figure.
 FULL = dict(cold=10, warm=2000, output=5, interrupt=10, crash=10, memory=3, conc=3, conc_cells=500, daemon=5, burst=3,
-            transport=5)
+            transport=5, scaling=(1, 16, 256, 1024), scaling_cells=2000)
 QUICK = dict(cold=3, warm=200, output=1, interrupt=3, crash=3, memory=1, conc=1, conc_cells=100, daemon=1, burst=1,
-             transport=2)
+             transport=2, scaling=(1, 16, 256), scaling_cells=400)
+# Python's scaling rows stop here unless --scaling-py-max says otherwise: a thousand
+# interpreters take ~10 GB, more than a shared bench machine should be asked for.
+SCALING_PY_MAX = 256
 TRANSPORT_ROUND_TRIPS = 10_000
 STATUS_OUTPUT = operator.itemgetter("status", "output")  # of a cell result, at C speed
 
@@ -1583,7 +1586,28 @@ def run_all(n, languages):
                 cc.targets = [("jupyter", "faster", 20)]
     finally:
         daemon.stop()
-    order = ["transport", "cold", "warm", "cpu", "output", "intr", "crash", "mem", "conc"]
+
+    # Many live sessions (scripts/bench_scaling.py): each size on a daemon of its own.
+    import bench_scaling
+    for lang in languages:
+        sizes = [k for k in n["scaling"] if lang != "py" or k <= ARGS.scaling_py_max]
+        one = None
+        for size in sizes:
+            step(f"{lang}: {size} live sessions")
+            figures = bench_scaling.measure(ARGS.binary, real_python(), lang, size, n["scaling_cells"])
+            one = figures["daemon_us_per_cell"] if size == 1 else one
+            for field, label, unit in (("cells_per_s", "cells per second", "1/s"),
+                                       ("daemon_us_per_cell", "daemon CPU per cell", "us"),
+                                       ("p99_ms", "p99 of a cell", "ms"),
+                                       ("pss_mb", "total PSS", "MB"),
+                                       ("idle_daemon_us_per_s", "daemon CPU while idle, per second", "us")):
+                r = row(f"scale_{lang}_{size}_{field}", f"8 {size} live sessions {lang}: {label}", unit)
+                r.samples["cellvisor"] = [figures[field]]
+            if one and size > 1:
+                r = rows[f"scale_{lang}_{size}_daemon_us_per_cell"]
+                r.extra["vs_one_session"] = figures["daemon_us_per_cell"] / one
+                r.label += f" ({figures['daemon_us_per_cell'] / one:.2f}x of 1 session)"
+    order = ["transport", "cold", "warm", "cpu", "output", "intr", "crash", "mem", "conc", "scale"]
     return sorted(rows.values(), key=lambda r: (order.index(r.key.split("_")[0]), ["py", "js", "lua"].index(r.key.split("_")[1]) if r.key.split("_")[1] in ("py", "js", "lua") else 0))
 
 
@@ -1598,6 +1622,8 @@ def main():
         "--profile", action="store_true",
         help="record a perf profile of the daemon and workers (and each peer's child) under the warm loop",
     )
+    parser.add_argument("--scaling-py-max", type=int, default=SCALING_PY_MAX,
+                        help="the largest number of live Python sessions in the scaling rows")
     parser.add_argument("--output-host", nargs=2, metavar=("SYSTEM", "LANG"), help=argparse.SUPPRESS)
     parser.add_argument("--socket", help=argparse.SUPPRESS)
     global ARGS

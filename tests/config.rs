@@ -23,7 +23,7 @@ fn check_lists_every_error_with_its_line_and_exits_2() {
     run.assert_code(2);
     for expected in [
         format!("{file}:2:1: sessions.max-sesions: unknown key; did you mean `max-sessions`?"),
-        format!("{file}:3:16: sessions.max-sessions: expected an integer from 1 to 256"),
+        format!("{file}:3:16: sessions.max-sessions: expected an integer from 1 to 10000"),
         format!("{file}:4:22: sessions.heartbeat-interval: a duration needs a unit"),
         format!(
             "{file}:7:11: limits.max-rss: 8MiB is out of range: expected a size of at least 16MiB"

@@ -65,7 +65,7 @@ set = { GOOD = "1", "not ok" = "2", ALSO = 3 }
     assert_eq!(lines, [2, 3, 4, 5, 8, 9, 11, 15, 16, 16], "{shown:#?}");
     let expect = [
         "/etc/cellvisor/config.toml:2:1: sessions.max-sesions: unknown key; did you mean `max-sessions`?",
-        "/etc/cellvisor/config.toml:3:16: sessions.max-sessions: expected an integer from 1 to 256, found \"four\"",
+        "/etc/cellvisor/config.toml:3:16: sessions.max-sessions: expected an integer from 1 to 10000, found \"four\"",
         "/etc/cellvisor/config.toml:4:22: sessions.heartbeat-interval: a duration needs a unit: write \"5s\" or \"5ms\" (a duration from 10ms to 1h)",
         "/etc/cellvisor/config.toml:5:16: sessions.idle-timeout: cannot read \"5 parsecs\" as a duration",
         "/etc/cellvisor/config.toml:8:13: output.max-bytes: a size needs a unit",
@@ -163,11 +163,11 @@ fn ranges_come_from_the_key_table() {
     let cases = [
         (
             "[sessions]\nmax-sessions = 0",
-            "expected an integer from 1 to 256",
+            "expected an integer from 1 to 10000",
         ),
         (
-            "[sessions]\nmax-sessions = 257",
-            "expected an integer from 1 to 256",
+            "[sessions]\nmax-sessions = 10001",
+            "expected an integer from 1 to 10000",
         ),
         (
             "[sessions]\nidle-timeout = \"31d\"",
@@ -195,11 +195,11 @@ fn ranges_come_from_the_key_table() {
     }
     // The edges are allowed, and 0 means never where it may.
     let effective = ok(
-        "[sessions]\nmax-sessions = 256\nidle-timeout = 0\nrestart-budget = 0\n\
+        "[sessions]\nmax-sessions = 10000\nidle-timeout = 0\nrestart-budget = 0\n\
          [daemon]\nidle-exit = \"0s\"\n[limits]\naddress-space = \"64MiB\"\nopen-files = 1048576\n",
         &[],
     );
-    assert_eq!(effective.config.sessions.max_sessions, 256);
+    assert_eq!(effective.config.sessions.max_sessions, 10_000);
     assert_eq!(effective.config.sessions.idle_timeout, Duration::ZERO);
     assert_eq!(effective.config.daemon.idle_exit, Duration::ZERO);
     assert_eq!(
@@ -297,7 +297,7 @@ fn bad_overrides_name_the_variable() {
         "CELLVISOR_NOPE__NOTHING_LIKE_IT: unknown override variable; overrides are named",
         "CELLVISOR_SESSIONS__HEARTBEAT_INTERVAL: sessions.heartbeat-interval: a duration needs a unit",
         "CELLVISOR_SESSIONS__MAX_SESIONS: unknown override variable; did you mean `CELLVISOR_SESSIONS__MAX_SESSIONS`?",
-        "CELLVISOR_SESSIONS__MAX_SESSIONS: sessions.max-sessions: expected an integer from 1 to 256, found \"four\"",
+        "CELLVISOR_SESSIONS__MAX_SESSIONS: sessions.max-sessions: expected an integer from 1 to 10000, found \"four\"",
     ];
     assert_eq!(shown.len(), expect.len(), "{shown:#?}");
     for (shown, expect) in shown.iter().zip(expect) {

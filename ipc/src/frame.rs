@@ -231,6 +231,7 @@ mod tests {
                 },
                 processes_ended: 0,
                 processes_seen: 0,
+                usage: Default::default(),
             },
             FromWorker::Pong { seq: u64::MAX },
         ];

@@ -23,6 +23,6 @@ pub mod taken;
 
 pub use frame::{FrameError, MAX_FRAME_BYTES};
 pub use message::{
-    CellOutcome, ExecuteCell, FromWorker, Language, OutputStream, ToWorker, ToolInfo,
+    CellOutcome, DoneUsage, ExecuteCell, FromWorker, Language, OutputStream, ToWorker, ToolInfo,
     PROTOCOL_VERSION,
 };

@@ -8,7 +8,23 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Bumped whenever a message changes shape; both sides refuse a peer with another version.
-pub const PROTOCOL_VERSION: u32 = 10;
+pub const PROTOCOL_VERSION: u32 = 11;
+
+/// What a worker measured of itself when a cell ended, sent in its `Done`: the supervisor's
+/// per-cell usage and its descriptor check come from here instead of its own `/proc` reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DoneUsage {
+    /// CPU time of the worker's process tree (every member, and the children they waited
+    /// for), in clock ticks; a cell's CPU is the difference from the previous `Done`.
+    pub cpu_ticks: u64,
+    /// Resident memory of the tree's live members, in bytes.
+    pub rss_bytes: u64,
+    /// Descriptors open in the process that runs the cells (Python's interpreter, or the
+    /// engine's worker itself); 0 when they could not be counted.
+    pub descriptors_open: u64,
+    /// That process's soft `RLIMIT_NOFILE`; 0 when unknown or unlimited (nothing to check).
+    pub descriptors_limit: u64,
+}
 
 /// A cell language, and therefore a kind of worker. Serialized by its short name
 /// (`py`, `js`, `lua`) in JSON.
@@ -183,6 +199,9 @@ pub enum FromWorker {
         /// reaped while it ran. A process that started and was reaped between two looks
         /// (`subprocess.run(["true"])`) is not seen.
         processes_seen: u32,
+        /// The worker's tree and descriptors as the cell left them, read by the worker so
+        /// that the supervisor reads no `/proc` per cell.
+        usage: DoneUsage,
     },
     /// The cell hands control back to its host (`yield_control()`) and goes on: the host
     /// answers its request with the output sent before this frame, and collects the rest

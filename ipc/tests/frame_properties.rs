@@ -53,6 +53,7 @@ fn sample_frames() -> Vec<Vec<u8>> {
             outcome: CellOutcome::Completed,
             processes_ended: 0,
             processes_seen: 0,
+            usage: Default::default(),
         },
         FromWorker::Fatal {
             message: "x".into(),

@@ -12,7 +12,7 @@ use cellvisor_ipc::state::{
     LoadOrder, NameInfo, SaveOrder, SkippedName, SnapshotMeta, StateRefusal, StateReport, StateTask,
 };
 use cellvisor_ipc::{
-    CellOutcome, ExecuteCell, FromWorker, Language, OutputStream, ToWorker, ToolInfo,
+    CellOutcome, DoneUsage, ExecuteCell, FromWorker, Language, OutputStream, ToWorker, ToolInfo,
     PROTOCOL_VERSION,
 };
 use std::fmt::Write as _;
@@ -227,6 +227,7 @@ fn from_worker_examples() -> Vec<FromWorker> {
             outcome: CellOutcome::Completed,
             processes_ended: 0,
             processes_seen: 0,
+            usage: Default::default(),
         },
         FromWorker::Done {
             cell_id: 8,
@@ -235,12 +236,19 @@ fn from_worker_examples() -> Vec<FromWorker> {
             },
             processes_ended: 0,
             processes_seen: 0,
+            usage: Default::default(),
         },
         FromWorker::Done {
             cell_id: 9,
             outcome: CellOutcome::Interrupted,
             processes_ended: 28,
             processes_seen: 30,
+            usage: DoneUsage {
+                cpu_ticks: 4321,
+                rss_bytes: 17 << 20,
+                descriptors_open: 12,
+                descriptors_limit: 1024,
+            },
         },
         FromWorker::Done {
             cell_id: 10,
@@ -251,6 +259,7 @@ fn from_worker_examples() -> Vec<FromWorker> {
             },
             processes_ended: 0,
             processes_seen: 0,
+            usage: Default::default(),
         },
         FromWorker::Pong { seq: 5 },
         FromWorker::ToolCall {

@@ -200,6 +200,18 @@ impl ScriptedControl {
         self.exit.borrow().as_ref().map(Exit::to_string)
     }
 
+    /// How many pings it received.
+    pub fn pings(&self) -> usize {
+        self.seen
+            .lock()
+            .map(|s| {
+                s.iter()
+                    .filter(|f| matches!(f, ToWorker::Ping { .. }))
+                    .count()
+            })
+            .unwrap_or_default()
+    }
+
     /// The frames it received (pings left out).
     pub fn seen(&self) -> Vec<ToWorker> {
         self.seen
@@ -267,6 +279,7 @@ impl ScriptedControl {
                             outcome: CellOutcome::Completed,
                             processes_ended: 0,
                             processes_seen: 0,
+                            usage: Default::default(),
                         })
                 }
                 ToWorker::Execute(cell) => {
@@ -280,6 +293,7 @@ impl ScriptedControl {
                         outcome,
                         processes_ended: 0,
                         processes_seen: 0,
+                        usage: Default::default(),
                     };
                     match cell.code.as_str() {
                         "hang" => {
@@ -314,6 +328,7 @@ impl ScriptedControl {
                         outcome: CellOutcome::Interrupted,
                         processes_ended: SCRIPTED_PROCESSES_ENDED,
                         processes_seen: SCRIPTED_PROCESSES_ENDED,
+                        usage: Default::default(),
                     })
                 }
                 ToWorker::Shutdown => {

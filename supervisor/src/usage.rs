@@ -42,7 +42,10 @@ impl ProcessSampler {
     /// children included); otherwise the known members are reread, and only a worker not
     /// seen before is discovered.
     pub fn sample(&mut self, roots: &[u32], discover: bool) -> HashMap<u32, TreeSample> {
-        self.trees.retain(|root, _| roots.contains(root));
+        // A set, not `roots.contains` per tree: a node with a thousand sessions would pay a
+        // million comparisons per sample.
+        let live: std::collections::HashSet<u32> = roots.iter().copied().collect();
+        self.trees.retain(|root, _| live.contains(root));
         let unknown: Vec<u32> = if discover {
             roots.to_vec()
         } else {
@@ -83,7 +86,8 @@ impl ProcessSampler {
     /// Memory and CPU of each tree for `status`: trees found afresh, CPU since the previous
     /// `status` (0 the first time a worker is seen).
     pub fn usage(&mut self, roots: &[u32]) -> HashMap<u32, Usage> {
-        self.status_cpu.retain(|root, _| roots.contains(root));
+        let live: std::collections::HashSet<u32> = roots.iter().copied().collect();
+        self.status_cpu.retain(|root, _| live.contains(root));
         let now = Instant::now();
         let per_second = process_tree::ticks_per_second() as f64;
         self.sample(roots, true)

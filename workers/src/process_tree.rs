@@ -46,10 +46,23 @@ impl ProcStat {
     }
 }
 
-/// Reads `/proc/<pid>/stat`; `None` if the process is gone.
+/// Reads `/proc/<pid>/stat`; `None` if the process is gone. One `read` into a buffer that
+/// holds the whole line (the kernel writes it at once), not the growing reads and the size
+/// query of `read_to_string`: this is read after every cell.
 pub fn stat(pid: u32) -> Option<ProcStat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(pid, &text)
+    use std::io::Read;
+    let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    let mut buffer = [0u8; 2048];
+    let read = file.read(&mut buffer).ok()?;
+    if read == buffer.len() {
+        // Longer than any stat line seen: read it all the slow way.
+        let mut text = String::from_utf8_lossy(&buffer).into_owned();
+        let mut rest = String::new();
+        file.read_to_string(&mut rest).ok()?;
+        text.push_str(&rest);
+        return parse_stat(pid, &text);
+    }
+    parse_stat(pid, &String::from_utf8_lossy(&buffer[..read]))
 }
 
 fn parse_stat(pid: u32, text: &str) -> Option<ProcStat> {

@@ -389,7 +389,7 @@ fn spawn_request(
         if let Some(id) = id {
             let _ = connection
                 .out
-                .send(protocol::encode_line(&protocol::response(id, result)))
+                .send(super::dispatch::Answer::response_line(id, result))
                 .await;
         }
         if big {

@@ -14,12 +14,42 @@ use cellvisor::{RequestError, SessionRef, WaitOptions};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+/// A method's answer: a JSON tree, or an eval's result as it is, which the hot path encodes
+/// straight to its line (no tree of it is built, walked and dropped per cell).
+pub(super) enum Answer {
+    Tree(Value),
+    Eval(Box<cellvisor::cell::EvalResult>),
+}
+
+impl Answer {
+    /// The response line to request `id`.
+    pub(super) fn response_line(id: Value, answer: Result<Answer, RpcError>) -> Vec<u8> {
+        match answer {
+            Ok(Answer::Eval(result)) => protocol::encode_line(&TypedResponse {
+                jsonrpc: "2.0",
+                id,
+                result,
+            }),
+            Ok(Answer::Tree(result)) => protocol::encode_line(&protocol::response(id, Ok(result))),
+            Err(error) => protocol::encode_line(&protocol::response(id, Err(error))),
+        }
+    }
+}
+
+/// A successful response whose result is encoded as it is.
+#[derive(serde::Serialize)]
+struct TypedResponse<T: serde::Serialize> {
+    jsonrpc: &'static str,
+    id: Value,
+    result: T,
+}
+
 /// Answers one request (its result or its error; the caller sends it when it has an id).
 pub(super) async fn dispatch(
     daemon: &Daemon,
     mut request: Request,
     connection: &Connection,
-) -> Result<Value, RpcError> {
+) -> Result<Answer, RpcError> {
     let tenant = &connection.principal.tenant;
     tenancy::enter(tenant, &request.method, &mut request.params)?;
     // What may start a session counts against the tenant's quotas, from its check until
@@ -30,8 +60,14 @@ pub(super) async fn dispatch(
     } else {
         None
     };
+    // The default tenant's results name sessions as they are: nothing to rewrite.
+    if tenant.default && request.method == method::EVAL {
+        return eval(daemon, request, connection)
+            .await
+            .map(|result| Answer::Eval(Box::new(result)));
+    }
     let result = method_of(daemon, request, connection).await;
-    tenancy::leave(tenant, result)
+    tenancy::leave(tenant, result).map(Answer::Tree)
 }
 
 /// Answers one request whose session is the internal one.
@@ -42,7 +78,7 @@ async fn method_of(
 ) -> Result<Value, RpcError> {
     match request.method.as_str() {
         method::INITIALIZE => initialize(daemon, request.params),
-        method::EVAL => eval(daemon, request, connection).await,
+        method::EVAL => to_json(&eval(daemon, request, connection).await?),
         method::INTERRUPT => interrupt(daemon, request.params).await,
         method::RESET => reset(daemon, request.params).await,
         method::CLOSE => close(daemon, request.params).await,
@@ -175,7 +211,7 @@ async fn eval(
     daemon: &Daemon,
     request: Request,
     connection: &Connection,
-) -> Result<Value, RpcError> {
+) -> Result<cellvisor::cell::EvalResult, RpcError> {
     let out = &connection.out;
     let mut eval: EvalRequest = params(request.params)?;
     if connection.origin == cellvisor::Origin::Network {
@@ -231,7 +267,7 @@ async fn eval(
     for event in stream.rest() {
         let _ = out.send(notify(&request_id, &event)).await;
     }
-    to_json(&result.map_err(refused)?)
+    result.map_err(refused)
 }
 
 /// The `eval/event` line of `event`, for the request `request_id`.

@@ -52,14 +52,14 @@ const GRACE: Kind = millis(10, HOUR);
 /// Every key, in the order `config show` and the docs list them.
 pub static KEYS: &[KeySpec] = &[
     // [sessions]
-    key!(sessions.max_sessions as "max-sessions", count_in(1, 256), AtOnce,
+    key!(sessions.max_sessions as "max-sessions", count_in(1, 10_000), AtOnce,
         "Live workers per language; a new session over the cap evicts the least recently used idle one."),
     key!(sessions.idle_timeout as "idle-timeout", millis(0, Duration::from_secs(30 * DAY)), AtOnce,
         "A session idle this long is shut down; 0 keeps sessions forever."),
     key!(sessions.sweep_interval as "sweep-interval", GRACE, AtOnce,
         "How often idle sessions are looked for."),
     key!(sessions.heartbeat_interval as "heartbeat-interval", GRACE, AtOnce,
-        "How often each worker is pinged."),
+        "How often a worker with a cell running is pinged (an idle one is not: it costs the daemon nothing)."),
     key!(sessions.heartbeat_timeout as "heartbeat-timeout", GRACE, AtOnce,
         "No pong for this long and the worker is declared dead; must be longer than heartbeat-interval."),
     key!(sessions.restart_budget as "restart-budget", count_in(0, 100), AtOnce,

@@ -100,7 +100,9 @@ impl Handler<CellFinished> for Session {
         self.count_cell(&outcome);
         self.deliver_final(running, outcome);
         self.cells_since_snapshot += 1;
-        if !self.replace_if_out_of_descriptors(ctx) && status == CellStatus::Complete {
+        if !self.replace_if_out_of_descriptors(msg.descriptors, ctx)
+            && status == CellStatus::Complete
+        {
             self.save_after_cell(ctx);
         }
         self.pump(ctx);
@@ -421,6 +423,10 @@ impl Session {
         }));
         if let Some(notice) = env_notice {
             self.add_notice(notice);
+        }
+        // The heartbeat runs while cells do (it stops itself once the session is idle).
+        if self.heartbeat_timer.is_none() {
+            self.arm_heartbeat(ctx);
         }
         let mut requester = job.requester.clone();
         let requester_watch = ctx.spawn(

@@ -25,6 +25,15 @@ impl Descriptors {
         self.open.saturating_add(headroom) > self.limit
     }
 
+    /// What a worker reported with its `Done`; `None` when it could not count them (or
+    /// its limit is unlimited), or it reported nothing (a scripted worker).
+    pub fn reported(usage: cellvisor_ipc::DoneUsage) -> Option<Descriptors> {
+        (usage.descriptors_limit > 0).then_some(Descriptors {
+            open: usage.descriptors_open,
+            limit: usage.descriptors_limit,
+        })
+    }
+
     /// The worker `pid`'s descriptors, read from `/proc`; `None` when they cannot be read
     /// (the process is gone, or the limit is unlimited).
     pub fn of(pid: u32) -> Option<Descriptors> {
@@ -59,24 +68,21 @@ fn children(pid: u32) -> Vec<u32> {
 }
 
 impl Session {
-    /// After a cell: replaces a worker the cell left out of descriptors (see the module);
-    /// whether it did.
-    pub(super) fn replace_if_out_of_descriptors(&mut self, ctx: &mut Context<Self>) -> bool {
+    /// After a cell: replaces a worker the cell left out of descriptors (see the module),
+    /// as it `reported` them with the cell's `Done` (read from `/proc` here only for a worker
+    /// that reports none); whether it did.
+    pub(super) fn replace_if_out_of_descriptors(
+        &mut self,
+        reported: Option<Option<Descriptors>>,
+        ctx: &mut Context<Self>,
+    ) -> bool {
         let Worker::Ready { link, .. } = &self.worker else {
             return false;
         };
-        // Where the cell's descriptors live: Python's interpreter (the shim's child; the shim
-        // itself opens none for a cell), or the JavaScript and Lua engines' own process. One
-        // process's `/proc` per cell, not a walk of the worker's threads for every language.
-        let pids = if self.key.language == cellvisor_ipc::Language::Python {
-            children(link.pid)
-        } else {
-            vec![link.pid]
+        let seen = match reported {
+            Some(seen) => seen.filter(|d| d.exhausted()),
+            None => self.descriptors_from_proc(link.pid),
         };
-        let seen = pids
-            .into_iter()
-            .filter_map(Descriptors::of)
-            .find(|d| d.exhausted());
         let Some(seen) = seen else {
             return false;
         };
@@ -96,6 +102,20 @@ impl Session {
         self.after_stop.push(AfterStop::Restart);
         self.stop_worker(ctx);
         true
+    }
+
+    /// The exhausted descriptors of a worker that reported none, from `/proc`: Python's
+    /// interpreter (the shim's child; the shim itself opens none for a cell), or the
+    /// JavaScript and Lua engines' own process.
+    fn descriptors_from_proc(&self, pid: u32) -> Option<Descriptors> {
+        let pids = if self.key.language == cellvisor_ipc::Language::Python {
+            children(pid)
+        } else {
+            vec![pid]
+        };
+        pids.into_iter()
+            .filter_map(Descriptors::of)
+            .find(|d| d.exhausted())
     }
 }
 

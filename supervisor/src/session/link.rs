@@ -9,6 +9,7 @@
 
 mod tool_calls;
 
+use super::descriptors::Descriptors;
 use super::messages::{CellFinished, CellYield, WorkerExited, WorkerNotice};
 use super::observation::YieldCause;
 use super::outcome::WorkerEnd;
@@ -23,7 +24,7 @@ use actix::Addr;
 use cellvisor_ipc::frame::{read_frame_async, FrameError};
 use cellvisor_ipc::state::StateReport;
 use cellvisor_ipc::taken::TakenRecord;
-use cellvisor_ipc::{FromWorker, OutputStream, ToWorker};
+use cellvisor_ipc::{DoneUsage, FromWorker, OutputStream, ToWorker};
 use nix::sys::signal::Signal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -415,9 +416,10 @@ impl ReaderTask {
                 outcome,
                 processes_ended,
                 processes_seen,
+                usage,
             } => {
                 if self.current.as_ref().is_some_and(|c| c.cell_id == cell_id) {
-                    let readings = self.readings_now().await;
+                    let readings = self.readings_reported(usage).await;
                     if let Some(cell) = self.current.take() {
                         let products = cell.finish(true, readings);
                         self.session.do_send(CellFinished {
@@ -431,6 +433,8 @@ impl ReaderTask {
                             status_events: products.status_events,
                             state: products.state,
                             readings,
+                            descriptors: (usage != DoneUsage::default())
+                                .then(|| Descriptors::reported(usage)),
                         });
                     }
                 }
@@ -490,6 +494,20 @@ impl ReaderTask {
         let (reading, members) = TreeReading::discover(self.pid);
         self.members = members;
         reading
+    }
+
+    /// The running cell's readings as its worker's `Done` reported the tree (no `/proc`
+    /// read here); a worker that reported none (a scripted test worker) is read here.
+    async fn readings_reported(&mut self, usage: DoneUsage) -> CellReadings {
+        if usage == DoneUsage::default() {
+            return self.readings_now().await;
+        }
+        let after = TreeReading {
+            cpu_ticks: usage.cpu_ticks,
+            rss_bytes: usage.rss_bytes,
+        };
+        let before = std::mem::replace(&mut self.last_reading, after);
+        CellReadings { before, after }
     }
 
     /// The tree now, and at the previous reading: the running cell's readings.

@@ -197,6 +197,9 @@ pub(crate) struct CellFinished {
     pub state: Option<cellvisor_ipc::state::StateReport>,
     /// The worker's tree before and after the cell, for its usage.
     pub readings: crate::usage::CellReadings,
+    /// The descriptors the worker reported with its `Done` (inside, `None`: it could not
+    /// count them); `None` when it reported no usage at all (a scripted worker).
+    pub descriptors: Option<Option<super::descriptors::Descriptors>>,
 }
 
 /// The worker's connection ended and its process group is gone.

@@ -501,10 +501,6 @@ impl Session {
 
 impl Actor for Session {
     type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Self::Context) {
-        self.arm_heartbeat(ctx);
-    }
 }
 
 impl Handler<QueryStatus> for Session {

@@ -218,7 +218,8 @@ impl Handler<UpdateConfig> for Session {
         let old_interval = self.config.sessions.heartbeat_interval;
         self.config = msg.0;
         self.budget.set_limit(self.config.sessions.restart_budget);
-        if self.config.sessions.heartbeat_interval != old_interval {
+        if self.config.sessions.heartbeat_interval != old_interval && self.heartbeat_timer.is_some()
+        {
             self.arm_heartbeat(ctx);
         }
     }
@@ -226,8 +227,16 @@ impl Handler<UpdateConfig> for Session {
 
 impl Handler<HeartbeatTick> for Session {
     type Result = ();
-    /// Kills a silent worker, pings a live one.
-    fn handle(&mut self, _: HeartbeatTick, _: &mut Context<Self>) {
+    /// Kills a silent worker, pings a live one; stops once no cell runs (an idle session
+    /// costs the daemon nothing: a worker that dies while idle is seen by its connection
+    /// closing, one that hangs while idle by the heartbeat of its next cell).
+    fn handle(&mut self, _: HeartbeatTick, ctx: &mut Context<Self>) {
+        if self.running.is_none() {
+            if let Some(timer) = self.heartbeat_timer.take() {
+                ctx.cancel_future(timer);
+            }
+            return;
+        }
         let timeout = self.config.sessions.heartbeat_timeout;
         let Worker::Ready {
             link, last_heard, ..
@@ -414,8 +423,9 @@ impl Session {
         }
     }
 
-    /// (Re)starts the heartbeat at the configured interval. The worker gets a fresh
-    /// allowance: silence measured against the old interval says nothing under the new one.
+    /// (Re)starts the heartbeat at the configured interval (when a cell starts on an idle
+    /// session, or the interval changes). The worker gets a fresh allowance: silence
+    /// measured against the old interval, or while idle, says nothing now.
     pub(super) fn arm_heartbeat(&mut self, ctx: &mut Context<Self>) {
         if let Some(timer) = self.heartbeat_timer.take() {
             ctx.cancel_future(timer);

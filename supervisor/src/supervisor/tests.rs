@@ -198,32 +198,24 @@ fn set(flag: &std::sync::atomic::AtomicBool, value: bool) {
 }
 
 #[actix_rt::test]
-async fn missed_pongs_get_an_idle_worker_killed_and_replaced_for_free() {
+async fn an_idle_worker_is_not_pinged_and_a_silent_one_is_left_alone_while_idle() {
     let rig = Rig::start(|_| {});
     assert_eq!(rig.run("s", "ok:1", None).await.output, "1\n");
     let first = rig.pid("s").await;
+    let worker = rig.fake.worker(first);
+    // Ten heartbeat intervals: any ping sent while the cell ran has been read by now, and
+    // the heartbeat's first tick with no cell running has stopped it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let settled = worker.pings();
     set(&rig.fake.script.answer_pings, false);
-    rig.until("the silent worker is gone", |rows| {
-        pid_of(rows, "s") != Some(first)
-    })
-    .await;
-    let exit = rig.fake.worker(first).exit().unwrap_or_default();
-    assert!(exit.contains("SIGKILL"), "{exit}");
+    // Two heartbeat timeouts, idle: no ping goes out, so the silence costs it nothing.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(worker.pings(), settled, "an idle worker was pinged");
+    assert_eq!(rig.pid("s").await, first);
+    assert_eq!(worker.exit(), None);
     set(&rig.fake.script.answer_pings, true);
-    let next = rig.run("s", "ok:2", None).await;
-    assert_eq!(next.output, "2\n");
-    let notice = next.notice.unwrap_or_default();
-    assert!(notice.contains("missed heartbeats"), "{notice}");
-    let row = rig.row("s").await.expect("live");
-    assert_ne!(row.pid, Some(first));
-    assert_eq!(row.restarts, 1);
-    // Nothing ran on it: the budget (1) is whole, so one crash still restarts.
-    let crash = rig.run("s", "crash", None).await;
-    assert!(
-        crash.output.contains("session restarted"),
-        "{}",
-        crash.output
-    );
+    assert_eq!(rig.run("s", "ok:2", None).await.output, "2\n");
+    assert_eq!(rig.pid("s").await, first);
     rig.stop().await;
 }
 
@@ -437,8 +429,16 @@ async fn a_reload_changes_the_heartbeat_and_the_sweep_at_once() {
     rig.run("s", "ok:1", None).await;
     let first = rig.pid("s").await;
 
-    // A shorter heartbeat applies at once: the silent worker is caught.
+    // A shorter heartbeat applies at once: the silent worker under a cell is caught.
     set(&rig.fake.script.answer_pings, false);
+    let hanging = {
+        let rig = rig.clone();
+        actix_rt::spawn(async move { rig.run("s", "hang", Some(30.0)).await })
+    };
+    rig.until("busy", |rows| {
+        rows.iter().any(|r| r.state == SessionState::Busy)
+    })
+    .await;
     let mut config = fast_config();
     config.sessions.sweep_interval = hour;
     rig.addr.do_send(ReloadConfig(Arc::new(config.clone())));
@@ -446,6 +446,8 @@ async fn a_reload_changes_the_heartbeat_and_the_sweep_at_once() {
         pid_of(rows, "s") != Some(first)
     })
     .await;
+    let lost = hanging.await.expect("task");
+    assert_eq!(lost.status, CellStatus::Error, "{}", lost.output);
     assert!(rig
         .fake
         .worker(first)

@@ -19,17 +19,26 @@ What cellvisor changes of IPython's shell, each for a reason:
 """
 
 import os
+import re
 import sys
 
 import IPython
+from IPython.core.autocall import IPyAutocall
 from IPython.core.compilerop import CachingCompiler
 from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
 from IPython.core.error import TryNext, UsageError
 from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.macro import Macro
 
 # A trailing value's bundle repeats its text; past this size (as JSON) it is not sent twice.
 TRAILING_BUNDLE_LIMIT = 1 << 20
+# What IPython's input transforms act on: magics, shell escapes and help (`%`, `!`, `?`
+# anywhere), autocall escapes and pasted prompts at a line's start. A cell with none of it
+# (and no leading blank line or indent) comes out of them as it went in.
+_SPECIAL_SYNTAX = re.compile(r"[%!?]|^[ \t]*(?:[,;/]|>>>|\.\.\.|In \[)", re.M)
+# The first word of a one-line cell, as IPython's prefilter splits it (`LineInfo`).
+_FIRST_WORD = re.compile(r"\s*([\w*.]+)")
 _IPYTHON_DIR = IPython.__file__.rsplit("/", 1)[0]
 
 
@@ -131,6 +140,42 @@ class CellShell(InteractiveShell):
     cellvisor_host = None
     # Set by run_code: the SystemExit or KeyboardInterrupt that ended the cell.
     cellvisor_stop = None
+    # Set by `make`: IPython's own input transforms and prefilter checkers (see
+    # `_plain_python`).
+    cellvisor_transforms = None
+    cellvisor_checkers = None
+
+    def transform_cell(self, raw_cell):
+        """IPython's input transforms, skipped for a cell they would leave as it is (most
+        cells): tokenizing the cell and a one-line cell's prefilter cost a trivial cell more
+        CPU than running it."""
+        if self._plain_python(raw_cell):
+            return raw_cell if raw_cell.endswith("\n") else raw_cell + "\n"
+        return super().transform_cell(raw_cell)
+
+    def _plain_python(self, cell):
+        """Whether IPython's transforms would return `cell` unchanged: none of their syntax,
+        no transform or prefilter checker added (by an extension) since the shell was made,
+        and, for one line, nothing its prefilter would run instead (an automagic name, an
+        autocall object or a macro; autocall off)."""
+        if not cell or cell[0].isspace() or _SPECIAL_SYNTAX.search(cell):
+            return False
+        if self.input_transformers_post or _transforms_of(self) != self.cellvisor_transforms:
+            return False
+        if "\n" in cell.rstrip("\n"):
+            return True  # the prefilter acts on one-line cells only
+        if self.autocall or self.prefilter_manager.transformers:
+            return False
+        if len(self.prefilter_manager.checkers) != self.cellvisor_checkers:
+            return False
+        word = _FIRST_WORD.match(cell)
+        if word is None:
+            return True
+        name = word.group(1)
+        if self.automagic and self.find_magic(name):
+            return False
+        return not (isinstance(self.user_ns.get(name), IPyAutocall)
+                    or isinstance(self.user_ns.get(name.split(".", 1)[0]), Macro))
 
     def _tee(self, channel):
         import contextlib
@@ -236,6 +281,13 @@ class CellShell(InteractiveShell):
         return gui, "agg"
 
 
+def _transforms_of(shell):
+    """The input transforms in force (see `CellShell._plain_python`)."""
+    manager = shell.input_transformer_manager
+    return (tuple(manager.cleanup_transforms), tuple(manager.line_transforms),
+            tuple(manager.token_transformers))
+
+
 def _beside_ipython_module():
     return sys.modules["cellvisor_shell"]._beside("cellvisor_ipython")
 
@@ -316,6 +368,9 @@ def make(module, host):
             continue
     shell.set_hook("show_in_pager", _show_in_pager)
     shell.ast_transformers.append(_ExitGuards())
+    # IPython's own transforms and checkers: a plain cell skips them while they are all.
+    shell.cellvisor_transforms = _transforms_of(shell)
+    shell.cellvisor_checkers = len(shell.prefilter_manager.checkers)
     _register_cellvisor_magics(shell)
     # IPython puts its own `display` in builtins: cellvisor's (JSON for dicts and lists, as
     # the anchors' display does, IPython's for the rest) stays.

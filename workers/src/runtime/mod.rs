@@ -25,9 +25,11 @@
 //!   waiting for their answer.
 //! - `wire`: the write path: the socket's buffer with the output held back to merge, the
 //!   writer and flusher threads.
+//! - `meter`: what each `Done` reports of the worker's tree and descriptors.
 //! - `frames`: the read path: acting on the supervisor's frames, and the control thread.
 
 mod frames;
+mod meter;
 mod outbox;
 mod serve;
 mod wire;

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
 
+use super::meter::Meter;
 use super::wire::SocketWriter;
 use super::OUTPUT_CHUNK_BYTES;
 use crate::reader_token::ReaderToken;
@@ -23,6 +24,8 @@ pub struct Outbox {
     /// Told when a cell waits for a tool's answer, so that somebody reads it at once (`None`
     /// without a socket).
     reader: Option<Arc<ReaderToken>>,
+    /// What each `Done` reports of the worker's tree and descriptors.
+    meter: Meter,
 }
 
 /// Writing a frame on the sender's own thread, in order with the queue: `queued` counts the
@@ -122,6 +125,7 @@ impl Outbox {
                 tools,
                 direct: None,
                 reader: None,
+                meter: Meter::default(),
             },
             rx,
         )
@@ -248,13 +252,32 @@ impl Outbox {
         if !token.lock().ends_early(cell_id) {
             return false;
         }
+        self.done(cell_id, CellOutcome::Completed, 0, 0);
+        true
+    }
+
+    /// Sends the `Done` of `cell_id`, with the worker's tree and descriptors as the cell left
+    /// them (see the `meter` module).
+    pub(super) fn done(
+        &self,
+        cell_id: u64,
+        outcome: CellOutcome,
+        processes_ended: u32,
+        processes_seen: u32,
+    ) {
         self.send(FromWorker::Done {
             cell_id,
-            outcome: CellOutcome::Completed,
-            processes_ended: 0,
-            processes_seen: 0,
+            outcome,
+            processes_ended,
+            processes_seen,
+            usage: self.meter.read(),
         });
-        true
+    }
+
+    /// Names the process whose descriptors a cell uses, when it is not the worker's own
+    /// (Python's interpreter).
+    pub(super) fn set_cells_process(&self, pid: Option<u32>) {
+        self.meter.set_cells_process(pid);
     }
 
     /// [`Outbox::send`]; without `flush`, a frame written at once is left in the buffer.
@@ -307,6 +330,7 @@ mod tests {
                 outcome: CellOutcome::Completed,
                 processes_ended: 0,
                 processes_seen: 0,
+                usage: Default::default(),
             },
             output(2, OutputStream::Stdout, b"d"),
         ]

@@ -182,6 +182,8 @@ impl Link {
             }
             ((), start.wake_control)
         });
+        self.outbox
+            .set_cells_process(engine.own_children().first().copied());
         let started = crate::warden::cell_begins();
         let outcome = match enter_cwd(cell.cwd.as_deref()) {
             Ok(()) => match &cell.task {
@@ -205,12 +207,12 @@ impl Link {
         }
         let outcome = outcome?;
         if !done_sent {
-            self.outbox.send(FromWorker::Done {
-                cell_id: cell.cell_id,
+            self.outbox.done(
+                cell.cell_id,
                 outcome,
-                processes_ended: u32::try_from(processes.ended.count).unwrap_or(u32::MAX),
-                processes_seen: u32::try_from(processes.seen).unwrap_or(u32::MAX),
-            });
+                u32::try_from(processes.ended.count).unwrap_or(u32::MAX),
+                u32::try_from(processes.seen).unwrap_or(u32::MAX),
+            );
         }
         Ok(())
     }
