@@ -60,9 +60,13 @@ pub(super) fn prepare_isolation(
     dirs: &[&Path],
     run_dir: &Path,
 ) -> Result<crate::isolation::IsolationStatus, StartupError> {
-    let status = crate::isolation::resolve(&config.isolation, crate::isolation::can_change_uids())
-        .map_err(StartupError::Isolation)?;
+    let host = crate::isolation::Host::of(config);
+    let status =
+        crate::isolation::resolve(&config.isolation, &host).map_err(StartupError::Isolation)?;
     let Some(range) = status.range() else {
+        if host.taken.is_some() && host.can_change_uids && host.serves_others {
+            tracing::warn!("{}", status.line());
+        }
         return Ok(status);
     };
     crate::isolation::open_for_sessions(dirs).map_err(StartupError::Isolation)?;

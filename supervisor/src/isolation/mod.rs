@@ -3,10 +3,12 @@
 //! and processes, and the zygote are out of its reach by the kernel's ordinary permission
 //! checks; at `none` workers run as the daemon's user.
 //!
+//! - `accounts`: whether the machine's accounts leave the range free.
 //! - `leases`: which uid each live session holds (plain data).
 //! - `procs`: the processes of a uid, and ending them all at once.
 //! - `dirs`: a session's directories given to its uid, the daemon's opened to traversal.
 
+pub mod accounts;
 pub mod dirs;
 pub mod leases;
 pub mod procs;
@@ -65,44 +67,82 @@ pub fn can_change_uids() -> bool {
         .is_some_and(|caps| caps & (1 << CAP_SETUID) != 0 && caps & (1 << CAP_SETGID) != 0)
 }
 
-/// The level `config` asks for on a daemon that `can` (or cannot) change uids; an error
-/// when `uid` is required and impossible.
-pub fn resolve(config: &IsolationConfig, can: bool) -> Result<IsolationStatus, String> {
-    let uid = |range: UidRange, reason: String| IsolationStatus {
-        level: "uid",
-        uids: Some(range.to_string()),
-        reason,
-    };
-    let none = |reason: &str| IsolationStatus {
+/// What decides the level besides the config, read once at start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Host {
+    /// Whether the daemon may change uids (see [`can_change_uids`]).
+    pub can_change_uids: bool,
+    /// Whether it serves clients other than its own user: network listeners
+    /// (`daemon.listen`) or tenants (`daemon.tenants-file`). A daemon with only its Unix
+    /// socket (0600, its own user's) serves that user alone.
+    pub serves_others: bool,
+    /// An account or group of the machine holding an id of `isolation.uids`, described.
+    pub taken: Option<String>,
+}
+
+impl Host {
+    /// This daemon's situation under `config`.
+    pub fn of(config: &cellvisor_config::Config) -> Host {
+        let asks = config.isolation.level != IsolationLevel::None;
+        Host {
+            can_change_uids: can_change_uids(),
+            serves_others: !config.daemon.listen.is_empty() || config.daemon.tenants_file.is_some(),
+            taken: asks
+                .then(|| accounts::first_taken_on_this_machine(config.isolation.uids))
+                .flatten(),
+        }
+    }
+}
+
+/// The level `config` asks for on a daemon in `host`'s situation; an error when `uid` is
+/// required and impossible.
+pub fn resolve(config: &IsolationConfig, host: &Host) -> Result<IsolationStatus, String> {
+    let range = config.uids;
+    let none = |reason: String| IsolationStatus {
         level: "none",
         uids: None,
+        reason,
+    };
+    let uid = |reason: &str| IsolationStatus {
+        level: "uid",
+        uids: Some(range.to_string()),
         reason: reason.to_string(),
     };
-    match (config.level, config.uids) {
-        (IsolationLevel::None, _) => Ok(none("isolation.level = \"none\"")),
-        (IsolationLevel::Uid, Some(range)) if can => {
-            Ok(uid(range, "isolation.level = \"uid\"".into()))
-        }
-        (IsolationLevel::Uid, Some(_)) => Err(
-            "isolation.level = \"uid\" but this daemon may not change uids (it needs root, or \
-             CAP_SETUID and CAP_SETGID): run it as root, give it those capabilities, or set \
-             isolation.level = \"auto\" or \"none\""
+    const NEEDS: &str = "it needs root, or CAP_SETUID and CAP_SETGID";
+    match config.level {
+        IsolationLevel::None => Ok(none("isolation.level = \"none\"".into())),
+        IsolationLevel::Uid if !host.can_change_uids => Err(format!(
+            "isolation.level = \"uid\" but this daemon may not change uids ({NEEDS}): run it \
+             as root, give it those capabilities, or set isolation.level = \"auto\" or \"none\""
+        )),
+        IsolationLevel::Uid => match &host.taken {
+            Some(taken) => Err(format!(
+                "isolation.uids = \"{range}\" holds the id of {taken}: a session leased it would \
+                 own that account's files; set isolation.uids to a range no account or group \
+                 uses"
+            )),
+            None => Ok(uid("isolation.level = \"uid\"")),
+        },
+        IsolationLevel::Auto if !host.can_change_uids => Ok(none(format!(
+            "isolation.level = \"auto\", but this daemon may not change uids ({NEEDS})"
+        ))),
+        IsolationLevel::Auto if !host.serves_others => Ok(none(
+            "isolation.level = \"auto\", and this daemon serves only its own user (no \
+             daemon.listen, no daemon.tenants-file): cells run as that user, in the caller's \
+             directory; set isolation.level = \"uid\" to give its sessions uids of their own"
                 .into(),
-        ),
-        (IsolationLevel::Uid, None) => {
-            Err("isolation.level = \"uid\" needs isolation.uids (like \"61000-61999\")".into())
-        }
-        (IsolationLevel::Auto, Some(range)) if can => Ok(uid(
-            range,
-            "isolation.level = \"auto\", and this daemon may change uids".into(),
         )),
-        (IsolationLevel::Auto, Some(_)) => Ok(none(
-            "isolation.level = \"auto\", but this daemon may not change uids (it needs root, \
-             or CAP_SETUID and CAP_SETGID)",
-        )),
-        (IsolationLevel::Auto, None) => Ok(none(
-            "isolation.level = \"auto\" and no isolation.uids range is set",
-        )),
+        IsolationLevel::Auto => match &host.taken {
+            Some(taken) => Ok(none(format!(
+                "isolation.level = \"auto\", but isolation.uids = \"{range}\" holds the id of \
+                 {taken}, so sessions keep the daemon's user; set isolation.uids to a range no \
+                 account or group uses"
+            ))),
+            None => Ok(uid(
+                "isolation.level = \"auto\": this daemon may change uids and serves clients \
+                 over the network or as tenants",
+            )),
+        },
     }
 }
 
@@ -159,49 +199,92 @@ pub fn sweep_range(range: UidRange) -> usize {
 mod tests {
     use super::*;
 
-    fn config(level: IsolationLevel, uids: Option<&str>) -> IsolationConfig {
+    fn config(level: IsolationLevel, uids: &str) -> IsolationConfig {
         IsolationConfig {
             level,
-            uids: uids.map(|t| UidRange::parse(t).unwrap()),
+            uids: UidRange::parse(uids).unwrap(),
+        }
+    }
+
+    /// A root daemon with a network listener on a machine whose accounts leave the range
+    /// free.
+    fn served() -> Host {
+        Host {
+            can_change_uids: true,
+            serves_others: true,
+            taken: None,
         }
     }
 
     #[test]
-    fn auto_takes_uids_only_where_it_can_and_a_range_is_set() {
-        let with = config(IsolationLevel::Auto, Some("61000-61999"));
-        assert_eq!(resolve(&with, true).unwrap().level, "uid");
-        assert_eq!(
-            resolve(&with, true).unwrap().range(),
-            UidRange::parse("61000-61999").ok()
+    fn auto_takes_uids_where_it_can_and_serves_others_with_the_default_range() {
+        let auto = IsolationConfig::default();
+        let status = resolve(&auto, &served()).unwrap();
+        assert_eq!(status.level, "uid");
+        assert_eq!(status.range(), Some(UidRange::DEFAULT));
+        let cannot = Host {
+            can_change_uids: false,
+            ..served()
+        };
+        let status = resolve(&auto, &cannot).unwrap();
+        assert_eq!(status.level, "none");
+        assert!(status.reason.contains("CAP_SETUID"), "{}", status.reason);
+        let none = config(IsolationLevel::None, "61000-61999");
+        assert_eq!(resolve(&none, &served()).unwrap().level, "none");
+    }
+
+    #[test]
+    fn auto_keeps_a_daemon_that_serves_only_its_own_user_at_none_saying_why() {
+        let local = Host {
+            serves_others: false,
+            ..served()
+        };
+        let status = resolve(&IsolationConfig::default(), &local).unwrap();
+        assert_eq!(status.level, "none");
+        assert!(
+            status.reason.contains("serves only its own user"),
+            "{}",
+            status.reason
         );
-        let cannot = resolve(&with, false).unwrap();
-        assert_eq!(cannot.level, "none");
-        assert!(cannot.reason.contains("CAP_SETUID"), "{}", cannot.reason);
-        assert_eq!(
-            resolve(&config(IsolationLevel::Auto, None), true)
-                .unwrap()
-                .level,
-            "none"
+        // Asked for explicitly, the uid level is had without listeners.
+        let uid = config(IsolationLevel::Uid, "61000-61999");
+        assert_eq!(resolve(&uid, &local).unwrap().level, "uid");
+    }
+
+    #[test]
+    fn a_range_an_account_uses_is_skipped_by_auto_and_refused_by_uid() {
+        let taken = Host {
+            taken: Some("account \"svc\" (uid 60800) in /etc/passwd".into()),
+            ..served()
+        };
+        let status = resolve(&IsolationConfig::default(), &taken).unwrap();
+        assert_eq!(status.level, "none");
+        assert!(
+            status.reason.contains("account \"svc\" (uid 60800)")
+                && status.reason.contains("isolation.uids = \"60706-61183\""),
+            "{}",
+            status.reason
         );
-        assert_eq!(
-            resolve(&config(IsolationLevel::None, Some("61000-61999")), true)
-                .unwrap()
-                .level,
-            "none"
+        let err = resolve(&config(IsolationLevel::Uid, "60706-61183"), &taken).unwrap_err();
+        assert!(
+            err.contains("account \"svc\"") && err.contains("no account or group uses"),
+            "{err}"
         );
     }
 
     #[test]
     fn uid_required_but_impossible_is_an_error_saying_what_is_needed() {
-        let err = resolve(&config(IsolationLevel::Uid, Some("61000-61999")), false).unwrap_err();
+        let cannot = Host {
+            can_change_uids: false,
+            ..served()
+        };
+        let err = resolve(&config(IsolationLevel::Uid, "61000-61999"), &cannot).unwrap_err();
         assert!(err.contains("CAP_SETUID and CAP_SETGID"), "{err}");
-        let err = resolve(&config(IsolationLevel::Uid, None), true).unwrap_err();
-        assert!(err.contains("isolation.uids"), "{err}");
     }
 
     #[test]
     fn the_line_names_the_level_and_range() {
-        let status = resolve(&config(IsolationLevel::Uid, Some("61000-61009")), true).unwrap();
+        let status = resolve(&config(IsolationLevel::Uid, "61000-61009"), &served()).unwrap();
         assert!(status
             .line()
             .starts_with("isolation: uid (sessions run as uids 61000-61009)"));
