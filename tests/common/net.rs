@@ -82,6 +82,13 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// An `[isolation]` section whose uid range (20 uids within 20000-59999) is the daemon on
+/// `port`'s alone among the daemons live at once (each has its own port).
+pub fn uid_range_config(port: u16) -> String {
+    let first = 20_000 + u32::from(port) % 2_000 * 20;
+    format!("[isolation]\nuids = \"{first}-{}\"\n", first + 19)
+}
+
 /// A daemon listening on its Unix socket and on `127.0.0.1:<port>`.
 pub struct NetDaemon {
     pub daemon: Daemon,
@@ -122,9 +129,15 @@ impl NetDaemon {
             .filter(|l| !replaced.contains(&l.split('=').next().unwrap_or("").trim()))
             .map(|l| format!("{l}\n"))
             .collect();
+        // As root, a daemon on the network gives its sessions uids of their own
+        // (`isolation.level = "auto"`): their Python must be one every user can run, and
+        // each daemon needs a range of its own (a daemon ends whatever runs in its range
+        // when it starts), here one by its port, which no other live daemon has.
         let config = format!(
-            "{sessions}{sessions_extra}\n[daemon]\nlisten = [\"tcp://127.0.0.1:{port}\"]\n\
+            "{sessions}{sessions_extra}\n{}{}[daemon]\nlisten = [\"tcp://127.0.0.1:{port}\"]\n\
              token-file = {:?}\n{tls_keys}{daemon_extra}",
+            super::shared_python_config(),
+            uid_range_config(port),
             token.display().to_string()
         );
         let daemon = Daemon::start_in(World::with_config(&config));

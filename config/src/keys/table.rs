@@ -177,7 +177,7 @@ pub static KEYS: &[KeySpec] = &[
     key!(daemon.max_unauthenticated_connections as "max-unauthenticated-connections", count_in(1, 1_000_000), Restart,
         "Network connections that have not yet presented the token, at once, apart from `max-network-connections` (which only authenticated ones hold); past it a new connection is closed at once."),
     key!(daemon.max_connections_per_address as "max-connections-per-address", count_in(1, 1_000_000), Restart,
-        "Unauthenticated network connections from one IP address at once; past it a new one from that address is closed at once."),
+        "Unauthenticated network connections from one IP address at once (an IPv6 address counts by its /64 prefix, which one host is commonly given whole); past it a new one from that address is closed at once."),
     key!(daemon.unauthenticated_timeout as "unauthenticated-timeout", millis(100, HOUR), Restart,
         "How long a new network connection (and its TLS handshake) has to send a request with the token; then it is closed."),
     key!(daemon.max_header_bytes as "max-header-bytes", size_in(8 * 1024, 1024 * 1024), Restart,

@@ -133,6 +133,8 @@ pub struct Cellvisor {
     leases: Option<Arc<crate::fleet::LeaseBook>>,
     run_dir: PathBuf,
     _run_dir_guard: tempfile::TempDir,
+    /// The machine-wide lock on this daemon's uid range, at the `uid` level.
+    _range_claim: Option<crate::isolation::RangeClaim>,
     isolation: crate::isolation::IsolationStatus,
     /// Where outputs too big for a result spill (`output.artifact-dir`, a restart key).
     artifact_dir: PathBuf,
@@ -318,6 +320,7 @@ struct Prepared {
     base: WorkerBase,
     run_dir: PathBuf,
     run_dir_guard: tempfile::TempDir,
+    range_claim: Option<crate::isolation::RangeClaim>,
 }
 
 impl Prepared {
@@ -366,7 +369,8 @@ impl Prepared {
         if let Some(store) = &snapshots {
             shared.push(store.root());
         }
-        let isolation = startup::prepare_isolation(&options.config, &shared, &run_dir)?;
+        let (isolation, range_claim) =
+            startup::prepare_isolation(&options.config, &shared, &run_dir)?;
         tracing::info!("{}", isolation.line());
         let base = WorkerBase {
             programs: crate::spawn::WorkerPrograms::beside(exe),
@@ -386,6 +390,7 @@ impl Prepared {
             base,
             run_dir,
             run_dir_guard,
+            range_claim,
         })
     }
 
@@ -412,6 +417,7 @@ impl Prepared {
             leases: self.base.leases.clone(),
             run_dir: self.run_dir,
             _run_dir_guard: self.run_dir_guard,
+            _range_claim: self.range_claim,
             isolation: self.base.isolation.clone(),
             artifact_dir: self.base.artifacts.dir().to_path_buf(),
             node,

@@ -59,7 +59,13 @@ pub(super) fn prepare_isolation(
     config: &cellvisor_config::Config,
     dirs: &[&Path],
     run_dir: &Path,
-) -> Result<crate::isolation::IsolationStatus, StartupError> {
+) -> Result<
+    (
+        crate::isolation::IsolationStatus,
+        Option<crate::isolation::RangeClaim>,
+    ),
+    StartupError,
+> {
     let host = crate::isolation::Host::of(config);
     let status =
         crate::isolation::resolve(&config.isolation, &host).map_err(StartupError::Isolation)?;
@@ -67,9 +73,28 @@ pub(super) fn prepare_isolation(
         if host.taken.is_some() && host.can_change_uids && host.serves_others {
             tracing::warn!("{}", status.line());
         }
-        return Ok(status);
+        return Ok((status, None));
     };
-    crate::isolation::open_for_sessions(dirs).map_err(StartupError::Isolation)?;
+    // The directories must be reachable by the sessions' uids, and the range this daemon's
+    // alone (before the sweep: a range another daemon uses is never swept). `auto` stays
+    // at none, saying why, where that cannot be had; `uid` refuses to start.
+    let claim = match crate::isolation::open_for_sessions(dirs)
+        .and_then(|()| crate::isolation::claim_range(range))
+    {
+        Ok(claim) => claim,
+        Err(why) if config.isolation.level == cellvisor_config::IsolationLevel::Auto => {
+            let status = crate::isolation::IsolationStatus {
+                level: "none",
+                uids: None,
+                reason: format!(
+                    "isolation.level = \"auto\", but {why}; sessions keep the daemon's user"
+                ),
+            };
+            tracing::warn!("{}", status.line());
+            return Ok((status, None));
+        }
+        Err(why) => return Err(StartupError::Isolation(why)),
+    };
     let runner =
         cellvisor_workers::python::install_runner(run_dir).map_err(StartupError::Isolation)?;
     cellvisor_workers::python::install_ipython_module(&runner);
@@ -87,7 +112,7 @@ pub(super) fn prepare_isolation(
             "isolation: ended the processes of {swept} uids of {range} left by an earlier daemon"
         );
     }
-    Ok(status)
+    Ok((status, claim))
 }
 
 /// The bytes of a Unix socket path, its terminating NUL aside (`sun_path` holds 108).
