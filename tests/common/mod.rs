@@ -348,9 +348,8 @@ pub fn shared_python() -> PathBuf {
 /// Whether a user who is not the file's owner may reach and run `path`.
 pub fn runnable_by_others(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    let others_x = |p: &Path| {
-        std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
-    };
+    let others_x =
+        |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o001 != 0);
     others_x(path) && path.ancestors().skip(1).all(others_x)
 }
 

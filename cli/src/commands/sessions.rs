@@ -75,9 +75,14 @@ pub async fn status(args: StatusArgs, globals: &Globals) -> i32 {
     // The node's own state: a draining node says so under its rows, and who cells run as.
     if let Ok(node) = client.call(method::INITIALIZE, json!({})).await {
         if let Some(level) = node["isolation"]["level"].as_str() {
+            // Why, too: `auto` may have stayed at none for a reason the operator can fix.
+            let why = node["isolation"]["reason"]
+                .as_str()
+                .map(|reason| format!(": {reason}"))
+                .unwrap_or_default();
             match node["isolation"]["uids"].as_str() {
-                Some(uids) => println!("isolation: {level} (sessions run as uids {uids})"),
-                None => println!("isolation: {level} (cells run as the daemon's user)"),
+                Some(uids) => println!("isolation: {level} (sessions run as uids {uids}){why}"),
+                None => println!("isolation: {level} (cells run as the daemon's user){why}"),
             }
         }
         if node["draining"].as_bool() == Some(true) {

@@ -164,7 +164,10 @@ fn claim_range_in(dir: &Path, range: UidRange) -> Result<Option<RangeClaim>, Str
     use nix::fcntl::{Flock, FlockArg};
     use std::io::{Read, Seek, Write};
     use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.join(format!("cellvisor-uids-{}-{}.lock", range.first, range.last));
+    let path = dir.join(format!(
+        "cellvisor-uids-{}-{}.lock",
+        range.first, range.last
+    ));
     let Ok(file) = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)

@@ -134,11 +134,7 @@ impl Handover {
     /// Does it (blocking: call it off the supervisor's thread); the error names the
     /// directory and what went wrong.
     pub fn run(&self) -> Result<(), String> {
-        let ticket = self
-            .ticket
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let ticket = self.ticket.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(ticket) = &ticket {
             ticket.wait();
         }

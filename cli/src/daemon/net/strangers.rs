@@ -182,7 +182,10 @@ mod tests {
         let ip = |t: &str| t.parse::<IpAddr>().expect("ip");
         assert_eq!(source(ip("192.0.2.7")), ip("192.0.2.7"));
         assert_eq!(source(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
-        assert_eq!(source(ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd")), ip("2001:db8:1:2::"));
+        assert_eq!(
+            source(ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd")),
+            ip("2001:db8:1:2::")
+        );
         assert_ne!(source(ip("2001:db8:1:3::1")), source(ip("2001:db8:1:2::1")));
         let strangers = Strangers::new(10, 2);
         let _a = strangers.admit(ip("2001:db8::1")).expect("room");
@@ -191,7 +194,10 @@ mod tests {
             strangers.admit(ip("2001:db8::abcd:2")).is_none(),
             "a third address of the same /64 is over the share of 2"
         );
-        assert!(strangers.admit(ip("2001:db8:0:1::1")).is_some(), "another /64");
+        assert!(
+            strangers.admit(ip("2001:db8:0:1::1")).is_some(),
+            "another /64"
+        );
     }
 
     #[tokio::test]
