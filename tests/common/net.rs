@@ -82,11 +82,15 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// An `[isolation]` section whose uid range (20 uids within 20000-59999) is the daemon on
-/// `port`'s alone among the daemons live at once (each has its own port).
-pub fn uid_range_config(port: u16) -> String {
-    let first = 20_000 + u32::from(port) % 2_000 * 20;
-    format!("[isolation]\nuids = \"{first}-{}\"\n", first + 19)
+/// An `[isolation]` section whose uid range (100 uids within 20000-59999) no other daemon of
+/// this test process has (the first 400 get distinct blocks; a block another process's live
+/// daemon holds leaves this one at isolation level none, by the daemon's range lock).
+pub fn uid_range_config() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let taken = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let block = (std::process::id().wrapping_mul(7).wrapping_add(taken)) % 400;
+    let first = 20_000 + block * 100;
+    format!("[isolation]\nuids = \"{first}-{}\"\n", first + 99)
 }
 
 /// A daemon listening on its Unix socket and on `127.0.0.1:<port>`.
@@ -132,12 +136,12 @@ impl NetDaemon {
         // As root, a daemon on the network gives its sessions uids of their own
         // (`isolation.level = "auto"`): their Python must be one every user can run, and
         // each daemon needs a range of its own (a daemon ends whatever runs in its range
-        // when it starts), here one by its port, which no other live daemon has.
+        // when it starts).
         let config = format!(
             "{sessions}{sessions_extra}\n{}{}[daemon]\nlisten = [\"tcp://127.0.0.1:{port}\"]\n\
              token-file = {:?}\n{tls_keys}{daemon_extra}",
             super::shared_python_config(),
-            uid_range_config(port),
+            uid_range_config(),
             token.display().to_string()
         );
         let daemon = Daemon::start_in(World::with_config(&config));
