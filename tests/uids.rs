@@ -47,7 +47,7 @@ fn start(uids: &str, port: u16, python_extra: &str) -> Daemon {
     )
     .expect("config");
     let state = world.dir.path().join("state");
-    std::fs::create_dir(&state).expect("state dir");
+    std::fs::create_dir_all(&state).expect("state dir");
     for dir in [world.dir.path().to_path_buf(), world.work_dir(), state] {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711)).expect("chmod");
     }

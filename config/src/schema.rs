@@ -601,15 +601,16 @@ pub struct IsolationConfig {
     /// Which level is asked for; `auto` takes the strongest this daemon can enforce.
     pub level: IsolationLevel,
     /// The uids (and gids of the same numbers) leased to sessions, one per live session; no
-    /// account of the machine may use them. Unset: `auto` never picks the uid level.
-    pub uids: Option<UidRange>,
+    /// account of the machine may use them ([`UidRange::DEFAULT`] unless set).
+    pub uids: UidRange,
 }
 
 /// `isolation.level`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum IsolationLevel {
-    /// `uid` where the daemon may change uids and `isolation.uids` is set; otherwise
-    /// `landlock` for sessions served on the network and `none` for local ones.
+    /// `uid` where the daemon may change uids, serves clients other than its own user and no
+    /// account uses `isolation.uids`; otherwise `landlock` for sessions served on the network
+    /// and unconfined local ones.
     #[default]
     Auto,
     /// Every worker runs as its session's leased uid; a daemon that cannot change uids
@@ -654,7 +655,21 @@ pub struct UidRange {
     pub last: u32,
 }
 
+impl Default for UidRange {
+    fn default() -> Self {
+        UidRange::DEFAULT
+    }
+}
+
 impl UidRange {
+    /// The default range: the uids systemd leaves unused between its greeter range
+    /// (60578-60705) and its `DynamicUser` range (61184-65519), above login.defs' `UID_MAX`
+    /// (60000), so no account made by `useradd` or systemd can hold one.
+    pub const DEFAULT: UidRange = UidRange {
+        first: 60706,
+        last: 61183,
+    };
+
     /// The lowest uid a range may start at: below it lie the system's own accounts.
     pub const MIN: u32 = 1000;
     /// The highest uid a range may reach: above it lie `nobody` (65534) and the uids the

@@ -561,15 +561,24 @@ fn isolation_takes_a_level_and_a_uid_range() {
     assert_eq!(config.isolation.level, IsolationLevel::Uid);
     assert_eq!(
         config.isolation.uids,
-        Some(UidRange {
+        UidRange {
             first: 61000,
             last: 61999
-        })
+        }
     );
     let from_env = ok("", &[("CELLVISOR_ISOLATION__UIDS", "5000-5009")]).config;
-    assert_eq!(from_env.isolation.uids.map(|r| r.len()), Some(10));
+    assert_eq!(from_env.isolation.uids.len(), 10);
     assert_eq!(Config::default().isolation.level, IsolationLevel::Auto);
-    assert_eq!(Config::default().isolation.uids, None);
+    assert_eq!(Config::default().isolation.uids, UidRange::DEFAULT);
+    assert_eq!(UidRange::DEFAULT.to_string(), "60706-61183");
+    // The level alone is enough: the range has a default.
+    assert_eq!(
+        ok("[isolation]\nlevel = \"uid\"\n", &[])
+            .config
+            .isolation
+            .uids,
+        UidRange::DEFAULT
+    );
     let landlock = ok("[isolation]\nlevel = \"landlock\"\n", &[]).config;
     assert_eq!(landlock.isolation.level, IsolationLevel::Landlock);
 }
@@ -585,8 +594,6 @@ fn a_bad_uid_range_or_uid_without_one_says_what_is_allowed() {
             "{bad}: {message}"
         );
     }
-    let message = error("[isolation]\nlevel = \"uid\"\n");
-    assert!(message.contains("needs isolation.uids"), "{message}");
     let message = error("[isolation]\nlevel = \"namespace\"\n");
     assert!(
         message.contains("\"auto\", \"uid\", \"landlock\", \"none\""),

@@ -61,6 +61,9 @@ pub struct WorkerSpec {
     /// The uid (and gid of the same number) the worker runs as: its session's lease at the
     /// `uid` isolation level; `None`: the daemon's own.
     pub uid: Option<u32>,
+    /// At the `uid` level, the session's directories to give to `uid` before the worker
+    /// starts (run off the supervisor's thread, in the session's turn).
+    pub handover: Option<Arc<crate::isolation::turns::Handover>>,
 }
 
 /// Starts workers; [`ProcessLauncher`] outside tests.
@@ -174,6 +177,9 @@ pub enum StartError {
     /// The worker closed its connection before its handshake; the text is what it said why.
     #[error("{0}")]
     GaveUp(String),
+    /// The session's directories could not be given to its uid.
+    #[error("isolation: {0}")]
+    Isolation(String),
 }
 
 /// The end of a worker's stderr, kept for the crash message, and whether its reader has
@@ -244,6 +250,12 @@ pub async fn start(
     serial: u64,
     zygotes: Option<&Zygotes>,
 ) -> Result<StartedWorker, StartError> {
+    if let Some(handover) = spec.handover.clone() {
+        tokio::task::spawn_blocking(move || handover.run())
+            .await
+            .map_err(|e| StartError::Isolation(format!("the directory handover failed: {e}")))?
+            .map_err(StartError::Isolation)?;
+    }
     let socket_path = spec.run_dir.join(format!(
         "w{}-{}-{serial}.sock",
         std::process::id(),

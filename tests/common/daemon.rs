@@ -50,6 +50,11 @@ impl Daemon {
         daemon
     }
 
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |child| child.id())
+    }
+
     pub fn client(&self) -> Client {
         Client::connect(&self.socket)
     }

@@ -46,6 +46,10 @@ impl Fleet {
     /// intervals), snapshots after every cell, leases of 2 s and an agent check.
     pub fn start(haproxy: &str, sessions_extra: &str) -> Fleet {
         let shared = tempfile::tempdir().expect("tempdir");
+        // Open to traversal: as root the nodes give their sessions uids of their own, which
+        // must reach their snapshot directories inside.
+        std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o711))
+            .expect("chmod");
         let key = shared.path().join("fleet.key");
         std::fs::write(&key, [0x42; 32]).expect("key");
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).expect("chmod");

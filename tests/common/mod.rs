@@ -41,11 +41,23 @@ impl World {
         World::with_config("")
     }
 
-    /// A world whose config file holds `extra`.
+    /// A world whose config file holds `extra`. Its directory is open to traversal (0711,
+    /// nothing in it can be listed), as a daemon at the `uid` isolation level needs of the
+    /// directories above its runtime and state directories: its sessions' uids reach their
+    /// own directories inside.
     pub fn with_config(extra: &str) -> World {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
         let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+            .expect("chmod the world");
         std::fs::create_dir_all(dir.path().join("run")).expect("run dir");
         std::fs::create_dir_all(dir.path().join("work")).expect("work dir");
+        // The daemon's `XDG_STATE_HOME`, open to traversal too (made by the daemon, it
+        // would be private, and a daemon at `auto` would stay at none, saying so).
+        std::fs::DirBuilder::new()
+            .mode(0o711)
+            .create(dir.path().join("state"))
+            .expect("state dir");
         std::fs::write(dir.path().join("config.toml"), extra).expect("config");
         World { dir }
     }
@@ -306,6 +318,47 @@ pub fn rss_bytes(pid: u64) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmRSS");
     kib * 1024
+}
+
+/// A Python interpreter every user can run, as a session's uid must at the `uid`
+/// isolation level: `python3` as PATH finds it, resolved (through a pyenv shim) to the real
+/// file, when others may enter every directory on the way and run it; otherwise
+/// `/usr/bin/python3`. (A per-user pyenv under root's 0700 home is out of a session's reach.)
+pub fn shared_python() -> PathBuf {
+    static FOUND: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let found = Command::new("python3")
+                .args(["-c", "import sys; print(sys.executable)"])
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+                .and_then(|p| p.canonicalize().ok());
+            let system = Path::new("/usr/bin/python3").canonicalize().ok();
+            found
+                .into_iter()
+                .chain(system)
+                .find(|p| runnable_by_others(p))
+                .unwrap_or_else(|| PathBuf::from("/usr/bin/python3"))
+        })
+        .clone()
+}
+
+/// Whether a user who is not the file's owner may reach and run `path`.
+pub fn runnable_by_others(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let others_x =
+        |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o001 != 0);
+    others_x(path) && path.ancestors().skip(1).all(others_x)
+}
+
+/// The config text that runs sessions' Python on [`shared_python`].
+pub fn shared_python_config() -> String {
+    format!(
+        "[python]\ninterpreter = {:?}\n",
+        shared_python().display().to_string()
+    )
 }
 
 /// The tests' virtual environment (`target/test-venv`, made by `scripts/test-venv`) with

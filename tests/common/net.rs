@@ -82,6 +82,17 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// An `[isolation]` section whose uid range (100 uids within 20000-59999) no other daemon of
+/// this test process has (the first 400 get distinct blocks; a block another process's live
+/// daemon holds leaves this one at isolation level none, by the daemon's range lock).
+pub fn uid_range_config() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let taken = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let block = (std::process::id().wrapping_mul(7).wrapping_add(taken)) % 400;
+    let first = 20_000 + block * 100;
+    format!("[isolation]\nuids = \"{first}-{}\"\n", first + 99)
+}
+
 /// A daemon listening on its Unix socket and on `127.0.0.1:<port>`.
 pub struct NetDaemon {
     pub daemon: Daemon,
@@ -122,9 +133,15 @@ impl NetDaemon {
             .filter(|l| !replaced.contains(&l.split('=').next().unwrap_or("").trim()))
             .map(|l| format!("{l}\n"))
             .collect();
+        // As root, a daemon on the network gives its sessions uids of their own
+        // (`isolation.level = "auto"`): their Python must be one every user can run, and
+        // each daemon needs a range of its own (a daemon ends whatever runs in its range
+        // when it starts).
         let config = format!(
-            "{sessions}{sessions_extra}\n[daemon]\nlisten = [\"tcp://127.0.0.1:{port}\"]\n\
+            "{sessions}{sessions_extra}\n{}{}[daemon]\nlisten = [\"tcp://127.0.0.1:{port}\"]\n\
              token-file = {:?}\n{tls_keys}{daemon_extra}",
+            super::shared_python_config(),
+            uid_range_config(),
             token.display().to_string()
         );
         let daemon = Daemon::start_in(World::with_config(&config));

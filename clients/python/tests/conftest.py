@@ -48,7 +48,10 @@ def net_daemon(tmp_path_factory):
     files = tmp_path_factory.mktemp("net")
     token_file = files / "token"
     token_file.write_text(TOKEN + "\n")
-    base = CONFIG + f'listen = ["tcp://127.0.0.1:{{port}}"]\ntoken-file = "{token_file}"\n{{tls}}'
+    # These tests are of the client's protocol: the daemon keeps its sessions at isolation
+    # level none on purpose (as root, a daemon on the network gives them uids of their own,
+    # which the Rust suite's tests/uids.rs and network tests cover).
+    base = '[isolation]\nlevel = "none"\n' + CONFIG + f'listen = ["tcp://127.0.0.1:{{port}}"]\ntoken-file = "{token_file}"\n{{tls}}'
     plain_port = free_port()
     daemons = [Daemon(binary(), base.format(port=plain_port, tls=""), prefix="cellvisor-pytest-ws-",
                       private_dirs=True, new_session=True)]

@@ -56,12 +56,17 @@ after(async () => {
   await daemon?.stop();
 });
 
-/** A listener config for `port` with the test's token file written into the world. */
+/**
+ * A listener config for `port` with the test's token file written into the world. These tests
+ * are of the client's protocol: the daemon keeps its sessions at isolation level none on
+ * purpose (as root, a daemon on the network would give them uids of their own, which the
+ * Rust suite's tests/uids.rs and network tests cover).
+ */
 function listenerConfig(port: number, extra = ""): (world: World) => string {
   return (world) => {
     const file = join(world.dir, "token");
     writeFileSync(file, `${TOKEN}\n`);
-    return `${SHORT_INTERVALS}[daemon]\nlisten = ["tcp://127.0.0.1:${port}"]\ntoken-file = ${JSON.stringify(file)}\n${extra}`;
+    return `${SHORT_INTERVALS}[isolation]\nlevel = "none"\n[daemon]\nlisten = ["tcp://127.0.0.1:${port}"]\ntoken-file = ${JSON.stringify(file)}\n${extra}`;
   };
 }
 

@@ -42,15 +42,6 @@ pub(super) fn check_rules(state: &mut State) {
             ),
         ));
     }
-    let i = &state.config.isolation;
-    if i.level == crate::schema::IsolationLevel::Uid && i.uids.is_none() {
-        broken.push((
-            ("isolation", ["level", "uids"]),
-            "isolation.level = \"uid\" needs isolation.uids, the range of uids to lease to \
-             sessions (like uids = \"61000-61999\", a range no account uses)"
-                .to_string(),
-        ));
-    }
     for ((section, pair), message) in broken {
         let indices: Vec<usize> = pair
             .iter()

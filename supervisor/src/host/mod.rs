@@ -140,6 +140,8 @@ pub struct Cellvisor {
     leases: Option<Arc<crate::fleet::LeaseBook>>,
     run_dir: PathBuf,
     _run_dir_guard: tempfile::TempDir,
+    /// The machine-wide lock on this daemon's uid range, at the `uid` level.
+    _range_claim: Option<crate::isolation::RangeClaim>,
     isolation: crate::isolation::IsolationStatus,
     /// The daemon's files no cell reads ([`Cellvisor::hide_from_cells`]).
     hidden: Mutex<confinement::Hidden>,
@@ -331,6 +333,7 @@ struct Prepared {
     run_dir_guard: tempfile::TempDir,
     /// The supervisor's own directories and key file, which no cell reads.
     hidden: Vec<PathBuf>,
+    range_claim: Option<crate::isolation::RangeClaim>,
 }
 
 impl Prepared {
@@ -383,7 +386,8 @@ impl Prepared {
         }
         let mut hidden: Vec<PathBuf> = shared.iter().map(|p| p.to_path_buf()).collect();
         hidden.extend(options.config.snapshots.key_file.clone());
-        let isolation = startup::prepare_isolation(&options.config, &shared, &run_dir)?;
+        let (isolation, range_claim) =
+            startup::prepare_isolation(&options.config, &shared, &run_dir)?;
         tracing::info!("{}", isolation.line());
         let base = WorkerBase {
             programs: crate::spawn::WorkerPrograms::beside(exe),
@@ -405,6 +409,7 @@ impl Prepared {
             run_dir,
             run_dir_guard,
             hidden,
+            range_claim,
         })
     }
 
@@ -431,6 +436,7 @@ impl Prepared {
             leases: self.base.leases.clone(),
             run_dir: self.run_dir,
             _run_dir_guard: self.run_dir_guard,
+            _range_claim: self.range_claim,
             isolation: self.base.isolation.clone(),
             hidden: Mutex::new(confinement::Hidden {
                 own: self.hidden,

@@ -59,13 +59,39 @@ pub(super) fn prepare_isolation(
     config: &cellvisor_config::Config,
     dirs: &[&Path],
     run_dir: &Path,
-) -> Result<crate::isolation::IsolationStatus, StartupError> {
-    let status = crate::isolation::resolve(&config.isolation, crate::isolation::can_change_uids())
-        .map_err(StartupError::Isolation)?;
+) -> Result<
+    (
+        crate::isolation::IsolationStatus,
+        Option<crate::isolation::RangeClaim>,
+    ),
+    StartupError,
+> {
+    let host = crate::isolation::Host::of(config);
+    let status =
+        crate::isolation::resolve(&config.isolation, &host).map_err(StartupError::Isolation)?;
     let Some(range) = status.range() else {
-        return Ok(status);
+        if host.taken.is_some() && host.can_change_uids && host.serves_others {
+            tracing::warn!("{}", status.line());
+        }
+        return Ok((status, None));
     };
-    crate::isolation::open_for_sessions(dirs).map_err(StartupError::Isolation)?;
+    // The directories must be reachable by the sessions' uids, and the range this daemon's
+    // alone (before the sweep: a range another daemon uses is never swept). `auto` stays
+    // at none, saying why, where that cannot be had; `uid` refuses to start.
+    let claim = match crate::isolation::open_for_sessions(dirs)
+        .and_then(|()| crate::isolation::claim_range(range))
+    {
+        Ok(claim) => claim,
+        Err(why) if config.isolation.level == cellvisor_config::IsolationLevel::Auto => {
+            let status = crate::isolation::auto_without_uids(
+                &host,
+                &format!("{why}; sessions keep the daemon's user"),
+            );
+            tracing::warn!("{}", status.line());
+            return Ok((status, None));
+        }
+        Err(why) => return Err(StartupError::Isolation(why)),
+    };
     let runner =
         cellvisor_workers::python::install_runner(run_dir).map_err(StartupError::Isolation)?;
     cellvisor_workers::python::install_ipython_module(&runner);
@@ -83,7 +109,7 @@ pub(super) fn prepare_isolation(
             "isolation: ended the processes of {swept} uids of {range} left by an earlier daemon"
         );
     }
-    Ok(status)
+    Ok((status, claim))
 }
 
 /// The bytes of a Unix socket path, its terminating NUL aside (`sun_path` holds 108).

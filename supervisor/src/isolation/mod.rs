@@ -5,13 +5,17 @@
 //! the daemon's directories and secret files (every session, or those served on the
 //! network); at `none` workers run as the daemon's user.
 //!
+//! - `accounts`: whether the machine's accounts leave the range free.
 //! - `leases`: which uid each live session holds (plain data).
 //! - `procs`: the processes of a uid, and ending them all at once.
 //! - `dirs`: a session's directories given to its uid, the daemon's opened to traversal.
+//! - `turns`: those walks off the supervisor's thread, one session's in its order.
 
+pub mod accounts;
 pub mod dirs;
 pub mod leases;
 pub mod procs;
+pub mod turns;
 
 use cellvisor_config::{IsolationConfig, IsolationLevel, UidRange};
 use std::path::Path;
@@ -94,77 +98,186 @@ pub fn can_change_uids() -> bool {
         .is_some_and(|caps| caps & (1 << CAP_SETUID) != 0 && caps & (1 << CAP_SETGID) != 0)
 }
 
-/// The level `config` asks for on a daemon that `can` (or cannot) change uids, on this
-/// kernel; an error when `uid` is required and impossible.
-pub fn resolve(config: &IsolationConfig, can: bool) -> Result<IsolationStatus, String> {
-    resolve_on(
-        config,
-        can,
-        crate::sandbox::KernelSupport::detect().landlock_abi,
+/// What decides the level besides the config, read once at start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Host {
+    /// Whether the daemon may change uids (see [`can_change_uids`]).
+    pub can_change_uids: bool,
+    /// Whether it serves clients other than its own user: network listeners
+    /// (`daemon.listen`) or tenants (`daemon.tenants-file`). A daemon with only its Unix
+    /// socket (0600, its own user's) serves that user alone.
+    pub serves_others: bool,
+    /// An account or group of the machine holding an id of `isolation.uids`, described.
+    pub taken: Option<String>,
+    /// The kernel's Landlock ABI (0: none).
+    pub landlock_abi: u32,
+}
+
+impl Host {
+    /// This daemon's situation under `config`.
+    pub fn of(config: &cellvisor_config::Config) -> Host {
+        let asks = config.isolation.level != IsolationLevel::None;
+        Host {
+            can_change_uids: can_change_uids(),
+            serves_others: !config.daemon.listen.is_empty() || config.daemon.tenants_file.is_some(),
+            taken: asks
+                .then(|| accounts::first_taken_on_this_machine(config.isolation.uids))
+                .flatten(),
+            landlock_abi: crate::sandbox::KernelSupport::detect().landlock_abi,
+        }
+    }
+}
+
+/// Without uids: Landlock where the kernel has it (ABI `abi`), for `which` sessions
+/// (`network` or `all`); else none, saying why.
+pub fn landlock_or_none(abi: u32, which: &'static str, reason: &str) -> IsolationStatus {
+    if abi == 0 {
+        return IsolationStatus {
+            level: "none",
+            uids: None,
+            landlock: None,
+            reason: format!(
+                "{reason}, but this kernel has no Landlock (too old, or not among the LSMs it \
+                 was booted with): cells run unconfined"
+            ),
+        };
+    }
+    IsolationStatus {
+        level: "landlock",
+        uids: None,
+        landlock: Some(which),
+        reason: format!("{reason} (Landlock ABI {abi})"),
+    }
+}
+
+/// The level of `auto` where the uid level cannot be had for `why`: Landlock for the
+/// sessions served on the network.
+pub fn auto_without_uids(host: &Host, why: &str) -> IsolationStatus {
+    landlock_or_none(
+        host.landlock_abi,
+        LANDLOCK_NETWORK,
+        &format!("isolation.level = \"auto\", but {why}"),
     )
 }
 
-/// [`resolve`] on a kernel with Landlock ABI `landlock_abi` (0: none).
-pub fn resolve_on(
-    config: &IsolationConfig,
-    can: bool,
-    landlock_abi: u32,
-) -> Result<IsolationStatus, String> {
-    let uid = |range: UidRange, reason: String| IsolationStatus {
+/// The level `config` asks for on a daemon in `host`'s situation; an error when `uid` is
+/// required and impossible.
+pub fn resolve(config: &IsolationConfig, host: &Host) -> Result<IsolationStatus, String> {
+    let range = config.uids;
+    let uid = |reason: &str| IsolationStatus {
         level: "uid",
         uids: Some(range.to_string()),
         landlock: None,
-        reason,
-    };
-    let none = |reason: &str| IsolationStatus {
-        level: "none",
-        uids: None,
-        landlock: None,
         reason: reason.to_string(),
     };
-    // Without uids: Landlock where the kernel has it, for `which` sessions.
-    let landlock = |which: &'static str, reason: &str| {
-        if landlock_abi == 0 {
-            return none(&format!(
-                "{reason}, but this kernel has no Landlock (too old, or not among the LSMs it \
-                 was booted with): cells run unconfined"
-            ));
-        }
-        IsolationStatus {
-            level: "landlock",
+    const NEEDS: &str = "it needs root, or CAP_SETUID and CAP_SETGID";
+    match config.level {
+        IsolationLevel::None => Ok(IsolationStatus {
+            level: "none",
             uids: None,
-            landlock: Some(which),
-            reason: format!("{reason} (Landlock ABI {landlock_abi})"),
-        }
+            landlock: None,
+            reason: "isolation.level = \"none\"".into(),
+        }),
+        IsolationLevel::Landlock => Ok(landlock_or_none(
+            host.landlock_abi,
+            "all",
+            "isolation.level = \"landlock\"",
+        )),
+        IsolationLevel::Uid if !host.can_change_uids => Err(format!(
+            "isolation.level = \"uid\" but this daemon may not change uids ({NEEDS}): run it \
+             as root, give it those capabilities, or set isolation.level = \"auto\", \
+             \"landlock\" or \"none\""
+        )),
+        IsolationLevel::Uid => match &host.taken {
+            Some(taken) => Err(format!(
+                "isolation.uids = \"{range}\" holds the id of {taken}: a session leased it would \
+                 own that account's files; set isolation.uids to a range no account or group \
+                 uses"
+            )),
+            None => Ok(uid("isolation.level = \"uid\"")),
+        },
+        IsolationLevel::Auto if !host.can_change_uids => Ok(auto_without_uids(
+            host,
+            &format!("this daemon may not change uids ({NEEDS})"),
+        )),
+        IsolationLevel::Auto if !host.serves_others => Ok(auto_without_uids(
+            host,
+            "this daemon serves only its own user (no daemon.listen, no daemon.tenants-file): \
+             its local cells run as that user, in the caller's directory; set isolation.level = \
+             \"uid\" to give its sessions uids of their own",
+        )),
+        IsolationLevel::Auto => match &host.taken {
+            Some(taken) => Ok(auto_without_uids(
+                host,
+                &format!(
+                    "isolation.uids = \"{range}\" holds the id of {taken}, so sessions keep the \
+                     daemon's user; set isolation.uids to a range no account or group uses"
+                ),
+            )),
+            None => Ok(uid(
+                "isolation.level = \"auto\": this daemon may change uids and serves clients \
+                 over the network or as tenants",
+            )),
+        },
+    }
+}
+
+/// A lock on a uid range, held for the daemon's life: released when dropped.
+pub type RangeClaim = nix::fcntl::Flock<std::fs::File>;
+
+/// Takes the machine-wide lock of `range` (`/run/cellvisor-uids-FIRST-LAST.lock`), so a second
+/// daemon given the same range (two daemons on the default one) refuses to start instead of
+/// ending the first one's cells with its start-up sweep and leasing their uids. `Ok(None)`:
+/// no lock can be had here (no writable `/run`), so none is checked. Overlapping ranges that
+/// differ are not seen: docs/hardening.md asks for a range per daemon.
+pub fn claim_range(range: UidRange) -> Result<Option<RangeClaim>, String> {
+    claim_range_in(Path::new("/run"), range)
+}
+
+fn claim_range_in(dir: &Path, range: UidRange) -> Result<Option<RangeClaim>, String> {
+    use nix::fcntl::{Flock, FlockArg};
+    use std::io::{Read, Seek, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(format!(
+        "cellvisor-uids-{}-{}.lock",
+        range.first, range.last
+    ));
+    let Ok(file) = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+    else {
+        return Ok(None);
     };
-    match (config.level, config.uids) {
-        (IsolationLevel::None, _) => Ok(none("isolation.level = \"none\"")),
-        (IsolationLevel::Landlock, _) => Ok(landlock("all", "isolation.level = \"landlock\"")),
-        (IsolationLevel::Uid, Some(range)) if can => {
-            Ok(uid(range, "isolation.level = \"uid\"".into()))
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(mut claim) => {
+            // Who holds it, for the next daemon's error.
+            let _ = claim.set_len(0);
+            let _ = claim.rewind();
+            let _ = write!(claim, "{}", std::process::id());
+            Ok(Some(claim))
         }
-        (IsolationLevel::Uid, Some(_)) => Err(
-            "isolation.level = \"uid\" but this daemon may not change uids (it needs root, or \
-             CAP_SETUID and CAP_SETGID): run it as root, give it those capabilities, or set \
-             isolation.level = \"auto\", \"landlock\" or \"none\""
-                .into(),
-        ),
-        (IsolationLevel::Uid, None) => {
-            Err("isolation.level = \"uid\" needs isolation.uids (like \"61000-61999\")".into())
+        Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            let by = if holder.is_empty() {
+                String::new()
+            } else {
+                format!(" (pid {holder})")
+            };
+            Err(format!(
+                "isolation.uids = \"{range}\" is used by another daemon on this machine{by}, \
+                 which holds {}: give each daemon a range of its own (isolation.uids), or set \
+                 isolation.level = \"none\"",
+                path.display()
+            ))
         }
-        (IsolationLevel::Auto, Some(range)) if can => Ok(uid(
-            range,
-            "isolation.level = \"auto\", and this daemon may change uids".into(),
-        )),
-        (IsolationLevel::Auto, Some(_)) => Ok(landlock(
-            LANDLOCK_NETWORK,
-            "isolation.level = \"auto\", but this daemon may not change uids (it needs root, \
-             or CAP_SETUID and CAP_SETGID)",
-        )),
-        (IsolationLevel::Auto, None) => Ok(landlock(
-            LANDLOCK_NETWORK,
-            "isolation.level = \"auto\" and no isolation.uids range is set",
-        )),
+        Err(_) => Ok(None),
     }
 }
 
@@ -221,36 +334,91 @@ pub fn sweep_range(range: UidRange) -> usize {
 mod tests {
     use super::*;
 
-    fn config(level: IsolationLevel, uids: Option<&str>) -> IsolationConfig {
+    fn config(level: IsolationLevel, uids: &str) -> IsolationConfig {
         IsolationConfig {
             level,
-            uids: uids.map(|t| UidRange::parse(t).unwrap()),
+            uids: UidRange::parse(uids).unwrap(),
+        }
+    }
+
+    /// A root daemon with a network listener on a machine whose accounts leave the range
+    /// free.
+    fn served() -> Host {
+        Host {
+            can_change_uids: true,
+            serves_others: true,
+            taken: None,
+            landlock_abi: 7,
         }
     }
 
     #[test]
-    fn auto_takes_uids_only_where_it_can_and_a_range_is_set() {
-        let with = config(IsolationLevel::Auto, Some("61000-61999"));
-        assert_eq!(resolve_on(&with, true, 7).unwrap().level, "uid");
+    fn auto_takes_uids_where_it_can_and_serves_others_with_the_default_range() {
+        let auto = IsolationConfig::default();
+        let status = resolve(&auto, &served()).unwrap();
+        assert_eq!(status.level, "uid");
+        assert_eq!(status.range(), Some(UidRange::DEFAULT));
+        let cannot = Host {
+            can_change_uids: false,
+            ..served()
+        };
+        let status = resolve(&auto, &cannot).unwrap();
         assert_eq!(
-            resolve_on(&with, true, 7).unwrap().range(),
-            UidRange::parse("61000-61999").ok()
+            (status.level, status.landlock),
+            ("landlock", Some("network"))
         );
-        let cannot = resolve_on(&with, false, 7).unwrap();
-        assert_eq!(cannot.level, "landlock");
-        assert_eq!(cannot.landlock, Some("network"));
-        assert!(cannot.reason.contains("CAP_SETUID"), "{}", cannot.reason);
-        assert_eq!(
-            resolve_on(&config(IsolationLevel::None, Some("61000-61999")), true, 7)
-                .unwrap()
-                .level,
-            "none"
+        assert!(status.reason.contains("CAP_SETUID"), "{}", status.reason);
+        let none = config(IsolationLevel::None, "61000-61999");
+        assert_eq!(resolve(&none, &served()).unwrap().level, "none");
+    }
+
+    #[test]
+    fn auto_keeps_a_daemon_that_serves_only_its_own_user_off_uids_saying_why() {
+        let local = Host {
+            serves_others: false,
+            ..served()
+        };
+        let status = resolve(&IsolationConfig::default(), &local).unwrap();
+        assert_eq!(status.level, "landlock");
+        assert!(!status.confines(false), "its local sessions run unconfined");
+        assert!(
+            status.reason.contains("serves only its own user"),
+            "{}",
+            status.reason
+        );
+        // Asked for explicitly, the uid level is had without listeners.
+        let uid = config(IsolationLevel::Uid, "61000-61999");
+        assert_eq!(resolve(&uid, &local).unwrap().level, "uid");
+    }
+
+    #[test]
+    fn a_range_an_account_uses_is_skipped_by_auto_and_refused_by_uid() {
+        let taken = Host {
+            taken: Some("account \"svc\" (uid 60800) in /etc/passwd".into()),
+            ..served()
+        };
+        let status = resolve(&IsolationConfig::default(), &taken).unwrap();
+        assert_eq!(status.level, "landlock");
+        assert!(
+            status.reason.contains("account \"svc\" (uid 60800)")
+                && status.reason.contains("isolation.uids = \"60706-61183\""),
+            "{}",
+            status.reason
+        );
+        let err = resolve(&config(IsolationLevel::Uid, "60706-61183"), &taken).unwrap_err();
+        assert!(
+            err.contains("account \"svc\"") && err.contains("no account or group uses"),
+            "{err}"
         );
     }
 
     #[test]
     fn without_uids_auto_confines_network_sessions_and_landlock_every_session() {
-        let auto = resolve_on(&config(IsolationLevel::Auto, None), true, 7).unwrap();
+        let cannot = Host {
+            can_change_uids: false,
+            ..served()
+        };
+        let auto = resolve(&IsolationConfig::default(), &cannot).unwrap();
         assert_eq!((auto.level, auto.landlock), ("landlock", Some("network")));
         assert!(auto.confines(true) && !auto.confines(false));
         assert!(
@@ -259,19 +427,24 @@ mod tests {
             auto.line()
         );
         assert!(auto.reason.contains("Landlock ABI 7"), "{}", auto.reason);
-        let all = resolve_on(&config(IsolationLevel::Landlock, None), false, 7).unwrap();
+        let all = resolve(&config(IsolationLevel::Landlock, "61000-61999"), &cannot).unwrap();
         assert_eq!((all.level, all.landlock), ("landlock", Some("all")));
         assert!(all.confines(true) && all.confines(false));
-        let none = resolve_on(&config(IsolationLevel::None, None), false, 7).unwrap();
+        let none = resolve(&config(IsolationLevel::None, "61000-61999"), &cannot).unwrap();
         assert!(!none.confines(true) && !none.confines(false));
-        let uid = resolve_on(&config(IsolationLevel::Uid, Some("61000-61009")), true, 7).unwrap();
+        let uid = resolve(&config(IsolationLevel::Uid, "61000-61009"), &served()).unwrap();
         assert!(!uid.confines(true), "uids keep sessions apart on their own");
     }
 
     #[test]
     fn a_kernel_without_landlock_falls_back_to_none_saying_why() {
+        let old = Host {
+            can_change_uids: false,
+            landlock_abi: 0,
+            ..served()
+        };
         for level in [IsolationLevel::Auto, IsolationLevel::Landlock] {
-            let status = resolve_on(&config(level, None), false, 0).unwrap();
+            let status = resolve(&config(level, "61000-61999"), &old).unwrap();
             assert_eq!(status.level, "none");
             assert!(!status.confines(true));
             assert!(
@@ -289,17 +462,35 @@ mod tests {
 
     #[test]
     fn uid_required_but_impossible_is_an_error_saying_what_is_needed() {
-        let err =
-            resolve_on(&config(IsolationLevel::Uid, Some("61000-61999")), false, 7).unwrap_err();
+        let cannot = Host {
+            can_change_uids: false,
+            ..served()
+        };
+        let err = resolve(&config(IsolationLevel::Uid, "61000-61999"), &cannot).unwrap_err();
         assert!(err.contains("CAP_SETUID and CAP_SETGID"), "{err}");
-        let err = resolve_on(&config(IsolationLevel::Uid, None), true, 7).unwrap_err();
-        assert!(err.contains("isolation.uids"), "{err}");
+    }
+
+    #[test]
+    fn a_range_another_daemon_holds_is_refused_naming_it_and_free_once_it_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let range = UidRange::parse("61000-61009").unwrap();
+        let first = claim_range_in(dir.path(), range).unwrap().expect("a claim");
+        let err = claim_range_in(dir.path(), range).unwrap_err();
+        assert!(
+            err.contains("61000-61009")
+                && err.contains(&format!("pid {}", std::process::id()))
+                && err.contains("a range of its own"),
+            "{err}"
+        );
+        let other = UidRange::parse("61010-61019").unwrap();
+        assert!(claim_range_in(dir.path(), other).unwrap().is_some());
+        drop(first);
+        assert!(claim_range_in(dir.path(), range).unwrap().is_some());
     }
 
     #[test]
     fn the_line_names_the_level_and_range() {
-        let status =
-            resolve_on(&config(IsolationLevel::Uid, Some("61000-61009")), true, 7).unwrap();
+        let status = resolve(&config(IsolationLevel::Uid, "61000-61009"), &served()).unwrap();
         assert!(status
             .line()
             .starts_with("isolation: uid (sessions run as uids 61000-61009)"));

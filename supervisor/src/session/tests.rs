@@ -68,6 +68,7 @@ fn start_session_with(
             zygote: false,
             preload: Vec::new(),
             uid: None,
+            handover: None,
         },
         artifacts: crate::artifacts::ArtifactStore::new(dir.path().to_path_buf(), u64::MAX),
         launcher,

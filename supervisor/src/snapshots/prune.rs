@@ -113,8 +113,47 @@ pub fn prune(root: &Path, ttl: Duration, max_total: u64) -> usize {
     let doomed = to_delete(list(root), SystemTime::now(), ttl, max_total);
     doomed
         .iter()
-        .filter(|path| std::fs::remove_file(path).is_ok())
+        .filter_map(|path| path.strip_prefix(root).ok())
+        .filter(|relative| remove_beneath(root, relative).is_ok())
         .count()
+}
+
+/// Removes the file `relative` (a path under `root`) without following any link on the
+/// way: each directory is opened `O_NOFOLLOW` relative to its parent's descriptor and the
+/// file unlinked relative to its own. A session's directories belong to its uid at the
+/// `uid` isolation level, so a cell may swap one for a link between the listing and the
+/// removal; the removal then fails instead of deleting what the link points at.
+fn remove_beneath(root: &Path, relative: &Path) -> std::io::Result<()> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::Mode;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::path::Component;
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let open = |parent: Option<&OwnedFd>, name: &std::ffi::OsStr| -> std::io::Result<OwnedFd> {
+        let fd = openat(parent.map(AsRawFd::as_raw_fd), name, flags, Mode::empty())?;
+        // SAFETY: `openat` returned a new descriptor that nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    let mut names = Vec::new();
+    for component in relative.components() {
+        match component {
+            Component::Normal(name) => names.push(name),
+            _ => return Err(std::io::ErrorKind::InvalidInput.into()),
+        }
+    }
+    let Some((file, dirs)) = names.split_last() else {
+        return Err(std::io::ErrorKind::InvalidInput.into());
+    };
+    let mut dir = open(None, root.as_os_str())?;
+    for name in dirs {
+        dir = open(Some(&dir), name)?;
+    }
+    nix::unistd::unlinkat(
+        Some(dir.as_raw_fd()),
+        *file,
+        nix::unistd::UnlinkatFlags::NoRemoveDir,
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -182,5 +221,30 @@ mod tests {
         assert_eq!(sizes, [1, 2, 3]);
         assert_eq!(prune(dir.path(), Duration::ZERO, u64::MAX), 2);
         assert!(dir.path().join(".key").exists());
+    }
+
+    #[test]
+    fn a_directory_swapped_for_a_link_is_not_followed_by_the_removal() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("snapshots");
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir_all(root.join("s")).expect("mkdir");
+        std::fs::create_dir_all(&elsewhere).expect("mkdir");
+        std::fs::write(elsewhere.join("a.snap"), b"precious").expect("file");
+        // `s/py` is a link to a directory outside the snapshot root.
+        std::os::unix::fs::symlink(&elsewhere, root.join("s/py")).expect("symlink");
+        let relative = Path::new("s/py/a.snap");
+        assert!(remove_beneath(&root, relative).is_err());
+        assert!(elsewhere.join("a.snap").exists(), "the link was followed");
+        // A real directory's file goes; a link in the last place goes itself, not its target.
+        std::fs::remove_file(root.join("s/py")).expect("unlink");
+        std::fs::create_dir(root.join("s/py")).expect("mkdir");
+        std::fs::write(root.join("s/py/b.snap"), b"1").expect("file");
+        std::os::unix::fs::symlink(elsewhere.join("a.snap"), root.join("s/py/a.snap"))
+            .expect("symlink");
+        remove_beneath(&root, Path::new("s/py/b.snap")).expect("removed");
+        remove_beneath(&root, relative).expect("the link itself removed");
+        assert!(!root.join("s/py/b.snap").exists() && !root.join("s/py/a.snap").exists());
+        assert!(elsewhere.join("a.snap").exists());
     }
 }

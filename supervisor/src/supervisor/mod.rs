@@ -140,6 +140,8 @@ pub struct Supervisor {
     /// The directories given to each leased session's uid: given back to the daemon before
     /// the uid is leased again, so the next session of that uid finds none of them its own.
     uid_dirs: HashMap<String, Vec<std::path::PathBuf>>,
+    /// The order in which sessions' directories change hands (given, taken back).
+    turns: Arc<crate::isolation::turns::Turns>,
     /// Memory caps by session-name prefix ([`SetMemoryCaps`](messages::SetMemoryCaps)).
     memory_caps: Vec<(String, u64)>,
 }
@@ -163,6 +165,7 @@ impl Supervisor {
         Supervisor {
             uids,
             uid_dirs: HashMap::new(),
+            turns: crate::isolation::turns::Turns::new(),
             config,
             launcher,
             pool: Vec::new(),
@@ -302,6 +305,7 @@ impl Supervisor {
             zygote: self.config.python.zygote,
             preload: self.config.python.preload.clone(),
             uid: None,
+            handover: None,
         }
     }
 

@@ -3,10 +3,13 @@
 //! last language stopped and every process that ran as it is gone (`UidReclaimed`).
 
 use super::Supervisor;
+use crate::isolation::turns::Handover;
 use crate::isolation::{dirs, procs};
 use crate::session::SessionKey;
 use crate::spawn::WorkerSpec;
 use actix::prelude::*;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Every process of a released uid is gone: it may be leased again.
@@ -29,7 +32,8 @@ impl Handler<UidReclaimed> for Supervisor {
 }
 
 impl Supervisor {
-    /// At the `uid` level, leases `key`'s session its uid and gives it its directories; the
+    /// At the `uid` level, leases `key`'s session its uid and has the launcher give it its
+    /// directories before the worker starts (off this thread, in the session's turn); the
     /// spec's worker then runs as that uid. At the other levels the session gets its own
     /// temporary directory (the inherited one is nobody's to clean). `Err` says why the
     /// session cannot start.
@@ -62,29 +66,24 @@ impl Supervisor {
             .as_deref()
             .and_then(|cwd| crate::workspaces::Workspace::containing(&self.base.workspaces, cwd));
         own.extend(workspace.map(|w| w.dir().to_path_buf()));
-        let snapshots = self.base.snapshots.as_ref().map(|store| store.dir(key));
-        if let Some(dir) = &snapshots {
-            let _ = std::fs::create_dir_all(dir.join("checkpoints"));
-            if let Some(root) = dir.parent() {
-                dirs::traversable(root)
-                    .map_err(|e| format!("cannot open {}: {e}", root.display()))?;
-            }
-            own.push(dir.clone());
-        }
-        for dir in &own {
-            dirs::own(dir, uid).map_err(|e| {
-                format!(
-                    "cannot give the session's directory {} to uid {uid}: {e}",
-                    dir.display()
-                )
-            })?;
+        let mut create = Vec::new();
+        let mut traversable = Vec::new();
+        if let Some(dir) = self.base.snapshots.as_ref().map(|store| store.dir(key)) {
+            create.push(dir.join("checkpoints"));
+            traversable.extend(dir.parent().map(Path::to_path_buf));
+            own.push(dir);
         }
         let given = self.uid_dirs.entry(key.session.to_string()).or_default();
-        for dir in own {
-            if !given.contains(&dir) {
-                given.push(dir);
+        for dir in &own {
+            if !given.contains(dir) {
+                given.push(dir.clone());
             }
         }
+        // The walks run off this thread, before the worker starts, in the session's turn.
+        let mut handover = Handover::new(uid, own, self.turns.ticket(key.session.as_str()));
+        handover.create = create;
+        handover.traversable = traversable;
+        spec.handover = Some(Arc::new(handover));
         spec.env.set_session_tmp(&tmp);
         spec.uid = Some(uid);
         Ok(())
@@ -116,8 +115,12 @@ impl Supervisor {
         };
         let given = self.uid_dirs.remove(session).unwrap_or_default();
         let me = ctx.address();
+        // Taken now, so a session of the same name started after this gets its directories
+        // only once they were taken back.
+        let ticket = self.turns.ticket(session);
         tokio::task::spawn_blocking(move || {
             if procs::end_all(uid, END_PATIENCE) {
+                ticket.wait();
                 // Nothing of the uid runs any more: its directories go back to the daemon
                 // (walked by descriptors), so the uid's next session finds none of them.
                 for dir in &given {

@@ -42,6 +42,22 @@ pub(super) fn admission(
     }
 }
 
+/// What one "address" is for `daemon.max-connections-per-address`: an IPv4 address (an
+/// IPv4-mapped IPv6 one counts as its IPv4 address), or an IPv6 address's /64 prefix. One
+/// host is commonly given a whole /64, so counting IPv6 by full address would let it open
+/// the per-address share from each of 2^64 addresses.
+pub(super) fn source(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from_bits(
+                v6.to_bits() & !((1u128 << 64) - 1),
+            )),
+        },
+    }
+}
+
 struct Entry {
     id: u64,
     address: IpAddr,
@@ -90,8 +106,10 @@ impl Strangers {
         })
     }
 
-    /// A place for a new connection from `address`, or `None` (its address holds its share).
+    /// A place for a new connection from `address`, or `None` (its address, by [`source`],
+    /// holds its share).
     pub(super) fn admit(self: &Arc<Self>, address: IpAddr) -> Option<Stranger> {
+        let address = source(address);
         let mut book = lock(&self.book);
         let from_address = book.per_address.get(&address).copied().unwrap_or(0);
         match admission(book.live.len(), self.cap, from_address, self.per_address) {
@@ -157,6 +175,29 @@ mod tests {
         assert_eq!(admission(2, 2, 0, 1), Admission::EvictOldest);
         assert_eq!(admission(0, 2, 1, 1), Admission::Refuse);
         assert_eq!(admission(5, 2, 3, 3), Admission::Refuse);
+    }
+
+    #[test]
+    fn ipv6_counts_by_its_64_prefix_and_mapped_ipv4_as_ipv4() {
+        let ip = |t: &str| t.parse::<IpAddr>().expect("ip");
+        assert_eq!(source(ip("192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(source(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(
+            source(ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd")),
+            ip("2001:db8:1:2::")
+        );
+        assert_ne!(source(ip("2001:db8:1:3::1")), source(ip("2001:db8:1:2::1")));
+        let strangers = Strangers::new(10, 2);
+        let _a = strangers.admit(ip("2001:db8::1")).expect("room");
+        let _b = strangers.admit(ip("2001:db8::ffff:1")).expect("room");
+        assert!(
+            strangers.admit(ip("2001:db8::abcd:2")).is_none(),
+            "a third address of the same /64 is over the share of 2"
+        );
+        assert!(
+            strangers.admit(ip("2001:db8:0:1::1")).is_some(),
+            "another /64"
+        );
     }
 
     #[tokio::test]
