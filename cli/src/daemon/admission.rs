@@ -218,6 +218,8 @@ mod tests {
             max_session_memory: Some(100),
             max_memory: memory,
             max_mcp_sessions: mcp,
+            workspace_bytes: None,
+            workspace_files: None,
         }
     }
 
