@@ -88,6 +88,6 @@ pub use cellvisor_ipc::Language;
 pub use environment::caller_environment;
 pub use host::{
     Cellvisor, DrainState, Health, Options, Readiness, RequestError, SessionRef, StartupError,
-    WaitOptions, HEALTH_BOUND, MAX_SESSION_NAME, MAX_WAIT_MS,
+    WaitOptions, WatchEvent, Watched, HEALTH_BOUND, MAX_SESSION_NAME, MAX_WAIT_MS,
 };
 pub use names::{SessionName, SessionNameError};

@@ -31,9 +31,22 @@ impl Cellvisor {
     /// unanswered when its cell ends (or times out) is cancelled.
     pub async fn eval_with_tools(
         &self,
+        request: EvalRequest,
+        events: Option<mpsc::Sender<CellEvent>>,
+        tool_host: Option<mpsc::Sender<ToolCallRequest>>,
+    ) -> Result<EvalResult, RequestError> {
+        self.eval_from(request, events, tool_host, 0).await
+    }
+
+    /// [`Cellvisor::eval_with_tools`] tagged with `origin`, which the session's watchers
+    /// ([`Cellvisor::watch`]) see on each of its events, so a watcher that sends requests
+    /// too can tell its own.
+    pub async fn eval_from(
+        &self,
         mut request: EvalRequest,
         events: Option<mpsc::Sender<CellEvent>>,
         tool_host: Option<mpsc::Sender<ToolCallRequest>>,
+        origin: u64,
     ) -> Result<EvalResult, RequestError> {
         let cells = crate::locking::lock(&self.config).cells.clone();
         validate(&request, &cells)?;
@@ -74,6 +87,9 @@ impl Cellvisor {
             .await?;
         let lock = self.request_lock(session);
         let _turn = lock.lock().await;
+        let (events, tap) =
+            self.watchers
+                .tap(&request.session, request_id, origin, &request.cells, events);
         // Dropped when this future is (a client that disconnected): the sessions then stop
         // this request's cells, and only those.
         let (_requester_alive, requester) = tokio::sync::watch::channel(());
@@ -180,6 +196,9 @@ impl Cellvisor {
         }
         for result in &mut results {
             result.node.clone_from(&self.node);
+        }
+        if let Some(tap) = tap {
+            tap.ended(&results);
         }
         let mut result = EvalResult::from_cells(results);
         result.node.clone_from(&self.node);

@@ -16,6 +16,7 @@
 //! - `pairs`: `sessions.key = "session+cwd"`: a session's state keyed by (name, cwd), and
 //!   which pairs a method without `cwd` names.
 //! - `errors`: why a request is refused as a whole.
+//! - `watch`: every request's cells and events on a session, for observers that join it.
 
 mod background;
 mod control;
@@ -26,6 +27,7 @@ mod pairs;
 mod policy;
 mod startup;
 mod state;
+mod watch;
 
 pub use errors::RequestError;
 pub use node::{DrainState, Health, Readiness, HEALTH_BOUND};
@@ -33,6 +35,7 @@ pub use node::{DrainState, Health, Readiness, HEALTH_BOUND};
 pub use pairs::SessionRef;
 
 pub use startup::StartupError;
+pub use watch::{WatchEvent, Watched};
 
 use crate::locking::lock;
 use crate::session::{SessionKey, SessionStatus};
@@ -145,6 +148,8 @@ pub struct Cellvisor {
     session_key: cellvisor_config::SessionKeyBy,
     /// Under `sessions.key = "session+cwd"`, the pairs run here: their names and cwds.
     pairs: Mutex<pairs::Pairs>,
+    /// The sessions someone watches ([`Cellvisor::watch`]).
+    watchers: watch::Watchers,
 }
 
 impl Cellvisor {
@@ -419,6 +424,7 @@ impl Prepared {
             draining: std::sync::atomic::AtomicBool::new(false),
             session_key,
             pairs: Mutex::new(pairs::Pairs::default()),
+            watchers: watch::Watchers::default(),
         }
     }
 }

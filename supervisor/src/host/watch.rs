@@ -1,0 +1,137 @@
+//! Watching a session: every request's cells and their events as they happen, for an
+//! observer that joins a session another host drives (the Jupyter gateway's iopub, where a
+//! person watches an agent's cells). One broadcast per watched session name; a request on a
+//! session nobody watches costs one map lookup, and its events go straight to its host.
+
+use super::{lock, Cellvisor};
+use crate::cell::{CellEvent, CellResult, CellSpec};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+/// Events a watcher may fall behind by before it misses some (it is then told how many).
+const WATCH_BACKLOG: usize = 1024;
+
+/// One thing that happened in a watched session.
+#[derive(Debug, Clone)]
+pub struct Watched {
+    /// The request it belongs to (unique in this supervisor).
+    pub request: u64,
+    /// The tag its host gave the request ([`Cellvisor::eval_from`]; 0 for the others), so a
+    /// watcher can tell its own requests from everyone else's.
+    pub origin: u64,
+    /// What happened.
+    pub what: WatchEvent,
+}
+
+/// What a watcher sees of a request.
+#[derive(Debug, Clone)]
+pub enum WatchEvent {
+    /// The request began: its cells, in order (`CellStarted`'s `index` is a place in them).
+    Began {
+        /// The cells as sent.
+        cells: Vec<CellSpec>,
+    },
+    /// An event of one of its cells, as its host receives it.
+    Event(CellEvent),
+    /// The request ended with these results.
+    Ended {
+        /// Every cell's result.
+        cells: Vec<CellResult>,
+    },
+}
+
+/// The broadcasts of the watched sessions, by session name.
+#[derive(Default)]
+pub(super) struct Watchers(Mutex<HashMap<String, broadcast::Sender<Arc<Watched>>>>);
+
+impl Watchers {
+    fn sender(&self, session: &str) -> Option<broadcast::Sender<Arc<Watched>>> {
+        let watchers = lock(&self.0);
+        let sender = watchers.get(session)?;
+        (sender.receiver_count() > 0).then(|| sender.clone())
+    }
+
+    /// The events channel a request's cells report to: a tee through the session's
+    /// broadcast while someone watches it, else the host's own channel untouched.
+    pub(super) fn tap(
+        &self,
+        session: &str,
+        request: u64,
+        origin: u64,
+        cells: &[CellSpec],
+        events: Option<mpsc::Sender<CellEvent>>,
+    ) -> (Option<mpsc::Sender<CellEvent>>, Option<Tap>) {
+        let Some(broadcast) = self.sender(session) else {
+            return (events, None);
+        };
+        let publish = move |what: WatchEvent| {
+            let _ = broadcast.send(Arc::new(Watched {
+                request,
+                origin,
+                what,
+            }));
+        };
+        publish(WatchEvent::Began {
+            cells: cells.to_vec(),
+        });
+        let (tee, mut from_cells) = mpsc::channel::<CellEvent>(64);
+        let (ended, mut ended_rx) = oneshot::channel::<Vec<CellResult>>();
+        tokio::spawn(async move {
+            let mut running = true;
+            loop {
+                tokio::select! {
+                    biased;
+                    event = from_cells.recv() => {
+                        let Some(event) = event else { break };
+                        if running {
+                            publish(WatchEvent::Event(event.clone()));
+                        }
+                        if let Some(host) = &events {
+                            let _ = host.send(event).await;
+                        }
+                    }
+                    results = &mut ended_rx, if running => {
+                        // What the cells sent before the request ended goes first.
+                        while let Ok(event) = from_cells.try_recv() {
+                            publish(WatchEvent::Event(event.clone()));
+                            if let Some(host) = &events {
+                                let _ = host.send(event).await;
+                            }
+                        }
+                        if let Ok(cells) = results {
+                            publish(WatchEvent::Ended { cells });
+                        }
+                        running = false;
+                    }
+                }
+            }
+        });
+        (Some(tee), Some(Tap { ended }))
+    }
+}
+
+/// A watched request's end, told to its watchers once every event before it went out.
+pub(super) struct Tap {
+    ended: oneshot::Sender<Vec<CellResult>>,
+}
+
+impl Tap {
+    pub(super) fn ended(self, cells: &[CellResult]) {
+        let _ = self.ended.send(cells.to_vec());
+    }
+}
+
+impl Cellvisor {
+    /// Every request's cells and events on `session` (its name as requests send it, every
+    /// cwd of it), from now until the receiver is dropped. A watcher that falls behind by
+    /// more than a thousand events misses the oldest and is told so by the receiver.
+    pub fn watch(&self, session: &str) -> broadcast::Receiver<Arc<Watched>> {
+        let mut watchers = lock(&self.watchers.0);
+        watchers.retain(|_, sender| sender.receiver_count() > 0);
+        watchers
+            .entry(session.to_string())
+            .or_insert_with(|| broadcast::channel(WATCH_BACKLOG).0)
+            .subscribe()
+    }
+}
