@@ -198,7 +198,7 @@ impl Cellvisor {
             result.node.clone_from(&self.node);
         }
         if let Some(tap) = tap {
-            tap.ended(&results);
+            tap.ended(&results).await;
         }
         let mut result = EvalResult::from_cells(results);
         result.node.clone_from(&self.node);

@@ -76,14 +76,26 @@ impl Watchers {
             cells: cells.to_vec(),
         });
         let (tee, mut from_cells) = mpsc::channel::<CellEvent>(64);
-        let (ended, mut ended_rx) = oneshot::channel::<Vec<CellResult>>();
+        let (ended, mut ended_rx) = oneshot::channel::<Ended>();
         tokio::spawn(async move {
             let mut running = true;
             loop {
                 tokio::select! {
                     biased;
                     event = from_cells.recv() => {
-                        let Some(event) = event else { break };
+                        let Some(event) = event else {
+                            // Every sender is gone: the request ended (or was dropped).
+                            if running {
+                                // No results when the request was dropped (its host left).
+                                let (cells, flushed) = match (&mut ended_rx).await {
+                                    Ok((cells, flushed)) => (cells, Some(flushed)),
+                                    Err(_) => (Vec::new(), None),
+                                };
+                                publish(WatchEvent::Ended { cells });
+                                flushed.map(|f| f.send(()));
+                            }
+                            break;
+                        };
                         if running {
                             publish(WatchEvent::Event(event.clone()));
                         }
@@ -99,9 +111,13 @@ impl Watchers {
                                 let _ = host.send(event).await;
                             }
                         }
-                        if let Ok(cells) = results {
-                            publish(WatchEvent::Ended { cells });
-                        }
+                        let (cells, flushed) = match results {
+                            Ok((cells, flushed)) => (cells, Some(flushed)),
+                            Err(_) => (Vec::new(), None),
+                        };
+                        publish(WatchEvent::Ended { cells });
+                        // The host has every event before its request's answer.
+                        flushed.map(|f| f.send(()));
                         running = false;
                     }
                 }
@@ -111,14 +127,21 @@ impl Watchers {
     }
 }
 
+/// A request's results, and the signal that every event before them reached its host.
+type Ended = (Vec<CellResult>, oneshot::Sender<()>);
+
 /// A watched request's end, told to its watchers once every event before it went out.
 pub(super) struct Tap {
-    ended: oneshot::Sender<Vec<CellResult>>,
+    ended: oneshot::Sender<Ended>,
 }
 
 impl Tap {
-    pub(super) fn ended(self, cells: &[CellResult]) {
-        let _ = self.ended.send(cells.to_vec());
+    /// Tells the watchers the request ended; returns once its host has every event of it.
+    pub(super) async fn ended(self, cells: &[CellResult]) {
+        let (flushed, done) = oneshot::channel();
+        if self.ended.send((cells.to_vec(), flushed)).is_ok() {
+            let _ = done.await;
+        }
     }
 }
 

@@ -45,6 +45,9 @@ struct State {
 pub(super) struct Kernel {
     pub(super) id: String,
     pub(super) tenant: String,
+    /// The session's name as its tenant sends it (the model shows it, so a person picks the
+    /// session an agent named).
+    session: String,
     /// Its internal name (the tenant's prefix and the name).
     pub(super) internal: String,
     pub(super) language: Language,
@@ -69,6 +72,7 @@ impl Kernel {
         daemon: &Arc<Daemon>,
         id: String,
         tenant: String,
+        session: String,
         internal: String,
         language: Language,
         origin: u64,
@@ -77,6 +81,7 @@ impl Kernel {
         let kernel = Arc::new(Kernel {
             id,
             tenant,
+            session,
             internal,
             language,
             origin,
@@ -109,6 +114,7 @@ impl Kernel {
             "last_activity": state.last_activity,
             "execution_state": if state.busy { "busy" } else { "idle" },
             "connections": self.connections.load(Ordering::Relaxed),
+            "cellvisor": {"session": self.session, "language": self.language.short_name()},
         })
     }
 
@@ -493,8 +499,14 @@ async fn relay(kernel: Arc<Kernel>, mut watched: broadcast::Receiver<Arc<cellvis
         if item.origin == kernel.origin {
             continue;
         }
+
         match &item.what {
             WatchEvent::Began { cells } => {
+                if let Some((_, parent, _)) = current.take() {
+                    // A request whose end never came (its host left): idle before the next.
+                    kernel.set_running(false).await;
+                    kernel.status(&parent, "idle");
+                }
                 if !cells.iter().any(|c| c.language == kernel.language) {
                     continue;
                 }

@@ -122,6 +122,7 @@ impl Gateway {
             daemon,
             id.clone(),
             principal.tenant.name.clone(),
+            session,
             internal,
             language,
             self.origin(),

@@ -76,22 +76,21 @@ pub(super) async fn kernelspec(
 ) -> Response {
     match language_named(&daemon, &name) {
         Ok(language) => Json(mapping::kernelspec(language)).into_response(),
-        Err(refused) => refused,
+        Err(refused) => error(StatusCode::NOT_FOUND, refused),
     }
 }
 
-fn language_named(daemon: &Daemon, name: &str) -> Result<Language, Response> {
+/// The enabled language a kernelspec name stands for, or the message naming the ones there
+/// are.
+fn language_named(daemon: &Daemon, name: &str) -> Result<Language, String> {
     let languages = enabled(daemon);
     match mapping::language_of(name).filter(|l| languages.contains(l)) {
         Some(language) => Ok(language),
         None => {
             let names: Vec<&str> = languages.iter().map(|l| mapping::kernel_name(*l)).collect();
-            Err(error(
-                StatusCode::NOT_FOUND,
-                format!(
-                    "no such kernel {name:?}: the kernelspecs are {}",
-                    names.join(", ")
-                ),
+            Err(format!(
+                "no such kernel {name:?}: the kernelspecs are {}",
+                names.join(", ")
             ))
         }
     }
@@ -113,6 +112,7 @@ pub(super) async fn list(
                 "id": id, "name": mapping::kernel_name(language),
                 "last_activity": crate::jupyter::message::now(),
                 "execution_state": "idle", "connections": 0,
+                "cellvisor": {"session": session, "language": language.short_name()},
             }));
         }
     }
@@ -142,7 +142,7 @@ pub(super) async fn start(
     let name = request["name"].as_str().unwrap_or("python3");
     let language = match language_named(&daemon, name) {
         Ok(language) => language,
-        Err(refused) => return refused,
+        Err(refused) => return error(StatusCode::NOT_FOUND, refused),
     };
     let tenant = &principal.tenant;
     if let Err(refused) = tenancy::may_run_cells(tenant, "POST /api/kernels") {
