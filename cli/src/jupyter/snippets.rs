@@ -35,7 +35,7 @@ pub fn name_around(code: &str, cursor_pos: usize) -> String {
     let after: String = code
         .chars()
         .skip(cursor_pos)
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
         .collect();
     let (_, before) = name_at(code, cursor_pos);
     format!("{before}{after}").trim_end_matches('.').to_string()
