@@ -590,3 +590,50 @@ fn unknown_kernels_wrong_tokens_and_other_tenants_kernels_are_refused() {
     drop(ch);
     net.daemon.stop();
 }
+
+/// The round trip of a trivial cell through the gateway's channels (until both the reply
+/// and `idle` arrived) against the JSON-RPC WebSocket's `eval`, on one daemon: a
+/// measurement, not a check (`cargo test --test jupyter -- --ignored --nocapture`).
+#[test]
+#[ignore = "a measurement: run it by name"]
+fn round_trip_through_the_gateway_and_the_json_rpc_websocket() {
+    let net = NetDaemon::start(false, "", "");
+    let base = net.http_url("/api");
+    let started = Instant::now();
+    let (status, model) = rest("POST", &format!("{base}/kernels"), Auth::Query(TOKEN), None);
+    let start_ms = started.elapsed().as_secs_f64() * 1000.0;
+    assert_eq!(status, 201, "{model}");
+    let id = model["id"].as_str().expect("an id").to_string();
+    let mut ch = Channels::connect(net.port, &id, TOKEN).expect("the channels");
+    let mut rpc = net.ws(Some(TOKEN), None).expect("the JSON-RPC WebSocket");
+    let cells = json!({"session": "bench", "cells": [{"language": "py", "code": "1"}]});
+    for _ in 0..5 {
+        ch.execute("1");
+        rpc.call("eval", cells.clone()).expect("eval");
+    }
+    let runs = 200;
+    let (mut gateway, mut json_rpc) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let t = Instant::now();
+        let (reply, _) = ch.execute("1");
+        gateway.push(t.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(reply["content"]["status"], "ok");
+        ch.seen.clear();
+        let t = Instant::now();
+        rpc.call("eval", cells.clone()).expect("eval");
+        json_rpc.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (g, j) = (median(&mut gateway), median(&mut json_rpc));
+    eprintln!(
+        "kernel start (POST /api/kernels, Python worker started): {start_ms:.1} ms\n\
+         trivial execute_request round trip, median of {runs}: gateway WebSocket {g:.3} ms, \
+         JSON-RPC WebSocket eval {j:.3} ms, ratio {:.2}",
+        g / j
+    );
+    drop(ch);
+    net.daemon.stop();
+}
