@@ -637,3 +637,71 @@ fn round_trip_through_the_gateway_and_the_json_rpc_websocket() {
     drop(ch);
     net.daemon.stop();
 }
+
+#[test]
+fn javascript_and_lua_kernels_complete_and_inspect_from_their_namespace() {
+    let net = NetDaemon::start(false, "", "");
+    let base = net.http_url("/api");
+    for (name, define, prefix, expected, inspected, error) in [
+        (
+            "javascript",
+            "globalThis.gadget = {spin: 1, spot: 2}",
+            "gadget.sp",
+            json!(["gadget.spin", "gadget.spot"]),
+            "gadget",
+            "ReferenceError",
+        ),
+        (
+            "lua",
+            "gadget = {spin = 1, spot = 2}",
+            "gadget.sp",
+            json!(["gadget.spin", "gadget.spot"]),
+            "gadget",
+            "LuaError",
+        ),
+    ] {
+        let (status, model) = rest(
+            "POST",
+            &format!("{base}/kernels"),
+            Auth::Header(TOKEN),
+            Some(json!({"name": name})),
+        );
+        assert_eq!(status, 201, "{model}");
+        let id = model["id"].as_str().expect("an id").to_string();
+        let mut ch = Channels::connect(net.port, &id, TOKEN).expect("the channels");
+        let (reply, _) = ch.execute(define);
+        assert_eq!(reply["content"]["status"], "ok", "{name}: {reply:#}");
+        let code = format!("x = {prefix}");
+        let cursor = code.chars().count();
+        let complete = ch.send(
+            None,
+            "complete_request",
+            json!({"code": code, "cursor_pos": cursor}),
+        );
+        let (reply, _) = ch.finish(&complete);
+        assert_eq!(reply["content"]["matches"], expected, "{name}: {reply:#}");
+        assert_eq!(reply["content"]["cursor_start"], 4);
+        let inspect = ch.send(
+            None,
+            "inspect_request",
+            json!({"code": inspected, "cursor_pos": 2}),
+        );
+        let (reply, _) = ch.finish(&inspect);
+        assert_eq!(reply["content"]["found"], true, "{name}: {reply:#}");
+        let text = reply["content"]["data"]["text/plain"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(text.contains("Type:"), "{name}: {text}");
+        let (reply, iopub) = ch.execute("nothing_here()");
+        assert_eq!(reply["content"]["ename"], error, "{name}: {reply:#}");
+        assert!(
+            iopub.iter().any(|m| m["msg_type"] == "error"),
+            "{name}: {iopub:#?}"
+        );
+        let info = ch.send(Some("control"), "kernel_info_request", json!({}));
+        let answer = ch.until(|m| m["parent_header"]["msg_id"] == info.as_str());
+        assert_eq!(answer["content"]["language_info"]["name"], name);
+        drop(ch);
+    }
+    net.daemon.stop();
+}

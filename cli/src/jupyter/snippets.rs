@@ -1,7 +1,7 @@
 //! `complete_request` and `inspect_request` answered from the live namespace: the name at
 //! the cursor, and the small cell each language runs to list what it could complete to or
 //! to describe it (Python's `rlcompleter` and `inspect`, JavaScript's property chains, Lua's
-//! tables). The cell prints one marked line of JSON, which [`answer`] reads back.
+//! tables, compiled with `lua_load`, Lua's own `load`, which code mode's `load` shadows). The cell prints one marked line of JSON, which [`answer`] reads back.
 
 use cellvisor::Language;
 use serde_json::Value;
@@ -65,7 +65,7 @@ pub fn complete_code(language: Language, name: &str) -> String {
         ),
         Language::Lua => format!(
             "do\n  local t = {quoted}\n  local head, pre = t:match('^(.*%.)([%w_]*)$')\n  \
-             local base = _ENV\n  if head then\n    local f = load('return ' .. head:sub(1, -2), \
+             local base = _ENV\n  if head then\n    local f = (lua_load or load)('return ' .. head:sub(1, -2), \
              'complete', 't', _ENV)\n    local ok, v = pcall(f or function() end)\n    base = ok \
              and v or nil\n  else\n    head, pre = '', t\n  end\n  local out, seen = {{}}, {{}}\n  \
              local function add(tbl)\n    if type(tbl) ~= 'table' then return end\n    for k in \
@@ -103,7 +103,7 @@ pub fn inspect_code(language: Language, name: &str) -> String {
              ' + (v === null ? 'null' : typeof v) + '\\nValue: ' + text.slice(0, 2000))); }})();\n"
         ),
         Language::Lua => format!(
-            "do\n  local f = load('return ' .. {quoted}, 'inspect', 't', _ENV)\n  local ok, v = \
+            "do\n  local f = (lua_load or load)('return ' .. {quoted}, 'inspect', 't', _ENV)\n  local ok, v = \
              pcall(f or function() error() end)\n  if not ok or v == nil then\n    print('\\30null')\n  \
              else\n    local text = ('Type: ' .. type(v) .. '\\nValue: ' .. tostring(v)):sub(1, 2000)\n    \
              text = text:gsub('[%c\"\\\\]', function(c) return string.format('\\\\u%04x', c:byte()) end)\n    \
