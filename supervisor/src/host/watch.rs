@@ -158,3 +158,86 @@ impl Cellvisor {
             .subscribe()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::CellReport;
+    use cellvisor_ipc::Language;
+
+    fn output(text: &str) -> CellEvent {
+        CellEvent::Output {
+            index: 0,
+            stream: "stdout",
+            text: text.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unwatched_session_keeps_the_hosts_channel_and_a_watched_one_sees_it_all_in_order() {
+        let watchers = Watchers::default();
+        let cells = vec![CellSpec::new(Language::Python, "print(1)")];
+        let (host, mut host_rx) = mpsc::channel(8);
+        let (events, tap) = watchers.tap("s", 1, 0, &cells, Some(host.clone()));
+        assert!(tap.is_none(), "nobody watches: no tee");
+        assert!(events.is_some_and(|e| e.same_channel(&host)));
+
+        let mut watched = {
+            let mut map = lock(&watchers.0);
+            let (sender, receiver) = broadcast::channel(16);
+            map.insert("s".into(), sender);
+            receiver
+        };
+        let (events, tap) = watchers.tap("s", 2, 7, &cells, Some(host));
+        let (events, tap) = (events.expect("a tee"), tap.expect("a tap"));
+        events.send(output("a")).await.unwrap();
+        events.send(output("b")).await.unwrap();
+        let result = CellReport::error("x".into()).into_result(0, 1, &cells[0]);
+        // The channel stays open (a cell's job may still hold it) while the end is told,
+        // and the end waits until the host has every event.
+        tap.ended(std::slice::from_ref(&result)).await;
+        let mut host_saw = Vec::new();
+        while let Ok(event) = host_rx.try_recv() {
+            host_saw.push(event);
+        }
+        assert_eq!(host_saw, vec![output("a"), output("b")]);
+        let mut seen = Vec::new();
+        while let Ok(item) = watched.try_recv() {
+            assert_eq!((item.request, item.origin), (2, 7));
+            seen.push(match &item.what {
+                WatchEvent::Began { cells } => format!("began {}", cells.len()),
+                WatchEvent::Event(CellEvent::Output { text, .. }) => format!("out {text}"),
+                WatchEvent::Event(_) => "event".into(),
+                WatchEvent::Ended { cells } => format!("ended {:?}", cells[0].report.status),
+            });
+        }
+        assert_eq!(seen, ["began 1", "out a", "out b", "ended Error"]);
+        drop(events);
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_channel_closes_first_still_ends_for_its_watchers() {
+        let watchers = Watchers::default();
+        let mut watched = {
+            let (sender, receiver) = broadcast::channel(16);
+            lock(&watchers.0).insert("s".into(), sender);
+            receiver
+        };
+        let cells = vec![CellSpec::new(Language::Lua, "x")];
+        let (events, tap) = watchers.tap("s", 3, 0, &cells, None);
+        drop(events);
+        let result = CellReport::error("x".into()).into_result(0, 1, &cells[0]);
+        tap.expect("a tap").ended(&[result]).await;
+        let mut last = None;
+        while let Ok(item) = watched.recv().await {
+            let ended = matches!(item.what, WatchEvent::Ended { .. });
+            last = Some(item);
+            if ended {
+                break;
+            }
+        }
+        assert!(
+            matches!(last.map(|i| i.what.clone()), Some(WatchEvent::Ended { cells }) if cells.len() == 1)
+        );
+    }
+}
