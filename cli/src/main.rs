@@ -9,6 +9,7 @@
 //!   dispatch of each method.
 //! - `mcp`: `cellvisor mcp`, an MCP server on stdio with an embedded supervisor (its tools
 //!   and their schemas in `mcp::tools`).
+//! - `jupyter`: Jupyter's kernel protocol mapped onto sessions (the daemon's Kernel Gateway API).
 //! - `check`: `cellvisor check`, scored suites of cells with artifacts and a run summary.
 //! - `render`: text for text hosts (CLI and MCP): cell headers, display bundles (HTML as
 //!   Markdown), the status table, `Display` for the states.
@@ -22,6 +23,7 @@ mod allocator;
 mod check;
 mod commands;
 mod daemon;
+mod jupyter;
 mod mcp;
 mod render;
 

@@ -90,6 +90,7 @@ pub use cellvisor_ipc::Language;
 pub use environment::caller_environment;
 pub use host::{
     Cellvisor, CloseOptions, DrainState, Health, Options, Origin, Readiness, RequestError,
-    SessionRef, StartupError, WaitOptions, HEALTH_BOUND, MAX_SESSION_NAME, MAX_WAIT_MS,
+    SessionRef, StartupError, WaitOptions, WatchEvent, Watched, HEALTH_BOUND, MAX_SESSION_NAME,
+    MAX_WAIT_MS,
 };
 pub use names::{SessionName, SessionNameError};

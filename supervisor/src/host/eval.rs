@@ -44,9 +44,24 @@ impl Cellvisor {
     pub async fn eval_from(
         &self,
         origin: Origin,
+        request: EvalRequest,
+        events: Option<mpsc::Sender<CellEvent>>,
+        tool_host: Option<mpsc::Sender<ToolCallRequest>>,
+    ) -> Result<EvalResult, RequestError> {
+        self.eval_tagged(origin, request, events, tool_host, 0)
+            .await
+    }
+
+    /// [`Cellvisor::eval_from`] tagged with `tag`, which the session's watchers
+    /// ([`Cellvisor::watch`]) see on each of its events, so a watcher that sends requests
+    /// too can tell its own (0: untagged).
+    pub async fn eval_tagged(
+        &self,
+        origin: Origin,
         mut request: EvalRequest,
         events: Option<mpsc::Sender<CellEvent>>,
         tool_host: Option<mpsc::Sender<ToolCallRequest>>,
+        tag: u64,
     ) -> Result<EvalResult, RequestError> {
         let cells = crate::locking::lock(&self.config).cells.clone();
         validate(&request, &cells)?;
@@ -105,6 +120,9 @@ impl Cellvisor {
             Some(pending) => Some(self.bring_back(pending).await?),
             None => None,
         };
+        let (events, tap) =
+            self.watchers
+                .tap(&request.session, request_id, tag, &request.cells, events);
         // Dropped when this future is (a client that disconnected): the sessions then stop
         // this request's cells, and only those.
         let (_requester_alive, requester) = tokio::sync::watch::channel(());
@@ -215,6 +233,9 @@ impl Cellvisor {
         }
         for result in &mut results {
             result.node.clone_from(&self.node);
+        }
+        if let Some(tap) = tap {
+            tap.ended(&results).await;
         }
         let mut result = EvalResult::from_cells(results);
         result.node.clone_from(&self.node);

@@ -18,6 +18,7 @@
 //! - `errors`: why a request is refused as a whole.
 //! - `confinement`: the sandbox a request runs under (the operator's, or the `landlock`
 //!   isolation level's), and the daemon's files carved out of every one.
+//! - `watch`: every request's cells and events on a session, for observers that join it.
 
 mod background;
 mod confinement;
@@ -30,6 +31,7 @@ mod policy;
 mod startup;
 mod state;
 mod state_files;
+mod watch;
 mod workspace;
 
 pub use confinement::Origin;
@@ -40,6 +42,7 @@ pub use node::{DrainState, Health, Readiness, HEALTH_BOUND};
 pub use pairs::SessionRef;
 
 pub use startup::StartupError;
+pub use watch::{WatchEvent, Watched};
 
 use crate::locking::lock;
 use crate::session::{SessionKey, SessionStatus};
@@ -158,6 +161,8 @@ pub struct Cellvisor {
     session_key: cellvisor_config::SessionKeyBy,
     /// Under `sessions.key = "session+cwd"`, the pairs run here: their names and cwds.
     pairs: Mutex<pairs::Pairs>,
+    /// The sessions someone watches ([`Cellvisor::watch`]).
+    watchers: watch::Watchers,
 }
 
 impl Cellvisor {
@@ -449,6 +454,7 @@ impl Prepared {
             draining: std::sync::atomic::AtomicBool::new(false),
             session_key,
             pairs: Mutex::new(pairs::Pairs::default()),
+            watchers: watch::Watchers::default(),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The routes of a network listener. `/healthz` and `/readyz` are open (an orchestrator's
 //! probes carry no secret, and they tell only up or not); everything else needs the bearer
-//! token.
+//! token (or Jupyter's `token` scheme, or `?token=` on the Kernel Gateway API's `/api`).
 
 use super::super::{lock, Daemon};
 use super::{files_http, ws};
@@ -42,6 +42,7 @@ pub(super) fn router(daemon: Arc<Daemon>, cells: CellsConfig) -> Router {
                 // Streamed to the file as it arrives, bounded by the workspace's quotas.
                 .layer(DefaultBodyLimit::disable()),
         )
+        .merge(super::jupyter::routes())
         // The routes that drive the daemon refuse its own cells; probes and metrics only read.
         .route_layer(middleware::from_fn(refuse_cells))
         .route("/metrics", get(metrics))
@@ -63,10 +64,17 @@ async fn require_token(
     request: Request,
     next: Next,
 ) -> Response {
+    // Jupyter clients may send the token in the query (`?token=T`), on `/api` only.
+    let in_query = (request.headers().get(header::AUTHORIZATION).is_none()
+        && request.uri().path().starts_with("/api"))
+    .then(|| super::jupyter::query_token(request.uri().query()))
+    .flatten()
+    .map(|token| format!("Bearer {token}"));
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
-        .map(|value| value.as_bytes());
+        .map(|value| value.as_bytes())
+        .or(in_query.as_ref().map(|t| t.as_bytes()));
     let admitted = lock(&daemon.tenants)
         .as_ref()
         .and_then(|tenants| tenants.admit(presented));
@@ -271,8 +279,8 @@ async fn not_found(request: Request) -> Response {
         Json(json!({
             "error": format!(
                 "no such endpoint: {} {}; the endpoints are GET /healthz, GET /readyz, \
-                 GET /metrics, GET /v1/rpc (WebSocket), POST /mcp and GET, PUT, DELETE \
-                 /v1/sessions/<id>/files/<path>",
+                 GET /metrics, GET /v1/rpc (WebSocket), POST /mcp, GET, PUT, DELETE \
+                 /v1/sessions/<id>/files/<path> and the Kernel Gateway API under /api",
                 request.method(),
                 request.uri().path()
             )

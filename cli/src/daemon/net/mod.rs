@@ -8,12 +8,14 @@
 //! - `http`: the routes: `/healthz`, `/readyz`, `/metrics`, `/v1/rpc`, `/mcp`.
 //! - `files_http`: `/v1/sessions/<id>/files/<path>`: workspace files, streamed.
 //! - `ws`: `/v1/rpc`, the Unix socket's JSON-RPC over a WebSocket, one message per frame.
+//! - `jupyter`: the Kernel Gateway API (`/api/kernelspecs`, `/api/kernels`, the channels).
 //! - `agent`: HAProxy's agent check (`fleet.agent-listen`): `ready up` or `drain`.
 //! - `strangers`: the places of connections that have not presented the token yet.
 
 mod agent;
 mod files_http;
 mod http;
+mod jupyter;
 mod peer;
 mod strangers;
 mod tenants;

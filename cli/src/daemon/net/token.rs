@@ -63,11 +63,16 @@ impl Token {
     }
 }
 
-/// The credentials of a `Bearer` authorization (the scheme is case-insensitive).
+/// The credentials of a `Bearer` authorization, or of Jupyter's `token` one (the scheme
+/// is case-insensitive).
 pub(super) fn bearer(header: &[u8]) -> Option<&[u8]> {
     let (scheme, rest) = header.split_at_checked(7)?;
+    if scheme.eq_ignore_ascii_case(b"bearer ") {
+        return Some(rest.trim_ascii());
+    }
+    let (scheme, rest) = header.split_at_checked(6)?;
     scheme
-        .eq_ignore_ascii_case(b"bearer ")
+        .eq_ignore_ascii_case(b"token ")
         .then(|| rest.trim_ascii())
 }
 
@@ -87,6 +92,7 @@ mod tests {
         let t = token("0123456789abcdef-secret\n").unwrap();
         assert!(t.admits(Some(b"Bearer 0123456789abcdef-secret")));
         assert!(t.admits(Some(b"bearer 0123456789abcdef-secret ")));
+        assert!(t.admits(Some(b"token 0123456789abcdef-secret")));
         for wrong in [
             &b"Bearer 0123456789abcdef-secreT"[..],
             b"Bearer 0123456789abcdef-secret2",

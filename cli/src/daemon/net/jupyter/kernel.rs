@@ -1,0 +1,586 @@
+//! One kernel: a session and language of a tenant, its iopub broadcast (every connected
+//! client sees it), its shell queue (one request at a time, as a kernel has), and the relay
+//! of the cells other hosts (an agent's JSON-RPC or MCP) run in its session.
+
+use super::super::super::Daemon;
+use crate::jupyter::mapping::{self, Failure};
+use crate::jupyter::message::{Outgoing, Request};
+use crate::jupyter::snippets;
+use cellvisor::cell::{CellEvent, CellResult, CellSpec, EvalRequest};
+use cellvisor::{Language, SessionRef, WatchEvent};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{broadcast, mpsc, watch};
+
+/// iopub messages a slow client may fall behind by before it misses the oldest.
+const IOPUB_BACKLOG: usize = 1024;
+
+/// Shell requests queued on one kernel at most; past it a client waits to send more.
+const SHELL_BACKLOG: usize = 256;
+
+/// A message on its way to one client, serialised once.
+pub(super) type Frame = Arc<str>;
+
+/// A shell request and where its reply goes.
+pub(super) struct Job {
+    pub(super) request: Request,
+    pub(super) reply: mpsc::Sender<Frame>,
+}
+
+/// What a kernel shows of itself in the REST model and `execution_state`.
+#[derive(Debug)]
+struct State {
+    execution_count: u64,
+    /// (execution count, code) of the cells run, for `history_request`.
+    history: Vec<(u64, String)>,
+    last_activity: String,
+    busy: bool,
+    /// A cell of this kernel or of another host is running: an interrupt has something to
+    /// stop.
+    running: bool,
+}
+
+/// A kernel of the gateway.
+pub(super) struct Kernel {
+    pub(super) id: String,
+    pub(super) tenant: String,
+    /// The session's name as its tenant sends it (the model shows it, so a person picks the
+    /// session an agent named).
+    session: String,
+    /// Its internal name (the tenant's prefix and the name).
+    pub(super) internal: String,
+    pub(super) language: Language,
+    /// The tag of this kernel's own requests, so its relay skips them.
+    origin: u64,
+    /// The `session` of the headers this kernel writes.
+    header_session: String,
+    iopub: broadcast::Sender<Frame>,
+    shell: mpsc::Sender<Job>,
+    state: Mutex<State>,
+    pub(super) connections: AtomicUsize,
+    /// Held while an interrupt checks and stops the running cell, and while a cell is
+    /// marked as running or not: an interrupt never reaches the cell queued after.
+    turn: tokio::sync::Mutex<()>,
+    /// Set when the kernel is shut down: its tasks and connections end.
+    ended: watch::Sender<bool>,
+}
+
+impl Kernel {
+    /// A kernel over `internal`, with its shell task and its relay running.
+    pub(super) fn start(
+        daemon: &Arc<Daemon>,
+        id: String,
+        tenant: String,
+        session: String,
+        internal: String,
+        language: Language,
+        origin: u64,
+    ) -> Arc<Kernel> {
+        let (shell, jobs) = mpsc::channel(SHELL_BACKLOG);
+        let kernel = Arc::new(Kernel {
+            id,
+            tenant,
+            session,
+            internal,
+            language,
+            origin,
+            header_session: uuid::Uuid::new_v4().to_string(),
+            iopub: broadcast::channel(IOPUB_BACKLOG).0,
+            shell,
+            state: Mutex::new(State {
+                execution_count: 0,
+                history: Vec::new(),
+                last_activity: crate::jupyter::message::now(),
+                busy: false,
+                running: false,
+            }),
+            connections: AtomicUsize::new(0),
+            turn: tokio::sync::Mutex::new(()),
+            ended: watch::Sender::new(false),
+        });
+        let watched = daemon.cv.watch(&kernel.internal);
+        tokio::spawn(shell_loop(Arc::clone(daemon), Arc::clone(&kernel), jobs));
+        tokio::spawn(relay(Arc::clone(&kernel), watched));
+        kernel
+    }
+
+    /// The REST model of the kernel.
+    pub(super) fn model(&self) -> Value {
+        let state = lock(&self.state);
+        json!({
+            "id": self.id,
+            "name": mapping::kernel_name(self.language),
+            "last_activity": state.last_activity,
+            "execution_state": if state.busy { "busy" } else { "idle" },
+            "connections": self.connections.load(Ordering::Relaxed),
+            "cellvisor": {"session": self.session, "language": self.language.short_name()},
+        })
+    }
+
+    /// A new client's view of iopub.
+    pub(super) fn subscribe(&self) -> broadcast::Receiver<Frame> {
+        self.iopub.subscribe()
+    }
+
+    /// The shell queue.
+    pub(super) async fn queue(&self, job: Job) -> bool {
+        self.touch();
+        self.shell.send(job).await.is_ok()
+    }
+
+    /// Whether the kernel was shut down, and a way to wait for it.
+    pub(super) fn ended(&self) -> watch::Receiver<bool> {
+        self.ended.subscribe()
+    }
+
+    /// Ends the kernel's tasks and connections (after telling them it is dead).
+    pub(super) fn end(&self) {
+        self.publish(Outgoing::new(
+            "iopub",
+            "status",
+            &json!({}),
+            json!({"execution_state": "dead"}),
+        ));
+        let _ = self.ended.send(true);
+    }
+
+    fn touch(&self) {
+        lock(&self.state).last_activity = crate::jupyter::message::now();
+    }
+
+    /// A message to every connected client.
+    pub(super) fn publish(&self, message: Outgoing) {
+        let _ = self.iopub.send(self.frame(&message));
+    }
+
+    /// A message written for this kernel.
+    pub(super) fn frame(&self, message: &Outgoing) -> Frame {
+        message.to_json(&self.header_session).to_string().into()
+    }
+
+    fn status(&self, parent: &Value, state: &str) {
+        lock(&self.state).busy = state == "busy";
+        self.publish(Outgoing::new(
+            "iopub",
+            "status",
+            parent,
+            json!({"execution_state": state}),
+        ));
+    }
+
+    /// Stops the running cell, if one runs; never the one queued after it. Answers whether
+    /// there was one.
+    pub(super) async fn interrupt(&self, daemon: &Daemon) -> bool {
+        let _turn = self.turn.lock().await;
+        if !lock(&self.state).running {
+            return false;
+        }
+        let session = SessionRef::new(&self.internal, None);
+        matches!(daemon.cv.interrupt(session, Some(self.language)).await, Ok(n) if n > 0)
+    }
+
+    async fn set_running(&self, running: bool) {
+        let _turn = self.turn.lock().await;
+        lock(&self.state).running = running;
+    }
+
+    /// After a restart: a fresh count, as a new kernel process has.
+    pub(super) fn restarted(&self) {
+        lock(&self.state).execution_count = 0;
+        self.publish(Outgoing::new(
+            "iopub",
+            "status",
+            &json!({}),
+            json!({"execution_state": "restarting"}),
+        ));
+        self.status(&json!({}), "idle");
+    }
+
+    /// Runs `code` as one cell of this kernel's session, tagged as its own; the events go to
+    /// `events`.
+    pub(super) async fn run(
+        &self,
+        daemon: &Daemon,
+        code: &str,
+        events: Option<mpsc::Sender<CellEvent>>,
+    ) -> Result<CellResult, String> {
+        let request = EvalRequest {
+            session: self.internal.clone(),
+            cwd: None,
+            cells: vec![CellSpec::new(self.language, code)],
+            tools: Vec::new(),
+            virtual_env: None,
+            env: None,
+            fresh: false,
+            sandbox: None,
+            resume: false,
+            timeout: None,
+            reset: false,
+            events: Default::default(),
+        };
+        let result = daemon
+            .cv
+            .eval_tagged(
+                cellvisor::Origin::Network,
+                request,
+                events,
+                None,
+                self.origin,
+            )
+            .await;
+        let mut result = result.map_err(|e| e.to_string())?;
+        result
+            .cells
+            .pop()
+            .ok_or_else(|| "the request ran no cell".to_string())
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The kernel's shell: one request at a time, in the order they came.
+async fn shell_loop(daemon: Arc<Daemon>, kernel: Arc<Kernel>, mut jobs: mpsc::Receiver<Job>) {
+    let mut ended = kernel.ended();
+    loop {
+        let job = tokio::select! {
+            job = jobs.recv() => match job { Some(job) => job, None => return },
+            _ = ended.changed() => return,
+        };
+        let failed = handle(&daemon, &kernel, &job).await;
+        if failed {
+            // As ipykernel: an error aborts the execute requests already queued.
+            while let Ok(queued) = jobs.try_recv() {
+                if queued.request.msg_type == "execute_request" {
+                    abort(&kernel, &queued).await;
+                } else {
+                    handle(&daemon, &kernel, &queued).await;
+                }
+            }
+        }
+    }
+}
+
+async fn reply(kernel: &Kernel, job: &Job, msg_type: &str, content: Value) {
+    let channel = if job.request.channel == "control" {
+        "control"
+    } else {
+        "shell"
+    };
+    let message = Outgoing::new(channel, msg_type, &job.request.header, content);
+    let _ = job.reply.send(kernel.frame(&message)).await;
+}
+
+async fn abort(kernel: &Kernel, job: &Job) {
+    kernel.status(&job.request.header, "busy");
+    reply(kernel, job, "execute_reply", mapping::aborted_reply()).await;
+    kernel.status(&job.request.header, "idle");
+}
+
+/// Answers one shell request between `busy` and `idle`; whether it was an execution that
+/// failed with `stop_on_error`.
+async fn handle(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
+    let parent = &job.request.header;
+    let content = &job.request.content;
+    kernel.status(parent, "busy");
+    let mut failed = false;
+    match job.request.msg_type.as_str() {
+        "execute_request" => {
+            let stop_on_error = content["stop_on_error"].as_bool().unwrap_or(true);
+            failed = execute(daemon, kernel, job).await && stop_on_error;
+        }
+        "kernel_info_request" => {
+            reply(
+                kernel,
+                job,
+                "kernel_info_reply",
+                mapping::kernel_info(kernel.language),
+            )
+            .await
+        }
+        "is_complete_request" => {
+            let code = content["code"].as_str().unwrap_or_default();
+            reply(
+                kernel,
+                job,
+                "is_complete_reply",
+                mapping::is_complete(kernel.language, code),
+            )
+            .await
+        }
+        "complete_request" => {
+            let answer = complete(daemon, kernel, content).await;
+            reply(kernel, job, "complete_reply", answer).await
+        }
+        "inspect_request" => {
+            let answer = inspect(daemon, kernel, content).await;
+            reply(kernel, job, "inspect_reply", answer).await
+        }
+        "history_request" => {
+            let history: Vec<Value> = lock(&kernel.state)
+                .history
+                .iter()
+                .map(|(n, code)| json!([0, n, code]))
+                .collect();
+            reply(
+                kernel,
+                job,
+                "history_reply",
+                json!({"status": "ok", "history": history}),
+            )
+            .await
+        }
+        "comm_info_request" => {
+            reply(
+                kernel,
+                job,
+                "comm_info_reply",
+                json!({"status": "ok", "comms": {}}),
+            )
+            .await
+        }
+        other => {
+            let reply_type = format!("{}_reply", other.trim_end_matches("_request"));
+            let error = json!({
+                "status": "error", "ename": "UnsupportedRequest",
+                "evalue": format!("{other} is not answered by cellvisor's kernels; the shell \
+                    requests are execute, kernel_info, complete, inspect, is_complete, history \
+                    and comm_info"),
+                "traceback": [],
+            });
+            reply(kernel, job, &reply_type, error).await
+        }
+    }
+    kernel.status(parent, "idle");
+    failed
+}
+
+/// An `execute_request`: its cell, its output on iopub, its reply. Whether it failed.
+async fn execute(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
+    let parent = &job.request.header;
+    let code = job.request.content["code"].as_str().unwrap_or_default();
+    let silent = job.request.content["silent"].as_bool().unwrap_or(false);
+    let store_history = !silent
+        && job.request.content["store_history"]
+            .as_bool()
+            .unwrap_or(true);
+    let count = {
+        let mut state = lock(&kernel.state);
+        if store_history {
+            state.execution_count += 1;
+            let count = state.execution_count;
+            state.history.push((count, code.to_string()));
+        }
+        state.execution_count
+    };
+    if !silent {
+        kernel.publish(Outgoing::new(
+            "iopub",
+            "execute_input",
+            parent,
+            mapping::execute_input(code, count),
+        ));
+    }
+    kernel.set_running(true).await;
+    let (events, mut stream) = mpsc::channel::<CellEvent>(64);
+    let run = kernel.run(daemon, code, Some(events));
+    tokio::pin!(run);
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            Some(event) = stream.recv() => forward(kernel, parent, &event, silent),
+            outcome = &mut run => break outcome,
+        }
+    };
+    while let Ok(event) = stream.try_recv() {
+        forward(kernel, parent, &event, silent);
+    }
+    kernel.set_running(false).await;
+    let (reply_content, failure) = match &outcome {
+        Ok(result) => (
+            mapping::execute_reply(Some(result), count),
+            mapping::failure_of(result),
+        ),
+        Err(refused) => {
+            let failure = Failure {
+                ename: "CellvisorError".into(),
+                evalue: refused.clone(),
+            };
+            let mut content = failure.error_content();
+            content["status"] = "error".into();
+            content["execution_count"] = count.into();
+            (content, Some(failure))
+        }
+    };
+    if let (Some(failure), false) = (&failure, silent) {
+        kernel.publish(Outgoing::new(
+            "iopub",
+            "error",
+            parent,
+            failure.error_content(),
+        ));
+    }
+    reply(kernel, job, "execute_reply", reply_content).await;
+    failure.is_some()
+}
+
+fn forward(kernel: &Kernel, parent: &Value, event: &CellEvent, silent: bool) {
+    if silent {
+        return;
+    }
+    if let Some((msg_type, content)) = mapping::iopub_of(event) {
+        kernel.publish(Outgoing::new("iopub", msg_type, parent, content));
+    }
+}
+
+/// Runs a snippet and reads its answer (none when the cell failed or printed none).
+async fn snippet(daemon: &Daemon, kernel: &Kernel, code: String) -> Option<Value> {
+    let result = kernel.run(daemon, &code, None).await.ok()?;
+    snippets::answer(&result.report.output)
+}
+
+async fn complete(daemon: &Daemon, kernel: &Kernel, content: &Value) -> Value {
+    let code = content["code"].as_str().unwrap_or_default();
+    let cursor = content["cursor_pos"]
+        .as_u64()
+        .map_or(code.chars().count(), |c| c as usize);
+    let (start, name) = snippets::name_at(code, cursor);
+    let found = snippet(
+        daemon,
+        kernel,
+        snippets::complete_code(kernel.language, &name),
+    )
+    .await;
+    let matches: Vec<Value> = found
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default();
+    json!({"status": "ok", "matches": matches, "cursor_start": start, "cursor_end": cursor, "metadata": {}})
+}
+
+async fn inspect(daemon: &Daemon, kernel: &Kernel, content: &Value) -> Value {
+    let code = content["code"].as_str().unwrap_or_default();
+    let cursor = content["cursor_pos"]
+        .as_u64()
+        .map_or(code.chars().count(), |c| c as usize);
+    let name = snippets::name_around(code, cursor);
+    if name.is_empty() {
+        return json!({"status": "ok", "found": false, "data": {}, "metadata": {}});
+    }
+    match snippet(
+        daemon,
+        kernel,
+        snippets::inspect_code(kernel.language, &name),
+    )
+    .await
+    {
+        Some(Value::String(text)) => {
+            json!({"status": "ok", "found": true, "data": {"text/plain": text}, "metadata": {}})
+        }
+        _ => json!({"status": "ok", "found": false, "data": {}, "metadata": {}}),
+    }
+}
+
+/// Shows every client the cells other hosts run in the kernel's session (in its language),
+/// as an execution of their own: `busy`, `execute_input`, output, `error`, `idle`, with a
+/// parent header naming the request.
+async fn relay(kernel: Arc<Kernel>, mut watched: broadcast::Receiver<Arc<cellvisor::Watched>>) {
+    let mut ended = kernel.ended();
+    // The request being shown: its parent header and cells.
+    let mut current: Option<(u64, Value, Vec<CellSpec>)> = None;
+    loop {
+        let item = tokio::select! {
+            item = watched.recv() => item,
+            _ = ended.changed() => return,
+        };
+        let item = match item {
+            Ok(item) => item,
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::debug!(kernel = %kernel.id, missed, "the relay fell behind its session's events");
+                continue;
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        if item.origin == kernel.origin {
+            continue;
+        }
+
+        match &item.what {
+            WatchEvent::Began { cells } => {
+                if let Some((_, parent, _)) = current.take() {
+                    // A request whose end never came (its host left): idle before the next.
+                    kernel.set_running(false).await;
+                    kernel.status(&parent, "idle");
+                }
+                if !cells.iter().any(|c| c.language == kernel.language) {
+                    continue;
+                }
+                let parent = json!({
+                    "msg_id": format!("cellvisor-request-{}", item.request),
+                    "msg_type": "execute_request",
+                    "session": format!("cellvisor-origin-{}", item.origin),
+                    "username": "cellvisor", "date": crate::jupyter::message::now(),
+                    "version": crate::jupyter::message::PROTOCOL_VERSION,
+                });
+                kernel.set_running(true).await;
+                kernel.status(&parent, "busy");
+                current = Some((item.request, parent, cells.clone()));
+            }
+            WatchEvent::Event(event) => {
+                let Some((request, parent, cells)) = &current else {
+                    continue;
+                };
+                if *request != item.request {
+                    continue;
+                }
+                let index = match event {
+                    CellEvent::CellStarted { index, .. }
+                    | CellEvent::Output { index, .. }
+                    | CellEvent::Display { index, .. }
+                    | CellEvent::Status { index, .. }
+                    | CellEvent::CellDone { index, .. } => *index,
+                };
+                let Some(cell) = cells.get(index).filter(|c| c.language == kernel.language) else {
+                    continue;
+                };
+                if let CellEvent::CellStarted { .. } = event {
+                    let count = {
+                        let mut state = lock(&kernel.state);
+                        state.execution_count += 1;
+                        let count = state.execution_count;
+                        state.history.push((count, cell.code.clone()));
+                        count
+                    };
+                    kernel.publish(Outgoing::new(
+                        "iopub",
+                        "execute_input",
+                        parent,
+                        mapping::execute_input(&cell.code, count),
+                    ));
+                }
+                forward(&kernel, parent, event, false);
+            }
+            WatchEvent::Ended { cells: results } => {
+                let Some((request, parent, _)) = current.take() else {
+                    continue;
+                };
+                if request != item.request {
+                    continue;
+                }
+                for result in results.iter().filter(|r| r.language == kernel.language) {
+                    if let Some(failure) = mapping::failure_of(result) {
+                        kernel.publish(Outgoing::new(
+                            "iopub",
+                            "error",
+                            &parent,
+                            failure.error_content(),
+                        ));
+                    }
+                }
+                kernel.set_running(false).await;
+                kernel.status(&parent, "idle");
+            }
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! Jupyter's kernel protocol over cellvisor's sessions: the messages as the legacy JSON
+//! framing carries them, the mapping of cells and their events to Jupyter messages (plain
+//! data, for the daemon's Kernel Gateway API and a ZMQ kernel alike), and the small cells
+//! that answer completion and inspection from a session's live namespace.
+//!
+//! - `message`: a client's request read leniently, a reply or broadcast written whole.
+//! - `mapping`: kernelspecs, `language_info`, kernel ids, events to iopub, results to
+//!   replies, `is_complete`.
+//! - `snippets`: the name at the cursor, and the cells that complete and inspect it.
+
+pub mod mapping;
+pub mod message;
+pub mod snippets;
