@@ -149,10 +149,13 @@ pub(super) async fn start(
         return error(StatusCode::FORBIDDEN, refused.message);
     }
     let session = format!("kernel-{}", uuid::Uuid::new_v4());
+    // The kernel's place counts against the tenant's quotas until its worker has started.
     let params = Some(json!({"session": tenant.internal(&session)}));
-    if let Err(refused) = tenancy::within_quotas(&daemon, tenant, &params).await {
-        return error(StatusCode::TOO_MANY_REQUESTS, refused.message);
-    }
+    let ask = tenancy::asked_session(&params);
+    let _reservation = match tenancy::within_quotas(&daemon, tenant, ask, || 0).await {
+        Ok(reservation) => reservation,
+        Err(refused) => return error(StatusCode::TOO_MANY_REQUESTS, refused.message),
+    };
     let id = mapping::kernel_id(&tenant.name, &session, language);
     let kernel = gateway.hold(&daemon, &principal, id.clone(), session, language);
     // The worker starts now, as a kernel's process does: the first cell finds it ready.
