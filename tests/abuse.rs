@@ -8,7 +8,7 @@ use common::daemon::Daemon;
 use common::{cells, nobody, rss_bytes, wait_until, World};
 use serde_json::{json, Value};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 const SETTLE: Duration = Duration::from_secs(5);
@@ -333,6 +333,7 @@ open(victim, "w").write("precious")
 for i in range(0, 100):
     os.symlink(victim, os.path.join(d, "s-py-%d-%d.txt" % (os.getppid(), i)))
 os.symlink(victim, os.path.join(d, "evil.txt"))
+print(victim)
 "#;
     let planted = client.eval("s", json!([py(plant)]));
     assert_eq!(planted["cells"][0]["status"], "complete", "{planted:#}");
@@ -341,7 +342,13 @@ os.symlink(victim, os.path.join(d, "evil.txt"))
         .as_str()
         .unwrap_or_else(|| panic!("kept: {first:#}"))
         .to_string();
-    let victim = daemon.world.work_dir().join("victim.txt");
+    // The session works in its workspace (a request without `cwd`): the cell said where.
+    let victim = PathBuf::from(
+        planted["cells"][0]["output"]
+            .as_str()
+            .unwrap_or_default()
+            .trim(),
+    );
     assert_eq!(
         std::fs::read_to_string(&victim).expect("victim"),
         "precious"

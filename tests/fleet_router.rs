@@ -10,7 +10,7 @@ mod common;
 
 use common::fleet::{haproxy, shipped_config, Fleet};
 use common::net::TOKEN;
-use common::wait_until;
+use common::{path_str, wait_until};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -305,4 +305,71 @@ fn the_kubernetes_manifests_validate_and_their_haproxy_config_checks() {
         "{}",
         String::from_utf8_lossy(&check.stderr)
     );
+}
+
+/// Through a router the peer check sees only the router, so the defence is that a cell can
+/// read no token: at the `uid` level the token and key files are root's, and without uids
+/// the `landlock` level carves its daemon's secret files out of a network session's reach.
+/// A cell that tries its node's token file and the fleet's key, then calls its own daemon
+/// through HAProxy and straight on its node's port, is refused each time.
+#[test]
+fn a_cell_cannot_drive_its_daemon_through_haproxy() {
+    let Some(haproxy) = haproxy() else {
+        return;
+    };
+    let fleet = Fleet::start(haproxy, ROOMY);
+    // The cell tries every node's token file (it learns where it ran only from the answer)
+    // and the key all of them share.
+    let tokens: Vec<String> = (0..3)
+        .map(|i| path_str(&fleet.node(i).files.path().join("token")).to_string())
+        .collect();
+    let ports: Vec<u16> = (0..3).map(|i| fleet.node(i).port).collect();
+    let code = format!(
+        r#"
+import os, urllib.request, urllib.error
+def read(path):
+    try:
+        open(path, "rb").read()
+        return "read"
+    except OSError as error:
+        return "refused " + type(error).__name__
+for i, path in enumerate({tokens:?}):
+    print("token", i, read(path))
+print("key", read({key:?}))
+def status(url):
+    try:
+        urllib.request.urlopen(url, timeout=30)
+        return "served"
+    except urllib.error.HTTPError as error:
+        return "status %d" % error.code
+print("routed", status({routed:?}))
+for i, port in enumerate({ports:?}):
+    print("direct", i, status("http://127.0.0.1:%d/v1/sessions/intruder/files" % port))
+"#,
+        key = path_str(&fleet.key_file()),
+        routed = fleet.url("/v1/sessions/intruder/files"),
+    );
+    let result = fleet.eval("intruder", "py", &code).expect("the cell runs");
+    let out = text(&result);
+    let node = node_of(&result);
+    let own = node.trim_start_matches("node-");
+    assert!(
+        out.contains(&format!("token {own} refused PermissionError")),
+        "{node}: {result}"
+    );
+    // At the uid level (as root) no node's token is a session's to read; under Landlock
+    // (an ordinary user) each node hides its own daemon's files.
+    if nix::unistd::geteuid().is_root() {
+        for i in 0..3 {
+            assert!(
+                out.contains(&format!("token {i} refused PermissionError")),
+                "{out}"
+            );
+        }
+    }
+    assert!(out.contains("key refused PermissionError"), "{out}");
+    assert!(out.contains("routed status 401"), "{out}");
+    for i in 0..3 {
+        assert!(out.contains(&format!("direct {i} status 401")), "{out}");
+    }
 }

@@ -57,12 +57,13 @@ fn stop(world: &World) {
     world.assert_no_processes_left(Duration::from_secs(30));
 }
 
-/// Runs one Python cell in `session`, in the world's work directory; its output.
-fn py(client: &mut WsClient, cwd: &Path, session: &str, code: &str) -> String {
+/// Runs one Python cell in `session`, in its workspace (a network client names no path of
+/// the node); its output.
+fn py(client: &mut WsClient, session: &str, code: &str) -> String {
     let result = client
         .call(
             "eval",
-            json!({"session": session, "cwd": cwd, "cells": [{"language": "py", "code": code}]}),
+            json!({"session": session, "cells": [{"language": "py", "code": code}]}),
         )
         .unwrap_or_else(|e| panic!("eval refused: {e}"));
     let cell = &result["cells"][0];
@@ -94,27 +95,31 @@ fn a_network_cell_at_the_landlock_level_reads_no_secret_and_cannot_drive_its_dae
         "{text}"
     );
     let mut client = connect_ws(port, None, Some(TOKEN), None, None).expect("websocket");
-    let work = world.work_dir();
-    // The victim, another network session, keeps a file in its temporary directory.
-    let victim_tmp = PathBuf::from(
-        py(
-            &mut client,
-            &work,
-            "victim",
-            "import os, tempfile\nd = tempfile.gettempdir()\n\
-             open(os.path.join(d, 'private'), 'w').write('mine')\nprint(d)",
-        )
-        .trim(),
+    // The victim, another network session, keeps a file in its temporary directory and one
+    // in its workspace.
+    let victim = py(
+        &mut client,
+        "victim",
+        "import os, tempfile\nd = tempfile.gettempdir()\n\
+         open(os.path.join(d, 'private'), 'w').write('mine')\n\
+         open('private.txt', 'w').write('mine')\nprint(d)\nprint(os.getcwd())",
     );
-    let victims_file = victim_tmp.join("private");
+    let mut victim = victim.lines().map(|l| PathBuf::from(l.trim()));
+    let victims_file = victim.next().unwrap_or_default().join("private");
     assert!(victims_file.is_file(), "{}", victims_file.display());
+    let victims_workspace_file = victim.next().unwrap_or_default().join("private.txt");
+    assert!(
+        victims_workspace_file.is_file(),
+        "{}",
+        victims_workspace_file.display()
+    );
     let token = world.dir.path().join("token");
     let state = world.dir.path().join("state/cellvisor");
     let key = state.join("snapshots/.key");
     assert!(key.is_file(), "the daemon made its snapshot key");
     let runtime = world.runtime_dir().join("cellvisor");
     let mut attack = String::from("import os, socket\n");
-    for path in [&token, &key, &victims_file] {
+    for path in [&token, &key, &victims_file, &victims_workspace_file] {
         attack.push_str(&try_read(path));
     }
     for dir in [&state, &runtime] {
@@ -147,8 +152,8 @@ print("tcp answer", s.recv(200).split(b"\r\n")[0])
         socket = path_str(&runtime.join("daemon.sock")),
         token = path_str(&token),
     ));
-    let said = py(&mut client, &work, "attacker", &attack);
-    for path in [&token, &key, &victims_file] {
+    let said = py(&mut client, "attacker", &attack);
+    for path in [&token, &key, &victims_file, &victims_workspace_file] {
         assert!(
             said.contains(&format!("{} refused PermissionError", path_str(path))),
             "{}: {said}",
@@ -171,17 +176,25 @@ print("tcp answer", s.recv(200).split(b"\r\n")[0])
     // The cell works as ever in its cwd and its own temporary directory.
     let works = py(
         &mut client,
-        &work,
         "attacker",
         "import os, tempfile\nopen('notes.txt', 'w').write('kept')\n\
          p = os.path.join(tempfile.gettempdir(), 't')\nopen(p, 'w').write('1')\n\
-         print(open('notes.txt').read(), open(p).read(), len(os.listdir('/usr')) > 0)",
+         print(open('notes.txt').read(), open(p).read(), len(os.listdir('/usr')) > 0)\n\
+         print(os.getcwd())",
     );
-    assert_eq!(works.trim(), "kept 1 True");
+    let mut lines = works.lines();
     assert_eq!(
-        std::fs::read_to_string(work.join("notes.txt")).unwrap_or_default(),
-        "kept"
+        lines.next().unwrap_or_default().trim(),
+        "kept 1 True",
+        "{works}"
     );
+    let workspace = PathBuf::from(lines.next().unwrap_or_default().trim());
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("notes.txt")).unwrap_or_default(),
+        "kept",
+        "{works}"
+    );
+
     drop(client);
     stop(&world);
 }

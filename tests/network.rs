@@ -6,6 +6,7 @@ mod common;
 use common::net::{http_get, NetDaemon, TOKEN};
 use common::{rss_bytes, wait_until, World};
 use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 fn py(code: &str) -> Value {
@@ -328,6 +329,9 @@ fn a_websocket_message_over_the_size_cap_is_answered_then_the_connection_closed(
 fn a_cell_that_reads_the_token_still_cannot_drive_its_own_daemon() {
     let net = NetDaemon::start(false, "", "");
     let token_file = net.files.path().join("token");
+    // Readable on purpose (an operator's mistake the daemon warns about): the peer check is
+    // the defence that is left.
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
     let code = format!(
         r#"import socket
 token = open({token:?}).read().strip()

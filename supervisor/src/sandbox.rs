@@ -184,6 +184,12 @@ pub struct Plan {
     pub hidden: Vec<PathBuf>,
     /// The `landlock` isolation level's policy, not the operator's or a request's sandbox.
     pub by_level: bool,
+    /// The session's own workspace, where it lies inside one of the [`Plan::hidden`]
+    /// directories (the default root is under the state directory): granted after the carve
+    /// out, as the session's other directories are. The workspace itself, not the cwd a
+    /// client named inside it: its path is the daemon's own directories down to it, so no
+    /// cell can swap a link into it between the check and the grant.
+    pub workspace: Option<PathBuf>,
 }
 
 /// The policy of the `landlock` isolation level: the whole file system readable but for the
@@ -253,6 +259,7 @@ pub fn plan(policy: SandboxConfig, kernel: KernelSupport, cwd: PathBuf) -> Resul
         cwd,
         hidden: Vec::new(),
         by_level: false,
+        workspace: None,
     })
 }
 

@@ -38,7 +38,7 @@ pub struct Fleet {
     router: Child,
     /// HAProxy's port.
     pub port: u16,
-    _shared: tempfile::TempDir,
+    shared: tempfile::TempDir,
 }
 
 impl Fleet {
@@ -92,7 +92,7 @@ impl Fleet {
             nodes,
             router,
             port,
-            _shared: shared,
+            shared,
         };
         let up = wait_until(Duration::from_secs(15), || {
             fleet.eval("probe", "py", "1").map(|_| ())
@@ -111,6 +111,11 @@ impl Fleet {
                 json!({"session": session, "cells": [{"language": language, "code": code}]}),
             )
             .map_err(|e| e.to_string())
+    }
+
+    /// The fleet's snapshot master key, shared by every node.
+    pub fn key_file(&self) -> PathBuf {
+        self.shared.path().join("fleet.key")
     }
 
     /// `http://<HAProxy>/<path>`.

@@ -5,6 +5,7 @@ use super::daemon::Daemon;
 use super::{wait_until, World, SHORT_INTERVALS};
 use serde_json::{json, Value};
 use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,6 +113,8 @@ impl NetDaemon {
         let dir = files.path();
         let token = dir.join("token");
         std::fs::write(&token, format!("{TOKEN}\n")).expect("token file");
+        // As an operator keeps it: the daemon's own, out of every session uid's reach.
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
         let cert = tls.then(|| TestCert::make(dir));
         let tls_keys = cert
             .as_ref()

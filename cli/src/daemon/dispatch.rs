@@ -3,7 +3,7 @@
 
 use super::connection::{forward_tool_call, Connection};
 use super::held_start::HeldStart;
-use super::{lifecycle, tenancy, Daemon};
+use super::{confined_first, lifecycle, tenancy, Daemon};
 use cellvisor::cell::{CellEvent, EvalRequest, ToolCallRequest};
 use cellvisor::daemon::protocol::{
     self, code, method, params, CheckpointParams, CheckpointsParams, DrainParams, DrainResult,
@@ -98,12 +98,16 @@ async fn method_of(
         }
         method::CHECKPOINT => {
             let p: CheckpointParams = params(request.params)?;
+            let languages = confined_first::languages(p.language);
+            confined_first::confine(daemon, connection, &p.session, &languages).await?;
             let session = SessionRef::new(&p.session, p.cwd.as_deref());
             let saved = daemon.cv.checkpoint(session, p.language, &p.name).await;
             to_json(&saved.map_err(refused)?)
         }
         method::RESTORE => {
             let p: CheckpointParams = params(request.params)?;
+            let languages = confined_first::languages(p.language);
+            confined_first::confine(daemon, connection, &p.session, &languages).await?;
             let session = SessionRef::new(&p.session, p.cwd.as_deref());
             let restored = daemon.cv.restore(session, p.language, &p.name).await;
             to_json(&restored.map_err(refused)?)
@@ -119,6 +123,7 @@ async fn method_of(
         }
         method::NAMES => {
             let p: NamesParams = params(request.params)?;
+            confined_first::confine(daemon, connection, &p.session, &[p.language]).await?;
             to_json(
                 &daemon
                     .cv

@@ -19,6 +19,7 @@
 //! - `held_start`: a quick cell's `cell_started` event, sent in one write with what follows.
 
 mod admission;
+mod confined_first;
 mod connection;
 mod dispatch;
 mod files;

@@ -95,7 +95,18 @@ impl Cellvisor {
         };
         let hidden = self.hidden_from_cells();
         let real_cwd = std::fs::canonicalize(&cwd).unwrap_or_else(|_| cwd.clone());
-        if let Some(dir) = crate::sandbox::inside_hidden(&real_cwd, &hidden) {
+        // A session's workspace is its own even where the workspaces live under the daemon's
+        // state directory (the default): the rules grant that one directory after the carve
+        // out, and the rest of the state directory (other sessions' workspaces included)
+        // stays hidden. Only the request's own session's workspace, wherever a link led.
+        let own_workspace = crate::names::SessionName::parse(&request.session)
+            .ok()
+            .map(|name| self.workspace(&name).dir().to_path_buf())
+            .and_then(|dir| std::fs::canonicalize(dir).ok())
+            .filter(|dir| real_cwd.starts_with(dir));
+        if let Some(dir) =
+            crate::sandbox::inside_hidden(&real_cwd, &hidden).filter(|_| own_workspace.is_none())
+        {
             return Err(RequestError::Sandbox(format!(
                 "cwd {} lies in {}, one of the daemon's own directories, which no cell may \
                  read or write: run the session in a directory of its own",
@@ -107,6 +118,7 @@ impl Cellvisor {
             .map_err(RequestError::Sandbox)?;
         plan.hidden = hidden;
         plan.by_level = by_level;
+        plan.workspace = own_workspace;
         Ok(Some(plan))
     }
 }

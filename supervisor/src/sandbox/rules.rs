@@ -126,6 +126,7 @@ pub fn rules(plan: &Plan, dirs: &SessionDirs, env: &WorkerEnv) -> Rules {
     write.push(dirs.artifacts.clone());
     write.extend(dirs.store.clone());
     write.extend(dirs.snapshots.clone());
+    write.extend(plan.workspace.clone());
     Rules {
         required: plan.policy.required,
         read,

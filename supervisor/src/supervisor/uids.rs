@@ -59,12 +59,17 @@ impl Supervisor {
         let artifacts = self.base.artifacts.dir().join(&name);
         let mut own = vec![tmp.clone(), artifacts];
         own.extend(spec.env.store_dir());
-        // The workspace the session works in (its own, or the one a per-call request on its
-        // name borrows): the uid's, whatever subdirectory it runs in.
+        // The workspace the session works in: the uid's, whatever subdirectory it runs in.
+        // Only its own: a per-call session borrowing its named session's workspace leases a
+        // uid of its own, and handing it the workspace would take it from the named
+        // session's uid (and give it to the daemon when the per-call uid is released).
         let workspace = spec
             .cwd
             .as_deref()
-            .and_then(|cwd| crate::workspaces::Workspace::containing(&self.base.workspaces, cwd));
+            .and_then(|cwd| crate::workspaces::Workspace::containing(&self.base.workspaces, cwd))
+            .filter(|w| {
+                *w == crate::workspaces::Workspace::of(&self.base.workspaces, &key.session)
+            });
         own.extend(workspace.map(|w| w.dir().to_path_buf()));
         let mut create = Vec::new();
         let mut traversable = Vec::new();

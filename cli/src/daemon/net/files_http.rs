@@ -125,7 +125,8 @@ pub(super) async fn get(
         }) => return listing(target, path, query.recursive).await,
         Err(err) => return file_response(err),
     };
-    let file = tokio::fs::File::from_std(file);
+    // Exactly the bytes `Content-Length` promised, whatever a running cell does to the file.
+    let file = tokio::fs::File::from_std(file).take(size);
     let chunks = futures::stream::unfold(Some(file), |file| async move {
         let mut file = file?;
         let mut buf = vec![0u8; CHUNK];

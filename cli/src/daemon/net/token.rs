@@ -32,6 +32,7 @@ impl Token {
             reason,
         };
         let text = std::fs::read_to_string(path).map_err(|e| refuse(e.to_string()))?;
+        warn_if_others_may_read(path);
         let token = text.lines().next().unwrap_or("").trim();
         if token.len() < MIN_TOKEN_BYTES {
             return Err(refuse(format!(
@@ -60,6 +61,24 @@ impl Token {
         };
         let digest: [u8; 32] = Sha256::digest(presented).into();
         bool::from(digest.ct_eq(&self.digest))
+    }
+}
+
+/// Says so at start (and at each reload) when other users may read a token file: at the
+/// `uid` isolation level every session runs as a user of its own, so a token file of mode
+/// 0644 is one `open()` away from every cell, whatever the daemon hides.
+fn warn_if_others_may_read(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return;
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o044 != 0 {
+        tracing::warn!(
+            "the token file {} is readable by other users (mode {mode:04o}): cells running as \
+             other uids could read it and drive this daemon; chmod 600 it",
+            path.display()
+        );
     }
 }
 

@@ -8,7 +8,7 @@
 use super::super::super::Daemon;
 use super::super::{ConnectionSlot, Principal};
 use super::kernel::{Frame, Job, Kernel};
-use super::rest::error;
+use super::rest::{error, refused_without_cells};
 use super::Gateway;
 use crate::jupyter::mapping;
 use crate::jupyter::message::{Outgoing, Request};
@@ -37,6 +37,9 @@ pub(super) async fn upgrade(
     Path(id): Path<String>,
     upgrade: WebSocketUpgrade,
 ) -> Response {
+    if let Some(refused) = refused_without_cells(&principal, "the channels of /api/kernels/<id>") {
+        return refused;
+    }
     let Some(kernel) = gateway.find(&daemon, &principal, &id).await else {
         return error(
             StatusCode::NOT_FOUND,

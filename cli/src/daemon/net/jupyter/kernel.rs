@@ -2,7 +2,9 @@
 //! client sees it), its shell queue (one request at a time, as a kernel has), and the relay
 //! of the cells other hosts (an agent's JSON-RPC or MCP) run in its session.
 
-use super::super::super::Daemon;
+use super::super::super::admission::Ask;
+use super::super::super::{tenancy, Daemon};
+use super::super::tenants::Tenant;
 use crate::jupyter::mapping::{self, Failure};
 use crate::jupyter::message::{Outgoing, Request};
 use crate::jupyter::snippets;
@@ -32,8 +34,8 @@ pub(super) struct Job {
 #[derive(Debug)]
 struct State {
     execution_count: u64,
-    /// (execution count, code) of the cells run, for `history_request`.
-    history: Vec<(u64, String)>,
+    /// (execution count, code) of the last [`HISTORY_KEPT`] cells run, for `history_request`.
+    history: std::collections::VecDeque<(u64, String)>,
     last_activity: String,
     busy: bool,
     /// A cell of this kernel or of another host is running: an interrupt has something to
@@ -45,6 +47,9 @@ struct State {
 pub(super) struct Kernel {
     pub(super) id: String,
     pub(super) tenant: String,
+    /// The tenant whose quotas each of the kernel's requests is admitted against (a kernel
+    /// outlives its session: a later request may start the session again).
+    owner: Arc<Tenant>,
     /// The session's name as its tenant sends it (the model shows it, so a person picks the
     /// session an agent named).
     session: String,
@@ -71,7 +76,7 @@ impl Kernel {
     pub(super) fn start(
         daemon: &Arc<Daemon>,
         id: String,
-        tenant: String,
+        owner: Arc<Tenant>,
         session: String,
         internal: String,
         language: Language,
@@ -80,7 +85,8 @@ impl Kernel {
         let (shell, jobs) = mpsc::channel(SHELL_BACKLOG);
         let kernel = Arc::new(Kernel {
             id,
-            tenant,
+            tenant: owner.name.clone(),
+            owner,
             session,
             internal,
             language,
@@ -90,7 +96,7 @@ impl Kernel {
             shell,
             state: Mutex::new(State {
                 execution_count: 0,
-                history: Vec::new(),
+                history: std::collections::VecDeque::new(),
                 last_activity: crate::jupyter::message::now(),
                 busy: false,
                 running: false,
@@ -219,6 +225,11 @@ impl Kernel {
             reset: false,
             events: Default::default(),
         };
+        // Admitted as any request that may start a session, its place held until answered.
+        let ask = Ask::Session(self.internal.clone());
+        let _reservation = tenancy::within_quotas(daemon, &self.owner, ask, || 0)
+            .await
+            .map_err(|refused| refused.message)?;
         let result = daemon
             .cv
             .eval_tagged(
@@ -357,6 +368,20 @@ async fn handle(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
     failed
 }
 
+/// How many cells a kernel remembers for `history_request`: a kernel that runs for weeks
+/// keeps a bounded memory, as IPython's history session does in memory.
+const HISTORY_KEPT: usize = 1000;
+
+impl State {
+    /// Records a cell for `history_request`, forgetting the oldest past [`HISTORY_KEPT`].
+    fn remember(&mut self, count: u64, code: &str) {
+        if self.history.len() >= HISTORY_KEPT {
+            self.history.pop_front();
+        }
+        self.history.push_back((count, code.to_string()));
+    }
+}
+
 /// An `execute_request`: its cell, its output on iopub, its reply. Whether it failed.
 async fn execute(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
     let parent = &job.request.header;
@@ -371,7 +396,7 @@ async fn execute(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
         if store_history {
             state.execution_count += 1;
             let count = state.execution_count;
-            state.history.push((count, code.to_string()));
+            state.remember(count, code);
         }
         state.execution_count
     };
@@ -549,7 +574,7 @@ async fn relay(kernel: Arc<Kernel>, mut watched: broadcast::Receiver<Arc<cellvis
                         let mut state = lock(&kernel.state);
                         state.execution_count += 1;
                         let count = state.execution_count;
-                        state.history.push((count, cell.code.clone()));
+                        state.remember(count, &cell.code);
                         count
                     };
                     kernel.publish(Outgoing::new(

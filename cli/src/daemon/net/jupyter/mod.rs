@@ -121,7 +121,7 @@ impl Gateway {
         let kernel = Kernel::start(
             daemon,
             id.clone(),
-            principal.tenant.name.clone(),
+            Arc::clone(&principal.tenant),
             session,
             internal,
             language,

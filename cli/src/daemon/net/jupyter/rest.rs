@@ -18,6 +18,14 @@ use std::sync::Arc;
 const API_VERSION: &str = "3.0.1";
 
 /// A JSON error body as Jupyter's servers write them (`message`, and `reason`).
+/// Refuses a client whose tenant lacks the `cells` right: a kernel runs cells, and so does
+/// whatever reaches one (its channels, interrupt, restart, delete).
+pub(super) fn refused_without_cells(principal: &Principal, what: &str) -> Option<Response> {
+    tenancy::may_run_cells(&principal.tenant, what)
+        .err()
+        .map(|refused| error(StatusCode::FORBIDDEN, refused.message))
+}
+
 pub(super) fn error(status: StatusCode, message: String) -> Response {
     let reason = status.canonical_reason().unwrap_or("error");
     (status, Json(json!({"message": message, "reason": reason}))).into_response()
@@ -195,6 +203,9 @@ pub(super) async fn delete(
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Response {
+    if let Some(refused) = refused_without_cells(&principal, "DELETE /api/kernels/<id>") {
+        return refused;
+    }
     let Some(kernel) = gateway.find(&daemon, &principal, &id).await else {
         return unknown_kernel(&id);
     };
@@ -214,6 +225,9 @@ pub(super) async fn interrupt(
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Response {
+    if let Some(refused) = refused_without_cells(&principal, "POST /api/kernels/<id>/interrupt") {
+        return refused;
+    }
     let Some(kernel) = gateway.find(&daemon, &principal, &id).await else {
         return unknown_kernel(&id);
     };
@@ -229,6 +243,9 @@ pub(super) async fn restart(
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Response {
+    if let Some(refused) = refused_without_cells(&principal, "POST /api/kernels/<id>/restart") {
+        return refused;
+    }
     let Some(kernel) = gateway.find(&daemon, &principal, &id).await else {
         return unknown_kernel(&id);
     };
