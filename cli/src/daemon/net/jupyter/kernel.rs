@@ -5,6 +5,7 @@
 use super::super::super::admission::Ask;
 use super::super::super::{tenancy, Daemon};
 use super::super::tenants::Tenant;
+use super::history::History;
 use crate::jupyter::mapping::{self, Failure};
 use crate::jupyter::message::{Outgoing, Request};
 use crate::jupyter::snippets;
@@ -34,8 +35,8 @@ pub(super) struct Job {
 #[derive(Debug)]
 struct State {
     execution_count: u64,
-    /// (execution count, code) of the last [`HISTORY_KEPT`] cells run, for `history_request`.
-    history: std::collections::VecDeque<(u64, String)>,
+    /// The cells run, for `history_request`.
+    history: History,
     last_activity: String,
     busy: bool,
     /// A cell of this kernel or of another host is running: an interrupt has something to
@@ -96,7 +97,7 @@ impl Kernel {
             shell,
             state: Mutex::new(State {
                 execution_count: 0,
-                history: std::collections::VecDeque::new(),
+                history: History::default(),
                 last_activity: crate::jupyter::message::now(),
                 busy: false,
                 running: false,
@@ -330,11 +331,7 @@ async fn handle(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
             reply(kernel, job, "inspect_reply", answer).await
         }
         "history_request" => {
-            let history: Vec<Value> = lock(&kernel.state)
-                .history
-                .iter()
-                .map(|(n, code)| json!([0, n, code]))
-                .collect();
+            let history = lock(&kernel.state).history.reply();
             reply(
                 kernel,
                 job,
@@ -368,20 +365,6 @@ async fn handle(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
     failed
 }
 
-/// How many cells a kernel remembers for `history_request`: a kernel that runs for weeks
-/// keeps a bounded memory, as IPython's history session does in memory.
-const HISTORY_KEPT: usize = 1000;
-
-impl State {
-    /// Records a cell for `history_request`, forgetting the oldest past [`HISTORY_KEPT`].
-    fn remember(&mut self, count: u64, code: &str) {
-        if self.history.len() >= HISTORY_KEPT {
-            self.history.pop_front();
-        }
-        self.history.push_back((count, code.to_string()));
-    }
-}
-
 /// An `execute_request`: its cell, its output on iopub, its reply. Whether it failed.
 async fn execute(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
     let parent = &job.request.header;
@@ -396,7 +379,7 @@ async fn execute(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
         if store_history {
             state.execution_count += 1;
             let count = state.execution_count;
-            state.remember(count, code);
+            state.history.remember(count, code);
         }
         state.execution_count
     };
@@ -574,7 +557,7 @@ async fn relay(kernel: Arc<Kernel>, mut watched: broadcast::Receiver<Arc<cellvis
                         let mut state = lock(&kernel.state);
                         state.execution_count += 1;
                         let count = state.execution_count;
-                        state.remember(count, &cell.code);
+                        state.history.remember(count, &cell.code);
                         count
                     };
                     kernel.publish(Outgoing::new(

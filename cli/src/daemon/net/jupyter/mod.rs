@@ -11,6 +11,7 @@
 //! - `channels`: the channels WebSocket in the legacy JSON framing.
 
 mod channels;
+mod history;
 mod kernel;
 mod rest;
 
