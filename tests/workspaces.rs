@@ -744,3 +744,41 @@ fn tenants_have_workspaces_of_their_own_and_a_quota_over_all_of_them() {
     drop((alpha, beta));
     net.daemon.stop();
 }
+
+/// An upload is written aside and moved over the file only once whole: one that breaks off,
+/// or passes a quota as it arrives, leaves the file that was there as it was, and nothing of
+/// itself behind.
+#[test]
+fn a_broken_or_refused_upload_leaves_the_old_file_as_it_was() {
+    let net = NetDaemon::start(false, "[workspaces]\nmax-bytes = \"64KiB\"\n", "");
+    let http = Http::new(&net);
+    let (status, _) = http.put("keep", "data/kept.txt", b"the old contents");
+    assert_eq!(status, 200);
+    // A body that promises 1,000 bytes and breaks off after 10.
+    let mut raw = std::net::TcpStream::connect(("127.0.0.1", net.port)).expect("connect");
+    use std::io::{Read, Write};
+    write!(
+        raw,
+        "PUT /v1/sessions/keep/files/data/kept.txt HTTP/1.1\r\nHost: x\r\n\
+         Authorization: Bearer {TOKEN}\r\nContent-Length: 1000\r\n\r\n0123456789"
+    )
+    .expect("send");
+    raw.shutdown(std::net::Shutdown::Write).expect("break off");
+    let mut answer = Vec::new();
+    let _ = raw.read_to_end(&mut answer);
+    // An upload without a length that passes the quota while it arrives.
+    let (status, refused) = http.put("keep", "data/kept.txt", &vec![b'x'; 100 * 1024]);
+    assert_eq!(status, 413, "{refused}");
+    let (status, bytes) = http.get("keep", "data/kept.txt");
+    assert_eq!(status, 200);
+    assert_eq!(bytes, b"the old contents");
+    let mut ws = net.ws(Some(TOKEN), None).expect("connected");
+    let listed = ws
+        .call("files/list", json!({"session": "keep", "path": "data"}))
+        .expect("list");
+    let names: Vec<&str> = listed["entries"]
+        .as_array()
+        .map(|e| e.iter().filter_map(|e| e["path"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(names, ["data/kept.txt"], "{listed}");
+}

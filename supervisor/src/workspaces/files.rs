@@ -270,6 +270,28 @@ impl Root {
         Ok((File::from(fd), had))
     }
 
+    /// Puts the file `from` in the place of `to`, in the same directory, at once (a link or
+    /// file at `to` is replaced, never followed): an upload written aside and then moved,
+    /// so a broken one leaves the old file as it was.
+    pub fn replace(&self, from: &str, to: &str) -> Result<(), FileError> {
+        let (from, to) = (check_path(from, false)?, check_path(to, false)?);
+        let (from_parent, from_name) = from.rsplit_once('/').unwrap_or(("", from));
+        let (to_parent, to_name) = to.rsplit_once('/').unwrap_or(("", to));
+        if from_parent != to_parent {
+            return Err(FileError::Kind {
+                path: to.to_string(),
+                kind: "another directory",
+                allowed: "a file is replaced from its own directory",
+            });
+        }
+        let dir = if to_parent.is_empty() {
+            rustix::io::dup(&self.fd).map_err(|e| io_error(to, e))?
+        } else {
+            self.make_dirs(to_parent)?
+        };
+        rustix::fs::renameat(&dir, from_name, &dir, to_name).map_err(|errno| errno_error(to, errno))
+    }
+
     /// Gives a new entry to the workspace's owner (at the uid level, the session's uid).
     fn give(&self, fd: &OwnedFd, uid: u32, path: &str) -> Result<(), FileError> {
         if uid == self.owner.0 {

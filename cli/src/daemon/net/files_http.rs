@@ -168,8 +168,15 @@ pub(super) async fn put(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
+    // Written aside, in the file's directory, then moved over it: a broken or refused upload
+    // leaves the file that was there as it was.
+    let aside = match path.rsplit_once('/') {
+        Some((dir, name)) => format!("{dir}/.{name}.upload-{}", uuid::Uuid::new_v4().simple()),
+        None => format!(".{path}.upload-{}", uuid::Uuid::new_v4().simple()),
+    };
     let opening = target.clone();
     let wanted = path.clone();
+    let writing = aside.clone();
     let opened = blocking(move || {
         let root = opening.open()?;
         let existing = root.existing_size(&wanted)?;
@@ -184,7 +191,7 @@ pub(super) async fn put(
                 files: 1,
             },
         )?;
-        let (file, _) = root.open_write(&wanted, true)?;
+        let (file, _) = root.open_write(&writing, true)?;
         Ok((file, room))
     })
     .await;
@@ -215,16 +222,26 @@ pub(super) async fn put(
         (None, Err(err)) => Some(Err(format!("cannot write {path:?}: {err}"))),
         (failure, _) => failure,
     };
-    let Some(failure) = failure else {
-        return (
-            StatusCode::OK,
-            Json(json!({ "path": path, "written": written, "size": written })),
-        )
-            .into_response();
+    let failure = match failure {
+        Some(failure) => failure,
+        None => {
+            let (moving, from, to) = (target.clone(), aside.clone(), path.clone());
+            match blocking(move || moving.open()?.replace(&from, &to)).await {
+                Ok(()) => {
+                    return (
+                        StatusCode::OK,
+                        Json(json!({ "path": path, "written": written, "size": written })),
+                    )
+                        .into_response()
+                }
+                Err(err) => Err(err.to_string()),
+            }
+        }
     };
-    // Nothing of a refused or broken upload is kept: the quota is measured without it.
+    // Nothing of a refused or broken upload is kept (the file it would have replaced stays):
+    // the quota is measured without it.
     let removing = target.clone();
-    let partial = path.clone();
+    let partial = aside.clone();
     let over_quota = failure.is_ok();
     let refused = blocking(move || {
         removing.open()?.delete(&partial, false)?;
