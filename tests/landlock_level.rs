@@ -232,3 +232,50 @@ fn at_level_landlock_a_local_session_is_confined_too_and_status_says_so() {
     drop(client);
     stop(&world);
 }
+
+/// A checkpoint's pickle is the tenant's own code. Restored over the network into a session
+/// that is not live (after a daemon restart), it still runs in a worker the level confined:
+/// its payload, which copies the daemon's token where the test can see it, cannot read it.
+#[test]
+fn a_network_restore_into_a_session_not_live_runs_its_pickle_confined() {
+    if !nobody::can_run_as_nobody("to run the daemon as an unprivileged user") {
+        return;
+    }
+    let port = free_port();
+    let world = world(port, "auto");
+    start_as_nobody(&world, port);
+    let token = world.dir.path().join("token");
+    let leak = world.dir.path().join("leaked-token");
+    let mut client = connect_ws(port, None, Some(TOKEN), None, None).expect("websocket");
+    let planted = py(
+        &mut client,
+        "restorer",
+        &format!(
+            "class Payload:\n    def __reduce__(self):\n        return (eval, ({expr:?},))\n\
+             x = Payload()\nprint('planted')",
+            expr = format!(
+                "open({:?}, 'w').write(open({:?}).read())",
+                path_str(&leak),
+                path_str(&token)
+            )
+        ),
+    );
+    assert_eq!(planted.trim(), "planted");
+    let params = json!({"session": "restorer", "language": "py", "name": "trap"});
+    client
+        .call("checkpoint", params.clone())
+        .expect("checkpoint");
+    drop(client);
+    stop(&world);
+
+    start_as_nobody(&world, port);
+    let mut client = connect_ws(port, None, Some(TOKEN), None, None).expect("websocket");
+    let restored = client.call("restore", params);
+    let leaked = std::fs::read_to_string(&leak).unwrap_or_default();
+    assert!(
+        !leaked.contains(TOKEN),
+        "the payload read the token: {restored:?}"
+    );
+    drop(client);
+    stop(&world);
+}
