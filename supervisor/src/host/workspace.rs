@@ -32,6 +32,13 @@ impl Cellvisor {
         let name = SessionName::parse(&request.session)?;
         let workspace = self.workspace(&name);
         let dir = workspace.dir().to_path_buf();
+        // Per cell, the workspace is there: one `statx` here (as the check for files to
+        // bring back makes) instead of a hop to the blocking pool and a `mkdir` per level.
+        // A workspace lost meanwhile (a node's disk) is made again below.
+        if std::fs::symlink_metadata(&dir).is_ok_and(|meta| meta.is_dir()) {
+            request.cwd = Some(dir);
+            return Ok(());
+        }
         // Off the actors' thread, as every file operation of the host.
         let made = tokio::task::spawn_blocking(move || workspace.create())
             .await
