@@ -29,41 +29,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "clients", "python", "src"))  # the `cellvisor` package
 from cellvisor import Daemon  # noqa: E402
+from process_figures import cpu_ns, tree  # noqa: E402
 
 CONNECTIONS = 4
 IDLE_SECONDS = 3.0
 SETTLE_SECONDS = 6.0
-
-
-def cpu_ns(pid):
-    """CPU nanoseconds of the live threads of `pid`."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except OSError:
-            continue
-    return total
-
-
-def descendants(pid):
-    """`pid` and every process under it (by the kernel's children lists)."""
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        try:
-            tasks = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{p}/task/{tid}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-            except OSError:
-                continue
-    return found
 
 
 def pss_kb(pid):
@@ -140,7 +110,7 @@ def measure(binary, python, language, size, cells):
         idle_before = cpu_ns(daemon.pid)
         time.sleep(IDLE_SECONDS)
         idle = (cpu_ns(daemon.pid) - idle_before) / IDLE_SECONDS / 1e3
-        pss = sum(pss_kb(p) for p in descendants(daemon.pid)) / 1024
+        pss = sum(pss_kb(p) for p in tree(daemon.pid)) / 1024
         all_latencies = [x for per in latencies for x in per]
         return {
             "language": language, "sessions": size, "open_s": opened,

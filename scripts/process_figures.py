@@ -14,6 +14,18 @@ import time
 from daemon_world import open_fds, rss_bytes
 
 
+def cpu_ns(pid):
+    """CPU nanoseconds of the live threads of `pid` (their schedstat run time)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            continue
+    return total
+
+
 def tree(pid):
     """`pid` and its descendants (those alive while the tree is read)."""
     found, stack = [], [pid]

@@ -32,20 +32,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "clients", "python", "src"))  # the `cellvisor` package
 from cellvisor import Daemon  # noqa: E402
+from process_figures import cpu_ns  # noqa: E402
 
 CODE = {"py": "1+1", "js": "1+1", "lua": "1+1"}
-
-
-def cpu_ns(pid):
-    """CPU nanoseconds of the live threads of `pid`."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except OSError:
-            continue
-    return total
 
 
 def children(pid):
