@@ -155,9 +155,7 @@ pub(crate) struct Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         if let Some((slot, ask)) = self.held.take() {
-            if let Ok(mut pending) = slot.pending.lock() {
-                pending.give_back(&ask);
-            }
+            super::lock(&slot.pending).give_back(&ask);
         }
     }
 }
@@ -182,12 +180,14 @@ impl Admissions {
             return Ok(Reservation { held: None });
         }
         let slot = {
-            let mut slots = self.slots.lock().map_err(|_| poisoned())?;
+            let mut slots = super::lock(&self.slots);
             Arc::clone(slots.entry(tenant.name.clone()).or_default())
         };
         let _turn = slot.turn.lock().await;
         let usage = usage().await?;
-        let mut pending = slot.pending.lock().map_err(|_| poisoned())?;
+        // Counts a panicking holder left are still counts: taken as they are, never a
+        // reason to refuse the tenant for the daemon's life.
+        let mut pending = super::lock(&slot.pending);
         decide(quotas, &usage, &pending, &ask).map_err(|exceeded| {
             super::tenancy::exceeded(tenant, exceeded.quota, exceeded.limit, exceeded.why)
         })?;
@@ -197,15 +197,6 @@ impl Admissions {
             held: Some((Arc::clone(&slot), ask)),
         })
     }
-}
-
-/// A panic while the admission table was held: refused rather than admitted unchecked.
-fn poisoned() -> RpcError {
-    RpcError::new(
-        cellvisor::daemon::protocol::code::REQUEST_REFUSED,
-        "the tenant's quota could not be checked (an earlier request failed while it held \
-         it); try again",
-    )
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! of the cells other hosts (an agent's JSON-RPC or MCP) run in its session.
 
 use super::super::super::admission::Ask;
-use super::super::super::{tenancy, Daemon};
+use super::super::super::{lock, tenancy, Daemon};
 use super::super::tenants::Tenant;
 use super::history::History;
 use crate::jupyter::mapping::{self, Failure};
@@ -247,10 +247,6 @@ impl Kernel {
             .pop()
             .ok_or_else(|| "the request ran no cell".to_string())
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The kernel's shell: one request at a time, in the order they came.
