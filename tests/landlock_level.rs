@@ -270,7 +270,8 @@ fn a_network_restore_into_a_session_not_live_runs_its_pickle_confined() {
 
     start_as_nobody(&world, port);
     let mut client = connect_ws(port, None, Some(TOKEN), None, None).expect("websocket");
-    let restored = client.call("restore", params);
+    // No language named: every language the checkpoint holds, each confined first.
+    let restored = client.call("restore", json!({"session": "restorer", "name": "trap"}));
     let leaked = std::fs::read_to_string(&leak).unwrap_or_default();
     assert!(
         !leaked.contains(TOKEN),

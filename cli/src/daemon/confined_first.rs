@@ -47,7 +47,35 @@ pub(super) async fn confine(
     Ok(())
 }
 
-/// The languages a state task with `language` may touch: that one, or every one.
-pub(super) fn languages(language: Option<Language>) -> Vec<Language> {
-    language.map_or_else(|| Language::ALL.to_vec(), |language| vec![language])
+/// The languages a state task with `language` may load into a worker: that one, or (none
+/// named) those the session has saved state in, of the checkpoint `name` when one is
+/// named. A session's list that cannot be read leaves every language, never none.
+pub(super) async fn languages(
+    daemon: &Daemon,
+    connection: &Connection,
+    session: &str,
+    name: Option<&str>,
+    language: Option<Language>,
+) -> Vec<Language> {
+    if let Some(language) = language {
+        return vec![language];
+    }
+    if !needed(daemon, connection) {
+        return Vec::new();
+    }
+    let Ok(saved) = daemon
+        .cv
+        .checkpoints(cellvisor::SessionRef::new(session, None))
+        .await
+    else {
+        return Language::ALL.to_vec();
+    };
+    Language::ALL
+        .into_iter()
+        .filter(|l| {
+            saved
+                .iter()
+                .any(|c| c.language == *l && name.is_none_or(|name| c.name == name))
+        })
+        .collect()
 }

@@ -98,7 +98,8 @@ async fn method_of(
         }
         method::CHECKPOINT => {
             let p: CheckpointParams = params(request.params)?;
-            let languages = confined_first::languages(p.language);
+            let languages =
+                confined_first::languages(daemon, connection, &p.session, None, p.language).await;
             confined_first::confine(daemon, connection, &p.session, &languages).await?;
             let session = SessionRef::new(&p.session, p.cwd.as_deref());
             let saved = daemon.cv.checkpoint(session, p.language, &p.name).await;
@@ -106,7 +107,14 @@ async fn method_of(
         }
         method::RESTORE => {
             let p: CheckpointParams = params(request.params)?;
-            let languages = confined_first::languages(p.language);
+            let languages = confined_first::languages(
+                daemon,
+                connection,
+                &p.session,
+                Some(&p.name),
+                p.language,
+            )
+            .await;
             confined_first::confine(daemon, connection, &p.session, &languages).await?;
             let session = SessionRef::new(&p.session, p.cwd.as_deref());
             let restored = daemon.cv.restore(session, p.language, &p.name).await;
