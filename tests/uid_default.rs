@@ -147,8 +147,24 @@ fn a_range_another_live_daemon_holds_is_refused_at_uid_and_left_at_auto_never_sw
         "{said}"
     );
 
+    // A range that shares only its last uid with the held one is refused the same way.
+    let overlapping = network_world(free_port(), "level = \"uid\"\nuids = \"61700-61720\"\n");
+    let socket = overlapping.runtime_dir().join("refused.sock");
+    let refused = overlapping
+        .command()
+        .args(["serve", "--socket", common::path_str(&socket)])
+        .output()
+        .expect("serve");
+    assert!(!refused.status.success(), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains(&format!("\"61700-61720\" overlaps \"{RANGE}\""))
+            && said.contains(&format!("pid {}", first.pid())),
+        "{said}"
+    );
+
     // At `auto`, the daemon starts without uids (Landlock for its network sessions) and says why.
-    let third = Daemon::start_in(network_world(free_port(), &format!("uids = \"{RANGE}\"\n")));
+    let third = Daemon::start_in(network_world(free_port(), "uids = \"61725-61740\"\n"));
     let init = third
         .client()
         .call("initialize", json!({}))
@@ -157,12 +173,12 @@ fn a_range_another_live_daemon_holds_is_refused_at_uid_and_left_at_auto_never_sw
     assert!(
         init["isolation"]["reason"]
             .as_str()
-            .is_some_and(|r| r.contains("used by another daemon")),
+            .is_some_and(|r| r.contains("overlaps \"61720-61729\"")),
         "{init}"
     );
     third.stop();
 
-    // Neither start swept the first daemon's range: its session kept its state.
+    // No start swept the first daemon's range: its session kept its state.
     assert_eq!(output(&client.eval("a", py("print(x + 1)"))), "42");
     first.stop();
 }

@@ -436,7 +436,7 @@ fn a_cell_cannot_make_the_zygote_load_its_code_as_the_daemons_user() {
     if !root_only("changing uids") {
         return;
     }
-    let daemon = start("61720-61724", free_port(), "");
+    let daemon = start("61770-61774", free_port(), "");
     let mut client = daemon.client();
     ready_zygote(&mut client);
     // The cell plants a `.venv/bin/python` in a directory of its own: an interpreter found in

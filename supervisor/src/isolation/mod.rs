@@ -6,16 +6,20 @@
 //! network); at `none` workers run as the daemon's user.
 //!
 //! - `accounts`: whether the machine's accounts leave the range free.
+//! - `claim`: the machine-wide lock that keeps two daemons' ranges apart.
 //! - `leases`: which uid each live session holds (plain data).
 //! - `procs`: the processes of a uid, and ending them all at once.
 //! - `dirs`: a session's directories given to its uid, the daemon's opened to traversal.
 //! - `turns`: those walks off the supervisor's thread, one session's in its order.
 
 pub mod accounts;
+pub mod claim;
 pub mod dirs;
 pub mod leases;
 pub mod procs;
 pub mod turns;
+
+pub use claim::{claim_range, RangeClaim};
 
 use cellvisor_config::{IsolationConfig, IsolationLevel, UidRange};
 use std::path::Path;
@@ -222,65 +226,6 @@ pub fn resolve(config: &IsolationConfig, host: &Host) -> Result<IsolationStatus,
     }
 }
 
-/// A lock on a uid range, held for the daemon's life: released when dropped.
-pub type RangeClaim = nix::fcntl::Flock<std::fs::File>;
-
-/// Takes the machine-wide lock of `range` (`/run/cellvisor-uids-FIRST-LAST.lock`), so a second
-/// daemon given the same range (two daemons on the default one) refuses to start instead of
-/// ending the first one's cells with its start-up sweep and leasing their uids. `Ok(None)`:
-/// no lock can be had here (no writable `/run`), so none is checked. Overlapping ranges that
-/// differ are not seen: docs/hardening.md asks for a range per daemon.
-pub fn claim_range(range: UidRange) -> Result<Option<RangeClaim>, String> {
-    claim_range_in(Path::new("/run"), range)
-}
-
-fn claim_range_in(dir: &Path, range: UidRange) -> Result<Option<RangeClaim>, String> {
-    use nix::fcntl::{Flock, FlockArg};
-    use std::io::{Read, Seek, Write};
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.join(format!(
-        "cellvisor-uids-{}-{}.lock",
-        range.first, range.last
-    ));
-    let Ok(file) = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
-    else {
-        return Ok(None);
-    };
-    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-        Ok(mut claim) => {
-            // Who holds it, for the next daemon's error.
-            let _ = claim.set_len(0);
-            let _ = claim.rewind();
-            let _ = write!(claim, "{}", std::process::id());
-            Ok(Some(claim))
-        }
-        Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            let holder = holder.trim();
-            let by = if holder.is_empty() {
-                String::new()
-            } else {
-                format!(" (pid {holder})")
-            };
-            Err(format!(
-                "isolation.uids = \"{range}\" is used by another daemon on this machine{by}, \
-                 which holds {}: give each daemon a range of its own (isolation.uids), or set \
-                 isolation.level = \"none\"",
-                path.display()
-            ))
-        }
-        Err(_) => Ok(None),
-    }
-}
-
 /// Gets the daemon's directories ready for sessions with uids of their own: each opened to
 /// traversal (0711), after checking that other users can reach it at all.
 pub fn open_for_sessions(dirs: &[&Path]) -> Result<(), String> {
@@ -468,24 +413,6 @@ mod tests {
         };
         let err = resolve(&config(IsolationLevel::Uid, "61000-61999"), &cannot).unwrap_err();
         assert!(err.contains("CAP_SETUID and CAP_SETGID"), "{err}");
-    }
-
-    #[test]
-    fn a_range_another_daemon_holds_is_refused_naming_it_and_free_once_it_is_gone() {
-        let dir = tempfile::tempdir().unwrap();
-        let range = UidRange::parse("61000-61009").unwrap();
-        let first = claim_range_in(dir.path(), range).unwrap().expect("a claim");
-        let err = claim_range_in(dir.path(), range).unwrap_err();
-        assert!(
-            err.contains("61000-61009")
-                && err.contains(&format!("pid {}", std::process::id()))
-                && err.contains("a range of its own"),
-            "{err}"
-        );
-        let other = UidRange::parse("61010-61019").unwrap();
-        assert!(claim_range_in(dir.path(), other).unwrap().is_some());
-        drop(first);
-        assert!(claim_range_in(dir.path(), range).unwrap().is_some());
     }
 
     #[test]
