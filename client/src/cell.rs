@@ -516,6 +516,16 @@ pub enum CellEvent {
         /// The helper's report.
         status: serde_json::Value,
     },
+    /// The cell's trailing value as a MIME bundle (`text/plain` and its richer forms), sent
+    /// before its text goes to stdout and its rich form goes out as a display. Only
+    /// Jupyter's `execute_result` needs it told apart: JSON-RPC hosts are never sent it
+    /// (see [`crate::protocol::Events::passes`]), they read the value as printed.
+    Value {
+        /// The cell's place in its request.
+        index: usize,
+        /// The value's bundle (`{"text/plain": "42"}`, plus `application/json`, HTML, ...).
+        bundle: serde_json::Value,
+    },
     /// A cell ended.
     CellDone {
         /// The cell's place in its request.

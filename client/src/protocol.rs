@@ -321,7 +321,9 @@ impl Events {
     /// Whether `event` goes out under this choice.
     pub fn passes(self, event: &CellEvent) -> bool {
         match self {
-            Events::All => true,
+            // A value's bundle repeats its printed text and display: only Jupyter's
+            // gateway, which reads the events itself, tells them apart.
+            Events::All => !matches!(event, CellEvent::Value { .. }),
             Events::Output => matches!(event, CellEvent::Output { .. } | CellEvent::Display { .. }),
             Events::None => false,
         }

@@ -101,6 +101,8 @@ pub fn build(events: &[TimedEvent], setup: &[CellResult], cells: &[CellResult]) 
                 (StepKind::Output, Some(stream.to_string()), *index)
             }
             CellEvent::Display { index, .. } => (StepKind::Display, None, *index),
+            // The value is in the output and displays already.
+            CellEvent::Value { .. } => continue,
             CellEvent::Status { index, status } => {
                 let op = status.get("op").and_then(|v| v.as_str()).map(String::from);
                 (StepKind::Status, op, *index)

@@ -101,7 +101,8 @@ pub fn kernel_id(tenant: &str, session: &str, language: Language) -> String {
 }
 
 /// The iopub message (type and content) of a cell's event; `None` for the events iopub has
-/// no message for (a cell's start and end: `execute_input` and the replies say those).
+/// no message for (a cell's start and end: `execute_input` and the replies say those; its
+/// value: [`CellOutputs`](super::outputs::CellOutputs) makes that the `execute_result`).
 pub fn iopub_of(event: &CellEvent) -> Option<(&'static str, Value)> {
     match event {
         CellEvent::Output { stream, text, .. } => {
@@ -115,7 +116,9 @@ pub fn iopub_of(event: &CellEvent) -> Option<(&'static str, Value)> {
             "display_data",
             json!({"data": {"application/x-cellvisor-status": status}, "metadata": {}, "transient": {}}),
         )),
-        CellEvent::CellStarted { .. } | CellEvent::CellDone { .. } => None,
+        CellEvent::CellStarted { .. } | CellEvent::CellDone { .. } | CellEvent::Value { .. } => {
+            None
+        }
     }
 }
 

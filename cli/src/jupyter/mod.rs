@@ -6,8 +6,10 @@
 //! - `message`: a client's request read leniently, a reply or broadcast written whole.
 //! - `mapping`: kernelspecs, `language_info`, kernel ids, events to iopub, results to
 //!   replies, `is_complete`.
+//! - `outputs`: one cell's events as iopub messages, its value the `execute_result`.
 //! - `snippets`: the name at the cursor, and the cells that complete and inspect it.
 
 pub mod mapping;
 pub mod message;
+pub mod outputs;
 pub mod snippets;

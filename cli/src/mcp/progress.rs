@@ -164,9 +164,10 @@ fn event_text(event: &CellEvent, cells: usize) -> Option<String> {
             let label = title.clone().unwrap_or_else(|| language.to_string());
             Some(format!("[{}/{cells}] {label}\n", index + 1))
         }
-        CellEvent::CellStarted { .. } | CellEvent::Status { .. } | CellEvent::CellDone { .. } => {
-            None
-        }
+        CellEvent::CellStarted { .. }
+        | CellEvent::Status { .. }
+        | CellEvent::Value { .. }
+        | CellEvent::CellDone { .. } => None,
     }
 }
 

@@ -32,6 +32,9 @@ use tokio::sync::{mpsc, watch};
 
 /// The MIME type of status events: what a prelude helper did ("read 120 lines of x").
 pub const STATUS_MIME: &str = "application/x-cellvisor-status";
+/// The key of the display bundle a worker sends for its cell's trailing value (a
+/// [`CellEvent::Value`]): the value's own bundle under it.
+pub const VALUE_MIME: &str = "application/x-cellvisor-value";
 
 /// A cell whose output the reader task is collecting.
 pub(crate) struct ActiveCell {
@@ -394,6 +397,12 @@ impl ReaderTask {
                         .unwrap_or_else(|_| serde_json::json!({ "text/plain": bundle_json }));
                     let index = cell.index;
                     let event = match bundle.get(STATUS_MIME) {
+                        // The value's bundle is for the events alone: its text is in the
+                        // output and its rich form is a display of its own.
+                        None if bundle.get(VALUE_MIME).is_some() => CellEvent::Value {
+                            index,
+                            bundle: bundle[VALUE_MIME].clone(),
+                        },
                         Some(status) => {
                             cell.output.status(status.clone());
                             CellEvent::Status {

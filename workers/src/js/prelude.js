@@ -90,11 +90,15 @@
   const bundle = (value) => richBundle(value) ?? JSON.stringify({ "text/plain": format(value) });
   hidden(globalThis, "display", (value) => void sendDisplay(bundle(value)));
 
-  // The trailing value of a cell: its text on stdout, and its rich form as a display.
+  // The trailing value of a cell: its text on stdout, and its rich form as a display. First
+  // its whole bundle under VALUE, which the host keeps for Jupyter's `execute_result` alone.
+  const VALUE = "application/x-cellvisor-value";
   function show(value) {
     if (value === undefined) return;
-    write(0, format(value) + "\n");
+    const text = format(value);
     const rich = richBundle(value);
+    sendDisplay(`{"${VALUE}":${rich ?? JSON.stringify({ "text/plain": text })}}`, true);
+    write(0, text + "\n");
     if (rich !== null) sendDisplay(rich, true);
   }
 

@@ -13,6 +13,8 @@ pub(super) struct Ran {
     pub(super) stdout: String,
     pub(super) stderr: String,
     displays: Vec<serde_json::Value>,
+    /// The bundles of the cell's trailing value (`application/x-cellvisor-value`).
+    values: Vec<serde_json::Value>,
     /// The `application/x-cellvisor-status` payloads, in order.
     status: Vec<serde_json::Value>,
     /// Tool calls the cell made: `(name, args)`.
@@ -63,6 +65,7 @@ fn run_full(
                 stdout: String::new(),
                 stderr: String::new(),
                 displays: Vec::new(),
+                values: Vec::new(),
                 status: Vec::new(),
                 tool_calls: Vec::new(),
                 yields: Vec::new(),
@@ -94,6 +97,10 @@ fn run_full(
                     } => {
                         let bundle: serde_json::Value =
                             serde_json::from_str(&bundle_json).expect("bundle is JSON");
+                        if let Some(value) = bundle.get("application/x-cellvisor-value") {
+                            ran.values.push(value.clone());
+                            continue;
+                        }
                         match bundle.get(STATUS_MIME) {
                             Some(status) => ran.status.push(status.clone()),
                             None => ran.displays.push(bundle),
@@ -235,6 +242,21 @@ fn the_trailing_value_is_shown() {
     assert_eq!(stdout_of(&mut js, "undefined"), "");
     assert_eq!(stdout_of(&mut js, "let quiet = 1"), "");
     assert_eq!(stdout_of(&mut js, "null"), "null\n");
+}
+
+#[test]
+fn a_trailing_value_is_also_sent_as_its_bundle_for_execute_result() {
+    let mut js = engine();
+    let ran = run(&mut js, "6 * 7");
+    assert_eq!(ran.stdout, "42\n");
+    assert_eq!(ran.values, vec![serde_json::json!({"text/plain": "42"})]);
+    let ran = run(&mut js, "({a: [1]})");
+    let value = serde_json::json!({"application/json": {"a": [1]}, "text/plain": "{\"a\":[1]}"});
+    assert_eq!(ran.values, vec![value.clone()]);
+    assert_eq!(ran.displays, vec![value]);
+    for code in ["console.log(1)", "let quiet = 1", "undefined"] {
+        assert!(run(&mut js, code).values.is_empty(), "{code}");
+    }
 }
 
 #[test]

@@ -378,6 +378,7 @@ fn run_with_host(lua: &mut LuaEngine, code: &str, interrupt: &Interrupt) -> (Ran
         stdout: String::new(),
         stderr: String::new(),
         displays: Vec::new(),
+        values: Vec::new(),
     };
     for frame in frames {
         match frame {
@@ -388,9 +389,13 @@ fn run_with_host(lua: &mut LuaEngine, code: &str, interrupt: &Interrupt) -> (Ran
                     OutputStream::Stderr => ran.stderr.push_str(&text),
                 }
             }
-            FromWorker::Display { bundle_json, .. } => ran
-                .displays
-                .push(serde_json::from_str(&bundle_json).unwrap()),
+            FromWorker::Display { bundle_json, .. } => {
+                let bundle: serde_json::Value = serde_json::from_str(&bundle_json).unwrap();
+                match bundle.get("application/x-cellvisor-value") {
+                    Some(value) => ran.values.push(value.clone()),
+                    None => ran.displays.push(bundle),
+                }
+            }
             _ => {}
         }
     }

@@ -61,6 +61,10 @@ const TEXT_ONLY: &str = include_str!("text_only.lua");
 /// The code-mode helpers (`text`, `store`, `load`, ...); Lua's own `load` becomes `lua_load`.
 const CODE_MODE: &str = include_str!("code_mode.lua");
 
+/// The key of the display bundle that carries the cell's trailing value (the host's
+/// `VALUE_MIME`).
+const VALUE_MIME: &str = "application/x-cellvisor-value";
+
 /// A display bundle larger than this could not travel in one frame.
 const MAX_DISPLAY_BYTES: usize = MAX_FRAME_BYTES / 2;
 
@@ -200,6 +204,7 @@ impl LuaEngine {
             }
             Ok(values) => match self.render_values(&values) {
                 Ok(Some(line)) => {
+                    self.send_value(cell.cell_id, outbox, &values, &line);
                     // The cell's `Done` follows at once and takes the line along: one write.
                     outbox.output_unflushed(cell.cell_id, OutputStream::Stdout, &line);
                     self.display_tables(cell.cell_id, outbox, &values);
@@ -258,6 +263,27 @@ impl LuaEngine {
         }
         line.push(b'\n');
         Ok(Some(line))
+    }
+
+    /// The trailing values' bundle under `VALUE_MIME`, sent before their line: the host
+    /// keeps it for Jupyter's `execute_result` alone (its `text/plain` is the line; one plain
+    /// table is its `application/json` too).
+    fn send_value(&self, cell_id: u64, outbox: &Outbox, values: &MultiValue, line: &[u8]) {
+        let text = String::from_utf8_lossy(line.strip_suffix(b"\n").unwrap_or(line));
+        let mut bundle = Map::new();
+        bundle.insert("text/plain".into(), Json::String(text.into_owned()));
+        let mut each = values.iter();
+        if let (Some(Value::Table(table)), None) = (each.next(), each.next()) {
+            if let Some(json) = json::plain_table_json(table) {
+                bundle.insert("application/json".into(), json);
+            }
+        }
+        let mut sent = Map::new();
+        sent.insert(VALUE_MIME.into(), Json::Object(bundle));
+        let sent = Json::Object(sent).to_string();
+        if sent.len() <= MAX_DISPLAY_BYTES {
+            outbox.display(cell_id, sent);
+        }
     }
 
     /// Trailing tables that are plain data also go out as `application/json` bundles, so

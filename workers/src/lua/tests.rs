@@ -11,6 +11,8 @@ struct Ran {
     stdout: String,
     stderr: String,
     displays: Vec<Json>,
+    /// The bundles of the cell's trailing values (`application/x-cellvisor-value`).
+    values: Vec<Json>,
 }
 
 pub(super) fn engine() -> LuaEngine {
@@ -36,6 +38,7 @@ fn run_with(engine: &mut LuaEngine, code: &str, interrupt: &Interrupt) -> Ran {
         stdout: String::new(),
         stderr: String::new(),
         displays: Vec::new(),
+        values: Vec::new(),
     };
     for frame in rx.try_iter() {
         match frame {
@@ -56,8 +59,11 @@ fn run_with(engine: &mut LuaEngine, code: &str, interrupt: &Interrupt) -> Ran {
                 bundle_json,
             } => {
                 assert_eq!(cell_id, 7);
-                ran.displays
-                    .push(serde_json::from_str(&bundle_json).expect("bundle is JSON"));
+                let bundle: Json = serde_json::from_str(&bundle_json).expect("bundle is JSON");
+                match bundle.get("application/x-cellvisor-value") {
+                    Some(value) => ran.values.push(value.clone()),
+                    None => ran.displays.push(bundle),
+                }
             }
             other => panic!("unexpected frame {other:?}"),
         }
@@ -130,6 +136,31 @@ fn print_and_io_write_go_to_stdout() {
     assert_eq!(ran.outcome, CellOutcome::Completed);
     assert_eq!(ran.stderr, "oops\n");
     assert_eq!(completed(&mut lua, "print()"), "\n");
+}
+
+#[test]
+fn a_trailing_value_is_also_sent_as_its_bundle_for_execute_result() {
+    let mut lua = engine();
+    let ran = run(&mut lua, "1 + 1");
+    assert_eq!(ran.stdout, "2\n");
+    assert_eq!(ran.values, vec![serde_json::json!({"text/plain": "2"})]);
+    let ran = run(&mut lua, r#"1, "two""#);
+    assert_eq!(
+        ran.values,
+        vec![serde_json::json!({"text/plain": "1\ttwo"})]
+    );
+    let ran = run(&mut lua, "{a = 1}");
+    assert_eq!(
+        ran.values,
+        vec![serde_json::json!({"text/plain": "{\"a\":1}", "application/json": {"a": 1}})]
+    );
+    assert_eq!(
+        ran.displays.len(),
+        1,
+        "the table still goes out as a display"
+    );
+    assert!(run(&mut lua, "print('side effect')").values.is_empty());
+    assert!(run(&mut lua, "local x = 1").values.is_empty());
 }
 
 #[test]

@@ -24,6 +24,8 @@ import sys
 import cellvisor_notebook  # noqa: F401
 
 STATUS_MIME = "application/x-cellvisor-status"
+# The key under which the cell's trailing value's bundle goes to the host (see send_value).
+VALUE_MIME = "application/x-cellvisor-value"
 # A trailing value's bundle repeats what its text already says; past this size (as JSON) it
 # is not worth sending twice.
 TRAILING_BUNDLE_LIMIT = 1 << 20
@@ -526,16 +528,29 @@ def show_trailing(value, text=None):
     text too: a value with a rich repr (HTML, Markdown, an image, ...) is one bundle, as in
     Jupyter, and its `text/plain` is not printed beside it; a JSON value (a dict or list) is
     printed as well, its bundle only adding structure. `text` is the value's pretty text,
-    the bundle's `text/plain` unless a repr method gives one."""
+    the bundle's `text/plain` unless a repr method gives one.
+
+    Before either, the value's whole bundle goes out under VALUE_MIME, which the host keeps
+    for Jupyter's `execute_result` alone (other hosts read the text and display as ever)."""
     if type(value) in _PLAIN_TYPES:
+        send_value({"text/plain": text})
         return False  # the common case, without looking for `_repr_*_` methods
     if _is_pyplot_figure(value):
         return False  # sent with the cell's other open figures; once is enough
     bundle = _bundle(value, rich_only=True, text=text)
     if bundle is None or len(json.dumps(bundle)) > TRAILING_BUNDLE_LIMIT:
+        send_value({"text/plain": text})
         return False
+    send_value(bundle)
     _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": bundle})
     return any(mime not in ("text/plain", "application/json") for mime in bundle)
+
+
+def send_value(bundle):
+    """Tells the host which bundle is the cell's trailing value (see `show_trailing`)."""
+    if bundle.get("text/plain") is None:
+        return
+    _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": {VALUE_MIME: bundle}})
 
 
 # --- IPython ---------------------------------------------------------------------------

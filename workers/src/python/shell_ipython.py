@@ -90,6 +90,11 @@ class CellDisplayHook(DisplayHook):
             if as_json is not None:
                 bundle["application/json"] = as_json
         rich = any(mime not in ("text/plain", "application/json") for mime in bundle)
+        if text is not None:
+            import json
+
+            small = len(json.dumps(bundle)) <= TRAILING_BUNDLE_LIMIT
+            prelude.send_value(bundle if small else {"text/plain": text})
         sent = False
         if len(bundle) > 1 and not prelude._is_pyplot_figure(value):
             import json

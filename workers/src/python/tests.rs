@@ -12,6 +12,9 @@ struct Ran {
     outcome: Result<CellOutcome, WorkerError>,
     output: Vec<u8>,
     displays: Vec<serde_json::Value>,
+    /// The bundles of the cell's trailing value (sent under `VALUE_MIME`), apart from
+    /// `displays`.
+    values: Vec<serde_json::Value>,
     /// (name, args JSON) of each host tool call, in order.
     tool_calls: Vec<(String, String)>,
     /// How much output had arrived at each `Yield` frame.
@@ -46,6 +49,7 @@ impl Ran {
 }
 
 const STATUS_MIME: &str = "application/x-cellvisor-status";
+const VALUE_MIME: &str = "application/x-cellvisor-value";
 
 struct Harness {
     engine: PythonEngine,
@@ -116,6 +120,7 @@ impl Harness {
         let host_outbox = outbox.clone();
         let collector = thread::spawn(move || {
             let (mut output, mut displays, mut calls) = (Vec::new(), Vec::new(), Vec::new());
+            let mut values = Vec::new();
             let mut yields = Vec::new();
             for frame in rx {
                 match frame {
@@ -124,7 +129,11 @@ impl Harness {
                     } if id == cell_id => output.extend_from_slice(&data),
                     FromWorker::Yield { cell_id: id } if id == cell_id => yields.push(output.len()),
                     FromWorker::Display { bundle_json, .. } => {
-                        displays.push(serde_json::from_str(&bundle_json).unwrap())
+                        let bundle: serde_json::Value = serde_json::from_str(&bundle_json).unwrap();
+                        match bundle.get(VALUE_MIME) {
+                            Some(value) => values.push(value.clone()),
+                            None => displays.push(bundle),
+                        }
                     }
                     FromWorker::ToolCall {
                         cell_id: id,
@@ -142,7 +151,7 @@ impl Harness {
                     _ => {}
                 }
             }
-            (output, displays, calls, yields)
+            (output, displays, values, calls, yields)
         });
         let cell = ExecuteCell {
             cell_id,
@@ -155,11 +164,12 @@ impl Harness {
         };
         let outcome = self.engine.execute(&cell, &outbox, interrupt);
         outbox.send(FromWorker::Pong { seq: END_OF_CELL });
-        let (output, displays, tool_calls, yields) = collector.join().unwrap();
+        let (output, displays, values, tool_calls, yields) = collector.join().unwrap();
         Ran {
             outcome,
             output,
             displays,
+            values,
             tool_calls,
             yields,
         }
@@ -220,6 +230,32 @@ fn state_persists_and_trailing_value_is_shown() {
     assert_eq!(py.run("None").text(), "");
     assert_eq!(py.run("y = [x]\ny").text(), "[41]\n");
     assert_eq!(py.run("import __main__\n__main__.y").text(), "[41]\n");
+}
+
+#[test]
+fn a_trailing_value_is_also_sent_as_its_bundle_for_execute_result() {
+    let mut py = Harness::new();
+    let ran = py.run("x = 41\nx + 1");
+    assert_eq!(ran.text(), "42\n");
+    assert_eq!(ran.values, vec![serde_json::json!({"text/plain": "42"})]);
+    let ran = py.run("{'a': [1, 2]}");
+    assert_eq!(ran.text(), "{'a': [1, 2]}\n");
+    let value =
+        serde_json::json!({"application/json": {"a": [1, 2]}, "text/plain": "{'a': [1, 2]}"});
+    assert_eq!(ran.values, vec![value.clone()]);
+    assert_eq!(
+        ran.displays,
+        vec![value],
+        "the rich form still goes out as a display"
+    );
+    // No value, none sent: a print, an assignment, None, a hidden value.
+    for code in ["print(1)", "y = 2", "None", "3;"] {
+        assert_eq!(
+            py.run(code).values,
+            Vec::<serde_json::Value>::new(),
+            "{code}"
+        );
+    }
 }
 
 #[test]

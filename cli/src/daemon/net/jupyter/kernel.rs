@@ -1,6 +1,6 @@
 //! One kernel: a session and language of a tenant, its iopub broadcast (every connected
-//! client sees it), its shell queue (one request at a time, as a kernel has), and the relay
-//! of the cells other hosts (an agent's JSON-RPC or MCP) run in its session.
+//! client sees it), its shell queue (one request at a time, as a kernel has), and (in
+//! `relay`) the cells other hosts (an agent's JSON-RPC or MCP) run in its session.
 
 use super::super::super::admission::Ask;
 use super::super::super::{lock, tenancy, Daemon};
@@ -8,13 +8,16 @@ use super::super::tenants::Tenant;
 use super::history::History;
 use crate::jupyter::mapping::{self, Failure};
 use crate::jupyter::message::{Outgoing, Request};
+use crate::jupyter::outputs::CellOutputs;
 use crate::jupyter::snippets;
 use cellvisor::cell::{CellEvent, CellResult, CellSpec, EvalRequest};
-use cellvisor::{Language, SessionRef, WatchEvent};
+use cellvisor::{Language, SessionRef};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, mpsc, watch};
+
+mod relay;
 
 /// iopub messages a slow client may fall behind by before it misses the oldest.
 const IOPUB_BACKLOG: usize = 1024;
@@ -108,7 +111,7 @@ impl Kernel {
         });
         let watched = daemon.cv.watch(&kernel.internal);
         tokio::spawn(shell_loop(Arc::clone(daemon), Arc::clone(&kernel), jobs));
-        tokio::spawn(relay(Arc::clone(&kernel), watched));
+        tokio::spawn(relay::relay(Arc::clone(&kernel), watched));
         kernel
     }
 
@@ -391,15 +394,16 @@ async fn execute(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
     let (events, mut stream) = mpsc::channel::<CellEvent>(64);
     let run = kernel.run(daemon, code, Some(events));
     tokio::pin!(run);
+    let mut outputs = CellOutputs::default();
     let outcome = loop {
         tokio::select! {
             biased;
-            Some(event) = stream.recv() => forward(kernel, parent, &event, silent),
+            Some(event) = stream.recv() => forward(kernel, parent, &mut outputs, &event, silent),
             outcome = &mut run => break outcome,
         }
     };
     while let Ok(event) = stream.try_recv() {
-        forward(kernel, parent, &event, silent);
+        forward(kernel, parent, &mut outputs, &event, silent);
     }
     kernel.set_running(false).await;
     let (reply_content, failure) = match &outcome {
@@ -418,6 +422,9 @@ async fn execute(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
             (content, Some(failure))
         }
     };
+    if let (None, false, Some(result)) = (&failure, silent, outputs.execute_result(count)) {
+        kernel.publish(Outgoing::new("iopub", "execute_result", parent, result));
+    }
     if let (Some(failure), false) = (&failure, silent) {
         kernel.publish(Outgoing::new(
             "iopub",
@@ -430,11 +437,18 @@ async fn execute(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
     failure.is_some()
 }
 
-fn forward(kernel: &Kernel, parent: &Value, event: &CellEvent, silent: bool) {
+/// Publishes what iopub gets of a cell's event (nothing for a silent request).
+pub(super) fn forward(
+    kernel: &Kernel,
+    parent: &Value,
+    outputs: &mut CellOutputs,
+    event: &CellEvent,
+    silent: bool,
+) {
     if silent {
         return;
     }
-    if let Some((msg_type, content)) = mapping::iopub_of(event) {
+    if let Some((msg_type, content)) = outputs.take(event) {
         kernel.publish(Outgoing::new("iopub", msg_type, parent, content));
     }
 }
@@ -483,108 +497,5 @@ async fn inspect(daemon: &Daemon, kernel: &Kernel, content: &Value) -> Value {
             json!({"status": "ok", "found": true, "data": {"text/plain": text}, "metadata": {}})
         }
         _ => json!({"status": "ok", "found": false, "data": {}, "metadata": {}}),
-    }
-}
-
-/// Shows every client the cells other hosts run in the kernel's session (in its language),
-/// as an execution of their own: `busy`, `execute_input`, output, `error`, `idle`, with a
-/// parent header naming the request.
-async fn relay(kernel: Arc<Kernel>, mut watched: broadcast::Receiver<Arc<cellvisor::Watched>>) {
-    let mut ended = kernel.ended();
-    // The request being shown: its parent header and cells.
-    let mut current: Option<(u64, Value, Vec<CellSpec>)> = None;
-    loop {
-        let item = tokio::select! {
-            item = watched.recv() => item,
-            _ = ended.changed() => return,
-        };
-        let item = match item {
-            Ok(item) => item,
-            Err(broadcast::error::RecvError::Lagged(missed)) => {
-                tracing::debug!(kernel = %kernel.id, missed, "the relay fell behind its session's events");
-                continue;
-            }
-            Err(broadcast::error::RecvError::Closed) => return,
-        };
-        if item.origin == kernel.origin {
-            continue;
-        }
-
-        match &item.what {
-            WatchEvent::Began { cells } => {
-                if let Some((_, parent, _)) = current.take() {
-                    // A request whose end never came (its host left): idle before the next.
-                    kernel.set_running(false).await;
-                    kernel.status(&parent, "idle");
-                }
-                if !cells.iter().any(|c| c.language == kernel.language) {
-                    continue;
-                }
-                let parent = json!({
-                    "msg_id": format!("cellvisor-request-{}", item.request),
-                    "msg_type": "execute_request",
-                    "session": format!("cellvisor-origin-{}", item.origin),
-                    "username": "cellvisor", "date": crate::jupyter::message::now(),
-                    "version": crate::jupyter::message::PROTOCOL_VERSION,
-                });
-                kernel.set_running(true).await;
-                kernel.status(&parent, "busy");
-                current = Some((item.request, parent, cells.clone()));
-            }
-            WatchEvent::Event(event) => {
-                let Some((request, parent, cells)) = &current else {
-                    continue;
-                };
-                if *request != item.request {
-                    continue;
-                }
-                let index = match event {
-                    CellEvent::CellStarted { index, .. }
-                    | CellEvent::Output { index, .. }
-                    | CellEvent::Display { index, .. }
-                    | CellEvent::Status { index, .. }
-                    | CellEvent::CellDone { index, .. } => *index,
-                };
-                let Some(cell) = cells.get(index).filter(|c| c.language == kernel.language) else {
-                    continue;
-                };
-                if let CellEvent::CellStarted { .. } = event {
-                    let count = {
-                        let mut state = lock(&kernel.state);
-                        state.execution_count += 1;
-                        let count = state.execution_count;
-                        state.history.remember(count, &cell.code);
-                        count
-                    };
-                    kernel.publish(Outgoing::new(
-                        "iopub",
-                        "execute_input",
-                        parent,
-                        mapping::execute_input(&cell.code, count),
-                    ));
-                }
-                forward(&kernel, parent, event, false);
-            }
-            WatchEvent::Ended { cells: results } => {
-                let Some((request, parent, _)) = current.take() else {
-                    continue;
-                };
-                if request != item.request {
-                    continue;
-                }
-                for result in results.iter().filter(|r| r.language == kernel.language) {
-                    if let Some(failure) = mapping::failure_of(result) {
-                        kernel.publish(Outgoing::new(
-                            "iopub",
-                            "error",
-                            &parent,
-                            failure.error_content(),
-                        ));
-                    }
-                }
-                kernel.set_running(false).await;
-                kernel.status(&parent, "idle");
-            }
-        }
     }
 }

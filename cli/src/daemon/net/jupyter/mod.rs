@@ -1,19 +1,21 @@
 //! The Kernel Gateway API on the daemon's network listener: `/api`, `/api/kernelspecs`,
-//! `/api/kernels` (and each kernel's interrupt, restart and channels WebSocket), behind the
-//! listener's token and tenants. A kernel is a session and a language of the caller's
-//! tenant: a kernel started here gets a session of its own (`kernel-<uuid>`), and every live
+//! `/api/kernels` (and each kernel's interrupt, restart and channels WebSocket) and
+//! `/api/sessions`, behind the listener's token and tenants. A kernel is a session and a
+//! language of the caller's tenant: a kernel started here gets a session of its own (`kernel-<uuid>`), and every live
 //! session of the tenant is listed as a kernel too, with the stable id
 //! [`mapping::kernel_id`] gives it, so a person can join a session an agent drives.
 //!
 //! - `kernel`: one kernel: its iopub broadcast, its shell queue, the relay of other hosts'
 //!   cells.
-//! - `rest`: the REST routes.
+//! - `rest`: the REST routes of kernels and kernelspecs.
+//! - `sessions`: `/api/sessions`, a path's kernel as JupyterLab's services ask for it.
 //! - `channels`: the channels WebSocket in the legacy JSON framing.
 
 mod channels;
 mod history;
 mod kernel;
 mod rest;
+mod sessions;
 
 use super::super::Daemon;
 use super::Principal;
@@ -29,6 +31,8 @@ use std::sync::{Arc, Mutex};
 #[derive(Default)]
 pub(super) struct Gateway {
     kernels: Mutex<HashMap<String, Arc<Kernel>>>,
+    /// `/api/sessions`' sessions, by id (each of a tenant, over one of its kernels).
+    sessions: Mutex<HashMap<String, sessions::Session>>,
     /// Tags of the kernels' own requests (0 is every other host's).
     next_origin: AtomicU64,
 }
@@ -44,6 +48,13 @@ pub(super) fn routes() -> Router<Arc<Daemon>> {
         .route("/api/kernels/{id}/interrupt", post(rest::interrupt))
         .route("/api/kernels/{id}/restart", post(rest::restart))
         .route("/api/kernels/{id}/channels", get(channels::upgrade))
+        .route("/api/sessions", get(sessions::list).post(sessions::create))
+        .route(
+            "/api/sessions/{id}",
+            get(sessions::one)
+                .patch(sessions::update)
+                .delete(sessions::delete),
+        )
         .layer(Extension(Arc::new(Gateway::default())))
 }
 

@@ -31,7 +31,7 @@ pub(super) fn error(status: StatusCode, message: String) -> Response {
     (status, Json(json!({"message": message, "reason": reason}))).into_response()
 }
 
-fn unknown_kernel(id: &str) -> Response {
+pub(super) fn unknown_kernel(id: &str) -> Response {
     error(
         StatusCode::NOT_FOUND,
         format!(
@@ -148,39 +148,68 @@ pub(super) async fn start(
         },
     };
     let name = request["name"].as_str().unwrap_or("python3");
-    let language = match language_named(&daemon, name) {
-        Ok(language) => language,
-        Err(refused) => return error(StatusCode::NOT_FOUND, refused),
-    };
+    match start_kernel(&daemon, &gateway, &principal, name, "POST /api/kernels").await {
+        Ok(kernel) => (
+            StatusCode::CREATED,
+            [("location", format!("/api/kernels/{}", kernel.id))],
+            Json(kernel.model()),
+        )
+            .into_response(),
+        Err(refused) => refused,
+    }
+}
+
+/// A kernel of kernelspec `name` on a new session of the caller's tenant, its worker
+/// started (for `POST /api/kernels` and a new `/api/sessions` session).
+pub(super) async fn start_kernel(
+    daemon: &Arc<Daemon>,
+    gateway: &Gateway,
+    principal: &Principal,
+    name: &str,
+    what: &str,
+) -> Result<Arc<super::Kernel>, Response> {
+    let language =
+        language_named(daemon, name).map_err(|refused| error(StatusCode::NOT_FOUND, refused))?;
     let tenant = &principal.tenant;
-    if let Err(refused) = tenancy::may_run_cells(tenant, "POST /api/kernels") {
-        return error(StatusCode::FORBIDDEN, refused.message);
+    if let Err(refused) = tenancy::may_run_cells(tenant, what) {
+        return Err(error(StatusCode::FORBIDDEN, refused.message));
     }
     let session = format!("kernel-{}", uuid::Uuid::new_v4());
     // The kernel's place counts against the tenant's quotas until its worker has started.
     let params = Some(json!({"session": tenant.internal(&session)}));
     let ask = tenancy::asked_session(&params);
-    let _reservation = match tenancy::within_quotas(&daemon, tenant, ask, || 0).await {
-        Ok(reservation) => reservation,
-        Err(refused) => return error(StatusCode::TOO_MANY_REQUESTS, refused.message),
-    };
+    let _reservation = tenancy::within_quotas(daemon, tenant, ask, || 0)
+        .await
+        .map_err(|refused| error(StatusCode::TOO_MANY_REQUESTS, refused.message))?;
     let id = mapping::kernel_id(&tenant.name, &session, language);
-    let kernel = gateway.hold(&daemon, &principal, id.clone(), session, language);
+    let kernel = gateway.hold(daemon, principal, id.clone(), session, language);
     // The worker starts now, as a kernel's process does: the first cell finds it ready.
-    if let Err(why) = kernel.run(&daemon, "", None).await {
+    if let Err(why) = kernel.run(daemon, "", None).await {
         gateway.remove(&id);
         kernel.end();
-        return error(
+        return Err(error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("the kernel did not start: {why}"),
-        );
+        ));
     }
-    (
-        StatusCode::CREATED,
-        [("location", format!("/api/kernels/{id}"))],
-        Json(kernel.model()),
-    )
-        .into_response()
+    Ok(kernel)
+}
+
+/// Shuts a kernel down: its WebSockets end and its session's worker for its language closes.
+pub(super) async fn shut_down(
+    daemon: &Daemon,
+    gateway: &Gateway,
+    kernel: &super::Kernel,
+) -> Result<(), Response> {
+    gateway.remove(&kernel.id);
+    kernel.end();
+    let session = SessionRef::new(&kernel.internal, None);
+    daemon
+        .cv
+        .close(session, Some(kernel.language))
+        .await
+        .map(|_| ())
+        .map_err(|err| error(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()))
 }
 
 /// `GET /api/kernels/<id>`.
@@ -209,13 +238,10 @@ pub(super) async fn delete(
     let Some(kernel) = gateway.find(&daemon, &principal, &id).await else {
         return unknown_kernel(&id);
     };
-    gateway.remove(&id);
-    kernel.end();
-    let session = SessionRef::new(&kernel.internal, None);
-    if let Err(err) = daemon.cv.close(session, Some(kernel.language)).await {
-        return error(StatusCode::INTERNAL_SERVER_ERROR, err.to_string());
+    match shut_down(&daemon, &gateway, &kernel).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(refused) => refused,
     }
-    StatusCode::NO_CONTENT.into_response()
 }
 
 /// `POST /api/kernels/<id>/interrupt`: stops the running cell, if any (204 either way).
