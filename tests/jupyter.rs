@@ -43,7 +43,11 @@ fn rest(method: &str, url: &str, auth: Auth, body: Option<Value>) -> (u16, Value
             request.call()
         }
         _ => {
-            let mut request = agent.post(&url);
+            let mut request = if method == "PATCH" {
+                agent.patch(&url)
+            } else {
+                agent.post(&url)
+            };
             if let Some(h) = &header {
                 request = request.header("authorization", h);
             }
@@ -692,6 +696,19 @@ fn javascript_and_lua_kernels_complete_and_inspect_from_their_namespace() {
             .as_str()
             .unwrap_or_default();
         assert!(text.contains("Type:"), "{name}: {text}");
+        // A trailing value is the execute_result, as ipykernel sends it: not a stream.
+        let (reply, iopub) = ch.execute("6 * 7");
+        assert_eq!(reply["content"]["status"], "ok", "{name}: {reply:#}");
+        let result = iopub
+            .iter()
+            .find(|m| m["msg_type"] == "execute_result")
+            .unwrap_or_else(|| panic!("{name}: no execute_result: {iopub:#?}"));
+        assert_eq!(result["content"]["data"]["text/plain"], "42", "{name}");
+        assert_eq!(
+            result["content"]["execution_count"],
+            reply["content"]["execution_count"]
+        );
+        assert_eq!(stream_text(&iopub, "stdout"), "", "{name}: {iopub:#?}");
         let (reply, iopub) = ch.execute("nothing_here()");
         assert_eq!(reply["content"]["ename"], error, "{name}: {reply:#}");
         assert!(
@@ -703,5 +720,116 @@ fn javascript_and_lua_kernels_complete_and_inspect_from_their_namespace() {
         assert_eq!(answer["content"]["language_info"]["name"], name);
         drop(ch);
     }
+    net.daemon.stop();
+}
+
+/// `/api/sessions` as JupyterLab's services use it: a path's session over a new kernel (or
+/// one named by id), listed, renamed, moved to another kernel (the old one shut down) and
+/// deleted with its kernel; another tenant's session is unknown to a tenant.
+#[test]
+fn sessions_tie_paths_to_kernels_per_tenant() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (alpha, beta) = (
+        "alpha-token-0123456789abcdef",
+        "beta-token-0123456789abcdef",
+    );
+    std::fs::write(dir.path().join("alpha.token"), alpha).expect("a test file");
+    std::fs::write(dir.path().join("beta.token"), beta).expect("a test file");
+    let tenants = dir.path().join("tenants.toml");
+    std::fs::write(
+        &tenants,
+        "[[tenants]]\nname = \"alpha\"\ntoken-file = \"alpha.token\"\n\
+         [[tenants]]\nname = \"beta\"\ntoken-file = \"beta.token\"\n",
+    )
+    .expect("a test file");
+    let extra = format!("tenants-file = {:?}\n", tenants.display().to_string());
+    let net = NetDaemon::start(false, &extra, "");
+    let sessions = net.http_url("/api/sessions");
+    let kernels = net.http_url("/api/kernels");
+    let (a, b) = (Auth::Header(alpha), Auth::Query(beta));
+
+    let body = json!({"path": "work/a.ipynb", "name": "a.ipynb", "type": "notebook",
+                      "kernel": {"name": "python3"}});
+    let (status, session) = rest("POST", &sessions, a, Some(body.clone()));
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().expect("an id").to_string();
+    let kernel = session["kernel"]["id"]
+        .as_str()
+        .expect("a kernel")
+        .to_string();
+    assert_eq!(session["path"], "work/a.ipynb");
+    assert_eq!(session["type"], "notebook");
+    assert_eq!(session["kernel"]["name"], "python3");
+    // The kernel is the tenant's, and runs.
+    let mut ch = Channels::connect(net.port, &kernel, alpha).expect("the channels");
+    let (reply, _) = ch.execute("kept = 5");
+    assert_eq!(reply["content"]["status"], "ok", "{reply:#}");
+    // The same path again is the same session.
+    let (status, again) = rest("POST", &sessions, a, Some(body));
+    assert_eq!((status, &again["id"]), (201, &session["id"]));
+    let (_, listed) = rest("GET", &sessions, a, None);
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed:#}");
+
+    // Another tenant: its own empty list, and alpha's session unknown on every route.
+    assert_eq!(rest("GET", &sessions, b, None), (200, json!([])));
+    let one = format!("{sessions}/{id}");
+    assert_eq!(rest("GET", &one, b, None).0, 404);
+    assert_eq!(rest("PATCH", &one, b, Some(json!({"name": "x"}))).0, 404);
+    assert_eq!(rest("DELETE", &one, b, None).0, 404);
+    // Nor can it tie a session to alpha's kernel.
+    let stolen = json!({"path": "b.ipynb", "kernel": {"id": kernel}});
+    assert_eq!(rest("POST", &sessions, b, Some(stolen)).0, 404);
+
+    // Bad bodies are named.
+    let (status, refused) = rest("POST", &sessions, a, Some(json!({"kernel": "python3"})));
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("kernel must be an object"));
+    let (status, refused) = rest("POST", &sessions, a, Some(json!({"name": "no path"})));
+    assert_eq!(status, 400, "{refused}");
+    let (status, _) = rest(
+        "POST",
+        &sessions,
+        a,
+        Some(json!({"path": "c", "kernel": {"name": "ruby"}})),
+    );
+    assert_eq!(status, 404);
+
+    // Renamed and moved: the session keeps its kernel until another is asked for.
+    let (status, renamed) = rest(
+        "PATCH",
+        &one,
+        a,
+        Some(json!({"path": "work/b.ipynb", "name": "b"})),
+    );
+    assert_eq!(status, 200, "{renamed}");
+    assert_eq!(
+        (&renamed["path"], &renamed["kernel"]["id"]),
+        (&json!("work/b.ipynb"), &json!(kernel))
+    );
+    let (status, moved) = rest("PATCH", &one, a, Some(json!({"kernel": {"name": "lua"}})));
+    assert_eq!(status, 200, "{moved}");
+    assert_eq!(moved["kernel"]["name"], "lua");
+    let lua_kernel = moved["kernel"]["id"]
+        .as_str()
+        .expect("a kernel")
+        .to_string();
+    assert_ne!(lua_kernel, kernel);
+    // The kernel it had was shut down, as jupyter_server does.
+    assert_eq!(rest("GET", &format!("{kernels}/{kernel}"), a, None).0, 404);
+    drop(ch);
+    let (_, fetched) = rest("GET", &one, a, None);
+    assert_eq!(fetched["kernel"]["id"], lua_kernel.as_str());
+
+    // Deleted: the session and its kernel are gone.
+    assert_eq!(rest("DELETE", &one, a, None).0, 204);
+    assert_eq!(rest("GET", &one, a, None).0, 404);
+    assert_eq!(
+        rest("GET", &format!("{kernels}/{lua_kernel}"), a, None).0,
+        404
+    );
+    assert_eq!(rest("GET", &sessions, a, None), (200, json!([])));
     net.daemon.stop();
 }
