@@ -490,6 +490,24 @@ fn a_person_sees_an_agents_json_rpc_cells_and_shares_its_namespace() {
     let mut agent = net.daemon.client();
     let seen = agent.eval("agent", json!([{"language": "py", "code": "a"}]));
     assert_eq!(seen["cells"][0]["output"], "2\n");
+    // The person sees the agent's value as its execute_result, not as a stream.
+    let result = person.until(|m| m["msg_type"] == "execute_result");
+    assert_eq!(result["content"]["data"]["text/plain"], "2", "{result:#}");
+    let parent = result["parent_header"]["msg_id"].clone();
+    let idle = person.until(|m| {
+        m["msg_type"] == "status"
+            && m["content"]["execution_state"] == "idle"
+            && m["parent_header"]["msg_id"] == parent
+    });
+    assert_eq!(idle["parent_header"]["msg_type"], "execute_request");
+    assert!(
+        !person
+            .seen
+            .iter()
+            .any(|m| m["parent_header"]["msg_id"] == parent && m["msg_type"] == "stream"),
+        "the value was a stream as well: {:#?}",
+        person.seen
+    );
     drop(person);
     net.daemon.stop();
 }
