@@ -5,6 +5,9 @@ Kernel Gateway with ipykernel, in one run on one machine:
   `status: idle` arrived (as a gateway host waits), median of --runs after a warm-up, through
   cellvisor's channels WebSocket and through the Kernel Gateway's (the same client code);
 - the same cell as `eval` on cellvisor's JSON-RPC WebSocket (`/v1/rpc`), request to answer;
+- the same cell on ipykernel through jupyter_client over ZMQ, without a gateway (the
+  kernel's own round trip: the Kernel Gateway's WebSocket, tornado's, leaves Nagle's
+  algorithm on, and its small frames wait for delayed ACKs);
 - a kernel start: `POST /api/kernels` until its answer, and until the first cell's reply
   (a kernel ready to run), median of --starts, on each gateway.
 
@@ -127,6 +130,28 @@ def kernel_starts(base, starts):
     return statistics.median(answered), statistics.median(ready)
 
 
+def ipykernel_direct(runs, directory):
+    """The same cell on an ipykernel over ZMQ through jupyter_client (no gateway, no
+    WebSocket): the kernel's own round trip, for reading the Kernel Gateway's figure."""
+    from jupyter_client.manager import start_new_kernel
+
+    os.environ["JUPYTER_RUNTIME_DIR"] = os.path.join(directory, "runtime-direct")
+    manager, client = start_new_kernel(kernel_name="python3")
+    try:
+        run = lambda: client.execute_interactive("1", output_hook=lambda m: None, timeout=PATIENCE)  # noqa: E731
+        for _ in range(20):
+            run()
+        samples = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            run()
+            samples.append(time.perf_counter() - started)
+        return statistics.median(samples)
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
 def start_kernel_gateway(python, directory):
     """`jupyter kernelgateway` (its python3 kernelspec is this venv's ipykernel), in a process
     group of its own and with its Jupyter files in `directory`."""
@@ -212,12 +237,14 @@ def main():
         for channels in (cv_channels, kg_channels):
             channels.close()
         rpc.close()
+        direct_median = ipykernel_direct(args.runs, files)
 
         ms = lambda s: round(s * 1000, 3)  # noqa: E731
         figures = {
             "binary": os.path.relpath(args.binary), "runs": args.runs, "starts": args.starts,
             "round_trip_ms": {"cellvisor_gateway": ms(cv_median), "cellvisor_json_rpc": ms(rpc_median),
-                              "kernel_gateway_ipykernel": ms(kg_median)},
+                              "kernel_gateway_ipykernel": ms(kg_median),
+                              "ipykernel_jupyter_client_zmq": ms(direct_median)},
             "ratio_gateway_to_json_rpc": round(cv_median / rpc_median, 2),
             "ratio_gateway_to_kernel_gateway": round(cv_median / kg_median, 2),
             "kernel_start_ms": {"cellvisor_post": ms(cv_start), "cellvisor_ready": ms(cv_ready),
@@ -230,6 +257,7 @@ def main():
               f"   gateway / JSON-RPC: {figures['ratio_gateway_to_json_rpc']:.2f}")
         print(f"  Kernel Gateway + ipykernel        {ms(kg_median):8.3f} ms"
               f"   cellvisor / Kernel Gateway: {figures['ratio_gateway_to_kernel_gateway']:.2f}")
+        print(f"  ipykernel via jupyter_client (ZMQ, no gateway) {ms(direct_median):8.3f} ms")
         print(f"kernel start (python3), median of {args.starts}: POST /api/kernels answered / first cell's reply")
         print(f"  cellvisor       {ms(cv_start):8.1f} ms / {ms(cv_ready):8.1f} ms")
         print(f"  Kernel Gateway  {ms(kg_start):8.1f} ms / {ms(kg_ready):8.1f} ms")
