@@ -2,7 +2,8 @@
 //! `jupyter server --gateway-url` pointed at the daemon's listener (the path JupyterLab takes),
 //! driven through jupyter_server's REST API and a Jupyter WebSocket client
 //! (tests/jupyter_server_client.py): kernelspecs, a kernel's cells and their state,
-//! `execute_result`, an interrupt, a restart, a notebook session, deletes.
+//! `execute_result`, an interrupt, a restart, a notebook session, deletes; and the binary
+//! `v1.kernel.websocket.jupyter.org` framing spoken to the gateway with jupyter_server's codec.
 
 mod common;
 
@@ -109,6 +110,8 @@ fn jupyter_servers_gateway_client_runs_interrupts_and_restarts_cellvisor_kernels
         .arg(workspace().join("tests/jupyter_server_client.py"))
         .arg(format!("http://127.0.0.1:{}", server.port))
         .arg(SERVER_TOKEN)
+        .arg(net.http_url(""))
+        .arg(TOKEN)
         .env_remove("VIRTUAL_ENV")
         .output()
         .expect("run tests/jupyter_server_client.py");

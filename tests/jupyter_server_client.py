@@ -1,11 +1,13 @@
 """Drives a `jupyter server --gateway-url` that points at cellvisor, as JupyterLab does:
 through jupyter_server's REST API and a Jupyter WebSocket client on its channels.
 
-Usage: jupyter_server_client.py SERVER_URL SERVER_TOKEN
+Usage: jupyter_server_client.py SERVER_URL SERVER_TOKEN GATEWAY_URL GATEWAY_TOKEN
 
 Lists the kernelspecs, starts a kernel, runs cells (state persists, a trailing value is an
 `execute_result`), interrupts a running one (its cell gets KeyboardInterrupt, the next runs),
-restarts (state gone), makes a session through `/api/sessions` and deletes everything.
+restarts (state gone), makes a session through `/api/sessions` and deletes everything. Then
+speaks the binary `v1.kernel.websocket.jupyter.org` framing to cellvisor's gateway itself, as
+JupyterLab does when it reaches a gateway directly, with jupyter_server's own codec.
 Prints `all jupyter_server checks passed` at the end; any failed check raises.
 """
 
@@ -19,6 +21,7 @@ import uuid
 import websocket  # websocket-client, which jupyter_server itself depends on
 
 SERVER, TOKEN = sys.argv[1].rstrip("/"), sys.argv[2]
+GATEWAY, GATEWAY_TOKEN = sys.argv[3].rstrip("/"), sys.argv[4]
 PATIENCE = 60.0
 
 
@@ -103,6 +106,59 @@ def of_type(messages, msg_type):
 def stdout(messages):
     return "".join(m["content"]["text"] for m in of_type(messages, "stream")
                    if m["content"]["name"] == "stdout")
+
+
+def check_v1_framing():
+    """The binary subprotocol, spoken with jupyter_server's own (de)serializer."""
+    from jupyter_server.services.kernels.connection.base import (
+        deserialize_msg_from_ws_v1, serialize_msg_to_ws_v1)
+
+    request = urllib.request.Request(GATEWAY + "/api/kernels", data=b'{"name": "python3"}',
+                                     method="POST")
+    request.add_header("Authorization", "token " + GATEWAY_TOKEN)
+    with urllib.request.urlopen(request, timeout=PATIENCE) as answer:
+        kernel_id = json.loads(answer.read())["id"]
+    url = GATEWAY.replace("http", "ws", 1) + f"/api/kernels/{kernel_id}/channels"
+    ws = websocket.create_connection(url, header=["Authorization: token " + GATEWAY_TOKEN],
+                                     subprotocols=["v1.kernel.websocket.jupyter.org"],
+                                     timeout=PATIENCE)
+    assert ws.subprotocol == "v1.kernel.websocket.jupyter.org", ws.subprotocol
+    pack = lambda part: json.dumps(part).encode()  # noqa: E731
+    msg_id = uuid.uuid4().hex
+    header = {"msg_id": msg_id, "msg_type": "execute_request", "session": uuid.uuid4().hex,
+              "username": "test", "date": "2026-01-01T00:00:00Z", "version": "5.3"}
+    ws.send_binary(serialize_msg_to_ws_v1(
+        {"header": header, "parent_header": {}, "metadata": {},
+         "content": {"code": "print('v1')\n6 * 7", "silent": False, "store_history": True,
+                     "stop_on_error": True}}, "shell", pack))
+    seen, reply, idle = [], None, False
+    deadline = time.monotonic() + PATIENCE
+    while reply is None or not idle:
+        assert time.monotonic() < deadline, seen
+        frame = ws.recv()
+        assert isinstance(frame, bytes), f"a text frame under the v1 subprotocol: {frame!r}"
+        channel, parts = deserialize_msg_from_ws_v1(frame)
+        header, parent, _, content = (json.loads(p) for p in parts[:4])
+        if parent.get("msg_id") != msg_id:
+            continue
+        seen.append((channel, header["msg_type"], content))
+        if channel == "shell" and header["msg_type"] == "execute_reply":
+            reply = content
+        if header["msg_type"] == "status" and content["execution_state"] == "idle":
+            idle = True
+    assert reply["status"] == "ok", seen
+    kinds = [(c, t) for c, t, _ in seen]
+    assert ("iopub", "execute_input") in kinds, kinds
+    streams = [c["text"] for _, t, c in seen if t == "stream"]
+    assert streams == ["v1\n"], seen
+    results = [c for _, t, c in seen if t == "execute_result"]
+    assert results and results[0]["data"]["text/plain"] == "42", seen
+    ws.close()
+    request = urllib.request.Request(GATEWAY + f"/api/kernels/{kernel_id}", method="DELETE")
+    request.add_header("Authorization", "token " + GATEWAY_TOKEN)
+    with urllib.request.urlopen(request, timeout=PATIENCE) as answer:
+        assert answer.status == 204, answer.status
+    print("the v1 binary framing ran a cell on cellvisor's gateway")
 
 
 def check_kernelspecs():
@@ -209,4 +265,5 @@ def check_sessions():
 check_kernelspecs()
 check_kernel()
 check_sessions()
+check_v1_framing()
 print("all jupyter_server checks passed")

@@ -42,6 +42,11 @@ impl Request {
     pub fn parse(text: &str) -> Result<Request, BadMessage> {
         let value: Value =
             serde_json::from_str(text).map_err(|e| BadMessage::NotJson(e.to_string()))?;
+        Request::from_value(value)
+    }
+
+    /// Reads one message already parsed (a binary frame's, say).
+    pub fn from_value(value: Value) -> Result<Request, BadMessage> {
         let Value::Object(object) = value else {
             return Err(BadMessage::NotJson("not an object".into()));
         };

@@ -3,12 +3,14 @@
 //! data, for the daemon's Kernel Gateway API and a ZMQ kernel alike), and the small cells
 //! that answer completion and inspection from a session's live namespace.
 //!
+//! - `framing`: the binary `v1.kernel.websocket.jupyter.org` framing, to and from JSON.
 //! - `message`: a client's request read leniently, a reply or broadcast written whole.
 //! - `mapping`: kernelspecs, `language_info`, kernel ids, events to iopub, results to
 //!   replies, `is_complete`.
 //! - `outputs`: one cell's events as iopub messages, its value the `execute_result`.
 //! - `snippets`: the name at the cursor, and the cells that complete and inspect it.
 
+pub mod framing;
 pub mod mapping;
 pub mod message;
 pub mod outputs;

@@ -1,6 +1,7 @@
 //! `GET /api/kernels/<id>/channels`: a kernel's channels over one WebSocket in the legacy
-//! JSON framing (each message one text frame, naming its `channel`). Shell requests queue on
-//! the kernel; control requests (`interrupt_request`, `shutdown_request`,
+//! JSON framing (each message one text frame, naming its `channel`), or in the binary
+//! `v1.kernel.websocket.jupyter.org` framing when the client offers that subprotocol. Shell
+//! requests queue on the kernel; control requests (`interrupt_request`, `shutdown_request`,
 //! `kernel_info_request`) are answered at once, even while a cell runs; stdin is never asked
 //! for (cells that read it fail with the anchor's text); iopub is every message the kernel
 //! broadcasts, from this client's requests, other clients' and other hosts' cells.
@@ -10,8 +11,8 @@ use super::super::{ConnectionSlot, Principal};
 use super::kernel::{Frame, Job, Kernel};
 use super::rest::{error, refused_without_cells};
 use super::Gateway;
-use crate::jupyter::mapping;
 use crate::jupyter::message::{Outgoing, Request};
+use crate::jupyter::{framing, mapping};
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -49,6 +50,8 @@ pub(super) async fn upgrade(
     upgrade
         .max_message_size(MAX_LINE_BYTES)
         .max_frame_size(MAX_LINE_BYTES)
+        // Selected only when the client offers it; else the legacy JSON framing.
+        .protocols([framing::V1_PROTOCOL])
         .on_upgrade(move |socket| async move {
             serve(daemon, gateway, kernel, socket).await;
             drop(slot);
@@ -58,6 +61,9 @@ pub(super) async fn upgrade(
 
 async fn serve(daemon: Arc<Daemon>, gateway: Arc<Gateway>, kernel: Arc<Kernel>, socket: WebSocket) {
     kernel.connections.fetch_add(1, Ordering::Relaxed);
+    let binary = socket
+        .protocol()
+        .is_some_and(|p| p.as_bytes() == framing::V1_PROTOCOL.as_bytes());
     let (mut sink, mut stream) = socket.split();
     let (out, mut replies) = mpsc::channel::<Frame>(REPLY_BACKLOG);
     let mut iopub = kernel.subscribe();
@@ -77,9 +83,14 @@ async fn serve(daemon: Arc<Daemon>, gateway: Arc<Gateway>, kernel: Arc<Kernel>, 
                 },
                 _ = ended.changed() => break,
             };
-            let sent =
-                tokio::time::timeout(stall, sink.send(Message::Text(frame.to_string().into())))
-                    .await;
+            let message = match binary {
+                false => Message::Text(frame.to_string().into()),
+                true => match serde_json::from_str(&frame) {
+                    Ok(value) => Message::Binary(framing::encode(&value).into()),
+                    Err(_) => continue,
+                },
+            };
+            let sent = tokio::time::timeout(stall, sink.send(message)).await;
             if !matches!(sent, Ok(Ok(()))) {
                 break;
             }
@@ -92,18 +103,23 @@ async fn serve(daemon: Arc<Daemon>, gateway: Arc<Gateway>, kernel: Arc<Kernel>, 
             frame = stream.next() => frame,
             _ = ended.changed() => break,
         };
-        let text = match frame {
+        let read = match frame {
             None | Some(Ok(Message::Close(_))) | Some(Err(_)) => break,
-            Some(Ok(Message::Text(text))) => text,
+            Some(Ok(Message::Text(text))) => Request::parse(text.as_str()),
+            Some(Ok(Message::Binary(bytes))) if binary => {
+                framing::decode(&bytes).and_then(Request::from_value)
+            }
             Some(Ok(Message::Binary(_))) => {
                 tracing::debug!(
-                    "a Jupyter client sent a binary frame: only the JSON framing is spoken"
+                    "a Jupyter client sent a binary frame without offering {}: it is the \
+                     legacy JSON framing's text frames here",
+                    framing::V1_PROTOCOL
                 );
                 continue;
             }
             Some(Ok(_)) => continue,
         };
-        let request = match Request::parse(text.as_str()) {
+        let request = match read {
             Ok(request) => request,
             Err(bad) => {
                 tracing::debug!("a Jupyter client sent a bad message: {bad}");
