@@ -586,6 +586,14 @@ mod tests {
         assert!(Events::Output.passes(&output) && Events::Output.passes(&display));
         assert_eq!(passed(Events::Output), 2);
         assert_eq!(passed(Events::None), 0);
+        // A value's bundle is for Jupyter's gateway alone: no JSON-RPC host is sent it.
+        let value = CellEvent::Value {
+            index: 0,
+            bundle: json!({"text/plain": "1"}),
+        };
+        for events in [Events::All, Events::Output, Events::None] {
+            assert!(!events.passes(&value));
+        }
         // The default is left out of a request, so older daemons still read it.
         let request = crate::cell::EvalRequest::default();
         assert!(serde_json::to_value(&request)
