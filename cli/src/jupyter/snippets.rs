@@ -1,7 +1,9 @@
 //! `complete_request` and `inspect_request` answered from the live namespace: the name at
 //! the cursor, and the small cell each language runs to list what it could complete to or
 //! to describe it (Python's `rlcompleter` and `inspect`, JavaScript's property chains, Lua's
-//! tables, compiled with `lua_load`, Lua's own `load`, which code mode's `load` shadows). The cell prints one marked line of JSON, which [`answer`] reads back.
+//! tables, compiled with `lua_load`, Lua's own `load`, which code mode's `load` shadows). The
+//! cell prints one marked line of JSON, which [`answer`] reads back. Also the cell that asks a
+//! worker for its values' bundles.
 
 use cellvisor::Language;
 use serde_json::Value;
@@ -28,6 +30,20 @@ pub fn name_at(code: &str, cursor_pos: usize) -> (usize, String) {
         .trim_start_matches(|c: char| c == '.' || c.is_ascii_digit())
         .to_string();
     (before.len() - name.chars().count(), name)
+}
+
+/// The cell that asks a worker of `language` for its cells' trailing values as bundles (for
+/// `execute_result`): workers send them only when asked, as each costs a cell with a value
+/// one more message, which only the gateway reads. It lasts as long as the worker.
+pub fn send_values_code(language: Language) -> &'static str {
+    match language {
+        Language::Python => "__import__('cellvisor_prelude').send_values()",
+        Language::JavaScript => {
+            "Object.defineProperty(globalThis, '__cellvisorSendValues', \
+             {value: true, writable: true, configurable: true}); undefined"
+        }
+        Language::Lua => "__cellvisor_send_values = true",
+    }
 }
 
 /// The name under the cursor for `inspect_request`: the dotted name around it.

@@ -90,14 +90,18 @@
   const bundle = (value) => richBundle(value) ?? JSON.stringify({ "text/plain": format(value) });
   hidden(globalThis, "display", (value) => void sendDisplay(bundle(value)));
 
-  // The trailing value of a cell: its text on stdout, and its rich form as a display. First
-  // its whole bundle under VALUE, which the host keeps for Jupyter's `execute_result` alone.
+  // The trailing value of a cell: its text on stdout, and its rich form as a display. First,
+  // once a host asked for them (Jupyter's gateway sets VALUES_WANTED on the global object),
+  // its whole bundle under VALUE, which the host keeps for `execute_result` alone.
   const VALUE = "application/x-cellvisor-value";
+  const VALUES_WANTED = "__cellvisorSendValues";
   function show(value) {
     if (value === undefined) return;
     const text = format(value);
     const rich = richBundle(value);
-    sendDisplay(`{"${VALUE}":${rich ?? JSON.stringify({ "text/plain": text })}}`, true);
+    if (globalThis[VALUES_WANTED] === true) {
+      sendDisplay(`{"${VALUE}":${rich ?? JSON.stringify({ "text/plain": text })}}`, true);
+    }
     write(0, text + "\n");
     if (rich !== null) sendDisplay(rich, true);
   }

@@ -247,6 +247,13 @@ fn the_trailing_value_is_shown() {
 #[test]
 fn a_trailing_value_is_also_sent_as_its_bundle_for_execute_result() {
     let mut js = engine();
+    // Not sent until the host asks: it costs every cell with a value.
+    let ran = run(&mut js, "6 * 7");
+    assert_eq!(ran.stdout, "42\n");
+    assert!(ran.values.is_empty(), "{:?}", ran.values);
+    let ask = "Object.defineProperty(globalThis, '__cellvisorSendValues', \
+               {value: true, writable: true, configurable: true}); undefined";
+    assert_eq!(run(&mut js, ask).stdout, "");
     let ran = run(&mut js, "6 * 7");
     assert_eq!(ran.stdout, "42\n");
     assert_eq!(ran.values, vec![serde_json::json!({"text/plain": "42"})]);

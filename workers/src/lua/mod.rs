@@ -64,6 +64,8 @@ const CODE_MODE: &str = include_str!("code_mode.lua");
 /// The key of the display bundle that carries the cell's trailing value (the host's
 /// `VALUE_MIME`).
 const VALUE_MIME: &str = "application/x-cellvisor-value";
+/// The global a host sets to `true` to be sent the values' bundles.
+const VALUES_WANTED: &str = "__cellvisor_send_values";
 
 /// A display bundle larger than this could not travel in one frame.
 const MAX_DISPLAY_BYTES: usize = MAX_FRAME_BYTES / 2;
@@ -204,7 +206,9 @@ impl LuaEngine {
             }
             Ok(values) => match self.render_values(&values) {
                 Ok(Some(line)) => {
-                    self.send_value(cell.cell_id, outbox, &values, &line);
+                    if self.values_wanted() {
+                        self.send_value(cell.cell_id, outbox, &values, &line);
+                    }
                     // The cell's `Done` follows at once and takes the line along: one write.
                     outbox.output_unflushed(cell.cell_id, OutputStream::Stdout, &line);
                     self.display_tables(cell.cell_id, outbox, &values);
@@ -263,6 +267,15 @@ impl LuaEngine {
         }
         line.push(b'\n');
         Ok(Some(line))
+    }
+
+    /// Whether a host asked for the values' bundles (Jupyter's gateway sets the global
+    /// `VALUES_WANTED`): each costs a frame, which only it reads.
+    fn values_wanted(&self) -> bool {
+        matches!(
+            self.lua.globals().raw_get::<Value>(VALUES_WANTED),
+            Ok(Value::Boolean(true))
+        )
     }
 
     /// The trailing values' bundle under `VALUE_MIME`, sent before their line: the host

@@ -141,6 +141,11 @@ fn print_and_io_write_go_to_stdout() {
 #[test]
 fn a_trailing_value_is_also_sent_as_its_bundle_for_execute_result() {
     let mut lua = engine();
+    // Not sent until the host asks: it costs every cell with a value.
+    let ran = run(&mut lua, "1 + 1");
+    assert_eq!(ran.stdout, "2\n");
+    assert!(ran.values.is_empty(), "{:?}", ran.values);
+    assert_eq!(run(&mut lua, "__cellvisor_send_values = true").stdout, "");
     let ran = run(&mut lua, "1 + 1");
     assert_eq!(ran.stdout, "2\n");
     assert_eq!(ran.values, vec![serde_json::json!({"text/plain": "2"})]);

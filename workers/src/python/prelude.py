@@ -546,9 +546,22 @@ def show_trailing(value, text=None):
     return any(mime not in ("text/plain", "application/json") for mime in bundle)
 
 
+# Whether the host asked for each trailing value's bundle (send_values): off until then, as
+# it costs every cell with a value a marker and an event, which only Jupyter's gateway reads.
+_values_wanted = False
+
+
+def send_values(wanted=True):
+    """Asks this worker to send each cell's trailing value as its bundle from now on (the
+    gateway does, for Jupyter's `execute_result`); it lasts as long as the worker."""
+    global _values_wanted
+    _values_wanted = bool(wanted)
+
+
 def send_value(bundle):
-    """Tells the host which bundle is the cell's trailing value (see `show_trailing`)."""
-    if bundle.get("text/plain") is None:
+    """Tells the host which bundle is the cell's trailing value (see `show_trailing`), if it
+    asked for them (send_values)."""
+    if not _values_wanted or bundle.get("text/plain") is None:
         return
     _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": {VALUE_MIME: bundle}})
 

@@ -50,6 +50,8 @@ impl Ran {
 
 const STATUS_MIME: &str = "application/x-cellvisor-status";
 const VALUE_MIME: &str = "application/x-cellvisor-value";
+/// The cell a host runs to ask for the values' bundles (the gateway's, in `snippets.rs`).
+const PYTHON_SEND_VALUES: &str = "__import__('cellvisor_prelude').send_values()";
 
 struct Harness {
     engine: PythonEngine,
@@ -235,7 +237,12 @@ fn state_persists_and_trailing_value_is_shown() {
 #[test]
 fn a_trailing_value_is_also_sent_as_its_bundle_for_execute_result() {
     let mut py = Harness::new();
+    // Not sent until the host asks: it costs every cell with a value.
     let ran = py.run("x = 41\nx + 1");
+    assert_eq!(ran.text(), "42\n");
+    assert!(ran.values.is_empty(), "{:?}", ran.values);
+    assert!(py.run(PYTHON_SEND_VALUES).completed());
+    let ran = py.run("x + 1");
     assert_eq!(ran.text(), "42\n");
     assert_eq!(ran.values, vec![serde_json::json!({"text/plain": "42"})]);
     let ran = py.run("{'a': [1, 2]}");

@@ -45,6 +45,9 @@ struct State {
     /// A cell of this kernel or of another host is running: an interrupt has something to
     /// stop.
     running: bool,
+    /// The worker was asked for its values' bundles (`snippets::send_values_code`); a new
+    /// worker (a restart, a notice on a cell) has to be asked again.
+    values_asked: bool,
 }
 
 /// A kernel of the gateway.
@@ -104,6 +107,7 @@ impl Kernel {
                 last_activity: crate::jupyter::message::now(),
                 busy: false,
                 running: false,
+                values_asked: false,
             }),
             connections: AtomicUsize::new(0),
             turn: tokio::sync::Mutex::new(()),
@@ -197,7 +201,11 @@ impl Kernel {
 
     /// After a restart: a fresh count, as a new kernel process has.
     pub(super) fn restarted(&self) {
-        lock(&self.state).execution_count = 0;
+        {
+            let mut state = lock(&self.state);
+            state.execution_count = 0;
+            state.values_asked = false;
+        }
         self.publish(Outgoing::new(
             "iopub",
             "status",
@@ -205,6 +213,21 @@ impl Kernel {
             json!({"execution_state": "restarting"}),
         ));
         self.status(&json!({}), "idle");
+    }
+
+    /// Starts the session's worker if it is not running, asking it for its values' bundles
+    /// (once per worker), so the next cell's value is an `execute_result`.
+    pub(super) async fn prepare(&self, daemon: &Daemon) -> Result<(), String> {
+        if lock(&self.state).values_asked {
+            return Ok(());
+        }
+        let code = snippets::send_values_code(self.language);
+        let result = self.run(daemon, code, None).await?;
+        if result.report.status.failed() {
+            return Err(result.report.output);
+        }
+        lock(&self.state).values_asked = true;
+        Ok(())
     }
 
     /// Runs `code` as one cell of this kernel's session, tagged as its own; the events go to
@@ -390,6 +413,9 @@ async fn execute(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
             mapping::execute_input(code, count),
         ));
     }
+    if let Err(why) = kernel.prepare(daemon).await {
+        tracing::debug!(kernel = %kernel.id, "values not asked for: {why}");
+    }
     kernel.set_running(true).await;
     let (events, mut stream) = mpsc::channel::<CellEvent>(64);
     let run = kernel.run(daemon, code, Some(events));
@@ -406,6 +432,10 @@ async fn execute(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
         forward(kernel, parent, &mut outputs, &event, silent);
     }
     kernel.set_running(false).await;
+    if outcome.as_ref().is_ok_and(|r| r.report.notice.is_some()) {
+        // A new worker ran the cell: the next cell asks it for its values again.
+        lock(&kernel.state).values_asked = false;
+    }
     let (reply_content, failure) = match &outcome {
         Ok(result) => (
             mapping::execute_reply(Some(result), count),

@@ -184,7 +184,7 @@ pub(super) async fn start_kernel(
     let id = mapping::kernel_id(&tenant.name, &session, language);
     let kernel = gateway.hold(daemon, principal, id.clone(), session, language);
     // The worker starts now, as a kernel's process does: the first cell finds it ready.
-    if let Err(why) = kernel.run(daemon, "", None).await {
+    if let Err(why) = kernel.prepare(daemon).await {
         gateway.remove(&id);
         kernel.end();
         return Err(error(
