@@ -24,7 +24,8 @@
 //! `interrupt`).
 //!
 //! Snapshots of the user's globals (values, tables, functions as bytecode with their
-//! upvalues) are in `state`.
+//! upvalues) are in `state`. A cell's values as one bundle for a host that asked (Jupyter's
+//! `execute_result`) are in `value`.
 
 mod host_table;
 mod interrupt;
@@ -34,6 +35,7 @@ mod state;
 mod state_tests;
 #[cfg(test)]
 mod tests;
+mod value;
 
 use crate::runtime::{
     Engine, Interrupt, LoadedState, Outbox, SavedState, StateError, WorkerContext, WorkerError,
@@ -60,12 +62,6 @@ const HELPERS: &str = include_str!("helpers.lua");
 const TEXT_ONLY: &str = include_str!("text_only.lua");
 /// The code-mode helpers (`text`, `store`, `load`, ...); Lua's own `load` becomes `lua_load`.
 const CODE_MODE: &str = include_str!("code_mode.lua");
-
-/// The key of the display bundle that carries the cell's trailing value (the host's
-/// `VALUE_MIME`).
-const VALUE_MIME: &str = "application/x-cellvisor-value";
-/// The global a host sets to `true` to be sent the values' bundles.
-const VALUES_WANTED: &str = "__cellvisor_send_values";
 
 /// A display bundle larger than this could not travel in one frame.
 const MAX_DISPLAY_BYTES: usize = MAX_FRAME_BYTES / 2;
@@ -206,9 +202,7 @@ impl LuaEngine {
             }
             Ok(values) => match self.render_values(&values) {
                 Ok(Some(line)) => {
-                    if self.values_wanted() {
-                        self.send_value(cell.cell_id, outbox, &values, &line);
-                    }
+                    value::send_if_wanted(&self.lua, cell.cell_id, outbox, &values, &line);
                     // The cell's `Done` follows at once and takes the line along: one write.
                     outbox.output_unflushed(cell.cell_id, OutputStream::Stdout, &line);
                     self.display_tables(cell.cell_id, outbox, &values);
@@ -267,36 +261,6 @@ impl LuaEngine {
         }
         line.push(b'\n');
         Ok(Some(line))
-    }
-
-    /// Whether a host asked for the values' bundles (Jupyter's gateway sets the global
-    /// `VALUES_WANTED`): each costs a frame, which only it reads.
-    fn values_wanted(&self) -> bool {
-        matches!(
-            self.lua.globals().raw_get::<Value>(VALUES_WANTED),
-            Ok(Value::Boolean(true))
-        )
-    }
-
-    /// The trailing values' bundle under `VALUE_MIME`, sent before their line: the host
-    /// keeps it for Jupyter's `execute_result` alone (its `text/plain` is the line; one plain
-    /// table is its `application/json` too).
-    fn send_value(&self, cell_id: u64, outbox: &Outbox, values: &MultiValue, line: &[u8]) {
-        let text = String::from_utf8_lossy(line.strip_suffix(b"\n").unwrap_or(line));
-        let mut bundle = Map::new();
-        bundle.insert("text/plain".into(), Json::String(text.into_owned()));
-        let mut each = values.iter();
-        if let (Some(Value::Table(table)), None) = (each.next(), each.next()) {
-            if let Some(json) = json::plain_table_json(table) {
-                bundle.insert("application/json".into(), json);
-            }
-        }
-        let mut sent = Map::new();
-        sent.insert(VALUE_MIME.into(), Json::Object(bundle));
-        let sent = Json::Object(sent).to_string();
-        if sent.len() <= MAX_DISPLAY_BYTES {
-            outbox.display(cell_id, sent);
-        }
     }
 
     /// Trailing tables that are plain data also go out as `application/json` bundles, so
