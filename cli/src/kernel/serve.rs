@@ -107,7 +107,12 @@ pub async fn serve(file: ConnectionFile, mut session: Session) -> Result<(), Ser
         session: uuid::Uuid::new_v4().to_string(),
         iopub: iopub_tx,
     };
-    let publisher = tokio::spawn(publish(iopub, iopub_rx, wire.clone()));
+    let publisher = tokio::spawn(publish(
+        iopub,
+        iopub_rx,
+        wire.signer.clone(),
+        wire.session.clone(),
+    ));
     tokio::spawn(echo(heartbeat));
     let (shutdown_tx, mut shutdown) = watch::channel(None::<bool>);
     let (shell_out, shell_in) = shell.split();
@@ -166,12 +171,9 @@ pub async fn serve(file: ConnectionFile, mut session: Session) -> Result<(), Ser
 async fn publish(
     mut socket: zeromq::PubSocket,
     mut messages: mpsc::UnboundedReceiver<Outgoing>,
-    wire: Wire,
+    signer: Signer,
+    session: String,
 ) {
-    // This task's own copy of the sender must not keep the channel open.
-    let Wire {
-        signer, session, ..
-    } = wire;
     while let Some(message) = messages.recv().await {
         let parts = wire::encode(&[], &message, &session, &signer);
         if let Err(err) = socket.send(frames(parts)).await {
