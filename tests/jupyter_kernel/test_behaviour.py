@@ -92,6 +92,32 @@ class KernelBehaviour(unittest.TestCase):
                 kc.stop_channels()
                 km.shutdown_kernel()
 
+    def test_interrupt_request_on_control_stops_the_running_cell(self):
+        with tempfile.TemporaryFile("w+") as log:
+            km, kc = start("cellvisor-python", log)
+            try:
+                run(kc, "import time")
+                msg_id = kc.execute("print('started', flush=True)\nfor _ in range(600):\n    time.sleep(0.05)\n"
+                                    "print('not interrupted')")
+                while True:
+                    msg = kc.get_iopub_msg(timeout=TIMEOUT)
+                    if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
+                        self.assertIn("started", msg["content"]["text"])
+                        break
+                # interrupt_mode "message": what KernelManager.interrupt_kernel sends, on this
+                # client's control channel so that its reply is read here.
+                kc.control_channel.send(kc.session.msg("interrupt_request", content={}))
+                reply = kc.get_control_msg(timeout=TIMEOUT)
+                self.assertEqual((reply["msg_type"], reply["content"]["status"]), ("interrupt_reply", "ok"))
+                reply = kc.get_shell_msg(timeout=TIMEOUT)
+                self.assertEqual(reply["parent_header"]["msg_id"], msg_id)
+                self.assertEqual((reply["content"]["status"], reply["content"]["ename"]), ("error", "KeyboardInterrupt"))
+                reply, out = run(kc, "print('after')")
+                self.assertEqual((reply["status"], out), ("ok", "after\n"))
+            finally:
+                kc.stop_channels()
+                km.shutdown_kernel()
+
     def test_session_attaches_and_is_left_open(self):
         earlier = subprocess.run(
             [CELLVISOR, "eval", "-s", ATTACHED_SESSION, "-l", "py", "earlier = 41"],
