@@ -86,12 +86,9 @@ fn starts_report(language: Language, text: &str) -> bool {
                 || first.starts_with("KeyboardInterrupt")
         }
         Language::JavaScript => {
-            let name = first.trim_start_matches("Uncaught ");
-            name.split_once(": ")
-                .or_else(|| Some((name, "")))
-                .is_some_and(|(head, _)| {
-                    head.ends_with("Error") && head.chars().all(|c| c.is_ascii_alphanumeric())
-                })
+            let line = first.trim_start_matches("Uncaught ");
+            let head = line.split_once(": ").map_or(line, |(head, _)| head);
+            head.ends_with("Error") && head.chars().all(|c| c.is_ascii_alphanumeric())
         }
         Language::Lua => text.contains("stack traceback:"),
     }
