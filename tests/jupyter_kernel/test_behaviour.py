@@ -118,6 +118,25 @@ class KernelBehaviour(unittest.TestCase):
                 kc.stop_channels()
                 km.shutdown_kernel()
 
+    def test_a_restart_is_a_new_process_with_a_fresh_namespace(self):
+        before = sessions()
+        with tempfile.TemporaryFile("w+") as log:
+            km, kc = start("cellvisor-python", log)
+            try:
+                run(kc, "kept = 1")
+                first = sessions() - before
+                pid = km.provisioner.pid
+                km.restart_kernel()  # shutdown_request with restart: true, then a new kernel
+                kc.wait_for_ready(timeout=TIMEOUT)
+                self.assertNotEqual(km.provisioner.pid, pid)
+                reply, out = run(kc, "print('kept' in globals())")
+                self.assertEqual((reply["status"], out), ("ok", "False\n"))
+                # The first kernel's session was closed with it.
+                self.assertFalse(first & sessions(), first)
+            finally:
+                kc.stop_channels()
+                km.shutdown_kernel()
+
     def test_session_attaches_and_is_left_open(self):
         earlier = subprocess.run(
             [CELLVISOR, "eval", "-s", ATTACHED_SESSION, "-l", "py", "earlier = 41"],
