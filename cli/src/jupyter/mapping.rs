@@ -236,6 +236,22 @@ pub fn aborted_reply() -> Value {
     json!({"status": "aborted"})
 }
 
+/// The reply to a request no kernel of cellvisor answers: an error naming the ones it does.
+pub fn unsupported_reply(msg_type: &str) -> Value {
+    json!({
+        "status": "error", "ename": "UnsupportedRequest",
+        "evalue": format!("{msg_type} is not answered by cellvisor's kernels; the shell \
+            requests are execute, kernel_info, complete, inspect, is_complete, history \
+            and comm_info"),
+        "traceback": [],
+    })
+}
+
+/// The type of the reply to `msg_type` (`execute_request` → `execute_reply`).
+pub fn reply_type(msg_type: &str) -> String {
+    format!("{}_reply", msg_type.trim_end_matches("_request"))
+}
+
 /// `is_complete_reply`'s content: `incomplete` (with the indent to continue at) while
 /// brackets or strings are open, a Python block or line continuation is left open, or a Lua
 /// block lacks its `end`; else `complete`.

@@ -5,7 +5,7 @@
 use super::super::super::admission::Ask;
 use super::super::super::{lock, tenancy, Daemon};
 use super::super::tenants::Tenant;
-use super::history::History;
+use crate::jupyter::history::History;
 use crate::jupyter::mapping::{self, Failure};
 use crate::jupyter::message::{Outgoing, Request};
 use crate::jupyter::snippets;
@@ -327,7 +327,7 @@ async fn handle(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
             reply(kernel, job, "inspect_reply", answer).await
         }
         "history_request" => {
-            let history = lock(&kernel.state).history.reply();
+            let history = lock(&kernel.state).history.answer(content);
             reply(
                 kernel,
                 job,
@@ -346,15 +346,8 @@ async fn handle(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
             .await
         }
         other => {
-            let reply_type = format!("{}_reply", other.trim_end_matches("_request"));
-            let error = json!({
-                "status": "error", "ename": "UnsupportedRequest",
-                "evalue": format!("{other} is not answered by cellvisor's kernels; the shell \
-                    requests are execute, kernel_info, complete, inspect, is_complete, history \
-                    and comm_info"),
-                "traceback": [],
-            });
-            reply(kernel, job, &reply_type, error).await
+            let reply_type = mapping::reply_type(other);
+            reply(kernel, job, &reply_type, mapping::unsupported_reply(other)).await
         }
     }
     kernel.status(parent, "idle");
@@ -446,44 +439,17 @@ async fn snippet(daemon: &Daemon, kernel: &Kernel, code: String) -> Option<Value
 }
 
 async fn complete(daemon: &Daemon, kernel: &Kernel, content: &Value) -> Value {
-    let code = content["code"].as_str().unwrap_or_default();
-    let cursor = content["cursor_pos"]
-        .as_u64()
-        .map_or(code.chars().count(), |c| c as usize);
-    let (start, name) = snippets::name_at(code, cursor);
-    let found = snippet(
-        daemon,
-        kernel,
-        snippets::complete_code(kernel.language, &name),
-    )
-    .await;
-    let matches: Vec<Value> = found
-        .and_then(|v| v.as_array().cloned())
-        .unwrap_or_default();
-    json!({"status": "ok", "matches": matches, "cursor_start": start, "cursor_end": cursor, "metadata": {}})
+    let ask = snippets::Completion::of(kernel.language, content);
+    let found = snippet(daemon, kernel, ask.cell.clone()).await;
+    ask.reply(found)
 }
 
 async fn inspect(daemon: &Daemon, kernel: &Kernel, content: &Value) -> Value {
-    let code = content["code"].as_str().unwrap_or_default();
-    let cursor = content["cursor_pos"]
-        .as_u64()
-        .map_or(code.chars().count(), |c| c as usize);
-    let name = snippets::name_around(code, cursor);
-    if name.is_empty() {
-        return json!({"status": "ok", "found": false, "data": {}, "metadata": {}});
-    }
-    match snippet(
-        daemon,
-        kernel,
-        snippets::inspect_code(kernel.language, &name),
-    )
-    .await
-    {
-        Some(Value::String(text)) => {
-            json!({"status": "ok", "found": true, "data": {"text/plain": text}, "metadata": {}})
-        }
-        _ => json!({"status": "ok", "found": false, "data": {}, "metadata": {}}),
-    }
+    let found = match snippets::inspection_of(kernel.language, content) {
+        Some(cell) => snippet(daemon, kernel, cell).await,
+        None => None,
+    };
+    snippets::inspect_reply(found)
 }
 
 /// Shows every client the cells other hosts run in the kernel's session (in its language),

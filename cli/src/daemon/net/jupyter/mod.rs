@@ -11,7 +11,6 @@
 //! - `channels`: the channels WebSocket in the legacy JSON framing.
 
 mod channels;
-mod history;
 mod kernel;
 mod rest;
 

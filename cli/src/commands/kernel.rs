@@ -1,0 +1,149 @@
+//! `cellvisor kernel` (a Jupyter kernel on a connection file's channels) and `cellvisor
+//! kernel install` (its kernelspecs).
+
+use super::{usage_error, Globals};
+use crate::kernel::connection::ConnectionFile;
+use crate::kernel::install::{self, Place};
+use crate::kernel::session::{DaemonPlace, Session};
+use cellvisor::Language;
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct KernelArgs {
+    #[command(subcommand)]
+    action: Option<KernelAction>,
+    /// The connection file the front end wrote (its `{connection_file}`).
+    #[arg(short = 'f', long, value_name = "FILE")]
+    connection_file: Option<PathBuf>,
+    /// The kernel's language: py, js or lua.
+    #[arg(short, long)]
+    language: Option<String>,
+    /// Attach to this session (never closed by the kernel) instead of a fresh one of the
+    /// kernel's own (closed when the kernel shuts down).
+    #[arg(short, long)]
+    session: Option<String>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum KernelAction {
+    /// Write the kernelspecs cellvisor-python, cellvisor-javascript and cellvisor-lua.
+    Install(InstallArgs),
+}
+
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("place").args(["user", "sys_prefix", "prefix"])))]
+struct InstallArgs {
+    /// Into the user's Jupyter data directory (the default): $JUPYTER_DATA_DIR, else
+    /// ~/.local/share/jupyter.
+    #[arg(long)]
+    user: bool,
+    /// Into the Python environment in use: $VIRTUAL_ENV, else the sys.prefix of python3.
+    #[arg(long)]
+    sys_prefix: bool,
+    /// Into DIR/share/jupyter/kernels.
+    #[arg(long, value_name = "DIR")]
+    prefix: Option<PathBuf>,
+    /// The kernels attach to this session instead of each getting a fresh one.
+    #[arg(long)]
+    session: Option<String>,
+    /// The languages, comma-separated.
+    #[arg(long, default_value = "py,js,lua")]
+    languages: String,
+}
+
+pub async fn run(args: KernelArgs, globals: &Globals) -> i32 {
+    if let Some(KernelAction::Install(install)) = args.action {
+        return install_specs(install);
+    }
+    let Some(file) = args.connection_file else {
+        return usage_error(
+            "cellvisor kernel needs --connection-file FILE (Jupyter passes {connection_file}); \
+             to write the kernelspecs, run `cellvisor kernel install`",
+        );
+    };
+    let language = match args.language.as_deref().map(str::parse::<Language>) {
+        Some(Ok(language)) => language,
+        Some(Err(err)) => return usage_error(err),
+        None => return usage_error("cellvisor kernel needs --language py, js or lua"),
+    };
+    if let Some(name) = &args.session {
+        if let Err(err) = install::check_session(name) {
+            return usage_error(err);
+        }
+    }
+    let connection = match ConnectionFile::read(&file) {
+        Ok(connection) => connection,
+        Err(err) => return usage_error(err),
+    };
+    let config = match globals.load_config() {
+        Ok(config) => config,
+        Err(err) => return usage_error(err),
+    };
+    let program = match std::env::current_exe() {
+        Ok(program) => program,
+        Err(err) => {
+            eprintln!("error: cannot find this program to start a daemon: {err}");
+            return 1;
+        }
+    };
+    let place = DaemonPlace {
+        socket: globals.socket(&config),
+        program,
+        config: globals.config_path(),
+    };
+    let session = match Session::open(place, args.session, language).await {
+        Ok(session) => session,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return 1;
+        }
+    };
+    match crate::kernel::serve::serve(connection, session).await {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("error: {err}");
+            1
+        }
+    }
+}
+
+fn install_specs(args: InstallArgs) -> i32 {
+    let place = match (args.prefix, args.sys_prefix) {
+        (Some(prefix), _) => Place::Prefix(prefix),
+        (None, true) => Place::SysPrefix,
+        (None, false) => Place::User,
+    };
+    let languages = match install::parse_languages(&args.languages) {
+        Ok(languages) => languages,
+        Err(err) => return usage_error(err),
+    };
+    if let Some(name) = &args.session {
+        if let Err(err) = install::check_session(name) {
+            return usage_error(err);
+        }
+    }
+    let program = match std::env::current_exe() {
+        Ok(program) => program,
+        Err(err) => {
+            eprintln!("error: cannot find this program for the kernelspecs' argv: {err}");
+            return 1;
+        }
+    };
+    let dir = match install::kernels_dir(&place, &|name| std::env::var(name).ok()) {
+        Ok(dir) => dir,
+        Err(err) => return usage_error(err),
+    };
+    match install::install(&dir, &languages, &program, args.session.as_deref()) {
+        Ok(written) => {
+            for spec in written {
+                println!("installed kernelspec {}", spec.display());
+            }
+            0
+        }
+        Err(err) => {
+            eprintln!("error: {err}");
+            1
+        }
+    }
+}

@@ -1,0 +1,406 @@
+//! The kernel's five channels on one thread: shell (one request at a time, in order), control
+//! (answered at once, even while a cell runs), iopub (every message a task writes, in order),
+//! heartbeat (echo) and stdin (bound; input is never asked for). A message whose signature
+//! is not the connection key's is logged and dropped; the kernel goes on serving.
+
+use super::connection::ConnectionFile;
+use super::session::{Interrupter, Session};
+use crate::jupyter::history::History;
+use crate::jupyter::mapping::{self, Failure};
+use crate::jupyter::message::Outgoing;
+use crate::jupyter::snippets;
+use crate::jupyter::traceback::Outputs;
+use crate::jupyter::wire::{self, Incoming, Signer};
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, watch};
+use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
+
+/// How long the sockets' writers get to flush the last replies before the process ends (as
+/// ZeroMQ's linger).
+const LINGER: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Why the kernel could not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A channel's port could not be bound.
+    #[error("cannot bind the {channel} channel to {endpoint}: {why}")]
+    Bind {
+        channel: &'static str,
+        endpoint: String,
+        why: String,
+    },
+}
+
+/// What every task of the kernel shares: how to sign, and where iopub messages go.
+#[derive(Clone)]
+struct Wire {
+    signer: Signer,
+    /// The `session` of the headers this kernel writes.
+    session: String,
+    iopub: mpsc::UnboundedSender<Outgoing>,
+}
+
+impl Wire {
+    fn publish(&self, msg_type: &str, parent: &Value, content: Value) {
+        let _ = self
+            .iopub
+            .send(Outgoing::new("iopub", msg_type, parent, content));
+    }
+
+    fn status(&self, parent: &Value, state: &str) {
+        self.publish("status", parent, json!({"execution_state": state}));
+    }
+
+    /// The frames of a reply to `to` on its channel.
+    fn reply(&self, to: &Incoming, msg_type: &str, content: Value) -> ZmqMessage {
+        let channel = if to.request.channel == "control" {
+            "control"
+        } else {
+            "shell"
+        };
+        let message = Outgoing::new(channel, msg_type, &to.request.header, content);
+        frames(wire::encode(&to.ids, &message, &self.session, &self.signer))
+    }
+}
+
+fn frames(parts: Vec<Bytes>) -> ZmqMessage {
+    // Never empty: a message has its delimiter, signature and four parts.
+    ZmqMessage::try_from(parts).unwrap_or_else(|_| ZmqMessage::from(Vec::<u8>::new()))
+}
+
+async fn bind<S: Socket>(
+    socket: &mut S,
+    file: &ConnectionFile,
+    port: u16,
+    channel: &'static str,
+) -> Result<(), ServeError> {
+    let endpoint = file.endpoint(port);
+    socket
+        .bind(&endpoint)
+        .await
+        .map(|_| ())
+        .map_err(|e| ServeError::Bind {
+            channel,
+            endpoint,
+            why: e.to_string(),
+        })
+}
+
+/// Serves the kernel until a `shutdown_request`, then closes the session if it is the
+/// kernel's own.
+pub async fn serve(file: ConnectionFile, mut session: Session) -> Result<(), ServeError> {
+    let mut shell = zeromq::RouterSocket::new();
+    let mut control = zeromq::RouterSocket::new();
+    let mut stdin = zeromq::RouterSocket::new();
+    let mut iopub = zeromq::PubSocket::new();
+    let mut heartbeat = zeromq::RepSocket::new();
+    bind(&mut shell, &file, file.shell_port, "shell").await?;
+    bind(&mut control, &file, file.control_port, "control").await?;
+    bind(&mut stdin, &file, file.stdin_port, "stdin").await?;
+    bind(&mut iopub, &file, file.iopub_port, "iopub").await?;
+    bind(&mut heartbeat, &file, file.hb_port, "heartbeat").await?;
+
+    let (iopub_tx, iopub_rx) = mpsc::unbounded_channel();
+    let wire = Wire {
+        signer: Signer::new(&file.key),
+        session: uuid::Uuid::new_v4().to_string(),
+        iopub: iopub_tx,
+    };
+    let publisher = tokio::spawn(publish(
+        iopub,
+        iopub_rx,
+        wire.signer.clone(),
+        wire.session.clone(),
+    ));
+    tokio::spawn(echo(heartbeat));
+    let (shutdown_tx, mut shutdown) = watch::channel(None::<bool>);
+    let (shell_out, shell_in) = shell.split();
+    let (jobs_tx, mut jobs) = mpsc::unbounded_channel();
+    tokio::spawn(read(shell_in, "shell", wire.signer.clone(), jobs_tx));
+    let controller = Control {
+        wire: wire.clone(),
+        interrupter: session.interrupter(),
+        language: session.language,
+        shutdown: shutdown_tx.clone(),
+    };
+    let controller = tokio::spawn(controller.serve(control));
+    wire.status(&json!({}), "starting");
+    wire.status(&json!({}), "idle");
+
+    let mut shell = Shell {
+        wire: wire.clone(),
+        out: shell_out,
+        count: 0,
+        history: History::default(),
+        shutdown: shutdown_tx,
+    };
+    loop {
+        let job = tokio::select! {
+            job = jobs.recv() => match job { Some(job) => job, None => break },
+            _ = shutdown.changed() => break,
+        };
+        if shell.handle(&mut session, &job).await {
+            // As ipykernel: an error aborts the execute requests already queued.
+            while let Ok(queued) = jobs.try_recv() {
+                if queued.request.msg_type == "execute_request" {
+                    shell.abort(&queued).await;
+                } else {
+                    shell.handle(&mut session, &queued).await;
+                }
+            }
+        }
+        if shutdown.borrow().is_some() {
+            break;
+        }
+    }
+    session.close_if_own().await;
+    // The publisher ends once every task that publishes has let go of it.
+    controller.abort();
+    let _ = controller.await;
+    drop(shell);
+    drop(wire);
+    // Every message published so far goes out before the process ends.
+    let _ = publisher.await;
+    tokio::time::sleep(LINGER).await;
+    drop(stdin);
+    Ok(())
+}
+
+/// Writes iopub's messages in the order the tasks published them.
+async fn publish(
+    mut socket: zeromq::PubSocket,
+    mut messages: mpsc::UnboundedReceiver<Outgoing>,
+    signer: Signer,
+    session: String,
+) {
+    while let Some(message) = messages.recv().await {
+        let parts = wire::encode(&[], &message, &session, &signer);
+        if let Err(err) = socket.send(frames(parts)).await {
+            tracing::warn!("cannot publish on iopub: {err}");
+        }
+    }
+}
+
+/// The heartbeat: every message echoed back.
+async fn echo(mut socket: zeromq::RepSocket) {
+    while let Ok(message) = socket.recv().await {
+        if socket.send(message).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Reads a ROUTER channel's requests into `jobs`, dropping (with a log line) what is not a
+/// message signed with the connection key.
+async fn read(
+    mut socket: zeromq::RouterRecvHalf,
+    channel: &'static str,
+    signer: Signer,
+    jobs: mpsc::UnboundedSender<Incoming>,
+) {
+    while let Ok(message) = socket.recv().await {
+        match wire::decode(message.into_vec(), channel, &signer) {
+            Ok(incoming) => {
+                if jobs.send(incoming).is_err() {
+                    return;
+                }
+            }
+            Err(err) => tracing::warn!("ignored a message on the {channel} channel: {err}"),
+        }
+    }
+}
+
+/// The control channel: kernel info, interrupt and shutdown, answered while a cell runs.
+struct Control {
+    wire: Wire,
+    interrupter: Interrupter,
+    language: cellvisor::Language,
+    shutdown: watch::Sender<Option<bool>>,
+}
+
+impl Control {
+    async fn serve(self, socket: zeromq::RouterSocket) {
+        let (mut out, socket_in) = socket.split();
+        let (tx, mut requests) = mpsc::unbounded_channel();
+        tokio::spawn(read(socket_in, "control", self.wire.signer.clone(), tx));
+        while let Some(request) = requests.recv().await {
+            let mut ending = None;
+            let (msg_type, content) = match request.request.msg_type.as_str() {
+                "interrupt_request" => {
+                    if let Err(err) = self.interrupter.interrupt().await {
+                        tracing::warn!("cannot interrupt the session: {err}");
+                    }
+                    ("interrupt_reply".to_string(), json!({"status": "ok"}))
+                }
+                "shutdown_request" => {
+                    let restart = request.request.content["restart"]
+                        .as_bool()
+                        .unwrap_or(false);
+                    ending = Some(restart);
+                    let content = json!({"status": "ok", "restart": restart});
+                    ("shutdown_reply".to_string(), content)
+                }
+                "kernel_info_request" => (
+                    "kernel_info_reply".to_string(),
+                    mapping::kernel_info(self.language),
+                ),
+                other => (
+                    mapping::reply_type(other),
+                    mapping::unsupported_reply(other),
+                ),
+            };
+            let frames = self.wire.reply(&request, &msg_type, content);
+            if let Err(err) = out.send(frames).await {
+                tracing::warn!("cannot answer on the control channel: {err}");
+            }
+            // Told after the reply went out, so the front end reads it before the end.
+            if ending.is_some() {
+                let _ = self.shutdown.send(ending);
+            }
+        }
+    }
+}
+
+/// The shell channel's state: the execution count and history, one request at a time.
+struct Shell {
+    wire: Wire,
+    out: zeromq::RouterSendHalf,
+    count: u64,
+    history: History,
+    shutdown: watch::Sender<Option<bool>>,
+}
+
+impl Shell {
+    async fn send(&mut self, to: &Incoming, msg_type: &str, content: Value) {
+        let frames = self.wire.reply(to, msg_type, content);
+        if let Err(err) = self.out.send(frames).await {
+            tracing::warn!("cannot answer on the shell channel: {err}");
+        }
+    }
+
+    async fn abort(&mut self, job: &Incoming) {
+        let parent = &job.request.header;
+        self.wire.status(parent, "busy");
+        self.send(job, "execute_reply", mapping::aborted_reply())
+            .await;
+        self.wire.status(parent, "idle");
+    }
+
+    /// Answers one request between `busy` and `idle`; whether it was an execution that
+    /// failed with `stop_on_error`.
+    async fn handle(&mut self, session: &mut Session, job: &Incoming) -> bool {
+        let parent = &job.request.header;
+        let content = &job.request.content;
+        let language = session.language;
+        self.wire.status(parent, "busy");
+        let mut failed = false;
+        let (msg_type, reply) = match job.request.msg_type.as_str() {
+            "execute_request" => {
+                let stop_on_error = content["stop_on_error"].as_bool().unwrap_or(true);
+                let (reply, failure) = self.execute(session, job).await;
+                failed = failure && stop_on_error;
+                ("execute_reply", reply)
+            }
+            "kernel_info_request" => ("kernel_info_reply", mapping::kernel_info(language)),
+            "is_complete_request" => {
+                let code = content["code"].as_str().unwrap_or_default();
+                ("is_complete_reply", mapping::is_complete(language, code))
+            }
+            "complete_request" => {
+                let ask = snippets::Completion::of(language, content);
+                let found = snippet(session, &ask.cell).await;
+                ("complete_reply", ask.reply(found))
+            }
+            "inspect_request" => {
+                let found = match snippets::inspection_of(language, content) {
+                    Some(cell) => snippet(session, &cell).await,
+                    None => None,
+                };
+                ("inspect_reply", snippets::inspect_reply(found))
+            }
+            "history_request" => {
+                let history = self.history.answer(content);
+                ("history_reply", json!({"status": "ok", "history": history}))
+            }
+            "comm_info_request" => ("comm_info_reply", json!({"status": "ok", "comms": {}})),
+            "shutdown_request" => {
+                let restart = content["restart"].as_bool().unwrap_or(false);
+                let _ = self.shutdown.send(Some(restart));
+                (
+                    "shutdown_reply",
+                    json!({"status": "ok", "restart": restart}),
+                )
+            }
+            other => {
+                let reply_type = mapping::reply_type(other);
+                self.send(job, &reply_type, mapping::unsupported_reply(other))
+                    .await;
+                self.wire.status(parent, "idle");
+                return false;
+            }
+        };
+        self.send(job, msg_type, reply).await;
+        self.wire.status(parent, "idle");
+        failed
+    }
+
+    /// An `execute_request`: its cell, its output on iopub; its reply, and whether it failed.
+    async fn execute(&mut self, session: &mut Session, job: &Incoming) -> (Value, bool) {
+        let parent = &job.request.header;
+        let content = &job.request.content;
+        let code = content["code"].as_str().unwrap_or_default();
+        let silent = content["silent"].as_bool().unwrap_or(false);
+        let store_history = !silent && content["store_history"].as_bool().unwrap_or(true);
+        if store_history {
+            self.count += 1;
+            self.history.remember(self.count, code);
+        }
+        let count = self.count;
+        if !silent {
+            self.wire
+                .publish("execute_input", parent, mapping::execute_input(code, count));
+        }
+        let wire = &self.wire;
+        let mut outputs = Outputs::new(session.language);
+        let outcome = session
+            .run(code, |event| {
+                if silent {
+                    return;
+                }
+                for (msg_type, content) in outputs.event(&event) {
+                    wire.publish(msg_type, parent, content);
+                }
+            })
+            .await;
+        let (reply, failure) = match &outcome {
+            Ok(result) => (
+                mapping::execute_reply(Some(result), count),
+                mapping::failure_of(result),
+            ),
+            Err(refused) => {
+                let failure = Failure {
+                    ename: "CellvisorError".into(),
+                    evalue: refused.clone(),
+                };
+                let mut content = failure.error_content();
+                content["status"] = "error".into();
+                content["execution_count"] = count.into();
+                (content, Some(failure))
+            }
+        };
+        if !silent {
+            for (msg_type, content) in outputs.finish(failure.as_ref()) {
+                self.wire.publish(msg_type, parent, content);
+            }
+        }
+        (reply, failure.is_some())
+    }
+}
+
+/// Runs a completion or inspection cell and reads its answer (none when the cell failed or
+/// printed none).
+async fn snippet(session: &mut Session, cell: &str) -> Option<Value> {
+    let result = session.run(cell, |_| {}).await.ok()?;
+    snippets::answer(&result.report.output)
+}
