@@ -1,0 +1,666 @@
+//! Leases in etcd, and the fenced pointers to sessions' snapshots (docs/fleet.md, etcd mode).
+//!
+//! ```text
+//! cellvisor/lease/<session>          the node's name, attached to an etcd lease of `lease-ttl`
+//! cellvisor/pointer/<session>/<lang> the current snapshot blob (see `pointer`)
+//! ```
+//!
+//! A session's lease key is created by a transaction that requires it absent
+//! (`create_revision == 0`); the revision that created it is the holder's **fencing token**.
+//! Every pointer commit is a transaction comparing the lease key's `create_revision` with the
+//! token, so once the key expired or another node created it anew, a commit fails whatever
+//! the committing node believes. Each held lease has a task of its own on this backend's
+//! runtime that sends keep-alives every third of the granted time to live and runs the
+//! session's commits, in the order they were asked. Whether the lease is still provable is
+//! decided by [`proof`](super::proof) from the keep-alives etcd acknowledged.
+
+use super::pointer::Pointer;
+use super::proof::{self, Acknowledged, BootInstant, KeepAlive};
+use super::LeaseError;
+use cellvisor_ipc::Language;
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, TxnOp, TxnOpResponse};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+const LEASE_PREFIX: &str = "cellvisor/lease/";
+const POINTER_PREFIX: &str = "cellvisor/pointer/";
+
+/// How to reach etcd (`fleet.etcd-*`).
+#[derive(Debug, Clone, Default)]
+pub struct EtcdSettings {
+    /// `http://host:2379` or `https://...` URLs of the cluster's members.
+    pub endpoints: Vec<String>,
+    /// The CA that signed the members' certificates (PEM).
+    pub ca_file: Option<PathBuf>,
+    /// This node's client certificate and key (PEM), for members that ask for one.
+    pub cert_file: Option<PathBuf>,
+    /// The client certificate's key.
+    pub key_file: Option<PathBuf>,
+    /// etcd's user name, with the password read from `password_file`.
+    pub user: Option<String>,
+    /// A file holding the user's password (its first line).
+    pub password_file: Option<PathBuf>,
+}
+
+/// Why a pointer was not committed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommitError {
+    /// The lease key is gone or was created anew: another node may hold the session.
+    #[error("the lease of token {token} is no longer this node's: the commit was refused")]
+    Fenced {
+        /// The token the commit carried.
+        token: i64,
+    },
+    /// This node holds no lease on the session.
+    #[error("this node holds no lease on the session")]
+    NotHeld,
+    /// etcd did not answer.
+    #[error("etcd: {0}")]
+    Etcd(String),
+}
+
+/// A session lease this node holds in etcd.
+#[derive(Debug)]
+struct Held {
+    lease_id: i64,
+    token: i64,
+    /// The last acknowledgement; `None` once the lease is lost.
+    ack: Mutex<Option<Acknowledged>>,
+    /// Why it was lost.
+    lost: Mutex<Option<String>>,
+    /// The session's current pointers, by language: read when the lease was taken, then
+    /// changed only by this node's own commits (no other node can commit meanwhile).
+    pointers: Mutex<HashMap<Language, Pointer>>,
+    /// The next blob's sequence number under this token.
+    seq: AtomicU64,
+    ops: mpsc::UnboundedSender<Op>,
+}
+
+enum Op {
+    Commit {
+        language: Language,
+        pointer: Pointer,
+        reply: oneshot::Sender<Result<(), CommitError>>,
+    },
+    Forget {
+        language: Language,
+    },
+    Release,
+}
+
+/// This node's leases in etcd, and the fenced pointers of the sessions it holds.
+pub struct EtcdLeases {
+    node: String,
+    ttl: Duration,
+    client: Client,
+    runtime: tokio::runtime::Handle,
+    _stop: std::sync::mpsc::Sender<()>,
+    held: Mutex<HashMap<String, Arc<Held>>>,
+}
+
+impl std::fmt::Debug for EtcdLeases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdLeases")
+            .field("node", &self.node)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+fn etcd_error(err: impl std::fmt::Display) -> LeaseError {
+    LeaseError::Io {
+        path: PathBuf::from("etcd"),
+        why: err.to_string(),
+    }
+}
+
+fn lease_key(session: &str) -> String {
+    format!("{LEASE_PREFIX}{}", crate::names::encode_component(session))
+}
+
+fn pointer_prefix(session: &str) -> String {
+    format!(
+        "{POINTER_PREFIX}{}/",
+        crate::names::encode_component(session)
+    )
+}
+
+fn pointer_key(session: &str, language: Language) -> String {
+    format!("{}{}", pointer_prefix(session), language.short_name())
+}
+
+impl EtcdLeases {
+    /// Connects to etcd (on a runtime of its own, in a thread of its own) and checks that a
+    /// member answers within `timeout`: an unreachable cluster is an error at start, naming
+    /// the endpoints, not a surprise at the first session.
+    pub fn connect(
+        settings: &EtcdSettings,
+        node: &str,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<EtcdLeases, LeaseError> {
+        let options = connect_options(settings, timeout)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(etcd_error)?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("etcd-leases".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    // Runs until the backend is dropped (its sender with it).
+                    let _ = tokio::task::spawn_blocking(move || stopped.recv()).await;
+                });
+            })
+            .map_err(etcd_error)?;
+        let endpoints = settings.endpoints.clone();
+        let listed = endpoints.join(", ");
+        let client = block_on(&handle, timeout + Duration::from_secs(1), async move {
+            let mut client = Client::connect(&endpoints, Some(options))
+                .await
+                .map_err(|e| e.to_string())?;
+            client.status().await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(client)
+        })
+        .and_then(|r| r.map_err(etcd_error))
+        .map_err(|err| LeaseError::Io {
+            path: PathBuf::from("fleet.etcd-endpoints"),
+            why: format!("no etcd member answered at {listed}: {err}"),
+        })?;
+        Ok(EtcdLeases {
+            node: node.to_string(),
+            ttl,
+            client,
+            runtime: handle,
+            _stop: stop,
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// How long a lease lasts unless renewed.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn held(&self, session: &str) -> Option<Arc<Held>> {
+        crate::locking::lock(&self.held).get(session).cloned()
+    }
+
+    /// Takes `session`'s lease: a new etcd lease, and the session's key created under it only
+    /// if absent. Its creating revision is the fencing token. The session's pointers are read
+    /// in the same transaction.
+    pub fn acquire(&self, session: &str) -> Result<i64, LeaseError> {
+        if let Some(held) = self.held(session) {
+            return Ok(held.token);
+        }
+        let client = self.client.clone();
+        let node = self.node.clone();
+        let name = session.to_string();
+        let ttl = self.ttl;
+        let taken = block_on(&self.runtime, ttl.max(Duration::from_secs(2)), async move {
+            take(client, &name, &node, ttl).await
+        })
+        .and_then(|r| r)?;
+        let (lease_id, token, ack, pointers) = taken;
+        let (ops, queue) = mpsc::unbounded_channel();
+        let held = Arc::new(Held {
+            lease_id,
+            token,
+            ack: Mutex::new(Some(ack)),
+            lost: Mutex::new(None),
+            pointers: Mutex::new(pointers),
+            seq: AtomicU64::new(1),
+            ops,
+        });
+        self.runtime.spawn(run_lease(
+            self.client.clone(),
+            session.to_string(),
+            held.clone(),
+            queue,
+        ));
+        crate::locking::lock(&self.held).insert(session.to_string(), held);
+        Ok(token)
+    }
+
+    /// Whether this node can prove it still holds `session`'s lease now.
+    pub fn provable(&self, session: &str) -> bool {
+        self.held(session).is_some_and(|held| {
+            crate::locking::lock(&held.ack)
+                .is_some_and(|ack| proof::provably_held(ack, BootInstant::now()))
+        })
+    }
+
+    /// Checks `session`'s lease: `Err(Lost)` (and the lease forgotten here) once it is not
+    /// provable.
+    pub fn check(&self, session: &str) -> Result<(), LeaseError> {
+        if self.provable(session) {
+            return Ok(());
+        }
+        let why = self
+            .held(session)
+            .and_then(|h| crate::locking::lock(&h.lost).clone())
+            .unwrap_or_else(|| {
+                "no keep-alive was acknowledged within its time to live (was this node paused?)"
+                    .into()
+            });
+        self.release(session);
+        Err(LeaseError::Lost {
+            session: session.to_string(),
+            why,
+        })
+    }
+
+    /// Gives `session`'s lease up (its key goes with it), after the commits asked before.
+    pub fn release(&self, session: &str) {
+        if let Some(held) = crate::locking::lock(&self.held).remove(session) {
+            let _ = held.ops.send(Op::Release);
+        }
+    }
+
+    /// The node holding `session`'s lease and how long its lease has yet, if any holds it.
+    pub fn holder(&self, session: &str) -> Option<(String, Duration)> {
+        let client = self.client.clone();
+        let key = lease_key(session);
+        block_on(&self.runtime, Duration::from_secs(2), async move {
+            let mut client = client;
+            let found = client.get(key, None).await.ok()?;
+            let kv = found.kvs().first()?;
+            let node = String::from_utf8_lossy(kv.value()).into_owned();
+            let left = client
+                .lease_time_to_live(kv.lease(), None)
+                .await
+                .ok()?
+                .ttl();
+            Some((node, Duration::from_secs(u64::try_from(left).ok()?)))
+        })
+        .ok()
+        .flatten()
+    }
+
+    /// The pointer to `session`'s current snapshot in `language`, while this node holds the
+    /// session (no other node can change it meanwhile).
+    pub fn pointer(&self, session: &str, language: Language) -> Option<Pointer> {
+        let held = self.held(session)?;
+        let pointers = crate::locking::lock(&held.pointers);
+        pointers.get(&language).cloned()
+    }
+
+    /// A new blob name for `session` under its token, and the token; `None` when no lease is
+    /// held here.
+    pub fn next_blob(&self, session: &str) -> Option<(String, i64)> {
+        let held = self.held(session)?;
+        let seq = held.seq.fetch_add(1, Ordering::Relaxed);
+        Some((super::pointer::blob_name(held.token, seq), held.token))
+    }
+
+    /// Commits `pointer` as `session`'s current state in `language`, fenced by the token
+    /// the lease was taken at. The answer comes once etcd has decided.
+    pub fn commit(
+        &self,
+        session: &str,
+        language: Language,
+        pointer: Pointer,
+    ) -> oneshot::Receiver<Result<(), CommitError>> {
+        let (reply, answer) = oneshot::channel();
+        match self.held(session) {
+            Some(held) if held.token == pointer.token => {
+                let _ = held.ops.send(Op::Commit {
+                    language,
+                    pointer,
+                    reply,
+                });
+            }
+            Some(held) => {
+                let _ = reply.send(Err(CommitError::Fenced { token: held.token }));
+            }
+            None => {
+                let _ = reply.send(Err(CommitError::NotHeld));
+            }
+        }
+        answer
+    }
+
+    /// Deletes `session`'s pointer in `language` (a reset), fenced like a commit.
+    pub fn forget(&self, session: &str, language: Language) {
+        if let Some(held) = self.held(session) {
+            crate::locking::lock(&held.pointers).remove(&language);
+            let _ = held.ops.send(Op::Forget { language });
+        }
+    }
+
+    /// Commits `pointer` for `session` under `token` directly (no lease held here needed, a
+    /// test's stand-in for a node that woke from a pause):
+    /// what a node that lost its lease would send; etcd refuses it unless `token` is the
+    /// live lease's.
+    #[cfg(test)]
+    pub fn commit_with_token(
+        &self,
+        session: &str,
+        language: Language,
+        pointer: &Pointer,
+        token: i64,
+    ) -> Result<(), CommitError> {
+        let client = self.client.clone();
+        let (key, ptr_key, value) = (
+            lease_key(session),
+            pointer_key(session, language),
+            pointer.to_bytes(),
+        );
+        block_on(&self.runtime, Duration::from_secs(5), async move {
+            fenced_put(client, &key, token, &ptr_key, value).await
+        })
+        .map_err(|e| CommitError::Etcd(e.to_string()))?
+    }
+}
+
+/// Runs `future` on `runtime` and waits for it here (any thread, inside a runtime or not),
+/// at most `timeout`.
+fn block_on<T: Send + 'static>(
+    runtime: &tokio::runtime::Handle,
+    timeout: Duration,
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, LeaseError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    runtime.spawn(async move {
+        let _ = tx.send(tokio::time::timeout(timeout, future).await);
+    });
+    match rx.recv_timeout(timeout + Duration::from_millis(500)) {
+        Ok(Ok(value)) => Ok(value),
+        _ => Err(etcd_error(format!(
+            "no answer within {}",
+            humantime::format_duration(timeout)
+        ))),
+    }
+}
+
+fn connect_options(
+    settings: &EtcdSettings,
+    timeout: Duration,
+) -> Result<ConnectOptions, LeaseError> {
+    let read = |path: &PathBuf| {
+        std::fs::read(path).map_err(|e| LeaseError::Io {
+            path: path.clone(),
+            why: e.to_string(),
+        })
+    };
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(timeout)
+        .with_timeout(timeout);
+    if let Some(user) = &settings.user {
+        let Some(file) = &settings.password_file else {
+            return Err(LeaseError::Io {
+                path: PathBuf::from("fleet.etcd-password-file"),
+                why: "fleet.etcd-user needs fleet.etcd-password-file".into(),
+            });
+        };
+        let password = String::from_utf8_lossy(&read(file)?)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        options = options.with_user(user.clone(), password);
+    }
+    if settings.ca_file.is_some() || settings.cert_file.is_some() {
+        let mut tls = etcd_client::TlsOptions::new();
+        if let Some(ca) = &settings.ca_file {
+            tls = tls.ca_certificate(etcd_client::Certificate::from_pem(read(ca)?));
+        }
+        match (&settings.cert_file, &settings.key_file) {
+            (Some(cert), Some(key)) => {
+                tls = tls.identity(etcd_client::Identity::from_pem(read(cert)?, read(key)?));
+            }
+            (None, None) => {}
+            _ => {
+                return Err(LeaseError::Io {
+                    path: PathBuf::from("fleet.etcd-cert-file"),
+                    why: "fleet.etcd-cert-file and fleet.etcd-key-file go together".into(),
+                })
+            }
+        }
+        options = options.with_tls(tls);
+    }
+    Ok(options)
+}
+
+type Taken = (i64, i64, Acknowledged, HashMap<Language, Pointer>);
+
+/// Grants a lease and creates `session`'s key under it if absent; a key this node left in
+/// an earlier life (a restart) is deleted first, fenced by its own creating revision.
+async fn take(
+    mut client: Client,
+    session: &str,
+    node: &str,
+    ttl: Duration,
+) -> Result<Taken, LeaseError> {
+    let key = lease_key(session);
+    for _ in 0..2 {
+        let sent = BootInstant::now();
+        let grant = client
+            .lease_grant(proof::ttl_seconds(ttl), None)
+            .await
+            .map_err(etcd_error)?;
+        let granted = Duration::from_secs(u64::try_from(grant.ttl()).unwrap_or(0));
+        let txn = etcd_client::Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::put(
+                    key.as_str(),
+                    node,
+                    Some(etcd_client::PutOptions::new().with_lease(grant.id())),
+                ),
+                TxnOp::get(
+                    pointer_prefix(session),
+                    Some(GetOptions::new().with_prefix()),
+                ),
+            ])
+            .or_else([TxnOp::get(key.as_str(), None)]);
+        let answer = client.txn(txn).await.map_err(etcd_error)?;
+        if answer.succeeded() {
+            let token = answer.header().map_or(0, |h| h.revision());
+            let mut pointers = HashMap::new();
+            for response in answer.op_responses() {
+                let TxnOpResponse::Get(found) = response else {
+                    continue;
+                };
+                for kv in found.kvs() {
+                    let name = String::from_utf8_lossy(kv.key());
+                    let language = name
+                        .rsplit('/')
+                        .next()
+                        .and_then(|s| s.parse::<Language>().ok());
+                    if let (Some(language), Some(pointer)) =
+                        (language, Pointer::from_bytes(kv.value()))
+                    {
+                        pointers.insert(language, pointer);
+                    }
+                }
+            }
+            let ack = Acknowledged { sent, ttl: granted };
+            return Ok((grant.id(), token, ack, pointers));
+        }
+        let _ = client.lease_revoke(grant.id()).await;
+        let holder = answer.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(found) => found.kvs().first().map(|kv| {
+                (
+                    String::from_utf8_lossy(kv.value()).into_owned(),
+                    kv.create_revision(),
+                    kv.lease(),
+                )
+            }),
+            _ => None,
+        });
+        let Some((holder, created, lease)) = holder else {
+            continue; // released in between
+        };
+        if holder == node {
+            // This node's own key from before a restart: no process here holds it now.
+            let txn = etcd_client::Txn::new()
+                .when([Compare::create_revision(
+                    key.as_str(),
+                    CompareOp::Equal,
+                    created,
+                )])
+                .and_then([TxnOp::delete(key.as_str(), None)]);
+            client.txn(txn).await.map_err(etcd_error)?;
+            continue;
+        }
+        let left = client
+            .lease_time_to_live(lease, None)
+            .await
+            .map(|r| r.ttl())
+            .unwrap_or(1);
+        return Err(LeaseError::HeldBy {
+            session: session.to_string(),
+            node: holder,
+            expires_in: Duration::from_secs(u64::try_from(left.max(1)).unwrap_or(1)),
+        });
+    }
+    Err(etcd_error(format!(
+        "the lease on session {session} is still contended; retry"
+    )))
+}
+
+/// Puts `value` at `ptr_key` only if the lease key `key` was created at `token`.
+async fn fenced_put(
+    mut client: Client,
+    key: &str,
+    token: i64,
+    ptr_key: &str,
+    value: Vec<u8>,
+) -> Result<(), CommitError> {
+    let txn = etcd_client::Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, token)])
+        .and_then([TxnOp::put(ptr_key, value, None)]);
+    match client.txn(txn).await {
+        Ok(answer) if answer.succeeded() => Ok(()),
+        Ok(_) => Err(CommitError::Fenced { token }),
+        Err(err) => Err(CommitError::Etcd(err.to_string())),
+    }
+}
+
+/// One held lease's life: keep-alives every third of its time to live, and its commits in
+/// order, until it is released or lost.
+async fn run_lease(
+    client: Client,
+    session: String,
+    held: Arc<Held>,
+    mut ops: mpsc::UnboundedReceiver<Op>,
+) {
+    let key = lease_key(&session);
+    let mut stream: Option<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)> = None;
+    let every = |held: &Held| {
+        crate::locking::lock(&held.ack)
+            .map_or(Duration::from_millis(300), |a| a.ttl / 3)
+            .max(Duration::from_millis(100))
+    };
+    let mut next = tokio::time::Instant::now() + every(&held);
+    loop {
+        tokio::select! {
+            op = ops.recv() => match op {
+                Some(Op::Commit { language, pointer, reply }) => {
+                    let result = fenced_put(
+                        client.clone(),
+                        &key,
+                        held.token,
+                        &pointer_key(&session, language),
+                        pointer.to_bytes(),
+                    )
+                    .await;
+                    if result.is_ok() {
+                        crate::locking::lock(&held.pointers).insert(language, pointer);
+                    } else if let Err(CommitError::Fenced { .. }) = &result {
+                        lose(&held, "etcd refused a commit under its token: another node holds it");
+                    }
+                    let _ = reply.send(result);
+                }
+                Some(Op::Forget { language }) => {
+                    let txn = etcd_client::Txn::new()
+                        .when([Compare::create_revision(key.as_str(), CompareOp::Equal, held.token)])
+                        .and_then([TxnOp::delete(pointer_key(&session, language), None)]);
+                    let _ = client.clone().txn(txn).await;
+                }
+                Some(Op::Release) | None => {
+                    let _ = client.clone().lease_revoke(held.lease_id).await;
+                    return;
+                }
+            },
+            () = tokio::time::sleep_until(next) => {
+                let Some(last) = *crate::locking::lock(&held.ack) else {
+                    let _ = client.clone().lease_revoke(held.lease_id).await;
+                    return;
+                };
+                let sent = BootInstant::now();
+                let answer = keep_alive(&client, held.lease_id, &mut stream, last.ttl).await;
+                let now = BootInstant::now();
+                match proof::after_keep_alive(last, sent, answer, now) {
+                    Some(ack) => *crate::locking::lock(&held.ack) = Some(ack),
+                    None => {
+                        let why = match answer {
+                            KeepAlive::NoAnswer => "etcd acknowledged no keep-alive within its time to live",
+                            _ => "etcd says it expired (was this node paused?)",
+                        };
+                        lose(&held, why);
+                        tracing::warn!(%session, "lease lost: {why}");
+                    }
+                }
+                next = tokio::time::Instant::now() + every(&held);
+            }
+        }
+    }
+}
+
+fn lose(held: &Held, why: &str) {
+    *crate::locking::lock(&held.ack) = None;
+    *crate::locking::lock(&held.lost) = Some(why.to_string());
+}
+
+/// One keep-alive and its answer, within `wait`. A stream that failed is opened again,
+/// which itself sends a keep-alive and reads its answer (refusing a lease etcd no longer
+/// has); `ttl` is then the time to live the lease was granted with.
+async fn keep_alive(
+    client: &Client,
+    lease_id: i64,
+    stream: &mut Option<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)>,
+    ttl: Duration,
+) -> KeepAlive {
+    let exchange = async {
+        let Some((keeper, answers)) = stream else {
+            return match client.clone().lease_keep_alive(lease_id).await {
+                Ok(opened) => {
+                    *stream = Some(opened);
+                    KeepAlive::Extended(ttl)
+                }
+                Err(etcd_client::Error::LeaseKeepAliveError(_)) => KeepAlive::Gone,
+                Err(_) => KeepAlive::NoAnswer,
+            };
+        };
+        if keeper.keep_alive().await.is_err() {
+            return KeepAlive::NoAnswer;
+        }
+        match answers.message().await {
+            Ok(Some(answer)) if answer.ttl() > 0 => KeepAlive::Extended(Duration::from_secs(
+                u64::try_from(answer.ttl()).unwrap_or(0),
+            )),
+            Ok(Some(_)) => KeepAlive::Gone,
+            _ => KeepAlive::NoAnswer,
+        }
+    };
+    let wait = (ttl / 3).max(Duration::from_millis(100));
+    let answer = tokio::time::timeout(wait, exchange)
+        .await
+        .unwrap_or(KeepAlive::NoAnswer);
+    if answer == KeepAlive::NoAnswer {
+        *stream = None;
+    }
+    answer
+}
+
+#[cfg(test)]
+#[path = "etcd_tests.rs"]
+mod tests;
