@@ -24,6 +24,8 @@ pub trait LeaseBackend: Send + Sync + std::fmt::Debug {
     fn release(&self, session: &str);
     /// The node holding `session`'s lease, and how long it has yet.
     fn holder(&self, session: &str) -> Option<(String, Duration)>;
+    /// Waits for what released leases still have under way (the daemon's stop).
+    fn settle(&self) {}
 }
 
 /// Leases as files in the snapshot directory: safe only while nodes' clocks agree and no
@@ -118,5 +120,9 @@ impl LeaseBackend for EtcdLeases {
 
     fn holder(&self, session: &str) -> Option<(String, Duration)> {
         EtcdLeases::holder(self, session)
+    }
+
+    fn settle(&self) {
+        EtcdLeases::settle(self, Duration::from_secs(5));
     }
 }

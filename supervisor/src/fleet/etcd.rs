@@ -100,6 +100,11 @@ pub struct EtcdLeases {
     runtime: tokio::runtime::Handle,
     _stop: std::sync::mpsc::Sender<()>,
     held: Mutex<HashMap<String, Arc<Held>>>,
+    /// The tasks of held leases, by session: a released one runs the commits asked before
+    /// its release, then revokes the lease.
+    tasks: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    /// Released leases' tasks still finishing.
+    finishing: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for EtcdLeases {
@@ -180,6 +185,8 @@ impl EtcdLeases {
             runtime: handle,
             _stop: stop,
             held: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(HashMap::new()),
+            finishing: Mutex::new(Vec::new()),
         })
     }
 
@@ -218,12 +225,13 @@ impl EtcdLeases {
             seq: AtomicU64::new(1),
             ops,
         });
-        self.runtime.spawn(run_lease(
+        let task = self.runtime.spawn(run_lease(
             self.client.clone(),
             session.to_string(),
             held.clone(),
             queue,
         ));
+        crate::locking::lock(&self.tasks).insert(session.to_string(), task);
         crate::locking::lock(&self.held).insert(session.to_string(), held);
         Ok(token)
     }
@@ -261,6 +269,22 @@ impl EtcdLeases {
         if let Some(held) = crate::locking::lock(&self.held).remove(session) {
             let _ = held.ops.send(Op::Release);
         }
+        if let Some(task) = crate::locking::lock(&self.tasks).remove(session) {
+            let mut finishing = crate::locking::lock(&self.finishing);
+            finishing.retain(|t| !t.is_finished());
+            finishing.push(task);
+        }
+    }
+
+    /// Waits (at most `within`) for released leases' last commits and revocations: the
+    /// daemon's stop, so the state its sessions saved on the way out is current in etcd.
+    pub fn settle(&self, within: Duration) {
+        let tasks: Vec<_> = crate::locking::lock(&self.finishing).drain(..).collect();
+        let _ = block_on(&self.runtime, within, async move {
+            for task in tasks {
+                let _ = task.await;
+            }
+        });
     }
 
     /// The node holding `session`'s lease and how long its lease has yet, if any holds it.

@@ -99,6 +99,7 @@ impl LeaseBook {
         for session in sessions {
             self.release(&session);
         }
+        self.backend.settle();
     }
 
     /// Renews the leases of the sessions `in_use` says are still used here and gives up
