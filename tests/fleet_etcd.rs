@@ -221,6 +221,15 @@ fn a_copied_older_blob_is_never_restored() {
         notice.contains("not the one etcd names as current"),
         "{result:#}"
     );
+    // Closing a session forgets it: its pointer goes too.
+    b.client()
+        .call("close", json!({"session": "c"}))
+        .expect("closed");
+    wait_until(Duration::from_secs(10), || match shared.pointer("c") {
+        None => Ok(()),
+        Some(p) => Err(p),
+    })
+    .expect("the pointer is deleted");
     b.stop();
 }
 

@@ -72,36 +72,6 @@ impl Etcd {
         let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
         (!text.is_empty()).then_some(text)
     }
-
-    /// etcd's count of gRPC requests handled so far (its metrics), by method.
-    pub fn requests(&self) -> std::collections::BTreeMap<String, f64> {
-        use std::io::{Read, Write};
-        let address = self.url.trim_start_matches("http://").to_string();
-        let mut out = String::new();
-        if let Ok(mut stream) = std::net::TcpStream::connect(&address) {
-            let _ = write!(stream, "GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n");
-            let _ = stream.read_to_string(&mut out);
-        }
-        let mut counts = std::collections::BTreeMap::new();
-        for line in out
-            .lines()
-            .filter(|l| l.starts_with("grpc_server_handled_total"))
-        {
-            let method = line
-                .split("grpc_method=\"")
-                .nth(1)
-                .and_then(|r| r.split('"').next())
-                .unwrap_or_default()
-                .to_string();
-            let n: f64 = line
-                .rsplit(' ')
-                .next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0.0);
-            *counts.entry(method).or_insert(0.0) += n;
-        }
-        counts
-    }
 }
 
 impl Drop for Etcd {

@@ -129,9 +129,20 @@ pub fn check_blob(pointer: &Pointer, path: &Path) -> Result<(), BlobRefusal> {
     Ok(())
 }
 
-/// The blobs in `dir` no pointer names (everything but `current`): what a holder may
-/// collect once its commit of `current` went through.
+/// The token and sequence number a blob's name carries.
+fn blob_order(name: &str) -> Option<(i64, u64)> {
+    let stem = name.strip_suffix(SUFFIX)?;
+    let (token, seq) = stem.split_once('-')?;
+    Some((token.parse().ok()?, seq.parse().ok()?))
+}
+
+/// The blobs in `dir` older than `current` (a lower token, or the same token and a lower
+/// sequence number): what a holder may collect once its commit of `current` went through.
+/// Newer ones are left alone: a save under way after that commit, or a newer holder's.
 pub fn unreferenced(dir: &Path, current: &str) -> Vec<std::path::PathBuf> {
+    let Some(current) = blob_order(current) else {
+        return Vec::new();
+    };
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -140,7 +151,7 @@ pub fn unreferenced(dir: &Path, current: &str) -> Vec<std::path::PathBuf> {
         .filter(|e| {
             let name = e.file_name();
             let name = name.to_string_lossy();
-            name != current && (is_blob_name(&name) || name.ends_with(".tmp"))
+            is_blob_name(&name) && blob_order(&name).is_some_and(|order| order < current)
         })
         .map(|e| e.path())
         .collect()
@@ -215,9 +226,16 @@ mod tests {
     }
 
     #[test]
-    fn everything_but_the_current_blob_is_collected() {
+    fn only_blobs_older_than_the_committed_one_are_collected() {
         let dir = tempfile::tempdir().expect("tempdir");
-        for name in ["1-1.snap", "1-2.snap", "7-1.snap", "notes.txt"] {
+        for name in [
+            "1-1.snap",
+            "1-2.snap",
+            "7-1.snap",
+            "7-2.snap",
+            "9-1.snap",
+            "notes.txt",
+        ] {
             std::fs::write(dir.path().join(name), b"x").expect("write");
         }
         let mut gone: Vec<String> = unreferenced(dir.path(), "7-1.snap")
@@ -230,6 +248,10 @@ mod tests {
             })
             .collect();
         gone.sort();
-        assert_eq!(gone, ["1-1.snap", "1-2.snap"]);
+        assert_eq!(
+            gone,
+            ["1-1.snap", "1-2.snap"],
+            "a save after the commit (7-2) and a newer holder's (9-1) stay"
+        );
     }
 }
