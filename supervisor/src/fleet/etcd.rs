@@ -105,6 +105,9 @@ pub struct EtcdLeases {
     tasks: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
     /// Released leases' tasks still finishing.
     finishing: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Held while a lease is taken: two requests for one session arriving at once must not
+    /// both take it (the second would find this node's key and replace it).
+    acquiring: Mutex<()>,
 }
 
 impl std::fmt::Debug for EtcdLeases {
@@ -187,6 +190,7 @@ impl EtcdLeases {
             held: Mutex::new(HashMap::new()),
             tasks: Mutex::new(HashMap::new()),
             finishing: Mutex::new(Vec::new()),
+            acquiring: Mutex::new(()),
         })
     }
 
@@ -203,6 +207,7 @@ impl EtcdLeases {
     /// if absent. Its creating revision is the fencing token. The session's pointers are read
     /// in the same transaction.
     pub fn acquire(&self, session: &str) -> Result<i64, LeaseError> {
+        let _one_at_a_time = crate::locking::lock(&self.acquiring);
         if let Some(held) = self.held(session) {
             return Ok(held.token);
         }
