@@ -223,3 +223,33 @@ fn an_unreachable_etcd_is_a_clear_error_naming_it() {
         "{text}"
     );
 }
+
+#[test]
+fn a_lease_etcd_no_longer_has_is_lost_at_the_next_keep_alive() {
+    let Some(etcd) = TestEtcd::start() else {
+        return;
+    };
+    let ttl = Duration::from_secs(3);
+    let (a, b) = (node(&etcd, "node-a", ttl), node(&etcd, "node-b", ttl));
+    let token = a.acquire("s").expect("take");
+    // The lease revoked behind a's back (an operator, or etcd's own expiry): its key goes,
+    // and the next keep-alive's answer (no time to live) is what tells a.
+    let lease_id = a.held("s").expect("held").lease_id;
+    let mut client = b.client.clone();
+    block_on(&b.runtime, Duration::from_secs(5), async move {
+        client.lease_revoke(lease_id).await.map(|_| ())
+    })
+    .expect("answered")
+    .expect("revoked");
+    let taken = wait_for("b takes the session", Duration::from_secs(5), || {
+        b.acquire("s").ok()
+    });
+    assert!(taken > token);
+    wait_for("a learns it lost the lease", ttl, || {
+        (!a.provable("s")).then_some(())
+    });
+    match a.check("s") {
+        Err(LeaseError::Lost { why, .. }) => assert!(why.contains("expired"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
