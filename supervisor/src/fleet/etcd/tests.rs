@@ -1,6 +1,7 @@
 //! The etcd backend against a real etcd (Debian's `etcd-server`), started by each test on
 //! free ports in a directory of its own and stopped at its end.
 
+use super::requests::block_on;
 use super::*;
 use crate::fleet::pointer::Pointer;
 use std::process::{Child, Command, Stdio};

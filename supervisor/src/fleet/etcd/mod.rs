@@ -13,17 +13,26 @@
 //! runtime that sends keep-alives every third of the granted time to live and runs the
 //! session's commits, in the order they were asked. Whether the lease is still provable is
 //! decided by [`proof`](super::proof) from the keep-alives etcd acknowledged.
+//!
+//! - `requests`: connecting, taking a lease, a fenced commit, and waiting for them from any
+//!   thread.
+//! - `task`: a held lease's own task (keep-alives, commits, release).
+
+mod requests;
+mod task;
 
 use super::pointer::Pointer;
-use super::proof::{self, Acknowledged, BootInstant, KeepAlive};
+use super::proof::{self, Acknowledged, BootInstant};
 use super::LeaseError;
 use cellvisor_ipc::Language;
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, TxnOp, TxnOpResponse};
+use etcd_client::Client;
+use requests::{block_on, connect_options, take};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use task::run_lease;
 use tokio::sync::{mpsc, oneshot};
 
 const LEASE_PREFIX: &str = "cellvisor/lease/";
@@ -382,314 +391,11 @@ impl EtcdLeases {
             pointer.to_bytes(),
         );
         block_on(&self.runtime, Duration::from_secs(5), async move {
-            fenced_put(client, &key, token, &ptr_key, value).await
+            requests::fenced_put(client, &key, token, &ptr_key, value).await
         })
         .map_err(|e| CommitError::Etcd(e.to_string()))?
     }
 }
 
-/// Runs `future` on `runtime` and waits for it here (any thread, inside a runtime or not),
-/// at most `timeout`.
-fn block_on<T: Send + 'static>(
-    runtime: &tokio::runtime::Handle,
-    timeout: Duration,
-    future: impl std::future::Future<Output = T> + Send + 'static,
-) -> Result<T, LeaseError> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    runtime.spawn(async move {
-        let _ = tx.send(tokio::time::timeout(timeout, future).await);
-    });
-    match rx.recv_timeout(timeout + Duration::from_millis(500)) {
-        Ok(Ok(value)) => Ok(value),
-        _ => Err(etcd_error(format!(
-            "no answer within {}",
-            humantime::format_duration(timeout)
-        ))),
-    }
-}
-
-fn connect_options(
-    settings: &EtcdSettings,
-    timeout: Duration,
-) -> Result<ConnectOptions, LeaseError> {
-    let read = |path: &PathBuf| {
-        std::fs::read(path).map_err(|e| LeaseError::Io {
-            path: path.clone(),
-            why: e.to_string(),
-        })
-    };
-    let mut options = ConnectOptions::new()
-        .with_connect_timeout(timeout)
-        .with_timeout(timeout);
-    if let Some(user) = &settings.user {
-        let Some(file) = &settings.password_file else {
-            return Err(LeaseError::Io {
-                path: PathBuf::from("fleet.etcd-password-file"),
-                why: "fleet.etcd-user needs fleet.etcd-password-file".into(),
-            });
-        };
-        let password = String::from_utf8_lossy(&read(file)?)
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .to_string();
-        options = options.with_user(user.clone(), password);
-    }
-    if settings.ca_file.is_some() || settings.cert_file.is_some() {
-        let mut tls = etcd_client::TlsOptions::new();
-        if let Some(ca) = &settings.ca_file {
-            tls = tls.ca_certificate(etcd_client::Certificate::from_pem(read(ca)?));
-        }
-        match (&settings.cert_file, &settings.key_file) {
-            (Some(cert), Some(key)) => {
-                tls = tls.identity(etcd_client::Identity::from_pem(read(cert)?, read(key)?));
-            }
-            (None, None) => {}
-            _ => {
-                return Err(LeaseError::Io {
-                    path: PathBuf::from("fleet.etcd-cert-file"),
-                    why: "fleet.etcd-cert-file and fleet.etcd-key-file go together".into(),
-                })
-            }
-        }
-        options = options.with_tls(tls);
-    }
-    Ok(options)
-}
-
-type Taken = (i64, i64, Acknowledged, HashMap<Language, Pointer>);
-
-/// Grants a lease and creates `session`'s key under it if absent; a key this node left in
-/// an earlier life (a restart) is deleted first, fenced by its own creating revision.
-async fn take(
-    mut client: Client,
-    session: &str,
-    node: &str,
-    ttl: Duration,
-) -> Result<Taken, LeaseError> {
-    let key = lease_key(session);
-    for _ in 0..2 {
-        let sent = BootInstant::now();
-        let grant = client
-            .lease_grant(proof::ttl_seconds(ttl), None)
-            .await
-            .map_err(etcd_error)?;
-        let granted = Duration::from_secs(u64::try_from(grant.ttl()).unwrap_or(0));
-        let txn = etcd_client::Txn::new()
-            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([
-                TxnOp::put(
-                    key.as_str(),
-                    node,
-                    Some(etcd_client::PutOptions::new().with_lease(grant.id())),
-                ),
-                TxnOp::get(
-                    pointer_prefix(session),
-                    Some(GetOptions::new().with_prefix()),
-                ),
-            ])
-            .or_else([TxnOp::get(key.as_str(), None)]);
-        let answer = client.txn(txn).await.map_err(etcd_error)?;
-        if answer.succeeded() {
-            let token = answer.header().map_or(0, |h| h.revision());
-            let mut pointers = HashMap::new();
-            for response in answer.op_responses() {
-                let TxnOpResponse::Get(found) = response else {
-                    continue;
-                };
-                for kv in found.kvs() {
-                    let name = String::from_utf8_lossy(kv.key());
-                    let language = name
-                        .rsplit('/')
-                        .next()
-                        .and_then(|s| s.parse::<Language>().ok());
-                    if let (Some(language), Some(pointer)) =
-                        (language, Pointer::from_bytes(kv.value()))
-                    {
-                        pointers.insert(language, pointer);
-                    }
-                }
-            }
-            let ack = Acknowledged { sent, ttl: granted };
-            return Ok((grant.id(), token, ack, pointers));
-        }
-        let _ = client.lease_revoke(grant.id()).await;
-        let holder = answer.op_responses().into_iter().find_map(|r| match r {
-            TxnOpResponse::Get(found) => found.kvs().first().map(|kv| {
-                (
-                    String::from_utf8_lossy(kv.value()).into_owned(),
-                    kv.create_revision(),
-                    kv.lease(),
-                )
-            }),
-            _ => None,
-        });
-        let Some((holder, created, lease)) = holder else {
-            continue; // released in between
-        };
-        if holder == node {
-            // This node's own key from before a restart: no process here holds it now.
-            let txn = etcd_client::Txn::new()
-                .when([Compare::create_revision(
-                    key.as_str(),
-                    CompareOp::Equal,
-                    created,
-                )])
-                .and_then([TxnOp::delete(key.as_str(), None)]);
-            client.txn(txn).await.map_err(etcd_error)?;
-            continue;
-        }
-        let left = client
-            .lease_time_to_live(lease, None)
-            .await
-            .map(|r| r.ttl())
-            .unwrap_or(1);
-        return Err(LeaseError::HeldBy {
-            session: session.to_string(),
-            node: holder,
-            expires_in: Duration::from_secs(u64::try_from(left.max(1)).unwrap_or(1)),
-        });
-    }
-    Err(etcd_error(format!(
-        "the lease on session {session} is still contended; retry"
-    )))
-}
-
-/// Puts `value` at `ptr_key` only if the lease key `key` was created at `token`.
-async fn fenced_put(
-    mut client: Client,
-    key: &str,
-    token: i64,
-    ptr_key: &str,
-    value: Vec<u8>,
-) -> Result<(), CommitError> {
-    let txn = etcd_client::Txn::new()
-        .when([Compare::create_revision(key, CompareOp::Equal, token)])
-        .and_then([TxnOp::put(ptr_key, value, None)]);
-    match client.txn(txn).await {
-        Ok(answer) if answer.succeeded() => Ok(()),
-        Ok(_) => Err(CommitError::Fenced { token }),
-        Err(err) => Err(CommitError::Etcd(err.to_string())),
-    }
-}
-
-/// One held lease's life: keep-alives every third of its time to live, and its commits in
-/// order, until it is released or lost.
-async fn run_lease(
-    client: Client,
-    session: String,
-    held: Arc<Held>,
-    mut ops: mpsc::UnboundedReceiver<Op>,
-) {
-    let key = lease_key(&session);
-    let mut stream: Option<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)> = None;
-    let every = |held: &Held| {
-        crate::locking::lock(&held.ack)
-            .map_or(Duration::from_millis(300), |a| a.ttl / 3)
-            .max(Duration::from_millis(100))
-    };
-    let mut next = tokio::time::Instant::now() + every(&held);
-    loop {
-        tokio::select! {
-            op = ops.recv() => match op {
-                Some(Op::Commit { language, pointer, reply }) => {
-                    let result = fenced_put(
-                        client.clone(),
-                        &key,
-                        held.token,
-                        &pointer_key(&session, language),
-                        pointer.to_bytes(),
-                    )
-                    .await;
-                    if result.is_ok() {
-                        crate::locking::lock(&held.pointers).insert(language, pointer);
-                    } else if let Err(CommitError::Fenced { .. }) = &result {
-                        lose(&held, "etcd refused a commit under its token: another node holds it");
-                    }
-                    let _ = reply.send(result);
-                }
-                Some(Op::Forget { language }) => {
-                    let txn = etcd_client::Txn::new()
-                        .when([Compare::create_revision(key.as_str(), CompareOp::Equal, held.token)])
-                        .and_then([TxnOp::delete(pointer_key(&session, language), None)]);
-                    let _ = client.clone().txn(txn).await;
-                }
-                Some(Op::Release) | None => {
-                    let _ = client.clone().lease_revoke(held.lease_id).await;
-                    return;
-                }
-            },
-            () = tokio::time::sleep_until(next) => {
-                let Some(last) = *crate::locking::lock(&held.ack) else {
-                    let _ = client.clone().lease_revoke(held.lease_id).await;
-                    return;
-                };
-                let sent = BootInstant::now();
-                let answer = keep_alive(&client, held.lease_id, &mut stream, last.ttl).await;
-                let now = BootInstant::now();
-                match proof::after_keep_alive(last, sent, answer, now) {
-                    Some(ack) => *crate::locking::lock(&held.ack) = Some(ack),
-                    None => {
-                        let why = match answer {
-                            KeepAlive::NoAnswer => "etcd acknowledged no keep-alive within its time to live",
-                            _ => "etcd says it expired (was this node paused?)",
-                        };
-                        lose(&held, why);
-                        tracing::warn!(%session, "lease lost: {why}");
-                    }
-                }
-                next = tokio::time::Instant::now() + every(&held);
-            }
-        }
-    }
-}
-
-fn lose(held: &Held, why: &str) {
-    *crate::locking::lock(&held.ack) = None;
-    *crate::locking::lock(&held.lost) = Some(why.to_string());
-}
-
-/// One keep-alive and its answer, within `wait`. A stream that failed is opened again,
-/// which itself sends a keep-alive and reads its answer (refusing a lease etcd no longer
-/// has); `ttl` is then the time to live the lease was granted with.
-async fn keep_alive(
-    client: &Client,
-    lease_id: i64,
-    stream: &mut Option<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)>,
-    ttl: Duration,
-) -> KeepAlive {
-    let exchange = async {
-        let Some((keeper, answers)) = stream else {
-            return match client.clone().lease_keep_alive(lease_id).await {
-                Ok(opened) => {
-                    *stream = Some(opened);
-                    KeepAlive::Extended(ttl)
-                }
-                Err(etcd_client::Error::LeaseKeepAliveError(_)) => KeepAlive::Gone,
-                Err(_) => KeepAlive::NoAnswer,
-            };
-        };
-        if keeper.keep_alive().await.is_err() {
-            return KeepAlive::NoAnswer;
-        }
-        match answers.message().await {
-            Ok(Some(answer)) if answer.ttl() > 0 => KeepAlive::Extended(Duration::from_secs(
-                u64::try_from(answer.ttl()).unwrap_or(0),
-            )),
-            Ok(Some(_)) => KeepAlive::Gone,
-            _ => KeepAlive::NoAnswer,
-        }
-    };
-    let wait = (ttl / 3).max(Duration::from_millis(100));
-    let answer = tokio::time::timeout(wait, exchange)
-        .await
-        .unwrap_or(KeepAlive::NoAnswer);
-    if answer == KeepAlive::NoAnswer {
-        *stream = None;
-    }
-    answer
-}
-
 #[cfg(test)]
-#[path = "etcd_tests.rs"]
 mod tests;
