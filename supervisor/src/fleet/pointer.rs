@@ -129,8 +129,8 @@ pub fn check_blob(pointer: &Pointer, path: &Path) -> Result<(), BlobRefusal> {
     Ok(())
 }
 
-/// The token and sequence number a blob's name carries.
-fn blob_order(name: &str) -> Option<(i64, u64)> {
+/// The token and sequence number a blob's name carries (`None`: not a blob's name).
+pub(crate) fn blob_order(name: &str) -> Option<(i64, u64)> {
     let stem = name.strip_suffix(SUFFIX)?;
     let (token, seq) = stem.split_once('-')?;
     Some((token.parse().ok()?, seq.parse().ok()?))

@@ -67,6 +67,10 @@ pub enum CommitError {
     /// This node holds no lease on the session.
     #[error("this node holds no lease on the session")]
     NotHeld,
+    /// The session's state in that language was forgotten (a close or a reset) after this
+    /// blob was begun: it must not come back.
+    #[error("the session's state was forgotten after this snapshot was begun")]
+    Forgotten,
     /// etcd did not answer.
     #[error("etcd: {0}")]
     Etcd(String),
@@ -86,6 +90,9 @@ struct Held {
     pointers: Mutex<HashMap<Language, Pointer>>,
     /// The next blob's sequence number under this token.
     seq: AtomicU64,
+    /// By language, the first blob sequence number begun after the state was forgotten:
+    /// older blobs are never committed.
+    forgotten: Mutex<HashMap<Language, u64>>,
     ops: mpsc::UnboundedSender<Op>,
 }
 
@@ -237,6 +244,7 @@ impl EtcdLeases {
             lost: Mutex::new(None),
             pointers: Mutex::new(pointers),
             seq: AtomicU64::new(1),
+            forgotten: Mutex::new(HashMap::new()),
             ops,
         });
         let task = self.runtime.spawn(run_lease(
@@ -347,6 +355,9 @@ impl EtcdLeases {
     ) -> oneshot::Receiver<Result<(), CommitError>> {
         let (reply, answer) = oneshot::channel();
         match self.held(session) {
+            Some(held) if begun_before_forget(&held, language, &pointer.blob) => {
+                let _ = reply.send(Err(CommitError::Forgotten));
+            }
             Some(held) if held.token == pointer.token => {
                 let _ = held.ops.send(Op::Commit {
                     language,
@@ -367,6 +378,8 @@ impl EtcdLeases {
     /// Deletes `session`'s pointer in `language` (a reset), fenced like a commit.
     pub fn forget(&self, session: &str, language: Language) {
         if let Some(held) = self.held(session) {
+            let next = held.seq.load(Ordering::Relaxed);
+            crate::locking::lock(&held.forgotten).insert(language, next);
             crate::locking::lock(&held.pointers).remove(&language);
             let _ = held.ops.send(Op::Forget { language });
         }
@@ -394,6 +407,15 @@ impl EtcdLeases {
             requests::fenced_put(client, &key, token, &ptr_key, value).await
         })
         .map_err(|e| CommitError::Etcd(e.to_string()))?
+    }
+}
+
+/// Whether the blob `name` was begun before `language`'s state was forgotten here.
+fn begun_before_forget(held: &Held, language: Language, name: &str) -> bool {
+    let forgotten = crate::locking::lock(&held.forgotten);
+    match (forgotten.get(&language), super::pointer::blob_order(name)) {
+        (Some(&at), Some((_, seq))) => seq < at,
+        _ => false,
     }
 }
 

@@ -254,3 +254,28 @@ fn a_lease_etcd_no_longer_has_is_lost_at_the_next_keep_alive() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_save_begun_before_its_state_was_forgotten_is_never_committed() {
+    let Some(etcd) = TestEtcd::start() else {
+        return;
+    };
+    let a = node(&etcd, "node-a", Duration::from_secs(5));
+    let token = a.acquire("s").expect("take");
+    let py = Language::Python;
+    let (before, _) = a.next_blob("s").expect("held");
+    // A close (or reset) forgets the state while that save is still being written.
+    a.forget("s", py);
+    assert_eq!(
+        a.commit("s", py, pointer(&before, token)).blocking_recv(),
+        Ok(Err(CommitError::Forgotten))
+    );
+    assert_eq!(a.pointer("s", py), None);
+    // What the session saves afterwards is committed as usual.
+    let (after, _) = a.next_blob("s").expect("held");
+    assert_eq!(
+        a.commit("s", py, pointer(&after, token)).blocking_recv(),
+        Ok(Ok(()))
+    );
+    assert_eq!(a.pointer("s", py).map(|p| p.blob), Some(after));
+}
