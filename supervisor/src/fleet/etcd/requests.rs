@@ -51,6 +51,18 @@ pub(super) fn connect_options(
                 why: "fleet.etcd-user needs fleet.etcd-password-file".into(),
             });
         };
+        let mode = std::fs::metadata(file).map_or(0, |m| {
+            std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777
+        });
+        if mode & 0o007 != 0 {
+            return Err(LeaseError::Io {
+                path: file.clone(),
+                why: format!(
+                    "fleet.etcd-password-file has mode {mode:03o}: other users can read the \
+                     password; make it 0400 or 0440"
+                ),
+            });
+        }
         let password = String::from_utf8_lossy(&read(file)?)
             .lines()
             .next()

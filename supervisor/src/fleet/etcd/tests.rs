@@ -279,3 +279,41 @@ fn a_save_begun_before_its_state_was_forgotten_is_never_committed() {
     );
     assert_eq!(a.pointer("s", py).map(|p| p.blob), Some(after));
 }
+
+#[test]
+fn credentials_others_can_read_and_half_a_client_certificate_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let password = dir.path().join("password");
+    std::fs::write(&password, "secret\n").expect("write");
+    std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let refused = |settings: EtcdSettings| {
+        EtcdLeases::connect(
+            &settings,
+            "n",
+            Duration::from_secs(2),
+            Duration::from_secs(1),
+        )
+        .expect_err("refused")
+        .to_string()
+    };
+    let with_user = EtcdSettings {
+        endpoints: vec!["http://127.0.0.1:1".into()],
+        user: Some("cellvisor".into()),
+        password_file: Some(password.clone()),
+        ..EtcdSettings::default()
+    };
+    let text = refused(with_user.clone());
+    assert!(text.contains("mode 644") && text.contains("0400"), "{text}");
+    let text = refused(EtcdSettings {
+        password_file: None,
+        ..with_user
+    });
+    assert!(text.contains("needs fleet.etcd-password-file"), "{text}");
+    let text = refused(EtcdSettings {
+        endpoints: vec!["https://127.0.0.1:1".into()],
+        cert_file: Some(password),
+        ..EtcdSettings::default()
+    });
+    assert!(text.contains("go together"), "{text}");
+}
