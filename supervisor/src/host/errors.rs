@@ -217,3 +217,20 @@ pub enum RequestError {
     #[error("{0}")]
     Workspace(String),
 }
+
+/// The answer to a request whose session's lease could not be taken: `LEASED_ELSEWHERE`
+/// when another node holds it, else the lease store's error.
+pub(crate) fn lease_refusal(err: crate::fleet::LeaseError) -> RequestError {
+    match err {
+        crate::fleet::LeaseError::HeldBy {
+            session,
+            node,
+            expires_in,
+        } => RequestError::LeasedElsewhere {
+            session,
+            node,
+            retry_after: expires_in,
+        },
+        other => RequestError::Lease(other.to_string()),
+    }
+}

@@ -115,6 +115,7 @@ impl Cellvisor {
         admitted?;
         let lock = self.request_lock(session);
         let _turn = lock.lock().await;
+        self.prove_lease(session).await?;
         // A workspace missing on this node comes back from the session's latest recording.
         let files_back = match files_pending {
             Some(pending) => Some(self.bring_back(pending).await?),
@@ -158,6 +159,10 @@ impl Cellvisor {
             }
             let directive = match policy.disabled(spec.language) {
                 Some(message) => Err(message),
+                None if index > 0 && !self.lease_still_provable(session) => Err(format!(
+                    "not run: this node can no longer prove it holds session {session}'s lease \
+                     (LEASED_ELSEWHERE); send it again and it runs where the session is held"
+                )),
                 None => with_directive(spec),
             };
             let result = match directive {

@@ -36,6 +36,7 @@ mod workspace;
 
 pub use confinement::Origin;
 pub use control::CloseOptions;
+pub(crate) use errors::lease_refusal;
 pub use errors::RequestError;
 pub use node::{DrainState, Health, Readiness, HEALTH_BOUND};
 

@@ -22,12 +22,14 @@
 //! - `link`: the tasks on the worker's connection.
 //! - `state`: state tasks: saves before planned stops and after cells, the restore before
 //!   the next cell, a host's checkpoints and `names`.
+//! - `fenced`: in etcd mode, those saves as immutable blobs behind fenced pointers.
 //! - `QueryStatus` is answered here, from the actor's state.
 //! - [`CellReport`] (from the client crate): what a session reports for one cell.
 
 mod background;
 mod cells;
 mod descriptors;
+mod fenced;
 mod files;
 pub mod kernel_oom;
 pub(crate) mod link;

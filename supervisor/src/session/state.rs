@@ -133,17 +133,21 @@ impl Session {
         if !matches!(self.worker, Worker::Ready { .. }) || self.running.is_some() {
             return false;
         }
-        let (Some(cells_since), Some(store)) = (self.restore_due.take(), self.snapshots.clone())
-        else {
+        let Some(cells_since) = self.restore_due.take() else {
             return false;
         };
-        let task = StateTask::Load(Box::new(LoadOrder {
-            path: store.latest(&self.key).display().to_string(),
-            key: store.session_key(&self.key),
-            replace: false,
-        }));
-        self.run_own_task(ctx, task, StatePurpose::Restore { cells_since });
-        true
+        match self.latest_restore_task() {
+            Ok(Some(task)) => {
+                self.run_own_task(ctx, task, StatePurpose::Restore { cells_since });
+                true
+            }
+            Ok(None) => false,
+            Err(refusal) => {
+                tracing::warn!(session = %self.key, "snapshot not restored: {refusal}");
+                self.add_notice(format!("state not restored: {refusal}"));
+                false
+            }
+        }
     }
 
     /// The order to save the namespace to the checkpoint `name`, or to the latest snapshot.
@@ -155,7 +159,7 @@ impl Session {
         }
         let path = match name {
             Some(name) => store.checkpoint(&self.key, name),
-            None => store.latest(&self.key),
+            None => self.latest_save_path()?,
         };
         Some(StateTask::Save(Box::new(SaveOrder {
             path: path.display().to_string(),
@@ -206,7 +210,10 @@ impl Session {
             StatePurpose::Restore { cells_since } => self.restored(report, cells_since),
             StatePurpose::AfterCell => {
                 match report {
-                    StateReport::Saved { .. } => self.cells_since_snapshot = 0,
+                    StateReport::Saved { .. } => {
+                        self.cells_since_snapshot = 0;
+                        self.commit_saved(ctx, job.task.as_ref());
+                    }
                     StateReport::Refused(refusal) => {
                         tracing::warn!(session = %self.key, "snapshot after cell not written: {}", policy::describe(&refusal));
                     }
@@ -222,7 +229,10 @@ impl Session {
             }
             StatePurpose::BeforeStop(then, reason) => {
                 let fate = match report {
-                    StateReport::Saved { .. } => SnapshotFate::Saved,
+                    StateReport::Saved { .. } => {
+                        self.commit_saved(ctx, job.task.as_ref());
+                        SnapshotFate::Saved
+                    }
                     StateReport::Refused(refusal) => {
                         tracing::warn!(session = %self.key, "snapshot before stop not written: {}", policy::describe(&refusal));
                         SnapshotFate::Refused(refusal)
@@ -364,6 +374,9 @@ impl Session {
     /// Python or sandbox), or it was refused.
     pub(super) fn delete_latest(&mut self) {
         self.restore_due = None;
+        if self.forget_fenced() {
+            return;
+        }
         if let Some(store) = &self.snapshots {
             let latest = store.latest(&self.key);
             if let Err(err) = std::fs::remove_file(&latest) {

@@ -44,6 +44,9 @@ pub struct SnapshotStore {
     key: Vec<u8>,
     /// This node's name, written into every snapshot for the ledger.
     node: String,
+    /// In etcd mode, where the current snapshots are named (`fleet::etcd`): latest snapshots
+    /// are then immutable blobs behind fenced pointers, not `latest.snap`.
+    fenced: std::sync::OnceLock<std::sync::Arc<crate::fleet::etcd::EtcdLeases>>,
 }
 
 /// Why the snapshot directory cannot be used.
@@ -102,7 +105,25 @@ impl SnapshotStore {
             root: root.to_path_buf(),
             key,
             node: node.to_string(),
+            fenced: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Puts the latest snapshots behind `etcd`'s fenced pointers (etcd mode).
+    pub fn fence(&self, etcd: std::sync::Arc<crate::fleet::etcd::EtcdLeases>) {
+        let _ = self.fenced.set(etcd);
+    }
+
+    /// The fenced pointers, in etcd mode.
+    pub fn fenced(&self) -> Option<&std::sync::Arc<crate::fleet::etcd::EtcdLeases>> {
+        self.fenced.get()
+    }
+
+    /// The blob `name` of `key` (etcd mode).
+    pub fn blob(&self, key: &SessionKey, name: &str) -> PathBuf {
+        self.dir(key)
+            .join(crate::fleet::pointer::BLOBS_DIR)
+            .join(name)
     }
 
     /// This node's name, as its snapshots record it.
@@ -132,6 +153,9 @@ impl SnapshotStore {
         private_dir(&self.session_root(&key.session))?;
         private_dir(&dir)?;
         private_dir(&dir.join(CHECKPOINTS))?;
+        if self.fenced().is_some() {
+            private_dir(&dir.join(crate::fleet::pointer::BLOBS_DIR))?;
+        }
         Ok(dir)
     }
 
@@ -140,9 +164,13 @@ impl SnapshotStore {
         self.dir(key).join(LATEST)
     }
 
-    /// Whether `key` has a latest snapshot.
+    /// Whether `key` has a latest snapshot (in etcd mode: a pointer, read when this node
+    /// took the session's lease).
     pub fn has_latest(&self, key: &SessionKey) -> bool {
-        self.latest(key).is_file()
+        match self.fenced() {
+            Some(etcd) => etcd.pointer(&key.session, key.language).is_some(),
+            None => self.latest(key).is_file(),
+        }
     }
 
     /// The file of checkpoint `name` (already checked by [`check_checkpoint_name`]).

@@ -35,6 +35,8 @@ fn clone_number_for(arch: &str) -> i64 {
         .unwrap_or_else(|| panic!("zygote.py's SYS_CLONE has no entry for {arch}"))
 }
 
+// `c_long` is `i64` here but not on every target: the conversions are not useless there.
+#[allow(clippy::useless_conversion)]
 #[test]
 fn the_zygotes_system_call_numbers_are_this_architectures() {
     assert_eq!(
@@ -47,6 +49,7 @@ fn the_zygotes_system_call_numbers_are_this_architectures() {
     );
 }
 
+#[allow(clippy::useless_conversion)]
 #[test]
 fn the_zygotes_flags_and_prctl_options_are_the_kernels() {
     for (name, value) in [
