@@ -123,6 +123,12 @@ impl Session {
         }
     }
 
+    /// Forgets the connection a cell was left running on (the kernel is ending): what comes
+    /// next (the close of its own session) connects again.
+    pub fn abandon(&mut self) {
+        self.client = None;
+    }
+
     /// What interrupts this session's running cell from another task.
     pub fn interrupter(&self) -> Interrupter {
         Interrupter {
