@@ -9,11 +9,11 @@
 use super::connection::ConnectionFile;
 use super::session::{Interrupter, Session};
 use crate::jupyter::history::History;
-use crate::jupyter::mapping::{self, Failure};
+use crate::jupyter::mapping;
 use crate::jupyter::message::Outgoing;
-use crate::jupyter::snippets;
 use crate::jupyter::traceback::Outputs;
 use crate::jupyter::wire::{self, Incoming, Reader, Signer};
+use crate::jupyter::{shell, snippets};
 use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
@@ -350,11 +350,6 @@ impl Shell {
                 failed = failure && stop_on_error;
                 ("execute_reply", reply)
             }
-            "kernel_info_request" => ("kernel_info_reply", mapping::kernel_info(language)),
-            "is_complete_request" => {
-                let code = content["code"].as_str().unwrap_or_default();
-                ("is_complete_reply", mapping::is_complete(language, code))
-            }
             "complete_request" => {
                 let ask = snippets::Completion::of(language, content);
                 let found = snippet(session, &ask.cell).await;
@@ -367,11 +362,6 @@ impl Shell {
                 };
                 ("inspect_reply", snippets::inspect_reply(found))
             }
-            "history_request" => {
-                let history = self.history.answer(content);
-                ("history_reply", json!({"status": "ok", "history": history}))
-            }
-            "comm_info_request" => ("comm_info_reply", json!({"status": "ok", "comms": {}})),
             "shutdown_request" => {
                 let restart = content["restart"].as_bool().unwrap_or(false);
                 ending = Some(restart);
@@ -381,11 +371,15 @@ impl Shell {
                 )
             }
             other => {
-                let reply_type = mapping::reply_type(other);
-                self.send(job, &reply_type, mapping::unsupported_reply(other))
-                    .await;
-                self.wire.status(parent, "idle");
-                return false;
+                if let Some(answer) = shell::answer(language, &self.history, other, content) {
+                    answer
+                } else {
+                    let reply_type = mapping::reply_type(other);
+                    self.send(job, &reply_type, mapping::unsupported_reply(other))
+                        .await;
+                    self.wire.status(parent, "idle");
+                    return false;
+                }
             }
         };
         self.send(job, msg_type, reply).await;
@@ -426,22 +420,7 @@ impl Shell {
                 }
             })
             .await;
-        let (reply, failure) = match &outcome {
-            Ok(result) => (
-                mapping::execute_reply(Some(result), count),
-                mapping::failure_of(result),
-            ),
-            Err(refused) => {
-                let failure = Failure {
-                    ename: "CellvisorError".into(),
-                    evalue: refused.clone(),
-                };
-                let mut content = failure.error_content();
-                content["status"] = "error".into();
-                content["execution_count"] = count.into();
-                (content, Some(failure))
-            }
-        };
+        let (reply, failure) = shell::outcome(&outcome, count);
         if !silent {
             for (msg_type, content) in outputs.finish(failure.as_ref()) {
                 self.wire.publish(msg_type, parent, content);
