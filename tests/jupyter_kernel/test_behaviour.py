@@ -319,6 +319,32 @@ class KernelBehaviour(unittest.TestCase):
                     km.shutdown_kernel(now=True)
                 self.assertNotIn(own, sessions(), how)
 
+    def test_an_interrupt_of_an_idle_attached_kernel_leaves_the_agents_cell_running(self):
+        with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryFile("w+") as log:
+            started = os.path.join(scratch, "started")
+            km, kc = start("cellvisor-python", log, kernel_dirs=[ATTACHED_KERNELS])
+            agent = None
+            try:
+                run(kc, "import time")
+                code = f"open({started!r}, 'w').close()\ntime.sleep(2)\nprint('agent done')"
+                agent = subprocess.Popen([CELLVISOR, "eval", "-s", ATTACHED_SESSION, "-l", "py", code],
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                deadline = time.monotonic() + TIMEOUT
+                while not os.path.exists(started) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                self.assertTrue(os.path.exists(started), "the agent's cell did not start")
+                kc.control_channel.send(kc.session.msg("interrupt_request", content={}))
+                reply = kc.get_control_msg(timeout=TIMEOUT)
+                self.assertEqual((reply["msg_type"], reply["content"]["status"]), ("interrupt_reply", "ok"))
+                out, err = agent.communicate(timeout=TIMEOUT)
+                self.assertEqual((agent.returncode, out.strip()), (0, "agent done"), err)
+            finally:
+                if agent is not None and agent.poll() is None:
+                    agent.kill()
+                    agent.wait()
+                kc.stop_channels()
+                km.shutdown_kernel()
+
     def test_session_attaches_and_is_left_open(self):
         earlier = subprocess.run(
             [CELLVISOR, "eval", "-s", ATTACHED_SESSION, "-l", "py", "earlier = 41"],
