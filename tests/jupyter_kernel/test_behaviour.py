@@ -168,10 +168,30 @@ class KernelBehaviour(unittest.TestCase):
                     garbage = socket.create_connection((km.ip, port))
                     garbage.sendall(b"GET / HTTP/1.0\r\n\r\n")
                     peers.append(garbage)
+                # A ZeroMQ peer past the handshake whose message is over the limit, on the
+                # heartbeat: it is dropped, and the heartbeat answers the next peer.
+                ctx = zmq.Context.instance()
+                big = ctx.socket(zmq.REQ)
+                big.connect(f"tcp://{km.ip}:{km.hb_port}")
+                big.send(b"x" * (65 << 20))
                 time.sleep(0.5)
+                big.close(linger=0)
+                ping = ctx.socket(zmq.REQ)
+                try:
+                    ping.connect(f"tcp://{km.ip}:{km.hb_port}")
+                    ping.send(b"ping")
+                    self.assertTrue(ping.poll(TIMEOUT * 1000), "the heartbeat stopped")
+                    self.assertEqual(ping.recv(), b"ping")
+                finally:
+                    ping.close(linger=0)
                 self.assertTrue(km.is_alive(), wait_log(log, "", within=0))
                 reply, out = run(kc, "print('still serving')")
                 self.assertEqual((reply["status"], out), ("ok", "still serving\n"))
+                # jupyter_client's own heartbeat (a ping a second) beats again, if a ping of
+                # its was lost while the flood went on.
+                deadline = time.monotonic() + 10
+                while not kc.hb_channel.is_beating() and time.monotonic() < deadline:
+                    time.sleep(0.1)
                 self.assertTrue(kc.hb_channel.is_beating())
                 kc.control_channel.send(kc.session.msg("kernel_info_request"))
                 self.assertEqual(kc.get_control_msg(timeout=TIMEOUT)["msg_type"], "kernel_info_reply")
