@@ -20,7 +20,9 @@ ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 def outputs(path, kernel_name):
     """Each code cell's outputs after nbclient ran the notebook in `kernel_name`, read as
     a comparable form: consecutive stream text joined, errors by name and value, addresses
-    masked."""
+    masked. Between two other outputs, stdout's text and stderr's are compared each as a
+    whole: how ipykernel interleaves them is a matter of its flush timer (a fast cell's
+    stderr comes after its stdout, whatever it printed first)."""
     nb = nbformat.read(path, as_version=4)
     with tempfile.TemporaryDirectory() as cwd:
         client = NotebookClient(nb, kernel_name=kernel_name, timeout=60, allow_errors=True,
@@ -44,8 +46,22 @@ def outputs(path, kernel_name):
             else:
                 data = {k: ADDRESS.sub("0x…", v) if isinstance(v, str) else v for k, v in out["data"].items()}
                 read.append((kind, data))
-        cells.append((cell.source, read))
+        cells.append((cell.source, streams_apart(read)))
     return cells
+
+
+def streams_apart(read):
+    """`read` with each run of stream outputs as one stderr then one stdout entry."""
+    out, run = [], {}
+    for item in read + [None]:
+        if item is not None and item[0] == "stream":
+            run[item[1]] = run.get(item[1], "") + item[2]
+            continue
+        out.extend(("stream", name, run[name]) for name in sorted(run))
+        run = {}
+        if item is not None:
+            out.append(item)
+    return out
 
 
 class Notebooks(unittest.TestCase):

@@ -4,6 +4,7 @@
 use super::{usage_error, Globals};
 use crate::kernel::connection::ConnectionFile;
 use crate::kernel::install::{self, Place};
+use crate::kernel::parent::Parent;
 use crate::kernel::session::{DaemonPlace, Session};
 use cellvisor::Language;
 use std::path::PathBuf;
@@ -76,6 +77,13 @@ pub async fn run(args: KernelArgs, globals: &Globals) -> i32 {
         Ok(connection) => connection,
         Err(err) => return usage_error(err),
     };
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).map_or(0, |m| m.permissions().mode());
+        for warning in connection.warnings(&file, mode) {
+            eprintln!("warning: {warning}");
+        }
+    }
     let config = match globals.load_config() {
         Ok(config) => config,
         Err(err) => return usage_error(err),
@@ -99,12 +107,40 @@ pub async fn run(args: KernelArgs, globals: &Globals) -> i32 {
             return 1;
         }
     };
-    match crate::kernel::serve::serve(connection, session).await {
+    let ending = tokio::sync::watch::Sender::new(None);
+    watch_the_end(&ending);
+    match crate::kernel::serve::serve(connection, session, ending).await {
         Ok(()) => 0,
         Err(err) => {
             eprintln!("error: {err}");
             1
         }
+    }
+}
+
+/// Ends the kernel (as a shutdown does: its own session closed) when the front end that
+/// started it is gone, or on SIGTERM (what jupyter_client sends a kernel slow to shut down).
+fn watch_the_end(ending: &crate::kernel::serve::Ending) {
+    let jpy_parent_pid = std::env::var("JPY_PARENT_PID").ok();
+    let ppid = nix::unistd::getppid().as_raw();
+    if let Some(parent) = Parent::of(jpy_parent_pid.as_deref(), ppid) {
+        let ending = ending.clone();
+        tokio::spawn(async move {
+            parent.wait().await;
+            tracing::warn!("the process that started this kernel is gone: ending");
+            let _ = ending.send(Some(false));
+        });
+    }
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut terminate) => {
+            let ending = ending.clone();
+            tokio::spawn(async move {
+                if terminate.recv().await.is_some() {
+                    let _ = ending.send(Some(false));
+                }
+            });
+        }
+        Err(err) => tracing::warn!("cannot watch for SIGTERM: {err}"),
     }
 }
 

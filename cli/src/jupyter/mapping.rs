@@ -132,8 +132,8 @@ pub struct Failure {
 }
 
 impl Failure {
-    /// The content of the iopub `error` message. Its traceback is the one line naming the
-    /// error: the whole traceback went out already on the stream, as the cell wrote it.
+    /// The content of the iopub `error` message when no report of the cell's was held
+    /// (`traceback::Outputs` sends the report otherwise): the one line naming the error.
     pub fn error_content(&self) -> Value {
         json!({"ename": self.ename, "evalue": self.evalue, "traceback": [self.line()]})
     }

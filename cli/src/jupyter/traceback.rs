@@ -30,7 +30,8 @@ impl Outputs {
         }
     }
 
-    /// The messages `event` sends now (held stderr first, when it ends the hold).
+    /// The messages `event` sends now (held stderr first, when it ends the hold). A cell's
+    /// start and end send nothing and end no hold: the end's status is not known yet.
     pub fn event(&mut self, event: &CellEvent) -> Vec<Message> {
         if let CellEvent::Output {
             stream: "stderr",
@@ -43,8 +44,11 @@ impl Outputs {
                 return Vec::new();
             }
         }
+        let Some(message) = mapping::iopub_of(event) else {
+            return Vec::new();
+        };
         let mut out = self.release();
-        out.extend(mapping::iopub_of(event));
+        out.push(message);
         out
     }
 
@@ -119,6 +123,12 @@ mod tests {
         let report =
             "Traceback (most recent call last):\n  File \"<cell>\", line 1\nZeroDivisionError: v\n";
         assert!(out.event(&stderr(report)).is_empty());
+        // The cell's end event (as the daemon streams it) keeps the report held.
+        let done = CellEvent::CellDone {
+            index: 0,
+            status: cellvisor::cell::CellStatus::Error,
+        };
+        assert!(out.event(&done).is_empty());
         let end = out.finish(Some(&failure("ZeroDivisionError")));
         assert_eq!(end.len(), 1);
         assert_eq!(end[0].0, "error");

@@ -9,6 +9,8 @@ use bytes::Bytes;
 use hmac::{Hmac, KeyInit, Mac};
 use serde_json::Value;
 use sha2::Sha256;
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// The frame between the routing ids and the signature.
 pub const DELIMITER: &[u8] = b"<IDS|MSG>";
@@ -33,6 +35,9 @@ pub enum WireError {
         /// What the parser said.
         why: String,
     },
+    /// A signature this kernel read before: the same message sent again.
+    #[error("replayed message: its signature was on a message read before")]
+    Replayed,
     /// JSON, but not a request (no `msg_type`).
     #[error(transparent)]
     Message(#[from] BadMessage),
@@ -41,16 +46,25 @@ pub enum WireError {
 /// Signs and checks messages with the connection file's key.
 #[derive(Clone)]
 pub struct Signer {
+    /// Whether the connection has a key: then every message must carry its signature.
+    keyed: bool,
+    /// The key's MAC (`None` with a key only if HMAC refused it: then nothing verifies).
     mac: Option<Hmac<Sha256>>,
 }
 
 impl Signer {
     /// The signer of `key` (HMAC-SHA256; an empty key signs nothing).
     pub fn new(key: &str) -> Signer {
-        let mac = (!key.is_empty())
+        let keyed = !key.is_empty();
+        let mac = keyed
             .then(|| <Hmac<Sha256> as KeyInit>::new_from_slice(key.as_bytes()).ok())
             .flatten();
-        Signer { mac }
+        Signer { keyed, mac }
+    }
+
+    /// Whether messages are signed (the connection file has a key).
+    pub fn keyed(&self) -> bool {
+        self.keyed
     }
 
     fn mac_of(&self, parts: &[&[u8]]) -> Option<Hmac<Sha256>> {
@@ -75,15 +89,76 @@ impl Signer {
     }
 
     /// Whether `signature` (hex) signs `parts`; compared in constant time. Anything goes
-    /// without a key.
+    /// without a key; nothing with a key HMAC could not take.
     pub fn verify(&self, signature: &[u8], parts: &[&[u8]]) -> bool {
-        let Some(mac) = self.mac_of(parts) else {
+        if !self.keyed {
             return true;
+        }
+        let Some(mac) = self.mac_of(parts) else {
+            return false;
         };
         match unhex(signature) {
             Some(tag) => mac.verify_slice(&tag).is_ok(),
             None => false,
         }
+    }
+}
+
+/// The signatures of the last [`Replays::KEPT`] messages read, so that a signed message sent
+/// again (captured and replayed by a peer without the key) is refused, as jupyter_client's
+/// `Session` refuses a duplicate signature.
+#[derive(Debug, Default)]
+pub struct Replays {
+    seen: HashSet<Bytes>,
+    order: VecDeque<Bytes>,
+}
+
+impl Replays {
+    /// How many signatures are remembered (jupyter_client keeps 2^16 too).
+    pub const KEPT: usize = 1 << 16;
+
+    /// Whether `signature` is new (then it is remembered, the oldest forgotten past the bound).
+    pub fn first_time(&mut self, signature: &Bytes) -> bool {
+        if !self.seen.insert(signature.clone()) {
+            return false;
+        }
+        self.order.push_back(signature.clone());
+        if self.order.len() > Self::KEPT {
+            if let Some(oldest) = self.order.pop_front() {
+                self.seen.remove(&oldest);
+            }
+        }
+        true
+    }
+}
+
+/// Reads the messages of every channel of one kernel: the signature checked with its key,
+/// and a signature seen before refused on any channel.
+#[derive(Clone)]
+pub struct Reader {
+    signer: Signer,
+    replays: Arc<Mutex<Replays>>,
+}
+
+impl Reader {
+    /// The reader of a kernel whose messages `signer` checks.
+    pub fn new(signer: Signer) -> Reader {
+        Reader {
+            signer,
+            replays: Arc::default(),
+        }
+    }
+
+    /// [`decode`], then refused if its signature was seen before (with a key).
+    pub fn read(&self, frames: Vec<Bytes>, channel: &str) -> Result<Incoming, WireError> {
+        let incoming = decode(frames, channel, &self.signer)?;
+        if self.signer.keyed() {
+            let mut replays = self.replays.lock().unwrap_or_else(PoisonError::into_inner);
+            if !replays.first_time(&incoming.signature) {
+                return Err(WireError::Replayed);
+            }
+        }
+        Ok(incoming)
     }
 }
 
@@ -102,6 +177,8 @@ fn unhex(text: &[u8]) -> Option<Vec<u8>> {
 pub struct Incoming {
     /// The routing ids before the delimiter.
     pub ids: Vec<Bytes>,
+    /// Its signature, as sent.
+    pub signature: Bytes,
     /// The request.
     pub request: Request,
 }
@@ -118,9 +195,9 @@ pub fn decode(frames: Vec<Bytes>, channel: &str, signer: &Signer) -> Result<Inco
     if after < 5 {
         return Err(WireError::TooFewParts(after));
     }
-    let signature = &rest[1];
+    let signature = rest[1].clone();
     let parts: Vec<&[u8]> = rest[2..6].iter().map(Bytes::as_ref).collect();
-    if !signer.verify(signature, &parts) {
+    if !signer.verify(&signature, &parts) {
         return Err(WireError::BadSignature);
     }
     let json = |index: usize, part: &'static str| -> Result<Value, WireError> {
@@ -134,7 +211,11 @@ pub fn decode(frames: Vec<Bytes>, channel: &str, signer: &Signer) -> Result<Inco
     json(2, "metadata")?;
     let content = json(3, "content")?;
     let request = Request::from_parts(channel, header, content)?;
-    Ok(Incoming { ids, request })
+    Ok(Incoming {
+        ids,
+        signature,
+        request,
+    })
 }
 
 /// The frames of `message` to the peer with routing `ids` (none on iopub), from the kernel's
@@ -197,6 +278,39 @@ mod tests {
         let back = decode(out, "shell", &signer).expect("the reply verifies");
         assert_eq!(back.request.msg_type, "execute_reply");
         assert_eq!(back.request.header["session"], "kernel");
+    }
+
+    #[test]
+    fn a_signed_message_sent_again_is_refused_on_any_channel() {
+        let reader = Reader::new(Signer::new("secret"));
+        let header = json!({"msg_id": "m1", "msg_type": "execute_request"});
+        let sent = frames(&Signer::new("secret"), &header, &json!({"code": "1"}));
+        assert!(reader.read(sent.clone(), "shell").is_ok());
+        assert_eq!(
+            reader.read(sent.clone(), "shell").unwrap_err(),
+            WireError::Replayed
+        );
+        assert_eq!(
+            reader.read(sent, "control").unwrap_err(),
+            WireError::Replayed
+        );
+        // Another message (another msg_id) is read; without a key nothing is remembered.
+        let other = json!({"msg_id": "m2", "msg_type": "execute_request"});
+        let signer = Signer::new("secret");
+        assert!(reader
+            .read(frames(&signer, &other, &json!({})), "shell")
+            .is_ok());
+        let open = Reader::new(Signer::new(""));
+        let unsigned = frames(&Signer::new(""), &header, &json!({}));
+        assert!(open.read(unsigned.clone(), "shell").is_ok());
+        assert!(open.read(unsigned, "shell").is_ok());
+        // The oldest signatures are forgotten past the bound.
+        let mut replays = Replays::default();
+        for n in 0..=Replays::KEPT {
+            assert!(replays.first_time(&Bytes::from(n.to_string())));
+        }
+        assert!(replays.first_time(&Bytes::from("0")));
+        assert!(!replays.first_time(&Bytes::from(Replays::KEPT.to_string())));
     }
 
     #[test]

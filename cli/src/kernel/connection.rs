@@ -87,6 +87,31 @@ impl ConnectionFile {
         Ok(file)
     }
 
+    /// What a user should know about the file at `path` (read with mode `mode`) before the
+    /// kernel listens: anyone who reads the key can run code in the session, and without a
+    /// key anyone who reaches the ports can.
+    pub fn warnings(&self, path: &Path, mode: u32) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if mode & 0o077 != 0 {
+            warnings.push(format!(
+                "the connection file {} may be read by other users (mode {:04o}): its key \
+                 lets them run code in this kernel's session; Jupyter writes it with mode \
+                 0600",
+                path.display(),
+                mode & 0o777
+            ));
+        }
+        if self.key.is_empty() {
+            warnings.push(format!(
+                "the connection file {} has no key: messages are not signed, and any process \
+                 that reaches {} can run code in this kernel's session",
+                path.display(),
+                self.ip
+            ));
+        }
+        warnings
+    }
+
     /// The ZeroMQ endpoint of `port`.
     pub fn endpoint(&self, port: u16) -> String {
         format!("tcp://{}:{port}", self.ip)
@@ -106,6 +131,22 @@ mod tests {
         let file = ConnectionFile::parse(FILE).unwrap();
         assert_eq!(file.endpoint(file.hb_port), "tcp://127.0.0.1:5");
         assert_eq!(file.key, "k");
+    }
+
+    #[test]
+    fn a_file_others_may_read_or_without_a_key_is_warned_of() {
+        let file = ConnectionFile::parse(FILE).unwrap();
+        let path = Path::new("/run/user/1/kernel-1.json");
+        assert!(file.warnings(path, 0o100600).is_empty());
+        let warned = file.warnings(path, 0o100644);
+        assert_eq!(warned.len(), 1);
+        assert!(
+            warned[0].contains("kernel-1.json") && warned[0].contains("0644"),
+            "{warned:?}"
+        );
+        let open = ConnectionFile::parse(&FILE.replace("\"key\": \"k\"", "\"key\": \"\"")).unwrap();
+        let warned = open.warnings(path, 0o600);
+        assert!(warned[0].contains("no key"), "{warned:?}");
     }
 
     #[test]

@@ -6,8 +6,10 @@
 //! - `session`: the daemon session behind the kernel: its cells, its interrupt, its close.
 //! - `serve`: the channels, and each request answered through `crate::jupyter`'s mapping.
 //! - `install`: `cellvisor kernel install`, the kernelspecs where Jupyter looks for them.
+//! - `parent`: the front end that started the kernel, watched so the kernel ends with it.
 
 pub mod connection;
 pub mod install;
+pub mod parent;
 pub mod serve;
 pub mod session;

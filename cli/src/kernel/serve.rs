@@ -1,24 +1,36 @@
 //! The kernel's five channels on one thread: shell (one request at a time, in order), control
 //! (answered at once, even while a cell runs), iopub (every message a task writes, in order),
 //! heartbeat (echo) and stdin (bound; input is never asked for). A message whose signature
-//! is not the connection key's is logged and dropped; the kernel goes on serving.
+//! is not the connection key's, or was read before, is logged and dropped; a peer whose
+//! message grows past [`MAX_MESSAGE`] is dropped; the kernel goes on serving. It ends on a
+//! `shutdown_request`, on SIGTERM, or when the process that started it is gone, even while a
+//! cell runs.
 
 use super::connection::ConnectionFile;
 use super::session::{Interrupter, Session};
 use crate::jupyter::history::History;
-use crate::jupyter::mapping::{self, Failure};
+use crate::jupyter::mapping;
 use crate::jupyter::message::Outgoing;
-use crate::jupyter::snippets;
 use crate::jupyter::traceback::Outputs;
-use crate::jupyter::wire::{self, Incoming, Signer};
+use crate::jupyter::wire::{self, Incoming, Reader, Signer};
+use crate::jupyter::{shell, snippets};
 use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
-use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
+use zeromq::{Socket, SocketOptions, SocketRecv, SocketSend, ZmqMessage};
 
 /// How long the sockets' writers get to flush the last replies before the process ends (as
 /// ZeroMQ's linger).
 const LINGER: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The largest message a peer may send on any channel before it is dropped: a cell's code
+/// is far smaller, and without a bound one frame header claiming terabytes would make the
+/// kernel reserve them.
+pub const MAX_MESSAGE: usize = 64 << 20;
+
+/// Requests read ahead of the one being answered, per channel; past it the channel is not
+/// read (its peers wait) until one is answered.
+const BACKLOG: usize = 256;
 
 /// Why the kernel could not serve.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +76,13 @@ impl Wire {
     }
 }
 
+/// Every socket's options: [`MAX_MESSAGE`].
+fn options() -> SocketOptions {
+    let mut options = SocketOptions::default();
+    options.max_message_size(MAX_MESSAGE);
+    options
+}
+
 fn frames(parts: Vec<Bytes>) -> ZmqMessage {
     // Never empty: a message has its delimiter, signature and four parts.
     ZmqMessage::try_from(parts).unwrap_or_else(|_| ZmqMessage::from(Vec::<u8>::new()))
@@ -87,14 +106,21 @@ async fn bind<S: Socket>(
         })
 }
 
-/// Serves the kernel until a `shutdown_request`, then closes the session if it is the
-/// kernel's own.
-pub async fn serve(file: ConnectionFile, mut session: Session) -> Result<(), ServeError> {
-    let mut shell = zeromq::RouterSocket::new();
-    let mut control = zeromq::RouterSocket::new();
-    let mut stdin = zeromq::RouterSocket::new();
-    let mut iopub = zeromq::PubSocket::new();
-    let mut heartbeat = zeromq::RepSocket::new();
+/// Why the kernel ends.
+pub type Ending = watch::Sender<Option<bool>>;
+
+/// Serves the kernel until a `shutdown_request` or until `ending` is told (`Some(restart)`),
+/// then closes the session if it is the kernel's own.
+pub async fn serve(
+    file: ConnectionFile,
+    mut session: Session,
+    ending: Ending,
+) -> Result<(), ServeError> {
+    let mut shell = zeromq::RouterSocket::with_options(options());
+    let mut control = zeromq::RouterSocket::with_options(options());
+    let mut stdin = zeromq::RouterSocket::with_options(options());
+    let mut iopub = zeromq::PubSocket::with_options(options());
+    let mut heartbeat = zeromq::RepSocket::with_options(options());
     bind(&mut shell, &file, file.shell_port, "shell").await?;
     bind(&mut control, &file, file.control_port, "control").await?;
     bind(&mut stdin, &file, file.stdin_port, "stdin").await?;
@@ -114,11 +140,14 @@ pub async fn serve(file: ConnectionFile, mut session: Session) -> Result<(), Ser
         wire.session.clone(),
     ));
     tokio::spawn(echo(heartbeat));
-    let (shutdown_tx, mut shutdown) = watch::channel(None::<bool>);
+    let shutdown_tx = ending;
+    let mut shutdown = shutdown_tx.subscribe();
+    let reader = Reader::new(wire.signer.clone());
     let (shell_out, shell_in) = shell.split();
-    let (jobs_tx, mut jobs) = mpsc::unbounded_channel();
-    tokio::spawn(read(shell_in, "shell", wire.signer.clone(), jobs_tx));
+    let (jobs_tx, mut jobs) = mpsc::channel(BACKLOG);
+    tokio::spawn(read(shell_in, "shell", reader.clone(), jobs_tx));
     let controller = Control {
+        reader,
         wire: wire.clone(),
         interrupter: session.interrupter(),
         language: session.language,
@@ -135,12 +164,22 @@ pub async fn serve(file: ConnectionFile, mut session: Session) -> Result<(), Ser
         history: History::default(),
         shutdown: shutdown_tx,
     };
+    let ended = |s: &Option<bool>| s.is_some();
     loop {
         let job = tokio::select! {
             job = jobs.recv() => match job { Some(job) => job, None => break },
-            _ = shutdown.changed() => break,
+            _ = shutdown.wait_for(ended) => break,
         };
-        if shell.handle(&mut session, &job).await {
+        // The kernel ends even while a cell runs: the cell is left to the session's close
+        // (its own session) or to the session (an attached one).
+        let failed = tokio::select! {
+            failed = shell.handle(&mut session, &job) => failed,
+            _ = shutdown.wait_for(ended) => {
+                session.abandon();
+                break;
+            }
+        };
+        if failed {
             // As ipykernel: an error aborts the execute requests already queued.
             while let Ok(queued) = jobs.try_recv() {
                 if queued.request.msg_type == "execute_request" {
@@ -182,27 +221,34 @@ async fn publish(
     }
 }
 
-/// The heartbeat: every message echoed back.
+/// The heartbeat: every message echoed back. A peer that sends garbage, or leaves before
+/// its echo, is dropped by the socket; the heartbeat goes on for the others.
 async fn echo(mut socket: zeromq::RepSocket) {
-    while let Ok(message) = socket.recv().await {
-        if socket.send(message).await.is_err() {
-            return;
+    loop {
+        match socket.recv().await {
+            Ok(message) => {
+                if let Err(err) = socket.send(message).await {
+                    tracing::debug!("cannot echo a heartbeat: {err}");
+                }
+            }
+            Err(zeromq::ZmqError::NoMessage) => return,
+            Err(err) => tracing::warn!("dropped a peer of the heartbeat channel: {err}"),
         }
     }
 }
 
 /// Reads a ROUTER channel's requests into `jobs`, dropping (with a log line) what is not a
-/// message signed with the connection key.
+/// message signed with the connection key or was read before.
 async fn read(
     mut socket: zeromq::RouterRecvHalf,
     channel: &'static str,
-    signer: Signer,
-    jobs: mpsc::UnboundedSender<Incoming>,
+    reader: Reader,
+    jobs: mpsc::Sender<Incoming>,
 ) {
     while let Ok(message) = socket.recv().await {
-        match wire::decode(message.into_vec(), channel, &signer) {
+        match reader.read(message.into_vec(), channel) {
             Ok(incoming) => {
-                if jobs.send(incoming).is_err() {
+                if jobs.send(incoming).await.is_err() {
                     return;
                 }
             }
@@ -213,6 +259,7 @@ async fn read(
 
 /// The control channel: kernel info, interrupt and shutdown, answered while a cell runs.
 struct Control {
+    reader: Reader,
     wire: Wire,
     interrupter: Interrupter,
     language: cellvisor::Language,
@@ -222,8 +269,8 @@ struct Control {
 impl Control {
     async fn serve(self, socket: zeromq::RouterSocket) {
         let (mut out, socket_in) = socket.split();
-        let (tx, mut requests) = mpsc::unbounded_channel();
-        tokio::spawn(read(socket_in, "control", self.wire.signer.clone(), tx));
+        let (tx, mut requests) = mpsc::channel(BACKLOG);
+        tokio::spawn(read(socket_in, "control", self.reader.clone(), tx));
         while let Some(request) = requests.recv().await {
             let mut ending = None;
             let (msg_type, content) = match request.request.msg_type.as_str() {
@@ -295,17 +342,13 @@ impl Shell {
         let language = session.language;
         self.wire.status(parent, "busy");
         let mut failed = false;
+        let mut ending = None;
         let (msg_type, reply) = match job.request.msg_type.as_str() {
             "execute_request" => {
                 let stop_on_error = content["stop_on_error"].as_bool().unwrap_or(true);
                 let (reply, failure) = self.execute(session, job).await;
                 failed = failure && stop_on_error;
                 ("execute_reply", reply)
-            }
-            "kernel_info_request" => ("kernel_info_reply", mapping::kernel_info(language)),
-            "is_complete_request" => {
-                let code = content["code"].as_str().unwrap_or_default();
-                ("is_complete_reply", mapping::is_complete(language, code))
             }
             "complete_request" => {
                 let ask = snippets::Completion::of(language, content);
@@ -319,29 +362,33 @@ impl Shell {
                 };
                 ("inspect_reply", snippets::inspect_reply(found))
             }
-            "history_request" => {
-                let history = self.history.answer(content);
-                ("history_reply", json!({"status": "ok", "history": history}))
-            }
-            "comm_info_request" => ("comm_info_reply", json!({"status": "ok", "comms": {}})),
             "shutdown_request" => {
                 let restart = content["restart"].as_bool().unwrap_or(false);
-                let _ = self.shutdown.send(Some(restart));
+                ending = Some(restart);
                 (
                     "shutdown_reply",
                     json!({"status": "ok", "restart": restart}),
                 )
             }
             other => {
-                let reply_type = mapping::reply_type(other);
-                self.send(job, &reply_type, mapping::unsupported_reply(other))
-                    .await;
-                self.wire.status(parent, "idle");
-                return false;
+                if let Some(answer) = shell::answer(language, &self.history, other, content) {
+                    answer
+                } else {
+                    let reply_type = mapping::reply_type(other);
+                    self.send(job, &reply_type, mapping::unsupported_reply(other))
+                        .await;
+                    self.wire.status(parent, "idle");
+                    return false;
+                }
             }
         };
         self.send(job, msg_type, reply).await;
         self.wire.status(parent, "idle");
+        // Told once the reply went out (nothing is awaited after it): the kernel's end
+        // never cuts its own reply short.
+        if ending.is_some() {
+            let _ = self.shutdown.send(ending);
+        }
         failed
     }
 
@@ -373,22 +420,7 @@ impl Shell {
                 }
             })
             .await;
-        let (reply, failure) = match &outcome {
-            Ok(result) => (
-                mapping::execute_reply(Some(result), count),
-                mapping::failure_of(result),
-            ),
-            Err(refused) => {
-                let failure = Failure {
-                    ename: "CellvisorError".into(),
-                    evalue: refused.clone(),
-                };
-                let mut content = failure.error_content();
-                content["status"] = "error".into();
-                content["execution_count"] = count.into();
-                (content, Some(failure))
-            }
-        };
+        let (reply, failure) = shell::outcome(&outcome, count);
         if !silent {
             for (msg_type, content) in outputs.finish(failure.as_ref()) {
                 self.wire.publish(msg_type, parent, content);

@@ -9,6 +9,8 @@ use cellvisor::daemon::protocol::method;
 use cellvisor::Language;
 use serde_json::{json, Value};
 use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::Mutex;
 
 /// Where the daemon is and how to start it.
 #[derive(Debug, Clone)]
@@ -34,6 +36,10 @@ pub struct Session {
     pub own: bool,
     /// The directory the cells run in (the kernel's, where the front end started it).
     cwd: PathBuf,
+    /// Whether a cell of the kernel runs: held while it is marked and while an interrupt
+    /// stops it, so an interrupt never reaches a cell another host runs in an attached
+    /// session, nor the kernel's next cell.
+    running: Arc<Mutex<bool>>,
 }
 
 impl Session {
@@ -56,6 +62,7 @@ impl Session {
             language,
             own,
             cwd,
+            running: Arc::default(),
         };
         session.client().await?;
         Ok(session)
@@ -101,9 +108,20 @@ impl Session {
             reset: false,
             events: Default::default(),
         };
+        *self.running.lock().await = true;
+        let outcome = self.eval(&request, &mut on_event).await;
+        *self.running.lock().await = false;
+        outcome
+    }
+
+    async fn eval(
+        &mut self,
+        request: &EvalRequest,
+        on_event: &mut impl FnMut(CellEvent),
+    ) -> Result<CellResult, String> {
         let client = self.client().await?;
         let outcome = client
-            .eval(&request, |params| {
+            .eval(request, |params| {
                 if let Some(event) = event_of(params) {
                     on_event(event);
                 }
@@ -123,11 +141,18 @@ impl Session {
         }
     }
 
+    /// Forgets the connection a cell was left running on (the kernel is ending): what comes
+    /// next (the close of its own session) connects again.
+    pub fn abandon(&mut self) {
+        self.client = None;
+    }
+
     /// What interrupts this session's running cell from another task.
     pub fn interrupter(&self) -> Interrupter {
         Interrupter {
             socket: self.place.socket.clone(),
             params: self.params(),
+            running: Arc::clone(&self.running),
         }
     }
 
@@ -154,11 +179,16 @@ impl Session {
 pub struct Interrupter {
     socket: PathBuf,
     params: Value,
+    running: Arc<Mutex<bool>>,
 }
 
 impl Interrupter {
-    /// Interrupts the running cell, if one runs.
+    /// Interrupts the kernel's running cell, if one runs (never another host's).
     pub async fn interrupt(&self) -> Result<(), String> {
+        let running = self.running.lock().await;
+        if !*running {
+            return Ok(());
+        }
         let mut client = Client::connect(&self.socket)
             .await
             .map_err(|e| e.to_string())?;

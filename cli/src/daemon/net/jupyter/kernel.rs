@@ -6,11 +6,12 @@ use super::super::super::admission::Ask;
 use super::super::super::{lock, tenancy, Daemon};
 use super::super::tenants::Tenant;
 use crate::jupyter::history::History;
-use crate::jupyter::mapping::{self, Failure};
+use crate::jupyter::mapping;
 use crate::jupyter::message::{Outgoing, Request};
-use crate::jupyter::snippets;
+use crate::jupyter::traceback::{self, Outputs};
+use crate::jupyter::{shell, snippets};
 use cellvisor::cell::{CellEvent, CellResult, CellSpec, EvalRequest};
-use cellvisor::{Language, SessionRef, WatchEvent};
+use cellvisor::{Language, SessionRef};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,10 +34,10 @@ pub(super) struct Job {
 
 /// What a kernel shows of itself in the REST model and `execution_state`.
 #[derive(Debug)]
-struct State {
-    execution_count: u64,
+pub(super) struct State {
+    pub(super) execution_count: u64,
     /// The cells run, for `history_request`.
-    history: History,
+    pub(super) history: History,
     last_activity: String,
     busy: bool,
     /// A cell of this kernel or of another host is running: an interrupt has something to
@@ -58,12 +59,12 @@ pub(super) struct Kernel {
     pub(super) internal: String,
     pub(super) language: Language,
     /// The tag of this kernel's own requests, so its relay skips them.
-    origin: u64,
+    pub(super) origin: u64,
     /// The `session` of the headers this kernel writes.
     header_session: String,
     iopub: broadcast::Sender<Frame>,
     shell: mpsc::Sender<Job>,
-    state: Mutex<State>,
+    pub(super) state: Mutex<State>,
     pub(super) connections: AtomicUsize,
     /// Held while an interrupt checks and stops the running cell, and while a cell is
     /// marked as running or not: an interrupt never reaches the cell queued after.
@@ -108,7 +109,7 @@ impl Kernel {
         });
         let watched = daemon.cv.watch(&kernel.internal);
         tokio::spawn(shell_loop(Arc::clone(daemon), Arc::clone(&kernel), jobs));
-        tokio::spawn(relay(Arc::clone(&kernel), watched));
+        tokio::spawn(super::relay::relay(Arc::clone(&kernel), watched));
         kernel
     }
 
@@ -161,12 +162,20 @@ impl Kernel {
         let _ = self.iopub.send(self.frame(&message));
     }
 
+    /// Messages (type and content) caused by the request whose header is `parent`, to every
+    /// connected client.
+    pub(super) fn publish_all(&self, parent: &Value, messages: Vec<traceback::Message>) {
+        for (msg_type, content) in messages {
+            self.publish(Outgoing::new("iopub", msg_type, parent, content));
+        }
+    }
+
     /// A message written for this kernel.
     pub(super) fn frame(&self, message: &Outgoing) -> Frame {
         message.to_json(&self.header_session).to_string().into()
     }
 
-    fn status(&self, parent: &Value, state: &str) {
+    pub(super) fn status(&self, parent: &Value, state: &str) {
         lock(&self.state).busy = state == "busy";
         self.publish(Outgoing::new(
             "iopub",
@@ -187,7 +196,7 @@ impl Kernel {
         matches!(daemon.cv.interrupt(session, Some(self.language)).await, Ok(n) if n > 0)
     }
 
-    async fn set_running(&self, running: bool) {
+    pub(super) async fn set_running(&self, running: bool) {
         let _turn = self.turn.lock().await;
         lock(&self.state).running = running;
     }
@@ -299,25 +308,6 @@ async fn handle(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
             let stop_on_error = content["stop_on_error"].as_bool().unwrap_or(true);
             failed = execute(daemon, kernel, job).await && stop_on_error;
         }
-        "kernel_info_request" => {
-            reply(
-                kernel,
-                job,
-                "kernel_info_reply",
-                mapping::kernel_info(kernel.language),
-            )
-            .await
-        }
-        "is_complete_request" => {
-            let code = content["code"].as_str().unwrap_or_default();
-            reply(
-                kernel,
-                job,
-                "is_complete_reply",
-                mapping::is_complete(kernel.language, code),
-            )
-            .await
-        }
         "complete_request" => {
             let answer = complete(daemon, kernel, content).await;
             reply(kernel, job, "complete_reply", answer).await
@@ -326,35 +316,26 @@ async fn handle(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
             let answer = inspect(daemon, kernel, content).await;
             reply(kernel, job, "inspect_reply", answer).await
         }
-        "history_request" => {
-            let history = lock(&kernel.state).history.answer(content);
-            reply(
-                kernel,
-                job,
-                "history_reply",
-                json!({"status": "ok", "history": history}),
-            )
-            .await
-        }
-        "comm_info_request" => {
-            reply(
-                kernel,
-                job,
-                "comm_info_reply",
-                json!({"status": "ok", "comms": {}}),
-            )
-            .await
-        }
         other => {
-            let reply_type = mapping::reply_type(other);
-            reply(kernel, job, &reply_type, mapping::unsupported_reply(other)).await
+            let answer = {
+                let state = lock(&kernel.state);
+                shell::answer(kernel.language, &state.history, other, content)
+            };
+            match answer {
+                Some((reply_type, answer)) => reply(kernel, job, reply_type, answer).await,
+                None => {
+                    let reply_type = mapping::reply_type(other);
+                    reply(kernel, job, &reply_type, mapping::unsupported_reply(other)).await
+                }
+            }
         }
     }
     kernel.status(parent, "idle");
     failed
 }
 
-/// An `execute_request`: its cell, its output on iopub, its reply. Whether it failed.
+/// An `execute_request`: its cell, its output on iopub (a failed cell's report as its
+/// `error`'s traceback), its reply. Whether it failed.
 async fn execute(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
     let parent = &job.request.header;
     let code = job.request.content["code"].as_str().unwrap_or_default();
@@ -381,54 +362,39 @@ async fn execute(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
         ));
     }
     kernel.set_running(true).await;
+    let mut outputs = Outputs::new(kernel.language);
     let (events, mut stream) = mpsc::channel::<CellEvent>(64);
     let run = kernel.run(daemon, code, Some(events));
     tokio::pin!(run);
     let outcome = loop {
         tokio::select! {
             biased;
-            Some(event) = stream.recv() => forward(kernel, parent, &event, silent),
+            Some(event) = stream.recv() => forward(kernel, parent, &mut outputs, &event, silent),
             outcome = &mut run => break outcome,
         }
     };
     while let Ok(event) = stream.try_recv() {
-        forward(kernel, parent, &event, silent);
+        forward(kernel, parent, &mut outputs, &event, silent);
     }
     kernel.set_running(false).await;
-    let (reply_content, failure) = match &outcome {
-        Ok(result) => (
-            mapping::execute_reply(Some(result), count),
-            mapping::failure_of(result),
-        ),
-        Err(refused) => {
-            let failure = Failure {
-                ename: "CellvisorError".into(),
-                evalue: refused.clone(),
-            };
-            let mut content = failure.error_content();
-            content["status"] = "error".into();
-            content["execution_count"] = count.into();
-            (content, Some(failure))
-        }
-    };
-    if let (Some(failure), false) = (&failure, silent) {
-        kernel.publish(Outgoing::new(
-            "iopub",
-            "error",
-            parent,
-            failure.error_content(),
-        ));
+    let (reply_content, failure) = shell::outcome(&outcome, count);
+    if !silent {
+        kernel.publish_all(parent, outputs.finish(failure.as_ref()));
     }
     reply(kernel, job, "execute_reply", reply_content).await;
     failure.is_some()
 }
 
-fn forward(kernel: &Kernel, parent: &Value, event: &CellEvent, silent: bool) {
-    if silent {
-        return;
-    }
-    if let Some((msg_type, content)) = mapping::iopub_of(event) {
-        kernel.publish(Outgoing::new("iopub", msg_type, parent, content));
+/// A cell's event on iopub, through the cell's `outputs` (which hold an error report back).
+pub(super) fn forward(
+    kernel: &Kernel,
+    parent: &Value,
+    outputs: &mut Outputs,
+    event: &CellEvent,
+    silent: bool,
+) {
+    if !silent {
+        kernel.publish_all(parent, outputs.event(event));
     }
 }
 
@@ -450,107 +416,4 @@ async fn inspect(daemon: &Daemon, kernel: &Kernel, content: &Value) -> Value {
         None => None,
     };
     snippets::inspect_reply(found)
-}
-
-/// Shows every client the cells other hosts run in the kernel's session (in its language),
-/// as an execution of their own: `busy`, `execute_input`, output, `error`, `idle`, with a
-/// parent header naming the request.
-async fn relay(kernel: Arc<Kernel>, mut watched: broadcast::Receiver<Arc<cellvisor::Watched>>) {
-    let mut ended = kernel.ended();
-    // The request being shown: its parent header and cells.
-    let mut current: Option<(u64, Value, Vec<CellSpec>)> = None;
-    loop {
-        let item = tokio::select! {
-            item = watched.recv() => item,
-            _ = ended.changed() => return,
-        };
-        let item = match item {
-            Ok(item) => item,
-            Err(broadcast::error::RecvError::Lagged(missed)) => {
-                tracing::debug!(kernel = %kernel.id, missed, "the relay fell behind its session's events");
-                continue;
-            }
-            Err(broadcast::error::RecvError::Closed) => return,
-        };
-        if item.origin == kernel.origin {
-            continue;
-        }
-
-        match &item.what {
-            WatchEvent::Began { cells } => {
-                if let Some((_, parent, _)) = current.take() {
-                    // A request whose end never came (its host left): idle before the next.
-                    kernel.set_running(false).await;
-                    kernel.status(&parent, "idle");
-                }
-                if !cells.iter().any(|c| c.language == kernel.language) {
-                    continue;
-                }
-                let parent = json!({
-                    "msg_id": format!("cellvisor-request-{}", item.request),
-                    "msg_type": "execute_request",
-                    "session": format!("cellvisor-origin-{}", item.origin),
-                    "username": "cellvisor", "date": crate::jupyter::message::now(),
-                    "version": crate::jupyter::message::PROTOCOL_VERSION,
-                });
-                kernel.set_running(true).await;
-                kernel.status(&parent, "busy");
-                current = Some((item.request, parent, cells.clone()));
-            }
-            WatchEvent::Event(event) => {
-                let Some((request, parent, cells)) = &current else {
-                    continue;
-                };
-                if *request != item.request {
-                    continue;
-                }
-                let index = match event {
-                    CellEvent::CellStarted { index, .. }
-                    | CellEvent::Output { index, .. }
-                    | CellEvent::Display { index, .. }
-                    | CellEvent::Status { index, .. }
-                    | CellEvent::CellDone { index, .. } => *index,
-                };
-                let Some(cell) = cells.get(index).filter(|c| c.language == kernel.language) else {
-                    continue;
-                };
-                if let CellEvent::CellStarted { .. } = event {
-                    let count = {
-                        let mut state = lock(&kernel.state);
-                        state.execution_count += 1;
-                        let count = state.execution_count;
-                        state.history.remember(count, &cell.code);
-                        count
-                    };
-                    kernel.publish(Outgoing::new(
-                        "iopub",
-                        "execute_input",
-                        parent,
-                        mapping::execute_input(&cell.code, count),
-                    ));
-                }
-                forward(&kernel, parent, event, false);
-            }
-            WatchEvent::Ended { cells: results } => {
-                let Some((request, parent, _)) = current.take() else {
-                    continue;
-                };
-                if request != item.request {
-                    continue;
-                }
-                for result in results.iter().filter(|r| r.language == kernel.language) {
-                    if let Some(failure) = mapping::failure_of(result) {
-                        kernel.publish(Outgoing::new(
-                            "iopub",
-                            "error",
-                            &parent,
-                            failure.error_content(),
-                        ));
-                    }
-                }
-                kernel.set_running(false).await;
-                kernel.status(&parent, "idle");
-            }
-        }
-    }
 }

@@ -5,13 +5,14 @@
 //! session of the tenant is listed as a kernel too, with the stable id
 //! [`mapping::kernel_id`] gives it, so a person can join a session an agent drives.
 //!
-//! - `kernel`: one kernel: its iopub broadcast, its shell queue, the relay of other hosts'
-//!   cells.
+//! - `kernel`: one kernel: its iopub broadcast, its shell queue.
+//! - `relay`: the cells other hosts run in a kernel's session, shown to its clients.
 //! - `rest`: the REST routes.
 //! - `channels`: the channels WebSocket in the legacy JSON framing.
 
 mod channels;
 mod kernel;
+mod relay;
 mod rest;
 
 use super::super::Daemon;
