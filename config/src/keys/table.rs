@@ -184,6 +184,8 @@ pub static KEYS: &[KeySpec] = &[
         "The most a request's headers may take on the network listeners (at least 8 KiB); a longer head closes the connection."),
     key!(daemon.drain_idle as "drain-idle", millis(0, HOUR), AtOnce,
         "While draining (`cellvisor drain`, SIGUSR1), a session that was busy when the drain began is stopped once it has been idle this long, so an agent's next cell still runs; idle sessions stop at once."),
+    key!(daemon.request_memory as "request-memory", count_in(1, 100_000), Restart,
+        "How many recent `request_id`s each session remembers with their answers (kept with its snapshots when they are on), so a retried `eval` is answered without running again (docs/protocol.md)."),
     // [startup]
     key!(startup.user as "user", Kind::Bool, NewWorkers,
         "Run `$XDG_CONFIG_HOME/cellvisor/startup/*.{py,js,lua}` (default `~/.config`) in every new worker, after the prelude."),
@@ -366,6 +368,7 @@ mod tests {
                 "daemon.max-connections-per-address",
                 "daemon.unauthenticated-timeout",
                 "daemon.max-header-bytes",
+                "daemon.request-memory",
                 "output.artifact-dir",
                 "snapshots.dir",
                 "snapshots.key-file",

@@ -96,6 +96,7 @@ impl Handler<CellFinished> for Session {
             processes_ended: (msg.processes_ended > 0).then_some(msg.processes_ended),
             usage: Some(usage),
             out_of_memory,
+            saved: None,
         };
         self.count_cell(&outcome);
         self.deliver_final(running, outcome);

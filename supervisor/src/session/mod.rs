@@ -260,6 +260,7 @@ impl Running {
             processes_ended: None,
             usage: Some(usage),
             out_of_memory: None,
+            saved: None,
         }
     }
 
