@@ -22,6 +22,7 @@
 //! - `link`: the tasks on the worker's connection.
 //! - `state`: state tasks: saves before planned stops and after cells, the restore before
 //!   the next cell, a host's checkpoints and `names`.
+//! - `saved`: a cell's answer held for its `every-cell` save, which it then tells.
 //! - `QueryStatus` is answered here, from the actor's state.
 //! - [`CellReport`] (from the client crate): what a session reports for one cell.
 
@@ -36,6 +37,7 @@ pub mod messages;
 pub mod observation;
 pub mod outcome;
 pub mod policy;
+mod saved;
 pub mod state;
 #[cfg(test)]
 mod tests;
