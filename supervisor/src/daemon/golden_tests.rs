@@ -68,6 +68,7 @@ fn eval_request() -> EvalRequest {
         env: Some([("MYAPP_MODE".to_string(), "dev".to_string())].into()),
         fresh: true,
         resume: false,
+        request_id: Some("req-7f3a".into()),
         timeout: Some(30.0),
         reset: true,
         events: Events::Output,
@@ -156,6 +157,10 @@ fn eval_result() -> EvalResult {
             },
             notice: None,
             state: None,
+            saved: Some(cellvisor_client::once::Saved {
+                saved: true,
+                why: None,
+            }),
             processes_ended: None,
             usage: Some(CellUsage {
                 cpu_ms: 10.0,
