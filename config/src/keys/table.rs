@@ -210,7 +210,7 @@ pub static KEYS: &[KeySpec] = &[
         "The most a sandboxed session's temporary directory (`$TMPDIR`, one per language) may hold after a cell; past it the cell ends as an error saying so and the directory's files are removed, so one session cannot keep the runtime file system full for the others."),
     // [snapshots]
     key!(snapshots.when as "when", Kind::Choice(&["never", "on-stop", "every-cell"]), AtOnce,
-        "never: a worker's state ends with it; on-stop: its namespace is saved before every planned stop (idle or LRU eviction, memory recycle, reload, daemon stop) and restored on the next cell; every-cell: also after each successful cell, so a crash loses only the cell that crashed (or the one just answered, while its save is written)."),
+        "never: a worker's state ends with it; on-stop: its namespace is saved before every planned stop (idle or LRU eviction, memory recycle, reload, daemon stop) and restored on the next cell; every-cell: also after each successful cell, before its answer, which says whether the save was written (`saved`), so a crash loses only the cell that crashed and a cell answered unsaved says so."),
     key!(snapshots.max_size as "max-size", size_in(KIB, 64 * GIB), AtOnce,
         "A namespace bigger than this (per session and language) is not saved; the eviction notice says so."),
     key!(snapshots.timeout as "timeout", millis(100, HOUR), AtOnce,
