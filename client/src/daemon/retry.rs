@@ -109,7 +109,8 @@ mod tests {
                 let (reader, mut writer) = stream.into_split();
                 let mut lines = BufReader::new(reader).lines();
                 let answer = |id: &Value, result: Value| {
-                    let mut line = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
+                    let mut line =
+                        json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
                     line.push('\n');
                     line
                 };
@@ -151,7 +152,10 @@ mod tests {
             cells: vec![crate::cell::CellSpec::new(crate::Language::Python, "x = 1")],
             ..Default::default()
         };
-        let result = client.eval(&request, |_| {}).await.expect("answered at last");
+        let result = client
+            .eval(&request, |_| {})
+            .await
+            .expect("answered at last");
         assert!(!result.is_error);
         let seen = daemon.await.expect("daemon");
         assert_eq!(seen.len(), 3, "{seen:?}");
