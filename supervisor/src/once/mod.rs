@@ -93,8 +93,11 @@ pub struct RequestBook {
     /// Where they are kept between runs (none: in memory only).
     log: Option<Arc<dyn RequestLog>>,
     sessions: Mutex<HashMap<SessionName, Kept>>,
-    turns: Mutex<HashMap<(SessionName, String), Arc<tokio::sync::Mutex<()>>>>,
+    turns: Mutex<HashMap<(SessionName, String), Turn>>,
 }
+
+/// The turn of one (session, id): whoever holds it runs or answers that id.
+type Turn = Arc<tokio::sync::Mutex<()>>;
 
 /// One session's memory as this host last read or wrote it.
 #[derive(Debug, Default)]
