@@ -474,8 +474,10 @@ fn request_book(
     let log = snapshots
         .filter(|_| config.snapshots.when != cellvisor_config::SnapshotWhen::Never)
         .map(|store| {
-            Arc::new(crate::once::file::FileRequestLog::new(Arc::clone(store)))
-                as Arc<dyn crate::once::file::RequestLog>
+            Arc::new(crate::once::file::FileRequestLog::new(
+                Arc::clone(store),
+                config.daemon.request_memory,
+            )) as Arc<dyn crate::once::file::RequestLog>
         });
     crate::once::RequestBook::new(config.daemon.request_memory, log)
 }

@@ -1,23 +1,29 @@
 //! Where a session's remembered requests live between runs, behind a seam ([`RequestLog`]):
-//! today a signed file beside the session's snapshots, so a session restored after a
-//! restart or moved to another node of a fleet (which shares the snapshot directory) still
+//! today a signed log beside the session's snapshots, so a session restored after a restart
+//! or moved to another node of a fleet (which shares the snapshot directory) still
 //! remembers; a fenced store can take over by implementing the trait.
 //!
-//! The file is `CVREQS01\n`, the HMAC-SHA256 (hex) of the body under a key derived for the
-//! session from the snapshot key, `\n`, then the body (JSON). A file altered, cut, or copied
-//! from another session fails its tag and is refused.
+//! The file is `CVREQS02\n`, then one line per remembered request: the HMAC-SHA256 (hex) of
+//! the previous line's tag and this entry's JSON, under a key derived for the session from
+//! the snapshot key, a space, the JSON. A request appends one line (its cost does not grow
+//! with the memory); past twice the memory's capacity in lines the file is written again
+//! with the entries kept. The chain makes a line altered, moved, dropped from the middle, or
+//! taken from another session's file fail its check; a line torn by a crash (the last one,
+//! without its newline) is left out.
 
-use super::memory::RequestMemory;
+use super::memory::{Entry, RequestMemory};
+use crate::locking::lock;
 use crate::names::SessionName;
 use crate::snapshots::SnapshotStore;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
+use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-const MAGIC: &[u8] = b"CVREQS01\n";
+const MAGIC: &[u8] = b"CVREQS02\n";
 const TAG_HEX: usize = 64;
 
 /// Which write of a session's file the host last read or wrote: a file whose stamp changed
@@ -54,32 +60,98 @@ pub enum LogError {
 pub trait RequestLog: Send + Sync + std::fmt::Debug {
     /// The stamp of what is kept for `session` now (`None`: nothing), cheap to ask.
     fn stamp(&self, session: &SessionName) -> Option<Stamp>;
-    /// What is kept for `session`, checked, with its stamp.
-    fn load(&self, session: &SessionName) -> Result<Option<(RequestMemory, Stamp)>, LogError>;
-    /// Keeps `memory` for `session` (replacing what was kept); answers the new stamp.
-    fn save(&self, session: &SessionName, memory: &RequestMemory) -> Result<Stamp, LogError>;
+    /// What is kept for `session`, checked: its entries oldest first, and its stamp.
+    fn load(&self, session: &SessionName) -> Result<Option<(Vec<Entry>, Stamp)>, LogError>;
+    /// Keeps `entry`, the newest of `memory` (which holds all that is to be kept, should
+    /// the store rewrite it whole); answers the new stamp.
+    fn append(
+        &self,
+        session: &SessionName,
+        entry: &Entry,
+        memory: &RequestMemory,
+    ) -> Result<Stamp, LogError>;
     /// Forgets `session`'s requests (`close`, `reset`, a refused file).
     fn forget(&self, session: &SessionName) -> Result<(), LogError>;
 }
 
-/// [`RequestLog`] as a signed file in each session's snapshot directory.
+/// [`RequestLog`] as a signed, chained log in each session's snapshot directory.
 #[derive(Debug)]
 pub struct FileRequestLog {
     store: Arc<SnapshotStore>,
+    /// Lines rewritten whole past this many (twice the memory's capacity).
+    max_lines: usize,
+    /// Per session as this host last read or wrote it: its lines and the last tag.
+    tails: Mutex<HashMap<SessionName, Tail>>,
+}
+
+#[derive(Debug, Clone)]
+struct Tail {
+    lines: usize,
+    tag: Vec<u8>,
+    stamp: Stamp,
 }
 
 impl FileRequestLog {
-    /// The log kept in `store`'s session directories, signed with its key.
-    pub fn new(store: Arc<SnapshotStore>) -> FileRequestLog {
-        FileRequestLog { store }
+    /// The log kept in `store`'s session directories, signed with its key, rewritten whole
+    /// past twice `capacity` lines.
+    pub fn new(store: Arc<SnapshotStore>, capacity: usize) -> FileRequestLog {
+        FileRequestLog {
+            store,
+            max_lines: capacity.saturating_mul(2).max(2),
+            tails: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Writes `memory` whole, as a new chain, in place of the file (atomically).
+    fn rewrite(&self, session: &SessionName, memory: &RequestMemory) -> Result<Stamp, LogError> {
+        let (path, key) = self.store.requests(session);
+        let io = |source| LogError::Io {
+            path: path.clone(),
+            source,
+        };
+        let dir = self.store.prepare_session(session).map_err(io)?;
+        let mut text = MAGIC.to_vec();
+        let mut tag = MAGIC.to_vec();
+        let mut lines = 0;
+        for entry in memory.entries() {
+            let (line, next) = signed_line(&key, &tag, entry).map_err(io)?;
+            text.extend_from_slice(&line);
+            tag = next;
+            lines += 1;
+        }
+        let mut temp = tempfile::Builder::new()
+            .prefix(".requests-")
+            .suffix(".tmp")
+            .tempfile_in(&dir)
+            .map_err(io)?;
+        temp.as_file_mut().write_all(&text).map_err(io)?;
+        let meta = temp.as_file().metadata().map_err(io)?;
+        temp.persist(&path).map_err(|e| io(e.error))?;
+        let stamp = stamp_of(&meta);
+        lock(&self.tails).insert(session.clone(), Tail { lines, tag, stamp });
+        Ok(stamp)
     }
 }
 
-fn tag(key: &[u8], body: &[u8]) -> Hmac<Sha256> {
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key)
-        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+fn mac(key: &[u8], previous: &[u8], body: &[u8]) -> Vec<u8> {
+    let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(key) else {
+        // HMAC takes keys of any length; this cannot fail.
+        return Vec::new();
+    };
+    mac.update(previous);
     mac.update(body);
-    mac
+    mac.finalize().into_bytes().to_vec()
+}
+
+/// The line of `entry` chained to `previous`, and its tag.
+fn signed_line(key: &[u8], previous: &[u8], entry: &Entry) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
+    let body = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
+    let tag = mac(key, previous, &body);
+    let mut line = encode_hex(&tag).into_bytes();
+    line.push(b' ');
+    line.extend_from_slice(&body);
+    line.push(b'\n');
+    Ok((line, tag))
 }
 
 fn stamp_of(meta: &std::fs::Metadata) -> Stamp {
@@ -96,7 +168,7 @@ impl RequestLog for FileRequestLog {
         std::fs::symlink_metadata(path).ok().map(|m| stamp_of(&m))
     }
 
-    fn load(&self, session: &SessionName) -> Result<Option<(RequestMemory, Stamp)>, LogError> {
+    fn load(&self, session: &SessionName) -> Result<Option<(Vec<Entry>, Stamp)>, LogError> {
         let (path, key) = self.store.requests(session);
         let io = |source| LogError::Io {
             path: path.clone(),
@@ -108,56 +180,95 @@ impl RequestLog for FileRequestLog {
             .open(&path)
         {
             Ok(file) => file,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                lock(&self.tails).remove(session);
+                return Ok(None);
+            }
             Err(err) => return Err(io(err)),
         };
         let stamp = stamp_of(&file.metadata().map_err(io)?);
-        let bytes = std::io::read_to_string(file).map_err(io)?.into_bytes();
-        let refuse = |why: &str| LogError::Refused {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut &file, &mut bytes).map_err(io)?;
+        let refuse = |why: String| LogError::Refused {
             path: path.clone(),
-            why: why.to_string(),
+            why,
         };
-        let rest = bytes
+        let mut rest = bytes
             .strip_prefix(MAGIC)
-            .ok_or_else(|| refuse("not a file of remembered requests"))?;
-        if rest.len() < TAG_HEX + 1 || rest[TAG_HEX] != b'\n' {
-            return Err(refuse("cut short"));
+            .ok_or_else(|| refuse("not a file of remembered requests".into()))?;
+        let mut tag = MAGIC.to_vec();
+        let mut entries = Vec::new();
+        // A last line without its newline is a write a crash cut: left out.
+        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            let (line, after) = (&rest[..end], &rest[end + 1..]);
+            rest = after;
+            let number = entries.len() + 1;
+            if line.len() < TAG_HEX + 1 || line[TAG_HEX] != b' ' {
+                return Err(refuse(format!("line {number} is not a signed entry")));
+            }
+            let (hex, body) = (&line[..TAG_HEX], &line[TAG_HEX + 1..]);
+            let expected = mac(&key, &tag, body);
+            if decode_hex(hex).as_deref() != Some(expected.as_slice()) {
+                return Err(refuse(format!(
+                    "line {number} failed its integrity check (altered, moved, or another \
+                     session's)"
+                )));
+            }
+            let entry: Entry =
+                serde_json::from_slice(body).map_err(|e| refuse(format!("line {number}: {e}")))?;
+            entries.push(entry);
+            tag = expected;
         }
-        let (hex, body) = (&rest[..TAG_HEX], &rest[TAG_HEX + 1..]);
-        let expected = decode_hex(hex).ok_or_else(|| refuse("its tag is not hex"))?;
-        tag(&key, body)
-            .verify_slice(&expected)
-            .map_err(|_| refuse("its integrity check failed (altered, or another session's)"))?;
-        let memory = serde_json::from_slice(body).map_err(|e| refuse(&e.to_string()))?;
-        Ok(Some((memory, stamp)))
+        let tail = Tail {
+            lines: entries.len(),
+            tag,
+            stamp,
+        };
+        lock(&self.tails).insert(session.clone(), tail);
+        Ok(Some((entries, stamp)))
     }
 
-    fn save(&self, session: &SessionName, memory: &RequestMemory) -> Result<Stamp, LogError> {
+    fn append(
+        &self,
+        session: &SessionName,
+        entry: &Entry,
+        memory: &RequestMemory,
+    ) -> Result<Stamp, LogError> {
+        // Appended only onto the file as this host last saw it, and while short enough.
+        let tail = lock(&self.tails).get(session).cloned();
+        let current = self.stamp(session);
+        let Some(tail) = tail.filter(|t| Some(t.stamp) == current && t.lines < self.max_lines)
+        else {
+            return self.rewrite(session, memory);
+        };
         let (path, key) = self.store.requests(session);
         let io = |source| LogError::Io {
             path: path.clone(),
             source,
         };
-        let dir = self.store.prepare_session(session).map_err(io)?;
-        let body = serde_json::to_vec(memory).map_err(|e| io(std::io::Error::other(e)))?;
-        let mac = tag(&key, &body).finalize().into_bytes();
-        let mut temp = tempfile::Builder::new()
-            .prefix(".requests-")
-            .suffix(".tmp")
-            .tempfile_in(&dir)
+        let (line, tag) = signed_line(&key, &tail.tag, entry).map_err(io)?;
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
             .map_err(io)?;
-        let file = temp.as_file_mut();
-        file.write_all(MAGIC).map_err(io)?;
-        file.write_all(encode_hex(&mac).as_bytes()).map_err(io)?;
-        file.write_all(b"\n").map_err(io)?;
-        file.write_all(&body).map_err(io)?;
-        file.flush().map_err(io)?;
-        let meta = file.metadata().map_err(io)?;
-        temp.persist(&path).map_err(|e| io(e.error))?;
-        Ok(stamp_of(&meta))
+        if let Err(err) = file.write_all(&line) {
+            // A partial line would break the chain for the next append: start afresh.
+            lock(&self.tails).remove(session);
+            return Err(io(err));
+        }
+        let stamp = stamp_of(&file.metadata().map_err(io)?);
+        let tail = Tail {
+            lines: tail.lines + 1,
+            tag,
+            stamp,
+        };
+        lock(&self.tails).insert(session.clone(), tail);
+        Ok(stamp)
     }
 
     fn forget(&self, session: &SessionName) -> Result<(), LogError> {
+        lock(&self.tails).remove(session);
         let (path, _) = self.store.requests(session);
         match std::fs::remove_file(&path) {
             Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
@@ -179,79 +290,5 @@ fn decode_hex(hex: &[u8]) -> Option<Vec<u8>> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::memory::Entry;
-    use super::*;
-
-    fn log(dir: &std::path::Path, node: &str) -> FileRequestLog {
-        let store = SnapshotStore::open(&dir.join("snapshots"), None, node).expect("store");
-        FileRequestLog::new(Arc::new(store))
-    }
-
-    fn memory(id: &str) -> RequestMemory {
-        let mut memory = RequestMemory::default();
-        memory.remember(
-            Entry {
-                id: id.into(),
-                fingerprint: "f".into(),
-                result: Some(crate::cell::EvalResult::from_cells(Vec::new())),
-                bytes: 10,
-            },
-            8,
-            1000,
-        );
-        memory
-    }
-
-    #[test]
-    fn what_is_saved_comes_back_and_a_new_write_changes_the_stamp() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let log = log(dir.path(), "n");
-        let session = SessionName::from("s");
-        assert!(log.load(&session).expect("load").is_none());
-        assert_eq!(log.stamp(&session), None);
-        let first = log.save(&session, &memory("a")).expect("save");
-        assert_eq!(log.stamp(&session), Some(first));
-        let (back, stamp) = log.load(&session).expect("load").expect("kept");
-        assert_eq!((back, stamp), (memory("a"), first));
-        let second = log.save(&session, &memory("b")).expect("save");
-        assert_ne!(first, second);
-        log.forget(&session).expect("forget");
-        assert!(log.load(&session).expect("load").is_none());
-    }
-
-    #[test]
-    fn an_altered_cut_or_other_sessions_file_is_refused() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let log = log(dir.path(), "n");
-        let (mine, other) = (SessionName::from("mine"), SessionName::from("other"));
-        log.save(&mine, &memory("a")).expect("save");
-        log.save(&other, &memory("b")).expect("save");
-        let (path, _) = log.store.requests(&mine);
-        let (other_path, _) = log.store.requests(&other);
-        // Another session's file, copied over this one's.
-        std::fs::copy(&other_path, &path).expect("copy");
-        let err = log.load(&mine).expect_err("copied");
-        assert!(err.to_string().contains("integrity check failed"), "{err}");
-        // Altered: one byte of the body.
-        log.save(&mine, &memory("a")).expect("save");
-        let mut bytes = std::fs::read(&path).expect("read");
-        let last = bytes.len() - 2;
-        bytes[last] ^= 1;
-        std::fs::write(&path, &bytes).expect("write");
-        assert!(matches!(log.load(&mine), Err(LogError::Refused { .. })));
-        // Cut.
-        std::fs::write(&path, &bytes[..20]).expect("write");
-        assert!(log
-            .load(&mine)
-            .expect_err("cut")
-            .to_string()
-            .contains("cut short"));
-        // A file another daemon's key signed.
-        let stranger = self::log(&dir.path().join("elsewhere"), "n");
-        stranger.save(&mine, &memory("a")).expect("save");
-        let (theirs, _) = stranger.store.requests(&mine);
-        std::fs::copy(theirs, &path).expect("copy");
-        assert!(matches!(log.load(&mine), Err(LogError::Refused { .. })));
-    }
-}
+#[path = "file_tests.rs"]
+mod tests;

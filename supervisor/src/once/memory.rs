@@ -84,6 +84,20 @@ impl RequestMemory {
         }
     }
 
+    /// The remembered entries, oldest first (to write them out whole).
+    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.iter()
+    }
+
+    /// The memory `entries` (oldest first) leave within the bounds, as remembered one by one.
+    pub fn replay(entries: Vec<Entry>, capacity: usize, max_result_bytes: u64) -> RequestMemory {
+        let mut memory = RequestMemory::default();
+        for entry in entries {
+            memory.remember(entry, capacity, max_result_bytes);
+        }
+        memory
+    }
+
     /// How many ids are remembered.
     #[cfg(test)]
     pub fn len(&self) -> usize {

@@ -165,8 +165,8 @@ impl RequestBook {
             let now = log.stamp(session);
             if now != kept.stamp {
                 *kept = match log.load(session) {
-                    Ok(Some((memory, stamp))) => Kept {
-                        memory,
+                    Ok(Some((entries, stamp))) => Kept {
+                        memory: RequestMemory::replay(entries, self.capacity, MAX_RESULT_BYTES),
                         stamp: Some(stamp),
                     },
                     Ok(None) => Kept::default(),
@@ -187,11 +187,12 @@ impl RequestBook {
     fn remember(&self, session: &SessionName, entry: Entry) -> Result<(), String> {
         let mut sessions = lock(&self.sessions);
         let kept = sessions.entry(session.clone()).or_default();
-        kept.memory.remember(entry, self.capacity, MAX_RESULT_BYTES);
+        kept.memory
+            .remember(entry.clone(), self.capacity, MAX_RESULT_BYTES);
         let Some(log) = &self.log else {
             return Ok(());
         };
-        match log.save(session, &kept.memory) {
+        match log.append(session, &entry, &kept.memory) {
             Ok(stamp) => {
                 kept.stamp = Some(stamp);
                 Ok(())
