@@ -220,3 +220,47 @@ fn the_memory_survives_a_daemon_restart_with_snapshots_on_and_close_forgets_it()
     assert_eq!(lines(&file), 4);
     daemon.stop();
 }
+
+#[test]
+fn another_tenants_request_id_is_its_own_and_never_answers_for_this_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (alpha_token, beta_token) = ("alpha-once-0123456789abcdef", "beta-once-0123456789abcdef");
+    std::fs::write(dir.path().join("alpha.token"), alpha_token).expect("token");
+    std::fs::write(dir.path().join("beta.token"), beta_token).expect("token");
+    let tenants = dir.path().join("tenants.toml");
+    std::fs::write(
+        &tenants,
+        "[[tenants]]\nname = \"alpha\"\ntoken-file = \"alpha.token\"\n\
+         [[tenants]]\nname = \"beta\"\ntoken-file = \"beta.token\"\n",
+    )
+    .expect("tenants");
+    let extra = format!("tenants-file = {:?}\n", path_str(&tenants));
+    let net = common::net::NetDaemon::start(false, &extra, "");
+    let mut alpha = net.ws(Some(alpha_token), None).expect("alpha connects");
+    let mut beta = net.ws(Some(beta_token), None).expect("beta connects");
+    let counter = json!([{"language": "py", "code": "n = globals().get('n', 0) + 1\nprint(n)"}]);
+    let request = json!({"session": "shared", "request_id": "same-id", "cells": counter});
+    let first = alpha.call("eval", request.clone()).expect("alpha");
+    assert_eq!(cell(&first, 0)["output"], "1\n");
+    // Beta's same name and same id are another session's: they run there, and alpha's
+    // answer is never handed to beta.
+    let theirs = beta.call("eval", request.clone()).expect("beta");
+    assert!(theirs.get("replayed").is_none(), "{theirs}");
+    assert_eq!(cell(&theirs, 0)["output"], "1\n");
+    assert_ne!(cell(&theirs, 0)["cell_id"], cell(&first, 0)["cell_id"]);
+    // Beta reusing the id with other cells conflicts with nothing of alpha's: it is refused
+    // only for beta's own request.
+    let other = json!({"session": "shared", "request_id": "same-id", "cells": [{"language": "py", "code": "print('beta')"}]});
+    let refused = beta.call("eval", other).expect_err("beta's own conflict");
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("request_id \"same-id\" was already used in session")),
+        "{refused}"
+    );
+    let retry = alpha.call("eval", request).expect("alpha again");
+    assert_eq!(retry["replayed"], true, "{retry}");
+    assert_eq!(cell(&retry, 0)["cell_id"], cell(&first, 0)["cell_id"]);
+    drop((alpha, beta));
+    net.daemon.stop();
+}
