@@ -375,6 +375,9 @@ pub struct DaemonConfig {
     /// While draining, a session that was busy when the drain began is stopped once it has
     /// been idle this long (so an agent's next cell still runs there).
     pub drain_idle: Duration,
+    /// How many recent `request_id`s each session remembers with their answers, so a retry
+    /// is answered without running again.
+    pub request_memory: usize,
 }
 
 impl Default for DaemonConfig {
@@ -399,6 +402,7 @@ impl Default for DaemonConfig {
             unauthenticated_timeout: Duration::from_secs(5),
             max_header_bytes: ByteSize::kib(16),
             drain_idle: Duration::from_secs(10),
+            request_memory: 256,
         }
     }
 }

@@ -184,6 +184,8 @@ pub static KEYS: &[KeySpec] = &[
         "The most a request's headers may take on the network listeners (at least 8 KiB); a longer head closes the connection."),
     key!(daemon.drain_idle as "drain-idle", millis(0, HOUR), AtOnce,
         "While draining (`cellvisor drain`, SIGUSR1), a session that was busy when the drain began is stopped once it has been idle this long, so an agent's next cell still runs; idle sessions stop at once."),
+    key!(daemon.request_memory as "request-memory", count_in(1, 100_000), Restart,
+        "How many recent `request_id`s each session remembers with their answers (kept with its snapshots when they are on), so a retried `eval` is answered without running again (docs/protocol.md)."),
     // [startup]
     key!(startup.user as "user", Kind::Bool, NewWorkers,
         "Run `$XDG_CONFIG_HOME/cellvisor/startup/*.{py,js,lua}` (default `~/.config`) in every new worker, after the prelude."),
@@ -208,7 +210,7 @@ pub static KEYS: &[KeySpec] = &[
         "The most a sandboxed session's temporary directory (`$TMPDIR`, one per language) may hold after a cell; past it the cell ends as an error saying so and the directory's files are removed, so one session cannot keep the runtime file system full for the others."),
     // [snapshots]
     key!(snapshots.when as "when", Kind::Choice(&["never", "on-stop", "every-cell"]), AtOnce,
-        "never: a worker's state ends with it; on-stop: its namespace is saved before every planned stop (idle or LRU eviction, memory recycle, reload, daemon stop) and restored on the next cell; every-cell: also after each successful cell, so a crash loses only the cell that crashed (or the one just answered, while its save is written)."),
+        "never: a worker's state ends with it; on-stop: its namespace is saved before every planned stop (idle or LRU eviction, memory recycle, reload, daemon stop) and restored on the next cell; every-cell: also after each successful cell, before its answer, which says whether the save was written (`saved`), so a crash loses only the cell that crashed and a cell answered unsaved says so."),
     key!(snapshots.max_size as "max-size", size_in(KIB, 64 * GIB), AtOnce,
         "A namespace bigger than this (per session and language) is not saved; the eviction notice says so."),
     key!(snapshots.timeout as "timeout", millis(100, HOUR), AtOnce,
@@ -378,6 +380,7 @@ mod tests {
                 "daemon.max-connections-per-address",
                 "daemon.unauthenticated-timeout",
                 "daemon.max-header-bytes",
+                "daemon.request-memory",
                 "output.artifact-dir",
                 "snapshots.dir",
                 "snapshots.key-file",

@@ -216,6 +216,12 @@ pub enum RequestError {
     /// The session's workspace could not be made or used; the text says which and why.
     #[error("{0}")]
     Workspace(String),
+    /// The request's `request_id` is not of the allowed form.
+    #[error("{0}")]
+    RequestId(#[from] cellvisor_client::once::RequestIdError),
+    /// The request's `request_id` ran before and cannot be answered again.
+    #[error("{0}")]
+    Once(#[from] crate::once::OnceError),
 }
 
 /// The answer to a request whose session's lease could not be taken: `LEASED_ELSEWHERE`

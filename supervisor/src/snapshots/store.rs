@@ -34,6 +34,8 @@ const CHECKPOINTS: &str = "checkpoints";
 const SUFFIX: &str = ".snap";
 /// The directory of a session's recorded workspaces (no language's short name).
 const WORKSPACE: &str = "workspace";
+/// The file of a session's remembered requests (no language's short name either).
+const REQUESTS: &str = "requests.mem";
 /// The longest checkpoint name.
 pub const MAX_CHECKPOINT_NAME: usize = 64;
 
@@ -193,6 +195,22 @@ impl SnapshotStore {
             derive_for(&self.key, session, WORKSPACE),
             &self.node,
         )
+    }
+
+    /// The file that remembers `session`'s recent request ids and their answers
+    /// (`<dir>/<session>/requests.mem`), beside its snapshots, and the key that signs it.
+    pub fn requests(&self, session: &SessionName) -> (PathBuf, Vec<u8>) {
+        (
+            self.session_root(session).join(REQUESTS),
+            derive_for(&self.key, session, REQUESTS),
+        )
+    }
+
+    /// Creates `session`'s directory (0700), for a file of the session's own.
+    pub fn prepare_session(&self, session: &SessionName) -> std::io::Result<PathBuf> {
+        let root = self.session_root(session);
+        private_dir(&root)?;
+        Ok(root)
     }
 
     /// The recorded workspaces of every session that has some (for the sweep).

@@ -234,6 +234,7 @@ impl Kernel {
             timeout: None,
             reset: false,
             events: Default::default(),
+            request_id: None,
         };
         // Admitted as any request that may start a session, its place held until answered.
         let ask = Ask::Session(self.internal.clone());
