@@ -208,3 +208,65 @@ fn a_key_file_others_can_read_is_refused_at_start_naming_it() {
     );
     world.assert_no_processes_left(Duration::from_secs(5));
 }
+
+/// A node of `shared` whose idle sessions are evicted after `idle` (releasing their lease).
+fn evicting_node(shared: &Shared, node: &str, idle: &str) -> Daemon {
+    let sessions = common::SHORT_INTERVALS.replace(
+        "idle-timeout = \"0s\"",
+        &format!("idle-timeout = \"{idle}\""),
+    );
+    let config = format!("{sessions}{}", shared.config(node, "30s", &shared.key()));
+    Daemon::start_in(World::with_config(&config))
+}
+
+/// Waits until `session` is live on no worker of `daemon` (evicted, its lease released).
+fn wait_evicted(daemon: &Daemon, session: &str) {
+    let mut client = daemon.client();
+    let gone = wait_until(Duration::from_secs(30), || {
+        let rows = client.call("status", json!({})).unwrap_or_default();
+        let live = rows
+            .as_array()
+            .is_some_and(|rows| rows.iter().any(|r| r["session"] == session));
+        (!live).then_some(()).ok_or(rows)
+    });
+    assert!(gone.is_ok(), "{session} was never evicted: {gone:?}");
+}
+
+#[test]
+fn a_request_id_answered_on_one_node_is_answered_not_run_on_the_next() {
+    let shared = Shared::new();
+    let a = evicting_node(&shared, "node-a", "1s");
+    let b = evicting_node(&shared, "node-b", "1s");
+    let file = shared.dir.path().join("appended.txt");
+    let cells = py(&format!(
+        "with open({p:?}, 'a') as f:\n    f.write('ran\\n')\nprint(len(open({p:?}).readlines()))",
+        p = path_str(&file)
+    ));
+    let lines = || std::fs::read_to_string(&file).map_or(0, |t| t.lines().count());
+    let request = |id: &str| json!({"session": "moving", "request_id": id, "cells": cells});
+
+    let first = eval(&a, request("r-1")).expect("on node-a");
+    assert_eq!(output(&first, 0), "1\n");
+    // Refused while node-a holds it: a refusal is not remembered, nothing ran.
+    let refused = eval(&b, request("r-1")).expect_err("held by node-a");
+    assert_eq!(refused["code"], json!(LEASED_ELSEWHERE), "{refused}");
+
+    // The session moves to node-b (node-a evicts it, saving it and releasing its lease): the
+    // retry of r-1 there is answered with node-a's result, and runs nothing.
+    wait_evicted(&a, "moving");
+    let retry = eval(&b, request("r-1")).expect("on node-b");
+    assert_eq!(retry["replayed"], true, "{retry}");
+    assert_eq!(retry["node"], "node-a", "the first run's answer: {retry}");
+    assert_eq!(lines(), 1);
+    let second = eval(&b, request("r-2")).expect("a new id runs on node-b");
+    assert_eq!(output(&second, 0), "2\n");
+
+    // And back to node-a, which saw the session before: it reads what node-b wrote.
+    wait_evicted(&b, "moving");
+    let back = eval(&a, request("r-2")).expect("back on node-a");
+    assert_eq!(back["replayed"], true, "{back}");
+    assert_eq!(back["node"], "node-b", "{back}");
+    assert_eq!(lines(), 2, "nothing ran twice across the nodes");
+    a.stop();
+    b.stop();
+}

@@ -212,6 +212,50 @@ fn types(messages: &[Value]) -> Vec<String> {
         .collect()
 }
 
+/// The `error` among `messages`: its traceback is the report the cell wrote (from
+/// `Traceback` to the line naming the error), and no stream repeats it.
+fn assert_error_report(messages: &[Value], last_line: &str) {
+    let error = messages
+        .iter()
+        .find(|m| m["msg_type"] == "error")
+        .unwrap_or_else(|| panic!("an error message: {messages:#?}"));
+    let traceback: Vec<&str> = error["content"]["traceback"]
+        .as_array()
+        .expect("a traceback")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        traceback.first().copied(),
+        Some("Traceback (most recent call last):"),
+        "{error:#}, among {messages:#?}"
+    );
+    assert_eq!(traceback.last().copied(), Some(last_line), "{error:#}");
+    assert!(
+        !stream_text(messages, "stderr").contains("Traceback"),
+        "the report went to stderr too: {messages:#?}"
+    );
+}
+
+/// What the `error` messages among `messages` say: value and traceback.
+fn error_text(messages: &[Value]) -> String {
+    messages
+        .iter()
+        .filter(|m| m["msg_type"] == "error")
+        .map(|m| {
+            let lines: Vec<&str> = m["content"]["traceback"]
+                .as_array()
+                .map(|t| t.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            format!(
+                "{}\n{}\n",
+                m["content"]["evalue"].as_str().unwrap_or_default(),
+                lines.join("\n")
+            )
+        })
+        .collect()
+}
+
 fn stream_text(messages: &[Value], name: &str) -> String {
     messages
         .iter()
@@ -313,7 +357,8 @@ fn the_anchor_hosts_sequence_runs_interrupts_and_resets_a_kernel() {
         .find(|m| m["msg_type"] == "error")
         .expect("an error message");
     assert_eq!(error["content"]["ename"], "ZeroDivisionError");
-    assert!(error["content"]["traceback"].is_array());
+    // As ipykernel: the whole report is the error's traceback, not also on stderr.
+    assert_error_report(&iopub, "ZeroDivisionError: division by zero");
     let (reply, _) = ch.finish(&queued);
     assert_eq!(reply["content"]["status"], "aborted", "{reply:#}");
     let (reply, iopub) = ch.execute("print(x)");
@@ -327,7 +372,9 @@ fn the_anchor_hosts_sequence_runs_interrupts_and_resets_a_kernel() {
     // stdin is refused with the anchor's text, and no input_request is ever sent.
     let (reply, iopub) = ch.execute("input('name? ')");
     assert_eq!(reply["content"]["status"], "error", "{reply:#}");
-    let text = stream_text(&iopub, "stdout") + &stream_text(&iopub, "stderr");
+    assert!(!types(&iopub).contains(&"input_request".to_string()));
+    // Wherever a client reads it: a stream, or the error's value or traceback.
+    let text = stream_text(&iopub, "stdout") + &stream_text(&iopub, "stderr") + &error_text(&iopub);
     assert!(
         text.contains("Kernel requested stdin; interactive input is not supported."),
         "{text}"
@@ -508,6 +555,26 @@ fn a_person_sees_an_agents_json_rpc_cells_and_shares_its_namespace() {
         "the value was a stream as well: {:#?}",
         person.seen
     );
+    // An agent's failing cell: its report is the error's traceback there too.
+    let code = "print('before')\n{}['missing']";
+    let failing = json!([{"language": "py", "code": code}]);
+    let runs = std::thread::spawn(move || agent.eval("agent", failing));
+    let input = person.until(|m| m["msg_type"] == "execute_input" && m["content"]["code"] == code);
+    let parent = input["parent_header"]["msg_id"].clone();
+    person.until(|m| {
+        m["msg_type"] == "status"
+            && m["content"]["execution_state"] == "idle"
+            && m["parent_header"]["msg_id"] == parent
+    });
+    let shown: Vec<Value> = person
+        .seen
+        .iter()
+        .filter(|m| m["parent_header"]["msg_id"] == parent)
+        .cloned()
+        .collect();
+    assert_eq!(stream_text(&shown, "stdout"), "before\n", "{shown:#?}");
+    assert_error_report(&shown, "KeyError: 'missing'");
+    runs.join().expect("the agent's eval");
     drop(person);
     net.daemon.stop();
 }

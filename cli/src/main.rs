@@ -9,7 +9,10 @@
 //!   dispatch of each method.
 //! - `mcp`: `cellvisor mcp`, an MCP server on stdio with an embedded supervisor (its tools
 //!   and their schemas in `mcp::tools`).
-//! - `jupyter`: Jupyter's kernel protocol mapped onto sessions (the daemon's Kernel Gateway API).
+//! - `jupyter`: Jupyter's kernel protocol mapped onto sessions (the daemon's Kernel Gateway API
+//!   and the ZMQ kernel alike).
+//! - `kernel`: `cellvisor kernel`, a ZeroMQ Jupyter kernel backed by a daemon session, and
+//!   `kernel install`, its kernelspecs.
 //! - `check`: `cellvisor check`, scored suites of cells with artifacts and a run summary.
 //! - `render`: text for text hosts (CLI and MCP): cell headers, display bundles (HTML as
 //!   Markdown), the status table, `Display` for the states.
@@ -24,6 +27,7 @@ mod check;
 mod commands;
 mod daemon;
 mod jupyter;
+mod kernel;
 mod mcp;
 mod render;
 

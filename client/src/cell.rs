@@ -92,6 +92,11 @@ pub struct EvalRequest {
     /// that embed the supervisor pass their own event channel instead).
     #[serde(default, skip_serializing_if = "crate::protocol::Events::is_all")]
     pub events: crate::protocol::Events,
+    /// The client's name for this request (1-128 printable ASCII characters): a retry with
+    /// the same id is answered with the first run's result instead of running again
+    /// ([`crate::once`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 impl EvalRequest {
@@ -122,6 +127,7 @@ impl Default for EvalRequest {
             timeout: None,
             reset: false,
             events: crate::protocol::Events::All,
+            request_id: None,
         }
     }
 }
@@ -248,6 +254,10 @@ pub struct CellReport {
     /// Set when memory ended the cell: which limit, and the figures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub out_of_memory: Option<crate::usage::OutOfMemory>,
+    /// Set when the cell's state was to be saved before its answer (`snapshots.when =
+    /// "every-cell"`): whether the save was written, and why not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved: Option<crate::once::Saved>,
 }
 
 impl CellReport {
@@ -280,6 +290,7 @@ impl CellReport {
             processes_ended: None,
             usage: None,
             out_of_memory: None,
+            saved: None,
         }
     }
 
@@ -381,6 +392,10 @@ pub struct EvalResult {
     /// Totals over the cells, as an agent harness's tool details carry them.
     #[serde(default)]
     pub summary: EvalSummary,
+    /// True when this is the remembered answer of an earlier run of the request's
+    /// `request_id`: nothing ran again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
 }
 
 impl EvalResult {
@@ -404,6 +419,7 @@ impl EvalResult {
             node,
             failed_cell,
             summary,
+            replayed: false,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! - [`cell`]: requests of cells, per-cell results and progress events (DESIGN.md §2).
 //! - [`sandbox`]: a request's sandbox fields, and a session's sandbox in `status`.
 //! - [`status`]: the rows of `status`.
+//! - [`once`]: requests that run once (`request_id`), and whether a cell's state was saved.
 //! - [`usage`]: a cell's resource verdict: what it used, and the limit memory ran into.
 //! - [`state`]: state that survives a worker: the ledger, checkpoints, `names`.
 //! - [`protocol`]: the daemon's JSON-RPC wire types, method names and error codes.
@@ -15,6 +16,7 @@
 
 pub mod cell;
 pub mod daemon;
+pub mod once;
 pub mod protocol;
 pub mod sandbox;
 pub mod state;

@@ -375,6 +375,9 @@ pub struct DaemonConfig {
     /// While draining, a session that was busy when the drain began is stopped once it has
     /// been idle this long (so an agent's next cell still runs there).
     pub drain_idle: Duration,
+    /// How many recent `request_id`s each session remembers with their answers, so a retry
+    /// is answered without running again.
+    pub request_memory: usize,
 }
 
 impl Default for DaemonConfig {
@@ -399,6 +402,7 @@ impl Default for DaemonConfig {
             unauthenticated_timeout: Duration::from_secs(5),
             max_header_bytes: ByteSize::kib(16),
             drain_idle: Duration::from_secs(10),
+            request_memory: 256,
         }
     }
 }
@@ -575,23 +579,63 @@ mod tests {
 /// sessions may be restored elsewhere once its leases expire.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FleetConfig {
-    /// Take a lease in `<snapshots.dir>/.leases` for each session before running it.
-    pub leases: bool,
+    /// Where each session's lease is taken before it runs here: nowhere, a file in
+    /// `<snapshots.dir>/.leases`, or etcd.
+    pub leases: LeaseStore,
     /// How long a lease lasts unless renewed (renewed every third of it while the session
     /// lives): the time a dead node's sessions wait before another node may restore them.
     pub lease_ttl: Duration,
     /// TCP addresses answering HAProxy's agent check (`ready`/`drain` and a weight from the
     /// free session slots); empty: none.
     pub agent_listen: Vec<String>,
+    /// etcd's client URLs (`leases = "etcd"`).
+    pub etcd_endpoints: Vec<String>,
+    /// The CA that signed etcd's certificates (PEM).
+    pub etcd_ca_file: Option<PathBuf>,
+    /// This node's client certificate for etcd (PEM).
+    pub etcd_cert_file: Option<PathBuf>,
+    /// Its key (PEM).
+    pub etcd_key_file: Option<PathBuf>,
+    /// etcd's user name, when etcd's authentication is on.
+    pub etcd_user: Option<String>,
+    /// A file holding that user's password (its first line).
+    pub etcd_password_file: Option<PathBuf>,
 }
 
 impl Default for FleetConfig {
     fn default() -> Self {
         FleetConfig {
-            leases: false,
+            leases: LeaseStore::Off,
             lease_ttl: Duration::from_secs(30),
             agent_listen: Vec::new(),
+            etcd_endpoints: Vec::new(),
+            etcd_ca_file: None,
+            etcd_cert_file: None,
+            etcd_key_file: None,
+            etcd_user: None,
+            etcd_password_file: None,
         }
+    }
+}
+
+/// `fleet.leases`: where a fleet's node takes its session leases.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LeaseStore {
+    /// No leases: the node is no fleet's (`false`).
+    #[default]
+    Off,
+    /// Lease files in the shared snapshot directory (`true` or `"file"`): one host, or
+    /// machines that never pause; a paused holder does not know it lost its lease.
+    File,
+    /// Leases in etcd, fenced by their creating revision (`"etcd"`), with the snapshots
+    /// behind fenced pointers.
+    Etcd,
+}
+
+impl LeaseStore {
+    /// Whether the node takes leases at all.
+    pub fn is_on(self) -> bool {
+        self != LeaseStore::Off
     }
 }
 

@@ -600,3 +600,47 @@ fn a_bad_uid_range_or_uid_without_one_says_what_is_allowed() {
         "{message}"
     );
 }
+
+#[test]
+fn fleet_leases_take_a_switch_or_a_store_and_etcd_needs_endpoints() {
+    use crate::schema::LeaseStore;
+    let leases = |text: &str| ok(text, &[]).config.fleet.leases;
+    assert_eq!(leases(""), LeaseStore::Off);
+    assert_eq!(leases("[fleet]\nleases = false\n"), LeaseStore::Off);
+    assert_eq!(leases("[fleet]\nleases = true\n"), LeaseStore::File);
+    assert_eq!(leases("[fleet]\nleases = \"file\"\n"), LeaseStore::File);
+    let etcd = ok(
+        "[fleet]\nleases = \"etcd\"\netcd-endpoints = [\"http://127.0.0.1:2379\", \"https://etcd-1:2379\"]\n",
+        &[],
+    );
+    assert_eq!(etcd.config.fleet.leases, LeaseStore::Etcd);
+    assert_eq!(etcd.config.fleet.etcd_endpoints.len(), 2);
+    let env_etcd = ok(
+        "",
+        &[
+            ("CELLVISOR_FLEET__LEASES", "etcd"),
+            (
+                "CELLVISOR_FLEET__ETCD_ENDPOINTS",
+                "http://a:2379,http://b:2379",
+            ),
+        ],
+    );
+    assert_eq!(env_etcd.config.fleet.leases, LeaseStore::Etcd);
+    assert_eq!(
+        env_etcd.config.fleet.etcd_endpoints,
+        ["http://a:2379", "http://b:2379"]
+    );
+
+    let wrong = error("[fleet]\nleases = \"zookeeper\"\n");
+    assert!(
+        wrong.contains("true, false, or one of \"file\", \"etcd\""),
+        "{wrong}"
+    );
+    let no_endpoints = error("[fleet]\nleases = \"etcd\"\n");
+    assert!(
+        no_endpoints.contains("needs fleet.etcd-endpoints"),
+        "{no_endpoints}"
+    );
+    let bad_url = error("[fleet]\nleases = \"etcd\"\netcd-endpoints = [\"etcd-0:2379\"]\n");
+    assert!(bad_url.contains("not a URL: \"etcd-0:2379\""), "{bad_url}");
+}

@@ -15,6 +15,7 @@
 //! - `spawn`: which program a worker runs, starting it, ending it and everything under it.
 //! - [`socket_halves`]: sockets registered for reading only, so a peer reading what the daemon
 //!   wrote does not wake it.
+//! - `once`: requests that run once: a session remembers its recent `request_id`s' answers.
 //! - `output`: a cell's bounded output sink with artifact spill.
 //! - `artifacts`: the artifact directory: private files, no links followed, a total cap.
 //! - [`paths`]: where files that outlive workers live (artifacts, session stores).
@@ -55,6 +56,8 @@ mod locking;
 pub mod metrics;
 /// Session names and the one mapping from a name to a path component.
 pub mod names;
+/// Requests that run once: each session's remembered `request_id`s and their answers.
+mod once;
 mod output;
 /// Where session files live: `cellvisor check` reads a session's store from
 /// [`paths::session_store_dir`].

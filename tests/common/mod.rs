@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod daemon;
+pub mod etcd;
 pub mod fleet;
 pub mod net;
 pub mod nobody;

@@ -51,6 +51,10 @@ pub struct EvalArgs {
     /// Run on new workers discarded afterwards: no state from or for the session.
     #[arg(long)]
     fresh: bool,
+    /// Name this request (1-128 printable ASCII characters): run again with the same id, it
+    /// is answered with the first run's result instead of running twice.
+    #[arg(long, value_name = "ID")]
+    request_id: Option<String>,
     /// The session must exist (live, or saved in a snapshot): refuse instead of starting
     /// an empty one.
     #[arg(long, conflicts_with = "fresh")]
@@ -300,6 +304,7 @@ fn build_request(args: &EvalArgs) -> Result<EvalRequest, UsageError> {
         env: None,
         fresh: args.fresh,
         resume: args.resume,
+        request_id: args.request_id.clone(),
         timeout: None,
         reset: false,
         // The CLI shows the cells' progress as it comes.

@@ -5,6 +5,7 @@ mod check;
 mod config_cmd;
 mod drain;
 mod eval;
+mod kernel;
 mod serve;
 mod sessions;
 mod state;
@@ -99,6 +100,9 @@ enum Command {
     Config(config_cmd::ConfigArgs),
     /// Run suites of scored cells (case files) and summarize them; exit 1 when a case fails.
     Check(check::CheckArgs),
+    /// A Jupyter kernel on a connection file's ZeroMQ channels, backed by a session
+    /// (`kernel install` writes its kernelspecs).
+    Kernel(kernel::KernelArgs),
 }
 
 /// Global settings every subcommand may need.
@@ -227,6 +231,8 @@ pub fn main() -> i32 {
         Command::Serve => "info,rmcp=warn",
         // stderr only: stdout is the MCP protocol.
         Command::Mcp => "warn",
+        // A message refused for its signature is said on stderr, the kernel's log.
+        Command::Kernel(_) => "warn",
         _ => "error",
     };
     init_logging(default_log);
@@ -270,6 +276,7 @@ pub fn main() -> i32 {
             Command::Stop => sessions::stop(&globals).await,
             Command::Config(args) => config_cmd::run(args, &globals),
             Command::Check(args) => check::run(args, &globals).await,
+            Command::Kernel(args) => kernel::run(args, &globals).await,
         }
     })
 }

@@ -245,7 +245,7 @@ async fn eval(
     let tool_host = (!eval.tools.is_empty()).then_some(tool_host);
     let eval = daemon
         .cv
-        .eval_from(connection.origin, eval, events, tool_host);
+        .eval_to_the_end(connection.origin, eval, events, tool_host);
     tokio::pin!(eval);
     let mut started = HeldStart::default();
     let result = loop {
@@ -448,6 +448,7 @@ pub(super) fn refused(err: RequestError) -> RpcError {
             message: err.to_string(),
         },
         RequestError::SessionUnknown(_) => RpcError::new(code::SESSION_UNKNOWN, err.to_string()),
+        RequestError::RequestId(_) => RpcError::new(code::INVALID_PARAMS, err.to_string()),
         other => RpcError::new(code::REQUEST_REFUSED, other.to_string()),
     }
 }

@@ -135,8 +135,8 @@ pub struct Failure {
 }
 
 impl Failure {
-    /// The content of the iopub `error` message. Its traceback is the one line naming the
-    /// error: the whole traceback went out already on the stream, as the cell wrote it.
+    /// The content of the iopub `error` message when no report of the cell's was held
+    /// (`traceback::Outputs` sends the report otherwise): the one line naming the error.
     pub fn error_content(&self) -> Value {
         json!({"ename": self.ename, "evalue": self.evalue, "traceback": [self.line()]})
     }
@@ -237,6 +237,22 @@ pub fn execute_reply(result: Option<&CellResult>, execution_count: u64) -> Value
 /// (`stop_on_error`), as ipykernel aborts its queue.
 pub fn aborted_reply() -> Value {
     json!({"status": "aborted"})
+}
+
+/// The reply to a request no kernel of cellvisor answers: an error naming the ones it does.
+pub fn unsupported_reply(msg_type: &str) -> Value {
+    json!({
+        "status": "error", "ename": "UnsupportedRequest",
+        "evalue": format!("{msg_type} is not answered by cellvisor's kernels; the shell \
+            requests are execute, kernel_info, complete, inspect, is_complete, history \
+            and comm_info"),
+        "traceback": [],
+    })
+}
+
+/// The type of the reply to `msg_type` (`execute_request` → `execute_reply`).
+pub fn reply_type(msg_type: &str) -> String {
+    format!("{}_reply", msg_type.trim_end_matches("_request"))
 }
 
 /// `is_complete_reply`'s content: `incomplete` (with the indent to continue at) while

@@ -117,15 +117,8 @@ impl Outgoing {
     /// The whole message, with a fresh `msg_id`, `session` the kernel's session id and
     /// `date` now.
     pub fn to_json(&self, session: &str) -> Value {
-        let msg_id = uuid::Uuid::new_v4().to_string();
-        let header = json!({
-            "msg_id": msg_id,
-            "msg_type": self.msg_type,
-            "session": session,
-            "username": "cellvisor",
-            "date": now(),
-            "version": PROTOCOL_VERSION,
-        });
+        let header = self.header(session);
+        let msg_id = header["msg_id"].clone();
         json!({
             "header": header,
             "msg_id": msg_id,
@@ -135,6 +128,46 @@ impl Outgoing {
             "content": self.content,
             "buffers": [],
             "channel": self.channel,
+        })
+    }
+}
+
+impl Outgoing {
+    /// A fresh header for this message: a new `msg_id`, `session` the kernel's session id,
+    /// `date` now.
+    pub fn header(&self, session: &str) -> Value {
+        json!({
+            "msg_id": uuid::Uuid::new_v4().to_string(),
+            "msg_type": self.msg_type,
+            "session": session,
+            "username": "cellvisor",
+            "date": now(),
+            "version": PROTOCOL_VERSION,
+        })
+    }
+}
+
+impl Request {
+    /// A request whose parts came apart (ZeroMQ's frames): its `header` (which must name
+    /// its `msg_type`) and `content` (an empty object when it is none).
+    pub fn from_parts(channel: &str, header: Value, content: Value) -> Result<Request, BadMessage> {
+        let msg_type = header["msg_type"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+            .ok_or(BadMessage::NoType)?
+            .to_string();
+        let session = header["session"].as_str().unwrap_or_default().to_string();
+        let content = if content.is_object() {
+            content
+        } else {
+            json!({})
+        };
+        Ok(Request {
+            channel: channel.to_string(),
+            header,
+            msg_type,
+            session,
+            content,
         })
     }
 }

@@ -128,6 +128,62 @@ pub fn inspect_code(language: Language, name: &str) -> String {
     }
 }
 
+/// A `complete_request` (its content) read: the cell that lists the completions, and where
+/// the completed name starts and the cursor stands (what the reply says).
+pub struct Completion {
+    /// The snippet cell to run in the session.
+    pub cell: String,
+    start: usize,
+    cursor: usize,
+}
+
+impl Completion {
+    /// The completion `content` asks for in `language`.
+    pub fn of(language: Language, content: &Value) -> Completion {
+        let code = content["code"].as_str().unwrap_or_default();
+        let cursor = cursor_of(code, content);
+        let (start, name) = name_at(code, cursor);
+        Completion {
+            cell: complete_code(language, &name),
+            start,
+            cursor,
+        }
+    }
+
+    /// The `complete_reply` content, from what the cell printed (`None`: it failed).
+    pub fn reply(&self, answer: Option<Value>) -> Value {
+        let matches: Vec<Value> = answer
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default();
+        serde_json::json!({"status": "ok", "matches": matches, "cursor_start": self.start,
+            "cursor_end": self.cursor, "metadata": {}})
+    }
+}
+
+/// The cell that describes the name an `inspect_request` (its content) points at; `None`
+/// when the cursor is on no name (then [`inspect_reply`] of `None` answers).
+pub fn inspection_of(language: Language, content: &Value) -> Option<String> {
+    let code = content["code"].as_str().unwrap_or_default();
+    let name = name_around(code, cursor_of(code, content));
+    (!name.is_empty()).then(|| inspect_code(language, &name))
+}
+
+/// The `inspect_reply` content, from what the inspection cell printed.
+pub fn inspect_reply(answer: Option<Value>) -> Value {
+    match answer {
+        Some(Value::String(text)) => serde_json::json!({"status": "ok", "found": true,
+            "data": {"text/plain": text}, "metadata": {}}),
+        _ => serde_json::json!({"status": "ok", "found": false, "data": {}, "metadata": {}}),
+    }
+}
+
+/// `cursor_pos` of a request, the end of its code when absent.
+fn cursor_of(code: &str, content: &Value) -> usize {
+    content["cursor_pos"]
+        .as_u64()
+        .map_or(code.chars().count(), |c| c as usize)
+}
+
 /// The JSON a snippet printed on its marked line, if it printed one.
 pub fn answer(output: &str) -> Option<Value> {
     let line = output.lines().rev().find_map(|l| l.strip_prefix(MARK))?;
@@ -161,5 +217,26 @@ mod tests {
         );
         assert_eq!(answer("\u{1e}null\n"), Some(Value::Null));
         assert_eq!(answer("nothing marked\n"), None);
+    }
+
+    #[test]
+    fn requests_are_read_and_answers_become_replies() {
+        let ask = Completion::of(Language::Python, &serde_json::json!({"code": "x = os.pa"}));
+        assert!(ask.cell.contains("\"os.pa\""));
+        let reply = ask.reply(Some(serde_json::json!(["os.path"])));
+        assert_eq!(
+            (reply["cursor_start"].as_u64(), reply["cursor_end"].as_u64()),
+            (Some(4), Some(9))
+        );
+        assert_eq!(reply["matches"], serde_json::json!(["os.path"]));
+        assert_eq!(ask.reply(None)["matches"], serde_json::json!([]));
+        let content = serde_json::json!({"code": "len(x)", "cursor_pos": 1});
+        assert!(inspection_of(Language::Lua, &content).is_some_and(|c| c.contains("\"len\"")));
+        assert_eq!(
+            inspection_of(Language::Lua, &serde_json::json!({"code": "("})),
+            None
+        );
+        assert_eq!(inspect_reply(Some("Type: int".into()))["found"], true);
+        assert_eq!(inspect_reply(Some(Value::Null))["found"], false);
     }
 }

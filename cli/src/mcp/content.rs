@@ -127,6 +127,7 @@ mod tests {
                 processes_ended: None,
                 usage: None,
                 out_of_memory: None,
+                saved: None,
             },
             node: String::new(),
         }

@@ -232,7 +232,11 @@ impl CellvisorMcp {
         arguments: JsonObject,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let (cells, cwd) = match parse_cells(arguments) {
+        let EvalArgs {
+            cells,
+            cwd,
+            request_id,
+        } = match parse_cells(arguments) {
             Ok(parsed) => parsed,
             Err(message) => return tool_error(message),
         };
@@ -265,9 +269,11 @@ impl CellvisorMcp {
             cwd,
             cells,
             tools: Vec::new(),
+            request_id,
             ..Default::default()
         };
-        let eval = self.cv.eval_from(self.origin, request, events, None);
+        // With a request_id it runs to its end even if the client goes away, for its retry.
+        let eval = self.cv.eval_to_the_end(self.origin, request, events, None);
         // A cancelled call stops its cell, so the session is free for the next one.
         let result = self
             .hold(eval, events_rx, progress, context, OnCancel::Interrupt)
@@ -492,27 +498,30 @@ limit is cut (head and tail kept); the whole of it is the resource \
 `cellvisor://artifact/<id>` named by the result's `artifact://<id>`.";
 
 /// the agent.
-fn parse_cells(
-    arguments: JsonObject,
-) -> Result<(Vec<CellSpec>, Option<std::path::PathBuf>), String> {
+/// The `eval` tool's arguments.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EvalArgs {
+    cells: Vec<CellSpec>,
+    #[serde(default)]
+    cwd: Option<std::path::PathBuf>,
+    /// A retry with the same id is answered with the first run's result.
+    #[serde(default)]
+    request_id: Option<String>,
+}
+
+fn parse_cells(arguments: JsonObject) -> Result<EvalArgs, String> {
     const SHAPE: &str = "Expected {\"cells\": [{\"language\": \"py\"|\"js\"|\"lua\", \"code\": \
                          string, \"title\"?: string, \"timeout\"?: number, \"reset\"?: bool, \
                          \"yield_time_ms\"?: integer}, ...], \
-                         \"cwd\"?: string}";
-    #[derive(Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct EvalArgs {
-        cells: Vec<CellSpec>,
-        #[serde(default)]
-        cwd: Option<std::path::PathBuf>,
-    }
+                         \"cwd\"?: string, \"request_id\"?: string}";
     let args: EvalArgs = serde_json::from_value(Value::Object(arguments))
         .map_err(|err| format!("invalid arguments: {err}. {SHAPE}"))?;
     if args.cells.is_empty() {
         return Err(format!("`cells` is empty: give at least one cell. {SHAPE}"));
     }
-    // Timeouts are checked with the request (`host::validate`), as every host's are.
-    Ok((args.cells, args.cwd))
+    // Timeouts and ids are checked with the request (`host::validate`), as every host's are.
+    Ok(args)
 }
 
 fn request_error_message(err: &RequestError) -> String {

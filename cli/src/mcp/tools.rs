@@ -131,6 +131,13 @@ pub(super) fn tools(cells: &CellsConfig, offered: &[Offered]) -> Vec<Tool> {
                 "type": "string",
                 "description": "Directory the cells run in, e.g. the project's (default: the server's own); helpers like read() resolve paths against it.",
             },
+            "request_id": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": cellvisor_client::once::MAX_REQUEST_ID,
+                "pattern": "^[!-~]+$",
+                "description": "Your name for this call (1-128 printable ASCII characters, no spaces). Retrying with the same id and cells returns the first run's result instead of running the cells again.",
+            },
         },
         "required": ["cells"],
         "additionalProperties": false,

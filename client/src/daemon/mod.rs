@@ -7,6 +7,7 @@
 //! - `tls`: the certificates a `wss://` connection trusts.
 //! - `transport`: messages as lines on the socket or text frames on the WebSocket.
 //! - `start`: starting a daemon on first use.
+//! - `retry`: an `eval` sent again, with its `request_id`, after a lost connection.
 //! - `handshake`: telling a daemon of another protocol version (one left running across an
 //!   upgrade) by name, rather than by the field or method it refused.
 
@@ -14,6 +15,7 @@ mod files;
 mod handshake;
 pub mod health;
 pub mod remote;
+mod retry;
 mod start;
 mod tls;
 mod transport;
@@ -203,7 +205,13 @@ const TOOL_FAILED: i64 = -32000;
 pub struct Client {
     transport: Transport,
     next_id: u64,
+    /// How to connect again after a lost connection (none: the caller's own transport).
+    reconnect: Option<retry::Reconnect>,
+    /// How many times an `eval` is sent again after a lost connection.
+    retries: u32,
 }
+
+pub use retry::DEFAULT_RETRIES;
 
 impl Client {
     /// Connects to a daemon already listening at `path`, which must answer `initialize`
@@ -245,6 +253,10 @@ impl Client {
                 pid,
             })
             .await?;
+        client.reconnect = Some(retry::Reconnect::Unix {
+            path: path.to_path_buf(),
+            within,
+        });
         Ok(client)
     }
 
@@ -263,6 +275,7 @@ impl Client {
             .map_err(|_| unresponsive())??;
         let mut client = Client::over(Transport::WebSocket(Box::new(stream)));
         client.handshake(within, unresponsive).await?;
+        client.reconnect = Some(retry::Reconnect::Remote(Box::new(remote.clone())));
         Ok(client)
     }
 
@@ -284,6 +297,8 @@ impl Client {
         Client {
             transport,
             next_id: 1,
+            reconnect: None,
+            retries: retry::DEFAULT_RETRIES,
         }
     }
 
@@ -378,26 +393,57 @@ impl Client {
 
     /// Runs an `eval` whose `tools` the caller serves: each progress event's params go to
     /// `on_event`, each tool call to `on_tool` (see [`Client::call_with_tools`]).
+    ///
+    /// The request carries a `request_id` (a fresh one unless the caller set one). When the
+    /// connection is lost before the answer, the client connects again and sends the same
+    /// request with the same id (at most [`Client::with_retries`] times, [`DEFAULT_RETRIES`]
+    /// by default): the daemon runs it once, so the retry gets the first run's answer.
     pub async fn eval_with_tools(
         &mut self,
         request: &EvalRequest,
         mut on_event: impl FnMut(&Value),
-        on_tool: impl FnMut(&ToolCall) -> Result<Value, String>,
+        mut on_tool: impl FnMut(&ToolCall) -> Result<Value, String>,
     ) -> Result<EvalResult, ClientError> {
         let params =
             serde_json::to_value(request).map_err(|e| ClientError::Protocol(e.to_string()))?;
-        let result = self
-            .call_with_tools(
-                method::EVAL,
-                params,
-                |message| {
-                    if let Some(params) = message.get("params") {
-                        on_event(params);
+        let params = retry::with_request_id(params);
+        let mut attempt = 0;
+        let result = loop {
+            let answer = self
+                .call_with_tools(
+                    method::EVAL,
+                    params.clone(),
+                    |message| {
+                        if let Some(params) = message.get("params") {
+                            on_event(params);
+                        }
+                    },
+                    &mut on_tool,
+                )
+                .await;
+            match answer {
+                Err(err) if retry::lost(&err) && attempt < self.retries => {
+                    attempt += 1;
+                    let mut last = err;
+                    // Connecting again may fail while the daemon (or its node) comes back.
+                    while attempt <= self.retries {
+                        tokio::time::sleep(retry::backoff(attempt)).await;
+                        match self.reconnect().await {
+                            Ok(true) => break,
+                            Ok(false) => return Err(last),
+                            Err(again) => {
+                                last = again;
+                                attempt += 1;
+                            }
+                        }
                     }
-                },
-                on_tool,
-            )
-            .await?;
+                    if attempt > self.retries {
+                        return Err(last);
+                    }
+                }
+                other => break other?,
+            }
+        };
         serde_json::from_value(result).map_err(|e| ClientError::Protocol(e.to_string()))
     }
 }

@@ -5,9 +5,10 @@
  * an `AbortSignal` that interrupts the running cell, typed errors.
  */
 
+import { randomBytes } from "node:crypto";
 import { connectOrStart, defaultSocketPath, type StartOptions } from "./autostart.js";
 import { Call } from "./call.js";
-import { RpcConnection } from "./connection.js";
+import { RpcConnection, type RequestHooks } from "./connection.js";
 import { ConnectionError, UnresponsiveError } from "./errors.js";
 import {
   FILE_CHUNK_BYTES,
@@ -54,6 +55,16 @@ export interface ConnectOptions extends StartOptions {
    * answer is bounded: a cell may run as long as its own timeout.
    */
   healthTimeout?: number;
+  /** How many times an `eval` is sent again, with its `requestId`, after a lost connection (default {@link DEFAULT_RETRIES}; 0: never). */
+  retries?: number;
+}
+
+/** How many times an `eval` is sent again after a lost connection, unless `retries` says. */
+export const DEFAULT_RETRIES = 3;
+
+/** Milliseconds before retry `attempt` (from 1): 100, 200, 400, ... */
+function backoffMs(attempt: number): number {
+  return 100 * 2 ** Math.min(Math.max(attempt - 1, 0), 6);
 }
 
 /** The health handshake's bound when neither the option nor `$CELLVISOR_HEALTH_TIMEOUT` says. */
@@ -106,6 +117,13 @@ export interface EvalOptions {
   reset?: boolean;
   /** Which events the daemon sends (default all): `"output"` only output and displays, `"none"` none. */
   events?: EventsChoice;
+  /**
+   * This request's name (1-128 printable ASCII characters, no spaces; default: a fresh
+   * random one). The daemon runs an id once: when the connection is lost before the answer,
+   * the client connects again and sends the request with the same id, and gets the first
+   * run's answer (`replayed: true`) instead of running the cells twice.
+   */
+  requestId?: string;
 }
 
 /** A session, and maybe one language of it. */
@@ -128,8 +146,13 @@ export interface CellTarget {
 
 /** A client of one daemon connection. */
 export class Cellvisor {
+  /** Connects again as `connect` did (after a lost connection); set by `connect`. */
+  private reopen: (() => Promise<RpcConnection>) | undefined;
+  private retries = DEFAULT_RETRIES;
+  private disconnected = false;
+
   private constructor(
-    private readonly rpc: RpcConnection,
+    private rpc: RpcConnection,
     /** What the daemon said of itself (`initialize`): version, languages, pid, node. */
     readonly server: InitializeResult,
     /** Whether `connect` started the daemon (it then outlives this client, as the CLI's does; `shutdown()` stops it). */
@@ -201,7 +224,40 @@ export class Cellvisor {
         `the daemon speaks protocol ${server.protocol_version} and this client ${PROTOCOL_VERSION}: use the client of its release (${server.server_version})`,
       );
     }
-    return new Cellvisor(rpc, server, started, url !== undefined);
+    const client = new Cellvisor(rpc, server, started, url !== undefined);
+    client.retries = options.retries ?? DEFAULT_RETRIES;
+    const again: ConnectOptions = { ...options, autostart: false };
+    if (url !== undefined) again.url = url;
+    else again.socket = options.socket ?? defaultSocketPath();
+    client.reopen = async () => (await Cellvisor.connect(again)).rpc;
+    return client;
+  }
+
+  /**
+   * Sends `params` as an `eval`; when the connection is lost before the answer, connects
+   * again and sends it once more (same `request_id`), at most `retries` times.
+   */
+  private async evalOnce(params: EvalParams, hooks: RequestHooks): Promise<EvalResult> {
+    for (let attempt = 0; ; ) {
+      try {
+        return await this.rpc.request("eval", params, hooks).result;
+      } catch (error) {
+        if (!(error instanceof ConnectionError) || this.disconnected || !this.reopen) throw error;
+        let lost: unknown = error;
+        let reconnected = false;
+        while (!reconnected && attempt < this.retries) {
+          attempt += 1;
+          await new Promise((resolve) => setTimeout(resolve, backoffMs(attempt)));
+          try {
+            this.rpc = await this.reopen();
+            reconnected = true;
+          } catch (again) {
+            lost = again;
+          }
+        }
+        if (!reconnected) throw lost;
+      }
+    }
   }
 
   /**
@@ -233,6 +289,7 @@ export class Cellvisor {
     if (options.timeout !== undefined) params.timeout = options.timeout;
     if (options.reset !== undefined) params.reset = options.reset;
     if (options.events !== undefined) params.events = options.events;
+    params.request_id = options.requestId ?? randomBytes(16).toString("hex");
     const signal = options.signal;
     return new Call<EvalResult>(async (push) => {
       signal?.throwIfAborted();
@@ -250,7 +307,7 @@ export class Cellvisor {
         abortWanted = true;
         interrupt();
       };
-      const { result } = this.rpc.request("eval", params, {
+      const result = this.evalOnce(params, {
         onEvent: (event) => {
           if (event.event === "cell_started") {
             running = event.language;
@@ -363,6 +420,7 @@ export class Cellvisor {
 
   /** Ends the connection (an `eval` still running is interrupted by the daemon). */
   disconnect(): void {
+    this.disconnected = true;
     this.rpc.close();
   }
 }

@@ -3,7 +3,7 @@
  * cellvisor daemon, reached over its Unix socket (no dependency) or its network listener.
  */
 
-export { Cellvisor, DEFAULT_HEALTH_TIMEOUT, healthTimeout } from "./client.js";
+export { Cellvisor, DEFAULT_HEALTH_TIMEOUT, DEFAULT_RETRIES, healthTimeout } from "./client.js";
 export type { CellTarget, ConnectOptions, EvalOptions, HostTool, SessionTarget } from "./client.js";
 export { Call } from "./call.js";
 export { defaultSocketPath, logPath } from "./autostart.js";

@@ -69,6 +69,8 @@ export interface EvalParams {
   reset?: boolean;
   /** Which `eval/event` notifications to send (default `"all"`). */
   events?: EventsChoice;
+  /** The client's name for this request (1-128 printable ASCII characters, no spaces): a retry with the same id gets the first run's result and runs nothing. */
+  request_id?: string;
 }
 
 /** Which notifications an `eval` or `wait` sends: all, only `output` and `display`, or none. */
@@ -283,6 +285,8 @@ export interface CellResult {
   processes_ended?: number;
   usage?: CellUsage;
   out_of_memory?: OutOfMemory;
+  /** Under `every-cell` snapshots: whether this cell's state was saved before its answer, and why not. */
+  saved?: { saved: boolean; why?: string };
   node: string;
 }
 
@@ -308,6 +312,8 @@ export interface EvalResult {
   node: string;
   failed_cell?: FailedCell;
   summary: EvalSummary;
+  /** True when this is the remembered answer of an earlier run of the same `request_id`: nothing ran again. */
+  replayed?: boolean;
 }
 
 /** What the kernel enforces of a sandboxed session. */

@@ -80,6 +80,16 @@ fn from_env(spec: &KeySpec, text: &str) -> Result<Value, String> {
             _ => return Err(format!("expected {}, found {text:?}", spec.kind.describe())),
         },
         Kind::Choice(words) if words.contains(&trimmed) => Value::Text(trimmed.to_string()),
+        Kind::Switch(_) if trimmed == "true" || trimmed == "false" => {
+            Value::Bool(trimmed == "true")
+        }
+        Kind::Switch(words) if words.contains(&trimmed) => Value::Text(trimmed.to_string()),
+        Kind::Switch(_) => {
+            return Err(format!("expected {}, found {text:?}", spec.kind.describe()))
+        }
+        Kind::Urls => Value::Names(listed(trimmed, ',', keys::is_url, |bad| {
+            format!("not a URL: {bad} (expected comma-separated http:// or https:// URLs)")
+        })?),
         Kind::UidRange => {
             crate::schema::UidRange::parse(trimmed)?;
             Value::Text(trimmed.to_string())

@@ -197,7 +197,30 @@ fn from_toml(kind: Kind, item: &Item) -> Result<Value, String> {
         (Kind::Text, Some(toml_edit::Value::String(s))) if !s.value().trim().is_empty() => {
             Value::Text(s.value().clone())
         }
-        (Kind::Bool, Some(toml_edit::Value::Boolean(b))) => Value::Bool(*b.value()),
+        (Kind::Bool | Kind::Switch(_), Some(toml_edit::Value::Boolean(b))) => {
+            Value::Bool(*b.value())
+        }
+        (Kind::Switch(words), Some(toml_edit::Value::String(s)))
+            if words.contains(&s.value().as_str()) =>
+        {
+            Value::Text(s.value().clone())
+        }
+        (Kind::Urls, Some(toml_edit::Value::Array(array))) => {
+            let mut urls = Vec::new();
+            for entry in array.iter() {
+                match entry.as_str() {
+                    Some(url) if keys::is_url(url) => urls.push(url.to_string()),
+                    _ => {
+                        return Err(format!(
+                            "not a URL: {} (expected {})",
+                            found_value(entry),
+                            kind.describe()
+                        ))
+                    }
+                }
+            }
+            Value::Names(urls)
+        }
         (Kind::UidRange, Some(toml_edit::Value::String(s))) => {
             crate::schema::UidRange::parse(s.value())?;
             Value::Text(s.value().trim().to_string())

@@ -42,6 +42,14 @@ pub(super) fn check_rules(state: &mut State) {
             ),
         ));
     }
+    let f = &state.config.fleet;
+    if f.leases == crate::schema::LeaseStore::Etcd && f.etcd_endpoints.is_empty() {
+        broken.push((
+            ("fleet", ["etcd-endpoints", "leases"]),
+            "fleet.leases = \"etcd\" needs fleet.etcd-endpoints, like [\"http://127.0.0.1:2379\"]"
+                .to_string(),
+        ));
+    }
     for ((section, pair), message) in broken {
         let indices: Vec<usize> = pair
             .iter()

@@ -3,8 +3,8 @@
 
 use super::Value;
 use crate::schema::{
-    Config, IsolationLevel, PythonShell, SandboxNetwork, SessionKeyBy, SessionMode, SnapshotWhen,
-    UidRange,
+    Config, IsolationLevel, LeaseStore, PythonShell, SandboxNetwork, SessionKeyBy, SessionMode,
+    SnapshotWhen, UidRange,
 };
 use bytesize::ByteSize;
 use std::collections::BTreeMap;
@@ -148,6 +148,25 @@ impl Field for IsolationLevel {
     fn from_value(value: Value) -> Option<Self> {
         match value {
             Value::Text(word) => IsolationLevel::parse(&word),
+            _ => None,
+        }
+    }
+}
+
+impl Field for LeaseStore {
+    fn to_value(&self) -> Value {
+        match self {
+            LeaseStore::Off => Value::Bool(false),
+            LeaseStore::File => Value::Text("file".into()),
+            LeaseStore::Etcd => Value::Text("etcd".into()),
+        }
+    }
+    fn from_value(value: Value) -> Option<Self> {
+        match value {
+            Value::Bool(false) => Some(LeaseStore::Off),
+            Value::Bool(true) => Some(LeaseStore::File),
+            Value::Text(word) if word == "etcd" => Some(LeaseStore::Etcd),
+            Value::Text(word) if word == "file" => Some(LeaseStore::File),
             _ => None,
         }
     }

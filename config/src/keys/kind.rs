@@ -55,6 +55,10 @@ pub enum Kind {
     Listeners,
     /// One of the listed words.
     Choice(&'static [&'static str]),
+    /// `true`, `false`, or one of the listed words.
+    Switch(&'static [&'static str]),
+    /// A list of `http://` or `https://` URLs.
+    Urls,
     /// A range of uids, `"FIRST-LAST"` (see `UidRange::parse`).
     UidRange,
 }
@@ -103,6 +107,13 @@ impl Kind {
                 crate::schema::UidRange::MIN,
                 crate::schema::UidRange::MAX
             ),
+            Kind::Switch(words) => {
+                let quoted: Vec<String> = words.iter().map(|w| format!("\"{w}\"")).collect();
+                format!("true, false, or one of {}", quoted.join(", "))
+            }
+            Kind::Urls => {
+                "a list of URLs like \"http://127.0.0.1:2379\" or \"https://etcd-0:2379\"".to_string()
+            }
             Kind::Choice(words) => {
                 let quoted: Vec<String> = words.iter().map(|w| format!("\"{w}\"")).collect();
                 format!("one of {}", quoted.join(", "))
@@ -183,6 +194,16 @@ pub fn is_env_name(name: &str, pattern: bool) -> bool {
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && word(name)
+}
+
+/// Whether `entry` is an `http://` or `https://` URL with a host.
+pub fn is_url(entry: &str) -> bool {
+    ["http://", "https://"]
+        .iter()
+        .filter_map(|scheme| entry.strip_prefix(scheme))
+        .any(|rest| {
+            !rest.is_empty() && !rest.starts_with('/') && !rest.contains(char::is_whitespace)
+        })
 }
 
 /// Whether `entry` can stand in a `sandbox.read`/`sandbox.write` list: `cwd`, an absolute

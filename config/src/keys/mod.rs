@@ -14,8 +14,8 @@ mod table;
 
 pub use applies::AppliesWhen;
 pub use kind::{
-    format_duration, format_size, is_env_name, is_module_name, is_sandbox_path, parse_listen, Kind,
-    Value,
+    format_duration, format_size, is_env_name, is_module_name, is_sandbox_path, is_url,
+    parse_listen, Kind, Value,
 };
 pub use table::KEYS;
 

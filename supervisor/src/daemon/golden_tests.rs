@@ -68,6 +68,7 @@ fn eval_request() -> EvalRequest {
         env: Some([("MYAPP_MODE".to_string(), "dev".to_string())].into()),
         fresh: true,
         resume: false,
+        request_id: Some("req-7f3a".into()),
         timeout: Some(30.0),
         reset: true,
         events: Events::Output,
@@ -125,6 +126,8 @@ fn cell_result(status: CellStatus, output: &str) -> EvalResult {
     cell.report.output = output.into();
     cell.report.displays.clear();
     cell.report.status_events.clear();
+    // Only a cell that completed under `every-cell` says whether its save was written.
+    cell.report.saved = cell.report.saved.filter(|_| status == CellStatus::Complete);
     cell.report.truncation.total_bytes = output.len() as u64;
     // A cell still running has no usage yet; a finished one counts what it wrote.
     cell.report.usage = cell.report.usage.filter(|_| status != CellStatus::Running);
@@ -156,6 +159,10 @@ fn eval_result() -> EvalResult {
             },
             notice: None,
             state: None,
+            saved: Some(cellvisor_client::once::Saved {
+                saved: true,
+                why: None,
+            }),
             processes_ended: None,
             usage: Some(CellUsage {
                 cpu_ms: 10.0,
@@ -317,6 +324,7 @@ fn examples() -> Vec<(String, Value)> {
     failed.report.status = CellStatus::Error;
     failed.exit_code = 1;
     failed.report.output = "ValueError: no data\n".into();
+    failed.report.saved = None;
     let spec = CellSpec::new(Language::Lua, "print(rows)");
     let skipped = CellResult::skipped(2, 9, &spec);
     let result = EvalResult::from_cells(vec![eval_result().cells.remove(0), failed, skipped]);
@@ -335,6 +343,29 @@ fn examples() -> Vec<(String, Value)> {
     push(
         "result eval (out of memory)",
         protocol::response(json!(2), Ok(to_value(&oom))),
+    );
+    // A cell whose `every-cell` save failed: told on its result, with a notice.
+    let mut unsaved = eval_result();
+    let why = "the snapshot would be over snapshots.max-size (64.0 KiB; 65.0 KiB were written \
+               before it stopped)";
+    unsaved.cells[0].report.saved = Some(cellvisor_client::once::Saved {
+        saved: false,
+        why: Some(why.into()),
+    });
+    unsaved.cells[0].report.notice = Some(format!(
+        "this cell's state was not saved: {why}; the session goes on, but a crash, a restart \
+         or a move to another node before the next save loses this cell's effects"
+    ));
+    push(
+        "result eval (a save failed)",
+        protocol::response(json!(2), Ok(to_value(&unsaved))),
+    );
+    // A retry of a request_id that ran: its first answer, nothing run again.
+    let mut replayed = eval_result();
+    replayed.replayed = true;
+    push(
+        "result eval (replayed)",
+        protocol::response(json!(2), Ok(to_value(&replayed))),
     );
     // Notifications while an eval runs.
     for (name, event) in events() {

@@ -2,22 +2,39 @@
 //! node at a time, under that node's lease, and moves when its node stops holding it.
 //!
 //! - [`lease`]: the lease files and the rules that make two nodes never hold one session.
+//! - [`etcd`]: leases in etcd, whose creating revision is a fencing token, and the fenced
+//!   pointers to sessions' snapshots (with the `etcd` feature; without it, `etcd_absent`
+//!   refuses `leases = "etcd"` at start).
+//! - [`backend`]: what either store does for the book ([`LeaseBackend`]).
+//! - [`proof`]: whether a lease is provably still held (plain data).
+//! - [`pointer`]: immutable snapshot blobs and the pointer naming the current one (plain
+//!   data).
 //! - [`LeaseBook`]: the leases this node holds, shared by the supervisor (which takes,
 //!   renews and gives them up) and the host (which reads it to skip asking).
 
+pub mod backend;
+#[cfg(feature = "etcd")]
+pub mod etcd;
+#[cfg(not(feature = "etcd"))]
+#[path = "etcd_absent.rs"]
+pub mod etcd;
+mod etcd_settings;
 pub mod lease;
+pub mod pointer;
+pub mod proof;
 
-pub use lease::{Lease, LeaseDir, LeaseError};
+pub use backend::{FileLeases, LeaseBackend};
+pub use lease::{LeaseDir, LeaseError};
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The leases this node holds.
 #[derive(Debug)]
 pub struct LeaseBook {
-    dir: LeaseDir,
-    held: Mutex<HashMap<String, Lease>>,
+    backend: Arc<dyn LeaseBackend>,
+    held: Mutex<HashSet<String>>,
 }
 
 /// What a renewal round found: the sessions whose leases were lost (their workers must
@@ -31,78 +48,86 @@ pub struct Renewal {
 }
 
 impl LeaseBook {
-    /// A book on `dir`'s leases, holding none yet.
+    /// A book on `dir`'s lease files, holding none yet.
     pub fn new(dir: LeaseDir) -> LeaseBook {
+        LeaseBook::with_backend(Arc::new(FileLeases::new(dir)))
+    }
+
+    /// A book on `backend`'s leases, holding none yet.
+    pub fn with_backend(backend: Arc<dyn LeaseBackend>) -> LeaseBook {
         LeaseBook {
-            dir,
-            held: Mutex::new(HashMap::new()),
+            backend,
+            held: Mutex::new(HashSet::new()),
         }
     }
 
-    /// How often held leases are renewed: a third of their time to live, so two renewals
-    /// may fail before one runs out.
+    /// How often held leases are renewed (or, in etcd, checked): a third of their time to
+    /// live, so two renewals may fail before one runs out.
     pub fn renew_interval(&self) -> Duration {
-        self.dir.ttl() / 3
+        self.backend.ttl() / 3
     }
 
     /// Whether this node holds `session`'s lease.
     pub fn holds(&self, session: &str) -> bool {
-        crate::locking::lock(&self.held).contains_key(session)
+        crate::locking::lock(&self.held).contains(session)
     }
 
-    /// Takes `session`'s lease unless this node holds it already.
+    /// Whether this node can prove now that it holds `session`'s lease (what it must before
+    /// running a cell of it).
+    pub fn provable(&self, session: &str) -> bool {
+        self.holds(session) && self.backend.provable(session)
+    }
+
+    /// Takes `session`'s lease unless this node holds it already. Blocks at most about the
+    /// lease's time to live on an etcd backend: hosts call it off their event loop.
     pub fn acquire(&self, session: &str) -> Result<(), LeaseError> {
         if self.holds(session) {
             return Ok(());
         }
-        let lease = self.dir.acquire(session, SystemTime::now())?;
-        tracing::debug!(session, "lease taken");
-        crate::locking::lock(&self.held).insert(session.to_string(), lease);
+        let token = self.backend.acquire(session)?;
+        tracing::debug!(session, ?token, "lease taken");
+        crate::locking::lock(&self.held).insert(session.to_string());
         Ok(())
     }
 
     /// Gives `session`'s lease up, once its workers here have stopped (and saved).
     pub fn release(&self, session: &str) {
-        let Some(lease) = crate::locking::lock(&self.held).remove(session) else {
+        if !crate::locking::lock(&self.held).remove(session) {
             return;
-        };
-        match self.dir.release(&lease) {
-            Ok(()) => tracing::debug!(session, "lease released"),
-            Err(err) => tracing::warn!(session, "cannot release the lease: {err}"),
         }
+        self.backend.release(session);
+        tracing::debug!(session, "lease released");
     }
 
     /// Gives every lease up (the daemon's stop, once its sessions have saved).
     pub fn release_all(&self) {
-        let sessions: Vec<String> = crate::locking::lock(&self.held).keys().cloned().collect();
+        let sessions: Vec<String> = crate::locking::lock(&self.held).iter().cloned().collect();
         for session in sessions {
             self.release(&session);
         }
+        self.backend.settle();
     }
 
     /// Renews the leases of the sessions `in_use` says are still used here and gives up
     /// the others.
     pub fn renew(&self, in_use: impl Fn(&str) -> bool) -> Renewal {
-        let leases: Vec<Lease> = crate::locking::lock(&self.held).values().cloned().collect();
-        let now = SystemTime::now();
+        let sessions: Vec<String> = crate::locking::lock(&self.held).iter().cloned().collect();
         let mut renewal = Renewal::default();
-        for mut lease in leases {
-            if !in_use(&lease.session) {
-                self.release(&lease.session);
-                renewal.released.push(lease.session);
+        for session in sessions {
+            if !in_use(&session) {
+                self.release(&session);
+                renewal.released.push(session);
                 continue;
             }
-            match self.dir.renew(&mut lease, now) {
-                Ok(()) => {
-                    crate::locking::lock(&self.held).insert(lease.session.clone(), lease);
-                }
+            match self.backend.renew(&session) {
+                Ok(()) => {}
                 Err(err @ LeaseError::Io { .. }) => {
                     // Kept: the next round tries again, and the lease outlives two misses.
-                    tracing::warn!(session = %lease.session, "cannot renew the lease: {err}");
+                    tracing::warn!(%session, "cannot renew the lease: {err}");
                 }
                 Err(err) => {
-                    crate::locking::lock(&self.held).remove(&lease.session);
-                    renewal.lost.push((lease.session, err));
+                    crate::locking::lock(&self.held).remove(&session);
+                    renewal.lost.push((session, err));
                 }
             }
         }
@@ -111,13 +136,14 @@ impl LeaseBook {
 
     /// The node holding `session`'s lease now, and for how long yet, if any does.
     pub fn holder(&self, session: &str) -> Option<(String, Duration)> {
-        self.dir.holder(session, SystemTime::now())
+        self.backend.holder(session)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::SystemTime;
 
     #[test]
     fn a_renewal_keeps_what_is_used_gives_up_the_rest_and_reports_what_was_lost() {

@@ -1,6 +1,7 @@
 //! The host's commands on a session's workers: interrupt, reset, close. A reset or close
 //! also forgets the session's background cells, so an id from before it is "not found" at
-//! once and never hands out a result of the state that is gone. Under
+//! once and never hands out a result of the state that is gone, and its remembered
+//! `request_id`s (a retry of one runs as a new request). Under
 //! `sessions.key = "session+cwd"` a command without `cwd` reaches every pair of the name.
 
 use super::{lock, Cellvisor, RequestError, SessionRef};
@@ -18,6 +19,8 @@ impl Cellvisor {
         for key in self.resolve_set(session).await? {
             if matches!(action, ControlAction::Reset | ControlAction::Close) {
                 self.forget_background(&key, language);
+                // Its remembered requests answered for a state that is gone.
+                self.requests.forget(&key);
             }
             if action == ControlAction::Close && language.is_none() {
                 lock(&self.pairs).forget(&key);

@@ -216,4 +216,27 @@ pub enum RequestError {
     /// The session's workspace could not be made or used; the text says which and why.
     #[error("{0}")]
     Workspace(String),
+    /// The request's `request_id` is not of the allowed form.
+    #[error("{0}")]
+    RequestId(#[from] cellvisor_client::once::RequestIdError),
+    /// The request's `request_id` ran before and cannot be answered again.
+    #[error("{0}")]
+    Once(#[from] crate::once::OnceError),
+}
+
+/// The answer to a request whose session's lease could not be taken: `LEASED_ELSEWHERE`
+/// when another node holds it, else the lease store's error.
+pub(crate) fn lease_refusal(err: crate::fleet::LeaseError) -> RequestError {
+    match err {
+        crate::fleet::LeaseError::HeldBy {
+            session,
+            node,
+            expires_in,
+        } => RequestError::LeasedElsewhere {
+            session,
+            node,
+            retry_after: expires_in,
+        },
+        other => RequestError::Lease(other.to_string()),
+    }
 }

@@ -7,6 +7,7 @@ use crate::cell::{
     CellEvent, CellResult, CellSpec, CellStatus, EvalRequest, EvalResult, ToolCallRequest,
 };
 use crate::names::SessionName;
+use crate::once::Begun;
 use crate::session::{CellJob, CellReport, SessionKey};
 use crate::supervisor::{Control, ControlAction, RequestDone, Submit, Supervisor};
 use actix::prelude::*;
@@ -50,6 +51,28 @@ impl Cellvisor {
     ) -> Result<EvalResult, RequestError> {
         self.eval_tagged(origin, request, events, tool_host, 0)
             .await
+    }
+
+    /// [`Cellvisor::eval_from`] for a caller that may go away mid-request (a daemon's client
+    /// whose connection drops): a request with a `request_id` then runs to its end anyway and
+    /// is remembered, so the client's retry with the same id gets its answer instead of
+    /// running it again. Without an id (or outside a tokio runtime) the request ends with its
+    /// caller, as [`Cellvisor::eval_from`]'s does.
+    pub async fn eval_to_the_end(
+        self: &Arc<Self>,
+        origin: Origin,
+        request: EvalRequest,
+        events: Option<mpsc::Sender<CellEvent>>,
+        tool_host: Option<mpsc::Sender<ToolCallRequest>>,
+    ) -> Result<EvalResult, RequestError> {
+        let runtime = tokio::runtime::Handle::try_current();
+        let (Some(_), Ok(runtime)) = (&request.request_id, runtime) else {
+            return self.eval_from(origin, request, events, tool_host).await;
+        };
+        let this = Arc::clone(self);
+        let run =
+            runtime.spawn(async move { this.eval_from(origin, request, events, tool_host).await });
+        run.await.unwrap_or(Err(RequestError::Stopped))
     }
 
     /// [`Cellvisor::eval_from`] tagged with `tag`, which the session's watchers
@@ -113,8 +136,32 @@ impl Cellvisor {
             pending.undo();
         }
         admitted?;
+        // A request with an id runs once: a retry waits for the first run and gets its answer.
+        let once = match request.request_id.as_deref() {
+            None => None,
+            Some(id) => {
+                let remembered_by = if throwaway.is_some() { &named } else { session };
+                let undo_files = || {
+                    if let Some(pending) = &files_pending {
+                        pending.undo();
+                    }
+                };
+                match self.requests.begin(remembered_by, id, &request.cells).await {
+                    Ok(Begun::Run(once)) => Some(once),
+                    Ok(Begun::Replay(result)) => {
+                        undo_files();
+                        return Ok(result);
+                    }
+                    Err(err) => {
+                        undo_files();
+                        return Err(err.into());
+                    }
+                }
+            }
+        };
         let lock = self.request_lock(session);
         let _turn = lock.lock().await;
+        self.prove_lease(session).await?;
         // A workspace missing on this node comes back from the session's latest recording.
         let files_back = match files_pending {
             Some(pending) => Some(self.bring_back(pending).await?),
@@ -158,6 +205,10 @@ impl Cellvisor {
             }
             let directive = match policy.disabled(spec.language) {
                 Some(message) => Err(message),
+                None if index > 0 && !self.lease_still_provable(session) => Err(format!(
+                    "not run: this node can no longer prove it holds session {session}'s lease \
+                     (LEASED_ELSEWHERE); send it again and it runs where the session is held"
+                )),
                 None => with_directive(spec),
             };
             let result = match directive {
@@ -242,7 +293,27 @@ impl Cellvisor {
         if let Some(restored) = files_back {
             super::state_files::tell_files(&mut result, restored);
         }
+        if let Some(once) = once {
+            if let Err(why) = once.remember(&result) {
+                tell_not_remembered(&mut result, &why);
+            }
+        }
         Ok(result)
+    }
+}
+
+/// A request whose answer could not be kept where a restart finds it: its last cell says so
+/// (a retry after a restart would run it again).
+fn tell_not_remembered(result: &mut EvalResult, why: &str) {
+    let line = format!(
+        "this request's request_id could not be kept with the session's saved state, so a \
+         retry after a restart or on another node would run it again: {why}"
+    );
+    if let Some(last) = result.cells.last_mut() {
+        last.report.notice = Some(match last.report.notice.take() {
+            Some(earlier) => format!("{earlier}\n{line}"),
+            None => line,
+        });
     }
 }
 

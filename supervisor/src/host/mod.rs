@@ -36,6 +36,7 @@ mod workspace;
 
 pub use confinement::Origin;
 pub use control::CloseOptions;
+pub(crate) use errors::lease_refusal;
 pub use errors::RequestError;
 pub use node::{DrainState, Health, Readiness, HEALTH_BOUND};
 
@@ -121,6 +122,8 @@ pub struct Cellvisor {
     /// One lock per session name: a request's cells run together, not interleaved with
     /// another request's cells for the same session.
     request_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Each session's recent `request_id`s and their answers, so a retry runs nothing.
+    requests: Arc<crate::once::RequestBook>,
     /// The system and thread the actors run on, when they have a thread of their own
     /// (`None`: they run on the caller's system, which outlives them).
     own_thread: Mutex<Option<(actix::System, std::thread::JoinHandle<()>)>>,
@@ -428,6 +431,10 @@ impl Prepared {
         Cellvisor {
             supervisor,
             request_locks: Mutex::new(HashMap::new()),
+            requests: Arc::new(request_book(
+                &self.initial_config,
+                self.base.snapshots.as_ref(),
+            )),
             own_thread: Mutex::new(own_thread),
             python_env: Mutex::new(python_worker_env(&self.initial_config)),
             python_choices: crate::python_choice::ChoiceCache::default(),
@@ -457,6 +464,23 @@ impl Prepared {
             watchers: watch::Watchers::default(),
         }
     }
+}
+
+/// The book of remembered requests: kept beside the snapshots when snapshots are on, so a
+/// restart or a move to another node keeps them; in memory otherwise.
+fn request_book(
+    config: &Config,
+    snapshots: Option<&Arc<crate::snapshots::SnapshotStore>>,
+) -> crate::once::RequestBook {
+    let log = snapshots
+        .filter(|_| config.snapshots.when != cellvisor_config::SnapshotWhen::Never)
+        .map(|store| {
+            Arc::new(crate::once::file::FileRequestLog::new(
+                Arc::clone(store),
+                config.daemon.request_memory,
+            )) as Arc<dyn crate::once::file::RequestLog>
+        });
+    crate::once::RequestBook::new(config.daemon.request_memory, log)
 }
 
 /// The environment of a Python worker under `config` (the daemon's own environment, as

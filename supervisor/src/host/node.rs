@@ -3,7 +3,8 @@
 
 use super::{Cellvisor, RequestError};
 use crate::supervisor::{
-    Admit, GaugesQuery, HealthCheck, HoldsSession, ReadinessCheck, SetDraining, WaitNoSessions,
+    Admit, GaugesQuery, HealthCheck, HoldsSession, ReadinessCheck, RenewLeases, SetDraining,
+    WaitNoSessions,
 };
 use cellvisor_config::Config;
 use std::sync::atomic::Ordering;
@@ -182,7 +183,12 @@ impl Cellvisor {
         if leases.holds(session) {
             return Ok(());
         }
-        match leases.holder(session) {
+        let (book, name) = (leases.clone(), session.to_string());
+        let holder = tokio::task::spawn_blocking(move || book.holder(&name))
+            .await
+            .ok()
+            .flatten();
+        match holder {
             Some((node, retry_after)) if node != self.node => Err(RequestError::LeasedElsewhere {
                 session: session.to_string(),
                 node,
@@ -207,6 +213,14 @@ impl Cellvisor {
         if leased && !resume {
             return Ok(());
         }
+        if let (false, Some(book)) = (leased, &self.leases) {
+            // Off the event loop: an etcd lease is a round trip or two.
+            let (book, name) = (book.clone(), session.to_string());
+            tokio::task::spawn_blocking(move || book.acquire(&name))
+                .await
+                .map_err(|_| RequestError::Stopped)?
+                .map_err(super::lease_refusal)?;
+        }
         self.supervisor
             .send(Admit {
                 session: session.clone(),
@@ -214,6 +228,48 @@ impl Cellvisor {
             })
             .await
             .map_err(|_| RequestError::Stopped)?
+    }
+
+    /// Before a request's cells run (its turn on the session come): this node must still be
+    /// able to prove it holds the session's lease. One that cannot (a keep-alive older than
+    /// the lease's time to live, after a pause) stops the session here without saving, lets
+    /// the lease go and answers `LEASED_ELSEWHERE`, so the router retries, and the session
+    /// is served from its committed state. A lease lost while the request waited is taken
+    /// again (or its holder named).
+    pub(super) async fn prove_lease(
+        &self,
+        session: &crate::names::SessionName,
+    ) -> Result<(), RequestError> {
+        let Some(book) = &self.leases else {
+            return Ok(());
+        };
+        if session.is_throwaway() || book.provable(session) {
+            return Ok(());
+        }
+        if !book.holds(session) {
+            return self.admit(session, false).await;
+        }
+        tracing::warn!(%session, "cannot prove the lease: the session stops here");
+        let _ = self.supervisor.send(RenewLeases).await;
+        let (book, name) = (book.clone(), session.to_string());
+        let holder = tokio::task::spawn_blocking(move || book.holder(&name))
+            .await
+            .ok()
+            .flatten();
+        let (node, retry_after) =
+            holder.unwrap_or_else(|| ("none".to_string(), Duration::from_millis(100)));
+        Err(RequestError::LeasedElsewhere {
+            session: session.to_string(),
+            node,
+            retry_after,
+        })
+    }
+
+    /// Whether a later cell of a request may still run: its node must still prove the lease.
+    pub(super) fn lease_still_provable(&self, session: &crate::names::SessionName) -> bool {
+        self.leases
+            .as_ref()
+            .is_none_or(|book| session.is_throwaway() || book.provable(session))
     }
 
     /// While draining, refuses a request for a session this node does not hold in any

@@ -82,6 +82,9 @@ pub(super) fn validate_session_name(name: &str) -> Result<SessionName, RequestEr
 pub(super) fn validate(request: &EvalRequest, cells: &CellsConfig) -> Result<(), RequestError> {
     let max_cells = cells.max_cells_per_request;
     validate_session_name(&request.session)?;
+    if let Some(id) = &request.request_id {
+        cellvisor_client::once::check_request_id(id)?;
+    }
     if request.cells.is_empty() {
         return Err(RequestError::NoCells);
     }

@@ -195,7 +195,9 @@ pub(super) fn open_snapshots(config: &Config) -> Result<Option<Arc<SnapshotStore
     let key_file = config.snapshots.key_file.as_deref();
     match SnapshotStore::open(&dir, key_file, &super::node::node_name(config)) {
         Ok(store) => Ok(Some(Arc::new(store))),
-        Err(err) if key_file.is_some() || config.fleet.leases => Err(StartupError::Snapshots(err)),
+        Err(err) if key_file.is_some() || config.fleet.leases.is_on() => {
+            Err(StartupError::Snapshots(err))
+        }
         Err(err) => {
             tracing::warn!("snapshots are off: {err}");
             Ok(None)
@@ -203,15 +205,39 @@ pub(super) fn open_snapshots(config: &Config) -> Result<Option<Arc<SnapshotStore
     }
 }
 
+/// How long a node waits at start for an etcd member to answer.
+const ETCD_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The lease book of a fleet's node (`fleet.leases`), in the snapshot directory.
 pub(super) fn open_leases(
     config: &Config,
     snapshots: Option<&SnapshotStore>,
 ) -> Result<Option<Arc<crate::fleet::LeaseBook>>, StartupError> {
-    let Some(store) = snapshots.filter(|_| config.fleet.leases) else {
+    let Some(store) = snapshots.filter(|_| config.fleet.leases.is_on()) else {
         return Ok(None);
     };
-    let dir = crate::fleet::LeaseDir::open(store.root(), store.node(), config.fleet.lease_ttl)
+    let fleet = &config.fleet;
+    if fleet.leases == cellvisor_config::schema::LeaseStore::Etcd {
+        let settings = crate::fleet::etcd::EtcdSettings {
+            endpoints: fleet.etcd_endpoints.clone(),
+            ca_file: fleet.etcd_ca_file.clone(),
+            cert_file: fleet.etcd_cert_file.clone(),
+            key_file: fleet.etcd_key_file.clone(),
+            user: fleet.etcd_user.clone(),
+            password_file: fleet.etcd_password_file.clone(),
+        };
+        let etcd = crate::fleet::etcd::EtcdLeases::connect(
+            &settings,
+            store.node(),
+            fleet.lease_ttl,
+            ETCD_CONNECT_TIMEOUT,
+        )
+        .map_err(StartupError::Leases)?;
+        let etcd = Arc::new(etcd);
+        store.fence(etcd.clone());
+        return Ok(Some(Arc::new(crate::fleet::LeaseBook::with_backend(etcd))));
+    }
+    let dir = crate::fleet::LeaseDir::open(store.root(), store.node(), fleet.lease_ttl)
         .map_err(StartupError::Leases)?;
     Ok(Some(Arc::new(crate::fleet::LeaseBook::new(dir))))
 }

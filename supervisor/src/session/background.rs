@@ -159,6 +159,7 @@ impl Session {
             processes_ended: None,
             usage: None,
             out_of_memory: None,
+            saved: None,
         };
         let result = result_of(running, outcome.clone());
         Some((outcome, result))

@@ -96,14 +96,20 @@ impl Handler<CellFinished> for Session {
             processes_ended: (msg.processes_ended > 0).then_some(msg.processes_ended),
             usage: Some(usage),
             out_of_memory,
+            saved: None,
         };
         self.count_cell(&outcome);
-        self.deliver_final(running, outcome);
         self.cells_since_snapshot += 1;
-        if !self.replace_if_out_of_descriptors(msg.descriptors, ctx)
+        let held = super::saved::HeldCell::new(running, outcome);
+        let unsaved = if !self.replace_if_out_of_descriptors(msg.descriptors, ctx)
             && status == CellStatus::Complete
         {
-            self.save_after_cell(ctx);
+            self.save_after_cell(ctx, held)
+        } else {
+            Some(held)
+        };
+        if let Some(held) = unsaved {
+            self.deliver_unsaved(held);
         }
         self.pump(ctx);
     }

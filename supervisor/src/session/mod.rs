@@ -22,12 +22,15 @@
 //! - `link`: the tasks on the worker's connection.
 //! - `state`: state tasks: saves before planned stops and after cells, the restore before
 //!   the next cell, a host's checkpoints and `names`.
+//! - `fenced`: in etcd mode, those saves as immutable blobs behind fenced pointers.
+//! - `saved`: a cell's answer held for its `every-cell` save, which it then tells.
 //! - `QueryStatus` is answered here, from the actor's state.
 //! - [`CellReport`] (from the client crate): what a session reports for one cell.
 
 mod background;
 mod cells;
 mod descriptors;
+mod fenced;
 mod files;
 pub mod kernel_oom;
 pub(crate) mod link;
@@ -36,6 +39,7 @@ pub mod messages;
 pub mod observation;
 pub mod outcome;
 pub mod policy;
+mod saved;
 pub mod state;
 #[cfg(test)]
 mod tests;
@@ -260,6 +264,7 @@ impl Running {
             processes_ended: None,
             usage: Some(usage),
             out_of_memory: None,
+            saved: None,
         }
     }
 

@@ -60,8 +60,9 @@ pub enum StatePurpose {
     Restore { cells_since: u64 },
     /// Saved before the worker stops.
     BeforeStop(AfterSave, SaveReason),
-    /// Saved after a successful cell (`every-cell`).
-    AfterCell,
+    /// Saved after a successful cell (`every-cell`); that cell's answer waits for the save,
+    /// so it can say whether its state was saved.
+    AfterCell(Option<Box<super::saved::HeldCell>>),
 }
 
 /// What a save before a stop is followed by.
@@ -112,20 +113,27 @@ impl Session {
         self.running.as_ref().is_some_and(|r| {
             matches!(
                 r.job.state.as_ref().map(|s| &s.purpose),
-                Some(StatePurpose::BeforeStop(..) | StatePurpose::AfterCell)
+                Some(StatePurpose::BeforeStop(..) | StatePurpose::AfterCell(_))
             )
         })
     }
 
     /// After a successful cell under `every-cell`: saves the namespace now, before the next
-    /// cell (which waits for it); the cell's result has gone already.
-    pub(super) fn save_after_cell(&mut self, ctx: &mut Context<Self>) {
+    /// cell (which waits for it) and before the cell's answer, which then says whether its
+    /// state was saved. Hands the cell back when no save runs (the caller answers it).
+    pub(super) fn save_after_cell(
+        &mut self,
+        ctx: &mut Context<Self>,
+        held: super::saved::HeldCell,
+    ) -> Option<super::saved::HeldCell> {
         if self.is_closing() || !policy::saves(self.config.snapshots.when, SaveReason::AfterCell) {
-            return;
+            return Some(held);
         }
-        if let Some(task) = self.save_task(SaveReason::AfterCell, None) {
-            self.run_own_task(ctx, task, StatePurpose::AfterCell);
-        }
+        let Some(task) = self.save_task(SaveReason::AfterCell, None) else {
+            return Some(held);
+        };
+        self.run_own_task(ctx, task, StatePurpose::AfterCell(Some(Box::new(held))));
+        None
     }
 
     /// Restores the latest snapshot before the next cell, if one is due. True: it runs.
@@ -133,17 +141,21 @@ impl Session {
         if !matches!(self.worker, Worker::Ready { .. }) || self.running.is_some() {
             return false;
         }
-        let (Some(cells_since), Some(store)) = (self.restore_due.take(), self.snapshots.clone())
-        else {
+        let Some(cells_since) = self.restore_due.take() else {
             return false;
         };
-        let task = StateTask::Load(Box::new(LoadOrder {
-            path: store.latest(&self.key).display().to_string(),
-            key: store.session_key(&self.key),
-            replace: false,
-        }));
-        self.run_own_task(ctx, task, StatePurpose::Restore { cells_since });
-        true
+        match self.latest_restore_task() {
+            Ok(Some(task)) => {
+                self.run_own_task(ctx, task, StatePurpose::Restore { cells_since });
+                true
+            }
+            Ok(None) => false,
+            Err(refusal) => {
+                tracing::warn!(session = %self.key, "snapshot not restored: {refusal}");
+                self.add_notice(format!("state not restored: {refusal}"));
+                false
+            }
+        }
     }
 
     /// The order to save the namespace to the checkpoint `name`, or to the latest snapshot.
@@ -155,7 +167,7 @@ impl Session {
         }
         let path = match name {
             Some(name) => store.checkpoint(&self.key, name),
-            None => store.latest(&self.key),
+            None => self.latest_save_path()?,
         };
         Some(StateTask::Save(Box::new(SaveOrder {
             path: path.display().to_string(),
@@ -204,13 +216,24 @@ impl Session {
                 let _ = reply.send(report);
             }
             StatePurpose::Restore { cells_since } => self.restored(report, cells_since),
-            StatePurpose::AfterCell => {
-                match report {
-                    StateReport::Saved { .. } => self.cells_since_snapshot = 0,
-                    StateReport::Refused(refusal) => {
-                        tracing::warn!(session = %self.key, "snapshot after cell not written: {}", policy::describe(&refusal));
+            StatePurpose::AfterCell(held) => {
+                let saved = match report {
+                    StateReport::Saved { .. } => {
+                        self.cells_since_snapshot = 0;
+                        self.commit_saved(ctx, job.task.as_ref());
+                        super::saved::written()
                     }
-                    _ => {}
+                    StateReport::Refused(refusal) => {
+                        let why = policy::describe(&refusal);
+                        tracing::warn!(session = %self.key, "snapshot after cell not written: {why}");
+                        super::saved::not_written(why)
+                    }
+                    _ => super::saved::not_written(
+                        "the worker answered the save with no report".into(),
+                    ),
+                };
+                if let Some(held) = held {
+                    self.deliver_held(*held, saved);
                 }
                 // The workspace too, so a node's crash loses only what the last cell did;
                 // a close that came during the save waited for both.
@@ -222,7 +245,10 @@ impl Session {
             }
             StatePurpose::BeforeStop(then, reason) => {
                 let fate = match report {
-                    StateReport::Saved { .. } => SnapshotFate::Saved,
+                    StateReport::Saved { .. } => {
+                        self.commit_saved(ctx, job.task.as_ref());
+                        SnapshotFate::Saved
+                    }
                     StateReport::Refused(refusal) => {
                         tracing::warn!(session = %self.key, "snapshot before stop not written: {}", policy::describe(&refusal));
                         SnapshotFate::Refused(refusal)
@@ -253,7 +279,12 @@ impl Session {
                 // Never again from this snapshot: it may be what ends the worker.
                 self.add_notice(policy::restore_failed_notice(&refusal));
             }
-            StatePurpose::AfterCell => {}
+            StatePurpose::AfterCell(held) => {
+                if let Some(held) = held {
+                    let why = format!("the worker ended during the save: {loss}");
+                    self.deliver_held(*held, super::saved::not_written(why));
+                }
+            }
             StatePurpose::BeforeStop(AfterSave::Close, _) => {
                 self.stop_fate = SnapshotFate::Refused(refusal);
             }
@@ -364,6 +395,9 @@ impl Session {
     /// Python or sandbox), or it was refused.
     pub(super) fn delete_latest(&mut self) {
         self.restore_due = None;
+        if self.forget_fenced() {
+            return;
+        }
         if let Some(store) = &self.snapshots {
             let latest = store.latest(&self.key);
             if let Err(err) = std::fs::remove_file(&latest) {

@@ -399,6 +399,7 @@ impl Session {
     /// "forget".
     pub(super) fn forget_state(&mut self) {
         self.restore_due = None;
+        self.forget_fenced();
         if let Some(store) = &self.snapshots {
             if let Err(err) = store.forget(&self.key.session, Some(self.key.language)) {
                 tracing::warn!(session = %self.key, "cannot delete the session's snapshots: {err}");

@@ -58,7 +58,8 @@ pub fn to_delete(
 }
 
 /// Every snapshot file under `root` (`<session>/<lang>/latest.snap`,
-/// `<session>/<lang>/checkpoints/*.snap`, and temporaries beside them).
+/// `<session>/<lang>/checkpoints/*.snap`, etcd mode's `<session>/<lang>/blobs/*.snap`, and
+/// temporaries beside them).
 pub fn list(root: &Path) -> Vec<SnapshotFile> {
     let mut files = Vec::new();
     let dirs = |dir: &Path| -> Vec<PathBuf> {
@@ -76,6 +77,7 @@ pub fn list(root: &Path) -> Vec<SnapshotFile> {
         for language in dirs(&session) {
             collect(&language, &mut files);
             collect(&language.join("checkpoints"), &mut files);
+            collect(&language.join(crate::fleet::pointer::BLOBS_DIR), &mut files);
         }
     }
     files

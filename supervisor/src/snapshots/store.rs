@@ -34,6 +34,8 @@ const CHECKPOINTS: &str = "checkpoints";
 const SUFFIX: &str = ".snap";
 /// The directory of a session's recorded workspaces (no language's short name).
 const WORKSPACE: &str = "workspace";
+/// The file of a session's remembered requests (no language's short name either).
+const REQUESTS: &str = "requests.mem";
 /// The longest checkpoint name.
 pub const MAX_CHECKPOINT_NAME: usize = 64;
 
@@ -44,6 +46,9 @@ pub struct SnapshotStore {
     key: Vec<u8>,
     /// This node's name, written into every snapshot for the ledger.
     node: String,
+    /// In etcd mode, where the current snapshots are named (`fleet::etcd`): latest snapshots
+    /// are then immutable blobs behind fenced pointers, not `latest.snap`.
+    fenced: std::sync::OnceLock<std::sync::Arc<crate::fleet::etcd::EtcdLeases>>,
 }
 
 /// Why the snapshot directory cannot be used.
@@ -102,7 +107,25 @@ impl SnapshotStore {
             root: root.to_path_buf(),
             key,
             node: node.to_string(),
+            fenced: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Puts the latest snapshots behind `etcd`'s fenced pointers (etcd mode).
+    pub fn fence(&self, etcd: std::sync::Arc<crate::fleet::etcd::EtcdLeases>) {
+        let _ = self.fenced.set(etcd);
+    }
+
+    /// The fenced pointers, in etcd mode.
+    pub fn fenced(&self) -> Option<&std::sync::Arc<crate::fleet::etcd::EtcdLeases>> {
+        self.fenced.get()
+    }
+
+    /// The blob `name` of `key` (etcd mode).
+    pub fn blob(&self, key: &SessionKey, name: &str) -> PathBuf {
+        self.dir(key)
+            .join(crate::fleet::pointer::BLOBS_DIR)
+            .join(name)
     }
 
     /// This node's name, as its snapshots record it.
@@ -132,6 +155,9 @@ impl SnapshotStore {
         private_dir(&self.session_root(&key.session))?;
         private_dir(&dir)?;
         private_dir(&dir.join(CHECKPOINTS))?;
+        if self.fenced().is_some() {
+            private_dir(&dir.join(crate::fleet::pointer::BLOBS_DIR))?;
+        }
         Ok(dir)
     }
 
@@ -140,9 +166,13 @@ impl SnapshotStore {
         self.dir(key).join(LATEST)
     }
 
-    /// Whether `key` has a latest snapshot.
+    /// Whether `key` has a latest snapshot (in etcd mode: a pointer, read when this node
+    /// took the session's lease).
     pub fn has_latest(&self, key: &SessionKey) -> bool {
-        self.latest(key).is_file()
+        match self.fenced() {
+            Some(etcd) => etcd.pointer(&key.session, key.language).is_some(),
+            None => self.latest(key).is_file(),
+        }
     }
 
     /// The file of checkpoint `name` (already checked by [`check_checkpoint_name`]).
@@ -165,6 +195,22 @@ impl SnapshotStore {
             derive_for(&self.key, session, WORKSPACE),
             &self.node,
         )
+    }
+
+    /// The file that remembers `session`'s recent request ids and their answers
+    /// (`<dir>/<session>/requests.mem`), beside its snapshots, and the key that signs it.
+    pub fn requests(&self, session: &SessionName) -> (PathBuf, Vec<u8>) {
+        (
+            self.session_root(session).join(REQUESTS),
+            derive_for(&self.key, session, REQUESTS),
+        )
+    }
+
+    /// Creates `session`'s directory (0700), for a file of the session's own.
+    pub fn prepare_session(&self, session: &SessionName) -> std::io::Result<PathBuf> {
+        let root = self.session_root(session);
+        private_dir(&root)?;
+        Ok(root)
     }
 
     /// The recorded workspaces of every session that has some (for the sweep).

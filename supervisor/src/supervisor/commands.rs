@@ -30,6 +30,11 @@ impl Handler<Control> for Supervisor {
                 if let Err(err) = store.forget(&msg.session, msg.language) {
                     tracing::warn!(session = %msg.session, "cannot delete the session's snapshots: {err}");
                 }
+                if let Some(etcd) = store.fenced() {
+                    for language in msg.language.map_or(Language::ALL.to_vec(), |l| vec![l]) {
+                        etcd.forget(&msg.session, language);
+                    }
+                }
             }
         }
         if matches!(msg.action, ControlAction::Close | ControlAction::Discard) {

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 fn fleet_rig() -> Rig {
     Rig::start_with(true, |c| {
-        c.fleet.leases = true;
+        c.fleet.leases = cellvisor_config::schema::LeaseStore::File;
         c.fleet.lease_ttl = Duration::from_secs(30);
     })
 }

@@ -4,7 +4,6 @@
 
 use super::messages::{Admit, RenewLeases};
 use super::Supervisor;
-use crate::fleet::LeaseError;
 use crate::host::RequestError;
 use crate::names::SessionName;
 use crate::session::CloseSession;
@@ -58,18 +57,7 @@ impl Supervisor {
         if session.is_throwaway() {
             return Ok(());
         }
-        leases.acquire(session).map_err(|err| match err {
-            LeaseError::HeldBy {
-                session,
-                node,
-                expires_in,
-            } => RequestError::LeasedElsewhere {
-                session,
-                node,
-                retry_after: expires_in,
-            },
-            other => RequestError::Lease(other.to_string()),
-        })
+        leases.acquire(session).map_err(crate::host::lease_refusal)
     }
 
     /// Gives `session`'s lease up once nothing here uses it (its last worker stopped and

@@ -53,7 +53,7 @@ impl Rig {
         });
         let mut config = fast_config();
         configure(&mut config);
-        let leases = config.fleet.leases.then(|| {
+        let leases = config.fleet.leases.is_on().then(|| {
             let dir = crate::fleet::LeaseDir::open(
                 &dir.path().join("snapshots"),
                 "node-a",

@@ -73,8 +73,12 @@ impl Supervisor {
         own.extend(workspace.map(|w| w.dir().to_path_buf()));
         let mut create = Vec::new();
         let mut traversable = Vec::new();
-        if let Some(dir) = self.base.snapshots.as_ref().map(|store| store.dir(key)) {
+        if let Some(store) = self.base.snapshots.as_ref() {
+            let dir = store.dir(key);
             create.push(dir.join("checkpoints"));
+            if store.fenced().is_some() {
+                create.push(dir.join(crate::fleet::pointer::BLOBS_DIR));
+            }
             traversable.extend(dir.parent().map(Path::to_path_buf));
             own.push(dir);
         }

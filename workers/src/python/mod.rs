@@ -592,3 +592,5 @@ fn random_token() -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod zygote_constants_tests;

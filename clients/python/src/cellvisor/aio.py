@@ -11,14 +11,15 @@ import collections
 import inspect
 import json
 import time
-from typing import Any, AsyncIterator, Deque, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import (Any, AsyncIterator, Awaitable, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Set, Tuple,
+                    Union)
 
 from . import daemon as daemons
 from . import files
 from . import wire
 from .aio_transport import AsyncTransport, open_unix, open_websocket
-from .errors import (ConnectionClosed, DaemonNotRunning, ProtocolError, ResponseTimeout, RpcError, Unresponsive,
-                     rpc_error)
+from .errors import (ConnectError, ConnectionClosed, DaemonNotRunning, ProtocolError, ResponseTimeout, RpcError,
+                     Unresponsive, rpc_error)
 from .websocket import read_token
 from .wire import Cell, CellResult, EvalResult, Event, EventHandler, ToolHandler, Tools
 
@@ -44,6 +45,12 @@ class AsyncClient:
         self._tasks: Set["asyncio.Future[Any]"] = set()
         self._broken: Optional[BaseException] = None
         self._reader = asyncio.ensure_future(self._read_loop())
+        #: How `connect` made the transport, to make another after a lost connection
+        #: (None: a client built on a transport of the caller's).
+        self._open: Optional[Callable[[], Awaitable[AsyncTransport]]] = None
+        #: How many times `eval` is sent again, with the same request_id, after a lost
+        #: connection (0: never).
+        self.retries = wire.RETRIES
 
     @classmethod
     async def connect(cls, socket: Optional[str] = None, url: Optional[str] = None, token: Optional[str] = None,
@@ -59,10 +66,13 @@ class AsyncClient:
         if url is not None:
             token, source = read_token(token, token_file)
             client = cls(await open_websocket(url, token, source, cafile, session, timeout), timeout, session)
+            client._open = lambda: open_websocket(url, token, source, cafile, session, timeout)
             return await client._healthy(within, url)
         path = socket or daemons.default_socket()
         try:
-            return await cls(await open_unix(path, timeout), timeout, session)._healthy(within, path)
+            client = cls(await open_unix(path, timeout), timeout, session)
+            client._open = lambda: open_unix(path, timeout)
+            return await client._healthy(within, path)
         except DaemonNotRunning:
             if not autostart:
                 raise
@@ -76,6 +86,7 @@ class AsyncClient:
                 await asyncio.sleep(0.02)
                 continue
             client.started = started
+            client._open = lambda: open_unix(path, timeout)
             return await client._healthy(within, path)
 
     async def _healthy(self, within: float, where: str) -> "AsyncClient":
@@ -230,10 +241,43 @@ class AsyncClient:
                    language: Optional[str] = None, tools: Optional[Tools] = None,
                    on_event: Optional[EventHandler] = None, response_timeout: Optional[float] = _UNSET,
                    **options: Any) -> EvalResult:
-        """As `Client.eval`; `on_event` and the tools' functions may be coroutine functions."""
+        """As `Client.eval` (a fresh request_id unless given, sent again with it after a lost
+        connection); `on_event` and the tools' functions may be coroutine functions."""
         params, handlers = wire.eval_params(cells, session=self._session(session), language=language, tools=tools,
                                             options=options)
-        return await self.call("eval", params, on_event, handlers, response_timeout=response_timeout)  # type: ignore
+        params = wire.with_request_id(params)
+        attempt = 0
+        while True:
+            try:
+                return await self.call("eval", params, on_event, handlers,  # type: ignore[no-any-return]
+                                       response_timeout=response_timeout)
+            except (ConnectionClosed, BrokenPipeError, ConnectionResetError) as lost:
+                attempt = await self._reconnect_after_loss(attempt, lost)
+
+    async def _reconnect_after_loss(self, attempt: int, lost: BaseException) -> int:
+        """After a lost connection: connects again as `connect` did (waiting a little
+        longer each time) and answers the attempts used; raises the loss once `retries` are
+        spent (or when this client cannot connect again)."""
+        while self._open is not None and attempt < self.retries:
+            attempt += 1
+            await asyncio.sleep(wire.backoff(attempt))
+            try:
+                transport = await self._open()
+            except (ConnectError, OSError):
+                continue
+            await self.transport.close()
+            self._reader.cancel()
+            try:
+                await self._reader
+            except (asyncio.CancelledError, Exception):
+                pass
+            self.transport = transport
+            self._broken = None
+            self._pending.clear()
+            self._handlers.clear()
+            self._reader = asyncio.ensure_future(self._read_loop())
+            return attempt
+        raise lost
 
     async def eval_stream(self, cells: Union[str, Cell, Sequence[Cell]], *, session: Optional[str] = None,
                           language: Optional[str] = None, tools: Optional[Tools] = None,

@@ -17,8 +17,8 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional
 from . import daemon as daemons
 from . import files
 from . import wire
-from .errors import (ConnectionClosed, DaemonNotRunning, ProtocolError, ResponseTimeout, RpcError, Unresponsive,
-                     rpc_error)
+from .errors import (ConnectError, ConnectionClosed, DaemonNotRunning, ProtocolError, ResponseTimeout, RpcError,
+                     Unresponsive, rpc_error)
 from .transport import UnixTransport, WebSocketTransport
 from .websocket import read_token
 from .wire import Cell, CellResult, EvalResult, Event, EventHandler, ToolHandler, Tools
@@ -45,10 +45,16 @@ class Client:
         self.transport: Union[UnixTransport, WebSocketTransport]
         if url is None:
             assert socket is not None
-            self.transport = UnixTransport(socket, timeout)
+            path = socket
+            self._open: Callable[[], Union[UnixTransport, WebSocketTransport]] = \
+                lambda: UnixTransport(path, timeout)
         else:
             token, source = read_token(token, token_file)
-            self.transport = WebSocketTransport(url, token, source, cafile, session, timeout)
+            self._open = lambda: WebSocketTransport(url, token, source, cafile, session, timeout)
+        self.transport = self._open()
+        #: How many times `eval` is sent again, with the same request_id, after a lost
+        #: connection (0: never).
+        self.retries = wire.RETRIES
         self.timeout = timeout
         self.session = session
         #: The daemon `connect(autostart=True)` started (None: one was already running).
@@ -267,10 +273,40 @@ class Client:
         of `language`) in `session` and returns the request's result. `tools` are offered
         to the cells and answered here; `on_event` gets each streamed event. `options` are
         the request's other fields: cwd, virtual_env, env, fresh, sandbox, timeout (the
-        cells' own, in seconds), reset, events (which notifications the daemon streams)."""
+        cells' own, in seconds), reset, events (which notifications the daemon streams),
+        request_id (default: a fresh one). When the connection is lost before the answer,
+        the request is sent again with the same request_id on a new connection, at most
+        `retries` times: the daemon runs it once, and the retry gets its answer."""
         params, handlers = wire.eval_params(cells, session=self._session(session), language=language, tools=tools,
                                             options=options)
-        return self.call("eval", params, on_event, handlers, response_timeout=response_timeout)  # type: ignore
+        params = wire.with_request_id(params)
+        attempt = 0
+        while True:
+            try:
+                return self.call("eval", params, on_event, handlers, response_timeout=response_timeout)  # type: ignore
+            except (ConnectionClosed, BrokenPipeError, ConnectionResetError) as lost:
+                attempt = self._reconnect_after_loss(attempt, lost)
+
+    def _reconnect_after_loss(self, attempt: int, lost: BaseException) -> int:
+        """After a lost connection: connects again as this client first did (waiting a
+        little longer each time) and answers the attempts used; re-raises the loss once
+        `retries` are spent."""
+        while attempt < self.retries:
+            attempt += 1
+            time.sleep(wire.backoff(attempt))
+            try:
+                transport = self._open()
+            except (ConnectError, OSError):
+                continue
+            with self._write, self._cond:
+                self.transport.close()
+                self.transport = transport
+                self._broken = None
+                self._answers.clear()
+                self._pending.clear()
+                self._handlers.clear()
+            return attempt
+        raise lost
 
     def eval_stream(self, cells: Union[str, Cell, Sequence[Cell]], *, session: Optional[str] = None,
                     language: Optional[str] = None, tools: Optional[Tools] = None,

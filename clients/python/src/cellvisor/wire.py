@@ -5,6 +5,7 @@ of the Unix socket's byte stream into lines (docs/protocol.md)."""
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -154,6 +155,23 @@ def eval_params(cells: Union[str, Cell, Sequence[Cell]], *, session: Optional[st
     declared, handlers = split_tools(tools)
     params = drop_none({"session": session, "cells": cells_of(cells, language), "tools": declared, **options})
     return params, handlers
+
+
+def with_request_id(params: Dict[str, Any]) -> Dict[str, Any]:
+    """`eval` params with a `request_id`: the caller's, or a fresh one (128 random bits in
+    hex). The daemon runs an id once, so a retry after a lost connection is safe."""
+    if params.get("request_id") is None:
+        params["request_id"] = secrets.token_hex(16)
+    return params
+
+
+#: How many times `eval` is sent again (with its request_id) after a lost connection.
+RETRIES = 3
+
+
+def backoff(attempt: int) -> float:
+    """Seconds to wait before retry `attempt` (from 1): 0.1, 0.2, 0.4, ..."""
+    return 0.1 * 2 ** min(max(attempt - 1, 0), 6)
 
 
 def one_cell(code: str, language: str, options: Mapping[str, Any]) -> Cell:

@@ -5,19 +5,17 @@
 use super::super::super::admission::Ask;
 use super::super::super::{lock, tenancy, Daemon};
 use super::super::tenants::Tenant;
-use super::history::History;
-use crate::jupyter::mapping::{self, Failure};
+use crate::jupyter::history::History;
+use crate::jupyter::mapping;
 use crate::jupyter::message::{Outgoing, Request};
-use crate::jupyter::outputs::CellOutputs;
-use crate::jupyter::snippets;
+use crate::jupyter::traceback::{self, Outputs};
+use crate::jupyter::{shell, snippets};
 use cellvisor::cell::{CellEvent, CellResult, CellSpec, EvalRequest};
 use cellvisor::{Language, SessionRef};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, mpsc, watch};
-
-mod relay;
 
 /// iopub messages a slow client may fall behind by before it misses the oldest.
 const IOPUB_BACKLOG: usize = 1024;
@@ -36,10 +34,10 @@ pub(super) struct Job {
 
 /// What a kernel shows of itself in the REST model and `execution_state`.
 #[derive(Debug)]
-struct State {
-    execution_count: u64,
+pub(super) struct State {
+    pub(super) execution_count: u64,
     /// The cells run, for `history_request`.
-    history: History,
+    pub(super) history: History,
     last_activity: String,
     busy: bool,
     /// A cell of this kernel or of another host is running: an interrupt has something to
@@ -64,12 +62,12 @@ pub(super) struct Kernel {
     pub(super) internal: String,
     pub(super) language: Language,
     /// The tag of this kernel's own requests, so its relay skips them.
-    origin: u64,
+    pub(super) origin: u64,
     /// The `session` of the headers this kernel writes.
     header_session: String,
     iopub: broadcast::Sender<Frame>,
     shell: mpsc::Sender<Job>,
-    state: Mutex<State>,
+    pub(super) state: Mutex<State>,
     pub(super) connections: AtomicUsize,
     /// Held while an interrupt checks and stops the running cell, and while a cell is
     /// marked as running or not: an interrupt never reaches the cell queued after.
@@ -115,7 +113,7 @@ impl Kernel {
         });
         let watched = daemon.cv.watch(&kernel.internal);
         tokio::spawn(shell_loop(Arc::clone(daemon), Arc::clone(&kernel), jobs));
-        tokio::spawn(relay::relay(Arc::clone(&kernel), watched));
+        tokio::spawn(super::relay::relay(Arc::clone(&kernel), watched));
         kernel
     }
 
@@ -168,12 +166,20 @@ impl Kernel {
         let _ = self.iopub.send(self.frame(&message));
     }
 
+    /// Messages (type and content) caused by the request whose header is `parent`, to every
+    /// connected client.
+    pub(super) fn publish_all(&self, parent: &Value, messages: Vec<traceback::Message>) {
+        for (msg_type, content) in messages {
+            self.publish(Outgoing::new("iopub", msg_type, parent, content));
+        }
+    }
+
     /// A message written for this kernel.
     pub(super) fn frame(&self, message: &Outgoing) -> Frame {
         message.to_json(&self.header_session).to_string().into()
     }
 
-    fn status(&self, parent: &Value, state: &str) {
+    pub(super) fn status(&self, parent: &Value, state: &str) {
         lock(&self.state).busy = state == "busy";
         self.publish(Outgoing::new(
             "iopub",
@@ -194,7 +200,7 @@ impl Kernel {
         matches!(daemon.cv.interrupt(session, Some(self.language)).await, Ok(n) if n > 0)
     }
 
-    async fn set_running(&self, running: bool) {
+    pub(super) async fn set_running(&self, running: bool) {
         let _turn = self.turn.lock().await;
         lock(&self.state).running = running;
     }
@@ -251,6 +257,7 @@ impl Kernel {
             timeout: None,
             reset: false,
             events: Default::default(),
+            request_id: None,
         };
         // Admitted as any request that may start a session, its place held until answered.
         let ask = Ask::Session(self.internal.clone());
@@ -325,25 +332,6 @@ async fn handle(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
             let stop_on_error = content["stop_on_error"].as_bool().unwrap_or(true);
             failed = execute(daemon, kernel, job).await && stop_on_error;
         }
-        "kernel_info_request" => {
-            reply(
-                kernel,
-                job,
-                "kernel_info_reply",
-                mapping::kernel_info(kernel.language),
-            )
-            .await
-        }
-        "is_complete_request" => {
-            let code = content["code"].as_str().unwrap_or_default();
-            reply(
-                kernel,
-                job,
-                "is_complete_reply",
-                mapping::is_complete(kernel.language, code),
-            )
-            .await
-        }
         "complete_request" => {
             let answer = complete(daemon, kernel, content).await;
             reply(kernel, job, "complete_reply", answer).await
@@ -352,42 +340,26 @@ async fn handle(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
             let answer = inspect(daemon, kernel, content).await;
             reply(kernel, job, "inspect_reply", answer).await
         }
-        "history_request" => {
-            let history = lock(&kernel.state).history.reply();
-            reply(
-                kernel,
-                job,
-                "history_reply",
-                json!({"status": "ok", "history": history}),
-            )
-            .await
-        }
-        "comm_info_request" => {
-            reply(
-                kernel,
-                job,
-                "comm_info_reply",
-                json!({"status": "ok", "comms": {}}),
-            )
-            .await
-        }
         other => {
-            let reply_type = format!("{}_reply", other.trim_end_matches("_request"));
-            let error = json!({
-                "status": "error", "ename": "UnsupportedRequest",
-                "evalue": format!("{other} is not answered by cellvisor's kernels; the shell \
-                    requests are execute, kernel_info, complete, inspect, is_complete, history \
-                    and comm_info"),
-                "traceback": [],
-            });
-            reply(kernel, job, &reply_type, error).await
+            let answer = {
+                let state = lock(&kernel.state);
+                shell::answer(kernel.language, &state.history, other, content)
+            };
+            match answer {
+                Some((reply_type, answer)) => reply(kernel, job, reply_type, answer).await,
+                None => {
+                    let reply_type = mapping::reply_type(other);
+                    reply(kernel, job, &reply_type, mapping::unsupported_reply(other)).await
+                }
+            }
         }
     }
     kernel.status(parent, "idle");
     failed
 }
 
-/// An `execute_request`: its cell, its output on iopub, its reply. Whether it failed.
+/// An `execute_request`: its cell, its output on iopub (a failed cell's report as its
+/// `error`'s traceback), its reply. Whether it failed.
 async fn execute(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
     let parent = &job.request.header;
     let code = job.request.content["code"].as_str().unwrap_or_default();
@@ -417,10 +389,10 @@ async fn execute(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
         tracing::debug!(kernel = %kernel.id, "values not asked for: {why}");
     }
     kernel.set_running(true).await;
+    let mut outputs = Outputs::new(kernel.language);
     let (events, mut stream) = mpsc::channel::<CellEvent>(64);
     let run = kernel.run(daemon, code, Some(events));
     tokio::pin!(run);
-    let mut outputs = CellOutputs::default();
     let outcome = loop {
         tokio::select! {
             biased;
@@ -436,50 +408,24 @@ async fn execute(daemon: &Daemon, kernel: &Kernel, job: &Job) -> bool {
         // A new worker ran the cell: the next cell asks it for its values again.
         lock(&kernel.state).values_asked = false;
     }
-    let (reply_content, failure) = match &outcome {
-        Ok(result) => (
-            mapping::execute_reply(Some(result), count),
-            mapping::failure_of(result),
-        ),
-        Err(refused) => {
-            let failure = Failure {
-                ename: "CellvisorError".into(),
-                evalue: refused.clone(),
-            };
-            let mut content = failure.error_content();
-            content["status"] = "error".into();
-            content["execution_count"] = count.into();
-            (content, Some(failure))
-        }
-    };
-    if let (None, false, Some(result)) = (&failure, silent, outputs.execute_result(count)) {
-        kernel.publish(Outgoing::new("iopub", "execute_result", parent, result));
-    }
-    if let (Some(failure), false) = (&failure, silent) {
-        kernel.publish(Outgoing::new(
-            "iopub",
-            "error",
-            parent,
-            failure.error_content(),
-        ));
+    let (reply_content, failure) = shell::outcome(&outcome, count);
+    if !silent {
+        kernel.publish_all(parent, outputs.finish(failure.as_ref(), count));
     }
     reply(kernel, job, "execute_reply", reply_content).await;
     failure.is_some()
 }
 
-/// Publishes what iopub gets of a cell's event (nothing for a silent request).
+/// A cell's event on iopub, through the cell's `outputs` (which hold an error report back).
 pub(super) fn forward(
     kernel: &Kernel,
     parent: &Value,
-    outputs: &mut CellOutputs,
+    outputs: &mut Outputs,
     event: &CellEvent,
     silent: bool,
 ) {
-    if silent {
-        return;
-    }
-    if let Some((msg_type, content)) = outputs.take(event) {
-        kernel.publish(Outgoing::new("iopub", msg_type, parent, content));
+    if !silent {
+        kernel.publish_all(parent, outputs.event(event));
     }
 }
 
@@ -490,42 +436,15 @@ async fn snippet(daemon: &Daemon, kernel: &Kernel, code: String) -> Option<Value
 }
 
 async fn complete(daemon: &Daemon, kernel: &Kernel, content: &Value) -> Value {
-    let code = content["code"].as_str().unwrap_or_default();
-    let cursor = content["cursor_pos"]
-        .as_u64()
-        .map_or(code.chars().count(), |c| c as usize);
-    let (start, name) = snippets::name_at(code, cursor);
-    let found = snippet(
-        daemon,
-        kernel,
-        snippets::complete_code(kernel.language, &name),
-    )
-    .await;
-    let matches: Vec<Value> = found
-        .and_then(|v| v.as_array().cloned())
-        .unwrap_or_default();
-    json!({"status": "ok", "matches": matches, "cursor_start": start, "cursor_end": cursor, "metadata": {}})
+    let ask = snippets::Completion::of(kernel.language, content);
+    let found = snippet(daemon, kernel, ask.cell.clone()).await;
+    ask.reply(found)
 }
 
 async fn inspect(daemon: &Daemon, kernel: &Kernel, content: &Value) -> Value {
-    let code = content["code"].as_str().unwrap_or_default();
-    let cursor = content["cursor_pos"]
-        .as_u64()
-        .map_or(code.chars().count(), |c| c as usize);
-    let name = snippets::name_around(code, cursor);
-    if name.is_empty() {
-        return json!({"status": "ok", "found": false, "data": {}, "metadata": {}});
-    }
-    match snippet(
-        daemon,
-        kernel,
-        snippets::inspect_code(kernel.language, &name),
-    )
-    .await
-    {
-        Some(Value::String(text)) => {
-            json!({"status": "ok", "found": true, "data": {"text/plain": text}, "metadata": {}})
-        }
-        _ => json!({"status": "ok", "found": false, "data": {}, "metadata": {}}),
-    }
+    let found = match snippets::inspection_of(kernel.language, content) {
+        Some(cell) => snippet(daemon, kernel, cell).await,
+        None => None,
+    };
+    snippets::inspect_reply(found)
 }

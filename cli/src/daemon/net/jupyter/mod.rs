@@ -5,15 +5,15 @@
 //! session of the tenant is listed as a kernel too, with the stable id
 //! [`mapping::kernel_id`] gives it, so a person can join a session an agent drives.
 //!
-//! - `kernel`: one kernel: its iopub broadcast, its shell queue, the relay of other hosts'
-//!   cells.
+//! - `kernel`: one kernel: its iopub broadcast, its shell queue.
+//! - `relay`: the cells other hosts run in a kernel's session, shown to its clients.
 //! - `rest`: the REST routes of kernels and kernelspecs.
 //! - `sessions`: `/api/sessions`, a path's kernel as JupyterLab's services ask for it.
 //! - `channels`: the channels WebSocket in the legacy JSON framing.
 
 mod channels;
-mod history;
 mod kernel;
+mod relay;
 mod rest;
 mod sessions;
 

@@ -1,0 +1,407 @@
+//! Leases in etcd, and the fenced pointers to sessions' snapshots (docs/fleet.md, etcd mode).
+//!
+//! ```text
+//! cellvisor/lease/<session>          the node's name, attached to an etcd lease of `lease-ttl`
+//! cellvisor/pointer/<session>/<lang> the current snapshot blob (see `pointer`)
+//! ```
+//!
+//! A session's lease key is created by a transaction that requires it absent
+//! (`create_revision == 0`); the revision that created it is the holder's **fencing token**.
+//! Every pointer commit is a transaction comparing the lease key's `create_revision` with the
+//! token, so once the key expired or another node created it anew, a commit fails whatever
+//! the committing node believes. Each held lease has a task of its own on this backend's
+//! runtime that sends keep-alives every third of the granted time to live and runs the
+//! session's commits, in the order they were asked. Whether the lease is still provable is
+//! decided by [`proof`](super::proof) from the keep-alives etcd acknowledged.
+//!
+//! - `requests`: connecting, taking a lease, a fenced commit, and waiting for them from any
+//!   thread.
+//! - `task`: a held lease's own task (keep-alives, commits, release).
+
+mod requests;
+mod task;
+
+pub use super::etcd_settings::EtcdSettings;
+use super::pointer::Pointer;
+use super::proof::{self, Acknowledged, BootInstant};
+use super::LeaseError;
+use cellvisor_ipc::Language;
+use etcd_client::Client;
+use requests::{block_on, connect_options, take};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use task::run_lease;
+use tokio::sync::{mpsc, oneshot};
+
+const LEASE_PREFIX: &str = "cellvisor/lease/";
+const POINTER_PREFIX: &str = "cellvisor/pointer/";
+
+/// Why a pointer was not committed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommitError {
+    /// The lease key is gone or was created anew: another node may hold the session.
+    #[error("the lease of token {token} is no longer this node's: the commit was refused")]
+    Fenced {
+        /// The token the commit carried.
+        token: i64,
+    },
+    /// This node holds no lease on the session.
+    #[error("this node holds no lease on the session")]
+    NotHeld,
+    /// The session's state in that language was forgotten (a close or a reset) after this
+    /// blob was begun: it must not come back.
+    #[error("the session's state was forgotten after this snapshot was begun")]
+    Forgotten,
+    /// etcd did not answer.
+    #[error("etcd: {0}")]
+    Etcd(String),
+}
+
+/// A session lease this node holds in etcd.
+#[derive(Debug)]
+struct Held {
+    lease_id: i64,
+    token: i64,
+    /// The last acknowledgement; `None` once the lease is lost.
+    ack: Mutex<Option<Acknowledged>>,
+    /// Why it was lost.
+    lost: Mutex<Option<String>>,
+    /// The session's current pointers, by language: read when the lease was taken, then
+    /// changed only by this node's own commits (no other node can commit meanwhile).
+    pointers: Mutex<HashMap<Language, Pointer>>,
+    /// The next blob's sequence number under this token.
+    seq: AtomicU64,
+    /// By language, the first blob sequence number begun after the state was forgotten:
+    /// older blobs are never committed.
+    forgotten: Mutex<HashMap<Language, u64>>,
+    ops: mpsc::UnboundedSender<Op>,
+}
+
+enum Op {
+    Commit {
+        language: Language,
+        pointer: Pointer,
+        reply: oneshot::Sender<Result<(), CommitError>>,
+    },
+    Forget {
+        language: Language,
+    },
+    Release,
+}
+
+/// This node's leases in etcd, and the fenced pointers of the sessions it holds.
+pub struct EtcdLeases {
+    node: String,
+    ttl: Duration,
+    client: Client,
+    runtime: tokio::runtime::Handle,
+    _stop: std::sync::mpsc::Sender<()>,
+    held: Mutex<HashMap<String, Arc<Held>>>,
+    /// The tasks of held leases, by session: a released one runs the commits asked before
+    /// its release, then revokes the lease.
+    tasks: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    /// Released leases' tasks still finishing.
+    finishing: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Held while a lease is taken: two requests for one session arriving at once must not
+    /// both take it (the second would find this node's key and replace it).
+    acquiring: Mutex<()>,
+}
+
+impl std::fmt::Debug for EtcdLeases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdLeases")
+            .field("node", &self.node)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+fn etcd_error(err: impl std::fmt::Display) -> LeaseError {
+    LeaseError::Io {
+        path: PathBuf::from("etcd"),
+        why: err.to_string(),
+    }
+}
+
+fn lease_key(session: &str) -> String {
+    format!("{LEASE_PREFIX}{}", crate::names::encode_component(session))
+}
+
+fn pointer_prefix(session: &str) -> String {
+    format!(
+        "{POINTER_PREFIX}{}/",
+        crate::names::encode_component(session)
+    )
+}
+
+fn pointer_key(session: &str, language: Language) -> String {
+    format!("{}{}", pointer_prefix(session), language.short_name())
+}
+
+impl EtcdLeases {
+    /// Connects to etcd (on a runtime of its own, in a thread of its own) and checks that a
+    /// member answers within `timeout`: an unreachable cluster is an error at start, naming
+    /// the endpoints, not a surprise at the first session.
+    pub fn connect(
+        settings: &EtcdSettings,
+        node: &str,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<EtcdLeases, LeaseError> {
+        let options = connect_options(settings, timeout)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(etcd_error)?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("etcd-leases".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    // Runs until the backend is dropped (its sender with it).
+                    let _ = tokio::task::spawn_blocking(move || stopped.recv()).await;
+                });
+            })
+            .map_err(etcd_error)?;
+        let endpoints = settings.endpoints.clone();
+        let listed = endpoints.join(", ");
+        let client = block_on(&handle, timeout + Duration::from_secs(1), async move {
+            let mut client = Client::connect(&endpoints, Some(options))
+                .await
+                .map_err(|e| e.to_string())?;
+            client.status().await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(client)
+        })
+        .and_then(|r| r.map_err(etcd_error))
+        .map_err(|err| LeaseError::Io {
+            path: PathBuf::from("fleet.etcd-endpoints"),
+            why: format!("no etcd member answered at {listed}: {err}"),
+        })?;
+        Ok(EtcdLeases {
+            node: node.to_string(),
+            ttl,
+            client,
+            runtime: handle,
+            _stop: stop,
+            held: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(HashMap::new()),
+            finishing: Mutex::new(Vec::new()),
+            acquiring: Mutex::new(()),
+        })
+    }
+
+    /// How long a lease lasts unless renewed.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn held(&self, session: &str) -> Option<Arc<Held>> {
+        crate::locking::lock(&self.held).get(session).cloned()
+    }
+
+    /// Takes `session`'s lease: a new etcd lease, and the session's key created under it only
+    /// if absent. Its creating revision is the fencing token. The session's pointers are read
+    /// in the same transaction.
+    pub fn acquire(&self, session: &str) -> Result<i64, LeaseError> {
+        let _one_at_a_time = crate::locking::lock(&self.acquiring);
+        if let Some(held) = self.held(session) {
+            return Ok(held.token);
+        }
+        let client = self.client.clone();
+        let node = self.node.clone();
+        let name = session.to_string();
+        let ttl = self.ttl;
+        let taken = block_on(&self.runtime, ttl.max(Duration::from_secs(2)), async move {
+            take(client, &name, &node, ttl).await
+        })
+        .and_then(|r| r)?;
+        let (lease_id, token, ack, pointers) = taken;
+        let (ops, queue) = mpsc::unbounded_channel();
+        let held = Arc::new(Held {
+            lease_id,
+            token,
+            ack: Mutex::new(Some(ack)),
+            lost: Mutex::new(None),
+            pointers: Mutex::new(pointers),
+            seq: AtomicU64::new(1),
+            forgotten: Mutex::new(HashMap::new()),
+            ops,
+        });
+        let task = self.runtime.spawn(run_lease(
+            self.client.clone(),
+            session.to_string(),
+            held.clone(),
+            queue,
+        ));
+        crate::locking::lock(&self.tasks).insert(session.to_string(), task);
+        crate::locking::lock(&self.held).insert(session.to_string(), held);
+        Ok(token)
+    }
+
+    /// Whether this node can prove it still holds `session`'s lease now.
+    pub fn provable(&self, session: &str) -> bool {
+        self.held(session).is_some_and(|held| {
+            crate::locking::lock(&held.ack)
+                .is_some_and(|ack| proof::provably_held(ack, BootInstant::now()))
+        })
+    }
+
+    /// Checks `session`'s lease: `Err(Lost)` (and the lease forgotten here) once it is not
+    /// provable.
+    pub fn check(&self, session: &str) -> Result<(), LeaseError> {
+        if self.provable(session) {
+            return Ok(());
+        }
+        let why = self
+            .held(session)
+            .and_then(|h| crate::locking::lock(&h.lost).clone())
+            .unwrap_or_else(|| {
+                "no keep-alive was acknowledged within its time to live (was this node paused?)"
+                    .into()
+            });
+        self.release(session);
+        Err(LeaseError::Lost {
+            session: session.to_string(),
+            why,
+        })
+    }
+
+    /// Gives `session`'s lease up (its key goes with it), after the commits asked before.
+    pub fn release(&self, session: &str) {
+        if let Some(held) = crate::locking::lock(&self.held).remove(session) {
+            let _ = held.ops.send(Op::Release);
+        }
+        if let Some(task) = crate::locking::lock(&self.tasks).remove(session) {
+            let mut finishing = crate::locking::lock(&self.finishing);
+            finishing.retain(|t| !t.is_finished());
+            finishing.push(task);
+        }
+    }
+
+    /// Waits (at most `within`) for released leases' last commits and revocations: the
+    /// daemon's stop, so the state its sessions saved on the way out is current in etcd.
+    pub fn settle(&self, within: Duration) {
+        let tasks: Vec<_> = crate::locking::lock(&self.finishing).drain(..).collect();
+        let _ = block_on(&self.runtime, within, async move {
+            for task in tasks {
+                let _ = task.await;
+            }
+        });
+    }
+
+    /// The node holding `session`'s lease and how long its lease has yet, if any holds it.
+    pub fn holder(&self, session: &str) -> Option<(String, Duration)> {
+        let client = self.client.clone();
+        let key = lease_key(session);
+        block_on(&self.runtime, Duration::from_secs(2), async move {
+            let mut client = client;
+            let found = client.get(key, None).await.ok()?;
+            let kv = found.kvs().first()?;
+            let node = String::from_utf8_lossy(kv.value()).into_owned();
+            let left = client
+                .lease_time_to_live(kv.lease(), None)
+                .await
+                .ok()?
+                .ttl();
+            Some((node, Duration::from_secs(u64::try_from(left).ok()?)))
+        })
+        .ok()
+        .flatten()
+    }
+
+    /// The pointer to `session`'s current snapshot in `language`, while this node holds the
+    /// session (no other node can change it meanwhile).
+    pub fn pointer(&self, session: &str, language: Language) -> Option<Pointer> {
+        let held = self.held(session)?;
+        let pointers = crate::locking::lock(&held.pointers);
+        pointers.get(&language).cloned()
+    }
+
+    /// A new blob name for `session` under its token, and the token; `None` when no lease is
+    /// held here.
+    pub fn next_blob(&self, session: &str) -> Option<(String, i64)> {
+        let held = self.held(session)?;
+        let seq = held.seq.fetch_add(1, Ordering::Relaxed);
+        Some((super::pointer::blob_name(held.token, seq), held.token))
+    }
+
+    /// Commits `pointer` as `session`'s current state in `language`, fenced by the token
+    /// the lease was taken at. The answer comes once etcd has decided.
+    pub fn commit(
+        &self,
+        session: &str,
+        language: Language,
+        pointer: Pointer,
+    ) -> oneshot::Receiver<Result<(), CommitError>> {
+        let (reply, answer) = oneshot::channel();
+        match self.held(session) {
+            Some(held) if begun_before_forget(&held, language, &pointer.blob) => {
+                let _ = reply.send(Err(CommitError::Forgotten));
+            }
+            Some(held) if held.token == pointer.token => {
+                let _ = held.ops.send(Op::Commit {
+                    language,
+                    pointer,
+                    reply,
+                });
+            }
+            Some(held) => {
+                let _ = reply.send(Err(CommitError::Fenced { token: held.token }));
+            }
+            None => {
+                let _ = reply.send(Err(CommitError::NotHeld));
+            }
+        }
+        answer
+    }
+
+    /// Deletes `session`'s pointer in `language` (a reset), fenced like a commit.
+    pub fn forget(&self, session: &str, language: Language) {
+        if let Some(held) = self.held(session) {
+            let next = held.seq.load(Ordering::Relaxed);
+            crate::locking::lock(&held.forgotten).insert(language, next);
+            crate::locking::lock(&held.pointers).remove(&language);
+            let _ = held.ops.send(Op::Forget { language });
+        }
+    }
+
+    /// Commits `pointer` for `session` under `token` directly (no lease held here needed, a
+    /// test's stand-in for a node that woke from a pause):
+    /// what a node that lost its lease would send; etcd refuses it unless `token` is the
+    /// live lease's.
+    #[cfg(test)]
+    pub fn commit_with_token(
+        &self,
+        session: &str,
+        language: Language,
+        pointer: &Pointer,
+        token: i64,
+    ) -> Result<(), CommitError> {
+        let client = self.client.clone();
+        let (key, ptr_key, value) = (
+            lease_key(session),
+            pointer_key(session, language),
+            pointer.to_bytes(),
+        );
+        block_on(&self.runtime, Duration::from_secs(5), async move {
+            requests::fenced_put(client, &key, token, &ptr_key, value).await
+        })
+        .map_err(|e| CommitError::Etcd(e.to_string()))?
+    }
+}
+
+/// Whether the blob `name` was begun before `language`'s state was forgotten here.
+fn begun_before_forget(held: &Held, language: Language, name: &str) -> bool {
+    let forgotten = crate::locking::lock(&held.forgotten);
+    match (forgotten.get(&language), super::pointer::blob_order(name)) {
+        (Some(&at), Some((_, seq))) => seq < at,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests;

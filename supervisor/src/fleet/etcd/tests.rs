@@ -1,0 +1,319 @@
+//! The etcd backend against a real etcd (Debian's `etcd-server`), started by each test on
+//! free ports in a directory of its own and stopped at its end.
+
+use super::requests::block_on;
+use super::*;
+use crate::fleet::pointer::Pointer;
+use std::process::{Child, Command, Stdio};
+use std::time::Instant;
+
+/// A single-member etcd of the test's own.
+pub(crate) struct TestEtcd {
+    child: Child,
+    pub url: String,
+    _dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl TestEtcd {
+    /// The etcd, once it answers; `None` (the test skipped) where etcd is not installed,
+    /// which fails under CI.
+    pub(crate) fn start() -> Option<TestEtcd> {
+        let found = Command::new("etcd")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "etcd is not installed: .ci/run installs etcd-server from Debian's packages"
+            );
+            eprintln!("skipped: etcd is not installed (apt-get install etcd-server)");
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (client, peer) = (free_port(), free_port());
+        let url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let child = Command::new("etcd")
+            .args(["--name", "t", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("t={peer_url}")])
+            .args(["--logger", "zap", "--log-level", "error"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcd starts");
+        let etcd = TestEtcd {
+            child,
+            url,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+            assert!(Instant::now() < deadline, "etcd did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(etcd)
+    }
+
+    pub(crate) fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, signal).expect("signal etcd");
+    }
+}
+
+impl Drop for TestEtcd {
+    fn drop(&mut self) {
+        self.signal(nix::sys::signal::Signal::SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn node(etcd: &TestEtcd, name: &str, ttl: Duration) -> EtcdLeases {
+    let settings = EtcdSettings {
+        endpoints: vec![etcd.url.clone()],
+        ..EtcdSettings::default()
+    };
+    EtcdLeases::connect(&settings, name, ttl, Duration::from_secs(10)).expect("connect")
+}
+
+fn pointer(blob: &str, token: i64) -> Pointer {
+    Pointer {
+        blob: blob.into(),
+        sha256: "00".into(),
+        bytes: 1,
+        cells: 1,
+        node: "n".into(),
+        token,
+    }
+}
+
+fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(found) = f() {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn one_node_holds_a_session_and_a_stale_tokens_commit_is_refused() {
+    let Some(etcd) = TestEtcd::start() else {
+        return;
+    };
+    let ttl = Duration::from_secs(2);
+    let (a, b) = (node(&etcd, "node-a", ttl), node(&etcd, "node-b", ttl));
+    let py = Language::Python;
+
+    let token_a = a.acquire("team/s 1").expect("a takes it");
+    assert!(a.provable("team/s 1"));
+    match b.acquire("team/s 1") {
+        Err(LeaseError::HeldBy {
+            node, expires_in, ..
+        }) => {
+            assert_eq!(node, "node-a");
+            assert!(expires_in <= Duration::from_secs(2), "{expires_in:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(b.holder("team/s 1").map(|h| h.0).as_deref(), Some("node-a"));
+    let (blob, token) = a.next_blob("team/s 1").expect("held");
+    assert_eq!(token, token_a);
+    let first = pointer(&blob, token_a);
+    let committed = a.commit("team/s 1", py, first.clone()).blocking_recv();
+    assert_eq!(committed, Ok(Ok(())));
+
+    // a keeps it past its time to live by keep-alives alone.
+    std::thread::sleep(ttl * 2);
+    assert!(a.provable("team/s 1"), "kept alive");
+    assert!(b.acquire("team/s 1").is_err());
+
+    a.release("team/s 1");
+    let token_b = wait_for("b takes the released lease", Duration::from_secs(5), || {
+        b.acquire("team/s 1").ok()
+    });
+    assert!(
+        token_b > token_a,
+        "tokens only grow: {token_a} then {token_b}"
+    );
+    assert_eq!(
+        b.pointer("team/s 1", py),
+        Some(first),
+        "b reads what a committed"
+    );
+
+    // a, woken from a pause, still has its old token: etcd refuses its commit.
+    let stale = pointer("1-9.snap", token_a);
+    assert_eq!(
+        a.commit_with_token("team/s 1", py, &stale, token_a),
+        Err(CommitError::Fenced { token: token_a })
+    );
+    let mine = pointer(&b.next_blob("team/s 1").expect("held").0, token_b);
+    assert_eq!(b.commit("team/s 1", py, mine).blocking_recv(), Ok(Ok(())));
+    assert_eq!(
+        a.commit("team/s 1", py, stale).blocking_recv(),
+        Ok(Err(CommitError::NotHeld)),
+        "a holds nothing now"
+    );
+}
+
+#[test]
+fn a_lease_whose_keep_alives_go_unanswered_is_lost_and_stays_lost() {
+    let Some(etcd) = TestEtcd::start() else {
+        return;
+    };
+    let ttl = Duration::from_secs(2);
+    let a = node(&etcd, "node-a", ttl);
+    a.acquire("s").expect("take");
+    assert!(a.provable("s"));
+    // etcd stops answering: no acknowledgement, so within the time to live the lease is no
+    // longer provable, whatever the local clock of the last renewal says.
+    etcd.signal(nix::sys::signal::Signal::SIGSTOP);
+    let started = Instant::now();
+    wait_for("the lease stops being provable", ttl * 2, || {
+        (!a.provable("s")).then_some(())
+    });
+    assert!(started.elapsed() <= ttl, "{:?}", started.elapsed());
+    etcd.signal(nix::sys::signal::Signal::SIGCONT);
+    match a.check("s") {
+        Err(LeaseError::Lost { why, .. }) => assert!(why.contains("keep-alive"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        a.next_blob("s").is_none(),
+        "nothing held, nothing to write under"
+    );
+}
+
+#[test]
+fn an_unreachable_etcd_is_a_clear_error_naming_it() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let settings = EtcdSettings {
+        endpoints: vec![url.clone()],
+        ..EtcdSettings::default()
+    };
+    let err = EtcdLeases::connect(
+        &settings,
+        "n",
+        Duration::from_secs(2),
+        Duration::from_secs(1),
+    )
+    .expect_err("nothing listens");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("no etcd member answered at {url}")),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_lease_etcd_no_longer_has_is_lost_at_the_next_keep_alive() {
+    let Some(etcd) = TestEtcd::start() else {
+        return;
+    };
+    let ttl = Duration::from_secs(3);
+    let (a, b) = (node(&etcd, "node-a", ttl), node(&etcd, "node-b", ttl));
+    let token = a.acquire("s").expect("take");
+    // The lease revoked behind a's back (an operator, or etcd's own expiry): its key goes,
+    // and the next keep-alive's answer (no time to live) is what tells a.
+    let lease_id = a.held("s").expect("held").lease_id;
+    let mut client = b.client.clone();
+    block_on(&b.runtime, Duration::from_secs(5), async move {
+        client.lease_revoke(lease_id).await.map(|_| ())
+    })
+    .expect("answered")
+    .expect("revoked");
+    let taken = wait_for("b takes the session", Duration::from_secs(5), || {
+        b.acquire("s").ok()
+    });
+    assert!(taken > token);
+    wait_for("a learns it lost the lease", ttl, || {
+        (!a.provable("s")).then_some(())
+    });
+    match a.check("s") {
+        Err(LeaseError::Lost { why, .. }) => assert!(why.contains("expired"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_save_begun_before_its_state_was_forgotten_is_never_committed() {
+    let Some(etcd) = TestEtcd::start() else {
+        return;
+    };
+    let a = node(&etcd, "node-a", Duration::from_secs(5));
+    let token = a.acquire("s").expect("take");
+    let py = Language::Python;
+    let (before, _) = a.next_blob("s").expect("held");
+    // A close (or reset) forgets the state while that save is still being written.
+    a.forget("s", py);
+    assert_eq!(
+        a.commit("s", py, pointer(&before, token)).blocking_recv(),
+        Ok(Err(CommitError::Forgotten))
+    );
+    assert_eq!(a.pointer("s", py), None);
+    // What the session saves afterwards is committed as usual.
+    let (after, _) = a.next_blob("s").expect("held");
+    assert_eq!(
+        a.commit("s", py, pointer(&after, token)).blocking_recv(),
+        Ok(Ok(()))
+    );
+    assert_eq!(a.pointer("s", py).map(|p| p.blob), Some(after));
+}
+
+#[test]
+fn credentials_others_can_read_and_half_a_client_certificate_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let password = dir.path().join("password");
+    std::fs::write(&password, "secret\n").expect("write");
+    std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let refused = |settings: EtcdSettings| {
+        EtcdLeases::connect(
+            &settings,
+            "n",
+            Duration::from_secs(2),
+            Duration::from_secs(1),
+        )
+        .expect_err("refused")
+        .to_string()
+    };
+    let with_user = EtcdSettings {
+        endpoints: vec!["http://127.0.0.1:1".into()],
+        user: Some("cellvisor".into()),
+        password_file: Some(password.clone()),
+        ..EtcdSettings::default()
+    };
+    let text = refused(with_user.clone());
+    assert!(text.contains("mode 644") && text.contains("0400"), "{text}");
+    let text = refused(EtcdSettings {
+        password_file: None,
+        ..with_user
+    });
+    assert!(text.contains("needs fleet.etcd-password-file"), "{text}");
+    let text = refused(EtcdSettings {
+        endpoints: vec!["https://127.0.0.1:1".into()],
+        cert_file: Some(password),
+        ..EtcdSettings::default()
+    });
+    assert!(text.contains("go together"), "{text}");
+}

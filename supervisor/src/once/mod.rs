@@ -1,0 +1,286 @@
+//! Requests that run once: a session remembers the answers of its recent `request_id`s and
+//! answers a retry with the first run's result, never running the cells twice.
+//!
+//! - [`memory`]: what one session remembers (plain data, bounded).
+//! - [`file`]: where it is kept between runs, behind the [`file::RequestLog`] seam (a signed
+//!   file beside the session's snapshots).
+//!
+//! [`RequestBook`] joins them: one turn per (session, id) at a time, so a retry that arrives
+//! while the first run goes on waits for it and gets its answer.
+
+pub mod file;
+pub mod memory;
+
+use crate::cell::{CellSpec, EvalResult};
+use crate::locking::lock;
+use crate::names::SessionName;
+use file::{RequestLog, Stamp};
+use memory::{Entry, Recall, RequestMemory};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Answers of one session kept together past this many bytes let the oldest go.
+pub const MAX_RESULT_BYTES: u64 = 1 << 20;
+
+/// Why a request's id cannot be run or answered.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OnceError {
+    /// The id ran before with other cells.
+    #[error(
+        "request_id {id:?} was already used in session {session} for other cells; a retry \
+         must send the same cells; give a new request a new request_id"
+    )]
+    Conflict {
+        /// The id.
+        id: String,
+        /// The session.
+        session: String,
+    },
+    /// The id ran, but its answer is no longer kept.
+    #[error(
+        "request_id {id:?} already ran in session {session} and was not run again; its answer \
+         ({bytes} bytes) is no longer kept: a session keeps answers of at most {MAX_RESULT_BYTES} \
+         bytes together, the oldest let go first"
+    )]
+    LetGo {
+        /// The id.
+        id: String,
+        /// The session.
+        session: String,
+        /// The answer's size.
+        bytes: u64,
+    },
+}
+
+/// What [`RequestBook::begin`] found.
+pub enum Begun {
+    /// The id ran already: this is its answer (marked `replayed`).
+    Replay(EvalResult),
+    /// Run the request, then [`Once::remember`] its answer.
+    Run(Once),
+}
+
+/// The turn of one (session, id): held while the request runs, so a retry waits for it.
+pub struct Once {
+    book: Arc<RequestBook>,
+    session: SessionName,
+    id: String,
+    fingerprint: String,
+    _turn: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Once {
+    /// Remembers `result` as the answer of this id (and keeps it where the session's saved
+    /// state is). `Err` says why it could not be kept across a restart.
+    pub fn remember(self, result: &EvalResult) -> Result<(), String> {
+        let bytes = serde_json::to_vec(result).map_or(0, |json| json.len() as u64);
+        let entry = Entry {
+            id: self.id.clone(),
+            fingerprint: self.fingerprint.clone(),
+            result: Some(result.clone()),
+            bytes,
+        };
+        self.book.remember(&self.session, entry)
+    }
+}
+
+/// The remembered requests of every session this host served.
+#[derive(Debug)]
+pub struct RequestBook {
+    /// The ids kept per session (`daemon.request-memory`).
+    capacity: usize,
+    /// Where they are kept between runs (none: in memory only).
+    log: Option<Arc<dyn RequestLog>>,
+    sessions: Mutex<HashMap<SessionName, Kept>>,
+    turns: Mutex<HashMap<(SessionName, String), Turn>>,
+}
+
+/// The turn of one (session, id): whoever holds it runs or answers that id.
+type Turn = Arc<tokio::sync::Mutex<()>>;
+
+/// One session's memory as this host last read or wrote it.
+#[derive(Debug, Default)]
+struct Kept {
+    memory: RequestMemory,
+    stamp: Option<Stamp>,
+}
+
+impl RequestBook {
+    /// A book keeping `capacity` ids per session, in `log` when given.
+    pub fn new(capacity: usize, log: Option<Arc<dyn RequestLog>>) -> RequestBook {
+        RequestBook {
+            capacity,
+            log,
+            sessions: Mutex::new(HashMap::new()),
+            turns: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Waits for the turn of (`session`, `id`), then answers what the id finds: its earlier
+    /// answer, a refusal, or the turn to run it.
+    pub async fn begin(
+        self: &Arc<Self>,
+        session: &SessionName,
+        id: &str,
+        cells: &[CellSpec],
+    ) -> Result<Begun, OnceError> {
+        let turn = {
+            let mut turns = lock(&self.turns);
+            turns.retain(|_, turn| Arc::strong_count(turn) > 1);
+            Arc::clone(turns.entry((session.clone(), id.to_string())).or_default())
+        };
+        let turn = turn.lock_owned().await;
+        let fingerprint = fingerprint(cells);
+        match self.recall(session, id, &fingerprint) {
+            Recall::Unknown => Ok(Begun::Run(Once {
+                book: Arc::clone(self),
+                session: session.clone(),
+                id: id.to_string(),
+                fingerprint,
+                _turn: turn,
+            })),
+            Recall::Answer(mut result) => {
+                result.replayed = true;
+                Ok(Begun::Replay(result))
+            }
+            Recall::Conflict => Err(OnceError::Conflict {
+                id: id.to_string(),
+                session: session.to_string(),
+            }),
+            Recall::LetGo(bytes) => Err(OnceError::LetGo {
+                id: id.to_string(),
+                session: session.to_string(),
+                bytes,
+            }),
+        }
+    }
+
+    /// What `id` finds in `session`'s memory, read again from the log when another node (or
+    /// an earlier run of this daemon) wrote it since this host last looked.
+    fn recall(&self, session: &SessionName, id: &str, fingerprint: &str) -> Recall {
+        let mut sessions = lock(&self.sessions);
+        let kept = sessions.entry(session.clone()).or_default();
+        if let Some(log) = &self.log {
+            let now = log.stamp(session);
+            if now != kept.stamp {
+                *kept = match log.load(session) {
+                    Ok(Some((entries, stamp))) => Kept {
+                        memory: RequestMemory::replay(entries, self.capacity, MAX_RESULT_BYTES),
+                        stamp: Some(stamp),
+                    },
+                    Ok(None) => Kept::default(),
+                    Err(err) => {
+                        // Refused once is refused for good: not read again at every request.
+                        tracing::warn!(session = %session, "remembered requests not read: {err}");
+                        if let Err(err) = log.forget(session) {
+                            tracing::warn!(session = %session, "{err}");
+                        }
+                        Kept::default()
+                    }
+                };
+            }
+        }
+        kept.memory.recall(id, fingerprint)
+    }
+
+    fn remember(&self, session: &SessionName, entry: Entry) -> Result<(), String> {
+        let mut sessions = lock(&self.sessions);
+        let kept = sessions.entry(session.clone()).or_default();
+        kept.memory
+            .remember(entry.clone(), self.capacity, MAX_RESULT_BYTES);
+        let Some(log) = &self.log else {
+            return Ok(());
+        };
+        match log.append(session, &entry, &kept.memory) {
+            Ok(stamp) => {
+                kept.stamp = Some(stamp);
+                Ok(())
+            }
+            Err(err) => {
+                kept.stamp = None;
+                tracing::warn!(session = %session, "remembered requests not written: {err}");
+                Err(err.to_string())
+            }
+        }
+    }
+
+    /// Forgets `session`'s requests (`close`, `reset`): a retry of an id from before runs
+    /// as a new request.
+    pub fn forget(&self, session: &SessionName) {
+        lock(&self.sessions).remove(session);
+        if let Some(log) = &self.log {
+            if let Err(err) = log.forget(session) {
+                tracing::warn!(session = %session, "remembered requests not forgotten: {err}");
+            }
+        }
+    }
+}
+
+/// SHA-256 (hex) of the cells as sent: a retry sends the same ones.
+fn fingerprint(cells: &[CellSpec]) -> String {
+    let json = serde_json::to_vec(cells).unwrap_or_default();
+    Sha256::digest(&json)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cellvisor_ipc::Language;
+
+    fn cells(code: &str) -> Vec<CellSpec> {
+        vec![CellSpec::new(Language::Python, code)]
+    }
+
+    #[tokio::test]
+    async fn a_retry_waits_for_the_first_run_and_gets_its_answer() {
+        let book = Arc::new(RequestBook::new(8, None));
+        let session = SessionName::from("s");
+        let Ok(Begun::Run(first)) = book.begin(&session, "r1", &cells("x")).await else {
+            panic!("the first run runs");
+        };
+        let retry = {
+            let (book, session) = (Arc::clone(&book), session.clone());
+            tokio::spawn(async move {
+                match book.begin(&session, "r1", &cells("x")).await {
+                    Ok(Begun::Replay(result)) => result,
+                    _ => panic!("a retry replays"),
+                }
+            })
+        };
+        tokio::task::yield_now().await;
+        assert!(!retry.is_finished(), "the retry waits for the first run");
+        let mut answer = EvalResult::from_cells(Vec::new());
+        answer.node = "n1".into();
+        first.remember(&answer).expect("kept");
+        let replayed = retry.await.expect("retry");
+        assert!(replayed.replayed);
+        assert_eq!(replayed.node, "n1");
+        assert!(matches!(
+            book.begin(&session, "r1", &cells("y")).await,
+            Err(OnceError::Conflict { .. })
+        ));
+        book.forget(&session);
+        assert!(matches!(
+            book.begin(&session, "r1", &cells("y")).await,
+            Ok(Begun::Run(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_run_that_ends_without_an_answer_leaves_the_id_free() {
+        let book = Arc::new(RequestBook::new(8, None));
+        let session = SessionName::from("s");
+        let Ok(Begun::Run(first)) = book.begin(&session, "r1", &cells("x")).await else {
+            panic!("runs");
+        };
+        drop(first);
+        assert!(matches!(
+            book.begin(&session, "r1", &cells("x")).await,
+            Ok(Begun::Run(_))
+        ));
+    }
+}

@@ -1,0 +1,81 @@
+//! A cell's answer under `every-cell` snapshots waits for its save, so it can say whether
+//! the cell's state was saved: `saved: {saved: false, why}` and a notice when the save
+//! failed (a full disk, `snapshots.max-size`, a save that timed out), never only a log line.
+
+use super::{Running, Session};
+use crate::session::CellReport;
+use cellvisor_client::once::Saved;
+
+/// A finished cell whose answer waits for its save.
+pub struct HeldCell {
+    running: Running,
+    outcome: CellReport,
+}
+
+impl HeldCell {
+    pub(super) fn new(running: Running, outcome: CellReport) -> HeldCell {
+        HeldCell { running, outcome }
+    }
+}
+
+/// The save was written.
+pub(super) fn written() -> Saved {
+    Saved {
+        saved: true,
+        why: None,
+    }
+}
+
+/// The save was not written, for `why`.
+pub(super) fn not_written(why: String) -> Saved {
+    Saved {
+        saved: false,
+        why: Some(why),
+    }
+}
+
+/// The notice of a cell whose state was not saved.
+pub(super) fn unsaved_notice(why: &str) -> String {
+    format!(
+        "this cell's state was not saved: {why}; the session goes on, but a crash, a restart \
+         or a move to another node before the next save loses this cell's effects"
+    )
+}
+
+impl Session {
+    /// Answers a held cell, saying whether its save was written.
+    pub(super) fn deliver_held(&mut self, held: HeldCell, saved: Saved) {
+        let HeldCell {
+            running,
+            mut outcome,
+        } = held;
+        if let Some(why) = saved.why.as_deref().filter(|_| !saved.saved) {
+            let line = unsaved_notice(why);
+            outcome.notice = Some(match outcome.notice.take() {
+                Some(earlier) => format!("{earlier}\n{line}"),
+                None => line,
+            });
+        }
+        outcome.saved = Some(saved);
+        self.deliver_final(running, outcome);
+    }
+
+    /// Answers a cell no save follows (it failed, no snapshot is due, the session closes).
+    pub(super) fn deliver_unsaved(&mut self, held: HeldCell) {
+        self.deliver_final(held.running, held.outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_notice_says_why_and_what_is_at_risk() {
+        let line = unsaved_notice("the snapshot passed snapshots.max-size (1 KiB)");
+        assert!(line.starts_with("this cell's state was not saved: the snapshot passed"));
+        assert!(line.contains("loses this cell's effects"));
+        assert_eq!(written().why, None);
+        assert!(!not_written("full".into()).saved);
+    }
+}

@@ -1,0 +1,258 @@
+//! End-to-end: a fleet's nodes in etcd mode (`fleet.leases = "etcd"`), each the real binary
+//! with real workers, sharing one snapshot directory and a real etcd of the test's own. A
+//! session runs on one node under a fenced lease; a node stopped (`SIGSTOP`) past its lease
+//! cannot commit what it saves once it wakes and answers `LEASED_ELSEWHERE`, while the other
+//! node serves the session from its committed state; a copied older blob is never restored;
+//! an unreachable etcd is a clear error at start.
+
+mod common;
+
+use common::daemon::{output, Daemon};
+use common::etcd::{self, Etcd};
+use common::{path_str, wait_until, World, SHORT_INTERVALS};
+use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const LEASED_ELSEWHERE: i64 = -32005;
+
+/// A fleet's shared storage: its snapshot directory and key file, and its etcd.
+struct Shared {
+    dir: tempfile::TempDir,
+    etcd: Etcd,
+}
+
+impl Shared {
+    fn new() -> Shared {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Open to traversal: as root the nodes give their sessions uids of their own.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+            .expect("chmod");
+        let key = dir.path().join("fleet.key");
+        std::fs::write(&key, [0x5a; 32]).expect("key");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).expect("chmod");
+        Shared {
+            dir,
+            etcd: Etcd::start(),
+        }
+    }
+
+    fn snapshots(&self) -> PathBuf {
+        self.dir.path().join("snapshots")
+    }
+
+    fn config(&self, node: &str, endpoints: &str) -> String {
+        format!(
+            "[daemon]\nnode = \"{node}\"\n[snapshots]\nwhen = \"every-cell\"\ndir = \"{}\"\n\
+             key-file = \"{}\"\n[fleet]\nleases = \"etcd\"\nlease-ttl = \"2s\"\n\
+             etcd-endpoints = [\"{endpoints}\"]\n",
+            path_str(&self.snapshots()),
+            path_str(&self.dir.path().join("fleet.key")),
+        )
+    }
+
+    /// A node of this fleet; its heartbeats are slow enough that a worker whose cell ran
+    /// through the node's pause is not declared dead when the node wakes.
+    fn node(&self, node: &str) -> Daemon {
+        let sessions = SHORT_INTERVALS
+            .replace(
+                "heartbeat-interval = \"200ms\"",
+                "heartbeat-interval = \"5s\"",
+            )
+            .replace("heartbeat-timeout = \"1s\"", "heartbeat-timeout = \"60s\"");
+        Daemon::start_in(World::with_config(&format!(
+            "{sessions}{}",
+            self.config(node, &self.etcd.url)
+        )))
+    }
+
+    /// The session's committed pointer in Python, from etcd.
+    fn pointer(&self, session: &str) -> Option<Value> {
+        let text = self.etcd.get(&format!("cellvisor/pointer/{session}/py"))?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// The path of the blob `pointer` names.
+    fn blob(&self, session: &str, pointer: &Value) -> PathBuf {
+        self.snapshots()
+            .join(session)
+            .join("py/blobs")
+            .join(pointer["blob"].as_str().unwrap_or_default())
+    }
+
+    /// Waits until `node` committed the session's pointer after its `cells`-th cell there.
+    fn committed(&self, session: &str, node: &str, cells: u64) -> Value {
+        wait_until(Duration::from_secs(15), || match self.pointer(session) {
+            Some(p) if p["cells"] == json!(cells) && p["node"] == node => Ok(p),
+            other => Err(other),
+        })
+        .expect("the pointer is committed")
+    }
+}
+
+fn py(code: &str) -> Value {
+    json!([{"language": "py", "code": code}])
+}
+
+fn eval(daemon: &Daemon, session: &str, code: &str) -> Result<Value, Value> {
+    daemon
+        .client()
+        .call("eval", json!({"session": session, "cells": py(code)}))
+}
+
+fn signal(pid: u32, name: &str) {
+    let sent = std::process::Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill runs");
+    assert!(sent.success(), "kill -{name} {pid}");
+}
+
+#[test]
+fn a_paused_node_cannot_commit_and_steps_down_while_the_other_serves_the_committed_state() {
+    if !etcd::installed() {
+        return;
+    }
+    let shared = Shared::new();
+    let a = shared.node("node-a");
+    let b = shared.node("node-b");
+
+    let first = eval(&a, "s", "x = 1").expect("runs on node-a");
+    assert_eq!(first["node"], "node-a", "{first}");
+    let refused = eval(&b, "s", "x").expect_err("node-a holds it");
+    assert_eq!(refused["code"], json!(LEASED_ELSEWHERE), "{refused}");
+    assert_eq!(refused["data"]["node"], "node-a", "{refused}");
+    eval(&a, "s", "x = 2").expect("on node-a");
+    let committed = shared.committed("s", "node-a", 2);
+    let token_a = committed["token"].as_i64().expect("token");
+    assert_eq!(committed["node"], "node-a");
+
+    // A cell that outlives the pause, and node-a stopped with it running.
+    let a_pid = a.pid();
+    let slow = {
+        let mut client = a.client();
+        std::thread::spawn(move || {
+            client.call(
+                "eval",
+                json!({"session": "s", "cells": py("import time\ntime.sleep(4)\nx = 50")}),
+            )
+        })
+    };
+    a.wait_for_state("s", "busy");
+    signal(a_pid, "STOP");
+    let paused = Instant::now();
+
+    // node-b takes the session once node-a's lease ran out, from the committed state.
+    let moved = wait_until(Duration::from_secs(20), || match eval(&b, "s", "x") {
+        Ok(result) => Ok(result),
+        Err(err) => {
+            assert_eq!(err["code"], json!(LEASED_ELSEWHERE), "{err}");
+            std::thread::sleep(Duration::from_millis(25));
+            Err(err)
+        }
+    })
+    .expect("node-b serves the session");
+    let failover = paused.elapsed();
+    eprintln!("failover of a paused node: {} ms", failover.as_millis());
+    assert_eq!(output(&moved, 0).trim(), "2", "{moved:#}");
+    assert_eq!(
+        moved["cells"][0]["state"]["from"]["node"], "node-a",
+        "{moved:#}"
+    );
+    eval(&b, "s", "x = 3").expect("on node-b");
+    let from_b = shared.committed("s", "node-b", 2);
+    assert_eq!(from_b["node"], "node-b", "{from_b}");
+    let token_b = from_b["token"].as_i64().expect("token");
+    assert!(token_b > token_a, "{token_a} then {token_b}");
+
+    // node-a wakes: its cell ends and is saved, but its commit is refused, and what it is
+    // asked next it sends elsewhere.
+    signal(a_pid, "CONT");
+    let slow = slow.join().expect("the slow cell's client");
+    eprintln!("the cell that ran through the pause: {slow:?}");
+    let stepped_down = wait_until(Duration::from_secs(10), || match eval(&a, "s", "x = 100") {
+        Err(err) if err["code"] == json!(LEASED_ELSEWHERE) => Ok(err),
+        other => Err(other),
+    })
+    .expect("node-a answers LEASED_ELSEWHERE");
+    assert_eq!(stepped_down["data"]["node"], "node-b", "{stepped_down}");
+    std::thread::sleep(Duration::from_millis(500));
+    let current = shared.pointer("s").expect("pointer");
+    assert_eq!(
+        current["node"], "node-b",
+        "node-a's save was never committed: {current}"
+    );
+    assert_eq!(current["token"], json!(token_b));
+    let state = eval(&b, "s", "x").expect("on node-b");
+    assert_eq!(output(&state, 0).trim(), "3", "{state:#}");
+    b.stop();
+    a.stop();
+}
+
+#[test]
+fn a_copied_older_blob_is_never_restored() {
+    if !etcd::installed() {
+        return;
+    }
+    let shared = Shared::new();
+    let a = shared.node("node-a");
+    eval(&a, "c", "secret = 'old'").expect("on node-a");
+    let old = shared.committed("c", "node-a", 1);
+    let aside = shared.dir.path().join("old.snap");
+    std::fs::copy(shared.blob("c", &old), &aside).expect("copy the old blob aside");
+    eval(&a, "c", "secret = 'new'").expect("on node-a");
+    a.stop();
+    let current = shared.pointer("c").expect("pointer");
+    assert_ne!(current["blob"], old["blob"]);
+    assert!(
+        !shared.blob("c", &old).exists(),
+        "the unreferenced blob was collected"
+    );
+    // The older snapshot copied over the current blob's name: a rollback, refused.
+    std::fs::copy(&aside, shared.blob("c", &current)).expect("copy over");
+
+    let b = shared.node("node-b");
+    let result = eval(&b, "c", "print(globals().get('secret'))").expect("runs");
+    assert_eq!(output(&result, 0).trim(), "None", "{result:#}");
+    let notice = result["cells"][0]["notice"].to_string();
+    assert!(
+        notice.contains("not the one etcd names as current"),
+        "{result:#}"
+    );
+    // Closing a session forgets it: its pointer goes too.
+    b.client()
+        .call("close", json!({"session": "c"}))
+        .expect("closed");
+    wait_until(Duration::from_secs(10), || match shared.pointer("c") {
+        None => Ok(()),
+        Some(p) => Err(p),
+    })
+    .expect("the pointer is deleted");
+    b.stop();
+}
+
+#[test]
+fn an_unreachable_etcd_is_a_clear_error_at_start() {
+    let shared_dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("http://127.0.0.1:{}", common::net::free_port());
+    let world = World::with_config(&format!(
+        "[snapshots]\ndir = \"{}\"\n[fleet]\nleases = \"etcd\"\netcd-endpoints = [\"{url}\"]\n",
+        path_str(&shared_dir.path().join("snapshots"))
+    ));
+    let socket = world.runtime_dir().join("etcd-test.sock");
+    let run = world
+        .command()
+        .args(["serve", "--socket"])
+        .arg(&socket)
+        .output()
+        .expect("serve runs");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("no etcd member answered at {url}")),
+        "{stderr}"
+    );
+    world.assert_no_processes_left(Duration::from_secs(5));
+}
