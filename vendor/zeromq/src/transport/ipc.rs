@@ -88,7 +88,9 @@ where
 {
     let wildcard: &Path = "*".as_ref();
     if path == wildcard {
-        todo!("Need to implement support for wildcard paths!");
+        return Err(crate::ZmqError::Other(
+            "wildcard paths are not supported for the ipc transport",
+        ));
     }
 
     #[cfg(all(feature = "tokio-runtime", target_family = "unix"))]
