@@ -676,6 +676,39 @@ fn unknown_kernels_wrong_tokens_and_other_tenants_kernels_are_refused() {
     // The kernel still runs for its tenant.
     let (reply, _) = ch.execute("x = 1");
     assert_eq!(reply["content"]["status"], "ok");
+    // A reload that rotates alpha's token closes alpha's open channels at once (a read
+    // that timed out instead would be an error of its own).
+    std::fs::write(
+        dir.path().join("alpha.token"),
+        "alpha-rotated-0123456789abcdef",
+    )
+    .expect("a test file");
+    net.daemon
+        .client()
+        .call("config/reload", json!({}))
+        .expect("reloaded");
+    let closed = loop {
+        match ch.socket.read() {
+            Ok(_) => continue,
+            Err(tungstenite::Error::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                break Err(e)
+            }
+            Err(_) => break Ok(()),
+        }
+    };
+    assert!(
+        closed.is_ok(),
+        "the rotated token's channels stayed open: {closed:?}"
+    );
+    assert_eq!(
+        Channels::connect(net.port, &id, alpha).err(),
+        Some("HTTP 401".to_string())
+    );
     drop(ch);
     net.daemon.stop();
 }

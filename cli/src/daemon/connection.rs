@@ -279,7 +279,7 @@ pub(super) async fn serve_messages<S: MessageSource>(
 
 /// Resolves once the connection's credential no longer names its tenant (a reload removed
 /// or rotated its token, or changed its tenant); never for the Unix socket.
-async fn revoked(daemon: Arc<Daemon>, principal: Principal, local: bool) {
+pub(super) async fn revoked(daemon: Arc<Daemon>, principal: Principal, local: bool) {
     if local {
         return std::future::pending().await;
     }

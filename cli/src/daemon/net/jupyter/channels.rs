@@ -53,13 +53,21 @@ pub(super) async fn upgrade(
         // Selected only when the client offers it; else the legacy JSON framing.
         .protocols([framing::V1_PROTOCOL])
         .on_upgrade(move |socket| async move {
-            serve(daemon, gateway, kernel, socket).await;
+            serve(daemon, gateway, kernel, principal, socket).await;
             drop(slot);
         })
         .into_response()
 }
 
-async fn serve(daemon: Arc<Daemon>, gateway: Arc<Gateway>, kernel: Arc<Kernel>, socket: WebSocket) {
+/// Serves one client of `kernel` until it leaves, the kernel ends, or its credential is
+/// revoked (a reload rotated or removed its token): then the connection is cut at once.
+async fn serve(
+    daemon: Arc<Daemon>,
+    gateway: Arc<Gateway>,
+    kernel: Arc<Kernel>,
+    principal: Principal,
+    socket: WebSocket,
+) {
     kernel.connections.fetch_add(1, Ordering::Relaxed);
     let binary = socket
         .protocol()
@@ -98,10 +106,17 @@ async fn serve(daemon: Arc<Daemon>, gateway: Arc<Gateway>, kernel: Arc<Kernel>, 
         let _ = sink.close().await;
     });
     let mut ended = kernel.ended();
+    let revoked = crate::daemon::connection::revoked(Arc::clone(&daemon), principal, false);
+    tokio::pin!(revoked);
+    let mut was_revoked = false;
     loop {
         let frame = tokio::select! {
             frame = stream.next() => frame,
             _ = ended.changed() => break,
+            () = &mut revoked => {
+                was_revoked = true;
+                break;
+            }
         };
         let read = match frame {
             None | Some(Ok(Message::Close(_))) | Some(Err(_)) => break,
@@ -146,6 +161,11 @@ async fn serve(daemon: Arc<Daemon>, gateway: Arc<Gateway>, kernel: Arc<Kernel>, 
     }
     drop(out);
     kernel.connections.fetch_sub(1, Ordering::Relaxed);
+    if was_revoked {
+        // Nothing more reaches the client, iopub included: the socket goes with the writer.
+        tracing::info!(kernel = %kernel.id, "a Jupyter client's credential was revoked: its channels are closed");
+        writer.abort();
+    }
     let _ = writer.await;
 }
 
