@@ -140,8 +140,8 @@ print(f and ("READ " .. f:read("a")) or ("refused: " .. tostring(err)))
     // Status still samples our own (now non-dumpable) workers.
     let status = as_nobody(&world, &["status", "--json"]);
     status.assert_code(0);
-    let rows: Value = serde_json::from_str(&status.stdout).expect("status JSON");
-    let rows = rows.as_array().expect("rows");
+    let view: Value = serde_json::from_str(&status.stdout).expect("status JSON");
+    let rows = view["sessions"].as_array().expect("rows");
     assert_eq!(rows.len(), 2, "{rows:#?}");
     for row in rows {
         assert!(row["rss_bytes"].as_u64().unwrap_or(0) > 0, "{row:#}");
@@ -565,8 +565,8 @@ fn a_worker_that_cannot_start_for_the_process_limit_says_so_in_the_result_and_st
     let output = cells(&result)[0]["output"].as_str().unwrap_or_default();
     assert!(output.contains("RLIMIT_NPROC"), "{output}");
     let status = as_nobody(&world, &["status", "--json"]);
-    let rows: Value = serde_json::from_str(&status.stdout).expect("status JSON");
-    let row = &rows[0];
+    let view: Value = serde_json::from_str(&status.stdout).expect("status JSON");
+    let row = &view["sessions"][0];
     assert_eq!(row["state"], "failed", "{row:#}");
     let reason = row["reason"].as_str().unwrap_or_default();
     assert!(reason.contains("RLIMIT_NPROC"), "{row:#}");

@@ -262,8 +262,8 @@ fn the_cli_shares_state_through_an_auto_started_daemon() {
         "{}",
         status.stdout
     );
-    let rows: Value = serde_json::from_str(&world.run(&["status", "--json"]).stdout).expect("json");
-    assert_eq!(rows.as_array().map(Vec::len), Some(2));
+    let view: Value = serde_json::from_str(&world.run(&["status", "--json"]).stdout).expect("json");
+    assert_eq!(view["sessions"].as_array().map(Vec::len), Some(2));
 
     world
         .run(&["reset", "-s", "default", "-l", "py"])

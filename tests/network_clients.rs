@@ -319,7 +319,8 @@ fn the_cli_with_connect_runs_eval_status_and_wait_on_the_remote_daemon() {
 
     let status = cli(&here, &with(&["status", "--json"]), &[]);
     status.assert_code(0);
-    let rows = status.json();
+    let view = status.json();
+    let rows = &view["sessions"];
     let row = rows
         .as_array()
         .and_then(|rows| rows.iter().find(|r| r["session"] == "cli"))

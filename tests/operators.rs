@@ -206,7 +206,7 @@ fn sighup_applies_a_new_max_sessions_and_a_broken_file_keeps_the_old_one() {
         let run = world.run(&["--socket", &socket_arg, "status", "--json"]);
         serde_json::from_str::<Value>(&run.stdout)
             .ok()
-            .and_then(|v| v.as_array().map(Vec::len))
+            .and_then(|v| v["sessions"].as_array().map(Vec::len))
             .unwrap_or(0)
     };
     let eval = |session: &str| {

@@ -149,6 +149,25 @@ fn preloaded_modules_are_imported_and_a_failing_one_is_reported() {
         "{}",
         status.stdout
     );
+    // `status --json` shows the same zygote, its failed preload named.
+    let json = daemon.world.run(&[
+        "--socket",
+        common::path_str(&daemon.socket),
+        "status",
+        "--json",
+    ]);
+    let view: Value = serde_json::from_str(&json.stdout).expect("status JSON");
+    let zygote = view["zygotes"]
+        .as_array()
+        .and_then(|rows| rows.first())
+        .unwrap_or_else(|| panic!("no zygote in status --json: {view:#}"));
+    assert!(zygote["pid"].as_u64().is_some(), "{zygote:#}");
+    assert_eq!(
+        zygote["failed"][0]["module"], "no_such_module_zt",
+        "{zygote:#}"
+    );
+    assert!(view["sessions"].as_array().is_some(), "{view:#}");
+    assert_eq!(view["node"]["draining"], false, "{view:#}");
     drop(client);
     daemon.stop();
 }

@@ -36,7 +36,7 @@ TIMEOUT = 30
 def sessions():
     """The live sessions' names, as `cellvisor status` lists them."""
     out = subprocess.run([CELLVISOR, "status", "--json"], capture_output=True, text=True, check=True)
-    return {row["session"] for row in json.loads(out.stdout)}
+    return {row["session"] for row in json.loads(out.stdout)["sessions"]}
 
 
 def run(kc, code):

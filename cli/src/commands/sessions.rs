@@ -10,7 +10,8 @@ use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
-    /// Print the rows as JSON.
+    /// Print what the text shows as one JSON object: `sessions` (the rows), `zygotes` and
+    /// `node` (its name, whether it drains, its isolation).
     #[arg(long)]
     json: bool,
 }
@@ -54,10 +55,19 @@ pub async fn status(args: StatusArgs, globals: &Globals) -> i32 {
             return 1;
         }
     };
+    // What the text view shows besides the rows; a daemon too old to answer these shows the
+    // rows alone.
+    let zygotes = client.call(method::ZYGOTES, json!({})).await.ok();
+    let node = client.call(method::INITIALIZE, json!({})).await.ok();
     if args.json {
+        let view = json!({
+            "sessions": rows,
+            "zygotes": zygotes.unwrap_or_else(|| json!([])),
+            "node": node.as_ref().map(node_state),
+        });
         println!(
             "{}",
-            serde_json::to_string_pretty(&rows).unwrap_or_default()
+            serde_json::to_string_pretty(&view).unwrap_or_default()
         );
         return 0;
     }
@@ -69,11 +79,11 @@ pub async fn status(args: StatusArgs, globals: &Globals) -> i32 {
         }
     };
     print_table(&rows);
-    if let Ok(zygotes) = client.call(method::ZYGOTES, json!({})).await {
-        print!("{}", crate::render::ZygoteLines(&zygotes));
+    if let Some(zygotes) = &zygotes {
+        print!("{}", crate::render::ZygoteLines(zygotes));
     }
     // The node's own state: a draining node says so under its rows, and who cells run as.
-    if let Ok(node) = client.call(method::INITIALIZE, json!({})).await {
+    if let Some(node) = &node {
         if let Some(line) = isolation_line(&node["isolation"]) {
             println!("{line}");
         }
@@ -83,6 +93,16 @@ pub async fn status(args: StatusArgs, globals: &Globals) -> i32 {
         }
     }
     0
+}
+
+/// The node's state as `status --json` shows it: the parts of `initialize`'s answer that the
+/// text view prints under the rows.
+fn node_state(node: &serde_json::Value) -> serde_json::Value {
+    json!({
+        "node": node["node"],
+        "draining": node["draining"].as_bool().unwrap_or(false),
+        "isolation": node["isolation"],
+    })
 }
 
 /// The line `status` prints for the node's isolation (`initialize`'s `isolation`): the
