@@ -4,6 +4,7 @@
 //! session whose live worker runs another interpreter replaces it before the cell.
 
 use crate::environment::WorkerEnv;
+use crate::locking::lock;
 use crate::spawn::WorkerSpec;
 use cellvisor_workers::python::interpreter::{self, Discovered};
 use std::ffi::{OsStr, OsString};
@@ -150,7 +151,7 @@ impl ChoiceCache {
         virtual_env: Option<&Path>,
     ) -> Option<PythonChoice> {
         let seen = Seen::now(cwd);
-        let mut remembered = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
+        let mut remembered = lock(&self.remembered);
         if let Some(hit) = remembered
             .iter()
             .find(|r| r.asked.is(worker_env, cwd, virtual_env) && r.seen.still_holds(&seen))

@@ -18,6 +18,7 @@
 //! - `startup`: the user's and the project's startup modules, run at each worker start.
 //! - [`sandbox`]: the Landlock confinement the supervisor asks for, applied once before the
 //!   first cell (and the worker's own network namespace, entered first thing).
+//! - [`locking`]: one way to lock a mutex a panic may have poisoned (the supervisor's too).
 //! - `warden`: the worker as a subreaper: no process of a cell outlives the worker.
 //! - [`process_tree`]: a process tree from `/proc`: find, measure, end.
 //! - `text`: the line helpers (`sort`, `uniq`, `diff`) JavaScript and Lua share.
@@ -31,6 +32,7 @@
 
 mod helpers;
 mod js;
+pub mod locking;
 mod lua;
 pub mod process_tree;
 pub mod python;

@@ -15,6 +15,7 @@
 //! [`Handoff`] holds every decision as plain data (tested below); [`ReaderToken`] wraps it
 //! in the mutex and condition variables the two threads wait on.
 
+use crate::locking::lock;
 use cellvisor_ipc::ToWorker;
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -334,7 +335,7 @@ impl ReaderToken {
     /// The state, locked; a thread that panicked holding it left it consistent (every change
     /// is a few assignments).
     pub fn lock(&self) -> MutexGuard<'_, Handoff> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 
     /// Runs `change` on the state and wakes the control thread if it says so.

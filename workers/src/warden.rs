@@ -19,6 +19,7 @@
 //! every one this cell starts gets a later one. The same reading tells whether the cell
 //! started any process at all, so a cell that started none is counted without a walk.
 
+use crate::locking::lock;
 use crate::process_tree::{self, last_pid::LastPid, CellStart, ProcStat};
 use std::collections::HashSet;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -108,11 +109,11 @@ pub fn start() -> std::io::Result<()> {
 
 /// Declares the children the engine reaps itself.
 pub fn spare(children: Vec<u32>) {
-    *SPARED.lock().unwrap_or_else(|e| e.into_inner()) = children;
+    *lock(&SPARED) = children;
 }
 
 fn spared() -> Vec<u32> {
-    SPARED.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    lock(&SPARED).clone()
 }
 
 /// The pid counter now, if it can be read.
@@ -148,7 +149,7 @@ pub fn cell_begins() -> CellStart {
             .flatten(),
     };
     REAPED.store(0, Ordering::SeqCst);
-    *RUNNING.lock().unwrap_or_else(|e| e.into_inner()) = Some(start);
+    *lock(&RUNNING) = Some(start);
     start
 }
 
@@ -172,7 +173,7 @@ pub fn cell_ended_without_processes() -> bool {
     if u64::from(now) != MARK.load(Ordering::SeqCst) {
         return false;
     }
-    *RUNNING.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    *lock(&RUNNING) = None;
     leave_mark(Some(now));
     true
 }
@@ -184,7 +185,7 @@ pub fn cell_ended_without_processes() -> bool {
 /// [`cell_ended_without_processes`] has nothing left to count, and its mark is left.
 pub fn cell_ends(start: &CellStart, cancelled: bool, done_sent: bool) -> CellProcesses {
     // From here on the warden counts no orphan as the cell's: the look below sees it.
-    *RUNNING.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    *lock(&RUNNING) = None;
     if done_sent && !cancelled {
         return CellProcesses::default();
     }
@@ -235,10 +236,7 @@ fn count_cell_processes(start: &CellStart) -> usize {
 /// Sends `request` to the cell-ender thread; `None` if there is none.
 fn ask(request: CellRequest) -> Option<()> {
     let ender = CELL_ENDER.get()?;
-    let sent = ender
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .send(request);
+    let sent = lock(ender).send(request);
     sent.ok()
 }
 
@@ -263,7 +261,7 @@ fn count_cell_processes_here(start: &CellStart) -> usize {
 
 /// Counts a reaped orphan as the running cell's when it is.
 fn count_if_the_cells(orphan: Option<ProcStat>) {
-    let running = *RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+    let running = *lock(&RUNNING);
     if let (Some(start), Some(orphan)) = (running, orphan) {
         if start.precedes(&orphan, process_tree::last_pid::pid_max()) {
             REAPED.fetch_add(1, Ordering::SeqCst);

@@ -33,6 +33,7 @@ pub use net::NetworkError;
 pub(crate) use net::Principal;
 
 use cellvisor::{Cellvisor, Options};
+use cellvisor_workers::locking::lock;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -242,10 +243,4 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
 fn socket_inode(path: &Path) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).ok().map(|m| m.ino())
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

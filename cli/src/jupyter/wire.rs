@@ -6,11 +6,12 @@
 
 use super::message::{BadMessage, Outgoing, Request};
 use bytes::Bytes;
+use cellvisor_workers::locking::lock;
 use hmac::{Hmac, KeyInit, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 /// The frame between the routing ids and the signature.
 pub const DELIMITER: &[u8] = b"<IDS|MSG>";
@@ -153,7 +154,7 @@ impl Reader {
     pub fn read(&self, frames: Vec<Bytes>, channel: &str) -> Result<Incoming, WireError> {
         let incoming = decode(frames, channel, &self.signer)?;
         if self.signer.keyed() {
-            let mut replays = self.replays.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut replays = lock(&self.replays);
             if !replays.first_time(&incoming.signature) {
                 return Err(WireError::Replayed);
             }

@@ -17,6 +17,7 @@ use crate::daemon::Principal;
 use cellvisor::daemon::protocol::MAX_LINE_BYTES;
 use cellvisor::Cellvisor;
 use cellvisor_config::schema::CellsConfig;
+use cellvisor_workers::locking::lock;
 use futures::Stream;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientJsonRpcMessage, ErrorData, GetExtensions,
@@ -523,12 +524,6 @@ fn session_versions() -> Vec<ProtocolVersion> {
 const NO_SESSION: &str = "the cells' state lives in an MCP session: initialize one first \
                           (protocol 2025-11-25 or earlier, with the Mcp-Session-Id header on \
                           every later request)";
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 #[cfg(test)]
 #[path = "http_tests.rs"]

@@ -5,6 +5,7 @@
 //! its close never has its new uid's directories taken back by the old uid's late reclaim.
 
 use super::dirs;
+use crate::locking::lock;
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -55,7 +56,7 @@ impl Turns {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Queue>> {
         // A walk that panicked finished nothing worth poisoning every other session for.
-        self.queues.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.queues)
     }
 }
 
@@ -134,7 +135,7 @@ impl Handover {
     /// Does it (blocking: call it off the supervisor's thread); the error names the
     /// directory and what went wrong.
     pub fn run(&self) -> Result<(), String> {
-        let ticket = self.ticket.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let ticket = lock(&self.ticket).take();
         if let Some(ticket) = &ticket {
             ticket.wait();
         }

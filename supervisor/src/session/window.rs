@@ -8,6 +8,7 @@
 //! session has cut (or let go), so the host gets the output up to the yield exactly.
 
 use crate::cell::CellEvent;
+use crate::locking::lock;
 use crate::output::{OutputSink, SinkLimits, SinkResult};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -66,7 +67,7 @@ impl CellOutput {
 
     /// A panic elsewhere while holding the lock leaves plain data behind: still usable.
     fn lock(&self) -> MutexGuard<'_, Window> {
-        self.window.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.window)
     }
 
     pub fn write(&self, data: &[u8]) {
@@ -156,12 +157,12 @@ impl CellOutput {
     /// A `wait` watches the cell in the background: its events go to `events` from now on
     /// (`None`: the wait wants none, or answered).
     pub fn watch(&self, events: Option<mpsc::Sender<CellEvent>>) {
-        *self.watcher.lock().unwrap_or_else(|e| e.into_inner()) = events;
+        *lock(&self.watcher) = events;
     }
 
     /// Where a background cell's events go now, if a `wait` that reads them watches it.
     pub fn watcher(&self) -> Option<mpsc::Sender<CellEvent>> {
-        let mut watcher = self.watcher.lock().unwrap_or_else(|e| e.into_inner());
+        let mut watcher = lock(&self.watcher);
         if watcher.as_ref().is_some_and(mpsc::Sender::is_closed) {
             *watcher = None;
         }

@@ -29,6 +29,7 @@ pub use forked_child::ForkedChild;
 pub use key::ZygoteKey;
 pub use process::FailedPreload;
 
+use crate::locking::lock;
 use crate::spawn::WorkerSpec;
 use process::{ForkError, Zygote, ZygoteStart};
 use std::collections::HashMap;
@@ -124,7 +125,7 @@ impl Zygotes {
         let Some(key) = ZygoteKey::of(spec) else {
             return false;
         };
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let slots = lock(&self.slots);
         matches!(slots.get(&key), Some(Slot::Ready { zygote, .. }) if zygote.is_alive())
     }
 
@@ -134,7 +135,7 @@ impl Zygotes {
         let Some(key) = ZygoteKey::of(spec) else {
             return false;
         };
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let slots = lock(&self.slots);
         matches!(slots.get(&key), Some(Slot::Starting))
     }
 
@@ -177,7 +178,7 @@ impl Zygotes {
     /// starts at once; requests meanwhile start their workers plainly.
     fn replace_unresponsive(&self, key: &ZygoteKey, pid: u32, why: &ForkError) {
         let env = {
-            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            let mut slots = lock(&self.slots);
             match slots.get(key) {
                 Some(Slot::Ready { zygote, env, .. }) if zygote.pid == pid => {
                     let env = env.clone();
@@ -193,7 +194,7 @@ impl Zygotes {
 
     /// What `status` shows of each zygote.
     pub fn status(&self) -> Vec<ZygoteStatus> {
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let slots = lock(&self.slots);
         let mut rows: Vec<ZygoteStatus> = slots
             .iter()
             .map(|(key, slot)| {
@@ -233,7 +234,7 @@ impl Zygotes {
     /// The ready zygote for `key`; otherwise starts one (unless one is starting, or the
     /// last attempt failed a moment ago) and says `None`.
     fn ready_zygote(&self, key: &ZygoteKey, spec: &WorkerSpec) -> Option<Arc<Zygote>> {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slots = lock(&self.slots);
         match slots.get_mut(key) {
             Some(Slot::Ready {
                 zygote,
@@ -310,7 +311,7 @@ impl Zygotes {
         started: Result<Zygote, process::StartFailure>,
         env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
     ) {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slots = lock(&self.slots);
         if !matches!(slots.get(key), Some(Slot::Starting)) {
             return; // evicted meanwhile: the new zygote is dropped, which ends it
         }
@@ -351,7 +352,7 @@ impl Zygotes {
             tokio::time::sleep(RETRY_AFTER / 4).await;
             let Some(zygotes) = me.upgrade() else { return };
             let env = {
-                let mut slots = zygotes.slots.lock().unwrap_or_else(|e| e.into_inner());
+                let mut slots = lock(&zygotes.slots);
                 match slots.get(&key) {
                     Some(Slot::Ready { zygote, env, .. }) if !zygote.is_alive() => {
                         let env = env.clone();

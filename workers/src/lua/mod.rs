@@ -37,6 +37,7 @@ mod state_tests;
 mod tests;
 mod value;
 
+use crate::locking::lock;
 use crate::runtime::{
     Engine, Interrupt, LoadedState, Outbox, SavedState, StateError, WorkerContext, WorkerError,
 };
@@ -51,7 +52,7 @@ use mlua::{
 use serde_json::{Map, Value as Json};
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 /// Routes output, stubs stdin and guards the interrupt hook; see the file itself.
 const PRELUDE: &str = include_str!("prelude.lua");
@@ -516,12 +517,6 @@ fn default_heap_limit() -> usize {
     // SAFETY: sysconf has no preconditions.
     let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
     usize::try_from(pages).map_or(usize::MAX, |pages| pages.saturating_mul(page))
-}
-
-/// The sink is only ever locked on the engine's thread, so a poisoned lock (a panic while
-/// holding it) leaves nothing half-done worth refusing over.
-fn lock(sink: &CellSink) -> MutexGuard<'_, Option<RunningCell>> {
-    sink.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A Lua function that sends its string argument to the running cell's `stream`.

@@ -2,6 +2,7 @@
 //! the host tool calls among them, relayed to the outbox and answered on the command pipe.
 
 use super::output_relay::SharedRouting;
+use crate::locking::lock;
 use serde::Deserialize;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -74,7 +75,7 @@ pub enum Event {
 /// Locks the command pipe; a thread that panicked while writing left at worst a torn line,
 /// which the runner skips, so a poisoned lock is still usable.
 pub fn lock_commands(commands: &Mutex<File>) -> MutexGuard<'_, File> {
-    commands.lock().unwrap_or_else(|e| e.into_inner())
+    lock(commands)
 }
 
 /// Reads events until EOF. Displays go straight to the outbox of the cell they belong to,

@@ -46,6 +46,7 @@ mod output_relay;
 mod start_check;
 mod state;
 
+use crate::locking::lock;
 use crate::runtime::{
     Engine, Interrupt, LoadedState, Outbox, SavedState, StateError, WorkerContext, WorkerError,
 };
@@ -274,7 +275,7 @@ impl PythonEngine {
 
     /// Checks, without blocking, whether python has exited (reaping it if so).
     fn poll_exit(&mut self) -> Option<ExitStatus> {
-        let mut target = self.signal_target.lock().unwrap_or_else(|e| e.into_inner());
+        let mut target = lock(&self.signal_target);
         match self.child.try_wait() {
             Ok(Some(status)) => {
                 *target = None;
@@ -305,7 +306,7 @@ impl PythonEngine {
     }
 
     fn kill_and_reap(&mut self) {
-        let mut target = self.signal_target.lock().unwrap_or_else(|e| e.into_inner());
+        let mut target = lock(&self.signal_target);
         *target = None;
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -320,7 +321,7 @@ impl PythonEngine {
     }
 
     fn send_interrupt(&self) {
-        let target = self.signal_target.lock().unwrap_or_else(|e| e.into_inner());
+        let target = lock(&self.signal_target);
         if let Some(pid) = *target {
             interrupt(pid, self.child.signaller().as_ref());
         }
@@ -418,7 +419,7 @@ impl Engine for PythonEngine {
         let target = Arc::clone(&self.signal_target);
         let signaller = self.child.signaller();
         Some(Arc::new(move || {
-            let target = target.lock().unwrap_or_else(|e| e.into_inner());
+            let target = lock(&target);
             if let Some(pid) = *target {
                 // The child only: the cell's own subprocesses are the supervisor's business.
                 interrupt(pid, signaller.as_ref());

@@ -4,6 +4,7 @@
 
 use super::events::Event;
 use super::markers::{DoneStatus, MarkerScanner, Piece};
+use crate::locking::lock;
 use crate::runtime::{Outbox, OUTPUT_CHUNK_BYTES};
 use cellvisor_ipc::OutputStream;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -62,7 +63,7 @@ impl SharedRouting {
     /// Locks the state; a panic elsewhere while holding the lock leaves plain data behind,
     /// so a poisoned lock is still usable.
     pub fn lock(&self) -> MutexGuard<'_, Routing> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 
     /// Waits (bounded) until `done` holds.

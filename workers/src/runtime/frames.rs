@@ -4,6 +4,7 @@
 //! raises the cell's flag, a tool's answer goes to the call waiting for it, `Shutdown` or
 //! a closed socket ends the worker, and an `Execute` goes back to the engine.
 
+use crate::locking::lock;
 use cellvisor_ipc::frame::{read_frame, FrameError};
 use cellvisor_ipc::socket::Stream;
 use cellvisor_ipc::{ExecuteCell, FromWorker, ToWorker};
@@ -57,7 +58,7 @@ impl FrameHandler {
     /// The next frame from the supervisor (the caller holds the reader token, so the lock is
     /// never contended).
     pub(super) fn read(&self) -> Result<Option<ToWorker>, FrameError> {
-        let mut input = self.input.lock().unwrap_or_else(|e| e.into_inner());
+        let mut input = lock(&self.input);
         read_frame(&mut input.0)
     }
 

@@ -3,6 +3,7 @@
 //! runs the cells. The worker reads them so that the supervisor, which serves every session,
 //! reads no `/proc` per cell; what it costs here is paid by the session that ran the cell.
 
+use crate::locking::lock;
 use crate::process_tree;
 use cellvisor_ipc::DoneUsage;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -44,7 +45,7 @@ impl Meter {
     pub fn read(&self) -> DoneUsage {
         let root = std::process::id();
         let members = {
-            let mut tree = self.0.tree.lock().unwrap_or_else(|e| e.into_inner());
+            let mut tree = lock(&self.0.tree);
             let quick = tree
                 .read_at
                 .is_some_and(|at| at.elapsed() < REDISCOVER_AFTER);

@@ -4,6 +4,7 @@
 //! [`FLUSH_DELAY`]. A supervisor that reads slowly blocks the writers here, which slows the
 //! cell down instead of growing a buffer; one that is gone ends the worker.
 
+use crate::locking::lock;
 use cellvisor_ipc::frame::{write_frame, FrameError};
 use cellvisor_ipc::socket::Stream;
 use cellvisor_ipc::FromWorker;
@@ -150,7 +151,7 @@ impl SocketWriter {
     }
 
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Wire> {
-        self.wire.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.wire)
     }
 
     /// The socket if no other thread is writing now.
@@ -168,7 +169,7 @@ impl SocketWriter {
     pub(super) fn arm_flusher(&self, wire: &mut Wire) {
         if !wire.flush_armed {
             wire.flush_armed = true;
-            *self.flusher.asked.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            *lock(&self.flusher.asked) = true;
             self.flusher.wake.notify_one();
         }
     }
@@ -178,7 +179,7 @@ impl SocketWriter {
     pub(super) fn flush_held_output(&self) {
         loop {
             {
-                let mut asked = self.flusher.asked.lock().unwrap_or_else(|e| e.into_inner());
+                let mut asked = lock(&self.flusher.asked);
                 while !*asked {
                     asked = self
                         .flusher
@@ -211,12 +212,12 @@ impl FatalSent {
     const PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
     pub(super) fn mark(&self) {
-        *self.sent.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        *lock(&self.sent) = true;
         self.changed.notify_all();
     }
 
     pub(super) fn wait(&self) {
-        let sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
+        let sent = lock(&self.sent);
         let _ = self
             .changed
             .wait_timeout_while(sent, Self::PATIENCE, |sent| !*sent);
