@@ -266,10 +266,16 @@ fn every_cell_keeps_the_state_of_the_last_good_cell_through_a_sigkill() {
     let mut killer = daemon.client();
     client.send(
         "eval",
-        json!({"session": "s", "cells": [{"language": "py", "code": "x = 2\nimport time\ntime.sleep(60)"}]}),
+        json!({"session": "s", "cells": [{"language": "py", "code": "x = 2\nprint('x set', flush=True)\nimport time\ntime.sleep(60)"}]}),
     );
-    daemon.wait_for_state("s", "busy");
-    std::thread::sleep(Duration::from_millis(300));
+    // `x = 2` has run once its line after it is streamed.
+    loop {
+        let message = client.read().expect("the cell's events");
+        assert!(message.get("id").is_none(), "answered early: {message:#}");
+        if message["params"]["event"] == "output" && message["params"]["text"] == "x set\n" {
+            break;
+        }
+    }
     let rows = killer.call("status", json!({})).expect("status");
     let pid = rows
         .as_array()
