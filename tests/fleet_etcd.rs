@@ -55,16 +55,21 @@ impl Shared {
     /// A node of this fleet; its heartbeats are slow enough that a worker whose cell ran
     /// through the node's pause is not declared dead when the node wakes.
     fn node(&self, node: &str) -> Daemon {
+        self.node_with(node, "")
+    }
+
+    /// A node of this fleet with `snapshots` keys added to its `[snapshots]` section.
+    fn node_with(&self, node: &str, snapshots: &str) -> Daemon {
         let sessions = SHORT_INTERVALS
             .replace(
                 "heartbeat-interval = \"200ms\"",
                 "heartbeat-interval = \"5s\"",
             )
             .replace("heartbeat-timeout = \"1s\"", "heartbeat-timeout = \"60s\"");
-        Daemon::start_in(World::with_config(&format!(
-            "{sessions}{}",
-            self.config(node, &self.etcd.url)
-        )))
+        let config = self
+            .config(node, &self.etcd.url)
+            .replace("[snapshots]\n", &format!("[snapshots]\n{snapshots}"));
+        Daemon::start_in(World::with_config(&format!("{sessions}{config}")))
     }
 
     /// The session's committed pointer in Python, from etcd.
@@ -172,6 +177,15 @@ fn a_paused_node_cannot_commit_and_steps_down_while_the_other_serves_the_committ
     signal(a_pid, "CONT");
     let slow = slow.join().expect("the slow cell's client");
     eprintln!("the cell that ran through the pause: {slow:?}");
+    // Its state was never committed, so it is never answered as complete and saved: it was
+    // stopped (cancelled), refused (LEASED_ELSEWHERE), or says `saved: false` and why.
+    if let Ok(answered) = &slow {
+        let cell = &answered["cells"][0];
+        assert!(
+            cell["status"] != "complete" || cell["saved"]["saved"] == json!(false),
+            "an uncommitted cell answered as saved: {answered:#}"
+        );
+    }
     let stepped_down = wait_until(Duration::from_secs(10), || match eval(&a, "s", "x = 100") {
         Err(err) if err["code"] == json!(LEASED_ELSEWHERE) => Ok(err),
         other => Err(other),
@@ -188,6 +202,91 @@ fn a_paused_node_cannot_commit_and_steps_down_while_the_other_serves_the_committ
     let state = eval(&b, "s", "x").expect("on node-b");
     assert_eq!(output(&state, 0).trim(), "3", "{state:#}");
     b.stop();
+    a.stop();
+}
+
+/// Runs a cell that sleeps `secs` then sets `x = 2` on `node`, stopping etcd while it runs;
+/// answers its result, with etcd still stopped.
+fn cell_while_etcd_stops(shared: &Shared, node: &Daemon, session: &str) -> Value {
+    let slow = {
+        let mut client = node.client();
+        let session = session.to_string();
+        std::thread::spawn(move || {
+            client.call(
+                "eval",
+                json!({"session": session, "cells": py("import time\ntime.sleep(1.5)\nx = 2")}),
+            )
+        })
+    };
+    node.wait_for_state(session, "busy");
+    signal(shared.etcd.pid(), "STOP");
+    let answered = slow.join().expect("the slow cell's client");
+    answered.expect("the cell is answered")
+}
+
+#[test]
+fn an_answer_waits_for_its_commit_and_a_commit_that_fails_is_told_on_its_cell() {
+    if !etcd::installed() {
+        return;
+    }
+    let shared = Shared::new();
+    let a = shared.node("node-a");
+    for n in 1..=3u64 {
+        let result = eval(&a, "w", &format!("x = {n}")).expect("runs");
+        assert_eq!(
+            result["cells"][0]["saved"],
+            json!({"saved": true}),
+            "{result:#}"
+        );
+        // Read at once, no waiting: the answer came after the commit.
+        let pointer = shared.pointer("w").expect("committed before the answer");
+        assert_eq!(pointer["cells"], json!(n), "{pointer}");
+        assert_eq!(pointer["node"], "node-a", "{pointer}");
+    }
+    // etcd stops while a cell runs: its snapshot is written, its commit cannot be.
+    let told = cell_while_etcd_stops(&shared, &a, "w");
+    signal(shared.etcd.pid(), "CONT");
+    let cell = &told["cells"][0];
+    assert_eq!(cell["status"], "complete", "{told:#}");
+    assert_eq!(cell["saved"]["saved"], json!(false), "{told:#}");
+    let why = cell["saved"]["why"].as_str().unwrap_or_default();
+    assert!(why.contains("not committed"), "{told:#}");
+    let notice = cell["notice"].as_str().unwrap_or_default();
+    assert!(
+        notice.contains("this cell's state was not saved"),
+        "{told:#}"
+    );
+    // The session goes on once etcd answers again (here or after its lease is taken anew).
+    let again = wait_until(Duration::from_secs(20), || match eval(&a, "w", "x") {
+        Ok(result) => Ok(result),
+        Err(err) => {
+            assert_eq!(err["code"], json!(LEASED_ELSEWHERE), "{err}");
+            std::thread::sleep(Duration::from_millis(100));
+            Err(err)
+        }
+    })
+    .expect("the session answers again");
+    let x = output(&again, 0);
+    assert!(["2", "3"].contains(&x.trim()), "{again:#}");
+    a.stop();
+}
+
+#[test]
+fn with_async_answers_a_cell_is_answered_before_its_commit() {
+    if !etcd::installed() {
+        return;
+    }
+    let shared = Shared::new();
+    let a = shared.node_with("node-a", "every-cell-answer = \"async\"\n");
+    eval(&a, "y", "x = 1").expect("runs");
+    shared.committed("y", "node-a", 1);
+    // etcd stops while a cell runs: its answer goes out when its blob is written, before
+    // any commit could be made (the loss window docs/fleet.md describes).
+    let answered = cell_while_etcd_stops(&shared, &a, "y");
+    signal(shared.etcd.pid(), "CONT");
+    let cell = &answered["cells"][0];
+    assert_eq!(cell["status"], "complete", "{answered:#}");
+    assert_eq!(cell["saved"], json!({"saved": true}), "{answered:#}");
     a.stop();
 }
 

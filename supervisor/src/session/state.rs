@@ -217,23 +217,28 @@ impl Session {
             }
             StatePurpose::Restore { cells_since } => self.restored(report, cells_since),
             StatePurpose::AfterCell(held) => {
-                let saved = match report {
+                let held = held.map(|held| *held);
+                match report {
                     StateReport::Saved { .. } => {
                         self.cells_since_snapshot = 0;
-                        self.commit_saved(ctx, job.task.as_ref());
-                        super::saved::written()
+                        // Answered now, or once its commit is decided (etcd mode).
+                        if let Some(held) = self.commit_saved(ctx, job.task.as_ref(), held) {
+                            self.deliver_held(held, super::saved::written());
+                        }
                     }
                     StateReport::Refused(refusal) => {
                         let why = policy::describe(&refusal);
                         tracing::warn!(session = %self.key, "snapshot after cell not written: {why}");
-                        super::saved::not_written(why)
+                        if let Some(held) = held {
+                            self.deliver_held(held, super::saved::not_written(why));
+                        }
                     }
-                    _ => super::saved::not_written(
-                        "the worker answered the save with no report".into(),
-                    ),
-                };
-                if let Some(held) = held {
-                    self.deliver_held(*held, saved);
+                    _ => {
+                        if let Some(held) = held {
+                            let why = "the worker answered the save with no report".into();
+                            self.deliver_held(held, super::saved::not_written(why));
+                        }
+                    }
                 }
                 // The workspace too, so a node's crash loses only what the last cell did;
                 // a close that came during the save waited for both.
@@ -246,7 +251,7 @@ impl Session {
             StatePurpose::BeforeStop(then, reason) => {
                 let fate = match report {
                     StateReport::Saved { .. } => {
-                        self.commit_saved(ctx, job.task.as_ref());
+                        self.commit_saved(ctx, job.task.as_ref(), None);
                         SnapshotFate::Saved
                     }
                     StateReport::Refused(refusal) => {
