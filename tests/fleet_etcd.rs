@@ -55,11 +55,12 @@ impl Shared {
     /// A node of this fleet; its heartbeats are slow enough that a worker whose cell ran
     /// through the node's pause is not declared dead when the node wakes.
     fn node(&self, node: &str) -> Daemon {
-        self.node_with(node, "")
+        self.node_with(node, "", "2s")
     }
 
-    /// A node of this fleet with `snapshots` keys added to its `[snapshots]` section.
-    fn node_with(&self, node: &str, snapshots: &str) -> Daemon {
+    /// A node of this fleet with `snapshots` keys added to its `[snapshots]` section and
+    /// leases of `ttl`.
+    fn node_with(&self, node: &str, snapshots: &str, ttl: &str) -> Daemon {
         let sessions = SHORT_INTERVALS
             .replace(
                 "heartbeat-interval = \"200ms\"",
@@ -68,7 +69,8 @@ impl Shared {
             .replace("heartbeat-timeout = \"1s\"", "heartbeat-timeout = \"60s\"");
         let config = self
             .config(node, &self.etcd.url)
-            .replace("[snapshots]\n", &format!("[snapshots]\n{snapshots}"));
+            .replace("[snapshots]\n", &format!("[snapshots]\n{snapshots}"))
+            .replace("lease-ttl = \"2s\"", &format!("lease-ttl = \"{ttl}\""));
         Daemon::start_in(World::with_config(&format!("{sessions}{config}")))
     }
 
@@ -205,8 +207,9 @@ fn a_paused_node_cannot_commit_and_steps_down_while_the_other_serves_the_committ
     a.stop();
 }
 
-/// Runs a cell that sleeps `secs` then sets `x = 2` on `node`, stopping etcd while it runs;
-/// answers its result, with etcd still stopped.
+/// Runs a cell that sleeps 1.5 s then sets `x = 2` on `node`, stopping etcd while it runs;
+/// answers its result, with etcd still stopped. The node's lease outlives the cell (a
+/// `lease-ttl` of 10 s stays provable for 8 s after its last acknowledged keep-alive).
 fn cell_while_etcd_stops(shared: &Shared, node: &Daemon, session: &str) -> Value {
     let slow = {
         let mut client = node.client();
@@ -230,7 +233,7 @@ fn an_answer_waits_for_its_commit_and_a_commit_that_fails_is_told_on_its_cell() 
         return;
     }
     let shared = Shared::new();
-    let a = shared.node("node-a");
+    let a = shared.node_with("node-a", "", "10s");
     for n in 1..=3u64 {
         let result = eval(&a, "w", &format!("x = {n}")).expect("runs");
         assert_eq!(
@@ -277,7 +280,7 @@ fn with_async_answers_a_cell_is_answered_before_its_commit() {
         return;
     }
     let shared = Shared::new();
-    let a = shared.node_with("node-a", "every-cell-answer = \"async\"\n");
+    let a = shared.node_with("node-a", "every-cell-answer = \"async\"\n", "10s");
     eval(&a, "y", "x = 1").expect("runs");
     shared.committed("y", "node-a", 1);
     // etcd stops while a cell runs: its answer goes out when its blob is written, before
@@ -288,6 +291,83 @@ fn with_async_answers_a_cell_is_answered_before_its_commit() {
     assert_eq!(cell["status"], "complete", "{answered:#}");
     assert_eq!(cell["saved"], json!({"saved": true}), "{answered:#}");
     a.stop();
+}
+
+fn eval_once(daemon: &Daemon, session: &str, id: &str, code: &str) -> Result<Value, Value> {
+    daemon.client().call(
+        "eval",
+        json!({"session": session, "request_id": id, "cells": py(code)}),
+    )
+}
+
+#[test]
+fn a_retried_request_id_is_answered_on_the_next_node_from_the_committed_memory() {
+    if !etcd::installed() {
+        return;
+    }
+    let shared = Shared::new();
+    let a = shared.node("node-a");
+    let b = shared.node("node-b");
+    eval(&a, "r", "runs = []").expect("on node-a");
+    let append = "runs.append('R')\nprint(len(runs))";
+    let first = eval_once(&a, "r", "R", append).expect("R runs on node-a");
+    assert_eq!(output(&first, 0).trim(), "1", "{first:#}");
+    // The memory of R is committed under node-a's token before R's answer went out.
+    let memory: Value = serde_json::from_str(
+        &shared
+            .etcd
+            .get("cellvisor/pointer/r/requests")
+            .expect("the memory's pointer is committed"),
+    )
+    .expect("json");
+    assert_eq!(memory["node"], "node-a", "{memory}");
+
+    // node-a dies; the client, which never saw R's answer, retries it on node-b.
+    let _world = a.signal_and_wait("KILL");
+    let retried = wait_until(Duration::from_secs(20), || {
+        match eval_once(&b, "r", "R", append) {
+            Ok(result) => Ok(result),
+            Err(err) => {
+                assert_eq!(err["code"], json!(LEASED_ELSEWHERE), "{err}");
+                std::thread::sleep(Duration::from_millis(100));
+                Err(err)
+            }
+        }
+    })
+    .expect("node-b answers the retry");
+    assert_eq!(retried["replayed"], json!(true), "{retried:#}");
+    assert_eq!(
+        retried["node"], "node-a",
+        "the first run's answer: {retried:#}"
+    );
+    assert_eq!(output(&retried, 0).trim(), "1", "{retried:#}");
+    let state = eval(&b, "r", "print(runs)").expect("on node-b");
+    assert_eq!(output(&state, 0).trim(), "['R']", "R ran once: {state:#}");
+
+    // node-b's own requests are remembered under its token, and the older file goes.
+    let second = eval_once(&b, "r", "S", append).expect("S runs on node-b");
+    assert_eq!(output(&second, 0).trim(), "2", "{second:#}");
+    let memory: Value = serde_json::from_str(
+        &shared
+            .etcd
+            .get("cellvisor/pointer/r/requests")
+            .expect("pointer"),
+    )
+    .expect("json");
+    assert_eq!(memory["node"], "node-b", "{memory}");
+    let again = eval_once(&b, "r", "R", append).expect("R again");
+    assert_eq!(again["replayed"], json!(true), "{again:#}");
+    let files: Vec<String> = std::fs::read_dir(shared.snapshots().join("r/requests.d"))
+        .expect("requests.d")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        files,
+        [memory["file"].as_str().unwrap_or_default()],
+        "{files:?}"
+    );
+    b.stop();
 }
 
 #[test]

@@ -1,8 +1,8 @@
 //! The requests a node sends etcd outside a lease's own task: connecting, taking a lease,
 //! a fenced commit; and how a caller on any thread waits for them.
 
-use super::{etcd_error, lease_key, pointer_prefix, CommitError, EtcdSettings};
-use crate::fleet::pointer::Pointer;
+use super::{etcd_error, lease_key, pointer_prefix, CommitError, EtcdSettings, REQUESTS_SEGMENT};
+use crate::fleet::pointer::{Pointer, RequestsPointer};
 use crate::fleet::proof::{self, Acknowledged, BootInstant};
 use crate::fleet::LeaseError;
 use cellvisor_ipc::Language;
@@ -92,7 +92,11 @@ pub(super) fn connect_options(
     Ok(options)
 }
 
-pub(super) type Taken = (i64, i64, Acknowledged, HashMap<Language, Pointer>);
+/// What a session's key prefix holds: its states' pointers by language, and its remembered
+/// requests' pointer.
+pub(super) type Pointers = (HashMap<Language, Pointer>, Option<RequestsPointer>);
+
+pub(super) type Taken = (i64, i64, Acknowledged, Pointers);
 
 /// Grants a lease and creates `session`'s key under it if absent; a key this node left in
 /// an earlier life (a restart) is deleted first, fenced by its own creating revision.
@@ -128,16 +132,19 @@ pub(super) async fn take(
         if answer.succeeded() {
             let token = answer.header().map_or(0, |h| h.revision());
             let mut pointers = HashMap::new();
+            let mut requests = None;
             for response in answer.op_responses() {
                 let TxnOpResponse::Get(found) = response else {
                     continue;
                 };
                 for kv in found.kvs() {
                     let name = String::from_utf8_lossy(kv.key());
-                    let language = name
-                        .rsplit('/')
-                        .next()
-                        .and_then(|s| s.parse::<Language>().ok());
+                    let last = name.rsplit('/').next().unwrap_or_default();
+                    if last == REQUESTS_SEGMENT {
+                        requests = RequestsPointer::from_bytes(kv.value());
+                        continue;
+                    }
+                    let language = last.parse::<Language>().ok();
                     if let (Some(language), Some(pointer)) =
                         (language, Pointer::from_bytes(kv.value()))
                     {
@@ -146,7 +153,7 @@ pub(super) async fn take(
                 }
             }
             let ack = Acknowledged { sent, ttl: granted };
-            return Ok((grant.id(), token, ack, pointers));
+            return Ok((grant.id(), token, ack, (pointers, requests)));
         }
         let _ = client.lease_revoke(grant.id()).await;
         let holder = answer.op_responses().into_iter().find_map(|r| match r {
