@@ -371,6 +371,65 @@ fn a_retried_request_id_is_answered_on_the_next_node_from_the_committed_memory()
 }
 
 #[test]
+fn a_checkpoint_is_restored_only_as_committed_and_a_copied_older_one_is_refused() {
+    if !etcd::installed() {
+        return;
+    }
+    let shared = Shared::new();
+    let a = shared.node("node-a");
+    let checkpoint = |name: &str| {
+        a.client().call(
+            "checkpoint",
+            json!({"session": "k", "language": "py", "name": name}),
+        )
+    };
+    let restore = |name: &str| {
+        a.client().call(
+            "restore",
+            json!({"session": "k", "language": "py", "name": name}),
+        )
+    };
+    let file = shared.snapshots().join("k/py/checkpoints/cp.snap");
+    eval(&a, "k", "x = 'one'").expect("on node-a");
+    checkpoint("cp").expect("the first checkpoint");
+    let aside = shared.dir.path().join("cp-one.snap");
+    std::fs::copy(&file, &aside).expect("the first checkpoint aside");
+    eval(&a, "k", "x = 'two'").expect("on node-a");
+    checkpoint("cp").expect("the second checkpoint");
+    let committed: Value = serde_json::from_str(
+        &shared
+            .etcd
+            .get("cellvisor/pointer/k/py/checkpoint/cp")
+            .expect("the checkpoint's pointer"),
+    )
+    .expect("json");
+    assert_eq!(committed["node"], "node-a", "{committed}");
+
+    eval(&a, "k", "x = 'three'").expect("on node-a");
+    restore("cp").expect("the committed checkpoint is restored");
+    let state = eval(&a, "k", "print(x)").expect("runs");
+    assert_eq!(output(&state, 0).trim(), "two", "{state:#}");
+
+    // The first checkpoint copied over the second: a rollback, refused.
+    std::fs::copy(&aside, &file).expect("copy over");
+    let refused = restore("cp").expect_err("a copied checkpoint is refused");
+    let message = refused.to_string();
+    assert!(
+        message.contains("not the one etcd names as current"),
+        "{refused}"
+    );
+    let state = eval(&a, "k", "print(x)").expect("runs");
+    assert_eq!(
+        output(&state, 0).trim(),
+        "two",
+        "nothing restored: {state:#}"
+    );
+    let unknown = restore("never").expect_err("no such checkpoint");
+    assert!(!unknown.to_string().is_empty(), "{unknown}");
+    a.stop();
+}
+
+#[test]
 fn a_copied_older_blob_is_never_restored() {
     if !etcd::installed() {
         return;

@@ -218,7 +218,8 @@ impl Cellvisor {
             .await
             .map_err(|_| RequestError::Stopped)?;
         let cell = outcome.await;
-        match reported.try_recv() {
+        // In etcd mode a checkpoint's report follows its commit, after the task's end.
+        match reported.await {
             Ok(report) => Ok(report),
             Err(_) => Err(RequestError::State(match cell {
                 Ok(cell) => cell.output.trim_end().to_string(),

@@ -9,7 +9,7 @@ use crate::fleet::etcd::CommitError;
 use crate::fleet::pointer::{self, Pointer};
 use crate::snapshots::policy::{self, AnswerWaits};
 use actix::prelude::*;
-use cellvisor_ipc::state::{LoadOrder, StateTask};
+use cellvisor_ipc::state::{LoadOrder, StateRefusal, StateReport, StateTask};
 use std::path::{Path, PathBuf};
 
 /// What [`Session::start_commit`] began.
@@ -180,6 +180,84 @@ impl Session {
             key: store.session_key(&self.key),
             replace: false,
         }))))
+    }
+
+    /// After a host's checkpoint `name` was written (`report`): in etcd mode commits its
+    /// pointer (the file's SHA-256, fenced by the lease's token) and answers `reply` once etcd
+    /// decided, refusing the checkpoint when the commit was; answers at once otherwise.
+    pub(super) fn commit_checkpoint(
+        &mut self,
+        ctx: &mut Context<Self>,
+        name: &str,
+        report: StateReport,
+        reply: tokio::sync::oneshot::Sender<StateReport>,
+    ) {
+        let Some((store, etcd)) = self
+            .snapshots
+            .as_ref()
+            .and_then(|s| Some((s, s.fenced()?.clone())))
+        else {
+            let _ = reply.send(report);
+            return;
+        };
+        let path = store.checkpoint(&self.key, name);
+        let owned = name.to_string();
+        let refused = move |why: String| {
+            StateReport::Refused(StateRefusal::Failed {
+                why: format!("checkpoint {owned} was written but not committed in etcd: {why}"),
+            })
+        };
+        let Some(token) = etcd.token(&self.key.session) else {
+            let _ = reply.send(refused("this node holds no lease on the session".into()));
+            return;
+        };
+        let (sha256, bytes) = match pointer::file_digest(&path) {
+            Ok(digest) => digest,
+            Err(err) => {
+                let _ = reply.send(refused(err.to_string()));
+                return;
+            }
+        };
+        let committed = Pointer {
+            blob: path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            sha256,
+            bytes,
+            cells: self.cells_run,
+            node: store.node().to_string(),
+            token,
+        };
+        let answer = etcd.commit_checkpoint(&self.key.session, self.key.language, name, committed);
+        ctx.spawn(
+            async move {
+                let outcome = match answer.await {
+                    Ok(Ok(())) => report,
+                    Ok(Err(err)) => refused(err.to_string()),
+                    Err(_) => refused("no answer from the lease's task".into()),
+                };
+                let _ = reply.send(outcome);
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// In etcd mode, why a host's restore of checkpoint `name` must not run: none is
+    /// committed under that name, or its file is not the one committed (an older checkpoint
+    /// copied over it, a stale node's save). `None`: it may run.
+    pub(super) fn checkpoint_refusal(&self, name: &str) -> Option<String> {
+        let store = self.snapshots.as_ref()?;
+        let etcd = store.fenced()?;
+        let Some(current) = etcd.checkpoint(&self.key.session, self.key.language, name) else {
+            return Some(format!(
+                "no checkpoint named {name} is committed in etcd for this session"
+            ));
+        };
+        let path = store.checkpoint(&self.key, name);
+        pointer::check_blob(&current, &path)
+            .err()
+            .map(|refusal| format!("checkpoint {name}: {refusal}"))
     }
 
     /// In etcd mode, drops the session's pointer in this language (fenced): its namespace

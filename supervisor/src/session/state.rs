@@ -209,11 +209,19 @@ impl Session {
             })
         });
         match job.purpose {
-            StatePurpose::Host { report: reply, .. } => {
+            StatePurpose::Host { ask, report: reply } => {
                 if matches!(report, StateReport::Loaded { .. }) {
                     self.cells_since_snapshot = 0;
                 }
-                let _ = reply.send(report);
+                match (ask, &report) {
+                    // In etcd mode, a checkpoint is one once its pointer is committed.
+                    (HostAsk::Checkpoint(name), StateReport::Saved { .. }) => {
+                        self.commit_checkpoint(ctx, &name, report, reply);
+                    }
+                    _ => {
+                        let _ = reply.send(report);
+                    }
+                }
             }
             StatePurpose::Restore { cells_since } => self.restored(report, cells_since),
             StatePurpose::AfterCell(held) => {
@@ -362,16 +370,32 @@ impl Session {
         }
     }
 
-    /// A host's state task that cannot run (no snapshot directory): answered at once.
-    pub(super) fn refuse_state_job(&mut self, job: CellJob) {
-        let why = "snapshots are off: the snapshot directory could not be opened (see the \
-                   daemon's log and snapshots.dir)";
+    /// Why a host's state task must not run: in etcd mode, a restore of a checkpoint that
+    /// is not the committed one.
+    pub(super) fn state_job_refusal(&self, job: &StateJob) -> Option<String> {
+        match &job.purpose {
+            StatePurpose::Host {
+                ask: HostAsk::Restore(name),
+                ..
+            } => self.checkpoint_refusal(name),
+            _ => None,
+        }
+    }
+
+    /// A host's state task that cannot run (no snapshot directory: `why` is `None`), answered
+    /// at once.
+    pub(super) fn refuse_state_job(&mut self, job: CellJob, why: Option<String>) {
+        let why = why.unwrap_or_else(|| {
+            "snapshots are off: the snapshot directory could not be opened (see the daemon's \
+             log and snapshots.dir)"
+                .into()
+        });
         if let Some(StatePurpose::Host { report, .. }) = job.state.map(|s| s.purpose) {
             let _ = report.send(StateReport::Refused(StateRefusal::Failed {
-                why: why.into(),
+                why: why.clone(),
             }));
         }
-        let _ = job.reply.send(CellReport::error(why.into()));
+        let _ = job.reply.send(CellReport::error(why));
     }
 
     /// The ledger for the next host cell: a restore just before it.

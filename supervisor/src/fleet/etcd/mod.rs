@@ -80,6 +80,8 @@ struct Held {
     /// The session's remembered requests, as committed (read with the lease, then changed
     /// only by this node's commits).
     requests: Mutex<Option<RequestsPointer>>,
+    /// The session's named checkpoints, by language and name, as committed.
+    checkpoints: Mutex<HashMap<(Language, String), Pointer>>,
     ops: mpsc::UnboundedSender<Op>,
 }
 
@@ -91,6 +93,12 @@ enum Op {
     },
     Forget {
         language: Language,
+    },
+    CommitCheckpoint {
+        language: Language,
+        name: String,
+        pointer: Pointer,
+        reply: oneshot::Sender<Result<(), CommitError>>,
     },
     CommitRequests {
         pointer: RequestsPointer,
@@ -154,6 +162,16 @@ const REQUESTS_SEGMENT: &str = "requests";
 
 fn requests_key(session: &str) -> String {
     format!("{}{REQUESTS_SEGMENT}", pointer_prefix(session))
+}
+
+/// The segment between a language and a checkpoint's name in a checkpoint's key.
+const CHECKPOINT_SEGMENT: &str = "checkpoint";
+
+fn checkpoint_key(session: &str, language: Language, name: &str) -> String {
+    format!(
+        "{}/{CHECKPOINT_SEGMENT}/{name}",
+        pointer_key(session, language)
+    )
 }
 
 impl EtcdLeases {
@@ -234,17 +252,18 @@ impl EtcdLeases {
             take(client, &name, &node, ttl).await
         })
         .and_then(|r| r)?;
-        let (lease_id, token, ack, (pointers, requests)) = taken;
+        let (lease_id, token, ack, found) = taken;
         let (ops, queue) = mpsc::unbounded_channel();
         let held = Arc::new(Held {
             lease_id,
             token,
             ack: Mutex::new(Some(ack)),
             lost: Mutex::new(None),
-            pointers: Mutex::new(pointers),
+            pointers: Mutex::new(found.states),
             seq: AtomicU64::new(1),
             forgotten: Mutex::new(HashMap::new()),
-            requests: Mutex::new(requests),
+            requests: Mutex::new(found.requests),
+            checkpoints: Mutex::new(found.checkpoints),
             ops,
         });
         let task = self.runtime.spawn(run_lease(
@@ -383,6 +402,43 @@ impl EtcdLeases {
             crate::locking::lock(&held.pointers).remove(&language);
             let _ = held.ops.send(Op::Forget { language });
         }
+    }
+
+    /// The pointer to `session`'s checkpoint `name` in `language`, as committed, while this
+    /// node holds the session.
+    pub fn checkpoint(&self, session: &str, language: Language, name: &str) -> Option<Pointer> {
+        let held = self.held(session)?;
+        let checkpoints = crate::locking::lock(&held.checkpoints);
+        checkpoints.get(&(language, name.to_string())).cloned()
+    }
+
+    /// Commits `pointer` as `session`'s checkpoint `name` in `language`, fenced by the
+    /// lease's token. The answer comes once etcd has decided.
+    pub fn commit_checkpoint(
+        &self,
+        session: &str,
+        language: Language,
+        name: &str,
+        pointer: Pointer,
+    ) -> oneshot::Receiver<Result<(), CommitError>> {
+        let (reply, answer) = oneshot::channel();
+        match self.held(session) {
+            Some(held) if held.token == pointer.token => {
+                let _ = held.ops.send(Op::CommitCheckpoint {
+                    language,
+                    name: name.to_string(),
+                    pointer,
+                    reply,
+                });
+            }
+            Some(held) => {
+                let _ = reply.send(Err(CommitError::Fenced { token: held.token }));
+            }
+            None => {
+                let _ = reply.send(Err(CommitError::NotHeld));
+            }
+        }
+        answer
     }
 
     /// The committed pointer to `session`'s remembered requests (`Ok(None)`: none yet);
