@@ -196,7 +196,7 @@ impl Cellvisor {
         };
         let (_requester_alive, requester) = watch::channel(());
         let (reply, outcome) = oneshot::channel();
-        let (report, mut reported) = oneshot::channel();
+        let (report, reported) = oneshot::channel();
         let job = CellJob::for_state(
             self.next_cell.fetch_add(1, Ordering::Relaxed),
             language,

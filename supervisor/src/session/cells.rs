@@ -380,15 +380,11 @@ impl Session {
                 .with_tools(declared, job.tool_host.clone()),
         );
         let own_task = job.state.is_some();
-        if let Some(why) = job.state.as_ref().and_then(|s| self.state_job_refusal(s)) {
-            self.refuse_state_job(job, Some(why));
-            return;
-        }
-        let task = match job.state.as_ref().map(|s| self.task_of(s)) {
+        let task = match job.state.as_ref().map(|s| self.state_task(s)) {
             None => StateTask::Code,
-            Some(Some(task)) => task,
-            Some(None) => {
-                self.refuse_state_job(job, None);
+            Some(Ok(task)) => task,
+            Some(Err(why)) => {
+                self.refuse_state_job(job, why);
                 return;
             }
         };

@@ -1,7 +1,9 @@
 //! A session's snapshots in etcd mode (docs/fleet.md): each save goes to a new immutable
 //! blob named by the lease's fencing token, and becomes current only once etcd commits its
 //! pointer under that token; a restore loads the blob the pointer names, and only if its
-//! SHA-256 is the pointer's. Blobs no pointer names are collected after each commit.
+//! SHA-256 is the pointer's. Blobs no pointer names are collected after each commit. A
+//! cell's answer waits for its commit unless `snapshots.every-cell-answer = "async"`; a
+//! host's named checkpoint is committed the same way, and restored only as committed.
 
 use super::saved::{self, HeldCell};
 use super::Session;

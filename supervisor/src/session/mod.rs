@@ -22,7 +22,8 @@
 //! - `link`: the tasks on the worker's connection.
 //! - `state`: state tasks: saves before planned stops and after cells, the restore before
 //!   the next cell, a host's checkpoints and `names`.
-//! - `fenced`: in etcd mode, those saves as immutable blobs behind fenced pointers.
+//! - `fenced`: in etcd mode, those saves as immutable blobs behind fenced pointers, and
+//!   named checkpoints committed and checked the same way.
 //! - `saved`: a cell's answer held for its `every-cell` save (and, in etcd mode, its
 //!   commit), which it then tells.
 //! - `QueryStatus` is answered here, from the actor's state.

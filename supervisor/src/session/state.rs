@@ -349,7 +349,7 @@ impl Session {
     }
 
     /// The task `job` sends its worker; `None` when the session has no snapshot directory.
-    pub(super) fn task_of(&self, job: &StateJob) -> Option<StateTask> {
+    fn task_of(&self, job: &StateJob) -> Option<StateTask> {
         if let Some(task) = &job.task {
             return Some(task.clone());
         }
@@ -370,16 +370,20 @@ impl Session {
         }
     }
 
-    /// Why a host's state task must not run: in etcd mode, a restore of a checkpoint that
-    /// is not the committed one.
-    pub(super) fn state_job_refusal(&self, job: &StateJob) -> Option<String> {
-        match &job.purpose {
-            StatePurpose::Host {
-                ask: HostAsk::Restore(name),
-                ..
-            } => self.checkpoint_refusal(name),
-            _ => None,
+    /// The task `job` sends its worker, or why it must not run: `Err(None)` when the session
+    /// has no snapshot directory, `Err(Some(why))` in etcd mode for a restore of a
+    /// checkpoint that is not the committed one.
+    pub(super) fn state_task(&self, job: &StateJob) -> Result<StateTask, Option<String>> {
+        if let StatePurpose::Host {
+            ask: HostAsk::Restore(name),
+            ..
+        } = &job.purpose
+        {
+            if let Some(why) = self.checkpoint_refusal(name) {
+                return Err(Some(why));
+            }
         }
+        self.task_of(job).ok_or(None)
     }
 
     /// A host's state task that cannot run (no snapshot directory: `why` is `None`), answered
