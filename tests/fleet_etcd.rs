@@ -55,16 +55,23 @@ impl Shared {
     /// A node of this fleet; its heartbeats are slow enough that a worker whose cell ran
     /// through the node's pause is not declared dead when the node wakes.
     fn node(&self, node: &str) -> Daemon {
+        self.node_with(node, "", "2s")
+    }
+
+    /// A node of this fleet with `snapshots` keys added to its `[snapshots]` section and
+    /// leases of `ttl`.
+    fn node_with(&self, node: &str, snapshots: &str, ttl: &str) -> Daemon {
         let sessions = SHORT_INTERVALS
             .replace(
                 "heartbeat-interval = \"200ms\"",
                 "heartbeat-interval = \"5s\"",
             )
             .replace("heartbeat-timeout = \"1s\"", "heartbeat-timeout = \"60s\"");
-        Daemon::start_in(World::with_config(&format!(
-            "{sessions}{}",
-            self.config(node, &self.etcd.url)
-        )))
+        let config = self
+            .config(node, &self.etcd.url)
+            .replace("[snapshots]\n", &format!("[snapshots]\n{snapshots}"))
+            .replace("lease-ttl = \"2s\"", &format!("lease-ttl = \"{ttl}\""));
+        Daemon::start_in(World::with_config(&format!("{sessions}{config}")))
     }
 
     /// The session's committed pointer in Python, from etcd.
@@ -172,6 +179,15 @@ fn a_paused_node_cannot_commit_and_steps_down_while_the_other_serves_the_committ
     signal(a_pid, "CONT");
     let slow = slow.join().expect("the slow cell's client");
     eprintln!("the cell that ran through the pause: {slow:?}");
+    // Its state was never committed, so it is never answered as complete and saved: it was
+    // stopped (cancelled), refused (LEASED_ELSEWHERE), or says `saved: false` and why.
+    if let Ok(answered) = &slow {
+        let cell = &answered["cells"][0];
+        assert!(
+            cell["status"] != "complete" || cell["saved"]["saved"] == json!(false),
+            "an uncommitted cell answered as saved: {answered:#}"
+        );
+    }
     let stepped_down = wait_until(Duration::from_secs(10), || match eval(&a, "s", "x = 100") {
         Err(err) if err["code"] == json!(LEASED_ELSEWHERE) => Ok(err),
         other => Err(other),
@@ -188,6 +204,228 @@ fn a_paused_node_cannot_commit_and_steps_down_while_the_other_serves_the_committ
     let state = eval(&b, "s", "x").expect("on node-b");
     assert_eq!(output(&state, 0).trim(), "3", "{state:#}");
     b.stop();
+    a.stop();
+}
+
+/// Runs a cell that sleeps 1.5 s then sets `x = 2` on `node`, stopping etcd while it runs;
+/// answers its result, with etcd still stopped. The node's lease outlives the cell (a
+/// `lease-ttl` of 10 s stays provable for 8 s after its last acknowledged keep-alive).
+fn cell_while_etcd_stops(shared: &Shared, node: &Daemon, session: &str) -> Value {
+    let slow = {
+        let mut client = node.client();
+        let session = session.to_string();
+        std::thread::spawn(move || {
+            client.call(
+                "eval",
+                json!({"session": session, "cells": py("import time\ntime.sleep(1.5)\nx = 2")}),
+            )
+        })
+    };
+    node.wait_for_state(session, "busy");
+    signal(shared.etcd.pid(), "STOP");
+    let answered = slow.join().expect("the slow cell's client");
+    answered.expect("the cell is answered")
+}
+
+#[test]
+fn an_answer_waits_for_its_commit_and_a_commit_that_fails_is_told_on_its_cell() {
+    if !etcd::installed() {
+        return;
+    }
+    let shared = Shared::new();
+    let a = shared.node_with("node-a", "", "10s");
+    for n in 1..=3u64 {
+        let result = eval(&a, "w", &format!("x = {n}")).expect("runs");
+        assert_eq!(
+            result["cells"][0]["saved"],
+            json!({"saved": true}),
+            "{result:#}"
+        );
+        // Read at once, no waiting: the answer came after the commit.
+        let pointer = shared.pointer("w").expect("committed before the answer");
+        assert_eq!(pointer["cells"], json!(n), "{pointer}");
+        assert_eq!(pointer["node"], "node-a", "{pointer}");
+    }
+    // etcd stops while a cell runs: its snapshot is written, its commit cannot be.
+    let told = cell_while_etcd_stops(&shared, &a, "w");
+    signal(shared.etcd.pid(), "CONT");
+    let cell = &told["cells"][0];
+    assert_eq!(cell["status"], "complete", "{told:#}");
+    assert_eq!(cell["saved"]["saved"], json!(false), "{told:#}");
+    let why = cell["saved"]["why"].as_str().unwrap_or_default();
+    assert!(why.contains("not committed"), "{told:#}");
+    let notice = cell["notice"].as_str().unwrap_or_default();
+    assert!(
+        notice.contains("this cell's state was not saved"),
+        "{told:#}"
+    );
+    // The session goes on once etcd answers again (here or after its lease is taken anew).
+    let again = wait_until(Duration::from_secs(20), || match eval(&a, "w", "x") {
+        Ok(result) => Ok(result),
+        Err(err) => {
+            assert_eq!(err["code"], json!(LEASED_ELSEWHERE), "{err}");
+            std::thread::sleep(Duration::from_millis(100));
+            Err(err)
+        }
+    })
+    .expect("the session answers again");
+    let x = output(&again, 0);
+    assert!(["2", "3"].contains(&x.trim()), "{again:#}");
+    a.stop();
+}
+
+#[test]
+fn with_async_answers_a_cell_is_answered_before_its_commit() {
+    if !etcd::installed() {
+        return;
+    }
+    let shared = Shared::new();
+    let a = shared.node_with("node-a", "every-cell-answer = \"async\"\n", "10s");
+    eval(&a, "y", "x = 1").expect("runs");
+    shared.committed("y", "node-a", 1);
+    // etcd stops while a cell runs: its answer goes out when its blob is written, before
+    // any commit could be made (the loss window docs/fleet.md describes).
+    let answered = cell_while_etcd_stops(&shared, &a, "y");
+    signal(shared.etcd.pid(), "CONT");
+    let cell = &answered["cells"][0];
+    assert_eq!(cell["status"], "complete", "{answered:#}");
+    assert_eq!(cell["saved"], json!({"saved": true}), "{answered:#}");
+    a.stop();
+}
+
+fn eval_once(daemon: &Daemon, session: &str, id: &str, code: &str) -> Result<Value, Value> {
+    daemon.client().call(
+        "eval",
+        json!({"session": session, "request_id": id, "cells": py(code)}),
+    )
+}
+
+#[test]
+fn a_retried_request_id_is_answered_on_the_next_node_from_the_committed_memory() {
+    if !etcd::installed() {
+        return;
+    }
+    let shared = Shared::new();
+    let a = shared.node("node-a");
+    let b = shared.node("node-b");
+    eval(&a, "r", "runs = []").expect("on node-a");
+    let append = "runs.append('R')\nprint(len(runs))";
+    let first = eval_once(&a, "r", "R", append).expect("R runs on node-a");
+    assert_eq!(output(&first, 0).trim(), "1", "{first:#}");
+    // The memory of R is committed under node-a's token before R's answer went out.
+    let memory: Value = serde_json::from_str(
+        &shared
+            .etcd
+            .get("cellvisor/pointer/r/requests")
+            .expect("the memory's pointer is committed"),
+    )
+    .expect("json");
+    assert_eq!(memory["node"], "node-a", "{memory}");
+
+    // node-a dies; the client, which never saw R's answer, retries it on node-b.
+    let _world = a.signal_and_wait("KILL");
+    let retried = wait_until(Duration::from_secs(20), || {
+        match eval_once(&b, "r", "R", append) {
+            Ok(result) => Ok(result),
+            Err(err) => {
+                assert_eq!(err["code"], json!(LEASED_ELSEWHERE), "{err}");
+                std::thread::sleep(Duration::from_millis(100));
+                Err(err)
+            }
+        }
+    })
+    .expect("node-b answers the retry");
+    assert_eq!(retried["replayed"], json!(true), "{retried:#}");
+    assert_eq!(
+        retried["node"], "node-a",
+        "the first run's answer: {retried:#}"
+    );
+    assert_eq!(output(&retried, 0).trim(), "1", "{retried:#}");
+    let state = eval(&b, "r", "print(runs)").expect("on node-b");
+    assert_eq!(output(&state, 0).trim(), "['R']", "R ran once: {state:#}");
+
+    // node-b's own requests are remembered under its token, and the older file goes.
+    let second = eval_once(&b, "r", "S", append).expect("S runs on node-b");
+    assert_eq!(output(&second, 0).trim(), "2", "{second:#}");
+    let memory: Value = serde_json::from_str(
+        &shared
+            .etcd
+            .get("cellvisor/pointer/r/requests")
+            .expect("pointer"),
+    )
+    .expect("json");
+    assert_eq!(memory["node"], "node-b", "{memory}");
+    let again = eval_once(&b, "r", "R", append).expect("R again");
+    assert_eq!(again["replayed"], json!(true), "{again:#}");
+    let files: Vec<String> = std::fs::read_dir(shared.snapshots().join("r/requests.d"))
+        .expect("requests.d")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        files,
+        [memory["file"].as_str().unwrap_or_default()],
+        "{files:?}"
+    );
+    b.stop();
+}
+
+#[test]
+fn a_checkpoint_is_restored_only_as_committed_and_a_copied_older_one_is_refused() {
+    if !etcd::installed() {
+        return;
+    }
+    let shared = Shared::new();
+    let a = shared.node("node-a");
+    let checkpoint = |name: &str| {
+        a.client().call(
+            "checkpoint",
+            json!({"session": "k", "language": "py", "name": name}),
+        )
+    };
+    let restore = |name: &str| {
+        a.client().call(
+            "restore",
+            json!({"session": "k", "language": "py", "name": name}),
+        )
+    };
+    let file = shared.snapshots().join("k/py/checkpoints/cp.snap");
+    eval(&a, "k", "x = 'one'").expect("on node-a");
+    checkpoint("cp").expect("the first checkpoint");
+    let aside = shared.dir.path().join("cp-one.snap");
+    std::fs::copy(&file, &aside).expect("the first checkpoint aside");
+    eval(&a, "k", "x = 'two'").expect("on node-a");
+    checkpoint("cp").expect("the second checkpoint");
+    let committed: Value = serde_json::from_str(
+        &shared
+            .etcd
+            .get("cellvisor/pointer/k/py/checkpoint/cp")
+            .expect("the checkpoint's pointer"),
+    )
+    .expect("json");
+    assert_eq!(committed["node"], "node-a", "{committed}");
+
+    eval(&a, "k", "x = 'three'").expect("on node-a");
+    restore("cp").expect("the committed checkpoint is restored");
+    let state = eval(&a, "k", "print(x)").expect("runs");
+    assert_eq!(output(&state, 0).trim(), "two", "{state:#}");
+
+    // The first checkpoint copied over the second: a rollback, refused.
+    std::fs::copy(&aside, &file).expect("copy over");
+    let refused = restore("cp").expect_err("a copied checkpoint is refused");
+    let message = refused.to_string();
+    assert!(
+        message.contains("not the one etcd names as current"),
+        "{refused}"
+    );
+    let state = eval(&a, "k", "print(x)").expect("runs");
+    assert_eq!(
+        output(&state, 0).trim(),
+        "two",
+        "nothing restored: {state:#}"
+    );
+    let unknown = restore("never").expect_err("no such checkpoint");
+    assert!(!unknown.to_string().is_empty(), "{unknown}");
     a.stop();
 }
 

@@ -12,6 +12,7 @@
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 pub mod check;
+pub mod durability;
 pub mod keys;
 pub mod load;
 pub mod schema;
@@ -19,6 +20,7 @@ pub mod show;
 pub mod workspaces;
 
 pub use check::{Effective, KeyError, Origin};
+pub use durability::EveryCellAnswer;
 pub use keys::AppliesWhen;
 pub use load::{
     env_overrides, load, load_effective, load_file, locate, parse_str, resolve, ConfigError,

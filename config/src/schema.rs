@@ -5,6 +5,7 @@ use bytesize::ByteSize;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use crate::durability::EveryCellAnswer;
 pub use crate::workspaces::WorkspacesConfig;
 
 /// Everything an operator can tune.
@@ -506,6 +507,8 @@ pub struct SnapshotsConfig {
     /// The master integrity key, shared by a fleet's nodes so each verifies what another
     /// wrote; unset: `<dir>/.key`, made by this daemon.
     pub key_file: Option<PathBuf>,
+    /// In etcd mode, whether an `every-cell` cell's answer waits for its state's commit.
+    pub every_cell_answer: EveryCellAnswer,
 }
 
 impl Default for SnapshotsConfig {
@@ -518,6 +521,7 @@ impl Default for SnapshotsConfig {
             max_total: ByteSize::gib(8),
             dir: None,
             key_file: None,
+            every_cell_answer: EveryCellAnswer::Committed,
         }
     }
 }

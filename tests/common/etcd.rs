@@ -62,6 +62,11 @@ impl Etcd {
         }
     }
 
+    /// Its process id (to stop and continue it: an unreachable member).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The value at `key`, read with `etcdctl` (none when absent).
     pub fn get(&self, key: &str) -> Option<String> {
         let out = Command::new("etcdctl")

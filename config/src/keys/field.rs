@@ -3,8 +3,8 @@
 
 use super::Value;
 use crate::schema::{
-    Config, IsolationLevel, LeaseStore, PythonShell, SandboxNetwork, SessionKeyBy, SessionMode,
-    SnapshotWhen, UidRange,
+    Config, EveryCellAnswer, IsolationLevel, LeaseStore, PythonShell, SandboxNetwork, SessionKeyBy,
+    SessionMode, SnapshotWhen, UidRange,
 };
 use bytesize::ByteSize;
 use std::collections::BTreeMap;
@@ -136,6 +136,18 @@ impl Field for SnapshotWhen {
     fn from_value(value: Value) -> Option<Self> {
         match value {
             Value::Text(word) => SnapshotWhen::parse(&word),
+            _ => None,
+        }
+    }
+}
+
+impl Field for EveryCellAnswer {
+    fn to_value(&self) -> Value {
+        Value::Text(self.as_str().to_string())
+    }
+    fn from_value(value: Value) -> Option<Self> {
+        match value {
+            Value::Text(word) => EveryCellAnswer::parse(&word),
             _ => None,
         }
     }

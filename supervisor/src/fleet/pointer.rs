@@ -54,6 +54,78 @@ impl Pointer {
     }
 }
 
+/// Which file holds a session's remembered requests (`request_id`s, docs/protocol.md) and
+/// how much of it is current, as committed in etcd beside its state's pointers: the first
+/// `bytes` of the file, whose signed chain ends with `tag`. What a node that lost its lease
+/// appends after that, or writes elsewhere, is never read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestsPointer {
+    /// The file's name in the session's `requests.d` directory.
+    pub file: String,
+    /// How many of its bytes are current.
+    pub bytes: u64,
+    /// The chain's last tag (hex) at that length.
+    pub tag: String,
+    /// The node that committed it.
+    pub node: String,
+    /// The fencing token of the lease it was committed under.
+    pub token: i64,
+}
+
+impl RequestsPointer {
+    /// The pointer as stored in etcd.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// A stored pointer; `None` for a value no node wrote.
+    pub fn from_bytes(bytes: &[u8]) -> Option<RequestsPointer> {
+        serde_json::from_slice::<RequestsPointer>(bytes)
+            .ok()
+            .filter(|p| order_of(&p.file, LOG_SUFFIX).is_some())
+    }
+}
+
+const LOG_SUFFIX: &str = ".log";
+
+/// The name of the `seq`-th file of remembered requests written under token `token`.
+pub fn requests_file_name(token: i64, seq: u64) -> String {
+    format!("{token}-{seq}{LOG_SUFFIX}")
+}
+
+/// The token and sequence number a requests file's name carries.
+pub fn requests_file_order(name: &str) -> Option<(i64, u64)> {
+    order_of(name, LOG_SUFFIX)
+}
+
+fn order_of(name: &str, suffix: &str) -> Option<(i64, u64)> {
+    let stem = name.strip_suffix(suffix)?;
+    let (token, seq) = stem.split_once('-')?;
+    let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    if !digits(token) || !digits(seq) {
+        return None;
+    }
+    Some((token.parse().ok()?, seq.parse().ok()?))
+}
+
+/// The files of remembered requests in `dir` older than `current` (collected once `current`
+/// is committed).
+pub fn unreferenced_requests(dir: &Path, current: &str) -> Vec<std::path::PathBuf> {
+    let Some(current) = requests_file_order(current) else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            requests_file_order(&e.file_name().to_string_lossy()).is_some_and(|o| o < current)
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
 /// The name of the `seq`-th blob written under fencing token `token`.
 pub fn blob_name(token: i64, seq: u64) -> String {
     format!("{token}-{seq}{SUFFIX}")
@@ -225,6 +297,40 @@ mod tests {
             check_blob(&p, &current),
             Err(BlobRefusal::Missing { .. })
         ));
+    }
+
+    #[test]
+    fn requests_files_are_named_like_blobs_and_their_pointers_name_nothing_else() {
+        assert_eq!(requests_file_name(42, 3), "42-3.log");
+        assert_eq!(requests_file_order("42-3.log"), Some((42, 3)));
+        for bad in ["42-3.snap", "../1-2.log", "1-.log", "a-1.log", "1-2-3.log"] {
+            assert_eq!(requests_file_order(bad), None, "{bad}");
+        }
+        let p = RequestsPointer {
+            file: "7-1.log".into(),
+            bytes: 9,
+            tag: "ab".into(),
+            node: "n".into(),
+            token: 7,
+        };
+        assert_eq!(RequestsPointer::from_bytes(&p.to_bytes()), Some(p.clone()));
+        let outside = RequestsPointer {
+            file: "../../x.log".into(),
+            ..p
+        };
+        assert_eq!(RequestsPointer::from_bytes(&outside.to_bytes()), None);
+        let dir = tempfile::tempdir().expect("tempdir");
+        for name in ["1-1.log", "7-1.log", "7-2.log", "9-1.log", "7-0.snap"] {
+            std::fs::write(dir.path().join(name), b"x").expect("write");
+        }
+        let gone = unreferenced_requests(dir.path(), "7-2.log");
+        let mut gone: Vec<_> = gone
+            .iter()
+            .filter_map(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect();
+        gone.sort();
+        assert_eq!(gone, ["1-1.log", "7-1.log"]);
     }
 
     #[test]

@@ -294,7 +294,12 @@ impl Cellvisor {
             super::state_files::tell_files(&mut result, restored);
         }
         if let Some(once) = once {
-            if let Err(why) = once.remember(&result) {
+            // Off the event loop: in etcd mode it waits for the memory's fenced commit.
+            let kept = result.clone();
+            let remembered = tokio::task::spawn_blocking(move || once.remember(&kept))
+                .await
+                .unwrap_or_else(|_| Err("the task keeping it ended early".into()));
+            if let Err(why) = remembered {
                 tell_not_remembered(&mut result, &why);
             }
         }

@@ -467,18 +467,25 @@ impl Prepared {
 }
 
 /// The book of remembered requests: kept beside the snapshots when snapshots are on, so a
-/// restart or a move to another node keeps them; in memory otherwise.
+/// restart or a move to another node keeps them (in etcd mode, behind a fenced pointer);
+/// in memory otherwise.
 fn request_book(
     config: &Config,
     snapshots: Option<&Arc<crate::snapshots::SnapshotStore>>,
 ) -> crate::once::RequestBook {
     let log = snapshots
         .filter(|_| config.snapshots.when != cellvisor_config::SnapshotWhen::Never)
-        .map(|store| {
-            Arc::new(crate::once::file::FileRequestLog::new(
+        .map(|store| match store.fenced() {
+            // In etcd mode, current only as far as its pointer committed under the lease.
+            Some(etcd) => Arc::new(crate::once::fenced::FencedRequestLog::new(
+                Arc::clone(store),
+                Arc::clone(etcd),
+                config.daemon.request_memory,
+            )) as Arc<dyn crate::once::file::RequestLog>,
+            None => Arc::new(crate::once::file::FileRequestLog::new(
                 Arc::clone(store),
                 config.daemon.request_memory,
-            )) as Arc<dyn crate::once::file::RequestLog>
+            )) as Arc<dyn crate::once::file::RequestLog>,
         });
     crate::once::RequestBook::new(config.daemon.request_memory, log)
 }

@@ -196,7 +196,7 @@ impl Cellvisor {
         };
         let (_requester_alive, requester) = watch::channel(());
         let (reply, outcome) = oneshot::channel();
-        let (report, mut reported) = oneshot::channel();
+        let (report, reported) = oneshot::channel();
         let job = CellJob::for_state(
             self.next_cell.fetch_add(1, Ordering::Relaxed),
             language,
@@ -218,7 +218,8 @@ impl Cellvisor {
             .await
             .map_err(|_| RequestError::Stopped)?;
         let cell = outcome.await;
-        match reported.try_recv() {
+        // In etcd mode a checkpoint's report follows its commit, after the task's end.
+        match reported.await {
             Ok(report) => Ok(report),
             Err(_) => Err(RequestError::State(match cell {
                 Ok(cell) => cell.output.trim_end().to_string(),

@@ -23,7 +23,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-const MAGIC: &[u8] = b"CVREQS02\n";
+pub(super) const MAGIC: &[u8] = b"CVREQS02\n";
 const TAG_HEX: usize = 64;
 
 /// Which write of a session's file the host last read or wrote: a file whose stamp changed
@@ -33,6 +33,18 @@ pub struct Stamp {
     ino: u64,
     len: u64,
     mtime_ns: i128,
+}
+
+impl Stamp {
+    /// The stamp of a committed pointer (etcd mode): its file's token and sequence number
+    /// and its length, which change with every commit.
+    pub(super) fn committed(token: i64, seq: u64, bytes: u64) -> Stamp {
+        Stamp {
+            ino: u64::try_from(token).unwrap_or_default(),
+            len: bytes,
+            mtime_ns: i128::from(seq),
+        }
+    }
 }
 
 /// Why remembered requests could not be read or written.
@@ -144,7 +156,11 @@ fn mac(key: &[u8], previous: &[u8], body: &[u8]) -> Vec<u8> {
 }
 
 /// The line of `entry` chained to `previous`, and its tag.
-fn signed_line(key: &[u8], previous: &[u8], entry: &Entry) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
+pub(super) fn signed_line(
+    key: &[u8],
+    previous: &[u8],
+    entry: &Entry,
+) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
     let body = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
     let tag = mac(key, previous, &body);
     let mut line = encode_hex(&tag).into_bytes();
@@ -189,36 +205,10 @@ impl RequestLog for FileRequestLog {
         let stamp = stamp_of(&file.metadata().map_err(io)?);
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(&mut &file, &mut bytes).map_err(io)?;
-        let refuse = |why: String| LogError::Refused {
+        let (entries, tag) = parse_chain(&key, &bytes).map_err(|why| LogError::Refused {
             path: path.clone(),
             why,
-        };
-        let mut rest = bytes
-            .strip_prefix(MAGIC)
-            .ok_or_else(|| refuse("not a file of remembered requests".into()))?;
-        let mut tag = MAGIC.to_vec();
-        let mut entries = Vec::new();
-        // A last line without its newline is a write a crash cut: left out.
-        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
-            let (line, after) = (&rest[..end], &rest[end + 1..]);
-            rest = after;
-            let number = entries.len() + 1;
-            if line.len() < TAG_HEX + 1 || line[TAG_HEX] != b' ' {
-                return Err(refuse(format!("line {number} is not a signed entry")));
-            }
-            let (hex, body) = (&line[..TAG_HEX], &line[TAG_HEX + 1..]);
-            let expected = mac(&key, &tag, body);
-            if decode_hex(hex).as_deref() != Some(expected.as_slice()) {
-                return Err(refuse(format!(
-                    "line {number} failed its integrity check (altered, moved, or another \
-                     session's)"
-                )));
-            }
-            let entry: Entry =
-                serde_json::from_slice(body).map_err(|e| refuse(format!("line {number}: {e}")))?;
-            entries.push(entry);
-            tag = expected;
-        }
+        })?;
         let tail = Tail {
             lines: entries.len(),
             tag,
@@ -279,7 +269,39 @@ impl RequestLog for FileRequestLog {
     }
 }
 
-fn encode_hex(bytes: &[u8]) -> String {
+/// The entries of a log's text `bytes` signed under `key`, checked line by line, and the
+/// chain's last tag; `Err` says which line failed. A last line without its newline is a
+/// write a crash cut: left out.
+pub(super) fn parse_chain(key: &[u8], bytes: &[u8]) -> Result<(Vec<Entry>, Vec<u8>), String> {
+    let mut rest = bytes
+        .strip_prefix(MAGIC)
+        .ok_or_else(|| "not a file of remembered requests".to_string())?;
+    let mut tag = MAGIC.to_vec();
+    let mut entries = Vec::new();
+    while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+        let (line, after) = (&rest[..end], &rest[end + 1..]);
+        rest = after;
+        let number = entries.len() + 1;
+        if line.len() < TAG_HEX + 1 || line[TAG_HEX] != b' ' {
+            return Err(format!("line {number} is not a signed entry"));
+        }
+        let (hex, body) = (&line[..TAG_HEX], &line[TAG_HEX + 1..]);
+        let expected = mac(key, &tag, body);
+        if decode_hex(hex).as_deref() != Some(expected.as_slice()) {
+            return Err(format!(
+                "line {number} failed its integrity check (altered, moved, or another \
+                 session's)"
+            ));
+        }
+        let entry: Entry =
+            serde_json::from_slice(body).map_err(|e| format!("line {number}: {e}"))?;
+        entries.push(entry);
+        tag = expected;
+    }
+    Ok((entries, tag))
+}
+
+pub(super) fn encode_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -4,10 +4,13 @@
 //! - [`memory`]: what one session remembers (plain data, bounded).
 //! - [`file`]: where it is kept between runs, behind the [`file::RequestLog`] seam (a signed
 //!   file beside the session's snapshots).
+//! - [`fenced`]: in etcd mode, that log current only as far as a pointer committed under
+//!   the session's fencing token says, so it moves with the session's committed state.
 //!
 //! [`RequestBook`] joins them: one turn per (session, id) at a time, so a retry that arrives
 //! while the first run goes on waits for it and gets its answer.
 
+pub mod fenced;
 pub mod file;
 pub mod memory;
 

@@ -380,11 +380,11 @@ impl Session {
                 .with_tools(declared, job.tool_host.clone()),
         );
         let own_task = job.state.is_some();
-        let task = match job.state.as_ref().map(|s| self.task_of(s)) {
+        let task = match job.state.as_ref().map(|s| self.state_task(s)) {
             None => StateTask::Code,
-            Some(Some(task)) => task,
-            Some(None) => {
-                self.refuse_state_job(job);
+            Some(Ok(task)) => task,
+            Some(Err(why)) => {
+                self.refuse_state_job(job, why);
                 return;
             }
         };

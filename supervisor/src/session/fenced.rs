@@ -1,13 +1,40 @@
 //! A session's snapshots in etcd mode (docs/fleet.md): each save goes to a new immutable
 //! blob named by the lease's fencing token, and becomes current only once etcd commits its
 //! pointer under that token; a restore loads the blob the pointer names, and only if its
-//! SHA-256 is the pointer's. Blobs no pointer names are collected after each commit.
+//! SHA-256 is the pointer's. Blobs no pointer names are collected after each commit. A
+//! cell's answer waits for its commit unless `snapshots.every-cell-answer = "async"`; a
+//! host's named checkpoint is committed the same way, and restored only as committed.
 
+use super::saved::{self, HeldCell};
 use super::Session;
+use crate::fleet::etcd::CommitError;
 use crate::fleet::pointer::{self, Pointer};
+use crate::snapshots::policy::{self, AnswerWaits};
 use actix::prelude::*;
-use cellvisor_ipc::state::{LoadOrder, StateTask};
+use cellvisor_ipc::state::{LoadOrder, StateRefusal, StateReport, StateTask};
 use std::path::{Path, PathBuf};
+
+/// What [`Session::start_commit`] began.
+enum Begun {
+    /// No commit: no fenced store, or not a blob (a checkpoint).
+    Nothing,
+    /// The blob cannot be committed (it cannot be read back).
+    Failed(String),
+    /// Under way: etcd's answer comes on `answer`.
+    Started {
+        answer: tokio::sync::oneshot::Receiver<Result<(), CommitError>>,
+        name: String,
+        blobs: Option<PathBuf>,
+    },
+}
+
+/// Why a cell's written snapshot is not its saved state.
+pub(super) fn uncommitted(why: &str) -> String {
+    format!(
+        "its snapshot was written but not committed as the session's state in etcd ({why}); \
+         this node may no longer hold the session"
+    )
+}
 
 impl Session {
     /// Where the next save of the latest snapshot goes: a new blob under the lease's token
@@ -22,28 +49,100 @@ impl Session {
         Some(store.blob(&self.key, &name))
     }
 
-    /// After a save of the latest snapshot to `saved` was written: in etcd mode, commits the
-    /// pointer to it (fenced by its token), then collects the blobs nothing names.
-    pub(super) fn commit_saved(&mut self, ctx: &mut Context<Self>, task: Option<&StateTask>) {
-        let (Some(store), Some(StateTask::Save(order))) = (self.snapshots.clone(), task) else {
-            return;
+    /// After a save of the latest snapshot was written: in etcd mode, commits the pointer to
+    /// its blob (fenced by its token), then collects the blobs nothing names. `held`, the
+    /// cell whose save it was, is handed back to be answered now as saved, unless its answer
+    /// waits for the commit ([`policy::answer_waits`]): then it is answered once etcd has
+    /// decided, `saved: false` with the reason when the commit was refused or failed.
+    pub(super) fn commit_saved(
+        &mut self,
+        ctx: &mut Context<Self>,
+        task: Option<&StateTask>,
+        held: Option<HeldCell>,
+    ) -> Option<HeldCell> {
+        let waits = policy::answer_waits(
+            self.config.snapshots.every_cell_answer,
+            self.snapshots
+                .as_ref()
+                .is_some_and(|s| s.fenced().is_some()),
+        );
+        let (now, waiting) = match waits {
+            AnswerWaits::Save => (held, None),
+            AnswerWaits::Commit => (None, held),
         };
-        let Some(etcd) = store.fenced().cloned() else {
-            return;
+        let (answer, name, blobs) = match self.start_commit(task) {
+            Begun::Nothing => return now.or(waiting),
+            Begun::Failed(why) => {
+                tracing::warn!(session = %self.key, "snapshot not committed: {why}");
+                if let Some(held) = waiting {
+                    self.deliver_held(held, saved::not_written(uncommitted(&why)));
+                }
+                return now;
+            }
+            Begun::Started {
+                answer,
+                name,
+                blobs,
+            } => (answer, name, blobs),
+        };
+        let key = self.key.clone();
+        let waiting = waiting.map(|held| self.committing.wait(held));
+        ctx.spawn(
+            async move {
+                let result = match answer.await {
+                    Ok(Ok(())) => {
+                        tracing::debug!(session = %key, blob = %name, "snapshot committed");
+                        for stale in
+                            blobs.map_or_else(Vec::new, |d| pointer::unreferenced(&d, &name))
+                        {
+                            let _ = std::fs::remove_file(stale);
+                        }
+                        Ok(())
+                    }
+                    Ok(Err(err)) => Err(err.to_string()),
+                    Err(_) => Err("no answer from the lease's task (the lease was let go)".into()),
+                };
+                if let Err(why) = &result {
+                    tracing::warn!(session = %key, "snapshot {name} not committed: {why}");
+                }
+                result
+            }
+            .into_actor(self)
+            .map(move |result, session, _| {
+                if let Some(held) = waiting.and_then(|n| session.committing.take(n)) {
+                    let saved = match result {
+                        Ok(()) => saved::written(),
+                        Err(why) => saved::not_written(uncommitted(&why)),
+                    };
+                    session.deliver_held(held, saved);
+                }
+            }),
+        );
+        now
+    }
+
+    /// Starts the commit of the blob a save task wrote (etcd mode).
+    fn start_commit(&self, task: Option<&StateTask>) -> Begun {
+        let (Some(store), Some(StateTask::Save(order))) = (self.snapshots.as_ref(), task) else {
+            return Begun::Nothing;
+        };
+        let Some(etcd) = store.fenced() else {
+            return Begun::Nothing;
         };
         let path = PathBuf::from(&order.path);
         let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
-            return;
+            return Begun::Nothing;
         };
-        let Some(token) = name.split('-').next().and_then(|t| t.parse::<i64>().ok()) else {
-            return; // a checkpoint's file, not a blob
+        let in_blobs = path
+            .parent()
+            .and_then(Path::file_name)
+            .is_some_and(|d| d == pointer::BLOBS_DIR);
+        let Some((token, _)) = pointer::blob_order(&name).filter(|_| in_blobs) else {
+            return Begun::Nothing; // a checkpoint's file, not a blob
         };
         let (sha256, bytes) = match pointer::file_digest(&path) {
             Ok(digest) => digest,
-            Err(err) => {
-                tracing::warn!(session = %self.key, "snapshot {name} not committed: {err}");
-                return;
-            }
+            Err(err) => return Begun::Failed(format!("{name}: {err}")),
         };
         let pointer = Pointer {
             blob: name.clone(),
@@ -53,28 +152,11 @@ impl Session {
             node: store.node().to_string(),
             token,
         };
-        let answer = etcd.commit(&self.key.session, self.key.language, pointer);
-        let key = self.key.clone();
-        let blobs = path.parent().map(Path::to_path_buf);
-        ctx.spawn(
-            async move {
-                match answer.await {
-                    Ok(Ok(())) => {
-                        tracing::debug!(session = %key, blob = %name, "snapshot committed");
-                        for stale in
-                            blobs.map_or_else(Vec::new, |d| pointer::unreferenced(&d, &name))
-                        {
-                            let _ = std::fs::remove_file(stale);
-                        }
-                    }
-                    Ok(Err(err)) => {
-                        tracing::warn!(session = %key, "snapshot {name} not committed: {err}");
-                    }
-                    Err(_) => tracing::warn!(session = %key, "snapshot {name}: no commit answer"),
-                }
-            }
-            .into_actor(self),
-        );
+        Begun::Started {
+            answer: etcd.commit(&self.key.session, self.key.language, pointer),
+            blobs: path.parent().map(Path::to_path_buf),
+            name,
+        }
     }
 
     /// The task that restores the latest snapshot: in etcd mode the blob the session's
@@ -100,6 +182,84 @@ impl Session {
             key: store.session_key(&self.key),
             replace: false,
         }))))
+    }
+
+    /// After a host's checkpoint `name` was written (`report`): in etcd mode commits its
+    /// pointer (the file's SHA-256, fenced by the lease's token) and answers `reply` once etcd
+    /// decided, refusing the checkpoint when the commit was; answers at once otherwise.
+    pub(super) fn commit_checkpoint(
+        &mut self,
+        ctx: &mut Context<Self>,
+        name: &str,
+        report: StateReport,
+        reply: tokio::sync::oneshot::Sender<StateReport>,
+    ) {
+        let Some((store, etcd)) = self
+            .snapshots
+            .as_ref()
+            .and_then(|s| Some((s, s.fenced()?.clone())))
+        else {
+            let _ = reply.send(report);
+            return;
+        };
+        let path = store.checkpoint(&self.key, name);
+        let owned = name.to_string();
+        let refused = move |why: String| {
+            StateReport::Refused(StateRefusal::Failed {
+                why: format!("checkpoint {owned} was written but not committed in etcd: {why}"),
+            })
+        };
+        let Some(token) = etcd.token(&self.key.session) else {
+            let _ = reply.send(refused("this node holds no lease on the session".into()));
+            return;
+        };
+        let (sha256, bytes) = match pointer::file_digest(&path) {
+            Ok(digest) => digest,
+            Err(err) => {
+                let _ = reply.send(refused(err.to_string()));
+                return;
+            }
+        };
+        let committed = Pointer {
+            blob: path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            sha256,
+            bytes,
+            cells: self.cells_run,
+            node: store.node().to_string(),
+            token,
+        };
+        let answer = etcd.commit_checkpoint(&self.key.session, self.key.language, name, committed);
+        ctx.spawn(
+            async move {
+                let outcome = match answer.await {
+                    Ok(Ok(())) => report,
+                    Ok(Err(err)) => refused(err.to_string()),
+                    Err(_) => refused("no answer from the lease's task".into()),
+                };
+                let _ = reply.send(outcome);
+            }
+            .into_actor(self),
+        );
+    }
+
+    /// In etcd mode, why a host's restore of checkpoint `name` must not run: none is
+    /// committed under that name, or its file is not the one committed (an older checkpoint
+    /// copied over it, a stale node's save). `None`: it may run.
+    pub(super) fn checkpoint_refusal(&self, name: &str) -> Option<String> {
+        let store = self.snapshots.as_ref()?;
+        let etcd = store.fenced()?;
+        let Some(current) = etcd.checkpoint(&self.key.session, self.key.language, name) else {
+            return Some(format!(
+                "no checkpoint named {name} is committed in etcd for this session"
+            ));
+        };
+        let path = store.checkpoint(&self.key, name);
+        pointer::check_blob(&current, &path)
+            .err()
+            .map(|refusal| format!("checkpoint {name}: {refusal}"))
     }
 
     /// In etcd mode, drops the session's pointer in this language (fenced): its namespace

@@ -22,8 +22,10 @@
 //! - `link`: the tasks on the worker's connection.
 //! - `state`: state tasks: saves before planned stops and after cells, the restore before
 //!   the next cell, a host's checkpoints and `names`.
-//! - `fenced`: in etcd mode, those saves as immutable blobs behind fenced pointers.
-//! - `saved`: a cell's answer held for its `every-cell` save, which it then tells.
+//! - `fenced`: in etcd mode, those saves as immutable blobs behind fenced pointers, and
+//!   named checkpoints committed and checked the same way.
+//! - `saved`: a cell's answer held for its `every-cell` save (and, in etcd mode, its
+//!   commit), which it then tells.
 //! - `QueryStatus` is answered here, from the actor's state.
 //! - [`CellReport`] (from the client crate): what a session reports for one cell.
 
@@ -374,6 +376,8 @@ pub struct Session {
     own_tasks: u64,
     /// What became of the snapshot before this session's close.
     stop_fate: state::SnapshotFate,
+    /// Cells whose answers wait for their state's commit in etcd, by commit number.
+    committing: saved::Committing,
     metrics: Arc<crate::metrics::Metrics>,
 }
 
@@ -419,6 +423,7 @@ impl Session {
             ledger: None,
             own_tasks: 0,
             stop_fate: state::SnapshotFate::NotTried,
+            committing: saved::Committing::default(),
             metrics: setup.metrics,
         }
     }
@@ -506,6 +511,13 @@ impl Session {
 
 impl Actor for Session {
     type Context = Context<Self>;
+
+    /// Cells still waiting for their commit are answered: their state was not committed.
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        self.answer_uncommitted(&fenced::uncommitted(
+            "the session stopped here before etcd decided",
+        ));
+    }
 }
 
 impl Handler<QueryStatus> for Session {

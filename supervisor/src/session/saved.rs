@@ -1,6 +1,8 @@
-//! A cell's answer under `every-cell` snapshots waits for its save, so it can say whether
+//! A cell's answer under `every-cell` snapshots waits for its save (and in etcd mode, unless
+//! `snapshots.every-cell-answer = "async"`, for its pointer's commit), so it can say whether
 //! the cell's state was saved: `saved: {saved: false, why}` and a notice when the save
-//! failed (a full disk, `snapshots.max-size`, a save that timed out), never only a log line.
+//! failed (a full disk, `snapshots.max-size`, a save that timed out) or its commit was
+//! refused or failed, never only a log line.
 
 use super::{Running, Session};
 use crate::session::CellReport;
@@ -15,6 +17,28 @@ pub struct HeldCell {
 impl HeldCell {
     pub(super) fn new(running: Running, outcome: CellReport) -> HeldCell {
         HeldCell { running, outcome }
+    }
+}
+
+/// Cells whose answers wait for their commit, by commit number (the session answers them
+/// when etcd decides, or when it stops first).
+#[derive(Default)]
+pub struct Committing {
+    next: u64,
+    waiting: std::collections::BTreeMap<u64, HeldCell>,
+}
+
+impl Committing {
+    /// Keeps `held` until its commit is decided; the number to take it back with.
+    pub(super) fn wait(&mut self, held: HeldCell) -> u64 {
+        self.next += 1;
+        self.waiting.insert(self.next, held);
+        self.next
+    }
+
+    /// The cell of commit `number`, unless it was answered already.
+    pub(super) fn take(&mut self, number: u64) -> Option<HeldCell> {
+        self.waiting.remove(&number)
     }
 }
 
@@ -58,6 +82,14 @@ impl Session {
         }
         outcome.saved = Some(saved);
         self.deliver_final(running, outcome);
+    }
+
+    /// Answers every cell still waiting for its commit: not saved, for `why`.
+    pub(super) fn answer_uncommitted(&mut self, why: &str) {
+        let waiting = std::mem::take(&mut self.committing.waiting);
+        for held in waiting.into_values() {
+            self.deliver_held(held, not_written(why.to_string()));
+        }
     }
 
     /// Answers a cell no save follows (it failed, no snapshot is due, the session closes).

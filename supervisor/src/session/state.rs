@@ -209,31 +209,44 @@ impl Session {
             })
         });
         match job.purpose {
-            StatePurpose::Host { report: reply, .. } => {
+            StatePurpose::Host { ask, report: reply } => {
                 if matches!(report, StateReport::Loaded { .. }) {
                     self.cells_since_snapshot = 0;
                 }
-                let _ = reply.send(report);
+                match (ask, &report) {
+                    // In etcd mode, a checkpoint is one once its pointer is committed.
+                    (HostAsk::Checkpoint(name), StateReport::Saved { .. }) => {
+                        self.commit_checkpoint(ctx, &name, report, reply);
+                    }
+                    _ => {
+                        let _ = reply.send(report);
+                    }
+                }
             }
             StatePurpose::Restore { cells_since } => self.restored(report, cells_since),
             StatePurpose::AfterCell(held) => {
-                let saved = match report {
+                let held = held.map(|held| *held);
+                match report {
                     StateReport::Saved { .. } => {
                         self.cells_since_snapshot = 0;
-                        self.commit_saved(ctx, job.task.as_ref());
-                        super::saved::written()
+                        // Answered now, or once its commit is decided (etcd mode).
+                        if let Some(held) = self.commit_saved(ctx, job.task.as_ref(), held) {
+                            self.deliver_held(held, super::saved::written());
+                        }
                     }
                     StateReport::Refused(refusal) => {
                         let why = policy::describe(&refusal);
                         tracing::warn!(session = %self.key, "snapshot after cell not written: {why}");
-                        super::saved::not_written(why)
+                        if let Some(held) = held {
+                            self.deliver_held(held, super::saved::not_written(why));
+                        }
                     }
-                    _ => super::saved::not_written(
-                        "the worker answered the save with no report".into(),
-                    ),
-                };
-                if let Some(held) = held {
-                    self.deliver_held(*held, saved);
+                    _ => {
+                        if let Some(held) = held {
+                            let why = "the worker answered the save with no report".into();
+                            self.deliver_held(held, super::saved::not_written(why));
+                        }
+                    }
                 }
                 // The workspace too, so a node's crash loses only what the last cell did;
                 // a close that came during the save waited for both.
@@ -246,7 +259,7 @@ impl Session {
             StatePurpose::BeforeStop(then, reason) => {
                 let fate = match report {
                     StateReport::Saved { .. } => {
-                        self.commit_saved(ctx, job.task.as_ref());
+                        self.commit_saved(ctx, job.task.as_ref(), None);
                         SnapshotFate::Saved
                     }
                     StateReport::Refused(refusal) => {
@@ -336,7 +349,7 @@ impl Session {
     }
 
     /// The task `job` sends its worker; `None` when the session has no snapshot directory.
-    pub(super) fn task_of(&self, job: &StateJob) -> Option<StateTask> {
+    fn task_of(&self, job: &StateJob) -> Option<StateTask> {
         if let Some(task) = &job.task {
             return Some(task.clone());
         }
@@ -357,16 +370,36 @@ impl Session {
         }
     }
 
-    /// A host's state task that cannot run (no snapshot directory): answered at once.
-    pub(super) fn refuse_state_job(&mut self, job: CellJob) {
-        let why = "snapshots are off: the snapshot directory could not be opened (see the \
-                   daemon's log and snapshots.dir)";
+    /// The task `job` sends its worker, or why it must not run: `Err(None)` when the session
+    /// has no snapshot directory, `Err(Some(why))` in etcd mode for a restore of a
+    /// checkpoint that is not the committed one.
+    pub(super) fn state_task(&self, job: &StateJob) -> Result<StateTask, Option<String>> {
+        if let StatePurpose::Host {
+            ask: HostAsk::Restore(name),
+            ..
+        } = &job.purpose
+        {
+            if let Some(why) = self.checkpoint_refusal(name) {
+                return Err(Some(why));
+            }
+        }
+        self.task_of(job).ok_or(None)
+    }
+
+    /// A host's state task that cannot run (no snapshot directory: `why` is `None`), answered
+    /// at once.
+    pub(super) fn refuse_state_job(&mut self, job: CellJob, why: Option<String>) {
+        let why = why.unwrap_or_else(|| {
+            "snapshots are off: the snapshot directory could not be opened (see the daemon's \
+             log and snapshots.dir)"
+                .into()
+        });
         if let Some(StatePurpose::Host { report, .. }) = job.state.map(|s| s.purpose) {
             let _ = report.send(StateReport::Refused(StateRefusal::Failed {
-                why: why.into(),
+                why: why.clone(),
             }));
         }
-        let _ = job.reply.send(CellReport::error(why.into()));
+        let _ = job.reply.send(CellReport::error(why));
     }
 
     /// The ledger for the next host cell: a restore just before it.

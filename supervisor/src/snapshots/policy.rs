@@ -4,7 +4,7 @@
 use crate::session::outcome::Eviction;
 use crate::session::state::SnapshotFate;
 use crate::state::{SnapshotOrigin, StateLedger};
-use cellvisor_config::SnapshotWhen;
+use cellvisor_config::{EveryCellAnswer, SnapshotWhen};
 use cellvisor_ipc::state::{SnapshotMeta, StateRefusal};
 
 /// Why a snapshot is taken; its text is the ledger's `from.reason`.
@@ -48,6 +48,25 @@ pub fn saves(when: SnapshotWhen, reason: SaveReason) -> bool {
         (SnapshotWhen::Never, _) => false,
         (SnapshotWhen::OnStop, SaveReason::AfterCell) => false,
         (SnapshotWhen::OnStop | SnapshotWhen::EveryCell, _) => true,
+    }
+}
+
+/// What an `every-cell` cell's answer waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerWaits {
+    /// Its snapshot written: without etcd that is its state's commit; in etcd mode with
+    /// `every-cell-answer = "async"`, the pointer's commit may follow the answer.
+    Save,
+    /// Its snapshot written and its pointer committed under the lease's fencing token.
+    Commit,
+}
+
+/// What an `every-cell` cell's answer waits for under `setting`, with snapshots behind a
+/// fenced pointer (`fenced`, etcd mode) or not: only a fenced store has a commit to wait for.
+pub fn answer_waits(setting: EveryCellAnswer, fenced: bool) -> AnswerWaits {
+    match (setting, fenced) {
+        (EveryCellAnswer::Committed, true) => AnswerWaits::Commit,
+        (EveryCellAnswer::Committed | EveryCellAnswer::Async, _) => AnswerWaits::Save,
     }
 }
 
@@ -193,6 +212,30 @@ pub fn describe(refusal: &StateRefusal) -> String {
 mod tests {
     use super::*;
     use cellvisor_ipc::state::SkippedName;
+
+    #[test]
+    fn an_answer_waits_for_the_commit_only_where_there_is_one_and_committed_is_asked() {
+        assert_eq!(
+            answer_waits(EveryCellAnswer::Committed, true),
+            AnswerWaits::Commit
+        );
+        assert_eq!(
+            answer_waits(EveryCellAnswer::Async, true),
+            AnswerWaits::Save
+        );
+        for setting in [EveryCellAnswer::Committed, EveryCellAnswer::Async] {
+            assert_eq!(
+                answer_waits(setting, false),
+                AnswerWaits::Save,
+                "{setting:?}"
+            );
+        }
+        assert_eq!(
+            cellvisor_config::SnapshotsConfig::default().every_cell_answer,
+            EveryCellAnswer::Committed,
+            "a fleet's default: no answer before its commit"
+        );
+    }
 
     #[test]
     fn on_stop_saves_before_every_planned_stop_but_not_after_cells() {

@@ -22,7 +22,7 @@ mod requests;
 mod task;
 
 pub use super::etcd_settings::EtcdSettings;
-use super::pointer::Pointer;
+use super::pointer::{Pointer, RequestsPointer};
 use super::proof::{self, Acknowledged, BootInstant};
 use super::LeaseError;
 use cellvisor_ipc::Language;
@@ -77,6 +77,11 @@ struct Held {
     /// By language, the first blob sequence number begun after the state was forgotten:
     /// older blobs are never committed.
     forgotten: Mutex<HashMap<Language, u64>>,
+    /// The session's remembered requests, as committed (read with the lease, then changed
+    /// only by this node's commits).
+    requests: Mutex<Option<RequestsPointer>>,
+    /// The session's named checkpoints, by language and name, as committed.
+    checkpoints: Mutex<HashMap<(Language, String), Pointer>>,
     ops: mpsc::UnboundedSender<Op>,
 }
 
@@ -89,6 +94,17 @@ enum Op {
     Forget {
         language: Language,
     },
+    CommitCheckpoint {
+        language: Language,
+        name: String,
+        pointer: Pointer,
+        reply: oneshot::Sender<Result<(), CommitError>>,
+    },
+    CommitRequests {
+        pointer: RequestsPointer,
+        reply: oneshot::Sender<Result<(), CommitError>>,
+    },
+    ForgetRequests,
     Release,
 }
 
@@ -139,6 +155,23 @@ fn pointer_prefix(session: &str) -> String {
 
 fn pointer_key(session: &str, language: Language) -> String {
     format!("{}{}", pointer_prefix(session), language.short_name())
+}
+
+/// The last segment of the key of a session's remembered requests, beside its languages'.
+const REQUESTS_SEGMENT: &str = "requests";
+
+fn requests_key(session: &str) -> String {
+    format!("{}{REQUESTS_SEGMENT}", pointer_prefix(session))
+}
+
+/// The segment between a language and a checkpoint's name in a checkpoint's key.
+const CHECKPOINT_SEGMENT: &str = "checkpoint";
+
+fn checkpoint_key(session: &str, language: Language, name: &str) -> String {
+    format!(
+        "{}/{CHECKPOINT_SEGMENT}/{name}",
+        pointer_key(session, language)
+    )
 }
 
 impl EtcdLeases {
@@ -219,16 +252,18 @@ impl EtcdLeases {
             take(client, &name, &node, ttl).await
         })
         .and_then(|r| r)?;
-        let (lease_id, token, ack, pointers) = taken;
+        let (lease_id, token, ack, found) = taken;
         let (ops, queue) = mpsc::unbounded_channel();
         let held = Arc::new(Held {
             lease_id,
             token,
             ack: Mutex::new(Some(ack)),
             lost: Mutex::new(None),
-            pointers: Mutex::new(pointers),
+            pointers: Mutex::new(found.states),
             seq: AtomicU64::new(1),
             forgotten: Mutex::new(HashMap::new()),
+            requests: Mutex::new(found.requests),
+            checkpoints: Mutex::new(found.checkpoints),
             ops,
         });
         let task = self.runtime.spawn(run_lease(
@@ -369,6 +404,91 @@ impl EtcdLeases {
         }
     }
 
+    /// The pointer to `session`'s checkpoint `name` in `language`, as committed, while this
+    /// node holds the session.
+    pub fn checkpoint(&self, session: &str, language: Language, name: &str) -> Option<Pointer> {
+        let held = self.held(session)?;
+        let checkpoints = crate::locking::lock(&held.checkpoints);
+        checkpoints.get(&(language, name.to_string())).cloned()
+    }
+
+    /// Commits `pointer` as `session`'s checkpoint `name` in `language`, fenced by the
+    /// lease's token. The answer comes once etcd has decided.
+    pub fn commit_checkpoint(
+        &self,
+        session: &str,
+        language: Language,
+        name: &str,
+        pointer: Pointer,
+    ) -> oneshot::Receiver<Result<(), CommitError>> {
+        let (reply, answer) = oneshot::channel();
+        match self.held(session) {
+            Some(held) if held.token == pointer.token => {
+                let _ = held.ops.send(Op::CommitCheckpoint {
+                    language,
+                    name: name.to_string(),
+                    pointer,
+                    reply,
+                });
+            }
+            Some(held) => {
+                let _ = reply.send(Err(CommitError::Fenced { token: held.token }));
+            }
+            None => {
+                let _ = reply.send(Err(CommitError::NotHeld));
+            }
+        }
+        answer
+    }
+
+    /// The committed pointer to `session`'s remembered requests (`Ok(None)`: none yet);
+    /// `Err` when this node holds no lease on the session.
+    pub fn requests(&self, session: &str) -> Result<Option<RequestsPointer>, CommitError> {
+        let held = self.held(session).ok_or(CommitError::NotHeld)?;
+        let requests = crate::locking::lock(&held.requests);
+        Ok(requests.clone())
+    }
+
+    /// The fencing token of `session`'s lease, while this node holds it.
+    pub fn token(&self, session: &str) -> Option<i64> {
+        self.held(session).map(|held| held.token)
+    }
+
+    /// A new sequence number under `session`'s token, and the token (for a file of the
+    /// session's own that no other writer names alike); `None` when no lease is held here.
+    pub fn next_seq(&self, session: &str) -> Option<(i64, u64)> {
+        let held = self.held(session)?;
+        Some((held.token, held.seq.fetch_add(1, Ordering::Relaxed)))
+    }
+
+    /// Commits `pointer` as `session`'s remembered requests, fenced by the lease's token,
+    /// after the commits asked before it (a request's cells' states); waits for etcd's
+    /// answer (at most `within`), so call it off an event loop.
+    pub fn commit_requests(
+        &self,
+        session: &str,
+        pointer: RequestsPointer,
+        within: Duration,
+    ) -> Result<(), CommitError> {
+        let held = self.held(session).ok_or(CommitError::NotHeld)?;
+        if held.token != pointer.token {
+            return Err(CommitError::Fenced { token: held.token });
+        }
+        let (reply, answer) = oneshot::channel();
+        let _ = held.ops.send(Op::CommitRequests { pointer, reply });
+        block_on(&self.runtime, within, answer)
+            .map_err(|e| CommitError::Etcd(e.to_string()))?
+            .map_err(|_| CommitError::NotHeld)?
+    }
+
+    /// Deletes `session`'s remembered requests' pointer (a close or reset), fenced.
+    pub fn forget_requests(&self, session: &str) {
+        if let Some(held) = self.held(session) {
+            *crate::locking::lock(&held.requests) = None;
+            let _ = held.ops.send(Op::ForgetRequests);
+        }
+    }
+
     /// Commits `pointer` for `session` under `token` directly (no lease held here needed, a
     /// test's stand-in for a node that woke from a pause):
     /// what a node that lost its lease would send; etcd refuses it unless `token` is the
@@ -404,4 +524,4 @@ fn begun_before_forget(held: &Held, language: Language, name: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -1,8 +1,11 @@
 //! The requests a node sends etcd outside a lease's own task: connecting, taking a lease,
 //! a fenced commit; and how a caller on any thread waits for them.
 
-use super::{etcd_error, lease_key, pointer_prefix, CommitError, EtcdSettings};
-use crate::fleet::pointer::Pointer;
+use super::{
+    etcd_error, lease_key, pointer_prefix, CommitError, EtcdSettings, CHECKPOINT_SEGMENT,
+    REQUESTS_SEGMENT,
+};
+use crate::fleet::pointer::{Pointer, RequestsPointer};
 use crate::fleet::proof::{self, Acknowledged, BootInstant};
 use crate::fleet::LeaseError;
 use cellvisor_ipc::Language;
@@ -92,7 +95,45 @@ pub(super) fn connect_options(
     Ok(options)
 }
 
-pub(super) type Taken = (i64, i64, Acknowledged, HashMap<Language, Pointer>);
+/// What a session's key prefix holds.
+#[derive(Debug, Default)]
+pub(super) struct Pointers {
+    /// Its states' pointers, by language.
+    pub states: HashMap<Language, Pointer>,
+    /// Its remembered requests' pointer.
+    pub requests: Option<RequestsPointer>,
+    /// Its named checkpoints' pointers, by language and name.
+    pub checkpoints: HashMap<(Language, String), Pointer>,
+}
+
+impl Pointers {
+    /// Files the pointer stored at `rest` (the key after the session's prefix).
+    fn add(&mut self, rest: &str, value: &[u8]) {
+        let parts: Vec<&str> = rest.split('/').collect();
+        match parts.as_slice() {
+            [REQUESTS_SEGMENT] => self.requests = RequestsPointer::from_bytes(value),
+            [language] => {
+                if let (Ok(language), Some(pointer)) =
+                    (language.parse::<Language>(), Pointer::from_bytes(value))
+                {
+                    self.states.insert(language, pointer);
+                }
+            }
+            [language, CHECKPOINT_SEGMENT, name] => {
+                if let (Ok(language), Ok(pointer)) = (
+                    language.parse::<Language>(),
+                    serde_json::from_slice::<Pointer>(value),
+                ) {
+                    self.checkpoints
+                        .insert((language, (*name).to_string()), pointer);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+pub(super) type Taken = (i64, i64, Acknowledged, Pointers);
 
 /// Grants a lease and creates `session`'s key under it if absent; a key this node left in
 /// an earlier life (a restart) is deleted first, fenced by its own creating revision.
@@ -127,26 +168,21 @@ pub(super) async fn take(
         let answer = client.txn(txn).await.map_err(etcd_error)?;
         if answer.succeeded() {
             let token = answer.header().map_or(0, |h| h.revision());
-            let mut pointers = HashMap::new();
+            let prefix = pointer_prefix(session);
+            let mut found = Pointers::default();
             for response in answer.op_responses() {
-                let TxnOpResponse::Get(found) = response else {
+                let TxnOpResponse::Get(listed) = response else {
                     continue;
                 };
-                for kv in found.kvs() {
+                for kv in listed.kvs() {
                     let name = String::from_utf8_lossy(kv.key());
-                    let language = name
-                        .rsplit('/')
-                        .next()
-                        .and_then(|s| s.parse::<Language>().ok());
-                    if let (Some(language), Some(pointer)) =
-                        (language, Pointer::from_bytes(kv.value()))
-                    {
-                        pointers.insert(language, pointer);
+                    if let Some(rest) = name.strip_prefix(prefix.as_str()) {
+                        found.add(rest, kv.value());
                     }
                 }
             }
             let ack = Acknowledged { sent, ttl: granted };
-            return Ok((grant.id(), token, ack, pointers));
+            return Ok((grant.id(), token, ack, found));
         }
         let _ = client.lease_revoke(grant.id()).await;
         let holder = answer.op_responses().into_iter().find_map(|r| match r {

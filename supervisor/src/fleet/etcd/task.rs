@@ -2,7 +2,7 @@
 //! commits, forgets and release in the order they were asked.
 
 use super::requests::fenced_put;
-use super::{lease_key, pointer_key, CommitError, Held, Op};
+use super::{checkpoint_key, lease_key, pointer_key, requests_key, CommitError, Held, Op};
 use crate::fleet::proof::{self, BootInstant, KeepAlive};
 use etcd_client::{Client, Compare, CompareOp, TxnOp};
 use std::sync::Arc;
@@ -48,6 +48,44 @@ pub(super) async fn run_lease(
                     let txn = etcd_client::Txn::new()
                         .when([Compare::create_revision(key.as_str(), CompareOp::Equal, held.token)])
                         .and_then([TxnOp::delete(pointer_key(&session, language), None)]);
+                    let _ = client.clone().txn(txn).await;
+                }
+                Some(Op::CommitCheckpoint { language, name, pointer, reply }) => {
+                    let result = fenced_put(
+                        client.clone(),
+                        &key,
+                        held.token,
+                        &checkpoint_key(&session, language, &name),
+                        pointer.to_bytes(),
+                    )
+                    .await;
+                    if result.is_ok() {
+                        crate::locking::lock(&held.checkpoints).insert((language, name), pointer);
+                    } else if let Err(CommitError::Fenced { .. }) = &result {
+                        lose(&held, "etcd refused a commit under its token: another node holds it");
+                    }
+                    let _ = reply.send(result);
+                }
+                Some(Op::CommitRequests { pointer, reply }) => {
+                    let result = fenced_put(
+                        client.clone(),
+                        &key,
+                        held.token,
+                        &requests_key(&session),
+                        pointer.to_bytes(),
+                    )
+                    .await;
+                    if result.is_ok() {
+                        *crate::locking::lock(&held.requests) = Some(pointer);
+                    } else if let Err(CommitError::Fenced { .. }) = &result {
+                        lose(&held, "etcd refused a commit under its token: another node holds it");
+                    }
+                    let _ = reply.send(result);
+                }
+                Some(Op::ForgetRequests) => {
+                    let txn = etcd_client::Txn::new()
+                        .when([Compare::create_revision(key.as_str(), CompareOp::Equal, held.token)])
+                        .and_then([TxnOp::delete(requests_key(&session), None)]);
                     let _ = client.clone().txn(txn).await;
                 }
                 Some(Op::Release) | None => {

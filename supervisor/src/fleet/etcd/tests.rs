@@ -85,7 +85,7 @@ impl Drop for TestEtcd {
     }
 }
 
-fn node(etcd: &TestEtcd, name: &str, ttl: Duration) -> EtcdLeases {
+pub(crate) fn node(etcd: &TestEtcd, name: &str, ttl: Duration) -> EtcdLeases {
     let settings = EtcdSettings {
         endpoints: vec![etcd.url.clone()],
         ..EtcdSettings::default()
@@ -104,7 +104,19 @@ fn pointer(blob: &str, token: i64) -> Pointer {
     }
 }
 
-fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+/// Revokes `holder`'s lease on `session` behind its back (through `other`'s client), as etcd
+/// does to a node paused past its lease: `holder` learns it only at its next keep-alive.
+pub(crate) fn revoke_behind_its_back(holder: &EtcdLeases, other: &EtcdLeases, session: &str) {
+    let lease_id = holder.held(session).expect("held").lease_id;
+    let mut client = other.client.clone();
+    block_on(&other.runtime, Duration::from_secs(5), async move {
+        client.lease_revoke(lease_id).await.map(|_| ())
+    })
+    .expect("answered")
+    .expect("revoked");
+}
+
+pub(crate) fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + within;
     loop {
         if let Some(found) = f() {
