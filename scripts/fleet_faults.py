@@ -344,7 +344,7 @@ def run(args):
                       snapshots=disk.path, keep_logs=logs, max_sessions=64)
         state = Run(fleet, etcd, disk, args)
         sessions = [f"s{i}" for i in range(args.sessions)]
-        etcd_before, began = etcd.metrics(), time.monotonic()
+        began = time.monotonic()
         threads = [threading.Thread(target=state.load, args=(s,), daemon=True) for s in sessions]
         for thread in threads:
             thread.start()
@@ -354,7 +354,6 @@ def run(args):
         for thread in threads:
             thread.join()
         elapsed = time.monotonic() - began
-        etcd_after = etcd.metrics()
         for node in fleet.nodes:
             if node is not None:
                 node.resume()
@@ -396,15 +395,13 @@ def run(args):
     lost = [{"id": m, **state.acks[m]} for m in missing[:30]]
     if disk.mounted and any(f["kind"] == "disk" for f in state.faults) and told_counts["saves failed and told"] == 0:
         violations.append("the disk filled but no answer told a failed save")
-    per_method = {k: round(etcd_after.get(k, 0) - etcd_before.get(k, 0)) for k in etcd_after
-                  if etcd_after.get(k, 0) - etcd_before.get(k, 0) > 0}
     report = {
         "cells_sent": len(state.sent), "cells_acknowledged": len(state.acks), "requests_unanswered": len(state.failures),
         "faults": state.faults, "skipped": state.skipped, "seconds": round(elapsed, 1),
         "failover_median_s": {k: median(v) for k, v in state.failover.items()},
         "failover_s": {k: [round(x, 3) for x in v] for k, v in state.failover.items()},
         "counts": {**once_counts, **told_counts, **overlap_counts},
-        "etcd_requests": per_method, "violations": violations[:50], "violation_count": len(violations),
+ "violations": violations[:50], "violation_count": len(violations),
         "unanswered_examples": state.failures[:5], "final_reads": state.final_reads, "lost_examples": lost,
         "disk_fault": "on a tmpfs" if disk.mounted else f"skipped: mount refused ({disk.why})",
         "started_pids": started, "leaked_processes": leaked,
