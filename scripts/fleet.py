@@ -113,8 +113,9 @@ class Node(Daemon):
     """One node: `cellvisor serve` in a private directory, on 127.0.0.1:`port`, in a process
     group of its own (a terminal's Ctrl-C reaches the harness only, which stops it)."""
 
-    def __init__(self, binary, index, port, agent_port, config_text, snapshots_dir):
+    def __init__(self, binary, index, port, agent_port, config_text, snapshots_dir, keep_log=None):
         self.index = index
+        self.keep_log = keep_log
         self.name = f"node-{index}"
         self.port = port
         self.agent_port = agent_port
@@ -144,6 +145,15 @@ class Node(Daemon):
     def alive(self):
         return self.process.poll() is None
 
+    def pause(self):
+        """SIGSTOP of the daemon alone (a long GC pause): its workers go on."""
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self):
+        """SIGCONT of the daemon."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGCONT)
+
     def kill(self):
         """`kill -9` of the daemon (its workers are left to notice on their own)."""
         self.killed = True
@@ -165,6 +175,11 @@ class Node(Daemon):
             kill_all(left)
         self.log.flush()
         self.log_tail = tail(os.path.join(self.dir, "daemon.log"))
+        if self.keep_log is not None:
+            try:
+                shutil.copyfile(os.path.join(self.dir, "daemon.log"), self.keep_log)
+            except OSError:
+                pass
         super().remove()
 
 
@@ -172,10 +187,13 @@ class Fleet:
     """`nodes` cellvisor nodes sharing a snapshot directory and key, with HAProxy in front
     unless `router=False`. `url` is where clients go (HAProxy, else node 0); `token_file`
     holds the token. `max_sessions` is each node's `sessions.max-sessions`, `config_extra`
-    more TOML appended to each node's config."""
+    more TOML appended to each node's config. `leases` is "file" or "etcd" (then
+    `etcd_endpoints`, client URLs); `snapshots` a directory of the caller's for the shared
+    snapshots (a small tmpfs, to fill), else one in the fleet's directory; `keep_logs` a
+    directory where each node's log is copied when the node is stopped or replaced."""
 
     def __init__(self, binary, nodes=3, router=True, lease_ttl="2s", haproxy="haproxy", max_sessions=64,
-                 config_extra="", quiet=True):
+                 config_extra="", quiet=True, leases="file", etcd_endpoints=(), snapshots=None, keep_logs=None):
         if nodes < 1:
             raise FleetError("a fleet has at least one node")
         self.binary = os.path.abspath(binary)
@@ -186,23 +204,40 @@ class Fleet:
         self.max_sessions = max_sessions
         self.config_extra = config_extra
         self.quiet = quiet
+        if leases not in ("file", "etcd"):
+            raise FleetError(f'leases must be "file" or "etcd", not {leases!r}')
+        if leases == "etcd" and not etcd_endpoints:
+            raise FleetError("etcd leases need etcd_endpoints")
+        self.leases = leases
+        self.etcd_endpoints = list(etcd_endpoints)
+        self.keep_logs = keep_logs
+        #: Each node's runtime directories, old and current: a cell that printed its
+        #: XDG_RUNTIME_DIR ran on that node.
+        self.run_dirs = {}
+        self.generations = [0] * nodes
         self.nodes = [None] * nodes
         self.router = None
         self.router_log = None
         self.leaked = []
         self.started_pids = []
         self.dir = tempfile.mkdtemp(prefix="cellvisor-fleet-")
+        # Open to traversal: as root the nodes give their sessions uids of their own.
+        os.chmod(self.dir, 0o711)
         self.token = "fleet-" + secrets.token_hex(16)
         self.token_file = os.path.join(self.dir, "token")
         with open(self.token_file, "w") as f:
             f.write(self.token + "\n")
+        os.chmod(self.token_file, 0o600)
         self.key_file = os.path.join(self.dir, "snapshot.key")
         with open(self.key_file, "wb") as f:
             f.write(secrets.token_bytes(32))
         os.chmod(self.key_file, 0o400)
-        self.snapshots = os.path.join(self.dir, "snapshots")
-        os.mkdir(self.snapshots)
+        if snapshots is None:
+            snapshots = os.path.join(self.dir, "snapshots")
+            os.mkdir(snapshots)
+        self.snapshots = snapshots
         self.ports = [(free_port(), free_port()) for _ in range(nodes)]
+        self.router_port = free_port()
         try:
             for i in range(nodes):
                 self.start_node(i)
@@ -224,8 +259,14 @@ class Fleet:
                 f'[daemon]\nlisten = ["tcp://127.0.0.1:{port}"]\ninsecure-plaintext = true\n'
                 f'token-file = "{self.token_file}"\nnode = "node-{i}"\n'
                 f'[snapshots]\nwhen = "every-cell"\ndir = "{self.snapshots}"\nkey-file = "{self.key_file}"\n'
-                f'[fleet]\nleases = true\nlease-ttl = "{self.lease_ttl}"\n'
+                f'[fleet]\n{self.leases_config()}lease-ttl = "{self.lease_ttl}"\n'
                 f'agent-listen = ["tcp://127.0.0.1:{agent}"]\n{self.config_extra}')
+
+    def leases_config(self):
+        if self.leases == "file":
+            return "leases = true\n"
+        endpoints = ", ".join(f'"{url}"' for url in self.etcd_endpoints)
+        return f'leases = "etcd"\netcd-endpoints = [{endpoints}]\n'
 
     def start_node(self, i):
         """Starts node i (again, on the same ports, after `kill_node`)."""
@@ -235,8 +276,13 @@ class Fleet:
                 raise FleetError(f"node-{i} is running already")
             old.stop()
         port, agent = self.ports[i]
-        self.nodes[i] = Node(self.binary, i, port, agent, self.node_config(i), self.snapshots)
+        keep = None
+        if self.keep_logs is not None:
+            keep = os.path.join(self.keep_logs, f"node-{i}.{self.generations[i]}.log")
+        self.generations[i] += 1
+        self.nodes[i] = Node(self.binary, i, port, agent, self.node_config(i), self.snapshots, keep)
         self.started_pids.append(self.nodes[i].pid)
+        self.run_dirs[self.nodes[i].run_dir] = self.nodes[i].name
         return self.nodes[i]
 
     def kill_node(self, i):
@@ -246,11 +292,10 @@ class Fleet:
         node.kill()
         return at
 
-    def start_router(self):
+    def start_router(self, wait=True):
         if shutil.which(self.haproxy) is None:
             raise FleetError(f"HAProxy ({self.haproxy}) is not installed: apt-get install haproxy")
         config = haproxy_config(len(self.nodes), self.dir)
-        self.router_port = free_port()
         env = dict(os.environ)
         for i, (port, agent) in enumerate(self.ports):
             env[f"CELLVISOR_NODE_{i}"] = f"127.0.0.1:{port}"
@@ -258,7 +303,9 @@ class Fleet:
         env["CELLVISOR_HAPROXY_BIND"] = f"127.0.0.1:{self.router_port}"
         env["CELLVISOR_HAPROXY_PEER_ADDR"] = f"127.0.0.1:{free_port()}"
         log_path = os.path.join(self.dir, "haproxy.log")
-        self.router_log = open(log_path, "wb")
+        if self.router_log is not None:
+            self.router_log.close()
+        self.router_log = open(log_path, "ab")
         self.router = subprocess.Popen([self.haproxy, "-db", "-L", "local", "-f", config], env=env,
                                        stdin=subprocess.DEVNULL, stdout=self.router_log,
                                        stderr=subprocess.STDOUT, cwd=self.dir, start_new_session=True)
@@ -267,7 +314,16 @@ class Fleet:
             wait_for_port(self.router_port, self.router, within=15, what=f"HAProxy (log: {log_path})")
         except FleetError as error:
             raise FleetError(f"{error}\n{tail(log_path)}") from None
-        self.wait_routed()
+        if wait:
+            self.wait_routed()
+
+    def restart_router(self, hard=True):
+        """Stops HAProxy (`kill -9` when `hard`, dropping every connection and answer in
+        flight; else SIGTERM) and starts it again on the same port."""
+        if self.router is not None and self.router.poll() is None:
+            self.router.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
+            self.router.wait()
+        self.start_router(wait=False)
 
     @property
     def url(self):
@@ -332,6 +388,7 @@ class Fleet:
                 self.router_log.close()
             for node in self.nodes:
                 if node is not None and not getattr(node, "stopped", False):
+                    node.resume()  # a paused node could not be asked to stop
                     node.stop()
                     node.stopped = True
                     self.leaked.extend(node.leftovers)

@@ -373,3 +373,66 @@ for i, port in enumerate({ports:?}):
         assert!(out.contains(&format!("direct {i} status 401")), "{out}");
     }
 }
+
+/// A stopped node (SIGSTOP) accepts bytes and answers nothing. HAProxy's health checks
+/// time out and mark it down, and the open WebSocket of a session on it is cut
+/// (`on-marked-down shutdown-sessions`) long before the tunnel's timeout (11 minutes), so
+/// its client can send its request again; the session then answers from another node with
+/// its saved state, once the stopped node's lease ran out.
+#[test]
+fn haproxy_cuts_a_stopped_nodes_connections_and_its_session_answers_elsewhere() {
+    let Some(haproxy) = haproxy() else {
+        return;
+    };
+    let fleet = Fleet::start(haproxy, ROOMY);
+    let mut ws = common::net::connect_ws(fleet.port, None, Some(TOKEN), Some("frozen"), None)
+        .expect("a WebSocket through HAProxy");
+    // A quiet cell longer than the upgrade's timeout (3 s): that bound is the upgrade's
+    // alone, an open tunnel waits for its answer.
+    let first = ws
+        .call(
+            "eval",
+            json!({"session": "frozen", "cells": [{"language": "py", "code": "import time\ntime.sleep(4)\nx = 7"}]}),
+        )
+        .expect("the first cell, through a quiet tunnel");
+    let home = node_of(&first);
+    let index: usize = home
+        .trim_start_matches("node-")
+        .parse()
+        .expect("a node's name");
+    let pid = fleet.node(index).daemon.pid();
+    // A bound on this test's wait only: the connection must be cut, not time out here.
+    if let tungstenite::stream::MaybeTlsStream::Plain(stream) = ws.socket.get_mut() {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(120)))
+            .expect("read timeout");
+    }
+    let kill = |signal: &str| {
+        let sent = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "kill {signal} {pid}");
+    };
+    kill("-STOP");
+    let stopped = Instant::now();
+    ws.send(
+        "eval",
+        json!({"session": "frozen", "cells": [{"language": "py", "code": "x"}]}),
+    );
+    let answer = ws.read();
+    let cut_after = stopped.elapsed();
+    let moved = wait_until(Duration::from_secs(60), || {
+        fleet.eval("frozen", "py", "print(x)")
+    });
+    kill("-CONT");
+    assert!(answer.is_none(), "a stopped node answered: {answer:?}");
+    assert!(
+        cut_after < Duration::from_secs(100),
+        "the connection was not cut: the read gave up after {cut_after:?}"
+    );
+    eprintln!("a stopped node's connection was cut after {cut_after:?}");
+    let moved = moved.expect("the session answers from another node");
+    assert_eq!(text(&moved), "7", "{moved}");
+    assert_ne!(node_of(&moved), home, "{moved}");
+}

@@ -26,7 +26,7 @@ pub mod proof;
 pub use backend::{FileLeases, LeaseBackend};
 pub use lease::{LeaseDir, LeaseError};
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,7 +34,8 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct LeaseBook {
     backend: Arc<dyn LeaseBackend>,
-    held: Mutex<HashSet<String>>,
+    /// Each held session with its fencing token (none for file leases).
+    held: Mutex<HashMap<String, Option<i64>>>,
 }
 
 /// What a renewal round found: the sessions whose leases were lost (their workers must
@@ -57,7 +58,7 @@ impl LeaseBook {
     pub fn with_backend(backend: Arc<dyn LeaseBackend>) -> LeaseBook {
         LeaseBook {
             backend,
-            held: Mutex::new(HashSet::new()),
+            held: Mutex::new(HashMap::new()),
         }
     }
 
@@ -69,7 +70,16 @@ impl LeaseBook {
 
     /// Whether this node holds `session`'s lease.
     pub fn holds(&self, session: &str) -> bool {
-        crate::locking::lock(&self.held).contains(session)
+        crate::locking::lock(&self.held).contains_key(session)
+    }
+
+    /// The fencing token under which this node holds `session` (etcd leases only): what
+    /// its cells' log lines carry, so an audit can tell two holders apart.
+    pub fn token(&self, session: &str) -> Option<i64> {
+        crate::locking::lock(&self.held)
+            .get(session)
+            .copied()
+            .flatten()
     }
 
     /// Whether this node can prove now that it holds `session`'s lease (what it must before
@@ -86,13 +96,13 @@ impl LeaseBook {
         }
         let token = self.backend.acquire(session)?;
         tracing::debug!(session, ?token, "lease taken");
-        crate::locking::lock(&self.held).insert(session.to_string());
+        crate::locking::lock(&self.held).insert(session.to_string(), token);
         Ok(())
     }
 
     /// Gives `session`'s lease up, once its workers here have stopped (and saved).
     pub fn release(&self, session: &str) {
-        if !crate::locking::lock(&self.held).remove(session) {
+        if crate::locking::lock(&self.held).remove(session).is_none() {
             return;
         }
         self.backend.release(session);
@@ -101,7 +111,7 @@ impl LeaseBook {
 
     /// Gives every lease up (the daemon's stop, once its sessions have saved).
     pub fn release_all(&self) {
-        let sessions: Vec<String> = crate::locking::lock(&self.held).iter().cloned().collect();
+        let sessions: Vec<String> = crate::locking::lock(&self.held).keys().cloned().collect();
         for session in sessions {
             self.release(&session);
         }
@@ -111,7 +121,7 @@ impl LeaseBook {
     /// Renews the leases of the sessions `in_use` says are still used here and gives up
     /// the others.
     pub fn renew(&self, in_use: impl Fn(&str) -> bool) -> Renewal {
-        let sessions: Vec<String> = crate::locking::lock(&self.held).iter().cloned().collect();
+        let sessions: Vec<String> = crate::locking::lock(&self.held).keys().cloned().collect();
         let mut renewal = Renewal::default();
         for session in sessions {
             if !in_use(&session) {

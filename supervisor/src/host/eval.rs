@@ -1,6 +1,7 @@
 //! Running a request's cells: checked once, each cell to its session in order, the first
 //! failure skipping the rest.
 
+use super::cell_log::CellLog;
 use super::policy::validate;
 use super::{Cellvisor, Origin, RequestError};
 use crate::cell::{
@@ -243,6 +244,15 @@ impl Cellvisor {
                         // The reset cancels them: their ids are not found from now on.
                         self.forget_background(session, Some(spec.language));
                     }
+                    let log = CellLog {
+                        session,
+                        language: spec.language,
+                        cell_id,
+                        request: request.request_id.as_deref(),
+                        node: &self.node,
+                        token: self.leases.as_ref().and_then(|book| book.token(session)),
+                    };
+                    log.started();
                     self.supervisor
                         .send(Submit {
                             key: key.clone(),
@@ -261,6 +271,7 @@ impl Cellvisor {
                             "the session ended before the cell finished".into(),
                         ),
                     };
+                    log.ended(&result);
                     if result.report.status == CellStatus::Running {
                         self.remember_background(cell_id, key);
                         in_background = Some(cell_id);

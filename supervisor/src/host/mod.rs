@@ -8,6 +8,8 @@
 //!
 //! - `eval`: running a request's cells: the checks, the sessions it pins or throws away,
 //!   the cells in order, each to its session.
+//! - `cell_log`: the log line at each cell's start and end (session, node, fencing token,
+//!   wall clock), what a fleet's audit reads.
 //! - `background`: cells that went to the background, and `wait` and `terminate` on them.
 //! - `node`: the node's name, health, readiness, metrics and drain.
 //! - `policy`: what the configuration in force says about a request (enabled languages,
@@ -21,6 +23,7 @@
 //! - `watch`: every request's cells and events on a session, for observers that join it.
 
 mod background;
+mod cell_log;
 mod confinement;
 mod control;
 mod errors;

@@ -17,8 +17,8 @@ errors raised as typed exceptions carrying the JSON-RPC code::
 from .aio import AsyncClient, AsyncEvalStream
 from .client import Client, EvalStream
 from .daemon import Daemon, Started, default_socket
-from .errors import (CellvisorError, ConnectError, ConnectionClosed, DaemonNotRunning, Draining, Forbidden,
-                     InternalError, InvalidParams, InvalidRequest, LeasedElsewhere, MethodNotFound, ParseError,
+from .errors import (CellvisorError, ConnectError, ConnectionClosed, ConnectionSilent, DaemonNotRunning, Draining,
+                     Forbidden, InternalError, InvalidParams, InvalidRequest, LeasedElsewhere, MethodNotFound, ParseError,
                      ProtocolError, ProtocolMismatch, QuotaExceeded, Refused, ResponseTimeout, RpcError, SessionUnknown,
                      ShuttingDown, StartError, Unresponsive, WrongSession)
 from .wire import LANGUAGES, Tool
@@ -26,7 +26,8 @@ from .wire import LANGUAGES, Tool
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncClient", "AsyncEvalStream", "CellvisorError", "Client", "ConnectError", "ConnectionClosed", "Daemon",
+    "AsyncClient", "AsyncEvalStream", "CellvisorError", "Client", "ConnectError", "ConnectionClosed",
+    "ConnectionSilent", "Daemon",
     "DaemonNotRunning", "Draining", "EvalStream", "Forbidden", "InternalError", "InvalidParams", "InvalidRequest",
     "LANGUAGES", "LeasedElsewhere", "MethodNotFound", "ParseError", "ProtocolError", "ProtocolMismatch", "QuotaExceeded",
     "Refused", "ResponseTimeout", "RpcError", "SessionUnknown", "ShuttingDown", "StartError", "Started",

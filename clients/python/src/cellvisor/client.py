@@ -17,8 +17,8 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional
 from . import daemon as daemons
 from . import files
 from . import wire
-from .errors import (ConnectError, ConnectionClosed, DaemonNotRunning, ProtocolError, ResponseTimeout, RpcError,
-                     Unresponsive, rpc_error)
+from .errors import (ConnectError, ConnectionClosed, ConnectionSilent, DaemonNotRunning, LeasedElsewhere,
+                     ProtocolError, ResponseTimeout, RpcError, Unresponsive, rpc_error)
 from .transport import UnixTransport, WebSocketTransport
 from .websocket import read_token
 from .wire import Cell, CellResult, EvalResult, Event, EventHandler, ToolHandler, Tools
@@ -34,12 +34,15 @@ class Client:
     `token` (or the one in `token_file`), trusting the PEM certificates in `cafile` for wss
     (else the system's), bound to `session` when given (the daemon then refuses any other,
     and methods given no session use it). `timeout` (seconds; None waits for ever) bounds the
-    wait for each answer unless a call gives its own `response_timeout`. Prefer
-    `Client.connect`, which finds the default socket and can start a daemon."""
+    wait for each answer unless a call gives its own `response_timeout`. On a WebSocket, a
+    connection on which nothing came for `silent_after` seconds (default
+    `wire.SILENT_AFTER`; None: never) is given up (`ConnectionSilent`), and `eval` sends
+    its request again. Prefer `Client.connect`, which finds the default socket and can
+    start a daemon."""
 
     def __init__(self, socket: Optional[str] = None, timeout: Optional[float] = None, *, url: Optional[str] = None,
                  token: Optional[str] = None, token_file: Optional[str] = None, cafile: Optional[str] = None,
-                 session: Optional[str] = None) -> None:
+                 session: Optional[str] = None, silent_after: Optional[float] = wire.SILENT_AFTER) -> None:
         if (socket is None) == (url is None):
             raise ValueError("give the daemon's socket path or its url, one of them")
         self.transport: Union[UnixTransport, WebSocketTransport]
@@ -50,11 +53,14 @@ class Client:
                 lambda: UnixTransport(path, timeout)
         else:
             token, source = read_token(token, token_file)
-            self._open = lambda: WebSocketTransport(url, token, source, cafile, session, timeout)
+            self._open = lambda: WebSocketTransport(url, token, source, cafile, session, timeout, silent_after)
         self.transport = self._open()
-        #: How many times `eval` is sent again, with the same request_id, after a lost
-        #: connection (0: never).
+        #: How many times `eval` is sent again, with the same request_id, after a lost or
+        #: silent connection, an answer past its deadline or `LEASED_ELSEWHERE` (0: never).
         self.retries = wire.RETRIES
+        #: Seconds to go on connecting again after a loss (a router answers 503 while a
+        #: dead or paused node's lease runs out) before the loss is raised.
+        self.retry_within = wire.RETRY_WITHIN
         self.timeout = timeout
         self.session = session
         #: The daemon `connect(autostart=True)` started (None: one was already running).
@@ -220,7 +226,7 @@ class Client:
                 raw, cause = None, error
             if raw is None:
                 with self._cond:
-                    self._broken = ConnectionClosed(
+                    self._broken = cause if isinstance(cause, ConnectionSilent) else ConnectionClosed(
                         f"the daemon closed the connection ({self.transport.where})" + (f": {cause}" if cause else ""))
                     raise self._broken
             try:
@@ -274,39 +280,61 @@ class Client:
         to the cells and answered here; `on_event` gets each streamed event. `options` are
         the request's other fields: cwd, virtual_env, env, fresh, sandbox, timeout (the
         cells' own, in seconds), reset, events (which notifications the daemon streams),
-        request_id (default: a fresh one). When the connection is lost before the answer,
-        the request is sent again with the same request_id on a new connection, at most
-        `retries` times: the daemon runs it once, and the retry gets its answer."""
+        request_id (default: a fresh one). The request is sent again with the same
+        request_id on a new connection, at most `retries` times, when the connection is
+        lost or silent, when `LEASED_ELSEWHERE` says another node holds the session (a
+        router sends the new connection there), and, with no timeout given here or to the
+        client, when no answer came by its deadline (`wire.answer_deadline`: the cells'
+        timeouts plus a margin): the daemon runs an id once, and a retry gets its answer."""
         params, handlers = wire.eval_params(cells, session=self._session(session), language=language, tools=tools,
                                             options=options)
         params = wire.with_request_id(params)
+        derived = response_timeout is _UNSET and self.timeout is None
+        if derived:
+            response_timeout = wire.answer_deadline(params)
         attempt = 0
         while True:
             try:
                 return self.call("eval", params, on_event, handlers, response_timeout=response_timeout)  # type: ignore
             except (ConnectionClosed, BrokenPipeError, ConnectionResetError) as lost:
                 attempt = self._reconnect_after_loss(attempt, lost)
+            except LeasedElsewhere as moved:
+                data = moved.data if isinstance(moved.data, dict) else {}
+                wait = min(float(data.get("retry_after_ms") or 100) / 1000, 5.0)
+                attempt = self._reconnect_after_loss(attempt, moved, wait)
+            except ResponseTimeout as late:
+                if not derived:
+                    raise
+                attempt = self._reconnect_after_loss(attempt, late)
 
-    def _reconnect_after_loss(self, attempt: int, lost: BaseException) -> int:
-        """After a lost connection: connects again as this client first did (waiting a
-        little longer each time) and answers the attempts used; re-raises the loss once
-        `retries` are spent."""
-        while attempt < self.retries:
-            attempt += 1
-            time.sleep(wire.backoff(attempt))
+    def _reconnect_after_loss(self, attempt: int, lost: BaseException, wait: Optional[float] = None) -> int:
+        """After a lost connection (or an answer that says to go elsewhere): connects again
+        as this client first did, after `wait` seconds (default: a little longer each
+        attempt), trying for `retry_within` seconds, and answers the attempts used;
+        re-raises the loss once `retries` are spent or no connection was made in time."""
+        if attempt >= self.retries:
+            raise lost
+        attempt += 1
+        time.sleep(wire.backoff(attempt, 1.0) if wait is None else wait)
+        deadline = time.monotonic() + self.retry_within
+        tries = 0
+        while True:
             try:
                 transport = self._open()
+                break
             except (ConnectError, OSError):
-                continue
-            with self._write, self._cond:
-                self.transport.close()
-                self.transport = transport
-                self._broken = None
-                self._answers.clear()
-                self._pending.clear()
-                self._handlers.clear()
-            return attempt
-        raise lost
+                tries += 1
+                if time.monotonic() >= deadline:
+                    raise lost from None
+                time.sleep(wire.backoff(tries, 1.0))
+        with self._write, self._cond:
+            self.transport.close()
+            self.transport = transport
+            self._broken = None
+            self._answers.clear()
+            self._pending.clear()
+            self._handlers.clear()
+        return attempt
 
     def eval_stream(self, cells: Union[str, Cell, Sequence[Cell]], *, session: Optional[str] = None,
                     language: Optional[str] = None, tools: Optional[Tools] = None,

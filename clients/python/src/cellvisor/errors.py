@@ -143,6 +143,12 @@ class ConnectionClosed(CellvisorError, ConnectionError):
     """The daemon closed the connection before answering a request."""
 
 
+class ConnectionSilent(ConnectionClosed):
+    """Nothing came on the connection for `silent_after` seconds, not even the answer to a
+    ping: its daemon (or the node behind a router) is stopped or cut off. `eval` sends its
+    request again, with its request_id, on a new connection."""
+
+
 class ProtocolError(CellvisorError):
     """The daemon sent something this client cannot read (not JSON, a bad WebSocket frame)."""
 

@@ -8,10 +8,11 @@ import collections
 import errno
 import socket as socketlib
 import ssl
+import time
 from typing import Deque, Optional
 
 from . import websocket as ws
-from .errors import ConnectError, DaemonNotRunning, ProtocolError
+from .errors import ConnectError, ConnectionSilent, DaemonNotRunning, ProtocolError
 from .wire import MAX_MESSAGE_BYTES
 
 _CHUNK = 1 << 16
@@ -130,15 +131,22 @@ def tls_failure(url: ws.Url, error: Exception) -> ConnectError:
 
 class WebSocketTransport:
     """JSON-RPC on the daemon's `/v1/rpc` WebSocket, one message per text frame, with the
-    bearer `token` and, when given, bound to `session` (`Cellvisor-Session`)."""
+    bearer `token` and, when given, bound to `session` (`Cellvisor-Session`). While waiting
+    for a message it pings once nothing came for half of `silent_after` seconds, and raises
+    `ConnectionSilent` once nothing (not even the pong) came for all of it: a stopped node
+    accepts bytes and answers none, which only a deadline tells from a long cell."""
 
     def __init__(self, url: str, token: Optional[str], token_source: str, cafile: Optional[str],
-                 session: Optional[str], timeout: Optional[float]) -> None:
+                 session: Optional[str], timeout: Optional[float], silent_after: Optional[float] = None) -> None:
         self.url = ws.parse_url(url)
         self.where = url
         self.frames = ws.FrameDecoder()
         self.closed = False
-        open_timeout = timeout if timeout is not None else 15.0
+        self.silent_after = silent_after
+        self.heard = time.monotonic()
+        self.pinged = False
+        # A stopped node accepts the TCP connection and never answers the upgrade.
+        open_timeout = timeout if timeout is not None else (silent_after or 15.0)
         try:
             sock = socketlib.create_connection((self.url.host, self.url.port), timeout=open_timeout)
         except OSError as error:
@@ -192,13 +200,18 @@ class WebSocketTransport:
 
     def receive(self, timeout: Optional[float]) -> Optional[bytes]:
         """The next text message, None once the connection is closed (pings answered)."""
+        now = time.monotonic()
+        deadline = None if timeout is None else now + timeout
+        self.heard, self.pinged = now, False  # silence is counted while waiting only
         while not self.closed:
             got = self.frames.pop()
             if got is None:
-                chunk = self.stream.read(timeout)
+                chunk = self._read_alive(deadline)
                 if not chunk:
                     self.closed = True
                     return None
+                self.heard = time.monotonic()
+                self.pinged = False
                 self.frames.feed(chunk)
                 continue
             opcode, payload = got
@@ -216,6 +229,28 @@ class WebSocketTransport:
             elif opcode != ws.PONG and opcode != ws.BINARY:
                 raise ProtocolError(f"the daemon sent a WebSocket frame of opcode {opcode}")
         return None
+
+    def _read_alive(self, deadline: Optional[float]) -> bytes:
+        """The next bytes before `deadline` (else `TimeoutError`), pinging a quiet connection
+        and giving up on a silent one (`ConnectionSilent`)."""
+        if self.silent_after is None:
+            return self.stream.read(None if deadline is None else max(deadline - time.monotonic(), 0.001))
+        while True:
+            now = time.monotonic()
+            quiet = now - self.heard
+            if quiet >= self.silent_after:
+                raise ConnectionSilent(f"nothing came from {self.where} for {self.silent_after:g} s, not even the "
+                                       "answer to a ping: the daemon is stopped or cut off")
+            step = self.silent_after - quiet if self.pinged else self.silent_after / 2 - quiet
+            left = None if deadline is None else deadline - now
+            if left is not None and left <= step:
+                return self.stream.read(max(left, 0.001))
+            try:
+                return self.stream.read(max(step, 0.001))
+            except TimeoutError:
+                if not self.pinged:
+                    self.stream.write(ws.frame(ws.PING, b"alive?"))
+                    self.pinged = True
 
     def close(self) -> None:
         if not self.closed:

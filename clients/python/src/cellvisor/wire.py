@@ -167,11 +167,34 @@ def with_request_id(params: Dict[str, Any]) -> Dict[str, Any]:
 
 #: How many times `eval` is sent again (with its request_id) after a lost connection.
 RETRIES = 3
+#: Seconds a client goes on trying to connect again after a loss before it gives up: a
+#: fleet's router answers 503 until a dead or paused node's lease runs out.
+RETRY_WITHIN = 30.0
+#: The daemon's default cell timeout (`cells.default-timeout`), assumed for a cell that
+#: names none when the answer deadline is derived.
+DEFAULT_CELL_TIMEOUT = 30.0
+#: Seconds an answer may take beyond its cells' timeouts (the save, its commit, a queue).
+ANSWER_MARGIN = 15.0
+#: A WebSocket on which nothing arrived for this many seconds (not even the pong to the
+#: ping sent halfway) is silent: its daemon is stopped or gone.
+SILENT_AFTER = 10.0
 
 
-def backoff(attempt: int) -> float:
-    """Seconds to wait before retry `attempt` (from 1): 0.1, 0.2, 0.4, ..."""
-    return 0.1 * 2 ** min(max(attempt - 1, 0), 6)
+def answer_deadline(params: Mapping[str, Any]) -> float:
+    """Seconds to wait for an `eval`'s answer when the caller set no timeout: each cell's
+    timeout (its own, the request's, else the daemon's default) plus `ANSWER_MARGIN`. Past
+    it the answer is lost, and the client sends the request again with its request_id."""
+    request_timeout = params.get("timeout")
+    total = 0.0
+    for cell in params.get("cells") or []:
+        own = cell.get("timeout") if isinstance(cell, Mapping) else None
+        total += float(own or request_timeout or DEFAULT_CELL_TIMEOUT)
+    return total + ANSWER_MARGIN
+
+
+def backoff(attempt: int, cap: float = 6.4) -> float:
+    """Seconds to wait before retry `attempt` (from 1): 0.1, 0.2, 0.4, ..., at most `cap`."""
+    return min(0.1 * 2 ** min(max(attempt - 1, 0), 6), cap)
 
 
 def one_cell(code: str, language: str, options: Mapping[str, Any]) -> Cell:

@@ -135,6 +135,42 @@ impl Pointers {
 
 pub(super) type Taken = (i64, i64, Acknowledged, Pointers);
 
+/// How often a request that never reached etcd is sent again, and how long apart.
+const UNSENT_ATTEMPTS: u32 = 4;
+const UNSENT_PAUSE: Duration = Duration::from_millis(100);
+
+/// Whether `err` says the request was never sent: the member it was for refused the
+/// connection (a member restarting). Sending it again, which the client balances to the
+/// other members, cannot apply it twice.
+fn never_sent(err: &etcd_client::Error) -> bool {
+    match err {
+        etcd_client::Error::GRpcStatus(status) => {
+            status.code() as i32 == 14 /* Unavailable */ && status.message().contains("connect")
+        }
+        etcd_client::Error::TransportError(_) => true,
+        _ => false,
+    }
+}
+
+/// `request()` and, while etcd's answer says it was never sent, again (a few times, a
+/// short pause apart): a member's restart must not refuse a session outright.
+async fn unsent_again<T, F, Fut>(mut request: F) -> Result<T, etcd_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    let mut attempt = 1;
+    loop {
+        match request().await {
+            Err(err) if attempt < UNSENT_ATTEMPTS && never_sent(&err) => {
+                attempt += 1;
+                tokio::time::sleep(UNSENT_PAUSE).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Grants a lease and creates `session`'s key under it if absent; a key this node left in
 /// an earlier life (a restart) is deleted first, fenced by its own creating revision.
 pub(super) async fn take(
@@ -146,10 +182,12 @@ pub(super) async fn take(
     let key = lease_key(session);
     for _ in 0..2 {
         let sent = BootInstant::now();
-        let grant = client
-            .lease_grant(proof::ttl_seconds(ttl), None)
-            .await
-            .map_err(etcd_error)?;
+        let grant = unsent_again(|| {
+            let mut client = client.clone();
+            async move { client.lease_grant(proof::ttl_seconds(ttl), None).await }
+        })
+        .await
+        .map_err(etcd_error)?;
         let granted = Duration::from_secs(u64::try_from(grant.ttl()).unwrap_or(0));
         let txn = etcd_client::Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
@@ -165,7 +203,13 @@ pub(super) async fn take(
                 ),
             ])
             .or_else([TxnOp::get(key.as_str(), None)]);
-        let answer = client.txn(txn).await.map_err(etcd_error)?;
+        let answer = unsent_again(|| {
+            let mut client = client.clone();
+            let txn = txn.clone();
+            async move { client.txn(txn).await }
+        })
+        .await
+        .map_err(etcd_error)?;
         if answer.succeeded() {
             let token = answer.header().map_or(0, |h| h.revision());
             let prefix = pointer_prefix(session);
@@ -228,7 +272,7 @@ pub(super) async fn take(
 
 /// Puts `value` at `ptr_key` only if the lease key `key` was created at `token`.
 pub(super) async fn fenced_put(
-    mut client: Client,
+    client: Client,
     key: &str,
     token: i64,
     ptr_key: &str,
@@ -237,7 +281,13 @@ pub(super) async fn fenced_put(
     let txn = etcd_client::Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, token)])
         .and_then([TxnOp::put(ptr_key, value, None)]);
-    match client.txn(txn).await {
+    let sent = unsent_again(|| {
+        let mut client = client.clone();
+        let txn = txn.clone();
+        async move { client.txn(txn).await }
+    })
+    .await;
+    match sent {
         Ok(answer) if answer.succeeded() => Ok(()),
         Ok(_) => Err(CommitError::Fenced { token }),
         Err(err) => Err(CommitError::Etcd(err.to_string())),
