@@ -5,8 +5,10 @@ use cellvisor_ipc::Language;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod call;
 mod files;
 mod session_params;
+pub use call::{Call, MethodName};
 pub use files::{
     Encoding, FileEntry, FilesDeleteParams, FilesDeleteResult, FilesListParams, FilesListResult,
     FilesReadParams, FilesReadResult, FilesWriteParams, FilesWriteResult, MAX_CHUNK_BYTES,
