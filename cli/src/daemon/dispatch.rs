@@ -381,7 +381,9 @@ async fn close(daemon: &Daemon, p: &SessionParams) -> Result<Value, RpcError> {
 
 /// The answer of `interrupt`, `reset` and `close`: how many sessions the command reached.
 fn sessions_reached(count: Result<usize, RequestError>) -> Result<Value, RpcError> {
-    Ok(serde_json::json!({ "sessions": count.map_err(refused)? }))
+    to_json(&protocol::SessionsReached {
+        sessions: count.map_err(refused)?,
+    })
 }
 
 /// `wait`: watches a cell that went to the background.
@@ -430,13 +432,16 @@ async fn terminate(daemon: &Daemon, p: &TerminateParams) -> Result<Value, RpcErr
 /// `shutdown`: stops the daemon and every worker (after this answer).
 fn shutdown(daemon: &Daemon) -> Result<Value, RpcError> {
     let _ = daemon.shutdown.send(true);
-    Ok(serde_json::json!({ "stopping": true }))
+    to_json(&protocol::ShutdownResult { stopping: true })
 }
 
 /// `config/reload`: re-reads the config file and answers what changed.
 async fn config_reload(daemon: &Daemon) -> Result<Value, RpcError> {
     let changes = lifecycle::reload(daemon).await?;
-    Ok(serde_json::json!({ "reloaded": true, "changes": changes }))
+    to_json(&protocol::ReloadResult {
+        reloaded: true,
+        changes,
+    })
 }
 
 /// The JSON-RPC error of a refused request (a typed code where a client acts on it).

@@ -9,10 +9,10 @@ use crate::cell::EvalRequest;
 use serde_json::Value;
 
 /// Declares [`MethodName`] and [`Call`] from one table: `Variant = method::CONST` with the
-/// parameter type of the methods that take parameters. The table's order is the order the
+/// parameter type of the methods that take parameters, then `=>` the result's type. The table's order is the order the
 /// "method not found" error names them in.
 macro_rules! calls {
-    ($( $(#[doc = $doc:literal])* $variant:ident = $name:path $(, $params:ty)? ;)*) => {
+    ($( $(#[doc = $doc:literal])* $variant:ident = $name:path $(, $params:ty)? => $result:ty;)*) => {
         /// The name of a method a client may call.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum MethodName {
@@ -75,59 +75,79 @@ macro_rules! calls {
                     $( MethodName::$variant => None $( .or_else(|| Some(generator.subschema_for::<$params>())) )?, )*
                 }
             }
+
+            /// The schema of the method's result.
+            pub fn result_schema(self, generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                match self {
+                    $( MethodName::$variant => generator.subschema_for::<$result>(), )*
+                }
+            }
         }
     };
 }
 
 use super::files::{FilesDeleteParams, FilesListParams, FilesReadParams, FilesWriteParams};
+// The results are read by the schema alone.
 use super::session_params::{
     CheckpointParams, CheckpointsParams, NamesParams, SessionParams, TerminateParams, WaitParams,
 };
+#[cfg(feature = "schema")]
+use super::{
+    files::{FilesDeleteResult, FilesListResult, FilesReadResult, FilesWriteResult},
+    results::{ReloadResult, SessionsReached, ShutdownResult},
+    DrainResult, InitializeResult,
+};
 use super::{DrainParams, InitializeParams};
+#[cfg(feature = "schema")]
+use crate::{
+    cell::{CellResult, EvalResult},
+    state::{CheckpointInfo, RestoredState, SessionNames},
+    status::{SessionStatus, ZygoteStatus},
+};
 
 calls! {
     /// `initialize`: the protocol and program versions, the languages, the daemon's pid.
-    Initialize = method::INITIALIZE, InitializeParams;
+    Initialize = method::INITIALIZE, InitializeParams => InitializeResult;
     /// `eval`: runs cells in a session.
-    Eval = method::EVAL, EvalRequest;
+    Eval = method::EVAL, EvalRequest => EvalResult;
     /// `wait`: watches a cell that went to the background.
-    Wait = method::WAIT, WaitParams;
+    Wait = method::WAIT, WaitParams => CellResult;
     /// `terminate`: stops a cell that went to the background.
-    Terminate = method::TERMINATE, TerminateParams;
+    Terminate = method::TERMINATE, TerminateParams => CellResult;
     /// `interrupt`: stops a session's running cell.
-    Interrupt = method::INTERRUPT, SessionParams;
+    Interrupt = method::INTERRUPT, SessionParams => SessionsReached;
     /// `reset`: replaces a session's workers with fresh ones.
-    Reset = method::RESET, SessionParams;
+    Reset = method::RESET, SessionParams => SessionsReached;
     /// `close`: ends a session's workers.
-    Close = method::CLOSE, SessionParams;
+    Close = method::CLOSE, SessionParams => SessionsReached;
     /// `status`: the sessions.
-    Status = method::STATUS;
+    Status = method::STATUS => Vec<SessionStatus>;
     /// `zygotes`: the Python zygotes.
-    Zygotes = method::ZYGOTES;
+    Zygotes = method::ZYGOTES => Vec<ZygoteStatus>;
     /// `checkpoint`: saves a session's namespace under a name.
-    Checkpoint = method::CHECKPOINT, CheckpointParams;
+    Checkpoint = method::CHECKPOINT, CheckpointParams => Vec<CheckpointInfo>;
     /// `restore`: replaces a session's namespace with a checkpoint.
-    Restore = method::RESTORE, CheckpointParams;
+    Restore = method::RESTORE, CheckpointParams => Vec<RestoredState>;
     /// `checkpoints`: lists a session's checkpoints.
-    Checkpoints = method::CHECKPOINTS, CheckpointsParams;
+    Checkpoints = method::CHECKPOINTS, CheckpointsParams => Vec<CheckpointInfo>;
     /// `names`: the user names of a session's namespace in one language.
-    Names = method::NAMES, NamesParams;
+    Names = method::NAMES, NamesParams => SessionNames;
     /// `files/list`: lists a session's workspace.
-    FilesList = method::FILES_LIST, FilesListParams;
+    FilesList = method::FILES_LIST, FilesListParams => FilesListResult;
     /// `files/read`: reads a file of a session's workspace.
-    FilesRead = method::FILES_READ, FilesReadParams;
+    FilesRead = method::FILES_READ, FilesReadParams => FilesReadResult;
     /// `files/write`: writes a file into a session's workspace.
-    FilesWrite = method::FILES_WRITE, FilesWriteParams;
+    FilesWrite = method::FILES_WRITE, FilesWriteParams => FilesWriteResult;
     /// `files/delete`: removes a file or directory of a session's workspace.
-    FilesDelete = method::FILES_DELETE, FilesDeleteParams;
+    FilesDelete = method::FILES_DELETE, FilesDeleteParams => FilesDeleteResult;
     /// `drain`: no new sessions; idle ones stopped.
-    Drain = method::DRAIN, DrainParams;
+    Drain = method::DRAIN, DrainParams => DrainResult;
     /// `undrain`: takes new sessions again.
-    Undrain = method::UNDRAIN;
+    Undrain = method::UNDRAIN => DrainResult;
     /// `shutdown`: stops the daemon and its workers.
-    Shutdown = method::SHUTDOWN;
+    Shutdown = method::SHUTDOWN => ShutdownResult;
     /// `config/reload`: rereads the configuration file.
-    ConfigReload = method::CONFIG_RELOAD;
+    ConfigReload = method::CONFIG_RELOAD => ReloadResult;
 }
 
 impl MethodName {
