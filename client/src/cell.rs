@@ -239,6 +239,10 @@ pub struct CellReport {
     /// Wall-clock time of the cell in its worker.
     pub duration_ms: f64,
     /// MIME bundles the cell displayed (`{"image/png": ..., "text/plain": ...}`).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "Vec<serde_json::Map<String, serde_json::Value>>")
+    )]
     pub displays: Vec<serde_json::Value>,
     /// What the prelude helpers did (`{"op": "read", ...}`), for hosts that show progress.
     pub status_events: Vec<serde_json::Value>,

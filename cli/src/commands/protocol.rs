@@ -50,4 +50,22 @@ mod tests {
             path.display()
         );
     }
+
+    /// The clients' checked-in wire types are what the checked-in schema generates (the
+    /// same check `scripts/test` runs), so `cargo test` alone catches clients left behind.
+    #[test]
+    fn the_clients_types_are_what_the_schema_generates() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let out = std::process::Command::new("python3")
+            .arg(root.join("scripts/gen_clients.py"))
+            .arg("--check")
+            .output()
+            .expect("python3 runs scripts/gen_clients.py");
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

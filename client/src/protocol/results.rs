@@ -36,9 +36,16 @@ pub struct ReloadResult {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ToolCallParams {
     /// The id of the `eval` whose cell called the tool.
+    #[cfg_attr(feature = "schema", schemars(schema_with = "request_id_schema"))]
     pub request_id: Value,
     /// The tool's name, as the `eval` declared it.
     pub name: String,
     /// The arguments the cell passed.
     pub arguments: Value,
+}
+
+/// A request's id as the daemon echoes it: a string or a number.
+#[cfg(feature = "schema")]
+fn request_id_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": ["string", "integer"]})
 }

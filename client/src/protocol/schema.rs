@@ -14,22 +14,29 @@ use serde_json::{json, Map, Value};
 /// `notifications` and `server_requests` (what the daemon sends), `errors` (each code's name,
 /// value and meaning), `error` (the error object) and the types in `$defs`.
 pub fn document() -> Value {
-    let mut generator = SchemaSettings::draft2020_12().into_generator();
+    // What a client sends is read by the daemon (fields with defaults may be left out); what
+    // the daemon sends is written by it (fields are there unless skipped when empty).
+    let mut requests = SchemaSettings::draft2020_12()
+        .for_deserialize()
+        .into_generator();
+    let mut answers = SchemaSettings::draft2020_12()
+        .for_serialize()
+        .into_generator();
     let mut methods = Map::new();
     for name in MethodName::ALL {
         let params = name
-            .params_schema(&mut generator)
+            .params_schema(&mut requests)
             .map_or(Value::Null, |schema| schema.to_value());
-        let result = name.result_schema(&mut generator).to_value();
+        let result = name.result_schema(&mut answers).to_value();
         methods.insert(
             name.as_str().to_string(),
             json!({"params": params, "result": result}),
         );
     }
-    let event = generator.subschema_for::<CellEvent>().to_value();
-    let tool_call = generator.subschema_for::<ToolCallParams>().to_value();
-    let error = generator.subschema_for::<RpcError>().to_value();
-    let mismatch = generator.subschema_for::<VersionMismatch>().to_value();
+    let event = answers.subschema_for::<CellEvent>().to_value();
+    let tool_call = answers.subschema_for::<ToolCallParams>().to_value();
+    let error = answers.subschema_for::<RpcError>().to_value();
+    let mismatch = answers.subschema_for::<VersionMismatch>().to_value();
     let errors: Map<String, Value> = code::ALL
         .iter()
         .map(|(name, value, doc)| {
@@ -40,7 +47,25 @@ pub fn document() -> Value {
             )
         })
         .collect();
-    let defs: Map<String, Value> = generator.take_definitions(true).into_iter().collect();
+    let mut defs: Map<String, Value> = answers.take_definitions(true).into_iter().collect();
+    for schema in defs.values_mut() {
+        absent_not_null(schema);
+    }
+    for method in methods.values_mut() {
+        absent_not_null(&mut method["result"]);
+    }
+    for (name, schema) in requests.take_definitions(true) {
+        match defs.get(&name) {
+            Some(written) if *written != schema => {
+                // Not expected of the protocol's types; kept visible rather than lost.
+                defs.insert(format!("{name}Read"), schema);
+            }
+            Some(_) => {}
+            None => {
+                defs.insert(name, schema);
+            }
+        }
+    }
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "cellvisor JSON-RPC protocol",
@@ -70,6 +95,53 @@ pub fn document() -> Value {
         "errors": errors,
         "$defs": defs,
     })
+}
+
+/// What the daemon writes leaves an empty `Option` out (`skip_serializing_if`) rather than
+/// writing `null`: in the schemas of its answers, a property that may be absent is not also
+/// `null`. (Properties always written keep their `null`.)
+fn absent_not_null(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            let required: Vec<Value> = map
+                .get("required")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            if let Some(Value::Object(properties)) = map.get_mut("properties") {
+                for (name, property) in properties.iter_mut() {
+                    if !required.contains(&Value::String(name.clone())) {
+                        drop_null(property);
+                    }
+                }
+            }
+            map.values_mut().for_each(absent_not_null);
+        }
+        Value::Array(items) => items.iter_mut().for_each(absent_not_null),
+        _ => {}
+    }
+}
+
+/// `schema` without its `null` alternative (`"type": [T, "null"]` or `anyOf: [T, null]`).
+fn drop_null(schema: &mut Value) {
+    let null = json!({"type": "null"});
+    if let Some(Value::Array(types)) = schema.get_mut("type") {
+        types.retain(|t| t != "null");
+        if types.len() == 1 {
+            let only = types[0].clone();
+            schema["type"] = only;
+        }
+    }
+    if let Some(Value::Array(alternatives)) = schema.get_mut("anyOf") {
+        alternatives.retain(|a| *a != null);
+        if alternatives.len() == 1 {
+            let only = alternatives.remove(0);
+            if let (Value::Object(outer), Value::Object(inner)) = (&mut *schema, only) {
+                outer.remove("anyOf");
+                outer.extend(inner);
+            }
+        }
+    }
 }
 
 /// The document as the checked-in file holds it: pretty JSON and a final newline.
