@@ -241,9 +241,11 @@ mod tests {
     /// the parser takes and what the client is told agree, field for field.
     #[test]
     fn input_schemas_are_the_argument_types_with_the_configured_ranges() {
-        let mut cells = CellsConfig::default();
-        cells.min_timeout = std::time::Duration::from_secs(2);
-        cells.max_timeout = std::time::Duration::from_secs(90);
+        let cells = CellsConfig {
+            min_timeout: std::time::Duration::from_secs(2),
+            max_timeout: std::time::Duration::from_secs(90),
+            ..CellsConfig::default()
+        };
         let tools = tools(&cells, &offered());
         let eval = input(&tools, "eval");
         let item = &eval["properties"]["cells"]["items"];
