@@ -33,7 +33,7 @@ pub fn run(args: ProtocolArgs) -> i32 {
 mod tests {
     /// The command that regenerates the checked-in schema and the clients' types from it.
     pub const REGENERATE: &str = "cargo run -p cellvisor-cli -- protocol schema > \
-         clients/schema/protocol.json && python3 scripts/gen-clients";
+         clients/schema/protocol.json && scripts/gen-clients";
 
     /// The checked-in schema is what the Rust types generate: a change of a protocol type
     /// that is not regenerated (and so not followed by the clients) fails here.
