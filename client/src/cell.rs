@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 /// One cell as a host writes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CellSpec {
     /// The language whose worker runs the cell.
@@ -45,6 +46,7 @@ impl CellSpec {
 
 /// A request: cells run in order in one session; the first failure skips the rest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct EvalRequest {
     /// The session whose workers (and state) run the cells; created on first use.
@@ -134,6 +136,7 @@ impl Default for EvalRequest {
 
 /// A tool the host declares for a request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ToolSpec {
     /// The name cells call it by (`tool.<name>(args)`).
@@ -169,6 +172,7 @@ pub fn default_session() -> String {
 
 /// How a cell ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CellStatus {
     /// The cell ran to its end.
@@ -208,6 +212,7 @@ impl std::fmt::Display for CellStatus {
 
 /// Whether and how a cell's output was cut down to fit in memory.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Truncation {
     /// Whether `output` is shorter than what the cell wrote.
     pub truncated: bool,
@@ -225,6 +230,7 @@ pub struct Truncation {
 /// How one cell ran, as its session saw it: the part of a [`CellResult`] that does not depend
 /// on the cell's place in its request, so a session can report it and the host wrap it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CellReport {
     /// How the cell ended.
     pub status: CellStatus,
@@ -233,6 +239,10 @@ pub struct CellReport {
     /// Wall-clock time of the cell in its worker.
     pub duration_ms: f64,
     /// MIME bundles the cell displayed (`{"image/png": ..., "text/plain": ...}`).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "Vec<serde_json::Map<String, serde_json::Value>>")
+    )]
     pub displays: Vec<serde_json::Value>,
     /// What the prelude helpers did (`{"op": "read", ...}`), for hosts that show progress.
     pub status_events: Vec<serde_json::Value>,
@@ -317,6 +327,7 @@ impl CellReport {
 /// One cell's result: its session's [`CellReport`] (flattened into the same JSON object)
 /// and where it stood in its request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CellResult {
     /// The cell's place in its request, from 0.
     pub index: usize,
@@ -377,6 +388,7 @@ impl CellResult {
 
 /// The result of a request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EvalResult {
     /// Whether any cell failed or was cancelled, so hosts need not scan the cells.
     pub is_error: bool,
@@ -426,6 +438,7 @@ impl EvalResult {
 
 /// The first cell of a request that failed or was cancelled.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FailedCell {
     /// Its place in the request, from 0.
     pub index: usize,
@@ -463,6 +476,7 @@ impl FailedCell {
 
 /// Totals over a request's cells.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EvalSummary {
     /// The languages the cells ran in, in the order of first use.
     pub languages: Vec<Language>,
@@ -498,6 +512,7 @@ impl EvalSummary {
 
 /// Progress a host can show while a request runs (the daemon streams these).
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum CellEvent {
     /// A cell began to run.

@@ -58,6 +58,7 @@ pub fn new_request_id() -> String {
 /// Whether a cell's state was saved before its answer went out (`snapshots.when =
 /// "every-cell"`): a host that needs the cell's effect to survive a crash reads it here.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Saved {
     /// The snapshot was written.
     pub saved: bool,

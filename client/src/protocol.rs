@@ -5,8 +5,10 @@ use cellvisor_ipc::Language;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod call;
 mod files;
 mod session_params;
+pub use call::{Call, MethodName};
 pub use files::{
     Encoding, FileEntry, FilesDeleteParams, FilesDeleteResult, FilesListParams, FilesListResult,
     FilesReadParams, FilesReadResult, FilesWriteParams, FilesWriteResult, MAX_CHUNK_BYTES,
@@ -75,45 +77,15 @@ pub mod method {
 }
 
 /// Standard and cellvisor error codes.
-pub mod code {
-    /// The line is not JSON.
-    pub const PARSE_ERROR: i64 = -32700;
-    /// The JSON is not a JSON-RPC request.
-    pub const INVALID_REQUEST: i64 = -32600;
-    /// No such method.
-    pub const METHOD_NOT_FOUND: i64 = -32601;
-    /// The parameters are not what the method takes; the message says what is allowed.
-    pub const INVALID_PARAMS: i64 = -32602;
-    /// The daemon failed on its own; the message says how.
-    pub const INTERNAL_ERROR: i64 = -32603;
-    /// The request was understood but refused (bad session name, missing cwd, ...).
-    pub const REQUEST_REFUSED: i64 = -32001;
-    /// The daemon is shutting down.
-    pub const SHUTTING_DOWN: i64 = -32002;
-    /// The daemon is draining: it takes no new session, so a router may retry elsewhere;
-    /// sessions it already holds are still served.
-    pub const DRAINING: i64 = -32003;
-    /// The connection is bound to one session (`Cellvisor-Session` on its upgrade) and the
-    /// request named another.
-    pub const WRONG_SESSION: i64 = -32004;
-    /// Another node of the fleet holds the session's lease: `data.node` names it, and
-    /// `data.retry_after_ms` says when its lease runs out unless that node renews it.
-    pub const LEASED_ELSEWHERE: i64 = -32005;
-    /// The request said `resume` and the session is neither live here nor saved.
-    pub const SESSION_UNKNOWN: i64 = -32006;
-    /// The client speaks another protocol version than the daemon (a daemon left running
-    /// across an upgrade): `data` names both ([`VersionMismatch`](crate::protocol::VersionMismatch)).
-    pub const PROTOCOL_MISMATCH: i64 = -32007;
-    /// The caller's tenant lacks the right the method needs: `data.right` names it
-    /// (`cells` or `operate`), `data.tenant` the tenant.
-    pub const FORBIDDEN: i64 = -32009;
-    /// The caller's tenant is at one of its quotas: `data.quota` names it, `data.tenant`
-    /// the tenant, `data.limit` its value.
-    pub const QUOTA_EXCEEDED: i64 = -32008;
-}
+pub mod code;
+mod results;
+pub use results::{ReloadResult, SessionsReached, ShutdownResult, ToolCallParams};
+#[cfg(feature = "schema")]
+pub mod schema;
 
 /// An incoming request (or notification, without `id`).
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Request {
     /// Always `"2.0"`.
     pub jsonrpc: String,
@@ -129,6 +101,7 @@ pub struct Request {
 
 /// An error object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RpcError {
     /// One of [`code`]'s values, so clients can tell refusals apart.
     pub code: i64,
@@ -302,6 +275,7 @@ pub struct EvalEvent<'a> {
 /// Which `eval/event` notifications an `eval` or `wait` sends while it runs (its `events`
 /// param): a host that shows no progress pays for the answer line alone.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Events {
     /// Every event: `cell_started`, `output`, `display`, `status` and `cell_done`.
@@ -353,6 +327,7 @@ impl<'de> Deserialize<'de> for Events {
 /// refuses a mismatch with [`code::PROTOCOL_MISMATCH`] rather than misreading its requests.
 /// Unknown fields are let through, so that later clients can say more to this daemon.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct InitializeParams {
     /// The client's [`PROTOCOL_VERSION`]; absent: not checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -365,6 +340,7 @@ pub struct InitializeParams {
 /// A client and a daemon of different protocol versions: both versions, and the message
 /// that tells the user what to do. The `data` of a [`code::PROTOCOL_MISMATCH`] error.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct VersionMismatch {
     /// The daemon's protocol version.
     pub daemon_protocol: u32,
@@ -396,6 +372,7 @@ impl std::fmt::Display for VersionMismatch {
 
 /// `initialize` result.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct InitializeResult {
     /// The daemon's [`PROTOCOL_VERSION`](crate::protocol::PROTOCOL_VERSION), for clients to check.
     pub protocol_version: u32,
@@ -422,6 +399,7 @@ pub const DEFAULT_DRAIN_WAIT_MS: u64 = 60_000;
 
 /// `drain` parameters.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct DrainParams {
     /// Answer only once no session is live, or when `timeout_ms` has passed.
@@ -434,6 +412,7 @@ pub struct DrainParams {
 
 /// The answer of `drain` and `undrain`: where the drain stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DrainResult {
     /// The daemon is draining.
     pub draining: bool,

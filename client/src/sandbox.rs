@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// A request's own sandbox fields: each may only tighten the operator's policy.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SandboxRequest {
     /// `true` turns the sandbox on for this request; `false` is refused when the operator
@@ -35,6 +36,7 @@ pub struct SandboxRequest {
 
 /// One thing the sandbox enforces, and the Landlock ABI (or kernel facility) it needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Feature {
     /// Read/write rules on files and directories.
@@ -79,6 +81,7 @@ impl Feature {
 
 /// A session's sandbox as `status` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SandboxStatus {
     /// The Landlock ABI the kernel offers (0 when it has none).
     pub landlock_abi: u32,

@@ -11,6 +11,7 @@ pub use cellvisor_ipc::state::{NameInfo, SkippedName};
 /// What came back when a session's namespace was restored on a fresh worker: the first
 /// cell after an eviction, a daemon restart or a crash carries it, and so does `restore`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct StateLedger {
     /// The names back in the namespace (`np (module)` for a module brought back by import).
     pub restored: Vec<String>,
@@ -26,6 +27,7 @@ pub struct StateLedger {
 
 /// The files of a session's workspace a restore changed (directories are not listed).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FileChanges {
     /// Files that were there with other content (or mode, or kind), put back as recorded.
     pub restored: Vec<String>,
@@ -44,6 +46,7 @@ impl FileChanges {
 
 /// What a checkpoint recorded of the session's workspace.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FilesRecorded {
     /// Regular files in the workspace.
     pub files: u64,
@@ -58,6 +61,7 @@ pub struct FilesRecorded {
 
 /// Which snapshot a ledger's names came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SnapshotOrigin {
     /// When it was taken (RFC 3339).
     pub taken_at: String,
@@ -77,6 +81,7 @@ pub struct SnapshotOrigin {
 
 /// One named checkpoint (or the latest snapshot) of one language of a session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CheckpointInfo {
     /// The session.
     pub session: String,
@@ -96,6 +101,7 @@ pub struct CheckpointInfo {
 
 /// A checkpoint brought back: the ledger of one language.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RestoredState {
     /// The language restored.
     pub language: Language,
@@ -105,6 +111,7 @@ pub struct RestoredState {
 
 /// The user names of one language of a session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionNames {
     /// The session.
     pub session: String,

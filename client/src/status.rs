@@ -1,4 +1,5 @@
-//! What `status` reports: one row per live worker (session and language).
+//! What `status` reports: one row per live worker (session and language); and what
+//! `zygotes` reports of the Python zygotes.
 
 use cellvisor_ipc::Language;
 use serde::{Deserialize, Serialize};
@@ -6,6 +7,7 @@ use std::fmt;
 
 /// What a session is doing, as `status` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SessionState {
     /// The worker is being started; cells wait.
@@ -22,6 +24,7 @@ pub enum SessionState {
 
 /// One row of `status`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SessionStatus {
     /// The session's name.
     pub session: String,
@@ -84,6 +87,45 @@ impl fmt::Display for SessionState {
             SessionState::Stopping => "stopping",
         })
     }
+}
+
+/// What `status` shows of a zygote.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ZygoteStatus {
+    /// The interpreter it runs.
+    pub interpreter: std::path::PathBuf,
+    /// The virtualenv that interpreter belongs to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub virtual_env: Option<std::path::PathBuf>,
+    /// `ready`, `starting` (or restarting), `stopped` (a signal stopped it: it is replaced at
+    /// the next fork request) or `failed`.
+    pub state: &'static str,
+    /// Its process, once started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// `Python 3.11.7`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Workers it forked.
+    pub forks: u64,
+    /// Modules of `python.preload` it imported.
+    pub preloaded: Vec<String>,
+    /// Modules of `python.preload` it could not import, and why.
+    pub failed: Vec<FailedPreload>,
+    /// Why it could not start, when `failed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A module the zygote could not preload, and why.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct FailedPreload {
+    /// The module's name, as `python.preload` lists it.
+    pub module: String,
+    /// The exception its import raised: `ModuleNotFoundError: No module named 'x'`.
+    pub error: String,
 }
 
 #[cfg(test)]

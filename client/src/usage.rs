@@ -9,6 +9,7 @@ use std::fmt;
 /// What a cell used, measured on its worker's process tree (the worker and every process
 /// under it) from the cell's start to its end.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CellUsage {
     /// User plus system CPU time of the worker's tree during the cell, processes that ended
     /// during it included (their parents collected it), in milliseconds. Read from the
@@ -33,6 +34,7 @@ pub struct CellUsage {
 
 /// The limit a cell's memory ran into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum MemoryLimit {
     /// The worker's process tree passed `[limits] max-rss`: the supervisor killed it.
@@ -61,6 +63,7 @@ impl MemoryLimit {
 
 /// A cell ended by memory: which limit, what it was, and what was used when it was reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct OutOfMemory {
     /// Which limit was reached.
     pub limit: MemoryLimit,

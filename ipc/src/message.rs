@@ -29,6 +29,7 @@ pub struct DoneUsage {
 /// A cell language, and therefore a kind of worker. Serialized by its short name
 /// (`py`, `js`, `lua`) in JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum Language {
     /// CPython, run by the Python worker's interpreter process.
     #[serde(rename = "py", alias = "python")]

@@ -59,6 +59,7 @@ pub struct LoadOrder {
 
 /// A name that was not saved (or not restored), and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SkippedName {
     /// The name, as cells know it.
     pub name: String,
@@ -89,6 +90,7 @@ pub struct SnapshotMeta {
 
 /// One user name of a namespace, as `names` lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct NameInfo {
     /// The name.
     pub name: String,

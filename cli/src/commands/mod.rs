@@ -6,6 +6,7 @@ mod config_cmd;
 mod drain;
 mod eval;
 mod kernel;
+mod protocol;
 mod serve;
 mod sessions;
 mod state;
@@ -103,6 +104,9 @@ enum Command {
     /// A Jupyter kernel on a connection file's ZeroMQ channels, backed by a session
     /// (`kernel install` writes its kernelspecs).
     Kernel(kernel::KernelArgs),
+    /// The daemon's protocol: `protocol schema` prints its JSON Schema, generated from the
+    /// types the daemon reads and writes.
+    Protocol(protocol::ProtocolArgs),
 }
 
 /// Global settings every subcommand may need.
@@ -277,6 +281,7 @@ pub fn main() -> i32 {
             Command::Config(args) => config_cmd::run(args, &globals),
             Command::Check(args) => check::run(args, &globals).await,
             Command::Kernel(args) => kernel::run(args, &globals).await,
+            Command::Protocol(args) => protocol::run(args),
         }
     })
 }

@@ -7,7 +7,7 @@ use super::net::Principal;
 use super::{lock, Daemon, MAX_PENDING_TOOL_CALLS};
 use crate::mcp::lines::{BoundedLines, Line, Overlong};
 use cellvisor::cell::ToolCallRequest;
-use cellvisor::daemon::protocol::{self, code, method, Incoming, Request, RpcError};
+use cellvisor::daemon::protocol::{self, code, Incoming, MethodName, Request, RpcError};
 use cellvisor::socket_halves::WriteSide;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -244,8 +244,11 @@ pub(super) async fn serve_messages<S: MessageSource>(
         next_task += 1;
         let task_id = next_task;
         // An eval or a wait ends with its client: a cell (or a watch) nobody reads is stopped.
-        let eval_session = matches!(request.method.as_str(), method::EVAL | method::WAIT)
-            .then(|| session_named(&request).to_string());
+        let eval_session = matches!(
+            MethodName::parse(&request.method),
+            Some(MethodName::Eval | MethodName::Wait)
+        )
+        .then(|| session_named(&request).to_string());
         let task = spawn_request(
             Arc::clone(&daemon),
             Arc::clone(&connection),
@@ -310,14 +313,17 @@ fn session_named(request: &Request) -> &str {
 /// On a connection bound to session `bound`: the error for a request that is for another
 /// session (methods that name none, like `status`, pass).
 fn other_session(bound: &str, request: &Request) -> Option<RpcError> {
+    // `zygotes` and a method the daemon does not have count as for a session here.
     let for_a_session = !matches!(
-        request.method.as_str(),
-        method::INITIALIZE
-            | method::STATUS
-            | method::SHUTDOWN
-            | method::CONFIG_RELOAD
-            | method::DRAIN
-            | method::UNDRAIN
+        MethodName::parse(&request.method),
+        Some(
+            MethodName::Initialize
+                | MethodName::Status
+                | MethodName::Shutdown
+                | MethodName::ConfigReload
+                | MethodName::Drain
+                | MethodName::Undrain
+        )
     );
     let named = session_named(request);
     (for_a_session && named != bound).then(|| {
@@ -472,6 +478,7 @@ async fn read_line<R: AsyncBufRead + Unpin>(reader: &mut R) -> Result<Option<Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cellvisor::daemon::protocol::method;
 
     fn call() -> (
         ToolCallRequest,

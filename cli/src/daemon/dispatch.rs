@@ -3,12 +3,12 @@
 
 use super::connection::{forward_tool_call, Connection};
 use super::held_start::HeldStart;
-use super::{confined_first, lifecycle, tenancy, Daemon};
+use super::{confined_first, files, lifecycle, tenancy, Daemon};
 use cellvisor::cell::{CellEvent, EvalRequest, ToolCallRequest};
 use cellvisor::daemon::protocol::{
-    self, code, method, params, CheckpointParams, CheckpointsParams, DrainParams, DrainResult,
-    Events, InitializeParams, InitializeResult, NamesParams, Request, RpcError, SessionParams,
-    TerminateParams, WaitParams,
+    self, code, method, Call, CheckpointParams, DrainParams, DrainResult, Events, InitializeParams,
+    InitializeResult, MethodName, NamesParams, Request, RpcError, SessionParams, TerminateParams,
+    WaitParams,
 };
 use cellvisor::{RequestError, SessionRef, WaitOptions};
 use serde_json::Value;
@@ -44,120 +44,136 @@ struct TypedResponse<T: serde::Serialize> {
     result: T,
 }
 
-/// Answers one request (its result or its error; the caller sends it when it has an id).
+/// Answers one request (its result or its error; the caller sends it when it has an id):
+/// its method and params are read once into a [`Call`], which the handlers match on.
 pub(super) async fn dispatch(
-    daemon: &Daemon,
-    mut request: Request,
-    connection: &Connection,
-) -> Result<Answer, RpcError> {
-    let tenant = &connection.principal.tenant;
-    tenancy::enter(tenant, &request.method, &mut request.params)?;
-    // What may start a session counts against the tenant's quotas, from its check until
-    // it is answered.
-    let _reservation = if matches!(request.method.as_str(), method::EVAL | method::RESTORE) {
-        let ask = tenancy::asked_session(&request.params);
-        Some(tenancy::within_quotas(daemon, tenant, ask, || 0).await?)
-    } else {
-        None
-    };
-    // The default tenant's results name sessions as they are: nothing to rewrite.
-    if tenant.default && request.method == method::EVAL {
-        return eval(daemon, request, connection)
-            .await
-            .map(|result| Answer::Eval(Box::new(result)));
-    }
-    let result = method_of(daemon, request, connection).await;
-    tenancy::leave(tenant, result).map(Answer::Tree)
-}
-
-/// Answers one request whose session is the internal one.
-async fn method_of(
     daemon: &Daemon,
     request: Request,
     connection: &Connection,
+) -> Result<Answer, RpcError> {
+    let tenant = &connection.principal.tenant;
+    let name =
+        MethodName::parse(&request.method).ok_or_else(|| MethodName::not_found(&request.method))?;
+    let mut raw = request.params;
+    tenancy::enter(tenant, name, &mut raw)?;
+    let call = match Call::parse(name, raw) {
+        Ok(call) => call,
+        Err(error) => return tenancy::leave(tenant, Err(error)).map(Answer::Tree),
+    };
+    let id = request.id.unwrap_or(Value::Null);
+    // What may start a session counts against the tenant's quotas, from its check until
+    // it is answered.
+    let _reservation = match &call {
+        Call::Eval(_) | Call::Restore(_) => {
+            let ask = tenancy::asked_by(&call);
+            Some(tenancy::within_quotas(daemon, tenant, ask, || 0).await?)
+        }
+        _ => None,
+    };
+    // The default tenant's results name sessions as they are: nothing to rewrite.
+    if tenant.default {
+        if let Call::Eval(eval_request) = call {
+            return eval(daemon, *eval_request, &id, connection)
+                .await
+                .map(|result| Answer::Eval(Box::new(result)));
+        }
+    }
+    let result = method_of(daemon, call, &id, connection).await;
+    tenancy::leave(tenant, result).map(Answer::Tree)
+}
+
+/// Answers one call whose session is the internal one: one handler per method.
+async fn method_of(
+    daemon: &Daemon,
+    call: Call,
+    id: &Value,
+    connection: &Connection,
 ) -> Result<Value, RpcError> {
-    match request.method.as_str() {
-        method::INITIALIZE => initialize(daemon, request.params),
-        method::EVAL => to_json(&eval(daemon, request, connection).await?),
-        method::INTERRUPT => interrupt(daemon, request.params).await,
-        method::RESET => reset(daemon, request.params).await,
-        method::CLOSE => close(daemon, request.params).await,
-        method::STATUS => tenancy::status(
-            &connection.principal.tenant,
+    let tenant = &connection.principal.tenant;
+    match call {
+        Call::Initialize(p) => initialize(daemon, &p),
+        Call::Eval(p) => to_json(&eval(daemon, *p, id, connection).await?),
+        Call::Interrupt(p) => interrupt(daemon, &p).await,
+        Call::Reset(p) => reset(daemon, &p).await,
+        Call::Close(p) => close(daemon, &p).await,
+        Call::Status => tenancy::status(
+            tenant,
             to_json(&daemon.cv.status().await.map_err(refused)?)?,
         ),
-        method::ZYGOTES => to_json(&daemon.cv.zygotes().await.map_err(refused)?),
-        method::WAIT => wait(daemon, request, connection).await,
-        method::TERMINATE => terminate(daemon, request.params).await,
-        method::SHUTDOWN => shutdown(daemon),
-        method::CONFIG_RELOAD => config_reload(daemon).await,
-        method::DRAIN => drain(daemon, request.params).await,
-        method::UNDRAIN => {
+        Call::Zygotes => to_json(&daemon.cv.zygotes().await.map_err(refused)?),
+        Call::Wait(p) => wait(daemon, *p, id, connection).await,
+        Call::Terminate(p) => terminate(daemon, &p).await,
+        Call::Shutdown => shutdown(daemon),
+        Call::ConfigReload => config_reload(daemon).await,
+        Call::Drain(p) => drain(daemon, &p).await,
+        Call::Undrain => {
             let state = daemon.cv.undrain().await.map_err(refused)?;
             drain_result(daemon, state)
         }
-        method::CHECKPOINT => {
-            let p: CheckpointParams = params(request.params)?;
-            let languages =
-                confined_first::languages(daemon, connection, &p.session, None, p.language).await;
-            confined_first::confine(daemon, connection, &p.session, &languages).await?;
-            let session = SessionRef::new(&p.session, p.cwd.as_deref());
-            let saved = daemon.cv.checkpoint(session, p.language, &p.name).await;
-            to_json(&saved.map_err(refused)?)
-        }
-        method::RESTORE => {
-            let p: CheckpointParams = params(request.params)?;
-            let languages = confined_first::languages(
-                daemon,
-                connection,
-                &p.session,
-                Some(&p.name),
-                p.language,
-            )
-            .await;
-            confined_first::confine(daemon, connection, &p.session, &languages).await?;
-            let session = SessionRef::new(&p.session, p.cwd.as_deref());
-            let restored = daemon.cv.restore(session, p.language, &p.name).await;
-            to_json(&restored.map_err(refused)?)
-        }
-        method::CHECKPOINTS => {
-            let p: CheckpointsParams = params(request.params)?;
+        Call::Checkpoint(p) => checkpoint(daemon, &p, connection).await,
+        Call::Restore(p) => restore(daemon, &p, connection).await,
+        Call::Checkpoints(p) => {
             let session = SessionRef::new(&p.session, p.cwd.as_deref());
             to_json(&daemon.cv.checkpoints(session).await.map_err(refused)?)
         }
-        method::FILES_LIST | method::FILES_READ | method::FILES_WRITE | method::FILES_DELETE => {
-            let tenant = &connection.principal.tenant;
-            super::files::method(daemon, tenant, &request.method, request.params).await
-        }
-        method::NAMES => {
-            let p: NamesParams = params(request.params)?;
-            confined_first::confine(daemon, connection, &p.session, &[p.language]).await?;
-            to_json(
-                &daemon
-                    .cv
-                    .names(SessionRef::new(&p.session, p.cwd.as_deref()), p.language)
-                    .await
-                    .map_err(refused)?,
-            )
-        }
-        other => Err(RpcError::new(
-            code::METHOD_NOT_FOUND,
-            format!(
-                "method not found: {other}; the methods are initialize, eval, wait, terminate, \
-                 interrupt, reset, close, status, zygotes, checkpoint, restore, checkpoints, names, \
-                 files/list, files/read, files/write, files/delete, drain, undrain, shutdown \
-                 and config/reload"
-            ),
-        )),
+        Call::FilesList(p) => files::list_method(daemon, tenant, *p).await,
+        Call::FilesRead(p) => files::read_method(daemon, tenant, *p).await,
+        Call::FilesWrite(p) => files::write_method(daemon, tenant, *p).await,
+        Call::FilesDelete(p) => files::delete_method(daemon, tenant, *p).await,
+        Call::Names(p) => names(daemon, &p, connection).await,
     }
+}
+
+/// `checkpoint`: saves the session's namespace (its confined languages first).
+async fn checkpoint(
+    daemon: &Daemon,
+    p: &CheckpointParams,
+    connection: &Connection,
+) -> Result<Value, RpcError> {
+    let languages =
+        confined_first::languages(daemon, connection, &p.session, None, p.language).await;
+    confined_first::confine(daemon, connection, &p.session, &languages).await?;
+    let session = SessionRef::new(&p.session, p.cwd.as_deref());
+    let saved = daemon.cv.checkpoint(session, p.language, &p.name).await;
+    to_json(&saved.map_err(refused)?)
+}
+
+/// `restore`: replaces the session's namespace with a checkpoint (confined languages first).
+async fn restore(
+    daemon: &Daemon,
+    p: &CheckpointParams,
+    connection: &Connection,
+) -> Result<Value, RpcError> {
+    let languages =
+        confined_first::languages(daemon, connection, &p.session, Some(&p.name), p.language).await;
+    confined_first::confine(daemon, connection, &p.session, &languages).await?;
+    let session = SessionRef::new(&p.session, p.cwd.as_deref());
+    let restored = daemon.cv.restore(session, p.language, &p.name).await;
+    to_json(&restored.map_err(refused)?)
+}
+
+/// `names`: the user names of the session's namespace in one language.
+async fn names(
+    daemon: &Daemon,
+    p: &NamesParams,
+    connection: &Connection,
+) -> Result<Value, RpcError> {
+    confined_first::confine(daemon, connection, &p.session, &[p.language]).await?;
+    let session = SessionRef::new(&p.session, p.cwd.as_deref());
+    to_json(
+        &daemon
+            .cv
+            .names(session, p.language)
+            .await
+            .map_err(refused)?,
+    )
 }
 
 /// `initialize`: the protocol and program versions, the languages, the daemon's pid, its
 /// node and whether it drains; a client that names another protocol version is refused
 /// with both versions and what to do.
-fn initialize(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
-    let p: InitializeParams = params(params_in)?;
-    if let Some(mismatch) = protocol_mismatch(&p) {
+fn initialize(daemon: &Daemon, p: &InitializeParams) -> Result<Value, RpcError> {
+    if let Some(mismatch) = protocol_mismatch(p) {
         return Err(RpcError {
             code: code::PROTOCOL_MISMATCH,
             message: mismatch.to_string(),
@@ -188,8 +204,7 @@ fn protocol_mismatch(p: &InitializeParams) -> Option<protocol::VersionMismatch> 
 
 /// `drain`: no new sessions, idle ones stopped; with `wait`, answers once none is live or
 /// at `timeout_ms`.
-async fn drain(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
-    let p: DrainParams = params(params_in)?;
+async fn drain(daemon: &Daemon, p: &DrainParams) -> Result<Value, RpcError> {
     let timeout_ms = p.timeout_ms.unwrap_or(protocol::DEFAULT_DRAIN_WAIT_MS);
     if timeout_ms > cellvisor::MAX_WAIT_MS {
         return Err(RpcError::new(
@@ -222,11 +237,11 @@ fn drain_result(daemon: &Daemon, state: cellvisor::DrainState) -> Result<Value, 
 /// answers the result.
 async fn eval(
     daemon: &Daemon,
-    request: Request,
+    mut eval: EvalRequest,
+    request_id: &Value,
     connection: &Connection,
 ) -> Result<cellvisor::cell::EvalResult, RpcError> {
     let out = &connection.out;
-    let mut eval: EvalRequest = params(request.params)?;
     if connection.origin == cellvisor::Origin::Network {
         if let Some(cwd) = eval.cwd.take() {
             let name = cellvisor::SessionName::parse(&eval.session)
@@ -239,7 +254,6 @@ async fn eval(
             eval.cwd = Some(inside);
         }
     }
-    let request_id = request.id.unwrap_or(Value::Null);
     let (events, mut stream) = EventStream::new(eval.events);
     let (tool_host, mut tool_calls) = mpsc::channel::<ToolCallRequest>(8);
     let tool_host = (!eval.tools.is_empty()).then_some(tool_host);
@@ -252,7 +266,7 @@ async fn eval(
         tokio::select! {
             biased;
             Some(event) = stream.next() => {
-                let line = notify(&request_id, &event);
+                let line = notify(request_id, &event);
                 // A client that stopped reading stalls only its own cells here.
                 let (earlier, now) = started.hold_or_release(&event, line);
                 for line in earlier.into_iter().chain(now) {
@@ -263,7 +277,7 @@ async fn eval(
                 if let Some(line) = started.release() {
                     let _ = out.send(line).await;
                 }
-                forward_tool_call(connection, &request_id, call).await;
+                forward_tool_call(connection, request_id, call).await;
             }
             () = started.due() =>
             {
@@ -278,7 +292,7 @@ async fn eval(
         let _ = out.send(line).await;
     }
     for event in stream.rest() {
-        let _ = out.send(notify(&request_id, &event)).await;
+        let _ = out.send(notify(request_id, &event)).await;
     }
     result.map_err(refused)
 }
@@ -342,24 +356,21 @@ impl EventStream {
 }
 
 /// `interrupt`: stops the running cell of a session; answers how many sessions it reached.
-async fn interrupt(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
-    let p: SessionParams = params(params_in)?;
+async fn interrupt(daemon: &Daemon, p: &SessionParams) -> Result<Value, RpcError> {
     let session = SessionRef::new(&p.session, p.cwd.as_deref());
     let count = daemon.cv.interrupt(session, p.language).await;
     sessions_reached(count)
 }
 
 /// `reset`: replaces a session's workers with fresh ones.
-async fn reset(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
-    let p: SessionParams = params(params_in)?;
+async fn reset(daemon: &Daemon, p: &SessionParams) -> Result<Value, RpcError> {
     let session = SessionRef::new(&p.session, p.cwd.as_deref());
     let count = daemon.cv.reset(session, p.language).await;
     sessions_reached(count)
 }
 
 /// `close`: ends a session's workers.
-async fn close(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
-    let p: SessionParams = params(params_in)?;
+async fn close(daemon: &Daemon, p: &SessionParams) -> Result<Value, RpcError> {
     let session = SessionRef::new(&p.session, p.cwd.as_deref());
     let options = cellvisor::CloseOptions {
         keep_workspace: p.keep_workspace,
@@ -370,7 +381,9 @@ async fn close(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcEr
 
 /// The answer of `interrupt`, `reset` and `close`: how many sessions the command reached.
 fn sessions_reached(count: Result<usize, RequestError>) -> Result<Value, RpcError> {
-    Ok(serde_json::json!({ "sessions": count.map_err(refused)? }))
+    to_json(&protocol::SessionsReached {
+        sessions: count.map_err(refused)?,
+    })
 }
 
 /// `wait`: watches a cell that went to the background.
@@ -378,11 +391,10 @@ fn sessions_reached(count: Result<usize, RequestError>) -> Result<Value, RpcErro
 /// `eval/event` notifications carrying the wait's own request id, as an `eval`'s do.
 async fn wait(
     daemon: &Daemon,
-    request: Request,
+    p: WaitParams,
+    request_id: &Value,
     connection: &Connection,
 ) -> Result<Value, RpcError> {
-    let p: WaitParams = params(request.params)?;
-    let request_id = request.id.unwrap_or(Value::Null);
     let options = WaitOptions {
         yield_time_ms: p.yield_time_ms,
         max_tokens: p.max_tokens,
@@ -398,21 +410,20 @@ async fn wait(
             biased;
             Some(event) = stream.next() => {
                 // A client that stopped reading stalls only this cell's reader.
-                let _ = connection.out.send(notify(&request_id, &event)).await;
+                let _ = connection.out.send(notify(request_id, &event)).await;
             }
             result = &mut wait => break result,
         }
     };
     // What the cell sent just before the answer goes first, as in `eval`.
     for event in stream.rest() {
-        let _ = connection.out.send(notify(&request_id, &event)).await;
+        let _ = connection.out.send(notify(request_id, &event)).await;
     }
     to_json(&result.map_err(refused)?)
 }
 
 /// `terminate`: stops a cell that went to the background and answers its end.
-async fn terminate(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, RpcError> {
-    let p: TerminateParams = params(params_in)?;
+async fn terminate(daemon: &Daemon, p: &TerminateParams) -> Result<Value, RpcError> {
     let session = SessionRef::new(&p.session, p.cwd.as_deref());
     let result = daemon.cv.terminate(session, p.cell_id).await;
     to_json(&result.map_err(refused)?)
@@ -421,13 +432,16 @@ async fn terminate(daemon: &Daemon, params_in: Option<Value>) -> Result<Value, R
 /// `shutdown`: stops the daemon and every worker (after this answer).
 fn shutdown(daemon: &Daemon) -> Result<Value, RpcError> {
     let _ = daemon.shutdown.send(true);
-    Ok(serde_json::json!({ "stopping": true }))
+    to_json(&protocol::ShutdownResult { stopping: true })
 }
 
 /// `config/reload`: re-reads the config file and answers what changed.
 async fn config_reload(daemon: &Daemon) -> Result<Value, RpcError> {
     let changes = lifecycle::reload(daemon).await?;
-    Ok(serde_json::json!({ "reloaded": true, "changes": changes }))
+    to_json(&protocol::ReloadResult {
+        reloaded: true,
+        changes,
+    })
 }
 
 /// The JSON-RPC error of a refused request (a typed code where a client acts on it).

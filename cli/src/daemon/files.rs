@@ -9,7 +9,7 @@ use super::net::Tenant;
 use super::Daemon;
 use base64::Engine;
 use cellvisor::daemon::protocol::{
-    code, params, Encoding, FileEntry, FilesDeleteParams, FilesDeleteResult, FilesListParams,
+    code, Encoding, FileEntry, FilesDeleteParams, FilesDeleteResult, FilesListParams,
     FilesListResult, FilesReadParams, FilesReadResult, FilesWriteParams, FilesWriteResult,
     RpcError, MAX_CHUNK_BYTES, MAX_LIST_ENTRIES,
 };
@@ -116,38 +116,49 @@ pub(crate) async fn blocking<T: Send + 'static>(
     })
 }
 
-/// `files/list`, `files/read`, `files/write`, `files/delete`.
-pub(super) async fn method(
+/// `files/list`: the entries under a path of the session's workspace.
+pub(super) async fn list_method(
     daemon: &Daemon,
     tenant: &Tenant,
-    name: &str,
-    params_in: Option<Value>,
+    p: FilesListParams,
 ) -> Result<Value, RpcError> {
-    use cellvisor::daemon::protocol::method as m;
-    let to_json = |v: Result<Value, FileError>| v.map_err(rpc_error);
-    match name {
-        m::FILES_LIST => {
-            let p: FilesListParams = params(params_in)?;
-            let target = Target::of(&daemon.cv, tenant, &p.session)?;
-            to_json(blocking(move || list(&target, &p)).await)
-        }
-        m::FILES_READ => {
-            let p: FilesReadParams = params(params_in)?;
-            let target = Target::of(&daemon.cv, tenant, &p.session)?;
-            to_json(blocking(move || read(&target, &p)).await)
-        }
-        m::FILES_WRITE => {
-            let p: FilesWriteParams = params(params_in)?;
-            let target = Target::of(&daemon.cv, tenant, &p.session)?;
-            let bytes = decode(&p)?;
-            to_json(blocking(move || write(&target, &p, &bytes)).await)
-        }
-        _ => {
-            let p: FilesDeleteParams = params(params_in)?;
-            let target = Target::of(&daemon.cv, tenant, &p.session)?;
-            to_json(blocking(move || delete(&target, &p)).await)
-        }
-    }
+    let target = Target::of(&daemon.cv, tenant, &p.session)?;
+    blocking(move || list(&target, &p)).await.map_err(rpc_error)
+}
+
+/// `files/read`: bytes of a file of the session's workspace.
+pub(super) async fn read_method(
+    daemon: &Daemon,
+    tenant: &Tenant,
+    p: FilesReadParams,
+) -> Result<Value, RpcError> {
+    let target = Target::of(&daemon.cv, tenant, &p.session)?;
+    blocking(move || read(&target, &p)).await.map_err(rpc_error)
+}
+
+/// `files/write`: a file into the session's workspace, whole or at an offset.
+pub(super) async fn write_method(
+    daemon: &Daemon,
+    tenant: &Tenant,
+    p: FilesWriteParams,
+) -> Result<Value, RpcError> {
+    let target = Target::of(&daemon.cv, tenant, &p.session)?;
+    let bytes = decode(&p)?;
+    blocking(move || write(&target, &p, &bytes))
+        .await
+        .map_err(rpc_error)
+}
+
+/// `files/delete`: a file or directory of the session's workspace.
+pub(super) async fn delete_method(
+    daemon: &Daemon,
+    tenant: &Tenant,
+    p: FilesDeleteParams,
+) -> Result<Value, RpcError> {
+    let target = Target::of(&daemon.cv, tenant, &p.session)?;
+    blocking(move || delete(&target, &p))
+        .await
+        .map_err(rpc_error)
 }
 
 fn encoded<T: serde::Serialize>(value: &T) -> Result<Value, FileError> {

@@ -5,37 +5,32 @@
 use super::admission::{Ask, Reservation, Usage};
 use super::net::{Right, Tenant, SEPARATOR};
 use super::Daemon;
-use cellvisor::daemon::protocol::{code, method, RpcError};
+use cellvisor::daemon::protocol::{code, Call, MethodName, RpcError};
 use serde_json::{json, Value};
 
-/// The methods that name a session (by their `session` param, `default` when absent).
-const SESSION_METHODS: &[&str] = &[
-    method::EVAL,
-    method::WAIT,
-    method::TERMINATE,
-    method::INTERRUPT,
-    method::RESET,
-    method::CLOSE,
-    method::CHECKPOINT,
-    method::RESTORE,
-    method::CHECKPOINTS,
-    method::NAMES,
-    method::FILES_LIST,
-    method::FILES_READ,
-    method::FILES_WRITE,
-    method::FILES_DELETE,
-];
-
 /// The right `method` needs (`status` asks either: see [`status`]).
-fn right_of(method: &str) -> Option<Right> {
+fn right_of(method: MethodName) -> Option<Right> {
     match method {
-        method::INITIALIZE | method::STATUS => None,
-        method::ZYGOTES
-        | method::SHUTDOWN
-        | method::CONFIG_RELOAD
-        | method::DRAIN
-        | method::UNDRAIN => Some(Right::Operate),
-        _ => Some(Right::Cells),
+        MethodName::Initialize | MethodName::Status => None,
+        MethodName::Zygotes
+        | MethodName::Shutdown
+        | MethodName::ConfigReload
+        | MethodName::Drain
+        | MethodName::Undrain => Some(Right::Operate),
+        MethodName::Eval
+        | MethodName::Wait
+        | MethodName::Terminate
+        | MethodName::Interrupt
+        | MethodName::Reset
+        | MethodName::Close
+        | MethodName::Checkpoint
+        | MethodName::Restore
+        | MethodName::Checkpoints
+        | MethodName::Names
+        | MethodName::FilesList
+        | MethodName::FilesRead
+        | MethodName::FilesWrite
+        | MethodName::FilesDelete => Some(Right::Cells),
     }
 }
 
@@ -65,17 +60,19 @@ pub(super) fn may_run_cells(tenant: &Tenant, what: &str) -> Result<(), RpcError>
 /// Refuses a method the tenant has not the right for; resolves its session name inside the
 /// tenant. A name holding the tenant separator is refused for every tenant, so no tenant's
 /// name is another tenant's session; only the operator names them so.
+/// Runs on the params as sent, before they are read into the method's type, so that a
+/// tenant's missing `session` is its own `default`.
 pub(super) fn enter(
     tenant: &Tenant,
-    method: &str,
+    method: MethodName,
     params: &mut Option<Value>,
 ) -> Result<(), RpcError> {
     if let Some(right) = right_of(method) {
         if !tenant.may(right) {
-            return Err(forbidden(tenant, right, method));
+            return Err(forbidden(tenant, right, method.as_str()));
         }
     }
-    if !SESSION_METHODS.contains(&method) {
+    if !method.names_a_session() {
         return Ok(());
     }
     let Some(object) = params.get_or_insert_with(|| json!({})).as_object_mut() else {
@@ -90,7 +87,7 @@ pub(super) fn enter(
     // tenant's session by the name `status` shows (`<tenant>/<name>`), never open one in a
     // tenant's namespace (`eval`, `restore`); no tenant may name one at all.
     let operator_names_a_tenants = tenant.default
-        && !matches!(method, method::EVAL | method::RESTORE)
+        && !matches!(method, MethodName::Eval | MethodName::Restore)
         && name
             .split_once(SEPARATOR)
             .is_some_and(|(owner, _)| cellvisor::names::is_tenant_name(owner))
@@ -154,7 +151,7 @@ pub(super) fn status(tenant: &Tenant, rows: Value) -> Result<Value, RpcError> {
         return Ok(rows);
     }
     if !tenant.may(Right::Cells) {
-        return Err(forbidden(tenant, Right::Cells, method::STATUS));
+        return Err(forbidden(tenant, Right::Cells, MethodName::Status.as_str()));
     }
     let Value::Array(rows) = rows else {
         return Ok(rows);
@@ -221,6 +218,11 @@ pub(super) fn asked_session(params: &Option<Value>) -> Ask {
     Ask::Session(name.to_string())
 }
 
+/// The session a call names (internal, after [`enter`]): what it asks the quotas for.
+pub(super) fn asked_by(call: &Call) -> Ask {
+    Ask::Session(call.session().unwrap_or("default").to_string())
+}
+
 /// The typed error of an exceeded quota, naming it and the tenant.
 pub(crate) fn exceeded(tenant: &Tenant, quota: &str, limit: u64, why: String) -> RpcError {
     RpcError {
@@ -245,26 +247,26 @@ mod tests {
     #[test]
     fn a_session_name_resolves_inside_the_tenant() {
         let mut params = Some(json!({"session": "s1", "cells": []}));
-        enter(&beta(), method::EVAL, &mut params).unwrap();
+        enter(&beta(), MethodName::Eval, &mut params).unwrap();
         assert_eq!(params.as_ref().unwrap()["session"], "beta/s1");
         // No session named is `default`, inside the tenant too.
         let mut params = None;
-        enter(&beta(), method::CLOSE, &mut params).unwrap();
+        enter(&beta(), MethodName::Close, &mut params).unwrap();
         assert_eq!(params.unwrap()["session"], "beta/default");
         // The operator's names are the names sent.
         let mut params = Some(json!({"session": "s1"}));
-        enter(&Tenant::operator(), method::CLOSE, &mut params).unwrap();
+        enter(&Tenant::operator(), MethodName::Close, &mut params).unwrap();
         assert_eq!(params.unwrap()["session"], "s1");
         // A name holding the separator is no tenant's to send...
         let mut params = Some(json!({"session": "alpha/s1"}));
-        let err = enter(&beta(), method::WAIT, &mut params).unwrap_err();
+        let err = enter(&beta(), MethodName::Wait, &mut params).unwrap_err();
         assert_eq!(err.code, code::INVALID_PARAMS);
         // ...but the operator names a tenant's session as `status` shows it, and only so.
         let mut params = Some(json!({"session": "alpha/s1"}));
-        enter(&Tenant::operator(), method::CLOSE, &mut params).unwrap();
+        enter(&Tenant::operator(), MethodName::Close, &mut params).unwrap();
         assert_eq!(params.unwrap()["session"], "alpha/s1");
         let mut params = Some(json!({"session": "alpha/s1", "cells": []}));
-        let err = enter(&Tenant::operator(), method::EVAL, &mut params).unwrap_err();
+        let err = enter(&Tenant::operator(), MethodName::Eval, &mut params).unwrap_err();
         assert_eq!(
             err.code,
             code::INVALID_PARAMS,
@@ -272,7 +274,7 @@ mod tests {
         );
         for bad in ["Alpha/s1", "/s1", "alpha/", "a/b/c", "alpha/s 1"] {
             let mut params = Some(json!({"session": bad}));
-            let err = enter(&Tenant::operator(), method::WAIT, &mut params).unwrap_err();
+            let err = enter(&Tenant::operator(), MethodName::Wait, &mut params).unwrap_err();
             assert_eq!(err.code, code::INVALID_PARAMS, "{bad}");
         }
     }
@@ -280,19 +282,19 @@ mod tests {
     #[test]
     fn rights_are_named_in_the_refusal() {
         for operate in [
-            method::DRAIN,
-            method::SHUTDOWN,
-            method::CONFIG_RELOAD,
-            method::ZYGOTES,
+            MethodName::Drain,
+            MethodName::Shutdown,
+            MethodName::ConfigReload,
+            MethodName::Zygotes,
         ] {
             let err = enter(&beta(), operate, &mut None).unwrap_err();
             assert_eq!(err.code, code::FORBIDDEN);
             assert_eq!(err.data.unwrap()["right"], "operate");
         }
         let ops = Tenant::for_tests("ops", &[Right::Operate]);
-        let err = enter(&ops, method::EVAL, &mut None).unwrap_err();
+        let err = enter(&ops, MethodName::Eval, &mut None).unwrap_err();
         assert_eq!(err.data.unwrap()["right"], "cells");
-        assert!(enter(&ops, method::DRAIN, &mut None).is_ok());
+        assert!(enter(&ops, MethodName::Drain, &mut None).is_ok());
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! stdout is the protocol: nothing else may write to it. Logging goes to stderr and workers
 //! get `/dev/null` as their stdout.
 
+mod args;
 mod content;
 mod framing;
 mod hold;
@@ -30,10 +31,10 @@ mod tools;
 mod workspace_files;
 
 use crate::render::StatusTable;
-use cellvisor::cell::{CellSpec, EvalRequest, EvalResult};
+use args::{EvalArgs, ResetArgs, TerminateArgs, WaitArgs};
+use cellvisor::cell::{EvalRequest, EvalResult};
 use cellvisor::{Cellvisor, Options, RequestError, StartupError, WaitOptions};
 use cellvisor_config::schema::CellsConfig;
-use cellvisor_ipc::Language;
 use hold::{events_for, OnCancel};
 use progress::Progress;
 use rmcp::model::{
@@ -45,7 +46,6 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer, ServiceExt};
 use rmcp::transport::{StdioReader, StdioWriter};
 use rmcp::ServerHandler;
-use serde::Deserialize;
 use serde_json::Value;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -282,12 +282,6 @@ impl CellvisorMcp {
     }
 
     async fn reset(&self, arguments: JsonObject) -> CallToolResult {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct ResetArgs {
-            #[serde(default)]
-            language: Option<Language>,
-        }
         let args: ResetArgs = match tool_arguments(arguments, r#"{"language"?: "py"|"js"|"lua"}"#) {
             Ok(args) => args,
             Err(refusal) => return refusal,
@@ -316,15 +310,6 @@ impl CellvisorMcp {
         arguments: JsonObject,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct WaitArgs {
-            cell_id: u64,
-            #[serde(default)]
-            yield_time_ms: Option<u64>,
-            #[serde(default)]
-            max_tokens: Option<u64>,
-        }
         let args: WaitArgs = match tool_arguments(
             arguments,
             r#"{"cell_id": integer, "yield_time_ms"?: integer, "max_tokens"?: integer}"#,
@@ -350,11 +335,6 @@ impl CellvisorMcp {
 
     /// `terminate`: stop a background cell; its final result.
     async fn terminate(&self, arguments: JsonObject) -> CallToolResult {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct TerminateArgs {
-            cell_id: u64,
-        }
         let args: TerminateArgs = match tool_arguments(arguments, r#"{"cell_id": integer}"#) {
             Ok(args) => args,
             Err(refusal) => return refusal,
@@ -496,19 +476,6 @@ go on in the background: collect the rest with `wait`, stop it with `terminate`.
 start a language over, `sessions` to see the live workers. A cell's output past the result's \
 limit is cut (head and tail kept); the whole of it is the resource \
 `cellvisor://artifact/<id>` named by the result's `artifact://<id>`.";
-
-/// the agent.
-/// The `eval` tool's arguments.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EvalArgs {
-    cells: Vec<CellSpec>,
-    #[serde(default)]
-    cwd: Option<std::path::PathBuf>,
-    /// A retry with the same id is answered with the first run's result.
-    #[serde(default)]
-    request_id: Option<String>,
-}
 
 fn parse_cells(arguments: JsonObject) -> Result<EvalArgs, String> {
     const SHAPE: &str = "Expected {\"cells\": [{\"language\": \"py\"|\"js\"|\"lua\", \"code\": \

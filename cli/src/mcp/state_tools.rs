@@ -4,24 +4,11 @@
 
 use super::{request_error_message, tool_arguments, tool_error, CellvisorMcp};
 use crate::render::ledger_line;
-use cellvisor_ipc::Language;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
-use serde::Deserialize;
 use serde_json::json;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CheckpointArgs {
-    name: String,
-    #[serde(default)]
-    language: Option<Language>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NamesArgs {
-    language: Language,
-}
+use super::args::{CheckpointArgs, NamesArgs, NoArgs};
+use super::tools::derived;
 
 const CHECKPOINT_EXPECTED: &str = r#"{"name": string, "language"?: "py"|"js"|"lua"}"#;
 
@@ -132,24 +119,17 @@ fn text(lines: Vec<String>) -> CallToolResult {
 /// The four tools as the client lists them.
 pub(super) fn state_tools() -> Vec<Tool> {
     let language = json!({"type": "string", "enum": ["py", "js", "lua"]});
-    let name = json!({
-        "type": "string",
-        "pattern": "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$",
-        "description": "The checkpoint's name.",
-    });
-    let checkpoint_schema = json!({
-        "type": "object",
-        "properties": {"name": name, "language": language},
-        "required": ["name"],
-        "additionalProperties": false,
-    });
-    let names_schema = json!({
-        "type": "object",
-        "properties": {"language": language},
-        "required": ["language"],
-        "additionalProperties": false,
-    });
-    let empty = json!({"type": "object", "properties": {}, "additionalProperties": false});
+    let mut checkpoint_schema = derived::<CheckpointArgs>();
+    checkpoint_schema["properties"]["name"]["pattern"] =
+        json!("^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$");
+    let description = checkpoint_schema["properties"]["language"]["description"].take();
+    checkpoint_schema["properties"]["language"] = language.clone();
+    checkpoint_schema["properties"]["language"]["description"] = description;
+    let mut names_schema = derived::<NamesArgs>();
+    let description = names_schema["properties"]["language"]["description"].take();
+    names_schema["properties"]["language"] = language;
+    names_schema["properties"]["language"]["description"] = description;
+    let empty = derived::<NoArgs>();
     let writes = ToolAnnotations::new()
         .read_only(false)
         .destructive(true)

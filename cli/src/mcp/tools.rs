@@ -1,11 +1,14 @@
 //! The MCP server's tools as the client lists them: their descriptions, their annotations,
-//! and their input schemas (built from the configuration in force: the timeout range, the
+//! and their input schemas (derived from the types their arguments are parsed into, with
+//! what the configuration in force decides patched in: the languages, the timeout range, the
 //! longest wait).
 
+use super::args::{EvalArgs, NoArgs, ResetArgs, TerminateArgs, WaitArgs};
 use super::languages::Offered;
 use cellvisor::MAX_WAIT_MS;
 use cellvisor_config::schema::CellsConfig;
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use schemars::{generate::SchemaSettings, JsonSchema};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -44,6 +47,56 @@ it when a runtime is wedged or you want a clean slate; the next eval cell starts
 const SESSIONS_DESCRIPTION: &str = "List the live worker processes of this MCP server: \
 session, language, pid, state (starting/idle/busy/failed), memory, CPU, idle time, cells run \
 and restarts.";
+
+/// A tool's input schema derived from the type its arguments are parsed into: draft 7, every
+/// type inline (no `$ref`, which some MCP clients do not follow), and tidied for agents (see
+/// [`tidy`]). The callers patch in what the
+/// configuration decides (the languages offered, the timeout range, the longest wait).
+pub(super) fn derived<T: JsonSchema>() -> Value {
+    let generator = SchemaSettings::draft07()
+        .with(|settings| {
+            settings.inline_subschemas = true;
+            settings.meta_schema = None;
+        })
+        .for_deserialize()
+        .into_generator();
+    let mut value = generator.into_root_schema_for::<T>().to_value();
+    if let Value::Object(map) = &mut value {
+        map.remove("title");
+        map.remove("description");
+    }
+    tidy(&mut value);
+    if value.get("properties").is_none() {
+        value["properties"] = json!({});
+    }
+    value
+}
+
+/// A derived schema as an agent reads it: no `format` (a Rust integer width), no `null`
+/// default or type (an argument is left out, not sent as null), descriptions on one line.
+fn tidy(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.remove("format");
+            if map.get("default") == Some(&Value::Null) {
+                map.remove("default");
+            }
+            if let Some(Value::Array(types)) = map.get_mut("type") {
+                types.retain(|t| t != "null");
+                if let [only] = types.as_slice() {
+                    let only = only.clone();
+                    map.insert("type".into(), only);
+                }
+            }
+            if let Some(Value::String(text)) = map.get_mut("description") {
+                *text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            }
+            map.values_mut().for_each(tidy);
+        }
+        Value::Array(items) => items.iter_mut().for_each(tidy),
+        _ => {}
+    }
+}
 
 pub(super) fn schema(value: Value) -> Arc<JsonObject> {
     match value {
@@ -94,97 +147,34 @@ pub(super) fn tools(cells: &CellsConfig, offered: &[Offered]) -> Vec<Tool> {
         "enum": codes,
         "description": names.join(", "),
     });
-    let eval_schema = json!({
-        "type": "object",
-        "properties": {
-            "cells": {
-                "type": "array",
-                "minItems": 1,
-                "description": "Cells to run in order, at least one.",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "language": languages,
-                        "code": {"type": "string", "description": "Source code of the cell."},
-                        "title": {"type": "string", "description": "Short label shown with the cell's result."},
-                        "timeout": {
-                            "type": "number",
-                            "minimum": min,
-                            "maximum": max,
-                            "description": format!("Seconds before the cell is interrupted ({min}..{max}, default {default}; a shorter timeout is raised to {min}, a longer one cut to {max})."),
-                        },
-                        "reset": {
-                            "type": "boolean",
-                            "description": "Restart this language's runtime (losing its state) before running the cell.",
-                        },
-                        "yield_time_ms": {
-                            "type": "integer",
-                            "minimum": 0,
-                            "description": "Milliseconds to watch the cell: if it still runs then, the call returns its output so far and it goes on in the background (collect the rest with `wait`). Not a timeout.",
-                        },
-                    },
-                    "required": ["language", "code"],
-                    "additionalProperties": false,
-                },
-            },
-            "cwd": {
-                "type": "string",
-                "description": "Directory the cells run in, e.g. the project's (default: the server's own); helpers like read() resolve paths against it.",
-            },
-            "request_id": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": cellvisor_client::once::MAX_REQUEST_ID,
-                "pattern": "^[!-~]+$",
-                "description": "Your name for this call (1-128 printable ASCII characters, no spaces). Retrying with the same id and cells returns the first run's result instead of running the cells again.",
-            },
-        },
-        "required": ["cells"],
-        "additionalProperties": false,
+    let mut eval_schema = derived::<EvalArgs>();
+    eval_schema["properties"]["cells"]["minItems"] = json!(1);
+    let cell = &mut eval_schema["properties"]["cells"]["items"]["properties"];
+    cell["language"] = languages;
+    cell["title"] =
+        json!({"type": "string", "description": "Short label shown with the cell's result."});
+    cell["timeout"] = json!({
+        "type": "number",
+        "minimum": min,
+        "maximum": max,
+        "description": format!("Seconds before the cell is interrupted ({min}..{max}, default {default}; a shorter timeout is raised to {min}, a longer one cut to {max})."),
     });
-    let reset_schema = json!({
-        "type": "object",
-        "properties": {
-            "language": {
-                "type": "string",
-                "enum": codes,
-                "description": "The runtime to reset; omit to reset all of them.",
-            },
-        },
-        "additionalProperties": false,
-    });
-    let sessions_schema =
-        json!({"type": "object", "properties": {}, "additionalProperties": false});
-    let cell_id = json!({
-        "type": "integer",
-        "minimum": 1,
-        "description": "The id from the eval result that said the cell is still running.",
-    });
-    let wait_schema = json!({
-        "type": "object",
-        "properties": {
-            "cell_id": cell_id,
-            "yield_time_ms": {
-                "type": "integer",
-                "minimum": 0,
-                "maximum": MAX_WAIT_MS,
-                "description": "How long to watch before returning the output so far (default 10000).",
-            },
-            "max_tokens": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "Cap on the returned output, in tokens (head and tail are kept).",
-            },
-        },
-        "required": ["cell_id"],
-        "additionalProperties": false,
-    });
-    let terminate_schema = json!({
-        "type": "object",
-        "properties": {"cell_id": cell_id},
-        "required": ["cell_id"],
-        "additionalProperties": false,
-    });
+    cell["yield_time_ms"]["description"] = json!("Milliseconds to watch the cell: if it still runs then, the call returns its output so far and it goes on in the background (collect the rest with `wait`). Not a timeout.");
+    let request_id = &mut eval_schema["properties"]["request_id"];
+    request_id["minLength"] = json!(1);
+    request_id["maxLength"] = json!(cellvisor_client::once::MAX_REQUEST_ID);
+    request_id["pattern"] = json!("^[!-~]+$");
+    let mut reset_schema = derived::<ResetArgs>();
+    let description = reset_schema["properties"]["language"]["description"].take();
+    reset_schema["properties"]["language"] =
+        json!({"type": "string", "enum": codes, "description": description});
+    let sessions_schema = derived::<NoArgs>();
+    let mut wait_schema = derived::<WaitArgs>();
+    wait_schema["properties"]["cell_id"]["minimum"] = json!(1);
+    wait_schema["properties"]["yield_time_ms"]["maximum"] = json!(MAX_WAIT_MS);
+    wait_schema["properties"]["max_tokens"]["minimum"] = json!(1);
+    let mut terminate_schema = derived::<TerminateArgs>();
+    terminate_schema["properties"]["cell_id"]["minimum"] = json!(1);
     vec![
         Tool::new("eval", eval_description(offered), schema(eval_schema))
             .with_title("Run code cells")
@@ -229,4 +219,90 @@ pub(super) fn tools(cells: &CellsConfig, offered: &[Offered]) -> Vec<Tool> {
 fn timeout_range(cells: &CellsConfig) -> (f64, f64) {
     let min = cells.min_timeout.as_secs_f64();
     (min, cells.max_timeout.as_secs_f64().max(min))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offered() -> Vec<Offered> {
+        [("py", "Python"), ("js", "JavaScript"), ("lua", "Lua")]
+            .into_iter()
+            .map(|(code, name)| Offered { code, name })
+            .collect()
+    }
+
+    fn input(tools: &[Tool], name: &str) -> Value {
+        let tool = tools.iter().find(|t| t.name == name).expect("tool listed");
+        Value::Object((*tool.input_schema).clone())
+    }
+
+    /// The schemas are the argument types' with the configuration's ranges patched in: what
+    /// the parser takes and what the client is told agree, field for field.
+    #[test]
+    fn input_schemas_are_the_argument_types_with_the_configured_ranges() {
+        let cells = CellsConfig {
+            min_timeout: std::time::Duration::from_secs(2),
+            max_timeout: std::time::Duration::from_secs(90),
+            ..CellsConfig::default()
+        };
+        let tools = tools(&cells, &offered());
+        let eval = input(&tools, "eval");
+        let item = &eval["properties"]["cells"]["items"];
+        assert_eq!(eval["properties"]["cells"]["minItems"], 1);
+        assert_eq!(item["properties"]["timeout"]["minimum"], 2.0);
+        assert_eq!(item["properties"]["timeout"]["maximum"], 90.0);
+        assert_eq!(
+            item["properties"]["language"]["enum"],
+            json!(["py", "js", "lua"])
+        );
+        assert_eq!(item["additionalProperties"], false);
+        assert_eq!(eval["additionalProperties"], false);
+        assert_eq!(eval["required"], json!(["cells"]));
+        assert_eq!(item["required"], json!(["language", "code"]));
+        // Every field the parser takes is in the schema, and no other.
+        let fields = |v: &Value| {
+            let mut keys: Vec<String> = v["properties"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect();
+            keys.sort();
+            keys
+        };
+        assert_eq!(
+            fields(item),
+            [
+                "code",
+                "language",
+                "reset",
+                "timeout",
+                "title",
+                "yield_time_ms"
+            ]
+        );
+        assert_eq!(fields(&eval), ["cells", "cwd", "request_id"]);
+        let wait = input(&tools, "wait");
+        assert_eq!(wait["properties"]["yield_time_ms"]["maximum"], MAX_WAIT_MS);
+        assert_eq!(wait["properties"]["cell_id"]["minimum"], 1);
+        assert_eq!(wait["required"], json!(["cell_id"]));
+        let text =
+            serde_json::to_string(&tools.iter().map(|t| &t.input_schema).collect::<Vec<_>>())
+                .unwrap();
+        assert!(
+            !text.contains("$ref") && !text.contains("\"format\""),
+            "{text}"
+        );
+        assert!(!text.contains("null") && !text.contains("\\n"), "{text}");
+        let reset = input(&tools, "reset");
+        assert_eq!(
+            reset["properties"]["language"]["enum"],
+            json!(["py", "js", "lua"])
+        );
+        assert!(reset.get("required").is_none_or(|r| r == &json!([])));
+        let checkpoint = input(&tools, "checkpoint");
+        assert_eq!(checkpoint["required"], json!(["name"]));
+        assert_eq!(input(&tools, "sessions")["additionalProperties"], false);
+    }
 }

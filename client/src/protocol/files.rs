@@ -13,6 +13,7 @@ pub const MAX_LIST_ENTRIES: usize = 10_000;
 
 /// How a file's bytes travel in JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Encoding {
     /// UTF-8 text as a JSON string.
@@ -23,6 +24,7 @@ pub enum Encoding {
 
 /// `files/list` parameters.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct FilesListParams {
     /// The session whose workspace is listed.
@@ -41,6 +43,7 @@ pub struct FilesListParams {
 
 /// One entry of a `files/list` answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FileEntry {
     /// The path relative to the workspace.
     pub path: String,
@@ -54,6 +57,7 @@ pub struct FileEntry {
 
 /// The answer of `files/list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FilesListResult {
     /// The entries, sorted by path.
     pub entries: Vec<FileEntry>,
@@ -63,6 +67,7 @@ pub struct FilesListResult {
 
 /// `files/read` parameters.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct FilesReadParams {
     /// The session whose workspace holds the file.
@@ -83,6 +88,7 @@ pub struct FilesReadParams {
 
 /// The answer of `files/read`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FilesReadResult {
     /// The bytes read, in `encoding`.
     pub data: String,
@@ -100,6 +106,7 @@ pub struct FilesReadResult {
 
 /// `files/write` parameters.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct FilesWriteParams {
     /// The session whose workspace receives the file.
@@ -120,6 +127,7 @@ pub struct FilesWriteParams {
 
 /// The answer of `files/write`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FilesWriteResult {
     /// The file written.
     pub path: String,
@@ -131,6 +139,7 @@ pub struct FilesWriteResult {
 
 /// `files/delete` parameters.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct FilesDeleteParams {
     /// The session whose workspace holds the file.
@@ -145,6 +154,7 @@ pub struct FilesDeleteParams {
 
 /// The answer of `files/delete`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FilesDeleteResult {
     /// What was removed.
     pub path: String,

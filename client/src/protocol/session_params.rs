@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// `interrupt`, `reset`, `close` parameters.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SessionParams {
     /// The session addressed.
@@ -27,6 +28,7 @@ pub struct SessionParams {
 
 /// `checkpoint` and `restore` parameters.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointParams {
     /// The session addressed.
@@ -44,6 +46,7 @@ pub struct CheckpointParams {
 
 /// `checkpoints` parameters.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointsParams {
     /// The session addressed.
@@ -56,6 +59,7 @@ pub struct CheckpointsParams {
 
 /// `names` parameters.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NamesParams {
     /// The session addressed.
@@ -70,6 +74,7 @@ pub struct NamesParams {
 
 /// `wait` parameters.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WaitParams {
     /// The session the cell runs in.
@@ -93,6 +98,7 @@ pub struct WaitParams {
 
 /// `terminate` parameters.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TerminateParams {
     /// The session the cell runs in.

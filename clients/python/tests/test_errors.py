@@ -69,3 +69,13 @@ def test_a_daemon_that_binds_and_then_refuses_to_start_says_why():
     with pytest.raises(cellvisor.StartError, match="too long for worker sockets"):
         cellvisor.Daemon(binary(), CONFIG, prefix="cellvisor-pytest-" + "x" * 40 + "-", private_dirs=True,
                          new_session=True)
+
+
+def test_every_code_of_the_schema_has_its_class():
+    # The codes come from the protocol's schema (cellvisor._generated); each has a class.
+    from cellvisor import _generated
+    from cellvisor.errors import _BY_CODE
+
+    assert sorted(_BY_CODE) == sorted(_generated.ERROR_CODES.values())
+    for name, code in _generated.ERROR_CODES.items():
+        assert _BY_CODE[code].CODE == code, name

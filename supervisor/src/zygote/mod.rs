@@ -25,9 +25,9 @@ mod forked_child;
 mod key;
 mod process;
 
+pub use cellvisor_client::status::ZygoteStatus;
 pub use forked_child::ForkedChild;
 pub use key::ZygoteKey;
-pub use process::FailedPreload;
 
 use crate::locking::lock;
 use crate::spawn::WorkerSpec;
@@ -44,34 +44,6 @@ const MAX_ZYGOTES: usize = 4;
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long after a zygote died or failed to start another is tried.
 const RETRY_AFTER: Duration = Duration::from_secs(2);
-
-/// What `status` shows of a zygote.
-#[derive(Debug, Clone, serde::Serialize, PartialEq)]
-pub struct ZygoteStatus {
-    /// The interpreter it runs.
-    pub interpreter: PathBuf,
-    /// The virtualenv that interpreter belongs to.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub virtual_env: Option<PathBuf>,
-    /// `ready`, `starting` (or restarting), `stopped` (a signal stopped it: it is replaced at
-    /// the next fork request) or `failed`.
-    pub state: &'static str,
-    /// Its process, once started.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pid: Option<u32>,
-    /// `Python 3.11.7`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub version: Option<String>,
-    /// Workers it forked.
-    pub forks: u64,
-    /// Modules of `python.preload` it imported.
-    pub preloaded: Vec<String>,
-    /// Modules of `python.preload` it could not import, and why.
-    pub failed: Vec<FailedPreload>,
-    /// Why it could not start, when `failed`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
 
 enum Slot {
     Starting,

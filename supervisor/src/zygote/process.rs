@@ -33,14 +33,7 @@ pub struct ZygoteStart {
     pub timeout: Duration,
 }
 
-/// A module the zygote could not preload, and why.
-#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
-pub struct FailedPreload {
-    /// The module's name, as `python.preload` lists it.
-    pub module: String,
-    /// The exception its import raised: `ModuleNotFoundError: No module named 'x'`.
-    pub error: String,
-}
+use cellvisor_client::status::FailedPreload;
 
 #[derive(Deserialize)]
 struct Ready {

@@ -11,7 +11,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use cellvisor::daemon::protocol::{method, RpcError, MAX_LIST_ENTRIES};
+use cellvisor::daemon::protocol::{MethodName, RpcError, MAX_LIST_ENTRIES};
 use cellvisor::workspaces::files::FileError;
 use cellvisor::workspaces::usage::Usage;
 use futures::StreamExt;
@@ -34,7 +34,7 @@ fn target(
     daemon: &Daemon,
     principal: &Principal,
     id: &str,
-    what: &str,
+    what: MethodName,
 ) -> Result<Target, RpcError> {
     let mut params = Some(json!({ "session": id }));
     tenancy::enter(&principal.tenant, what, &mut params)?;
@@ -84,7 +84,7 @@ pub(super) async fn list_root(
     Path(id): Path<String>,
     Query(query): Query<ListQuery>,
 ) -> Response {
-    match target(&daemon, &principal, &id, method::FILES_LIST) {
+    match target(&daemon, &principal, &id, MethodName::FilesList) {
         Ok(target) => listing(target, String::new(), query.recursive).await,
         Err(error) => rpc_response(error),
     }
@@ -111,7 +111,7 @@ pub(super) async fn get(
     Path((id, path)): Path<(String, String)>,
     Query(query): Query<ListQuery>,
 ) -> Response {
-    let target = match target(&daemon, &principal, &id, method::FILES_READ) {
+    let target = match target(&daemon, &principal, &id, MethodName::FilesRead) {
         Ok(target) => target,
         Err(error) => return rpc_response(error),
     };
@@ -159,7 +159,7 @@ pub(super) async fn put(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let target = match target(&daemon, &principal, &id, method::FILES_WRITE) {
+    let target = match target(&daemon, &principal, &id, MethodName::FilesWrite) {
         Ok(target) => target,
         Err(error) => return rpc_response(error),
     };
@@ -273,7 +273,7 @@ pub(super) async fn delete(
     Path((id, path)): Path<(String, String)>,
     Query(query): Query<ListQuery>,
 ) -> Response {
-    let target = match target(&daemon, &principal, &id, method::FILES_DELETE) {
+    let target = match target(&daemon, &principal, &id, MethodName::FilesDelete) {
         Ok(target) => target,
         Err(error) => return rpc_response(error),
     };

@@ -93,7 +93,7 @@ class AsyncClient:
         """This client once the daemon answered `initialize` within `within` seconds (a
         refusal counts); else closed, and `Unresponsive`."""
         try:
-            await self.call("initialize", response_timeout=within)
+            await self.call(wire.INITIALIZE, response_timeout=within)
         except ResponseTimeout:
             await self.close()
             raise Unresponsive(daemons.unresponsive_message(where, within)) from None
@@ -184,14 +184,14 @@ class AsyncClient:
                     future = self._pending.get(message.get("id"))  # type: ignore[arg-type]
                     if future is not None and not future.done():
                         future.set_result(message)
-                elif method == "eval/event":
+                elif method == wire.EVAL_EVENT:
                     params = message.get("params") or {}
                     handlers = self._handlers.get(params.get("request_id"))
                     if handlers is not None and handlers[0] is not None:
                         outcome = handlers[0](params)
                         if inspect.isawaitable(outcome):
                             await outcome
-                elif method == "tool/call" and "id" in message:
+                elif method == wire.TOOL_CALL and "id" in message:
                     task = asyncio.ensure_future(self._answer_tool_call(message))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
@@ -235,7 +235,7 @@ class AsyncClient:
         return self.session if session is None else session
 
     async def initialize(self) -> Dict[str, Any]:
-        return await self.call("initialize")  # type: ignore[no-any-return]
+        return await self.call(wire.INITIALIZE)  # type: ignore[no-any-return]
 
     async def eval(self, cells: Union[str, Cell, Sequence[Cell]], *, session: Optional[str] = None,
                    language: Optional[str] = None, tools: Optional[Tools] = None,
@@ -249,7 +249,7 @@ class AsyncClient:
         attempt = 0
         while True:
             try:
-                return await self.call("eval", params, on_event, handlers,  # type: ignore[no-any-return]
+                return await self.call(wire.EVAL, params, on_event, handlers,  # type: ignore[no-any-return]
                                        response_timeout=response_timeout)
             except (ConnectionClosed, BrokenPipeError, ConnectionResetError) as lost:
                 attempt = await self._reconnect_after_loss(attempt, lost)
@@ -287,13 +287,13 @@ class AsyncClient:
         params, handlers = wire.eval_params(cells, session=self._session(session), language=language, tools=tools,
                                             options=options)
         stream = AsyncEvalStream(self, response_timeout)
-        stream.request_id = await self.send("eval", params, on_event=stream._push, tools=handlers)
+        stream.request_id = await self.send(wire.EVAL, params, on_event=stream._push, tools=handlers)
         return stream
 
     async def cell(self, session: str, language: str, code: str, on_event: Optional[EventHandler] = None,
                    **cell_options: Any) -> CellResult:
         cell = wire.one_cell(code, language, cell_options)
-        return (await self.call("eval", {"session": session, "cells": [cell]}, on_event))["cells"][0]  # type: ignore
+        return (await self.call(wire.EVAL, {"session": session, "cells": [cell]}, on_event))["cells"][0]  # type: ignore
 
     async def wait(self, cell_id: int, *, session: Optional[str] = None, cwd: Optional[str] = None, yield_time_ms: Optional[int] = None,
                    max_tokens: Optional[int] = None, events: Optional[str] = None,
@@ -320,13 +320,13 @@ class AsyncClient:
     async def upload(self, path: str, data: bytes, *, session: Optional[str] = None) -> None:
         """Puts `data` into the session's workspace at `path`, replacing a file there."""
         for params in files.write_params(self._session(session), path, data):
-            await self.call("files/write", params)
+            await self.call(wire.FILES_WRITE, params)
 
     async def download(self, path: str, *, session: Optional[str] = None) -> bytes:
         """The bytes of the file `path` in the session's workspace."""
         out = bytearray()
         while True:
-            part = await self.call("files/read", files.read_params(self._session(session), path, len(out)))
+            part = await self.call(wire.FILES_READ, files.read_params(self._session(session), path, len(out)))
             chunk = files.part_bytes(part)
             out += chunk
             if part.get("eof") or not chunk:
@@ -334,12 +334,12 @@ class AsyncClient:
 
     async def list(self, path: str = "", *, session: Optional[str] = None, recursive: bool = False) -> List[Dict[str, Any]]:
         """The entries of a directory of the session's workspace (the workspace by default)."""
-        result = await self.call("files/list", wire.drop_none({"session": self._session(session), "path": path,
+        result = await self.call(wire.FILES_LIST, wire.drop_none({"session": self._session(session), "path": path,
                                                                "recursive": recursive}))
         return list(result["entries"])
 
     async def status(self) -> List[Dict[str, Any]]:
-        return await self.call("status")  # type: ignore[no-any-return]
+        return await self.call(wire.STATUS)  # type: ignore[no-any-return]
 
     async def checkpoint(self, name: str, *, session: Optional[str] = None,
                          language: Optional[str] = None, cwd: Optional[str] = None) -> List[Dict[str, Any]]:

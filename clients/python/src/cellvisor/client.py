@@ -114,7 +114,7 @@ class Client:
         """This client once the daemon answered `initialize` within `within` seconds (a
         refusal counts: the daemon is alive); else closed, and `Unresponsive`."""
         try:
-            self.call("initialize", response_timeout=within)
+            self.call(wire.INITIALIZE, response_timeout=within)
         except ResponseTimeout:
             self.close()
             raise Unresponsive(daemons.unresponsive_message(self.transport.where, within)) from None
@@ -242,12 +242,12 @@ class Client:
                     if answered in self._pending:
                         self._answers[answered] = message
                         self._cond.notify_all()
-            elif method == "eval/event":
+            elif method == wire.EVAL_EVENT:
                 params = message.get("params") or {}
                 handler = handlers.get(params.get("request_id"))
                 if handler is not None and handler[0] is not None:
                     handler[0](params)
-            elif method == "tool/call" and "id" in message:
+            elif method == wire.TOOL_CALL and "id" in message:
                 self._answer_tool_call(message)
 
     def _answer_tool_call(self, message: Dict[str, Any]) -> None:
@@ -270,7 +270,7 @@ class Client:
 
     def initialize(self) -> Dict[str, Any]:
         """`{protocol_version, server_version, languages, pid, node, draining}`."""
-        return self.call("initialize")  # type: ignore[no-any-return]
+        return self.call(wire.INITIALIZE)  # type: ignore[no-any-return]
 
     def eval(self, cells: Union[str, Cell, Sequence[Cell]], *, session: Optional[str] = None,
              language: Optional[str] = None, tools: Optional[Tools] = None, on_event: Optional[EventHandler] = None,
@@ -295,7 +295,7 @@ class Client:
         attempt = 0
         while True:
             try:
-                return self.call("eval", params, on_event, handlers, response_timeout=response_timeout)  # type: ignore
+                return self.call(wire.EVAL, params, on_event, handlers, response_timeout=response_timeout)  # type: ignore
             except (ConnectionClosed, BrokenPipeError, ConnectionResetError) as lost:
                 attempt = self._reconnect_after_loss(attempt, lost)
             except LeasedElsewhere as moved:
@@ -344,7 +344,7 @@ class Client:
         params, handlers = wire.eval_params(cells, session=self._session(session), language=language, tools=tools,
                                             options=options)
         events: Deque[Event] = collections.deque()
-        request_id = self.send("eval", params, on_event=events.append, tools=handlers)
+        request_id = self.send(wire.EVAL, params, on_event=events.append, tools=handlers)
         return EvalStream(self, request_id, events, response_timeout)
 
     def cell(self, session: str, language: str, code: str, on_event: Optional[EventHandler] = None,
@@ -352,11 +352,11 @@ class Client:
         """Runs one cell and returns its result; `cell_options`: title, timeout, reset,
         yield_time_ms."""
         cell = wire.one_cell(code, language, cell_options)
-        return self.call("eval", {"session": session, "cells": [cell]}, on_event)["cells"][0]  # type: ignore
+        return self.call(wire.EVAL, {"session": session, "cells": [cell]}, on_event)["cells"][0]  # type: ignore
 
     def send_cell(self, session: str, language: str, code: str) -> int:
         """Starts one cell without waiting; returns the request id (see `result`)."""
-        return self.send("eval", {"session": session, "cells": [{"language": language, "code": code}]})
+        return self.send(wire.EVAL, {"session": session, "cells": [{"language": language, "code": code}]})
 
     def wait(self, cell_id: int, *, session: Optional[str] = None, cwd: Optional[str] = None, yield_time_ms: Optional[int] = None,
              max_tokens: Optional[int] = None, events: Optional[str] = None,
@@ -391,13 +391,13 @@ class Client:
         """Puts `data` into the session's workspace at `path` (relative to it), replacing a
         file there; its missing directories are made."""
         for params in files.write_params(self._session(session), path, data):
-            self.call("files/write", params)
+            self.call(wire.FILES_WRITE, params)
 
     def download(self, path: str, *, session: Optional[str] = None) -> bytes:
         """The bytes of the file `path` in the session's workspace."""
         out = bytearray()
         while True:
-            part = self.call("files/read", files.read_params(self._session(session), path, len(out)))
+            part = self.call(wire.FILES_READ, files.read_params(self._session(session), path, len(out)))
             chunk = files.part_bytes(part)
             out += chunk
             if part.get("eof") or not chunk:
@@ -406,13 +406,13 @@ class Client:
     def list(self, path: str = "", *, session: Optional[str] = None, recursive: bool = False) -> List[Dict[str, Any]]:
         """The entries (`{path, kind, size, modified}`) of a directory of the session's
         workspace (the workspace itself by default)."""
-        result = self.call("files/list", wire.drop_none({"session": self._session(session), "path": path,
+        result = self.call(wire.FILES_LIST, wire.drop_none({"session": self._session(session), "path": path,
                                                          "recursive": recursive}))
         return list(result["entries"])
 
     def status(self) -> List[Dict[str, Any]]:
         """One row per live session and language."""
-        return self.call("status")  # type: ignore[no-any-return]
+        return self.call(wire.STATUS)  # type: ignore[no-any-return]
 
     def checkpoint(self, name: str, *, session: Optional[str] = None,
                    language: Optional[str] = None, cwd: Optional[str] = None) -> List[Dict[str, Any]]:

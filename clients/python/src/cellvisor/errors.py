@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Type
 
+from . import _generated as codes
+
 
 class CellvisorError(Exception):
     """Anything this client raises on its own account (a refused request, an unreachable
@@ -29,89 +31,89 @@ class RpcError(CellvisorError, RuntimeError):
 class ParseError(RpcError):
     """-32700: the daemon could not parse the line as JSON."""
 
-    CODE = -32700
+    CODE = codes.PARSE_ERROR
 
 
 class InvalidRequest(RpcError):
     """-32600: not a JSON-RPC 2.0 request, or a message over 16 MiB."""
 
-    CODE = -32600
+    CODE = codes.INVALID_REQUEST
 
 
 class MethodNotFound(RpcError):
     """-32601: the daemon has no such method."""
 
-    CODE = -32601
+    CODE = codes.METHOD_NOT_FOUND
 
 
 class InvalidParams(RpcError):
     """-32602: the params do not fit the method; the message names the field."""
 
-    CODE = -32602
+    CODE = codes.INVALID_PARAMS
 
 
 class InternalError(RpcError):
     """-32603: the daemon failed on its side."""
 
-    CODE = -32603
+    CODE = codes.INTERNAL_ERROR
 
 
 class Refused(RpcError):
     """-32001: the request was refused (bad session name, missing cwd, empty cells, ...)."""
 
-    CODE = -32001
+    CODE = codes.REQUEST_REFUSED
 
 
 class ShuttingDown(RpcError):
     """-32002: the daemon is shutting down."""
 
-    CODE = -32002
+    CODE = codes.SHUTTING_DOWN
 
 
 class Draining(RpcError):
     """-32003: the daemon drains and does not hold the session: send it to another node."""
 
-    CODE = -32003
+    CODE = codes.DRAINING
 
 
 class WrongSession(RpcError):
     """-32004: the connection is bound to another session (its `Cellvisor-Session`)."""
 
-    CODE = -32004
+    CODE = codes.WRONG_SESSION
 
 
 class LeasedElsewhere(RpcError):
     """-32005: another node of the fleet holds the session's lease: `data["node"]` names it and
     `data["retry_after_ms"]` says when its lease runs out unless that node renews it."""
 
-    CODE = -32005
+    CODE = codes.LEASED_ELSEWHERE
 
 
 class SessionUnknown(RpcError):
     """-32006: `resume` of a session that is neither live on the node nor saved."""
 
-    CODE = -32006
+    CODE = codes.SESSION_UNKNOWN
 
 
 class ProtocolMismatch(RpcError):
     """-32007: the daemon speaks another protocol version than this client (a daemon left
     running across an upgrade); `data` names both versions."""
 
-    CODE = -32007
+    CODE = codes.PROTOCOL_MISMATCH
 
 
 class QuotaExceeded(RpcError):
     """-32008: the caller's tenant is at one of its quotas: `data["quota"]` names it,
     `data["tenant"]` the tenant and `data["limit"]` its value."""
 
-    CODE = -32008
+    CODE = codes.QUOTA_EXCEEDED
 
 
 class Forbidden(RpcError):
     """-32009: the caller's tenant lacks the right the method needs: `data["right"]` names it
     (`cells` or `operate`), `data["tenant"]` the tenant."""
 
-    CODE = -32009
+    CODE = codes.FORBIDDEN
 
 
 _BY_CODE: Dict[int, Type[RpcError]] = {
@@ -125,11 +127,11 @@ _BY_CODE: Dict[int, Type[RpcError]] = {
 def rpc_error(error: Any) -> RpcError:
     """The exception for a response's `error` member, of the class its code names."""
     if not isinstance(error, dict):
-        return RpcError(-32603, f"the daemon sent a malformed error: {error!r}")
+        return RpcError(codes.INTERNAL_ERROR, f"the daemon sent a malformed error: {error!r}")
     code = error.get("code")
     message = error.get("message")
     if not isinstance(code, int):
-        return RpcError(-32603, f"the daemon sent an error without an integer code: {error!r}")
+        return RpcError(codes.INTERNAL_ERROR, f"the daemon sent an error without an integer code: {error!r}")
     cls = _BY_CODE.get(code, RpcError)
     return cls(code, message if isinstance(message, str) else str(message), error.get("data"))
 

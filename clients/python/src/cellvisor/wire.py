@@ -7,24 +7,40 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union, get_args
+
+from . import _generated as protocol
 
 #: The largest line or WebSocket message taken from the daemon (results can be large).
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
 #: The languages the daemon runs.
-LANGUAGES = ("py", "js", "lua")
+LANGUAGES: Tuple[str, ...] = get_args(protocol.Language)
+
+#: The protocol version this client speaks (the daemon's `initialize` answers its own).
+PROTOCOL_VERSION = protocol.PROTOCOL_VERSION
+
+#: The methods of the daemon (`INITIALIZE`, `EVAL`, ..., `FILES_LIST`), its notification
+#: `EVAL_EVENT` and its request `TOOL_CALL`, by their wire names (generated from the schema).
+INITIALIZE = protocol.INITIALIZE
+EVAL = protocol.EVAL
+STATUS = protocol.STATUS
+FILES_LIST = protocol.FILES_LIST
+FILES_READ = protocol.FILES_READ
+FILES_WRITE = protocol.FILES_WRITE
+EVAL_EVENT = protocol.EVAL_EVENT
+TOOL_CALL = protocol.TOOL_CALL
 
 #: A JSON value as the daemon sends it.
 Json = Any
 #: An `eval/event` notification's params: `{request_id, event, index, ...}`.
 Event = Dict[str, Any]
 #: A cell's result (`eval`'s cells, `wait`, `terminate`): `{cell_id, status, output, ...}`.
-CellResult = Dict[str, Any]
+CellResult = protocol.CellResult
 #: An `eval` result: `{is_error, cells, node, failed_cell?, summary}`.
-EvalResult = Dict[str, Any]
+EvalResult = protocol.EvalResult
 #: A cell of an `eval` request: `{language, code, title?, timeout?, reset?, yield_time_ms?}`.
-Cell = Dict[str, Any]
+Cell = protocol.CellSpec
 #: What handles one `eval/event` (sync client: a function; asyncio client: may be async).
 EventHandler = Callable[[Event], Any]
 #: A host tool's function: takes the call's arguments, returns any JSON (asyncio: may be async).
