@@ -951,3 +951,107 @@ fn sessions_tie_paths_to_kernels_per_tenant() {
     assert_eq!(rest("GET", &sessions, a, None), (200, json!([])));
     net.daemon.stop();
 }
+
+/// A progress cell: a line cleared at once, then `clear_output(wait=True)` before each of
+/// three lines (the emulation's shell: the test daemon's Python has no IPython).
+const PROGRESS_CELL: &str = "clear_output = get_ipython().display_pub.clear_output\n\
+    print('old')\nclear_output()\nfor i in range(3):\n    clear_output(wait=True)\n    print(i)";
+
+/// The stream and `clear_output` messages of one execution, in order, as (type, what).
+fn shown_and_cleared(messages: &[Value]) -> Vec<(String, Value)> {
+    messages
+        .iter()
+        .filter_map(|m| {
+            let content = &m["content"];
+            match m["msg_type"].as_str()? {
+                "stream" => Some(("stream".to_string(), content["text"].clone())),
+                "clear_output" => Some(("clear_output".to_string(), content["wait"].clone())),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+fn progress_on_iopub() -> Vec<(String, Value)> {
+    let mut expected = vec![
+        ("stream".to_string(), json!("old\n")),
+        ("clear_output".to_string(), json!(false)),
+    ];
+    for i in 0..3 {
+        expected.push(("clear_output".to_string(), json!(true)));
+        expected.push(("stream".to_string(), json!(format!("{i}\n"))));
+    }
+    expected
+}
+
+/// `clear_output` reaches Jupyter clients as iopub `clear_output` with its `wait`, in order
+/// with the cell's streams: the kernel's own cells, and an agent's JSON-RPC cell watched by a
+/// person, whose JSON-RPC result keeps only what came after the clears (and whose events
+/// carry the clears too).
+#[test]
+fn clear_output_reaches_jupyter_clients_in_order_and_trims_json_rpc_results() {
+    let net = NetDaemon::start(false, "", "");
+    let base = net.http_url("/api");
+    let token = Auth::Header(TOKEN);
+    let (status, model) = rest("POST", &format!("{base}/kernels"), token, None);
+    assert_eq!(status, 201, "{model}");
+    let id = model["id"].as_str().expect("an id").to_string();
+    let mut ch = Channels::connect(net.port, &id, TOKEN).expect("the channels");
+    let (reply, iopub) = ch.execute(PROGRESS_CELL);
+    assert_eq!(reply["content"]["status"], "ok", "{reply:#}");
+    assert_eq!(shown_and_cleared(&iopub), progress_on_iopub(), "{iopub:#?}");
+    let idle = iopub.last().expect("iopub messages");
+    assert_eq!(idle["content"]["execution_state"], "idle", "{iopub:#?}");
+
+    // An agent's cell, watched by a person on the agent's session's kernel.
+    let mut agent = net.daemon.client();
+    agent.eval("agent", json!([{"language": "py", "code": "a = 1"}]));
+    let (_, listed) = rest("GET", &format!("{base}/kernels"), token, None);
+    let kernel = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|k| k["cellvisor"]["session"] == "agent")
+        .unwrap_or_else(|| panic!("the agent's kernel: {listed:#}"))
+        .clone();
+    let mut person =
+        Channels::connect(net.port, kernel["id"].as_str().unwrap(), TOKEN).expect("channels");
+    let cells = json!({"session": "agent", "cells": [{"language": "py", "code": PROGRESS_CELL}]});
+    let runs = std::thread::spawn(move || agent.call_collect("eval", cells));
+    let input = person.until(|m| m["msg_type"] == "execute_input");
+    let parent = input["parent_header"]["msg_id"].clone();
+    person.until(|m| {
+        m["msg_type"] == "status"
+            && m["content"]["execution_state"] == "idle"
+            && m["parent_header"]["msg_id"] == parent
+    });
+    let watched: Vec<Value> = person
+        .seen
+        .iter()
+        .filter(|m| m["parent_header"]["msg_id"] == parent)
+        .cloned()
+        .collect();
+    assert_eq!(
+        shown_and_cleared(&watched),
+        progress_on_iopub(),
+        "{watched:#?}"
+    );
+    let (events, response) = runs.join().expect("the agent's eval");
+    let result = &response["result"];
+    assert_eq!(result["cells"][0]["status"], "complete", "{response:#}");
+    assert_eq!(result["cells"][0]["output"], "2\n", "{result:#}");
+    let clears: Vec<&Value> = events
+        .iter()
+        .map(|e| &e["params"])
+        .filter(|p| p["event"] == "clear_output")
+        .map(|p| &p["wait"])
+        .collect();
+    assert_eq!(
+        clears,
+        [&json!(false), &json!(true), &json!(true), &json!(true)],
+        "{events:#?}"
+    );
+    drop(ch);
+    drop(person);
+    net.daemon.stop();
+}

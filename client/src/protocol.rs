@@ -322,7 +322,12 @@ impl Events {
     pub fn passes(self, event: &CellEvent) -> bool {
         match self {
             Events::All => !matches!(event, CellEvent::Value { .. }),
-            Events::Output => matches!(event, CellEvent::Output { .. } | CellEvent::Display { .. }),
+            Events::Output => matches!(
+                event,
+                CellEvent::Output { .. }
+                    | CellEvent::Display { .. }
+                    | CellEvent::ClearOutput { .. }
+            ),
             Events::None => false,
         }
     }
@@ -582,12 +587,18 @@ mod tests {
             index: 0,
             bundle: json!({}),
         };
-        // Six events, of which a value's bundle (Jupyter's gateway's alone) passes none.
-        let all = [&started, &output, &display, &status, &done, &value];
+        let clear = CellEvent::ClearOutput {
+            index: 0,
+            wait: true,
+        };
+        // Seven events, of which a value's bundle (Jupyter's gateway's alone) passes none.
+        let all = [&started, &output, &display, &status, &done, &value, &clear];
         let passed = |events: Events| all.iter().filter(|e| events.passes(e)).count();
-        assert_eq!(passed(Events::All), 5);
+        assert_eq!(passed(Events::All), 6);
         assert!(Events::Output.passes(&output) && Events::Output.passes(&display));
-        assert_eq!(passed(Events::Output), 2);
+        // A clear is part of what the cells show.
+        assert!(Events::Output.passes(&clear));
+        assert_eq!(passed(Events::Output), 3);
         assert_eq!(passed(Events::None), 0);
         // The default is left out of a request, so older daemons still read it.
         let request = crate::cell::EvalRequest::default();

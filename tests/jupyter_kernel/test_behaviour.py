@@ -227,6 +227,32 @@ class KernelBehaviour(unittest.TestCase):
                 kc.stop_channels()
                 km.shutdown_kernel()
 
+    def test_clear_output_reaches_iopub_in_order_with_its_wait(self):
+        with tempfile.TemporaryFile("w+") as log:
+            km, kc = start("cellvisor-python", log)
+            try:
+                msg_id = kc.execute("clear_output = get_ipython().display_pub.clear_output\n"
+                                    "print('old')\nclear_output()\n"
+                                    "for i in range(3):\n    clear_output(wait=True)\n    print(i)")
+                seen = []
+                while True:
+                    msg = kc.get_iopub_msg(timeout=TIMEOUT)
+                    if msg["parent_header"].get("msg_id") != msg_id:
+                        continue
+                    if msg["msg_type"] == "stream":
+                        seen.append(("stream", msg["content"]["text"]))
+                    elif msg["msg_type"] == "clear_output":
+                        seen.append(("clear_output", msg["content"]["wait"]))
+                    elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                        break
+                expected = [("stream", "old\n"), ("clear_output", False)]
+                for i in range(3):
+                    expected += [("clear_output", True), ("stream", "%d\n" % i)]
+                self.assertEqual(seen, expected)
+            finally:
+                kc.stop_channels()
+                km.shutdown_kernel()
+
     def test_interrupt_request_on_control_stops_the_running_cell(self):
         with tempfile.TemporaryFile("w+") as log:
             km, kc = start("cellvisor-python", log)

@@ -116,6 +116,7 @@ pub fn iopub_of(event: &CellEvent) -> Option<(&'static str, Value)> {
             "display_data",
             json!({"data": {"application/x-cellvisor-status": status}, "metadata": {}, "transient": {}}),
         )),
+        CellEvent::ClearOutput { wait, .. } => Some(("clear_output", json!({"wait": wait}))),
         CellEvent::CellStarted { .. } | CellEvent::CellDone { .. } | CellEvent::Value { .. } => {
             None
         }
@@ -413,6 +414,13 @@ mod tests {
         assert_eq!(
             iopub_of(&status).unwrap().1["data"]["application/x-cellvisor-status"]["op"],
             "read"
+        );
+        assert_eq!(
+            iopub_of(&CellEvent::ClearOutput {
+                index: 0,
+                wait: true
+            }),
+            Some(("clear_output", json!({"wait": true})))
         );
         assert_eq!(
             iopub_of(&CellEvent::CellDone {

@@ -222,6 +222,10 @@ fn event_of(params: &Value) -> Option<CellEvent> {
             index,
             status: params["status"].clone(),
         }),
+        "clear_output" => Some(CellEvent::ClearOutput {
+            index,
+            wait: params["wait"].as_bool().unwrap_or(false),
+        }),
         _ => None,
     }
 }
@@ -246,6 +250,13 @@ mod tests {
             event_of(&display),
             Some(CellEvent::Display { index: 2, .. })
         ));
+        assert_eq!(
+            event_of(&json!({"event": "clear_output", "index": 1, "wait": true})),
+            Some(CellEvent::ClearOutput {
+                index: 1,
+                wait: true
+            })
+        );
         assert_eq!(event_of(&json!({"event": "cell_done", "index": 0})), None);
         assert_eq!(event_of(&json!({"event": "output"})), None);
     }

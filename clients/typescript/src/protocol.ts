@@ -413,6 +413,7 @@ export type EvalEvent =
   | { event: "output"; index: number; stream: "stdout" | "stderr"; text: string }
   | { event: "display"; index: number; bundle: DisplayBundle }
   | { event: "status"; index: number; status: JsonValue }
+  | { event: "clear_output"; index: number; wait: boolean }
   | { event: "cell_done"; index: number; status: CellStatus };
 
 /** The name of an event. */

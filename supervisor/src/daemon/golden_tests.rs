@@ -251,6 +251,13 @@ fn events() -> Vec<(&'static str, CellEvent)> {
             },
         ),
         (
+            "clear_output",
+            CellEvent::ClearOutput {
+                index: 0,
+                wait: true,
+            },
+        ),
+        (
             "cell_done",
             CellEvent::CellDone {
                 index: 0,

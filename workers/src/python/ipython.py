@@ -232,7 +232,8 @@ class DisplayPublisher:
         self._send_bundle(dict(data))
 
     def clear_output(self, wait=False):
-        """Nothing to clear: outputs are a stream."""
+        """Clears the cell's output so far (with `wait`: when the next output arrives)."""
+        sys.modules["cellvisor_prelude"].clear_output(wait)
 
 
 class Shell(Magics):

@@ -26,6 +26,8 @@ import cellvisor_notebook  # noqa: F401
 STATUS_MIME = "application/x-cellvisor-status"
 # The key under which the cell's trailing value's bundle goes to the host (see send_value).
 VALUE_MIME = "application/x-cellvisor-value"
+# The key of a `clear_output(wait)`: the host drops what the cell showed before it.
+CLEAR_MIME = "application/x-cellvisor-clear"
 # A trailing value's bundle repeats what its text already says; past this size (as JSON) it
 # is not worth sending twice.
 TRAILING_BUNDLE_LIMIT = 1 << 20
@@ -485,6 +487,15 @@ def send_bundle(bundle):
             clean[str(mime)] = data
     _host.flush()
     _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": clean})
+
+
+def clear_output(wait=False):
+    """Clears what the running cell has shown (IPython's `clear_output`): a notebook empties
+    the cell's output, a JSON-RPC result keeps only what comes after. With `wait`, the
+    clear happens when the next output arrives (a progress line redrawn without flicker)."""
+    _host.flush()
+    _host.send_event({"type": "display", "id": _host.cell_id(),
+                      "bundle": {CLEAR_MIME: {"wait": bool(wait)}}})
 
 
 def display(*values, **options):
