@@ -1055,3 +1055,92 @@ fn clear_output_reaches_jupyter_clients_in_order_and_trims_json_rpc_results() {
     drop(person);
     net.daemon.stop();
 }
+
+/// Whether `kernels` (a `GET /api/kernels` answer) lists `id`.
+fn lists(kernels: &Value, id: &str) -> bool {
+    kernels
+        .as_array()
+        .is_some_and(|all| all.iter().any(|k| k["id"] == id))
+}
+
+/// Reads until the kernel tells its client it is dead (or the connection closes after it).
+fn until_dead(channels: &mut Channels) {
+    channels.until(|m| m["msg_type"] == "status" && m["content"]["execution_state"] == "dead");
+}
+
+/// A kernel whose session ends by another host's doing (a JSON-RPC `close`) leaves the
+/// listing, its id is 404, its `/api/sessions` entry goes, and its WebSocket is told `dead`;
+/// the session started again is the same kernel id again.
+#[test]
+fn a_kernel_whose_session_is_closed_leaves_the_listing_and_its_clients_are_told() {
+    let net = NetDaemon::start(false, "", "");
+    let base = net.http_url("/api");
+    let token = Auth::Header(TOKEN);
+    let mut agent = net.daemon.client();
+    agent.eval("agent", json!([{"language": "py", "code": "a = 1"}]));
+    let (_, listed) = rest("GET", &format!("{base}/kernels"), token, None);
+    let id = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|k| k["cellvisor"]["session"] == "agent")
+        .and_then(|k| k["id"].as_str())
+        .unwrap_or_else(|| panic!("the agent's kernel: {listed:#}"))
+        .to_string();
+    let mut person = Channels::connect(net.port, &id, TOKEN).expect("the channels");
+    let (reply, _) = person.execute("print(a)");
+    assert_eq!(reply["content"]["status"], "ok", "{reply:#}");
+    let body = json!({"path": "agent.ipynb", "type": "notebook", "kernel": {"id": id}});
+    let (status, session) = rest("POST", &format!("{base}/sessions"), token, Some(body));
+    assert_eq!(status, 201, "{session}");
+
+    let closed = agent.call("close", json!({"session": "agent"}));
+    assert!(closed.is_ok(), "{closed:?}");
+    until_dead(&mut person);
+    let (_, listed) = rest("GET", &format!("{base}/kernels"), token, None);
+    assert!(!lists(&listed, &id), "still listed: {listed:#}");
+    let (status, _) = rest("GET", &format!("{base}/kernels/{id}"), token, None);
+    assert_eq!(status, 404);
+    assert_eq!(
+        rest("GET", &format!("{base}/sessions"), token, None),
+        (200, json!([]))
+    );
+    assert!(
+        Channels::connect(net.port, &id, TOKEN).is_err(),
+        "the channels of an ended kernel opened"
+    );
+
+    // The agent starts the session again: the same kernel id, a fresh namespace.
+    agent.eval("agent", json!([{"language": "py", "code": "b = 2"}]));
+    let (status, model) = rest("GET", &format!("{base}/kernels/{id}"), token, None);
+    assert_eq!(status, 200, "{model}");
+    let mut again = Channels::connect(net.port, &id, TOKEN).expect("the channels");
+    let (reply, iopub) = again.execute("print(b)");
+    assert_eq!(reply["content"]["status"], "ok", "{reply:#}");
+    assert_eq!(stream_text(&iopub, "stdout"), "2\n");
+    drop(again);
+    net.daemon.stop();
+}
+
+/// A kernel started with `POST /api/kernels` whose session the daemon evicts when idle: it
+/// leaves the listing and its client is told `dead` (as the eviction happens, not at the
+/// next request).
+#[test]
+fn a_kernel_whose_session_is_evicted_leaves_the_listing_and_its_clients_are_told() {
+    // Long enough to connect first on a loaded machine, short enough to wait for.
+    let net = NetDaemon::start(false, "", "idle-timeout = \"5s\"\n");
+    let base = net.http_url("/api");
+    let token = Auth::Header(TOKEN);
+    let (status, model) = rest("POST", &format!("{base}/kernels"), token, None);
+    assert_eq!(status, 201, "{model}");
+    let id = model["id"].as_str().expect("an id").to_string();
+    let mut ch = Channels::connect(net.port, &id, TOKEN).expect("the channels");
+    until_dead(&mut ch);
+    let (_, listed) = rest("GET", &format!("{base}/kernels"), token, None);
+    assert!(!lists(&listed, &id), "still listed: {listed:#}");
+    assert_eq!(
+        rest("GET", &format!("{base}/kernels/{id}"), token, None).0,
+        404
+    );
+    net.daemon.stop();
+}
