@@ -170,6 +170,80 @@ fn bad_input_gets_its_error_and_the_daemon_survives() {
     daemon.stop();
 }
 
+/// The session names `status` lists.
+fn listed(client: &mut Client) -> Vec<String> {
+    let rows = client.call("status", json!({})).expect("status");
+    rows.as_array()
+        .map(|rows| {
+            rows.iter()
+                .filter_map(|r| r["session"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `own` ties a session to the calling connection: when the connection closes (its client
+/// is gone, here with a cell running), the daemon closes the session; a session it did not
+/// own stays. Bad params are refused naming what is wrong.
+#[test]
+fn a_session_owned_by_a_connection_is_closed_when_the_connection_closes() {
+    let daemon = Daemon::start();
+    let mut owner = daemon.client();
+    let mut other = daemon.client();
+    for (client, session) in [(&mut owner, "owned"), (&mut other, "kept")] {
+        client
+            .call(
+                "eval",
+                eval_params(session, json!([{"language": "py", "code": "x = 1"}])),
+            )
+            .expect("setup");
+    }
+    let owned = owner.call("own", json!({"session": "owned", "language": "py"}));
+    assert_eq!(owned, Ok(json!({"owned": 1})));
+    // Owning it again is owning it once.
+    let again = owner.call("own", json!({"session": "owned", "language": "py"}));
+    assert_eq!(again, Ok(json!({"owned": 1})));
+    let bad = owner
+        .call("own", json!({"session": "owned", "languages": "py"}))
+        .expect_err("an unknown field");
+    assert_eq!(bad["code"], -32602, "{bad}");
+    assert!(
+        bad["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("languages"),
+        "{bad}"
+    );
+    // The other connection's request names the owned session, without owning it.
+    let shared = other.call(
+        "eval",
+        eval_params("owned", json!([{"language": "py", "code": "x"}])),
+    );
+    assert_eq!(shared.expect("eval")["cells"][0]["output"], "1\n");
+    owner.send(
+        "eval",
+        eval_params(
+            "owned",
+            json!([{"language": "py", "code": "import time\ntime.sleep(600)"}]),
+        ),
+    );
+    let started = owner.read().expect("cell_started event");
+    assert_eq!(started["params"]["event"], "cell_started");
+    assert!(listed(&mut other).contains(&"owned".to_string()));
+    drop(owner);
+    let gone = common::wait_until(SETTLE * 6, || {
+        let sessions = listed(&mut other);
+        if sessions.contains(&"owned".to_string()) {
+            Err(sessions)
+        } else {
+            Ok(sessions)
+        }
+    });
+    let sessions = gone.expect("the owned session was closed");
+    assert!(sessions.contains(&"kept".to_string()), "{sessions:?}");
+    daemon.stop();
+}
+
 #[test]
 fn a_client_that_disconnects_mid_cell_gets_it_interrupted() {
     let daemon = Daemon::start();

@@ -34,6 +34,9 @@ pub mod method {
     pub const RESET: &str = "reset";
     /// Ends a session and its workers.
     pub const CLOSE: &str = "close";
+    /// Ties a session to the calling connection: the daemon closes it when the connection
+    /// closes (a process that owns its session, such as a Jupyter kernel, killed or not).
+    pub const OWN: &str = "own";
     /// Lists the sessions ([`SessionStatus`](crate::status::SessionStatus) rows).
     pub const STATUS: &str = "status";
     /// The Python zygotes: what each preloaded, how many workers it forked.

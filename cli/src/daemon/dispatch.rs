@@ -82,6 +82,7 @@ async fn method_of(
         method::INTERRUPT => interrupt(daemon, request.params).await,
         method::RESET => reset(daemon, request.params).await,
         method::CLOSE => close(daemon, request.params).await,
+        method::OWN => super::owned::own(&connection.owned, request.params),
         method::STATUS => tenancy::status(
             &connection.principal.tenant,
             to_json(&daemon.cv.status().await.map_err(refused)?)?,
@@ -144,7 +145,7 @@ async fn method_of(
             code::METHOD_NOT_FOUND,
             format!(
                 "method not found: {other}; the methods are initialize, eval, wait, terminate, \
-                 interrupt, reset, close, status, zygotes, checkpoint, restore, checkpoints, names, \
+                 interrupt, reset, close, own, status, zygotes, checkpoint, restore, checkpoints, names, \
                  files/list, files/read, files/write, files/delete, drain, undrain, shutdown \
                  and config/reload"
             ),

@@ -16,6 +16,7 @@ const SESSION_METHODS: &[&str] = &[
     method::INTERRUPT,
     method::RESET,
     method::CLOSE,
+    method::OWN,
     method::CHECKPOINT,
     method::RESTORE,
     method::CHECKPOINTS,

@@ -1,7 +1,8 @@
 //! The daemon session behind a kernel, through the client library: the daemon found (or
 //! started, as `cellvisor eval` starts it) on its socket, the kernel's cells run in the
 //! session, an interrupt on a connection of its own (the first one is busy with the running
-//! cell), and the session closed at the end when the kernel made it.
+//! cell), and the session closed at the end when the kernel made it (and owned by its
+//! connection, so the daemon closes it when a killed kernel's connection drops).
 
 use cellvisor::cell::{CellEvent, CellResult, CellSpec, EvalRequest};
 use cellvisor::daemon::client::{Client, ClientError};
@@ -79,7 +80,15 @@ impl Session {
             )
             .await
             .map_err(|e| e.to_string())?;
-            self.client = Some(client);
+            let params = self.params();
+            let client = self.client.insert(client);
+            if self.own {
+                // The daemon closes the kernel's own session when this connection closes,
+                // even when the kernel is killed and closes nothing itself.
+                if let Err(err) = client.call(method::OWN, params).await {
+                    tracing::warn!("the daemon will not close the kernel's session with it: {err}");
+                }
+            }
         }
         self.client
             .as_mut()

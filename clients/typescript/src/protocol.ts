@@ -192,6 +192,7 @@ export interface Params {
   interrupt: SessionParams;
   reset: SessionParams;
   close: SessionParams;
+  own: SessionParams;
   status: NoParams;
   checkpoint: CheckpointParams;
   restore: CheckpointParams;
@@ -388,6 +389,8 @@ export interface Results {
   interrupt: SessionsCount;
   reset: SessionsCount;
   close: SessionsCount;
+  /** How many sessions the connection owns now. */
+  own: { owned: number };
   status: SessionStatus[];
   checkpoint: CheckpointInfo[];
   restore: { language: Language; ledger: StateLedger }[];
