@@ -618,6 +618,39 @@ fn an_eval_chooses_which_events_it_gets() {
         "{output:?}"
     );
     assert_eq!(run(&mut client, Some("none")), Vec::<String>::new());
+    // `values`: every event, and a trailing value's bundle (from a worker asked for them)
+    // before its text, which the other choices never send.
+    let ask = "__import__('cellvisor_prelude').send_values()";
+    let cells = json!([{"language": "py", "code": ask}, {"language": "py", "code": "x = [1]\nx"}]);
+    let values = |client: &mut Client, events: &str| {
+        let mut params = eval_params("values", cells.clone());
+        params["events"] = json!(events);
+        let (notifications, response) = client.call_collect("eval", params);
+        assert_eq!(
+            response["result"]["cells"][1]["output"], "[1]\n",
+            "{response}"
+        );
+        notifications
+    };
+    let with_values = values(&mut client, "values");
+    let value = with_values
+        .iter()
+        .map(|n| &n["params"])
+        .find(|p| p["event"] == "value")
+        .unwrap_or_else(|| panic!("a value event: {with_values:#?}"));
+    assert_eq!(value["index"], 1);
+    assert_eq!(value["bundle"]["text/plain"], "[1]");
+    assert_eq!(value["bundle"]["application/json"], json!([1]));
+    let kinds = event_kinds(&with_values);
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| *k != "value")
+            .cloned()
+            .collect::<Vec<_>>(),
+        event_kinds(&values(&mut client, "all")),
+        "the same events as `all` besides the value"
+    );
     for bad in [
         json!("loud"),
         json!(""),
@@ -631,7 +664,7 @@ fn an_eval_chooses_which_events_it_gets() {
         assert_eq!(error["code"], -32602, "{bad}: {error}");
         let message = error["message"].as_str().unwrap_or_default();
         assert!(
-            message.contains(r#"events must be "all", "output" or "none""#),
+            message.contains(r#"events must be "all", "values", "output" or "none""#),
             "{bad}: {message}"
         );
     }

@@ -315,16 +315,21 @@ pub enum Events {
     Output,
     /// No notifications: only the answer.
     None,
+    /// Every event, and each cell's trailing value as a `value {index, bundle}` event (its
+    /// MIME bundle, sent before its text goes to `output`): what a Jupyter kernel publishes
+    /// as `execute_result` (`cellvisor kernel` asks for it).
+    Values,
 }
 
 impl Events {
     /// The spellings, as an error names them.
-    pub const ALLOWED: &'static str = r#""all", "output" or "none""#;
+    pub const ALLOWED: &'static str = r#""all", "values", "output" or "none""#;
 
     /// Whether `event` goes out under this choice (a value's bundle never: it is the gateway's).
     pub fn passes(self, event: &CellEvent) -> bool {
         match self {
             Events::All => !matches!(event, CellEvent::Value { .. }),
+            Events::Values => true,
             Events::Output => matches!(
                 event,
                 CellEvent::Output { .. }
@@ -349,6 +354,7 @@ impl<'de> Deserialize<'de> for Events {
             Some("all") => Ok(Events::All),
             Some("output") => Ok(Events::Output),
             Some("none") => Ok(Events::None),
+            Some("values") => Ok(Events::Values),
             _ => Err(serde::de::Error::custom(format!(
                 "events must be {}, not {value}",
                 Events::ALLOWED
@@ -561,7 +567,7 @@ mod tests {
             let err = choice(bad.clone()).expect_err("refused").to_string();
             assert_eq!(
                 err,
-                format!(r#"events must be "all", "output" or "none", not {bad}"#)
+                format!(r#"events must be "all", "values", "output" or "none", not {bad}"#)
             );
         }
         let started = CellEvent::CellStarted {
@@ -603,6 +609,8 @@ mod tests {
         assert!(Events::Output.passes(&clear));
         assert_eq!(passed(Events::Output), 3);
         assert_eq!(passed(Events::None), 0);
+        // A Jupyter kernel asks for every event and the values' bundles.
+        assert_eq!(passed(Events::Values), 7);
         // The default is left out of a request, so older daemons still read it.
         let request = crate::cell::EvalRequest::default();
         assert!(serde_json::to_value(&request)

@@ -305,7 +305,7 @@ impl EventStream {
     fn new(choice: Events) -> (Option<mpsc::Sender<CellEvent>>, EventStream) {
         let (sender, receiver) = match choice {
             Events::None => (None, None),
-            Events::All | Events::Output => {
+            Events::All | Events::Output | Events::Values => {
                 let (sender, receiver) = mpsc::channel::<CellEvent>(64);
                 (Some(sender), Some(receiver))
             }

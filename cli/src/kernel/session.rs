@@ -115,7 +115,8 @@ impl Session {
             resume: false,
             timeout: None,
             reset: false,
-            events: Default::default(),
+            // The values' bundles too: a cell's trailing value is its `execute_result`.
+            events: cellvisor::daemon::protocol::Events::Values,
             request_id: None,
         };
         *self.running.lock().await = true;
@@ -231,6 +232,10 @@ fn event_of(params: &Value) -> Option<CellEvent> {
             index,
             status: params["status"].clone(),
         }),
+        "value" => Some(CellEvent::Value {
+            index,
+            bundle: params["bundle"].clone(),
+        }),
         "clear_output" => Some(CellEvent::ClearOutput {
             index,
             wait: params["wait"].as_bool().unwrap_or(false),
@@ -264,6 +269,14 @@ mod tests {
             Some(CellEvent::ClearOutput {
                 index: 1,
                 wait: true
+            })
+        );
+        let value = json!({"event": "value", "index": 0, "bundle": {"text/plain": "3"}});
+        assert_eq!(
+            event_of(&value),
+            Some(CellEvent::Value {
+                index: 0,
+                bundle: json!({"text/plain": "3"})
             })
         );
         assert_eq!(event_of(&json!({"event": "cell_done", "index": 0})), None);

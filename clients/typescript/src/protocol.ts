@@ -74,7 +74,7 @@ export interface EvalParams {
 }
 
 /** Which notifications an `eval` or `wait` sends: all, only `output` and `display`, or none. */
-export type EventsChoice = "all" | "output" | "none";
+export type EventsChoice = "all" | "values" | "output" | "none";
 
 /** Params of the methods that name a session and maybe one language of it. */
 export interface SessionParams {
