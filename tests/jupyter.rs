@@ -1144,3 +1144,61 @@ fn a_kernel_whose_session_is_evicted_leaves_the_listing_and_its_clients_are_told
     );
     net.daemon.stop();
 }
+
+/// `display(..., display_id=...)` and its handle's `update` reach Jupyter clients as
+/// `display_data` and `update_display_data` with the id in `transient` (IPython's display
+/// machinery, or cellvisor's `IPython` where the session's Python has none).
+#[test]
+fn display_ids_reach_iopub_as_display_data_and_update_display_data() {
+    let net = NetDaemon::start(false, "", "");
+    let token = Auth::Header(TOKEN);
+    let (status, model) = rest("POST", &net.http_url("/api/kernels"), token, None);
+    assert_eq!(status, 201, "{model}");
+    let id = model["id"].as_str().expect("an id").to_string();
+    let mut ch = Channels::connect(net.port, &id, TOKEN).expect("the channels");
+    let (reply, iopub) = ch.execute(
+        "import IPython\nfrom IPython.display import display, HTML, Markdown\n\
+         print(hasattr(IPython, '__cellvisor_shim__'))\n\
+         display(Markdown('plain'))\n\
+         h = display(HTML('<b>1</b>'), display_id=True)\nh.update(HTML('<b>2</b>'))",
+    );
+    assert_eq!(reply["content"]["status"], "ok", "{reply:#}");
+    // Which IPython the cell had: the shim exactly where the session's Python has none.
+    let real = std::process::Command::new(common::shared_python())
+        .args(["-c", "import IPython"])
+        .status()
+        .expect("run the sessions' python")
+        .success();
+    let shim = if real { "False\n" } else { "True\n" };
+    assert_eq!(stream_text(&iopub, "stdout"), shim);
+    let displays: Vec<(&str, &Value)> = iopub
+        .iter()
+        .filter_map(|m| Some((m["msg_type"].as_str()?, &m["content"])))
+        .filter(|(kind, _)| kind.ends_with("display_data"))
+        .collect();
+    assert_eq!(displays.len(), 3, "{iopub:#?}");
+    assert_eq!(displays[0].0, "display_data");
+    assert_eq!(displays[0].1["data"]["text/markdown"], "plain");
+    assert_eq!(displays[0].1["transient"], json!({}));
+    let (shown, updated) = (displays[1], displays[2]);
+    let display_id = shown.1["transient"]["display_id"].clone();
+    assert!(
+        display_id.as_str().is_some_and(|id| id.len() == 32),
+        "{iopub:#?}"
+    );
+    assert_eq!(shown.0, "display_data");
+    assert_eq!(shown.1["data"]["text/html"], "<b>1</b>");
+    assert_eq!(updated.0, "update_display_data");
+    assert_eq!(updated.1["data"]["text/html"], "<b>2</b>");
+    assert_eq!(updated.1["transient"]["display_id"], display_id);
+    for (_, content) in &displays {
+        assert!(
+            content["data"]
+                .get("application/x-cellvisor-display")
+                .is_none(),
+            "{content:#}"
+        );
+    }
+    drop(ch);
+    net.daemon.stop();
+}

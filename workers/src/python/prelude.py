@@ -28,6 +28,9 @@ STATUS_MIME = "application/x-cellvisor-status"
 VALUE_MIME = "application/x-cellvisor-value"
 # The key of a `clear_output(wait)`: the host drops what the cell showed before it.
 CLEAR_MIME = "application/x-cellvisor-clear"
+# A display's id and whether it updates that display: Jupyter's `transient.display_id` and
+# `update_display_data`, which the gateway makes of it.
+DISPLAY_MIME = "application/x-cellvisor-display"
 # A trailing value's bundle repeats what its text already says; past this size (as JSON) it
 # is not worth sending twice.
 TRAILING_BUNDLE_LIMIT = 1 << 20
@@ -474,8 +477,10 @@ def _bundle(value, rich_only=False, text=None):
     return bundle
 
 
-def send_bundle(bundle):
-    """Sends a MIME bundle as it is (binary data as base64, what is not JSON left out)."""
+def send_bundle(bundle, display_id=None, update=False):
+    """Sends a MIME bundle as it is (binary data as base64, what is not JSON left out). A
+    `display_id` names the display (IPython's transient `display_id`) under DISPLAY_MIME;
+    with `update`, the bundle replaces that display's data where hosts keep it."""
     if not isinstance(bundle, dict):
         raise TypeError("a display bundle must be a dict of MIME type to data, not %s"
                         % _type_name(bundle))
@@ -485,6 +490,8 @@ def send_bundle(bundle):
             data = _base64(data)
         if _json_or_none(data) is not None:
             clean[str(mime)] = data
+    if display_id is not None:
+        clean[DISPLAY_MIME] = {"display_id": str(display_id), "update": bool(update)}
     _host.flush()
     _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": clean})
 
