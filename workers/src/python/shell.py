@@ -134,7 +134,11 @@ def _shim_imported():
 
 def real_ipython_spec():
     """The spec of the interpreter's own IPython (found now, whether or not the shim was
-    imported), or None."""
+    imported), or None; as `importlib.util.find_spec`, an `IPython` imported (or blocked
+    with None) in sys.modules answers for itself, unless it is the shim."""
+    if "IPython" in sys.modules and not _shim_imported():
+        module = sys.modules["IPython"]
+        return None if module is None else getattr(module, "__spec__", None)
     for finder in sys.meta_path:
         find = getattr(finder, "find_spec", None)
         if find is None or isinstance(finder, _FallbackFinder):
