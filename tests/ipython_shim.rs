@@ -84,8 +84,10 @@ fn ipython_display_works_on_a_python_without_ipython() {
         dir.path(),
         &[
             "import IPython, IPython.display, IPython.core.display, IPython.core.getipython\n\
+             import IPython.core.display_functions as functions\n\
              (IPython.__spec__.origin, hasattr(IPython, '__file__'), \
              IPython.display.HTML is IPython.core.display.HTML, \
+             functions.display is IPython.display.display, \
              IPython.get_ipython() is get_ipython(), \
              IPython.core.getipython.get_ipython() is get_ipython())",
             "from IPython.display import display, update_display, HTML, Markdown, JSON, Image, SVG\n\
@@ -113,7 +115,7 @@ fn ipython_display_works_on_a_python_without_ipython() {
     assert_complete(&result, 10);
     assert_eq!(
         output(&result, 0),
-        "('cellvisor', False, True, True, True)\n"
+        "('cellvisor', False, True, True, True, True)\n"
     );
     // The shim decided nothing: the session runs the emulation, and says nothing about it.
     assert!(cell(&result, 0)["notice"].is_null(), "{result:#}");
@@ -196,6 +198,37 @@ fn ipython_display_works_on_a_python_without_ipython() {
     assert_eq!(output(&result, 8), "shown by _ipython_display_\n");
     assert_eq!(displays(&result, 8), [json!({"text/plain": "[1, 'a']"})]);
     assert_eq!(output(&result, 9), "42\n");
+
+    // A checkpoint keeps the shim's objects (pickled by reference to IPython.core.display)
+    // and its modules (by import), and a restore brings them back.
+    run(
+        &mut client,
+        "shim",
+        dir.path(),
+        &["page = HTML('<b>kept</b>')
+import IPython.display as ipd"],
+    );
+    client
+        .call(
+            "checkpoint",
+            json!({"session": "shim", "language": "py", "name": "shim"}),
+        )
+        .expect("checkpoint answered");
+    run(&mut client, "shim", dir.path(), &["del page, ipd"]);
+    let restored = client
+        .call(
+            "restore",
+            json!({"session": "shim", "language": "py", "name": "shim"}),
+        )
+        .expect("restore answered");
+    let ledger = restored[0]["ledger"].to_string();
+    assert!(
+        ledger.contains("\"page\"") && ledger.contains("\"ipd (module)\""),
+        "{restored:#}"
+    );
+    let shown = run(&mut client, "shim", dir.path(), &["ipd.display(page)"]);
+    assert_complete(&shown, 1);
+    assert_eq!(displays(&shown, 0)[0]["text/html"], "<b>kept</b>");
     daemon.stop();
 }
 

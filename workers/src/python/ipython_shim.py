@@ -196,12 +196,10 @@ MODULES = {
 class _Loader:
     """Fills each of the shim's modules with its names from this module."""
 
-    @staticmethod
-    def create_module(spec):
+    def create_module(self, spec):
         return None
 
-    @staticmethod
-    def exec_module(module):
+    def exec_module(self, module):
         is_package, names = MODULES[module.__name__]
         for name in names:
             setattr(module, name, globals()[name])
@@ -216,7 +214,7 @@ def find_spec(fullname):
     """The spec of the shim's module `fullname`, or None for a module it does not have."""
     if fullname not in MODULES:
         return None
-    return importlib.machinery.ModuleSpec(fullname, _Loader, origin=ORIGIN,
+    return importlib.machinery.ModuleSpec(fullname, _Loader(), origin=ORIGIN,
                                           is_package=MODULES[fullname][0])
 
 

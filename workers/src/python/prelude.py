@@ -620,8 +620,8 @@ class _PostImportHook:
                 break
         loader = getattr(spec, "loader", None)
         exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
-            return spec
+        if exec_module is None or getattr(spec, "origin", None) == "cellvisor":
+            return spec  # cellvisor's own IPython (cellvisor_ipython_shim) sends its displays
 
         def exec_and_patch(module):
             exec_module(module)
