@@ -115,9 +115,9 @@ class _FallbackFinder:
     later is found first on its next import. Imports the shim only when it answers."""
 
     def find_spec(self, fullname, path, target=None):
+        if not fullname.startswith("IPython") or fullname.partition(".")[0] != "IPython":
+            return None  # every failed import of the session asks: answered at once
         if fullname != "IPython" and not _shim_imported():
-            return None
-        if fullname.partition(".")[0] != "IPython":
             return None
         return _beside("cellvisor_ipython_shim").find_spec(fullname)
 
