@@ -6,17 +6,27 @@ bundles. Their classes say `IPython.core.display`, as IPython's do (their reprs,
 pickle looks for them).
 """
 
-import html
 import json
 import os
-import struct
+import sys
 import warnings
 from binascii import b2a_base64
-from copy import deepcopy
 from os.path import splitext
-from pathlib import PurePath
 
 _MODULE = "IPython.core.display"
+# Imported where used (copy, html, pathlib, struct): the shim's first import stays cheap.
+
+
+def _path_text(data):
+    """`data` as text when it is a `pathlib` path (a module no cell imported holds none)."""
+    pathlib = sys.modules.get("pathlib")
+    return str(data) if pathlib is not None and isinstance(data, pathlib.PurePath) else data
+
+
+def _deepcopy(value):
+    import copy
+
+    return copy.deepcopy(value)
 
 
 def _safe_exists(path):
@@ -35,8 +45,7 @@ class DisplayObject:
     metadata = None
 
     def __init__(self, data=None, url=None, filename=None, metadata=None):
-        if isinstance(data, PurePath):
-            data = str(data)
+        data = _path_text(data)
         if data is not None and isinstance(data, str):
             if data.startswith("http") and url is None:
                 url, filename, data = data, None, None
@@ -64,7 +73,7 @@ class DisplayObject:
 
     def _data_and_metadata(self):
         if self.metadata:
-            return self.data, deepcopy(self.metadata)
+            return self.data, _deepcopy(self.metadata)
         return self.data
 
     def reload(self):
@@ -137,7 +146,7 @@ class Math(TextDisplayObject):
 
     def _repr_latex_(self):
         text = r"$\displaystyle %s$" % self.data.strip("$")
-        return (text, deepcopy(self.metadata)) if self.metadata else text
+        return (text, _deepcopy(self.metadata)) if self.metadata else text
 
 
 class Latex(TextDisplayObject):
@@ -198,8 +207,7 @@ class JSON(DisplayObject):
 
     @data.setter
     def data(self, data):
-        if isinstance(data, PurePath):
-            data = str(data)
+        data = _path_text(data)
         if isinstance(data, str):
             if self.filename is None and self.url is None:
                 warnings.warn("JSON expects JSONable dict or list, not JSON strings")
@@ -256,12 +264,16 @@ _JPEG = b"\xff\xd8"
 
 def _pngxy(data):
     """(width, height) from a PNG's header."""
+    import struct
+
     ihdr = data.index(b"IHDR")
     return struct.unpack(">ii", data[ihdr + 4:ihdr + 12])
 
 
 def _jpegxy(data):
     """(width, height) from a JPEG's start-of-frame block."""
+    import struct
+
     index = 4
     while True:
         index += struct.unpack(">H", data[index:index + 2])[0]
@@ -274,6 +286,8 @@ def _jpegxy(data):
 
 def _gifxy(data):
     """(width, height) from a GIF's header."""
+    import struct
+
     return struct.unpack("<HH", data[6:10])
 
 
@@ -291,8 +305,7 @@ class Image(DisplayObject):
     def __init__(self, data=None, url=None, filename=None, format=None, embed=None,
                  width=None, height=None, retina=False, unconfined=False, metadata=None,
                  alt=None):
-        if isinstance(data, PurePath):
-            data = str(data)
+        data = _path_text(data)
         if filename is not None:
             ext = self._find_ext(filename)
         elif url is not None:
@@ -354,6 +367,8 @@ class Image(DisplayObject):
     def _repr_html_(self):
         if self.embed:
             return None
+        import html
+
         width = ' width="%d"' % self.width if self.width else ""
         height = ' height="%d"' % self.height if self.height else ""
         klass = ' class="unconfined"' if self.unconfined else ""

@@ -12,10 +12,8 @@ is accepted and not sent: cellvisor's bundles carry data alone.
 """
 
 import importlib.machinery
-import inspect
 import os
 import sys
-import traceback
 from binascii import b2a_hex
 
 import cellvisor_ipython_objects as _objects  # beside this module, as it was imported
@@ -55,7 +53,7 @@ def publish_display_data(data, metadata=None, source=None, *, transient=None, **
 
 def _method(obj, name):
     """`obj`'s repr method `name`, as IPython looks for it (never a class's)."""
-    if inspect.isclass(obj):
+    if isinstance(obj, type):  # inspect.isclass, without importing inspect
         return None
     try:
         method = getattr(obj, name, None)
@@ -72,6 +70,8 @@ def _call(method, *args, **kwargs):
     except NotImplementedError:
         return None
     except Exception:
+        import traceback
+
         traceback.print_exc()
         return None
     if isinstance(data, tuple) and len(data) == 2:
@@ -110,6 +110,8 @@ def _pretty_text(obj):
     try:
         return _prelude()._host.import_beside("cellvisor_pretty").text(obj)
     except Exception:
+        import traceback
+
         traceback.print_exc()
         return object.__repr__(obj)
 
