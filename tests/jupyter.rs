@@ -1146,8 +1146,9 @@ fn a_kernel_whose_session_is_evicted_leaves_the_listing_and_its_clients_are_told
 }
 
 /// `display(..., display_id=...)` and its handle's `update` reach Jupyter clients as
-/// `display_data` and `update_display_data` with the id in `transient` (IPython's display
-/// machinery, or cellvisor's `IPython` where the session's Python has none).
+/// `display_data` and `update_display_data` with the id in `transient`, and `clear_output`
+/// as `clear_output` (IPython's display machinery, or cellvisor's `IPython` where the
+/// session's Python has none).
 #[test]
 fn display_ids_reach_iopub_as_display_data_and_update_display_data() {
     let net = NetDaemon::start(false, "", "");
@@ -1157,7 +1158,8 @@ fn display_ids_reach_iopub_as_display_data_and_update_display_data() {
     let id = model["id"].as_str().expect("an id").to_string();
     let mut ch = Channels::connect(net.port, &id, TOKEN).expect("the channels");
     let (reply, iopub) = ch.execute(
-        "import IPython\nfrom IPython.display import display, HTML, Markdown\n\
+        "import IPython\nfrom IPython.display import clear_output, display, HTML, Markdown\n\
+         display(Markdown('gone'))\nclear_output()\n\
          print(hasattr(IPython, '__cellvisor_shim__'))\n\
          display(Markdown('plain'))\n\
          h = display(HTML('<b>1</b>'), display_id=True)\nh.update(HTML('<b>2</b>'))",
@@ -1176,7 +1178,18 @@ fn display_ids_reach_iopub_as_display_data_and_update_display_data() {
         .filter_map(|m| Some((m["msg_type"].as_str()?, &m["content"])))
         .filter(|(kind, _)| kind.ends_with("display_data"))
         .collect();
-    assert_eq!(displays.len(), 3, "{iopub:#?}");
+    assert_eq!(displays.len(), 4, "{iopub:#?}");
+    let cleared = iopub.iter().position(|m| m["msg_type"] == "clear_output");
+    let gone = iopub
+        .iter()
+        .position(|m| m["content"]["data"]["text/markdown"] == "gone");
+    assert!(
+        gone.is_some()
+            && cleared > gone
+            && cleared < iopub.iter().position(|m| m["msg_type"] == "stream"),
+        "{iopub:#?}"
+    );
+    let displays = &displays[1..];
     assert_eq!(displays[0].0, "display_data");
     assert_eq!(displays[0].1["data"]["text/markdown"], "plain");
     assert_eq!(displays[0].1["transient"], json!({}));
@@ -1191,7 +1204,7 @@ fn display_ids_reach_iopub_as_display_data_and_update_display_data() {
     assert_eq!(updated.0, "update_display_data");
     assert_eq!(updated.1["data"]["text/html"], "<b>2</b>");
     assert_eq!(updated.1["transient"]["display_id"], display_id);
-    for (_, content) in &displays {
+    for (_, content) in displays {
         assert!(
             content["data"]
                 .get("application/x-cellvisor-display")
