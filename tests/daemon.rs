@@ -170,6 +170,80 @@ fn bad_input_gets_its_error_and_the_daemon_survives() {
     daemon.stop();
 }
 
+/// The session names `status` lists.
+fn listed(client: &mut Client) -> Vec<String> {
+    let rows = client.call("status", json!({})).expect("status");
+    rows.as_array()
+        .map(|rows| {
+            rows.iter()
+                .filter_map(|r| r["session"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `own` ties a session to the calling connection: when the connection closes (its client
+/// is gone, here with a cell running), the daemon closes the session; a session it did not
+/// own stays. Bad params are refused naming what is wrong.
+#[test]
+fn a_session_owned_by_a_connection_is_closed_when_the_connection_closes() {
+    let daemon = Daemon::start();
+    let mut owner = daemon.client();
+    let mut other = daemon.client();
+    for (client, session) in [(&mut owner, "owned"), (&mut other, "kept")] {
+        client
+            .call(
+                "eval",
+                eval_params(session, json!([{"language": "py", "code": "x = 1"}])),
+            )
+            .expect("setup");
+    }
+    let owned = owner.call("own", json!({"session": "owned", "language": "py"}));
+    assert_eq!(owned, Ok(json!({"owned": 1})));
+    // Owning it again is owning it once.
+    let again = owner.call("own", json!({"session": "owned", "language": "py"}));
+    assert_eq!(again, Ok(json!({"owned": 1})));
+    let bad = owner
+        .call("own", json!({"session": "owned", "languages": "py"}))
+        .expect_err("an unknown field");
+    assert_eq!(bad["code"], -32602, "{bad}");
+    assert!(
+        bad["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("languages"),
+        "{bad}"
+    );
+    // The other connection's request names the owned session, without owning it.
+    let shared = other.call(
+        "eval",
+        eval_params("owned", json!([{"language": "py", "code": "x"}])),
+    );
+    assert_eq!(shared.expect("eval")["cells"][0]["output"], "1\n");
+    owner.send(
+        "eval",
+        eval_params(
+            "owned",
+            json!([{"language": "py", "code": "import time\ntime.sleep(600)"}]),
+        ),
+    );
+    let started = owner.read().expect("cell_started event");
+    assert_eq!(started["params"]["event"], "cell_started");
+    assert!(listed(&mut other).contains(&"owned".to_string()));
+    drop(owner);
+    let gone = common::wait_until(SETTLE * 6, || {
+        let sessions = listed(&mut other);
+        if sessions.contains(&"owned".to_string()) {
+            Err(sessions)
+        } else {
+            Ok(sessions)
+        }
+    });
+    let sessions = gone.expect("the owned session was closed");
+    assert!(sessions.contains(&"kept".to_string()), "{sessions:?}");
+    daemon.stop();
+}
+
 #[test]
 fn a_client_that_disconnects_mid_cell_gets_it_interrupted() {
     let daemon = Daemon::start();
@@ -544,6 +618,39 @@ fn an_eval_chooses_which_events_it_gets() {
         "{output:?}"
     );
     assert_eq!(run(&mut client, Some("none")), Vec::<String>::new());
+    // `values`: every event, and a trailing value's bundle (from a worker asked for them)
+    // before its text, which the other choices never send.
+    let ask = "__import__('cellvisor_prelude').send_values()";
+    let cells = json!([{"language": "py", "code": ask}, {"language": "py", "code": "x = [1]\nx"}]);
+    let values = |client: &mut Client, events: &str| {
+        let mut params = eval_params("values", cells.clone());
+        params["events"] = json!(events);
+        let (notifications, response) = client.call_collect("eval", params);
+        assert_eq!(
+            response["result"]["cells"][1]["output"], "[1]\n",
+            "{response}"
+        );
+        notifications
+    };
+    let with_values = values(&mut client, "values");
+    let value = with_values
+        .iter()
+        .map(|n| &n["params"])
+        .find(|p| p["event"] == "value")
+        .unwrap_or_else(|| panic!("a value event: {with_values:#?}"));
+    assert_eq!(value["index"], 1);
+    assert_eq!(value["bundle"]["text/plain"], "[1]");
+    assert_eq!(value["bundle"]["application/json"], json!([1]));
+    let kinds = event_kinds(&with_values);
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| *k != "value")
+            .cloned()
+            .collect::<Vec<_>>(),
+        event_kinds(&values(&mut client, "all")),
+        "the same events as `all` besides the value"
+    );
     for bad in [
         json!("loud"),
         json!(""),
@@ -557,7 +664,7 @@ fn an_eval_chooses_which_events_it_gets() {
         assert_eq!(error["code"], -32602, "{bad}: {error}");
         let message = error["message"].as_str().unwrap_or_default();
         assert!(
-            message.contains(r#"events must be "all", "output" or "none""#),
+            message.contains(r#"events must be "all", "values", "output" or "none""#),
             "{bad}: {message}"
         );
     }

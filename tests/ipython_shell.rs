@@ -181,7 +181,7 @@ fn ipython_s_notebook_features_come_out_as_in_jupyter() {
             "%%html\n<b>bold</b>",
             "%%javascript\nconsole.log(1)",
             "%%latex\n$x^2$",
-            "from IPython.display import clear_output, display, update_display\nfor i in range(3):\n    clear_output(wait=True)\n    print(i)\nh = display('first', display_id=True)\nh.update('second')\nupdate_display('third', display_id=h.display_id)",
+            "from IPython.display import clear_output, display, update_display\ndisplay('gone')\nprint('gone too')\nclear_output()\nfor i in range(3):\n    clear_output(wait=True)\n    print(i)\nh = display('first', display_id=True)\nh.update('second')\nupdate_display('third', display_id=h.display_id)",
             "%run helper",
             "answer",
             "%load helper.py",
@@ -211,7 +211,9 @@ fn ipython_s_notebook_features_come_out_as_in_jupyter() {
         "console.log(1)\n"
     );
     assert_eq!(first_display(6, "text/latex"), "$x^2$\n");
-    assert_eq!(shown(&result, 7), "0\n1\n2\n");
+    // What came before a clear is gone from the result, as from a notebook's cell: the
+    // progress loop ends showing its last line, and the displays after it stay.
+    assert_eq!(shown(&result, 7), "2\n");
     let progress: Vec<Value> = displays(&result, 7)
         .iter()
         .map(|bundle| bundle["text/plain"].clone())
@@ -282,6 +284,20 @@ fn pylab_and_sympy_printing_reach_the_display_bundles() {
 /// Without IPython the built-in emulation runs the cells and says so; `shell = "ipython"`
 /// then says why IPython's shell could not run them. `shell = "builtin"` keeps the
 /// emulation where IPython is installed.
+/// A cell that shows a display and a line, clears them, then draws a progress line three
+/// times with `clear_output(wait=True)`; `CLEAR` is where `clear_output` gets its value.
+const PROGRESS_LOOP: &str = "CLEAR\ndisplay({'gone': 1})\nprint('gone')\nclear_output()\n\
+    for i in range(3):\n    clear_output(wait=True)\n    print(i)\nprint('done', end='')\n\
+    clear_output(wait=True)";
+
+/// Only what came after the last clear is in the result (a waiting clear at the end, with
+/// nothing after it, clears nothing, as in a notebook).
+fn assert_progress_loop_cleared(result: &Value) {
+    assert_eq!(cell(result, 0)["status"], "complete", "{result:#}");
+    assert_eq!(shown(result, 0), "2\ndone", "{result:#}");
+    assert_eq!(displays(result, 0), Vec::<Value>::new(), "{result:#}");
+}
+
 #[test]
 fn the_builtin_emulation_runs_where_ipython_is_missing_or_not_wanted() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -301,6 +317,19 @@ fn the_builtin_emulation_runs_where_ipython_is_missing_or_not_wanted() {
     );
     assert_eq!(shown(&result, 1), "42\n");
     assert!(engine(&mut client, "bare").contains("built-in shell"));
+    // Without IPython, the emulation's shell clears the cell's output.
+    let result = run(
+        &mut client,
+        "bare",
+        dir.path(),
+        &[PROGRESS_LOOP
+            .replace(
+                "CLEAR",
+                "clear_output = get_ipython().display_pub.clear_output",
+            )
+            .as_str()],
+    );
+    assert_progress_loop_cleared(&result);
     daemon.stop();
 
     let daemon = daemon_on(&ipython_venv(&[]), "shell = \"builtin\"\n");
@@ -313,6 +342,19 @@ fn the_builtin_emulation_runs_where_ipython_is_missing_or_not_wanted() {
     );
     assert_eq!(shown(&result, 0), "'cellvisor_ipython'\n");
     assert!(cell(&result, 0)["notice"].is_null(), "{result:#}");
+    // IPython's `clear_output`, imported where the emulation runs the cells, clears too.
+    let result = run(
+        &mut client,
+        "chosen",
+        dir.path(),
+        &[PROGRESS_LOOP
+            .replace(
+                "CLEAR",
+                "from IPython.display import clear_output\nclear_output",
+            )
+            .as_str()],
+    );
+    assert_progress_loop_cleared(&result);
     assert!(engine(&mut client, "chosen").contains("built-in shell"));
     daemon.stop();
 }

@@ -951,3 +951,267 @@ fn sessions_tie_paths_to_kernels_per_tenant() {
     assert_eq!(rest("GET", &sessions, a, None), (200, json!([])));
     net.daemon.stop();
 }
+
+/// A progress cell: a line cleared at once, then `clear_output(wait=True)` before each of
+/// three lines (the emulation's shell: the test daemon's Python has no IPython).
+const PROGRESS_CELL: &str = "clear_output = get_ipython().display_pub.clear_output\n\
+    print('old')\nclear_output()\nfor i in range(3):\n    clear_output(wait=True)\n    print(i)";
+
+/// The stream and `clear_output` messages of one execution, in order, as (type, what).
+fn shown_and_cleared(messages: &[Value]) -> Vec<(String, Value)> {
+    messages
+        .iter()
+        .filter_map(|m| {
+            let content = &m["content"];
+            match m["msg_type"].as_str()? {
+                "stream" => Some(("stream".to_string(), content["text"].clone())),
+                "clear_output" => Some(("clear_output".to_string(), content["wait"].clone())),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+fn progress_on_iopub() -> Vec<(String, Value)> {
+    let mut expected = vec![
+        ("stream".to_string(), json!("old\n")),
+        ("clear_output".to_string(), json!(false)),
+    ];
+    for i in 0..3 {
+        expected.push(("clear_output".to_string(), json!(true)));
+        expected.push(("stream".to_string(), json!(format!("{i}\n"))));
+    }
+    expected
+}
+
+/// `clear_output` reaches Jupyter clients as iopub `clear_output` with its `wait`, in order
+/// with the cell's streams: the kernel's own cells, and an agent's JSON-RPC cell watched by a
+/// person, whose JSON-RPC result keeps only what came after the clears (and whose events
+/// carry the clears too).
+#[test]
+fn clear_output_reaches_jupyter_clients_in_order_and_trims_json_rpc_results() {
+    let net = NetDaemon::start(false, "", "");
+    let base = net.http_url("/api");
+    let token = Auth::Header(TOKEN);
+    let (status, model) = rest("POST", &format!("{base}/kernels"), token, None);
+    assert_eq!(status, 201, "{model}");
+    let id = model["id"].as_str().expect("an id").to_string();
+    let mut ch = Channels::connect(net.port, &id, TOKEN).expect("the channels");
+    let (reply, iopub) = ch.execute(PROGRESS_CELL);
+    assert_eq!(reply["content"]["status"], "ok", "{reply:#}");
+    assert_eq!(shown_and_cleared(&iopub), progress_on_iopub(), "{iopub:#?}");
+    let idle = iopub.last().expect("iopub messages");
+    assert_eq!(idle["content"]["execution_state"], "idle", "{iopub:#?}");
+
+    // An agent's cell, watched by a person on the agent's session's kernel.
+    let mut agent = net.daemon.client();
+    agent.eval("agent", json!([{"language": "py", "code": "a = 1"}]));
+    let (_, listed) = rest("GET", &format!("{base}/kernels"), token, None);
+    let kernel = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|k| k["cellvisor"]["session"] == "agent")
+        .unwrap_or_else(|| panic!("the agent's kernel: {listed:#}"))
+        .clone();
+    let mut person =
+        Channels::connect(net.port, kernel["id"].as_str().unwrap(), TOKEN).expect("channels");
+    let cells = json!({"session": "agent", "cells": [{"language": "py", "code": PROGRESS_CELL}]});
+    let runs = std::thread::spawn(move || agent.call_collect("eval", cells));
+    let input = person.until(|m| m["msg_type"] == "execute_input");
+    let parent = input["parent_header"]["msg_id"].clone();
+    person.until(|m| {
+        m["msg_type"] == "status"
+            && m["content"]["execution_state"] == "idle"
+            && m["parent_header"]["msg_id"] == parent
+    });
+    let watched: Vec<Value> = person
+        .seen
+        .iter()
+        .filter(|m| m["parent_header"]["msg_id"] == parent)
+        .cloned()
+        .collect();
+    assert_eq!(
+        shown_and_cleared(&watched),
+        progress_on_iopub(),
+        "{watched:#?}"
+    );
+    let (events, response) = runs.join().expect("the agent's eval");
+    let result = &response["result"];
+    assert_eq!(result["cells"][0]["status"], "complete", "{response:#}");
+    assert_eq!(result["cells"][0]["output"], "2\n", "{result:#}");
+    let clears: Vec<&Value> = events
+        .iter()
+        .map(|e| &e["params"])
+        .filter(|p| p["event"] == "clear_output")
+        .map(|p| &p["wait"])
+        .collect();
+    assert_eq!(
+        clears,
+        [&json!(false), &json!(true), &json!(true), &json!(true)],
+        "{events:#?}"
+    );
+    drop(ch);
+    drop(person);
+    net.daemon.stop();
+}
+
+/// Whether `kernels` (a `GET /api/kernels` answer) lists `id`.
+fn lists(kernels: &Value, id: &str) -> bool {
+    kernels
+        .as_array()
+        .is_some_and(|all| all.iter().any(|k| k["id"] == id))
+}
+
+/// Reads until the kernel tells its client it is dead (or the connection closes after it).
+fn until_dead(channels: &mut Channels) {
+    channels.until(|m| m["msg_type"] == "status" && m["content"]["execution_state"] == "dead");
+}
+
+/// A kernel whose session ends by another host's doing (a JSON-RPC `close`) leaves the
+/// listing, its id is 404, its `/api/sessions` entry goes, and its WebSocket is told `dead`;
+/// the session started again is the same kernel id again.
+#[test]
+fn a_kernel_whose_session_is_closed_leaves_the_listing_and_its_clients_are_told() {
+    let net = NetDaemon::start(false, "", "");
+    let base = net.http_url("/api");
+    let token = Auth::Header(TOKEN);
+    let mut agent = net.daemon.client();
+    agent.eval("agent", json!([{"language": "py", "code": "a = 1"}]));
+    let (_, listed) = rest("GET", &format!("{base}/kernels"), token, None);
+    let id = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|k| k["cellvisor"]["session"] == "agent")
+        .and_then(|k| k["id"].as_str())
+        .unwrap_or_else(|| panic!("the agent's kernel: {listed:#}"))
+        .to_string();
+    let mut person = Channels::connect(net.port, &id, TOKEN).expect("the channels");
+    let (reply, _) = person.execute("print(a)");
+    assert_eq!(reply["content"]["status"], "ok", "{reply:#}");
+    let body = json!({"path": "agent.ipynb", "type": "notebook", "kernel": {"id": id}});
+    let (status, session) = rest("POST", &format!("{base}/sessions"), token, Some(body));
+    assert_eq!(status, 201, "{session}");
+
+    let closed = agent.call("close", json!({"session": "agent"}));
+    assert!(closed.is_ok(), "{closed:?}");
+    until_dead(&mut person);
+    let (_, listed) = rest("GET", &format!("{base}/kernels"), token, None);
+    assert!(!lists(&listed, &id), "still listed: {listed:#}");
+    let (status, _) = rest("GET", &format!("{base}/kernels/{id}"), token, None);
+    assert_eq!(status, 404);
+    assert_eq!(
+        rest("GET", &format!("{base}/sessions"), token, None),
+        (200, json!([]))
+    );
+    assert!(
+        Channels::connect(net.port, &id, TOKEN).is_err(),
+        "the channels of an ended kernel opened"
+    );
+
+    // The agent starts the session again: the same kernel id, a fresh namespace.
+    agent.eval("agent", json!([{"language": "py", "code": "b = 2"}]));
+    let (status, model) = rest("GET", &format!("{base}/kernels/{id}"), token, None);
+    assert_eq!(status, 200, "{model}");
+    let mut again = Channels::connect(net.port, &id, TOKEN).expect("the channels");
+    let (reply, iopub) = again.execute("print(b)");
+    assert_eq!(reply["content"]["status"], "ok", "{reply:#}");
+    assert_eq!(stream_text(&iopub, "stdout"), "2\n");
+    drop(again);
+    net.daemon.stop();
+}
+
+/// A kernel started with `POST /api/kernels` whose session the daemon evicts when idle: it
+/// leaves the listing and its client is told `dead` (as the eviction happens, not at the
+/// next request).
+#[test]
+fn a_kernel_whose_session_is_evicted_leaves_the_listing_and_its_clients_are_told() {
+    // Long enough to connect first on a loaded machine, short enough to wait for.
+    let net = NetDaemon::start(false, "", "idle-timeout = \"5s\"\n");
+    let base = net.http_url("/api");
+    let token = Auth::Header(TOKEN);
+    let (status, model) = rest("POST", &format!("{base}/kernels"), token, None);
+    assert_eq!(status, 201, "{model}");
+    let id = model["id"].as_str().expect("an id").to_string();
+    let mut ch = Channels::connect(net.port, &id, TOKEN).expect("the channels");
+    until_dead(&mut ch);
+    let (_, listed) = rest("GET", &format!("{base}/kernels"), token, None);
+    assert!(!lists(&listed, &id), "still listed: {listed:#}");
+    assert_eq!(
+        rest("GET", &format!("{base}/kernels/{id}"), token, None).0,
+        404
+    );
+    net.daemon.stop();
+}
+
+/// `display(..., display_id=...)` and its handle's `update` reach Jupyter clients as
+/// `display_data` and `update_display_data` with the id in `transient`, and `clear_output`
+/// as `clear_output` (IPython's display machinery, or cellvisor's `IPython` where the
+/// session's Python has none).
+#[test]
+fn display_ids_reach_iopub_as_display_data_and_update_display_data() {
+    let net = NetDaemon::start(false, "", "");
+    let token = Auth::Header(TOKEN);
+    let (status, model) = rest("POST", &net.http_url("/api/kernels"), token, None);
+    assert_eq!(status, 201, "{model}");
+    let id = model["id"].as_str().expect("an id").to_string();
+    let mut ch = Channels::connect(net.port, &id, TOKEN).expect("the channels");
+    let (reply, iopub) = ch.execute(
+        "import IPython\nfrom IPython.display import clear_output, display, HTML, Markdown\n\
+         display(Markdown('gone'))\nclear_output()\n\
+         print(hasattr(IPython, '__cellvisor_shim__'))\n\
+         display(Markdown('plain'))\n\
+         h = display(HTML('<b>1</b>'), display_id=True)\nh.update(HTML('<b>2</b>'))",
+    );
+    assert_eq!(reply["content"]["status"], "ok", "{reply:#}");
+    // Which IPython the cell had: the shim exactly where the session's Python has none.
+    let real = std::process::Command::new(common::shared_python())
+        .args(["-c", "import IPython"])
+        .status()
+        .expect("run the sessions' python")
+        .success();
+    let shim = if real { "False\n" } else { "True\n" };
+    assert_eq!(stream_text(&iopub, "stdout"), shim);
+    let displays: Vec<(&str, &Value)> = iopub
+        .iter()
+        .filter_map(|m| Some((m["msg_type"].as_str()?, &m["content"])))
+        .filter(|(kind, _)| kind.ends_with("display_data"))
+        .collect();
+    assert_eq!(displays.len(), 4, "{iopub:#?}");
+    let cleared = iopub.iter().position(|m| m["msg_type"] == "clear_output");
+    let gone = iopub
+        .iter()
+        .position(|m| m["content"]["data"]["text/markdown"] == "gone");
+    assert!(
+        gone.is_some()
+            && cleared > gone
+            && cleared < iopub.iter().position(|m| m["msg_type"] == "stream"),
+        "{iopub:#?}"
+    );
+    let displays = &displays[1..];
+    assert_eq!(displays[0].0, "display_data");
+    assert_eq!(displays[0].1["data"]["text/markdown"], "plain");
+    assert_eq!(displays[0].1["transient"], json!({}));
+    let (shown, updated) = (displays[1], displays[2]);
+    let display_id = shown.1["transient"]["display_id"].clone();
+    assert!(
+        display_id.as_str().is_some_and(|id| id.len() == 32),
+        "{iopub:#?}"
+    );
+    assert_eq!(shown.0, "display_data");
+    assert_eq!(shown.1["data"]["text/html"], "<b>1</b>");
+    assert_eq!(updated.0, "update_display_data");
+    assert_eq!(updated.1["data"]["text/html"], "<b>2</b>");
+    assert_eq!(updated.1["transient"]["display_id"], display_id);
+    for (_, content) in displays {
+        assert!(
+            content["data"]
+                .get("application/x-cellvisor-display")
+                .is_none(),
+            "{content:#}"
+        );
+    }
+    drop(ch);
+    net.daemon.stop();
+}

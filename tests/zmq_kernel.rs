@@ -7,7 +7,8 @@
 //! - `forged_messages_attached_sessions_and_shutdown`: a message signed with another key is
 //!   dropped and the kernel goes on; `--session` attaches and leaves the session open; a
 //!   kernel's shutdown ends its process and closes its own session.
-//! - `notebooks_run_through_nbclient_as_through_ipykernel`: examples/notebooks through both.
+//! - `notebooks_run_through_nbclient_as_through_ipykernel`: every notebook in
+//!   examples/notebooks through both.
 //! - `kernel_install_names_bad_input`: the install's errors.
 
 mod common;

@@ -557,6 +557,14 @@ pub enum CellEvent {
         /// The value's bundle (`{"text/plain": "42"}`, plus `application/json`, HTML, ...).
         bundle: serde_json::Value,
     },
+    /// The cell cleared its output (IPython's `clear_output`): what it showed before goes;
+    /// with `wait`, only once its next output arrives (a progress line redrawn in place).
+    ClearOutput {
+        /// The cell's place in its request.
+        index: usize,
+        /// Whether the clear waits for the next output.
+        wait: bool,
+    },
     /// A cell ended.
     CellDone {
         /// The cell's place in its request.

@@ -36,6 +36,9 @@ pub mod method {
     pub const RESET: &str = "reset";
     /// Ends a session and its workers.
     pub const CLOSE: &str = "close";
+    /// Ties a session to the calling connection: the daemon closes it when the connection
+    /// closes (a process that owns its session, such as a Jupyter kernel, killed or not).
+    pub const OWN: &str = "own";
     /// Lists the sessions ([`SessionStatus`](crate::status::SessionStatus) rows).
     pub const STATUS: &str = "status";
     /// The Python zygotes: what each preloaded, how many workers it forked.
@@ -79,7 +82,7 @@ pub mod method {
 /// Standard and cellvisor error codes.
 pub mod code;
 mod results;
-pub use results::{ReloadResult, SessionsReached, ShutdownResult, ToolCallParams};
+pub use results::{OwnResult, ReloadResult, SessionsReached, ShutdownResult, ToolCallParams};
 #[cfg(feature = "schema")]
 pub mod schema;
 
@@ -286,17 +289,27 @@ pub enum Events {
     Output,
     /// No notifications: only the answer.
     None,
+    /// Every event, and each cell's trailing value as a `value {index, bundle}` event (its
+    /// MIME bundle, sent before its text goes to `output`): what a Jupyter kernel publishes
+    /// as `execute_result` (`cellvisor kernel` asks for it).
+    Values,
 }
 
 impl Events {
     /// The spellings, as an error names them.
-    pub const ALLOWED: &'static str = r#""all", "output" or "none""#;
+    pub const ALLOWED: &'static str = r#""all", "values", "output" or "none""#;
 
     /// Whether `event` goes out under this choice (a value's bundle never: it is the gateway's).
     pub fn passes(self, event: &CellEvent) -> bool {
         match self {
             Events::All => !matches!(event, CellEvent::Value { .. }),
-            Events::Output => matches!(event, CellEvent::Output { .. } | CellEvent::Display { .. }),
+            Events::Values => true,
+            Events::Output => matches!(
+                event,
+                CellEvent::Output { .. }
+                    | CellEvent::Display { .. }
+                    | CellEvent::ClearOutput { .. }
+            ),
             Events::None => false,
         }
     }
@@ -315,6 +328,7 @@ impl<'de> Deserialize<'de> for Events {
             Some("all") => Ok(Events::All),
             Some("output") => Ok(Events::Output),
             Some("none") => Ok(Events::None),
+            Some("values") => Ok(Events::Values),
             _ => Err(serde::de::Error::custom(format!(
                 "events must be {}, not {value}",
                 Events::ALLOWED
@@ -532,7 +546,7 @@ mod tests {
             let err = choice(bad.clone()).expect_err("refused").to_string();
             assert_eq!(
                 err,
-                format!(r#"events must be "all", "output" or "none", not {bad}"#)
+                format!(r#"events must be "all", "values", "output" or "none", not {bad}"#)
             );
         }
         let started = CellEvent::CellStarted {
@@ -561,13 +575,21 @@ mod tests {
             index: 0,
             bundle: json!({}),
         };
-        // Six events, of which a value's bundle (Jupyter's gateway's alone) passes none.
-        let all = [&started, &output, &display, &status, &done, &value];
+        let clear = CellEvent::ClearOutput {
+            index: 0,
+            wait: true,
+        };
+        // Seven events, of which a value's bundle (Jupyter's gateway's alone) passes none.
+        let all = [&started, &output, &display, &status, &done, &value, &clear];
         let passed = |events: Events| all.iter().filter(|e| events.passes(e)).count();
-        assert_eq!(passed(Events::All), 5);
+        assert_eq!(passed(Events::All), 6);
         assert!(Events::Output.passes(&output) && Events::Output.passes(&display));
-        assert_eq!(passed(Events::Output), 2);
+        // A clear is part of what the cells show.
+        assert!(Events::Output.passes(&clear));
+        assert_eq!(passed(Events::Output), 3);
         assert_eq!(passed(Events::None), 0);
+        // A Jupyter kernel asks for every event and the values' bundles.
+        assert_eq!(passed(Events::Values), 7);
         // The default is left out of a request, so older daemons still read it.
         let request = crate::cell::EvalRequest::default();
         assert!(serde_json::to_value(&request)

@@ -97,3 +97,4 @@ pub use host::{
     MAX_WAIT_MS,
 };
 pub use names::{SessionName, SessionNameError};
+pub use supervisor::ends::SessionEnded;

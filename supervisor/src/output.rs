@@ -152,6 +152,16 @@ impl OutputSink {
         self.artifact_error = Some(reason);
     }
 
+    /// Forgets everything written so far (the cell cleared its output): the sink starts
+    /// again, and an artifact that held the cleared text is deleted with it.
+    pub fn clear(&mut self) {
+        self.artifact = None;
+        if let Some(path) = self.artifact_path.take() {
+            self.limits.artifacts.discard(&path);
+        }
+        *self = OutputSink::new(self.limits.clone());
+    }
+
     /// Ends the stream: flushes the artifact and renders the kept text, its over-long lines
     /// cut (the whole output is then in the artifact too).
     pub fn finish(mut self) -> SinkResult {

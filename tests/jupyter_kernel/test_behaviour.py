@@ -227,6 +227,32 @@ class KernelBehaviour(unittest.TestCase):
                 kc.stop_channels()
                 km.shutdown_kernel()
 
+    def test_clear_output_reaches_iopub_in_order_with_its_wait(self):
+        with tempfile.TemporaryFile("w+") as log:
+            km, kc = start("cellvisor-python", log)
+            try:
+                msg_id = kc.execute("clear_output = get_ipython().display_pub.clear_output\n"
+                                    "print('old')\nclear_output()\n"
+                                    "for i in range(3):\n    clear_output(wait=True)\n    print(i)")
+                seen = []
+                while True:
+                    msg = kc.get_iopub_msg(timeout=TIMEOUT)
+                    if msg["parent_header"].get("msg_id") != msg_id:
+                        continue
+                    if msg["msg_type"] == "stream":
+                        seen.append(("stream", msg["content"]["text"]))
+                    elif msg["msg_type"] == "clear_output":
+                        seen.append(("clear_output", msg["content"]["wait"]))
+                    elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                        break
+                expected = [("stream", "old\n"), ("clear_output", False)]
+                for i in range(3):
+                    expected += [("clear_output", True), ("stream", "%d\n" % i)]
+                self.assertEqual(seen, expected)
+            finally:
+                kc.stop_channels()
+                km.shutdown_kernel()
+
     def test_interrupt_request_on_control_stops_the_running_cell(self):
         with tempfile.TemporaryFile("w+") as log:
             km, kc = start("cellvisor-python", log)
@@ -304,6 +330,43 @@ class KernelBehaviour(unittest.TestCase):
         while own in sessions() and time.monotonic() < deadline:
             time.sleep(0.05)
         self.assertNotIn(own, sessions())
+
+    def test_a_sigkilled_kernel_leaves_no_session_behind_but_an_attached_one_stays(self):
+        # Its own session: owned by the kernel's connection, closed by the daemon when the
+        # killed kernel's connection drops (no idle eviction in the test daemon).
+        before = sessions()
+        with tempfile.TemporaryFile("w+") as log:
+            km, kc = start("cellvisor-python", log)
+            try:
+                reply, _ = run(kc, "x = 1")
+                self.assertEqual(reply["status"], "ok")
+                made = sessions() - before
+                self.assertEqual(len(made), 1, made)
+                (own,) = made
+                os.kill(km.provisioner.pid, signal.SIGKILL)
+                self.assertTrue(wait_pid_gone(km.provisioner.pid), "the kernel outlived SIGKILL")
+                deadline = time.monotonic() + TIMEOUT
+                while own in sessions() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                self.assertNotIn(own, sessions())
+            finally:
+                kc.stop_channels()
+                km.shutdown_kernel(now=True)
+        # An attached session is the agent's: a killed kernel leaves it as it was.
+        with tempfile.TemporaryFile("w+") as log:
+            km, kc = start("cellvisor-python", log, [ATTACHED_KERNELS])
+            try:
+                reply, _ = run(kc, "left_by_a_killed_kernel = 7")
+                self.assertEqual(reply["status"], "ok")
+                os.kill(km.provisioner.pid, signal.SIGKILL)
+                self.assertTrue(wait_pid_gone(km.provisioner.pid), "the kernel outlived SIGKILL")
+            finally:
+                kc.stop_channels()
+                km.shutdown_kernel(now=True)
+        after = subprocess.run(
+            [CELLVISOR, "eval", "-s", ATTACHED_SESSION, "-l", "py", "print(left_by_a_killed_kernel)"],
+            capture_output=True, text=True)
+        self.assertEqual(after.stdout.strip(), "7", after.stderr)
 
     def test_a_kernel_attached_to_a_session_ends_with_its_parent_and_leaves_the_session(self):
         self.kill_the_parent("cellvisor-python", [ATTACHED_KERNELS])

@@ -59,9 +59,15 @@ impl Actual {
             .displays
             .iter()
             .map(|bundle| {
+                // cellvisor's own keys (a display's id) are no MIME type a notebook stores.
                 let mimes = bundle
                     .as_object()
-                    .map(|b| b.keys().cloned().collect())
+                    .map(|b| {
+                        b.keys()
+                            .filter(|mime| !mime.starts_with("application/x-cellvisor"))
+                            .cloned()
+                            .collect()
+                    })
                     .unwrap_or_default();
                 let text = bundle
                     .get("text/plain")

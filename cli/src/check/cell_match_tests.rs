@@ -175,7 +175,8 @@ fn a_failed_cell_is_read_from_its_events_and_traceback() {
             "  File \"<cell 3>\", line 1\npandas.errors.ParserError: bad\n",
         ),
     ];
-    cell.report.displays = vec![json!({"image/png": "iVBO", "text/plain": "<Figure>"})];
+    cell.report.displays = vec![json!({"image/png": "iVBO", "text/plain": "<Figure>",
+        "application/x-cellvisor-display": {"display_id": "d", "update": false}})];
     let actual = Actual::observe(&cell, &events);
     assert_eq!(actual.stdout, "before\n");
     assert_eq!(actual.stderr, "a warning\n");

@@ -103,6 +103,8 @@ pub fn build(events: &[TimedEvent], setup: &[CellResult], cells: &[CellResult]) 
             CellEvent::Display { index, .. } => (StepKind::Display, None, *index),
             // The value is in the output and displays already.
             CellEvent::Value { .. } => continue,
+            // A clear shows nothing: the output around it makes the steps.
+            CellEvent::ClearOutput { .. } => continue,
             CellEvent::Status { index, status } => {
                 let op = status.get("op").and_then(|v| v.as_str()).map(String::from);
                 (StepKind::Status, op, *index)

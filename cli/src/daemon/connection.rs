@@ -72,6 +72,8 @@ pub(super) struct Connection {
     pub(super) principal: Principal,
     /// Whether it came over the network (the `landlock` level of `auto` confines its cells).
     pub(super) origin: cellvisor::Origin,
+    /// The sessions it owns (`own`): closed when it closes.
+    pub(super) owned: super::owned::Owned,
 }
 
 /// An eval in flight on a connection: aborted and its session interrupted if the client leaves.
@@ -168,6 +170,7 @@ pub(super) async fn serve_messages<S: MessageSource>(
         } else {
             cellvisor::Origin::Network
         },
+        owned: Default::default(),
     });
     let mut next_task = 0u64;
     loop {
@@ -275,6 +278,7 @@ pub(super) async fn serve_messages<S: MessageSource>(
         tracing::info!(session = %flight.session, "client disconnected during eval or wait");
         flight.task.abort();
     }
+    connection.owned.close_all(&daemon).await;
     // The writer ends once every sender is gone: ours, and the one the connection holds.
     drop(connection);
     drop(out);
@@ -544,6 +548,7 @@ mod tests {
             next_tool_call: AtomicU64::new(1),
             principal: Principal::operator(),
             origin: cellvisor::Origin::Local,
+            owned: Default::default(),
         };
         let mut waiting = Vec::new();
         for _ in 0..MAX_PENDING_TOOL_CALLS {

@@ -96,6 +96,7 @@ async fn method_of(
         Call::Interrupt(p) => interrupt(daemon, &p).await,
         Call::Reset(p) => reset(daemon, &p).await,
         Call::Close(p) => close(daemon, &p).await,
+        Call::Own(p) => to_json(&super::owned::own(&connection.owned, *p)?),
         Call::Status => tenancy::status(
             tenant,
             to_json(&daemon.cv.status().await.map_err(refused)?)?,
@@ -318,7 +319,7 @@ impl EventStream {
     fn new(choice: Events) -> (Option<mpsc::Sender<CellEvent>>, EventStream) {
         let (sender, receiver) = match choice {
             Events::None => (None, None),
-            Events::All | Events::Output => {
+            Events::All | Events::Output | Events::Values => {
                 let (sender, receiver) = mpsc::channel::<CellEvent>(64);
                 (Some(sender), Some(receiver))
             }

@@ -16,6 +16,7 @@
 //! - `connection`: one client's connection: its reader, its writer, its requests in flight,
 //!   the tool calls it is asked to answer.
 //! - `dispatch`: the methods, one function each.
+//! - `owned`: the sessions a connection owns (`own`), closed when it closes.
 //! - `held_start`: a quick cell's `cell_started` event, sent in one write with what follows.
 
 mod admission;
@@ -27,6 +28,7 @@ mod held_start;
 mod lifecycle;
 mod listener;
 mod net;
+mod owned;
 mod tenancy;
 
 pub use net::NetworkError;

@@ -23,6 +23,7 @@ fn right_of(method: MethodName) -> Option<Right> {
         | MethodName::Interrupt
         | MethodName::Reset
         | MethodName::Close
+        | MethodName::Own
         | MethodName::Checkpoint
         | MethodName::Restore
         | MethodName::Checkpoints

@@ -108,18 +108,46 @@ pub fn iopub_of(event: &CellEvent) -> Option<(&'static str, Value)> {
         CellEvent::Output { stream, text, .. } => {
             Some(("stream", json!({"name": stream, "text": text})))
         }
-        CellEvent::Display { bundle, .. } => Some((
-            "display_data",
-            json!({"data": bundle, "metadata": {}, "transient": {}}),
-        )),
+        CellEvent::Display { bundle, .. } => Some(display_message(bundle)),
         CellEvent::Status { status, .. } => Some((
             "display_data",
             json!({"data": {"application/x-cellvisor-status": status}, "metadata": {}, "transient": {}}),
         )),
+        CellEvent::ClearOutput { wait, .. } => Some(("clear_output", json!({"wait": wait}))),
         CellEvent::CellStarted { .. } | CellEvent::CellDone { .. } | CellEvent::Value { .. } => {
             None
         }
     }
+}
+
+/// The bundle key under which a Python display names itself (IPython's `display_id`) and
+/// says whether it updates that display.
+pub const DISPLAY_MIME: &str = "application/x-cellvisor-display";
+
+/// A display's iopub message: `display_data`, or `update_display_data` for an update, with
+/// its `display_id` moved from the bundle to `transient` as Jupyter carries it.
+fn display_message(bundle: &Value) -> (&'static str, Value) {
+    let named = bundle
+        .get(DISPLAY_MIME)
+        .and_then(|display| Some((display.get("display_id")?.as_str()?, display)));
+    let Some((id, display)) = named else {
+        return (
+            "display_data",
+            json!({"data": bundle, "metadata": {}, "transient": {}}),
+        );
+    };
+    let mut data = bundle.clone();
+    if let Some(data) = data.as_object_mut() {
+        data.remove(DISPLAY_MIME);
+    }
+    let kind = match display.get("update").and_then(Value::as_bool) {
+        Some(true) => "update_display_data",
+        _ => "display_data",
+    };
+    (
+        kind,
+        json!({"data": data, "metadata": {}, "transient": {"display_id": id}}),
+    )
 }
 
 /// The `execute_input` content of a cell.
@@ -389,6 +417,39 @@ mod tests {
     }
 
     #[test]
+    fn a_named_display_carries_its_id_in_transient_and_an_update_is_update_display_data() {
+        let named = |update: Value| CellEvent::Display {
+            index: 0,
+            bundle: json!({"text/plain": "1", DISPLAY_MIME: {"display_id": "d1", "update": update}}),
+        };
+        for (update, kind) in [
+            (json!(false), "display_data"),
+            (json!(true), "update_display_data"),
+            (json!("yes"), "display_data"),
+        ] {
+            let (got, content) = iopub_of(&named(update)).unwrap();
+            assert_eq!(got, kind);
+            assert_eq!(content["data"], json!({"text/plain": "1"}));
+            assert_eq!(content["transient"], json!({"display_id": "d1"}));
+        }
+        // Without a string id the key is only data: shown as given, never an update.
+        for odd in [
+            json!({"update": true}),
+            json!({"display_id": 7, "update": true}),
+            json!(1),
+        ] {
+            let event = CellEvent::Display {
+                index: 0,
+                bundle: json!({"text/plain": "1", DISPLAY_MIME: odd}),
+            };
+            let (got, content) = iopub_of(&event).unwrap();
+            assert_eq!(got, "display_data");
+            assert_eq!(content["data"][DISPLAY_MIME], odd);
+            assert_eq!(content["transient"], json!({}));
+        }
+    }
+
+    #[test]
     fn events_become_iopub_messages() {
         let out = CellEvent::Output {
             index: 0,
@@ -406,6 +467,7 @@ mod tests {
         let (kind, content) = iopub_of(&display).unwrap();
         assert_eq!(kind, "display_data");
         assert_eq!(content["data"]["text/html"], "<b>x</b>");
+        assert_eq!(content["transient"], json!({}));
         let status = CellEvent::Status {
             index: 0,
             status: json!({"op": "read"}),
@@ -413,6 +475,13 @@ mod tests {
         assert_eq!(
             iopub_of(&status).unwrap().1["data"]["application/x-cellvisor-status"]["op"],
             "read"
+        );
+        assert_eq!(
+            iopub_of(&CellEvent::ClearOutput {
+                index: 0,
+                wait: true
+            }),
+            Some(("clear_output", json!({"wait": true})))
         );
         assert_eq!(
             iopub_of(&CellEvent::CellDone {

@@ -106,6 +106,11 @@ async fn bind<S: Socket>(
         })
 }
 
+/// The tasks a request passes through between the shell's TCP socket and the shell's queue
+/// (ZeroMQ's peer task, its socket's queue, the reader), each given a turn before an error
+/// aborts what is queued.
+const READER_HOPS: usize = 4;
+
 /// Why the kernel ends.
 pub type Ending = watch::Sender<Option<bool>>;
 
@@ -181,6 +186,12 @@ pub async fn serve(
             }
         };
         if failed {
+            // Requests that reached the socket while the cell ran may still be on their way
+            // through ZeroMQ's tasks and the reader (one thread): they run first, so they are
+            // queued by now.
+            for _ in 0..READER_HOPS {
+                tokio::task::yield_now().await;
+            }
             // As ipykernel: an error aborts the execute requests already queued.
             while let Ok(queued) = jobs.try_recv() {
                 if queued.request.msg_type == "execute_request" {

@@ -1,7 +1,8 @@
 //! The daemon session behind a kernel, through the client library: the daemon found (or
 //! started, as `cellvisor eval` starts it) on its socket, the kernel's cells run in the
 //! session, an interrupt on a connection of its own (the first one is busy with the running
-//! cell), and the session closed at the end when the kernel made it.
+//! cell), and the session closed at the end when the kernel made it (and owned by its
+//! connection, so the daemon closes it when a killed kernel's connection drops).
 
 use cellvisor::cell::{CellEvent, CellResult, CellSpec, EvalRequest};
 use cellvisor::daemon::client::{Client, ClientError};
@@ -79,7 +80,15 @@ impl Session {
             )
             .await
             .map_err(|e| e.to_string())?;
-            self.client = Some(client);
+            let params = self.params();
+            let client = self.client.insert(client);
+            if self.own {
+                // The daemon closes the kernel's own session when this connection closes,
+                // even when the kernel is killed and closes nothing itself.
+                if let Err(err) = client.call(method::OWN, params).await {
+                    tracing::warn!("the daemon will not close the kernel's session with it: {err}");
+                }
+            }
         }
         self.client
             .as_mut()
@@ -106,7 +115,8 @@ impl Session {
             resume: false,
             timeout: None,
             reset: false,
-            events: Default::default(),
+            // The values' bundles too: a cell's trailing value is its `execute_result`.
+            events: cellvisor::daemon::protocol::Events::Values,
             request_id: None,
         };
         *self.running.lock().await = true;
@@ -222,6 +232,14 @@ fn event_of(params: &Value) -> Option<CellEvent> {
             index,
             status: params["status"].clone(),
         }),
+        "value" => Some(CellEvent::Value {
+            index,
+            bundle: params["bundle"].clone(),
+        }),
+        "clear_output" => Some(CellEvent::ClearOutput {
+            index,
+            wait: params["wait"].as_bool().unwrap_or(false),
+        }),
         _ => None,
     }
 }
@@ -246,6 +264,21 @@ mod tests {
             event_of(&display),
             Some(CellEvent::Display { index: 2, .. })
         ));
+        assert_eq!(
+            event_of(&json!({"event": "clear_output", "index": 1, "wait": true})),
+            Some(CellEvent::ClearOutput {
+                index: 1,
+                wait: true
+            })
+        );
+        let value = json!({"event": "value", "index": 0, "bundle": {"text/plain": "3"}});
+        assert_eq!(
+            event_of(&value),
+            Some(CellEvent::Value {
+                index: 0,
+                bundle: json!({"text/plain": "3"})
+            })
+        );
         assert_eq!(event_of(&json!({"event": "cell_done", "index": 0})), None);
         assert_eq!(event_of(&json!({"event": "output"})), None);
     }

@@ -167,6 +167,7 @@ fn event_text(event: &CellEvent, cells: usize) -> Option<String> {
         CellEvent::CellStarted { .. }
         | CellEvent::Status { .. }
         | CellEvent::Value { .. }
+        | CellEvent::ClearOutput { .. }
         | CellEvent::CellDone { .. } => None,
     }
 }

@@ -94,7 +94,7 @@ use super::session_params::{
 #[cfg(feature = "schema")]
 use super::{
     files::{FilesDeleteResult, FilesListResult, FilesReadResult, FilesWriteResult},
-    results::{ReloadResult, SessionsReached, ShutdownResult},
+    results::{OwnResult, ReloadResult, SessionsReached, ShutdownResult},
     DrainResult, InitializeResult,
 };
 use super::{DrainParams, InitializeParams};
@@ -120,6 +120,8 @@ calls! {
     Reset = method::RESET, SessionParams => SessionsReached;
     /// `close`: ends a session's workers.
     Close = method::CLOSE, SessionParams => SessionsReached;
+    /// `own`: ties a session to the calling connection, closed when the connection closes.
+    Own = method::OWN, SessionParams => OwnResult;
     /// `status`: the sessions.
     Status = method::STATUS => Vec<SessionStatus>;
     /// `zygotes`: the Python zygotes.
@@ -187,7 +189,7 @@ impl Call {
             Call::Eval(p) => Some(&p.session),
             Call::Wait(p) => Some(&p.session),
             Call::Terminate(p) => Some(&p.session),
-            Call::Interrupt(p) | Call::Reset(p) | Call::Close(p) => Some(&p.session),
+            Call::Interrupt(p) | Call::Reset(p) | Call::Close(p) | Call::Own(p) => Some(&p.session),
             Call::Checkpoint(p) | Call::Restore(p) => Some(&p.session),
             Call::Checkpoints(p) => Some(&p.session),
             Call::Names(p) => Some(&p.session),

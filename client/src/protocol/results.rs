@@ -12,6 +12,14 @@ pub struct SessionsReached {
     pub sessions: usize,
 }
 
+/// The answer of `own`: how many sessions the calling connection owns now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct OwnResult {
+    /// Sessions this connection owns, the one just named included.
+    pub owned: usize,
+}
+
 /// The answer of `shutdown`, sent before the daemon stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

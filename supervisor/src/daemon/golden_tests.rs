@@ -37,6 +37,7 @@ const CLIENT_METHODS: &[&str] = &[
     method::CONFIG_RELOAD,
     method::DRAIN,
     method::UNDRAIN,
+    method::OWN,
 ];
 
 fn request(id: u64, method: &str, params: Value) -> Value {
@@ -251,6 +252,13 @@ fn events() -> Vec<(&'static str, CellEvent)> {
             },
         ),
         (
+            "clear_output",
+            CellEvent::ClearOutput {
+                index: 0,
+                wait: true,
+            },
+        ),
+        (
             "cell_done",
             CellEvent::CellDone {
                 index: 0,
@@ -276,7 +284,9 @@ fn examples() -> Vec<(String, Value)> {
     for (id, name) in (1..).zip(CLIENT_METHODS) {
         let params = match *name {
             method::EVAL => to_value(&eval_request()),
-            method::INTERRUPT | method::RESET | method::CLOSE => to_value(&session_params()),
+            method::INTERRUPT | method::RESET | method::CLOSE | method::OWN => {
+                to_value(&session_params())
+            }
             method::WAIT => to_value(&wait_params()),
             method::TERMINATE => to_value(&terminate_params()),
             method::DRAIN => to_value(&DrainParams {
@@ -309,6 +319,7 @@ fn examples() -> Vec<(String, Value)> {
             live: 2,
             node: "node-a".into(),
         }),
+        json!({"owned": 1}),
     ];
     for ((id, name), result) in (1u64..).zip(CLIENT_METHODS).zip(results) {
         push(
@@ -471,7 +482,7 @@ fn reencode(name: &str, line: &Value) -> Value {
         assert_eq!(request.method, method);
         again["params"] = match method {
             method::EVAL => to_value(&params::<EvalRequest>(request.params).expect("eval params")),
-            method::INTERRUPT | method::RESET | method::CLOSE => {
+            method::INTERRUPT | method::RESET | method::CLOSE | method::OWN => {
                 to_value(&params::<SessionParams>(request.params).expect("session params"))
             }
             method::WAIT => to_value(&params::<WaitParams>(request.params).expect("wait params")),

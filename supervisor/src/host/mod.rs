@@ -169,6 +169,8 @@ pub struct Cellvisor {
     pairs: Mutex<pairs::Pairs>,
     /// The sessions someone watches ([`Cellvisor::watch`]).
     watchers: watch::Watchers,
+    /// The sessions that end ([`Cellvisor::follow_ends`]).
+    ends: crate::supervisor::ends::SessionEnds,
 }
 
 impl Cellvisor {
@@ -401,6 +403,7 @@ impl Prepared {
             startup::prepare_isolation(&options.config, &shared, &run_dir)?;
         tracing::info!("{}", isolation.line());
         let base = WorkerBase {
+            ended: Default::default(),
             programs: crate::spawn::WorkerPrograms::beside(exe),
             run_dir: run_dir.clone(),
             artifacts,
@@ -465,6 +468,7 @@ impl Prepared {
             session_key,
             pairs: Mutex::new(pairs::Pairs::default()),
             watchers: watch::Watchers::default(),
+            ends: self.base.ended.clone(),
         }
     }
 }

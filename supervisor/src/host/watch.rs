@@ -146,6 +146,13 @@ impl Tap {
 }
 
 impl Cellvisor {
+    /// Every session that ends from now on (closed, evicted, stopped): its name and the
+    /// language whose worker went, as it goes. A follower that falls behind by more than
+    /// 256 ends is told it lagged (and should look at what is live).
+    pub fn follow_ends(&self) -> broadcast::Receiver<crate::supervisor::ends::SessionEnded> {
+        self.ends.follow()
+    }
+
     /// Every request's cells and events on `session` (its name as requests send it, every
     /// cwd of it), from now until the receiver is dropped. A watcher that falls behind by
     /// more than a thousand events misses the oldest and is told so by the receiver.

@@ -35,6 +35,9 @@ pub const STATUS_MIME: &str = "application/x-cellvisor-status";
 /// The key of the display bundle a worker sends for its cell's trailing value (a
 /// [`CellEvent::Value`]): the value's own bundle under it.
 pub const VALUE_MIME: &str = "application/x-cellvisor-value";
+/// The key of the display bundle a worker sends for a `clear_output(wait=...)` (a
+/// [`CellEvent::ClearOutput`]): `{"wait": bool}` under it.
+pub const CLEAR_MIME: &str = "application/x-cellvisor-clear";
 
 /// A cell whose output the reader task is collecting.
 pub(crate) struct ActiveCell {
@@ -403,6 +406,12 @@ impl ReaderTask {
                             index,
                             bundle: bundle[VALUE_MIME].clone(),
                         },
+                        // What the cell showed goes (or goes with its next output).
+                        None if bundle.get(CLEAR_MIME).is_some() => {
+                            let wait = bundle[CLEAR_MIME]["wait"].as_bool().unwrap_or(false);
+                            cell.output.clear(wait);
+                            CellEvent::ClearOutput { index, wait }
+                        }
                         Some(status) => {
                             cell.output.status(status.clone());
                             CellEvent::Status {

@@ -32,6 +32,8 @@ struct Window {
     status_events: Vec<serde_json::Value>,
     /// What came after a yield the session has not cut at yet.
     held: Option<Held>,
+    /// A `clear_output(wait=True)` waiting for the cell's next output to clear before it.
+    clear_pending: bool,
 }
 
 /// Output held back for the window after a yield.
@@ -59,6 +61,7 @@ impl CellOutput {
                 displays: Vec::new(),
                 status_events: Vec::new(),
                 held: None,
+                clear_pending: false,
             }),
             background: AtomicBool::new(false),
             watcher: Mutex::new(None),
@@ -72,6 +75,9 @@ impl CellOutput {
 
     pub fn write(&self, data: &[u8]) {
         let mut window = self.lock();
+        if !data.is_empty() {
+            window.clear_if_pending();
+        }
         let cap = window.limits.max_bytes;
         match &mut window.held {
             // Held within the output budget; past it, let go (the session is far behind).
@@ -88,6 +94,7 @@ impl CellOutput {
 
     pub fn display(&self, bundle: serde_json::Value) {
         let mut window = self.lock();
+        window.clear_if_pending();
         match &mut window.held {
             Some(held) => held.displays.push(bundle),
             None => window.displays.push(bundle),
@@ -99,6 +106,17 @@ impl CellOutput {
         match &mut window.held {
             Some(held) => held.status_events.push(status),
             None => window.status_events.push(status),
+        }
+    }
+
+    /// The cell cleared its output, as a notebook clears a cell's: the text and displays
+    /// shown so far in this window go (since the yield, when one is pending), now or, with
+    /// `wait`, when the next output arrives. What helpers reported (status events) stays.
+    pub fn clear(&self, wait: bool) {
+        let mut window = self.lock();
+        window.clear_pending = true;
+        if !wait {
+            window.clear_if_pending();
         }
     }
 
@@ -171,6 +189,23 @@ impl CellOutput {
 }
 
 impl Window {
+    /// Carries out a pending clear before the output that follows it.
+    fn clear_if_pending(&mut self) {
+        if !std::mem::take(&mut self.clear_pending) {
+            return;
+        }
+        match &mut self.held {
+            Some(held) => {
+                held.bytes.clear();
+                held.displays.clear();
+            }
+            None => {
+                self.sink.clear();
+                self.displays.clear();
+            }
+        }
+    }
+
     fn release(&mut self) {
         if let Some(held) = self.held.take() {
             self.sink.write(&held.bytes);
@@ -236,6 +271,69 @@ mod tests {
         out.hold();
         out.write(b"z\n");
         assert_eq!(out.finish().output.text, "z\n");
+    }
+
+    #[test]
+    fn a_clear_drops_what_was_shown_before_it_at_once_or_with_the_next_output() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = output(dir.path(), 1000);
+        out.write(b"old\n");
+        out.display(serde_json::json!({"text/plain": "d"}));
+        out.status(serde_json::json!({"op": "read"}));
+        out.clear(false);
+        out.write(b"new\n");
+        let cut = out.cut();
+        assert_eq!(cut.output.text, "new\n");
+        assert_eq!(cut.output.truncation.total_bytes, 4);
+        assert!(cut.displays.is_empty());
+        assert_eq!(cut.status_events.len(), 1, "helper reports are not output");
+        // A progress loop: `clear_output(wait=True); print(i)` ends showing the last.
+        for i in 0..3 {
+            out.clear(true);
+            out.write(format!("{i}\n").as_bytes());
+        }
+        assert_eq!(out.cut().output.text, "2\n");
+        // A waiting clear with nothing after it clears nothing (as in a notebook).
+        out.write(b"kept\n");
+        out.clear(true);
+        assert_eq!(out.cut().output.text, "kept\n");
+        // The next output clears, a display as well as text.
+        out.write(b"x\n");
+        out.clear(true);
+        out.display(serde_json::json!({"text/plain": "shown"}));
+        let cut = out.finish();
+        assert_eq!(cut.output.text, "");
+        assert_eq!(
+            cut.displays,
+            vec![serde_json::json!({"text/plain": "shown"})]
+        );
+    }
+
+    #[test]
+    fn a_clear_after_a_yield_clears_only_what_came_after_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = output(dir.path(), 1000);
+        out.write(b"before\n");
+        out.hold();
+        out.write(b"after\n");
+        out.clear(false);
+        out.write(b"last\n");
+        assert_eq!(out.cut().output.text, "before\n");
+        assert_eq!(out.cut().output.text, "last\n");
+    }
+
+    #[test]
+    fn a_clear_deletes_the_artifact_of_the_cleared_output() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = output(dir.path(), 16);
+        out.write(&b"0123456789\n".repeat(10));
+        out.clear(false);
+        out.write(b"short\n");
+        let result = out.finish().output;
+        assert_eq!(result.text, "short\n");
+        assert!(!result.truncation.truncated, "{result:?}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).expect("dir").collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //! - `count`: `LiveSessions`: how many sessions are live, from the registry alone (the
 //!   daemon's idle-exit check).
 //! - `leases`: `Admit`, `RenewLeases`: a fleet's node runs a session only under its lease.
+//! - [`ends`]: the sessions that ended, told to hosts that follow them.
 
 pub mod capacity;
 mod commands;
@@ -28,6 +29,7 @@ mod count;
 mod drain;
 #[cfg(test)]
 mod drain_tests;
+pub mod ends;
 #[cfg(test)]
 mod lease_tests;
 mod leases;
@@ -80,6 +82,8 @@ pub struct WorkerBase {
     /// The root of sessions' workspaces (`workspaces.root`): at the uid level a session's
     /// workspace is given to its uid with its other directories.
     pub workspaces: PathBuf,
+    /// Where the sessions that end are told (hosts follow them through the handle).
+    pub ended: ends::SessionEnds,
 }
 
 struct Entry {

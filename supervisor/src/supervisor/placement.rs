@@ -93,6 +93,7 @@ impl Handler<SessionEvent> for Supervisor {
                 snapshot,
             } => {
                 self.sessions.remove(&key);
+                self.base.ended.tell(&key);
                 self.release_lease_if_unused(&key.session);
                 self.release_uid_if_unused(&key.session, ctx);
                 self.tell_if_no_sessions();

@@ -63,6 +63,7 @@ impl Rig {
             Arc::new(crate::fleet::LeaseBook::new(dir))
         });
         let base = WorkerBase {
+            ended: Default::default(),
             workspaces: std::env::temp_dir().join("cellvisor-test-workspaces"),
             programs: crate::spawn::WorkerPrograms::beside(PathBuf::from("/nonexistent/cellvisor")),
             run_dir: dir.path().to_path_buf(),

@@ -29,9 +29,10 @@ pub(super) const ZYGOTE_FILE: &str = "cellvisor_zygote.py";
 pub(super) const EXIT_FILE: &str = "cellvisor_exit.py";
 /// The notebook layer (module file name, source): the execution count and history (with the
 /// prelude), IPython's pretty printing, the magics beyond `ipython.py`'s and `obj?` help (on
-/// first use), and which shell runs the cells (IPython's own, `shell.py`). Written with the
+/// first use), which shell runs the cells (IPython's own, `shell.py`), and the `IPython`
+/// package of an interpreter without one (`ipython_shim.py`, `ipython_objects.py`). Written with the
 /// runner, since the prelude imports the first.
-pub(super) const NOTEBOOK_MODULES: [(&str, &str); 6] = [
+pub(super) const NOTEBOOK_MODULES: [(&str, &str); 8] = [
     ("cellvisor_notebook.py", include_str!("notebook.py")),
     ("cellvisor_pretty.py", include_str!("pretty.py")),
     ("cellvisor_magics.py", include_str!("magics.py")),
@@ -40,6 +41,11 @@ pub(super) const NOTEBOOK_MODULES: [(&str, &str); 6] = [
     (
         "cellvisor_shell_ipython.py",
         include_str!("shell_ipython.py"),
+    ),
+    ("cellvisor_ipython_shim.py", include_str!("ipython_shim.py")),
+    (
+        "cellvisor_ipython_objects.py",
+        include_str!("ipython_objects.py"),
     ),
 ];
 

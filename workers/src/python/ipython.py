@@ -229,10 +229,12 @@ class DisplayPublisher:
     def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **_):
         if not isinstance(data, dict):
             raise TypeError("publish: data must be a dict of MIME type to data")
-        self._send_bundle(dict(data))
+        display_id = (transient or {}).get("display_id")
+        self._send_bundle(dict(data), display_id=display_id, update=update)
 
     def clear_output(self, wait=False):
-        """Nothing to clear: outputs are a stream."""
+        """Clears the cell's output so far (with `wait`: when the next output arrives)."""
+        sys.modules["cellvisor_prelude"].clear_output(wait)
 
 
 class Shell(Magics):
@@ -328,6 +330,9 @@ class Shell(Magics):
         """Runs pip in this Python (`%pip install pandas`)."""
         _flush()
         subprocess.call([sys.executable, "-m", "pip"] + _split(line), stdin=subprocess.DEVNULL)
+        shim = sys.modules.get("cellvisor_ipython_shim")
+        if shim is not None:
+            shim.forget_if_shadowed()  # `%pip install ipython`: the next import is the real one
         print("Note: you may need to restart the kernel to use updated packages.")
 
     def _line_matplotlib(self, line):

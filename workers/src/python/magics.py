@@ -451,7 +451,7 @@ def _load_ext(shell, name):
 
     if not name:
         raise _usage_error("Missing module name.")
-    if importlib.util.find_spec("IPython") is None:
+    if sys.modules["cellvisor_shell"].real_ipython_spec() is None:
         raise _usage_error("%%load_ext %s: IPython extensions need IPython, which %s does "
                            "not have (install it with `%%pip install ipython`)"
                            % (name, sys.executable))

@@ -16,7 +16,10 @@
 //! - `NOTEBOOK_MODULES` (written beside it as `cellvisor_<name>`): `notebook.py` (the
 //!   execution count, `In`/`Out` history, the first look at IPython syntax; imported with the
 //!   prelude), `pretty.py` (IPython's text of a trailing value), `magics.py` (the magics
-//!   beyond `ipython.py`'s) and `inspector.py` (`obj?` help), each imported on first use.
+//!   beyond `ipython.py`'s) and `inspector.py` (`obj?` help), each imported on first use;
+//!   `shell.py` and `shell_ipython.py` (IPython's own shell where it is installed), and
+//!   `ipython_shim.py` with `ipython_objects.py` (an `IPython` package where it is not,
+//!   found last on `sys.meta_path`).
 //! - `state.py` (embedded, written beside it as `cellvisor_state`) and `state`: snapshots of
 //!   the cells' names (save, restore, list), run by the runner as a task between cells.
 //!

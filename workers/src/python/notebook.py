@@ -327,8 +327,13 @@ def patch_ipython_display(module):
         """Sends a MIME bundle as a display of the running cell (cellvisor)."""
         prelude.send_bundle(data)
 
+    def clear_output(wait=False):
+        """Clears the running cell's output so far (cellvisor; `wait`: at the next output)."""
+        prelude.clear_output(wait)
+
     module.display = display_
     module.publish_display_data = publish_display_data
+    module.clear_output = clear_output
 
 
 def _prelude():

@@ -28,7 +28,7 @@ fn without_ipython(py: &mut Harness) {
 /// Whether the worker's python can import IPython.
 fn has_ipython(py: &mut Harness) -> bool {
     let ran =
-        py.run("import importlib.util\nprint(importlib.util.find_spec('IPython') is not None)");
+        py.run("import sys\nprint(sys.modules['cellvisor_shell'].real_ipython_spec() is not None)");
     ran.text() == "True\n"
 }
 

@@ -26,6 +26,11 @@ import cellvisor_notebook  # noqa: F401
 STATUS_MIME = "application/x-cellvisor-status"
 # The key under which the cell's trailing value's bundle goes to the host (see send_value).
 VALUE_MIME = "application/x-cellvisor-value"
+# The key of a `clear_output(wait)`: the host drops what the cell showed before it.
+CLEAR_MIME = "application/x-cellvisor-clear"
+# A display's id and whether it updates that display: Jupyter's `transient.display_id` and
+# `update_display_data`, which the gateway makes of it.
+DISPLAY_MIME = "application/x-cellvisor-display"
 # A trailing value's bundle repeats what its text already says; past this size (as JSON) it
 # is not worth sending twice.
 TRAILING_BUNDLE_LIMIT = 1 << 20
@@ -472,8 +477,10 @@ def _bundle(value, rich_only=False, text=None):
     return bundle
 
 
-def send_bundle(bundle):
-    """Sends a MIME bundle as it is (binary data as base64, what is not JSON left out)."""
+def send_bundle(bundle, display_id=None, update=False):
+    """Sends a MIME bundle as it is (binary data as base64, what is not JSON left out). A
+    `display_id` names the display (IPython's transient `display_id`) under DISPLAY_MIME;
+    with `update`, the bundle replaces that display's data where hosts keep it."""
     if not isinstance(bundle, dict):
         raise TypeError("a display bundle must be a dict of MIME type to data, not %s"
                         % _type_name(bundle))
@@ -483,8 +490,19 @@ def send_bundle(bundle):
             data = _base64(data)
         if _json_or_none(data) is not None:
             clean[str(mime)] = data
+    if display_id is not None:
+        clean[DISPLAY_MIME] = {"display_id": str(display_id), "update": bool(update)}
     _host.flush()
     _host.send_event({"type": "display", "id": _host.cell_id(), "bundle": clean})
+
+
+def clear_output(wait=False):
+    """Clears what the running cell has shown (IPython's `clear_output`): a notebook empties
+    the cell's output, a JSON-RPC result keeps only what comes after. With `wait`, the
+    clear happens when the next output arrives (a progress line redrawn without flicker)."""
+    _host.flush()
+    _host.send_event({"type": "display", "id": _host.cell_id(),
+                      "bundle": {CLEAR_MIME: {"wait": bool(wait)}}})
 
 
 def display(*values, **options):
@@ -602,8 +620,8 @@ class _PostImportHook:
                 break
         loader = getattr(spec, "loader", None)
         exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
-            return spec
+        if exec_module is None or getattr(spec, "origin", None) == "cellvisor":
+            return spec  # cellvisor's own IPython (cellvisor_ipython_shim) sends its displays
 
         def exec_and_patch(module):
             exec_module(module)

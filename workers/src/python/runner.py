@@ -720,9 +720,8 @@ def prepare():
         _prelude = _load_prelude()
         _namespace = _main_module()
         shells = _import_beside("cellvisor_shell")
-        if shells.wanted() != "builtin":
-            with _Uninterruptible():
-                _shell = shells.prepare(sys.modules["__main__"], _Host)
+        with _Uninterruptible():
+            _shell = shells.prepare(sys.modules["__main__"], _Host)
 
 
 def main():

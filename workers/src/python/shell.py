@@ -83,11 +83,18 @@ def prepare(module, host):
     """Makes the shell over the cells' `__main__` `module` when the operator's choice and the
     interpreter allow; `host` is the runner's side (the running cell's id, error reports,
     the trailing text). Returns the shell or None."""
-    global _shell, _failure, _host, _making
+    global _host
     _host = host
     choice = wanted()
-    if _shell is not None or choice == "builtin":
-        return _shell
+    if _shell is None and choice != "builtin":
+        _make(module, host, choice)
+    if _shell is None:
+        _install_fallback()  # only now: the choice above saw the interpreter's own IPython
+    return _shell
+
+
+def _make(module, host, choice):
+    global _shell, _failure, _making
     _making = True
     try:
         _shell = _beside("cellvisor_shell_ipython").make(module, host)
@@ -98,7 +105,51 @@ def prepare(module, host):
         _failure = "IPython's shell could not start (%s: %s)" % (type(error).__name__, error)
     finally:
         _making = False
-    return _shell
+
+
+# --- the `IPython` package for interpreters without one (cellvisor_ipython_shim) -----------
+
+class _FallbackFinder:
+    """A `sys.meta_path` finder placed last, so it answers `import IPython` (and the shim's
+    submodules) only when no finder before it found a real IPython; an IPython installed
+    later is found first on its next import. Imports the shim only when it answers."""
+
+    def find_spec(self, fullname, path, target=None):
+        if not fullname.startswith("IPython") or fullname.partition(".")[0] != "IPython":
+            return None  # every failed import of the session asks: answered at once
+        if fullname != "IPython" and not _shim_imported():
+            return None
+        return _beside("cellvisor_ipython_shim").find_spec(fullname)
+
+
+def _install_fallback():
+    if not any(isinstance(finder, _FallbackFinder) for finder in sys.meta_path):
+        sys.meta_path.append(_FallbackFinder())
+
+
+def _shim_imported():
+    """Whether `IPython` in sys.modules is cellvisor's shim."""
+    return getattr(sys.modules.get("IPython"), "__cellvisor_shim__", False)
+
+
+def real_ipython_spec():
+    """The spec of the interpreter's own IPython (found now, whether or not the shim was
+    imported), or None; as `importlib.util.find_spec`, an `IPython` imported (or blocked
+    with None) in sys.modules answers for itself, unless it is the shim."""
+    if "IPython" in sys.modules and not _shim_imported():
+        module = sys.modules["IPython"]
+        return None if module is None else getattr(module, "__spec__", None)
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None or isinstance(finder, _FallbackFinder):
+            continue
+        try:
+            spec = find("IPython", None)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None:
+            return spec
+    return None
 
 
 def _beside(name):

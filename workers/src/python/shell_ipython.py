@@ -4,8 +4,9 @@ it forks.
 
 What cellvisor changes of IPython's shell, each for a reason:
 - the display publisher sends every display as a cellvisor MIME bundle (IPython's prints
-  `text/plain`), `update=True` included (the update arrives as a new display: outputs are
-  a stream), and `clear_output` clears nothing for the same reason;
+  `text/plain`), its `display_id` and `update=True` under the bundle's
+  `application/x-cellvisor-display` (Jupyter clients get `update_display_data`), and `clear_output(wait)` tells the host to drop what the cell showed before
+  it (Jupyter clients get `clear_output`, a JSON-RPC result keeps what came after);
 - the display hook shows a trailing value as the built-in runner does: its text printed
   (held to go out with the cell's end), and a bundle when it has a richer form, as one
   bundle in its richest form;
@@ -54,13 +55,16 @@ class CellPublisher(DisplayPublisher):
         if not isinstance(data, dict):
             raise TypeError("publish: data must be a dict of MIME type to data")
         self._is_publishing = True
+        display_id = (transient or {}).get("display_id")
         try:
-            _prelude().send_bundle(dict(data))
+            _prelude().send_bundle(dict(data), display_id=display_id, update=update)
         finally:
             self._is_publishing = False
 
     def clear_output(self, wait=False):
-        """Outputs are a stream here: what was sent stays, and the next display follows."""
+        """Clears the cell's output so far (with `wait`: when the next output arrives), as
+        IPython's `clear_output` asks of a kernel."""
+        _prelude().clear_output(wait)
 
 
 class CellDisplayHook(DisplayHook):

@@ -27,6 +27,7 @@ FILES_WRITE = 'files/write'
 INITIALIZE = 'initialize'
 INTERRUPT = 'interrupt'
 NAMES = 'names'
+OWN = 'own'
 RESET = 'reset'
 RESTORE = 'restore'
 SHUTDOWN = 'shutdown'
@@ -39,7 +40,7 @@ EVAL_EVENT = 'eval/event'
 TOOL_CALL = 'tool/call'
 
 #: Every method a client may call.
-METHODS = ('checkpoint', 'checkpoints', 'close', 'config/reload', 'drain', 'eval', 'files/delete', 'files/list', 'files/read', 'files/write', 'initialize', 'interrupt', 'names', 'reset', 'restore', 'shutdown', 'status', 'terminate', 'undrain', 'wait', 'zygotes',)
+METHODS = ('checkpoint', 'checkpoints', 'close', 'config/reload', 'drain', 'eval', 'files/delete', 'files/list', 'files/read', 'files/write', 'initialize', 'interrupt', 'names', 'own', 'reset', 'restore', 'shutdown', 'status', 'terminate', 'undrain', 'wait', 'zygotes',)
 
 # The JSON-RPC error codes the daemon answers with.
 #: The daemon is draining: it takes no new session, so a router may retry elsewhere; sessions it already holds are still served.
@@ -91,7 +92,7 @@ ERROR_CODES = {
 
 
 #: Progress a host can show while a request runs (the daemon streams these).
-CellEvent = Union[Dict[str, Any], Dict[str, Any], Dict[str, Any], Dict[str, Any], Dict[str, Any], Dict[str, Any]]
+CellEvent = Union[Dict[str, Any], Dict[str, Any], Dict[str, Any], Dict[str, Any], Dict[str, Any], Dict[str, Any], Dict[str, Any]]
 
 
 class _CellResultRequired(TypedDict):
@@ -304,7 +305,7 @@ class EvalSummary(TypedDict):
 
 #: Which `eval/event` notifications an `eval` or `wait` sends while it runs (its `events`
 #: param): a host that shows no progress pays for the answer line alone.
-Events = Literal['all', 'output', 'none']
+Events = Literal['all', 'output', 'none', 'values']
 
 
 class FailedCell(TypedDict):
@@ -533,6 +534,12 @@ class OutOfMemory(TypedDict):
     #: heap for the engines' limits), in bytes; for `kernel_oom`, the most the worker's tree
     #: was seen using during the cell (0 when it was never measured).
     used_bytes: int
+
+
+class OwnResult(TypedDict):
+    """The answer of `own`: how many sessions the calling connection owns now."""
+    #: Sessions this connection owns, the one just named included.
+    owned: int
 
 
 class ReloadResult(TypedDict):

@@ -45,6 +45,12 @@ export type CellEvent = {
   /** The cell's place in its request. */
   index: number;
 } | {
+  event: "clear_output";
+  /** The cell's place in its request. */
+  index: number;
+  /** Whether the clear waits for the next output. */
+  wait: boolean;
+} | {
   event: "cell_done";
   /** The cell's place in its request. */
   index: number;
@@ -325,7 +331,7 @@ export type EvalSummary = {
  * Which `eval/event` notifications an `eval` or `wait` sends while it runs (its `events`
  * param): a host that shows no progress pays for the answer line alone.
  */
-export type Events = "all" | "output" | "none";
+export type Events = "all" | "output" | "none" | "values";
 
 /** The first cell of a request that failed or was cancelled. */
 export type FailedCell = {
@@ -563,6 +569,12 @@ export type OutOfMemory = {
    * was seen using during the cell (0 when it was never measured).
    */
   used_bytes: number;
+};
+
+/** The answer of `own`: how many sessions the calling connection owns now. */
+export type OwnResult = {
+  /** Sessions this connection owns, the one just named included. */
+  owned: number;
 };
 
 /** The answer of `config/reload`. */
@@ -899,6 +911,7 @@ export interface Params {
   initialize: InitializeParams;
   interrupt: SessionParams;
   names: NamesParams;
+  own: SessionParams;
   reset: SessionParams;
   restore: CheckpointParams;
   shutdown: Record<string, never>;
@@ -924,6 +937,7 @@ export interface Results {
   initialize: InitializeResult;
   interrupt: SessionsReached;
   names: SessionNames;
+  own: OwnResult;
   reset: SessionsReached;
   restore: RestoredState[];
   shutdown: ShutdownResult;
@@ -949,6 +963,7 @@ export const Methods = {
   INITIALIZE: "initialize",
   INTERRUPT: "interrupt",
   NAMES: "names",
+  OWN: "own",
   RESET: "reset",
   RESTORE: "restore",
   SHUTDOWN: "shutdown",

@@ -59,6 +59,24 @@ pub(super) async fn upgrade(
         .into_response()
 }
 
+/// Sends one frame in the connection's framing; false when the client is gone or stalled.
+async fn send(
+    sink: &mut futures::stream::SplitSink<WebSocket, Message>,
+    binary: bool,
+    frame: &Frame,
+    stall: std::time::Duration,
+) -> bool {
+    let message = match binary {
+        false => Message::Text(frame.to_string().into()),
+        true => match serde_json::from_str(frame) {
+            Ok(value) => Message::Binary(framing::encode(&value).into()),
+            Err(_) => return true,
+        },
+    };
+    let sent = tokio::time::timeout(stall, sink.send(message)).await;
+    matches!(sent, Ok(Ok(())))
+}
+
 /// Serves one client of `kernel` until it leaves, the kernel ends, or its credential is
 /// revoked (a reload rotated or removed its token): then the connection is cut at once.
 async fn serve(
@@ -89,17 +107,17 @@ async fn serve(
                     }
                     Err(broadcast::error::RecvError::Closed) => break,
                 },
-                _ = ended.changed() => break,
+                _ = ended.changed() => {
+                    // What the kernel said last (its `status: dead`) goes out before the close.
+                    while let Ok(frame) = iopub.try_recv() {
+                        if !send(&mut sink, binary, &frame, stall).await {
+                            break;
+                        }
+                    }
+                    break;
+                }
             };
-            let message = match binary {
-                false => Message::Text(frame.to_string().into()),
-                true => match serde_json::from_str(&frame) {
-                    Ok(value) => Message::Binary(framing::encode(&value).into()),
-                    Err(_) => continue,
-                },
-            };
-            let sent = tokio::time::timeout(stall, sink.send(message)).await;
-            if !matches!(sent, Ok(Ok(()))) {
+            if !send(&mut sink, binary, &frame, stall).await {
                 break;
             }
         }

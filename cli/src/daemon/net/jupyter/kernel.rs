@@ -112,9 +112,31 @@ impl Kernel {
             ended: watch::Sender::new(false),
         });
         let watched = daemon.cv.watch(&kernel.internal);
+        let ends = daemon.cv.follow_ends();
         tokio::spawn(shell_loop(Arc::clone(daemon), Arc::clone(&kernel), jobs));
         tokio::spawn(super::relay::relay(Arc::clone(&kernel), watched));
+        tokio::spawn(end_with_session(
+            Arc::clone(daemon),
+            Arc::clone(&kernel),
+            ends,
+        ));
         kernel
+    }
+
+    /// Whether the kernel was shut down, or ended with its session.
+    pub(super) fn is_ended(&self) -> bool {
+        *self.ended.borrow()
+    }
+
+    /// Whether the kernel's session still has a worker in its language.
+    async fn session_is_live(&self, daemon: &Daemon) -> bool {
+        match daemon.cv.status().await {
+            Ok(rows) => rows
+                .iter()
+                .any(|row| row.session == self.internal && row.language == self.language),
+            // The supervisor is stopping: so is every session.
+            Err(_) => false,
+        }
     }
 
     /// The REST model of the kernel.
@@ -279,6 +301,33 @@ impl Kernel {
             .cells
             .pop()
             .ok_or_else(|| "the request ran no cell".to_string())
+    }
+}
+
+/// Ends the kernel (iopub `status: dead` to its clients, its WebSockets closed) when its
+/// session ends by any host's doing (a JSON-RPC `close`, idle eviction, the daemon
+/// stopping), as the supervisor tells it; a session started again meanwhile keeps it.
+async fn end_with_session(
+    daemon: Arc<Daemon>,
+    kernel: Arc<Kernel>,
+    mut ends: broadcast::Receiver<cellvisor::SessionEnded>,
+) {
+    let mut ended = kernel.ended();
+    loop {
+        let ours = tokio::select! {
+            _ = ended.changed() => return,
+            end = ends.recv() => match end {
+                Ok(end) => end.session == kernel.internal && end.language == kernel.language,
+                // Ends were missed: whether ours was among them, the session's state says.
+                Err(broadcast::error::RecvError::Lagged(_)) => true,
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+        };
+        if ours && !kernel.session_is_live(&daemon).await {
+            tracing::debug!(kernel = %kernel.id, "the kernel's session ended");
+            kernel.end();
+            return;
+        }
     }
 }
 

@@ -105,8 +105,8 @@ impl Gateway {
         id: &str,
     ) -> Option<Arc<Kernel>> {
         let tenant = &principal.tenant.name;
-        if let Some(kernel) = crate::daemon::lock(&self.kernels).get(id) {
-            return (kernel.tenant == *tenant).then(|| Arc::clone(kernel));
+        if let Some(kernel) = self.held_kernel(id) {
+            return (kernel.tenant == *tenant).then_some(kernel);
         }
         let (session, language) = self
             .live(daemon, principal)
@@ -126,7 +126,7 @@ impl Gateway {
         language: cellvisor::Language,
     ) -> Arc<Kernel> {
         let mut kernels = crate::daemon::lock(&self.kernels);
-        if let Some(kernel) = kernels.get(&id) {
+        if let Some(kernel) = kernels.get(&id).filter(|k| !k.is_ended()) {
             return Arc::clone(kernel);
         }
         let internal = principal.tenant.internal(&session);
@@ -143,14 +143,29 @@ impl Gateway {
         kernel
     }
 
+    /// The kernel `id` the gateway holds, unless it ended with its session (then it is
+    /// forgotten: the id is unknown unless the session runs again).
+    fn held_kernel(&self, id: &str) -> Option<Arc<Kernel>> {
+        let mut kernels = crate::daemon::lock(&self.kernels);
+        let kernel = kernels.get(id)?;
+        if kernel.is_ended() {
+            kernels.remove(id);
+            return None;
+        }
+        Some(Arc::clone(kernel))
+    }
+
     /// Forgets a kernel (after it was shut down).
     fn remove(&self, id: &str) -> Option<Arc<Kernel>> {
         crate::daemon::lock(&self.kernels).remove(id)
     }
 
-    /// The tenant's kernels the gateway holds.
+    /// The tenant's kernels the gateway holds (those that ended with their sessions are
+    /// forgotten).
     fn held(&self, principal: &Principal) -> Vec<Arc<Kernel>> {
-        crate::daemon::lock(&self.kernels)
+        let mut kernels = crate::daemon::lock(&self.kernels);
+        kernels.retain(|_, kernel| !kernel.is_ended());
+        kernels
             .values()
             .filter(|k| k.tenant == principal.tenant.name)
             .cloned()

@@ -120,6 +120,7 @@ fn show(kernel: &Kernel, shown: &mut Shown, event: &CellEvent) {
         | CellEvent::Display { index, .. }
         | CellEvent::Status { index, .. }
         | CellEvent::Value { index, .. }
+        | CellEvent::ClearOutput { index, .. }
         | CellEvent::CellDone { index, .. } => *index,
     };
     let Some(cell) = shown
