@@ -307,19 +307,23 @@ fn a_terminated_background_cell_leaves_no_file_but_the_artifacts_it_reported() {
     let mut client = daemon.client();
     // Each window spills: the one up to the yield, and the ones `wait` returns.
     let yielded = client.eval("files",
-        json!([{"language": "py",
+        json!([{"language": "py", "timeout": 300,
                 "code": "for i in range(200):\n    print('line', i)\nyield_control()\nfor i in range(5000):\n    print('more', i)\nprint('done', flush=True)\nwhile True:\n    pass"}]),
     );
     let mut answers = vec![cell(&yielded, 0).clone()];
     assert_eq!(answers[0]["status"], "running", "{yielded:#}");
     let id = answers[0]["cell_id"].clone();
-    // `print` writes the word and its newline apart, so a window may end between them:
-    // look for the word across every window so far.
+    // `print` writes the word and its newline apart, so a window may end between them, and
+    // a window over 1 KiB shows only its head and tail: look for the word across every
+    // window so far, spilled parts included.
     let mut seen = String::new();
     while !seen.contains("done") {
         let answer = wait(&mut client, "files", &id, 500);
         assert_eq!(answer["status"], "running", "{answer:#}");
         seen.push_str(answer["output"].as_str().unwrap_or_default());
+        if let Some(spilled) = answer["truncation"]["artifact_path"].as_str() {
+            seen.push_str(&std::fs::read_to_string(spilled).unwrap_or_default());
+        }
         answers.push(answer);
     }
     let ended = client

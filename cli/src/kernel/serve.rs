@@ -16,6 +16,7 @@ use crate::jupyter::wire::{self, Incoming, Reader, Signer};
 use crate::jupyter::{shell, snippets};
 use bytes::Bytes;
 use serde_json::{json, Value};
+use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 use zeromq::{Socket, SocketOptions, SocketRecv, SocketSend, ZmqMessage};
 
@@ -169,11 +170,12 @@ pub async fn serve(
         history: History::default(),
         shutdown: shutdown_tx,
         values_asked: false,
+        replied_at: None,
     };
     let ended = |s: &Option<bool>| s.is_some();
     loop {
         let job = tokio::select! {
-            job = jobs.recv() => match job { Some(job) => job, None => break },
+            job = jobs.recv() => match job { Some(job) => job.incoming, None => break },
             _ = shutdown.wait_for(ended) => break,
         };
         // The kernel ends even while a cell runs: the cell is left to the session's close
@@ -192,12 +194,15 @@ pub async fn serve(
             for _ in 0..READER_HOPS {
                 tokio::task::yield_now().await;
             }
-            // As ipykernel: an error aborts the execute requests already queued.
+            // As ipykernel: an error aborts the execute requests already queued when its
+            // reply went out; what came after it runs.
+            let replied_at = shell.replied_at;
             while let Ok(queued) = jobs.try_recv() {
-                if queued.request.msg_type == "execute_request" {
-                    shell.abort(&queued).await;
+                let before_reply = replied_at.is_some_and(|at| queued.at <= at);
+                if before_reply && queued.incoming.request.msg_type == "execute_request" {
+                    shell.abort(&queued.incoming).await;
                 } else {
-                    shell.handle(&mut session, &queued).await;
+                    shell.handle(&mut session, &queued.incoming).await;
                 }
             }
         }
@@ -249,18 +254,30 @@ async fn echo(mut socket: zeromq::RepSocket) {
     }
 }
 
+/// A request as the reader took it off its socket.
+struct Received {
+    /// When: an error aborts the executions queued before its reply went out, never those
+    /// a client sent after reading it.
+    at: Instant,
+    incoming: Incoming,
+}
+
 /// Reads a ROUTER channel's requests into `jobs`, dropping (with a log line) what is not a
 /// message signed with the connection key or was read before.
 async fn read(
     mut socket: zeromq::RouterRecvHalf,
     channel: &'static str,
     reader: Reader,
-    jobs: mpsc::Sender<Incoming>,
+    jobs: mpsc::Sender<Received>,
 ) {
     while let Ok(message) = socket.recv().await {
         match reader.read(message.into_vec(), channel) {
             Ok(incoming) => {
-                if jobs.send(incoming).await.is_err() {
+                let received = Received {
+                    at: Instant::now(),
+                    incoming,
+                };
+                if jobs.send(received).await.is_err() {
                     return;
                 }
             }
@@ -283,7 +300,10 @@ impl Control {
         let (mut out, socket_in) = socket.split();
         let (tx, mut requests) = mpsc::channel(BACKLOG);
         tokio::spawn(read(socket_in, "control", self.reader.clone(), tx));
-        while let Some(request) = requests.recv().await {
+        while let Some(Received {
+            incoming: request, ..
+        }) = requests.recv().await
+        {
             let mut ending = None;
             let (msg_type, content) = match request.request.msg_type.as_str() {
                 "interrupt_request" => {
@@ -331,10 +351,13 @@ struct Shell {
     /// Whether the session's worker was asked to send its cells' values (for
     /// `execute_result`); asked again once a new worker ran a cell.
     values_asked: bool,
+    /// When the last reply went out.
+    replied_at: Option<Instant>,
 }
 
 impl Shell {
     async fn send(&mut self, to: &Incoming, msg_type: &str, content: Value) {
+        self.replied_at = Some(Instant::now());
         let frames = self.wire.reply(to, msg_type, content);
         if let Err(err) = self.out.send(frames).await {
             tracing::warn!("cannot answer on the shell channel: {err}");

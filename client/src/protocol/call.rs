@@ -231,7 +231,7 @@ mod tests {
         assert_eq!(
             err.message,
             "method not found: nope; the methods are initialize, eval, wait, terminate, \
-             interrupt, reset, close, status, zygotes, checkpoint, restore, checkpoints, names, \
+             interrupt, reset, close, own, status, zygotes, checkpoint, restore, checkpoints, names, \
              files/list, files/read, files/write, files/delete, drain, undrain, shutdown \
              and config/reload"
         );

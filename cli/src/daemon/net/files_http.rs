@@ -161,7 +161,7 @@ pub(super) async fn put(
 ) -> Response {
     let target = match target(&daemon, &principal, &id, MethodName::FilesWrite) {
         Ok(target) => target,
-        Err(error) => return rpc_response(error),
+        Err(error) => return closing(rpc_response(error)),
     };
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -197,7 +197,7 @@ pub(super) async fn put(
     .await;
     let (file, room) = match opened {
         Ok(opened) => opened,
-        Err(err) => return file_response(err),
+        Err(err) => return closing(file_response(err)),
     };
     let mut file = tokio::fs::File::from_std(file);
     let mut stream = body.into_data_stream();
@@ -255,7 +255,7 @@ pub(super) async fn put(
         removing.admits(Usage::default(), added).map(drop)
     })
     .await;
-    match (failure, refused) {
+    closing(match (failure, refused) {
         (Ok(()), Err(err)) => file_response(err),
         (Ok(()), Ok(())) => (
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -263,7 +263,18 @@ pub(super) async fn put(
         )
             .into_response(),
         (Err(message), _) => (StatusCode::BAD_REQUEST, Json(json!({ "error": message }))).into_response(),
-    }
+    })
+}
+
+/// A refusal sent before the request's body was read to its end: the connection closes after
+/// it (the rest of the body is never read), and says so, so that a client does not send its
+/// next request on it.
+fn closing(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
 }
 
 /// `DELETE /v1/sessions/<id>/files/<path>[?recursive=true]`.
