@@ -314,6 +314,8 @@ export interface EvalResult {
   summary: EvalSummary;
   /** True when this is the remembered answer of an earlier run of the same `request_id`: nothing ran again. */
   replayed?: boolean;
+  /** The first this many cells are answers of an earlier run of the same `request_id` that stopped partway (its node died): they were not run again, the rest ran now. */
+  replayed_cells?: number;
 }
 
 /** What the kernel enforces of a sandboxed session. */

@@ -164,7 +164,7 @@ impl Cellvisor {
                     Ok(Begun::Run(once)) if once.done().is_some() => {
                         // Every cell is in the committed state already: nothing runs.
                         undo_files();
-                        return Ok(super::once::answer_done(once).await);
+                        return Ok(self.answer_done(once, &request.cells).await);
                     }
                     Ok(Begun::Run(once)) => Some(once),
                     Ok(Begun::Replay(result)) => {

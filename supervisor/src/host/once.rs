@@ -4,7 +4,8 @@
 //! with an id holds on its named session so that its id is remembered there.
 
 use super::{Cellvisor, RequestError};
-use crate::cell::EvalResult;
+use crate::cell::{CellResult, CellSpec, EvalResult};
+use std::sync::atomic::Ordering;
 use crate::fleet::LeasePin;
 use crate::names::SessionName;
 use crate::once::Once;
@@ -20,17 +21,6 @@ pub(super) async fn remember(once: Once, result: &mut EvalResult) {
     }
 }
 
-/// The answer of a request whose every cell is in the session's committed state from an
-/// earlier run (its node stopped before the request's memory was committed): nothing runs,
-/// and it is remembered now.
-pub(super) async fn answer_done(once: Once) -> EvalResult {
-    let mut answer = once
-        .done()
-        .cloned()
-        .unwrap_or_else(|| EvalResult::from_cells(Vec::new()));
-    remember(once, &mut answer).await;
-    answer
-}
 
 /// A request whose answer could not be kept where a restart finds it: its last cell says so
 /// (a retry after a restart would run it again).
@@ -48,6 +38,27 @@ fn tell_not_remembered(result: &mut EvalResult, why: &str) {
 }
 
 impl Cellvisor {
+    /// The answer of a request of `cells` whose every cell is in the session's committed
+    /// state from an earlier run (its node stopped before the request's memory was
+    /// committed), or whose run ended at a committed cell (the rest are skipped, as they
+    /// were): nothing runs, and it is remembered now.
+    pub(super) async fn answer_done(&self, once: Once, cells: &[CellSpec]) -> EvalResult {
+        let (mut answered, replayed_cells) = once
+            .done()
+            .map_or((Vec::new(), 0), |d| (d.cells.clone(), d.replayed_cells));
+        for (index, spec) in cells.iter().enumerate().skip(answered.len()) {
+            let cell_id = self.next_cell.fetch_add(1, Ordering::Relaxed);
+            let mut skipped = CellResult::skipped(index, cell_id, spec);
+            skipped.node.clone_from(&self.node);
+            answered.push(skipped);
+        }
+        let mut answer = EvalResult::from_cells(answered);
+        answer.replayed = true;
+        answer.replayed_cells = replayed_cells;
+        remember(once, &mut answer).await;
+        answer
+    }
+
     /// For a per-call request with a `request_id` in etcd mode: takes (or proves) the named
     /// session's lease and keeps it for the request, since its id is remembered under that
     /// lease's fencing token. Another node holding the session answers `LEASED_ELSEWHERE`,
