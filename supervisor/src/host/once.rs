@@ -5,10 +5,10 @@
 
 use super::{Cellvisor, RequestError};
 use crate::cell::{CellResult, CellSpec, EvalResult};
-use std::sync::atomic::Ordering;
 use crate::fleet::LeasePin;
 use crate::names::SessionName;
 use crate::once::Once;
+use std::sync::atomic::Ordering;
 
 /// Remembers `result` as `once`'s answer; when it cannot be kept, its last cell says so.
 pub(super) async fn remember(once: Once, result: &mut EvalResult) {
@@ -20,7 +20,6 @@ pub(super) async fn remember(once: Once, result: &mut EvalResult) {
         tell_not_remembered(result, &why);
     }
 }
-
 
 /// A request whose answer could not be kept where a restart finds it: its last cell says so
 /// (a retry after a restart would run it again).

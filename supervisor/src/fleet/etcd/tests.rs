@@ -360,14 +360,21 @@ fn a_requests_progress_is_committed_with_its_state_and_never_under_a_stale_token
     wait_for("b takes the released lease", Duration::from_secs(5), || {
         b.acquire("s").ok()
     });
-    assert_eq!(b.progress("s"), [progress("R", 1)], "b reads what a committed");
+    assert_eq!(
+        b.progress("s"),
+        [progress("R", 1)],
+        "b reads what a committed"
+    );
 
     // a, woken from a pause, sends its state and a further progress under its old token:
     // refused whole, so what b and any later holder read is unchanged.
     let stale = progress("R", 2);
     let (client, key) = (a.client.clone(), lease_key("s"));
     let puts = vec![
-        (pointer_key("s", py), pointer("1-9.snap", token_a).to_bytes()),
+        (
+            pointer_key("s", py),
+            pointer("1-9.snap", token_a).to_bytes(),
+        ),
         (progress_key("s", py), stale.to_bytes()),
     ];
     let refused = block_on(&a.runtime, Duration::from_secs(5), async move {
