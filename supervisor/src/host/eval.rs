@@ -207,6 +207,17 @@ impl Cellvisor {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if let Some(earlier) = once.as_ref().and_then(|o| o.resumed().get(index)) {
                 // In the session's committed state from an earlier run: answered, not run.
+                if let Some(events) = &events {
+                    let (language, title) = (spec.language, spec.title.clone());
+                    let started = CellEvent::CellStarted {
+                        index,
+                        language,
+                        title,
+                    };
+                    let _ = events.send(started).await;
+                    let status = earlier.report.status;
+                    let _ = events.send(CellEvent::CellDone { index, status }).await;
+                }
                 results.push(earlier.clone());
                 continue;
             }
