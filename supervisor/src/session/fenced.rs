@@ -270,9 +270,11 @@ impl Session {
             .map(|refusal| format!("checkpoint {name}: {refusal}"))
     }
 
-    /// In etcd mode, drops the session's pointer in this language (fenced): its namespace
-    /// is gone on purpose. True: it was etcd's to drop.
-    pub(super) fn forget_fenced(&self) -> bool {
+    /// In etcd mode, drops the session's pointer in this language (fenced), with the request
+    /// progress its state carried: its namespace is gone on purpose. True: it was etcd's to
+    /// drop.
+    pub(super) fn forget_fenced(&mut self) -> bool {
+        self.progress = None;
         let Some(etcd) = self.snapshots.as_ref().and_then(|s| s.fenced()) else {
             return false;
         };
