@@ -472,6 +472,72 @@ fn a_node_killed_between_two_cells_of_a_request_leaves_the_retry_only_the_second
 }
 
 #[test]
+fn across_languages_the_retry_runs_only_the_cells_not_in_their_languages_committed_state() {
+    if !etcd::installed() {
+        return;
+    }
+    let shared = Shared::new();
+    let a = shared.node("node-a");
+    let b = shared.node("node-b");
+    let gate = shared.dir.path().join("gate");
+    let started = shared.dir.path().join("py-started");
+    // A JavaScript cell, then a Python cell that blocks on the gate.
+    let request = json!({
+        "session": "mixed",
+        "request_id": "M",
+        "cells": [
+            {"language": "js", "code": "globalThis.runs = (globalThis.runs || []).concat(['js']);\nconsole.log(globalThis.runs.length)"},
+            {"language": "py", "code": format!(
+                "import os, time\nopen({started:?}, 'w').close()\n\
+                 while not os.path.exists({gate:?}):\n    time.sleep(0.02)\nprint('py ran')",
+                started = path_str(&started),
+                gate = path_str(&gate),
+            )},
+        ],
+    });
+    let mut client = a.client();
+    client.send("eval", request.clone());
+    let lost = std::thread::spawn(move || loop {
+        match client.read() {
+            Some(message) if message.get("id").is_none() => {}
+            answer => break answer,
+        }
+    });
+    wait_until(Duration::from_secs(30), || {
+        let text = shared.etcd.get("cellvisor/pointer/mixed/js/progress");
+        match (started.exists(), text) {
+            (true, Some(text)) if text.contains("\"M\"") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .expect("the JavaScript cell's state is committed with M's progress, the Python one blocks");
+    let dead = a.signal_and_wait("KILL");
+    assert_eq!(lost.join().expect("the client thread"), None);
+    drop(dead);
+    std::fs::write(&gate, b"").expect("open the gate");
+
+    let retried = once_the_lease_moved(&b, &request).expect("node-b answers M");
+    assert_eq!(retried["replayed_cells"], json!(1), "{retried:#}");
+    assert_eq!(output(&retried, 0).trim(), "1", "{retried:#}");
+    assert_eq!(retried["cells"][0]["node"], "node-a", "{retried:#}");
+    assert_eq!(output(&retried, 1).trim(), "py ran", "{retried:#}");
+    assert_eq!(retried["cells"][1]["node"], "node-b", "{retried:#}");
+    let js = b
+        .client()
+        .call(
+            "eval",
+            json!({"session": "mixed", "cells": [{"language": "js", "code": "console.log(JSON.stringify(globalThis.runs))"}]}),
+        )
+        .expect("on node-b");
+    assert_eq!(
+        output(&js, 0).trim(),
+        "[\"js\"]",
+        "the JavaScript cell ran once: {js:#}"
+    );
+    b.stop();
+}
+
+#[test]
 fn a_request_whose_every_cell_was_committed_before_its_memory_is_answered_not_run() {
     if !etcd::installed() {
         return;
