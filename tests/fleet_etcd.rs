@@ -3,7 +3,8 @@
 //! session runs on one node under a fenced lease; a node stopped (`SIGSTOP`) past its lease
 //! cannot commit what it saves once it wakes and answers `LEASED_ELSEWHERE`, while the other
 //! node serves the session from its committed state; a copied older blob is never restored;
-//! an unreachable etcd is a clear error at start.
+//! an unreachable etcd is a clear error at start; a request retried after its node died
+//! partway runs only the cells not in the committed state.
 
 mod common;
 
