@@ -3,7 +3,8 @@
 //! session runs on one node under a fenced lease; a node stopped (`SIGSTOP`) past its lease
 //! cannot commit what it saves once it wakes and answers `LEASED_ELSEWHERE`, while the other
 //! node serves the session from its committed state; a copied older blob is never restored;
-//! an unreachable etcd is a clear error at start.
+//! an unreachable etcd is a clear error at start; a request retried after its node died
+//! partway runs only the cells not in the committed state.
 
 mod common;
 
@@ -367,6 +368,259 @@ fn a_retried_request_id_is_answered_on_the_next_node_from_the_committed_memory()
         [memory["file"].as_str().unwrap_or_default()],
         "{files:?}"
     );
+    b.stop();
+}
+
+/// Sends `params` to `node` until it answers with something other than `LEASED_ELSEWHERE`
+/// (the dead node's lease still running).
+fn once_the_lease_moved(node: &Daemon, params: &Value) -> Result<Value, Value> {
+    let answered = wait_until(Duration::from_secs(30), || {
+        match node.client().call("eval", params.clone()) {
+            Err(err) if err["code"] == json!(LEASED_ELSEWHERE) => {
+                std::thread::sleep(Duration::from_millis(100));
+                Err(err)
+            }
+            other => Ok(other),
+        }
+    });
+    answered.expect("the lease moves within its time to live")
+}
+
+/// The request progress committed with `session`'s Python state, from etcd.
+fn progress(shared: &Shared, session: &str) -> Option<Value> {
+    let text = shared
+        .etcd
+        .get(&format!("cellvisor/pointer/{session}/py/progress"))?;
+    serde_json::from_str(&text).ok()
+}
+
+#[test]
+fn a_node_killed_between_two_cells_of_a_request_leaves_the_retry_only_the_second_to_run() {
+    if !etcd::installed() {
+        return;
+    }
+    let shared = Shared::new();
+    let a = shared.node("node-a");
+    let b = shared.node("node-b");
+    let gate = shared.dir.path().join("gate");
+    let started = shared.dir.path().join("second-started");
+    eval(&a, "two", "runs = []").expect("on node-a");
+    let second = format!(
+        "import os, time\nopen({started:?}, 'w').close()\n\
+         while not os.path.exists({gate:?}):\n    time.sleep(0.02)\n\
+         runs.append('second')\nprint(runs)",
+        started = path_str(&started),
+        gate = path_str(&gate),
+    );
+    let request = json!({
+        "session": "two",
+        "request_id": "R2",
+        "cells": [
+            {"language": "py", "code": "runs.append('first')\nprint(len(runs))"},
+            {"language": "py", "code": second},
+        ],
+    });
+    // R2 on node-a: its first cell runs and is committed, its second blocks on the gate.
+    let mut client = a.client();
+    client.send("eval", request.clone());
+    // Its answer, if one ever comes (events are skipped).
+    let lost = std::thread::spawn(move || loop {
+        match client.read() {
+            Some(message) if message.get("id").is_none() => {}
+            answer => break answer,
+        }
+    });
+    wait_until(Duration::from_secs(30), || {
+        match (started.exists(), progress(&shared, "two")) {
+            (true, Some(p))
+                if p["id"] == "R2" && p["cells"].as_array().map(Vec::len) == Some(1) =>
+            {
+                Ok(p)
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .expect("the first cell's state is committed with R2's progress, the second blocks");
+    let dead = a.signal_and_wait("KILL");
+    let lost = lost.join().expect("the client thread");
+    assert_eq!(lost, None, "node-a died before answering");
+    drop(dead);
+    std::fs::write(&gate, b"").expect("open the gate");
+
+    // The client retries R2 on node-b: the first cell is answered from the committed
+    // progress, only the second runs.
+    let retried = once_the_lease_moved(&b, &request).expect("node-b answers R2");
+    assert_eq!(retried["replayed_cells"], json!(1), "{retried:#}");
+    assert!(
+        retried.get("replayed").is_none(),
+        "the second cell ran: {retried:#}"
+    );
+    assert_eq!(retried["cells"][0]["node"], "node-a", "{retried:#}");
+    assert_eq!(output(&retried, 0).trim(), "1", "{retried:#}");
+    assert_eq!(retried["cells"][1]["node"], "node-b", "{retried:#}");
+    assert_eq!(retried["cells"][1]["status"], "complete", "{retried:#}");
+    assert_eq!(
+        output(&retried, 1).trim(),
+        "['first', 'second']",
+        "the first cell's entry once, the second cell once: {retried:#}"
+    );
+    // Remembered now: a further retry runs nothing.
+    let again = b.client().call("eval", request.clone()).expect("again");
+    assert_eq!(again["replayed"], json!(true), "{again:#}");
+    let state = eval(&b, "two", "print(runs)").expect("on node-b");
+    assert_eq!(output(&state, 0).trim(), "['first', 'second']", "{state:#}");
+    b.stop();
+}
+
+#[test]
+fn across_languages_the_retry_runs_only_the_cells_not_in_their_languages_committed_state() {
+    if !etcd::installed() {
+        return;
+    }
+    let shared = Shared::new();
+    let a = shared.node("node-a");
+    let b = shared.node("node-b");
+    let gate = shared.dir.path().join("gate");
+    let started = shared.dir.path().join("py-started");
+    // A JavaScript cell, then a Python cell that blocks on the gate.
+    let request = json!({
+        "session": "mixed",
+        "request_id": "M",
+        "cells": [
+            {"language": "js", "code": "globalThis.runs = (globalThis.runs || []).concat(['js']);\nconsole.log(globalThis.runs.length)"},
+            {"language": "py", "code": format!(
+                "import os, time\nopen({started:?}, 'w').close()\n\
+                 while not os.path.exists({gate:?}):\n    time.sleep(0.02)\nprint('py ran')",
+                started = path_str(&started),
+                gate = path_str(&gate),
+            )},
+        ],
+    });
+    let mut client = a.client();
+    client.send("eval", request.clone());
+    let lost = std::thread::spawn(move || loop {
+        match client.read() {
+            Some(message) if message.get("id").is_none() => {}
+            answer => break answer,
+        }
+    });
+    wait_until(Duration::from_secs(30), || {
+        let text = shared.etcd.get("cellvisor/pointer/mixed/js/progress");
+        match (started.exists(), text) {
+            (true, Some(text)) if text.contains("\"M\"") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .expect("the JavaScript cell's state is committed with M's progress, the Python one blocks");
+    let dead = a.signal_and_wait("KILL");
+    assert_eq!(lost.join().expect("the client thread"), None);
+    drop(dead);
+    std::fs::write(&gate, b"").expect("open the gate");
+
+    let retried = once_the_lease_moved(&b, &request).expect("node-b answers M");
+    assert_eq!(retried["replayed_cells"], json!(1), "{retried:#}");
+    assert_eq!(output(&retried, 0).trim(), "1", "{retried:#}");
+    assert_eq!(retried["cells"][0]["node"], "node-a", "{retried:#}");
+    assert_eq!(output(&retried, 1).trim(), "py ran", "{retried:#}");
+    assert_eq!(retried["cells"][1]["node"], "node-b", "{retried:#}");
+    let js = b
+        .client()
+        .call(
+            "eval",
+            json!({"session": "mixed", "cells": [{"language": "js", "code": "console.log(JSON.stringify(globalThis.runs))"}]}),
+        )
+        .expect("on node-b");
+    assert_eq!(
+        output(&js, 0).trim(),
+        "[\"js\"]",
+        "the JavaScript cell ran once: {js:#}"
+    );
+    b.stop();
+}
+
+#[test]
+fn a_request_whose_every_cell_was_committed_before_its_memory_is_answered_not_run() {
+    if !etcd::installed() {
+        return;
+    }
+    let shared = Shared::new();
+    let a = shared.node("node-a");
+    let b = shared.node("node-b");
+    eval(&a, "whole", "runs = []").expect("on node-a");
+    let request = json!({
+        "session": "whole",
+        "request_id": "W",
+        "cells": [
+            {"language": "py", "code": "runs.append('one')"},
+            {"language": "py", "code": "runs.append('two')\nprint(runs)"},
+        ],
+    });
+    let first = a
+        .client()
+        .call("eval", request.clone())
+        .expect("W on node-a");
+    assert_eq!(output(&first, 1).trim(), "['one', 'two']", "{first:#}");
+    // node-a dies as if between its last state's commit and its memory's: the memory's
+    // pointer is gone, the progress says both cells are in the state.
+    let _dead = a.signal_and_wait("KILL");
+    shared.etcd.delete("cellvisor/pointer/whole/requests");
+    let retried = once_the_lease_moved(&b, &request).expect("node-b answers W");
+    assert_eq!(retried["replayed"], json!(true), "{retried:#}");
+    assert_eq!(retried["replayed_cells"], json!(2), "{retried:#}");
+    assert_eq!(output(&retried, 1).trim(), "['one', 'two']", "{retried:#}");
+    let state = eval(&b, "whole", "print(runs)").expect("on node-b");
+    assert_eq!(
+        output(&state, 0).trim(),
+        "['one', 'two']",
+        "ran once: {state:#}"
+    );
+    b.stop();
+}
+
+#[test]
+fn a_per_call_request_id_is_remembered_under_its_named_sessions_lease() {
+    if !etcd::installed() {
+        return;
+    }
+    let shared = Shared::new();
+    let a = shared.node("node-a");
+    let b = shared.node("node-b");
+    let lines = shared.dir.path().join("lines");
+    // Open to the sessions' own uids.
+    std::fs::write(&lines, b"").expect("lines");
+    std::fs::set_permissions(&lines, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let request = json!({
+        "session": "calls",
+        "fresh": true,
+        "request_id": "P",
+        "cells": py(&format!(
+            "open({:?}, 'a').write('ran\\n')\nprint('done')",
+            path_str(&lines)
+        )),
+    });
+    let first = a
+        .client()
+        .call("eval", request.clone())
+        .expect("P on node-a");
+    assert_eq!(output(&first, 0).trim(), "done", "{first:#}");
+    let notice = first["cells"][0]["notice"].as_str().unwrap_or_default();
+    assert!(!notice.contains("could not be kept"), "{first:#}");
+    let memory = shared
+        .etcd
+        .get("cellvisor/pointer/calls/requests")
+        .expect("P is remembered under the named session's lease");
+    assert!(memory.contains("node-a"), "{memory}");
+    // node-a lets the lease go once the request ended; node-b answers the retry from the
+    // committed memory.
+    let retried = once_the_lease_moved(&b, &request).expect("node-b answers P");
+    assert_eq!(retried["replayed"], json!(true), "{retried:#}");
+    assert_eq!(retried["node"], "node-a", "{retried:#}");
+    assert_eq!(
+        std::fs::read_to_string(&lines).expect("lines"),
+        "ran\n",
+        "the cell ran once"
+    );
+    a.stop();
     b.stop();
 }
 

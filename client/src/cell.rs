@@ -408,6 +408,15 @@ pub struct EvalResult {
     /// `request_id`: nothing ran again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
+    /// How many of the first cells are the answers of an earlier run of the request's
+    /// `request_id` whose node stopped partway (their effects were already in the session's
+    /// committed state, so they were not run again); the cells after them ran in this run.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub replayed_cells: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl EvalResult {
@@ -432,6 +441,7 @@ impl EvalResult {
             failed_cell,
             summary,
             replayed: false,
+            replayed_cells: 0,
         }
     }
 }

@@ -63,6 +63,7 @@ pub fn job(
         requester,
         reply,
         state: None,
+        once: None,
     };
     (job, outcome, requester_alive)
 }

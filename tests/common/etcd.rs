@@ -77,6 +77,16 @@ impl Etcd {
         let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
         (!text.is_empty()).then_some(text)
     }
+
+    /// Deletes `key` (a test's stand-in for a write that never happened).
+    pub fn delete(&self, key: &str) {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.url, "del", key])
+            .output()
+            .expect("etcdctl runs");
+        assert!(out.status.success(), "etcdctl del {key}: {out:?}");
+    }
 }
 
 impl Drop for Etcd {

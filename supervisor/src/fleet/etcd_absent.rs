@@ -45,12 +45,18 @@ impl EtcdLeases {
     }
 
     /// Never called: no value exists.
-    pub fn commit(
+    pub fn commit_with_progress(
         &self,
         _session: &str,
         _language: Language,
         _pointer: Pointer,
+        _progress: Option<crate::once::progress::Progress>,
     ) -> tokio::sync::oneshot::Receiver<Result<(), CommitError>> {
+        match *self {}
+    }
+
+    /// Never called: no value exists.
+    pub fn progress(&self, _session: &str) -> Vec<crate::once::progress::Progress> {
         match *self {}
     }
 

@@ -36,6 +36,28 @@ pub struct LeaseBook {
     backend: Arc<dyn LeaseBackend>,
     /// Each held session with its fencing token (none for file leases).
     held: Mutex<HashMap<String, Option<i64>>>,
+    /// Sessions whose lease a request needs though no worker of theirs runs here (a
+    /// per-call request remembering its `request_id` in etcd mode), by how many.
+    pins: Mutex<HashMap<String, usize>>,
+}
+
+/// Keeps a session's lease from being given up by the renewal round while it lives.
+#[derive(Debug)]
+pub struct LeasePin {
+    book: Arc<LeaseBook>,
+    session: String,
+}
+
+impl Drop for LeasePin {
+    fn drop(&mut self) {
+        let mut pins = crate::locking::lock(&self.book.pins);
+        if let Some(count) = pins.get_mut(&self.session) {
+            *count -= 1;
+            if *count == 0 {
+                pins.remove(&self.session);
+            }
+        }
+    }
 }
 
 /// What a renewal round found: the sessions whose leases were lost (their workers must
@@ -59,7 +81,24 @@ impl LeaseBook {
         LeaseBook {
             backend,
             held: Mutex::new(HashMap::new()),
+            pins: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Keeps `session`'s lease, once taken, from being given up as unused until the pin is
+    /// dropped.
+    pub fn pin(self: &Arc<Self>, session: &str) -> LeasePin {
+        *crate::locking::lock(&self.pins)
+            .entry(session.to_string())
+            .or_default() += 1;
+        LeasePin {
+            book: Arc::clone(self),
+            session: session.to_string(),
+        }
+    }
+
+    fn pinned(&self, session: &str) -> bool {
+        crate::locking::lock(&self.pins).contains_key(session)
     }
 
     /// How often held leases are renewed (or, in etcd, checked): a third of their time to
@@ -124,7 +163,7 @@ impl LeaseBook {
         let sessions: Vec<String> = crate::locking::lock(&self.held).keys().cloned().collect();
         let mut renewal = Renewal::default();
         for session in sessions {
-            if !in_use(&session) {
+            if !in_use(&session) && !self.pinned(&session) {
                 self.release(&session);
                 renewal.released.push(session);
                 continue;
@@ -176,5 +215,23 @@ mod tests {
         assert_eq!(b.holder("unused", SystemTime::now()), None);
         a.release_all();
         assert_eq!(b.holder("used", SystemTime::now()), None);
+    }
+
+    #[test]
+    fn a_pinned_lease_outlives_renewals_until_its_pin_is_dropped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ttl = Duration::from_secs(30);
+        let a = Arc::new(LeaseBook::new(
+            LeaseDir::open(dir.path(), "a", ttl).expect("a"),
+        ));
+        a.acquire("s").expect("take");
+        let first = a.pin("s");
+        let second = a.pin("s");
+        assert_eq!(a.renew(|_| false).released, Vec::<String>::new());
+        drop(first);
+        assert!(a.renew(|_| false).released.is_empty(), "one pin is left");
+        drop(second);
+        assert_eq!(a.renew(|_| false).released, ["s"]);
+        assert!(!a.holds("s"));
     }
 }

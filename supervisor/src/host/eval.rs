@@ -137,6 +137,20 @@ impl Cellvisor {
             pending.undo();
         }
         admitted?;
+        // A per-call request's id is remembered by its named session: in etcd mode, under
+        // that session's lease, held for the request.
+        let _memory_lease = match (&throwaway, &request.request_id) {
+            (Some(_), Some(_)) => match self.hold_for_memory(&named).await {
+                Ok(pin) => pin,
+                Err(err) => {
+                    if let Some(pending) = &files_pending {
+                        pending.undo();
+                    }
+                    return Err(err);
+                }
+            },
+            _ => None,
+        };
         // A request with an id runs once: a retry waits for the first run and gets its answer.
         let once = match request.request_id.as_deref() {
             None => None,
@@ -148,6 +162,11 @@ impl Cellvisor {
                     }
                 };
                 match self.requests.begin(remembered_by, id, &request.cells).await {
+                    Ok(Begun::Run(once)) if once.done().is_some() => {
+                        // Every cell is in the committed state already: nothing runs.
+                        undo_files();
+                        return Ok(self.answer_done(once, &request.cells).await);
+                    }
                     Ok(Begun::Run(once)) => Some(once),
                     Ok(Begun::Replay(result)) => {
                         undo_files();
@@ -187,6 +206,22 @@ impl Cellvisor {
             let cell_id = self
                 .next_cell
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let Some(earlier) = once.as_ref().and_then(|o| o.resumed().get(index)) {
+                // In the session's committed state from an earlier run: answered, not run.
+                if let Some(events) = &events {
+                    let (language, title) = (spec.language, spec.title.clone());
+                    let started = CellEvent::CellStarted {
+                        index,
+                        language,
+                        title,
+                    };
+                    let _ = events.send(started).await;
+                    let status = earlier.report.status;
+                    let _ = events.send(CellEvent::CellDone { index, status }).await;
+                }
+                results.push(earlier.clone());
+                continue;
+            }
             if let Some(running) = in_background {
                 results.push(CellResult::skipped_behind(index, cell_id, spec, running));
                 continue;
@@ -235,6 +270,7 @@ impl Cellvisor {
                         requester: requester.clone(),
                         reply,
                         state: None,
+                        once: once.as_ref().map(|o| Arc::new(o.step(&results))),
                     };
                     let key = SessionKey {
                         session: session.clone(),
@@ -293,7 +329,8 @@ impl Cellvisor {
             stopped = result.exit_code != 0;
             results.push(result);
         }
-        for result in &mut results {
+        let replayed_cells = once.as_ref().map_or(0, |o| o.resumed().len());
+        for result in results.iter_mut().skip(replayed_cells) {
             result.node.clone_from(&self.node);
         }
         if let Some(tap) = tap {
@@ -301,35 +338,14 @@ impl Cellvisor {
         }
         let mut result = EvalResult::from_cells(results);
         result.node.clone_from(&self.node);
+        result.replayed_cells = replayed_cells;
         if let Some(restored) = files_back {
             super::state_files::tell_files(&mut result, restored);
         }
         if let Some(once) = once {
-            // Off the event loop: in etcd mode it waits for the memory's fenced commit.
-            let kept = result.clone();
-            let remembered = tokio::task::spawn_blocking(move || once.remember(&kept))
-                .await
-                .unwrap_or_else(|_| Err("the task keeping it ended early".into()));
-            if let Err(why) = remembered {
-                tell_not_remembered(&mut result, &why);
-            }
+            super::once::remember(once, &mut result).await;
         }
         Ok(result)
-    }
-}
-
-/// A request whose answer could not be kept where a restart finds it: its last cell says so
-/// (a retry after a restart would run it again).
-fn tell_not_remembered(result: &mut EvalResult, why: &str) {
-    let line = format!(
-        "this request's request_id could not be kept with the session's saved state, so a \
-         retry after a restart or on another node would run it again: {why}"
-    );
-    if let Some(last) = result.cells.last_mut() {
-        last.report.notice = Some(match last.report.notice.take() {
-            Some(earlier) => format!("{earlier}\n{line}"),
-            None => line,
-        });
     }
 }
 

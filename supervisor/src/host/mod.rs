@@ -29,6 +29,7 @@ mod control;
 mod errors;
 mod eval;
 mod node;
+mod once;
 mod pairs;
 mod policy;
 mod startup;

@@ -254,6 +254,14 @@ impl RequestLog for FencedRequestLog {
         Ok(stamp_of(&committed))
     }
 
+    fn progress(&self, session: &SessionName) -> Vec<super::progress::Progress> {
+        self.etcd.progress(session)
+    }
+
+    fn under_lease(&self) -> bool {
+        true
+    }
+
     /// Forgets the pointer (fenced) and the files written under this node's token or older
     /// ones; a node that holds no lease forgets nothing (a newer holder's files stay).
     fn forget(&self, session: &SessionName) -> Result<(), LogError> {

@@ -84,6 +84,16 @@ pub trait RequestLog: Send + Sync + std::fmt::Debug {
     ) -> Result<Stamp, LogError>;
     /// Forgets `session`'s requests (`close`, `reset`, a refused file).
     fn forget(&self, session: &SessionName) -> Result<(), LogError>;
+    /// The progress of the requests that `session`'s committed states carry (etcd mode: one
+    /// per language, the cells of it that state includes); none where states carry none.
+    fn progress(&self, _session: &SessionName) -> Vec<super::progress::Progress> {
+        Vec::new()
+    }
+    /// Whether what is kept for a session becomes current only under the session's lease
+    /// (etcd mode): a request remembered by a session must then hold its lease.
+    fn under_lease(&self) -> bool {
+        false
+    }
 }
 
 /// [`RequestLog`] as a signed, chained log in each session's snapshot directory.

@@ -6,6 +6,8 @@
 //!   file beside the session's snapshots).
 //! - [`fenced`]: in etcd mode, that log current only as far as a pointer committed under
 //!   the session's fencing token says, so it moves with the session's committed state.
+//! - [`progress`]: in etcd mode, how far a request got, committed with each of its cells'
+//!   states, so a retry after its node died partway runs only the cells not in the state.
 //!
 //! [`RequestBook`] joins them: one turn per (session, id) at a time, so a retry that arrives
 //! while the first run goes on waits for it and gets its answer.
@@ -13,12 +15,14 @@
 pub mod fenced;
 pub mod file;
 pub mod memory;
+pub mod progress;
 
 use crate::cell::{CellSpec, EvalResult};
 use crate::locking::lock;
 use crate::names::SessionName;
 use file::{RequestLog, Stamp};
 use memory::{Entry, Recall, RequestMemory};
+use progress::{Resume, Step};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -70,10 +74,37 @@ pub struct Once {
     session: SessionName,
     id: String,
     fingerprint: String,
+    /// The results of the first cells, already in the session's committed state from an
+    /// earlier run whose node stopped partway: answered, not run again.
+    resumed: Vec<crate::cell::CellResult>,
+    /// The whole answer, when every cell of the request is in the committed state.
+    done: Option<EvalResult>,
     _turn: tokio::sync::OwnedMutexGuard<()>,
 }
 
 impl Once {
+    /// The results of the request's first cells that an earlier run left in the session's
+    /// committed state (answer them, run the rest).
+    pub fn resumed(&self) -> &[crate::cell::CellResult] {
+        &self.resumed
+    }
+
+    /// The request's answer when every cell of it is in the committed state already:
+    /// remember it and answer it, running nothing.
+    pub fn done(&self) -> Option<&EvalResult> {
+        self.done.as_ref()
+    }
+
+    /// What the cell after `earlier` carries to its session, so the commit of its state
+    /// says how far the request got.
+    pub fn step(&self, earlier: &[crate::cell::CellResult]) -> Step {
+        Step {
+            id: self.id.clone(),
+            fingerprint: self.fingerprint.clone(),
+            earlier: earlier.to_vec(),
+        }
+    }
+
     /// Remembers `result` as the answer of this id (and keeps it where the session's saved
     /// state is). `Err` says why it could not be kept across a restart.
     pub fn remember(self, result: &EvalResult) -> Result<(), String> {
@@ -120,6 +151,12 @@ impl RequestBook {
         }
     }
 
+    /// Whether a session's remembered requests become current only under its lease (etcd
+    /// mode): a per-call request with an id must then hold its named session's lease.
+    pub fn under_lease(&self) -> bool {
+        self.log.as_ref().is_some_and(|log| log.under_lease())
+    }
+
     /// Waits for the turn of (`session`, `id`), then answers what the id finds: its earlier
     /// answer, a refusal, or the turn to run it.
     pub async fn begin(
@@ -136,13 +173,34 @@ impl RequestBook {
         let turn = turn.lock_owned().await;
         let fingerprint = fingerprint(cells);
         match self.recall(session, id, &fingerprint) {
-            Recall::Unknown => Ok(Begun::Run(Once {
-                book: Arc::clone(self),
-                session: session.clone(),
-                id: id.to_string(),
-                fingerprint,
-                _turn: turn,
-            })),
+            Recall::Unknown => {
+                let committed = self
+                    .log
+                    .as_ref()
+                    .map(|log| log.progress(session))
+                    .unwrap_or_default();
+                let (resumed, done) =
+                    match progress::resume(&committed, id, &fingerprint, cells.len()) {
+                        Resume::Fresh => (Vec::new(), None),
+                        Resume::From(resumed) => (resumed, None),
+                        Resume::Done(answer) => (Vec::new(), Some(answer)),
+                        Resume::Conflict => {
+                            return Err(OnceError::Conflict {
+                                id: id.to_string(),
+                                session: session.to_string(),
+                            })
+                        }
+                    };
+                Ok(Begun::Run(Once {
+                    book: Arc::clone(self),
+                    session: session.clone(),
+                    id: id.to_string(),
+                    fingerprint,
+                    resumed,
+                    done,
+                    _turn: turn,
+                }))
+            }
             Recall::Answer(mut result) => {
                 result.replayed = true;
                 Ok(Begun::Replay(result))

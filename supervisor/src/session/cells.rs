@@ -100,7 +100,7 @@ impl Handler<CellFinished> for Session {
         };
         self.count_cell(&outcome);
         self.cells_since_snapshot += 1;
-        let held = super::saved::HeldCell::new(running, outcome);
+        let held = self.hold(running, outcome);
         let unsaved = if !self.replace_if_out_of_descriptors(msg.descriptors, ctx)
             && status == CellStatus::Complete
         {

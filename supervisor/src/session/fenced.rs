@@ -9,6 +9,7 @@ use super::saved::{self, HeldCell};
 use super::Session;
 use crate::fleet::etcd::CommitError;
 use crate::fleet::pointer::{self, Pointer};
+use crate::once::progress::Progress;
 use crate::snapshots::policy::{self, AnswerWaits};
 use actix::prelude::*;
 use cellvisor_ipc::state::{LoadOrder, StateRefusal, StateReport, StateTask};
@@ -66,11 +67,12 @@ impl Session {
                 .as_ref()
                 .is_some_and(|s| s.fenced().is_some()),
         );
+        let progress = self.progress.clone();
         let (now, waiting) = match waits {
             AnswerWaits::Save => (held, None),
             AnswerWaits::Commit => (None, held),
         };
-        let (answer, name, blobs) = match self.start_commit(task) {
+        let (answer, name, blobs) = match self.start_commit(task, progress) {
             Begun::Nothing => return now.or(waiting),
             Begun::Failed(why) => {
                 tracing::warn!(session = %self.key, "snapshot not committed: {why}");
@@ -121,8 +123,9 @@ impl Session {
         now
     }
 
-    /// Starts the commit of the blob a save task wrote (etcd mode).
-    fn start_commit(&self, task: Option<&StateTask>) -> Begun {
+    /// Starts the commit of the blob a save task wrote (etcd mode), with `progress` (how far
+    /// the request of the cell it follows got) in the same transaction.
+    fn start_commit(&self, task: Option<&StateTask>, progress: Option<Progress>) -> Begun {
         let (Some(store), Some(StateTask::Save(order))) = (self.snapshots.as_ref(), task) else {
             return Begun::Nothing;
         };
@@ -153,7 +156,12 @@ impl Session {
             token,
         };
         Begun::Started {
-            answer: etcd.commit(&self.key.session, self.key.language, pointer),
+            answer: etcd.commit_with_progress(
+                &self.key.session,
+                self.key.language,
+                pointer,
+                progress,
+            ),
             blobs: path.parent().map(Path::to_path_buf),
             name,
         }
@@ -262,9 +270,11 @@ impl Session {
             .map(|refusal| format!("checkpoint {name}: {refusal}"))
     }
 
-    /// In etcd mode, drops the session's pointer in this language (fenced): its namespace
-    /// is gone on purpose. True: it was etcd's to drop.
-    pub(super) fn forget_fenced(&self) -> bool {
+    /// In etcd mode, drops the session's pointer in this language (fenced), with the request
+    /// progress its state carried: its namespace is gone on purpose. True: it was etcd's to
+    /// drop.
+    pub(super) fn forget_fenced(&mut self) -> bool {
+        self.progress = None;
         let Some(etcd) = self.snapshots.as_ref().and_then(|s| s.fenced()) else {
             return false;
         };

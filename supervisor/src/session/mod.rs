@@ -132,6 +132,9 @@ pub struct CellJob {
     pub reply: oneshot::Sender<CellReport>,
     /// Set for a state task (save, load or list the namespace) instead of code.
     pub state: Option<state::StateJob>,
+    /// The request's `request_id` and its earlier cells' results (etcd mode): the commit of
+    /// the state after this cell says the request got this far.
+    pub once: Option<Arc<crate::once::progress::Step>>,
 }
 
 impl CellJob {
@@ -162,6 +165,7 @@ impl CellJob {
             requester,
             reply,
             state: Some(state),
+            once: None,
         }
     }
 
@@ -378,6 +382,9 @@ pub struct Session {
     stop_fate: state::SnapshotFate,
     /// Cells whose answers wait for their state's commit in etcd, by commit number.
     committing: saved::Committing,
+    /// How far the request with a `request_id` whose cell last ran here got (etcd mode):
+    /// committed with every later save of the state, which includes those cells.
+    progress: Option<crate::once::progress::Progress>,
     metrics: Arc<crate::metrics::Metrics>,
 }
 
@@ -424,6 +431,7 @@ impl Session {
             own_tasks: 0,
             stop_fate: state::SnapshotFate::NotTried,
             committing: saved::Committing::default(),
+            progress: None,
             metrics: setup.metrics,
         }
     }

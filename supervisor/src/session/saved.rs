@@ -5,6 +5,7 @@
 //! refused or failed, never only a log line.
 
 use super::{Running, Session};
+use crate::once::progress::Progress;
 use crate::session::CellReport;
 use cellvisor_client::once::Saved;
 
@@ -17,6 +18,19 @@ pub struct HeldCell {
 impl HeldCell {
     pub(super) fn new(running: Running, outcome: CellReport) -> HeldCell {
         HeldCell { running, outcome }
+    }
+
+    /// How far this cell's request got once the state after it is committed (a request
+    /// with a `request_id`): its earlier cells and this one, answered as saved on `node`
+    /// (the progress is committed only with a state that includes the cell).
+    fn progress(&self, node: &str) -> Option<Progress> {
+        let step = self.running.job.once.as_ref()?;
+        let job = &self.running.job;
+        let mut outcome = self.outcome.clone();
+        outcome.saved = Some(written());
+        let mut result = outcome.into_result(job.index, self.running.cell_id, &job.spec);
+        result.node = node.to_string();
+        Some(step.with(result))
     }
 }
 
@@ -67,6 +81,18 @@ pub(super) fn unsaved_notice(why: &str) -> String {
 }
 
 impl Session {
+    /// Holds a finished cell for its answer; in etcd mode, a cell of a request with a
+    /// `request_id` becomes that request's progress, which the next commit of this
+    /// language's state carries (the state includes the cell from now on).
+    pub(super) fn hold(&mut self, running: Running, outcome: CellReport) -> HeldCell {
+        let held = HeldCell::new(running, outcome);
+        let fenced = self.snapshots.as_ref().filter(|s| s.fenced().is_some());
+        if let Some(progress) = fenced.and_then(|store| held.progress(store.node())) {
+            self.progress = Some(progress);
+        }
+        held
+    }
+
     /// Answers a held cell, saying whether its save was written.
     pub(super) fn deliver_held(&mut self, held: HeldCell, saved: Saved) {
         let HeldCell {

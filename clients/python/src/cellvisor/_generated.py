@@ -289,6 +289,10 @@ class EvalResult(_EvalResultRequired, total=False):
     #: True when this is the remembered answer of an earlier run of the request's
     #: `request_id`: nothing ran again.
     replayed: bool
+    #: How many of the first cells are the answers of an earlier run of the request's
+    #: `request_id` whose node stopped partway (their effects were already in the session's
+    #: committed state, so they were not run again); the cells after them ran in this run.
+    replayed_cells: int
 
 
 class EvalSummary(TypedDict):

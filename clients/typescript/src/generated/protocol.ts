@@ -311,6 +311,12 @@ export type EvalResult = {
    * `request_id`: nothing ran again.
    */
   replayed?: boolean;
+  /**
+   * How many of the first cells are the answers of an earlier run of the request's
+   * `request_id` whose node stopped partway (their effects were already in the session's
+   * committed state, so they were not run again); the cells after them ran in this run.
+   */
+  replayed_cells?: number;
   /** Totals over the cells, as an agent harness's tool details carry them. */
   summary: EvalSummary;
 };

@@ -3,6 +3,7 @@
 //! ```text
 //! cellvisor/lease/<session>          the node's name, attached to an etcd lease of `lease-ttl`
 //! cellvisor/pointer/<session>/<lang> the current snapshot blob (see `pointer`)
+//! cellvisor/pointer/<session>/<lang>/progress  how far a request got (with that pointer)
 //! ```
 //!
 //! A session's lease key is created by a transaction that requires it absent
@@ -25,6 +26,7 @@ pub use super::etcd_settings::EtcdSettings;
 use super::pointer::{Pointer, RequestsPointer};
 use super::proof::{self, Acknowledged, BootInstant};
 use super::LeaseError;
+use crate::once::progress::Progress;
 use cellvisor_ipc::Language;
 use etcd_client::Client;
 use requests::{block_on, connect_options, take};
@@ -80,6 +82,9 @@ struct Held {
     /// The session's remembered requests, as committed (read with the lease, then changed
     /// only by this node's commits).
     requests: Mutex<Option<RequestsPointer>>,
+    /// By language, how far the request that language's state last carried got, as
+    /// committed.
+    progress: Mutex<HashMap<Language, Progress>>,
     /// The session's named checkpoints, by language and name, as committed.
     checkpoints: Mutex<HashMap<(Language, String), Pointer>>,
     ops: mpsc::UnboundedSender<Op>,
@@ -89,6 +94,8 @@ enum Op {
     Commit {
         language: Language,
         pointer: Pointer,
+        /// Put in the same transaction: the request whose cell this state follows.
+        progress: Option<Progress>,
         reply: oneshot::Sender<Result<(), CommitError>>,
     },
     Forget {
@@ -162,6 +169,14 @@ const REQUESTS_SEGMENT: &str = "requests";
 
 fn requests_key(session: &str) -> String {
     format!("{}{REQUESTS_SEGMENT}", pointer_prefix(session))
+}
+
+/// The last segment of the key of a session's request progress in a language, after the
+/// language's pointer key.
+const PROGRESS_SEGMENT: &str = "progress";
+
+fn progress_key(session: &str, language: Language) -> String {
+    format!("{}/{PROGRESS_SEGMENT}", pointer_key(session, language))
 }
 
 /// The segment between a language and a checkpoint's name in a checkpoint's key.
@@ -263,6 +278,7 @@ impl EtcdLeases {
             seq: AtomicU64::new(1),
             forgotten: Mutex::new(HashMap::new()),
             requests: Mutex::new(found.requests),
+            progress: Mutex::new(found.progress),
             checkpoints: Mutex::new(found.checkpoints),
             ops,
         });
@@ -366,11 +382,25 @@ impl EtcdLeases {
 
     /// Commits `pointer` as `session`'s current state in `language`, fenced by the token
     /// the lease was taken at. The answer comes once etcd has decided.
+    #[cfg(test)]
     pub fn commit(
         &self,
         session: &str,
         language: Language,
         pointer: Pointer,
+    ) -> oneshot::Receiver<Result<(), CommitError>> {
+        self.commit_with_progress(session, language, pointer, None)
+    }
+
+    /// [`EtcdLeases::commit`], putting `progress` (how far the request whose cell this state
+    /// follows got) in the same transaction: the state and what it includes are committed
+    /// together or not at all.
+    pub fn commit_with_progress(
+        &self,
+        session: &str,
+        language: Language,
+        pointer: Pointer,
+        progress: Option<Progress>,
     ) -> oneshot::Receiver<Result<(), CommitError>> {
         let (reply, answer) = oneshot::channel();
         match self.held(session) {
@@ -381,6 +411,7 @@ impl EtcdLeases {
                 let _ = held.ops.send(Op::Commit {
                     language,
                     pointer,
+                    progress,
                     reply,
                 });
             }
@@ -400,6 +431,7 @@ impl EtcdLeases {
             let next = held.seq.load(Ordering::Relaxed);
             crate::locking::lock(&held.forgotten).insert(language, next);
             crate::locking::lock(&held.pointers).remove(&language);
+            crate::locking::lock(&held.progress).remove(&language);
             let _ = held.ops.send(Op::Forget { language });
         }
     }
@@ -449,6 +481,16 @@ impl EtcdLeases {
         Ok(requests.clone())
     }
 
+    /// How far the requests that `session`'s committed states (one per language) last
+    /// carried got, while this node holds the session.
+    pub fn progress(&self, session: &str) -> Vec<Progress> {
+        let Some(held) = self.held(session) else {
+            return Vec::new();
+        };
+        let progress = crate::locking::lock(&held.progress);
+        progress.values().cloned().collect()
+    }
+
     /// The fencing token of `session`'s lease, while this node holds it.
     pub fn token(&self, session: &str) -> Option<i64> {
         self.held(session).map(|held| held.token)
@@ -481,10 +523,12 @@ impl EtcdLeases {
             .map_err(|_| CommitError::NotHeld)?
     }
 
-    /// Deletes `session`'s remembered requests' pointer (a close or reset), fenced.
+    /// Deletes `session`'s remembered requests' pointer and its request progress (a close or
+    /// reset), fenced.
     pub fn forget_requests(&self, session: &str) {
         if let Some(held) = self.held(session) {
             *crate::locking::lock(&held.requests) = None;
+            crate::locking::lock(&held.progress).clear();
             let _ = held.ops.send(Op::ForgetRequests);
         }
     }

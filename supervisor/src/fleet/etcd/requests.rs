@@ -3,11 +3,12 @@
 
 use super::{
     etcd_error, lease_key, pointer_prefix, CommitError, EtcdSettings, CHECKPOINT_SEGMENT,
-    REQUESTS_SEGMENT,
+    PROGRESS_SEGMENT, REQUESTS_SEGMENT,
 };
 use crate::fleet::pointer::{Pointer, RequestsPointer};
 use crate::fleet::proof::{self, Acknowledged, BootInstant};
 use crate::fleet::LeaseError;
+use crate::once::progress::Progress;
 use cellvisor_ipc::Language;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, TxnOp, TxnOpResponse};
 use std::collections::HashMap;
@@ -102,6 +103,8 @@ pub(super) struct Pointers {
     pub states: HashMap<Language, Pointer>,
     /// Its remembered requests' pointer.
     pub requests: Option<RequestsPointer>,
+    /// By language, how far the request that language's state last carried got.
+    pub progress: HashMap<Language, Progress>,
     /// Its named checkpoints' pointers, by language and name.
     pub checkpoints: HashMap<(Language, String), Pointer>,
 }
@@ -117,6 +120,13 @@ impl Pointers {
                     (language.parse::<Language>(), Pointer::from_bytes(value))
                 {
                     self.states.insert(language, pointer);
+                }
+            }
+            [language, PROGRESS_SEGMENT] => {
+                if let (Ok(language), Some(progress)) =
+                    (language.parse::<Language>(), Progress::from_bytes(value))
+                {
+                    self.progress.insert(language, progress);
                 }
             }
             [language, CHECKPOINT_SEGMENT, name] => {
@@ -278,9 +288,24 @@ pub(super) async fn fenced_put(
     ptr_key: &str,
     value: Vec<u8>,
 ) -> Result<(), CommitError> {
+    fenced_puts(client, key, token, vec![(ptr_key.to_string(), value)]).await
+}
+
+/// Puts every `(key, value)` of `puts` in one transaction, only if the lease key `key` was
+/// created at `token`: all of them or none.
+pub(super) async fn fenced_puts(
+    client: Client,
+    key: &str,
+    token: i64,
+    puts: Vec<(String, Vec<u8>)>,
+) -> Result<(), CommitError> {
     let txn = etcd_client::Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, token)])
-        .and_then([TxnOp::put(ptr_key, value, None)]);
+        .and_then(
+            puts.into_iter()
+                .map(|(at, value)| TxnOp::put(at, value, None))
+                .collect::<Vec<_>>(),
+        );
     let sent = unsent_again(|| {
         let mut client = client.clone();
         let txn = txn.clone();

@@ -1,9 +1,12 @@
 //! A held lease's own task: keep-alives every third of its time to live, and the session's
 //! commits, forgets and release in the order they were asked.
 
-use super::requests::fenced_put;
-use super::{checkpoint_key, lease_key, pointer_key, requests_key, CommitError, Held, Op};
+use super::requests::{fenced_put, fenced_puts};
+use super::{
+    checkpoint_key, lease_key, pointer_key, progress_key, requests_key, CommitError, Held, Op,
+};
 use crate::fleet::proof::{self, BootInstant, KeepAlive};
+use cellvisor_ipc::Language;
 use etcd_client::{Client, Compare, CompareOp, TxnOp};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,17 +31,17 @@ pub(super) async fn run_lease(
     loop {
         tokio::select! {
             op = ops.recv() => match op {
-                Some(Op::Commit { language, pointer, reply }) => {
-                    let result = fenced_put(
-                        client.clone(),
-                        &key,
-                        held.token,
-                        &pointer_key(&session, language),
-                        pointer.to_bytes(),
-                    )
-                    .await;
+                Some(Op::Commit { language, pointer, progress, reply }) => {
+                    let mut puts = vec![(pointer_key(&session, language), pointer.to_bytes())];
+                    if let Some(progress) = &progress {
+                        puts.push((progress_key(&session, language), progress.to_bytes()));
+                    }
+                    let result = fenced_puts(client.clone(), &key, held.token, puts).await;
                     if result.is_ok() {
                         crate::locking::lock(&held.pointers).insert(language, pointer);
+                        if let Some(progress) = progress {
+                            crate::locking::lock(&held.progress).insert(language, progress);
+                        }
                     } else if let Err(CommitError::Fenced { .. }) = &result {
                         lose(&held, "etcd refused a commit under its token: another node holds it");
                     }
@@ -47,7 +50,10 @@ pub(super) async fn run_lease(
                 Some(Op::Forget { language }) => {
                     let txn = etcd_client::Txn::new()
                         .when([Compare::create_revision(key.as_str(), CompareOp::Equal, held.token)])
-                        .and_then([TxnOp::delete(pointer_key(&session, language), None)]);
+                        .and_then([
+                            TxnOp::delete(pointer_key(&session, language), None),
+                            TxnOp::delete(progress_key(&session, language), None),
+                        ]);
                     let _ = client.clone().txn(txn).await;
                 }
                 Some(Op::CommitCheckpoint { language, name, pointer, reply }) => {
@@ -85,7 +91,11 @@ pub(super) async fn run_lease(
                 Some(Op::ForgetRequests) => {
                     let txn = etcd_client::Txn::new()
                         .when([Compare::create_revision(key.as_str(), CompareOp::Equal, held.token)])
-                        .and_then([TxnOp::delete(requests_key(&session), None)]);
+                        .and_then(
+                            std::iter::once(TxnOp::delete(requests_key(&session), None))
+                                .chain(Language::ALL.map(|l| TxnOp::delete(progress_key(&session, l), None)))
+                                .collect::<Vec<_>>(),
+                        );
                     let _ = client.clone().txn(txn).await;
                 }
                 Some(Op::Release) | None => {

@@ -329,3 +329,69 @@ fn credentials_others_can_read_and_half_a_client_certificate_are_refused() {
     });
     assert!(text.contains("go together"), "{text}");
 }
+
+fn progress(id: &str, cells: usize) -> Progress {
+    let spec = crate::cell::CellSpec::new(Language::Python, "x");
+    Progress {
+        id: id.into(),
+        fingerprint: "f".into(),
+        cells: (0..cells)
+            .map(|i| crate::cell::CellReport::error(String::new()).into_result(i, 1, &spec))
+            .collect(),
+    }
+}
+
+#[test]
+fn a_requests_progress_is_committed_with_its_state_and_never_under_a_stale_token() {
+    let Some(etcd) = TestEtcd::start() else {
+        return;
+    };
+    let ttl = Duration::from_secs(2);
+    let (a, b) = (node(&etcd, "node-a", ttl), node(&etcd, "node-b", ttl));
+    let py = Language::Python;
+    let token_a = a.acquire("s").expect("a takes it");
+    let (blob, _) = a.next_blob("s").expect("held");
+    let committed = a
+        .commit_with_progress("s", py, pointer(&blob, token_a), Some(progress("R", 1)))
+        .blocking_recv();
+    assert_eq!(committed, Ok(Ok(())));
+    assert_eq!(a.progress("s"), [progress("R", 1)]);
+    a.release("s");
+    wait_for("b takes the released lease", Duration::from_secs(5), || {
+        b.acquire("s").ok()
+    });
+    assert_eq!(
+        b.progress("s"),
+        [progress("R", 1)],
+        "b reads what a committed"
+    );
+
+    // a, woken from a pause, sends its state and a further progress under its old token:
+    // refused whole, so what b and any later holder read is unchanged.
+    let stale = progress("R", 2);
+    let (client, key) = (a.client.clone(), lease_key("s"));
+    let puts = vec![
+        (
+            pointer_key("s", py),
+            pointer("1-9.snap", token_a).to_bytes(),
+        ),
+        (progress_key("s", py), stale.to_bytes()),
+    ];
+    let refused = block_on(&a.runtime, Duration::from_secs(5), async move {
+        requests::fenced_puts(client, &key, token_a, puts).await
+    });
+    assert_eq!(refused, Ok(Err(CommitError::Fenced { token: token_a })));
+    b.release("s");
+    let c = node(&etcd, "node-c", ttl);
+    wait_for("c takes it", Duration::from_secs(5), || c.acquire("s").ok());
+    assert_eq!(c.progress("s"), [progress("R", 1)]);
+    assert_eq!(c.pointer("s", py).map(|p| p.blob), Some(blob));
+
+    // A reset of the language forgets its progress with its pointer.
+    c.forget("s", py);
+    assert!(c.progress("s").is_empty());
+    c.release("s");
+    let d = node(&etcd, "node-d", ttl);
+    wait_for("d takes it", Duration::from_secs(5), || d.acquire("s").ok());
+    assert!(d.progress("s").is_empty(), "the forget reached etcd");
+}
