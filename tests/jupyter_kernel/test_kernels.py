@@ -45,8 +45,10 @@ class HistoryTests:
         reply, outputs = self.execute_helper(self.history_codes[0], silent=True)
         self.assertEqual(reply["content"]["status"], "ok")
         self.assertEqual(outputs, [])
-        # A failure aborts the request queued behind it, as ipykernel does.
-        failing = self.kc.execute(self.code_generate_error)
+        # A failure aborts the request queued behind it, as ipykernel does. The failure comes
+        # two seconds in, so that the second request is queued (sent before the error reply)
+        # even on a loaded machine; one sent after the reply runs (test_behaviour.py).
+        failing = self.kc.execute(self.code_slow_error)
         queued = self.kc.execute(self.code_hello_world)
         replies = {}
         while len(replies) < 2:
@@ -66,6 +68,7 @@ class CellvisorPythonTests(HistoryTests, jupyter_kernel_test.KernelTests):
     code_hello_world = "print('hello, world')"
     code_stderr = "import sys; print('test', file=sys.stderr)"
     code_generate_error = "raise ValueError('deliberate')"
+    code_slow_error = "import time\ntime.sleep(2)\nraise ValueError('deliberate')"
     code_display_data = [
         {"code": "display({'a': 1})", "mime": "application/json"},
         {"code": "class H:\n    def _repr_html_(self):\n        return '<b>h</b>'\ndisplay(H())", "mime": "text/html"},
@@ -86,6 +89,7 @@ class CellvisorJavaScriptTests(HistoryTests, jupyter_kernel_test.KernelTests):
     code_hello_world = "console.log('hello, world')"
     code_stderr = "console.error('test')"
     code_generate_error = "throw new Error('deliberate')"
+    code_slow_error = "const t0 = Date.now(); while (Date.now() - t0 < 2000) {} throw new Error('deliberate')"
     code_display_data = [{"code": "display({a: 1})", "mime": "application/json"}]
     completion_samples = [{"text": "Math.fl", "matches": {"Math.floor"}}]
     complete_code_samples = ["1", "console.log('hello, world')", "function f(x) { return x * 2 }"]
@@ -103,6 +107,7 @@ class CellvisorLuaTests(HistoryTests, jupyter_kernel_test.KernelTests):
     code_hello_world = "print('hello, world')"
     code_stderr = "io.stderr:write('test\\n')"
     code_generate_error = "error('deliberate')"
+    code_slow_error = "local t0 = os.time(); while os.time() - t0 < 2 do end; error('deliberate')"
     code_display_data = [{"code": "display({a = 1})", "mime": "application/json"}]
     completion_samples = [{"text": "string.up", "matches": {"string.upper"}}]
     complete_code_samples = ["x = 1", "print('hello, world')", "function f(x) return x * 2 end"]

@@ -16,7 +16,7 @@ use crate::jupyter::wire::{self, Incoming, Reader, Signer};
 use crate::jupyter::{shell, snippets};
 use bytes::Bytes;
 use serde_json::{json, Value};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 use tokio::sync::{mpsc, watch};
 use zeromq::{Socket, SocketOptions, SocketRecv, SocketSend, ZmqMessage};
 
@@ -108,8 +108,8 @@ async fn bind<S: Socket>(
 }
 
 /// The tasks a request passes through between the shell's TCP socket and the shell's queue
-/// (ZeroMQ's peer task, its socket's queue, the reader), each given a turn before an error
-/// aborts what is queued.
+/// (ZeroMQ's peer task, its socket's queue, the reader), each given a turn before a failed
+/// execution's reply goes out, so that what a client sent before it is queued by then.
 const READER_HOPS: usize = 4;
 
 /// Why the kernel ends.
@@ -170,7 +170,7 @@ pub async fn serve(
         history: History::default(),
         shutdown: shutdown_tx,
         values_asked: false,
-        replied_at: None,
+        replied: None,
     };
     let ended = |s: &Option<bool>| s.is_some();
     loop {
@@ -188,17 +188,11 @@ pub async fn serve(
             }
         };
         if failed {
-            // Requests that reached the socket while the cell ran may still be on their way
-            // through ZeroMQ's tasks and the reader (one thread): they run first, so they are
-            // queued by now.
-            for _ in 0..READER_HOPS {
-                tokio::task::yield_now().await;
-            }
             // As ipykernel: an error aborts the execute requests already queued when its
             // reply went out; what came after it runs.
-            let replied_at = shell.replied_at;
+            let replied = shell.replied;
             while let Ok(queued) = jobs.try_recv() {
-                let before_reply = replied_at.is_some_and(|at| queued.at <= at);
+                let before_reply = replied.is_some_and(|reply| reply.came_after(&queued));
                 if before_reply && queued.incoming.request.msg_type == "execute_request" {
                     shell.abort(&queued.incoming).await;
                 } else {
@@ -251,6 +245,35 @@ async fn echo(mut socket: zeromq::RepSocket) {
             Err(zeromq::ZmqError::NoMessage) => return,
             Err(err) => tracing::warn!("dropped a peer of the heartbeat channel: {err}"),
         }
+    }
+}
+
+/// When a reply went out, by this process's clock and by the wall clock.
+#[derive(Clone, Copy)]
+struct Replied {
+    at: Instant,
+    wall: SystemTime,
+}
+
+impl Replied {
+    fn now() -> Replied {
+        Replied {
+            at: Instant::now(),
+            wall: SystemTime::now(),
+        }
+    }
+
+    /// Whether `request` was sent before this reply went out: read off the socket before
+    /// it, or stamped by its client (`header.date`, the front end's clock: a local front end
+    /// shares this one) before it. The second catches a request its client sent before the
+    /// reply but that reached the socket after it (a client descheduled between two sends);
+    /// a request a client makes after reading the reply is dated after it.
+    fn came_after(&self, request: &Received) -> bool {
+        request.at <= self.at
+            || request.incoming.request.header["date"]
+                .as_str()
+                .and_then(|date| humantime::parse_rfc3339_weak(date).ok())
+                .is_some_and(|sent| sent < self.wall)
     }
 }
 
@@ -351,13 +374,13 @@ struct Shell {
     /// Whether the session's worker was asked to send its cells' values (for
     /// `execute_result`); asked again once a new worker ran a cell.
     values_asked: bool,
-    /// When the last reply went out.
-    replied_at: Option<Instant>,
+    /// When the last reply went out: a failed execution aborts only what was sent before.
+    replied: Option<Replied>,
 }
 
 impl Shell {
     async fn send(&mut self, to: &Incoming, msg_type: &str, content: Value) {
-        self.replied_at = Some(Instant::now());
+        self.replied = Some(Replied::now());
         let frames = self.wire.reply(to, msg_type, content);
         if let Err(err) = self.out.send(frames).await {
             tracing::warn!("cannot answer on the shell channel: {err}");
@@ -386,6 +409,15 @@ impl Shell {
                 let stop_on_error = content["stop_on_error"].as_bool().unwrap_or(true);
                 let (reply, failure) = self.execute(session, job).await;
                 failed = failure && stop_on_error;
+                if failed {
+                    // Requests that reached the socket while the cell ran may still be on
+                    // their way through ZeroMQ's tasks and the reader (one thread): they get
+                    // their turn before the reply goes out, so the abort finds them queued,
+                    // while whatever a client sends after reading the reply arrives after it.
+                    for _ in 0..READER_HOPS {
+                        tokio::task::yield_now().await;
+                    }
+                }
                 ("execute_reply", reply)
             }
             "complete_request" => {
@@ -485,4 +517,56 @@ impl Shell {
 async fn snippet(session: &mut Session, cell: &str) -> Option<Value> {
     let result = session.run(cell, |_| {}).await.ok()?;
     snippets::answer(&result.report.output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jupyter::message::Request;
+    use std::time::Duration;
+
+    fn request(at: Instant, date: Option<&str>) -> Received {
+        let mut header = json!({"msg_id": "m", "msg_type": "execute_request"});
+        if let Some(date) = date {
+            header["date"] = json!(date);
+        }
+        Received {
+            at,
+            incoming: Incoming {
+                ids: Vec::new(),
+                signature: Bytes::new(),
+                request: Request {
+                    channel: "shell".into(),
+                    header,
+                    msg_type: "execute_request".into(),
+                    session: String::new(),
+                    content: json!({}),
+                },
+            },
+        }
+    }
+
+    #[test]
+    fn what_was_sent_before_an_error_reply_is_aborted_and_what_came_after_runs() {
+        let reply = Replied::now();
+        let wall = |offset: i64| {
+            let at = if offset < 0 {
+                reply.wall - Duration::from_millis(offset.unsigned_abs())
+            } else {
+                reply.wall + Duration::from_millis(offset.unsigned_abs())
+            };
+            humantime::format_rfc3339_micros(at).to_string()
+        };
+        let earlier = reply.at - Duration::from_millis(5);
+        let later = reply.at + Duration::from_millis(5);
+        // Read off the socket before the reply: sent before it, whatever its date says.
+        assert!(reply.came_after(&request(earlier, None)));
+        assert!(reply.came_after(&request(earlier, Some(&wall(10)))));
+        // Read after the reply but dated before it: its client sent it first.
+        assert!(reply.came_after(&request(later, Some(&wall(-3)))));
+        // Read after the reply and dated after it (or undated, or unreadable): it runs.
+        assert!(!reply.came_after(&request(later, Some(&wall(3)))));
+        assert!(!reply.came_after(&request(later, None)));
+        assert!(!reply.came_after(&request(later, Some("yesterday"))));
+    }
 }
