@@ -111,7 +111,17 @@ fn order_of(name: &str, suffix: &str) -> Option<(i64, u64)> {
 /// The files of remembered requests in `dir` older than `current` (collected once `current`
 /// is committed).
 pub fn unreferenced_requests(dir: &Path, current: &str) -> Vec<std::path::PathBuf> {
-    let Some(current) = requests_file_order(current) else {
+    older_than(dir, current, requests_file_order)
+}
+
+/// The files in `dir` whose (token, sequence) by `order` is below `current`'s: a name that
+/// `order` does not read is never one of them.
+fn older_than(
+    dir: &Path,
+    current: &str,
+    order: fn(&str) -> Option<(i64, u64)>,
+) -> Vec<std::path::PathBuf> {
+    let Some(current) = order(current) else {
         return Vec::new();
     };
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -119,9 +129,7 @@ pub fn unreferenced_requests(dir: &Path, current: &str) -> Vec<std::path::PathBu
     };
     entries
         .flatten()
-        .filter(|e| {
-            requests_file_order(&e.file_name().to_string_lossy()).is_some_and(|o| o < current)
-        })
+        .filter(|e| order(&e.file_name().to_string_lossy()).is_some_and(|o| o < current))
         .map(|e| e.path())
         .collect()
 }
@@ -133,13 +141,7 @@ pub fn blob_name(token: i64, seq: u64) -> String {
 
 /// Whether `name` is a name [`blob_name`] makes (no path separators, nothing hidden).
 pub fn is_blob_name(name: &str) -> bool {
-    let Some(stem) = name.strip_suffix(SUFFIX) else {
-        return false;
-    };
-    let mut parts = stem.splitn(2, '-');
-    let digits =
-        |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
-    digits(parts.next()) && digits(parts.next())
+    blob_order(name).is_some()
 }
 
 /// The SHA-256 of the file at `path`, hex, and its size.
@@ -205,30 +207,14 @@ pub fn check_blob(pointer: &Pointer, path: &Path) -> Result<(), BlobRefusal> {
 
 /// The token and sequence number a blob's name carries (`None`: not a blob's name).
 pub(crate) fn blob_order(name: &str) -> Option<(i64, u64)> {
-    let stem = name.strip_suffix(SUFFIX)?;
-    let (token, seq) = stem.split_once('-')?;
-    Some((token.parse().ok()?, seq.parse().ok()?))
+    order_of(name, SUFFIX)
 }
 
 /// The blobs in `dir` older than `current` (a lower token, or the same token and a lower
 /// sequence number): what a holder may collect once its commit of `current` went through.
 /// Newer ones are left alone: a save under way after that commit, or a newer holder's.
 pub fn unreferenced(dir: &Path, current: &str) -> Vec<std::path::PathBuf> {
-    let Some(current) = blob_order(current) else {
-        return Vec::new();
-    };
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter(|e| {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            is_blob_name(&name) && blob_order(&name).is_some_and(|order| order < current)
-        })
-        .map(|e| e.path())
-        .collect()
+    older_than(dir, current, blob_order)
 }
 
 #[cfg(test)]
