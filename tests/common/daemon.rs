@@ -30,12 +30,14 @@ impl Daemon {
     /// A daemon in an existing world (to restart one where another stopped).
     pub fn start_in(world: World) -> Daemon {
         let socket = world.runtime_dir().join("cellvisor").join("test.sock");
+        // What the daemon logs, for a failing test to show (`Daemon::log`).
+        let log = std::fs::File::create(world.dir.path().join("daemon.log")).expect("log file");
         let child = world
             .command()
             .args(["serve", "--socket"])
             .arg(&socket)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("spawn serve");
         let daemon = Daemon {
@@ -48,6 +50,15 @@ impl Daemon {
         });
         assert!(up.is_ok(), "daemon never listened: {up:?}");
         daemon
+    }
+
+    /// The last `lines` lines the daemon logged (its standard error), for a failure's
+    /// message.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log =
+            std::fs::read_to_string(self.world.dir.path().join("daemon.log")).unwrap_or_default();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
     }
 
     /// The daemon's process id.

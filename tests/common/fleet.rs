@@ -84,7 +84,7 @@ impl Fleet {
                 "CELLVISOR_HAPROXY_PEER_ADDR",
                 format!("127.0.0.1:{}", free_port()),
             )
-            .stdout(Stdio::null())
+            .stdout(std::fs::File::create(shared.path().join("haproxy.log")).expect("log file"))
             .stderr(Stdio::null())
             .spawn()
             .expect("haproxy starts");
@@ -102,15 +102,34 @@ impl Fleet {
     }
 
     /// One cell of `session` through HAProxy on a connection of its own, bound to the
-    /// session (as a router needs it); a refusal or a lost connection is an `Err`.
+    /// session (as a router needs it); a refusal, a lost connection or no answer in 30 s
+    /// (a wait only a node that never answers makes) is an `Err`, for the caller to retry.
     pub fn eval(&self, session: &str, language: &str, code: &str) -> Result<Value, String> {
         let mut client = connect_ws(self.port, None, Some(TOKEN), Some(session), None)?;
+        client.set_read_timeout(Duration::from_secs(30));
         client
-            .call(
+            .try_call(
                 "eval",
                 json!({"session": session, "cells": [{"language": language, "code": code}]}),
-            )
+            )?
             .map_err(|e| e.to_string())
+    }
+
+    /// What HAProxy and every live node logged (their last lines), for a failure's message.
+    pub fn logs(&self) -> String {
+        let router =
+            std::fs::read_to_string(self.shared.path().join("haproxy.log")).unwrap_or_default();
+        let router: Vec<&str> = router.lines().collect();
+        let mut out = format!(
+            "== HAProxy\n{}\n",
+            router[router.len().saturating_sub(60)..].join("\n")
+        );
+        for (i, node) in self.nodes.iter().enumerate() {
+            if let Some(node) = node {
+                out += &format!("== node-{i}\n{}\n", node.daemon.log_tail(60));
+            }
+        }
+        out
     }
 
     /// The fleet's snapshot master key, shared by every node.

@@ -268,6 +268,36 @@ impl WsClient {
         }
     }
 
+    /// Bounds every later read (plaintext connections only).
+    pub fn set_read_timeout(&mut self, timeout: Duration) {
+        if let MaybeTlsStream::Plain(stream) = self.socket.get_mut() {
+            stream
+                .set_read_timeout(Some(timeout))
+                .expect("read timeout");
+        }
+    }
+
+    /// [`WsClient::call`], with a connection closed (or a read timed out) before the answer
+    /// as an `Err` rather than a panic, for callers that retry.
+    pub fn try_call(
+        &mut self,
+        method: &str,
+        params: Value,
+    ) -> Result<Result<Value, Value>, String> {
+        let id = self.send(method, params);
+        loop {
+            let message = self.read().ok_or_else(|| {
+                format!("no answer to {method}: the connection closed or timed out")
+            })?;
+            if message["id"] == id && message.get("method").is_none() {
+                return Ok(match message.get("error") {
+                    Some(error) => Err(error.clone()),
+                    None => Ok(message["result"].clone()),
+                });
+            }
+        }
+    }
+
     /// Calls `method`, answering `tool/call` requests with `tool`, and collects the
     /// notifications that came before the answer.
     pub fn call_with_tools(
