@@ -419,7 +419,11 @@ fn haproxy_cuts_a_stopped_nodes_connections_and_its_session_answers_elsewhere() 
     let answer = ws.read();
     let cut_after = stopped.elapsed();
     let moved = wait_until(Duration::from_secs(60), || {
-        fleet.eval("frozen", "py", "print(x)")
+        let attempt = fleet.eval("frozen", "py", "print(x)");
+        if let Err(refused) = &attempt {
+            eprintln!("{:?} after the stop: {refused}", stopped.elapsed());
+        }
+        attempt
     });
     kill("-CONT");
     assert!(answer.is_none(), "a stopped node answered: {answer:?}");

@@ -9,6 +9,7 @@
 //! - [`cell`]: requests, results and progress events (the host-facing contract), from the
 //!   light `cellvisor-client` crate, with the daemon's client and protocol.
 //! - `host`: the library API, [`Cellvisor`].
+//! - `request_error`: why a request is refused as a whole (the actors answer with it too).
 //! - `supervisor`: the `Supervisor` actor: registry, cap, eviction, sampling, prewarm pool.
 //! - `session`: the `Session` actor: one worker, its cells, heartbeats, deadlines, restarts,
 //!   and the tasks on its worker connection.
@@ -63,6 +64,7 @@ mod output;
 /// [`paths::session_store_dir`].
 pub mod paths;
 mod python_choice;
+mod request_error;
 mod sandbox;
 /// Hosts that hold the user's environment (the daemon, the MCP server) make themselves
 /// non-dumpable, so cells cannot read it back through /proc.

@@ -220,7 +220,7 @@ impl World {
         if let Err(left) = left {
             let described: Vec<String> = left.iter().map(|pid| describe(*pid)).collect();
             for pid in &left {
-                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+                kill_quietly(*pid);
             }
             panic!("processes left behind: {described:#?}");
         }
@@ -231,8 +231,18 @@ impl Drop for World {
     fn drop(&mut self) {
         // Last line of defence: never leave a process of ours on the machine.
         for pid in self.processes() {
-            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            kill_quietly(pid);
         }
+    }
+}
+
+/// SIGKILL to `pid`, one of this world's own; one that ended since it was listed is no error.
+fn kill_quietly(pid: u32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
 }
 

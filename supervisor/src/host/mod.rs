@@ -17,7 +17,6 @@
 //! - `startup`: why a supervisor cannot start, and the checks made before it does.
 //! - `pairs`: `sessions.key = "session+cwd"`: a session's state keyed by (name, cwd), and
 //!   which pairs a method without `cwd` names.
-//! - `errors`: why a request is refused as a whole.
 //! - `confinement`: the sandbox a request runs under (the operator's, or the `landlock`
 //!   isolation level's), and the daemon's files carved out of every one.
 //! - `watch`: every request's cells and events on a session, for observers that join it.
@@ -26,7 +25,6 @@ mod background;
 mod cell_log;
 mod confinement;
 mod control;
-mod errors;
 mod eval;
 mod node;
 mod once;
@@ -38,10 +36,10 @@ mod state_files;
 mod watch;
 mod workspace;
 
+pub(crate) use crate::request_error::lease_refusal;
+pub use crate::request_error::RequestError;
 pub use confinement::Origin;
 pub use control::CloseOptions;
-pub(crate) use errors::lease_refusal;
-pub use errors::RequestError;
 pub use node::{DrainState, Health, Readiness, HEALTH_BOUND};
 
 pub use pairs::SessionRef;
@@ -63,19 +61,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
-/// Largest cell source accepted: well inside the frame limit.
-pub const MAX_CODE_BYTES: usize = 8 * 1024 * 1024;
-
 pub use crate::names::MAX_SESSION_NAME;
-
-/// Longest host tool name accepted (MCP servers name tools like `github.search_issues`).
-pub const MAX_TOOL_NAME: usize = 128;
+pub use crate::request_error::{MAX_CODE_BYTES, MAX_TOOL_NAME, MAX_WAIT_MS};
 
 /// How long a `wait` watches a background cell unless told otherwise.
 pub const DEFAULT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Longest `yield_time_ms` a `wait` accepts (an hour).
-pub const MAX_WAIT_MS: u64 = 3_600_000;
 
 /// Background cells remembered (id -> session) for `wait` and `terminate`, at most.
 const MAX_BACKGROUND_CELLS: usize = 4096;

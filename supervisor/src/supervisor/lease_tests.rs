@@ -6,7 +6,7 @@ use super::tests::Rig;
 use super::*;
 use crate::cell::CellStatus;
 use crate::fleet::LeaseDir;
-use crate::host::RequestError;
+use crate::request_error::RequestError;
 use std::time::{Duration, SystemTime};
 
 fn fleet_rig() -> Rig {

@@ -4,8 +4,8 @@
 
 use super::messages::{Admit, RenewLeases};
 use super::Supervisor;
-use crate::host::RequestError;
 use crate::names::SessionName;
+use crate::request_error::RequestError;
 use crate::session::CloseSession;
 use actix::prelude::*;
 
@@ -57,7 +57,9 @@ impl Supervisor {
         if session.is_throwaway() {
             return Ok(());
         }
-        leases.acquire(session).map_err(crate::host::lease_refusal)
+        leases
+            .acquire(session)
+            .map_err(crate::request_error::lease_refusal)
     }
 
     /// Gives `session`'s lease up once nothing here uses it (its last worker stopped and

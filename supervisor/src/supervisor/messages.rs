@@ -115,7 +115,7 @@ pub struct WaitNoSessions {
 /// Whether a request for `session` may run here: its lease is taken when the node is part
 /// of a fleet, and with `resume` the session must be live here or saved.
 #[derive(Message)]
-#[rtype(result = "Result<(), crate::host::RequestError>")]
+#[rtype(result = "Result<(), crate::request_error::RequestError>")]
 pub struct Admit {
     pub session: crate::names::SessionName,
     pub resume: bool,

@@ -1,7 +1,16 @@
 //! Why the supervisor refuses a request as a whole, before running anything: one variant per
-//! reason, each message saying what was wrong and what is allowed.
+//! reason, each message saying what was wrong and what is allowed, with the bounds those
+//! messages name. A leaf: the actors answer with it without reaching up into `host`.
 
-use super::{MAX_CODE_BYTES, MAX_TOOL_NAME, MAX_WAIT_MS};
+/// Largest cell source accepted: well inside the frame limit.
+pub const MAX_CODE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Longest host tool name accepted (MCP servers name tools like `github.search_issues`).
+pub const MAX_TOOL_NAME: usize = 128;
+
+/// Longest `yield_time_ms` a `wait` accepts (an hour).
+pub const MAX_WAIT_MS: u64 = 3_600_000;
+
 use cellvisor_ipc::Language;
 use std::path::PathBuf;
 
