@@ -422,6 +422,9 @@ fn haproxy_cuts_a_stopped_nodes_connections_and_its_session_answers_elsewhere() 
         let attempt = fleet.eval("frozen", "py", "print(x)");
         if let Err(refused) = &attempt {
             eprintln!("{:?} after the stop: {refused}", stopped.elapsed());
+            if refused.contains("no answer") {
+                eprintln!("{}", fleet.logs());
+            }
         }
         attempt
     });
