@@ -432,7 +432,7 @@ impl Client {
     ///
     /// The request carries a `request_id` (a fresh one unless the caller set one). When the
     /// connection is lost or silent ([`Client::with_silent_after`]), when no answer came by
-    /// its deadline ([`answer_deadline`]), or when `LEASED_ELSEWHERE` says another node holds
+    /// its deadline ([`answer_deadline`], on a network connection), or when `LEASED_ELSEWHERE` says another node holds
     /// the session (after its `retry_after_ms`, at most 5 s), the client connects again
     /// (trying for [`Client::with_retry_within`]) and sends the same request with the same
     /// id, at most [`Client::with_retries`] times ([`DEFAULT_RETRIES`] by default): the
@@ -446,7 +446,11 @@ impl Client {
         let params =
             serde_json::to_value(request).map_err(|e| ClientError::Protocol(e.to_string()))?;
         let params = retry::with_request_id(params);
-        let deadline = retry::answer_deadline(&params);
+        // Over the network only: a router may lose an answer, while on the Unix socket a
+        // lost daemon closes the connection and a cell may run as long as the daemon allows.
+        let deadline = self
+            .over_the_network()
+            .then(|| retry::answer_deadline(&params));
         let mut attempt = 0;
         let result = loop {
             let call = self.call_with_tools(
@@ -459,9 +463,12 @@ impl Client {
                 },
                 &mut on_tool,
             );
-            let answer = tokio::time::timeout(deadline, call)
-                .await
-                .unwrap_or(Err(ClientError::AnswerTimeout { waited: deadline }));
+            let answer = match deadline {
+                Some(deadline) => tokio::time::timeout(deadline, call)
+                    .await
+                    .unwrap_or(Err(ClientError::AnswerTimeout { waited: deadline })),
+                None => call.await,
+            };
             match answer {
                 Err(err) => match retry::wait_before_retry(&err, attempt + 1) {
                     Some(wait) if attempt < self.retries && self.reconnect.is_some() => {

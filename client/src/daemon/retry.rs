@@ -144,6 +144,11 @@ impl Client {
         self
     }
 
+    /// Whether this client reached its daemon over the network (where a router sits).
+    pub(super) fn over_the_network(&self) -> bool {
+        matches!(self.reconnect, Some(Reconnect::Remote(_)))
+    }
+
     /// Connects again as this client first connected, trying for its `retry_within` (a
     /// little longer between tries); past it, or for a client that cannot connect again,
     /// returns `lost`.

@@ -58,7 +58,7 @@ export interface ConnectOptions extends StartOptions {
   healthTimeout?: number;
   /**
    * How many times an `eval` is sent again, with its `requestId`, after a lost or silent
-   * connection, an answer past its deadline ({@link answerDeadline}) or a
+   * connection, an answer past its deadline ({@link answerDeadline}, over a `url`) or a
    * `LEASED_ELSEWHERE` refusal (after its `retry_after_ms`, at most 5 s) (default
    * {@link DEFAULT_RETRIES}; 0: never).
    */
@@ -250,12 +250,15 @@ export class Cellvisor {
    * `request_id`), at most `retries` times.
    */
   private async evalOnce(params: EvalParams, hooks: RequestHooks): Promise<EvalResult> {
-    const deadline = answerDeadline(params);
+    // Over a url only: a router may lose an answer, while on the Unix socket a lost daemon
+    // closes the connection and a cell may run as long as the daemon allows.
+    const deadline = this.remote ? answerDeadline(params) : undefined;
     const requestId = params.request_id ?? "";
     for (let attempt = 0; ; ) {
       const rpc = this.rpc;
       try {
-        return await withDeadline(rpc.request("eval", params, hooks).result, deadline, requestId);
+        const answer = rpc.request("eval", params, hooks).result;
+        return await (deadline === undefined ? answer : withDeadline(answer, deadline, requestId));
       } catch (error) {
         const wait = retryWaitMs(error, attempt + 1);
         if (wait === undefined || this.disconnected || !this.reopen || attempt >= this.retries) throw error;
