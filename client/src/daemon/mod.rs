@@ -153,6 +153,26 @@ pub enum ClientError {
     /// The daemon closed the connection before answering (it stopped, or crashed).
     #[error("the daemon closed the connection")]
     Closed,
+    /// Nothing came on the WebSocket for `waited` while an answer was awaited, not even the
+    /// pong to a ping: its daemon (or the node behind a router) is stopped or cut off.
+    #[error(
+        "nothing came from the daemon for {} s, not even the answer to a ping: it is \
+         stopped or cut off",
+        waited.as_secs_f64()
+    )]
+    Silent {
+        /// How long the connection was silent.
+        waited: Duration,
+    },
+    /// No answer to an `eval` by its deadline (its cells' timeouts plus a margin).
+    #[error(
+        "no answer to the eval within {} s (its cells' timeouts plus a margin)",
+        waited.as_secs_f64()
+    )]
+    AnswerTimeout {
+        /// How long the client waited.
+        waited: Duration,
+    },
     /// The daemon refused the call; its error says what was wrong and what is allowed.
     #[error("{}", .0.message)]
     Rpc(RpcError),
@@ -209,9 +229,16 @@ pub struct Client {
     reconnect: Option<retry::Reconnect>,
     /// How many times an `eval` is sent again after a lost connection.
     retries: u32,
+    /// How long connecting again is tried after a loss.
+    retry_within: Duration,
+    /// A WebSocket silent this long while an answer is awaited is given up.
+    silent_after: Option<Duration>,
 }
 
-pub use retry::DEFAULT_RETRIES;
+pub use retry::{
+    answer_deadline, ANSWER_MARGIN, DEFAULT_CELL_TIMEOUT, DEFAULT_RETRIES, DEFAULT_RETRY_WITHIN,
+    DEFAULT_SILENT_AFTER,
+};
 
 impl Client {
     /// Connects to a daemon already listening at `path`, which must answer `initialize`
@@ -264,7 +291,14 @@ impl Client {
     /// started for a remote daemon. The connection and the daemon's first answer must come
     /// within [`health::health_timeout`].
     pub async fn connect_remote(remote: &Remote) -> Result<Client, ClientError> {
-        let within = health::health_timeout()?;
+        Client::connect_remote_within(remote, health::health_timeout()?).await
+    }
+
+    /// [`Client::connect_remote`] with the bound on the connection and the first answer.
+    pub async fn connect_remote_within(
+        remote: &Remote,
+        within: Duration,
+    ) -> Result<Client, ClientError> {
         let unresponsive = || ClientError::Unresponsive {
             path: PathBuf::from(remote.url.to_string()),
             waited: within,
@@ -299,6 +333,8 @@ impl Client {
             next_id: 1,
             reconnect: None,
             retries: retry::DEFAULT_RETRIES,
+            retry_within: retry::DEFAULT_RETRY_WITHIN,
+            silent_after: Some(retry::DEFAULT_SILENT_AFTER),
         }
     }
 
@@ -335,7 +371,7 @@ impl Client {
         let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         self.transport.send(request.to_string()).await?;
         loop {
-            let text = self.transport.recv().await?;
+            let text = self.transport.recv(self.silent_after).await?;
             let message: Value = serde_json::from_str(&text)
                 .map_err(|e| ClientError::Protocol(format!("{e}: {text}")))?;
             let is_request = message.get("method").and_then(Value::as_str);
@@ -379,7 +415,7 @@ impl Client {
     /// Returns once the daemon has closed the connection (after a `shutdown`, when it
     /// exits), discarding what it still sends.
     pub async fn closed(&mut self) {
-        while self.transport.recv().await.is_ok() {}
+        while self.transport.recv(None).await.is_ok() {}
     }
 
     /// Runs an `eval`, handing each progress event's params to `on_event`.
@@ -395,9 +431,12 @@ impl Client {
     /// `on_event`, each tool call to `on_tool` (see [`Client::call_with_tools`]).
     ///
     /// The request carries a `request_id` (a fresh one unless the caller set one). When the
-    /// connection is lost before the answer, the client connects again and sends the same
-    /// request with the same id (at most [`Client::with_retries`] times, [`DEFAULT_RETRIES`]
-    /// by default): the daemon runs it once, so the retry gets the first run's answer.
+    /// connection is lost or silent ([`Client::with_silent_after`]), when no answer came by
+    /// its deadline ([`answer_deadline`], on a network connection), or when `LEASED_ELSEWHERE` says another node holds
+    /// the session (after its `retry_after_ms`, at most 5 s), the client connects again
+    /// (trying for [`Client::with_retry_within`]) and sends the same request with the same
+    /// id, at most [`Client::with_retries`] times ([`DEFAULT_RETRIES`] by default): the
+    /// daemon runs it once, so the retry gets the first run's answer.
     pub async fn eval_with_tools(
         &mut self,
         request: &EvalRequest,
@@ -407,41 +446,39 @@ impl Client {
         let params =
             serde_json::to_value(request).map_err(|e| ClientError::Protocol(e.to_string()))?;
         let params = retry::with_request_id(params);
+        // Over the network only: a router may lose an answer, while on the Unix socket a
+        // lost daemon closes the connection and a cell may run as long as the daemon allows.
+        let deadline = self
+            .over_the_network()
+            .then(|| retry::answer_deadline(&params));
         let mut attempt = 0;
         let result = loop {
-            let answer = self
-                .call_with_tools(
-                    method::EVAL,
-                    params.clone(),
-                    |message| {
-                        if let Some(params) = message.get("params") {
-                            on_event(params);
-                        }
-                    },
-                    &mut on_tool,
-                )
-                .await;
+            let call = self.call_with_tools(
+                method::EVAL,
+                params.clone(),
+                |message| {
+                    if let Some(params) = message.get("params") {
+                        on_event(params);
+                    }
+                },
+                &mut on_tool,
+            );
+            let answer = match deadline {
+                Some(deadline) => tokio::time::timeout(deadline, call)
+                    .await
+                    .unwrap_or(Err(ClientError::AnswerTimeout { waited: deadline })),
+                None => call.await,
+            };
             match answer {
-                Err(err) if retry::lost(&err) && attempt < self.retries => {
-                    attempt += 1;
-                    let mut last = err;
-                    // Connecting again may fail while the daemon (or its node) comes back.
-                    while attempt <= self.retries {
-                        tokio::time::sleep(retry::backoff(attempt)).await;
-                        match self.reconnect().await {
-                            Ok(true) => break,
-                            Ok(false) => return Err(last),
-                            Err(again) => {
-                                last = again;
-                                attempt += 1;
-                            }
-                        }
+                Err(err) => match retry::wait_before_retry(&err, attempt + 1) {
+                    Some(wait) if attempt < self.retries && self.reconnect.is_some() => {
+                        attempt += 1;
+                        tokio::time::sleep(wait).await;
+                        self.reconnect_within(err).await?;
                     }
-                    if attempt > self.retries {
-                        return Err(last);
-                    }
-                }
-                other => break other?,
+                    _ => return Err(err),
+                },
+                Ok(result) => break result,
             }
         };
         serde_json::from_value(result).map_err(|e| ClientError::Protocol(e.to_string()))

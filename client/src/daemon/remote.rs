@@ -23,7 +23,7 @@ pub const SESSION_HEADER: &str = "Cellvisor-Session";
 
 /// How long reaching the daemon (TCP, TLS and the upgrade) may take before it counts as
 /// unreachable: a host that drops packets would otherwise hold a command for minutes.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The largest message either way. The daemon's own cap on a request is 16 MiB; results can
 /// be larger (several cells' output and displays), so answers get room beyond it.

@@ -1,9 +1,12 @@
 //! The two ways a client's JSON-RPC messages travel: newline-delimited on the Unix socket, or
-//! one per text frame on the network listener's WebSocket.
+//! one per text frame on the network listener's WebSocket. A WebSocket read given a silence
+//! bound pings a quiet connection at half of it and gives up at all of it: a stopped node
+//! accepts bytes and answers none, which only a deadline tells from a long cell.
 
 use super::remote::WsStream;
 use super::ClientError;
 use futures::{SinkExt, StreamExt};
+use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
@@ -34,8 +37,13 @@ impl Transport {
         }
     }
 
-    /// The next message; [`ClientError::Closed`] when the daemon closed the connection.
-    pub(super) async fn recv(&mut self) -> Result<String, ClientError> {
+    /// The next message; [`ClientError::Closed`] when the daemon closed the connection, and
+    /// on a WebSocket [`ClientError::Silent`] once nothing came for `silent_after` (pinged at
+    /// half of it; `None`: waits for ever).
+    pub(super) async fn recv(
+        &mut self,
+        silent_after: Option<Duration>,
+    ) -> Result<String, ClientError> {
         match self {
             Transport::Unix { reader, .. } => {
                 let mut line = String::new();
@@ -45,8 +53,37 @@ impl Transport {
                 Ok(line)
             }
             Transport::WebSocket(stream) => {
+                let mut heard = tokio::time::Instant::now();
+                let mut pinged = false;
                 loop {
-                    match stream.next().await {
+                    let next = match silent_after {
+                        None => stream.next().await,
+                        Some(limit) => {
+                            let quiet = heard.elapsed();
+                            if quiet >= limit {
+                                return Err(ClientError::Silent { waited: limit });
+                            }
+                            let step = if pinged { limit } else { limit / 2 };
+                            match tokio::time::timeout(step.saturating_sub(quiet), stream.next())
+                                .await
+                            {
+                                Ok(next) => {
+                                    heard = tokio::time::Instant::now();
+                                    pinged = false;
+                                    next
+                                }
+                                Err(_) => {
+                                    if !pinged {
+                                        pinged = true;
+                                        let ping = Message::Ping(b"alive?".to_vec().into());
+                                        stream.send(ping).await.map_err(ws_error)?;
+                                    }
+                                    continue;
+                                }
+                            }
+                        }
+                    };
+                    match next {
                         None => return Err(ClientError::Closed),
                         Some(Err(e)) => return Err(ws_error(e)),
                         Some(Ok(Message::Text(text))) => return Ok(text.as_str().to_string()),

@@ -10,6 +10,7 @@ import { connectOrStart, defaultSocketPath, type StartOptions } from "./autostar
 import { Call } from "./call.js";
 import { RpcConnection, type RequestHooks } from "./connection.js";
 import { ConnectionError, UnresponsiveError } from "./errors.js";
+import { answerDeadline, DEFAULT_RETRIES, DEFAULT_RETRY_WITHIN, retryWaitMs, sleep, withDeadline } from "./retry.js";
 import {
   FILE_CHUNK_BYTES,
   PROTOCOL_VERSION,
@@ -55,16 +56,22 @@ export interface ConnectOptions extends StartOptions {
    * answer is bounded: a cell may run as long as its own timeout.
    */
   healthTimeout?: number;
-  /** How many times an `eval` is sent again, with its `requestId`, after a lost connection (default {@link DEFAULT_RETRIES}; 0: never). */
+  /**
+   * How many times an `eval` is sent again, with its `requestId`, after a lost or silent
+   * connection, an answer past its deadline ({@link answerDeadline}, over a `url`) or a
+   * `LEASED_ELSEWHERE` refusal (after its `retry_after_ms`, at most 5 s) (default
+   * {@link DEFAULT_RETRIES}; 0: never).
+   */
   retries?: number;
-}
-
-/** How many times an `eval` is sent again after a lost connection, unless `retries` says. */
-export const DEFAULT_RETRIES = 3;
-
-/** Milliseconds before retry `attempt` (from 1): 100, 200, 400, ... */
-function backoffMs(attempt: number): number {
-  return 100 * 2 ** Math.min(Math.max(attempt - 1, 0), 6);
+  /** Seconds to go on connecting again after a loss before it is thrown (default {@link DEFAULT_RETRY_WITHIN}): a router answers 503 while a dead or paused node's lease runs out. */
+  retryWithin?: number;
+  /**
+   * On a `url`: seconds after which a connection on which nothing came while an answer was
+   * awaited (pinged halfway; a live daemon answers pings while its cell runs) is given up,
+   * {@link ConnectionSilentError}, and an `eval` sent again (default
+   * {@link DEFAULT_SILENT_AFTER}; `null`: never).
+   */
+  silentAfter?: number | null;
 }
 
 /** The health handshake's bound when neither the option nor `$CELLVISOR_HEALTH_TIMEOUT` says. */
@@ -149,6 +156,7 @@ export class Cellvisor {
   /** Connects again as `connect` did (after a lost connection); set by `connect`. */
   private reopen: (() => Promise<RpcConnection>) | undefined;
   private retries = DEFAULT_RETRIES;
+  private retryWithin = DEFAULT_RETRY_WITHIN;
   private disconnected = false;
 
   private constructor(
@@ -178,6 +186,7 @@ export class Cellvisor {
         token,
         ...(ca === undefined ? {} : { ca }),
         ...(options.session === undefined ? {} : { session: options.session }),
+        ...(options.silentAfter === undefined ? {} : { silentAfter: options.silentAfter }),
       });
     } else {
       const socket = options.socket ?? defaultSocketPath();
@@ -226,6 +235,7 @@ export class Cellvisor {
     }
     const client = new Cellvisor(rpc, server, started, url !== undefined);
     client.retries = options.retries ?? DEFAULT_RETRIES;
+    client.retryWithin = options.retryWithin ?? DEFAULT_RETRY_WITHIN;
     const again: ConnectOptions = { ...options, autostart: false };
     if (url !== undefined) again.url = url;
     else again.socket = options.socket ?? defaultSocketPath();
@@ -234,28 +244,45 @@ export class Cellvisor {
   }
 
   /**
-   * Sends `params` as an `eval`; when the connection is lost before the answer, connects
-   * again and sends it once more (same `request_id`), at most `retries` times.
+   * Sends `params` as an `eval`; when the connection is lost or silent, the answer is past
+   * its deadline, or `LEASED_ELSEWHERE` says another node holds the session, waits (the
+   * refusal's `retry_after_ms`, else a backoff), connects again and sends it once more (same
+   * `request_id`), at most `retries` times.
    */
   private async evalOnce(params: EvalParams, hooks: RequestHooks): Promise<EvalResult> {
+    // Over a url only: a router may lose an answer, while on the Unix socket a lost daemon
+    // closes the connection and a cell may run as long as the daemon allows.
+    const deadline = this.remote ? answerDeadline(params) : undefined;
+    const requestId = params.request_id ?? "";
     for (let attempt = 0; ; ) {
+      const rpc = this.rpc;
       try {
-        return await this.rpc.request("eval", params, hooks).result;
+        const answer = rpc.request("eval", params, hooks).result;
+        return await (deadline === undefined ? answer : withDeadline(answer, deadline, requestId));
       } catch (error) {
-        if (!(error instanceof ConnectionError) || this.disconnected || !this.reopen) throw error;
-        let lost: unknown = error;
-        let reconnected = false;
-        while (!reconnected && attempt < this.retries) {
-          attempt += 1;
-          await new Promise((resolve) => setTimeout(resolve, backoffMs(attempt)));
-          try {
-            this.rpc = await this.reopen();
-            reconnected = true;
-          } catch (again) {
-            lost = again;
-          }
-        }
-        if (!reconnected) throw lost;
+        const wait = retryWaitMs(error, attempt + 1);
+        if (wait === undefined || this.disconnected || !this.reopen || attempt >= this.retries) throw error;
+        attempt += 1;
+        await sleep(wait);
+        await this.reconnect(error);
+        if (this.rpc !== rpc) rpc.close();
+      }
+    }
+  }
+
+  /** Connects again as `connect` did, trying for `retryWithin` seconds; past them throws `lost`. */
+  private async reconnect(lost: unknown): Promise<void> {
+    const reopen = this.reopen;
+    if (!reopen) throw lost;
+    const until = Date.now() + this.retryWithin * 1000;
+    for (let tries = 1; ; tries += 1) {
+      if (this.disconnected) throw lost;
+      try {
+        this.rpc = await reopen();
+        return;
+      } catch {
+        if (Date.now() >= until) throw lost;
+        await sleep(Math.min(100 * 2 ** Math.min(tries - 1, 6), 1_000));
       }
     }
   }

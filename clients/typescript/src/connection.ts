@@ -5,7 +5,7 @@
  * the tools.
  */
 
-import { ConnectionError, errorFromRpc } from "./errors.js";
+import { ConnectionError, ConnectionSilentError, errorFromRpc } from "./errors.js";
 import type {
   EvalEvent,
   EvalEventParams,
@@ -43,6 +43,7 @@ export class RpcConnection {
   constructor(private readonly transport: Transport) {
     transport.onMessage = (message) => this.receive(message);
     transport.onClose = (error) => this.closed(error);
+    transport.waiting = () => this.pending.size > 0;
   }
 
   /** Whether the connection has ended. */
@@ -153,10 +154,15 @@ export class RpcConnection {
 
   private closed(error?: Error): void {
     if (this.closedBy) return;
-    this.closedBy = new ConnectionError(
-      error ? `the connection to ${this.transport.describe} ended: ${error.message}` : `${this.transport.describe} closed the connection`,
-      { cause: error },
-    );
+    this.closedBy =
+      error instanceof ConnectionSilentError
+        ? error
+        : new ConnectionError(
+            error
+              ? `the connection to ${this.transport.describe} ended: ${error.message}`
+              : `${this.transport.describe} closed the connection`,
+            { cause: error },
+          );
     const pending = [...this.pending.values()];
     this.pending.clear();
     for (const request of pending) request.reject(this.closedBy);

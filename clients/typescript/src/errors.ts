@@ -91,3 +91,13 @@ export class UnresponsiveError extends ConnectionError {}
 
 /** `autostart` could not start a daemon, or it did not listen in time (the message names its log). */
 export class DaemonStartError extends ConnectionError {}
+
+/**
+ * Nothing came on a WebSocket for `silentAfter` seconds while an answer was awaited, not even
+ * the pong to a ping: its daemon (or the node behind a router) is stopped or cut off. `eval`
+ * sends its request again, with its `request_id`, on a new connection.
+ */
+export class ConnectionSilentError extends ConnectionError {}
+
+/** No answer to an `eval` by its deadline (its cells' timeouts plus a margin); `eval` sends it again with its `request_id`. */
+export class ResponseTimeoutError extends ConnectionError {}

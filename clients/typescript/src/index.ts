@@ -3,7 +3,15 @@
  * cellvisor daemon, reached over its Unix socket (no dependency) or its network listener.
  */
 
-export { Cellvisor, DEFAULT_HEALTH_TIMEOUT, DEFAULT_RETRIES, healthTimeout } from "./client.js";
+export { Cellvisor, DEFAULT_HEALTH_TIMEOUT, healthTimeout } from "./client.js";
+export {
+  ANSWER_MARGIN,
+  answerDeadline,
+  DEFAULT_CELL_TIMEOUT,
+  DEFAULT_RETRIES,
+  DEFAULT_RETRY_WITHIN,
+  DEFAULT_SILENT_AFTER,
+} from "./retry.js";
 export type { CellTarget, ConnectOptions, EvalOptions, HostTool, SessionTarget } from "./client.js";
 export { Call } from "./call.js";
 export { defaultSocketPath, logPath } from "./autostart.js";
@@ -11,6 +19,7 @@ export type { StartOptions } from "./autostart.js";
 export {
   CellvisorError,
   ConnectionError,
+  ConnectionSilentError,
   DaemonStartError,
   DrainingError,
   errorFromRpc,
@@ -24,6 +33,7 @@ export {
   ProtocolMismatchError,
   QuotaExceededError,
   RequestRefusedError,
+  ResponseTimeoutError,
   SessionUnknownError,
   ShuttingDownError,
   UnresponsiveError,

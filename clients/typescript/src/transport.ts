@@ -6,7 +6,8 @@
 
 import { readFileSync } from "node:fs";
 import { createConnection, type Socket } from "node:net";
-import { ConnectionError } from "./errors.js";
+import { ConnectionError, ConnectionSilentError } from "./errors.js";
+import { DEFAULT_SILENT_AFTER } from "./retry.js";
 
 /** A connection carrying whole JSON-RPC messages, as text. */
 export interface Transport {
@@ -20,6 +21,8 @@ export interface Transport {
   onClose: (error?: Error) => void;
   /** What the transport is connected to, for error messages. */
   readonly describe: string;
+  /** Whether an answer is awaited (set by the connection): a WebSocket counts silence only then. */
+  waiting?: () => boolean;
 }
 
 /** A daemon's Unix socket. */
@@ -96,6 +99,12 @@ export interface RemoteOptions {
   ca?: string;
   /** Binds the connection to this session (`Cellvisor-Session`), for a router. */
   session?: string;
+  /**
+   * Seconds after which a connection on which nothing came while an answer was awaited (not
+   * even the pong to the ping sent halfway) is given up ({@link ConnectionSilentError}); the
+   * upgrade gets as long. `null`: never.
+   */
+  silentAfter?: number | null;
 }
 
 /** The few members of the `ws` package's WebSocket this client uses. */
@@ -105,12 +114,17 @@ interface WsSocket {
   on(event: "error", listener: (error: Error) => void): void;
   on(event: "close", listener: (code: number, reason: unknown) => void): void;
   on(event: "unexpected-response", listener: (request: unknown, response: { statusCode?: number }) => void): void;
+  on(event: "ping" | "pong", listener: () => void): void;
   send(data: string): void;
+  ping(): void;
   close(): void;
   terminate(): void;
 }
 
-type WsConstructor = new (url: string, options: { headers: Record<string, string>; ca?: string; maxPayload?: number }) => WsSocket;
+type WsConstructor = new (
+  url: string,
+  options: { headers: Record<string, string>; ca?: string; maxPayload?: number; handshakeTimeout?: number },
+) => WsSocket;
 
 /** The URL as the CLI reads `--connect`: ws or wss only, `/v1/rpc` unless a path is given. */
 export function rpcUrl(url: string): string {
@@ -142,21 +156,69 @@ async function loadWs(): Promise<WsConstructor> {
   );
 }
 
-/** A daemon's WebSocket listener. */
+/**
+ * A daemon's WebSocket listener. While an answer is awaited, a connection quiet for half of
+ * `silentAfter` seconds is pinged, and one on which nothing (not even the pong) came for all
+ * of it is given up: a stopped node accepts bytes and answers none, which only a deadline
+ * tells from a long cell (a live daemon answers pings while its cell runs).
+ */
 class WsTransport implements Transport {
   onMessage: (message: string) => void = () => {};
   onClose: (error?: Error) => void = () => {};
+  waiting: () => boolean = () => true;
   private closed = false;
+  private heard = Date.now();
+  private pinged = false;
+  private readonly watch: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly socket: WsSocket,
     readonly describe: string,
+    silentAfter: number | null,
   ) {
+    const heard = () => {
+      this.heard = Date.now();
+      this.pinged = false;
+    };
     socket.on("message", (data, isBinary) => {
+      heard();
       if (!isBinary) this.onMessage(String(data));
     });
+    socket.on("ping", heard);
+    socket.on("pong", heard);
     socket.on("error", (error) => this.end(error));
     socket.on("close", () => this.end());
+    if (silentAfter !== null) {
+      const limitMs = silentAfter * 1000;
+      this.watch = setInterval(() => this.check(limitMs), Math.max(Math.min(limitMs / 4, 1000), 10));
+      this.watch.unref();
+    }
+  }
+
+  private check(limitMs: number): void {
+    const now = Date.now();
+    if (!this.waiting()) {
+      // Silence is counted while an answer is awaited only.
+      this.heard = now;
+      this.pinged = false;
+      return;
+    }
+    const quiet = now - this.heard;
+    if (quiet >= limitMs) {
+      this.end(
+        new ConnectionSilentError(
+          `nothing came from ${this.describe} for ${limitMs / 1000} s, not even the answer to a ping: the daemon is stopped or cut off`,
+        ),
+      );
+      this.socket.terminate();
+    } else if (quiet >= limitMs / 2 && !this.pinged) {
+      this.pinged = true;
+      try {
+        this.socket.ping();
+      } catch {
+        // Not open any more: its close event follows.
+      }
+    }
   }
 
   send(message: string): void {
@@ -164,12 +226,14 @@ class WsTransport implements Transport {
   }
 
   close(): void {
+    clearInterval(this.watch);
     this.socket.close();
   }
 
   private end(error?: Error): void {
     if (this.closed) return;
     this.closed = true;
+    clearInterval(this.watch);
     this.onClose(error);
   }
 }
@@ -180,9 +244,12 @@ export async function connectWebSocket(options: RemoteOptions): Promise<Transpor
   const Ws = await loadWs();
   const headers: Record<string, string> = { Authorization: `Bearer ${options.token}` };
   if (options.session !== undefined) headers["Cellvisor-Session"] = options.session;
+  const silentAfter = options.silentAfter === undefined ? DEFAULT_SILENT_AFTER : options.silentAfter;
   const socket = new Ws(url, {
     headers,
     maxPayload: 16 * 1024 * 1024,
+    // A stopped node accepts the TCP connection and never answers the upgrade.
+    handshakeTimeout: (silentAfter ?? 15) * 1000,
     ...(options.ca === undefined ? {} : { ca: options.ca }),
   });
   return new Promise((resolve, reject) => {
@@ -207,7 +274,7 @@ export async function connectWebSocket(options: RemoteOptions): Promise<Transpor
     socket.on("open", () => {
       if (settled) return;
       settled = true;
-      resolve(new WsTransport(socket, url));
+      resolve(new WsTransport(socket, url, silentAfter));
     });
   });
 }

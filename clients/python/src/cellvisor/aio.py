@@ -18,8 +18,8 @@ from . import daemon as daemons
 from . import files
 from . import wire
 from .aio_transport import AsyncTransport, open_unix, open_websocket
-from .errors import (ConnectError, ConnectionClosed, DaemonNotRunning, ProtocolError, ResponseTimeout, RpcError,
-                     Unresponsive, rpc_error)
+from .errors import (ConnectError, ConnectionClosed, ConnectionSilent, DaemonNotRunning, LeasedElsewhere,
+                     ProtocolError, ResponseTimeout, RpcError, Unresponsive, rpc_error)
 from .websocket import read_token
 from .wire import Cell, CellResult, EvalResult, Event, EventHandler, ToolHandler, Tools
 
@@ -30,11 +30,15 @@ _Handlers = Tuple[Optional[EventHandler], Mapping[str, ToolHandler]]
 class AsyncClient:
     """One connection, made by `await AsyncClient.connect(...)` (the arguments of
     `Client.connect`). `timeout` bounds the wait for each answer unless a call gives its own
-    `response_timeout`; `session` binds a WebSocket connection and is the default session."""
+    `response_timeout`; `session` binds a WebSocket connection and is the default session.
+    `eval` survives a fleet's faults as `Client.eval` does: sent again with its request_id
+    after a lost or silent connection (`silent_after`, a `connect` argument), an answer past
+    its deadline, or `LEASED_ELSEWHERE`."""
 
     def __init__(self, transport: AsyncTransport, timeout: Optional[float] = None,
                  session: Optional[str] = None) -> None:
         self.transport = transport
+        transport.waiting = self._waiting
         self.timeout = timeout
         self.session = session
         #: The daemon `connect(autostart=True)` started (None: one was already running).
@@ -48,9 +52,16 @@ class AsyncClient:
         #: How `connect` made the transport, to make another after a lost connection
         #: (None: a client built on a transport of the caller's).
         self._open: Optional[Callable[[], Awaitable[AsyncTransport]]] = None
-        #: How many times `eval` is sent again, with the same request_id, after a lost
-        #: connection (0: never).
+        #: How many times `eval` is sent again, with the same request_id, after a lost or
+        #: silent connection, an answer past its deadline or `LEASED_ELSEWHERE` (0: never).
         self.retries = wire.RETRIES
+        #: Seconds to go on connecting again after a loss (a router answers 503 while a
+        #: dead or paused node's lease runs out) before the loss is raised.
+        self.retry_within = wire.RETRY_WITHIN
+
+    def _waiting(self) -> bool:
+        """Whether a request awaits its answer (the transport counts silence only then)."""
+        return any(not future.done() for future in self._pending.values())
 
     @classmethod
     async def connect(cls, socket: Optional[str] = None, url: Optional[str] = None, token: Optional[str] = None,
@@ -58,15 +69,20 @@ class AsyncClient:
                       session: Optional[str] = None, timeout: Optional[float] = None,
                       program: Optional[str] = None, config: Optional[str] = None, log: Optional[str] = None,
                       start_within: float = daemons.START_WITHIN,
-                      health_timeout: Optional[float] = None) -> "AsyncClient":
+                      health_timeout: Optional[float] = None,
+                      silent_after: Optional[float] = wire.SILENT_AFTER) -> "AsyncClient":
         """As `Client.connect`: the WebSocket at `url`, else the Unix `socket` (default:
         `default_socket()`), starting a daemon there first with `autostart`; the daemon must
-        answer `initialize` within `health_timeout` (else `Unresponsive`)."""
+        answer `initialize` within `health_timeout` (else `Unresponsive`). On a WebSocket, a
+        connection on which nothing came for `silent_after` seconds while an answer was
+        awaited (pinged halfway; default `wire.SILENT_AFTER`; None: never) is given up
+        (`ConnectionSilent`), and `eval` sends its request again."""
         within = daemons.health_timeout(health_timeout)
         if url is not None:
             token, source = read_token(token, token_file)
-            client = cls(await open_websocket(url, token, source, cafile, session, timeout), timeout, session)
-            client._open = lambda: open_websocket(url, token, source, cafile, session, timeout)
+            client = cls(await open_websocket(url, token, source, cafile, session, timeout, silent_after), timeout,
+                         session)
+            client._open = lambda: open_websocket(url, token, source, cafile, session, timeout, silent_after)
             return await client._healthy(within, url)
         path = socket or daemons.default_socket()
         try:
@@ -198,6 +214,8 @@ class AsyncClient:
         except asyncio.CancelledError:
             error = ConnectionClosed(f"the connection to {self.transport.where} was closed by this client")
             raise
+        except ConnectionSilent as silent:
+            error = silent
         except (OSError, ConnectionError) as cause:
             error = ConnectionClosed(f"the daemon closed the connection ({self.transport.where}): {cause}")
         except Exception as cause:  # a bad message, or a callback that raised: every waiter hears it
@@ -241,11 +259,18 @@ class AsyncClient:
                    language: Optional[str] = None, tools: Optional[Tools] = None,
                    on_event: Optional[EventHandler] = None, response_timeout: Optional[float] = _UNSET,
                    **options: Any) -> EvalResult:
-        """As `Client.eval` (a fresh request_id unless given, sent again with it after a lost
-        connection); `on_event` and the tools' functions may be coroutine functions."""
+        """As `Client.eval`: a fresh request_id unless given; sent again with the same
+        request_id on a new connection, at most `retries` times, when the connection is lost
+        or silent, when `LEASED_ELSEWHERE` says another node holds the session (after its
+        `retry_after_ms`, at most 5 s), and, with no timeout given here or to the client,
+        when no answer came by its deadline (`wire.answer_deadline`). `on_event` and the
+        tools' functions may be coroutine functions."""
         params, handlers = wire.eval_params(cells, session=self._session(session), language=language, tools=tools,
                                             options=options)
         params = wire.with_request_id(params)
+        derived = response_timeout is _UNSET and self.timeout is None
+        if derived:
+            response_timeout = wire.answer_deadline(params)
         attempt = 0
         while True:
             try:
@@ -253,31 +278,49 @@ class AsyncClient:
                                        response_timeout=response_timeout)
             except (ConnectionClosed, BrokenPipeError, ConnectionResetError) as lost:
                 attempt = await self._reconnect_after_loss(attempt, lost)
+            except LeasedElsewhere as moved:
+                data = moved.data if isinstance(moved.data, dict) else {}
+                wait = min(float(data.get("retry_after_ms") or 100) / 1000, 5.0)
+                attempt = await self._reconnect_after_loss(attempt, moved, wait)
+            except ResponseTimeout as late:
+                if not derived:
+                    raise
+                attempt = await self._reconnect_after_loss(attempt, late)
 
-    async def _reconnect_after_loss(self, attempt: int, lost: BaseException) -> int:
-        """After a lost connection: connects again as `connect` did (waiting a little
-        longer each time) and answers the attempts used; raises the loss once `retries` are
-        spent (or when this client cannot connect again)."""
-        while self._open is not None and attempt < self.retries:
-            attempt += 1
-            await asyncio.sleep(wire.backoff(attempt))
+    async def _reconnect_after_loss(self, attempt: int, lost: BaseException, wait: Optional[float] = None) -> int:
+        """After a lost connection (or an answer that says to go elsewhere): connects again
+        as `connect` did, after `wait` seconds (default: a little longer each attempt),
+        trying for `retry_within` seconds, and answers the attempts used; raises the loss
+        once `retries` are spent, when no connection was made in time, or when this client
+        (built on a transport of the caller's) cannot connect again."""
+        if self._open is None or attempt >= self.retries:
+            raise lost
+        attempt += 1
+        await asyncio.sleep(wire.backoff(attempt, 1.0) if wait is None else wait)
+        deadline = time.monotonic() + self.retry_within
+        tries = 0
+        while True:
             try:
                 transport = await self._open()
+                break
             except (ConnectError, OSError):
-                continue
-            await self.transport.close()
-            self._reader.cancel()
-            try:
-                await self._reader
-            except (asyncio.CancelledError, Exception):
-                pass
-            self.transport = transport
-            self._broken = None
-            self._pending.clear()
-            self._handlers.clear()
-            self._reader = asyncio.ensure_future(self._read_loop())
-            return attempt
-        raise lost
+                tries += 1
+                if time.monotonic() >= deadline:
+                    raise lost from None
+                await asyncio.sleep(wire.backoff(tries, 1.0))
+        await self.transport.close()
+        self._reader.cancel()
+        try:
+            await self._reader
+        except (asyncio.CancelledError, Exception):
+            pass
+        self.transport = transport
+        transport.waiting = self._waiting
+        self._broken = None
+        self._pending.clear()
+        self._handlers.clear()
+        self._reader = asyncio.ensure_future(self._read_loop())
+        return attempt
 
     async def eval_stream(self, cells: Union[str, Cell, Sequence[Cell]], *, session: Optional[str] = None,
                           language: Optional[str] = None, tools: Optional[Tools] = None,

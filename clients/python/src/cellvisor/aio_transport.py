@@ -1,14 +1,17 @@
 """The asyncio client's two ways to the daemon (Unix socket lines, WebSocket text frames),
-each moving whole JSON-RPC messages over asyncio streams."""
+each moving whole JSON-RPC messages over asyncio streams. A WebSocket that goes quiet while
+a request waits is pinged, and given up (`ConnectionSilent`) when not even the pong came:
+a stopped node accepts bytes and answers none, which only a deadline tells from a long cell."""
 
 from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import Optional, Union
+import time
+from typing import Callable, Optional, Union
 
 from . import websocket as ws
-from .errors import ConnectError, ProtocolError
+from .errors import ConnectError, ConnectionSilent, ProtocolError
 from .transport import not_running, tls_context, tls_failure
 from .wire import LineBuffer
 
@@ -16,17 +19,23 @@ _CHUNK = 1 << 16
 
 
 class AsyncTransport:
-    """Messages over an asyncio stream pair: lines (`frames` None) or WebSocket frames."""
+    """Messages over an asyncio stream pair: lines (`frames` None) or WebSocket frames. On a
+    WebSocket with `silent_after` seconds, silence is counted while `waiting()` (a request
+    awaits its answer): pinged at half of it, `ConnectionSilent` at all of it."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, where: str,
-                 frames: Optional[ws.FrameDecoder] = None) -> None:
+                 frames: Optional[ws.FrameDecoder] = None, silent_after: Optional[float] = None) -> None:
         self.reader = reader
         self.writer = writer
         self.where = where
         self.frames = frames
         self.lines = LineBuffer()
         self.closed = False
+        self.silent_after = silent_after
+        #: Whether an answer is awaited (set by the client): silence counts only then.
+        self.waiting: Callable[[], bool] = lambda: True
         self._lock = asyncio.Lock()
+        self._read: "Optional[asyncio.Future[bytes]]" = None
 
     async def write(self, data: bytes) -> None:
         async with self._lock:  # one drain at a time (Python 3.9 refuses concurrent ones)
@@ -53,7 +62,7 @@ class AsyncTransport:
         while not self.closed:
             got = self.frames.pop()
             if got is None:
-                chunk = await self.reader.read(_CHUNK)
+                chunk = await self._read_alive()
                 if not chunk:
                     self.closed = True
                     return None
@@ -75,7 +84,37 @@ class AsyncTransport:
                 raise ProtocolError(f"the daemon sent a WebSocket frame of opcode {opcode}")
         return None
 
+    async def _read_alive(self) -> bytes:
+        """The next bytes, pinging a connection quiet while an answer is awaited and giving
+        up on a silent one (`ConnectionSilent`)."""
+        if self.silent_after is None:
+            return await self.reader.read(_CHUNK)
+        heard, pinged = time.monotonic(), False
+        while True:
+            now = time.monotonic()
+            if not self.waiting():
+                heard, pinged = now, False  # silence is counted while waiting only
+            quiet = now - heard
+            if quiet >= self.silent_after:
+                raise ConnectionSilent(f"nothing came from {self.where} for {self.silent_after:g} s, not even the "
+                                       "answer to a ping: the daemon is stopped or cut off")
+            step = self.silent_after - quiet if pinged else self.silent_after / 2 - quiet
+            try:
+                return await asyncio.wait_for(asyncio.shield(self._pending_read()), max(min(step, 1.0), 0.001))
+            except asyncio.TimeoutError:
+                if not pinged and time.monotonic() - heard >= self.silent_after / 2 and self.waiting():
+                    await self.write(ws.frame(ws.PING, b"alive?"))
+                    pinged = True
+
+    def _pending_read(self) -> "asyncio.Future[bytes]":
+        """The read in flight (one at a time: a timed-out wait leaves it running)."""
+        if self._read is None or self._read.done():
+            self._read = asyncio.ensure_future(self.reader.read(_CHUNK))
+        return self._read
+
     async def close(self) -> None:
+        if self._read is not None and not self._read.done():
+            self._read.cancel()
         if self.frames is not None and not self.closed:
             self.closed = True
             try:
@@ -102,10 +141,12 @@ async def open_unix(path: str, timeout: Optional[float]) -> AsyncTransport:
 
 
 async def open_websocket(url: str, token: Optional[str], token_source: str, cafile: Optional[str],
-                         session: Optional[str], timeout: Optional[float]) -> AsyncTransport:
+                         session: Optional[str], timeout: Optional[float],
+                         silent_after: Optional[float] = None) -> AsyncTransport:
     parsed = ws.parse_url(url)
     context = tls_context(cafile) if parsed.secure else None
-    within = timeout if timeout is not None else 15.0
+    # A stopped node accepts the TCP connection and never answers the upgrade.
+    within = timeout if timeout is not None else (silent_after or 15.0)
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(
             parsed.host, parsed.port, ssl=context, server_hostname=parsed.host if context else None), within)
@@ -113,7 +154,7 @@ async def open_websocket(url: str, token: Optional[str], token_source: str, cafi
         raise tls_failure(parsed, error) from None
     except (OSError, asyncio.TimeoutError) as error:
         raise ConnectError(f"cannot reach the cellvisor daemon at {url}: {error or 'timed out'}") from None
-    transport = AsyncTransport(reader, writer, url, ws.FrameDecoder())
+    transport = AsyncTransport(reader, writer, url, ws.FrameDecoder(), silent_after)
     try:
         await asyncio.wait_for(_handshake(transport, parsed, token, token_source, session), within)
     except asyncio.TimeoutError:
