@@ -150,9 +150,17 @@ impl Client {
     }
 
     /// Connects again as this client first connected, trying for its `retry_within` (a
-    /// little longer between tries); past it, or for a client that cannot connect again,
-    /// returns `lost`.
+    /// little longer between tries) over the network; past it, or for a client that cannot
+    /// connect again, returns `lost`. On the Unix socket it tries once: no router sits there
+    /// to bring the session back elsewhere, and a local daemon that went away is told at
+    /// once rather than after `retry_within`.
     pub(super) async fn reconnect_within(&mut self, lost: ClientError) -> Result<(), ClientError> {
+        if !self.over_the_network() {
+            return match self.reconnect().await {
+                Ok(true) => Ok(()),
+                Ok(false) | Err(_) => Err(lost),
+            };
+        }
         let until = tokio::time::Instant::now() + self.retry_within;
         let mut tries = 0;
         loop {
