@@ -9,7 +9,7 @@
 mod common;
 
 use common::daemon::{output, Daemon};
-use common::etcd::{self, Etcd};
+use common::etcd::{self, Cluster, Etcd};
 use common::{path_str, wait_until, World, SHORT_INTERVALS};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
@@ -72,6 +72,18 @@ impl Shared {
             .config(node, &self.etcd.url)
             .replace("[snapshots]\n", &format!("[snapshots]\n{snapshots}"))
             .replace("lease-ttl = \"2s\"", &format!("lease-ttl = \"{ttl}\""));
+        Daemon::start_in(World::with_config(&format!("{sessions}{config}")))
+    }
+
+    /// A node of this fleet that speaks to the etcd members at `endpoints`, in that order.
+    fn node_on(&self, node: &str, endpoints: &[String]) -> Daemon {
+        let sessions = SHORT_INTERVALS
+            .replace(
+                "heartbeat-interval = \"200ms\"",
+                "heartbeat-interval = \"5s\"",
+            )
+            .replace("heartbeat-timeout = \"1s\"", "heartbeat-timeout = \"60s\"");
+        let config = self.config(node, &endpoints.join("\", \""));
         Daemon::start_in(World::with_config(&format!("{sessions}{config}")))
     }
 
@@ -747,4 +759,95 @@ fn an_unreachable_etcd_is_a_clear_error_at_start() {
         "{stderr}"
     );
     world.assert_no_processes_left(Duration::from_secs(5));
+}
+
+/// Whether `result`'s first cell says its state was committed.
+fn saved(result: &Value) -> bool {
+    result["cells"][0]["saved"]["saved"] == json!(true)
+}
+
+#[test]
+fn a_stopped_etcd_member_costs_no_lease_and_a_request_retried_elsewhere_runs_once() {
+    if !etcd::installed() {
+        return;
+    }
+    let shared = Shared::new();
+    let cluster = Cluster::start(3);
+    let leader = cluster.leader().expect("a leader");
+    // node-a speaks to a follower first, the member that is stopped below; node-b to the
+    // others first.
+    let stopped = (leader + 1) % 3;
+    let others: Vec<String> = (0..3)
+        .filter(|&i| i != stopped)
+        .map(|i| cluster.urls[i].clone())
+        .collect();
+    let a_order: Vec<String> = std::iter::once(cluster.urls[stopped].clone())
+        .chain(others.iter().cloned())
+        .collect();
+    let b_order: Vec<String> = others
+        .iter()
+        .cloned()
+        .chain(std::iter::once(cluster.urls[stopped].clone()))
+        .collect();
+    let a = shared.node_on("node-a", &a_order);
+    let b = shared.node_on("node-b", &b_order);
+    let first = eval(&a, "m", "runs = []").expect("on node-a");
+    assert!(saved(&first), "{first:#}");
+    let (holder, token) = cluster.get("cellvisor/lease/m").expect("the lease key");
+    assert_eq!(holder, "node-a");
+
+    // The member node-a's keep-alives and commits went to stops (SIGSTOP: its connections
+    // stay open and nothing is answered). Its keep-alives move to another member within
+    // their deadline: three times the lease's time to live later node-a holds the lease
+    // it held, under the same token.
+    signal(cluster.pid(stopped), "STOP");
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(
+        cluster.get("cellvisor/lease/m"),
+        Some(("node-a".to_string(), token)),
+        "node-a kept its lease through the stopped member"
+    );
+    let append = |id: &str| format!("runs.append({id:?})\nprint(runs)");
+    let m1 = eval_once(&a, "m", "M1", &append("M1")).expect("M1 on node-a");
+    assert!(
+        saved(&m1),
+        "its commit went to a member that answers: {m1:#}"
+    );
+    assert_eq!(output(&m1, 0).trim(), "['M1']", "{m1:#}");
+
+    // M2 is sent to node-a and its client cut before reading the answer; node-a dies once
+    // M2's state is committed. The client sends M2 again, through node-b.
+    let request = json!({"session": "m", "request_id": "M2", "cells": py(&append("M2"))});
+    let mut client = a.client();
+    client.send("eval", request.clone());
+    let m2_progress = || {
+        let (text, _) = cluster.get("cellvisor/pointer/m/py/progress")?;
+        serde_json::from_str::<Value>(&text).ok()
+    };
+    wait_until(Duration::from_secs(30), || match m2_progress() {
+        Some(p) if p["id"] == "M2" => Ok(p),
+        other => Err(format!("{other:?}")),
+    })
+    .expect("M2's state is committed with its progress");
+    drop(client);
+    let _dead = a.signal_and_wait("KILL");
+    let retried = once_the_lease_moved(&b, &request).expect("node-b answers M2");
+    assert!(
+        retried["replayed"] == json!(true) || retried["replayed_cells"] == json!(1),
+        "M2 is answered from what node-a committed, not run again: {retried:#}"
+    );
+    assert_eq!(retried["cells"][0]["node"], "node-a", "{retried:#}");
+    assert_eq!(output(&retried, 0).trim(), "['M1', 'M2']", "{retried:#}");
+    let state = eval(&b, "m", "print(runs)").expect("on node-b");
+    assert_eq!(
+        output(&state, 0).trim(),
+        "['M1', 'M2']",
+        "each ran once: {state:#}"
+    );
+    signal(cluster.pid(stopped), "CONT");
+    let again = b.client().call("eval", request).expect("M2 once more");
+    assert_eq!(again["replayed"], json!(true), "{again:#}");
+    let state = eval(&b, "m", "print(runs)").expect("on node-b");
+    assert_eq!(output(&state, 0).trim(), "['M1', 'M2']", "{state:#}");
+    b.stop();
 }

@@ -43,14 +43,11 @@ fn alive(pid: u64) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z "))
 }
 
-/// Quarantined: the full run (`scripts/fleet-faults --seed 7`, 10,000 cells, 30 faults) still
-/// finds one cell in the final state twice when an etcd member restart stalls a node's
-/// commit of its request memory and a router restart then cuts the client off before the
-/// answer (docs/fleet.md, "What the fault test still finds"); the CI-sized run hits that pair
-/// of faults too. Run it with `cargo test --features cellvisor-cli/etcd --test fleet_faults
-/// -- --ignored` until that is fixed.
+/// The CI size: one fault of each kind (about a minute). It meets the pair of faults that
+/// once ran a cell twice (an etcd member restart stalling a node's commits and keep-alives,
+/// then a router restart cutting the client off before the answer; docs/fleet.md, "The
+/// fault test").
 #[test]
-#[ignore = "finds a known double run (etcd member restart, then router restart); see its doc"]
 fn a_fleet_keeps_every_acknowledged_cell_exactly_once_across_faults() {
     if haproxy().is_none() || !common::etcd::installed() {
         return;

@@ -126,6 +126,12 @@ impl Cellvisor {
             None => self.eval_key(&request.session, request.cwd.as_deref())?,
         };
         let session = &key;
+        // The session's lease stays held while the request goes on: a renewal round between
+        // its take and its first cell must not give it up (and with it what it read).
+        let _lease_pin = match (&self.leases, &throwaway) {
+            (Some(book), None) => Some(book.pin(session)),
+            _ => None,
+        };
         let admitted = match self.refuse_if_draining(session).await {
             Ok(()) => {
                 self.admit(session, request.resume && throwaway.is_none())
@@ -151,37 +157,48 @@ impl Cellvisor {
             },
             _ => None,
         };
-        // A request with an id runs once: a retry waits for the first run and gets its answer.
-        let once = match request.request_id.as_deref() {
+        // A request with an id runs once: a retry waits for the first run's turn and gets its
+        // answer. What the id finds is looked up only once the session's lease is proven
+        // (taken again if it went meanwhile), on the committed state that lease reads.
+        let remembered_by = if throwaway.is_some() { &named } else { session };
+        let turn = match request.request_id.as_deref() {
+            Some(id) => Some(self.requests.turn(remembered_by, id).await),
             None => None,
-            Some(id) => {
-                let remembered_by = if throwaway.is_some() { &named } else { session };
-                let undo_files = || {
-                    if let Some(pending) = &files_pending {
-                        pending.undo();
-                    }
-                };
-                match self.requests.begin(remembered_by, id, &request.cells).await {
-                    Ok(Begun::Run(once)) if once.done().is_some() => {
-                        // Every cell is in the committed state already: nothing runs.
-                        undo_files();
-                        return Ok(self.answer_done(once, &request.cells).await);
-                    }
-                    Ok(Begun::Run(once)) => Some(once),
-                    Ok(Begun::Replay(result)) => {
-                        undo_files();
-                        return Ok(result);
-                    }
-                    Err(err) => {
-                        undo_files();
-                        return Err(err.into());
-                    }
-                }
-            }
         };
         let lock = self.request_lock(session);
         let _turn = lock.lock().await;
+        let undo_files = || {
+            if let Some(pending) = &files_pending {
+                pending.undo();
+            }
+        };
         self.prove_lease(session).await?;
+        let once = match turn.map(|turn| turn.look(&request.cells)) {
+            None => None,
+            Some(Ok(Begun::Run(once))) if once.done().is_some() => {
+                // Every cell is in the committed state already: nothing runs.
+                undo_files();
+                return Ok(self.answer_done(once, &request.cells).await);
+            }
+            Some(Ok(Begun::Run(once))) => Some(once),
+            Some(Ok(Begun::Replay(result))) => {
+                undo_files();
+                return Ok(result);
+            }
+            Some(Err(crate::once::OnceError::NotHeld { session, .. })) => {
+                // The lease went between its proof and the look up: the router retries.
+                undo_files();
+                return Err(RequestError::LeasedElsewhere {
+                    session,
+                    node: "none".into(),
+                    retry_after: std::time::Duration::from_millis(100),
+                });
+            }
+            Some(Err(err)) => {
+                undo_files();
+                return Err(err.into());
+            }
+        };
         // A workspace missing on this node comes back from the session's latest recording.
         let files_back = match files_pending {
             Some(pending) => Some(self.bring_back(pending).await?),

@@ -262,6 +262,10 @@ impl RequestLog for FencedRequestLog {
         true
     }
 
+    fn current(&self, session: &SessionName) -> bool {
+        self.etcd.provable(session)
+    }
+
     /// Forgets the pointer (fenced) and the files written under this node's token or older
     /// ones; a node that holds no lease forgets nothing (a newer holder's files stay).
     fn forget(&self, session: &SessionName) -> Result<(), LogError> {

@@ -89,6 +89,12 @@ pub trait RequestLog: Send + Sync + std::fmt::Debug {
     fn progress(&self, _session: &SessionName) -> Vec<super::progress::Progress> {
         Vec::new()
     }
+    /// Whether what is kept for `session` and its committed progress can be read here now
+    /// (etcd mode: only while this node can prove it holds the session's lease; what it
+    /// read with the lease is current only then).
+    fn current(&self, _session: &SessionName) -> bool {
+        true
+    }
     /// Whether what is kept for a session becomes current only under the session's lease
     /// (etcd mode): a request remembered by a session must then hold its lease.
     fn under_lease(&self) -> bool {

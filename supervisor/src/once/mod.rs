@@ -44,6 +44,18 @@ pub enum OnceError {
         /// The session.
         session: String,
     },
+    /// The session's remembered requests and committed progress cannot be read here now:
+    /// its lease is not provably this node's (etcd mode), so nothing may be decided.
+    #[error(
+        "request_id {id:?} of session {session} cannot be looked up: this node does not hold \
+         the session's lease now; send it again"
+    )]
+    NotHeld {
+        /// The id.
+        id: String,
+        /// The session.
+        session: String,
+    },
     /// The id ran, but its answer is no longer kept.
     #[error(
         "request_id {id:?} already ran in session {session} and was not run again; its answer \
@@ -66,6 +78,119 @@ pub enum Begun {
     Replay(EvalResult),
     /// Run the request, then [`Once::remember`] its answer.
     Run(Once),
+}
+
+/// The turn of one (session, id), before anything was looked up: take it first, then the
+/// session's lease, then [`Turn::look`], so what is decided is decided on the committed
+/// state this node holds the lease over, whichever order a retry, a lease take and a
+/// restore arrive in.
+pub struct Turn {
+    book: Arc<RequestBook>,
+    session: SessionName,
+    id: String,
+    turn: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Turn {
+    /// What the id finds: its earlier answer, a refusal, or the turn to run it (with the
+    /// cells an earlier run left in the committed state). Refused with
+    /// [`OnceError::NotHeld`] when the session's memory is current only under a lease this
+    /// node cannot prove now.
+    pub fn look(self, cells: &[CellSpec]) -> Result<Begun, OnceError> {
+        let Turn {
+            book,
+            session,
+            id,
+            turn,
+        } = self;
+        if !book.log.as_ref().is_none_or(|log| log.current(&session)) {
+            return Err(OnceError::NotHeld {
+                id,
+                session: session.to_string(),
+            });
+        }
+        let fingerprint = fingerprint(cells);
+        let committed = book
+            .log
+            .as_ref()
+            .map(|log| log.progress(&session))
+            .unwrap_or_default();
+        match decide(
+            book.recall(&session, &id, &fingerprint),
+            &committed,
+            &id,
+            &fingerprint,
+            cells.len(),
+        ) {
+            Decision::Replay(mut result) => {
+                result.replayed = true;
+                Ok(Begun::Replay(result))
+            }
+            Decision::Run { resumed, done } => Ok(Begun::Run(Once {
+                book,
+                session,
+                id,
+                fingerprint,
+                resumed,
+                done,
+                _turn: turn,
+            })),
+            Decision::Conflict => Err(OnceError::Conflict {
+                id,
+                session: session.to_string(),
+            }),
+            Decision::LetGo(bytes) => Err(OnceError::LetGo {
+                id,
+                session: session.to_string(),
+                bytes,
+            }),
+        }
+    }
+}
+
+/// What a request id finds, from the session's remembered answers and its committed
+/// progress.
+#[derive(Debug, Clone, PartialEq)]
+enum Decision {
+    Replay(EvalResult),
+    Run {
+        resumed: Vec<crate::cell::CellResult>,
+        done: Option<EvalResult>,
+    },
+    Conflict,
+    LetGo(u64),
+}
+
+/// Plain data: what request `id` (cells of `fingerprint`, `cells` of them) finds, given what
+/// the memory `recalled` and the `committed` progress. A remembered answer wins; an id the
+/// memory does not know is answered from the committed progress as far as it goes.
+fn decide(
+    recalled: Recall,
+    committed: &[progress::Progress],
+    id: &str,
+    fingerprint: &str,
+    cells: usize,
+) -> Decision {
+    match recalled {
+        Recall::Answer(result) => Decision::Replay(result),
+        Recall::Conflict => Decision::Conflict,
+        Recall::LetGo(bytes) => Decision::LetGo(bytes),
+        Recall::Unknown => match progress::resume(committed, id, fingerprint, cells) {
+            Resume::Fresh => Decision::Run {
+                resumed: Vec::new(),
+                done: None,
+            },
+            Resume::From(resumed) => Decision::Run {
+                resumed,
+                done: None,
+            },
+            Resume::Done(answer) => Decision::Run {
+                resumed: Vec::new(),
+                done: Some(answer),
+            },
+            Resume::Conflict => Decision::Conflict,
+        },
+    }
 }
 
 /// The turn of one (session, id): held while the request runs, so a retry waits for it.
@@ -127,11 +252,11 @@ pub struct RequestBook {
     /// Where they are kept between runs (none: in memory only).
     log: Option<Arc<dyn RequestLog>>,
     sessions: Mutex<HashMap<SessionName, Kept>>,
-    turns: Mutex<HashMap<(SessionName, String), Turn>>,
+    turns: Mutex<HashMap<(SessionName, String), TurnLock>>,
 }
 
-/// The turn of one (session, id): whoever holds it runs or answers that id.
-type Turn = Arc<tokio::sync::Mutex<()>>;
+/// The lock of one (session, id): whoever holds it runs or answers that id.
+type TurnLock = Arc<tokio::sync::Mutex<()>>;
 
 /// One session's memory as this host last read or wrote it.
 #[derive(Debug, Default)]
@@ -158,62 +283,31 @@ impl RequestBook {
     }
 
     /// Waits for the turn of (`session`, `id`), then answers what the id finds: its earlier
-    /// answer, a refusal, or the turn to run it.
+    /// answer, a refusal, or the turn to run it. (A host holding leases takes the turn with
+    /// [`RequestBook::turn`], then the lease, then looks.)
+    #[cfg(test)]
     pub async fn begin(
         self: &Arc<Self>,
         session: &SessionName,
         id: &str,
         cells: &[CellSpec],
     ) -> Result<Begun, OnceError> {
+        self.turn(session, id).await.look(cells)
+    }
+
+    /// Waits for the turn of (`session`, `id`): a retry that arrives while the first run
+    /// goes on waits here for it.
+    pub async fn turn(self: &Arc<Self>, session: &SessionName, id: &str) -> Turn {
         let turn = {
             let mut turns = lock(&self.turns);
             turns.retain(|_, turn| Arc::strong_count(turn) > 1);
             Arc::clone(turns.entry((session.clone(), id.to_string())).or_default())
         };
-        let turn = turn.lock_owned().await;
-        let fingerprint = fingerprint(cells);
-        match self.recall(session, id, &fingerprint) {
-            Recall::Unknown => {
-                let committed = self
-                    .log
-                    .as_ref()
-                    .map(|log| log.progress(session))
-                    .unwrap_or_default();
-                let (resumed, done) =
-                    match progress::resume(&committed, id, &fingerprint, cells.len()) {
-                        Resume::Fresh => (Vec::new(), None),
-                        Resume::From(resumed) => (resumed, None),
-                        Resume::Done(answer) => (Vec::new(), Some(answer)),
-                        Resume::Conflict => {
-                            return Err(OnceError::Conflict {
-                                id: id.to_string(),
-                                session: session.to_string(),
-                            })
-                        }
-                    };
-                Ok(Begun::Run(Once {
-                    book: Arc::clone(self),
-                    session: session.clone(),
-                    id: id.to_string(),
-                    fingerprint,
-                    resumed,
-                    done,
-                    _turn: turn,
-                }))
-            }
-            Recall::Answer(mut result) => {
-                result.replayed = true;
-                Ok(Begun::Replay(result))
-            }
-            Recall::Conflict => Err(OnceError::Conflict {
-                id: id.to_string(),
-                session: session.to_string(),
-            }),
-            Recall::LetGo(bytes) => Err(OnceError::LetGo {
-                id: id.to_string(),
-                session: session.to_string(),
-                bytes,
-            }),
+        Turn {
+            book: Arc::clone(self),
+            session: session.clone(),
+            id: id.to_string(),
+            turn: turn.lock_owned().await,
         }
     }
 
@@ -343,5 +437,121 @@ mod tests {
             book.begin(&session, "r1", &cells("x")).await,
             Ok(Begun::Run(_))
         ));
+    }
+
+    /// A log whose session's lease comes and goes, with a committed progress.
+    #[derive(Debug, Default)]
+    struct Leased {
+        held: std::sync::atomic::AtomicBool,
+        progress: Vec<progress::Progress>,
+    }
+
+    impl RequestLog for Leased {
+        fn stamp(&self, _: &SessionName) -> Option<Stamp> {
+            None
+        }
+        fn load(&self, _: &SessionName) -> Result<Option<(Vec<Entry>, Stamp)>, file::LogError> {
+            Ok(None)
+        }
+        fn append(
+            &self,
+            _: &SessionName,
+            _: &Entry,
+            _: &RequestMemory,
+        ) -> Result<Stamp, file::LogError> {
+            Ok(Stamp::committed(1, 1, 1))
+        }
+        fn forget(&self, _: &SessionName) -> Result<(), file::LogError> {
+            Ok(())
+        }
+        fn progress(&self, _: &SessionName) -> Vec<progress::Progress> {
+            if self.held.load(std::sync::atomic::Ordering::SeqCst) {
+                self.progress.clone()
+            } else {
+                Vec::new()
+            }
+        }
+        fn current(&self, _: &SessionName) -> bool {
+            self.held.load(std::sync::atomic::Ordering::SeqCst)
+        }
+        fn under_lease(&self) -> bool {
+            true
+        }
+    }
+
+    fn complete(index: usize) -> crate::cell::CellResult {
+        let spec = CellSpec::new(Language::Python, "x");
+        let mut report = crate::cell::CellReport::error(String::new());
+        report.status = crate::cell::CellStatus::Complete;
+        let mut result = report.into_result(index, 1, &spec);
+        result.exit_code = 0;
+        result
+    }
+
+    #[tokio::test]
+    async fn a_retry_looked_up_without_the_lease_is_refused_and_with_it_finds_the_committed_cells()
+    {
+        let sent = cells("x");
+        let log = Arc::new(Leased {
+            held: std::sync::atomic::AtomicBool::new(false),
+            progress: vec![progress::Progress {
+                id: "r1".into(),
+                fingerprint: fingerprint(&sent),
+                cells: vec![complete(0)],
+            }],
+        });
+        let book = Arc::new(RequestBook::new(
+            8,
+            Some(log.clone() as Arc<dyn RequestLog>),
+        ));
+        let session = SessionName::from("s");
+        // The turn first, the lease after: looked up before the lease is held, nothing is
+        // decided (before, this ran the cell again).
+        let turn = book.turn(&session, "r1").await;
+        assert!(matches!(turn.look(&sent), Err(OnceError::NotHeld { .. })));
+        log.held.store(true, std::sync::atomic::Ordering::SeqCst);
+        let turn = book.turn(&session, "r1").await;
+        let Ok(Begun::Run(once)) = turn.look(&sent) else {
+            panic!("answered from the committed state");
+        };
+        let done = once.done().expect("every cell is committed: nothing runs");
+        assert!(done.replayed);
+        assert_eq!(done.replayed_cells, 1);
+    }
+
+    #[test]
+    fn a_remembered_answer_wins_and_an_unknown_id_goes_as_far_as_its_committed_progress() {
+        let answer = EvalResult::from_cells(vec![complete(0)]);
+        let committed = [progress::Progress {
+            id: "r".into(),
+            fingerprint: "f".into(),
+            cells: vec![complete(0)],
+        }];
+        assert_eq!(
+            decide(Recall::Answer(answer.clone()), &committed, "r", "f", 2),
+            Decision::Replay(answer)
+        );
+        assert_eq!(
+            decide(Recall::Unknown, &committed, "r", "f", 2),
+            Decision::Run {
+                resumed: vec![complete(0)],
+                done: None
+            }
+        );
+        assert!(matches!(
+            decide(Recall::Unknown, &committed, "r", "f", 1),
+            Decision::Run { done: Some(_), .. }
+        ));
+        assert_eq!(
+            decide(Recall::Unknown, &committed, "r", "g", 1),
+            Decision::Conflict
+        );
+        assert_eq!(
+            decide(Recall::Unknown, &[], "r", "f", 1),
+            Decision::Run {
+                resumed: Vec::new(),
+                done: None
+            }
+        );
     }
 }

@@ -126,10 +126,28 @@ impl Session {
         ctx: &mut Context<Self>,
         held: super::saved::HeldCell,
     ) -> Option<super::saved::HeldCell> {
-        if self.is_closing() || !policy::saves(self.config.snapshots.when, SaveReason::AfterCell) {
+        if !policy::saves(self.config.snapshots.when, SaveReason::AfterCell) {
             return Some(held);
         }
-        let Some(task) = self.save_task(SaveReason::AfterCell, None) else {
+        // In etcd mode a cell whose due save is not begun (the session stops here: its lease
+        // was lost; or no blob can be named under a lease) is answered `saved: false`, never
+        // as a `complete` that says nothing of its state.
+        let fenced = self
+            .snapshots
+            .as_ref()
+            .is_some_and(|store| store.fenced().is_some());
+        let task = if self.is_closing() {
+            None
+        } else {
+            self.save_task(SaveReason::AfterCell, None)
+        };
+        let Some(task) = task else {
+            if fenced {
+                let why = "the session stopped on this node before its state after this cell \
+                           was saved (this node may no longer hold the session's lease)";
+                self.deliver_held(held, super::saved::not_written(why.into()));
+                return None;
+            }
             return Some(held);
         };
         self.run_own_task(ctx, task, StatePurpose::AfterCell(Some(Box::new(held))));

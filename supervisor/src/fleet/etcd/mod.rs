@@ -15,10 +15,15 @@
 //! session's commits, in the order they were asked. Whether the lease is still provable is
 //! decided by [`proof`](super::proof) from the keep-alives etcd acknowledged.
 //!
-//! - `requests`: connecting, taking a lease, a fenced commit, and waiting for them from any
-//!   thread.
-//! - `task`: a held lease's own task (keep-alives, commits, release).
+//! - `members`: etcd's members, one client each; a request that gets no answer within its
+//!   deadline (well under the lease's time to live) moves to the next member.
+//! - `requests`: connecting, taking a lease, a fenced commit (read back when its answer was
+//!   lost), and waiting for them from any thread.
+//! - `outcome`: what a commit whose answer was lost did, from its read back (plain data).
+//! - `task`: a held lease's own tasks (keep-alives; commits in order; release).
 
+mod members;
+mod outcome;
 mod requests;
 mod task;
 
@@ -28,7 +33,7 @@ use super::proof::{self, Acknowledged, BootInstant};
 use super::LeaseError;
 use crate::once::progress::Progress;
 use cellvisor_ipc::Language;
-use etcd_client::Client;
+use members::{Members, Retry};
 use requests::{block_on, connect_options, take};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -60,6 +65,10 @@ pub enum CommitError {
     /// etcd did not answer.
     #[error("etcd: {0}")]
     Etcd(String),
+    /// The commit's answer was lost and reading it back did not show it in place: it may
+    /// still land, so this node gave the lease up (the next holder reads what is there).
+    #[error("etcd: {0}; this node gave the session's lease up")]
+    Unknown(String),
 }
 
 /// A session lease this node holds in etcd.
@@ -119,7 +128,7 @@ enum Op {
 pub struct EtcdLeases {
     node: String,
     ttl: Duration,
-    client: Client,
+    members: Arc<Members>,
     runtime: tokio::runtime::Handle,
     _stop: std::sync::mpsc::Sender<()>,
     held: Mutex<HashMap<String, Arc<Held>>>,
@@ -215,14 +224,19 @@ impl EtcdLeases {
                 });
             })
             .map_err(etcd_error)?;
-        let endpoints = settings.endpoints.clone();
-        let listed = endpoints.join(", ");
-        let client = block_on(&handle, timeout + Duration::from_secs(1), async move {
-            let mut client = Client::connect(&endpoints, Some(options))
+        let listed = settings.endpoints.join(", ");
+        let members = Arc::new(Members::new(
+            &settings.endpoints,
+            options,
+            request_deadline(ttl, timeout),
+        ));
+        let asked = members.clone();
+        block_on(&handle, timeout + Duration::from_secs(1), async move {
+            asked
+                .call_within(timeout, Retry::Idempotent, |mut client| async move {
+                    client.status().await
+                })
                 .await
-                .map_err(|e| e.to_string())?;
-            client.status().await.map_err(|e| e.to_string())?;
-            Ok::<_, String>(client)
         })
         .and_then(|r| r.map_err(etcd_error))
         .map_err(|err| LeaseError::Io {
@@ -232,7 +246,7 @@ impl EtcdLeases {
         Ok(EtcdLeases {
             node: node.to_string(),
             ttl,
-            client,
+            members,
             runtime: handle,
             _stop: stop,
             held: Mutex::new(HashMap::new()),
@@ -259,12 +273,14 @@ impl EtcdLeases {
         if let Some(held) = self.held(session) {
             return Ok(held.token);
         }
-        let client = self.client.clone();
+        let members = self.members.clone();
         let node = self.node.clone();
         let name = session.to_string();
         let ttl = self.ttl;
-        let taken = block_on(&self.runtime, ttl.max(Duration::from_secs(2)), async move {
-            take(client, &name, &node, ttl).await
+        // Each request moves through the members within its deadline: several may be tried.
+        let within = ttl.max(Duration::from_secs(2)) + self.members.deadline() * 4;
+        let taken = block_on(&self.runtime, within, async move {
+            take(&members, &name, &node, ttl).await
         })
         .and_then(|r| r)?;
         let (lease_id, token, ack, found) = taken;
@@ -283,7 +299,7 @@ impl EtcdLeases {
             ops,
         });
         let task = self.runtime.spawn(run_lease(
-            self.client.clone(),
+            self.members.clone(),
             session.to_string(),
             held.clone(),
             queue,
@@ -346,15 +362,24 @@ impl EtcdLeases {
 
     /// The node holding `session`'s lease and how long its lease has yet, if any holds it.
     pub fn holder(&self, session: &str) -> Option<(String, Duration)> {
-        let client = self.client.clone();
+        let members = self.members.clone();
         let key = lease_key(session);
-        block_on(&self.runtime, Duration::from_secs(2), async move {
-            let mut client = client;
-            let found = client.get(key, None).await.ok()?;
+        let within = Duration::from_secs(2).max(self.members.deadline() * 2);
+        block_on(&self.runtime, within, async move {
+            let found = members
+                .call(Retry::Idempotent, |mut client| {
+                    let key = key.clone();
+                    async move { client.get(key, None).await }
+                })
+                .await
+                .ok()?;
             let kv = found.kvs().first()?;
             let node = String::from_utf8_lossy(kv.value()).into_owned();
-            let left = client
-                .lease_time_to_live(kv.lease(), None)
+            let lease = kv.lease();
+            let left = members
+                .call(Retry::Idempotent, |mut client| async move {
+                    client.lease_time_to_live(lease, None).await
+                })
                 .await
                 .ok()?
                 .ttl();
@@ -380,19 +405,8 @@ impl EtcdLeases {
         Some((super::pointer::blob_name(held.token, seq), held.token))
     }
 
-    /// Commits `pointer` as `session`'s current state in `language`, fenced by the token
-    /// the lease was taken at. The answer comes once etcd has decided.
-    #[cfg(test)]
-    pub fn commit(
-        &self,
-        session: &str,
-        language: Language,
-        pointer: Pointer,
-    ) -> oneshot::Receiver<Result<(), CommitError>> {
-        self.commit_with_progress(session, language, pointer, None)
-    }
-
-    /// [`EtcdLeases::commit`], putting `progress` (how far the request whose cell this state
+    /// Commits `pointer` as `session`'s current state in `language` (fenced by the token the
+    /// lease was taken at), putting `progress` (how far the request whose cell this state
     /// follows got) in the same transaction: the state and what it includes are committed
     /// together or not at all.
     pub fn commit_with_progress(
@@ -532,30 +546,16 @@ impl EtcdLeases {
             let _ = held.ops.send(Op::ForgetRequests);
         }
     }
+}
 
-    /// Commits `pointer` for `session` under `token` directly (no lease held here needed, a
-    /// test's stand-in for a node that woke from a pause):
-    /// what a node that lost its lease would send; etcd refuses it unless `token` is the
-    /// live lease's.
-    #[cfg(test)]
-    pub fn commit_with_token(
-        &self,
-        session: &str,
-        language: Language,
-        pointer: &Pointer,
-        token: i64,
-    ) -> Result<(), CommitError> {
-        let client = self.client.clone();
-        let (key, ptr_key, value) = (
-            lease_key(session),
-            pointer_key(session, language),
-            pointer.to_bytes(),
-        );
-        block_on(&self.runtime, Duration::from_secs(5), async move {
-            requests::fenced_put(client, &key, token, &ptr_key, value).await
-        })
-        .map_err(|e| CommitError::Etcd(e.to_string()))?
-    }
+/// How long one request waits for one member's answer: half the lease's time to live, at
+/// least 300 ms and at most the connect timeout (a keep-alive waits half of that, so every
+/// member can be tried before the lease is unprovable).
+fn request_deadline(ttl: Duration, timeout: Duration) -> Duration {
+    (ttl / 2).clamp(
+        Duration::from_millis(300),
+        timeout.max(Duration::from_millis(300)),
+    )
 }
 
 /// Whether the blob `name` was begun before `language`'s state was forgotten here.

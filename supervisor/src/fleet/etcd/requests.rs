@@ -1,6 +1,8 @@
-//! The requests a node sends etcd outside a lease's own task: connecting, taking a lease,
-//! a fenced commit; and how a caller on any thread waits for them.
+//! The requests a node sends etcd: connecting, taking a lease, a fenced commit (read back
+//! when its answer was lost); and how a caller on any thread waits for them.
 
+use super::members::{Failure, Members, Retry};
+use super::outcome;
 use super::{
     etcd_error, lease_key, pointer_prefix, CommitError, EtcdSettings, CHECKPOINT_SEGMENT,
     PROGRESS_SEGMENT, REQUESTS_SEGMENT,
@@ -10,7 +12,7 @@ use crate::fleet::proof::{self, Acknowledged, BootInstant};
 use crate::fleet::LeaseError;
 use crate::once::progress::Progress;
 use cellvisor_ipc::Language;
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, ConnectOptions, GetOptions, TxnOp, TxnOpResponse};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -145,46 +147,10 @@ impl Pointers {
 
 pub(super) type Taken = (i64, i64, Acknowledged, Pointers);
 
-/// How often a request that never reached etcd is sent again, and how long apart.
-const UNSENT_ATTEMPTS: u32 = 4;
-const UNSENT_PAUSE: Duration = Duration::from_millis(100);
-
-/// Whether `err` says the request was never sent: the member it was for refused the
-/// connection (a member restarting). Sending it again, which the client balances to the
-/// other members, cannot apply it twice.
-fn never_sent(err: &etcd_client::Error) -> bool {
-    match err {
-        etcd_client::Error::GRpcStatus(status) => {
-            status.code() as i32 == 14 /* Unavailable */ && status.message().contains("connect")
-        }
-        etcd_client::Error::TransportError(_) => true,
-        _ => false,
-    }
-}
-
-/// `request()` and, while etcd's answer says it was never sent, again (a few times, a
-/// short pause apart): a member's restart must not refuse a session outright.
-async fn unsent_again<T, F, Fut>(mut request: F) -> Result<T, etcd_client::Error>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
-{
-    let mut attempt = 1;
-    loop {
-        match request().await {
-            Err(err) if attempt < UNSENT_ATTEMPTS && never_sent(&err) => {
-                attempt += 1;
-                tokio::time::sleep(UNSENT_PAUSE).await;
-            }
-            other => return other,
-        }
-    }
-}
-
 /// Grants a lease and creates `session`'s key under it if absent; a key this node left in
 /// an earlier life (a restart) is deleted first, fenced by its own creating revision.
 pub(super) async fn take(
-    mut client: Client,
+    members: &Members,
     session: &str,
     node: &str,
     ttl: Duration,
@@ -192,12 +158,13 @@ pub(super) async fn take(
     let key = lease_key(session);
     for _ in 0..2 {
         let sent = BootInstant::now();
-        let grant = unsent_again(|| {
-            let mut client = client.clone();
-            async move { client.lease_grant(proof::ttl_seconds(ttl), None).await }
-        })
-        .await
-        .map_err(etcd_error)?;
+        // A lease granted twice (an answer lost) is never used and runs out by itself.
+        let grant = members
+            .call(Retry::Idempotent, |mut client| async move {
+                client.lease_grant(proof::ttl_seconds(ttl), None).await
+            })
+            .await
+            .map_err(etcd_error)?;
         let granted = Duration::from_secs(u64::try_from(grant.ttl()).unwrap_or(0));
         let txn = etcd_client::Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
@@ -213,13 +180,15 @@ pub(super) async fn take(
                 ),
             ])
             .or_else([TxnOp::get(key.as_str(), None)]);
-        let answer = unsent_again(|| {
-            let mut client = client.clone();
-            let txn = txn.clone();
-            async move { client.txn(txn).await }
-        })
-        .await
-        .map_err(etcd_error)?;
+        // Sent again after a lost answer too: the key it created then is this node's own
+        // with another lease, found below and taken again.
+        let answer = members
+            .call(Retry::Idempotent, |mut client| {
+                let txn = txn.clone();
+                async move { client.txn(txn).await }
+            })
+            .await
+            .map_err(etcd_error)?;
         if answer.succeeded() {
             let token = answer.header().map_or(0, |h| h.revision());
             let prefix = pointer_prefix(session);
@@ -238,7 +207,12 @@ pub(super) async fn take(
             let ack = Acknowledged { sent, ttl: granted };
             return Ok((grant.id(), token, ack, found));
         }
-        let _ = client.lease_revoke(grant.id()).await;
+        let id = grant.id();
+        let _ = members
+            .call(Retry::Idempotent, |mut client| async move {
+                client.lease_revoke(id).await
+            })
+            .await;
         let holder = answer.op_responses().into_iter().find_map(|r| match r {
             TxnOpResponse::Get(found) => found.kvs().first().map(|kv| {
                 (
@@ -253,7 +227,8 @@ pub(super) async fn take(
             continue; // released in between
         };
         if holder == node {
-            // This node's own key from before a restart: no process here holds it now.
+            // This node's own key from before a restart (or a lost answer): no process here
+            // holds it now.
             let txn = etcd_client::Txn::new()
                 .when([Compare::create_revision(
                     key.as_str(),
@@ -261,11 +236,19 @@ pub(super) async fn take(
                     created,
                 )])
                 .and_then([TxnOp::delete(key.as_str(), None)]);
-            client.txn(txn).await.map_err(etcd_error)?;
+            members
+                .call(Retry::Idempotent, |mut client| {
+                    let txn = txn.clone();
+                    async move { client.txn(txn).await }
+                })
+                .await
+                .map_err(etcd_error)?;
             continue;
         }
-        let left = client
-            .lease_time_to_live(lease, None)
+        let left = members
+            .call(Retry::Idempotent, |mut client| async move {
+                client.lease_time_to_live(lease, None).await
+            })
             .await
             .map(|r| r.ttl())
             .unwrap_or(1);
@@ -282,19 +265,23 @@ pub(super) async fn take(
 
 /// Puts `value` at `ptr_key` only if the lease key `key` was created at `token`.
 pub(super) async fn fenced_put(
-    client: Client,
+    members: &Members,
     key: &str,
     token: i64,
     ptr_key: &str,
     value: Vec<u8>,
 ) -> Result<(), CommitError> {
-    fenced_puts(client, key, token, vec![(ptr_key.to_string(), value)]).await
+    fenced_puts(members, key, token, vec![(ptr_key.to_string(), value)]).await
 }
 
 /// Puts every `(key, value)` of `puts` in one transaction, only if the lease key `key` was
-/// created at `token`: all of them or none.
+/// created at `token`: all of them or none. A transaction whose answer was lost (its member
+/// went away or stalled after it was sent) is read back from another member before anything
+/// is answered: committed if every key holds what it put under the live token, and never
+/// sent again (a late copy could land after a later commit). One read back as not applied
+/// is [`CommitError::Unknown`]: it may still land, so the caller gives the lease up.
 pub(super) async fn fenced_puts(
-    client: Client,
+    members: &Members,
     key: &str,
     token: i64,
     puts: Vec<(String, Vec<u8>)>,
@@ -302,19 +289,77 @@ pub(super) async fn fenced_puts(
     let txn = etcd_client::Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, token)])
         .and_then(
-            puts.into_iter()
-                .map(|(at, value)| TxnOp::put(at, value, None))
+            puts.iter()
+                .map(|(at, value)| TxnOp::put(at.as_str(), value.clone(), None))
                 .collect::<Vec<_>>(),
         );
-    let sent = unsent_again(|| {
-        let mut client = client.clone();
-        let txn = txn.clone();
-        async move { client.txn(txn).await }
-    })
-    .await;
+    let sent = members
+        .call(Retry::IfUnsent, |mut client| {
+            let txn = txn.clone();
+            async move { client.txn(txn).await }
+        })
+        .await;
     match sent {
         Ok(answer) if answer.succeeded() => Ok(()),
         Ok(_) => Err(CommitError::Fenced { token }),
+        Err(Failure::Unknown(why)) => {
+            let found = read_back(members, key, &puts).await;
+            match outcome::after_read_back(token, found) {
+                outcome::ReadBack::Committed => Ok(()),
+                outcome::ReadBack::Fenced => Err(CommitError::Fenced { token }),
+                outcome::ReadBack::NotApplied => Err(CommitError::Unknown(format!(
+                    "{why}; read back from another member: not applied yet"
+                ))),
+                outcome::ReadBack::Unread(more) => Err(CommitError::Unknown(format!(
+                    "{why}; not read back: {more}"
+                ))),
+            }
+        }
         Err(err) => Err(CommitError::Etcd(err.to_string())),
     }
+}
+
+/// Reads the lease key and the keys of `puts` in one linearizable request, from whichever
+/// member answers: the lease key's creating revision (0: absent) and whether each key
+/// holds the value put.
+async fn read_back(
+    members: &Members,
+    key: &str,
+    puts: &[(String, Vec<u8>)],
+) -> Result<outcome::Found, String> {
+    let reads: Vec<TxnOp> = std::iter::once(key)
+        .chain(puts.iter().map(|(at, _)| at.as_str()))
+        .map(|at| TxnOp::get(at, None))
+        .collect();
+    let txn = etcd_client::Txn::new().and_then(reads);
+    let answer = members
+        .call(Retry::Idempotent, |mut client| {
+            let txn = txn.clone();
+            async move { client.txn(txn).await }
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let values: Vec<Option<(i64, Vec<u8>)>> = answer
+        .op_responses()
+        .into_iter()
+        .map(|r| match r {
+            TxnOpResponse::Get(got) => got
+                .kvs()
+                .first()
+                .map(|kv| (kv.create_revision(), kv.value().to_vec())),
+            _ => None,
+        })
+        .collect();
+    let lease_created = values.first().cloned().flatten().map_or(0, |(rev, _)| rev);
+    let all_put = puts.iter().enumerate().all(|(i, (_, value))| {
+        values
+            .get(i + 1)
+            .cloned()
+            .flatten()
+            .is_some_and(|(_, found)| &found == value)
+    });
+    Ok(outcome::Found {
+        lease_created,
+        all_put,
+    })
 }

@@ -108,7 +108,7 @@ fn pointer(blob: &str, token: i64) -> Pointer {
 /// does to a node paused past its lease: `holder` learns it only at its next keep-alive.
 pub(crate) fn revoke_behind_its_back(holder: &EtcdLeases, other: &EtcdLeases, session: &str) {
     let lease_id = holder.held(session).expect("held").lease_id;
-    let mut client = other.client.clone();
+    let mut client = other.any_client();
     block_on(&other.runtime, Duration::from_secs(5), async move {
         client.lease_revoke(lease_id).await.map(|_| ())
     })
@@ -248,7 +248,7 @@ fn a_lease_etcd_no_longer_has_is_lost_at_the_next_keep_alive() {
     // The lease revoked behind a's back (an operator, or etcd's own expiry): its key goes,
     // and the next keep-alive's answer (no time to live) is what tells a.
     let lease_id = a.held("s").expect("held").lease_id;
-    let mut client = b.client.clone();
+    let mut client = b.any_client();
     block_on(&b.runtime, Duration::from_secs(5), async move {
         client.lease_revoke(lease_id).await.map(|_| ())
     })
@@ -369,7 +369,7 @@ fn a_requests_progress_is_committed_with_its_state_and_never_under_a_stale_token
     // a, woken from a pause, sends its state and a further progress under its old token:
     // refused whole, so what b and any later holder read is unchanged.
     let stale = progress("R", 2);
-    let (client, key) = (a.client.clone(), lease_key("s"));
+    let (members, key) = (a.members.clone(), lease_key("s"));
     let puts = vec![
         (
             pointer_key("s", py),
@@ -378,7 +378,7 @@ fn a_requests_progress_is_committed_with_its_state_and_never_under_a_stale_token
         (progress_key("s", py), stale.to_bytes()),
     ];
     let refused = block_on(&a.runtime, Duration::from_secs(5), async move {
-        requests::fenced_puts(client, &key, token_a, puts).await
+        requests::fenced_puts(&members, &key, token_a, puts).await
     });
     assert_eq!(refused, Ok(Err(CommitError::Fenced { token: token_a })));
     b.release("s");
@@ -394,4 +394,99 @@ fn a_requests_progress_is_committed_with_its_state_and_never_under_a_stale_token
     let d = node(&etcd, "node-d", ttl);
     wait_for("d takes it", Duration::from_secs(5), || d.acquire("s").ok());
     assert!(d.progress("s").is_empty(), "the forget reached etcd");
+}
+
+/// Test-only ways in: a commit without progress, one under any token, a member's client.
+impl EtcdLeases {
+    /// A client of the first member (connected now).
+    pub fn any_client(&self) -> etcd_client::Client {
+        let members = self.members.clone();
+        block_on(&self.runtime, Duration::from_secs(5), async move {
+            members.client(0).await
+        })
+        .expect("answered")
+        .expect("connected")
+    }
+
+    /// Commits `pointer` as `session`'s current state in `language`, fenced by the token
+    /// the lease was taken at. The answer comes once etcd has decided.
+    pub fn commit(
+        &self,
+        session: &str,
+        language: Language,
+        pointer: Pointer,
+    ) -> oneshot::Receiver<Result<(), CommitError>> {
+        self.commit_with_progress(session, language, pointer, None)
+    }
+
+    /// Commits `pointer` for `session` under `token` directly (no lease held here needed, a
+    /// test's stand-in for a node that woke from a pause):
+    /// what a node that lost its lease would send; etcd refuses it unless `token` is the
+    /// live lease's.
+    pub fn commit_with_token(
+        &self,
+        session: &str,
+        language: Language,
+        pointer: &Pointer,
+        token: i64,
+    ) -> Result<(), CommitError> {
+        let members = self.members.clone();
+        let (key, ptr_key, value) = (
+            lease_key(session),
+            pointer_key(session, language),
+            pointer.to_bytes(),
+        );
+        block_on(&self.runtime, Duration::from_secs(5), async move {
+            requests::fenced_put(&members, &key, token, &ptr_key, value).await
+        })
+        .map_err(|e| CommitError::Etcd(e.to_string()))?
+    }
+}
+
+#[test]
+fn a_stalled_member_is_passed_over_and_a_commit_whose_answer_is_lost_gives_the_lease_up() {
+    let Some(etcd) = TestEtcd::start() else {
+        return;
+    };
+    // A member that accepts connections and never answers: a stopped etcd's socket.
+    let stalled = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let stalled_url = format!("http://{}", stalled.local_addr().expect("address"));
+    let ttl = Duration::from_secs(2);
+    let settings = EtcdSettings {
+        endpoints: vec![stalled_url, etcd.url.clone()],
+        ..EtcdSettings::default()
+    };
+    let a = EtcdLeases::connect(&settings, "node-a", ttl, Duration::from_secs(10))
+        .expect("the other member answers");
+    let py = Language::Python;
+    let token = a.acquire("s").expect("taken through the other member");
+    // Its keep-alives go to the member that answers: held through three times its time to
+    // live.
+    std::thread::sleep(ttl * 3);
+    assert!(a.provable("s"), "the lease is still provable");
+    let (blob, _) = a.next_blob("s").expect("held");
+    let committed = a.commit("s", py, pointer(&blob, token)).blocking_recv();
+    assert_eq!(committed, Ok(Ok(())));
+
+    // A commit sent to the stalled member gets no answer within its deadline. Read back
+    // from the other member it is not in place while the token lives (it could still land):
+    // never sent again, answered as unknown, and the lease given up at once (revoked), so
+    // no late copy can land and the next holder reads the state before it.
+    a.members.prefer(0);
+    let (lost_blob, _) = a.next_blob("s").expect("held");
+    let lost = a
+        .commit("s", py, pointer(&lost_blob, token))
+        .blocking_recv();
+    assert!(
+        matches!(&lost, Ok(Err(CommitError::Unknown(_)))),
+        "{lost:?}"
+    );
+    assert!(!a.provable("s"), "the lease was given up");
+    let b = node(&etcd, "node-b", ttl);
+    let taken = wait_for("b takes it at once", Duration::from_secs(5), || {
+        b.acquire("s").ok()
+    });
+    assert!(taken > token);
+    assert_eq!(b.pointer("s", py).map(|p| p.blob), Some(blob));
+    drop(stalled);
 }
