@@ -77,6 +77,8 @@ impl ArtifactStore {
         }
         let open = || {
             OpenOptions::new()
+                // Read too: a sink replays its own artifact through this handle, never by path.
+                .read(true)
                 .write(true)
                 .create_new(true)
                 .mode(0o600)

@@ -9,7 +9,7 @@ use crate::artifacts::ArtifactStore;
 use crate::cell::Truncation;
 use bytesize::ByteSize;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Read, Seek, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -162,6 +162,53 @@ impl OutputSink {
         *self = OutputSink::new(self.limits.clone());
     }
 
+    /// Writes everything this sink took to `target`, as if it had gone there in the first
+    /// place, and deletes this sink's artifact: output kept apart (after a yield) that joins
+    /// the window before it after all. The artifact is read back through the sink's own
+    /// handle; what it could not keep (its artifact failed) is named in a line in its place.
+    pub fn replay_into(mut self, target: &mut OutputSink) {
+        if !self.overflowed() {
+            target.write(&self.head);
+            return;
+        }
+        let mut copied = 0;
+        let failure = match self.artifact.take() {
+            Some(artifact) => copy_back(artifact, target, &mut copied).err(),
+            None => Some(
+                self.artifact_error
+                    .take()
+                    .unwrap_or_else(|| "the artifact was not written".to_string()),
+            ),
+        };
+        if let Some(path) = self.artifact_path.take() {
+            self.limits.artifacts.discard(&path);
+        }
+        let Some(reason) = failure else {
+            return;
+        };
+        // Nothing read back: the head, the note, the tail; cut short: the note alone.
+        let tail = if copied == 0 {
+            target.write(&self.head);
+            copied = self.head.len() as u64;
+            tail_of(&self.tail, self.tail_budget(), self.limits.max_lines)
+        } else {
+            &[][..]
+        };
+        let omitted = self.total_bytes.saturating_sub(copied + tail.len() as u64);
+        let newline = if matches!(target.last_byte, Some(b) if b != b'\n') {
+            "\n"
+        } else {
+            ""
+        };
+        target.write(
+            format!(
+                "{newline}[... {omitted} bytes omitted; the full output could not be kept: {reason} ...]\n"
+            )
+            .as_bytes(),
+        );
+        target.write(tail);
+    }
+
     /// Ends the stream: flushes the artifact and renders the kept text, its over-long lines
     /// cut (the whole output is then in the artifact too).
     pub fn finish(mut self) -> SinkResult {
@@ -239,6 +286,28 @@ impl OutputSink {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Copies a sink's whole artifact to `target` from its start, counting the bytes `copied`.
+fn copy_back(
+    artifact: BufWriter<File>,
+    target: &mut OutputSink,
+    copied: &mut u64,
+) -> Result<(), String> {
+    let mut file = artifact.into_inner().map_err(|e| e.error().to_string())?;
+    file.rewind().map_err(|e| e.to_string())?;
+    let mut chunk = vec![0; 64 * 1024];
+    loop {
+        match file.read(&mut chunk) {
+            Ok(0) => return Ok(()),
+            Ok(read) => {
+                target.write(&chunk[..read]);
+                *copied += read as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
         }
     }
 }
@@ -444,6 +513,41 @@ mod tests {
         assert!(r.truncation.truncated);
         assert!(r.truncation.artifact_path.is_none());
         assert!(r.text.contains("could not be kept"), "{}", r.text);
+    }
+
+    #[test]
+    fn a_replayed_sink_gives_its_whole_stream_and_leaves_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut target = sink(&dir, 1 << 20, 1000);
+        target.write(b"first\n");
+        let mut held = sink(&dir, 100, 100);
+        let mut all = Vec::new();
+        for i in 0..100 {
+            let line = format!("line {i}\n");
+            all.extend_from_slice(line.as_bytes());
+            held.write(line.as_bytes());
+        }
+        assert!(held.overflowed());
+        held.replay_into(&mut target);
+        let result = target.finish();
+        assert!(!result.truncation.truncated);
+        assert_eq!(result.text.as_bytes(), [&b"first\n"[..], &all].concat());
+        let left = std::fs::read_dir(dir.path().join("artifacts"))
+            .unwrap()
+            .count();
+        assert_eq!(left, 0, "the replayed sink's artifact was deleted");
+        // A sink that could not keep its artifact gives its head and tail, and says so.
+        let mut target = sink(&dir, 1 << 20, 1000);
+        let mut capped = sink_capped(&dir, 100, 100, 150);
+        for _ in 0..5 {
+            capped.write(&[b'z'; 60]);
+        }
+        capped.write(b"\nend\n");
+        capped.replay_into(&mut target);
+        let text = target.finish().text;
+        assert!(text.starts_with(&"z".repeat(50)), "{text}");
+        assert!(text.contains("output.artifact-max-total"), "{text}");
+        assert!(text.ends_with("end\n"), "{text}");
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! artifact), so a background cell nobody watches holds bounded memory.
 //!
 //! A `yield_control()` reaches the reader in order with the output, but the session cuts a
-//! moment later: the reader [`holds`](CellOutput::hold) what comes after the yield until the
-//! session has cut (or let go), so the host gets the output up to the yield exactly.
+//! moment later (on a loaded machine, many frames later): the reader
+//! [`holds`](CellOutput::hold) what comes after the yield in the next window's own sink until
+//! the session has cut (or let go), so the host gets the output up to the yield exactly,
+//! however much the cell printed meanwhile.
 
 use crate::cell::CellEvent;
 use crate::locking::lock;
@@ -30,16 +32,17 @@ struct Window {
     cuts: u32,
     displays: Vec<serde_json::Value>,
     status_events: Vec<serde_json::Value>,
-    /// What came after a yield the session has not cut at yet.
+    /// What came after a yield the session has not cut at yet: the next window, already.
     held: Option<Held>,
     /// A `clear_output(wait=True)` waiting for the cell's next output to clear before it.
     clear_pending: bool,
 }
 
-/// Output held back for the window after a yield.
-#[derive(Default)]
+/// The window after a yield, filling while the session has not cut at the yield yet. Its
+/// sink is bounded as any window's (head + tail, the whole in its artifact), so a session
+/// however far behind never makes the window before the yield take what came after it.
 struct Held {
-    bytes: Vec<u8>,
+    sink: OutputSink,
     displays: Vec<serde_json::Value>,
     status_events: Vec<serde_json::Value>,
 }
@@ -78,16 +81,8 @@ impl CellOutput {
         if !data.is_empty() {
             window.clear_if_pending();
         }
-        let cap = window.limits.max_bytes;
         match &mut window.held {
-            // Held within the output budget; past it, let go (the session is far behind).
-            Some(held) if held.bytes.len() + data.len() <= cap => {
-                held.bytes.extend_from_slice(data);
-            }
-            Some(_) => {
-                window.release();
-                window.sink.write(data);
-            }
+            Some(held) => held.sink.write(data),
             None => window.sink.write(data),
         }
     }
@@ -126,7 +121,13 @@ impl CellOutput {
     pub fn hold(&self) {
         let mut window = self.lock();
         if window.held.is_none() {
-            window.held = Some(Held::default());
+            // It becomes the window after the next cut.
+            let limits = window.part_limits(window.cuts + 2);
+            window.held = Some(Held {
+                sink: OutputSink::new(limits),
+                displays: Vec::new(),
+                status_events: Vec::new(),
+            });
         }
     }
 
@@ -140,21 +141,20 @@ impl CellOutput {
     pub fn cut(&self) -> Observed {
         let mut window = self.lock();
         window.cuts += 1;
-        let mut limits = window.limits.clone();
-        let stem = limits
-            .artifact_name
-            .strip_suffix(".txt")
-            .unwrap_or(&limits.artifact_name)
-            .to_string();
-        limits.artifact_name = format!("{stem}-part{}.txt", window.cuts + 1);
-        let sink = std::mem::replace(&mut window.sink, OutputSink::new(limits));
-        let observed = Observed {
-            output: sink.finish(),
-            displays: std::mem::take(&mut window.displays),
-            status_events: std::mem::take(&mut window.status_events),
+        let next = match window.held.take() {
+            Some(held) => held,
+            None => Held {
+                sink: OutputSink::new(window.part_limits(window.cuts + 1)),
+                displays: Vec::new(),
+                status_events: Vec::new(),
+            },
         };
-        window.release();
-        observed
+        let sink = std::mem::replace(&mut window.sink, next.sink);
+        Observed {
+            output: sink.finish(),
+            displays: std::mem::replace(&mut window.displays, next.displays),
+            status_events: std::mem::replace(&mut window.status_events, next.status_events),
+        }
     }
 
     /// The cell's last window: everything, held or not.
@@ -196,7 +196,7 @@ impl Window {
         }
         match &mut self.held {
             Some(held) => {
-                held.bytes.clear();
+                held.sink.clear();
                 held.displays.clear();
             }
             None => {
@@ -206,12 +206,26 @@ impl Window {
         }
     }
 
+    /// The held window joins this one (nobody took the yield), its artifact with it.
     fn release(&mut self) {
         if let Some(held) = self.held.take() {
-            self.sink.write(&held.bytes);
+            held.sink.replay_into(&mut self.sink);
             self.displays.extend(held.displays);
             self.status_events.extend(held.status_events);
         }
+    }
+
+    /// The limits of window `part` (from 1): each after the first spills to an artifact of
+    /// its own, `<name>-part<part>.txt`.
+    fn part_limits(&self, part: u32) -> SinkLimits {
+        let mut limits = self.limits.clone();
+        let stem = limits
+            .artifact_name
+            .strip_suffix(".txt")
+            .unwrap_or(&limits.artifact_name)
+            .to_string();
+        limits.artifact_name = format!("{stem}-part{part}.txt");
+        limits
     }
 }
 
@@ -271,6 +285,61 @@ mod tests {
         out.hold();
         out.write(b"z\n");
         assert_eq!(out.finish().output.text, "z\n");
+    }
+
+    #[test]
+    fn a_cut_long_after_a_yield_still_ends_at_the_yield() {
+        // A loaded machine: the session cuts after the cell printed far past the budget.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = output(dir.path(), 16);
+        out.write(b"before\n");
+        out.hold();
+        for _ in 0..10 {
+            out.write(b"0123456789\n");
+        }
+        out.write(b"done\n");
+        let at_yield = out.cut();
+        assert_eq!(at_yield.output.text, "before\n");
+        assert!(
+            !at_yield.output.truncation.truncated,
+            "{:?}",
+            at_yield.output
+        );
+        out.write(b"later\n");
+        let next = out.cut().output;
+        assert!(next.truncation.truncated, "{next:?}");
+        assert!(next.text.ends_with("later\n"), "{}", next.text);
+        let path = next.truncation.artifact_path.expect("artifact");
+        assert!(path.ends_with("s-js-1-7-part2.txt"), "{path:?}");
+        let whole = format!("{}done\nlater\n", "0123456789\n".repeat(10));
+        assert_eq!(std::fs::read_to_string(&path).expect("artifact"), whole);
+    }
+
+    #[test]
+    fn a_held_window_nobody_took_joins_the_window_before_it_with_its_artifact() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = output(dir.path(), 16);
+        out.write(b"a\n");
+        out.hold();
+        out.write(&b"0123456789\n".repeat(10));
+        out.display(serde_json::json!({"text/plain": "d"}));
+        out.release();
+        out.write(b"z\n");
+        let cut = out.cut();
+        assert_eq!(cut.displays.len(), 1);
+        let path = cut.output.truncation.artifact_path.expect("artifact");
+        let whole = format!("a\n{}z\n", "0123456789\n".repeat(10));
+        assert_eq!(std::fs::read_to_string(&path).expect("artifact"), whole);
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert_eq!(left, vec![path], "the held window's artifact is gone");
+        // At the end, a held window is part of the last one.
+        out.hold();
+        out.write(b"last\n");
+        assert_eq!(out.finish().output.text, "last\n");
     }
 
     #[test]
