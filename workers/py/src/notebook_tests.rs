@@ -39,7 +39,7 @@ fn with_ipython(dir: &Path) -> Harness {
     if has_ipython(&mut py) {
         return py;
     }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv");
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-venv");
     let interpreter = Interpreter {
         program: venv.join("bin/python"),
         venv: Some(venv),

@@ -368,7 +368,7 @@ fn trailing_values_with_a_rich_form_are_also_displayed() {
 
 /// target/test-venv with matplotlib, made by scripts/test-venv (which installs it once).
 fn matplotlib_interpreter() -> Interpreter {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/test-venv");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-venv");
     let made = std::process::Command::new(&script)
         .arg("matplotlib")
         .output()

@@ -82,7 +82,7 @@ impl Py {
 /// The test venv (numpy, pandas, cloudpickle), made by `scripts/test-venv numpy pandas
 /// cloudpickle`; `None` (the test is skipped) when it is not there.
 fn venv_interpreter() -> Option<Interpreter> {
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-venv");
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-venv");
     let program = venv.join("bin/python");
     let usable = std::process::Command::new(&program)
         .args(["-c", "import numpy, pandas, cloudpickle"])
