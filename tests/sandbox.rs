@@ -147,7 +147,7 @@ fn loopback_listener() -> (TcpListener, u16) {
 }
 
 fn daemon_pid(worker: u32) -> u32 {
-    cellvisor_workers::process_tree::stat(worker)
+    cellvisor_os::process_tree::stat(worker)
         .map(|s| s.ppid)
         .expect("the worker's parent")
 }

@@ -68,7 +68,7 @@ mod request_error;
 mod sandbox;
 /// Hosts that hold the user's environment (the daemon, the MCP server) make themselves
 /// non-dumpable, so cells cannot read it back through /proc.
-pub mod secrets;
+pub use cellvisor_os::secrets;
 mod session;
 mod snapshots;
 /// The daemon splits its client connections the way sessions split their workers' sockets,

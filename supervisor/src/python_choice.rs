@@ -6,7 +6,7 @@
 use crate::environment::WorkerEnv;
 use crate::locking::lock;
 use crate::spawn::WorkerSpec;
-use cellvisor_workers::python::interpreter::{self, Discovered};
+use cellvisor_os::interpreter::{self, Discovered};
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -2,7 +2,7 @@
 //! request's own fields ([`effective`]), checked against what the kernel can enforce
 //! ([`plan`]), and turned into the rules one session's worker applies (`rules`).
 //!
-//! The worker applies the rules itself (`cellvisor_workers::sandbox`); the daemon adds what
+//! The worker applies the rules itself (`cellvisor_os::sandbox`); the daemon adds what
 //! Landlock cannot give on every kernel: it refuses any connection from its own workers'
 //! process trees (see cellvisor-cli's `daemon::listener`).
 

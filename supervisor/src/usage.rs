@@ -8,7 +8,7 @@
 //! discoveries the sampler rereads just the members it knows.
 
 use cellvisor_client::usage::CellUsage;
-use cellvisor_workers::process_tree::{self, ProcStat};
+use cellvisor_os::process_tree::{self, ProcStat};
 use std::collections::HashMap;
 use std::time::Instant;
 

@@ -31,6 +31,44 @@ pub fn short_intervals() -> Config {
         .config
 }
 
+/// Builds `cellvisor-py-worker` beside the `cellvisor` under test, once per test program:
+/// it is a package of its own, which `cargo test -p cellvisor-cli` does not build, and
+/// Python sessions run on it (an older one would hand every Python worker to `cellvisor`).
+/// Its own dependencies' features only, so nothing else in the target directory changes.
+pub fn python_worker_program_built() {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        let profile_dir = Path::new(env!("CARGO_BIN_EXE_cellvisor"))
+            .parent()
+            .expect("cellvisor lies in a profile directory");
+        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") => "dev".to_string(),
+            Some(other) => other.to_string(),
+            None => panic!("no profile directory: {}", profile_dir.display()),
+        };
+        let target_dir = profile_dir.parent().expect("a target directory");
+        let output = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "cellvisor-py-worker",
+                "--profile",
+                &profile,
+            ])
+            .arg("--target-dir")
+            .arg(target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("cargo runs");
+        assert!(
+            output.status.success(),
+            "cargo build -p cellvisor-py-worker failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    });
+}
+
 /// A test's private world: its own runtime directory (so the processes it starts can be
 /// found by their environment) and config file.
 pub struct World {
@@ -48,6 +86,7 @@ impl World {
     /// own directories inside.
     pub fn with_config(extra: &str) -> World {
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        python_worker_program_built();
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
             .expect("chmod the world");

@@ -1,67 +1,50 @@
-//! cellvisor's worker processes. The `cellvisor` binary re-runs itself as
-//! `cellvisor __worker <py|js|lua> --socket PATH`, and that lands in [`run`].
+//! cellvisor's worker processes, with the engines this program links. The `cellvisor` binary
+//! re-runs itself as `cellvisor __worker <py|js|lua> --socket PATH`, and that lands in [`run`].
 //!
-//! What other crates use: [`run`], [`run_python`] and [`WorkerError`]; [`process_tree`]
-//! (the supervisor's sampler and its cleanup); [`sandbox`] (the rules the supervisor
-//! writes and the worker applies); [`python::interpreter`] (which Python a session runs).
-//! The rest is the worker's own:
+//! The work is cut per language, so a program links only the engines it runs:
 //!
-//! - `runtime`: what every worker shares: the connection, the `Engine` trait, the `Outbox`,
-//!   the write path and the read path (frames read by the engine thread between cells and
-//!   by a control thread while a cell runs: pings, interrupts).
-//! - `reader_token`: which of those two threads reads the socket when, as plain decisions.
-//! - `js`: QuickJS (rquickjs) in-process.
-//! - `lua`: Lua 5.4 (mlua) in-process.
-//! - [`python`]: a shim that owns `python -u runner.py` and speaks NDJSON to it.
-//! - `state`: snapshots of a session's namespace: the file every language shares (its
-//!   integrity tag, its atomic write) and the state tasks run on an engine.
-//! - `startup`: the user's and the project's startup modules, run at each worker start.
-//! - [`sandbox`]: the Landlock confinement the supervisor asks for, applied once before the
-//!   first cell (and the worker's own network namespace, entered first thing).
-//! - [`locking`]: one way to lock a mutex a panic may have poisoned (the supervisor's too).
-//! - `warden`: the worker as a subreaper: no process of a cell outlives the worker.
-//! - [`process_tree`]: a process tree from `/proc`: find, measure, end.
-//! - `text`: the line helpers (`sort`, `uniq`, `diff`) JavaScript and Lua share.
-//! - `tools`: host tools in code mode: `ALL_TOOLS` with TypeScript declarations, tool
-//!   identifiers, the `tools.tool_search` ranking.
-//! - `helpers`: the cell helpers JavaScript and Lua share (`read`, `write`, `tree`,
-//!   `output`, `store`/`load`), written once; the engines only convert values.
+//! - `cellvisor-worker-core` (`workers/core`): what every worker shares: the runtime (the
+//!   connection, the `Engine` trait, the outbox), snapshots, the warden, the cell helpers,
+//!   host tools, the worker programs' start ([`entry`]).
+//! - `cellvisor-worker-py` (`workers/py`, feature `py`): the Python shim, the runner and, in
+//!   `ipython/`, the IPython emulation.
+//! - `cellvisor-worker-js` (`workers/js`, feature `js`): QuickJS with the cell rewriter (oxc)
+//!   and the web globals.
+//! - `cellvisor-worker-lua` (`workers/lua`, feature `lua`): Lua 5.4.
+//! - `cellvisor-os` (`workers/os`): process trees, sandbox rules, interpreter discovery, the
+//!   lock helper: what the supervisor uses too, free of any engine.
+//! - `cellvisor-py-worker` (`workers/py-worker`): the program Python workers run beside
+//!   `cellvisor`, built on the core and the Python engine alone.
 
 // A dependency no code uses is build time for nothing (test builds add dev-dependencies).
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
-mod helpers;
-mod js;
-pub mod locking;
-mod lua;
-pub mod process_tree;
-pub mod python;
-mod reader_token;
-mod runtime;
-pub mod sandbox;
-mod startup;
-mod state;
-mod text;
-mod tools;
-mod warden;
-
 use cellvisor_ipc::Language;
 use std::path::Path;
 
-pub use runtime::WorkerError;
+pub use cellvisor_worker_core::entry;
+pub use cellvisor_worker_core::runtime::WorkerError;
 
-/// Runs a worker for `language` until the supervisor says `Shutdown` or goes away.
+/// Runs a worker for `language` until the supervisor says `Shutdown` or goes away; a language
+/// whose engine this program was built without is an error that names the feature.
 pub fn run(language: Language, socket: &Path) -> Result<(), WorkerError> {
     match language {
-        Language::JavaScript => runtime::serve(socket, js::JsEngine::new),
-        Language::Lua => runtime::serve(socket, lua::LuaEngine::new),
-        Language::Python => run_python(socket),
+        #[cfg(feature = "js")]
+        Language::JavaScript => cellvisor_worker_js::serve(socket),
+        #[cfg(feature = "lua")]
+        Language::Lua => cellvisor_worker_lua::serve(socket),
+        #[cfg(feature = "py")]
+        Language::Python => cellvisor_worker_py::serve(socket),
+        #[allow(unreachable_patterns)]
+        other => Err(not_built(other)),
     }
 }
 
-/// Runs a Python worker: what [`run`] does for Python, without naming the in-process
-/// engines, so a program that calls only this links no JavaScript or Lua (the small
-/// `cellvisor-py-worker` program keeps an idle Python session's shim light).
-pub fn run_python(socket: &Path) -> Result<(), WorkerError> {
-    runtime::serve(socket, python::PythonEngine::new)
+/// The error for a language whose engine is not linked.
+#[allow(dead_code)]
+fn not_built(language: Language) -> WorkerError {
+    WorkerError::Engine(format!(
+        "this program was built without the {language} engine (the `{}` feature of cellvisor-workers)",
+        language.short_name()
+    ))
 }

@@ -17,7 +17,7 @@ pub(super) fn from_own_worker(pid: Option<i32>) -> bool {
         return true;
     };
     descends_from_child_of(pid, std::process::id(), |p| {
-        cellvisor_workers::process_tree::stat(p).map(|s| s.ppid)
+        cellvisor_os::process_tree::stat(p).map(|s| s.ppid)
     })
 }
 

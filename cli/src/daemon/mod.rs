@@ -35,7 +35,7 @@ pub use net::NetworkError;
 pub(crate) use net::Principal;
 
 use cellvisor::{Cellvisor, Options};
-use cellvisor_workers::locking::lock;
+use cellvisor_os::locking::lock;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};

@@ -6,7 +6,7 @@
 
 use super::message::{BadMessage, Outgoing, Request};
 use bytes::Bytes;
-use cellvisor_workers::locking::lock;
+use cellvisor_os::locking::lock;
 use hmac::{Hmac, KeyInit, Mac};
 use serde_json::Value;
 use sha2::Sha256;

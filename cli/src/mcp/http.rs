@@ -17,7 +17,7 @@ use crate::daemon::Principal;
 use cellvisor::daemon::protocol::MAX_LINE_BYTES;
 use cellvisor::Cellvisor;
 use cellvisor_config::schema::CellsConfig;
-use cellvisor_workers::locking::lock;
+use cellvisor_os::locking::lock;
 use futures::Stream;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientJsonRpcMessage, ErrorData, GetExtensions,

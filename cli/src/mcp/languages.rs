@@ -5,7 +5,7 @@
 //! run in-process, so only their `enabled` keys count.
 
 use cellvisor::Config;
-use cellvisor_workers::python::interpreter::{discover, Discovered};
+use cellvisor_os::interpreter::{discover, Discovered};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 

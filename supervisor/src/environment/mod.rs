@@ -39,7 +39,7 @@ pub fn caller_vars(
 use cellvisor_config::Config;
 use cellvisor_ipc::env as names;
 use cellvisor_ipc::Language;
-use cellvisor_workers::sandbox::Rules;
+use cellvisor_os::sandbox::Rules;
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};

@@ -92,9 +92,8 @@ pub(super) fn prepare_isolation(
         }
         Err(why) => return Err(StartupError::Isolation(why)),
     };
-    let runner =
-        cellvisor_workers::python::install_runner(run_dir).map_err(StartupError::Isolation)?;
-    cellvisor_workers::python::install_ipython_module(&runner);
+    let runner = cellvisor_worker_py::install_runner(run_dir).map_err(StartupError::Isolation)?;
+    cellvisor_worker_py::install_ipython_module(&runner);
     if let Some(dir) = runner.parent() {
         crate::isolation::share_runner(dir).map_err(|e| {
             StartupError::Isolation(format!(

@@ -4,7 +4,7 @@
 
 use super::{Feature, Plan};
 use crate::environment::WorkerEnv;
-use cellvisor_workers::sandbox::{tree_without, Rules};
+use cellvisor_os::sandbox::{tree_without, Rules};
 use std::path::{Path, PathBuf};
 
 /// Files under `/etc` no cell reads, even with `/etc` in `sandbox.read`.

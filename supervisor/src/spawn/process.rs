@@ -161,7 +161,7 @@ impl ProcessHandle {
                     return;
                 };
                 let _ = nix::sys::signal::kill(Pid::from_raw(raw), Signal::SIGSTOP);
-                cellvisor_workers::process_tree::end_descendants(*pid, &[]);
+                cellvisor_os::process_tree::end_descendants(*pid, &[]);
                 kill_group(*pid, Signal::SIGKILL);
             }
             #[cfg(test)]

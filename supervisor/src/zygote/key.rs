@@ -3,7 +3,7 @@
 
 use crate::spawn::WorkerSpec;
 use cellvisor_ipc::Language;
-use cellvisor_workers::python::interpreter::{self, Discovered, Interpreter};
+use cellvisor_os::interpreter::{self, Discovered, Interpreter};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -85,7 +85,7 @@ fn needs_own_start(spec: &WorkerSpec) -> bool {
     };
     let rules = rules
         .to_str()
-        .and_then(|text| serde_json::from_str::<cellvisor_workers::sandbox::Rules>(text).ok());
+        .and_then(|text| serde_json::from_str::<cellvisor_os::sandbox::Rules>(text).ok());
     rules.is_none_or(|rules| rules.network_namespace)
 }
 
@@ -144,7 +144,7 @@ fn read_while_loading(name: &OsStr) -> bool {
 
 /// The environment a zygote starts with: the spec's without cellvisor's own per-worker
 /// variables (a forked runner gets the whole of its own before any cell), plus what the
-/// runner's environment changes ([`cellvisor_workers::python::runner_env`]).
+/// runner's environment changes ([`cellvisor_worker_py::runner_env`]).
 pub fn zygote_env(key: &ZygoteKey, spec: &WorkerSpec) -> Vec<(OsString, OsString)> {
     let confined = own_dirs(spec);
     let base: Vec<(OsString, OsString)> = spec
@@ -168,7 +168,7 @@ fn with_runner_changes(
         .iter()
         .find(|(name, _)| name == "PATH")
         .map(|(_, value)| value.clone());
-    let (set, unset) = cellvisor_workers::python::runner_env(interpreter, path.as_deref());
+    let (set, unset) = cellvisor_worker_py::runner_env(interpreter, path.as_deref());
     env.retain(|(name, _)| !unset.contains(name) && !set.iter().any(|(s, _)| s == name));
     env.extend(set);
     env

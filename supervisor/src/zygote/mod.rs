@@ -239,10 +239,10 @@ impl Zygotes {
     }
 
     fn start(&self, key: ZygoteKey, env: Vec<(std::ffi::OsString, std::ffi::OsString)>) {
-        let runner = match cellvisor_workers::python::install_runner(&self.run_dir) {
+        let runner = match cellvisor_worker_py::install_runner(&self.run_dir) {
             Ok(runner) => {
                 // A preloaded module may ask for IPython at import (`get_ipython()`).
-                cellvisor_workers::python::install_ipython_module(&runner);
+                cellvisor_worker_py::install_ipython_module(&runner);
                 runner
             }
             Err(error) => {

@@ -33,7 +33,7 @@ pub(super) fn from_own_cell(
     }
     let daemon = std::process::id();
     let target = format!("socket:[{inode}]");
-    let trees = cellvisor_workers::process_tree::trees(&[daemon]);
+    let trees = cellvisor_os::process_tree::trees(&[daemon]);
     trees
         .get(&daemon)
         .into_iter()

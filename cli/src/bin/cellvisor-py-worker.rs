@@ -1,8 +1,0 @@
-//! `cellvisor-py-worker`: the program Python workers run when it sits next to `cellvisor`.
-//! It links only what a Python worker needs (no JavaScript or Lua engine, no daemon), so an
-//! idle Python session's shim keeps few pages resident; the supervisor falls back to
-//! `cellvisor __worker py` where it is missing.
-
-fn main() {
-    std::process::exit(cellvisor::worker_entry::run_python_worker());
-}
