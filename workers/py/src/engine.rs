@@ -2,28 +2,32 @@
 //! `python -u runner.py` child (its start, its pipes' threads, interrupts, state tasks, its
 //! end).
 
-use crate::{child, events, forked, install, interpreter, markers, output_relay, process_tree};
-use crate::{helpers, sandbox, start_check, state, tools};
-use crate::locking::lock;
-use crate::runtime::{
-    Engine, Interrupt, LoadedState, Outbox, SavedState, StateError, WorkerContext, WorkerError,
-};
-use cellvisor_ipc::state::NameInfo;
-use cellvisor_ipc::{CellOutcome, ExecuteCell, Language, OutputStream};
 use crate::events::Event;
 use crate::forked::PythonProcess;
 #[cfg(test)]
 use crate::install::*;
+use crate::install::{install_ipython_module, install_runner};
+use crate::locking::lock;
+use crate::runtime::{
+    Engine, Interrupt, LoadedState, Outbox, SavedState, StateError, WorkerContext, WorkerError,
+};
+use crate::{child, events, forked, interpreter, output_relay};
+use crate::{runtime, start_check};
+use cellvisor_ipc::state::NameInfo;
+use cellvisor_ipc::{CellOutcome, ExecuteCell, Language, OutputStream};
 
+// The state tasks reach into the engine's pipes and threads: a module of its own, inside it.
+#[path = "state.rs"]
+mod state;
 
 /// Runs a Python worker on `socket` until the supervisor says `Shutdown` or goes away.
 pub fn serve(socket: &Path) -> Result<(), WorkerError> {
     runtime::serve(socket, PythonEngine::new)
 }
 use crate::interpreter::Interpreter;
+use crate::output_relay::SharedRouting;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use crate::output_relay::SharedRouting;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;

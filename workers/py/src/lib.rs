@@ -56,7 +56,6 @@ mod forked;
 mod install;
 mod markers;
 mod output_relay;
-mod state;
 pub use engine::{serve, PythonEngine};
 pub use install::{install_ipython_module, install_runner};
 
