@@ -4,7 +4,7 @@
 // process it starts is found; stopped by its pid at the end, and its processes proven gone.
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { connect } from "node:net";
+import { connect, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -195,5 +195,35 @@ export class TestDaemon {
     } finally {
       this.world.remove();
     }
+  }
+}
+
+/** A TCP port free on loopback now, for a daemon's network listener. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      server.close(() => resolve(typeof address === "object" && address ? address.port : 0));
+    });
+  });
+}
+
+/** Waits until the network listener accepts connections (it binds after the socket). */
+export async function listening(port: number): Promise<void> {
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    const up = await new Promise<boolean>((resolve) => {
+      const socket = connect({ port, host: "127.0.0.1" });
+      socket.once("connect", () => {
+        socket.destroy();
+        resolve(true);
+      });
+      socket.once("error", () => resolve(false));
+    });
+    if (up) return;
+    if (Date.now() > deadline) throw new Error(`nothing listens on 127.0.0.1:${port}`);
+    await sleep(20);
   }
 }

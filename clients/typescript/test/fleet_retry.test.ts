@@ -10,7 +10,6 @@
 // (A connection cut mid-answer is once.test.ts's.)
 import assert from "node:assert/strict";
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { connect, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -25,7 +24,7 @@ import {
   DEFAULT_SILENT_AFTER,
   LeasedElsewhereError,
 } from "cellvisor";
-import { SHORT_INTERVALS, sleep, TestDaemon, type World } from "./daemon.js";
+import { freePort, listening, SHORT_INTERVALS, TestDaemon, type World } from "./daemon.js";
 
 const TOKEN = "test-token-0123456789abcdef";
 
@@ -99,34 +98,6 @@ test("a LEASED_ELSEWHERE refusal is retried after retry_after_ms and answered on
     rmSync(shared, { recursive: true, force: true });
   }
 });
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === "object" && address ? address.port : 0));
-    });
-  });
-}
-
-async function listening(port: number): Promise<void> {
-  const deadline = Date.now() + 15_000;
-  for (;;) {
-    const up = await new Promise<boolean>((resolve) => {
-      const socket = connect({ port, host: "127.0.0.1" });
-      socket.once("connect", () => {
-        socket.destroy();
-        resolve(true);
-      });
-      socket.once("error", () => resolve(false));
-    });
-    if (up) return;
-    if (Date.now() > deadline) throw new Error(`nothing listens on 127.0.0.1:${port}`);
-    await sleep(20);
-  }
-}
 
 test("a stopped daemon is silence: the client gives up, connects again, and the cell runs once", async () => {
   const port = await freePort();

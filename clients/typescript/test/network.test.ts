@@ -4,45 +4,15 @@
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
-import { connect, createServer } from "node:net";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { Cellvisor, ConnectionError, ForbiddenError, QuotaExceededError, WrongSessionError } from "cellvisor";
-import { SHORT_INTERVALS, sleep, TestDaemon, type World } from "./daemon.js";
+import { freePort, listening, SHORT_INTERVALS, TestDaemon, type World } from "./daemon.js";
 
 const TOKEN = "test-token-0123456789abcdef";
 let daemon: TestDaemon;
 let url: string;
 let tokenFile: string;
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === "object" && address ? address.port : 0));
-    });
-  });
-}
-
-/** Waits until the network listener accepts connections (it binds after the socket). */
-async function listening(port: number): Promise<void> {
-  const deadline = Date.now() + 15_000;
-  for (;;) {
-    const up = await new Promise<boolean>((resolve) => {
-      const socket = connect({ port, host: "127.0.0.1" });
-      socket.once("connect", () => {
-        socket.destroy();
-        resolve(true);
-      });
-      socket.once("error", () => resolve(false));
-    });
-    if (up) return;
-    if (Date.now() > deadline) throw new Error(`nothing listens on 127.0.0.1:${port}`);
-    await sleep(20);
-  }
-}
 
 before(async () => {
   const port = await freePort();
