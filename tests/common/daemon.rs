@@ -55,10 +55,7 @@ impl Daemon {
     /// The last `lines` lines the daemon logged (its standard error), for a failure's
     /// message.
     pub fn log_tail(&self, lines: usize) -> String {
-        let log =
-            std::fs::read_to_string(self.world.dir.path().join("daemon.log")).unwrap_or_default();
-        let all: Vec<&str> = log.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        super::tail_of_file(&self.world.dir.path().join("daemon.log"), lines)
     }
 
     /// The daemon's process id.

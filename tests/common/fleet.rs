@@ -117,13 +117,8 @@ impl Fleet {
 
     /// What HAProxy and every live node logged (their last lines), for a failure's message.
     pub fn logs(&self) -> String {
-        let router =
-            std::fs::read_to_string(self.shared.path().join("haproxy.log")).unwrap_or_default();
-        let router: Vec<&str> = router.lines().collect();
-        let mut out = format!(
-            "== HAProxy\n{}\n",
-            router[router.len().saturating_sub(60)..].join("\n")
-        );
+        let router = super::tail_of_file(&self.shared.path().join("haproxy.log"), 60);
+        let mut out = format!("== HAProxy\n{router}\n");
         for (i, node) in self.nodes.iter().enumerate() {
             if let Some(node) = node {
                 out += &format!("== node-{i}\n{}\n", node.daemon.log_tail(60));

@@ -275,6 +275,14 @@ impl Drop for World {
     }
 }
 
+/// The last `lines` lines of the text file at `path` (nothing if it cannot be read), for a
+/// failure's message.
+pub fn tail_of_file(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
 /// SIGKILL to `pid`, one of this world's own; one that ended since it was listed is no error.
 fn kill_quietly(pid: u32) {
     if let Ok(pid) = i32::try_from(pid) {
