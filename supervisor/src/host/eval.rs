@@ -172,7 +172,12 @@ impl Cellvisor {
                 pending.undo();
             }
         };
-        self.prove_lease(session).await?;
+        if let Err(refused) = self.prove_lease(session).await {
+            // Not served here after all: its empty workspace must not hide the files from
+            // the node that serves it, nor from this one when it comes back.
+            undo_files();
+            return Err(refused);
+        }
         let once = match turn.map(|turn| turn.look(&request.cells)) {
             None => None,
             Some(Ok(Begun::Run(once))) if once.done().is_some() => {
