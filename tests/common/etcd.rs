@@ -26,10 +26,42 @@ pub fn installed() -> bool {
     found
 }
 
+/// A directory for etcd's data, in memory (`/dev/shm`) where this machine has it: etcd syncs
+/// every write to disk, and on a slow disk shared with a parallel suite one write can take
+/// longer than the second a test's 2 s lease gives each request (CI failed so).
+pub fn data_dir() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    let in_memory = shm
+        .is_dir()
+        .then(|| {
+            tempfile::Builder::new()
+                .prefix("cellvisor-etcd-")
+                .tempdir_in(shm)
+                .ok()
+        })
+        .flatten();
+    in_memory.unwrap_or_else(|| tempfile::tempdir().expect("tempdir"))
+}
+
+/// Whether the etcd at `port` says it is healthy (it has a leader and serves requests):
+/// listening alone is not enough for a first request to be answered in time.
+pub fn healthy(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET /health HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    let mut answer = String::new();
+    stream.write_all(request.as_bytes()).is_ok()
+        && stream.read_to_string(&mut answer).is_ok()
+        && answer.contains(r#""health":"true""#)
+}
+
 impl Etcd {
-    /// A new etcd, once it listens.
+    /// A new etcd, once it is healthy.
     pub fn start() -> Etcd {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = data_dir();
         let (client, peer) = (super::net::free_port(), super::net::free_port());
         let url = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
@@ -50,16 +82,23 @@ impl Etcd {
             .stderr(Stdio::null())
             .spawn()
             .expect("etcd starts");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
-            assert!(Instant::now() < deadline, "etcd did not listen");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Etcd {
+        let mut etcd = Etcd {
             child,
             url,
             _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !healthy(client) {
+            if let Ok(Some(status)) = etcd.child.try_wait() {
+                panic!("etcd exited as it started ({status}): were its ports taken?");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "etcd was not healthy within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
         }
+        etcd
     }
 
     /// Its process id (to stop and continue it: an unreachable member).
@@ -108,7 +147,7 @@ pub struct Cluster {
 impl Cluster {
     /// `n` members forming one cluster, once each listens and one leads.
     pub fn start(n: usize) -> Cluster {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = data_dir();
         let ports: Vec<(u16, u16)> = (0..n)
             .map(|_| (super::net::free_port(), super::net::free_port()))
             .collect();

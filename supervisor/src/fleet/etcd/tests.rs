@@ -21,8 +21,40 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// A directory for etcd's data, in memory (`/dev/shm`) where this machine has it: etcd syncs
+/// every write to disk, and on a slow disk shared with the parallel suite one write can take
+/// longer than the second these tests' 2 s leases give each request (CI failed so).
+fn data_dir() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    let in_memory = shm
+        .is_dir()
+        .then(|| {
+            tempfile::Builder::new()
+                .prefix("cellvisor-etcd-")
+                .tempdir_in(shm)
+                .ok()
+        })
+        .flatten();
+    in_memory.unwrap_or_else(|| tempfile::tempdir().expect("tempdir"))
+}
+
+/// Whether the etcd at `port` says it is healthy (it has a leader and serves requests):
+/// listening alone is not enough for a first request to be answered in time.
+fn healthy(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET /health HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    let mut answer = String::new();
+    stream.write_all(request.as_bytes()).is_ok()
+        && stream.read_to_string(&mut answer).is_ok()
+        && answer.contains(r#""health":"true""#)
+}
+
 impl TestEtcd {
-    /// The etcd, once it answers; `None` (the test skipped) where etcd is not installed,
+    /// The etcd, once it is healthy; `None` (the test skipped) where etcd is not installed,
     /// which fails under CI.
     pub(crate) fn start() -> Option<TestEtcd> {
         let found = Command::new("etcd")
@@ -37,7 +69,7 @@ impl TestEtcd {
             eprintln!("skipped: etcd is not installed (apt-get install etcd-server)");
             return None;
         }
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = data_dir();
         let (client, peer) = (free_port(), free_port());
         let url = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
@@ -58,14 +90,20 @@ impl TestEtcd {
             .stderr(Stdio::null())
             .spawn()
             .expect("etcd starts");
-        let etcd = TestEtcd {
+        let mut etcd = TestEtcd {
             child,
             url,
             _dir: dir,
         };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
-            assert!(Instant::now() < deadline, "etcd did not listen");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !healthy(client) {
+            if let Ok(Some(status)) = etcd.child.try_wait() {
+                panic!("etcd exited as it started ({status}): were its ports taken?");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "etcd was not healthy within 30 s"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         Some(etcd)
