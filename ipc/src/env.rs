@@ -59,6 +59,16 @@ pub const SANDBOX: &str = "CELLVISOR_SANDBOX";
 /// supervisor at spawn; read by the worker before its hello.
 pub const TAKEN_RECORD: &str = "CELLVISOR_TAKEN_RECORD";
 
+/// `1` on a Python zygote: its runner forks workers on request instead of running cells.
+/// Set by the supervisor when it starts a zygote; read (and removed) by `launcher.py`.
+pub const ZYGOTE: &str = "CELLVISOR_ZYGOTE";
+/// The modules a zygote imports before it forks, comma-separated (`python.preload`). Set by
+/// the supervisor with [`ZYGOTE`]; read (and removed) by `zygote.py`.
+pub const PRELOAD: &str = "CELLVISOR_PRELOAD";
+/// What a forked Python worker takes over from its zygote (its descriptors, token, program
+/// and confinement). Set by `zygote.py` for each worker it forks; read by the Python worker.
+pub const FORKED_PYTHON: &str = "CELLVISOR_FORKED_PYTHON";
+
 /// A variable whose value is not what it must be.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{name} must be a number of bytes, not `{value}`")]

@@ -19,7 +19,7 @@ use std::time::Duration;
 /// `pid,output,errors,commands,events,confine,token,program`, where `confine` is `-` or,
 /// for a sandboxed session, the socket on which the runner waits for its Landlock ruleset
 /// ([`give_ruleset`]) before it runs anything of the session.
-pub const FORKED_PYTHON_VAR: &str = "CELLVISOR_FORKED_PYTHON";
+pub use cellvisor_ipc::env::FORKED_PYTHON as FORKED_PYTHON_VAR;
 
 /// Python, spawned or adopted.
 pub(crate) enum PythonProcess {

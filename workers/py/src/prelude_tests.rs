@@ -663,7 +663,10 @@ fn tools_with_dashes_and_dots_are_reachable_by_identifier_and_searchable() {
 
 #[test]
 fn the_python_files_name_the_variables_as_ipc_does() {
-    use cellvisor_ipc::env::{ARTIFACT_DIR, SANDBOX, STORE_DIR, SYNC_TOKEN};
+    use crate::install::ZYGOTE_SOURCE;
+    use cellvisor_ipc::env::{
+        ARTIFACT_DIR, FORKED_PYTHON, PRELOAD, SANDBOX, STORE_DIR, SYNC_TOKEN, ZYGOTE,
+    };
     for (source, line) in [
         (
             PRELUDE_SOURCE,
@@ -674,6 +677,18 @@ fn the_python_files_name_the_variables_as_ipc_does() {
         (
             RUNNER_SOURCE,
             format!("os.environ.pop(\"{SYNC_TOKEN}\", \"\")"),
+        ),
+        (
+            LAUNCHER_SOURCE,
+            format!("os.environ.pop(\"{ZYGOTE}\", \"\") == \"1\""),
+        ),
+        (
+            ZYGOTE_SOURCE,
+            format!("os.environ.pop(\"{PRELOAD}\", \"\")"),
+        ),
+        (
+            ZYGOTE_SOURCE,
+            format!("FORKED_PYTHON_VAR = \"{FORKED_PYTHON}\""),
         ),
     ] {
         assert!(source.contains(&line), "the Python side lost `{line}`");
