@@ -233,6 +233,19 @@ pub enum RequestError {
     Once(#[from] crate::once::OnceError),
 }
 
+impl RequestError {
+    /// `LEASED_ELSEWHERE` for a session whose lease this node let go while no other node
+    /// holds it yet (`node` is `none`): the router sends the request again shortly, and the
+    /// session's next holder serves it from its committed state.
+    pub(crate) fn lease_let_go(session: impl Into<String>) -> RequestError {
+        RequestError::LeasedElsewhere {
+            session: session.into(),
+            node: "none".into(),
+            retry_after: std::time::Duration::from_millis(100),
+        }
+    }
+}
+
 /// The answer to a request whose session's lease could not be taken: `LEASED_ELSEWHERE`
 /// when another node holds it, else the lease store's error.
 pub(crate) fn lease_refusal(err: crate::fleet::LeaseError) -> RequestError {

@@ -193,11 +193,7 @@ impl Cellvisor {
             Some(Err(crate::once::OnceError::NotHeld { session, .. })) => {
                 // The lease went between its proof and the look up: the router retries.
                 undo_files();
-                return Err(RequestError::LeasedElsewhere {
-                    session,
-                    node: "none".into(),
-                    retry_after: std::time::Duration::from_millis(100),
-                });
+                return Err(RequestError::lease_let_go(session));
             }
             Some(Err(err)) => {
                 undo_files();

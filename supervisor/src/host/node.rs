@@ -256,12 +256,13 @@ impl Cellvisor {
             .await
             .ok()
             .flatten();
-        let (node, retry_after) =
-            holder.unwrap_or_else(|| ("none".to_string(), Duration::from_millis(100)));
-        Err(RequestError::LeasedElsewhere {
-            session: session.to_string(),
-            node,
-            retry_after,
+        Err(match holder {
+            Some((node, retry_after)) => RequestError::LeasedElsewhere {
+                session: session.to_string(),
+                node,
+                retry_after,
+            },
+            None => RequestError::lease_let_go(session.to_string()),
         })
     }
 
