@@ -238,11 +238,13 @@ fn a_lease_whose_keep_alives_go_unanswered_is_lost_and_stays_lost() {
     // etcd stops answering: no acknowledgement, so within the time to live the lease is no
     // longer provable, whatever the local clock of the last renewal says.
     etcd.signal(nix::sys::signal::Signal::SIGSTOP);
-    let started = Instant::now();
-    wait_for("the lease stops being provable", ttl * 2, || {
-        (!a.provable("s")).then_some(())
-    });
-    assert!(started.elapsed() <= ttl, "{:?}", started.elapsed());
+    // Every acknowledgement was sent before the stop, so one time to live later none proves
+    // the lease (however late this thread wakes: a lost lease stays lost).
+    std::thread::sleep(ttl);
+    assert!(
+        !a.provable("s"),
+        "provable a time to live after etcd stopped"
+    );
     etcd.signal(nix::sys::signal::Signal::SIGCONT);
     match a.check("s") {
         Err(LeaseError::Lost { why, .. }) => assert!(why.contains("keep-alive"), "{why}"),
