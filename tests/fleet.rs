@@ -169,6 +169,89 @@ fn a_dead_nodes_session_is_restored_elsewhere_once_its_lease_expires() {
     b.stop();
 }
 
+/// A node paused while it recorded a session's files (SIGSTOP, a frozen VM) keeps that
+/// recording's lock, a file in the shared directory, until it runs again. The node that
+/// takes the session over answers anyway: it waits for the lock at most a lease's time to
+/// live, brings the files back without it (every blob is checked), and its own recording
+/// after each cell gives up at the same bound instead of holding the session. Here the
+/// test holds the lock as the paused node would, and pauses that node.
+#[test]
+fn a_session_moves_and_answers_while_its_paused_node_holds_its_files_lock() {
+    use nix::fcntl::{Flock, FlockArg};
+    let shared = Shared::new();
+    let a = shared.node("node-a", "1s");
+    let b = shared.node("node-b", "1s");
+    eval(
+        &a,
+        json!({"session": "s", "cells": py("total = 40 + 2\nopen('data.csv', 'w').write('a,b')")}),
+    )
+    .expect("on a");
+    let trees = shared.snapshots().join("s/workspace");
+    let latest = shared.snapshots().join("s/py/latest.snap");
+    wait_until(Duration::from_secs(10), || {
+        (latest.is_file() && trees.join("latest.tree").is_file())
+            .then_some(())
+            .ok_or(())
+    })
+    .expect("saved after the cell");
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(trees.join(".lock"))
+        .expect("the recording's lock file");
+    let held = Flock::lock(file, FlockArg::LockExclusive).expect("the lock, as node-a holds it");
+    let pid = a.pid().to_string();
+    let signal = |name: &str| {
+        let sent = std::process::Command::new("kill")
+            .args([name, &pid])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "kill {name} {pid}");
+    };
+    signal("-STOP");
+
+    // node-b: refused while node-a's lease runs (a second at most), then it must answer.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut client = b.client();
+    std::thread::spawn(move || {
+        let answered = wait_until(Duration::from_secs(30), || {
+            let r = client.call(
+                "eval",
+                json!({"session": "s", "cells": py("print(total, open('data.csv').read())")}),
+            );
+            if r.is_err() {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            r
+        });
+        let _ = tx.send(answered);
+    });
+    let answered = rx.recv_timeout(Duration::from_secs(90));
+    let moved = match answered {
+        Ok(Ok(moved)) => moved,
+        other => {
+            signal("-CONT");
+            panic!(
+                "node-b never answered while node-a held the lock: {other:?}\n{}",
+                b.log_tail(40)
+            )
+        }
+    };
+    assert_eq!(output(&moved, 0).trim(), "42 a,b", "{moved:#}");
+    assert_eq!(moved["node"], "node-b", "{moved}");
+    assert_eq!(
+        moved["cells"][0]["state"]["files"]["added"],
+        json!(["data.csv"]),
+        "{moved:#}"
+    );
+    // The session is not held by its recording's wait: its next cell answers too.
+    let next = eval(&b, json!({"session": "s", "cells": py("total + 1")})).expect("next");
+    assert_eq!(output(&next, 0).trim(), "43", "{next:#}");
+    drop(held);
+    signal("-CONT");
+    b.stop();
+    a.stop();
+}
+
 #[test]
 fn a_node_with_another_fleets_key_restores_nothing_it_did_not_sign() {
     let shared = Shared::new();

@@ -252,6 +252,39 @@ fn a_tampered_blob_or_a_swapped_manifest_is_refused_and_nothing_is_restored() {
     daemon.stop();
 }
 
+/// A latest recording whose blob is missing (a paused node's late collection, a volume that
+/// lost a file) refuses the request that would bring the files back, and lets go of the
+/// workspace it made: once the blob is back, the next request brings the files back rather
+/// than running in an empty workspace that hides them.
+#[test]
+fn a_refused_bring_back_leaves_no_empty_workspace_behind() {
+    let daemon = daemon("0s");
+    let mut client = daemon.client();
+    py(&mut client, "w", WRITE);
+    let world = daemon.stop_keep_world();
+    std::fs::remove_dir_all(workspace(&world, "w")).expect("lose the workspace");
+    let blob = blob_holding(&trees(&world, "w").join("blobs"), b"keep me");
+    let aside = world.dir.path().join("aside");
+    std::fs::rename(&blob, &aside).expect("the blob goes missing");
+    let daemon = Daemon::start_in(world);
+    let mut client = daemon.client();
+    let err = client
+        .call(
+            "eval",
+            json!({"session": "w", "cells": [{"language": "py", "code": "1"}]}),
+        )
+        .expect_err("refused: a blob is missing");
+    assert!(err.to_string().contains("missing"), "{err}");
+    assert!(
+        !workspace(&daemon.world, "w").exists(),
+        "no empty workspace left"
+    );
+    std::fs::rename(&aside, &blob).expect("the blob is back");
+    let back = py(&mut client, "w", CHECK);
+    assert_eq!(back["output"], CHECKED, "{back:#}");
+    daemon.stop();
+}
+
 #[test]
 fn a_drain_saves_the_workspace_with_the_session() {
     let config = format!("{SHORT_INTERVALS}[daemon]\ndrain-idle = \"500ms\"\n");

@@ -192,8 +192,14 @@ pub(super) fn open_snapshots(config: &Config) -> Result<Option<Arc<SnapshotStore
         .clone()
         .unwrap_or_else(crate::paths::snapshots_dir);
     let key_file = config.snapshots.key_file.as_deref();
+    let lease_ttl = config
+        .fleet
+        .leases
+        .is_on()
+        .then_some(config.fleet.lease_ttl);
+    let lock_wait = crate::snapshots::policy::tree_lock_wait(config.snapshots.timeout, lease_ttl);
     match SnapshotStore::open(&dir, key_file, &super::node::node_name(config)) {
-        Ok(store) => Ok(Some(Arc::new(store))),
+        Ok(store) => Ok(Some(Arc::new(store.with_tree_lock_wait(lock_wait)))),
         Err(err) if key_file.is_some() || config.fleet.leases.is_on() => {
             Err(StartupError::Snapshots(err))
         }

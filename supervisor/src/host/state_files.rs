@@ -128,6 +128,7 @@ impl Cellvisor {
         })?;
         let trees = store.trees(&pending.session);
         let dir = self.made_workspace(&pending.session, &pending.shown)?;
+        let made = dir.clone();
         let done = tokio::task::spawn_blocking(move || {
             let done = trees.restore(&dir, Label::Latest);
             if matches!(
@@ -148,7 +149,13 @@ impl Cellvisor {
                     "{err}; it was deleted, and the session goes on with an empty workspace"
                 )))
             }
-            Err(err) => Err(refused(&pending.shown, err)),
+            Err(err) => {
+                // Refused before any file was written (a missing blob is found first), the
+                // workspace is still empty and goes: the next request brings the files back
+                // instead of running in an empty workspace that hides them.
+                let _ = std::fs::remove_dir(&made);
+                Err(refused(&pending.shown, err))
+            }
         }
     }
 }

@@ -208,6 +208,19 @@ pub fn describe(refusal: &StateRefusal) -> String {
     }
 }
 
+/// How long a change to a session's recorded workspace waits for the lock another holds:
+/// a save's bound (`snapshots.timeout`), and on a fleet's node (`lease_ttl`) at most a
+/// lease's time to live. The lock lives in the directory the nodes share, and a node
+/// holding it longer than that was paused or is stuck: the session's lease, which the
+/// waiting node holds, is no longer its. Waiting on would leave the waiting node's request
+/// unanswered for as long as that node stays paused.
+pub fn tree_lock_wait(
+    timeout: std::time::Duration,
+    lease_ttl: Option<std::time::Duration>,
+) -> std::time::Duration {
+    lease_ttl.map_or(timeout, |ttl| ttl.min(timeout))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,5 +307,20 @@ mod tests {
         );
         let many: Vec<String> = (0..20).map(|i| format!("v{i}")).collect();
         assert!(listed(&many).ends_with("v11 and 8 more"));
+    }
+
+    #[test]
+    fn a_fleets_node_waits_for_a_workspace_lock_at_most_a_lease_and_a_save() {
+        use std::time::Duration;
+        let minute = Duration::from_secs(60);
+        assert_eq!(tree_lock_wait(minute, None), minute);
+        assert_eq!(
+            tree_lock_wait(minute, Some(Duration::from_secs(2))),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            tree_lock_wait(Duration::from_secs(5), Some(Duration::from_secs(30))),
+            Duration::from_secs(5)
+        );
     }
 }

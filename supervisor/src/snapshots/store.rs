@@ -49,6 +49,8 @@ pub struct SnapshotStore {
     /// In etcd mode, where the current snapshots are named (`fleet::etcd`): latest snapshots
     /// are then immutable blobs behind fenced pointers, not `latest.snap`.
     fenced: std::sync::OnceLock<std::sync::Arc<crate::fleet::etcd::EtcdLeases>>,
+    /// How long a recorded workspace's change waits for its lock ([`Self::with_tree_lock_wait`]).
+    tree_lock_wait: std::time::Duration,
 }
 
 /// Why the snapshot directory cannot be used.
@@ -108,7 +110,14 @@ impl SnapshotStore {
             key,
             node: node.to_string(),
             fenced: std::sync::OnceLock::new(),
+            tree_lock_wait: super::tree::session::DEFAULT_LOCK_WAIT,
         })
+    }
+
+    /// This store, its recorded workspaces waiting `wait` at most for a lock another holds.
+    pub fn with_tree_lock_wait(mut self, wait: std::time::Duration) -> SnapshotStore {
+        self.tree_lock_wait = wait;
+        self
     }
 
     /// Puts the latest snapshots behind `etcd`'s fenced pointers (etcd mode).
@@ -195,6 +204,7 @@ impl SnapshotStore {
             derive_for(&self.key, session, WORKSPACE),
             &self.node,
         )
+        .with_lock_wait(self.tree_lock_wait)
     }
 
     /// The file that remembers `session`'s recent request ids and their answers

@@ -12,10 +12,12 @@
 //! - [`apply`]: carrying a restore out inside the workspace, by descriptors.
 //! - [`sealed`]: a manifest's file, authenticated with the session's key.
 //! - [`session`]: one session's trees (`latest` and checkpoints), locked and collected.
+//! - `lock`: the lock they change under, waited for at most a bound.
 
 pub mod apply;
 pub mod blobs;
 pub mod diff;
+mod lock;
 pub mod sealed;
 pub mod session;
 pub mod walk;
@@ -132,6 +134,15 @@ pub enum TreeError {
     /// The workspace is not a directory, or is a link.
     #[error("workspace {0} is not a directory of its own (a symbolic link or another kind of file); it is neither recorded nor restored")]
     NotADirectory(PathBuf),
+    /// Another process kept the session's recording locked past the bound: a node paused
+    /// or stuck while it recorded the session's files.
+    #[error("workspace snapshot {path} stayed locked by another process for {}: a node paused or stuck while recording this session's files holds it", humantime::format_duration(*waited))]
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+        /// How long it was waited for.
+        waited: std::time::Duration,
+    },
     /// The tree is nested deeper than a recording follows.
     #[error("workspace snapshot: {0} is nested deeper than {MAX_DEPTH} directories")]
     TooDeep(String),

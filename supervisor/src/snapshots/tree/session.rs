@@ -16,11 +16,10 @@ use super::diff::FileChanges;
 use super::sealed::{open, seal, Body};
 use super::walk::{record, Recorded};
 use super::{Hash, Kind, Manifest, TreeError};
-use rustix::fs::{flock, FlockOperation};
 use std::collections::HashSet;
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -53,7 +52,13 @@ pub struct SessionTrees {
     dir: PathBuf,
     key: Vec<u8>,
     node: String,
+    /// How long a change waits for the lock another holds ([`TreeError::Locked`] past it).
+    lock_wait: Duration,
 }
+
+/// How long a change to a session's recorded workspace waits for its lock when not told
+/// otherwise ([`SessionTrees::with_lock_wait`]): `snapshots.timeout`'s default.
+pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(60);
 
 /// A manifest read back.
 #[derive(Debug, Clone)]
@@ -80,7 +85,14 @@ impl SessionTrees {
             dir,
             key,
             node: node.to_string(),
+            lock_wait: DEFAULT_LOCK_WAIT,
         }
+    }
+
+    /// These trees, whose changes wait at most `wait` for a lock another holds.
+    pub fn with_lock_wait(mut self, wait: Duration) -> SessionTrees {
+        self.lock_wait = wait;
+        self
     }
 
     fn blobs(&self) -> Blobs {
@@ -102,27 +114,14 @@ impl SessionTrees {
             .is_ok_and(|m| m.is_file())
     }
 
+    /// The session's recording lock, waited for at most `lock_wait` ([`TreeError::Locked`]).
     fn lock(&self) -> Result<fs::File, TreeError> {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(self.dir.join(CHECKPOINTS))
             .map_err(io("create", &self.dir))?;
-        let path = self.dir.join(".lock");
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(io("open", &path))?;
-        flock(&file, FlockOperation::LockExclusive).map_err(|errno| TreeError::Io {
-            what: "lock",
-            path: path.clone(),
-            source: errno.into(),
-        })?;
-        Ok(file)
+        super::lock::take(&self.dir.join(".lock"), self.lock_wait)
     }
 
     fn read(&self, label: Label<'_>) -> Result<Body, TreeError> {
@@ -198,9 +197,21 @@ impl SessionTrees {
         })
     }
 
-    /// Restores manifest `label` into the workspace at `root`.
+    /// Restores manifest `label` into the workspace at `root`. A lock another holder keeps
+    /// past the bound (a node paused while recording) is gone around: a restore only reads,
+    /// a manifest is replaced whole by a rename, every blob is checked before any file is
+    /// written, and a collection deletes only blobs no manifest names. So the holder, if it
+    /// ever runs again, can at worst make the restore refuse a missing blob, never restore a
+    /// wrong file, and the session is served without waiting on it.
     pub fn restore(&self, root: &Path, label: Label<'_>) -> Result<Restored, TreeError> {
-        let _lock = self.lock()?;
+        let _lock = match self.lock() {
+            Ok(lock) => Some(lock),
+            Err(err @ TreeError::Locked { .. }) => {
+                tracing::warn!("{err}; restoring without the lock");
+                None
+            }
+            Err(err) => return Err(err),
+        };
         let body = self.read(label)?;
         let changes = restore(root, &body.manifest, &self.blobs())?;
         // A restore is a use: the sweep's ttl counts from it.
@@ -324,6 +335,37 @@ mod tests {
             .restore(&root, Label::Checkpoint("two"))
             .expect("two is whole");
         assert_eq!(fs::read(root.join("small")).expect("small"), b"v2");
+    }
+
+    #[test]
+    fn a_lock_held_past_the_bound_refuses_a_recording_and_is_gone_around_by_a_restore() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("ws");
+        fs::create_dir_all(&root).expect("mkdir");
+        fs::write(root.join("f"), b"kept").expect("write");
+        let trees = trees(dir.path(), 1).with_lock_wait(Duration::from_millis(200));
+        trees
+            .record(&root, Label::Latest, "after cell")
+            .expect("recorded");
+        // Another holder (a node paused mid-recording) keeps the lock.
+        let held = super::super::lock::take(&dir.path().join("store/.lock"), Duration::ZERO)
+            .expect("held");
+        let err = trees
+            .record(&root, Label::Latest, "after cell")
+            .expect_err("locked");
+        assert!(matches!(err, TreeError::Locked { .. }), "{err}");
+        assert_eq!(trees.expire(Duration::ZERO, SystemTime::now()), 0);
+        let elsewhere = dir.path().join("elsewhere");
+        fs::create_dir_all(&elsewhere).expect("mkdir");
+        let restored = trees
+            .restore(&elsewhere, Label::Latest)
+            .expect("restored without the lock");
+        assert_eq!(restored.changes.added, ["f"]);
+        assert_eq!(fs::read(elsewhere.join("f")).expect("f"), b"kept");
+        drop(held);
+        trees
+            .record(&root, Label::Latest, "after cell")
+            .expect("recorded once freed");
     }
 
     #[test]
