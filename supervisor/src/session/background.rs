@@ -7,7 +7,7 @@ use super::messages::{CellYield, TerminateCell, WaitCell, WaitExpired};
 use super::observation::{Handoff, YieldCause};
 use super::{Running, Session, Waiter};
 use crate::cell::{CellResult, CellStatus};
-use crate::output::{OutputSink, SinkLimits};
+use crate::output::OutputSink;
 use crate::session::CellReport;
 use actix::prelude::*;
 
@@ -31,7 +31,7 @@ impl Handler<CellYield> for Session {
             // Its request returns now: leaving no longer stops the cell.
             ctx.cancel_future(running.requester_watch);
             running.output.go_background();
-            tracing::info!(session = %self.key, cell_id = msg.cell_id, cause = ?msg.cause, "cell went to the background");
+            tracing::info!(session = %self.setup.key, cell_id = msg.cell_id, cause = ?msg.cause, "cell went to the background");
         }
         // Nobody looking: the output stays in the window for the next look.
         if matches!(handoff, Handoff::Nobody) {
@@ -132,7 +132,7 @@ impl Handler<TerminateCell> for Session {
                         self.answer(previous, result);
                     }
                 }
-                tracing::info!(session = %self.key, cell_id = msg.cell_id, "terminating a background cell");
+                tracing::info!(session = %self.setup.key, cell_id = msg.cell_id, "terminating a background cell");
                 self.interrupt_by_host(Some(msg.cell_id), ctx);
             }
             Err((waiter, refusal)) => {
@@ -191,9 +191,9 @@ impl Session {
                 let mut outcome = outcome;
                 outcome.status_events.retain(|event| !is_notify(event));
                 let result = result_of(&running, outcome);
-                let cap = self.config.cells.max_uncollected;
+                let cap = self.setup.config.cells.max_uncollected;
                 for dropped in self.uncollected.keep(running.cell_id, result, cap) {
-                    tracing::warn!(session = %self.key, cell_id = dropped, cap, "dropped the uncollected result of a background cell: cells.max-uncollected reached");
+                    tracing::warn!(session = %self.setup.key, cell_id = dropped, cap, "dropped the uncollected result of a background cell: cells.max-uncollected reached");
                 }
             }
         }
@@ -214,19 +214,8 @@ impl Session {
         if result.report.output.len() <= max_bytes {
             return;
         }
-        let mut sink = OutputSink::new(SinkLimits {
-            max_bytes,
-            max_lines: self.config.output.max_lines,
-            max_line_length: self.config.output.max_line_length,
-            artifact_name: format!(
-                "{}-{}-wait-{}-{}.txt",
-                self.key.session.dir_name(),
-                self.key.language,
-                result.cell_id,
-                self.next_ticket
-            ),
-            artifacts: std::sync::Arc::clone(&self.artifacts),
-        });
+        let limits = (self.setup).wait_limits(max_bytes, result.cell_id, self.next_ticket);
+        let mut sink = OutputSink::new(limits);
         sink.write(result.report.output.as_bytes());
         let cut = sink.finish();
         result.report.output = cut.text;
@@ -235,7 +224,7 @@ impl Session {
             result.report.truncation.artifact_path = cut.truncation.artifact_path;
             result.report.truncation.artifact_error = cut.truncation.artifact_error;
         } else if let Some(spare) = cut.truncation.artifact_path {
-            self.artifacts.discard(&spare);
+            self.setup.artifacts.discard(&spare);
         }
     }
 }

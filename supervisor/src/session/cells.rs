@@ -5,13 +5,13 @@ use super::link::ActiveCell;
 use super::messages::{
     CellDeadline, CellFinished, CellYield, GraceExpired, InterruptCell, RequesterGone, RunCell,
 };
+use super::notice::Notice;
 use super::observation::{Observer, YieldCause};
 use super::outcome::{append_line, CancelCause, KillReason};
 use super::policy::{Deadline, Step};
 use super::window::CellOutput;
 use super::{CellJob, Running, Session, Worker};
 use crate::cell::CellStatus;
-use crate::output::SinkLimits;
 use crate::session::CellReport;
 use actix::prelude::*;
 use cellvisor_client::usage::{CellUsage, MemoryLimit, OutOfMemory};
@@ -55,7 +55,7 @@ impl Handler<CellFinished> for Session {
                 ..
             } => (
                 CellStatus::Error,
-                engine_out_of_memory(self.key.language, limit_bytes, used_bytes),
+                engine_out_of_memory(self.setup.key.language, limit_bytes, used_bytes),
             ),
         };
         let deadline = &running.deadline;
@@ -98,7 +98,7 @@ impl Handler<CellFinished> for Session {
             out_of_memory,
             saved: None,
         };
-        self.count_cell(&outcome);
+        self.setup.count_cell(&outcome);
         self.cells_since_snapshot += 1;
         let held = self.hold(running, outcome);
         let unsaved = if !self.replace_if_out_of_descriptors(msg.descriptors, ctx)
@@ -146,7 +146,7 @@ impl Handler<CellDeadline> for Session {
         // Operators tell a long cell from a stuck one by these lines (info: the policy doing
         // its job; warn: a cell that ignored its interrupt).
         tracing::info!(
-            session = %self.key,
+            session = %self.setup.key,
             cell_id,
             elapsed_ms = elapsed.as_millis() as u64,
             timeout_ms = running.deadline.timeout().as_millis() as u64,
@@ -164,9 +164,9 @@ impl Handler<GraceExpired> for Session {
             return;
         };
         if running.deadline.grace_expired() == Step::Kill {
-            let grace = self.config.sessions.interrupt_grace;
+            let grace = self.setup.config.sessions.interrupt_grace;
             tracing::warn!(
-                session = %self.key,
+                session = %self.setup.key,
                 cell_id,
                 grace_ms = grace.as_millis() as u64,
                 "cell interrupt grace ran out: the cell did not stop after its interrupt; killing its worker"
@@ -183,7 +183,7 @@ impl Handler<RunCell> for Session {
         if self.is_closing() {
             let _ = msg.0.reply.send(CellReport::error(format!(
                 "session {} is closing",
-                self.key
+                self.setup.key
             )));
             return;
         }
@@ -210,7 +210,7 @@ impl Handler<RequesterGone> for Session {
             .as_ref()
             .is_some_and(|r| r.cell_id == msg.cell_id && r.observer.is_requester());
         if awaited && self.interrupt_by_host(Some(msg.cell_id), ctx) {
-            tracing::info!(session = %self.key, cell_id = msg.cell_id, "requester gone: interrupting its cell");
+            tracing::info!(session = %self.setup.key, cell_id = msg.cell_id, "requester gone: interrupting its cell");
         }
     }
 }
@@ -277,7 +277,7 @@ impl Session {
         }
         let previous = self.python.replace(choice.program.clone());
         self.python_choice = Some(Arc::clone(&choice));
-        crate::python_choice::apply(&mut self.spec, &choice);
+        crate::python_choice::apply(&mut self.setup.spec, &choice);
         match previous {
             Some(previous) if !matches!(self.worker, Worker::None) => {
                 let notice = crate::python_choice::change_notice(&previous, &choice.program);
@@ -302,10 +302,10 @@ impl Session {
         }
         let dirs = self.sandbox_dirs();
         let applied = crate::sandbox::apply_to_env(
-            &mut self.spec.env,
+            &mut self.setup.spec.env,
             wanted.as_deref(),
             &dirs,
-            self.artifacts.dir(),
+            self.setup.artifacts.dir(),
         );
         if let Err(err) = applied {
             if let Some(job) = self.queue.pop_front() {
@@ -317,7 +317,7 @@ impl Session {
             return true;
         }
         if let Some(warning) = wanted.as_ref().and_then(|plan| plan.warning()) {
-            tracing::warn!(session = %self.key, "{warning}");
+            tracing::warn!(session = %self.setup.key, "{warning}");
         }
         let previous = std::mem::replace(&mut self.sandbox, wanted);
         if matches!(self.worker, Worker::None) {
@@ -337,12 +337,15 @@ impl Session {
 
     /// The session's own directories a sandboxed worker may write.
     fn sandbox_dirs(&self) -> crate::sandbox::SessionDirs {
-        let name = self.key.session.dir_name();
+        let name = self.setup.key.session.dir_name();
         crate::sandbox::SessionDirs {
-            tmp: self.tmp_dir(),
-            artifacts: self.artifacts.dir().join(&name),
-            store: self.spec.env.store_dir(),
-            snapshots: self.snapshots.as_ref().map(|store| store.dir(&self.key)),
+            tmp: self.setup.tmp_dir(),
+            artifacts: self.setup.artifacts.dir().join(&name),
+            store: self.setup.spec.env.store_dir(),
+            snapshots: self
+                .snapshots
+                .as_ref()
+                .map(|store| store.dir(&self.setup.key)),
         }
     }
 
@@ -355,25 +358,13 @@ impl Session {
             return;
         };
         let cell_id = job.cell_id;
-        let max_bytes = job
-            .max_output_bytes
-            .map_or(self.config.output.max_bytes.as_u64(), |cap| {
-                cap.min(self.config.output.max_bytes.as_u64())
-            });
-        let output = Arc::new(CellOutput::new(SinkLimits {
-            max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
-            max_lines: self.config.output.max_lines,
-            max_line_length: self.config.output.max_line_length,
-            artifact_name: artifact_name(
-                &self.key.session.dir_name(),
-                self.key.language,
-                link.pid,
-                cell_id,
-                // A session with its own uid reads its artifacts back from its own directory.
-                self.sandbox.is_some() || self.spec.uid.is_some(),
-            ),
-            artifacts: Arc::clone(&self.artifacts),
-        }));
+        let limits = (self.setup).sink_limits(
+            job.max_output_bytes,
+            link.pid,
+            cell_id,
+            self.sandbox.is_some(),
+        );
+        let output = Arc::new(CellOutput::new(limits));
         let declared: Vec<String> = job.tools.iter().map(|t| t.name.clone()).collect();
         link.begin(
             ActiveCell::new(cell_id, job.index, Arc::clone(&output), job.events.clone())
@@ -392,7 +383,7 @@ impl Session {
             Vec::new()
         } else {
             self.session_env_sent = *generation;
-            self.spec.env.session_vars()
+            self.setup.spec.env.session_vars()
         };
         let mut env_notice = None;
         let env_changes = match job.caller_env.as_ref().filter(|_| !own_task) {
@@ -404,7 +395,11 @@ impl Session {
                     }
                     _ => None,
                 };
-                let changes = self.spec.env.caller_changes(caller, before.as_deref());
+                let changes = self
+                    .setup
+                    .spec
+                    .env
+                    .caller_changes(caller, before.as_deref());
                 self.caller_env_applied = Some((*generation, Arc::clone(caller)));
                 // A worker's first caller environment is the one it is taken to start with;
                 // a later change to a live worker is named, the values never.
@@ -444,11 +439,11 @@ impl Session {
             .map(move |(), _, ctx| ctx.notify(RequesterGone { cell_id })),
         );
         let timeout = if own_task {
-            self.config.snapshots.timeout
+            self.setup.config.snapshots.timeout
         } else {
-            self.config.cells.timeout_for(job.spec.timeout)
+            self.setup.config.cells.timeout_for(job.spec.timeout)
         };
-        let deadline = Deadline::new(timeout, self.config.sessions.interrupt_grace);
+        let deadline = Deadline::new(timeout, self.setup.config.sessions.interrupt_grace);
         let mut timers = vec![
             ctx.notify_later(CellDeadline { cell_id }, deadline.timeout()),
             requester_watch,
@@ -470,7 +465,11 @@ impl Session {
             deadline,
             timers,
             // A state task leaves the notice and the ledger to the next host cell.
-            notice: if own_task { None } else { self.notice.take() },
+            notice: if own_task {
+                Notice::default()
+            } else {
+                std::mem::take(&mut self.notice)
+            },
             ledger: if own_task { None } else { self.take_ledger() },
             peak_rss: 0,
         });
@@ -508,7 +507,7 @@ impl Session {
                     link.send(ToWorker::Interrupt { cell_id });
                 }
                 tracing::info!(
-                    session = %self.key,
+                    session = %self.setup.key,
                     cell_id,
                     grace_ms = grace.as_millis() as u64,
                     "cell interrupt sent: the worker has the interrupt grace to stop the cell"
@@ -518,7 +517,7 @@ impl Session {
                     .push(ctx.notify_later(GraceExpired { cell_id }, grace));
             }
             Step::Kill => {
-                let grace = self.config.sessions.interrupt_grace;
+                let grace = self.setup.config.sessions.interrupt_grace;
                 self.kill_worker(KillReason::IgnoredInterrupt { grace });
             }
             Step::None => {}
@@ -532,23 +531,6 @@ impl Session {
             }
             _ => false,
         }
-    }
-}
-
-/// A cell's artifact file, relative to the artifact directory: a sandboxed session's go in a
-/// directory of its own, the only one its worker may read.
-fn artifact_name(
-    session: &str,
-    language: cellvisor_ipc::Language,
-    pid: u32,
-    cell_id: u64,
-    sandboxed: bool,
-) -> String {
-    let file = format!("{session}-{language}-{pid}-{cell_id}.txt");
-    if sandboxed {
-        format!("{session}/{file}")
-    } else {
-        file
     }
 }
 

@@ -87,7 +87,7 @@ impl Session {
             return false;
         };
         tracing::warn!(
-            session = %self.key,
+            session = %self.setup.key,
             pid = link.pid,
             open = seen.open,
             limit = seen.limit,
@@ -108,7 +108,7 @@ impl Session {
     /// interpreter (the shim's child; the shim itself opens none for a cell), or the
     /// JavaScript and Lua engines' own process.
     fn descriptors_from_proc(&self, pid: u32) -> Option<Descriptors> {
-        let pids = if self.key.language == cellvisor_ipc::Language::Python {
+        let pids = if self.setup.key.language == cellvisor_ipc::Language::Python {
             children(pid)
         } else {
             vec![pid]

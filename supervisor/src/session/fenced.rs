@@ -44,10 +44,10 @@ impl Session {
     pub(super) fn latest_save_path(&self) -> Option<PathBuf> {
         let store = self.snapshots.as_ref()?;
         let Some(etcd) = store.fenced() else {
-            return Some(store.latest(&self.key));
+            return Some(store.latest(&self.setup.key));
         };
-        let (name, _) = etcd.next_blob(&self.key.session)?;
-        Some(store.blob(&self.key, &name))
+        let (name, _) = etcd.next_blob(&self.setup.key.session)?;
+        Some(store.blob(&self.setup.key, &name))
     }
 
     /// After a save of the latest snapshot was written: in etcd mode, commits the pointer to
@@ -62,7 +62,7 @@ impl Session {
         held: Option<HeldCell>,
     ) -> Option<HeldCell> {
         let waits = policy::answer_waits(
-            self.config.snapshots.every_cell_answer,
+            self.setup.config.snapshots.every_cell_answer,
             self.snapshots
                 .as_ref()
                 .is_some_and(|s| s.fenced().is_some()),
@@ -75,7 +75,7 @@ impl Session {
         let (answer, name, blobs) = match self.start_commit(task, progress) {
             Begun::Nothing => return now.or(waiting),
             Begun::Failed(why) => {
-                tracing::warn!(session = %self.key, "snapshot not committed: {why}");
+                tracing::warn!(session = %self.setup.key, "snapshot not committed: {why}");
                 if let Some(held) = waiting {
                     self.deliver_held(held, saved::not_written(uncommitted(&why)));
                 }
@@ -87,7 +87,7 @@ impl Session {
                 blobs,
             } => (answer, name, blobs),
         };
-        let key = self.key.clone();
+        let key = self.setup.key.clone();
         let waiting = waiting.map(|held| self.committing.wait(held));
         ctx.spawn(
             async move {
@@ -157,8 +157,8 @@ impl Session {
         };
         Begun::Started {
             answer: etcd.commit_with_progress(
-                &self.key.session,
-                self.key.language,
+                &self.setup.key.session,
+                self.setup.key.language,
                 pointer,
                 progress,
             ),
@@ -175,19 +175,20 @@ impl Session {
             return Ok(None);
         };
         let path = match store.fenced() {
-            None => store.latest(&self.key),
+            None => store.latest(&self.setup.key),
             Some(etcd) => {
-                let Some(current) = etcd.pointer(&self.key.session, self.key.language) else {
+                let Some(current) = etcd.pointer(&self.setup.key.session, self.setup.key.language)
+                else {
                     return Ok(None);
                 };
-                let path = store.blob(&self.key, &current.blob);
+                let path = store.blob(&self.setup.key, &current.blob);
                 pointer::check_blob(&current, &path).map_err(|refusal| refusal.to_string())?;
                 path
             }
         };
         Ok(Some(StateTask::Load(Box::new(LoadOrder {
             path: path.display().to_string(),
-            key: store.session_key(&self.key),
+            key: store.session_key(&self.setup.key),
             replace: false,
         }))))
     }
@@ -210,14 +211,14 @@ impl Session {
             let _ = reply.send(report);
             return;
         };
-        let path = store.checkpoint(&self.key, name);
+        let path = store.checkpoint(&self.setup.key, name);
         let owned = name.to_string();
         let refused = move |why: String| {
             StateReport::Refused(StateRefusal::Failed {
                 why: format!("checkpoint {owned} was written but not committed in etcd: {why}"),
             })
         };
-        let Some(token) = etcd.token(&self.key.session) else {
+        let Some(token) = etcd.token(&self.setup.key.session) else {
             let _ = reply.send(refused("this node holds no lease on the session".into()));
             return;
         };
@@ -239,7 +240,12 @@ impl Session {
             node: store.node().to_string(),
             token,
         };
-        let answer = etcd.commit_checkpoint(&self.key.session, self.key.language, name, committed);
+        let answer = etcd.commit_checkpoint(
+            &self.setup.key.session,
+            self.setup.key.language,
+            name,
+            committed,
+        );
         ctx.spawn(
             async move {
                 let outcome = match answer.await {
@@ -259,12 +265,13 @@ impl Session {
     pub(super) fn checkpoint_refusal(&self, name: &str) -> Option<String> {
         let store = self.snapshots.as_ref()?;
         let etcd = store.fenced()?;
-        let Some(current) = etcd.checkpoint(&self.key.session, self.key.language, name) else {
+        let Some(current) = etcd.checkpoint(&self.setup.key.session, self.setup.key.language, name)
+        else {
             return Some(format!(
                 "no checkpoint named {name} is committed in etcd for this session"
             ));
         };
-        let path = store.checkpoint(&self.key, name);
+        let path = store.checkpoint(&self.setup.key, name);
         pointer::check_blob(&current, &path)
             .err()
             .map(|refusal| format!("checkpoint {name}: {refusal}"))
@@ -278,7 +285,7 @@ impl Session {
         let Some(etcd) = self.snapshots.as_ref().and_then(|s| s.fenced()) else {
             return false;
         };
-        etcd.forget(&self.key.session, self.key.language);
+        etcd.forget(&self.setup.key.session, self.setup.key.language);
         true
     }
 }

@@ -221,7 +221,7 @@ impl Handler<WorkerExited> for Session {
             how => how,
         };
         if matches!(how, How::Ended(_)) {
-            self.metrics.worker_crashed(self.key.language);
+            self.setup.metrics.worker_crashed(self.setup.key.language);
         }
         // A state task is not a cell: it is over, and the loss is planned as if none ran.
         let mut running = running;
@@ -267,7 +267,7 @@ impl Handler<WorkerExited> for Session {
             cancel: running.deadline.cause(),
         });
         let lost = Lost {
-            key: &self.key,
+            key: &self.setup.key,
             how,
             stderr_tail: &msg.stderr_tail,
             cell,
@@ -278,7 +278,7 @@ impl Handler<WorkerExited> for Session {
                     let mut outcome = CellReport::error(text);
                     outcome.status = CellStatus::Cancelled;
                     outcome.duration_ms = running.started.elapsed().as_secs_f64() * 1000.0;
-                    self.count_cell(&outcome);
+                    self.setup.count_cell(&outcome);
                     self.deliver_final(running, outcome);
                 }
                 self.finish_stop(ctx);
@@ -290,14 +290,14 @@ impl Handler<WorkerExited> for Session {
                 session,
             } => (loss, cell, session),
         };
-        tracing::warn!(session = %self.key, "worker gone: {loss}");
+        tracing::warn!(session = %self.setup.key, "worker gone: {loss}");
         match (cell, running) {
             (ForCell::Requeue, Some(running)) => match running.into_requeued() {
                 Ok(job) => self.queue.push_front(job),
                 // Not planned (the plan requeues only a cell its requester waits for).
                 Err(running) => {
                     let outcome = CellReport::error(loss.to_string());
-                    self.count_cell(&outcome);
+                    self.setup.count_cell(&outcome);
                     self.deliver_final(*running, outcome);
                 }
             },
@@ -305,7 +305,7 @@ impl Handler<WorkerExited> for Session {
                 let mut outcome = running.report_at_loss(status, text, truncation, readings);
                 outcome.displays = displays;
                 outcome.out_of_memory = verdict;
-                self.count_cell(&outcome);
+                self.setup.count_cell(&outcome);
                 self.deliver_final(running, outcome);
                 self.cells_run += 1;
                 self.cells_since_snapshot += 1;
@@ -314,15 +314,15 @@ impl Handler<WorkerExited> for Session {
         }
         let restoring = self.restore_after_loss();
         let kept = |notice: String| match restoring {
-            true => outcome::replaced_restoring_notice(self.key.language, &loss),
+            true => outcome::replaced_restoring_notice(self.setup.key.language, &loss),
             false => notice,
         };
         match session {
             Aftermath::Restart { notice } => {
-                self.notice = Some(kept(notice));
+                self.notice.replace(kept(notice));
                 self.start_worker(ctx);
             }
-            Aftermath::ReplaceOnDemand { notice } => self.notice = Some(kept(notice)),
+            Aftermath::ReplaceOnDemand { notice } => self.notice.replace(kept(notice)),
             Aftermath::Failed { reason } => self.failed = Some(reason),
         }
         self.pump(ctx);

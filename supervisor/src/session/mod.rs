@@ -38,10 +38,12 @@ pub mod kernel_oom;
 pub(crate) mod link;
 pub mod loss;
 pub mod messages;
+mod notice;
 pub mod observation;
 pub mod outcome;
 pub mod policy;
 mod saved;
+mod setup;
 pub mod state;
 #[cfg(test)]
 mod tests;
@@ -59,10 +61,12 @@ use cellvisor_config::Config;
 use cellvisor_ipc::{Language, ToolInfo};
 use link::Link;
 pub use messages::*;
+use notice::Notice;
 use observation::{Observer, Uncollected};
 use outcome::{Eviction, KillReason, StopCause};
 use policy::{Deadline, RestartBudget};
 use serde::Serialize;
+use setup::Setup;
 use std::collections::VecDeque;
 use std::fmt;
 use std::path::PathBuf;
@@ -238,7 +242,7 @@ struct Running {
     /// requester (left running, a request of N cells would leave N watchers for the actor to
     /// poll on every wake-up).
     timers: Vec<SpawnHandle>,
-    notice: Option<String>,
+    notice: Notice,
     /// What a restore just before this cell brought back.
     ledger: Option<crate::state::StateLedger>,
     /// The largest memory the supervisor's sampler saw the worker's tree use during the
@@ -322,12 +326,7 @@ pub(crate) struct SessionSetup {
 
 /// The actor. Created by the supervisor.
 pub struct Session {
-    key: SessionKey,
-    config: Arc<Config>,
-    spec: WorkerSpec,
-    artifacts: Arc<ArtifactStore>,
-    launcher: Arc<dyn Launcher>,
-    events: Recipient<SessionEvent>,
+    setup: Setup,
     worker: Worker,
     generation: u64,
     after_stop: Vec<AfterStop>,
@@ -349,7 +348,7 @@ pub struct Session {
     cells_run: u64,
     last_active: Instant,
     /// Told to the next cell: the session was started, restarted, reset or evicted.
-    notice: Option<String>,
+    notice: Notice,
     heartbeat_seq: u64,
     heartbeat_timer: Option<SpawnHandle>,
     prestarted: Option<StartedWorker>,
@@ -385,19 +384,12 @@ pub struct Session {
     /// How far the request with a `request_id` whose cell last ran here got (etcd mode):
     /// committed with every later save of the state, which includes those cells.
     progress: Option<crate::once::progress::Progress>,
-    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Session {
     pub(crate) fn new(setup: SessionSetup) -> Session {
         Session {
             budget: RestartBudget::new(setup.config.sessions.restart_budget),
-            key: setup.key,
-            config: setup.config,
-            spec: setup.spec,
-            artifacts: setup.artifacts,
-            launcher: setup.launcher,
-            events: setup.events,
             worker: Worker::None,
             generation: 0,
             after_stop: Vec::new(),
@@ -413,7 +405,7 @@ impl Session {
             start_error: None,
             cells_run: 0,
             last_active: Instant::now(),
-            notice: setup.notice,
+            notice: Notice::new(setup.notice),
             heartbeat_seq: 0,
             heartbeat_timer: None,
             prestarted: setup.prestarted,
@@ -432,7 +424,15 @@ impl Session {
             stop_fate: state::SnapshotFate::NotTried,
             committing: saved::Committing::default(),
             progress: None,
-            metrics: setup.metrics,
+            setup: Setup {
+                key: setup.key,
+                config: setup.config,
+                spec: setup.spec,
+                artifacts: setup.artifacts,
+                launcher: setup.launcher,
+                events: setup.events,
+                metrics: setup.metrics,
+            },
         }
     }
 
@@ -448,8 +448,8 @@ impl Session {
     }
 
     fn report(&self) {
-        self.events.do_send(SessionEvent::Changed {
-            key: self.key.clone(),
+        self.setup.events.do_send(SessionEvent::Changed {
+            key: self.setup.key.clone(),
             state: self.state(),
             received: self.jobs_received,
             last_active: self.last_active,
@@ -467,10 +467,10 @@ impl Session {
 
     fn status(&self) -> SessionStatus {
         SessionStatus {
-            uid: self.spec.uid,
-            session: self.key.session.to_string(),
+            uid: self.setup.spec.uid,
+            session: self.setup.key.session.to_string(),
             cwd: None,
-            language: self.key.language,
+            language: self.setup.key.language,
             pid: self.pid(),
             engine: match &self.worker {
                 Worker::Ready { link, .. } => Some(link.engine.clone()),
@@ -500,16 +500,6 @@ impl Session {
             sandbox: self.sandbox.as_ref().map(|plan| plan.status()),
             node: String::new(),
         }
-    }
-
-    /// Counts a code cell's end (its status, duration and output) in the metrics.
-    fn count_cell(&self, report: &CellReport) {
-        self.metrics.cell_ended(
-            self.key.language,
-            report.status,
-            report.duration_ms / 1000.0,
-            report.output.len(),
-        );
     }
 
     fn is_closing(&self) -> bool {

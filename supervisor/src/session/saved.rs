@@ -101,10 +101,7 @@ impl Session {
         } = held;
         if let Some(why) = saved.why.as_deref().filter(|_| !saved.saved) {
             let line = unsaved_notice(why);
-            outcome.notice = Some(match outcome.notice.take() {
-                Some(earlier) => format!("{earlier}\n{line}"),
-                None => line,
-            });
+            outcome.notice = Some(super::notice::joined(outcome.notice.take(), line));
         }
         outcome.saved = Some(saved);
         self.deliver_final(running, outcome);

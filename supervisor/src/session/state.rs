@@ -96,7 +96,10 @@ impl Session {
         then: AfterSave,
     ) -> bool {
         let idle = self.running.is_none() && matches!(self.worker, Worker::Ready { .. });
-        if !idle || self.snapshots.is_none() || !policy::saves(self.config.snapshots.when, reason) {
+        if !idle
+            || self.snapshots.is_none()
+            || !policy::saves(self.setup.config.snapshots.when, reason)
+        {
             return false;
         }
         let Some(task) = self.save_task(reason, None) else {
@@ -126,7 +129,7 @@ impl Session {
         ctx: &mut Context<Self>,
         held: super::saved::HeldCell,
     ) -> Option<super::saved::HeldCell> {
-        if !policy::saves(self.config.snapshots.when, SaveReason::AfterCell) {
+        if !policy::saves(self.setup.config.snapshots.when, SaveReason::AfterCell) {
             return Some(held);
         }
         // In etcd mode a cell whose due save is not begun (the session stops here: its lease
@@ -169,7 +172,7 @@ impl Session {
             }
             Ok(None) => false,
             Err(refusal) => {
-                tracing::warn!(session = %self.key, "snapshot not restored: {refusal}");
+                tracing::warn!(session = %self.setup.key, "snapshot not restored: {refusal}");
                 self.add_notice(format!("state not restored: {refusal}"));
                 false
             }
@@ -179,18 +182,18 @@ impl Session {
     /// The order to save the namespace to the checkpoint `name`, or to the latest snapshot.
     pub(crate) fn save_task(&self, reason: SaveReason, name: Option<&str>) -> Option<StateTask> {
         let store = self.snapshots.as_ref()?;
-        if let Err(err) = store.prepare(&self.key) {
+        if let Err(err) = store.prepare(&self.setup.key) {
             // The worker says why in its report, when it cannot write there either.
-            tracing::warn!(session = %self.key, "snapshot directory: {err}");
+            tracing::warn!(session = %self.setup.key, "snapshot directory: {err}");
         }
         let path = match name {
-            Some(name) => store.checkpoint(&self.key, name),
+            Some(name) => store.checkpoint(&self.setup.key, name),
             None => self.latest_save_path()?,
         };
         Some(StateTask::Save(Box::new(SaveOrder {
             path: path.display().to_string(),
-            key: store.session_key(&self.key),
-            max_bytes: self.config.snapshots.max_size.as_u64(),
+            key: store.session_key(&self.setup.key),
+            max_bytes: self.setup.config.snapshots.max_size.as_u64(),
             taken_at: crate::snapshots::rfc3339(SystemTime::now()),
             reason: reason.as_str().to_string(),
             node: store.node().to_string(),
@@ -202,7 +205,7 @@ impl Session {
         let (requester_alive, requester) = watch::channel(());
         let job = CellJob::for_state(
             OWN_TASK_IDS + self.own_tasks,
-            self.key.language,
+            self.setup.key.language,
             requester,
             oneshot::channel().0,
             StateJob {
@@ -254,7 +257,7 @@ impl Session {
                     }
                     StateReport::Refused(refusal) => {
                         let why = policy::describe(&refusal);
-                        tracing::warn!(session = %self.key, "snapshot after cell not written: {why}");
+                        tracing::warn!(session = %self.setup.key, "snapshot after cell not written: {why}");
                         if let Some(held) = held {
                             self.deliver_held(held, super::saved::not_written(why));
                         }
@@ -281,7 +284,7 @@ impl Session {
                         SnapshotFate::Saved
                     }
                     StateReport::Refused(refusal) => {
-                        tracing::warn!(session = %self.key, "snapshot before stop not written: {}", policy::describe(&refusal));
+                        tracing::warn!(session = %self.setup.key, "snapshot before stop not written: {}", policy::describe(&refusal));
                         SnapshotFate::Refused(refusal)
                     }
                     _ => SnapshotFate::NotTried,
@@ -339,7 +342,7 @@ impl Session {
             }
             StateReport::Refused(StateRefusal::Missing) => {}
             StateReport::Refused(refusal) => {
-                tracing::warn!(session = %self.key, "snapshot not restored: {}", policy::describe(&refusal));
+                tracing::warn!(session = %self.setup.key, "snapshot not restored: {}", policy::describe(&refusal));
                 self.add_notice(policy::restore_failed_notice(&refusal));
                 if matches!(refusal, StateRefusal::Tampered { .. }) {
                     // Refused once is refused for good: it must not be tried at every start.
@@ -380,8 +383,11 @@ impl Session {
             HostAsk::Restore(name) => {
                 let store = self.snapshots.as_ref()?;
                 Some(StateTask::Load(Box::new(LoadOrder {
-                    path: store.checkpoint(&self.key, name).display().to_string(),
-                    key: store.session_key(&self.key),
+                    path: store
+                        .checkpoint(&self.setup.key, name)
+                        .display()
+                        .to_string(),
+                    key: store.session_key(&self.setup.key),
                     replace: true,
                 })))
             }
@@ -426,16 +432,13 @@ impl Session {
     }
 
     pub(super) fn add_notice(&mut self, line: String) {
-        self.notice = Some(match self.notice.take() {
-            Some(earlier) => format!("{earlier}\n{line}"),
-            None => line,
-        });
+        self.notice.add(line);
     }
 
     /// A restored snapshot counts as used: the sweep's `ttl` runs from now.
     fn touch_latest(&self) {
         if let Some(store) = &self.snapshots {
-            let latest = store.latest(&self.key);
+            let latest = store.latest(&self.setup.key);
             if let Ok(file) = std::fs::File::options().append(true).open(&latest) {
                 let _ = file.set_modified(SystemTime::now());
             }
@@ -450,10 +453,10 @@ impl Session {
             return;
         }
         if let Some(store) = &self.snapshots {
-            let latest = store.latest(&self.key);
+            let latest = store.latest(&self.setup.key);
             if let Err(err) = std::fs::remove_file(&latest) {
                 if err.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(session = %self.key, "cannot delete {}: {err}", latest.display());
+                    tracing::warn!(session = %self.setup.key, "cannot delete {}: {err}", latest.display());
                 }
             }
         }
@@ -463,7 +466,8 @@ impl Session {
     /// one. True: it will.
     pub(super) fn restore_after_loss(&mut self) -> bool {
         let due = self.snapshots.as_ref().is_some_and(|store| {
-            policy::restores_latest(self.config.snapshots.when) && store.has_latest(&self.key)
+            policy::restores_latest(self.setup.config.snapshots.when)
+                && store.has_latest(&self.setup.key)
         });
         if due {
             self.restore_due = Some(self.cells_since_snapshot);

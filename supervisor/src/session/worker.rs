@@ -78,7 +78,7 @@ impl Handler<StopEscalation> for Session {
                         generation: msg.generation,
                         step: StopStep::Kill,
                     },
-                    self.config.sessions.shutdown_grace,
+                    self.setup.config.sessions.shutdown_grace,
                 );
             }
             StopStep::Kill => process.kill_tree(),
@@ -97,9 +97,9 @@ impl Handler<WorkerStarted> for Session {
         }
         match msg.result {
             Ok(worker) => {
-                tracing::info!(session = %self.key, pid = worker.pid, engine = %worker.engine, "worker started");
+                tracing::info!(session = %self.setup.key, pid = worker.pid, engine = %worker.engine, "worker started");
                 self.start_error = None;
-                self.metrics.worker_started(self.key.language);
+                self.setup.metrics.worker_started(self.setup.key.language);
                 let link = Link::spawn(worker, msg.generation, ctx.address());
                 self.worker = Worker::Ready {
                     generation: msg.generation,
@@ -114,9 +114,9 @@ impl Handler<WorkerStarted> for Session {
                 }
             }
             Err(err) => {
-                tracing::warn!(session = %self.key, "worker failed to start: {err}");
+                tracing::warn!(session = %self.setup.key, "worker failed to start: {err}");
                 self.worker = Worker::None;
-                let message = outcome::start_failed(self.key.language, &err.to_string());
+                let message = outcome::start_failed(self.setup.key.language, &err.to_string());
                 self.start_error = Some(message.clone());
                 if !self.after_stop.is_empty() {
                     self.finish_stop(ctx);
@@ -140,14 +140,10 @@ impl Handler<WorkerNotice> for Session {
         {
             return;
         }
-        let notice = match self.running.as_mut() {
-            Some(running) => &mut running.notice,
-            None => &mut self.notice,
-        };
-        *notice = Some(match notice.take() {
-            Some(earlier) => format!("{earlier}\n{}", msg.message),
-            None => msg.message,
-        });
+        match self.running.as_mut() {
+            Some(running) => running.notice.add(msg.message),
+            None => self.notice.add(msg.message),
+        }
     }
 }
 
@@ -156,7 +152,7 @@ impl Handler<MemoryTick> for Session {
     /// The supervisor's sampler measured worker `pid`'s tree at `rss`.
     fn handle(&mut self, msg: MemoryTick, ctx: &mut Context<Self>) {
         let MemoryTick { pid, rss } = msg;
-        let Some(cap) = self.config.limits.max_rss.map(|c| c.as_u64()) else {
+        let Some(cap) = self.setup.config.limits.max_rss.map(|c| c.as_u64()) else {
             return;
         };
         let current = matches!(&self.worker, Worker::Ready { link, .. } if link.pid == pid);
@@ -215,10 +211,12 @@ impl Handler<CloseSession> for Session {
 impl Handler<UpdateConfig> for Session {
     type Result = ();
     fn handle(&mut self, msg: UpdateConfig, ctx: &mut Context<Self>) {
-        let old_interval = self.config.sessions.heartbeat_interval;
-        self.config = msg.0;
-        self.budget.set_limit(self.config.sessions.restart_budget);
-        if self.config.sessions.heartbeat_interval != old_interval && self.heartbeat_timer.is_some()
+        let old_interval = self.setup.config.sessions.heartbeat_interval;
+        self.setup.config = msg.0;
+        self.budget
+            .set_limit(self.setup.config.sessions.restart_budget);
+        if self.setup.config.sessions.heartbeat_interval != old_interval
+            && self.heartbeat_timer.is_some()
         {
             self.arm_heartbeat(ctx);
         }
@@ -237,7 +235,7 @@ impl Handler<HeartbeatTick> for Session {
             }
             return;
         }
-        let timeout = self.config.sessions.heartbeat_timeout;
+        let timeout = self.setup.config.sessions.heartbeat_timeout;
         let Worker::Ready {
             link, last_heard, ..
         } = &mut self.worker
@@ -265,7 +263,7 @@ impl Session {
         self.generation += 1;
         let generation = self.generation;
         self.worker = Worker::Starting { generation };
-        self.make_tmp_dir();
+        self.setup.make_tmp_dir();
         if let Some(worker) = self.prestarted.take() {
             ctx.notify(WorkerStarted {
                 generation,
@@ -275,14 +273,17 @@ impl Session {
         }
         // A prewarmed worker that fits (a Python session's replacement, say) saves the start;
         // never for a sandboxed session, whose worker confines itself from its start.
-        let wanted = Wanted::new(self.python_choice.as_deref(), self.spec.cwd.as_deref());
+        let wanted = Wanted::new(
+            self.python_choice.as_deref(),
+            self.setup.spec.cwd.as_deref(),
+        );
         let claim = self
             .pool
             .as_ref()
             .filter(|_| self.sandbox.is_none())
             .map(|pool| pool.send(ClaimWorker { wanted }));
-        let launcher = Arc::clone(&self.launcher);
-        let spec = self.spec.clone();
+        let launcher = Arc::clone(&self.setup.launcher);
+        let spec = self.setup.spec.clone();
         let me = ctx.address();
         // Not tied to the actor's lifetime: if the actor is gone when the worker is up, the
         // worker must still be stopped rather than leak.
@@ -326,7 +327,7 @@ impl Session {
                         generation,
                         step: StopStep::Terminate,
                     },
-                    self.config.sessions.shutdown_grace,
+                    self.setup.config.sessions.shutdown_grace,
                 );
             }
             starting @ Worker::Starting { .. } => {
@@ -344,14 +345,14 @@ impl Session {
         self.worker = Worker::None;
         let actions = std::mem::take(&mut self.after_stop);
         if super::stop_forgets_tmp(&actions, &self.stop_fate) {
-            self.remove_tmp_dir();
+            self.setup.remove_tmp_dir();
         }
         if actions.iter().any(|a| matches!(a, AfterStop::Close)) {
             let why = match self.stop_cause {
                 StopCause::DaemonStopped => {
-                    format!("session {} was closed: the daemon stopped", self.key)
+                    format!("session {} was closed: the daemon stopped", self.setup.key)
                 }
-                StopCause::ResetOrClosed => format!("session {} was closed", self.key),
+                StopCause::ResetOrClosed => format!("session {} was closed", self.setup.key),
             };
             for job in self.queue.drain(..) {
                 let _ = job.reply.send(CellReport::error(why.clone()));
@@ -363,8 +364,8 @@ impl Session {
             {
                 let _ = reply.send(());
             }
-            self.events.do_send(SessionEvent::Stopped {
-                key: self.key.clone(),
+            self.setup.events.do_send(SessionEvent::Stopped {
+                key: self.setup.key.clone(),
                 eviction: self.closing.take().flatten(),
                 snapshot: std::mem::replace(&mut self.stop_fate, SnapshotFate::NotTried),
             });
@@ -388,8 +389,8 @@ impl Session {
         self.uncollected.forget(running);
         self.ledger = None;
         self.failed = None;
-        self.budget.reset(self.config.sessions.restart_budget);
-        self.notice = Some(notice);
+        self.budget.reset(self.setup.config.sessions.restart_budget);
+        self.notice.replace(notice);
         self.after_stop.push(AfterStop::Restart);
         self.after_stop.push(AfterStop::ForgetTmp);
         self.stop_worker(ctx);
@@ -401,8 +402,8 @@ impl Session {
         self.restore_due = None;
         self.forget_fenced();
         if let Some(store) = &self.snapshots {
-            if let Err(err) = store.forget(&self.key.session, Some(self.key.language)) {
-                tracing::warn!(session = %self.key, "cannot delete the session's snapshots: {err}");
+            if let Err(err) = store.forget(&self.setup.key.session, Some(self.setup.key.language)) {
+                tracing::warn!(session = %self.setup.key, "cannot delete the session's snapshots: {err}");
             }
         }
     }
@@ -415,8 +416,10 @@ impl Session {
         } = &mut self.worker
         {
             if killed_for.is_none() {
-                tracing::warn!(session = %self.key, pid = link.pid, "killing worker: {reason}");
-                self.metrics.worker_killed(self.key.language, &reason);
+                tracing::warn!(session = %self.setup.key, pid = link.pid, "killing worker: {reason}");
+                self.setup
+                    .metrics
+                    .worker_killed(self.setup.key.language, &reason);
                 *killed_for = Some(reason);
                 link.abandon_host();
                 link.process.kill_tree();
@@ -434,7 +437,7 @@ impl Session {
         if let Worker::Ready { last_heard, .. } = &mut self.worker {
             *last_heard = Instant::now();
         }
-        let interval = self.config.sessions.heartbeat_interval;
+        let interval = self.setup.config.sessions.heartbeat_interval;
         self.heartbeat_timer = Some(ctx.run_interval(interval, |_, ctx| ctx.notify(HeartbeatTick)));
     }
 }
