@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 impl Handler<CellFinished> for Session {
     type Result = ();
     fn handle(&mut self, msg: CellFinished, ctx: &mut Context<Self>) {
-        if !self.is_current(msg.generation) {
+        if !self.slot.is_current(msg.generation) {
             return;
         }
         let Some(mut running) = self.running.take_if(|r| r.cell_id == msg.cell_id) else {
@@ -44,7 +44,7 @@ impl Handler<CellFinished> for Session {
         let mut output = msg.output;
         let (reported, out_of_memory) = match msg.outcome {
             WorkerOutcome::Completed => {
-                self.budget.refill();
+                self.slot.budget.refill();
                 (CellStatus::Complete, None)
             }
             WorkerOutcome::Failed { .. } => (CellStatus::Error, None),
@@ -219,12 +219,7 @@ impl Session {
     /// Starts queued work if nothing is running.
     pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
         loop {
-            if self.running.is_some()
-                || matches!(
-                    self.worker,
-                    Worker::Starting { .. } | Worker::Stopping { .. }
-                )
-            {
+            if self.running.is_some() || self.slot.in_transition() {
                 break;
             }
             if self.queue.front().is_some_and(CellJob::abandoned) {
@@ -245,14 +240,14 @@ impl Session {
             if code && (self.switch_python(ctx) || self.switch_sandbox(ctx)) {
                 break;
             }
-            if let Some(why) = &self.failed {
+            if let Some(why) = &self.slot.failed {
                 let message = why.clone();
                 if let Some(job) = self.queue.pop_front() {
                     let _ = job.reply.send(CellReport::error(message));
                 }
                 continue;
             }
-            if matches!(self.worker, Worker::None) {
+            if self.slot.is_empty() {
                 self.start_worker(ctx);
                 break;
             }
@@ -279,7 +274,7 @@ impl Session {
         self.python_choice = Some(Arc::clone(&choice));
         crate::python_choice::apply(&mut self.setup.spec, &choice);
         match previous {
-            Some(previous) if !matches!(self.worker, Worker::None) => {
+            Some(previous) if !matches!(self.slot.worker, Worker::None) => {
                 let notice = crate::python_choice::change_notice(&previous, &choice.program);
                 self.begin_reset(ctx, notice);
                 true
@@ -320,7 +315,7 @@ impl Session {
             tracing::warn!(session = %self.setup.key, "{warning}");
         }
         let previous = std::mem::replace(&mut self.sandbox, wanted);
-        if matches!(self.worker, Worker::None) {
+        if matches!(self.slot.worker, Worker::None) {
             return false;
         }
         let notice = match (&previous, &self.sandbox) {
@@ -352,7 +347,7 @@ impl Session {
     pub(super) fn run_cell(&mut self, ctx: &mut Context<Self>, mut job: CellJob) {
         let Worker::Ready {
             link, generation, ..
-        } = &self.worker
+        } = &self.slot.worker
         else {
             self.queue.push_front(job);
             return;
@@ -426,7 +421,7 @@ impl Session {
             self.add_notice(notice);
         }
         // The heartbeat runs while cells do (it stops itself once the session is idle).
-        if self.heartbeat_timer.is_none() {
+        if self.slot.heartbeat_timer.is_none() {
             self.arm_heartbeat(ctx);
         }
         let mut requester = job.requester.clone();
@@ -503,7 +498,7 @@ impl Session {
         match step {
             Step::Interrupt { grace } => {
                 let cell_id = running.cell_id;
-                if let Worker::Ready { link, .. } = &self.worker {
+                if let Worker::Ready { link, .. } = &self.slot.worker {
                     link.send(ToWorker::Interrupt { cell_id });
                 }
                 tracing::info!(
@@ -521,15 +516,6 @@ impl Session {
                 self.kill_worker(KillReason::IgnoredInterrupt { grace });
             }
             Step::None => {}
-        }
-    }
-
-    pub(super) fn is_current(&self, generation: u64) -> bool {
-        match &self.worker {
-            Worker::Ready { generation: g, .. } | Worker::Stopping { generation: g, .. } => {
-                *g == generation
-            }
-            _ => false,
         }
     }
 }

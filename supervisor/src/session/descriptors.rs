@@ -5,7 +5,8 @@
 //! one and its notice says why (the anchor's host tears the session down and restarts it on
 //! EMFILE). Its state cannot be saved first: saving needs descriptors.
 
-use super::{AfterStop, Session, Worker};
+use super::closing::AfterStop;
+use super::{Session, Worker};
 use actix::Context;
 
 /// What a worker's descriptors look like after a cell.
@@ -76,7 +77,7 @@ impl Session {
         reported: Option<Option<Descriptors>>,
         ctx: &mut Context<Self>,
     ) -> bool {
-        let Worker::Ready { link, .. } = &self.worker else {
+        let Worker::Ready { link, .. } = &self.slot.worker else {
             return false;
         };
         let seen = match reported {
@@ -99,7 +100,7 @@ impl Session {
              is gone (close files, sockets and pipes a cell opens, e.g. with `with open(...)`)",
             seen.open, seen.limit
         ));
-        self.after_stop.push(AfterStop::Restart);
+        self.closing.then(AfterStop::Restart);
         self.stop_worker(ctx);
         true
     }

@@ -187,10 +187,10 @@ impl Handler<WorkerExited> for Session {
 
     /// Carries out the [`plan`] for the worker's end.
     fn handle(&mut self, msg: WorkerExited, ctx: &mut Context<Self>) {
-        if !self.is_current(msg.generation) {
+        if !self.slot.is_current(msg.generation) {
             return;
         }
-        let worker = std::mem::replace(&mut self.worker, Worker::None);
+        let worker = std::mem::replace(&mut self.slot.worker, Worker::None);
         let running = self.running.take();
         if let Some(running) = &running {
             for timer in &running.timers {
@@ -198,7 +198,7 @@ impl Handler<WorkerExited> for Session {
             }
         }
         let (how, oom_before) = match worker {
-            Worker::Stopping { .. } => (How::Planned(self.stop_cause), None),
+            Worker::Stopping { .. } => (How::Planned(self.closing.cause), None),
             Worker::Ready {
                 killed_for: Some(reason),
                 ..
@@ -236,7 +236,7 @@ impl Handler<WorkerExited> for Session {
             if let Some(task) = task {
                 self.deliver_final(task, CellReport::error(format!("the worker ended: {why}")));
             }
-            if !matches!(how, How::Planned(_)) && !self.after_stop.is_empty() {
+            if !matches!(how, How::Planned(_)) && self.closing.stop_pending() {
                 self.finish_stop(ctx);
                 return;
             }
@@ -272,7 +272,7 @@ impl Handler<WorkerExited> for Session {
             stderr_tail: &msg.stderr_tail,
             cell,
         };
-        let (loss, cell, session) = match plan(lost, &mut self.budget) {
+        let (loss, cell, session) = match plan(lost, &mut self.slot.budget) {
             Plan::Stopped { cancelled } => {
                 if let (Some(running), Some(text)) = (running, cancelled) {
                     let mut outcome = CellReport::error(text);
@@ -323,7 +323,7 @@ impl Handler<WorkerExited> for Session {
                 self.start_worker(ctx);
             }
             Aftermath::ReplaceOnDemand { notice } => self.notice.replace(kept(notice)),
-            Aftermath::Failed { reason } => self.failed = Some(reason),
+            Aftermath::Failed { reason } => self.slot.failed = Some(reason),
         }
         self.pump(ctx);
     }

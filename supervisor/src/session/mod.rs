@@ -31,6 +31,7 @@
 
 mod background;
 mod cells;
+mod closing;
 mod descriptors;
 mod fenced;
 mod files;
@@ -44,6 +45,7 @@ pub mod outcome;
 pub mod policy;
 mod saved;
 mod setup;
+mod slot;
 pub mod state;
 #[cfg(test)]
 mod tests;
@@ -54,19 +56,19 @@ mod worker;
 use crate::artifacts::ArtifactStore;
 pub use crate::cell::CellReport;
 use crate::cell::{CellEvent, CellSpec, ToolCallRequest};
-use crate::spawn::{Launcher, ProcessHandle, StartedWorker, WorkerSpec};
+use crate::spawn::{Launcher, StartedWorker, WorkerSpec};
 use actix::prelude::*;
 pub use cellvisor_client::status::{SessionState, SessionStatus};
 use cellvisor_config::Config;
 use cellvisor_ipc::{Language, ToolInfo};
-use link::Link;
+use closing::Closing;
 pub use messages::*;
 use notice::Notice;
 use observation::{Observer, Uncollected};
-use outcome::{Eviction, KillReason, StopCause};
 use policy::{Deadline, RestartBudget};
 use serde::Serialize;
 use setup::Setup;
+use slot::{Slot, Worker};
 use std::collections::VecDeque;
 use std::fmt;
 use std::path::PathBuf;
@@ -184,44 +186,6 @@ impl CellJob {
     }
 }
 
-/// What to do once the current worker has exited on request.
-enum AfterStop {
-    Restart,
-    Close,
-    /// The session forgets (a reset): its temporary files go with its state.
-    ForgetTmp,
-}
-
-/// Whether a stop that carries out `actions`, its namespace's snapshot having met `fate`,
-/// removes the session's temporary directory: a reset and a close do, unless a snapshot was
-/// saved to restore the session from (an eviction that keeps the session).
-fn stop_forgets_tmp(actions: &[AfterStop], fate: &state::SnapshotFate) -> bool {
-    let reset = actions.iter().any(|a| matches!(a, AfterStop::ForgetTmp));
-    let closed = actions.iter().any(|a| matches!(a, AfterStop::Close));
-    reset || (closed && *fate != state::SnapshotFate::Saved)
-}
-
-enum Worker {
-    None,
-    Starting {
-        generation: u64,
-    },
-    Ready {
-        generation: u64,
-        link: Link,
-        last_heard: Instant,
-        /// Set when we killed it on purpose for a policy (heartbeat, grace, memory).
-        killed_for: Option<KillReason>,
-        /// The kernel's OOM-kill counts when it started, to tell an OOM kill from another
-        /// SIGKILL if it dies of one.
-        oom_before: kernel_oom::OomCounters,
-    },
-    Stopping {
-        generation: u64,
-        process: ProcessHandle,
-    },
-}
-
 struct Running {
     cell_id: u64,
     /// Kept whole so a cell whose worker died before starting it can run on the next one
@@ -327,32 +291,17 @@ pub(crate) struct SessionSetup {
 /// The actor. Created by the supervisor.
 pub struct Session {
     setup: Setup,
-    worker: Worker,
-    generation: u64,
-    after_stop: Vec<AfterStop>,
-    close_replies: Vec<oneshot::Sender<()>>,
-    reset_replies: Vec<oneshot::Sender<()>>,
-    /// Set once a close is under way: why the supervisor closed it, if it did.
-    closing: Option<Option<Eviction>>,
-    /// What a cell cut short by a planned stop of the worker is told.
-    stop_cause: StopCause,
+    slot: Slot,
+    closing: Closing,
     queue: VecDeque<CellJob>,
     running: Option<Running>,
     /// Results of background cells that ended while nobody waited.
     uncollected: Uncollected<crate::cell::CellResult>,
     next_ticket: u64,
-    budget: RestartBudget,
-    failed: Option<String>,
-    /// Why the last worker could not start, until one does.
-    start_error: Option<String>,
     cells_run: u64,
     last_active: Instant,
     /// Told to the next cell: the session was started, restarted, reset or evicted.
     notice: Notice,
-    heartbeat_seq: u64,
-    heartbeat_timer: Option<SpawnHandle>,
-    prestarted: Option<StartedWorker>,
-    pool: Option<Recipient<ClaimWorker>>,
     /// Cells handed to this session so far (see [`SessionEvent::Changed`]).
     jobs_received: u64,
     /// The Python the current (or next) worker runs, once a request has said.
@@ -377,8 +326,6 @@ pub struct Session {
     ledger: Option<crate::state::StateLedger>,
     /// The session's own state tasks so far (their cell ids).
     own_tasks: u64,
-    /// What became of the snapshot before this session's close.
-    stop_fate: state::SnapshotFate,
     /// Cells whose answers wait for their state's commit in etcd, by commit number.
     committing: saved::Committing,
     /// How far the request with a `request_id` whose cell last ran here got (etcd mode):
@@ -389,27 +336,19 @@ pub struct Session {
 impl Session {
     pub(crate) fn new(setup: SessionSetup) -> Session {
         Session {
-            budget: RestartBudget::new(setup.config.sessions.restart_budget),
-            worker: Worker::None,
-            generation: 0,
-            after_stop: Vec::new(),
-            close_replies: Vec::new(),
-            reset_replies: Vec::new(),
-            closing: None,
-            stop_cause: StopCause::default(),
+            slot: Slot::new(
+                RestartBudget::new(setup.config.sessions.restart_budget),
+                setup.prestarted,
+                setup.pool,
+            ),
+            closing: Closing::default(),
             queue: VecDeque::new(),
             running: None,
             uncollected: Uncollected::new(),
             next_ticket: 1,
-            failed: None,
-            start_error: None,
             cells_run: 0,
             last_active: Instant::now(),
             notice: Notice::new(setup.notice),
-            heartbeat_seq: 0,
-            heartbeat_timer: None,
-            prestarted: setup.prestarted,
-            pool: setup.pool,
             jobs_received: 0,
             python: None,
             sandbox: None,
@@ -421,7 +360,6 @@ impl Session {
             cells_since_snapshot: 0,
             ledger: None,
             own_tasks: 0,
-            stop_fate: state::SnapshotFate::NotTried,
             committing: saved::Committing::default(),
             progress: None,
             setup: Setup {
@@ -437,10 +375,10 @@ impl Session {
     }
 
     fn state(&self) -> SessionState {
-        match &self.worker {
+        match &self.slot.worker {
             Worker::Stopping { .. } => SessionState::Stopping,
             _ if self.running.is_some() => SessionState::Busy,
-            _ if self.failed.is_some() => SessionState::Failed,
+            _ if self.slot.failed.is_some() => SessionState::Failed,
             Worker::Starting { .. } => SessionState::Starting,
             _ if !self.queue.is_empty() => SessionState::Busy,
             _ => SessionState::Idle,
@@ -458,11 +396,7 @@ impl Session {
     }
 
     fn pid(&self) -> Option<u32> {
-        match &self.worker {
-            Worker::Ready { link, .. } => Some(link.pid),
-            Worker::Stopping { process, .. } => Some(process.pid()),
-            _ => None,
-        }
+        self.slot.pid()
     }
 
     fn status(&self) -> SessionStatus {
@@ -472,13 +406,10 @@ impl Session {
             cwd: None,
             language: self.setup.key.language,
             pid: self.pid(),
-            engine: match &self.worker {
-                Worker::Ready { link, .. } => Some(link.engine.clone()),
-                _ => None,
-            },
+            engine: self.slot.link().map(|link| link.engine.clone()),
             state: self.state(),
             cells_run: self.cells_run,
-            restarts: self.budget.restarts(),
+            restarts: self.slot.budget.restarts(),
             idle_ms: if self.running.is_some() {
                 0
             } else {
@@ -496,14 +427,14 @@ impl Session {
                 .is_some_and(|r| r.observer.is_waiting()),
             rss_bytes: None,
             cpu_percent: None,
-            reason: self.failed.clone().or_else(|| self.start_error.clone()),
+            reason: self.slot.reason(),
             sandbox: self.sandbox.as_ref().map(|plan| plan.status()),
             node: String::new(),
         }
     }
 
     fn is_closing(&self) -> bool {
-        self.closing.is_some()
+        self.closing.is_closing()
     }
 }
 

@@ -75,9 +75,10 @@ pub enum AfterSave {
 }
 
 /// What became of the snapshot a closing session tried to save (for the next cell's notice).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub enum SnapshotFate {
     /// None was tried (`never`, a host's close, a worker that was busy or gone).
+    #[default]
     NotTried,
     /// It was written: the next cell restores it.
     Saved,
@@ -95,7 +96,7 @@ impl Session {
         reason: SaveReason,
         then: AfterSave,
     ) -> bool {
-        let idle = self.running.is_none() && matches!(self.worker, Worker::Ready { .. });
+        let idle = self.running.is_none() && matches!(self.slot.worker, Worker::Ready { .. });
         if !idle
             || self.snapshots.is_none()
             || !policy::saves(self.setup.config.snapshots.when, reason)
@@ -159,7 +160,7 @@ impl Session {
 
     /// Restores the latest snapshot before the next cell, if one is due. True: it runs.
     pub(super) fn restore_if_due(&mut self, ctx: &mut Context<Self>) -> bool {
-        if !matches!(self.worker, Worker::Ready { .. }) || self.running.is_some() {
+        if !matches!(self.slot.worker, Worker::Ready { .. }) || self.running.is_some() {
             return false;
         }
         let Some(cells_since) = self.restore_due.take() else {
@@ -320,7 +321,7 @@ impl Session {
                 }
             }
             StatePurpose::BeforeStop(AfterSave::Close, _) => {
-                self.stop_fate = SnapshotFate::Refused(refusal);
+                self.closing.fate = SnapshotFate::Refused(refusal);
             }
             StatePurpose::BeforeStop(AfterSave::Recycle, _) => {}
         }
@@ -356,14 +357,14 @@ impl Session {
     fn stop_after_save(&mut self, ctx: &mut Context<Self>, then: AfterSave, fate: SnapshotFate) {
         match then {
             AfterSave::Close => {
-                self.stop_fate = fate;
+                self.closing.fate = fate;
                 self.stop_worker(ctx);
             }
             AfterSave::Recycle => {
                 if fate == SnapshotFate::Saved {
                     self.restore_due = Some(0);
                 }
-                self.after_stop.push(super::AfterStop::Restart);
+                self.closing.then(super::closing::AfterStop::Restart);
                 self.stop_worker(ctx);
             }
         }

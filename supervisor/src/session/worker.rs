@@ -3,14 +3,16 @@
 //! (Shutdown frame, then SIGTERM, then SIGKILL, one `StopEscalation` each), policy kill and
 //! reload. What its loss means is decided in [`loss`](super::loss).
 
+use super::closing::AfterStop;
 use super::link::Link;
 use super::messages::{
     ClaimWorker, CloseSession, HeartbeatTick, MemoryTick, ResetSession, SessionEvent,
     StopEscalation, StopStep, UpdateConfig, WorkerNotice, WorkerStarted,
 };
-use super::outcome::{self, KillReason, StopCause};
-use super::state::{AfterSave, SnapshotFate};
-use super::{AfterStop, Session, Worker};
+use super::outcome::{self, KillReason};
+use super::slot::Beat;
+use super::state::AfterSave;
+use super::{Session, Worker};
 use crate::python_choice::PythonChoice;
 use crate::session::CellReport;
 use crate::snapshots::policy::SaveReason;
@@ -63,7 +65,7 @@ impl Handler<StopEscalation> for Session {
         let Worker::Stopping {
             generation,
             process,
-        } = &self.worker
+        } = &self.slot.worker
         else {
             return;
         };
@@ -89,7 +91,7 @@ impl Handler<StopEscalation> for Session {
 impl Handler<WorkerStarted> for Session {
     type Result = ();
     fn handle(&mut self, msg: WorkerStarted, ctx: &mut Context<Self>) {
-        if !matches!(self.worker, Worker::Starting { generation } if generation == msg.generation) {
+        if !self.slot.is_starting(msg.generation) {
             if let Ok(worker) = msg.result {
                 actix::spawn(worker.discard());
             }
@@ -98,27 +100,27 @@ impl Handler<WorkerStarted> for Session {
         match msg.result {
             Ok(worker) => {
                 tracing::info!(session = %self.setup.key, pid = worker.pid, engine = %worker.engine, "worker started");
-                self.start_error = None;
+                self.slot.start_error = None;
                 self.setup.metrics.worker_started(self.setup.key.language);
                 let link = Link::spawn(worker, msg.generation, ctx.address());
-                self.worker = Worker::Ready {
+                self.slot.worker = Worker::Ready {
                     generation: msg.generation,
                     link,
                     last_heard: Instant::now(),
                     killed_for: None,
                     oom_before: super::kernel_oom::OomCounters::read(),
                 };
-                if !self.after_stop.is_empty() {
+                if self.closing.stop_pending() {
                     self.stop_worker(ctx);
                     return;
                 }
             }
             Err(err) => {
                 tracing::warn!(session = %self.setup.key, "worker failed to start: {err}");
-                self.worker = Worker::None;
+                self.slot.worker = Worker::None;
                 let message = outcome::start_failed(self.setup.key.language, &err.to_string());
-                self.start_error = Some(message.clone());
-                if !self.after_stop.is_empty() {
+                self.slot.start_error = Some(message.clone());
+                if self.closing.stop_pending() {
                     self.finish_stop(ctx);
                     return;
                 }
@@ -136,8 +138,7 @@ impl Handler<WorkerNotice> for Session {
     /// The worker said something for the next cell (a startup module failed): the first cell
     /// carries it, even one already running (the notice crossed it).
     fn handle(&mut self, msg: WorkerNotice, _: &mut Context<Self>) {
-        if !matches!(self.worker, Worker::Ready { generation, .. } if generation == msg.generation)
-        {
+        if !self.slot.is_ready(msg.generation) {
             return;
         }
         match self.running.as_mut() {
@@ -155,7 +156,7 @@ impl Handler<MemoryTick> for Session {
         let Some(cap) = self.setup.config.limits.max_rss.map(|c| c.as_u64()) else {
             return;
         };
-        let current = matches!(&self.worker, Worker::Ready { link, .. } if link.pid == pid);
+        let current = matches!(&self.slot.worker, Worker::Ready { link, .. } if link.pid == pid);
         if let Some(running) = self.running.as_mut().filter(|_| current) {
             running.peak_rss = running.peak_rss.max(rss);
         }
@@ -177,9 +178,7 @@ impl Handler<MemoryTick> for Session {
 impl Handler<ResetSession> for Session {
     type Result = ();
     fn handle(&mut self, msg: ResetSession, ctx: &mut Context<Self>) {
-        if let Some(reply) = msg.reply {
-            self.reset_replies.push(reply);
-        }
+        self.closing.reset_asked(msg.reply);
         self.forget_state();
         self.begin_reset(ctx, "the session was reset; earlier state is gone".into());
     }
@@ -188,20 +187,13 @@ impl Handler<ResetSession> for Session {
 impl Handler<CloseSession> for Session {
     type Result = ();
     fn handle(&mut self, msg: CloseSession, ctx: &mut Context<Self>) {
-        if let Some(reply) = msg.reply {
-            self.close_replies.push(reply);
-        }
-        if msg.save == Some(SaveReason::DaemonStop) {
-            self.stop_cause = StopCause::DaemonStopped;
-        }
-        let saving = self.closing.is_none()
+        let daemon_stops = msg.save == Some(SaveReason::DaemonStop);
+        self.closing.asked(msg.reply, daemon_stops);
+        let saving = !self.is_closing()
             && msg
                 .save
                 .is_some_and(|reason| self.save_before_stop(ctx, reason, AfterSave::Close));
-        if self.closing.is_none() {
-            self.closing = Some(msg.eviction);
-        }
-        self.after_stop.push(AfterStop::Close);
+        self.closing.begin(msg.eviction);
         if !saving && !self.saving_before_stop() {
             self.stop_worker(ctx);
         }
@@ -213,10 +205,11 @@ impl Handler<UpdateConfig> for Session {
     fn handle(&mut self, msg: UpdateConfig, ctx: &mut Context<Self>) {
         let old_interval = self.setup.config.sessions.heartbeat_interval;
         self.setup.config = msg.0;
-        self.budget
+        self.slot
+            .budget
             .set_limit(self.setup.config.sessions.restart_budget);
         if self.setup.config.sessions.heartbeat_interval != old_interval
-            && self.heartbeat_timer.is_some()
+            && self.slot.heartbeat_timer.is_some()
         {
             self.arm_heartbeat(ctx);
         }
@@ -230,41 +223,23 @@ impl Handler<HeartbeatTick> for Session {
     /// closing, one that hangs while idle by the heartbeat of its next cell).
     fn handle(&mut self, _: HeartbeatTick, ctx: &mut Context<Self>) {
         if self.running.is_none() {
-            if let Some(timer) = self.heartbeat_timer.take() {
+            if let Some(timer) = self.slot.heartbeat_timer.take() {
                 ctx.cancel_future(timer);
             }
             return;
         }
         let timeout = self.setup.config.sessions.heartbeat_timeout;
-        let Worker::Ready {
-            link, last_heard, ..
-        } = &mut self.worker
-        else {
-            return;
-        };
-        // Any frame read since the previous tick is as good as a pong; and while the reader
-        // waits for a slow host it reads nothing, the worker held back on purpose, not dead.
-        if link.heard_since_last_look() || link.host_stalled() {
-            *last_heard = Instant::now();
-        }
-        if last_heard.elapsed() > timeout {
+        if self.slot.beat(timeout) == Beat::Silent {
             self.kill_worker(KillReason::MissedHeartbeats { timeout });
-            return;
         }
-        self.heartbeat_seq += 1;
-        link.send(ToWorker::Ping {
-            seq: self.heartbeat_seq,
-        });
     }
 }
 
 impl Session {
     pub(super) fn start_worker(&mut self, ctx: &mut Context<Self>) {
-        self.generation += 1;
-        let generation = self.generation;
-        self.worker = Worker::Starting { generation };
+        let generation = self.slot.begin_start();
         self.setup.make_tmp_dir();
-        if let Some(worker) = self.prestarted.take() {
+        if let Some(worker) = self.slot.prestarted.take() {
             ctx.notify(WorkerStarted {
                 generation,
                 result: Ok(worker),
@@ -278,6 +253,7 @@ impl Session {
             self.setup.spec.cwd.as_deref(),
         );
         let claim = self
+            .slot
             .pool
             .as_ref()
             .filter(|_| self.sandbox.is_none())
@@ -310,13 +286,13 @@ impl Session {
 
     /// Asks the worker to exit: the Shutdown frame now, SIGTERM and SIGKILL later if needed.
     pub(super) fn stop_worker(&mut self, ctx: &mut Context<Self>) {
-        match std::mem::replace(&mut self.worker, Worker::None) {
+        match std::mem::replace(&mut self.slot.worker, Worker::None) {
             Worker::Ready {
                 generation, link, ..
             } => {
                 link.send(ToWorker::Shutdown);
                 link.abandon_host();
-                self.worker = Worker::Stopping {
+                self.slot.worker = Worker::Stopping {
                     generation,
                     process: link.process.clone(),
                 };
@@ -332,9 +308,9 @@ impl Session {
             }
             starting @ Worker::Starting { .. } => {
                 // Stopped once it is up (see on_started).
-                self.worker = starting;
+                self.slot.worker = starting;
             }
-            stopping @ Worker::Stopping { .. } => self.worker = stopping,
+            stopping @ Worker::Stopping { .. } => self.slot.worker = stopping,
             Worker::None => self.finish_stop(ctx),
         }
         self.report();
@@ -342,40 +318,27 @@ impl Session {
 
     /// The worker is gone on request: carry out what was asked.
     pub(super) fn finish_stop(&mut self, ctx: &mut Context<Self>) {
-        self.worker = Worker::None;
-        let actions = std::mem::take(&mut self.after_stop);
-        if super::stop_forgets_tmp(&actions, &self.stop_fate) {
+        self.slot.worker = Worker::None;
+        let actions = self.closing.take_actions();
+        if actions.forgets_tmp(&self.closing.fate) {
             self.setup.remove_tmp_dir();
         }
-        if actions.iter().any(|a| matches!(a, AfterStop::Close)) {
-            let why = match self.stop_cause {
-                StopCause::DaemonStopped => {
-                    format!("session {} was closed: the daemon stopped", self.setup.key)
-                }
-                StopCause::ResetOrClosed => format!("session {} was closed", self.setup.key),
-            };
+        if actions.closes() {
+            let why = self.closing.why_closed(&self.setup.key);
             for job in self.queue.drain(..) {
                 let _ = job.reply.send(CellReport::error(why.clone()));
             }
-            for reply in self
-                .close_replies
-                .drain(..)
-                .chain(self.reset_replies.drain(..))
-            {
-                let _ = reply.send(());
-            }
+            let (eviction, snapshot) = self.closing.closed();
             self.setup.events.do_send(SessionEvent::Stopped {
                 key: self.setup.key.clone(),
-                eviction: self.closing.take().flatten(),
-                snapshot: std::mem::replace(&mut self.stop_fate, SnapshotFate::NotTried),
+                eviction,
+                snapshot,
             });
             ctx.stop();
             return;
         }
-        for reply in self.reset_replies.drain(..) {
-            let _ = reply.send(());
-        }
-        if actions.iter().any(|a| matches!(a, AfterStop::Restart)) {
+        self.closing.reset_done();
+        if actions.restarts() {
             self.start_worker(ctx);
         }
         self.pump(ctx);
@@ -388,11 +351,13 @@ impl Session {
         let running = self.running.as_ref().map(|r| r.cell_id);
         self.uncollected.forget(running);
         self.ledger = None;
-        self.failed = None;
-        self.budget.reset(self.setup.config.sessions.restart_budget);
+        self.slot.failed = None;
+        self.slot
+            .budget
+            .reset(self.setup.config.sessions.restart_budget);
         self.notice.replace(notice);
-        self.after_stop.push(AfterStop::Restart);
-        self.after_stop.push(AfterStop::ForgetTmp);
+        self.closing.then(AfterStop::Restart);
+        self.closing.then(AfterStop::ForgetTmp);
         self.stop_worker(ctx);
     }
 
@@ -413,7 +378,7 @@ impl Session {
     pub(super) fn kill_worker(&mut self, reason: KillReason) {
         if let Worker::Ready {
             link, killed_for, ..
-        } = &mut self.worker
+        } = &mut self.slot.worker
         {
             if killed_for.is_none() {
                 tracing::warn!(session = %self.setup.key, pid = link.pid, "killing worker: {reason}");
@@ -431,14 +396,15 @@ impl Session {
     /// session, or the interval changes). The worker gets a fresh allowance: silence
     /// measured against the old interval, or while idle, says nothing now.
     pub(super) fn arm_heartbeat(&mut self, ctx: &mut Context<Self>) {
-        if let Some(timer) = self.heartbeat_timer.take() {
+        if let Some(timer) = self.slot.heartbeat_timer.take() {
             ctx.cancel_future(timer);
         }
-        if let Worker::Ready { last_heard, .. } = &mut self.worker {
+        if let Worker::Ready { last_heard, .. } = &mut self.slot.worker {
             *last_heard = Instant::now();
         }
         let interval = self.setup.config.sessions.heartbeat_interval;
-        self.heartbeat_timer = Some(ctx.run_interval(interval, |_, ctx| ctx.notify(HeartbeatTick)));
+        self.slot.heartbeat_timer =
+            Some(ctx.run_interval(interval, |_, ctx| ctx.notify(HeartbeatTick)));
     }
 }
 
