@@ -15,7 +15,7 @@ impl Handler<CellYield> for Session {
     type Result = ();
     /// The running cell yields: whoever watches gets the output so far, as `running`.
     fn handle(&mut self, msg: CellYield, ctx: &mut Context<Self>) {
-        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == msg.cell_id) else {
+        let Some(running) = self.turns.running_as(msg.cell_id) else {
             return;
         };
         // A yield_control() made the reader hold what came after it: let go unless cut below.
@@ -55,14 +55,13 @@ impl Handler<WaitCell> for Session {
     type Result = ();
     /// A `wait`: watch the running background cell, or collect a finished one's result.
     fn handle(&mut self, msg: WaitCell, ctx: &mut Context<Self>) {
-        let ticket = self.next_ticket;
-        self.next_ticket += 1;
+        let ticket = self.turns.take_ticket();
         let waiter = Waiter {
             ticket,
             max_bytes: msg.max_bytes,
             reply: msg.reply,
         };
-        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == msg.cell_id) else {
+        let Some(running) = self.turns.running_as(msg.cell_id) else {
             self.collect(msg.cell_id, waiter);
             return;
         };
@@ -94,7 +93,7 @@ impl Handler<WaitExpired> for Session {
     type Result = ();
     /// A wait's time passed with the cell still running: the output since the last look.
     fn handle(&mut self, msg: WaitExpired, _: &mut Context<Self>) {
-        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == msg.cell_id) else {
+        let Some(running) = self.turns.running_as(msg.cell_id) else {
             return;
         };
         let Some(waiter) = running.observer.take_waiter_if(|w| w.ticket == msg.ticket) else {
@@ -114,14 +113,13 @@ impl Handler<TerminateCell> for Session {
     /// terminator is answered with its final result. A wait in progress gets the output so
     /// far now.
     fn handle(&mut self, msg: TerminateCell, ctx: &mut Context<Self>) {
-        let ticket = self.next_ticket;
-        self.next_ticket += 1;
+        let ticket = self.turns.take_ticket();
         let waiter = Waiter {
             ticket,
             max_bytes: None,
             reply: msg.reply,
         };
-        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == msg.cell_id) else {
+        let Some(running) = self.turns.running_as(msg.cell_id) else {
             self.collect(msg.cell_id, waiter);
             return;
         };
@@ -145,7 +143,7 @@ impl Handler<TerminateCell> for Session {
 impl Session {
     /// The running cell's output since the last look, as a `running` outcome and result.
     fn snapshot(&mut self) -> Option<(CellReport, CellResult)> {
-        let running = self.running.as_mut()?;
+        let running = self.turns.running.as_mut()?;
         let observed = running.output.cut();
         let outcome = CellReport {
             status: CellStatus::Running,
@@ -167,7 +165,7 @@ impl Session {
 
     /// The result of a background cell that ended unobserved, handed over once.
     fn collect(&mut self, cell_id: u64, waiter: Waiter) {
-        match self.uncollected.collect(cell_id) {
+        match self.turns.uncollected.collect(cell_id) {
             Ok(result) => self.answer(waiter, result),
             Err(refusal) => {
                 let _ = waiter.reply.send(Err(refusal));
@@ -192,7 +190,7 @@ impl Session {
                 outcome.status_events.retain(|event| !is_notify(event));
                 let result = result_of(&running, outcome);
                 let cap = self.setup.config.cells.max_uncollected;
-                for dropped in self.uncollected.keep(running.cell_id, result, cap) {
+                for dropped in self.turns.uncollected.keep(running.cell_id, result, cap) {
                     tracing::warn!(session = %self.setup.key, cell_id = dropped, cap, "dropped the uncollected result of a background cell: cells.max-uncollected reached");
                 }
             }
@@ -214,7 +212,7 @@ impl Session {
         if result.report.output.len() <= max_bytes {
             return;
         }
-        let limits = (self.setup).wait_limits(max_bytes, result.cell_id, self.next_ticket);
+        let limits = (self.setup).wait_limits(max_bytes, result.cell_id, self.turns.peek_ticket());
         let mut sink = OutputSink::new(limits);
         sink.write(result.report.output.as_bytes());
         let cut = sink.finish();

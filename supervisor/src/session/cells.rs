@@ -27,7 +27,7 @@ impl Handler<CellFinished> for Session {
         if !self.slot.is_current(msg.generation) {
             return;
         }
-        let Some(mut running) = self.running.take_if(|r| r.cell_id == msg.cell_id) else {
+        let Some(mut running) = self.turns.running.take_if(|r| r.cell_id == msg.cell_id) else {
             return;
         };
         for timer in running.timers.drain(..) {
@@ -75,8 +75,8 @@ impl Handler<CellFinished> for Session {
             append_line(&mut output.text, &line);
             status = CellStatus::Error;
         }
-        self.cells_run += 1;
-        self.last_active = Instant::now();
+        self.turns.cells_run += 1;
+        self.turns.touch();
         let duration_ms = running.started.elapsed().as_secs_f64() * 1000.0;
         let usage = CellUsage {
             processes_seen: Some(msg.processes_seen),
@@ -138,7 +138,7 @@ impl Handler<CellDeadline> for Session {
     type Result = ();
     fn handle(&mut self, msg: CellDeadline, ctx: &mut Context<Self>) {
         let CellDeadline { cell_id } = msg;
-        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == cell_id) else {
+        let Some(running) = self.turns.running_as(cell_id) else {
             return;
         };
         let step = running.deadline.expired();
@@ -160,7 +160,7 @@ impl Handler<GraceExpired> for Session {
     type Result = ();
     fn handle(&mut self, msg: GraceExpired, _: &mut Context<Self>) {
         let GraceExpired { cell_id } = msg;
-        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == cell_id) else {
+        let Some(running) = self.turns.running_as(cell_id) else {
             return;
         };
         if running.deadline.grace_expired() == Step::Kill {
@@ -179,7 +179,7 @@ impl Handler<GraceExpired> for Session {
 impl Handler<RunCell> for Session {
     type Result = ();
     fn handle(&mut self, msg: RunCell, ctx: &mut Context<Self>) {
-        self.jobs_received += 1;
+        self.turns.receive();
         if self.is_closing() {
             let _ = msg.0.reply.send(CellReport::error(format!(
                 "session {} is closing",
@@ -187,7 +187,7 @@ impl Handler<RunCell> for Session {
             )));
             return;
         }
-        self.queue.push_back(msg.0);
+        self.turns.queue.push_back(msg.0);
         self.pump(ctx);
     }
 }
@@ -206,6 +206,7 @@ impl Handler<RequesterGone> for Session {
         // to no request any more, and its watch may still fire once, its cancel having come
         // in the same turn as the request's end.
         let awaited = self
+            .turns
             .running
             .as_ref()
             .is_some_and(|r| r.cell_id == msg.cell_id && r.observer.is_requester());
@@ -219,14 +220,13 @@ impl Session {
     /// Starts queued work if nothing is running.
     pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
         loop {
-            if self.running.is_some() || self.slot.in_transition() {
+            if self.turns.running.is_some() || self.slot.in_transition() {
                 break;
             }
-            if self.queue.front().is_some_and(CellJob::abandoned) {
-                self.queue.pop_front();
-                continue;
+            if !self.turns.drop_abandoned() {
+                break;
             }
-            let Some(front) = self.queue.front_mut() else {
+            let Some(front) = self.turns.queue.front_mut() else {
                 break;
             };
             if front.spec.reset {
@@ -241,10 +241,7 @@ impl Session {
                 break;
             }
             if let Some(why) = &self.slot.failed {
-                let message = why.clone();
-                if let Some(job) = self.queue.pop_front() {
-                    let _ = job.reply.send(CellReport::error(message));
-                }
+                self.turns.refuse_next(why.clone());
                 continue;
             }
             if self.slot.is_empty() {
@@ -254,94 +251,11 @@ impl Session {
             if self.restore_if_due(ctx) {
                 break;
             }
-            if let Some(job) = self.queue.pop_front() {
+            if let Some(job) = self.turns.queue.pop_front() {
                 self.run_cell(ctx, job);
             }
         }
         self.report();
-    }
-
-    /// Follows the Python the next cell's request asks for: the next worker starts with it,
-    /// and a live worker on another one is replaced first (true: wait for that).
-    fn switch_python(&mut self, ctx: &mut Context<Self>) -> bool {
-        let Some(choice) = self.queue.front().and_then(|job| job.python.clone()) else {
-            return false;
-        };
-        if self.python.as_ref() == Some(&choice.program) {
-            return false;
-        }
-        let previous = self.python.replace(choice.program.clone());
-        self.python_choice = Some(Arc::clone(&choice));
-        crate::python_choice::apply(&mut self.setup.spec, &choice);
-        match previous {
-            Some(previous) if !matches!(self.slot.worker, Worker::None) => {
-                let notice = crate::python_choice::change_notice(&previous, &choice.program);
-                self.begin_reset(ctx, notice);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Follows the sandbox the next cell's request runs under (its policy and its cwd): the
-    /// next worker starts under it, and a live worker under another one is replaced first
-    /// (true: wait for that). A worker that cannot be set up fails the cell with why.
-    fn switch_sandbox(&mut self, ctx: &mut Context<Self>) -> bool {
-        let front = self.queue.front();
-        let wanted = front.and_then(|job| job.sandbox.clone());
-        let keeps = front.is_some_and(|job| job.keeps_level_confinement);
-        if wanted == self.sandbox
-            || keeps_as_it_is(keeps, wanted.as_deref(), self.sandbox.as_deref())
-        {
-            return false;
-        }
-        let dirs = self.sandbox_dirs();
-        let applied = crate::sandbox::apply_to_env(
-            &mut self.setup.spec.env,
-            wanted.as_deref(),
-            &dirs,
-            self.setup.artifacts.dir(),
-        );
-        if let Err(err) = applied {
-            if let Some(job) = self.queue.pop_front() {
-                let _ = job.reply.send(CellReport::error(format!(
-                    "sandbox: cannot prepare the session's directories ({}): {err}",
-                    dirs.tmp.display()
-                )));
-            }
-            return true;
-        }
-        if let Some(warning) = wanted.as_ref().and_then(|plan| plan.warning()) {
-            tracing::warn!(session = %self.setup.key, "{warning}");
-        }
-        let previous = std::mem::replace(&mut self.sandbox, wanted);
-        if matches!(self.slot.worker, Worker::None) {
-            return false;
-        }
-        let notice = match (&previous, &self.sandbox) {
-            (Some(_), None) => "this request runs without the sandbox".to_string(),
-            (None, Some(_)) => "this request runs sandboxed".to_string(),
-            _ => "this request's sandbox (policy or directory) differs".to_string(),
-        };
-        self.begin_reset(
-            ctx,
-            format!("{notice}: a new worker was started for it and earlier state is lost"),
-        );
-        true
-    }
-
-    /// The session's own directories a sandboxed worker may write.
-    fn sandbox_dirs(&self) -> crate::sandbox::SessionDirs {
-        let name = self.setup.key.session.dir_name();
-        crate::sandbox::SessionDirs {
-            tmp: self.setup.tmp_dir(),
-            artifacts: self.setup.artifacts.dir().join(&name),
-            store: self.setup.spec.env.store_dir(),
-            snapshots: self
-                .snapshots
-                .as_ref()
-                .map(|store| store.dir(&self.setup.key)),
-        }
     }
 
     pub(super) fn run_cell(&mut self, ctx: &mut Context<Self>, mut job: CellJob) {
@@ -349,7 +263,7 @@ impl Session {
             link, generation, ..
         } = &self.slot.worker
         else {
-            self.queue.push_front(job);
+            self.turns.queue.push_front(job);
             return;
         };
         let cell_id = job.cell_id;
@@ -357,7 +271,7 @@ impl Session {
             job.max_output_bytes,
             link.pid,
             cell_id,
-            self.sandbox.is_some(),
+            self.env.sandbox.is_some(),
         );
         let output = Arc::new(CellOutput::new(limits));
         let declared: Vec<String> = job.tools.iter().map(|t| t.name.clone()).collect();
@@ -374,39 +288,13 @@ impl Session {
                 return;
             }
         };
-        let session_env = if own_task || self.session_env_sent == *generation {
-            Vec::new()
-        } else {
-            self.session_env_sent = *generation;
-            self.setup.spec.env.session_vars()
+        let session_env = match !own_task && self.env.session_vars_due(*generation) {
+            true => self.setup.spec.env.session_vars(),
+            false => Vec::new(),
         };
-        let mut env_notice = None;
-        let env_changes = match job.caller_env.as_ref().filter(|_| !own_task) {
-            None => Vec::new(),
-            Some(caller) => {
-                let before = match &self.caller_env_applied {
-                    Some((applied_to, applied)) if applied_to == generation => {
-                        Some(Arc::clone(applied))
-                    }
-                    _ => None,
-                };
-                let changes = self
-                    .setup
-                    .spec
-                    .env
-                    .caller_changes(caller, before.as_deref());
-                self.caller_env_applied = Some((*generation, Arc::clone(caller)));
-                // A worker's first caller environment is the one it is taken to start with;
-                // a later change to a live worker is named, the values never.
-                if before.is_some() && !changes.is_empty() {
-                    let names: Vec<&str> = changes.iter().map(|(name, _)| name.as_str()).collect();
-                    env_notice = Some(format!(
-                        "the caller's environment changed: {} (applied before this cell)",
-                        names.join(", ")
-                    ));
-                }
-                changes
-            }
+        let (env_changes, env_notice) = match job.caller_env.as_ref().filter(|_| !own_task) {
+            None => (Vec::new(), None),
+            Some(caller) => (self.env).caller_changes(&self.setup.spec.env, caller, *generation),
         };
         link.send(ToWorker::Execute(ExecuteCell {
             cell_id,
@@ -449,7 +337,7 @@ impl Session {
         }
         // The reply travels with the observer; the job keeps a dead end until a requeue.
         let reply = std::mem::replace(&mut job.reply, oneshot::channel().0);
-        self.running = Some(Running {
+        self.turns.running = Some(Running {
             cell_id,
             job,
             observer: Observer::Requester(reply),
@@ -468,7 +356,7 @@ impl Session {
             ledger: if own_task { None } else { self.take_ledger() },
             peak_rss: 0,
         });
-        self.last_active = Instant::now();
+        self.turns.touch();
     }
 
     /// The host interrupts the running cell (`cell_id`, or whichever runs); whether one was
@@ -479,6 +367,7 @@ impl Session {
         ctx: &mut Context<Self>,
     ) -> bool {
         let Some(running) = self
+            .turns
             .running
             .as_mut()
             .filter(|r| cell_id.is_none_or(|id| id == r.cell_id))
@@ -492,7 +381,7 @@ impl Session {
 
     /// Carries out what the running cell's [`Deadline`] decided.
     fn take_step(&mut self, step: Step, ctx: &mut Context<Self>) {
-        let Some(running) = self.running.as_mut() else {
+        let Some(running) = self.turns.running.as_mut() else {
             return;
         };
         match step {
@@ -517,49 +406,5 @@ impl Session {
             }
             Step::None => {}
         }
-    }
-}
-
-/// Whether a request that wants no sandbox (`wanted`) runs in the worker as it is: when it
-/// keeps the level's confinement (a local request at `auto`'s `landlock` for network
-/// sessions) and the worker is confined by the level (`current`), rather than losing the
-/// session's state to an unconfined worker.
-fn keeps_as_it_is(
-    keeps: bool,
-    wanted: Option<&crate::sandbox::Plan>,
-    current: Option<&crate::sandbox::Plan>,
-) -> bool {
-    keeps && wanted.is_none() && current.is_some_and(|plan| plan.by_level)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::keeps_as_it_is;
-    use crate::sandbox::{isolation_policy, plan, KernelSupport, Plan};
-
-    fn confined(by_level: bool) -> Plan {
-        let kernel = KernelSupport {
-            landlock_abi: 7,
-            user_namespaces: true,
-        };
-        let policy = isolation_policy(&cellvisor_config::SandboxConfig::default());
-        let mut plan = plan(policy, kernel, "/w".into()).expect("plan");
-        plan.by_level = by_level;
-        plan
-    }
-
-    #[test]
-    fn a_local_request_runs_in_a_worker_the_level_confined_and_nowhere_else() {
-        let level = confined(true);
-        let operator = confined(false);
-        // A local request at `auto` keeps a worker a network client's request confined.
-        assert!(keeps_as_it_is(true, None, Some(&level)));
-        // Not an unconfined worker (nothing to keep), not the operator's or a request's
-        // sandbox (leaving it is asked for), not for a request that names its own.
-        assert!(!keeps_as_it_is(true, None, None));
-        assert!(!keeps_as_it_is(true, None, Some(&operator)));
-        assert!(!keeps_as_it_is(true, Some(&operator), Some(&level)));
-        // A request of no such level (`none`, `uid`) leaves the sandbox as it always did.
-        assert!(!keeps_as_it_is(false, None, Some(&level)));
     }
 }

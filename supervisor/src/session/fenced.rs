@@ -151,7 +151,7 @@ impl Session {
             blob: name.clone(),
             sha256,
             bytes,
-            cells: self.cells_run,
+            cells: self.turns.cells_run,
             node: store.node().to_string(),
             token,
         };
@@ -236,7 +236,7 @@ impl Session {
                 .unwrap_or_default(),
             sha256,
             bytes,
-            cells: self.cells_run,
+            cells: self.turns.cells_run,
             node: store.node().to_string(),
             token,
         };

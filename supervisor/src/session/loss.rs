@@ -191,7 +191,7 @@ impl Handler<WorkerExited> for Session {
             return;
         }
         let worker = std::mem::replace(&mut self.slot.worker, Worker::None);
-        let running = self.running.take();
+        let running = self.turns.running.take();
         if let Some(running) = &running {
             for timer in &running.timers {
                 ctx.cancel_future(*timer);
@@ -293,7 +293,7 @@ impl Handler<WorkerExited> for Session {
         tracing::warn!(session = %self.setup.key, "worker gone: {loss}");
         match (cell, running) {
             (ForCell::Requeue, Some(running)) => match running.into_requeued() {
-                Ok(job) => self.queue.push_front(job),
+                Ok(job) => self.turns.queue.push_front(job),
                 // Not planned (the plan requeues only a cell its requester waits for).
                 Err(running) => {
                     let outcome = CellReport::error(loss.to_string());
@@ -307,7 +307,7 @@ impl Handler<WorkerExited> for Session {
                 outcome.out_of_memory = verdict;
                 self.setup.count_cell(&outcome);
                 self.deliver_final(running, outcome);
-                self.cells_run += 1;
+                self.turns.cells_run += 1;
                 self.cells_since_snapshot += 1;
             }
             _ => {}

@@ -50,8 +50,10 @@ pub mod state;
 #[cfg(test)]
 mod tests;
 mod tmp;
+mod turns;
 mod window;
 mod worker;
+mod worker_env;
 
 use crate::artifacts::ArtifactStore;
 pub use crate::cell::CellReport;
@@ -64,19 +66,18 @@ use cellvisor_ipc::{Language, ToolInfo};
 use closing::Closing;
 pub use messages::*;
 use notice::Notice;
-use observation::{Observer, Uncollected};
-use policy::{Deadline, RestartBudget};
+use policy::RestartBudget;
 use serde::Serialize;
 use setup::Setup;
 use slot::{Slot, Worker};
-use std::collections::VecDeque;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
-use window::CellOutput;
+use turns::{Running, Turns, Waiter};
 pub use worker::Wanted;
+use worker_env::EnvTracking;
 
 /// Which session and language a worker serves.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -186,84 +187,6 @@ impl CellJob {
     }
 }
 
-struct Running {
-    cell_id: u64,
-    /// Kept whole so a cell whose worker died before starting it can run on the next one
-    /// (its `reply` is in `observer` meanwhile).
-    job: CellJob,
-    /// Who gets the cell's output next: its requester, nobody, or one `wait`.
-    observer: Observer<oneshot::Sender<CellReport>, Waiter>,
-    /// The output since the last look, shared with the connection's reader.
-    output: Arc<CellOutput>,
-    /// The watch on the requester, cancelled when the cell goes to the background.
-    requester_watch: SpawnHandle,
-    /// The current `wait`'s timer (a stale `WaitExpired` after the cell's end is ignored).
-    wait_timer: Option<SpawnHandle>,
-    started: Instant,
-    deadline: Deadline,
-    /// The futures that exist for this cell alone, cancelled when it ends: the pending
-    /// `CellDeadline`, `GraceExpired` and `CellYield` (its yield time), and the watch on its
-    /// requester (left running, a request of N cells would leave N watchers for the actor to
-    /// poll on every wake-up).
-    timers: Vec<SpawnHandle>,
-    notice: Notice,
-    /// What a restore just before this cell brought back.
-    ledger: Option<crate::state::StateLedger>,
-    /// The largest memory the supervisor's sampler saw the worker's tree use during the
-    /// cell (0 when it does not sample: no `limits.max-rss`).
-    peak_rss: u64,
-}
-
-impl Running {
-    /// The report of this cell when its worker was lost under it: `status` and `text` as
-    /// the loss decided, its usage up to the loss.
-    fn report_at_loss(
-        &mut self,
-        status: crate::cell::CellStatus,
-        text: String,
-        truncation: crate::cell::Truncation,
-        readings: crate::usage::CellReadings,
-    ) -> CellReport {
-        let duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
-        let usage = readings.usage(self.peak_rss, duration_ms, truncation.total_bytes);
-        CellReport {
-            status,
-            output: text,
-            duration_ms,
-            displays: Vec::new(),
-            status_events: Vec::new(),
-            truncation,
-            notice: self.notice.take(),
-            state: None,
-            processes_ended: None,
-            usage: Some(usage),
-            out_of_memory: None,
-            saved: None,
-        }
-    }
-
-    /// The job back, to run on the next worker, while its request still waits for it.
-    fn into_requeued(self) -> Result<CellJob, Box<Running>> {
-        match self.observer {
-            Observer::Requester(reply) => {
-                let mut job = self.job;
-                job.reply = reply;
-                Ok(job)
-            }
-            observer => Err(Box::new(Running { observer, ..self })),
-        }
-    }
-}
-
-/// A `wait` (or `terminate`) watching a background cell.
-#[derive(Debug)]
-struct Waiter {
-    /// Tells this wait's timer from an earlier wait's.
-    ticket: u64,
-    max_bytes: Option<u64>,
-    reply: CellReply,
-}
-
 /// Everything a session is made from. Built by the supervisor.
 pub(crate) struct SessionSetup {
     pub key: SessionKey,
@@ -293,28 +216,10 @@ pub struct Session {
     setup: Setup,
     slot: Slot,
     closing: Closing,
-    queue: VecDeque<CellJob>,
-    running: Option<Running>,
-    /// Results of background cells that ended while nobody waited.
-    uncollected: Uncollected<crate::cell::CellResult>,
-    next_ticket: u64,
-    cells_run: u64,
-    last_active: Instant,
+    turns: Turns,
     /// Told to the next cell: the session was started, restarted, reset or evicted.
     notice: Notice,
-    /// Cells handed to this session so far (see [`SessionEvent::Changed`]).
-    jobs_received: u64,
-    /// The Python the current (or next) worker runs, once a request has said.
-    python: Option<PathBuf>,
-    /// The sandbox the current (or next) worker runs under.
-    sandbox: Option<Arc<crate::sandbox::Plan>>,
-    /// The request's whole choice behind `python` (its venv, its directory).
-    python_choice: Option<Arc<crate::python_choice::PythonChoice>>,
-    /// The worker generation that has been sent the session's variables (with its first
-    /// cell): a prewarmed worker was started without them.
-    session_env_sent: u64,
-    /// The caller's environment the worker of this generation has, once a cell brought one.
-    caller_env_applied: Option<(u64, Arc<std::collections::BTreeMap<String, String>>)>,
+    env: EnvTracking,
     /// The snapshot directory (none when it could not be opened).
     snapshots: Option<Arc<crate::snapshots::SnapshotStore>>,
     /// A restore of the latest snapshot is due before the next cell; the cells run since it
@@ -342,19 +247,9 @@ impl Session {
                 setup.pool,
             ),
             closing: Closing::default(),
-            queue: VecDeque::new(),
-            running: None,
-            uncollected: Uncollected::new(),
-            next_ticket: 1,
-            cells_run: 0,
-            last_active: Instant::now(),
+            turns: Turns::default(),
+            env: EnvTracking::default(),
             notice: Notice::new(setup.notice),
-            jobs_received: 0,
-            python: None,
-            sandbox: None,
-            python_choice: None,
-            session_env_sent: 0,
-            caller_env_applied: None,
             restore_due: setup.restore.then_some(0),
             snapshots: setup.snapshots,
             cells_since_snapshot: 0,
@@ -377,10 +272,10 @@ impl Session {
     fn state(&self) -> SessionState {
         match &self.slot.worker {
             Worker::Stopping { .. } => SessionState::Stopping,
-            _ if self.running.is_some() => SessionState::Busy,
+            _ if self.turns.running.is_some() => SessionState::Busy,
             _ if self.slot.failed.is_some() => SessionState::Failed,
             Worker::Starting { .. } => SessionState::Starting,
-            _ if !self.queue.is_empty() => SessionState::Busy,
+            _ if !self.turns.queue.is_empty() => SessionState::Busy,
             _ => SessionState::Idle,
         }
     }
@@ -389,8 +284,8 @@ impl Session {
         self.setup.events.do_send(SessionEvent::Changed {
             key: self.setup.key.clone(),
             state: self.state(),
-            received: self.jobs_received,
-            last_active: self.last_active,
+            received: self.turns.received(),
+            last_active: self.turns.last_active,
             pid: self.pid(),
         });
     }
@@ -408,27 +303,25 @@ impl Session {
             pid: self.pid(),
             engine: self.slot.link().map(|link| link.engine.clone()),
             state: self.state(),
-            cells_run: self.cells_run,
+            cells_run: self.turns.cells_run,
             restarts: self.slot.budget.restarts(),
-            idle_ms: if self.running.is_some() {
-                0
-            } else {
-                self.last_active.elapsed().as_millis() as u64
-            },
-            queued: self.queue.len(),
-            cell_id: self.running.as_ref().map(|r| r.cell_id),
+            idle_ms: self.turns.idle_ms(),
+            queued: self.turns.queue.len(),
+            cell_id: self.turns.running.as_ref().map(|r| r.cell_id),
             background: self
+                .turns
                 .running
                 .as_ref()
                 .is_some_and(|r| !r.observer.is_requester()),
             observed: self
+                .turns
                 .running
                 .as_ref()
                 .is_some_and(|r| r.observer.is_waiting()),
             rss_bytes: None,
             cpu_percent: None,
             reason: self.slot.reason(),
-            sandbox: self.sandbox.as_ref().map(|plan| plan.status()),
+            sandbox: self.env.sandbox.as_ref().map(|plan| plan.status()),
             node: String::new(),
         }
     }

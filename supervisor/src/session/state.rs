@@ -96,7 +96,7 @@ impl Session {
         reason: SaveReason,
         then: AfterSave,
     ) -> bool {
-        let idle = self.running.is_none() && matches!(self.slot.worker, Worker::Ready { .. });
+        let idle = self.turns.running.is_none() && matches!(self.slot.worker, Worker::Ready { .. });
         if !idle
             || self.snapshots.is_none()
             || !policy::saves(self.setup.config.snapshots.when, reason)
@@ -114,7 +114,7 @@ impl Session {
     /// an `every-cell` save (killing it would lose the snapshot a fleet's next node needs;
     /// the stop follows it, bounded by `snapshots.timeout`).
     pub(super) fn saving_before_stop(&self) -> bool {
-        self.running.as_ref().is_some_and(|r| {
+        self.turns.running.as_ref().is_some_and(|r| {
             matches!(
                 r.job.state.as_ref().map(|s| &s.purpose),
                 Some(StatePurpose::BeforeStop(..) | StatePurpose::AfterCell(_))
@@ -160,7 +160,7 @@ impl Session {
 
     /// Restores the latest snapshot before the next cell, if one is due. True: it runs.
     pub(super) fn restore_if_due(&mut self, ctx: &mut Context<Self>) -> bool {
-        if !matches!(self.slot.worker, Worker::Ready { .. }) || self.running.is_some() {
+        if !matches!(self.slot.worker, Worker::Ready { .. }) || self.turns.running.is_some() {
             return false;
         }
         let Some(cells_since) = self.restore_due.take() else {

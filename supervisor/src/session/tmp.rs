@@ -49,7 +49,7 @@ impl Session {
     /// After a sandboxed cell: when the session's temporary directory holds more than
     /// `sandbox.tmp-max`, its files are removed and the line that says so is answered.
     pub(super) fn enforce_tmp_quota(&self) -> Option<String> {
-        self.sandbox.as_ref()?;
+        self.env.sandbox.as_ref()?;
         let max = self.setup.config.sandbox.tmp_max.as_u64();
         let dir = self.setup.tmp_dir();
         let used = tree_bytes(&dir, max)?;

@@ -14,7 +14,6 @@ use super::slot::Beat;
 use super::state::AfterSave;
 use super::{Session, Worker};
 use crate::python_choice::PythonChoice;
-use crate::session::CellReport;
 use crate::snapshots::policy::SaveReason;
 use actix::prelude::*;
 use cellvisor_ipc::ToWorker;
@@ -124,9 +123,7 @@ impl Handler<WorkerStarted> for Session {
                     self.finish_stop(ctx);
                     return;
                 }
-                if let Some(job) = self.queue.pop_front() {
-                    let _ = job.reply.send(CellReport::error(message));
-                }
+                self.turns.refuse_next(message);
             }
         }
         self.pump(ctx);
@@ -141,7 +138,7 @@ impl Handler<WorkerNotice> for Session {
         if !self.slot.is_ready(msg.generation) {
             return;
         }
-        match self.running.as_mut() {
+        match self.turns.running.as_mut() {
             Some(running) => running.notice.add(msg.message),
             None => self.notice.add(msg.message),
         }
@@ -157,7 +154,7 @@ impl Handler<MemoryTick> for Session {
             return;
         };
         let current = matches!(&self.slot.worker, Worker::Ready { link, .. } if link.pid == pid);
-        if let Some(running) = self.running.as_mut().filter(|_| current) {
+        if let Some(running) = self.turns.running.as_mut().filter(|_| current) {
             running.peak_rss = running.peak_rss.max(rss);
         }
         if !current || rss <= cap || self.saving_before_stop() {
@@ -222,7 +219,7 @@ impl Handler<HeartbeatTick> for Session {
     /// costs the daemon nothing: a worker that dies while idle is seen by its connection
     /// closing, one that hangs while idle by the heartbeat of its next cell).
     fn handle(&mut self, _: HeartbeatTick, ctx: &mut Context<Self>) {
-        if self.running.is_none() {
+        if self.turns.running.is_none() {
             if let Some(timer) = self.slot.heartbeat_timer.take() {
                 ctx.cancel_future(timer);
             }
@@ -249,14 +246,14 @@ impl Session {
         // A prewarmed worker that fits (a Python session's replacement, say) saves the start;
         // never for a sandboxed session, whose worker confines itself from its start.
         let wanted = Wanted::new(
-            self.python_choice.as_deref(),
+            self.env.python_choice.as_deref(),
             self.setup.spec.cwd.as_deref(),
         );
         let claim = self
             .slot
             .pool
             .as_ref()
-            .filter(|_| self.sandbox.is_none())
+            .filter(|_| self.env.sandbox.is_none())
             .map(|pool| pool.send(ClaimWorker { wanted }));
         let launcher = Arc::clone(&self.setup.launcher);
         let spec = self.setup.spec.clone();
@@ -325,9 +322,7 @@ impl Session {
         }
         if actions.closes() {
             let why = self.closing.why_closed(&self.setup.key);
-            for job in self.queue.drain(..) {
-                let _ = job.reply.send(CellReport::error(why.clone()));
-            }
+            self.turns.refuse_all(&why);
             let (eviction, snapshot) = self.closing.closed();
             self.setup.events.do_send(SessionEvent::Stopped {
                 key: self.setup.key.clone(),
@@ -348,8 +343,8 @@ impl Session {
         // The namespace the latest snapshot held is gone on purpose.
         self.delete_latest();
         // Background cells from before the reset are gone with their state.
-        let running = self.running.as_ref().map(|r| r.cell_id);
-        self.uncollected.forget(running);
+        let running = self.turns.running.as_ref().map(|r| r.cell_id);
+        self.turns.uncollected.forget(running);
         self.ledger = None;
         self.slot.failed = None;
         self.slot
