@@ -99,7 +99,7 @@ impl Handler<CellFinished> for Session {
             saved: None,
         };
         self.setup.count_cell(&outcome);
-        self.cells_since_snapshot += 1;
+        self.saves.cell_ran();
         let held = self.hold(running, outcome);
         let unsaved = if !self.replace_if_out_of_descriptors(msg.descriptors, ctx)
             && status == CellStatus::Complete

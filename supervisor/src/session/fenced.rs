@@ -42,7 +42,7 @@ impl Session {
     /// in etcd mode, `None` when this node holds no lease on the session (nothing it saved
     /// could become current); `latest.snap` otherwise.
     pub(super) fn latest_save_path(&self) -> Option<PathBuf> {
-        let store = self.snapshots.as_ref()?;
+        let store = self.saves.snapshots.as_ref()?;
         let Some(etcd) = store.fenced() else {
             return Some(store.latest(&self.setup.key));
         };
@@ -63,11 +63,9 @@ impl Session {
     ) -> Option<HeldCell> {
         let waits = policy::answer_waits(
             self.setup.config.snapshots.every_cell_answer,
-            self.snapshots
-                .as_ref()
-                .is_some_and(|s| s.fenced().is_some()),
+            self.saves.fenced(),
         );
-        let progress = self.progress.clone();
+        let progress = self.saves.progress.clone();
         let (now, waiting) = match waits {
             AnswerWaits::Save => (held, None),
             AnswerWaits::Commit => (None, held),
@@ -88,7 +86,7 @@ impl Session {
             } => (answer, name, blobs),
         };
         let key = self.setup.key.clone();
-        let waiting = waiting.map(|held| self.committing.wait(held));
+        let waiting = waiting.map(|held| self.saves.committing.wait(held));
         ctx.spawn(
             async move {
                 let result = match answer.await {
@@ -111,7 +109,7 @@ impl Session {
             }
             .into_actor(self)
             .map(move |result, session, _| {
-                if let Some(held) = waiting.and_then(|n| session.committing.take(n)) {
+                if let Some(held) = waiting.and_then(|n| session.saves.committing.take(n)) {
                     let saved = match result {
                         Ok(()) => saved::written(),
                         Err(why) => saved::not_written(uncommitted(&why)),
@@ -126,7 +124,8 @@ impl Session {
     /// Starts the commit of the blob a save task wrote (etcd mode), with `progress` (how far
     /// the request of the cell it follows got) in the same transaction.
     fn start_commit(&self, task: Option<&StateTask>, progress: Option<Progress>) -> Begun {
-        let (Some(store), Some(StateTask::Save(order))) = (self.snapshots.as_ref(), task) else {
+        let (Some(store), Some(StateTask::Save(order))) = (self.saves.snapshots.as_ref(), task)
+        else {
             return Begun::Nothing;
         };
         let Some(etcd) = store.fenced() else {
@@ -171,7 +170,7 @@ impl Session {
     /// pointer names, refused (with the reason, for the next cell's notice) unless its hash
     /// is the pointer's. `Ok(None)`: nothing to restore.
     pub(super) fn latest_restore_task(&self) -> Result<Option<StateTask>, String> {
-        let Some(store) = self.snapshots.as_ref() else {
+        let Some(store) = self.saves.snapshots.as_ref() else {
             return Ok(None);
         };
         let path = match store.fenced() {
@@ -204,6 +203,7 @@ impl Session {
         reply: tokio::sync::oneshot::Sender<StateReport>,
     ) {
         let Some((store, etcd)) = self
+            .saves
             .snapshots
             .as_ref()
             .and_then(|s| Some((s, s.fenced()?.clone())))
@@ -263,7 +263,7 @@ impl Session {
     /// committed under that name, or its file is not the one committed (an older checkpoint
     /// copied over it, a stale node's save). `None`: it may run.
     pub(super) fn checkpoint_refusal(&self, name: &str) -> Option<String> {
-        let store = self.snapshots.as_ref()?;
+        let store = self.saves.snapshots.as_ref()?;
         let etcd = store.fenced()?;
         let Some(current) = etcd.checkpoint(&self.setup.key.session, self.setup.key.language, name)
         else {
@@ -281,8 +281,8 @@ impl Session {
     /// progress its state carried: its namespace is gone on purpose. True: it was etcd's to
     /// drop.
     pub(super) fn forget_fenced(&mut self) -> bool {
-        self.progress = None;
-        let Some(etcd) = self.snapshots.as_ref().and_then(|s| s.fenced()) else {
+        self.saves.progress = None;
+        let Some(etcd) = self.saves.snapshots.as_ref().and_then(|s| s.fenced()) else {
             return false;
         };
         etcd.forget(&self.setup.key.session, self.setup.key.language);

@@ -29,7 +29,7 @@ impl Session {
         reason: SaveReason,
         then: impl FnOnce(&mut Session, &mut Context<Session>) + 'static,
     ) {
-        let (Some(store), Some(dir)) = (self.snapshots.clone(), self.own_workspace()) else {
+        let (Some(store), Some(dir)) = (self.saves.snapshots.clone(), self.own_workspace()) else {
             then(self, ctx);
             return;
         };

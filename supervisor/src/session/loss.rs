@@ -308,7 +308,7 @@ impl Handler<WorkerExited> for Session {
                 self.setup.count_cell(&outcome);
                 self.deliver_final(running, outcome);
                 self.turns.cells_run += 1;
-                self.cells_since_snapshot += 1;
+                self.saves.cell_ran();
             }
             _ => {}
         }

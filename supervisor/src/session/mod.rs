@@ -1,6 +1,12 @@
 //! The `Session` actor: one per (session, language). It owns that session's worker, runs its
 //! cells one at a time in arrival order, and applies the supervision policies.
 //!
+//! The actor's state is a few owned parts, each in its own file with its methods and unit
+//! tests (plain data, no actor): `setup` (what it is made with), `slot` (its worker, budget
+//! and heartbeat), `closing` (stops and the close), `turns` (the queue and the running
+//! cell), `notice` (what the next cell is told), `worker_env` (the Python, sandbox and
+//! environments its worker runs with) and `saves` (snapshots, restores and commits).
+//!
 //! Each message's handler sits in the file of its policy, beside the logic it applies; the
 //! message types are all in [`messages`]:
 //!
@@ -44,6 +50,7 @@ pub mod observation;
 pub mod outcome;
 pub mod policy;
 mod saved;
+mod saves;
 mod setup;
 mod slot;
 pub mod state;
@@ -67,6 +74,7 @@ use closing::Closing;
 pub use messages::*;
 use notice::Notice;
 use policy::RestartBudget;
+use saves::Saves;
 use serde::Serialize;
 use setup::Setup;
 use slot::{Slot, Worker};
@@ -213,29 +221,20 @@ pub(crate) struct SessionSetup {
 
 /// The actor. Created by the supervisor.
 pub struct Session {
+    /// What it is made with: its key, configuration, workers' spec, launcher, reporting.
     setup: Setup,
+    /// Its worker in its phase, the restart budget and the heartbeat.
     slot: Slot,
+    /// The stops asked for and the close under way.
     closing: Closing,
+    /// The queue, the running cell and the results nobody collected yet.
     turns: Turns,
     /// Told to the next cell: the session was started, restarted, reset or evicted.
     notice: Notice,
+    /// The Python, sandbox and environments its worker runs with.
     env: EnvTracking,
-    /// The snapshot directory (none when it could not be opened).
-    snapshots: Option<Arc<crate::snapshots::SnapshotStore>>,
-    /// A restore of the latest snapshot is due before the next cell; the cells run since it
-    /// was taken.
-    restore_due: Option<u64>,
-    /// Code cells run since the last snapshot was written or restored.
-    cells_since_snapshot: u64,
-    /// What the last restore brought back, for the next host cell.
-    ledger: Option<crate::state::StateLedger>,
-    /// The session's own state tasks so far (their cell ids).
-    own_tasks: u64,
-    /// Cells whose answers wait for their state's commit in etcd, by commit number.
-    committing: saved::Committing,
-    /// How far the request with a `request_id` whose cell last ran here got (etcd mode):
-    /// committed with every later save of the state, which includes those cells.
-    progress: Option<crate::once::progress::Progress>,
+    /// Its snapshots: restores due, own state tasks, commits in etcd.
+    saves: Saves,
 }
 
 impl Session {
@@ -250,13 +249,7 @@ impl Session {
             turns: Turns::default(),
             env: EnvTracking::default(),
             notice: Notice::new(setup.notice),
-            restore_due: setup.restore.then_some(0),
-            snapshots: setup.snapshots,
-            cells_since_snapshot: 0,
-            ledger: None,
-            own_tasks: 0,
-            committing: saved::Committing::default(),
-            progress: None,
+            saves: Saves::new(setup.snapshots, setup.restore),
             setup: Setup {
                 key: setup.key,
                 config: setup.config,

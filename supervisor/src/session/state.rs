@@ -14,9 +14,6 @@ use cellvisor_ipc::state::{LoadOrder, SaveOrder, StateRefusal, StateReport, Stat
 use std::time::SystemTime;
 use tokio::sync::{oneshot, watch};
 
-/// Ids of the session's own state tasks: far above any the host hands out.
-const OWN_TASK_IDS: u64 = 1 << 62;
-
 /// A state task and what it is for.
 pub struct StateJob {
     /// The task; a host's is made from its [`HostAsk`] when it runs (the session knows its
@@ -98,7 +95,7 @@ impl Session {
     ) -> bool {
         let idle = self.turns.running.is_none() && matches!(self.slot.worker, Worker::Ready { .. });
         if !idle
-            || self.snapshots.is_none()
+            || self.saves.snapshots.is_none()
             || !policy::saves(self.setup.config.snapshots.when, reason)
         {
             return false;
@@ -136,10 +133,7 @@ impl Session {
         // In etcd mode a cell whose due save is not begun (the session stops here: its lease
         // was lost; or no blob can be named under a lease) is answered `saved: false`, never
         // as a `complete` that says nothing of its state.
-        let fenced = self
-            .snapshots
-            .as_ref()
-            .is_some_and(|store| store.fenced().is_some());
+        let fenced = self.saves.fenced();
         let task = if self.is_closing() {
             None
         } else {
@@ -163,7 +157,7 @@ impl Session {
         if !matches!(self.slot.worker, Worker::Ready { .. }) || self.turns.running.is_some() {
             return false;
         }
-        let Some(cells_since) = self.restore_due.take() else {
+        let Some(cells_since) = self.saves.take_restore() else {
             return false;
         };
         match self.latest_restore_task() {
@@ -182,7 +176,7 @@ impl Session {
 
     /// The order to save the namespace to the checkpoint `name`, or to the latest snapshot.
     pub(crate) fn save_task(&self, reason: SaveReason, name: Option<&str>) -> Option<StateTask> {
-        let store = self.snapshots.as_ref()?;
+        let store = self.saves.snapshots.as_ref()?;
         if let Err(err) = store.prepare(&self.setup.key) {
             // The worker says why in its report, when it cannot write there either.
             tracing::warn!(session = %self.setup.key, "snapshot directory: {err}");
@@ -202,10 +196,9 @@ impl Session {
     }
 
     fn run_own_task(&mut self, ctx: &mut Context<Self>, task: StateTask, purpose: StatePurpose) {
-        self.own_tasks += 1;
         let (requester_alive, requester) = watch::channel(());
         let job = CellJob::for_state(
-            OWN_TASK_IDS + self.own_tasks,
+            self.saves.next_own_task(),
             self.setup.key.language,
             requester,
             oneshot::channel().0,
@@ -233,7 +226,7 @@ impl Session {
         match job.purpose {
             StatePurpose::Host { ask, report: reply } => {
                 if matches!(report, StateReport::Loaded { .. }) {
-                    self.cells_since_snapshot = 0;
+                    self.saves.in_step();
                 }
                 match (ask, &report) {
                     // In etcd mode, a checkpoint is one once its pointer is committed.
@@ -250,7 +243,7 @@ impl Session {
                 let held = held.map(|held| *held);
                 match report {
                     StateReport::Saved { .. } => {
-                        self.cells_since_snapshot = 0;
+                        self.saves.in_step();
                         // Answered now, or once its commit is decided (etcd mode).
                         if let Some(held) = self.commit_saved(ctx, job.task.as_ref(), held) {
                             self.deliver_held(held, super::saved::written());
@@ -334,11 +327,15 @@ impl Session {
                 skipped,
                 meta,
             } => {
-                self.cells_since_snapshot = 0;
+                self.saves.in_step();
                 let ledger = policy::ledger(restored, skipped, &meta, cells_since, None);
-                let this_node = self.snapshots.as_ref().map_or("", |store| store.node());
+                let this_node = self
+                    .saves
+                    .snapshots
+                    .as_ref()
+                    .map_or("", |store| store.node());
                 self.add_notice(policy::restored_notice(&ledger, this_node));
-                self.ledger = Some(ledger);
+                self.saves.ledger = Some(ledger);
                 self.touch_latest();
             }
             StateReport::Refused(StateRefusal::Missing) => {}
@@ -362,7 +359,7 @@ impl Session {
             }
             AfterSave::Recycle => {
                 if fate == SnapshotFate::Saved {
-                    self.restore_due = Some(0);
+                    self.saves.restore_next(true);
                 }
                 self.closing.then(super::closing::AfterStop::Restart);
                 self.stop_worker(ctx);
@@ -382,7 +379,7 @@ impl Session {
             HostAsk::Names => Some(StateTask::Names),
             HostAsk::Checkpoint(name) => self.save_task(SaveReason::Checkpoint, Some(name)),
             HostAsk::Restore(name) => {
-                let store = self.snapshots.as_ref()?;
+                let store = self.saves.snapshots.as_ref()?;
                 Some(StateTask::Load(Box::new(LoadOrder {
                     path: store
                         .checkpoint(&self.setup.key, name)
@@ -429,7 +426,7 @@ impl Session {
 
     /// The ledger for the next host cell: a restore just before it.
     pub(super) fn take_ledger(&mut self) -> Option<StateLedger> {
-        self.ledger.take()
+        self.saves.ledger.take()
     }
 
     pub(super) fn add_notice(&mut self, line: String) {
@@ -438,7 +435,7 @@ impl Session {
 
     /// A restored snapshot counts as used: the sweep's `ttl` runs from now.
     fn touch_latest(&self) {
-        if let Some(store) = &self.snapshots {
+        if let Some(store) = &self.saves.snapshots {
             let latest = store.latest(&self.setup.key);
             if let Ok(file) = std::fs::File::options().append(true).open(&latest) {
                 let _ = file.set_modified(SystemTime::now());
@@ -449,11 +446,11 @@ impl Session {
     /// Deletes the latest snapshot: the namespace it held is gone on purpose (a reset, another
     /// Python or sandbox), or it was refused.
     pub(super) fn delete_latest(&mut self) {
-        self.restore_due = None;
+        self.saves.cancel_restore();
         if self.forget_fenced() {
             return;
         }
-        if let Some(store) = &self.snapshots {
+        if let Some(store) = &self.saves.snapshots {
             let latest = store.latest(&self.setup.key);
             if let Err(err) = std::fs::remove_file(&latest) {
                 if err.kind() != std::io::ErrorKind::NotFound {
@@ -466,12 +463,12 @@ impl Session {
     /// After a worker was lost: the next worker restores the latest snapshot, if there is
     /// one. True: it will.
     pub(super) fn restore_after_loss(&mut self) -> bool {
-        let due = self.snapshots.as_ref().is_some_and(|store| {
+        let due = self.saves.snapshots.as_ref().is_some_and(|store| {
             policy::restores_latest(self.setup.config.snapshots.when)
                 && store.has_latest(&self.setup.key)
         });
         if due {
-            self.restore_due = Some(self.cells_since_snapshot);
+            self.saves.restore_next(false);
         }
         due
     }

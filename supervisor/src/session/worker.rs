@@ -345,7 +345,7 @@ impl Session {
         // Background cells from before the reset are gone with their state.
         let running = self.turns.running.as_ref().map(|r| r.cell_id);
         self.turns.uncollected.forget(running);
-        self.ledger = None;
+        self.saves.ledger = None;
         self.slot.failed = None;
         self.slot
             .budget
@@ -359,9 +359,9 @@ impl Session {
     /// Deletes the session's snapshots and checkpoints in this language: a reset means
     /// "forget".
     pub(super) fn forget_state(&mut self) {
-        self.restore_due = None;
+        self.saves.cancel_restore();
         self.forget_fenced();
-        if let Some(store) = &self.snapshots {
+        if let Some(store) = &self.saves.snapshots {
             if let Err(err) = store.forget(&self.setup.key.session, Some(self.setup.key.language)) {
                 tracing::warn!(session = %self.setup.key, "cannot delete the session's snapshots: {err}");
             }

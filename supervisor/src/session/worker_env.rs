@@ -175,6 +175,7 @@ impl Session {
             artifacts: self.setup.artifacts.dir().join(&name),
             store: self.setup.spec.env.store_dir(),
             snapshots: self
+                .saves
                 .snapshots
                 .as_ref()
                 .map(|store| store.dir(&self.setup.key)),
