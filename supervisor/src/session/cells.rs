@@ -1,138 +1,23 @@
-//! A session's cells: the queue, one cell's run on the worker, its deadline (timeout ->
-//! interrupt -> grace -> kill, decided by [`Deadline`]) and its end.
+//! A session's cells: the queue, one cell's run on the worker and its deadline (timeout ->
+//! interrupt -> grace -> kill, decided by [`Deadline`]); its end is in `finished`.
 
 use super::link::ActiveCell;
 use super::messages::{
-    CellDeadline, CellFinished, CellYield, GraceExpired, InterruptCell, RequesterGone, RunCell,
+    CellDeadline, CellYield, GraceExpired, InterruptCell, RequesterGone, RunCell,
 };
 use super::notice::Notice;
 use super::observation::{Observer, YieldCause};
-use super::outcome::{append_line, CancelCause, KillReason};
+use super::outcome::KillReason;
 use super::policy::{Deadline, Step};
 use super::window::CellOutput;
 use super::{CellJob, Running, Session, Worker};
-use crate::cell::CellStatus;
 use crate::session::CellReport;
 use actix::prelude::*;
-use cellvisor_client::usage::{CellUsage, MemoryLimit, OutOfMemory};
 use cellvisor_ipc::state::StateTask;
-use cellvisor_ipc::{CellOutcome as WorkerOutcome, ExecuteCell, Language, ToWorker};
+use cellvisor_ipc::{ExecuteCell, ToWorker};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
-
-impl Handler<CellFinished> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: CellFinished, ctx: &mut Context<Self>) {
-        if !self.slot.is_current(msg.generation) {
-            return;
-        }
-        let Some(mut running) = self.turns.running.take_if(|r| r.cell_id == msg.cell_id) else {
-            return;
-        };
-        for timer in running.timers.drain(..) {
-            ctx.cancel_future(timer);
-        }
-        if let Some(state) = running.job.state.take() {
-            let report = super::state::task_report(&msg.outcome, msg.output.text);
-            // The host's report first: its reply follows and finds it there.
-            self.state_task_done(state, msg.state, ctx);
-            self.deliver_final(running, report);
-            self.pump(ctx);
-            return;
-        }
-        let mut output = msg.output;
-        let (reported, out_of_memory) = match msg.outcome {
-            WorkerOutcome::Completed => {
-                self.slot.budget.refill();
-                (CellStatus::Complete, None)
-            }
-            WorkerOutcome::Failed { .. } => (CellStatus::Error, None),
-            WorkerOutcome::Interrupted => (CellStatus::Cancelled, None),
-            WorkerOutcome::OutOfMemory {
-                limit_bytes,
-                used_bytes,
-                ..
-            } => (
-                CellStatus::Error,
-                engine_out_of_memory(self.setup.key.language, limit_bytes, used_bytes),
-            ),
-        };
-        let deadline = &running.deadline;
-        if reported == CellStatus::Cancelled || deadline.timed_out() {
-            let cause = match deadline.cause() {
-                Some(timeout @ CancelCause::Timeout(_)) => timeout,
-                _ => CancelCause::Interrupt,
-            };
-            append_line(&mut output.text, &cause.line());
-        }
-        let mut status = if deadline.cause().is_some() {
-            CellStatus::Cancelled
-        } else {
-            reported
-        };
-        if let Some(line) = self.enforce_tmp_quota() {
-            append_line(&mut output.text, &line);
-            status = CellStatus::Error;
-        }
-        self.turns.cells_run += 1;
-        self.turns.touch();
-        let duration_ms = running.started.elapsed().as_secs_f64() * 1000.0;
-        let usage = CellUsage {
-            processes_seen: Some(msg.processes_seen),
-            ..msg
-                .readings
-                .usage(running.peak_rss, duration_ms, output.truncation.total_bytes)
-        };
-        let outcome = CellReport {
-            status,
-            output: output.text,
-            duration_ms,
-            displays: msg.displays,
-            status_events: msg.status_events,
-            truncation: output.truncation,
-            notice: running.notice.take(),
-            state: running.ledger.take(),
-            processes_ended: (msg.processes_ended > 0).then_some(msg.processes_ended),
-            usage: Some(usage),
-            out_of_memory,
-            saved: None,
-        };
-        self.setup.count_cell(&outcome);
-        self.saves.cell_ran();
-        let held = self.hold(running, outcome);
-        let unsaved = if !self.replace_if_out_of_descriptors(msg.descriptors, ctx)
-            && status == CellStatus::Complete
-        {
-            self.save_after_cell(ctx, held)
-        } else {
-            Some(held)
-        };
-        if let Some(held) = unsaved {
-            self.deliver_unsaved(held);
-        }
-        self.pump(ctx);
-    }
-}
-
-/// The verdict of a cell whose engine reached its own heap limit (the JavaScript and Lua
-/// engines have one; Python's has none to report).
-fn engine_out_of_memory(
-    language: Language,
-    limit_bytes: u64,
-    used_bytes: u64,
-) -> Option<OutOfMemory> {
-    let limit = match language {
-        Language::JavaScript => MemoryLimit::JsHeap,
-        Language::Lua => MemoryLimit::LuaHeap,
-        Language::Python => return None,
-    };
-    Some(OutOfMemory {
-        limit,
-        limit_bytes,
-        used_bytes,
-    })
-}
 
 impl Handler<CellDeadline> for Session {
     type Result = ();

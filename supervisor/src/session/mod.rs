@@ -15,10 +15,11 @@
 //! - `worker`: the worker's lifecycle: start, heartbeat, memory cap, reset, close, planned
 //!   stop, policy kill, reload (`WorkerStarted`, `HeartbeatTick`, `MemoryTick`,
 //!   `WorkerNotice`, `ResetSession`, `CloseSession`, `StopEscalation`, `UpdateConfig`).
-//! - [`loss`]: a worker's end (`WorkerExited`) and what it means, as a plain
-//!   [`loss::Plan`].
-//! - `cells`: the queue, a cell's run, its deadline and its end (`RunCell`,
-//!   `InterruptCell`, `RequesterGone`, `CellDeadline`, `GraceExpired`, `CellFinished`).
+//! - [`loss`]: what a worker's end means, as a plain [`loss::Plan`]; `exited` carries it
+//!   out (`WorkerExited`).
+//! - `cells`: the queue, a cell's run and its deadline (`RunCell`, `InterruptCell`,
+//!   `RequesterGone`, `CellDeadline`, `GraceExpired`); `finished`: its end
+//!   (`CellFinished`).
 //! - `background`: who watches a running cell: its yield, `wait`, `terminate`, and where its
 //!   final result goes (`CellYield`, `WaitCell`, `WaitExpired`, `TerminateCell`).
 //! - [`observation`]: those decisions as plain data ([`observation::Observer`]).
@@ -39,8 +40,10 @@ mod background;
 mod cells;
 mod closing;
 mod descriptors;
+mod exited;
 mod fenced;
 mod files;
+mod finished;
 pub mod kernel_oom;
 pub(crate) mod link;
 pub mod loss;
