@@ -143,28 +143,30 @@ impl Session {
         self.report();
     }
 
-    pub(super) fn run_cell(&mut self, ctx: &mut Context<Self>, mut job: CellJob) {
-        let Worker::Ready {
-            link, generation, ..
-        } = &self.slot.worker
-        else {
+    /// Runs `job` on the ready worker (back to the queue's front if there is none): its
+    /// output's sink to the reader, its `Execute` frame, then its watch and timers.
+    pub(super) fn run_cell(&mut self, ctx: &mut Context<Self>, job: CellJob) {
+        let Some(link) = self.slot.link() else {
             self.turns.queue.push_front(job);
             return;
         };
-        let cell_id = job.cell_id;
         let limits = (self.setup).sink_limits(
             job.max_output_bytes,
             link.pid,
-            cell_id,
+            job.cell_id,
             self.env.sandbox.is_some(),
         );
         let output = Arc::new(CellOutput::new(limits));
         let declared: Vec<String> = job.tools.iter().map(|t| t.name.clone()).collect();
         link.begin(
-            ActiveCell::new(cell_id, job.index, Arc::clone(&output), job.events.clone())
-                .with_tools(declared, job.tool_host.clone()),
+            ActiveCell::new(
+                job.cell_id,
+                job.index,
+                Arc::clone(&output),
+                job.events.clone(),
+            )
+            .with_tools(declared, job.tool_host.clone()),
         );
-        let own_task = job.state.is_some();
         let task = match job.state.as_ref().map(|s| self.state_task(s)) {
             None => StateTask::Code,
             Some(Ok(task)) => task,
@@ -173,30 +175,59 @@ impl Session {
                 return;
             }
         };
-        let session_env = match !own_task && self.env.session_vars_due(*generation) {
+        self.execute(&job, task);
+        // The heartbeat runs while cells do (it stops itself once the session is idle).
+        if self.slot.heartbeat_timer.is_none() {
+            self.arm_heartbeat(ctx);
+        }
+        let running = self.running_of(ctx, job, output);
+        self.turns.running = Some(running);
+        self.turns.touch();
+    }
+
+    /// Sends the worker `job`'s `Execute` frame for `task`: a code cell carries the session's
+    /// variables to a worker that has not had them, and the caller's environment (a change
+    /// to a live worker is told in the notice).
+    fn execute(&mut self, job: &CellJob, task: StateTask) {
+        let Some(generation) = self.slot.ready_generation() else {
+            return;
+        };
+        let own_task = job.state.is_some();
+        let session_env = match !own_task && self.env.session_vars_due(generation) {
             true => self.setup.spec.env.session_vars(),
             false => Vec::new(),
         };
         let (env_changes, env_notice) = match job.caller_env.as_ref().filter(|_| !own_task) {
             None => (Vec::new(), None),
-            Some(caller) => (self.env).caller_changes(&self.setup.spec.env, caller, *generation),
+            Some(caller) => (self.env).caller_changes(&self.setup.spec.env, caller, generation),
         };
-        link.send(ToWorker::Execute(ExecuteCell {
-            cell_id,
-            code: job.spec.code.clone(),
-            cwd: job.cwd.as_ref().map(|p| p.to_string_lossy().into_owned()),
-            tools: job.tools.to_vec(),
-            session_env,
-            env_changes,
-            task,
-        }));
+        if let Some(link) = self.slot.link() {
+            link.send(ToWorker::Execute(ExecuteCell {
+                cell_id: job.cell_id,
+                code: job.spec.code.clone(),
+                cwd: job.cwd.as_ref().map(|p| p.to_string_lossy().into_owned()),
+                tools: job.tools.to_vec(),
+                session_env,
+                env_changes,
+                task,
+            }));
+        }
         if let Some(notice) = env_notice {
             self.add_notice(notice);
         }
-        // The heartbeat runs while cells do (it stops itself once the session is idle).
-        if self.slot.heartbeat_timer.is_none() {
-            self.arm_heartbeat(ctx);
-        }
+    }
+
+    /// `job` as the running cell: its requester watched, its deadline, yield and timers
+    /// armed, its reply with the observer; a code cell takes the notice and the ledger (a
+    /// state task leaves them to the next host cell).
+    fn running_of(
+        &mut self,
+        ctx: &mut Context<Self>,
+        mut job: CellJob,
+        output: Arc<CellOutput>,
+    ) -> Running {
+        let cell_id = job.cell_id;
+        let own_task = job.state.is_some();
         let mut requester = job.requester.clone();
         let requester_watch = ctx.spawn(
             async move {
@@ -206,12 +237,12 @@ impl Session {
             .into_actor(self)
             .map(move |(), _, ctx| ctx.notify(RequesterGone { cell_id })),
         );
-        let timeout = if own_task {
-            self.setup.config.snapshots.timeout
-        } else {
-            self.setup.config.cells.timeout_for(job.spec.timeout)
+        let config = &self.setup.config;
+        let timeout = match own_task {
+            true => config.snapshots.timeout,
+            false => config.cells.timeout_for(job.spec.timeout),
         };
-        let deadline = Deadline::new(timeout, self.setup.config.sessions.interrupt_grace);
+        let deadline = Deadline::new(timeout, config.sessions.interrupt_grace);
         let mut timers = vec![
             ctx.notify_later(CellDeadline { cell_id }, deadline.timeout()),
             requester_watch,
@@ -222,7 +253,7 @@ impl Session {
         }
         // The reply travels with the observer; the job keeps a dead end until a requeue.
         let reply = std::mem::replace(&mut job.reply, oneshot::channel().0);
-        self.turns.running = Some(Running {
+        Running {
             cell_id,
             job,
             observer: Observer::Requester(reply),
@@ -232,16 +263,13 @@ impl Session {
             started: Instant::now(),
             deadline,
             timers,
-            // A state task leaves the notice and the ledger to the next host cell.
-            notice: if own_task {
-                Notice::default()
-            } else {
-                std::mem::take(&mut self.notice)
+            notice: match own_task {
+                true => Notice::default(),
+                false => std::mem::take(&mut self.notice),
             },
             ledger: if own_task { None } else { self.take_ledger() },
             peak_rss: 0,
-        });
-        self.turns.touch();
+        }
     }
 
     /// The host interrupts the running cell (`cell_id`, or whichever runs); whether one was

@@ -132,6 +132,14 @@ impl Slot {
         }
     }
 
+    /// The ready worker's generation.
+    pub fn ready_generation(&self) -> Option<u64> {
+        match &self.worker {
+            Worker::Ready { generation, .. } => Some(*generation),
+            _ => None,
+        }
+    }
+
     /// The worker's pid, while it runs.
     pub fn pid(&self) -> Option<u32> {
         match &self.worker {
@@ -190,6 +198,7 @@ mod tests {
         assert!(slot.in_transition());
         // Messages about a worker still starting (or a predecessor) are about no live one.
         assert!(!slot.is_current(second) && !slot.is_ready(second));
+        assert_eq!(slot.ready_generation(), None);
         assert_eq!((slot.pid(), slot.link().is_some()), (None, false));
     }
 

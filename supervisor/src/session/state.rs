@@ -241,35 +241,7 @@ impl Session {
             StatePurpose::Restore { cells_since } => self.restored(report, cells_since),
             StatePurpose::AfterCell(held) => {
                 let held = held.map(|held| *held);
-                match report {
-                    StateReport::Saved { .. } => {
-                        self.saves.in_step();
-                        // Answered now, or once its commit is decided (etcd mode).
-                        if let Some(held) = self.commit_saved(ctx, job.task.as_ref(), held) {
-                            self.deliver_held(held, super::saved::written());
-                        }
-                    }
-                    StateReport::Refused(refusal) => {
-                        let why = policy::describe(&refusal);
-                        tracing::warn!(session = %self.setup.key, "snapshot after cell not written: {why}");
-                        if let Some(held) = held {
-                            self.deliver_held(held, super::saved::not_written(why));
-                        }
-                    }
-                    _ => {
-                        if let Some(held) = held {
-                            let why = "the worker answered the save with no report".into();
-                            self.deliver_held(held, super::saved::not_written(why));
-                        }
-                    }
-                }
-                // The workspace too, so a node's crash loses only what the last cell did;
-                // a close that came during the save waited for both.
-                self.save_files_then(ctx, SaveReason::AfterCell, |s, ctx| {
-                    if s.is_closing() {
-                        s.stop_worker(ctx);
-                    }
-                });
+                self.saved_after_cell(ctx, report, job.task.as_ref(), held);
             }
             StatePurpose::BeforeStop(then, reason) => {
                 let fate = match report {
@@ -292,6 +264,46 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// The save after a cell (`task`) ended with `report`: the cell held for it is answered
+    /// (or, in etcd mode, once its commit is decided), then the workspace is saved too.
+    fn saved_after_cell(
+        &mut self,
+        ctx: &mut Context<Self>,
+        report: StateReport,
+        task: Option<&StateTask>,
+        held: Option<super::saved::HeldCell>,
+    ) {
+        match report {
+            StateReport::Saved { .. } => {
+                self.saves.in_step();
+                // Answered now, or once its commit is decided (etcd mode).
+                if let Some(held) = self.commit_saved(ctx, task, held) {
+                    self.deliver_held(held, super::saved::written());
+                }
+            }
+            StateReport::Refused(refusal) => {
+                let why = policy::describe(&refusal);
+                tracing::warn!(session = %self.setup.key, "snapshot after cell not written: {why}");
+                if let Some(held) = held {
+                    self.deliver_held(held, super::saved::not_written(why));
+                }
+            }
+            _ => {
+                if let Some(held) = held {
+                    let why = "the worker answered the save with no report".into();
+                    self.deliver_held(held, super::saved::not_written(why));
+                }
+            }
+        }
+        // The workspace too, so a node's crash loses only what the last cell did;
+        // a close that came during the save waited for both.
+        self.save_files_then(ctx, SaveReason::AfterCell, |s, ctx| {
+            if s.is_closing() {
+                s.stop_worker(ctx);
+            }
+        });
     }
 
     /// The worker ended while a state task ran on it: the task is over, without a report.
