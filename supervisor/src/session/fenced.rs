@@ -29,6 +29,31 @@ enum Begun {
     },
 }
 
+/// etcd's `answer` to the commit of blob `name` (of session `key`): once committed, the
+/// blobs in `blobs` that nothing names are removed; `Err` says why it was not.
+async fn committed(
+    answer: tokio::sync::oneshot::Receiver<Result<(), CommitError>>,
+    key: super::SessionKey,
+    name: String,
+    blobs: Option<PathBuf>,
+) -> Result<(), String> {
+    let result = match answer.await {
+        Ok(Ok(())) => {
+            tracing::debug!(session = %key, blob = %name, "snapshot committed");
+            for stale in blobs.map_or_else(Vec::new, |d| pointer::unreferenced(&d, &name)) {
+                let _ = std::fs::remove_file(stale);
+            }
+            Ok(())
+        }
+        Ok(Err(err)) => Err(err.to_string()),
+        Err(_) => Err("no answer from the lease's task (the lease was let go)".into()),
+    };
+    if let Err(why) = &result {
+        tracing::warn!(session = %key, "snapshot {name} not committed: {why}");
+    }
+    result
+}
+
 /// Why a cell's written snapshot is not its saved state.
 pub(super) fn uncommitted(why: &str) -> String {
     format!(
@@ -87,28 +112,8 @@ impl Session {
         };
         let key = self.setup.key.clone();
         let waiting = waiting.map(|held| self.saves.committing.wait(held));
-        ctx.spawn(
-            async move {
-                let result = match answer.await {
-                    Ok(Ok(())) => {
-                        tracing::debug!(session = %key, blob = %name, "snapshot committed");
-                        for stale in
-                            blobs.map_or_else(Vec::new, |d| pointer::unreferenced(&d, &name))
-                        {
-                            let _ = std::fs::remove_file(stale);
-                        }
-                        Ok(())
-                    }
-                    Ok(Err(err)) => Err(err.to_string()),
-                    Err(_) => Err("no answer from the lease's task (the lease was let go)".into()),
-                };
-                if let Err(why) = &result {
-                    tracing::warn!(session = %key, "snapshot {name} not committed: {why}");
-                }
-                result
-            }
-            .into_actor(self)
-            .map(move |result, session, _| {
+        ctx.spawn(committed(answer, key, name, blobs).into_actor(self).map(
+            move |result, session, _| {
                 if let Some(held) = waiting.and_then(|n| session.saves.committing.take(n)) {
                     let saved = match result {
                         Ok(()) => saved::written(),
@@ -116,8 +121,8 @@ impl Session {
                     };
                     session.deliver_held(held, saved);
                 }
-            }),
-        );
+            },
+        ));
         now
     }
 
@@ -211,34 +216,18 @@ impl Session {
             let _ = reply.send(report);
             return;
         };
-        let path = store.checkpoint(&self.setup.key, name);
         let owned = name.to_string();
         let refused = move |why: String| {
             StateReport::Refused(StateRefusal::Failed {
                 why: format!("checkpoint {owned} was written but not committed in etcd: {why}"),
             })
         };
-        let Some(token) = etcd.token(&self.setup.key.session) else {
-            let _ = reply.send(refused("this node holds no lease on the session".into()));
-            return;
-        };
-        let (sha256, bytes) = match pointer::file_digest(&path) {
-            Ok(digest) => digest,
-            Err(err) => {
-                let _ = reply.send(refused(err.to_string()));
+        let committed = match self.checkpoint_pointer(store, &etcd, name) {
+            Ok(pointer) => pointer,
+            Err(why) => {
+                let _ = reply.send(refused(why));
                 return;
             }
-        };
-        let committed = Pointer {
-            blob: path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            sha256,
-            bytes,
-            cells: self.turns.cells_run,
-            node: store.node().to_string(),
-            token,
         };
         let answer = etcd.commit_checkpoint(
             &self.setup.key.session,
@@ -257,6 +246,32 @@ impl Session {
             }
             .into_actor(self),
         );
+    }
+
+    /// The pointer to checkpoint `name`'s file as written: its SHA-256, fenced by the
+    /// lease's token; `Err` says why there is none.
+    fn checkpoint_pointer(
+        &self,
+        store: &crate::snapshots::SnapshotStore,
+        etcd: &crate::fleet::etcd::EtcdLeases,
+        name: &str,
+    ) -> Result<Pointer, String> {
+        let path = store.checkpoint(&self.setup.key, name);
+        let Some(token) = etcd.token(&self.setup.key.session) else {
+            return Err("this node holds no lease on the session".into());
+        };
+        let (sha256, bytes) = pointer::file_digest(&path).map_err(|err| err.to_string())?;
+        Ok(Pointer {
+            blob: path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            sha256,
+            bytes,
+            cells: self.turns.cells_run,
+            node: store.node().to_string(),
+            token,
+        })
     }
 
     /// In etcd mode, why a host's restore of checkpoint `name` must not run: none is

@@ -125,17 +125,38 @@ pub fn plan(lost: Lost<'_>, budget: &mut RestartBudget) -> Plan {
                 .flatten(),
         ),
     };
-    let (consequence, session) = match budget.on_loss(under_cell) {
+    let (consequence, session) = aftermath(key, &loss, budget, under_cell);
+    let cell = match reported {
+        None if requeue => ForCell::Requeue,
+        None => ForCell::None,
+        Some(cell) => cell_report(cell, &loss, consequence, stderr_tail),
+    };
+    Plan::Lost {
+        loss,
+        cell,
+        session,
+    }
+}
+
+/// What `loss` means for the session, as the budget (charged for a loss under a cell)
+/// decides.
+fn aftermath(
+    key: &SessionKey,
+    loss: &WorkerLoss,
+    budget: &mut RestartBudget,
+    under_cell: bool,
+) -> (Consequence, Aftermath) {
+    match budget.on_loss(under_cell) {
         Verdict::Restart => (
             Consequence::Restarted,
             Aftermath::Restart {
-                notice: outcome::replaced_notice(key.language, &loss),
+                notice: outcome::replaced_notice(key.language, loss),
             },
         ),
         Verdict::ReplaceOnDemand => (
             Consequence::ReplacedOnDemand,
             Aftermath::ReplaceOnDemand {
-                notice: outcome::replaced_notice(key.language, &loss),
+                notice: outcome::replaced_notice(key.language, loss),
             },
         ),
         Verdict::Exhausted => {
@@ -143,39 +164,38 @@ pub fn plan(lost: Lost<'_>, budget: &mut RestartBudget) -> Plan {
             (
                 Consequence::Failed { budget: limit },
                 Aftermath::Failed {
-                    reason: outcome::failed_reason(key, &loss, limit),
+                    reason: outcome::failed_reason(key, loss, limit),
                 },
             )
         }
-    };
-    let cell = match reported {
-        None if requeue => ForCell::Requeue,
-        None => ForCell::None,
-        Some(cell) => {
-            let mut text = cell.produced;
-            let killed = matches!(loss, WorkerLoss::Killed(_));
-            let cancelled = killed && cell.cancel.is_some();
-            if let Some(timeout @ CancelCause::Timeout(_)) = cell.cancel.filter(|_| cancelled) {
-                append_line(&mut text, &timeout.line());
-            }
-            let mut line = outcome::loss_line(&loss, consequence, cancelled);
-            if !stderr_tail.is_empty() && !killed {
-                line.push_str(&format!("\nworker stderr:\n{stderr_tail}"));
-            }
-            append_line(&mut text, &line);
-            let status = if cancelled {
-                CellStatus::Cancelled
-            } else {
-                CellStatus::Error
-            };
-            ForCell::Report { status, text }
-        }
-    };
-    Plan::Lost {
-        loss,
-        cell,
-        session,
     }
+}
+
+/// The report of the cell the worker was lost under: what it produced, its timeout if a
+/// kill cancelled it, the loss's line and (unless killed) the worker's stderr.
+fn cell_report(
+    cell: CellAtLoss,
+    loss: &WorkerLoss,
+    consequence: Consequence,
+    stderr_tail: &str,
+) -> ForCell {
+    let mut text = cell.produced;
+    let killed = matches!(loss, WorkerLoss::Killed(_));
+    let cancelled = killed && cell.cancel.is_some();
+    if let Some(timeout @ CancelCause::Timeout(_)) = cell.cancel.filter(|_| cancelled) {
+        append_line(&mut text, &timeout.line());
+    }
+    let mut line = outcome::loss_line(loss, consequence, cancelled);
+    if !stderr_tail.is_empty() && !killed {
+        line.push_str(&format!("\nworker stderr:\n{stderr_tail}"));
+    }
+    append_line(&mut text, &line);
+    let status = if cancelled {
+        CellStatus::Cancelled
+    } else {
+        CellStatus::Error
+    };
+    ForCell::Report { status, text }
 }
 
 #[cfg(test)]
