@@ -43,12 +43,7 @@ impl Handler<WorkerExited> for Session {
             .filter(|p| running.as_ref().is_some_and(|r| r.cell_id == p.cell_id));
         let mut remains = Remains::of(partial);
         let verdict = oom_verdict(&how, kernel_oom, running.as_ref(), &remains.readings);
-        let cell = running.as_ref().map(|running| CellAtLoss {
-            taken: remains.taken,
-            with_requester: running.observer.is_requester(),
-            produced: std::mem::take(&mut remains.produced),
-            cancel: running.deadline.cause(),
-        });
+        let cell = running.as_ref().map(|r| remains.cell_at_loss(r));
         let lost = Lost {
             key: &self.setup.key,
             how,
@@ -92,6 +87,16 @@ impl Remains {
                 truncation: p.output.truncation,
             },
             None => Remains::default(),
+        }
+    }
+
+    /// The cell `running` as the plan sees it (its output taken from here).
+    fn cell_at_loss(&mut self, running: &Running) -> CellAtLoss {
+        CellAtLoss {
+            taken: self.taken,
+            with_requester: running.observer.is_requester(),
+            produced: std::mem::take(&mut self.produced),
+            cancel: running.deadline.cause(),
         }
     }
 }

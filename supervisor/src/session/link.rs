@@ -518,7 +518,7 @@ impl ReaderTask {
         counts: (u32, u32),
         usage: DoneUsage,
     ) {
-        if !self.current.as_ref().is_some_and(|c| c.cell_id == cell_id) {
+        if self.current.as_ref().is_none_or(|c| c.cell_id != cell_id) {
             return;
         }
         let readings = self.readings_reported(usage).await;
