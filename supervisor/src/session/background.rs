@@ -7,7 +7,7 @@ use super::messages::{CellYield, TerminateCell, WaitCell, WaitExpired};
 use super::observation::{Handoff, YieldCause};
 use super::{Running, Session, Waiter};
 use crate::cell::{CellResult, CellStatus};
-use crate::output::{OutputSink, SinkLimits};
+use crate::output::OutputSink;
 use crate::session::CellReport;
 use actix::prelude::*;
 
@@ -15,7 +15,7 @@ impl Handler<CellYield> for Session {
     type Result = ();
     /// The running cell yields: whoever watches gets the output so far, as `running`.
     fn handle(&mut self, msg: CellYield, ctx: &mut Context<Self>) {
-        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == msg.cell_id) else {
+        let Some(running) = self.turns.running_as(msg.cell_id) else {
             return;
         };
         // A yield_control() made the reader hold what came after it: let go unless cut below.
@@ -31,7 +31,7 @@ impl Handler<CellYield> for Session {
             // Its request returns now: leaving no longer stops the cell.
             ctx.cancel_future(running.requester_watch);
             running.output.go_background();
-            tracing::info!(session = %self.key, cell_id = msg.cell_id, cause = ?msg.cause, "cell went to the background");
+            tracing::info!(session = %self.setup.key, cell_id = msg.cell_id, cause = ?msg.cause, "cell went to the background");
         }
         // Nobody looking: the output stays in the window for the next look.
         if matches!(handoff, Handoff::Nobody) {
@@ -55,14 +55,13 @@ impl Handler<WaitCell> for Session {
     type Result = ();
     /// A `wait`: watch the running background cell, or collect a finished one's result.
     fn handle(&mut self, msg: WaitCell, ctx: &mut Context<Self>) {
-        let ticket = self.next_ticket;
-        self.next_ticket += 1;
+        let ticket = self.turns.take_ticket();
         let waiter = Waiter {
             ticket,
             max_bytes: msg.max_bytes,
             reply: msg.reply,
         };
-        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == msg.cell_id) else {
+        let Some(running) = self.turns.running_as(msg.cell_id) else {
             self.collect(msg.cell_id, waiter);
             return;
         };
@@ -94,7 +93,7 @@ impl Handler<WaitExpired> for Session {
     type Result = ();
     /// A wait's time passed with the cell still running: the output since the last look.
     fn handle(&mut self, msg: WaitExpired, _: &mut Context<Self>) {
-        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == msg.cell_id) else {
+        let Some(running) = self.turns.running_as(msg.cell_id) else {
             return;
         };
         let Some(waiter) = running.observer.take_waiter_if(|w| w.ticket == msg.ticket) else {
@@ -114,14 +113,13 @@ impl Handler<TerminateCell> for Session {
     /// terminator is answered with its final result. A wait in progress gets the output so
     /// far now.
     fn handle(&mut self, msg: TerminateCell, ctx: &mut Context<Self>) {
-        let ticket = self.next_ticket;
-        self.next_ticket += 1;
+        let ticket = self.turns.take_ticket();
         let waiter = Waiter {
             ticket,
             max_bytes: None,
             reply: msg.reply,
         };
-        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == msg.cell_id) else {
+        let Some(running) = self.turns.running_as(msg.cell_id) else {
             self.collect(msg.cell_id, waiter);
             return;
         };
@@ -132,7 +130,7 @@ impl Handler<TerminateCell> for Session {
                         self.answer(previous, result);
                     }
                 }
-                tracing::info!(session = %self.key, cell_id = msg.cell_id, "terminating a background cell");
+                tracing::info!(session = %self.setup.key, cell_id = msg.cell_id, "terminating a background cell");
                 self.interrupt_by_host(Some(msg.cell_id), ctx);
             }
             Err((waiter, refusal)) => {
@@ -145,7 +143,7 @@ impl Handler<TerminateCell> for Session {
 impl Session {
     /// The running cell's output since the last look, as a `running` outcome and result.
     fn snapshot(&mut self) -> Option<(CellReport, CellResult)> {
-        let running = self.running.as_mut()?;
+        let running = self.turns.running.as_mut()?;
         let observed = running.output.cut();
         let outcome = CellReport {
             status: CellStatus::Running,
@@ -167,7 +165,7 @@ impl Session {
 
     /// The result of a background cell that ended unobserved, handed over once.
     fn collect(&mut self, cell_id: u64, waiter: Waiter) {
-        match self.uncollected.collect(cell_id) {
+        match self.turns.uncollected.collect(cell_id) {
             Ok(result) => self.answer(waiter, result),
             Err(refusal) => {
                 let _ = waiter.reply.send(Err(refusal));
@@ -191,9 +189,9 @@ impl Session {
                 let mut outcome = outcome;
                 outcome.status_events.retain(|event| !is_notify(event));
                 let result = result_of(&running, outcome);
-                let cap = self.config.cells.max_uncollected;
-                for dropped in self.uncollected.keep(running.cell_id, result, cap) {
-                    tracing::warn!(session = %self.key, cell_id = dropped, cap, "dropped the uncollected result of a background cell: cells.max-uncollected reached");
+                let cap = self.setup.config.cells.max_uncollected;
+                for dropped in self.turns.uncollected.keep(running.cell_id, result, cap) {
+                    tracing::warn!(session = %self.setup.key, cell_id = dropped, cap, "dropped the uncollected result of a background cell: cells.max-uncollected reached");
                 }
             }
         }
@@ -214,19 +212,8 @@ impl Session {
         if result.report.output.len() <= max_bytes {
             return;
         }
-        let mut sink = OutputSink::new(SinkLimits {
-            max_bytes,
-            max_lines: self.config.output.max_lines,
-            max_line_length: self.config.output.max_line_length,
-            artifact_name: format!(
-                "{}-{}-wait-{}-{}.txt",
-                self.key.session.dir_name(),
-                self.key.language,
-                result.cell_id,
-                self.next_ticket
-            ),
-            artifacts: std::sync::Arc::clone(&self.artifacts),
-        });
+        let limits = (self.setup).wait_limits(max_bytes, result.cell_id, self.turns.peek_ticket());
+        let mut sink = OutputSink::new(limits);
         sink.write(result.report.output.as_bytes());
         let cut = sink.finish();
         result.report.output = cut.text;
@@ -235,7 +222,7 @@ impl Session {
             result.report.truncation.artifact_path = cut.truncation.artifact_path;
             result.report.truncation.artifact_error = cut.truncation.artifact_error;
         } else if let Some(spare) = cut.truncation.artifact_path {
-            self.artifacts.discard(&spare);
+            self.setup.artifacts.discard(&spare);
         }
     }
 }

@@ -1,144 +1,29 @@
-//! A session's cells: the queue, one cell's run on the worker, its deadline (timeout ->
-//! interrupt -> grace -> kill, decided by [`Deadline`]) and its end.
+//! A session's cells: the queue, one cell's run on the worker and its deadline (timeout ->
+//! interrupt -> grace -> kill, decided by [`Deadline`]); its end is in `finished`.
 
 use super::link::ActiveCell;
 use super::messages::{
-    CellDeadline, CellFinished, CellYield, GraceExpired, InterruptCell, RequesterGone, RunCell,
+    CellDeadline, CellYield, GraceExpired, InterruptCell, RequesterGone, RunCell,
 };
+use super::notice::Notice;
 use super::observation::{Observer, YieldCause};
-use super::outcome::{append_line, CancelCause, KillReason};
+use super::outcome::KillReason;
 use super::policy::{Deadline, Step};
 use super::window::CellOutput;
 use super::{CellJob, Running, Session, Worker};
-use crate::cell::CellStatus;
-use crate::output::SinkLimits;
 use crate::session::CellReport;
 use actix::prelude::*;
-use cellvisor_client::usage::{CellUsage, MemoryLimit, OutOfMemory};
 use cellvisor_ipc::state::StateTask;
-use cellvisor_ipc::{CellOutcome as WorkerOutcome, ExecuteCell, Language, ToWorker};
+use cellvisor_ipc::{ExecuteCell, ToWorker};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
-
-impl Handler<CellFinished> for Session {
-    type Result = ();
-    fn handle(&mut self, msg: CellFinished, ctx: &mut Context<Self>) {
-        if !self.is_current(msg.generation) {
-            return;
-        }
-        let Some(mut running) = self.running.take_if(|r| r.cell_id == msg.cell_id) else {
-            return;
-        };
-        for timer in running.timers.drain(..) {
-            ctx.cancel_future(timer);
-        }
-        if let Some(state) = running.job.state.take() {
-            let report = super::state::task_report(&msg.outcome, msg.output.text);
-            // The host's report first: its reply follows and finds it there.
-            self.state_task_done(state, msg.state, ctx);
-            self.deliver_final(running, report);
-            self.pump(ctx);
-            return;
-        }
-        let mut output = msg.output;
-        let (reported, out_of_memory) = match msg.outcome {
-            WorkerOutcome::Completed => {
-                self.budget.refill();
-                (CellStatus::Complete, None)
-            }
-            WorkerOutcome::Failed { .. } => (CellStatus::Error, None),
-            WorkerOutcome::Interrupted => (CellStatus::Cancelled, None),
-            WorkerOutcome::OutOfMemory {
-                limit_bytes,
-                used_bytes,
-                ..
-            } => (
-                CellStatus::Error,
-                engine_out_of_memory(self.key.language, limit_bytes, used_bytes),
-            ),
-        };
-        let deadline = &running.deadline;
-        if reported == CellStatus::Cancelled || deadline.timed_out() {
-            let cause = match deadline.cause() {
-                Some(timeout @ CancelCause::Timeout(_)) => timeout,
-                _ => CancelCause::Interrupt,
-            };
-            append_line(&mut output.text, &cause.line());
-        }
-        let mut status = if deadline.cause().is_some() {
-            CellStatus::Cancelled
-        } else {
-            reported
-        };
-        if let Some(line) = self.enforce_tmp_quota() {
-            append_line(&mut output.text, &line);
-            status = CellStatus::Error;
-        }
-        self.cells_run += 1;
-        self.last_active = Instant::now();
-        let duration_ms = running.started.elapsed().as_secs_f64() * 1000.0;
-        let usage = CellUsage {
-            processes_seen: Some(msg.processes_seen),
-            ..msg
-                .readings
-                .usage(running.peak_rss, duration_ms, output.truncation.total_bytes)
-        };
-        let outcome = CellReport {
-            status,
-            output: output.text,
-            duration_ms,
-            displays: msg.displays,
-            status_events: msg.status_events,
-            truncation: output.truncation,
-            notice: running.notice.take(),
-            state: running.ledger.take(),
-            processes_ended: (msg.processes_ended > 0).then_some(msg.processes_ended),
-            usage: Some(usage),
-            out_of_memory,
-            saved: None,
-        };
-        self.count_cell(&outcome);
-        self.cells_since_snapshot += 1;
-        let held = self.hold(running, outcome);
-        let unsaved = if !self.replace_if_out_of_descriptors(msg.descriptors, ctx)
-            && status == CellStatus::Complete
-        {
-            self.save_after_cell(ctx, held)
-        } else {
-            Some(held)
-        };
-        if let Some(held) = unsaved {
-            self.deliver_unsaved(held);
-        }
-        self.pump(ctx);
-    }
-}
-
-/// The verdict of a cell whose engine reached its own heap limit (the JavaScript and Lua
-/// engines have one; Python's has none to report).
-fn engine_out_of_memory(
-    language: Language,
-    limit_bytes: u64,
-    used_bytes: u64,
-) -> Option<OutOfMemory> {
-    let limit = match language {
-        Language::JavaScript => MemoryLimit::JsHeap,
-        Language::Lua => MemoryLimit::LuaHeap,
-        Language::Python => return None,
-    };
-    Some(OutOfMemory {
-        limit,
-        limit_bytes,
-        used_bytes,
-    })
-}
 
 impl Handler<CellDeadline> for Session {
     type Result = ();
     fn handle(&mut self, msg: CellDeadline, ctx: &mut Context<Self>) {
         let CellDeadline { cell_id } = msg;
-        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == cell_id) else {
+        let Some(running) = self.turns.running_as(cell_id) else {
             return;
         };
         let step = running.deadline.expired();
@@ -146,7 +31,7 @@ impl Handler<CellDeadline> for Session {
         // Operators tell a long cell from a stuck one by these lines (info: the policy doing
         // its job; warn: a cell that ignored its interrupt).
         tracing::info!(
-            session = %self.key,
+            session = %self.setup.key,
             cell_id,
             elapsed_ms = elapsed.as_millis() as u64,
             timeout_ms = running.deadline.timeout().as_millis() as u64,
@@ -160,13 +45,13 @@ impl Handler<GraceExpired> for Session {
     type Result = ();
     fn handle(&mut self, msg: GraceExpired, _: &mut Context<Self>) {
         let GraceExpired { cell_id } = msg;
-        let Some(running) = self.running.as_mut().filter(|r| r.cell_id == cell_id) else {
+        let Some(running) = self.turns.running_as(cell_id) else {
             return;
         };
         if running.deadline.grace_expired() == Step::Kill {
-            let grace = self.config.sessions.interrupt_grace;
+            let grace = self.setup.config.sessions.interrupt_grace;
             tracing::warn!(
-                session = %self.key,
+                session = %self.setup.key,
                 cell_id,
                 grace_ms = grace.as_millis() as u64,
                 "cell interrupt grace ran out: the cell did not stop after its interrupt; killing its worker"
@@ -179,15 +64,15 @@ impl Handler<GraceExpired> for Session {
 impl Handler<RunCell> for Session {
     type Result = ();
     fn handle(&mut self, msg: RunCell, ctx: &mut Context<Self>) {
-        self.jobs_received += 1;
+        self.turns.receive();
         if self.is_closing() {
             let _ = msg.0.reply.send(CellReport::error(format!(
                 "session {} is closing",
-                self.key
+                self.setup.key
             )));
             return;
         }
-        self.queue.push_back(msg.0);
+        self.turns.queue.push_back(msg.0);
         self.pump(ctx);
     }
 }
@@ -206,11 +91,12 @@ impl Handler<RequesterGone> for Session {
         // to no request any more, and its watch may still fire once, its cancel having come
         // in the same turn as the request's end.
         let awaited = self
+            .turns
             .running
             .as_ref()
             .is_some_and(|r| r.cell_id == msg.cell_id && r.observer.is_requester());
         if awaited && self.interrupt_by_host(Some(msg.cell_id), ctx) {
-            tracing::info!(session = %self.key, cell_id = msg.cell_id, "requester gone: interrupting its cell");
+            tracing::info!(session = %self.setup.key, cell_id = msg.cell_id, "requester gone: interrupting its cell");
         }
     }
 }
@@ -219,19 +105,13 @@ impl Session {
     /// Starts queued work if nothing is running.
     pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
         loop {
-            if self.running.is_some()
-                || matches!(
-                    self.worker,
-                    Worker::Starting { .. } | Worker::Stopping { .. }
-                )
-            {
+            if self.turns.running.is_some() || self.slot.in_transition() {
                 break;
             }
-            if self.queue.front().is_some_and(CellJob::abandoned) {
-                self.queue.pop_front();
-                continue;
+            if !self.turns.drop_abandoned() {
+                break;
             }
-            let Some(front) = self.queue.front_mut() else {
+            let Some(front) = self.turns.queue.front_mut() else {
                 break;
             };
             if front.spec.reset {
@@ -245,141 +125,48 @@ impl Session {
             if code && (self.switch_python(ctx) || self.switch_sandbox(ctx)) {
                 break;
             }
-            if let Some(why) = &self.failed {
-                let message = why.clone();
-                if let Some(job) = self.queue.pop_front() {
-                    let _ = job.reply.send(CellReport::error(message));
-                }
+            if let Some(why) = &self.slot.failed {
+                self.turns.refuse_next(why.clone());
                 continue;
             }
-            if matches!(self.worker, Worker::None) {
+            if self.slot.is_empty() {
                 self.start_worker(ctx);
                 break;
             }
             if self.restore_if_due(ctx) {
                 break;
             }
-            if let Some(job) = self.queue.pop_front() {
+            if let Some(job) = self.turns.queue.pop_front() {
                 self.run_cell(ctx, job);
             }
         }
         self.report();
     }
 
-    /// Follows the Python the next cell's request asks for: the next worker starts with it,
-    /// and a live worker on another one is replaced first (true: wait for that).
-    fn switch_python(&mut self, ctx: &mut Context<Self>) -> bool {
-        let Some(choice) = self.queue.front().and_then(|job| job.python.clone()) else {
-            return false;
-        };
-        if self.python.as_ref() == Some(&choice.program) {
-            return false;
-        }
-        let previous = self.python.replace(choice.program.clone());
-        self.python_choice = Some(Arc::clone(&choice));
-        crate::python_choice::apply(&mut self.spec, &choice);
-        match previous {
-            Some(previous) if !matches!(self.worker, Worker::None) => {
-                let notice = crate::python_choice::change_notice(&previous, &choice.program);
-                self.begin_reset(ctx, notice);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Follows the sandbox the next cell's request runs under (its policy and its cwd): the
-    /// next worker starts under it, and a live worker under another one is replaced first
-    /// (true: wait for that). A worker that cannot be set up fails the cell with why.
-    fn switch_sandbox(&mut self, ctx: &mut Context<Self>) -> bool {
-        let front = self.queue.front();
-        let wanted = front.and_then(|job| job.sandbox.clone());
-        let keeps = front.is_some_and(|job| job.keeps_level_confinement);
-        if wanted == self.sandbox
-            || keeps_as_it_is(keeps, wanted.as_deref(), self.sandbox.as_deref())
-        {
-            return false;
-        }
-        let dirs = self.sandbox_dirs();
-        let applied = crate::sandbox::apply_to_env(
-            &mut self.spec.env,
-            wanted.as_deref(),
-            &dirs,
-            self.artifacts.dir(),
-        );
-        if let Err(err) = applied {
-            if let Some(job) = self.queue.pop_front() {
-                let _ = job.reply.send(CellReport::error(format!(
-                    "sandbox: cannot prepare the session's directories ({}): {err}",
-                    dirs.tmp.display()
-                )));
-            }
-            return true;
-        }
-        if let Some(warning) = wanted.as_ref().and_then(|plan| plan.warning()) {
-            tracing::warn!(session = %self.key, "{warning}");
-        }
-        let previous = std::mem::replace(&mut self.sandbox, wanted);
-        if matches!(self.worker, Worker::None) {
-            return false;
-        }
-        let notice = match (&previous, &self.sandbox) {
-            (Some(_), None) => "this request runs without the sandbox".to_string(),
-            (None, Some(_)) => "this request runs sandboxed".to_string(),
-            _ => "this request's sandbox (policy or directory) differs".to_string(),
-        };
-        self.begin_reset(
-            ctx,
-            format!("{notice}: a new worker was started for it and earlier state is lost"),
-        );
-        true
-    }
-
-    /// The session's own directories a sandboxed worker may write.
-    fn sandbox_dirs(&self) -> crate::sandbox::SessionDirs {
-        let name = self.key.session.dir_name();
-        crate::sandbox::SessionDirs {
-            tmp: self.tmp_dir(),
-            artifacts: self.artifacts.dir().join(&name),
-            store: self.spec.env.store_dir(),
-            snapshots: self.snapshots.as_ref().map(|store| store.dir(&self.key)),
-        }
-    }
-
-    pub(super) fn run_cell(&mut self, ctx: &mut Context<Self>, mut job: CellJob) {
-        let Worker::Ready {
-            link, generation, ..
-        } = &self.worker
-        else {
-            self.queue.push_front(job);
+    /// Runs `job` on the ready worker (back to the queue's front if there is none): its
+    /// output's sink to the reader, its `Execute` frame, then its watch and timers.
+    pub(super) fn run_cell(&mut self, ctx: &mut Context<Self>, job: CellJob) {
+        let Some(link) = self.slot.link() else {
+            self.turns.queue.push_front(job);
             return;
         };
-        let cell_id = job.cell_id;
-        let max_bytes = job
-            .max_output_bytes
-            .map_or(self.config.output.max_bytes.as_u64(), |cap| {
-                cap.min(self.config.output.max_bytes.as_u64())
-            });
-        let output = Arc::new(CellOutput::new(SinkLimits {
-            max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
-            max_lines: self.config.output.max_lines,
-            max_line_length: self.config.output.max_line_length,
-            artifact_name: artifact_name(
-                &self.key.session.dir_name(),
-                self.key.language,
-                link.pid,
-                cell_id,
-                // A session with its own uid reads its artifacts back from its own directory.
-                self.sandbox.is_some() || self.spec.uid.is_some(),
-            ),
-            artifacts: Arc::clone(&self.artifacts),
-        }));
+        let limits = (self.setup).sink_limits(
+            job.max_output_bytes,
+            link.pid,
+            job.cell_id,
+            self.env.sandbox.is_some(),
+        );
+        let output = Arc::new(CellOutput::new(limits));
         let declared: Vec<String> = job.tools.iter().map(|t| t.name.clone()).collect();
         link.begin(
-            ActiveCell::new(cell_id, job.index, Arc::clone(&output), job.events.clone())
-                .with_tools(declared, job.tool_host.clone()),
+            ActiveCell::new(
+                job.cell_id,
+                job.index,
+                Arc::clone(&output),
+                job.events.clone(),
+            )
+            .with_tools(declared, job.tool_host.clone()),
         );
-        let own_task = job.state.is_some();
         let task = match job.state.as_ref().map(|s| self.state_task(s)) {
             None => StateTask::Code,
             Some(Ok(task)) => task,
@@ -388,52 +175,59 @@ impl Session {
                 return;
             }
         };
-        let session_env = if own_task || self.session_env_sent == *generation {
-            Vec::new()
-        } else {
-            self.session_env_sent = *generation;
-            self.spec.env.session_vars()
+        self.execute(&job, task);
+        // The heartbeat runs while cells do (it stops itself once the session is idle).
+        if self.slot.heartbeat_timer.is_none() {
+            self.arm_heartbeat(ctx);
+        }
+        let running = self.running_of(ctx, job, output);
+        self.turns.running = Some(running);
+        self.turns.touch();
+    }
+
+    /// Sends the worker `job`'s `Execute` frame for `task`: a code cell carries the session's
+    /// variables to a worker that has not had them, and the caller's environment (a change
+    /// to a live worker is told in the notice).
+    fn execute(&mut self, job: &CellJob, task: StateTask) {
+        let Some(generation) = self.slot.ready_generation() else {
+            return;
         };
-        let mut env_notice = None;
-        let env_changes = match job.caller_env.as_ref().filter(|_| !own_task) {
-            None => Vec::new(),
-            Some(caller) => {
-                let before = match &self.caller_env_applied {
-                    Some((applied_to, applied)) if applied_to == generation => {
-                        Some(Arc::clone(applied))
-                    }
-                    _ => None,
-                };
-                let changes = self.spec.env.caller_changes(caller, before.as_deref());
-                self.caller_env_applied = Some((*generation, Arc::clone(caller)));
-                // A worker's first caller environment is the one it is taken to start with;
-                // a later change to a live worker is named, the values never.
-                if before.is_some() && !changes.is_empty() {
-                    let names: Vec<&str> = changes.iter().map(|(name, _)| name.as_str()).collect();
-                    env_notice = Some(format!(
-                        "the caller's environment changed: {} (applied before this cell)",
-                        names.join(", ")
-                    ));
-                }
-                changes
-            }
+        let own_task = job.state.is_some();
+        let session_env = match !own_task && self.env.session_vars_due(generation) {
+            true => self.setup.spec.env.session_vars(),
+            false => Vec::new(),
         };
-        link.send(ToWorker::Execute(ExecuteCell {
-            cell_id,
-            code: job.spec.code.clone(),
-            cwd: job.cwd.as_ref().map(|p| p.to_string_lossy().into_owned()),
-            tools: job.tools.to_vec(),
-            session_env,
-            env_changes,
-            task,
-        }));
+        let (env_changes, env_notice) = match job.caller_env.as_ref().filter(|_| !own_task) {
+            None => (Vec::new(), None),
+            Some(caller) => (self.env).caller_changes(&self.setup.spec.env, caller, generation),
+        };
+        if let Some(link) = self.slot.link() {
+            link.send(ToWorker::Execute(ExecuteCell {
+                cell_id: job.cell_id,
+                code: job.spec.code.clone(),
+                cwd: job.cwd.as_ref().map(|p| p.to_string_lossy().into_owned()),
+                tools: job.tools.to_vec(),
+                session_env,
+                env_changes,
+                task,
+            }));
+        }
         if let Some(notice) = env_notice {
             self.add_notice(notice);
         }
-        // The heartbeat runs while cells do (it stops itself once the session is idle).
-        if self.heartbeat_timer.is_none() {
-            self.arm_heartbeat(ctx);
-        }
+    }
+
+    /// `job` as the running cell: its requester watched, its deadline, yield and timers
+    /// armed, its reply with the observer; a code cell takes the notice and the ledger (a
+    /// state task leaves them to the next host cell).
+    fn running_of(
+        &mut self,
+        ctx: &mut Context<Self>,
+        mut job: CellJob,
+        output: Arc<CellOutput>,
+    ) -> Running {
+        let cell_id = job.cell_id;
+        let own_task = job.state.is_some();
         let mut requester = job.requester.clone();
         let requester_watch = ctx.spawn(
             async move {
@@ -443,12 +237,12 @@ impl Session {
             .into_actor(self)
             .map(move |(), _, ctx| ctx.notify(RequesterGone { cell_id })),
         );
-        let timeout = if own_task {
-            self.config.snapshots.timeout
-        } else {
-            self.config.cells.timeout_for(job.spec.timeout)
+        let config = &self.setup.config;
+        let timeout = match own_task {
+            true => config.snapshots.timeout,
+            false => config.cells.timeout_for(job.spec.timeout),
         };
-        let deadline = Deadline::new(timeout, self.config.sessions.interrupt_grace);
+        let deadline = Deadline::new(timeout, config.sessions.interrupt_grace);
         let mut timers = vec![
             ctx.notify_later(CellDeadline { cell_id }, deadline.timeout()),
             requester_watch,
@@ -459,7 +253,7 @@ impl Session {
         }
         // The reply travels with the observer; the job keeps a dead end until a requeue.
         let reply = std::mem::replace(&mut job.reply, oneshot::channel().0);
-        self.running = Some(Running {
+        Running {
             cell_id,
             job,
             observer: Observer::Requester(reply),
@@ -469,12 +263,13 @@ impl Session {
             started: Instant::now(),
             deadline,
             timers,
-            // A state task leaves the notice and the ledger to the next host cell.
-            notice: if own_task { None } else { self.notice.take() },
+            notice: match own_task {
+                true => Notice::default(),
+                false => std::mem::take(&mut self.notice),
+            },
             ledger: if own_task { None } else { self.take_ledger() },
             peak_rss: 0,
-        });
-        self.last_active = Instant::now();
+        }
     }
 
     /// The host interrupts the running cell (`cell_id`, or whichever runs); whether one was
@@ -485,6 +280,7 @@ impl Session {
         ctx: &mut Context<Self>,
     ) -> bool {
         let Some(running) = self
+            .turns
             .running
             .as_mut()
             .filter(|r| cell_id.is_none_or(|id| id == r.cell_id))
@@ -498,17 +294,17 @@ impl Session {
 
     /// Carries out what the running cell's [`Deadline`] decided.
     fn take_step(&mut self, step: Step, ctx: &mut Context<Self>) {
-        let Some(running) = self.running.as_mut() else {
+        let Some(running) = self.turns.running.as_mut() else {
             return;
         };
         match step {
             Step::Interrupt { grace } => {
                 let cell_id = running.cell_id;
-                if let Worker::Ready { link, .. } = &self.worker {
+                if let Worker::Ready { link, .. } = &self.slot.worker {
                     link.send(ToWorker::Interrupt { cell_id });
                 }
                 tracing::info!(
-                    session = %self.key,
+                    session = %self.setup.key,
                     cell_id,
                     grace_ms = grace.as_millis() as u64,
                     "cell interrupt sent: the worker has the interrupt grace to stop the cell"
@@ -518,80 +314,10 @@ impl Session {
                     .push(ctx.notify_later(GraceExpired { cell_id }, grace));
             }
             Step::Kill => {
-                let grace = self.config.sessions.interrupt_grace;
+                let grace = self.setup.config.sessions.interrupt_grace;
                 self.kill_worker(KillReason::IgnoredInterrupt { grace });
             }
             Step::None => {}
         }
-    }
-
-    pub(super) fn is_current(&self, generation: u64) -> bool {
-        match &self.worker {
-            Worker::Ready { generation: g, .. } | Worker::Stopping { generation: g, .. } => {
-                *g == generation
-            }
-            _ => false,
-        }
-    }
-}
-
-/// A cell's artifact file, relative to the artifact directory: a sandboxed session's go in a
-/// directory of its own, the only one its worker may read.
-fn artifact_name(
-    session: &str,
-    language: cellvisor_ipc::Language,
-    pid: u32,
-    cell_id: u64,
-    sandboxed: bool,
-) -> String {
-    let file = format!("{session}-{language}-{pid}-{cell_id}.txt");
-    if sandboxed {
-        format!("{session}/{file}")
-    } else {
-        file
-    }
-}
-
-/// Whether a request that wants no sandbox (`wanted`) runs in the worker as it is: when it
-/// keeps the level's confinement (a local request at `auto`'s `landlock` for network
-/// sessions) and the worker is confined by the level (`current`), rather than losing the
-/// session's state to an unconfined worker.
-fn keeps_as_it_is(
-    keeps: bool,
-    wanted: Option<&crate::sandbox::Plan>,
-    current: Option<&crate::sandbox::Plan>,
-) -> bool {
-    keeps && wanted.is_none() && current.is_some_and(|plan| plan.by_level)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::keeps_as_it_is;
-    use crate::sandbox::{isolation_policy, plan, KernelSupport, Plan};
-
-    fn confined(by_level: bool) -> Plan {
-        let kernel = KernelSupport {
-            landlock_abi: 7,
-            user_namespaces: true,
-        };
-        let policy = isolation_policy(&cellvisor_config::SandboxConfig::default());
-        let mut plan = plan(policy, kernel, "/w".into()).expect("plan");
-        plan.by_level = by_level;
-        plan
-    }
-
-    #[test]
-    fn a_local_request_runs_in_a_worker_the_level_confined_and_nowhere_else() {
-        let level = confined(true);
-        let operator = confined(false);
-        // A local request at `auto` keeps a worker a network client's request confined.
-        assert!(keeps_as_it_is(true, None, Some(&level)));
-        // Not an unconfined worker (nothing to keep), not the operator's or a request's
-        // sandbox (leaving it is asked for), not for a request that names its own.
-        assert!(!keeps_as_it_is(true, None, None));
-        assert!(!keeps_as_it_is(true, None, Some(&operator)));
-        assert!(!keeps_as_it_is(true, Some(&operator), Some(&level)));
-        // A request of no such level (`none`, `uid`) leaves the sandbox as it always did.
-        assert!(!keeps_as_it_is(false, None, Some(&level)));
     }
 }

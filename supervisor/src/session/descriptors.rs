@@ -5,7 +5,8 @@
 //! one and its notice says why (the anchor's host tears the session down and restarts it on
 //! EMFILE). Its state cannot be saved first: saving needs descriptors.
 
-use super::{AfterStop, Session, Worker};
+use super::closing::AfterStop;
+use super::{Session, Worker};
 use actix::Context;
 
 /// What a worker's descriptors look like after a cell.
@@ -76,7 +77,7 @@ impl Session {
         reported: Option<Option<Descriptors>>,
         ctx: &mut Context<Self>,
     ) -> bool {
-        let Worker::Ready { link, .. } = &self.worker else {
+        let Worker::Ready { link, .. } = &self.slot.worker else {
             return false;
         };
         let seen = match reported {
@@ -87,7 +88,7 @@ impl Session {
             return false;
         };
         tracing::warn!(
-            session = %self.key,
+            session = %self.setup.key,
             pid = link.pid,
             open = seen.open,
             limit = seen.limit,
@@ -99,7 +100,7 @@ impl Session {
              is gone (close files, sockets and pipes a cell opens, e.g. with `with open(...)`)",
             seen.open, seen.limit
         ));
-        self.after_stop.push(AfterStop::Restart);
+        self.closing.then(AfterStop::Restart);
         self.stop_worker(ctx);
         true
     }
@@ -108,7 +109,7 @@ impl Session {
     /// interpreter (the shim's child; the shim itself opens none for a cell), or the
     /// JavaScript and Lua engines' own process.
     fn descriptors_from_proc(&self, pid: u32) -> Option<Descriptors> {
-        let pids = if self.key.language == cellvisor_ipc::Language::Python {
+        let pids = if self.setup.key.language == cellvisor_ipc::Language::Python {
             children(pid)
         } else {
             vec![pid]

@@ -29,6 +29,31 @@ enum Begun {
     },
 }
 
+/// etcd's `answer` to the commit of blob `name` (of session `key`): once committed, the
+/// blobs in `blobs` that nothing names are removed; `Err` says why it was not.
+async fn committed(
+    answer: tokio::sync::oneshot::Receiver<Result<(), CommitError>>,
+    key: super::SessionKey,
+    name: String,
+    blobs: Option<PathBuf>,
+) -> Result<(), String> {
+    let result = match answer.await {
+        Ok(Ok(())) => {
+            tracing::debug!(session = %key, blob = %name, "snapshot committed");
+            for stale in blobs.map_or_else(Vec::new, |d| pointer::unreferenced(&d, &name)) {
+                let _ = std::fs::remove_file(stale);
+            }
+            Ok(())
+        }
+        Ok(Err(err)) => Err(err.to_string()),
+        Err(_) => Err("no answer from the lease's task (the lease was let go)".into()),
+    };
+    if let Err(why) = &result {
+        tracing::warn!(session = %key, "snapshot {name} not committed: {why}");
+    }
+    result
+}
+
 /// Why a cell's written snapshot is not its saved state.
 pub(super) fn uncommitted(why: &str) -> String {
     format!(
@@ -42,12 +67,12 @@ impl Session {
     /// in etcd mode, `None` when this node holds no lease on the session (nothing it saved
     /// could become current); `latest.snap` otherwise.
     pub(super) fn latest_save_path(&self) -> Option<PathBuf> {
-        let store = self.snapshots.as_ref()?;
+        let store = self.saves.snapshots.as_ref()?;
         let Some(etcd) = store.fenced() else {
-            return Some(store.latest(&self.key));
+            return Some(store.latest(&self.setup.key));
         };
-        let (name, _) = etcd.next_blob(&self.key.session)?;
-        Some(store.blob(&self.key, &name))
+        let (name, _) = etcd.next_blob(&self.setup.key.session)?;
+        Some(store.blob(&self.setup.key, &name))
     }
 
     /// After a save of the latest snapshot was written: in etcd mode, commits the pointer to
@@ -62,12 +87,10 @@ impl Session {
         held: Option<HeldCell>,
     ) -> Option<HeldCell> {
         let waits = policy::answer_waits(
-            self.config.snapshots.every_cell_answer,
-            self.snapshots
-                .as_ref()
-                .is_some_and(|s| s.fenced().is_some()),
+            self.setup.config.snapshots.every_cell_answer,
+            self.saves.fenced(),
         );
-        let progress = self.progress.clone();
+        let progress = self.saves.progress.clone();
         let (now, waiting) = match waits {
             AnswerWaits::Save => (held, None),
             AnswerWaits::Commit => (None, held),
@@ -75,7 +98,7 @@ impl Session {
         let (answer, name, blobs) = match self.start_commit(task, progress) {
             Begun::Nothing => return now.or(waiting),
             Begun::Failed(why) => {
-                tracing::warn!(session = %self.key, "snapshot not committed: {why}");
+                tracing::warn!(session = %self.setup.key, "snapshot not committed: {why}");
                 if let Some(held) = waiting {
                     self.deliver_held(held, saved::not_written(uncommitted(&why)));
                 }
@@ -87,46 +110,27 @@ impl Session {
                 blobs,
             } => (answer, name, blobs),
         };
-        let key = self.key.clone();
-        let waiting = waiting.map(|held| self.committing.wait(held));
-        ctx.spawn(
-            async move {
-                let result = match answer.await {
-                    Ok(Ok(())) => {
-                        tracing::debug!(session = %key, blob = %name, "snapshot committed");
-                        for stale in
-                            blobs.map_or_else(Vec::new, |d| pointer::unreferenced(&d, &name))
-                        {
-                            let _ = std::fs::remove_file(stale);
-                        }
-                        Ok(())
-                    }
-                    Ok(Err(err)) => Err(err.to_string()),
-                    Err(_) => Err("no answer from the lease's task (the lease was let go)".into()),
-                };
-                if let Err(why) = &result {
-                    tracing::warn!(session = %key, "snapshot {name} not committed: {why}");
-                }
-                result
-            }
-            .into_actor(self)
-            .map(move |result, session, _| {
-                if let Some(held) = waiting.and_then(|n| session.committing.take(n)) {
+        let key = self.setup.key.clone();
+        let waiting = waiting.map(|held| self.saves.committing.wait(held));
+        ctx.spawn(committed(answer, key, name, blobs).into_actor(self).map(
+            move |result, session, _| {
+                if let Some(held) = waiting.and_then(|n| session.saves.committing.take(n)) {
                     let saved = match result {
                         Ok(()) => saved::written(),
                         Err(why) => saved::not_written(uncommitted(&why)),
                     };
                     session.deliver_held(held, saved);
                 }
-            }),
-        );
+            },
+        ));
         now
     }
 
     /// Starts the commit of the blob a save task wrote (etcd mode), with `progress` (how far
     /// the request of the cell it follows got) in the same transaction.
     fn start_commit(&self, task: Option<&StateTask>, progress: Option<Progress>) -> Begun {
-        let (Some(store), Some(StateTask::Save(order))) = (self.snapshots.as_ref(), task) else {
+        let (Some(store), Some(StateTask::Save(order))) = (self.saves.snapshots.as_ref(), task)
+        else {
             return Begun::Nothing;
         };
         let Some(etcd) = store.fenced() else {
@@ -151,14 +155,14 @@ impl Session {
             blob: name.clone(),
             sha256,
             bytes,
-            cells: self.cells_run,
+            cells: self.turns.cells_run,
             node: store.node().to_string(),
             token,
         };
         Begun::Started {
             answer: etcd.commit_with_progress(
-                &self.key.session,
-                self.key.language,
+                &self.setup.key.session,
+                self.setup.key.language,
                 pointer,
                 progress,
             ),
@@ -171,23 +175,24 @@ impl Session {
     /// pointer names, refused (with the reason, for the next cell's notice) unless its hash
     /// is the pointer's. `Ok(None)`: nothing to restore.
     pub(super) fn latest_restore_task(&self) -> Result<Option<StateTask>, String> {
-        let Some(store) = self.snapshots.as_ref() else {
+        let Some(store) = self.saves.snapshots.as_ref() else {
             return Ok(None);
         };
         let path = match store.fenced() {
-            None => store.latest(&self.key),
+            None => store.latest(&self.setup.key),
             Some(etcd) => {
-                let Some(current) = etcd.pointer(&self.key.session, self.key.language) else {
+                let Some(current) = etcd.pointer(&self.setup.key.session, self.setup.key.language)
+                else {
                     return Ok(None);
                 };
-                let path = store.blob(&self.key, &current.blob);
+                let path = store.blob(&self.setup.key, &current.blob);
                 pointer::check_blob(&current, &path).map_err(|refusal| refusal.to_string())?;
                 path
             }
         };
         Ok(Some(StateTask::Load(Box::new(LoadOrder {
             path: path.display().to_string(),
-            key: store.session_key(&self.key),
+            key: store.session_key(&self.setup.key),
             replace: false,
         }))))
     }
@@ -203,6 +208,7 @@ impl Session {
         reply: tokio::sync::oneshot::Sender<StateReport>,
     ) {
         let Some((store, etcd)) = self
+            .saves
             .snapshots
             .as_ref()
             .and_then(|s| Some((s, s.fenced()?.clone())))
@@ -210,36 +216,25 @@ impl Session {
             let _ = reply.send(report);
             return;
         };
-        let path = store.checkpoint(&self.key, name);
         let owned = name.to_string();
         let refused = move |why: String| {
             StateReport::Refused(StateRefusal::Failed {
                 why: format!("checkpoint {owned} was written but not committed in etcd: {why}"),
             })
         };
-        let Some(token) = etcd.token(&self.key.session) else {
-            let _ = reply.send(refused("this node holds no lease on the session".into()));
-            return;
-        };
-        let (sha256, bytes) = match pointer::file_digest(&path) {
-            Ok(digest) => digest,
-            Err(err) => {
-                let _ = reply.send(refused(err.to_string()));
+        let committed = match self.checkpoint_pointer(store, &etcd, name) {
+            Ok(pointer) => pointer,
+            Err(why) => {
+                let _ = reply.send(refused(why));
                 return;
             }
         };
-        let committed = Pointer {
-            blob: path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            sha256,
-            bytes,
-            cells: self.cells_run,
-            node: store.node().to_string(),
-            token,
-        };
-        let answer = etcd.commit_checkpoint(&self.key.session, self.key.language, name, committed);
+        let answer = etcd.commit_checkpoint(
+            &self.setup.key.session,
+            self.setup.key.language,
+            name,
+            committed,
+        );
         ctx.spawn(
             async move {
                 let outcome = match answer.await {
@@ -253,18 +248,45 @@ impl Session {
         );
     }
 
+    /// The pointer to checkpoint `name`'s file as written: its SHA-256, fenced by the
+    /// lease's token; `Err` says why there is none.
+    fn checkpoint_pointer(
+        &self,
+        store: &crate::snapshots::SnapshotStore,
+        etcd: &crate::fleet::etcd::EtcdLeases,
+        name: &str,
+    ) -> Result<Pointer, String> {
+        let path = store.checkpoint(&self.setup.key, name);
+        let Some(token) = etcd.token(&self.setup.key.session) else {
+            return Err("this node holds no lease on the session".into());
+        };
+        let (sha256, bytes) = pointer::file_digest(&path).map_err(|err| err.to_string())?;
+        Ok(Pointer {
+            blob: path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            sha256,
+            bytes,
+            cells: self.turns.cells_run,
+            node: store.node().to_string(),
+            token,
+        })
+    }
+
     /// In etcd mode, why a host's restore of checkpoint `name` must not run: none is
     /// committed under that name, or its file is not the one committed (an older checkpoint
     /// copied over it, a stale node's save). `None`: it may run.
     pub(super) fn checkpoint_refusal(&self, name: &str) -> Option<String> {
-        let store = self.snapshots.as_ref()?;
+        let store = self.saves.snapshots.as_ref()?;
         let etcd = store.fenced()?;
-        let Some(current) = etcd.checkpoint(&self.key.session, self.key.language, name) else {
+        let Some(current) = etcd.checkpoint(&self.setup.key.session, self.setup.key.language, name)
+        else {
             return Some(format!(
                 "no checkpoint named {name} is committed in etcd for this session"
             ));
         };
-        let path = store.checkpoint(&self.key, name);
+        let path = store.checkpoint(&self.setup.key, name);
         pointer::check_blob(&current, &path)
             .err()
             .map(|refusal| format!("checkpoint {name}: {refusal}"))
@@ -274,11 +296,11 @@ impl Session {
     /// progress its state carried: its namespace is gone on purpose. True: it was etcd's to
     /// drop.
     pub(super) fn forget_fenced(&mut self) -> bool {
-        self.progress = None;
-        let Some(etcd) = self.snapshots.as_ref().and_then(|s| s.fenced()) else {
+        self.saves.progress = None;
+        let Some(etcd) = self.saves.snapshots.as_ref().and_then(|s| s.fenced()) else {
             return false;
         };
-        etcd.forget(&self.key.session, self.key.language);
+        etcd.forget(&self.setup.key.session, self.setup.key.language);
         true
     }
 }

@@ -11,8 +11,8 @@ use std::path::PathBuf;
 impl Session {
     /// The session's daemon-made workspace on this node, if it has one.
     pub(super) fn own_workspace(&self) -> Option<PathBuf> {
-        let root = crate::workspaces::root(&self.config.workspaces);
-        let dir = crate::workspaces::Workspace::of(&root, &self.key.session)
+        let root = crate::workspaces::root(&self.setup.config.workspaces);
+        let dir = crate::workspaces::Workspace::of(&root, &self.setup.key.session)
             .dir()
             .to_path_buf();
         dir.symlink_metadata()
@@ -29,17 +29,17 @@ impl Session {
         reason: SaveReason,
         then: impl FnOnce(&mut Session, &mut Context<Session>) + 'static,
     ) {
-        let (Some(store), Some(dir)) = (self.snapshots.clone(), self.own_workspace()) else {
+        let (Some(store), Some(dir)) = (self.saves.snapshots.clone(), self.own_workspace()) else {
             then(self, ctx);
             return;
         };
-        let trees = store.trees(&self.key.session);
-        let session = self.key.to_string();
+        let trees = store.trees(&self.setup.key.session);
+        let session = self.setup.key.to_string();
         let work =
             tokio::task::spawn_blocking(move || trees.record(&dir, Label::Latest, reason.as_str()));
         // Bounded as a namespace's save is: past it the stop goes on (the recording, which
         // cannot be cancelled, finishes or fails on its own).
-        let work = tokio::time::timeout(self.config.snapshots.timeout, work);
+        let work = tokio::time::timeout(self.setup.config.snapshots.timeout, work);
         ctx.wait(
             actix::fut::wrap_future(work).map(move |done, act: &mut Session, ctx| {
                 match done {

@@ -7,7 +7,10 @@
 //! `Yield`) and the worker's exit become messages to the [`Session`] actor. The writer task owns
 //! the send half.
 
+mod decode;
 mod tool_calls;
+
+use decode::{decode_streamed, is_disconnect, stderr_beyond};
 
 use super::descriptors::Descriptors;
 use super::messages::{CellFinished, CellYield, WorkerExited, WorkerNotice};
@@ -301,13 +304,19 @@ impl ReaderTask {
     async fn run(
         mut self,
         reader: ReadSide,
-        mut child: WorkerProcess,
+        child: WorkerProcess,
         stderr_tail: StderrTail,
         taken: TakenRecord,
     ) {
+        self.last_reading = self.read_tree().await;
+        self.read_frames(reader).await;
+        self.wrap_up(child, stderr_tail, taken).await;
+    }
+
+    /// Reads and handles the worker's frames until its connection ends.
+    async fn read_frames(&mut self, reader: ReadSide) {
         // One read usually brings several frames (header and payload included).
         let mut reader = tokio::io::BufReader::with_capacity(128 * 1024, reader);
-        self.last_reading = self.read_tree().await;
         loop {
             let frame = read_frame_async::<_, FromWorker>(&mut reader).await;
             // A cell is always handed over before its Execute frame is sent, so every cell
@@ -332,6 +341,16 @@ impl ReaderTask {
                 }
             }
         }
+    }
+
+    /// The connection ended: the worker's tree is killed and reaped, and the session told
+    /// how it ended, with what the running cell produced.
+    async fn wrap_up(
+        mut self,
+        mut child: WorkerProcess,
+        stderr_tail: StderrTail,
+        taken: TakenRecord,
+    ) {
         // The running cell's usage, while the unreaped worker still holds its CPU counters.
         let readings = match self.current.is_some() {
             true => self.readings_now().await,
@@ -372,63 +391,11 @@ impl ReaderTask {
                 cell_id,
                 stream,
                 data,
-            } => {
-                if let Some(cell) = self.current.as_mut().filter(|c| c.cell_id == cell_id) {
-                    cell.output.write(&data);
-                    if cell.events().is_some() {
-                        let text = decode_streamed(&mut cell.text_carry, &data);
-                        if !text.is_empty() {
-                            let event = CellEvent::Output {
-                                index: cell.index,
-                                stream: match stream {
-                                    OutputStream::Stdout => "stdout",
-                                    OutputStream::Stderr => "stderr",
-                                },
-                                text,
-                            };
-                            self.host.deliver(&mut cell.events, event).await;
-                        }
-                    }
-                }
-            }
+            } => self.output(cell_id, stream, &data).await,
             FromWorker::Display {
                 cell_id,
                 bundle_json,
-            } => {
-                if let Some(cell) = self.current.as_mut().filter(|c| c.cell_id == cell_id) {
-                    let bundle: serde_json::Value = serde_json::from_str(&bundle_json)
-                        .unwrap_or_else(|_| serde_json::json!({ "text/plain": bundle_json }));
-                    let index = cell.index;
-                    let event = match bundle.get(STATUS_MIME) {
-                        // The value's bundle is for the events alone: its text is in the
-                        // output and its rich form is a display of its own.
-                        None if bundle.get(VALUE_MIME).is_some() => CellEvent::Value {
-                            index,
-                            bundle: bundle[VALUE_MIME].clone(),
-                        },
-                        // What the cell showed goes (or goes with its next output).
-                        None if bundle.get(CLEAR_MIME).is_some() => {
-                            let wait = bundle[CLEAR_MIME]["wait"].as_bool().unwrap_or(false);
-                            cell.output.clear(wait);
-                            CellEvent::ClearOutput { index, wait }
-                        }
-                        Some(status) => {
-                            cell.output.status(status.clone());
-                            CellEvent::Status {
-                                index,
-                                status: status.clone(),
-                            }
-                        }
-                        None => {
-                            cell.output.display(bundle.clone());
-                            CellEvent::Display { index, bundle }
-                        }
-                    };
-                    if cell.events().is_some() {
-                        self.host.deliver(&mut cell.events, event).await;
-                    }
-                }
-            }
+            } => self.display(cell_id, bundle_json).await,
             FromWorker::Done {
                 cell_id,
                 outcome,
@@ -436,26 +403,8 @@ impl ReaderTask {
                 processes_seen,
                 usage,
             } => {
-                if self.current.as_ref().is_some_and(|c| c.cell_id == cell_id) {
-                    let readings = self.readings_reported(usage).await;
-                    if let Some(cell) = self.current.take() {
-                        let products = cell.finish(true, readings);
-                        self.session.do_send(CellFinished {
-                            generation: self.generation,
-                            cell_id,
-                            outcome,
-                            processes_ended,
-                            processes_seen,
-                            output: products.output,
-                            displays: products.displays,
-                            status_events: products.status_events,
-                            state: products.state,
-                            readings,
-                            descriptors: (usage != DoneUsage::default())
-                                .then(|| Descriptors::reported(usage)),
-                        });
-                    }
-                }
+                let counts = (processes_ended, processes_seen);
+                self.done(cell_id, outcome, counts, usage).await;
             }
             FromWorker::Yield { cell_id } => {
                 if let Some(cell) = self.current.as_ref().filter(|c| c.cell_id == cell_id) {
@@ -498,6 +447,100 @@ impl ReaderTask {
 }
 
 impl ReaderTask {
+    /// The running cell's output: into its sink, and to its host's events as text.
+    async fn output(&mut self, cell_id: u64, stream: OutputStream, data: &[u8]) {
+        let Some(cell) = self.current.as_mut().filter(|c| c.cell_id == cell_id) else {
+            return;
+        };
+        cell.output.write(data);
+        if cell.events().is_none() {
+            return;
+        }
+        let text = decode_streamed(&mut cell.text_carry, data);
+        if !text.is_empty() {
+            let event = CellEvent::Output {
+                index: cell.index,
+                stream: match stream {
+                    OutputStream::Stdout => "stdout",
+                    OutputStream::Stderr => "stderr",
+                },
+                text,
+            };
+            self.host.deliver(&mut cell.events, event).await;
+        }
+    }
+
+    /// A display bundle of the running cell: its trailing value, a `clear_output`, a
+    /// helper's status, or something it showed.
+    async fn display(&mut self, cell_id: u64, bundle_json: String) {
+        let Some(cell) = self.current.as_mut().filter(|c| c.cell_id == cell_id) else {
+            return;
+        };
+        let bundle: serde_json::Value = serde_json::from_str(&bundle_json)
+            .unwrap_or_else(|_| serde_json::json!({ "text/plain": bundle_json }));
+        let index = cell.index;
+        let event = match bundle.get(STATUS_MIME) {
+            // The value's bundle is for the events alone: its text is in the
+            // output and its rich form is a display of its own.
+            None if bundle.get(VALUE_MIME).is_some() => CellEvent::Value {
+                index,
+                bundle: bundle[VALUE_MIME].clone(),
+            },
+            // What the cell showed goes (or goes with its next output).
+            None if bundle.get(CLEAR_MIME).is_some() => {
+                let wait = bundle[CLEAR_MIME]["wait"].as_bool().unwrap_or(false);
+                cell.output.clear(wait);
+                CellEvent::ClearOutput { index, wait }
+            }
+            Some(status) => {
+                cell.output.status(status.clone());
+                CellEvent::Status {
+                    index,
+                    status: status.clone(),
+                }
+            }
+            None => {
+                cell.output.display(bundle.clone());
+                CellEvent::Display { index, bundle }
+            }
+        };
+        if cell.events().is_some() {
+            self.host.deliver(&mut cell.events, event).await;
+        }
+    }
+
+    /// The running cell is done: what it produced goes to the session, with its usage
+    /// (`counts`: the processes the worker ended with it, and saw).
+    async fn done(
+        &mut self,
+        cell_id: u64,
+        outcome: cellvisor_ipc::CellOutcome,
+        counts: (u32, u32),
+        usage: DoneUsage,
+    ) {
+        if self.current.as_ref().is_none_or(|c| c.cell_id != cell_id) {
+            return;
+        }
+        let readings = self.readings_reported(usage).await;
+        let Some(cell) = self.current.take() else {
+            return;
+        };
+        let products = cell.finish(true, readings);
+        self.session.do_send(CellFinished {
+            generation: self.generation,
+            cell_id,
+            outcome,
+            processes_ended: counts.0,
+            processes_seen: counts.1,
+            output: products.output,
+            displays: products.displays,
+            status_events: products.status_events,
+            state: products.state,
+            readings,
+            descriptors: (usage != DoneUsage::default()).then(|| Descriptors::reported(usage)),
+        });
+    }
+
     /// Reads the worker's tree. A quick cell rereads the members found last time (a `stat`
     /// read each: the worker and its interpreter); after a longer stretch the tree is found
     /// afresh, which on kernels without children lists scans all of `/proc`, too much for
@@ -533,65 +576,5 @@ impl ReaderTask {
         let after = self.read_tree().await;
         let before = std::mem::replace(&mut self.last_reading, after);
         CellReadings { before, after }
-    }
-}
-
-/// What the worker wrote to stderr, without the lines that only repeat its fatal message
-/// (the worker logs it as it exits).
-fn stderr_beyond(said: &str, fatal: Option<&str>) -> String {
-    match fatal {
-        Some(fatal) if !fatal.is_empty() => said
-            .lines()
-            .filter(|line| !line.ends_with(fatal))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => said.to_string(),
-    }
-}
-
-fn is_disconnect(err: &std::io::Error) -> bool {
-    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
-    matches!(
-        err.kind(),
-        BrokenPipe | ConnectionAborted | ConnectionReset | UnexpectedEof
-    )
-}
-
-/// Decodes streamed bytes as UTF-8, holding back a character cut at the chunk's end so it is
-/// not turned into replacement characters.
-fn decode_streamed(carry: &mut Vec<u8>, data: &[u8]) -> String {
-    carry.extend_from_slice(data);
-    let keep_from = match std::str::from_utf8(carry) {
-        Ok(_) => carry.len(),
-        Err(e) if e.error_len().is_none() => e.valid_up_to(),
-        Err(_) => carry.len(),
-    };
-    let rest = carry.split_off(keep_from);
-    let text = String::from_utf8_lossy(carry).into_owned();
-    *carry = rest;
-    text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{decode_streamed, stderr_beyond};
-
-    #[test]
-    fn stderr_lines_repeating_the_fatal_message_are_dropped() {
-        let said = "cellvisor py worker: python exited with code 3\nsegfault in libfoo";
-        assert_eq!(
-            stderr_beyond(said, Some("python exited with code 3")),
-            "segfault in libfoo"
-        );
-        assert_eq!(stderr_beyond(said, None), said);
-    }
-
-    #[test]
-    fn a_character_split_across_chunks_is_kept_whole() {
-        let mut carry = Vec::new();
-        let bytes = "é".as_bytes();
-        assert_eq!(decode_streamed(&mut carry, &[b'a', bytes[0]]), "a");
-        assert_eq!(decode_streamed(&mut carry, &[bytes[1], b'b']), "éb");
-        assert_eq!(decode_streamed(&mut carry, b"\xff!"), "\u{fffd}!");
     }
 }

@@ -5,18 +5,14 @@
 //! it produced, whether its requester still waits, why it was being cancelled) and the
 //! [`RestartBudget`]'s verdict; it returns a [`Plan`]: run the cell again, or report it with
 //! this text; replace the worker now, on demand, or fail the session with the budget's
-//! message. The handler only carries the plan out.
+//! message. The handler (in `exited`) only carries the plan out.
 
-use super::kernel_oom;
-use super::messages::WorkerExited;
 use super::outcome::{
     self, append_line, CancelCause, Consequence, KillReason, StopCause, WorkerEnd, WorkerLoss,
 };
 use super::policy::{RestartBudget, Verdict};
-use super::{Session, SessionKey, Worker};
+use super::SessionKey;
 use crate::cell::CellStatus;
-use crate::session::CellReport;
-use actix::prelude::*;
 
 /// How the worker ended, as the session saw it.
 #[derive(Debug, Clone, PartialEq)]
@@ -129,51 +125,11 @@ pub fn plan(lost: Lost<'_>, budget: &mut RestartBudget) -> Plan {
                 .flatten(),
         ),
     };
-    let (consequence, session) = match budget.on_loss(under_cell) {
-        Verdict::Restart => (
-            Consequence::Restarted,
-            Aftermath::Restart {
-                notice: outcome::replaced_notice(key.language, &loss),
-            },
-        ),
-        Verdict::ReplaceOnDemand => (
-            Consequence::ReplacedOnDemand,
-            Aftermath::ReplaceOnDemand {
-                notice: outcome::replaced_notice(key.language, &loss),
-            },
-        ),
-        Verdict::Exhausted => {
-            let limit = budget.limit();
-            (
-                Consequence::Failed { budget: limit },
-                Aftermath::Failed {
-                    reason: outcome::failed_reason(key, &loss, limit),
-                },
-            )
-        }
-    };
+    let (consequence, session) = aftermath(key, &loss, budget, under_cell);
     let cell = match reported {
         None if requeue => ForCell::Requeue,
         None => ForCell::None,
-        Some(cell) => {
-            let mut text = cell.produced;
-            let killed = matches!(loss, WorkerLoss::Killed(_));
-            let cancelled = killed && cell.cancel.is_some();
-            if let Some(timeout @ CancelCause::Timeout(_)) = cell.cancel.filter(|_| cancelled) {
-                append_line(&mut text, &timeout.line());
-            }
-            let mut line = outcome::loss_line(&loss, consequence, cancelled);
-            if !stderr_tail.is_empty() && !killed {
-                line.push_str(&format!("\nworker stderr:\n{stderr_tail}"));
-            }
-            append_line(&mut text, &line);
-            let status = if cancelled {
-                CellStatus::Cancelled
-            } else {
-                CellStatus::Error
-            };
-            ForCell::Report { status, text }
-        }
+        Some(cell) => cell_report(cell, &loss, consequence, stderr_tail),
     };
     Plan::Lost {
         loss,
@@ -182,151 +138,64 @@ pub fn plan(lost: Lost<'_>, budget: &mut RestartBudget) -> Plan {
     }
 }
 
-impl Handler<WorkerExited> for Session {
-    type Result = ();
-
-    /// Carries out the [`plan`] for the worker's end.
-    fn handle(&mut self, msg: WorkerExited, ctx: &mut Context<Self>) {
-        if !self.is_current(msg.generation) {
-            return;
-        }
-        let worker = std::mem::replace(&mut self.worker, Worker::None);
-        let running = self.running.take();
-        if let Some(running) = &running {
-            for timer in &running.timers {
-                ctx.cancel_future(*timer);
-            }
-        }
-        let (how, oom_before) = match worker {
-            Worker::Stopping { .. } => (How::Planned(self.stop_cause), None),
-            Worker::Ready {
-                killed_for: Some(reason),
-                ..
-            } => (How::Killed(reason), None),
-            Worker::Ready { oom_before, .. } => (How::Ended(msg.ended), Some(oom_before)),
-            _ => (How::Ended(msg.ended), None),
-        };
-        // A SIGKILL nobody here sent: the kernel's OOM killer, if its count says so.
-        let kernel_oom = match (&how, oom_before) {
-            (How::Ended(end), Some(before)) => kernel_oom::verdict(
-                end.unsent_sigkill(),
-                &before,
-                &kernel_oom::OomCounters::read(),
-                kernel_oom::cgroup_limit(),
-            ),
-            _ => None,
-        };
-        let how = match how {
-            How::Ended(end) if kernel_oom.is_some() => How::Ended(end.by_kernel_oom()),
-            how => how,
-        };
-        if matches!(how, How::Ended(_)) {
-            self.metrics.worker_crashed(self.key.language);
-        }
-        // A state task is not a cell: it is over, and the loss is planned as if none ran.
-        let mut running = running;
-        if let Some(job) = running.as_mut().and_then(|r| r.job.state.take()) {
-            let task = running.take();
-            let why = match &how {
-                How::Planned(_) => "it was stopped".to_string(),
-                How::Killed(reason) => reason.to_string(),
-                How::Ended(end) => end.to_string(),
-            };
-            self.state_task_lost(job, &why);
-            if let Some(task) = task {
-                self.deliver_final(task, CellReport::error(format!("the worker ended: {why}")));
-            }
-            if !matches!(how, How::Planned(_)) && !self.after_stop.is_empty() {
-                self.finish_stop(ctx);
-                return;
-            }
-        }
-        // What the reader collected belongs to the running cell (it is handed over first).
-        let partial = msg
-            .partial
-            .filter(|p| running.as_ref().is_some_and(|r| r.cell_id == p.cell_id));
-        let taken = partial.as_ref().is_some_and(|p| p.started);
-        let readings = partial.as_ref().map(|p| p.readings).unwrap_or_default();
-        let verdict = match &how {
-            How::Killed(reason) => reason.out_of_memory(),
-            _ => kernel_oom.map(|source| {
-                // The figure known: the most the tree was sampled at during the cell.
-                let sampled = running.as_ref().map_or(0, |r| r.peak_rss);
-                let read = readings.before.rss_bytes.max(readings.after.rss_bytes);
-                outcome::kernel_out_of_memory(source, sampled.max(read))
-            }),
-        };
-        let (produced, displays, truncation) = match partial {
-            Some(p) => (p.output.text, p.displays, p.output.truncation),
-            None => Default::default(),
-        };
-        let cell = running.as_ref().map(|running| CellAtLoss {
-            taken,
-            with_requester: running.observer.is_requester(),
-            produced,
-            cancel: running.deadline.cause(),
-        });
-        let lost = Lost {
-            key: &self.key,
-            how,
-            stderr_tail: &msg.stderr_tail,
-            cell,
-        };
-        let (loss, cell, session) = match plan(lost, &mut self.budget) {
-            Plan::Stopped { cancelled } => {
-                if let (Some(running), Some(text)) = (running, cancelled) {
-                    let mut outcome = CellReport::error(text);
-                    outcome.status = CellStatus::Cancelled;
-                    outcome.duration_ms = running.started.elapsed().as_secs_f64() * 1000.0;
-                    self.count_cell(&outcome);
-                    self.deliver_final(running, outcome);
-                }
-                self.finish_stop(ctx);
-                return;
-            }
-            Plan::Lost {
-                loss,
-                cell,
-                session,
-            } => (loss, cell, session),
-        };
-        tracing::warn!(session = %self.key, "worker gone: {loss}");
-        match (cell, running) {
-            (ForCell::Requeue, Some(running)) => match running.into_requeued() {
-                Ok(job) => self.queue.push_front(job),
-                // Not planned (the plan requeues only a cell its requester waits for).
-                Err(running) => {
-                    let outcome = CellReport::error(loss.to_string());
-                    self.count_cell(&outcome);
-                    self.deliver_final(*running, outcome);
-                }
+/// What `loss` means for the session, as the budget (charged for a loss under a cell)
+/// decides.
+fn aftermath(
+    key: &SessionKey,
+    loss: &WorkerLoss,
+    budget: &mut RestartBudget,
+    under_cell: bool,
+) -> (Consequence, Aftermath) {
+    match budget.on_loss(under_cell) {
+        Verdict::Restart => (
+            Consequence::Restarted,
+            Aftermath::Restart {
+                notice: outcome::replaced_notice(key.language, loss),
             },
-            (ForCell::Report { status, text }, Some(mut running)) => {
-                let mut outcome = running.report_at_loss(status, text, truncation, readings);
-                outcome.displays = displays;
-                outcome.out_of_memory = verdict;
-                self.count_cell(&outcome);
-                self.deliver_final(running, outcome);
-                self.cells_run += 1;
-                self.cells_since_snapshot += 1;
-            }
-            _ => {}
+        ),
+        Verdict::ReplaceOnDemand => (
+            Consequence::ReplacedOnDemand,
+            Aftermath::ReplaceOnDemand {
+                notice: outcome::replaced_notice(key.language, loss),
+            },
+        ),
+        Verdict::Exhausted => {
+            let limit = budget.limit();
+            (
+                Consequence::Failed { budget: limit },
+                Aftermath::Failed {
+                    reason: outcome::failed_reason(key, loss, limit),
+                },
+            )
         }
-        let restoring = self.restore_after_loss();
-        let kept = |notice: String| match restoring {
-            true => outcome::replaced_restoring_notice(self.key.language, &loss),
-            false => notice,
-        };
-        match session {
-            Aftermath::Restart { notice } => {
-                self.notice = Some(kept(notice));
-                self.start_worker(ctx);
-            }
-            Aftermath::ReplaceOnDemand { notice } => self.notice = Some(kept(notice)),
-            Aftermath::Failed { reason } => self.failed = Some(reason),
-        }
-        self.pump(ctx);
     }
+}
+
+/// The report of the cell the worker was lost under: what it produced, its timeout if a
+/// kill cancelled it, the loss's line and (unless killed) the worker's stderr.
+fn cell_report(
+    cell: CellAtLoss,
+    loss: &WorkerLoss,
+    consequence: Consequence,
+    stderr_tail: &str,
+) -> ForCell {
+    let mut text = cell.produced;
+    let killed = matches!(loss, WorkerLoss::Killed(_));
+    let cancelled = killed && cell.cancel.is_some();
+    if let Some(timeout @ CancelCause::Timeout(_)) = cell.cancel.filter(|_| cancelled) {
+        append_line(&mut text, &timeout.line());
+    }
+    let mut line = outcome::loss_line(loss, consequence, cancelled);
+    if !stderr_tail.is_empty() && !killed {
+        line.push_str(&format!("\nworker stderr:\n{stderr_tail}"));
+    }
+    append_line(&mut text, &line);
+    let status = if cancelled {
+        CellStatus::Cancelled
+    } else {
+        CellStatus::Error
+    };
+    ForCell::Report { status, text }
 }
 
 #[cfg(test)]

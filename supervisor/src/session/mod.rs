@@ -1,6 +1,12 @@
 //! The `Session` actor: one per (session, language). It owns that session's worker, runs its
 //! cells one at a time in arrival order, and applies the supervision policies.
 //!
+//! The actor's state is a few owned parts, each in its own file with its methods and unit
+//! tests (plain data, no actor): `setup` (what it is made with), `slot` (its worker, budget
+//! and heartbeat), `closing` (stops and the close), `turns` (the queue and the running
+//! cell), `notice` (what the next cell is told), `worker_env` (the Python, sandbox and
+//! environments its worker runs with) and `saves` (snapshots, restores and commits).
+//!
 //! Each message's handler sits in the file of its policy, beside the logic it applies; the
 //! message types are all in [`messages`]:
 //!
@@ -9,10 +15,11 @@
 //! - `worker`: the worker's lifecycle: start, heartbeat, memory cap, reset, close, planned
 //!   stop, policy kill, reload (`WorkerStarted`, `HeartbeatTick`, `MemoryTick`,
 //!   `WorkerNotice`, `ResetSession`, `CloseSession`, `StopEscalation`, `UpdateConfig`).
-//! - [`loss`]: a worker's end (`WorkerExited`) and what it means, as a plain
-//!   [`loss::Plan`].
-//! - `cells`: the queue, a cell's run, its deadline and its end (`RunCell`,
-//!   `InterruptCell`, `RequesterGone`, `CellDeadline`, `GraceExpired`, `CellFinished`).
+//! - [`loss`]: what a worker's end means, as a plain [`loss::Plan`]; `exited` carries it
+//!   out (`WorkerExited`).
+//! - `cells`: the queue, a cell's run and its deadline (`RunCell`, `InterruptCell`,
+//!   `RequesterGone`, `CellDeadline`, `GraceExpired`); `finished`: its end
+//!   (`CellFinished`).
 //! - `background`: who watches a running cell: its yield, `wait`, `terminate`, and where its
 //!   final result goes (`CellYield`, `WaitCell`, `WaitExpired`, `TerminateCell`).
 //! - [`observation`]: those decisions as plain data ([`observation::Observer`]).
@@ -31,46 +38,57 @@
 
 mod background;
 mod cells;
+mod closing;
 mod descriptors;
+mod exited;
 mod fenced;
 mod files;
+mod finished;
 pub mod kernel_oom;
 pub(crate) mod link;
 pub mod loss;
 pub mod messages;
+mod notice;
 pub mod observation;
 pub mod outcome;
 pub mod policy;
 mod saved;
+mod saves;
+mod setup;
+mod slot;
 pub mod state;
 #[cfg(test)]
 mod tests;
 mod tmp;
+mod turns;
 mod window;
 mod worker;
+mod worker_env;
 
 use crate::artifacts::ArtifactStore;
 pub use crate::cell::CellReport;
 use crate::cell::{CellEvent, CellSpec, ToolCallRequest};
-use crate::spawn::{Launcher, ProcessHandle, StartedWorker, WorkerSpec};
+use crate::spawn::{Launcher, StartedWorker, WorkerSpec};
 use actix::prelude::*;
 pub use cellvisor_client::status::{SessionState, SessionStatus};
 use cellvisor_config::Config;
 use cellvisor_ipc::{Language, ToolInfo};
-use link::Link;
+use closing::Closing;
 pub use messages::*;
-use observation::{Observer, Uncollected};
-use outcome::{Eviction, KillReason, StopCause};
-use policy::{Deadline, RestartBudget};
+use notice::Notice;
+use policy::RestartBudget;
+use saves::Saves;
 use serde::Serialize;
-use std::collections::VecDeque;
+use setup::Setup;
+use slot::{Slot, Worker};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
-use window::CellOutput;
+use turns::{Running, Turns, Waiter};
 pub use worker::Wanted;
+use worker_env::EnvTracking;
 
 /// Which session and language a worker serves.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -180,122 +198,6 @@ impl CellJob {
     }
 }
 
-/// What to do once the current worker has exited on request.
-enum AfterStop {
-    Restart,
-    Close,
-    /// The session forgets (a reset): its temporary files go with its state.
-    ForgetTmp,
-}
-
-/// Whether a stop that carries out `actions`, its namespace's snapshot having met `fate`,
-/// removes the session's temporary directory: a reset and a close do, unless a snapshot was
-/// saved to restore the session from (an eviction that keeps the session).
-fn stop_forgets_tmp(actions: &[AfterStop], fate: &state::SnapshotFate) -> bool {
-    let reset = actions.iter().any(|a| matches!(a, AfterStop::ForgetTmp));
-    let closed = actions.iter().any(|a| matches!(a, AfterStop::Close));
-    reset || (closed && *fate != state::SnapshotFate::Saved)
-}
-
-enum Worker {
-    None,
-    Starting {
-        generation: u64,
-    },
-    Ready {
-        generation: u64,
-        link: Link,
-        last_heard: Instant,
-        /// Set when we killed it on purpose for a policy (heartbeat, grace, memory).
-        killed_for: Option<KillReason>,
-        /// The kernel's OOM-kill counts when it started, to tell an OOM kill from another
-        /// SIGKILL if it dies of one.
-        oom_before: kernel_oom::OomCounters,
-    },
-    Stopping {
-        generation: u64,
-        process: ProcessHandle,
-    },
-}
-
-struct Running {
-    cell_id: u64,
-    /// Kept whole so a cell whose worker died before starting it can run on the next one
-    /// (its `reply` is in `observer` meanwhile).
-    job: CellJob,
-    /// Who gets the cell's output next: its requester, nobody, or one `wait`.
-    observer: Observer<oneshot::Sender<CellReport>, Waiter>,
-    /// The output since the last look, shared with the connection's reader.
-    output: Arc<CellOutput>,
-    /// The watch on the requester, cancelled when the cell goes to the background.
-    requester_watch: SpawnHandle,
-    /// The current `wait`'s timer (a stale `WaitExpired` after the cell's end is ignored).
-    wait_timer: Option<SpawnHandle>,
-    started: Instant,
-    deadline: Deadline,
-    /// The futures that exist for this cell alone, cancelled when it ends: the pending
-    /// `CellDeadline`, `GraceExpired` and `CellYield` (its yield time), and the watch on its
-    /// requester (left running, a request of N cells would leave N watchers for the actor to
-    /// poll on every wake-up).
-    timers: Vec<SpawnHandle>,
-    notice: Option<String>,
-    /// What a restore just before this cell brought back.
-    ledger: Option<crate::state::StateLedger>,
-    /// The largest memory the supervisor's sampler saw the worker's tree use during the
-    /// cell (0 when it does not sample: no `limits.max-rss`).
-    peak_rss: u64,
-}
-
-impl Running {
-    /// The report of this cell when its worker was lost under it: `status` and `text` as
-    /// the loss decided, its usage up to the loss.
-    fn report_at_loss(
-        &mut self,
-        status: crate::cell::CellStatus,
-        text: String,
-        truncation: crate::cell::Truncation,
-        readings: crate::usage::CellReadings,
-    ) -> CellReport {
-        let duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
-        let usage = readings.usage(self.peak_rss, duration_ms, truncation.total_bytes);
-        CellReport {
-            status,
-            output: text,
-            duration_ms,
-            displays: Vec::new(),
-            status_events: Vec::new(),
-            truncation,
-            notice: self.notice.take(),
-            state: None,
-            processes_ended: None,
-            usage: Some(usage),
-            out_of_memory: None,
-            saved: None,
-        }
-    }
-
-    /// The job back, to run on the next worker, while its request still waits for it.
-    fn into_requeued(self) -> Result<CellJob, Box<Running>> {
-        match self.observer {
-            Observer::Requester(reply) => {
-                let mut job = self.job;
-                job.reply = reply;
-                Ok(job)
-            }
-            observer => Err(Box::new(Running { observer, ..self })),
-        }
-    }
-}
-
-/// A `wait` (or `terminate`) watching a background cell.
-#[derive(Debug)]
-struct Waiter {
-    /// Tells this wait's timer from an earlier wait's.
-    ticket: u64,
-    max_bytes: Option<u64>,
-    reply: CellReply,
-}
-
 /// Everything a session is made from. Built by the supervisor.
 pub(crate) struct SessionSetup {
     pub key: SessionKey,
@@ -322,198 +224,106 @@ pub(crate) struct SessionSetup {
 
 /// The actor. Created by the supervisor.
 pub struct Session {
-    key: SessionKey,
-    config: Arc<Config>,
-    spec: WorkerSpec,
-    artifacts: Arc<ArtifactStore>,
-    launcher: Arc<dyn Launcher>,
-    events: Recipient<SessionEvent>,
-    worker: Worker,
-    generation: u64,
-    after_stop: Vec<AfterStop>,
-    close_replies: Vec<oneshot::Sender<()>>,
-    reset_replies: Vec<oneshot::Sender<()>>,
-    /// Set once a close is under way: why the supervisor closed it, if it did.
-    closing: Option<Option<Eviction>>,
-    /// What a cell cut short by a planned stop of the worker is told.
-    stop_cause: StopCause,
-    queue: VecDeque<CellJob>,
-    running: Option<Running>,
-    /// Results of background cells that ended while nobody waited.
-    uncollected: Uncollected<crate::cell::CellResult>,
-    next_ticket: u64,
-    budget: RestartBudget,
-    failed: Option<String>,
-    /// Why the last worker could not start, until one does.
-    start_error: Option<String>,
-    cells_run: u64,
-    last_active: Instant,
+    /// What it is made with: its key, configuration, workers' spec, launcher, reporting.
+    setup: Setup,
+    /// Its worker in its phase, the restart budget and the heartbeat.
+    slot: Slot,
+    /// The stops asked for and the close under way.
+    closing: Closing,
+    /// The queue, the running cell and the results nobody collected yet.
+    turns: Turns,
     /// Told to the next cell: the session was started, restarted, reset or evicted.
-    notice: Option<String>,
-    heartbeat_seq: u64,
-    heartbeat_timer: Option<SpawnHandle>,
-    prestarted: Option<StartedWorker>,
-    pool: Option<Recipient<ClaimWorker>>,
-    /// Cells handed to this session so far (see [`SessionEvent::Changed`]).
-    jobs_received: u64,
-    /// The Python the current (or next) worker runs, once a request has said.
-    python: Option<PathBuf>,
-    /// The sandbox the current (or next) worker runs under.
-    sandbox: Option<Arc<crate::sandbox::Plan>>,
-    /// The request's whole choice behind `python` (its venv, its directory).
-    python_choice: Option<Arc<crate::python_choice::PythonChoice>>,
-    /// The worker generation that has been sent the session's variables (with its first
-    /// cell): a prewarmed worker was started without them.
-    session_env_sent: u64,
-    /// The caller's environment the worker of this generation has, once a cell brought one.
-    caller_env_applied: Option<(u64, Arc<std::collections::BTreeMap<String, String>>)>,
-    /// The snapshot directory (none when it could not be opened).
-    snapshots: Option<Arc<crate::snapshots::SnapshotStore>>,
-    /// A restore of the latest snapshot is due before the next cell; the cells run since it
-    /// was taken.
-    restore_due: Option<u64>,
-    /// Code cells run since the last snapshot was written or restored.
-    cells_since_snapshot: u64,
-    /// What the last restore brought back, for the next host cell.
-    ledger: Option<crate::state::StateLedger>,
-    /// The session's own state tasks so far (their cell ids).
-    own_tasks: u64,
-    /// What became of the snapshot before this session's close.
-    stop_fate: state::SnapshotFate,
-    /// Cells whose answers wait for their state's commit in etcd, by commit number.
-    committing: saved::Committing,
-    /// How far the request with a `request_id` whose cell last ran here got (etcd mode):
-    /// committed with every later save of the state, which includes those cells.
-    progress: Option<crate::once::progress::Progress>,
-    metrics: Arc<crate::metrics::Metrics>,
+    notice: Notice,
+    /// The Python, sandbox and environments its worker runs with.
+    env: EnvTracking,
+    /// Its snapshots: restores due, own state tasks, commits in etcd.
+    saves: Saves,
 }
 
 impl Session {
     pub(crate) fn new(setup: SessionSetup) -> Session {
         Session {
-            budget: RestartBudget::new(setup.config.sessions.restart_budget),
-            key: setup.key,
-            config: setup.config,
-            spec: setup.spec,
-            artifacts: setup.artifacts,
-            launcher: setup.launcher,
-            events: setup.events,
-            worker: Worker::None,
-            generation: 0,
-            after_stop: Vec::new(),
-            close_replies: Vec::new(),
-            reset_replies: Vec::new(),
-            closing: None,
-            stop_cause: StopCause::default(),
-            queue: VecDeque::new(),
-            running: None,
-            uncollected: Uncollected::new(),
-            next_ticket: 1,
-            failed: None,
-            start_error: None,
-            cells_run: 0,
-            last_active: Instant::now(),
-            notice: setup.notice,
-            heartbeat_seq: 0,
-            heartbeat_timer: None,
-            prestarted: setup.prestarted,
-            pool: setup.pool,
-            jobs_received: 0,
-            python: None,
-            sandbox: None,
-            python_choice: None,
-            session_env_sent: 0,
-            caller_env_applied: None,
-            restore_due: setup.restore.then_some(0),
-            snapshots: setup.snapshots,
-            cells_since_snapshot: 0,
-            ledger: None,
-            own_tasks: 0,
-            stop_fate: state::SnapshotFate::NotTried,
-            committing: saved::Committing::default(),
-            progress: None,
-            metrics: setup.metrics,
+            slot: Slot::new(
+                RestartBudget::new(setup.config.sessions.restart_budget),
+                setup.prestarted,
+                setup.pool,
+            ),
+            closing: Closing::default(),
+            turns: Turns::default(),
+            env: EnvTracking::default(),
+            notice: Notice::new(setup.notice),
+            saves: Saves::new(setup.snapshots, setup.restore),
+            setup: Setup {
+                key: setup.key,
+                config: setup.config,
+                spec: setup.spec,
+                artifacts: setup.artifacts,
+                launcher: setup.launcher,
+                events: setup.events,
+                metrics: setup.metrics,
+            },
         }
     }
 
     fn state(&self) -> SessionState {
-        match &self.worker {
+        match &self.slot.worker {
             Worker::Stopping { .. } => SessionState::Stopping,
-            _ if self.running.is_some() => SessionState::Busy,
-            _ if self.failed.is_some() => SessionState::Failed,
+            _ if self.turns.running.is_some() => SessionState::Busy,
+            _ if self.slot.failed.is_some() => SessionState::Failed,
             Worker::Starting { .. } => SessionState::Starting,
-            _ if !self.queue.is_empty() => SessionState::Busy,
+            _ if !self.turns.queue.is_empty() => SessionState::Busy,
             _ => SessionState::Idle,
         }
     }
 
     fn report(&self) {
-        self.events.do_send(SessionEvent::Changed {
-            key: self.key.clone(),
+        self.setup.events.do_send(SessionEvent::Changed {
+            key: self.setup.key.clone(),
             state: self.state(),
-            received: self.jobs_received,
-            last_active: self.last_active,
+            received: self.turns.received(),
+            last_active: self.turns.last_active,
             pid: self.pid(),
         });
     }
 
     fn pid(&self) -> Option<u32> {
-        match &self.worker {
-            Worker::Ready { link, .. } => Some(link.pid),
-            Worker::Stopping { process, .. } => Some(process.pid()),
-            _ => None,
-        }
+        self.slot.pid()
     }
 
     fn status(&self) -> SessionStatus {
         SessionStatus {
-            uid: self.spec.uid,
-            session: self.key.session.to_string(),
+            uid: self.setup.spec.uid,
+            session: self.setup.key.session.to_string(),
             cwd: None,
-            language: self.key.language,
+            language: self.setup.key.language,
             pid: self.pid(),
-            engine: match &self.worker {
-                Worker::Ready { link, .. } => Some(link.engine.clone()),
-                _ => None,
-            },
+            engine: self.slot.link().map(|link| link.engine.clone()),
             state: self.state(),
-            cells_run: self.cells_run,
-            restarts: self.budget.restarts(),
-            idle_ms: if self.running.is_some() {
-                0
-            } else {
-                self.last_active.elapsed().as_millis() as u64
-            },
-            queued: self.queue.len(),
-            cell_id: self.running.as_ref().map(|r| r.cell_id),
+            cells_run: self.turns.cells_run,
+            restarts: self.slot.budget.restarts(),
+            idle_ms: self.turns.idle_ms(),
+            queued: self.turns.queue.len(),
+            cell_id: self.turns.running.as_ref().map(|r| r.cell_id),
             background: self
+                .turns
                 .running
                 .as_ref()
                 .is_some_and(|r| !r.observer.is_requester()),
             observed: self
+                .turns
                 .running
                 .as_ref()
                 .is_some_and(|r| r.observer.is_waiting()),
             rss_bytes: None,
             cpu_percent: None,
-            reason: self.failed.clone().or_else(|| self.start_error.clone()),
-            sandbox: self.sandbox.as_ref().map(|plan| plan.status()),
+            reason: self.slot.reason(),
+            sandbox: self.env.sandbox.as_ref().map(|plan| plan.status()),
             node: String::new(),
         }
     }
 
-    /// Counts a code cell's end (its status, duration and output) in the metrics.
-    fn count_cell(&self, report: &CellReport) {
-        self.metrics.cell_ended(
-            self.key.language,
-            report.status,
-            report.duration_ms / 1000.0,
-            report.output.len(),
-        );
-    }
-
     fn is_closing(&self) -> bool {
-        self.closing.is_some()
+        self.closing.is_closing()
     }
 }
 

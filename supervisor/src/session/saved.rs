@@ -86,9 +86,13 @@ impl Session {
     /// language's state carries (the state includes the cell from now on).
     pub(super) fn hold(&mut self, running: Running, outcome: CellReport) -> HeldCell {
         let held = HeldCell::new(running, outcome);
-        let fenced = self.snapshots.as_ref().filter(|s| s.fenced().is_some());
+        let fenced = self
+            .saves
+            .snapshots
+            .as_ref()
+            .filter(|s| s.fenced().is_some());
         if let Some(progress) = fenced.and_then(|store| held.progress(store.node())) {
-            self.progress = Some(progress);
+            self.saves.progress = Some(progress);
         }
         held
     }
@@ -101,10 +105,7 @@ impl Session {
         } = held;
         if let Some(why) = saved.why.as_deref().filter(|_| !saved.saved) {
             let line = unsaved_notice(why);
-            outcome.notice = Some(match outcome.notice.take() {
-                Some(earlier) => format!("{earlier}\n{line}"),
-                None => line,
-            });
+            outcome.notice = Some(super::notice::joined(outcome.notice.take(), line));
         }
         outcome.saved = Some(saved);
         self.deliver_final(running, outcome);
@@ -112,7 +113,7 @@ impl Session {
 
     /// Answers every cell still waiting for its commit: not saved, for `why`.
     pub(super) fn answer_uncommitted(&mut self, why: &str) {
-        let waiting = std::mem::take(&mut self.committing.waiting);
+        let waiting = std::mem::take(&mut self.saves.committing.waiting);
         for held in waiting.into_values() {
             self.deliver_held(held, not_written(why.to_string()));
         }

@@ -14,9 +14,6 @@ use cellvisor_ipc::state::{LoadOrder, SaveOrder, StateRefusal, StateReport, Stat
 use std::time::SystemTime;
 use tokio::sync::{oneshot, watch};
 
-/// Ids of the session's own state tasks: far above any the host hands out.
-const OWN_TASK_IDS: u64 = 1 << 62;
-
 /// A state task and what it is for.
 pub struct StateJob {
     /// The task; a host's is made from its [`HostAsk`] when it runs (the session knows its
@@ -75,9 +72,10 @@ pub enum AfterSave {
 }
 
 /// What became of the snapshot a closing session tried to save (for the next cell's notice).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub enum SnapshotFate {
     /// None was tried (`never`, a host's close, a worker that was busy or gone).
+    #[default]
     NotTried,
     /// It was written: the next cell restores it.
     Saved,
@@ -95,8 +93,11 @@ impl Session {
         reason: SaveReason,
         then: AfterSave,
     ) -> bool {
-        let idle = self.running.is_none() && matches!(self.worker, Worker::Ready { .. });
-        if !idle || self.snapshots.is_none() || !policy::saves(self.config.snapshots.when, reason) {
+        let idle = self.turns.running.is_none() && matches!(self.slot.worker, Worker::Ready { .. });
+        if !idle
+            || self.saves.snapshots.is_none()
+            || !policy::saves(self.setup.config.snapshots.when, reason)
+        {
             return false;
         }
         let Some(task) = self.save_task(reason, None) else {
@@ -110,7 +111,7 @@ impl Session {
     /// an `every-cell` save (killing it would lose the snapshot a fleet's next node needs;
     /// the stop follows it, bounded by `snapshots.timeout`).
     pub(super) fn saving_before_stop(&self) -> bool {
-        self.running.as_ref().is_some_and(|r| {
+        self.turns.running.as_ref().is_some_and(|r| {
             matches!(
                 r.job.state.as_ref().map(|s| &s.purpose),
                 Some(StatePurpose::BeforeStop(..) | StatePurpose::AfterCell(_))
@@ -126,16 +127,13 @@ impl Session {
         ctx: &mut Context<Self>,
         held: super::saved::HeldCell,
     ) -> Option<super::saved::HeldCell> {
-        if !policy::saves(self.config.snapshots.when, SaveReason::AfterCell) {
+        if !policy::saves(self.setup.config.snapshots.when, SaveReason::AfterCell) {
             return Some(held);
         }
         // In etcd mode a cell whose due save is not begun (the session stops here: its lease
         // was lost; or no blob can be named under a lease) is answered `saved: false`, never
         // as a `complete` that says nothing of its state.
-        let fenced = self
-            .snapshots
-            .as_ref()
-            .is_some_and(|store| store.fenced().is_some());
+        let fenced = self.saves.fenced();
         let task = if self.is_closing() {
             None
         } else {
@@ -156,10 +154,10 @@ impl Session {
 
     /// Restores the latest snapshot before the next cell, if one is due. True: it runs.
     pub(super) fn restore_if_due(&mut self, ctx: &mut Context<Self>) -> bool {
-        if !matches!(self.worker, Worker::Ready { .. }) || self.running.is_some() {
+        if !matches!(self.slot.worker, Worker::Ready { .. }) || self.turns.running.is_some() {
             return false;
         }
-        let Some(cells_since) = self.restore_due.take() else {
+        let Some(cells_since) = self.saves.take_restore() else {
             return false;
         };
         match self.latest_restore_task() {
@@ -169,7 +167,7 @@ impl Session {
             }
             Ok(None) => false,
             Err(refusal) => {
-                tracing::warn!(session = %self.key, "snapshot not restored: {refusal}");
+                tracing::warn!(session = %self.setup.key, "snapshot not restored: {refusal}");
                 self.add_notice(format!("state not restored: {refusal}"));
                 false
             }
@@ -178,19 +176,19 @@ impl Session {
 
     /// The order to save the namespace to the checkpoint `name`, or to the latest snapshot.
     pub(crate) fn save_task(&self, reason: SaveReason, name: Option<&str>) -> Option<StateTask> {
-        let store = self.snapshots.as_ref()?;
-        if let Err(err) = store.prepare(&self.key) {
+        let store = self.saves.snapshots.as_ref()?;
+        if let Err(err) = store.prepare(&self.setup.key) {
             // The worker says why in its report, when it cannot write there either.
-            tracing::warn!(session = %self.key, "snapshot directory: {err}");
+            tracing::warn!(session = %self.setup.key, "snapshot directory: {err}");
         }
         let path = match name {
-            Some(name) => store.checkpoint(&self.key, name),
+            Some(name) => store.checkpoint(&self.setup.key, name),
             None => self.latest_save_path()?,
         };
         Some(StateTask::Save(Box::new(SaveOrder {
             path: path.display().to_string(),
-            key: store.session_key(&self.key),
-            max_bytes: self.config.snapshots.max_size.as_u64(),
+            key: store.session_key(&self.setup.key),
+            max_bytes: self.setup.config.snapshots.max_size.as_u64(),
             taken_at: crate::snapshots::rfc3339(SystemTime::now()),
             reason: reason.as_str().to_string(),
             node: store.node().to_string(),
@@ -198,11 +196,10 @@ impl Session {
     }
 
     fn run_own_task(&mut self, ctx: &mut Context<Self>, task: StateTask, purpose: StatePurpose) {
-        self.own_tasks += 1;
         let (requester_alive, requester) = watch::channel(());
         let job = CellJob::for_state(
-            OWN_TASK_IDS + self.own_tasks,
-            self.key.language,
+            self.saves.next_own_task(),
+            self.setup.key.language,
             requester,
             oneshot::channel().0,
             StateJob {
@@ -229,7 +226,7 @@ impl Session {
         match job.purpose {
             StatePurpose::Host { ask, report: reply } => {
                 if matches!(report, StateReport::Loaded { .. }) {
-                    self.cells_since_snapshot = 0;
+                    self.saves.in_step();
                 }
                 match (ask, &report) {
                     // In etcd mode, a checkpoint is one once its pointer is committed.
@@ -244,35 +241,7 @@ impl Session {
             StatePurpose::Restore { cells_since } => self.restored(report, cells_since),
             StatePurpose::AfterCell(held) => {
                 let held = held.map(|held| *held);
-                match report {
-                    StateReport::Saved { .. } => {
-                        self.cells_since_snapshot = 0;
-                        // Answered now, or once its commit is decided (etcd mode).
-                        if let Some(held) = self.commit_saved(ctx, job.task.as_ref(), held) {
-                            self.deliver_held(held, super::saved::written());
-                        }
-                    }
-                    StateReport::Refused(refusal) => {
-                        let why = policy::describe(&refusal);
-                        tracing::warn!(session = %self.key, "snapshot after cell not written: {why}");
-                        if let Some(held) = held {
-                            self.deliver_held(held, super::saved::not_written(why));
-                        }
-                    }
-                    _ => {
-                        if let Some(held) = held {
-                            let why = "the worker answered the save with no report".into();
-                            self.deliver_held(held, super::saved::not_written(why));
-                        }
-                    }
-                }
-                // The workspace too, so a node's crash loses only what the last cell did;
-                // a close that came during the save waited for both.
-                self.save_files_then(ctx, SaveReason::AfterCell, |s, ctx| {
-                    if s.is_closing() {
-                        s.stop_worker(ctx);
-                    }
-                });
+                self.saved_after_cell(ctx, report, job.task.as_ref(), held);
             }
             StatePurpose::BeforeStop(then, reason) => {
                 let fate = match report {
@@ -281,7 +250,7 @@ impl Session {
                         SnapshotFate::Saved
                     }
                     StateReport::Refused(refusal) => {
-                        tracing::warn!(session = %self.key, "snapshot before stop not written: {}", policy::describe(&refusal));
+                        tracing::warn!(session = %self.setup.key, "snapshot before stop not written: {}", policy::describe(&refusal));
                         SnapshotFate::Refused(refusal)
                     }
                     _ => SnapshotFate::NotTried,
@@ -295,6 +264,46 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// The save after a cell (`task`) ended with `report`: the cell held for it is answered
+    /// (or, in etcd mode, once its commit is decided), then the workspace is saved too.
+    fn saved_after_cell(
+        &mut self,
+        ctx: &mut Context<Self>,
+        report: StateReport,
+        task: Option<&StateTask>,
+        held: Option<super::saved::HeldCell>,
+    ) {
+        match report {
+            StateReport::Saved { .. } => {
+                self.saves.in_step();
+                // Answered now, or once its commit is decided (etcd mode).
+                if let Some(held) = self.commit_saved(ctx, task, held) {
+                    self.deliver_held(held, super::saved::written());
+                }
+            }
+            StateReport::Refused(refusal) => {
+                let why = policy::describe(&refusal);
+                tracing::warn!(session = %self.setup.key, "snapshot after cell not written: {why}");
+                if let Some(held) = held {
+                    self.deliver_held(held, super::saved::not_written(why));
+                }
+            }
+            _ => {
+                if let Some(held) = held {
+                    let why = "the worker answered the save with no report".into();
+                    self.deliver_held(held, super::saved::not_written(why));
+                }
+            }
+        }
+        // The workspace too, so a node's crash loses only what the last cell did;
+        // a close that came during the save waited for both.
+        self.save_files_then(ctx, SaveReason::AfterCell, |s, ctx| {
+            if s.is_closing() {
+                s.stop_worker(ctx);
+            }
+        });
     }
 
     /// The worker ended while a state task ran on it: the task is over, without a report.
@@ -317,7 +326,7 @@ impl Session {
                 }
             }
             StatePurpose::BeforeStop(AfterSave::Close, _) => {
-                self.stop_fate = SnapshotFate::Refused(refusal);
+                self.closing.fate = SnapshotFate::Refused(refusal);
             }
             StatePurpose::BeforeStop(AfterSave::Recycle, _) => {}
         }
@@ -330,16 +339,20 @@ impl Session {
                 skipped,
                 meta,
             } => {
-                self.cells_since_snapshot = 0;
+                self.saves.in_step();
                 let ledger = policy::ledger(restored, skipped, &meta, cells_since, None);
-                let this_node = self.snapshots.as_ref().map_or("", |store| store.node());
+                let this_node = self
+                    .saves
+                    .snapshots
+                    .as_ref()
+                    .map_or("", |store| store.node());
                 self.add_notice(policy::restored_notice(&ledger, this_node));
-                self.ledger = Some(ledger);
+                self.saves.ledger = Some(ledger);
                 self.touch_latest();
             }
             StateReport::Refused(StateRefusal::Missing) => {}
             StateReport::Refused(refusal) => {
-                tracing::warn!(session = %self.key, "snapshot not restored: {}", policy::describe(&refusal));
+                tracing::warn!(session = %self.setup.key, "snapshot not restored: {}", policy::describe(&refusal));
                 self.add_notice(policy::restore_failed_notice(&refusal));
                 if matches!(refusal, StateRefusal::Tampered { .. }) {
                     // Refused once is refused for good: it must not be tried at every start.
@@ -353,14 +366,14 @@ impl Session {
     fn stop_after_save(&mut self, ctx: &mut Context<Self>, then: AfterSave, fate: SnapshotFate) {
         match then {
             AfterSave::Close => {
-                self.stop_fate = fate;
+                self.closing.fate = fate;
                 self.stop_worker(ctx);
             }
             AfterSave::Recycle => {
                 if fate == SnapshotFate::Saved {
-                    self.restore_due = Some(0);
+                    self.saves.restore_next(true);
                 }
-                self.after_stop.push(super::AfterStop::Restart);
+                self.closing.then(super::closing::AfterStop::Restart);
                 self.stop_worker(ctx);
             }
         }
@@ -378,10 +391,13 @@ impl Session {
             HostAsk::Names => Some(StateTask::Names),
             HostAsk::Checkpoint(name) => self.save_task(SaveReason::Checkpoint, Some(name)),
             HostAsk::Restore(name) => {
-                let store = self.snapshots.as_ref()?;
+                let store = self.saves.snapshots.as_ref()?;
                 Some(StateTask::Load(Box::new(LoadOrder {
-                    path: store.checkpoint(&self.key, name).display().to_string(),
-                    key: store.session_key(&self.key),
+                    path: store
+                        .checkpoint(&self.setup.key, name)
+                        .display()
+                        .to_string(),
+                    key: store.session_key(&self.setup.key),
                     replace: true,
                 })))
             }
@@ -422,20 +438,17 @@ impl Session {
 
     /// The ledger for the next host cell: a restore just before it.
     pub(super) fn take_ledger(&mut self) -> Option<StateLedger> {
-        self.ledger.take()
+        self.saves.ledger.take()
     }
 
     pub(super) fn add_notice(&mut self, line: String) {
-        self.notice = Some(match self.notice.take() {
-            Some(earlier) => format!("{earlier}\n{line}"),
-            None => line,
-        });
+        self.notice.add(line);
     }
 
     /// A restored snapshot counts as used: the sweep's `ttl` runs from now.
     fn touch_latest(&self) {
-        if let Some(store) = &self.snapshots {
-            let latest = store.latest(&self.key);
+        if let Some(store) = &self.saves.snapshots {
+            let latest = store.latest(&self.setup.key);
             if let Ok(file) = std::fs::File::options().append(true).open(&latest) {
                 let _ = file.set_modified(SystemTime::now());
             }
@@ -445,15 +458,15 @@ impl Session {
     /// Deletes the latest snapshot: the namespace it held is gone on purpose (a reset, another
     /// Python or sandbox), or it was refused.
     pub(super) fn delete_latest(&mut self) {
-        self.restore_due = None;
+        self.saves.cancel_restore();
         if self.forget_fenced() {
             return;
         }
-        if let Some(store) = &self.snapshots {
-            let latest = store.latest(&self.key);
+        if let Some(store) = &self.saves.snapshots {
+            let latest = store.latest(&self.setup.key);
             if let Err(err) = std::fs::remove_file(&latest) {
                 if err.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(session = %self.key, "cannot delete {}: {err}", latest.display());
+                    tracing::warn!(session = %self.setup.key, "cannot delete {}: {err}", latest.display());
                 }
             }
         }
@@ -462,11 +475,12 @@ impl Session {
     /// After a worker was lost: the next worker restores the latest snapshot, if there is
     /// one. True: it will.
     pub(super) fn restore_after_loss(&mut self) -> bool {
-        let due = self.snapshots.as_ref().is_some_and(|store| {
-            policy::restores_latest(self.config.snapshots.when) && store.has_latest(&self.key)
+        let due = self.saves.snapshots.as_ref().is_some_and(|store| {
+            policy::restores_latest(self.setup.config.snapshots.when)
+                && store.has_latest(&self.setup.key)
         });
         if due {
-            self.restore_due = Some(self.cells_since_snapshot);
+            self.saves.restore_next(false);
         }
         due
     }

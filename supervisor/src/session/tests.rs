@@ -287,28 +287,6 @@ async fn an_idle_worker_over_the_cap_is_saved_replaced_and_restored() {
 }
 
 #[test]
-fn a_reset_and_a_close_forget_the_temporary_files_and_a_saved_eviction_keeps_them() {
-    use super::state::SnapshotFate;
-    use super::{stop_forgets_tmp, AfterStop};
-    let reset = [AfterStop::Restart, AfterStop::ForgetTmp];
-    assert!(stop_forgets_tmp(&reset, &SnapshotFate::NotTried));
-    assert!(stop_forgets_tmp(
-        &[AfterStop::Close],
-        &SnapshotFate::NotTried
-    ));
-    assert!(!stop_forgets_tmp(&[AfterStop::Close], &SnapshotFate::Saved));
-    // A recycle restarts from its snapshot: the session goes on, its files with it.
-    assert!(!stop_forgets_tmp(
-        &[AfterStop::Restart],
-        &SnapshotFate::Saved
-    ));
-    assert!(!stop_forgets_tmp(
-        &[AfterStop::Restart],
-        &SnapshotFate::NotTried
-    ));
-}
-
-#[test]
 fn a_temporary_tree_is_measured_without_following_links_and_the_count_stops_past_the_cap() {
     use super::tmp::tree_bytes;
     let dir = tempfile::tempdir().expect("tempdir");

@@ -1,9 +1,10 @@
 //! A session's temporary directory: where it is, its removal when the session forgets, and
 //! its quota (`sandbox.tmp-max`).
 
+use super::setup::Setup;
 use super::Session;
 
-impl Session {
+impl Setup {
     /// This session's temporary directory in its language (a sandboxed worker's `TMPDIR`):
     /// removed when the session forgets (close, reset, eviction without a snapshot).
     pub(super) fn tmp_dir(&self) -> std::path::PathBuf {
@@ -42,19 +43,22 @@ impl Session {
             let _ = std::fs::remove_dir(parent);
         }
     }
+}
 
+impl Session {
     /// After a sandboxed cell: when the session's temporary directory holds more than
     /// `sandbox.tmp-max`, its files are removed and the line that says so is answered.
     pub(super) fn enforce_tmp_quota(&self) -> Option<String> {
-        self.sandbox.as_ref()?;
-        let max = self.config.sandbox.tmp_max.as_u64();
-        let used = tree_bytes(&self.tmp_dir(), max)?;
+        self.env.sandbox.as_ref()?;
+        let max = self.setup.config.sandbox.tmp_max.as_u64();
+        let dir = self.setup.tmp_dir();
+        let used = tree_bytes(&dir, max)?;
         if used <= max {
             return None;
         }
         // Its contents only: the worker's sandbox rule names the directory itself.
-        if let Err(err) = clear_dir(&self.tmp_dir()) {
-            tracing::warn!(session = %self.key, "cannot empty the session's temporary directory: {err}");
+        if let Err(err) = clear_dir(&dir) {
+            tracing::warn!(session = %self.setup.key, "cannot empty the session's temporary directory: {err}");
         }
         Some(format!(
             "[cellvisor] this session's temporary directory held more than sandbox.tmp-max ({}); \

@@ -3,16 +3,17 @@
 //! (Shutdown frame, then SIGTERM, then SIGKILL, one `StopEscalation` each), policy kill and
 //! reload. What its loss means is decided in [`loss`](super::loss).
 
+use super::closing::AfterStop;
 use super::link::Link;
 use super::messages::{
     ClaimWorker, CloseSession, HeartbeatTick, MemoryTick, ResetSession, SessionEvent,
     StopEscalation, StopStep, UpdateConfig, WorkerNotice, WorkerStarted,
 };
-use super::outcome::{self, KillReason, StopCause};
-use super::state::{AfterSave, SnapshotFate};
-use super::{AfterStop, Session, Worker};
+use super::outcome::{self, KillReason};
+use super::slot::Beat;
+use super::state::AfterSave;
+use super::{Session, Worker};
 use crate::python_choice::PythonChoice;
-use crate::session::CellReport;
 use crate::snapshots::policy::SaveReason;
 use actix::prelude::*;
 use cellvisor_ipc::ToWorker;
@@ -63,7 +64,7 @@ impl Handler<StopEscalation> for Session {
         let Worker::Stopping {
             generation,
             process,
-        } = &self.worker
+        } = &self.slot.worker
         else {
             return;
         };
@@ -78,7 +79,7 @@ impl Handler<StopEscalation> for Session {
                         generation: msg.generation,
                         step: StopStep::Kill,
                     },
-                    self.config.sessions.shutdown_grace,
+                    self.setup.config.sessions.shutdown_grace,
                 );
             }
             StopStep::Kill => process.kill_tree(),
@@ -89,7 +90,7 @@ impl Handler<StopEscalation> for Session {
 impl Handler<WorkerStarted> for Session {
     type Result = ();
     fn handle(&mut self, msg: WorkerStarted, ctx: &mut Context<Self>) {
-        if !matches!(self.worker, Worker::Starting { generation } if generation == msg.generation) {
+        if !self.slot.is_starting(msg.generation) {
             if let Ok(worker) = msg.result {
                 actix::spawn(worker.discard());
             }
@@ -97,34 +98,32 @@ impl Handler<WorkerStarted> for Session {
         }
         match msg.result {
             Ok(worker) => {
-                tracing::info!(session = %self.key, pid = worker.pid, engine = %worker.engine, "worker started");
-                self.start_error = None;
-                self.metrics.worker_started(self.key.language);
+                tracing::info!(session = %self.setup.key, pid = worker.pid, engine = %worker.engine, "worker started");
+                self.slot.start_error = None;
+                self.setup.metrics.worker_started(self.setup.key.language);
                 let link = Link::spawn(worker, msg.generation, ctx.address());
-                self.worker = Worker::Ready {
+                self.slot.worker = Worker::Ready {
                     generation: msg.generation,
                     link,
                     last_heard: Instant::now(),
                     killed_for: None,
                     oom_before: super::kernel_oom::OomCounters::read(),
                 };
-                if !self.after_stop.is_empty() {
+                if self.closing.stop_pending() {
                     self.stop_worker(ctx);
                     return;
                 }
             }
             Err(err) => {
-                tracing::warn!(session = %self.key, "worker failed to start: {err}");
-                self.worker = Worker::None;
-                let message = outcome::start_failed(self.key.language, &err.to_string());
-                self.start_error = Some(message.clone());
-                if !self.after_stop.is_empty() {
+                tracing::warn!(session = %self.setup.key, "worker failed to start: {err}");
+                self.slot.worker = Worker::None;
+                let message = outcome::start_failed(self.setup.key.language, &err.to_string());
+                self.slot.start_error = Some(message.clone());
+                if self.closing.stop_pending() {
                     self.finish_stop(ctx);
                     return;
                 }
-                if let Some(job) = self.queue.pop_front() {
-                    let _ = job.reply.send(CellReport::error(message));
-                }
+                self.turns.refuse_next(message);
             }
         }
         self.pump(ctx);
@@ -136,18 +135,13 @@ impl Handler<WorkerNotice> for Session {
     /// The worker said something for the next cell (a startup module failed): the first cell
     /// carries it, even one already running (the notice crossed it).
     fn handle(&mut self, msg: WorkerNotice, _: &mut Context<Self>) {
-        if !matches!(self.worker, Worker::Ready { generation, .. } if generation == msg.generation)
-        {
+        if !self.slot.is_ready(msg.generation) {
             return;
         }
-        let notice = match self.running.as_mut() {
-            Some(running) => &mut running.notice,
-            None => &mut self.notice,
-        };
-        *notice = Some(match notice.take() {
-            Some(earlier) => format!("{earlier}\n{}", msg.message),
-            None => msg.message,
-        });
+        match self.turns.running.as_mut() {
+            Some(running) => running.notice.add(msg.message),
+            None => self.notice.add(msg.message),
+        }
     }
 }
 
@@ -156,11 +150,11 @@ impl Handler<MemoryTick> for Session {
     /// The supervisor's sampler measured worker `pid`'s tree at `rss`.
     fn handle(&mut self, msg: MemoryTick, ctx: &mut Context<Self>) {
         let MemoryTick { pid, rss } = msg;
-        let Some(cap) = self.config.limits.max_rss.map(|c| c.as_u64()) else {
+        let Some(cap) = self.setup.config.limits.max_rss.map(|c| c.as_u64()) else {
             return;
         };
-        let current = matches!(&self.worker, Worker::Ready { link, .. } if link.pid == pid);
-        if let Some(running) = self.running.as_mut().filter(|_| current) {
+        let current = matches!(&self.slot.worker, Worker::Ready { link, .. } if link.pid == pid);
+        if let Some(running) = self.turns.running.as_mut().filter(|_| current) {
             running.peak_rss = running.peak_rss.max(rss);
         }
         if !current || rss <= cap || self.saving_before_stop() {
@@ -181,9 +175,7 @@ impl Handler<MemoryTick> for Session {
 impl Handler<ResetSession> for Session {
     type Result = ();
     fn handle(&mut self, msg: ResetSession, ctx: &mut Context<Self>) {
-        if let Some(reply) = msg.reply {
-            self.reset_replies.push(reply);
-        }
+        self.closing.reset_asked(msg.reply);
         self.forget_state();
         self.begin_reset(ctx, "the session was reset; earlier state is gone".into());
     }
@@ -192,20 +184,13 @@ impl Handler<ResetSession> for Session {
 impl Handler<CloseSession> for Session {
     type Result = ();
     fn handle(&mut self, msg: CloseSession, ctx: &mut Context<Self>) {
-        if let Some(reply) = msg.reply {
-            self.close_replies.push(reply);
-        }
-        if msg.save == Some(SaveReason::DaemonStop) {
-            self.stop_cause = StopCause::DaemonStopped;
-        }
-        let saving = self.closing.is_none()
+        let daemon_stops = msg.save == Some(SaveReason::DaemonStop);
+        self.closing.asked(msg.reply, daemon_stops);
+        let saving = !self.is_closing()
             && msg
                 .save
                 .is_some_and(|reason| self.save_before_stop(ctx, reason, AfterSave::Close));
-        if self.closing.is_none() {
-            self.closing = Some(msg.eviction);
-        }
-        self.after_stop.push(AfterStop::Close);
+        self.closing.begin(msg.eviction);
         if !saving && !self.saving_before_stop() {
             self.stop_worker(ctx);
         }
@@ -215,10 +200,13 @@ impl Handler<CloseSession> for Session {
 impl Handler<UpdateConfig> for Session {
     type Result = ();
     fn handle(&mut self, msg: UpdateConfig, ctx: &mut Context<Self>) {
-        let old_interval = self.config.sessions.heartbeat_interval;
-        self.config = msg.0;
-        self.budget.set_limit(self.config.sessions.restart_budget);
-        if self.config.sessions.heartbeat_interval != old_interval && self.heartbeat_timer.is_some()
+        let old_interval = self.setup.config.sessions.heartbeat_interval;
+        self.setup.config = msg.0;
+        self.slot
+            .budget
+            .set_limit(self.setup.config.sessions.restart_budget);
+        if self.setup.config.sessions.heartbeat_interval != old_interval
+            && self.slot.heartbeat_timer.is_some()
         {
             self.arm_heartbeat(ctx);
         }
@@ -231,42 +219,24 @@ impl Handler<HeartbeatTick> for Session {
     /// costs the daemon nothing: a worker that dies while idle is seen by its connection
     /// closing, one that hangs while idle by the heartbeat of its next cell).
     fn handle(&mut self, _: HeartbeatTick, ctx: &mut Context<Self>) {
-        if self.running.is_none() {
-            if let Some(timer) = self.heartbeat_timer.take() {
+        if self.turns.running.is_none() {
+            if let Some(timer) = self.slot.heartbeat_timer.take() {
                 ctx.cancel_future(timer);
             }
             return;
         }
-        let timeout = self.config.sessions.heartbeat_timeout;
-        let Worker::Ready {
-            link, last_heard, ..
-        } = &mut self.worker
-        else {
-            return;
-        };
-        // Any frame read since the previous tick is as good as a pong; and while the reader
-        // waits for a slow host it reads nothing, the worker held back on purpose, not dead.
-        if link.heard_since_last_look() || link.host_stalled() {
-            *last_heard = Instant::now();
-        }
-        if last_heard.elapsed() > timeout {
+        let timeout = self.setup.config.sessions.heartbeat_timeout;
+        if self.slot.beat(timeout) == Beat::Silent {
             self.kill_worker(KillReason::MissedHeartbeats { timeout });
-            return;
         }
-        self.heartbeat_seq += 1;
-        link.send(ToWorker::Ping {
-            seq: self.heartbeat_seq,
-        });
     }
 }
 
 impl Session {
     pub(super) fn start_worker(&mut self, ctx: &mut Context<Self>) {
-        self.generation += 1;
-        let generation = self.generation;
-        self.worker = Worker::Starting { generation };
-        self.make_tmp_dir();
-        if let Some(worker) = self.prestarted.take() {
+        let generation = self.slot.begin_start();
+        self.setup.make_tmp_dir();
+        if let Some(worker) = self.slot.prestarted.take() {
             ctx.notify(WorkerStarted {
                 generation,
                 result: Ok(worker),
@@ -275,14 +245,18 @@ impl Session {
         }
         // A prewarmed worker that fits (a Python session's replacement, say) saves the start;
         // never for a sandboxed session, whose worker confines itself from its start.
-        let wanted = Wanted::new(self.python_choice.as_deref(), self.spec.cwd.as_deref());
+        let wanted = Wanted::new(
+            self.env.python_choice.as_deref(),
+            self.setup.spec.cwd.as_deref(),
+        );
         let claim = self
+            .slot
             .pool
             .as_ref()
-            .filter(|_| self.sandbox.is_none())
+            .filter(|_| self.env.sandbox.is_none())
             .map(|pool| pool.send(ClaimWorker { wanted }));
-        let launcher = Arc::clone(&self.launcher);
-        let spec = self.spec.clone();
+        let launcher = Arc::clone(&self.setup.launcher);
+        let spec = self.setup.spec.clone();
         let me = ctx.address();
         // Not tied to the actor's lifetime: if the actor is gone when the worker is up, the
         // worker must still be stopped rather than leak.
@@ -309,13 +283,13 @@ impl Session {
 
     /// Asks the worker to exit: the Shutdown frame now, SIGTERM and SIGKILL later if needed.
     pub(super) fn stop_worker(&mut self, ctx: &mut Context<Self>) {
-        match std::mem::replace(&mut self.worker, Worker::None) {
+        match std::mem::replace(&mut self.slot.worker, Worker::None) {
             Worker::Ready {
                 generation, link, ..
             } => {
                 link.send(ToWorker::Shutdown);
                 link.abandon_host();
-                self.worker = Worker::Stopping {
+                self.slot.worker = Worker::Stopping {
                     generation,
                     process: link.process.clone(),
                 };
@@ -326,14 +300,14 @@ impl Session {
                         generation,
                         step: StopStep::Terminate,
                     },
-                    self.config.sessions.shutdown_grace,
+                    self.setup.config.sessions.shutdown_grace,
                 );
             }
             starting @ Worker::Starting { .. } => {
                 // Stopped once it is up (see on_started).
-                self.worker = starting;
+                self.slot.worker = starting;
             }
-            stopping @ Worker::Stopping { .. } => self.worker = stopping,
+            stopping @ Worker::Stopping { .. } => self.slot.worker = stopping,
             Worker::None => self.finish_stop(ctx),
         }
         self.report();
@@ -341,40 +315,25 @@ impl Session {
 
     /// The worker is gone on request: carry out what was asked.
     pub(super) fn finish_stop(&mut self, ctx: &mut Context<Self>) {
-        self.worker = Worker::None;
-        let actions = std::mem::take(&mut self.after_stop);
-        if super::stop_forgets_tmp(&actions, &self.stop_fate) {
-            self.remove_tmp_dir();
+        self.slot.worker = Worker::None;
+        let actions = self.closing.take_actions();
+        if actions.forgets_tmp(&self.closing.fate) {
+            self.setup.remove_tmp_dir();
         }
-        if actions.iter().any(|a| matches!(a, AfterStop::Close)) {
-            let why = match self.stop_cause {
-                StopCause::DaemonStopped => {
-                    format!("session {} was closed: the daemon stopped", self.key)
-                }
-                StopCause::ResetOrClosed => format!("session {} was closed", self.key),
-            };
-            for job in self.queue.drain(..) {
-                let _ = job.reply.send(CellReport::error(why.clone()));
-            }
-            for reply in self
-                .close_replies
-                .drain(..)
-                .chain(self.reset_replies.drain(..))
-            {
-                let _ = reply.send(());
-            }
-            self.events.do_send(SessionEvent::Stopped {
-                key: self.key.clone(),
-                eviction: self.closing.take().flatten(),
-                snapshot: std::mem::replace(&mut self.stop_fate, SnapshotFate::NotTried),
+        if actions.closes() {
+            let why = self.closing.why_closed(&self.setup.key);
+            self.turns.refuse_all(&why);
+            let (eviction, snapshot) = self.closing.closed();
+            self.setup.events.do_send(SessionEvent::Stopped {
+                key: self.setup.key.clone(),
+                eviction,
+                snapshot,
             });
             ctx.stop();
             return;
         }
-        for reply in self.reset_replies.drain(..) {
-            let _ = reply.send(());
-        }
-        if actions.iter().any(|a| matches!(a, AfterStop::Restart)) {
+        self.closing.reset_done();
+        if actions.restarts() {
             self.start_worker(ctx);
         }
         self.pump(ctx);
@@ -384,25 +343,27 @@ impl Session {
         // The namespace the latest snapshot held is gone on purpose.
         self.delete_latest();
         // Background cells from before the reset are gone with their state.
-        let running = self.running.as_ref().map(|r| r.cell_id);
-        self.uncollected.forget(running);
-        self.ledger = None;
-        self.failed = None;
-        self.budget.reset(self.config.sessions.restart_budget);
-        self.notice = Some(notice);
-        self.after_stop.push(AfterStop::Restart);
-        self.after_stop.push(AfterStop::ForgetTmp);
+        let running = self.turns.running.as_ref().map(|r| r.cell_id);
+        self.turns.uncollected.forget(running);
+        self.saves.ledger = None;
+        self.slot.failed = None;
+        self.slot
+            .budget
+            .reset(self.setup.config.sessions.restart_budget);
+        self.notice.replace(notice);
+        self.closing.then(AfterStop::Restart);
+        self.closing.then(AfterStop::ForgetTmp);
         self.stop_worker(ctx);
     }
 
     /// Deletes the session's snapshots and checkpoints in this language: a reset means
     /// "forget".
     pub(super) fn forget_state(&mut self) {
-        self.restore_due = None;
+        self.saves.cancel_restore();
         self.forget_fenced();
-        if let Some(store) = &self.snapshots {
-            if let Err(err) = store.forget(&self.key.session, Some(self.key.language)) {
-                tracing::warn!(session = %self.key, "cannot delete the session's snapshots: {err}");
+        if let Some(store) = &self.saves.snapshots {
+            if let Err(err) = store.forget(&self.setup.key.session, Some(self.setup.key.language)) {
+                tracing::warn!(session = %self.setup.key, "cannot delete the session's snapshots: {err}");
             }
         }
     }
@@ -412,11 +373,13 @@ impl Session {
     pub(super) fn kill_worker(&mut self, reason: KillReason) {
         if let Worker::Ready {
             link, killed_for, ..
-        } = &mut self.worker
+        } = &mut self.slot.worker
         {
             if killed_for.is_none() {
-                tracing::warn!(session = %self.key, pid = link.pid, "killing worker: {reason}");
-                self.metrics.worker_killed(self.key.language, &reason);
+                tracing::warn!(session = %self.setup.key, pid = link.pid, "killing worker: {reason}");
+                self.setup
+                    .metrics
+                    .worker_killed(self.setup.key.language, &reason);
                 *killed_for = Some(reason);
                 link.abandon_host();
                 link.process.kill_tree();
@@ -428,14 +391,15 @@ impl Session {
     /// session, or the interval changes). The worker gets a fresh allowance: silence
     /// measured against the old interval, or while idle, says nothing now.
     pub(super) fn arm_heartbeat(&mut self, ctx: &mut Context<Self>) {
-        if let Some(timer) = self.heartbeat_timer.take() {
+        if let Some(timer) = self.slot.heartbeat_timer.take() {
             ctx.cancel_future(timer);
         }
-        if let Worker::Ready { last_heard, .. } = &mut self.worker {
+        if let Worker::Ready { last_heard, .. } = &mut self.slot.worker {
             *last_heard = Instant::now();
         }
-        let interval = self.config.sessions.heartbeat_interval;
-        self.heartbeat_timer = Some(ctx.run_interval(interval, |_, ctx| ctx.notify(HeartbeatTick)));
+        let interval = self.setup.config.sessions.heartbeat_interval;
+        self.slot.heartbeat_timer =
+            Some(ctx.run_interval(interval, |_, ctx| ctx.notify(HeartbeatTick)));
     }
 }
 
