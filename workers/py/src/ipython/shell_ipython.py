@@ -92,6 +92,12 @@ class CellDisplayHook(DisplayHook):
         value, self._value = self._value, None
         prelude = _prelude()
         text = format_dict.get("text/plain")
+        if type(text) is str and len(format_dict) == 1 and not isinstance(value, (dict, list)):
+            # Its text alone (most values): the bundle below would be that text, one MIME
+            # type, no JSON form, nothing rich to publish.
+            prelude.send_value({"text/plain": text})
+            self.shell.cellvisor_host.show_trailing_text(text + "\n")
+            return
         bundle = {}
         for mime, data in format_dict.items():
             if isinstance(data, (bytes, bytearray, memoryview)):
