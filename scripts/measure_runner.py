@@ -2,7 +2,7 @@
 """The Python runner's per-cell work, step by step, without the shim, the daemon or a client.
 
     scripts/measure_runner.py [--python PYTHON] [--shell builtin|auto|ipython|all]
-                              [--cells 2000] [--code 1+1] [--steps]
+                              [--cells 2000] [--code 1+1] [--steps] [--sources DIR]
 
 Starts the runner as the shim does (its files from workers/py/src under their installed
 names, commands on fd 3, events on fd 4, output and markers on fd 1), sends `--cells` warm
@@ -14,6 +14,9 @@ notebook layer's, IPython's shell's) in a CPU timer (`time.thread_time_ns`) insi
 and prints each step's inclusive CPU per cell and calls per cell. The timers cost what an
 empty wrapped call costs (printed as `timer`), and inclusive times nest: read a step's own
 share as its time less its listed sub-steps'.
+
+`--sources` takes the runner's files from another checkout's workers/py/src (say one
+`git archive BASE workers/py/src | tar -x -C /tmp/base` made), for a before and after.
 """
 
 import argparse
@@ -162,9 +165,9 @@ finally:
 """
 
 
-def install(directory):
+def install(directory, sources):
     for installed, source in FILES.items():
-        shutil.copyfile(os.path.join(SOURCES, source), os.path.join(directory, installed))
+        shutil.copyfile(os.path.join(sources, source), os.path.join(directory, installed))
 
 
 class Runner:
@@ -304,6 +307,7 @@ def main():
     parser.add_argument("--cells", type=int, default=2000)
     parser.add_argument("--code", default="1+1")
     parser.add_argument("--steps", action="store_true", help="also time each step")
+    parser.add_argument("--sources", default=SOURCES, help="the runner's files (workers/py/src)")
     args = parser.parse_args()
     shells = ["builtin", "ipython"] if args.shell == "all" else [args.shell]
 
@@ -316,7 +320,7 @@ def main():
     print("  %-10s %8.1f" % ("floor", floor_us))
     for shell in shells:
         with tempfile.TemporaryDirectory(prefix="cellvisor-measure-") as directory:
-            install(directory)
+            install(directory, args.sources)
             try:
                 figures = measure(args, shell, directory)
             except SystemExit as stop:
