@@ -307,7 +307,11 @@ fn plain_cells_skip_nothing_ipython_would_show() {
     );
     assert_eq!(shown(&result, 0), "2\n", "{result:#}");
     assert!(displays(&result, 0).is_empty(), "{result:#}");
-    assert_eq!(displays(&result, 1)[0]["text/html"], "<i>big</i>", "{result:#}");
+    assert_eq!(
+        displays(&result, 1)[0]["text/html"],
+        "<i>big</i>",
+        "{result:#}"
+    );
     let html = displays(&result, 2);
     assert_eq!(html[0]["text/html"], "<b>3</b>", "{result:#}");
     assert_eq!(html[0]["text/plain"], "3", "{result:#}");
@@ -315,7 +319,11 @@ fn plain_cells_skip_nothing_ipython_would_show() {
     assert_eq!(markdown[0]["text/markdown"], "*1.5*", "{result:#}");
     assert_eq!(shown(&result, 4), "'awaited'\n", "{result:#}");
     assert_eq!(cell(&result, 5)["status"], "complete", "{result:#}");
-    assert_eq!(output(&result, 5), "", "exit() ended the cell past its finally");
+    assert_eq!(
+        output(&result, 5),
+        "",
+        "exit() ended the cell past its finally"
+    );
     assert_eq!(shown(&result, 6), "'after'\n", "{result:#}");
     daemon.stop();
 }

@@ -1,10 +1,10 @@
-//! Everything cellvisor reads of a process in `/proc`, in one place: its `stat` line and
-//! its memory (`statm`), parsed by `procfs-core`, and its open descriptors. What is read
+//! Everything cellvisor reads of a process in `/proc`, in one place: its `stat` line, its
+//! memory (`statm`) and its `status`, parsed by `procfs-core`, and its open descriptors. What is read
 //! after every cell is read through files kept open ([`StatFile`], [`DescriptorDir`]): one
 //! `pread` (or one seek and the listing) per reading, no open, no close, and a file that
 //! outlived its process fails rather than reading the process that took its pid.
 
-use procfs_core::process::{Stat, StatM};
+use procfs_core::process::{Stat, StatM, Status};
 use procfs_core::FromRead;
 use rustix::fs::{Dir, Mode, OFlags};
 use std::fs::File;
@@ -95,15 +95,68 @@ pub fn is_stopped(pid: u32) -> bool {
     stat(pid).is_some_and(|stat| stat.is_stopped())
 }
 
-/// The resident memory of process `pid` (`/proc/<pid>/statm`), or of this process with
-/// `None`, in bytes.
-pub fn resident_bytes(pid: Option<u32>) -> Option<u64> {
+/// A process's memory as `/proc/<pid>/statm` gives it, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Memory {
+    /// Its mapped address space (`VmSize`): what an address-space rlimit caps.
+    pub mapped_bytes: u64,
+    /// Its resident memory (`VmRSS`).
+    pub resident_bytes: u64,
+}
+
+/// The memory of process `pid`, or of this process with `None`.
+pub fn memory(pid: Option<u32>) -> Option<Memory> {
     let path = match pid {
         Some(pid) => format!("/proc/{pid}/statm"),
         None => "/proc/self/statm".to_owned(),
     };
-    let memory = StatM::from_read(File::open(path).ok()?).ok()?;
-    Some(memory.resident.saturating_mul(page_size()))
+    let pages = StatM::from_read(File::open(path).ok()?).ok()?;
+    Some(Memory {
+        mapped_bytes: pages.size.saturating_mul(page_size()),
+        resident_bytes: pages.resident.saturating_mul(page_size()),
+    })
+}
+
+/// This process's own `stat` (through `/proc/self`, which needs no `getpid`).
+pub fn own_stat() -> Option<ProcStat> {
+    let mut text = Vec::with_capacity(512);
+    File::open("/proc/self/stat")
+        .ok()?
+        .read_to_end(&mut text)
+        .ok()?;
+    parse_stat(0, &text).map(|stat| ProcStat {
+        pid: std::process::id(),
+        ..stat
+    })
+}
+
+/// What cellvisor uses of `/proc/<pid>/status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStatus {
+    /// The real uid, which a session's processes are found by.
+    pub real_uid: u32,
+    /// `R`, `S`, `Z`, ... (the first letter of `State:`).
+    pub state: char,
+    /// The effective capabilities (`CapEff:`), a bit per capability number.
+    pub effective_caps: u64,
+}
+
+/// Reads `/proc/<pid>/status`, or this process's with `None`; `None` if it is gone.
+pub fn status(pid: Option<u32>) -> Option<ProcStatus> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/status"),
+        None => "/proc/self/status".to_owned(),
+    };
+    parse_status(File::open(path).ok()?)
+}
+
+fn parse_status(text: impl Read) -> Option<ProcStatus> {
+    let status = Status::from_read(text).ok()?;
+    Some(ProcStatus {
+        real_uid: status.ruid,
+        state: status.state.chars().next()?,
+        effective_caps: status.capeff,
+    })
 }
 
 /// A process's `/proc/<pid>/stat`, opened once and read with one `pread` each time.

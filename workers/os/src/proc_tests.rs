@@ -51,8 +51,9 @@ fn this_process_reads_the_same_through_every_way() {
         (again.pid, again.ppid, again.start_ticks)
     );
     assert!(!once.is_dead(), "{once:?}");
-    assert!(resident_bytes(None).expect("statm") > 0);
-    assert!(resident_bytes(Some(me)).expect("statm") > 0);
+    let memory = memory(None).expect("statm");
+    assert!(memory.resident_bytes > 0 && memory.mapped_bytes >= memory.resident_bytes);
+    assert!(super::memory(Some(me)).expect("statm").resident_bytes > 0);
     assert!(!is_stopped(me));
 }
 
@@ -121,4 +122,41 @@ fn a_kept_listing_follows_the_descriptors_it_lists() {
         "a listing kept past its process"
     );
     assert_eq!(open_descriptors(child.id()), None);
+}
+
+#[test]
+fn status_gives_the_uid_the_state_and_the_capabilities() {
+    let me = status(None).expect("our own status");
+    // SAFETY: getuid has no preconditions.
+    assert_eq!(me.real_uid, unsafe { libc::getuid() });
+    assert_ne!(me.state, 'Z');
+    assert_eq!(
+        status(Some(std::process::id())).map(|s| s.real_uid),
+        Some(me.real_uid)
+    );
+    // A real status with the lines this reads changed.
+    let real = std::fs::read_to_string("/proc/self/status").expect("our status text");
+    let text: String = real
+        .lines()
+        .map(|line| match line.split(':').next() {
+            Some("Uid") => "Uid:\t1000\t1001\t1000\t1000".to_owned(),
+            Some("State") => "State:\tZ (zombie)".to_owned(),
+            Some("CapEff") => "CapEff:\t00000000000000c0".to_owned(),
+            _ => line.to_owned(),
+        })
+        .map(|line| line + "\n")
+        .collect();
+    let parsed = parse_status(text.as_bytes()).expect("parsed");
+    assert_eq!(parsed.real_uid, 1000);
+    assert_eq!(parsed.state, 'Z');
+    assert_eq!(parsed.effective_caps, 0xc0);
+    assert_eq!(parse_status("Uid:\tnobody\n".as_bytes()), None);
+    assert_eq!(parse_status("garbage".as_bytes()), None);
+}
+
+#[test]
+fn our_own_stat_names_us() {
+    let mine = own_stat().expect("our own stat");
+    assert_eq!(mine.pid, std::process::id());
+    assert!(mine.start_ticks > 0);
 }
