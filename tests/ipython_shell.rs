@@ -281,6 +281,53 @@ fn pylab_and_sympy_printing_reach_the_display_bundles() {
     daemon.stop();
 }
 
+/// The shortcuts a plain cell takes through IPython's shell give what IPython gives: a
+/// printer registered for a scalar type (by type or by name) still makes its bundle, a
+/// `_repr_html_` on a subclass still counts, top-level `await` still runs, and code mode's
+/// `exit()` still ends a cell past its handlers.
+#[test]
+fn plain_cells_skip_nothing_ipython_would_show() {
+    let python = ipython_venv(&[]);
+    let daemon = daemon_on(&python, "");
+    let mut client = daemon.client();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let result = run(
+        &mut client,
+        "plain",
+        dir.path(),
+        &[
+            "2",
+            "class Big(int):\n    def _repr_html_(self):\n        return '<i>big</i>'\nBig(4)",
+            "get_ipython().display_formatter.formatters['text/html'].for_type(int, lambda n: '<b>%d</b>' % n)\n3",
+            "get_ipython().display_formatter.formatters['text/markdown'].for_type_by_name('builtins', 'float', lambda x: '*%s*' % x)\n1.5",
+            "import asyncio\nawait asyncio.sleep(0)\n'awaited'",
+            "try:\n    exit()\nfinally:\n    print('finally ran')",
+            "'after'",
+        ],
+    );
+    assert_eq!(shown(&result, 0), "2\n", "{result:#}");
+    assert!(displays(&result, 0).is_empty(), "{result:#}");
+    assert_eq!(
+        displays(&result, 1)[0]["text/html"],
+        "<i>big</i>",
+        "{result:#}"
+    );
+    let html = displays(&result, 2);
+    assert_eq!(html[0]["text/html"], "<b>3</b>", "{result:#}");
+    assert_eq!(html[0]["text/plain"], "3", "{result:#}");
+    let markdown = displays(&result, 3);
+    assert_eq!(markdown[0]["text/markdown"], "*1.5*", "{result:#}");
+    assert_eq!(shown(&result, 4), "'awaited'\n", "{result:#}");
+    assert_eq!(cell(&result, 5)["status"], "complete", "{result:#}");
+    assert_eq!(
+        output(&result, 5),
+        "",
+        "exit() ended the cell past its finally"
+    );
+    assert_eq!(shown(&result, 6), "'after'\n", "{result:#}");
+    daemon.stop();
+}
+
 /// Without IPython the built-in emulation runs the cells and says so; `shell = "ipython"`
 /// then says why IPython's shell could not run them. `shell = "builtin"` keeps the
 /// emulation where IPython is installed.

@@ -92,14 +92,10 @@ pub fn can_change_uids() -> bool {
     }
     const CAP_SETGID: u32 = 6;
     const CAP_SETUID: u32 = 7;
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .is_some_and(|caps| caps & (1 << CAP_SETUID) != 0 && caps & (1 << CAP_SETGID) != 0)
+    cellvisor_os::proc::status(None).is_some_and(|status| {
+        let caps = status.effective_caps;
+        caps & (1 << CAP_SETUID) != 0 && caps & (1 << CAP_SETGID) != 0
+    })
 }
 
 /// What decides the level besides the config, read once at start.

@@ -22,25 +22,11 @@ pub fn processes_where(wanted: impl Fn(u32) -> bool) -> Vec<(u32, u32)> {
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(|pid| {
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-            let (uid, zombie) = real_uid_and_zombie(&status)?;
-            (wanted(uid) && !zombie).then_some((pid, uid))
+            let status = cellvisor_os::proc::status(Some(pid))?;
+            let uid = status.real_uid;
+            (wanted(uid) && status.state != 'Z').then_some((pid, uid))
         })
         .collect()
-}
-
-/// The real uid of a `/proc/<pid>/status` text, and whether the process is a zombie.
-fn real_uid_and_zombie(status: &str) -> Option<(u32, bool)> {
-    let mut uid = None;
-    let mut zombie = false;
-    for line in status.lines() {
-        if let Some(rest) = line.strip_prefix("Uid:") {
-            uid = rest.split_whitespace().next()?.parse().ok();
-        } else if let Some(rest) = line.strip_prefix("State:") {
-            zombie = rest.trim_start().starts_with('Z');
-        }
-    }
-    Some((uid?, zombie))
 }
 
 /// Sends SIGKILL to every process of `uid` from a helper running as `uid` (blocking: run it
@@ -100,15 +86,6 @@ pub fn end_all(uid: u32, patience: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_status_file_gives_the_real_uid_and_the_zombie_state() {
-        let text = "Name:\tsh\nState:\tS (sleeping)\nUid:\t61003\t61003\t61003\t61003\n";
-        assert_eq!(real_uid_and_zombie(text), Some((61003, false)));
-        let zombie = "State:\tZ (zombie)\nUid:\t5\t0\t0\t0\n";
-        assert_eq!(real_uid_and_zombie(zombie), Some((5, true)));
-        assert_eq!(real_uid_and_zombie("Name:\tx\n"), None);
-    }
 
     #[test]
     fn this_process_is_found_under_its_own_uid() {

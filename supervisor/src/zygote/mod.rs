@@ -359,8 +359,7 @@ fn after_fork_failure(error: &ForkError) -> AfterForkFailure {
 
 /// The state letter of process `pid` (`R`, `S`, `T` for stopped, ...), from `/proc`.
 fn process_state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')').next()?.trim_start().chars().next()
+    cellvisor_os::proc::stat(pid).map(|stat| stat.state)
 }
 
 /// What `status` says of a started zygote: `ready` only when it can answer; `stopped` when

@@ -519,10 +519,8 @@ fn default_heap_limit() -> usize {
     let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
     if let Ok((soft, _)) = getrlimit(Resource::RLIMIT_AS) {
         if soft != RLIM_INFINITY {
-            let mapped = std::fs::read_to_string("/proc/self/statm")
-                .ok()
-                .and_then(|statm| statm.split_whitespace().next()?.parse::<usize>().ok())
-                .map_or(0, |pages| pages.saturating_mul(page));
+            let mapped = cellvisor_os::proc::memory(None)
+                .map_or(0, |m| usize::try_from(m.mapped_bytes).unwrap_or(usize::MAX));
             let soft = usize::try_from(soft).unwrap_or(usize::MAX);
             return (soft.saturating_sub(mapped) / 3).max(1024 * 1024);
         }

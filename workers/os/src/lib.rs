@@ -2,7 +2,8 @@
 //! and free of any language engine: the supervisor links this instead of reaching into the
 //! workers.
 //!
-//! - [`process_tree`]: a process tree from `/proc`: find, measure, end.
+//! - [`proc`]: what is read of a process in `/proc` (stat, memory, descriptors), in one
+//!   place; [`process_tree`]: a process tree from it: find, measure, end.
 //! - [`sandbox`]: the Landlock confinement the supervisor asks for, applied once by the
 //!   worker before its first cell (and the worker's own network namespace, entered first).
 //! - [`interpreter`]: which Python a session runs (virtualenvs, the configured one, PATH,
@@ -17,6 +18,7 @@
 pub mod atomic_file;
 pub mod interpreter;
 pub mod locking;
+pub mod proc;
 pub mod process_tree;
 pub mod sandbox;
 pub mod secrets;

@@ -1,4 +1,4 @@
-//! A process and everything under it, read from `/proc` on demand (nothing is kept open):
+//! A process and everything under it, read from `/proc` (through [`crate::proc`]) on demand:
 //! finding a tree, measuring it, and ending it.
 //!
 //! Workers are child subreapers, so every process a cell started stays under its worker even
@@ -19,67 +19,7 @@ use nix::unistd::Pid;
 use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
-/// One process as `/proc/<pid>/stat` shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcStat {
-    /// The process id.
-    pub pid: u32,
-    /// Its parent's id, which links a worker to everything it started.
-    pub ppid: u32,
-    /// `R`, `S`, `D`, `Z`, `T`, ...
-    pub state: char,
-    /// User plus system CPU time, in clock ticks.
-    pub cpu_ticks: u64,
-    /// User plus system CPU time of its children that ended and were waited for, in clock
-    /// ticks: what a tree's CPU keeps of the processes that left it.
-    pub children_cpu_ticks: u64,
-    /// Resident memory, in bytes: what the RSS cap is checked against.
-    pub rss_bytes: u64,
-    /// When it started, in clock ticks since boot (comparable with `ticks_since_boot`).
-    pub start_ticks: u64,
-}
-
-impl ProcStat {
-    /// Dead but not yet reaped (or being torn down): uses nothing, can do nothing.
-    pub fn is_dead(&self) -> bool {
-        matches!(self.state, 'Z' | 'X' | 'x')
-    }
-}
-
-/// Reads `/proc/<pid>/stat`; `None` if the process is gone. One `read` into a buffer that
-/// holds the whole line (the kernel writes it at once), not the growing reads and the size
-/// query of `read_to_string`: this is read after every cell.
-pub fn stat(pid: u32) -> Option<ProcStat> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
-    let mut buffer = [0u8; 2048];
-    let read = file.read(&mut buffer).ok()?;
-    if read == buffer.len() {
-        // Longer than any stat line seen: read it all the slow way.
-        let mut text = String::from_utf8_lossy(&buffer).into_owned();
-        let mut rest = String::new();
-        file.read_to_string(&mut rest).ok()?;
-        text.push_str(&rest);
-        return parse_stat(pid, &text);
-    }
-    parse_stat(pid, &String::from_utf8_lossy(&buffer[..read]))
-}
-
-fn parse_stat(pid: u32, text: &str) -> Option<ProcStat> {
-    // The command name may hold spaces and parentheses: the fields start after the last ')'.
-    let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let number = |index: usize| fields.get(index).and_then(|f| f.parse::<u64>().ok());
-    Some(ProcStat {
-        pid,
-        state: fields.first()?.chars().next()?,
-        ppid: u32::try_from(number(1)?).ok()?,
-        cpu_ticks: number(11)? + number(12)?,
-        children_cpu_ticks: number(13).unwrap_or(0) + number(14).unwrap_or(0),
-        start_ticks: number(19)?,
-        rss_bytes: number(21)?.saturating_mul(page_size()),
-    })
-}
+pub use crate::proc::{stat, ProcStat};
 
 /// Now, in clock ticks since boot: the clock of [`ProcStat::start_ticks`]. A vDSO read, no
 /// system call.
@@ -94,15 +34,6 @@ pub fn ticks_since_boot() -> u64 {
     let secs = u64::try_from(now.tv_sec).unwrap_or_default();
     let nanos = u64::try_from(now.tv_nsec).unwrap_or_default();
     secs * ticks + nanos * ticks / 1_000_000_000
-}
-
-fn page_size() -> u64 {
-    static PAGE: OnceLock<u64> = OnceLock::new();
-    *PAGE.get_or_init(|| {
-        // SAFETY: sysconf has no preconditions.
-        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        u64::try_from(size).ok().filter(|s| *s > 0).unwrap_or(4096)
-    })
 }
 
 /// Clock ticks per second, the unit of [`ProcStat::cpu_ticks`].
@@ -288,18 +219,6 @@ mod tests {
     use super::*;
     use std::process::Command;
     use std::time::{Duration, Instant};
-
-    #[test]
-    fn stat_lines_parse_even_with_odd_names() {
-        let line = "42 (a) b (c) S 7 42 42 0 -1 4194304 1 0 0 0 30 12 0 0 20 0 1 0 5 1000 25 x";
-        let stat = parse_stat(42, line).expect("parsed");
-        assert_eq!(stat.ppid, 7);
-        assert_eq!(stat.start_ticks, 5);
-        assert_eq!(stat.state, 'S');
-        assert_eq!(stat.cpu_ticks, 42);
-        assert_eq!(stat.rss_bytes, 25 * page_size());
-        assert!(parse_stat(1, "garbage").is_none());
-    }
 
     #[test]
     fn start_times_and_now_share_a_clock() {

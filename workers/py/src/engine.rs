@@ -341,7 +341,7 @@ impl PythonEngine {
                     if let Some(status) = self.poll_exit() {
                         return Err(self.died(describe_exit(status)));
                     }
-                    if !is_stopped(self.child.id()) {
+                    if !cellvisor_os::proc::is_stopped(self.child.id()) {
                         stopped_since = None;
                     } else if stopped_since.get_or_insert_with(Instant::now).elapsed()
                         >= STOPPED_GRACE
@@ -481,18 +481,6 @@ impl Engine for PythonEngine {
 impl Drop for PythonEngine {
     fn drop(&mut self) {
         self.kill_and_reap();
-    }
-}
-
-/// Whether process `pid` is stopped by a signal (state `T` in `/proc/<pid>/stat`).
-fn is_stopped(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // The state follows the command name, which is in parentheses and may hold anything.
-    match memchr::memrchr(b')', &stat) {
-        Some(end) => stat.get(end + 2) == Some(&b'T'),
-        None => false,
     }
 }
 

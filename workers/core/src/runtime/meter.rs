@@ -6,14 +6,16 @@
 use crate::locking::lock;
 use crate::process_tree;
 use cellvisor_ipc::DoneUsage;
+use cellvisor_os::proc::{DescriptorDir, ProcStat, StatFile};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// A quick cell rereads the members found last time (one `stat` read each: the worker and
-/// its interpreter); after a longer stretch the tree is found afresh, so a process a longer
-/// cell left running is counted (one a quick cell starts is counted from the next longer
-/// one on, and any it reaped counts in its parent's).
+/// A quick cell rereads the members found last time (one `pread` each, through their
+/// `stat` files kept open: the worker and its interpreter); after a longer stretch the tree
+/// is found afresh, so a process a longer cell left running is counted (one a quick cell
+/// starts is counted from the next longer one on, and any it reaped counts in its
+/// parent's).
 const REDISCOVER_AFTER: Duration = Duration::from_millis(50);
 
 /// Shared by every clone of the outbox: any thread that sends a `Done` reads through it.
@@ -29,8 +31,12 @@ struct MeterState {
 
 #[derive(Default)]
 struct KnownTree {
-    members: Vec<u32>,
+    /// This process, once read (`getpid` is a system call each time).
+    root: u32,
+    members: Vec<StatFile>,
     read_at: Option<Instant>,
+    /// The descriptor listing of the cells' process, kept open while it stays the same.
+    descriptors: Option<(u32, DescriptorDir)>,
 }
 
 impl Meter {
@@ -43,25 +49,23 @@ impl Meter {
 
     /// The tree and descriptors now.
     pub fn read(&self) -> DoneUsage {
-        let root = std::process::id();
-        let members = {
-            let mut tree = lock(&self.0.tree);
-            let quick = tree
-                .read_at
-                .is_some_and(|at| at.elapsed() < REDISCOVER_AFTER);
-            tree.read_at = Some(Instant::now());
-            if quick && !tree.members.is_empty() {
-                tree.members
-                    .iter()
-                    .filter_map(|pid| process_tree::stat(*pid))
-                    .collect()
-            } else {
-                let found = process_tree::trees(&[root])
-                    .remove(&root)
-                    .unwrap_or_default();
-                tree.members = found.iter().map(|p| p.pid).collect();
-                found
-            }
+        let mut tree = lock(&self.0.tree);
+        if tree.root == 0 {
+            tree.root = std::process::id();
+        }
+        let root = tree.root;
+        let quick = tree
+            .read_at
+            .is_some_and(|at| at.elapsed() < REDISCOVER_AFTER);
+        tree.read_at = Some(Instant::now());
+        let members: Vec<ProcStat> = if quick && !tree.members.is_empty() {
+            tree.members.iter().filter_map(StatFile::read).collect()
+        } else {
+            let found = process_tree::trees(&[root])
+                .remove(&root)
+                .unwrap_or_default();
+            tree.members = found.iter().filter_map(|p| StatFile::open(p.pid)).collect();
+            found
         };
         let mut usage = members
             .iter()
@@ -74,7 +78,7 @@ impl Meter {
             0 => root,
             pid => pid,
         };
-        if let Some((open, limit)) = descriptors(cells, cells == root) {
+        if let Some((open, limit)) = tree.descriptors(cells, cells == root) {
             usage.descriptors_open = open;
             usage.descriptors_limit = limit;
         }
@@ -82,27 +86,46 @@ impl Meter {
     }
 }
 
-/// The open descriptors of `pid` and its soft descriptor limit; `None` when they cannot be
-/// read (the process is gone) or the limit is unlimited.
-fn descriptors(pid: u32, is_self: bool) -> Option<(u64, u64)> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    let pid_t = libc::pid_t::try_from(pid).ok()?;
-    // SAFETY: prlimit with a null new limit only fills `limit`, which outlives the call.
-    let read = unsafe { libc::prlimit(pid_t, libc::RLIMIT_NOFILE, std::ptr::null(), &mut limit) };
-    if read != 0 || limit.rlim_cur == libc::RLIM_INFINITY {
-        return None;
+impl KnownTree {
+    /// The open descriptors of `pid` and its soft descriptor limit; `None` when they cannot
+    /// be read (the process is gone) or the limit is unlimited.
+    fn descriptors(&mut self, pid: u32, is_self: bool) -> Option<(u64, u64)> {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let pid_t = libc::pid_t::try_from(pid).ok()?;
+        // SAFETY: prlimit with a null new limit only fills `limit`, which outlives the call.
+        let read =
+            unsafe { libc::prlimit(pid_t, libc::RLIMIT_NOFILE, std::ptr::null(), &mut limit) };
+        if read != 0 || limit.rlim_cur == libc::RLIM_INFINITY {
+            return None;
+        }
+        let kept = (self.descriptors.as_mut())
+            .filter(|(of, _)| *of == pid)
+            .and_then(|(_, listing)| listing.count())
+            .filter(|listed| *listed > 0);
+        let listed = match kept {
+            Some(listed) => listed,
+            None => {
+                // First, another process, or a listing that outlived its process (which
+                // lists nothing): listed afresh, after the old one is closed.
+                self.descriptors = None;
+                let mut listing = DescriptorDir::open(pid)?;
+                let listed = listing.count()?;
+                self.descriptors = Some((pid, listing));
+                listed
+            }
+        };
+        // Our own listing holds the descriptors this meter keeps open: the listing's and
+        // the members' stat files.
+        let open = if is_self {
+            listed.saturating_sub(1 + self.members.len() as u64)
+        } else {
+            listed
+        };
+        Some((open, limit.rlim_cur))
     }
-    let listed = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;
-    // Reading our own list holds one descriptor open for the listing itself.
-    let open = if is_self {
-        listed.saturating_sub(1)
-    } else {
-        listed
-    };
-    Some((open, limit.rlim_cur))
 }
 
 #[cfg(test)]

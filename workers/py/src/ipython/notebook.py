@@ -51,6 +51,12 @@ class Inputs:
             del self._kept[:drop]
             self._first += drop
 
+    def last(self, count):
+        """The last `count` inputs, "" for those before the first, without `__getitem__`'s
+        work for each (a cull keeps far more than `count`)."""
+        kept = self._kept[-count:]
+        return [""] * (count - len(kept)) + kept if len(kept) < count else kept
+
     def dropped_before(self):
         """The first execution count whose text is still kept."""
         return self._first
@@ -111,8 +117,7 @@ class History:
         kept_from = self.raw.dropped_before()
         self.raw.append(raw)
         self.parsed.append(parsed)
-        previous = self.raw[-4:-1]
-        previous = [""] * (3 - len(previous)) + previous
+        previous = self.raw.last(4)[:-1]
         namespace["_i"], namespace["_ii"], namespace["_iii"] = previous[2], previous[1], previous[0]
         namespace["_i%d" % self.count] = raw
         for number in range(kept_from, self.raw.dropped_before()):
@@ -296,6 +301,8 @@ def _automagic(source, namespace):
 
 def ends_with_semicolon(source, last):
     """Whether the cell's last statement (an expression node) is followed by `;`."""
+    if ";" not in source:
+        return False
     lines = source.splitlines()
     if last.end_lineno is None or last.end_lineno > len(lines):
         return False

@@ -29,6 +29,9 @@ from IPython.core.compilerop import CachingCompiler
 from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
 from IPython.core.error import TryNext, UsageError
+from IPython.core.formatters import (BaseFormatter, DisplayFormatter,
+                                     IPythonDisplayFormatter, MimeBundleFormatter,
+                                     PlainTextFormatter)
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.macro import Macro
 
@@ -41,6 +44,9 @@ _SPECIAL_SYNTAX = re.compile(r"[%!?]|^[ \t]*(?:[,;/]|>>>|\.\.\.|In \[)", re.M)
 # The first word of a one-line cell, as IPython's prefilter splits it (`LineInfo`).
 _FIRST_WORD = re.compile(r"\s*([\w*.]+)")
 _IPYTHON_DIR = IPython.__file__.rsplit("/", 1)[0]
+# Values whose type no `_repr_*_` method can be added to: their display is their text alone
+# unless a formatter has a printer registered for them (see `_plain_format`).
+_SCALARS = frozenset((int, float, complex, bool, str, bytes))
 
 
 def _prelude():
@@ -77,12 +83,21 @@ class CellDisplayHook(DisplayHook):
 
     def compute_format_data(self, result):
         self._value = result
+        plain = _plain_format(self.shell.display_formatter, result)
+        if plain is not None:
+            return plain
         return super().compute_format_data(result)
 
     def write_format_data(self, format_dict, md_dict=None):
         value, self._value = self._value, None
         prelude = _prelude()
         text = format_dict.get("text/plain")
+        if type(text) is str and len(format_dict) == 1 and not isinstance(value, (dict, list)):
+            # Its text alone (most values): the bundle below would be that text, one MIME
+            # type, no JSON form, nothing rich to publish.
+            prelude.send_value({"text/plain": text})
+            self.shell.cellvisor_host.show_trailing_text(text + "\n")
+            return
         bundle = {}
         for mime, data in format_dict.items():
             if isinstance(data, (bytes, bytearray, memoryview)):
@@ -125,6 +140,16 @@ class CellCompiler(CachingCompiler):
     """Names each cell's code `<cell N>` (N the runner's cell id), as the built-in runner
     does, and keeps a bounded number of cell sources in linecache."""
 
+    # The last tree parsed from a source without `try` or `__exit__`: the exit() guards
+    # have nothing to place in it (see `CellShell.transform_ast`).
+    unguarded = None
+
+    def ast_parse(self, source, *args, **kwargs):
+        tree = super().ast_parse(source, *args, **kwargs)
+        plain = isinstance(source, str) and "try" not in source and "exit__" not in source
+        self.unguarded = tree if plain else None
+        return tree
+
     def cache(self, transformed_code, number=0, raw_code=None):
         host = sys.modules["cellvisor_shell"]._host
         name = "<cell %d>" % host.cell_id()
@@ -150,9 +175,31 @@ class CellShell(InteractiveShell):
     # Set by run_code: the SystemExit or KeyboardInterrupt that ended the cell.
     cellvisor_stop = None
     # Set by `make`: IPython's own input transforms and prefilter checkers (see
-    # `_plain_python`).
+    # `_plain_python`), and the exit() guards among the AST transformers.
     cellvisor_transforms = None
     cellvisor_checkers = None
+    cellvisor_guards = None
+
+    def should_run_async(self, raw_cell, *, transformed_cell=None,
+                         preprocessing_exc_tuple=None):
+        """Without `await` or `async` in the cell it cannot be a coroutine: no compiling it
+        to ask (what IPython does for every cell)."""
+        if (transformed_cell is not None and preprocessing_exc_tuple is None
+                and "await" not in transformed_cell and "async" not in transformed_cell):
+            return False
+        return super().should_run_async(raw_cell, transformed_cell=transformed_cell,
+                                        preprocessing_exc_tuple=preprocessing_exc_tuple)
+
+    def transform_ast(self, node):
+        """IPython's AST transforms, skipped when the exit() guards are the only one and
+        the tree was parsed from a source they leave as it is (no `try`, no `__exit__`):
+        their walk and IPython's location fix-up after it cost a trivial cell more than
+        running it."""
+        if (node is not None and node is getattr(self.compile, "unguarded", None)
+                and len(self.ast_transformers) == 1
+                and self.ast_transformers[0] is self.cellvisor_guards):
+            return node
+        return super().transform_ast(node)
 
     def transform_cell(self, raw_cell):
         """IPython's input transforms, skipped for a cell they would leave as it is (most
@@ -290,6 +337,68 @@ class CellShell(InteractiveShell):
         return gui, "agg"
 
 
+def _plain_format(display, value):
+    """The format data IPython's `display_formatter.format` gives `value`, computed with
+    the text formatter alone when every other formatter would give nothing: a stock
+    formatter gives nothing for a value of a built-in scalar type (which no `_repr_*_`
+    method can be added to) unless a printer is registered for it. None: ask IPython."""
+    kind = type(value)
+    if kind not in _SCALARS or type(display).format is not DisplayFormatter.format:
+        return None
+    checks = ((display.ipython_display_formatter, IPythonDisplayFormatter.__call__),
+              (display.mimebundle_formatter, MimeBundleFormatter.__call__))
+    text_formatter = None
+    for mime, formatter in display.formatters.items():
+        if mime == "text/plain" and isinstance(formatter, PlainTextFormatter):
+            text_formatter = formatter
+        else:
+            checks += ((formatter, BaseFormatter.__call__),)
+    if text_formatter is None:
+        return None
+    mro, keys = _type_keys(kind)
+    for formatter, stock in checks:
+        # The traits' own values: the descriptors cost more than the look-ups.
+        traits = getattr(formatter, "_trait_values", None)
+        if type(formatter).__call__ is not stock or not isinstance(traits, dict):
+            return None
+        try:
+            if (_has_method(kind, traits["print_method"])
+                    or id(value) in traits["singleton_printers"]
+                    or not traits["type_printers"].keys().isdisjoint(mro)
+                    or not traits["deferred_printers"].keys().isdisjoint(keys)):
+                return None  # a method or a printer for the value
+        except (KeyError, TypeError, AttributeError):
+            return None  # a trait not made yet, or not a dict: IPython knows
+    data, metadata = text_formatter(value), None
+    if isinstance(data, tuple) and len(data) == 2:
+        data, metadata = data
+    format_dict = {} if data is None else {"text/plain": data}
+    return format_dict, ({} if metadata is None else {"text/plain": metadata})
+
+
+_KNOWN_TYPES = {}
+
+
+def _type_keys(kind):
+    """A scalar type's classes and their (module, name) keys, as formatters look them up."""
+    known = _KNOWN_TYPES.get(kind)
+    if known is None:
+        mro = kind.__mro__
+        known = _KNOWN_TYPES[kind] = (mro, [(c.__module__, c.__name__) for c in mro])
+    return known
+
+
+_METHODS = {}
+
+
+def _has_method(kind, name):
+    """Whether built-in `kind` has attribute `name` (fixed for a built-in type)."""
+    found = _METHODS.get((kind, name))
+    if found is None:
+        found = _METHODS[(kind, name)] = hasattr(kind, name)
+    return found
+
+
 def _transforms_of(shell):
     """The input transforms in force (see `CellShell._plain_python`)."""
     manager = shell.input_transformer_manager
@@ -376,7 +485,8 @@ def make(module, host):
         except Exception:
             continue
     shell.set_hook("show_in_pager", _show_in_pager)
-    shell.ast_transformers.append(_ExitGuards())
+    shell.cellvisor_guards = _ExitGuards()
+    shell.ast_transformers.append(shell.cellvisor_guards)
     # IPython's own transforms and checkers: a plain cell skips them while they are all.
     shell.cellvisor_transforms = _transforms_of(shell)
     shell.cellvisor_checkers = len(shell.prefilter_manager.checkers)
