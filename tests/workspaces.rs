@@ -499,6 +499,44 @@ fn a_workspace_outlives_eviction_and_restarts_and_close_removes_it() {
     daemon.stop();
 }
 
+/// A request looks at its session's workspace once (one `statx` shared by its checks): a
+/// workspace removed between two cells is still seen gone by the next request, and made again
+/// for its cell, which works in it.
+#[test]
+fn a_workspace_removed_between_cells_is_made_again_for_the_next() {
+    let daemon = Daemon::start_in(World::with_config(SHORT_INTERVALS));
+    let mut client = daemon.client();
+    let first = client.eval(
+        "gone",
+        json!([py(
+            "import os; open('a.txt', 'w').write('1'); print(os.getcwd())"
+        )]),
+    );
+    let workspace = std::path::PathBuf::from(output(&first).trim());
+    assert!(workspace.ends_with("workspaces/local/gone"), "{first:#}");
+    for round in 0..2 {
+        std::fs::remove_dir_all(&workspace).expect("remove the workspace");
+        let next = client.eval(
+            "gone",
+            json!([py("import os; print(os.getcwd(), sorted(os.listdir('.')))\nopen('b.txt', 'w').write('2')")]),
+        );
+        assert_eq!(
+            next["cells"][0]["status"], "complete",
+            "round {round}: {next:#}"
+        );
+        assert_eq!(
+            output(&next).trim(),
+            format!("{} []", workspace.display()),
+            "round {round}: a new, empty workspace: {next:#}"
+        );
+        assert!(
+            workspace.join("b.txt").is_file(),
+            "round {round}: the cell wrote in it"
+        );
+    }
+    daemon.stop();
+}
+
 #[test]
 fn two_sessions_workspaces_are_apart_at_the_uid_level() {
     if !nix::unistd::geteuid().is_root() {

@@ -126,11 +126,16 @@ struct Seen {
 }
 
 impl Seen {
-    fn now(dir: Option<&Path>) -> Seen {
-        let dir = dir.unwrap_or(Path::new("."));
+    /// How `dir` looks now: its modification time as given (`known`, when the caller has
+    /// just looked at the directory) or as read (one `statx`).
+    fn now(dir: Option<&Path>, known: Option<SystemTime>) -> Seen {
+        let dir_modified = known.or_else(|| {
+            let dir = dir.unwrap_or(Path::new("."));
+            std::fs::metadata(dir).and_then(|m| m.modified()).ok()
+        });
         Seen {
             at: Instant::now(),
-            dir_modified: std::fs::metadata(dir).and_then(|m| m.modified()).ok(),
+            dir_modified,
         }
     }
 
@@ -144,13 +149,16 @@ impl Seen {
 
 impl ChoiceCache {
     /// [`choose`], or the same answer given a moment ago for the same question.
+    /// `cwd_modified` is `cwd`'s modification time when the caller has just read it (the
+    /// request's look at its workspace), so the directory is not read twice.
     pub fn choose(
         &self,
         worker_env: &Arc<WorkerEnv>,
         cwd: Option<&Path>,
         virtual_env: Option<&Path>,
+        cwd_modified: Option<SystemTime>,
     ) -> Option<PythonChoice> {
-        let seen = Seen::now(cwd);
+        let seen = Seen::now(cwd, cwd_modified);
         let mut remembered = lock(&self.remembered);
         if let Some(hit) = remembered
             .iter()
@@ -213,7 +221,7 @@ mod tests {
             cellvisor_ipc::Language::Python,
         ));
         let cache = ChoiceCache::default();
-        let before = cache.choose(&env, Some(dir.path()), None);
+        let before = cache.choose(&env, Some(dir.path()), None, None);
         let python = dir.path().join(".venv/bin/python");
         std::fs::create_dir_all(python.parent().unwrap()).unwrap();
         std::fs::write(&python, "#!/bin/sh\n").unwrap();
@@ -223,11 +231,37 @@ mod tests {
         // on a file system with coarse times).
         let later = std::time::SystemTime::now() + Duration::from_secs(5);
         let _ = std::fs::File::open(dir.path()).and_then(|d| d.set_modified(later));
-        let after = cache.choose(&env, Some(dir.path()), None);
+        let after = cache.choose(&env, Some(dir.path()), None, None);
         assert_eq!(after.map(|c| c.program), Some(python));
         assert_ne!(
             before.map(|c| c.program),
             Some(dir.path().join(".venv/bin/python"))
         );
+    }
+
+    #[test]
+    fn the_directory_time_a_caller_read_is_the_one_compared() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = cellvisor_config::Config::default();
+        let env = Arc::new(WorkerEnv::for_worker(
+            &config,
+            cellvisor_ipc::Language::Python,
+        ));
+        let cache = ChoiceCache::default();
+        let first = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
+        let before = cache.choose(&env, Some(dir.path()), None, Some(first));
+        let python = dir.path().join(".venv/bin/python");
+        std::fs::create_dir_all(python.parent().unwrap()).unwrap();
+        std::fs::write(&python, "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // The caller says the directory is as it was: the remembered answer stands (the
+        // directory itself, whose time did change, is not read).
+        let same = cache.choose(&env, Some(dir.path()), None, Some(first));
+        assert_eq!(same, before);
+        // The caller read a new time: the directory is searched again.
+        let second = first + Duration::from_secs(1);
+        let after = cache.choose(&env, Some(dir.path()), None, Some(second));
+        assert_eq!(after.map(|c| c.program), Some(python));
     }
 }

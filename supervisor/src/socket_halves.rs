@@ -48,8 +48,16 @@ impl AsyncRead for ReadSide {
         loop {
             let mut guard = ready!(self.0.poll_read_ready(cx))?;
             let unfilled = buf.initialize_unfilled();
+            let room = unfilled.len();
             match guard.try_io(|socket| socket.get_ref().read(unfilled)) {
                 Ok(Ok(read)) => {
+                    // A short read took all the socket held: the next read waits for the
+                    // peer's next bytes instead of trying once more for `EAGAIN` (one system
+                    // call per message saved). Bytes that arrive meanwhile are an edge the
+                    // runtime sees at its next poll, so none is missed.
+                    if read > 0 && read < room {
+                        guard.clear_ready();
+                    }
                     buf.advance(read);
                     return Poll::Ready(Ok(()));
                 }

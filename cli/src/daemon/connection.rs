@@ -82,8 +82,43 @@ struct InFlight {
     task: JoinHandle<()>,
 }
 
+/// Where a connection's request tasks run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Tasks {
+    /// On the actors' own `LocalSet` (the daemon's actix system, which serves the Unix
+    /// socket): a request and its session's actor wake each other with a push on one queue,
+    /// where a task of the runtime's reaching an actor costs a wake of the whole thread (an
+    /// `eventfd` write and one more `epoll_wait`) per message.
+    Local,
+    /// On the runtime, as the network listeners' tasks (which hyper spawns there) are.
+    Runtime,
+}
+
+impl Tasks {
+    /// `Local` when the caller runs on an actix system (whose futures are polled in its
+    /// `LocalSet`), `Runtime` otherwise.
+    pub(super) fn here() -> Tasks {
+        if actix::System::try_current().is_some() {
+            Tasks::Local
+        } else {
+            Tasks::Runtime
+        }
+    }
+
+    pub(super) fn spawn<F>(self, task: F) -> JoinHandle<()>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        match self {
+            Tasks::Local => tokio::task::spawn_local(task),
+            Tasks::Runtime => tokio::spawn(task),
+        }
+    }
+}
+
 /// Serves one Unix-socket client until it leaves (or stalls), then stops what it left running.
-pub(super) async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
+/// `tasks` is where the connection itself was spawned, and where its requests go.
+pub(super) async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream, tasks: Tasks) {
     // Registered for reading only: a client reading its answer must not wake the daemon.
     let halves = stream.into_std().and_then(cellvisor::socket_halves::split);
     let (reader, writer) = match halves {
@@ -97,7 +132,7 @@ pub(super) async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
     let (out, out_rx) = mpsc::channel::<Vec<u8>>(CONNECTION_BACKLOG);
     let writer_task = spawn_writer(writer, out_rx, limits.stalled_client_timeout);
     let lines = LineSource(BufReader::new(reader));
-    serve_messages(daemon, lines, out, Transport::Unix).await;
+    serve_messages(daemon, lines, out, Transport::Unix(tasks)).await;
     let _ = writer_task.await;
 }
 
@@ -131,7 +166,8 @@ impl<R: AsyncBufRead + Unpin + Send> MessageSource for LineSource<R> {
 /// What carries a connection: its label in the metrics, and the session a WebSocket may be
 /// bound to.
 pub(super) enum Transport {
-    Unix,
+    /// The Unix socket, its tasks spawned where its connection was.
+    Unix(Tasks),
     WebSocket {
         bound: Option<String>,
         principal: Principal,
@@ -148,9 +184,11 @@ pub(super) async fn serve_messages<S: MessageSource>(
     transport: Transport,
 ) {
     let _guard = ConnectionGuard::open(Arc::clone(&daemon));
-    let (label, bound, principal) = match transport {
-        Transport::Unix => ("unix", None, Principal::operator()),
-        Transport::WebSocket { bound, principal } => ("websocket", bound, principal),
+    let (label, bound, principal, tasks) = match transport {
+        Transport::Unix(tasks) => ("unix", None, Principal::operator(), tasks),
+        Transport::WebSocket { bound, principal } => {
+            ("websocket", bound, principal, Tasks::Runtime)
+        }
     };
     let revoked = revoked(Arc::clone(&daemon), principal.clone(), label == "unix");
     tokio::pin!(revoked);
@@ -253,6 +291,7 @@ pub(super) async fn serve_messages<S: MessageSource>(
         )
         .then(|| session_named(&request).to_string());
         let task = spawn_request(
+            tasks,
             Arc::clone(&daemon),
             Arc::clone(&connection),
             request,
@@ -343,6 +382,11 @@ fn other_session(bound: &str, request: &Request) -> Option<RpcError> {
 
 /// The connection's writer: sends the queued lines (those already queued in one write) and
 /// gives up on a client that reads none of them for `stall`.
+///
+/// The writer runs on the runtime, never on the actors' `LocalSet`: the runtime polls it once
+/// the `LocalSet` has nothing left to run, so a quick cell's events and its answer, which the
+/// actors and the request's task make in one go, are all queued by then and leave in one
+/// write (on the `LocalSet` it ran as soon as the first line was queued).
 fn spawn_writer(
     mut writer: WriteSide,
     mut out_rx: mpsc::Receiver<Vec<u8>>,
@@ -386,13 +430,14 @@ fn spawn_writer(
 /// of the connection's pending requests, and leaves the connection's registry of evals in
 /// flight when it ends. After a `big` request the daemon returns freed memory to the OS.
 fn spawn_request(
+    tasks: Tasks,
     daemon: Arc<Daemon>,
     connection: Arc<Connection>,
     request: Request,
     (task_id, registry): (u64, Arc<Mutex<HashMap<u64, InFlight>>>),
     (permit, big): (tokio::sync::OwnedSemaphorePermit, bool),
 ) -> JoinHandle<()> {
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         let _permit = permit;
         let id = request.id.clone();
         let result = dispatch(&daemon, request, &connection).await;

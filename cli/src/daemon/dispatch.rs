@@ -256,8 +256,13 @@ async fn eval(
         }
     }
     let (events, mut stream) = EventStream::new(eval.events);
-    let (tool_host, mut tool_calls) = mpsc::channel::<ToolCallRequest>(8);
-    let tool_host = (!eval.tools.is_empty()).then_some(tool_host);
+    // A request that declares no tools gets no channel for their calls (none is made).
+    let (tool_host, mut tool_calls) = if eval.tools.is_empty() {
+        (None, None)
+    } else {
+        let (host, calls) = mpsc::channel::<ToolCallRequest>(8);
+        (Some(host), Some(calls))
+    };
     let eval = daemon
         .cv
         .eval_to_the_end(connection.origin, eval, events, tool_host);
@@ -274,7 +279,7 @@ async fn eval(
                     let _ = out.send(line).await;
                 }
             }
-            Some(call) = tool_calls.recv() => {
+            Some(call) = next_tool_call(&mut tool_calls) => {
                 if let Some(line) = started.release() {
                     let _ = out.send(line).await;
                 }
@@ -296,6 +301,16 @@ async fn eval(
         let _ = out.send(notify(request_id, &event)).await;
     }
     result.map_err(refused)
+}
+
+/// The next tool call a cell makes; pending for ever when the request declared no tools.
+async fn next_tool_call(
+    calls: &mut Option<mpsc::Receiver<ToolCallRequest>>,
+) -> Option<ToolCallRequest> {
+    match calls {
+        Some(calls) => calls.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The `eval/event` line of `event`, for the request `request_id`.

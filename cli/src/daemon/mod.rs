@@ -202,6 +202,8 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     lifecycle::spawn_credentials_watch(&daemon);
     let uid = nix::unistd::getuid().as_raw();
     let session_uids = daemon.cv.isolation().range();
+    // On the daemon's actix system, connections run on the actors' LocalSet.
+    let tasks = connection::Tasks::here();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -213,7 +215,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
                         }
                         Ok(cred) if cred.uid() == uid => {
                             let daemon = Arc::clone(&daemon);
-                            tokio::spawn(async move { connection::handle_connection(daemon, stream).await });
+                            tasks.spawn(async move { connection::handle_connection(daemon, stream, tasks).await });
                         }
                         Ok(cred) if session_uids.is_some_and(|r| r.contains(cred.uid())) => {
                             tracing::warn!(peer_uid = cred.uid(), "refused a connection from a cell (a session's uid)");

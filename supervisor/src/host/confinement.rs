@@ -78,15 +78,19 @@ impl Cellvisor {
         request: &EvalRequest,
         origin: Origin,
     ) -> Result<Option<crate::sandbox::Plan>, RequestError> {
-        let operator = lock(&self.config).sandbox.clone();
-        let asked = crate::sandbox::effective(&operator, request.sandbox.as_ref())
-            .map_err(RequestError::Sandbox)?;
-        let (policy, by_level) = match asked {
-            Some(policy) => (policy, false),
-            None if self.isolation.confines(origin == Origin::Network) => {
-                (crate::sandbox::isolation_policy(&operator), true)
+        // Read in place: a request without a sandbox copies none of the operator's lists.
+        let (policy, by_level) = {
+            let config = lock(&self.config);
+            let operator = &config.sandbox;
+            let asked = crate::sandbox::effective(operator, request.sandbox.as_ref())
+                .map_err(RequestError::Sandbox)?;
+            match asked {
+                Some(policy) => (policy, false),
+                None if self.isolation.confines(origin == Origin::Network) => {
+                    (crate::sandbox::isolation_policy(operator), true)
+                }
+                None => return Ok(None),
             }
-            None => return Ok(None),
         };
         let cwd = match &request.cwd {
             Some(cwd) => cwd.clone(),

@@ -103,11 +103,14 @@ impl Cellvisor {
         let policy = self.request_policy();
         // A session served without a caller directory works in its workspace (a per-call
         // request in its named session's).
-        let files_pending = self.files_to_bring_back(&request);
-        self.enter_workspace(&mut request).await?;
+        let look = self.look_at_workspace(&request);
+        let files_pending = self.files_to_bring_back(&request, look.as_ref());
+        let workspace_modified = self.enter_workspace(&mut request, look).await?;
         let sandbox = self.sandbox_plan(&request, origin)?.map(Arc::new);
         let keeps_level_confinement = sandbox.is_none() && self.isolation.landlock.is_some();
-        let python = self.python_choice(&request).map(Arc::new);
+        let python = self
+            .python_choice(&request, workspace_modified)
+            .map(Arc::new);
         let caller_env = request.env.as_ref().map(|vars| {
             let filter = &crate::locking::lock(&self.config).env;
             Arc::new(crate::environment::caller_vars(vars, filter))

@@ -24,8 +24,13 @@ impl Cellvisor {
         }
     }
 
-    /// The Python this request's cells run on, when it has Python cells.
-    pub(super) fn python_choice(&self, request: &EvalRequest) -> Option<PythonChoice> {
+    /// The Python this request's cells run on, when it has Python cells. `cwd_modified`:
+    /// the request's directory's modification time, when the request has just read it.
+    pub(super) fn python_choice(
+        &self,
+        request: &EvalRequest,
+        cwd_modified: Option<std::time::SystemTime>,
+    ) -> Option<PythonChoice> {
         if !request.cells.iter().any(|c| c.language == Language::Python) {
             return None;
         }
@@ -34,6 +39,7 @@ impl Cellvisor {
             &worker_env,
             request.cwd.as_deref(),
             request.virtual_env.as_deref(),
+            cwd_modified,
         )
     }
 

@@ -97,22 +97,23 @@ impl Cellvisor {
     }
 
     /// Before a request without a caller directory makes its workspace: the session's
-    /// workspace is missing on this node but it has a latest recording, so its files are
-    /// brought back once the session is admitted here ([`Cellvisor::bring_back`]).
-    pub(super) fn files_to_bring_back(&self, request: &EvalRequest) -> Option<PendingFiles> {
-        if request.cwd.is_some() || self.keyed_by_cwd() {
-            return None;
-        }
+    /// workspace is missing on this node (as the request's `look` found it) but it has a
+    /// latest recording, so its files are brought back once the session is admitted here
+    /// ([`Cellvisor::bring_back`]).
+    pub(super) fn files_to_bring_back(
+        &self,
+        request: &EvalRequest,
+        look: Option<&super::workspace::WorkspaceLook>,
+    ) -> Option<PendingFiles> {
+        let look = look?;
         let store = self.snapshots.as_ref()?;
-        let session = SessionName::parse(&request.session).ok()?;
-        let dir = self.workspace(&session).dir().to_path_buf();
-        if dir.symlink_metadata().is_ok() || !store.trees(&session).has(Label::Latest) {
+        if look.found.is_some() || !store.trees(&look.name).has(Label::Latest) {
             return None;
         }
         Some(PendingFiles {
-            session,
+            session: look.name.clone(),
             shown: request.session.clone(),
-            dir,
+            dir: look.dir.clone(),
         })
     }
 

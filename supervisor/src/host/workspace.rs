@@ -5,7 +5,8 @@ use super::{Cellvisor, RequestError};
 use crate::cell::EvalRequest;
 use crate::names::SessionName;
 use crate::workspaces::Workspace;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 impl Cellvisor {
     /// The root of every session's workspace (`workspaces.root`).
@@ -19,26 +20,52 @@ impl Cellvisor {
         Workspace::of(&self.workspaces, session)
     }
 
+    /// The request's look at its session's workspace, when it has no caller directory (and
+    /// sessions are not keyed by one): one `statx`, whose answer the request's every check
+    /// shares (the files to bring back, the directory it works in, its Python's choice), so
+    /// a cell costs one look at the file system, not one per check.
+    pub(super) fn look_at_workspace(&self, request: &EvalRequest) -> Option<WorkspaceLook> {
+        if request.cwd.is_some() || self.keyed_by_cwd() {
+            return None;
+        }
+        let name = SessionName::parse(&request.session).ok()?;
+        let dir = self.workspace(&name).dir().to_path_buf();
+        let found = std::fs::symlink_metadata(&dir).ok();
+        Some(WorkspaceLook { name, dir, found })
+    }
+
     /// Gives a request without `cwd` its session's workspace as its directory (made if
-    /// missing). Under `sessions.key = "session+cwd"` a request's directory is its state's
-    /// key, so it must name one and is left as it is.
+    /// missing), as `look` found it. Under `sessions.key = "session+cwd"` a request's
+    /// directory is its state's key, so it must name one and is left as it is. Answers the
+    /// workspace's modification time when the look found it there (for the Python choice).
     pub(super) async fn enter_workspace(
         &self,
         request: &mut EvalRequest,
-    ) -> Result<(), RequestError> {
+        look: Option<WorkspaceLook>,
+    ) -> Result<Option<SystemTime>, RequestError> {
         if request.cwd.is_some() || self.keyed_by_cwd() {
-            return Ok(());
+            return Ok(None);
         }
         let name = SessionName::parse(&request.session)?;
-        let workspace = self.workspace(&name);
-        let dir = workspace.dir().to_path_buf();
-        // Per cell, the workspace is there: one `statx` here (as the check for files to
-        // bring back makes) instead of a hop to the blocking pool and a `mkdir` per level.
-        // A workspace lost meanwhile (a node's disk) is made again below.
-        if std::fs::symlink_metadata(&dir).is_ok_and(|meta| meta.is_dir()) {
-            request.cwd = Some(dir);
-            return Ok(());
+        let look = match look {
+            Some(look) => look,
+            None => WorkspaceLook {
+                dir: self.workspace(&name).dir().to_path_buf(),
+                found: None,
+                name: name.clone(),
+            },
+        };
+        // Per cell, the workspace is there (a directory, not a link): the request's one look
+        // says so, with no hop to the blocking pool nor a `mkdir` per level. A workspace
+        // lost meanwhile (a node's disk), or replaced by something else, is made again (or
+        // refused) below.
+        if let Some(found) = look.found.as_ref().filter(|meta| meta.is_dir()) {
+            let modified = found.modified().ok();
+            request.cwd = Some(look.dir);
+            return Ok(modified);
         }
+        let workspace = self.workspace(&name);
+        let dir = look.dir;
         // Off the actors' thread, as every file operation of the host.
         let made = tokio::task::spawn_blocking(move || workspace.create())
             .await
@@ -50,8 +77,16 @@ impl Cellvisor {
             ))
         })?;
         request.cwd = Some(dir);
-        Ok(())
+        Ok(None)
     }
+}
+
+/// A session's workspace as a request found it at its start.
+pub(super) struct WorkspaceLook {
+    pub(super) name: SessionName,
+    pub(super) dir: PathBuf,
+    /// What is at `dir` (not following a link), `None` when nothing is.
+    pub(super) found: Option<std::fs::Metadata>,
 }
 
 impl Cellvisor {
