@@ -509,6 +509,17 @@ def _keep_source(filename, source):
         linecache.cache.pop(oldest, None)
 
 
+def _cwd_is_gone():
+    """Whether the directory this process works in was removed (a workspace deleted and made
+    again between two cells at the same path): the cell enters the new one then, though it
+    asks for the same path as the last."""
+    try:
+        os.getcwd()
+        return False
+    except FileNotFoundError:
+        return True
+
+
 def _restore_std_streams():
     """A cell may have closed or moved fd 1 and 2 (`os.close(1)`) or closed sys.stdout: each
     cell starts with both on their pipes again, so one cell cannot break the session."""
@@ -785,7 +796,7 @@ def main():
                 sys.modules["tempfile"].tempdir = None
             for name in unset:
                 os.environ.pop(name, None)
-            if cwd and cwd != _state.requested_cwd:
+            if cwd and (cwd != _state.requested_cwd or _cwd_is_gone()):
                 _state.requested_cwd = cwd
                 try:
                     os.chdir(cwd)
