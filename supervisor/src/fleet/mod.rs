@@ -101,6 +101,11 @@ impl LeaseBook {
         crate::locking::lock(&self.pins).contains_key(session)
     }
 
+    /// How long a lease lasts unless renewed (fixed at the node's start).
+    pub fn ttl(&self) -> Duration {
+        self.backend.ttl()
+    }
+
     /// How often held leases are renewed (or, in etcd, checked): a third of their time to
     /// live, so two renewals may fail before one runs out.
     pub fn renew_interval(&self) -> Duration {

@@ -286,6 +286,14 @@ impl Cellvisor {
         }
         let python_env = python_worker_env(&config);
         *lock(&self.python_env) = python_env;
+        if let Some(store) = &self.snapshots {
+            // The leases' time to live is the node's start's; the snapshots' timeout is new.
+            let lease_ttl = self.leases.as_ref().map(|leases| leases.ttl());
+            store.set_tree_lock_wait(crate::snapshots::policy::tree_lock_wait(
+                config.snapshots.timeout,
+                lease_ttl,
+            ));
+        }
         for change in &changes {
             tracing::info!("config: {change}");
         }

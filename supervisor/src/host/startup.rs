@@ -199,7 +199,10 @@ pub(super) fn open_snapshots(config: &Config) -> Result<Option<Arc<SnapshotStore
         .then_some(config.fleet.lease_ttl);
     let lock_wait = crate::snapshots::policy::tree_lock_wait(config.snapshots.timeout, lease_ttl);
     match SnapshotStore::open(&dir, key_file, &super::node::node_name(config)) {
-        Ok(store) => Ok(Some(Arc::new(store.with_tree_lock_wait(lock_wait)))),
+        Ok(store) => {
+            store.set_tree_lock_wait(lock_wait);
+            Ok(Some(Arc::new(store)))
+        }
         Err(err) if key_file.is_some() || config.fleet.leases.is_on() => {
             Err(StartupError::Snapshots(err))
         }

@@ -151,10 +151,13 @@ impl Cellvisor {
                 )))
             }
             Err(err) => {
-                // Refused before any file was written (a missing blob is found first), the
-                // workspace is still empty and goes: the next request brings the files back
-                // instead of running in an empty workspace that hides them.
-                let _ = std::fs::remove_dir(&made);
+                // Refused, mostly before any file was written (a missing blob is found
+                // first), but perhaps midway (a blob gone between its check and its copy, a
+                // write that failed): the workspace this request made goes whole, so the next
+                // request brings the files back instead of running in a partial or empty
+                // workspace that hides them. The request holds the session's turn: nothing
+                // else wrote there.
+                let _ = std::fs::remove_dir_all(&made);
                 Err(refused(&pending.shown, err))
             }
         }

@@ -2,21 +2,50 @@
 //! bounded wait. The directory is shared by a fleet's nodes, so the lock's holder may be a
 //! node that was paused (SIGSTOP, a frozen VM) while it recorded: it holds the lock until
 //! it runs again, perhaps never. An unbounded wait left the request of the node that took
-//! the session over unanswered for as long as that pause lasted.
+//! the session over unanswered for as long as that pause lasted. A holder in this process
+//! is another matter: it is running (a recording still walking the workspace in the blocking
+//! pool after the cell that asked for it gave up waiting), it will let go, and a restore that
+//! went around it would write files under its walk. So a holder here is waited for to the end.
 
 use super::TreeError;
+use crate::locking::lock;
 use rustix::fs::{flock, FlockOperation};
+use std::collections::HashSet;
 use std::fs;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
+
+/// The lock files this process holds now (by their path as the store names them).
+static HELD_HERE: LazyLock<Mutex<HashSet<PathBuf>>> = LazyLock::new(Mutex::default);
+
+/// A recording's lock, held until dropped.
+#[derive(Debug)]
+pub(super) struct TreeLock {
+    file: Option<fs::File>,
+    path: PathBuf,
+}
+
+impl Drop for TreeLock {
+    fn drop(&mut self) {
+        // The file first: a taker here that sees the lock still held also still sees it
+        // held here, and waits for it.
+        drop(self.file.take());
+        lock(&HELD_HERE).remove(&self.path);
+    }
+}
+
+fn held_here(path: &Path) -> bool {
+    lock(&HELD_HERE).contains(path)
+}
 
 /// The longest pause between two tries: a free lock is seen within it.
 const MOST_BETWEEN_TRIES: Duration = Duration::from_millis(100);
 
-/// The lock file at `path`, locked exclusively, or [`TreeError::Locked`] once another
-/// holder kept it for `wait`.
-pub(super) fn take(path: &Path, wait: Duration) -> Result<fs::File, TreeError> {
+/// The lock file at `path`, locked exclusively, or [`TreeError::Locked`] once a holder in
+/// another process kept it for `wait` (a holder in this one is waited for until it lets go).
+pub(super) fn take(path: &Path, wait: Duration) -> Result<TreeLock, TreeError> {
     let file = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -33,7 +62,13 @@ pub(super) fn take(path: &Path, wait: Duration) -> Result<fs::File, TreeError> {
     let mut between = Duration::from_millis(5);
     loop {
         match flock(&file, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(file),
+            Ok(()) => {
+                lock(&HELD_HERE).insert(path.to_path_buf());
+                return Ok(TreeLock {
+                    file: Some(file),
+                    path: path.to_path_buf(),
+                });
+            }
             Err(errno) if errno == rustix::io::Errno::WOULDBLOCK => {}
             Err(errno) if errno == rustix::io::Errno::INTR => continue,
             Err(errno) => {
@@ -45,13 +80,18 @@ pub(super) fn take(path: &Path, wait: Duration) -> Result<fs::File, TreeError> {
             }
         }
         let waited = started.elapsed();
-        if waited >= wait {
+        if waited >= wait && !held_here(path) {
             return Err(TreeError::Locked {
                 path: path.to_path_buf(),
                 waited: wait,
             });
         }
-        std::thread::sleep(between.min(wait - waited));
+        // Within the bound, the last try falls on it; past it (a holder here), every
+        // `between`.
+        std::thread::sleep(match wait.checked_sub(waited) {
+            Some(left) if !left.is_zero() => between.min(left),
+            _ => between,
+        });
         between = (between * 2).min(MOST_BETWEEN_TRIES);
     }
 }
@@ -60,11 +100,24 @@ pub(super) fn take(path: &Path, wait: Duration) -> Result<fs::File, TreeError> {
 mod tests {
     use super::*;
 
+    /// The lock as another process (a paused node) holds it: a lock of its own file
+    /// description, not taken through [`take`].
+    fn held_elsewhere(path: &Path) -> fs::File {
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .expect("open the lock file");
+        flock(&file, FlockOperation::NonBlockingLockExclusive).expect("locked");
+        file
+    }
+
     #[test]
-    fn a_held_lock_is_waited_for_at_most_the_bound_and_a_freed_one_is_taken() {
+    fn a_lock_held_elsewhere_is_waited_for_at_most_the_bound_and_a_freed_one_is_taken() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join(".lock");
-        let held = take(&path, Duration::ZERO).expect("free at first");
+        let held = held_elsewhere(&path);
         let started = Instant::now();
         let err = take(&path, Duration::from_millis(200)).expect_err("held elsewhere");
         assert!(started.elapsed() >= Duration::from_millis(200));
@@ -77,5 +130,26 @@ mod tests {
         });
         take(&path, Duration::from_secs(30)).expect("taken once freed");
         freeing.join().expect("join");
+    }
+
+    #[test]
+    fn a_lock_held_in_this_process_is_waited_for_past_the_bound_until_let_go() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(".lock");
+        let held = take(&path, Duration::ZERO).expect("free at first");
+        let freeing = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            drop(held);
+        });
+        let started = Instant::now();
+        let taken = take(&path, Duration::from_millis(50));
+        assert!(taken.is_ok(), "waited for the holder here: {taken:?}");
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        freeing.join().expect("join");
+        drop(taken);
+        // Once let go, it is not held here any more: a holder elsewhere is gone around.
+        let _elsewhere = held_elsewhere(&path);
+        let err = take(&path, Duration::from_millis(50)).expect_err("held elsewhere");
+        assert!(matches!(err, TreeError::Locked { .. }), "{err}");
     }
 }

@@ -115,7 +115,7 @@ impl SessionTrees {
     }
 
     /// The session's recording lock, waited for at most `lock_wait` ([`TreeError::Locked`]).
-    fn lock(&self) -> Result<fs::File, TreeError> {
+    fn lock(&self) -> Result<super::lock::TreeLock, TreeError> {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -197,8 +197,9 @@ impl SessionTrees {
         })
     }
 
-    /// Restores manifest `label` into the workspace at `root`. A lock another holder keeps
-    /// past the bound (a node paused while recording) is gone around: a restore only reads,
+    /// Restores manifest `label` into the workspace at `root`. A lock another process keeps
+    /// past the bound (a node paused while recording) is gone around (one held in this
+    /// process is waited for): a restore only reads,
     /// a manifest is replaced whole by a rename, every blob is checked before any file is
     /// written, and a collection deletes only blobs no manifest names. So the holder, if it
     /// ever runs again, can at worst make the restore refuse a missing blob, never restore a
@@ -347,8 +348,13 @@ mod tests {
         trees
             .record(&root, Label::Latest, "after cell")
             .expect("recorded");
-        // Another holder (a node paused mid-recording) keeps the lock.
-        let held = super::super::lock::take(&dir.path().join("store/.lock"), Duration::ZERO)
+        // Another process (a node paused mid-recording) keeps the lock: a lock of its own
+        // file description, not one taken here.
+        let held = fs::File::options()
+            .write(true)
+            .open(dir.path().join("store/.lock"))
+            .expect("the lock file");
+        rustix::fs::flock(&held, rustix::fs::FlockOperation::NonBlockingLockExclusive)
             .expect("held");
         let err = trees
             .record(&root, Label::Latest, "after cell")
