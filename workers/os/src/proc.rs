@@ -39,7 +39,7 @@ impl ProcStat {
         matches!(self.state, 'Z' | 'X' | 'x')
     }
 
-    /// Stopped by a signal (`T`) or by a tracer (`t`).
+    /// Stopped by a signal (`T`); a tracer's stop (`t`) is not counted.
     pub fn is_stopped(&self) -> bool {
         self.state == 'T'
     }
@@ -70,6 +70,12 @@ pub fn parse_stat(pid: u32, line: &[u8]) -> Option<ProcStat> {
     let close = text.rfind(')')?;
     let fields = text.get(close + 1..)?;
     if open == 0 || close < open || !fields.starts_with(' ') || fields.trim().is_empty() {
+        return None;
+    }
+    // The pid and one space before the name, as the kernel writes them: the parser slices
+    // the byte before '(' and would panic inside a character.
+    let pid_part = text.get(..open - 1)?;
+    if !pid_part.bytes().all(|b| b.is_ascii_digit()) || text.as_bytes()[open - 1] != b' ' {
         return None;
     }
     if fields.as_bytes().get(1).is_none_or(u8::is_ascii_whitespace) {

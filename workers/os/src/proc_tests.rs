@@ -34,6 +34,16 @@ fn lines_the_kernel_would_not_write_are_refused_without_a_panic() {
     ] {
         assert_eq!(parse_stat(42, line.as_bytes()), None, "{line:?}");
     }
+    // Before the name: only the pid's digits and one space (a byte the lossy text turns into
+    // a wider character there would have been sliced inside it).
+    for line in [
+        &b"\xff(x) S 1 42 42 0 -1 4194304 1 0 0 0 30 12 3 4 20 0 1 0 5 1000 25"[..],
+        b"4\xff2 (x) S 1 42 42 0 -1 4194304 1 0 0 0 30 12 3 4 20 0 1 0 5 1000 25",
+        b"ab (x) S 1 42 42 0 -1 4194304 1 0 0 0 30 12 3 4 20 0 1 0 5 1000 25",
+        b"42\t(x) S 1 42 42 0 -1 4194304 1 0 0 0 30 12 3 4 20 0 1 0 5 1000 25",
+    ] {
+        assert_eq!(parse_stat(42, line), None, "{line:?}");
+    }
     // Cut anywhere, a real line parses or is refused, never panics.
     for end in 0..LINE.len() {
         let _ = parse_stat(42, &LINE.as_bytes()[..end]);
@@ -96,9 +106,13 @@ fn a_kept_listing_follows_the_descriptors_it_lists() {
     let me = std::process::id();
     let mut listing = DescriptorDir::open(me).expect("opened");
     let before = listing.count().expect("counted");
-    let extra = File::open("/proc/self/stat").expect("opened");
-    // Other test threads may open files meanwhile: ours is among those counted.
-    assert!(listing.count().expect("counted again") >= 1);
+    let extra: Vec<File> = (0..64)
+        .map(|_| File::open("/proc/self/stat").expect("opened"))
+        .collect();
+    // Other test threads may open and close files meanwhile, but not dozens: the listing,
+    // read again through the same directory, sees ours.
+    let after = listing.count().expect("counted again");
+    assert!(after >= before + 48, "{before} then {after}");
     drop(extra);
     assert!(before >= 3);
     let mut child = std::process::Command::new("sleep")
