@@ -158,7 +158,17 @@ impl ChoiceCache {
         virtual_env: Option<&Path>,
         cwd_modified: Option<SystemTime>,
     ) -> Option<PythonChoice> {
-        let seen = Seen::now(cwd, cwd_modified);
+        self.choose_as(worker_env, cwd, virtual_env, Seen::now(cwd, cwd_modified))
+    }
+
+    /// [`ChoiceCache::choose`] with the directory as `seen` (when, and its time).
+    fn choose_as(
+        &self,
+        worker_env: &Arc<WorkerEnv>,
+        cwd: Option<&Path>,
+        virtual_env: Option<&Path>,
+        seen: Seen,
+    ) -> Option<PythonChoice> {
         let mut remembered = lock(&self.remembered);
         if let Some(hit) = remembered
             .iter()
@@ -248,8 +258,10 @@ mod tests {
             cellvisor_ipc::Language::Python,
         ));
         let cache = ChoiceCache::default();
-        let first = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
-        let before = cache.choose(&env, Some(dir.path()), None, Some(first));
+        // One instant for every question: only the directory's time tells them apart.
+        let at = Instant::now();
+        let first = seen(at, Some(100));
+        let before = cache.choose_as(&env, Some(dir.path()), None, first);
         let python = dir.path().join(".venv/bin/python");
         std::fs::create_dir_all(python.parent().unwrap()).unwrap();
         std::fs::write(&python, "#!/bin/sh\n").unwrap();
@@ -257,11 +269,10 @@ mod tests {
         std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
         // The caller says the directory is as it was: the remembered answer stands (the
         // directory itself, whose time did change, is not read).
-        let same = cache.choose(&env, Some(dir.path()), None, Some(first));
+        let same = cache.choose_as(&env, Some(dir.path()), None, first);
         assert_eq!(same, before);
         // The caller read a new time: the directory is searched again.
-        let second = first + Duration::from_secs(1);
-        let after = cache.choose(&env, Some(dir.path()), None, Some(second));
+        let after = cache.choose_as(&env, Some(dir.path()), None, seen(at, Some(101)));
         assert_eq!(after.map(|c| c.program), Some(python));
     }
 }
