@@ -518,7 +518,7 @@ fn a_workspace_removed_between_cells_is_made_again_for_the_next() {
         std::fs::remove_dir_all(&workspace).expect("remove the workspace");
         let next = client.eval(
             "gone",
-            json!([py("import os; print(os.getcwd(), sorted(os.listdir('.')))\nopen('b.txt', 'w').write('2')")]),
+            json!([py("import os; print(os.getcwd(), sorted(os.listdir('.')))\nn = open('b.txt', 'w').write('2')")]),
         );
         assert_eq!(
             next["cells"][0]["status"], "complete",
