@@ -40,8 +40,16 @@ async fn committed(
     let result = match answer.await {
         Ok(Ok(())) => {
             tracing::debug!(session = %key, blob = %name, "snapshot committed");
-            for stale in blobs.map_or_else(Vec::new, |d| pointer::unreferenced(&d, &name)) {
-                let _ = std::fs::remove_file(stale);
+            if let Some(dir) = blobs {
+                // The listing and the deletions in the blocking pool: on the actors' thread
+                // they would hold every session's messages behind this directory's disk.
+                let kept = name.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    for stale in pointer::unreferenced(&dir, &kept) {
+                        let _ = std::fs::remove_file(stale);
+                    }
+                })
+                .await;
             }
             Ok(())
         }
