@@ -222,21 +222,32 @@ mod tests {
         assert!(!unreadable.still_holds(&seen(then, None)));
     }
 
+    /// A Python worker's environment with the default configuration.
+    fn python_env() -> Arc<WorkerEnv> {
+        let config = cellvisor_config::Config::default();
+        Arc::new(WorkerEnv::for_worker(
+            &config,
+            cellvisor_ipc::Language::Python,
+        ))
+    }
+
+    /// Makes `dir/.venv/bin/python` (an executable file), and answers its path.
+    fn plant_venv(dir: &Path) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let python = dir.join(".venv/bin/python");
+        std::fs::create_dir_all(python.parent().unwrap()).unwrap();
+        std::fs::write(&python, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        python
+    }
+
     #[test]
     fn a_new_venv_in_the_directory_is_chosen_at_the_next_request() {
         let dir = tempfile::tempdir().unwrap();
-        let config = cellvisor_config::Config::default();
-        let env = Arc::new(WorkerEnv::for_worker(
-            &config,
-            cellvisor_ipc::Language::Python,
-        ));
+        let env = python_env();
         let cache = ChoiceCache::default();
         let before = cache.choose(&env, Some(dir.path()), None, None);
-        let python = dir.path().join(".venv/bin/python");
-        std::fs::create_dir_all(python.parent().unwrap()).unwrap();
-        std::fs::write(&python, "#!/bin/sh\n").unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let python = plant_venv(dir.path());
         // The directory's time changed when `.venv` appeared in it (make sure it reads so,
         // on a file system with coarse times).
         let later = std::time::SystemTime::now() + Duration::from_secs(5);
@@ -252,21 +263,13 @@ mod tests {
     #[test]
     fn the_directory_time_a_caller_read_is_the_one_compared() {
         let dir = tempfile::tempdir().unwrap();
-        let config = cellvisor_config::Config::default();
-        let env = Arc::new(WorkerEnv::for_worker(
-            &config,
-            cellvisor_ipc::Language::Python,
-        ));
+        let env = python_env();
         let cache = ChoiceCache::default();
         // One instant for every question: only the directory's time tells them apart.
         let at = Instant::now();
         let first = seen(at, Some(100));
         let before = cache.choose_as(&env, Some(dir.path()), None, first);
-        let python = dir.path().join(".venv/bin/python");
-        std::fs::create_dir_all(python.parent().unwrap()).unwrap();
-        std::fs::write(&python, "#!/bin/sh\n").unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let python = plant_venv(dir.path());
         // The caller says the directory is as it was: the remembered answer stands (the
         // directory itself, whose time did change, is not read).
         let same = cache.choose_as(&env, Some(dir.path()), None, first);
