@@ -65,13 +65,11 @@ mod window;
 mod worker;
 mod worker_env;
 
-use crate::artifacts::ArtifactStore;
 pub use crate::cell::CellReport;
 use crate::cell::{CellEvent, CellSpec, ToolCallRequest};
-use crate::spawn::{Launcher, StartedWorker, WorkerSpec};
+use crate::spawn::StartedWorker;
 use actix::prelude::*;
 pub use cellvisor_client::status::{SessionState, SessionStatus};
-use cellvisor_config::Config;
 use cellvisor_ipc::{Language, ToolInfo};
 use closing::Closing;
 pub use messages::*;
@@ -79,7 +77,7 @@ use notice::Notice;
 use policy::RestartBudget;
 use saves::Saves;
 use serde::Serialize;
-use setup::Setup;
+pub(crate) use setup::Setup;
 use slot::{Slot, Worker};
 use std::fmt;
 use std::path::PathBuf;
@@ -200,14 +198,8 @@ impl CellJob {
 
 /// Everything a session is made from. Built by the supervisor.
 pub(crate) struct SessionSetup {
-    pub key: SessionKey,
-    pub config: Arc<Config>,
-    pub spec: WorkerSpec,
-    /// Where spilled outputs go, and their total size.
-    pub artifacts: Arc<ArtifactStore>,
-    pub launcher: Arc<dyn Launcher>,
-    /// Where the session reports its state.
-    pub events: Recipient<SessionEvent>,
+    /// What it keeps for its life.
+    pub fixed: Setup,
     /// Told to the first cell (an earlier incarnation was evicted, say).
     pub notice: Option<String>,
     /// A worker started ahead of demand (`python.prewarm`), used for the first start.
@@ -218,8 +210,6 @@ pub(crate) struct SessionSetup {
     pub snapshots: Option<Arc<crate::snapshots::SnapshotStore>>,
     /// The session has a latest snapshot for its first worker to restore.
     pub restore: bool,
-    /// Where its cells, starts, crashes and kills are counted.
-    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// The actor. Created by the supervisor.
@@ -244,7 +234,7 @@ impl Session {
     pub(crate) fn new(setup: SessionSetup) -> Session {
         Session {
             slot: Slot::new(
-                RestartBudget::new(setup.config.sessions.restart_budget),
+                RestartBudget::new(setup.fixed.config.sessions.restart_budget),
                 setup.prestarted,
                 setup.pool,
             ),
@@ -253,15 +243,7 @@ impl Session {
             env: EnvTracking::default(),
             notice: Notice::new(setup.notice),
             saves: Saves::new(setup.snapshots, setup.restore),
-            setup: Setup {
-                key: setup.key,
-                config: setup.config,
-                spec: setup.spec,
-                artifacts: setup.artifacts,
-                launcher: setup.launcher,
-                events: setup.events,
-                metrics: setup.metrics,
-            },
+            setup: setup.fixed,
         }
     }
 

@@ -12,8 +12,8 @@ use actix::Recipient;
 use cellvisor_config::Config;
 use std::sync::Arc;
 
-/// The session's fixed setup.
-pub(super) struct Setup {
+/// The session's fixed setup (the part of [`super::SessionSetup`] it keeps for its life).
+pub(crate) struct Setup {
     pub key: SessionKey,
     pub config: Arc<Config>,
     pub spec: WorkerSpec,

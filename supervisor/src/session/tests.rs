@@ -3,7 +3,9 @@
 
 use super::*;
 use crate::cell::CellStatus;
+use crate::spawn::WorkerSpec;
 use crate::testing::FakeLauncher;
+use cellvisor_config::Config;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -50,35 +52,37 @@ fn start_session_with(
     let reports = Reports(Arc::default()).start();
     let launcher: Arc<dyn crate::spawn::Launcher> = fake.clone();
     let session = Session::new(SessionSetup {
-        key: SessionKey {
-            session: "m".into(),
-            language: Language::Lua,
+        fixed: Setup {
+            key: SessionKey {
+                session: "m".into(),
+                language: Language::Lua,
+            },
+            config: Arc::new(config),
+            spec: WorkerSpec {
+                exe: "/nonexistent/cellvisor".into(),
+                exe_args: Vec::new(),
+                fallback: None,
+                language: Language::Lua,
+                run_dir: dir.path().to_path_buf(),
+                cwd: None,
+                env: crate::environment::WorkerEnv::default(),
+                start_timeout: Duration::from_secs(5),
+                rlimits: Vec::new(),
+                zygote: false,
+                preload: Vec::new(),
+                uid: None,
+                handover: None,
+            },
+            artifacts: crate::artifacts::ArtifactStore::new(dir.path().to_path_buf(), u64::MAX),
+            launcher,
+            events: reports.recipient(),
+            metrics: Arc::new(crate::metrics::Metrics::new("test-node")),
         },
-        config: Arc::new(config),
-        spec: WorkerSpec {
-            exe: "/nonexistent/cellvisor".into(),
-            exe_args: Vec::new(),
-            fallback: None,
-            language: Language::Lua,
-            run_dir: dir.path().to_path_buf(),
-            cwd: None,
-            env: crate::environment::WorkerEnv::default(),
-            start_timeout: Duration::from_secs(5),
-            rlimits: Vec::new(),
-            zygote: false,
-            preload: Vec::new(),
-            uid: None,
-            handover: None,
-        },
-        artifacts: crate::artifacts::ArtifactStore::new(dir.path().to_path_buf(), u64::MAX),
-        launcher,
-        events: reports.recipient(),
         notice: None,
         prestarted: None,
         pool: None,
         snapshots,
         restore: false,
-        metrics: Arc::new(crate::metrics::Metrics::new("test-node")),
     });
     (session.start(), dir)
 }

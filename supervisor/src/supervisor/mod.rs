@@ -48,7 +48,9 @@ pub mod waiting;
 
 use crate::environment::WorkerEnv;
 use crate::session::outcome::Eviction;
-use crate::session::{CloseSession, RunCell, Session, SessionKey, SessionSetup, SessionState};
+use crate::session::{
+    CloseSession, RunCell, Session, SessionKey, SessionSetup, SessionState, Setup,
+};
 use crate::spawn::{Launcher, ProcessLauncher, WorkerSpec};
 use crate::usage::ProcessSampler;
 use actix::prelude::*;
@@ -248,12 +250,15 @@ impl Supervisor {
             .clone()
             .filter(|_| !submit.key.session.is_throwaway());
         let session = Session::new(SessionSetup {
-            key: submit.key.clone(),
-            config: self.config_for(&submit.key.session),
-            spec,
-            artifacts: Arc::clone(&self.base.artifacts),
-            launcher: Arc::clone(&self.launcher),
-            events: ctx.address().recipient(),
+            fixed: Setup {
+                key: submit.key.clone(),
+                config: self.config_for(&submit.key.session),
+                spec,
+                artifacts: Arc::clone(&self.base.artifacts),
+                launcher: Arc::clone(&self.launcher),
+                events: ctx.address().recipient(),
+                metrics: Arc::clone(&self.base.metrics),
+            },
             pool: (language == Language::Python).then(|| ctx.address().recipient()),
             notice: self.evicted.remove(&submit.key),
             prestarted,
@@ -262,7 +267,6 @@ impl Supervisor {
                     && store.has_latest(&submit.key)
             }),
             snapshots,
-            metrics: Arc::clone(&self.base.metrics),
         });
         let addr = session.start();
         addr.do_send(RunCell(submit.job));
