@@ -511,10 +511,15 @@ class Daemon(cellvisor.Daemon):
 # Workloads. Each returns raw samples; `check` raises when an answer is wrong.
 
 
+# IPython's warning when its output cache fills up (every 1000 values), on stderr: it may
+# come before or after the value's line, which goes out on stdout.
+CACHE_WARNING = ("UserWarning: Output cache limit", "Flushing oldest", "warn('Output cache limit")
+
+
 def last_line(output):
-    """The answer of a cell: its last output line (IPython may warn before it, e.g. when its
-    output cache fills up after 1000 cells)."""
-    lines = output.strip().splitlines()
+    """The answer of a cell: its last output line but for IPython's output-cache warning."""
+    lines = [line for line in output.strip().splitlines()
+             if not any(part in line for part in CACHE_WARNING)]
     return lines[-1] if lines else ""
 
 
