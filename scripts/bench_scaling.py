@@ -29,7 +29,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "clients", "python", "src"))  # the `cellvisor` package
 from cellvisor import Daemon  # noqa: E402
-from process_figures import cpu_ns, tree  # noqa: E402
+from process_figures import cpu_ns, cpu_ns_since, thread_cpu_ns, tree  # noqa: E402
 
 CONNECTIONS = 4
 IDLE_SECONDS = 3.0
@@ -107,9 +107,9 @@ def measure(binary, python, language, size, cells):
         # Each session's heartbeat stops at its first tick with no cell running (up to one
         # heartbeat interval, 5 s, after its last cell): idle is measured from then on.
         time.sleep(SETTLE_SECONDS)
-        idle_before = cpu_ns(daemon.pid)
+        idle_before = thread_cpu_ns(daemon.pid)
         time.sleep(IDLE_SECONDS)
-        idle = (cpu_ns(daemon.pid) - idle_before) / IDLE_SECONDS / 1e3
+        idle = cpu_ns_since(daemon.pid, idle_before) / IDLE_SECONDS / 1e3
         pss = sum(pss_kb(p) for p in tree(daemon.pid)) / 1024
         all_latencies = [x for per in latencies for x in per]
         return {

@@ -26,6 +26,26 @@ def cpu_ns(pid):
     return total
 
 
+def thread_cpu_ns(pid):
+    """Each live thread of `pid`: its CPU nanoseconds (schedstat run time), by thread id."""
+    times = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                times[tid] = int(f.read().split()[0])
+        except OSError:
+            continue
+    return times
+
+
+def cpu_ns_since(pid, before):
+    """The CPU nanoseconds `pid`'s threads spent since `before` (a `thread_cpu_ns` reading):
+    a thread gone since (an idle pool thread that exited) takes its whole time with it, which
+    a difference of two sums would count as negative; it is left out instead."""
+    now = thread_cpu_ns(pid)
+    return sum(spent - before.get(tid, 0) for tid, spent in now.items())
+
+
 def tree(pid):
     """`pid` and its descendants (those alive while the tree is read)."""
     found, stack = [], [pid]
