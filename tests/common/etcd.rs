@@ -1,139 +1,15 @@
-//! A single-member etcd of a test's own (Debian's `etcd-server`): a private data directory,
-//! free ports, stopped (by its pid) at the test's end.
+//! etcd for the end-to-end tests (Debian's `etcd-server`): one server of a test's own
+//! (`etcd_server.rs`, shared with the supervisor's unit tests), or a cluster.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub struct Etcd {
-    child: Child,
-    /// Its client URL.
-    pub url: String,
-    _dir: tempfile::TempDir,
-}
-
-/// etcd, when this machine has it; under CI its absence fails the suite.
-pub fn installed() -> bool {
-    let found = Command::new("etcd")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found && std::env::var_os("CI").is_some() {
-        panic!("etcd is not installed: .ci/run installs etcd-server from Debian's packages");
-    }
-    if !found {
-        eprintln!("skipped: etcd is not installed (apt-get install etcd-server)");
-    }
-    found
-}
-
-/// A directory for etcd's data, in memory (`/dev/shm`) where this machine has it: etcd syncs
-/// every write to disk, and on a slow disk shared with a parallel suite one write can take
-/// longer than the second a test's 2 s lease gives each request (CI failed so).
-pub fn data_dir() -> tempfile::TempDir {
-    let shm = std::path::Path::new("/dev/shm");
-    let in_memory = shm
-        .is_dir()
-        .then(|| {
-            tempfile::Builder::new()
-                .prefix("cellvisor-etcd-")
-                .tempdir_in(shm)
-                .ok()
-        })
-        .flatten();
-    in_memory.unwrap_or_else(|| tempfile::tempdir().expect("tempdir"))
-}
-
-/// Whether the etcd at `port` says it is healthy (it has a leader and serves requests):
-/// listening alone is not enough for a first request to be answered in time.
-pub fn healthy(port: u16) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let request = format!("GET /health HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
-    let mut answer = String::new();
-    stream.write_all(request.as_bytes()).is_ok()
-        && stream.read_to_string(&mut answer).is_ok()
-        && answer.contains(r#""health":"true""#)
-}
-
-impl Etcd {
-    /// A new etcd, once it is healthy.
-    pub fn start() -> Etcd {
-        let dir = data_dir();
-        let (client, peer) = (super::net::free_port(), super::net::free_port());
-        let url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = Command::new("etcd")
-            .args(["--name", "t", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("t={peer_url}")])
-            .args(["--logger", "zap", "--log-level", "error"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("etcd starts");
-        let mut etcd = Etcd {
-            child,
-            url,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !healthy(client) {
-            if let Ok(Some(status)) = etcd.child.try_wait() {
-                panic!("etcd exited as it started ({status}): were its ports taken?");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "etcd was not healthy within 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        etcd
-    }
-
-    /// Its process id (to stop and continue it: an unreachable member).
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// The value at `key`, read with `etcdctl` (none when absent).
-    pub fn get(&self, key: &str) -> Option<String> {
-        let out = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.url, "get", "--print-value-only", key])
-            .output()
-            .expect("etcdctl runs");
-        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        (!text.is_empty()).then_some(text)
-    }
-
-    /// Deletes `key` (a test's stand-in for a write that never happened).
-    pub fn delete(&self, key: &str) {
-        let out = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.url, "del", key])
-            .output()
-            .expect("etcdctl runs");
-        assert!(out.status.success(), "etcdctl del {key}: {out:?}");
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+#[path = "etcd_server.rs"]
+mod server;
+use server::data_dir;
+// Not every test program that includes `common` speaks to etcd.
+#[allow(unused_imports)]
+pub use server::{installed, EtcdServer as Etcd};
 
 /// An etcd cluster of a test's own: `n` members on free ports, each in a private data
 /// directory, stopped (by their pids) at the test's end.
@@ -149,7 +25,7 @@ impl Cluster {
     pub fn start(n: usize) -> Cluster {
         let dir = data_dir();
         let ports: Vec<(u16, u16)> = (0..n)
-            .map(|_| (super::net::free_port(), super::net::free_port()))
+            .map(|_| (server::free_port(), server::free_port()))
             .collect();
         let initial = ports
             .iter()

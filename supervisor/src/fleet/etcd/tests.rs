@@ -4,124 +4,13 @@
 use super::requests::block_on;
 use super::*;
 use crate::fleet::pointer::Pointer;
-use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
-/// A single-member etcd of the test's own.
-pub(crate) struct TestEtcd {
-    child: Child,
-    pub url: String,
-    _dir: tempfile::TempDir,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// A directory for etcd's data, in memory (`/dev/shm`) where this machine has it: etcd syncs
-/// every write to disk, and on a slow disk shared with the parallel suite one write can take
-/// longer than the second these tests' 2 s leases give each request (CI failed so).
-fn data_dir() -> tempfile::TempDir {
-    let shm = std::path::Path::new("/dev/shm");
-    let in_memory = shm
-        .is_dir()
-        .then(|| {
-            tempfile::Builder::new()
-                .prefix("cellvisor-etcd-")
-                .tempdir_in(shm)
-                .ok()
-        })
-        .flatten();
-    in_memory.unwrap_or_else(|| tempfile::tempdir().expect("tempdir"))
-}
-
-/// Whether the etcd at `port` says it is healthy (it has a leader and serves requests):
-/// listening alone is not enough for a first request to be answered in time.
-fn healthy(port: u16) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let request = format!("GET /health HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
-    let mut answer = String::new();
-    stream.write_all(request.as_bytes()).is_ok()
-        && stream.read_to_string(&mut answer).is_ok()
-        && answer.contains(r#""health":"true""#)
-}
-
-impl TestEtcd {
-    /// The etcd, once it is healthy; `None` (the test skipped) where etcd is not installed,
-    /// which fails under CI.
-    pub(crate) fn start() -> Option<TestEtcd> {
-        let found = Command::new("etcd")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "etcd is not installed: .ci/run installs etcd-server from Debian's packages"
-            );
-            eprintln!("skipped: etcd is not installed (apt-get install etcd-server)");
-            return None;
-        }
-        let dir = data_dir();
-        let (client, peer) = (free_port(), free_port());
-        let url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = Command::new("etcd")
-            .args(["--name", "t", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("t={peer_url}")])
-            .args(["--logger", "zap", "--log-level", "error"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("etcd starts");
-        let mut etcd = TestEtcd {
-            child,
-            url,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !healthy(client) {
-            if let Ok(Some(status)) = etcd.child.try_wait() {
-                panic!("etcd exited as it started ({status}): were its ports taken?");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "etcd was not healthy within 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Some(etcd)
-    }
-
-    pub(crate) fn signal(&self, signal: nix::sys::signal::Signal) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        nix::sys::signal::kill(pid, signal).expect("signal etcd");
-    }
-}
-
-impl Drop for TestEtcd {
-    fn drop(&mut self) {
-        self.signal(nix::sys::signal::Signal::SIGCONT);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// A single-member etcd of the test's own: the end-to-end tests' server, included by path.
+#[path = "../../../../tests/common/etcd_server.rs"]
+mod server;
+use server::free_port;
+pub(crate) use server::EtcdServer as TestEtcd;
 
 pub(crate) fn node(etcd: &TestEtcd, name: &str, ttl: Duration) -> EtcdLeases {
     let settings = EtcdSettings {
@@ -167,7 +56,7 @@ pub(crate) fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> O
 
 #[test]
 fn one_node_holds_a_session_and_a_stale_tokens_commit_is_refused() {
-    let Some(etcd) = TestEtcd::start() else {
+    let Some(etcd) = TestEtcd::start_if_installed() else {
         return;
     };
     let ttl = Duration::from_secs(2);
@@ -228,7 +117,7 @@ fn one_node_holds_a_session_and_a_stale_tokens_commit_is_refused() {
 
 #[test]
 fn a_lease_whose_keep_alives_go_unanswered_is_lost_and_stays_lost() {
-    let Some(etcd) = TestEtcd::start() else {
+    let Some(etcd) = TestEtcd::start_if_installed() else {
         return;
     };
     let ttl = Duration::from_secs(2);
@@ -279,7 +168,7 @@ fn an_unreachable_etcd_is_a_clear_error_naming_it() {
 
 #[test]
 fn a_lease_etcd_no_longer_has_is_lost_at_the_next_keep_alive() {
-    let Some(etcd) = TestEtcd::start() else {
+    let Some(etcd) = TestEtcd::start_if_installed() else {
         return;
     };
     let ttl = Duration::from_secs(3);
@@ -309,7 +198,7 @@ fn a_lease_etcd_no_longer_has_is_lost_at_the_next_keep_alive() {
 
 #[test]
 fn a_save_begun_before_its_state_was_forgotten_is_never_committed() {
-    let Some(etcd) = TestEtcd::start() else {
+    let Some(etcd) = TestEtcd::start_if_installed() else {
         return;
     };
     let a = node(&etcd, "node-a", Duration::from_secs(5));
@@ -383,7 +272,7 @@ fn progress(id: &str, cells: usize) -> Progress {
 
 #[test]
 fn a_requests_progress_is_committed_with_its_state_and_never_under_a_stale_token() {
-    let Some(etcd) = TestEtcd::start() else {
+    let Some(etcd) = TestEtcd::start_if_installed() else {
         return;
     };
     let ttl = Duration::from_secs(2);
@@ -485,7 +374,7 @@ impl EtcdLeases {
 
 #[test]
 fn a_stalled_member_is_passed_over_and_a_commit_whose_answer_is_lost_gives_the_lease_up() {
-    let Some(etcd) = TestEtcd::start() else {
+    let Some(etcd) = TestEtcd::start_if_installed() else {
         return;
     };
     // A member that accepts connections and never answers: a stopped etcd's socket.
