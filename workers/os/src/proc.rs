@@ -49,14 +49,27 @@ impl ProcStat {
 /// command name is at most 64 bytes.
 const STAT_BUFFER: usize = 2048;
 
-/// Reads `/proc/<pid>/stat`; `None` if the process is gone.
-pub fn stat(pid: u32) -> Option<ProcStat> {
+/// `/proc/<pid>/<file>`, or this process's (`/proc/self`, which needs no `getpid`) with `None`.
+fn path_of(pid: Option<u32>, file: &str) -> String {
+    match pid {
+        Some(pid) => format!("/proc/{pid}/{file}"),
+        None => format!("/proc/self/{file}"),
+    }
+}
+
+/// The `stat` line of process `pid` (this one with `None`); `None` if it is gone.
+fn stat_line(pid: Option<u32>) -> Option<Vec<u8>> {
     let mut text = Vec::with_capacity(512);
-    File::open(format!("/proc/{pid}/stat"))
+    File::open(path_of(pid, "stat"))
         .ok()?
         .read_to_end(&mut text)
         .ok()?;
-    parse_stat(pid, &text)
+    Some(text)
+}
+
+/// Reads `/proc/<pid>/stat`; `None` if the process is gone.
+pub fn stat(pid: u32) -> Option<ProcStat> {
+    parse_stat(pid, &stat_line(Some(pid))?)
 }
 
 /// Parses a `stat` line of process `pid`; `None` for anything the kernel would not write.
@@ -112,11 +125,7 @@ pub struct Memory {
 
 /// The memory of process `pid`, or of this process with `None`.
 pub fn memory(pid: Option<u32>) -> Option<Memory> {
-    let path = match pid {
-        Some(pid) => format!("/proc/{pid}/statm"),
-        None => "/proc/self/statm".to_owned(),
-    };
-    let pages = StatM::from_read(File::open(path).ok()?).ok()?;
+    let pages = StatM::from_read(File::open(path_of(pid, "statm")).ok()?).ok()?;
     Some(Memory {
         mapped_bytes: pages.size.saturating_mul(page_size()),
         resident_bytes: pages.resident.saturating_mul(page_size()),
@@ -125,12 +134,7 @@ pub fn memory(pid: Option<u32>) -> Option<Memory> {
 
 /// This process's own `stat` (through `/proc/self`, which needs no `getpid`).
 pub fn own_stat() -> Option<ProcStat> {
-    let mut text = Vec::with_capacity(512);
-    File::open("/proc/self/stat")
-        .ok()?
-        .read_to_end(&mut text)
-        .ok()?;
-    parse_stat(0, &text).map(|stat| ProcStat {
+    parse_stat(0, &stat_line(None)?).map(|stat| ProcStat {
         pid: std::process::id(),
         ..stat
     })
@@ -149,11 +153,7 @@ pub struct ProcStatus {
 
 /// Reads `/proc/<pid>/status`, or this process's with `None`; `None` if it is gone.
 pub fn status(pid: Option<u32>) -> Option<ProcStatus> {
-    let path = match pid {
-        Some(pid) => format!("/proc/{pid}/status"),
-        None => "/proc/self/status".to_owned(),
-    };
-    parse_status(File::open(path).ok()?)
+    parse_status(File::open(path_of(pid, "status")).ok()?)
 }
 
 fn parse_status(text: impl Read) -> Option<ProcStatus> {
@@ -175,7 +175,7 @@ pub struct StatFile {
 impl StatFile {
     /// Opens the file of `pid`; `None` if the process is gone.
     pub fn open(pid: u32) -> Option<StatFile> {
-        let file = File::open(format!("/proc/{pid}/stat")).ok()?;
+        let file = File::open(path_of(Some(pid), "stat")).ok()?;
         Some(StatFile { pid, file })
     }
 
