@@ -103,7 +103,7 @@ impl Cellvisor {
         let policy = self.request_policy();
         // A session served without a caller directory works in its workspace (a per-call
         // request in its named session's).
-        let look = self.look_at_workspace(&request);
+        let look = self.look_at_workspace(&request)?;
         let files_pending = self.files_to_bring_back(&request, look.as_ref());
         let workspace_modified = self.enter_workspace(&mut request, look).await?;
         let sandbox = self.sandbox_plan(&request, origin)?.map(Arc::new);

@@ -23,37 +23,31 @@ impl Cellvisor {
     /// The request's look at its session's workspace, when it has no caller directory (and
     /// sessions are not keyed by one): one `statx`, whose answer the request's every check
     /// shares (the files to bring back, the directory it works in, its Python's choice), so
-    /// a cell costs one look at the file system, not one per check.
-    pub(super) fn look_at_workspace(&self, request: &EvalRequest) -> Option<WorkspaceLook> {
+    /// a cell costs one look at the file system, not one per check. Under `sessions.key =
+    /// "session+cwd"` a request's directory is its state's key, so it must name one: no look.
+    pub(super) fn look_at_workspace(
+        &self,
+        request: &EvalRequest,
+    ) -> Result<Option<WorkspaceLook>, RequestError> {
         if request.cwd.is_some() || self.keyed_by_cwd() {
-            return None;
+            return Ok(None);
         }
-        let name = SessionName::parse(&request.session).ok()?;
+        let name = SessionName::parse(&request.session)?;
         let dir = self.workspace(&name).dir().to_path_buf();
         let found = std::fs::symlink_metadata(&dir).ok();
-        Some(WorkspaceLook { name, dir, found })
+        Ok(Some(WorkspaceLook { name, dir, found }))
     }
 
-    /// Gives a request without `cwd` its session's workspace as its directory (made if
-    /// missing), as `look` found it. Under `sessions.key = "session+cwd"` a request's
-    /// directory is its state's key, so it must name one and is left as it is. Answers the
-    /// workspace's modification time when the look found it there (for the Python choice).
+    /// Gives a request its session's workspace as its directory (made if missing) when it
+    /// has a `look` (no directory of its own). Answers the workspace's modification time
+    /// when the look found it there (for the Python choice).
     pub(super) async fn enter_workspace(
         &self,
         request: &mut EvalRequest,
         look: Option<WorkspaceLook>,
     ) -> Result<Option<SystemTime>, RequestError> {
-        if request.cwd.is_some() || self.keyed_by_cwd() {
+        let Some(look) = look else {
             return Ok(None);
-        }
-        let name = SessionName::parse(&request.session)?;
-        let look = match look {
-            Some(look) => look,
-            None => WorkspaceLook {
-                dir: self.workspace(&name).dir().to_path_buf(),
-                found: None,
-                name: name.clone(),
-            },
         };
         // Per cell, the workspace is there (a directory, not a link): the request's one look
         // says so, with no hop to the blocking pool nor a `mkdir` per level. A workspace
@@ -64,8 +58,8 @@ impl Cellvisor {
             request.cwd = Some(look.dir);
             return Ok(modified);
         }
+        let WorkspaceLook { name, dir, .. } = look;
         let workspace = self.workspace(&name);
-        let dir = look.dir;
         // Off the actors' thread, as every file operation of the host.
         let made = tokio::task::spawn_blocking(move || workspace.create())
             .await
