@@ -137,14 +137,22 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join(".lock");
         let held = take(&path, Duration::ZERO).expect("free at first");
-        let freeing = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(400));
-            drop(held);
+        let let_go = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let freeing = std::thread::spawn({
+            let let_go = std::sync::Arc::clone(&let_go);
+            move || {
+                // Well past the taker's bound.
+                std::thread::sleep(Duration::from_millis(400));
+                let_go.store(true, std::sync::atomic::Ordering::SeqCst);
+                drop(held);
+            }
         });
-        let started = Instant::now();
         let taken = take(&path, Duration::from_millis(50));
         assert!(taken.is_ok(), "waited for the holder here: {taken:?}");
-        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert!(
+            let_go.load(std::sync::atomic::Ordering::SeqCst),
+            "taken only once the holder let go"
+        );
         freeing.join().expect("join");
         drop(taken);
         // Once let go, it is not held here any more: a holder elsewhere is gone around.
