@@ -537,6 +537,41 @@ fn a_workspace_removed_between_cells_is_made_again_for_the_next() {
     daemon.stop();
 }
 
+/// A cell that puts a link in its workspace's place (to another session's workspace) does
+/// not get its next request run there: the daemon refuses a workspace that is not a
+/// directory, saying so, and the other session is untouched. (At the `uid` level the
+/// directory above a workspace is not the cell's to change; here, unconfined, it is.)
+#[test]
+fn a_link_in_a_workspaces_place_is_refused_not_entered() {
+    let daemon = Daemon::start_in(World::with_config(SHORT_INTERVALS));
+    let mut client = daemon.client();
+    let victim = client.eval(
+        "victim",
+        json!([py(
+            "import os; open('secret.txt', 'w').write('mine'); print(os.getcwd())"
+        )]),
+    );
+    let victim_dir = output(&victim).trim().to_string();
+    let moved = client.eval(
+        "thief",
+        json!([py(&format!(
+            "import os\nhere = os.getcwd()\nos.chdir('/')\nos.rename(here, here + '.moved')\n\
+             os.symlink({victim_dir:?}, here)\nprint('linked')"
+        ))]),
+    );
+    assert_eq!(output(&moved).trim(), "linked", "{moved:#}");
+    let refused = client
+        .call(
+            "eval",
+            json!({"session": "thief", "cells": [py("print(open('secret.txt').read())")]}),
+        )
+        .expect_err("a link in the workspace's place is refused");
+    assert!(refused.to_string().contains("not a directory"), "{refused}");
+    let still = client.eval("victim", json!([py("print(open('secret.txt').read())")]));
+    assert_eq!(output(&still).trim(), "mine", "{still:#}");
+    daemon.stop();
+}
+
 #[test]
 fn two_sessions_workspaces_are_apart_at_the_uid_level() {
     if !nix::unistd::geteuid().is_root() {

@@ -84,7 +84,9 @@ impl Workspace {
     }
 
     /// Makes the directory if missing: the workspace 0700, the directories on the way 0711
-    /// (entered by a session's uid, listed by nobody but the daemon).
+    /// (entered by a session's uid, listed by nobody but the daemon). Something else in its
+    /// place (a link to another session's workspace or anywhere, a file) is refused, never
+    /// entered: the session's cells would work there.
     pub fn create(&self) -> io::Result<()> {
         if let Some(parent) = self.dir.parent() {
             std::fs::DirBuilder::new()
@@ -94,6 +96,11 @@ impl Workspace {
         }
         match std::fs::DirBuilder::new().mode(0o700).create(&self.dir) {
             Err(err) if err.kind() != io::ErrorKind::AlreadyExists => Err(err),
+            Err(_) if !std::fs::symlink_metadata(&self.dir)?.is_dir() => Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "something that is not a directory (a link or a file) is in its place; \
+                 remove it to have the workspace made again",
+            )),
             _ => Ok(()),
         }
     }
@@ -114,6 +121,29 @@ mod tests {
 
     fn name(text: &str) -> SessionName {
         SessionName::parse(text).unwrap()
+    }
+
+    #[test]
+    fn a_link_or_a_file_in_a_workspaces_place_is_refused_and_a_directory_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let elsewhere = root.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let linked = Workspace::of(root.path(), &name("linked"));
+        linked.create().unwrap();
+        std::fs::remove_dir(linked.dir()).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, linked.dir()).unwrap();
+        let err = linked.create().expect_err("a link is refused");
+        assert!(err.to_string().contains("not a directory"), "{err}");
+        let file = Workspace::of(root.path(), &name("file"));
+        file.create().unwrap();
+        std::fs::remove_dir(file.dir()).unwrap();
+        std::fs::write(file.dir(), b"x").unwrap();
+        assert!(file.create().is_err());
+        let kept = Workspace::of(root.path(), &name("kept"));
+        kept.create().unwrap();
+        std::fs::write(kept.dir().join("f"), b"y").unwrap();
+        kept.create().expect("an existing directory is kept");
+        assert!(kept.dir().join("f").is_file());
     }
 
     #[test]
